@@ -1,0 +1,3 @@
+from memlint.cli import main
+
+raise SystemExit(main())
