@@ -1,0 +1,160 @@
+"""A ModelSpec from a config.json on disk (a local checkpoint or the HF cache).
+
+A config whose shapes equal a catalog entry's reuses that entry's exact counts (the
+usual case: a fine-tuned checkpoint of a known model). Otherwise the decoder families
+below are counted in closed form; the counts are checked against transformers'
+meta-device instantiation for every catalog entry in the tests. Anything else needs
+transformers installed and is instantiated on the meta device (never remote code).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from memlint.errors import MemlintError
+
+# Config keys that change parameter counts or activation shapes.
+SHAPE_KEYS = (
+    "hidden_size", "n_embd", "intermediate_size", "ffn_dim", "num_hidden_layers", "n_layer",
+    "num_attention_heads", "n_head", "num_key_value_heads", "num_kv_heads", "head_dim",
+    "vocab_size", "tie_word_embeddings", "num_local_experts", "num_experts",
+    "moe_intermediate_size", "word_embed_proj_dim", "new_decoder_architecture", "multi_query",
+)
+
+LLAMA_LIKE = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "gemma", "gemma2",
+              "gemma3_text", "phi3"}
+
+
+def _load(path: Path) -> dict[str, Any]:
+    try:
+        raw = path.read_bytes().decode("utf-8")
+        cfg = json.loads(raw)
+    except UnicodeDecodeError:
+        raise MemlintError(f"{path}: config.json is not UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise MemlintError(f"{path}: broken config.json ({exc.msg} at line {exc.lineno})") from None
+    except OSError as exc:
+        raise MemlintError(f"{path}: cannot read config.json ({exc.strerror})") from None
+    if not isinstance(cfg, dict) or "model_type" not in cfg:
+        raise MemlintError(f"{path}: config.json has no model_type")
+    if isinstance(cfg.get("text_config"), dict):  # multimodal: count the text tower
+        text = dict(cfg["text_config"])
+        text.setdefault("model_type", cfg["model_type"] + "_text")
+        text["_text_only"] = True
+        return text
+    return cfg
+
+
+def _defaults(model_type: str) -> dict[str, Any]:
+    # transformers' defaults for keys configs sometimes omit
+    return {"tie_word_embeddings": model_type in {"gemma", "gemma2", "gemma3_text", "gpt2", "opt", "falcon"}}
+
+
+def _matches(cfg: Mapping[str, Any], entry: Mapping[str, Any]) -> bool:
+    if entry["model_type"] != cfg["model_type"]:
+        return False
+    ref = {**_defaults(entry["model_type"]), **entry["config"]}
+    got = {**_defaults(cfg["model_type"]), **cfg}
+    return all(got.get(k) == ref.get(k) for k in SHAPE_KEYS if k in ref or k in got)
+
+
+def spec_from_config_file(path: Path, model_id: str, source: str):
+    from memlint.catalog import _catalog, _spec_from_entry
+
+    cfg = _load(path)
+    for cid, entry in _catalog().items():
+        if _matches(cfg, entry):
+            spec = _spec_from_entry(model_id, entry, source=source)
+            return spec
+    if cfg["model_type"] in LLAMA_LIKE:
+        entry = count_llama_like(cfg)
+        entry["config"] = {k: v for k, v in cfg.items() if not k.startswith("_")}
+        return _spec_from_entry(model_id, entry, source=source)
+    return _count_with_transformers(cfg, model_id, source, path)
+
+
+def count_llama_like(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """Closed-form parameter counts for the Llama-shaped decoder families."""
+    mt = cfg["model_type"]
+    h = cfg["hidden_size"]
+    L = cfg["num_hidden_layers"]
+    heads = cfg["num_attention_heads"]
+    kv = cfg.get("num_key_value_heads") or heads
+    hd = cfg.get("head_dim") or h // heads
+    inter = cfg["intermediate_size"]
+    V = cfg["vocab_size"]
+    tied = cfg.get("tie_word_embeddings", _defaults(mt)["tie_word_embeddings"])
+    attn_bias = mt == "qwen2" or bool(cfg.get("attention_bias", False))
+    o_bias = bool(cfg.get("attention_bias", False)) and mt != "qwen2"
+    mlp_bias = bool(cfg.get("mlp_bias", False))
+    experts = cfg.get("num_local_experts") or cfg.get("num_experts") or 0
+    moe_inter = cfg.get("moe_intermediate_size", inter)
+
+    lin: dict[str, dict] = {}
+
+    def add(name: str, fin: int, fout: int, bias: bool) -> None:
+        lin[name] = {"in": fin, "out": fout, "bias": bias, "count": L}
+
+    if mt == "phi3":
+        add("self_attn.o_proj", heads * hd, h, False)
+        add("self_attn.qkv_proj", h, (heads + 2 * kv) * hd, False)
+    else:
+        add("self_attn.q_proj", h, heads * hd, attn_bias)
+        add("self_attn.k_proj", h, kv * hd, attn_bias)
+        add("self_attn.v_proj", h, kv * hd, attn_bias)
+        add("self_attn.o_proj", heads * hd, h, o_bias)
+    expert_params = other = 0
+    if experts:
+        expert_params = L * experts * 3 * h * moe_inter
+        other = L * experts * h  # the router
+    elif mt == "phi3":
+        add("mlp.gate_up_proj", h, 2 * inter, False)
+        add("mlp.down_proj", inter, h, False)
+    else:
+        add("mlp.gate_proj", h, inter, mlp_bias)
+        add("mlp.up_proj", h, inter, mlp_bias)
+        add("mlp.down_proj", inter, h, mlp_bias)
+    norms_per_layer = 4 if mt in {"gemma2", "gemma3_text"} else 2
+    norms = L * norms_per_layer * h + h
+    if mt in {"qwen3", "qwen3_moe", "gemma3_text"}:
+        norms += L * 2 * hd
+    linear = sum((d["in"] * d["out"] + (d["out"] if d["bias"] else 0)) * d["count"] for d in lin.values())
+    lm_head = 0 if tied else V * h
+    if not tied:
+        lin["lm_head"] = {"in": h, "out": V, "bias": False, "count": 1}
+    groups = {"embeddings": V * h, "lm_head": lm_head, "norms": norms, "linear": linear,
+              "experts": expert_params, "other": other}
+    arch = {
+        "model_type": mt, "hidden_size": h, "intermediate_size": inter, "num_layers": L,
+        "num_heads": heads, "num_kv_heads": kv, "head_dim": hd, "vocab_size": V,
+        "max_position_embeddings": cfg.get("max_position_embeddings"), "mlp": "gated",
+        "norm": "rmsnorm", "tie_word_embeddings": tied,
+    }
+    if experts:
+        arch.update(num_experts=experts, experts_per_token=cfg.get("num_experts_per_tok"),
+                    moe_intermediate_size=moe_inter)
+    return {
+        "family": mt, "model_type": mt, "params": sum(groups.values()), "groups": groups,
+        "tied_embeddings": tied, "linear_modules": lin, "arch": arch,
+        "torch_dtype": cfg.get("torch_dtype") or cfg.get("dtype") or "float32",
+        "text_only": bool(cfg.get("_text_only")),
+    }
+
+
+def _count_with_transformers(cfg: Mapping[str, Any], model_id: str, source: str, path: Path):
+    import importlib.util
+
+    if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("torch") is None:
+        raise MemlintError(
+            f"{path}: model_type {cfg['model_type']!r} is not one memlint counts without "
+            "transformers; install the 'catalog' extra (torch, transformers) to count it"
+        ) from None
+    from memlint.catalog import _spec_from_entry
+    from memlint.catalog.meta import count_on_meta
+
+    entry = count_on_meta(cfg["model_type"], {k: v for k, v in cfg.items() if not k.startswith("_")})
+    entry.update(family=cfg["model_type"], model_type=cfg["model_type"],
+                 torch_dtype=cfg.get("torch_dtype") or "float32", config=dict(cfg))
+    return _spec_from_entry(model_id, entry, source=source)

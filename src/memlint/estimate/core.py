@@ -1,0 +1,216 @@
+"""Setup -> Estimate: per-GPU bytes for each component, the peak and where it happens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from memlint.estimate import activations as act
+from memlint.estimate import model_state as ms
+from memlint.estimate.setup import DTYPE_BYTES, Setup, data
+
+COMPONENTS = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
+GIB = 1 << 30
+
+# Allocator slack measured as max_memory_reserved / max_memory_allocated on published
+# runs (docs/accuracy.md, calibration section) and the cuBLAS workspaces.
+FRAGMENTATION = 0.05
+DEFAULT_CONTEXT = 512 << 20
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    bytes: int
+    formula: str
+
+
+@dataclass(frozen=True)
+class Estimate:
+    setup: Setup
+    accounting: str
+    components: Mapping[str, Component]
+    peak: int                 # per GPU, overhead included
+    peak_phase: str           # forward | backward | optimizer | sum (textbook)
+    phases: Mapping[str, int]  # allocated bytes per phase, overhead excluded
+    paged_optimizer: int      # bitsandbytes paged state: unified memory, outside the allocator
+    trainable_params: int
+    assumptions: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def allocated_peak(self) -> int:
+        """Comparable to torch.cuda.max_memory_allocated()."""
+        return self.peak - self.components["overhead"].bytes
+
+    def bytes(self, name: str) -> int:
+        return self.components[name].bytes
+
+
+def gpus() -> dict[str, dict]:
+    return data("gpus.json")["gpus"]
+
+
+def find_gpu(name: str) -> tuple[str, int, int]:
+    """A GPU name (or a size in GiB) -> (label, total bytes, context bytes)."""
+    from memlint.errors import MemlintError
+
+    key = name.strip().lower().replace(" ", "").replace("_", "-")
+    for label, g in gpus().items():
+        if key in {label.lower(), *(a.lower() for a in g["aliases"])}:
+            return label, g["total_bytes"], g["context_bytes"]
+    try:
+        gib = float(key.removesuffix("gib").removesuffix("gb"))
+    except ValueError:
+        raise MemlintError(f"unknown GPU {name!r}; known: {', '.join(gpus())} or a size in GiB (e.g. 24)") from None
+    if gib <= 0:
+        raise MemlintError("--gpu size must be positive")
+    return f"{gib:g} GiB", int(gib * GIB), DEFAULT_CONTEXT
+
+
+def _shard(s: Setup) -> tuple[int, int, int]:
+    """Divisors for (weights, gradients, optimizer) per GPU."""
+    n = s.gpus
+    return {
+        "none": (1, 1, 1),
+        "zero1": (1, 1, n),
+        "zero2": (1, n, n),
+        "fsdp_shard_grad_op": (1, n, n),
+        "zero3": (n, n, n),
+        "fsdp": (n, n, n),
+    }[s.shard]
+
+
+def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = None) -> Estimate:
+    notes: list[str] = []
+    m = s.model
+    w, w_f = ms.weight_bytes(s, accounting)
+    g, g_f = ms.gradient_bytes(s, accounting)
+    o, o_f = ms.optimizer_bytes(s, accounting)
+    tmp = ms.optimizer_step_temporaries(s, accounting)
+    a = act.activations(s, accounting)
+    n_train = ms.trainable_params(s)
+
+    dw, dg, do = _shard(s)
+    if dw > 1:
+        w_f += f" ÷ {dw} GPUs"
+    if dg > 1:
+        g_f += f" ÷ {dg} GPUs"
+    if do > 1:
+        o_f += f" ÷ {do} GPUs"
+    w, g, o, tmp = -(-w // dw), -(-g // dg), -(-o // do), -(-tmp // do)
+    if s.offload in ("optimizer", "params"):
+        o, tmp = 0, 0
+        o_f = "offloaded to CPU (ZeRO-Offload): 0 B on the GPU"
+    if s.offload == "params":
+        w = 0
+        w_f = "offloaded to CPU: only the layers being computed are on the GPU"
+    if accounting == "real" and s.shard in ("zero3", "fsdp"):
+        # The gathered full weights of the layer being computed and the one prefetched.
+        layer = sum(l.in_features * l.out_features * (l.count // m.layers or 1) for l in m.layer_linears())
+        w += 2 * layer * s.weight_bytes
+        w_f += f" + 2 gathered layers ({2 * layer:,} params)"
+        notes.append("ZeRO-3/FSDP: two layers' full weights gathered at a time (prefetch)")
+    if accounting == "real" and s.shard == "none" and s.gpus > 1:
+        # DDP keeps gradient buckets beside .grad (gradient_as_bucket_view=False).
+        notes.append("DDP: gradient buckets add one gradient-sized buffer per GPU")
+        g *= 2
+        g_f += " × 2 (DDP buckets)"
+
+    paged = 0
+    if s.optimizer["paged"]:
+        paged, o = o, 0
+        o_f = f"paged ({paged / GIB:.2f} GiB in unified memory, outside the allocator; evicted to CPU under pressure)"
+        tmp = 0
+
+    if accounting == "textbook":
+        peak_alloc = w + g + o + a.body + a.logits_forward
+        phases = {"sum": peak_alloc}
+        phase = "sum"
+        overhead, ov_f = 0, "not modelled by the article's accounting"
+        notes.append("textbook: the four buckets and logits are summed, as in the seed article")
+    else:
+        g_fwd = g if s.grad_accum > 1 else 0
+        fwd = w + o + g_fwd + a.body + a.logits_forward
+        bwd = w + o + max(a.body + a.logits_backward + g_fwd, g + (a.per_layer if s.recompute else 0))
+        opt = w + g + o + tmp
+        phases = {"forward": fwd, "backward": bwd, "optimizer": opt}
+        phase = max(phases, key=phases.get)
+        peak_alloc = phases[phase]
+        ctx = DEFAULT_CONTEXT if context_bytes is None else context_bytes
+        frag = int(peak_alloc * FRAGMENTATION)
+        overhead = ctx + frag
+        ov_f = f"CUDA context {ctx / GIB:.2f} GiB + allocator slack {FRAGMENTATION:.0%} of the allocated peak"
+        if s.grad_accum > 1:
+            notes.append("gradient accumulation: gradients stay alive through the next micro-batch's forward")
+        if tmp:
+            notes.append(f"optimizer step temporaries: {tmp / GIB:.2f} GiB ({s.optimizer['impl']} kernel)")
+        if s.method != "full":
+            notes.append("peft keeps LoRA adapters in fp32 on a half-precision base (autocast_adapter_dtype)"
+                         if s.precision != "pure-bf16" else "adapters kept in bf16 (pure-bf16)")
+        if s.quant != "none" and s.kbit_prep:
+            notes.append("prepare_model_for_kbit_training casts embeddings, norms and lm_head to fp32")
+        if m.arch.get("num_experts"):
+            notes.append("MoE: activations use the routed top-k experts per token; expert weights are not quantized")
+    if s.attn == "flash_attention_2" and accounting == "real":
+        notes.append("flash_attention_2 saves the same tensors as SDPA's flash kernel")
+    if m.text_only:
+        notes.append(f"{m.id}: multimodal checkpoint counted as its text tower")
+
+    comps = {
+        "weights": Component("weights", w, w_f),
+        "gradients": Component("gradients", g, g_f),
+        "optimizer": Component("optimizer", o, o_f),
+        "activations": Component("activations", a.body, a.formula),
+        "logits": Component("logits", a.logits_forward, a.logits_formula),
+        "overhead": Component("overhead", overhead, ov_f),
+    }
+    return Estimate(
+        setup=s,
+        accounting=accounting,
+        components=comps,
+        peak=peak_alloc + overhead,
+        peak_phase=phase,
+        phases=phases,
+        paged_optimizer=paged,
+        trainable_params=n_train,
+        assumptions=tuple(notes),
+    )
+
+
+def fits(s: Setup, accounting: str, total: int, context: int) -> bool:
+    return estimate(s, accounting, context).peak <= total
+
+
+def max_batch(s: Setup, accounting: str, total: int, context: int, limit: int = 4096) -> int:
+    """The largest micro-batch that fits (0 when even 1 does not)."""
+    if not fits(s.with_(batch=1), accounting, total, context):
+        return 0
+    lo, hi = 1, 2
+    while hi <= limit and fits(s.with_(batch=hi), accounting, total, context):
+        lo, hi = hi, hi * 2
+    hi = min(hi, limit + 1)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(s.with_(batch=mid), accounting, total, context):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def max_seq(s: Setup, accounting: str, total: int, context: int, step: int = 128) -> int:
+    """The longest sequence (a multiple of `step`) that fits at this micro-batch."""
+    cap = s.model.arch.get("max_position_embeddings") or 131072
+    if not fits(s.with_(seq=step), accounting, total, context):
+        return 0
+    lo, hi = 1, 2
+    while hi * step <= cap and fits(s.with_(seq=hi * step), accounting, total, context):
+        lo, hi = hi, hi * 2
+    hi = min(hi, cap // step + 1)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(s.with_(seq=mid * step), accounting, total, context):
+            lo = mid
+        else:
+            hi = mid
+    return lo * step

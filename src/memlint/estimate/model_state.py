@@ -1,0 +1,225 @@
+"""Weights, gradients and optimizer state: exact counts times the bytes each framework keeps.
+
+Two accountings share these functions. `textbook` is the seed article's: bf16 weights and
+gradients plus an fp32 master copy and fp32 AdamW moments (16 B per trainable parameter).
+`real` is what PyTorch, peft and bitsandbytes allocate: states in the parameter's dtype,
+adapters upcast to fp32 by peft, bitsandbytes' exact 4-bit / 8-bit layouts.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from memlint.catalog import Linear, ModelSpec
+from memlint.estimate.setup import DTYPE_BYTES, Setup
+
+NF4_BLOCK = 64          # bitsandbytes 4-bit blocksize
+DQ_BLOCK = 256          # double quantization: 8-bit absmax, one fp32 constant per 256 blocks
+INT8_OPT_BLOCK = 256    # bitsandbytes blockwise 8-bit optimizer
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A trainable tensor's shape, enough for per-tensor optimizer rules."""
+
+    rows: int
+    cols: int  # 1 for vectors
+    count: int = 1
+
+    @property
+    def numel(self) -> int:
+        return self.rows * self.cols
+
+
+# --------------------------------------------------------------------------- LoRA
+
+
+def _matches(target: str, key: str) -> bool:
+    return key == target or key.endswith("." + target)
+
+
+def lora_modules(model: ModelSpec, targets: tuple[str, ...] | str) -> tuple[Linear, ...]:
+    """The linear modules a LoRA target list hits, as peft matches them."""
+    layer = model.layer_linears()
+    if targets == "all-linear":
+        return layer  # peft's all-linear: every Linear/Conv1D except the output layer
+    if isinstance(targets, str):  # a regex, full-matched against module names
+        rx = re.compile(targets)
+        return tuple(l for l in model.linears if rx.fullmatch(f"model.layers.0.{l.name}") or rx.fullmatch(l.name))
+    return tuple(l for l in model.linears if any(_matches(t, l.name) for t in targets))
+
+
+def lora_params(model: ModelSpec, r: int, targets) -> int:
+    return sum((l.in_features + l.out_features) * r * l.count for l in lora_modules(model, targets))
+
+
+def lora_tensors(model: ModelSpec, r: int, targets) -> list[Tensor]:
+    out = []
+    for l in lora_modules(model, targets):
+        out += [Tensor(r, l.in_features, l.count), Tensor(l.out_features, r, l.count)]
+    return out
+
+
+def full_tensors(model: ModelSpec) -> list[Tensor]:
+    """Every parameter of a fully fine-tuned model, with its 2-D shape where it has one."""
+    out = []
+    for l in model.linears:
+        out.append(Tensor(l.out_features, l.in_features, l.count))
+        if l.bias:
+            out.append(Tensor(l.out_features, 1, l.count))
+    g = model.groups
+    out.append(Tensor(model.vocab, model.hidden))  # input embeddings (lm_head listed above when untied)
+    rest = g["embeddings"] - model.vocab * model.hidden
+    if rest:
+        out.append(Tensor(rest, 1))  # position embeddings etc., counted as one block
+    if g["norms"]:
+        out.append(Tensor(model.hidden, 1, max(1, g["norms"] // model.hidden)))
+    if g["experts"]:
+        out.append(Tensor(g["experts"], 1))
+    if g["other"]:
+        out.append(Tensor(g["other"], 1))
+    return out
+
+
+# --------------------------------------------------------------------------- counts
+
+
+def trainable_params(s: Setup) -> int:
+    if s.method == "full":
+        return s.model.params
+    return lora_params(s.model, s.lora_r, s.lora_targets)
+
+
+def trainable_dtype(s: Setup, accounting: str) -> str:
+    """The dtype trainable parameters (and so their gradients) are kept in."""
+    if accounting == "textbook":
+        return "fp32" if s.precision == "fp32" else "bf16"
+    if s.method == "full":
+        return s.dtype
+    # peft >= 0.12 autocasts adapters to fp32 on a half base (autocast_adapter_dtype=True);
+    # pure-bf16 recipes (torchtune, litgpt) keep them bf16.
+    return "bf16" if s.precision == "pure-bf16" else "fp32"
+
+
+# --------------------------------------------------------------------------- weights
+
+
+def quantized_linear_bytes(model: ModelSpec, quant: str, double_quant: bool, accounting: str) -> int:
+    """Bytes of the block Linear weights after bitsandbytes quantization."""
+    if accounting == "textbook":
+        if quant == "int8":
+            return model.quantizable_params
+        bits = 4 + (8 / NF4_BLOCK + 32 / (NF4_BLOCK * DQ_BLOCK) if double_quant else 32 / NF4_BLOCK)
+        return round(model.quantizable_params * bits / 8)
+    total = 0
+    for l in model.layer_linears():
+        n = l.in_features * l.out_features
+        if quant == "int8":
+            per = n + 4 * l.out_features  # int8 weight + fp32 row scales (SCB)
+        else:
+            blocks = math.ceil(n / NF4_BLOCK)
+            per = math.ceil(n / 2)
+            if double_quant:
+                # uint8 absmax per block + fp32 absmax per 256 blocks + 256-entry fp32 code + offset
+                per += blocks + 4 * math.ceil(blocks / DQ_BLOCK) + 256 * 4 + 4
+            else:
+                per += 4 * blocks
+        total += per * l.count
+    return total
+
+
+def weight_bytes(s: Setup, accounting: str) -> tuple[int, str]:
+    m = s.model
+    wb = 2 if accounting == "textbook" and s.precision != "fp32" else s.weight_bytes
+    if s.method == "full":
+        return m.params * wb, f"{m.params:,} params × {wb} B"
+    n_lora = lora_params(m, s.lora_r, s.lora_targets)
+    ab = DTYPE_BYTES[trainable_dtype(s, accounting)]
+    if s.quant == "none":
+        return m.params * wb + n_lora * ab, f"{m.params:,} frozen × {wb} B + {n_lora:,} LoRA × {ab} B"
+    q = quantized_linear_bytes(m, s.quant, s.double_quant, accounting)
+    rest = m.params - m.quantizable_params
+    rb = 4 if (accounting == "real" and s.kbit_prep) else wb
+    label = {"nf4": "NF4", "fp4": "FP4", "int8": "int8"}[s.quant]
+    dq = (" + double-quant" if s.double_quant else "") if s.quant != "int8" else ""
+    return (
+        q + rest * rb + n_lora * ab,
+        f"{m.quantizable_params:,} {label}{dq} + {rest:,} unquantized × {rb} B + {n_lora:,} LoRA × {ab} B",
+    )
+
+
+# --------------------------------------------------------------------------- gradients
+
+
+def gradient_bytes(s: Setup, accounting: str) -> tuple[int, str]:
+    n = trainable_params(s)
+    b = DTYPE_BYTES[trainable_dtype(s, accounting)]
+    return n * b, f"{n:,} trainable × {b} B"
+
+
+# --------------------------------------------------------------------------- optimizer
+
+
+def _state_bytes_per_tensor(t: Tensor, spec: dict, pbytes: int) -> int:
+    states = spec["states"]
+    dt = spec["state_dtype"]
+    if states == "factored":  # Adafactor: row + column second moments for matrices
+        per = (t.rows + t.cols) * pbytes if t.cols > 1 else t.numel * pbytes
+        return per * t.count
+    if states == 0:
+        return 0
+    if dt == "int8":
+        if t.numel >= spec.get("min_8bit_size", 4096):
+            per = t.numel + 4 * math.ceil(t.numel / spec.get("blocksize", INT8_OPT_BLOCK))
+        else:
+            per = t.numel * 4
+        return states * per * t.count
+    b = 4 if dt == "fp32" else pbytes
+    return states * t.numel * b * t.count
+
+
+def optimizer_bytes(s: Setup, accounting: str) -> tuple[int, str]:
+    """State bytes, master copy included where one is kept."""
+    spec = s.optimizer
+    n = trainable_params(s)
+    if accounting == "textbook":
+        # The article: fp32 master (mixed precision only) + fp32 moments.
+        master = 0 if s.precision == "fp32" else 4
+        moments = {0: 0, 1: 4, 2: 8}.get(spec["states"], 4) if spec["state_dtype"] != "int8" else {1: 1, 2: 2}[spec["states"]]
+        per = master + moments
+        return n * per, f"{n:,} trainable × {per} B ({'fp32 master + ' if master else ''}{spec['states']} moment(s))"
+    pbytes = DTYPE_BYTES[trainable_dtype(s, accounting)]
+    tensors = full_tensors(s.model) if s.method == "full" else lora_tensors(s.model, s.lora_r, s.lora_targets)
+    state = sum(_state_bytes_per_tensor(t, spec, pbytes) for t in tensors)
+    formula = {
+        "param": f"{spec['states']} state(s) × {pbytes} B (parameter dtype)",
+        "fp32": f"{spec['states']} fp32 state(s)",
+        "int8": f"{spec['states']} blockwise 8-bit state(s) (+ fp32 absmax per {spec.get('blocksize', 256)})",
+    }[spec["state_dtype"]]
+    if spec["states"] == "factored":
+        formula = "Adafactor row + column second moments"
+    if s.precision == "master-fp32":
+        state += n * 4
+        formula = "fp32 master copy + " + formula
+    return state, f"{n:,} trainable: {formula}"
+
+
+def optimizer_step_temporaries(s: Setup, accounting: str) -> int:
+    """Extra live bytes inside optimizer.step(): foreach AdamW materialises one
+    state-sized list (the sqrt of the second moment); for-loop and fused kernels only
+    ever hold one parameter's worth."""
+    if accounting == "textbook":
+        return 0
+    spec = s.optimizer
+    pbytes = DTYPE_BYTES[trainable_dtype(s, accounting)]
+    tensors = full_tensors(s.model) if s.method == "full" else lora_tensors(s.model, s.lora_r, s.lora_targets)
+    largest = max(t.numel for t in tensors)
+    if spec["impl"] == "foreach" and spec["states"] == 2:
+        return sum(t.numel * t.count for t in tensors) * pbytes
+    if spec["states"] == "factored":
+        return largest * 4 * 3  # fp32 copies of grad, update and param of one tensor
+    if spec["impl"] == "forloop":
+        return largest * pbytes
+    return 0

@@ -1,0 +1,125 @@
+"""The estimator's input: one concrete training configuration (no provenance, no unknowns)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from memlint.catalog import ModelSpec
+from memlint.errors import MemlintError
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+METHODS = ("full", "lora", "qlora")
+QUANTS = ("none", "nf4", "fp4", "int8")
+PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "pure-bf16", "master-fp32")
+ATTNS = ("eager", "sdpa", "flash_attention_2")
+SHARDS = ("none", "zero1", "zero2", "zero3", "fsdp", "fsdp_shard_grad_op")
+OFFLOADS = ("none", "optimizer", "params")
+ACCOUNTINGS = ("real", "textbook")
+
+
+@lru_cache(maxsize=None)
+def data(name: str) -> dict[str, Any]:
+    return json.loads(resources.files("memlint.data").joinpath(name).read_text("utf-8"))
+
+
+def optimizers() -> dict[str, dict[str, Any]]:
+    return data("optimizers.json")["optimizers"]
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One training configuration, per GPU where it matters.
+
+    dtype is the dtype the weights are loaded in (`torch_dtype`); precision says what
+    the training loop does with it: fp32, autocast over the loaded weights (amp-*),
+    pure bf16 (weights, grads and optimizer states bf16), or bf16 weights with an fp32
+    master copy in the optimizer (DeepSpeed / Megatron mixed precision).
+    """
+
+    model: ModelSpec
+    method: str = "full"
+    lora_r: int = 16
+    lora_targets: tuple[str, ...] | str = "all-linear"
+    lora_dropout: float = 0.05
+    quant: str = "none"
+    double_quant: bool = True
+    dtype: str = "bf16"
+    precision: str = "amp-bf16"
+    optim: str = "adamw_torch"
+    batch: int = 1
+    seq: int = 2048
+    grad_accum: int = 1
+    recompute: bool = False
+    attn: str = "sdpa"
+    gpus: int = 1
+    shard: str = "none"
+    offload: str = "none"
+    # peft.prepare_model_for_kbit_training (called by TRL for quantized models) casts
+    # every non-quantized parameter (embeddings, norms, lm_head) to fp32.
+    kbit_prep: bool = True
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        def check(name: str, allowed: tuple[str, ...]) -> None:
+            value = getattr(self, name)
+            if value not in allowed:
+                raise MemlintError(f"invalid {name} {value!r}; expected one of: {', '.join(allowed)}")
+
+        check("method", METHODS)
+        check("quant", QUANTS)
+        check("dtype", tuple(DTYPE_BYTES))
+        check("precision", PRECISIONS)
+        check("attn", ATTNS)
+        check("shard", SHARDS)
+        check("offload", OFFLOADS)
+        if self.optim not in optimizers():
+            raise MemlintError(f"unknown optimizer {self.optim!r}; known: {', '.join(sorted(optimizers()))}")
+        for name in ("batch", "seq", "gpus", "lora_r", "grad_accum"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise MemlintError(f"--{name.replace('_', '-')} must be a positive integer")
+        if self.method == "qlora" and self.quant not in ("nf4", "fp4"):
+            raise MemlintError("--method qlora needs a 4-bit base: --quant nf4 or --quant fp4")
+        if self.method == "full" and self.quant != "none":
+            raise MemlintError("a quantized base cannot be fully fine-tuned: use --method lora/qlora or --quant none")
+        if self.method == "lora" and self.quant in ("nf4", "fp4"):
+            raise MemlintError("LoRA on a 4-bit base is --method qlora")
+        if self.precision == "fp32" and self.dtype != "fp32":
+            raise MemlintError("--precision fp32 needs --dtype fp32 (bf16 weights without autocast is --precision pure-bf16)")
+        if self.precision in ("pure-bf16", "master-fp32") and self.dtype != "bf16":
+            raise MemlintError(f"--precision {self.precision} keeps bf16 weights: use --dtype bf16")
+        if self.precision == "amp-fp16" and self.dtype == "bf16":
+            raise MemlintError("--precision amp-fp16 with --dtype bf16 mixes half formats; use amp-bf16 or --dtype fp16/fp32")
+        if self.shard != "none" and self.gpus < 2:
+            raise MemlintError(f"--shard {self.shard} needs --gpus 2 or more")
+        if self.offload == "params" and self.shard not in ("zero3", "fsdp"):
+            raise MemlintError("--offload params needs --shard zero3 or fsdp")
+        if self.offload != "none" and self.method != "full" and self.shard == "none":
+            raise MemlintError("--offload needs a sharded (DeepSpeed / FSDP) run")
+        if isinstance(self.lora_targets, str) and self.lora_targets != "all-linear":
+            raise MemlintError("lora_targets is 'all-linear' or a tuple of module names")
+
+    @property
+    def weight_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def compute_dtype(self) -> str:
+        """The dtype matmuls run in."""
+        if self.precision in ("amp-bf16", "pure-bf16", "master-fp32"):
+            return "bf16"
+        if self.precision == "amp-fp16":
+            return "fp16"
+        return self.dtype
+
+    @property
+    def optimizer(self) -> dict[str, Any]:
+        return optimizers()[self.optim]
+
+    def with_(self, **changes: Any) -> "Setup":
+        return replace(self, **changes)

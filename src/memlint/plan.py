@@ -1,0 +1,128 @@
+"""The training plan: what a script says it will do, each value with its provenance.
+
+Plain frozen data. `extract/` produces it, `estimate/` and `rules/` read it; nothing
+here knows about libcst or torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+# Where a value came from, most to least trustworthy.
+SOURCES = (
+    "literal",            # written at the use site: r=16
+    "constant",           # a module constant, arithmetic or f-string over literals
+    "argparse-default",   # add_argument(default=...) reached through args.x
+    "click-default",      # @click.option(default=...)
+    "dataclass-default",  # field(default=...) read through HfArgumentParser
+    "function-default",   # fire-style keyword default of the entry function
+    "library-default",    # the library's default for an argument the script leaves out
+    "assumed",            # given by the user: --assume key=value
+    "unknown",            # cannot be known statically
+)
+
+PLAN_FIELDS = (
+    "model_id",
+    "torch_dtype",
+    "method",
+    "lora_r",
+    "lora_alpha",
+    "lora_targets",
+    "quant_bits",
+    "quant_type",
+    "double_quant",
+    "compute_dtype",
+    "per_device_batch",
+    "grad_accum",
+    "max_length",
+    "padding",
+    "packing",
+    "group_by_length",
+    "gradient_checkpointing",
+    "optimizer",
+    "precision",
+    "attn_implementation",
+    "distributed",
+    "trainer",
+)
+
+PADDING_KINDS = ("max_length", "longest", "packing", "unknown")
+METHODS = ("full", "lora", "qlora")
+
+
+@dataclass(frozen=True)
+class Span:
+    """A 1-based position in a source file."""
+
+    path: str
+    line: int
+    col: int = 1
+
+
+@dataclass(frozen=True)
+class Value:
+    """One plan field: its value (None when unknown), where it came from, and how.
+
+    `candidates` holds every value the field may take when branches disagree (the
+    estimator takes the worst); `chain` says in words how the value was resolved,
+    e.g. ("args.max_len", "add_argument('--max_len', default=MAX_LEN)", "MAX_LEN = 2048").
+    """
+
+    value: Any
+    source: str
+    span: Span | None = None
+    chain: tuple[str, ...] = ()
+    candidates: tuple[Any, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise ValueError(f"unknown provenance {self.source!r}")
+
+    @property
+    def known(self) -> bool:
+        return self.source != "unknown" and self.value is not None
+
+    @property
+    def line(self) -> int | None:
+        return self.span.line if self.span else None
+
+    def to_json(self) -> dict:
+        out: dict[str, Any] = {"value": self.value, "source": self.source, "line": self.line}
+        if self.candidates:
+            out["candidates"] = list(self.candidates)
+        return out
+
+
+UNKNOWN = Value(None, "unknown")
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """Everything the estimator needs from one script, field by field."""
+
+    path: str
+    fields: Mapping[str, Value] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()  # extraction notes: what could not be resolved and why
+
+    def __post_init__(self) -> None:
+        unknown = set(self.fields) - set(PLAN_FIELDS)
+        if unknown:
+            raise ValueError(f"not plan fields: {sorted(unknown)}")
+
+    def get(self, name: str) -> Value:
+        if name not in PLAN_FIELDS:
+            raise KeyError(name)
+        return self.fields.get(name, UNKNOWN)
+
+    def value(self, name: str, default: Any = None) -> Any:
+        v = self.get(name)
+        return v.value if v.known else default
+
+    def with_values(self, **values: Value) -> "TrainingPlan":
+        merged = dict(self.fields)
+        merged.update(values)
+        return TrainingPlan(self.path, merged, self.notes)
+
+    def to_json(self) -> dict:
+        return {name: self.get(name).to_json() for name in PLAN_FIELDS}

@@ -1,0 +1,1 @@
+"""Rendering at the edge: tables (rich) and JSON. The core never prints."""
