@@ -1,0 +1,174 @@
+"""TrainingPlan (values with provenance, some unknown) -> the worst-case Setup to estimate.
+
+Unknown values are never guessed: a field the estimate needs and the script does not
+settle becomes a note telling the user which `--assume key=value` to pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any, Mapping
+
+from memlint.errors import MemlintError
+from memlint.plan import PLAN_FIELDS, TrainingPlan, Value
+
+# Short names accepted by --assume, for the fields people type most.
+ASSUME_ALIASES = {"model": "model_id", "seq": "max_length", "max_seq_length": "max_length",
+                  "batch": "per_device_batch", "batch_size": "per_device_batch", "dtype": "torch_dtype",
+                  "optim": "optimizer", "r": "lora_r", "gradient_accumulation_steps": "grad_accum",
+                  "attn": "attn_implementation"}
+EXTRA_ASSUMPTIONS = ("gpus",)  # not a plan field: how many GPUs a sharded run spans
+
+_DTYPES = {"fp32": "fp32", "float32": "fp32", "float": "fp32", "bf16": "bf16", "bfloat16": "bf16",
+           "fp16": "fp16", "float16": "fp16", "half": "fp16", "auto": "auto"}
+
+
+def _parse(text: str) -> Any:
+    low = text.strip().lower()
+    if low in ("true", "yes", "on"):
+        return True
+    if low in ("false", "no", "off"):
+        return False
+    if low in ("none", "null"):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    if "," in text:
+        return [t.strip() for t in text.split(",") if t.strip()]
+    return text.strip()
+
+
+def apply_assumptions(plan: TrainingPlan, assume: list[str]) -> tuple[TrainingPlan, dict[str, Any]]:
+    values: dict[str, Value] = {}
+    extra: dict[str, Any] = {}
+    for item in assume:
+        if "=" not in item:
+            raise MemlintError(f"--assume {item!r}: expected KEY=VALUE")
+        key, raw = item.split("=", 1)
+        key = ASSUME_ALIASES.get(key.strip(), key.strip())
+        if key in EXTRA_ASSUMPTIONS:
+            extra[key] = _parse(raw)
+            continue
+        if key not in PLAN_FIELDS:
+            raise MemlintError(f"--assume {key!r}: not a plan field; fields: {', '.join(PLAN_FIELDS)}, gpus")
+        values[key] = Value(_parse(raw), "assumed", chain=(f"--assume {item}",))
+    return plan.with_values(**values), extra
+
+
+def _worst(v: Value, pick=max) -> Any:
+    """The worst case over branch candidates (largest batch / length), else the value."""
+    cands = [c for c in (v.candidates or (v.value,)) if c is not None]
+    if not cands:
+        return None
+    try:
+        return pick(cands)
+    except TypeError:
+        return cands[-1]
+
+
+def _transformers_major() -> int:
+    try:
+        return int(metadata.version("transformers").split(".")[0])
+    except (metadata.PackageNotFoundError, ValueError):
+        return 5  # the newest known
+
+
+@dataclass(frozen=True)
+class PlannedSetup:
+    setup: Any | None          # Setup, or None when a required field is unknown
+    missing: tuple[str, ...]   # fields to --assume before an estimate is possible
+    notes: tuple[str, ...]
+
+
+def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) -> PlannedSetup:
+    from memlint.catalog import resolve
+    from memlint.estimate.setup import Setup, optimizers
+
+    extra = dict(extra or {})
+    notes: list[str] = []
+    missing: list[str] = []
+    get = plan.get
+
+    model_id = _worst(get("model_id"), pick=lambda c: c[-1])
+    if model_id is None:
+        missing.append("model_id")
+    seq = _worst(get("max_length"))
+    padding = get("padding").value
+    if seq is None:
+        missing.append("max_length")
+    batch = _worst(get("per_device_batch"))
+    if batch is None:
+        missing.append("per_device_batch")
+    if missing:
+        return PlannedSetup(None, tuple(missing), tuple(notes))
+
+    spec = resolve(str(model_id))
+    dtype = _DTYPES.get(str(_worst(get("torch_dtype"), pick=lambda c: c[-1])).lower())
+    if dtype is None:
+        dtype = "auto" if _transformers_major() >= 5 else "fp32"
+        notes.append(f"torch_dtype not set: transformers {'>=5 loads the checkpoint dtype' if dtype == 'auto' else '<5 loads fp32'}")
+    if dtype == "auto":
+        dtype = _DTYPES.get(spec.torch_dtype, "fp32")
+    method = get("method").value or "full"
+    quant = "none"
+    bits = get("quant_bits").value
+    if bits == 4:
+        quant = get("quant_type").value or "fp4"
+        method = "qlora" if method != "full" else "qlora"
+    elif bits == 8:
+        quant = "int8"
+        if method == "full":
+            method = "lora"
+            notes.append("8-bit base without LoRA cannot train; estimated as LoRA")
+    if method == "qlora" and quant == "none":
+        quant = "nf4"
+        notes.append("qlora without a visible quantization config: assumed NF4")
+    double_quant = bool(get("double_quant").value) if get("double_quant").known else False
+
+    precision = get("precision").value or "fp32"
+    if precision == "fp32" and dtype != "fp32":
+        precision = "pure-bf16" if dtype == "bf16" else "amp-fp16"
+    if precision == "amp-fp16" and dtype == "bf16":
+        precision = "amp-bf16"
+        notes.append("fp16=True on a bf16 model: estimated as bf16 autocast")
+    if dtype == "fp16" and precision == "amp-bf16":
+        dtype = "fp32"
+        notes.append("bf16 autocast over an fp16 model: estimated with fp32 weights")
+    optim = get("optimizer").value or "adamw_torch"
+    if optim not in optimizers():
+        notes.append(f"optimizer {optim!r} is not in memlint's table: estimated as adamw_torch")
+        optim = "adamw_torch"
+    targets = get("lora_targets").value
+    if method != "full":
+        if targets is None:
+            targets = ("q_proj", "v_proj")
+            notes.append("target_modules not set: peft's default for Llama-style models (q_proj, v_proj)")
+        elif isinstance(targets, (list, tuple)):
+            targets = tuple(targets)
+    else:
+        targets = "all-linear"
+    recompute_v = get("gradient_checkpointing")
+    recompute = _worst(recompute_v, pick=min) if recompute_v.known else False
+    attn = get("attn_implementation").value or "sdpa"
+    if attn not in ("eager", "sdpa", "flash_attention_2"):
+        attn = "sdpa"
+    shard = get("distributed").value or "none"
+    gpus = int(extra.get("gpus") or 1)
+    if shard == "deepspeed":
+        shard = "none"
+        notes.append("DeepSpeed stage unknown: estimated unsharded (worst case)")
+    if shard != "none" and gpus < 2:
+        notes.append(f"{shard} over an unknown number of GPUs: estimated on one (pass --assume gpus=N)")
+        shard = "none"
+    if padding == "longest":
+        notes.append(f"padding to the longest sample: worst case is a micro-batch whose longest sample is {seq}")
+    setup = Setup(
+        model=spec, method=method, lora_r=int(get("lora_r").value or 8), lora_targets=targets, quant=quant,
+        double_quant=double_quant, dtype=dtype, precision=precision, optim=optim, batch=int(batch),
+        seq=int(seq), grad_accum=int(_worst(get("grad_accum")) or 1), recompute=bool(recompute), attn=attn,
+        gpus=gpus, shard=shard,
+    )
+    return PlannedSetup(setup, (), tuple(notes))
