@@ -1,0 +1,172 @@
+"""Estimate vs measured peak on a matrix of configurations; writes docs/accuracy.md + a PNG.
+
+    python benchmarks/accuracy.py [--quick] [--only SUBSTRING]
+
+Each configuration is estimated (real and textbook accountings) and measured with
+`memlint.measure` (a FakeTensorMode trace on CPU, the CUDA allocator on a GPU). The
+comparison is on the step-2 allocated peak: the estimate's peak minus its overhead term
+(what torch.cuda.max_memory_allocated() reports) against the measured peak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from memlint.catalog import resolve  # noqa: E402
+from memlint.estimate import GIB, Setup, estimate  # noqa: E402
+
+LLAMA, QWEN, MISTRAL = "meta-llama/Llama-3.1-8B", "Qwen/Qwen2.5-0.5B", "mistralai/Mistral-7B-v0.1"
+
+
+def matrix() -> list[tuple[str, dict]]:
+    rows: list[tuple[str, dict]] = []
+
+    def add(model, **kw):
+        rows.append((model, kw))
+
+    for model in (LLAMA, QWEN, MISTRAL):
+        add(model, method="full")
+        add(model, method="full", recompute=True)
+        add(model, method="lora")
+        add(model, method="lora", recompute=True)
+        add(model, method="qlora", quant="nf4", recompute=True)
+    # shapes
+    add(LLAMA, method="lora", recompute=True, batch=4, seq=8192)
+    add(LLAMA, method="qlora", quant="nf4", recompute=True, batch=4, seq=8192)
+    add(QWEN, method="full", batch=4, seq=8192, recompute=True)
+    add(QWEN, method="full", batch=8, seq=512)
+    add(MISTRAL, method="lora", batch=2, seq=4096, recompute=True)
+    # attention
+    add(QWEN, method="full", attn="eager")
+    add(LLAMA, method="lora", attn="eager", seq=1024)
+    add(MISTRAL, method="qlora", quant="nf4", attn="eager", seq=1024, recompute=True)
+    # optimizers and precision
+    add(QWEN, method="full", optim="adamw_torch_fused")
+    add(QWEN, method="full", optim="adafactor")
+    add(QWEN, method="full", optim="sgd")
+    add(LLAMA, method="full", optim="adamw_torch_fused", recompute=True)
+    add(QWEN, method="full", dtype="fp32", precision="amp-bf16")
+    add(QWEN, method="full", dtype="fp32", precision="fp32")
+    add(QWEN, method="qlora", quant="nf4", double_quant=False, lora_targets=("q_proj", "v_proj"))
+    add(LLAMA, method="lora", lora_r=64, lora_targets=("q_proj", "k_proj", "v_proj", "o_proj"), recompute=True)
+    return rows
+
+
+def label(model: str, kw: dict) -> str:
+    s = Setup(resolve(model), **kw)
+    parts = [model.split("/")[-1], s.method]
+    if s.method != "full":
+        parts.append(f"r{s.lora_r}" + ("" if s.lora_targets == "all-linear" else "/" + "+".join(t.split("_")[0] for t in s.lora_targets)))
+    if s.quant != "none":
+        parts.append(s.quant + ("" if s.double_quant else " no-dq"))
+    if s.dtype != "bf16" or s.precision != "amp-bf16":
+        parts.append(f"{s.dtype}/{s.precision}")
+    parts.append(f"{s.batch}×{s.seq}")
+    parts.append("ckpt" if s.recompute else "no-ckpt")
+    if s.attn != "sdpa":
+        parts.append(s.attn)
+    if s.optim != "adamw_torch":
+        parts.append(s.optim)
+    return " ".join(parts)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", help="run configurations whose label contains this")
+    ap.add_argument("--out", default=str(ROOT / "docs" / "accuracy.md"))
+    ap.add_argument("--json", default=str(ROOT / "docs" / "accuracy.json"))
+    ap.add_argument("--device", default="auto")
+    args = ap.parse_args(argv)
+    from memlint.measure import measure
+
+    results = []
+    for model, kw in matrix():
+        name = label(model, kw)
+        if args.only and args.only not in name:
+            continue
+        s = Setup(resolve(model), **kw)
+        real = estimate(s, "real")
+        book = estimate(s, "textbook")
+        t0 = time.perf_counter()
+        m = measure(s, device=args.device).to_json()
+        dt = time.perf_counter() - t0
+        measured = m["measured_peak"]
+        row = {
+            "config": name, "model": model, "setup": {k: (list(v) if isinstance(v, tuple) else v) for k, v in kw.items()},
+            "measured": measured, "measured_phase": m["phase"], "method": m["method"], "device": m["device"],
+            "real": real.allocated_peak, "real_phase": real.peak_phase,
+            "textbook": book.peak, "seconds": round(dt, 2),
+            "measured_components": m["components"],
+            "real_components": {k: c.bytes for k, c in real.components.items()},
+        }
+        row["real_err"] = (row["real"] - measured) / measured
+        row["textbook_err"] = (row["textbook"] - measured) / measured
+        results.append(row)
+        print(f"{name:60s} measured {measured / GIB:7.2f} GiB  real {row['real'] / GIB:7.2f} ({row['real_err']:+.1%})"
+              f"  textbook {row['textbook'] / GIB:7.2f} ({row['textbook_err']:+.1%})  [{dt:.1f}s]", flush=True)
+    if not results:
+        print("no configuration matched", file=sys.stderr)
+        return 2
+    Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+    write_markdown(results, Path(args.out))
+    return 0
+
+
+def write_markdown(results: list[dict], out: Path) -> None:
+    real_abs = [abs(r["real_err"]) for r in results]
+    book_abs = [abs(r["textbook_err"]) for r in results]
+    lines = [
+        "# Accuracy: estimate vs measured peak",
+        "",
+        "Generated by `python benchmarks/accuracy.py` (do not edit by hand). Measured = the step-2 peak",
+        f"of live tensor bytes ({results[0]['method']}, {results[0]['device']}); real = `memlint estimate`'s",
+        "allocated peak (its peak minus the overhead term, i.e. what `torch.cuda.max_memory_allocated()`",
+        "reports); textbook = the seed article's accounting (sum of the buckets, no overhead).",
+        "",
+        f"**real accounting: median |error| {statistics.median(real_abs):.1%}, max {max(real_abs):.1%}** over "
+        f"{len(results)} configurations; textbook: median {statistics.median(book_abs):.1%}, max {max(book_abs):.1%}.",
+        "",
+        "![estimated vs measured](accuracy.png)",
+        "",
+        "| configuration | measured GiB | phase | real GiB | real error | textbook GiB | textbook error |",
+        "|---|---:|---|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        lines.append(f"| {r['config']} | {r['measured'] / GIB:.2f} | {r['measured_phase']} | {r['real'] / GIB:.2f} | "
+                     f"{r['real_err']:+.1%} | {r['textbook'] / GIB:.2f} | {r['textbook_err']:+.1%} |")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no plot", file=sys.stderr)
+        return
+    fig, ax = plt.subplots(figsize=(6, 6))
+    meas = [r["measured"] / GIB for r in results]
+    ax.scatter(meas, [r["real"] / GIB for r in results], label="real (default)", marker="o")
+    ax.scatter(meas, [r["textbook"] / GIB for r in results], label="textbook", marker="x")
+    top = max(max(meas), max(r["real"] / GIB for r in results), max(r["textbook"] / GIB for r in results)) * 1.05
+    ax.plot([0, top], [0, top], color="grey", lw=0.8, ls="--")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured step-2 peak (GiB)")
+    ax.set_ylabel("estimated (GiB)")
+    ax.set_title("memlint estimate vs measured")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out.with_suffix(".png"), dpi=110)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
