@@ -180,6 +180,11 @@ def _state_bytes_per_tensor(t: Tensor, spec: dict, pbytes: int) -> int:
     return states * t.numel * b * t.count
 
 
+def _state_param_bytes(s: Setup, accounting: str) -> int:
+    """Bytes of the parameters the optimizer updates: the fp32 master copy where one is kept."""
+    return 4 if s.precision == "master-fp32" else DTYPE_BYTES[trainable_dtype(s, accounting)]
+
+
 def optimizer_bytes(s: Setup, accounting: str) -> tuple[int, str]:
     """State bytes, master copy included where one is kept."""
     spec = s.optimizer
@@ -190,7 +195,7 @@ def optimizer_bytes(s: Setup, accounting: str) -> tuple[int, str]:
         moments = {0: 0, 1: 4, 2: 8}.get(spec["states"], 4) if spec["state_dtype"] != "int8" else {1: 1, 2: 2}[spec["states"]]
         per = master + moments
         return n * per, f"{n:,} trainable × {per} B ({'fp32 master + ' if master else ''}{spec['states']} moment(s))"
-    pbytes = DTYPE_BYTES[trainable_dtype(s, accounting)]
+    pbytes = _state_param_bytes(s, accounting)
     tensors = full_tensors(s.model) if s.method == "full" else lora_tensors(s.model, s.lora_r, s.lora_targets)
     state = sum(_state_bytes_per_tensor(t, spec, pbytes) for t in tensors)
     formula = {
@@ -213,7 +218,7 @@ def optimizer_step_temporaries(s: Setup, accounting: str) -> int:
     if accounting == "textbook":
         return 0
     spec = s.optimizer
-    pbytes = DTYPE_BYTES[trainable_dtype(s, accounting)]
+    pbytes = _state_param_bytes(s, accounting)
     tensors = full_tensors(s.model) if s.method == "full" else lora_tensors(s.model, s.lora_r, s.lora_targets)
     largest = max(t.numel for t in tensors)
     if spec["impl"] == "foreach" and spec["states"] == 2:
