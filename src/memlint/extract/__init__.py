@@ -1,0 +1,64 @@
+"""Static extraction: read a training script or notebook into a TrainingPlan, never running it.
+
+The only package that imports libcst. `extract_file` takes one .py/.ipynb; `extract_paths`
+expands folders. Unreadable input raises MemlintError; a syntax error gives a plan whose
+notes say so (a finding, not a crash).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from memlint.errors import MemlintError
+from memlint.plan import TrainingPlan
+
+__all__ = ["extract_file", "extract_paths", "extract_source", "SYNTAX_ERROR_NOTE"]
+
+SYNTAX_ERROR_NOTE = "syntax error"  # notes of a plan that could not be parsed start with this
+_SUFFIXES = (".py", ".ipynb")
+
+
+def extract_file(path: str | Path) -> TrainingPlan:
+    """The training plan of one script or notebook."""
+    from memlint.extract.source import read_source
+
+    p = Path(path)
+    return extract_source(read_source(p), p, shown=str(path))
+
+
+def extract_source(source: str, path: str | Path = "<string>", shown: str | None = None) -> TrainingPlan:
+    """The training plan of Python source text (already IPython-transformed for notebooks)."""
+    import libcst as cst
+
+    from memlint.extract.build import Builder
+    from memlint.extract.handlers import Handlers
+    from memlint.extract.interp import Interpreter
+
+    p = Path(path)
+    name = shown if shown is not None else str(path)
+    try:
+        interp = Interpreter(p, source, Handlers())
+    except cst.ParserSyntaxError as exc:
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid syntax"
+        return TrainingPlan(name, {}, (f"{SYNTAX_ERROR_NOTE} at line {exc.raw_line}, column {exc.raw_column + 1}: {msg}",))
+    facts = interp.run()
+    return Builder(name, p, facts).build()
+
+
+def extract_paths(paths: list[str] | list[Path]) -> list[TrainingPlan]:
+    """Plans for files and for the .py/.ipynb files inside folders (sorted, recursive)."""
+    plans = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            files = sorted(
+                f for f in p.rglob("*")
+                if f.suffix in _SUFFIXES and f.is_file()
+                and not any(part.startswith(".") or part in ("__pycache__", "node_modules") for part in f.relative_to(p).parts)
+            )
+            plans.extend(extract_file(f) for f in files)
+        elif p.exists():
+            plans.append(extract_file(p))
+        else:
+            raise MemlintError(f"{raw}: no such file or directory")
+    return plans

@@ -1,0 +1,822 @@
+"""From what the interpreter saw to a TrainingPlan: follow the trainer, not every object.
+
+Only what reaches the training step counts: the trainer that is trained (else the last one
+built), its arguments, its model and that model's adapters and quantization. A config built
+but never passed anywhere is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from memlint.extract.handlers import Method, _Dtype, lib_default
+from memlint.extract.library import default as library_default
+from memlint.extract.values import Alts, Const, Dict, Obj, Ref, Seq, Unknown, flatten, to_python
+from memlint.plan import Span, TrainingPlan, Value
+
+_NUMERIC = {"lora_r", "lora_alpha", "per_device_batch", "grad_accum", "max_length", "quant_bits"}
+_DTYPES = {
+    "bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16",
+    "float32": "fp32", "fp32": "fp32", "float": "fp32", "auto": "auto",
+}
+_TRL_PACKING = {"SFTTrainer", "UnslothTrainer"}
+_PREFERENCE = {"DPOTrainer", "ORPOTrainer", "KTOTrainer", "CPOTrainer", "RewardTrainer", "GRPOTrainer"}
+
+
+class _Unconvertible(Exception):
+    pass
+
+
+def dtype_of(v: Any) -> str | None:
+    if isinstance(v, _Dtype):
+        v = v.name.value
+    if isinstance(v, Ref):
+        v = v.name
+    if isinstance(v, Const):
+        v = v.value
+    if isinstance(v, str):
+        return _DTYPES.get(v.lower().replace("torch.", ""))
+    return None
+
+
+class Builder:
+    def __init__(self, path: str, script: Path, facts: Any) -> None:
+        self.path = path
+        self.script = script
+        self.facts = facts
+        self.fields: dict[str, Value] = {}
+        self.notes: list[str] = list(facts.notes)
+
+    # ---- values ----------------------------------------------------------------------------
+
+    def put(self, name: str, av: Any, convert: Callable[[Any], Any] = lambda x: x,
+            line: int | None = None, why: str = "") -> None:
+        """Set a plan field from an abstract value; every candidate kept, unknowns noted."""
+        known: list[tuple[Any, Const]] = []
+        whys: list[str] = []
+        for o in flatten(av) if av is not None else [Unknown(why or "not found in the script")]:
+            if isinstance(o, (Seq, Dict)):
+                o = to_python(o)
+            if isinstance(o, Ref):
+                o = Const(o, o.source, o.line or line)
+            elif isinstance(o, _Dtype):
+                o = o.name.with_value(o.name.value)
+            if isinstance(o, Const):
+                try:
+                    known.append((convert(o.value), o))
+                except _Unconvertible as exc:
+                    whys.append(str(exc))
+            elif isinstance(o, Unknown):
+                whys.append(o.why or why or "cannot be known statically")
+            elif isinstance(o, Method):
+                whys.append(f"a method of {o.obj.cls}")
+            else:
+                whys.append(why or "cannot be known statically")
+        if not known:
+            reason = whys[0] if whys else why
+            self.fields[name] = Value(None, "unknown", Span(self.path, line) if line else None, (reason,) if reason else ())
+            self.notes.append(f"{name} is unknown ({reason}); pass --assume {name}=VALUE")
+            return
+        distinct: list[tuple[Any, Const]] = []
+        for v, c in known:
+            if not any(_eq(v, d) for d, _ in distinct):
+                distinct.append((v, c))
+        pick = distinct[0]
+        if len(distinct) > 1 and name in _NUMERIC:
+            nums = [d for d in distinct if isinstance(d[0], (int, float)) and not isinstance(d[0], bool)]
+            if nums:
+                pick = max(nums, key=lambda d: d[0])
+        value, c = pick
+        span = Span(c.file or self.path, c.line or line or 1) if (c.line or line) else None
+        cands = tuple(_jsonable(d[0]) for d in distinct) if len(distinct) > 1 else ()
+        self.fields[name] = Value(_jsonable(value), c.source, span, tuple(c.chain), cands)
+        if whys:
+            self.notes.append(f"{name} may also be unknown at run time ({whys[0]}); memlint shows the known candidates")
+
+    def lib(self, name: str, cls: str, attr: str, line: int | None, convert: Callable = lambda x: x) -> None:
+        d = library_default(cls, attr)
+        if d is None:
+            self.put(name, Unknown(f"no library default for {cls}.{attr}"), line=line)
+            return
+        self.put(name, Const(d.value, "library-default", line, (d.why,)), convert, line)
+
+    # ---- the plan --------------------------------------------------------------------------
+
+    def build(self) -> TrainingPlan:
+        objs = self.facts.objects
+        trainers = [o for o in objs if o.kind == "trainer"]
+        trainer = (self.facts.trained or trainers or [None])[-1]
+        if len({id(t) for t in self.facts.trained}) > 1:
+            self.notes.append("more than one trainer is trained; the plan follows the last one")
+        model: Any = None
+        args: Any = None
+        if trainer is not None:
+            model = trainer.kwargs.get("model")
+            args = trainer.kwargs.get("args")
+        else:
+            model = self.loop_model(objs)
+
+        model_objs = [m for m in flatten(model) if isinstance(m, Obj) and m.kind == "model"]
+        if trainer is not None and any(isinstance(m, Const) and isinstance(m.value, str) for m in flatten(model)):
+            model_objs += self.string_models(trainer, model, args)
+        unsloth = any(self.root(m).extra.get("loader") == "unsloth" for m in model_objs)
+
+        self.model_fields(model_objs, trainer)
+        self.peft_fields(model_objs, trainer)
+        if trainer is not None:
+            self.trainer_fields(trainer, args, model_objs, unsloth)
+        else:
+            self.loop_fields(objs, model_objs)
+        self.gc_field(model_objs)
+        return TrainingPlan(self.path, self.fields, tuple(dict.fromkeys(self.notes)))
+
+    def loop_model(self, objs: list) -> Any:
+        for opt in [o for o in objs if o.kind == "optimizer"]:
+            for p in flatten(opt.kwargs.get("params")):
+                if isinstance(p, Obj) and p.kind == "params":
+                    return p.extra["model"]
+        models = [o for o in objs if o.kind == "model"]
+        wrapped = {id(o.extra.get("base")) for o in models}
+        tops = [m for m in models if id(m) not in wrapped]
+        return tops[-1] if tops else None
+
+    def string_models(self, trainer: Obj, model: Any, args: Any) -> list:
+        """TRL trainers load the model themselves when given its id."""
+        out = []
+        for m in flatten(model):
+            if isinstance(m, Const) and isinstance(m.value, str):
+                kw: dict = {"pretrained_model_name_or_path": m}
+                for a in flatten(args):
+                    if isinstance(a, Obj):
+                        init = a.get("model_init_kwargs")
+                        if isinstance(init, Dict):
+                            kw.update(init.items)
+                out.append(Obj("model", f"trl.{trainer.cls}(model=str)", trainer.line, kw, {}, False,
+                               {"loader": "transformers", "gc": [], "dtypes": []}))
+        return out
+
+    @staticmethod
+    def root(m: Obj) -> Obj:
+        while m.extra.get("base") is not None:
+            m = m.extra["base"]
+        return m
+
+    def chain(self, m: Obj) -> list[Obj]:
+        out = [m]
+        while m.extra.get("base") is not None:
+            m = m.extra["base"]
+            out.append(m)
+        return out
+
+    def model_fields(self, models: list[Obj], trainer: Obj | None) -> None:
+        if not models:
+            self.put("model_id", Unknown("no model load found"))
+            return
+        ids, dtypes, attns, quants = [], [], [], []
+        for m in models:
+            root = self.root(m)
+            kw = root.kwargs
+            mid = kw.get("pretrained_model_name_or_path", kw.get("model_name"))
+            ids.append(mid if mid is not None else Unknown("the model id"))
+            line = root.line
+            # dtype: the load argument, then any later .to(dtype)/.half()
+            dt = kw.get("dtype", kw.get("torch_dtype"))
+            later = [d for mm in reversed(self.chain(m)) for d in mm.extra.get("dtypes", [])]
+            if later:
+                dtypes.append(later[-1][0])
+            elif dt is not None and not (isinstance(dt, Const) and dt.value is None):
+                dtypes.append(dt)
+            elif root.extra.get("loader") == "unsloth":
+                dtypes.append(_libc("unsloth.FastLanguageModel.from_pretrained", "dtype", line))
+            elif root.open:
+                dtypes.append(Unknown("dtype may be set by **kwargs"))
+            else:
+                dtypes.append(_libc("transformers.from_pretrained", "dtype", line))
+            attn = kw.get("attn_implementation")
+            if attn is None and isinstance(kw.get("use_flash_attention_2"), Const) and kw["use_flash_attention_2"].value:
+                attn = kw["use_flash_attention_2"].with_value("flash_attention_2")
+            if attn is None or (isinstance(attn, Const) and attn.value is None):
+                attn = Unknown("attn_implementation may be set by **kwargs") if root.open else _libc("transformers.from_pretrained", "attn_implementation", line)
+            attns.append(attn)
+            quants.append(self.quant_of(root))
+        self.put("model_id", _alts(ids), _model_id, models[0].line)
+        self.put("torch_dtype", _alts(dtypes), _dtype, self.root(models[0]).line)
+        self.put("attn_implementation", _alts(attns), _attn, self.root(models[0]).line)
+        q = quants[0]
+        self.put("quant_bits", q["bits"], _bits, self.root(models[0]).line)
+        if self.fields["quant_bits"].value in (4,) or any(c == 4 for c in self.fields["quant_bits"].candidates):
+            self.put("quant_type", q["type"], _quant_type, self.root(models[0]).line)
+            self.put("double_quant", q["double"], _bool, self.root(models[0]).line)
+            self.put("compute_dtype", q["compute"], _dtype_strict, self.root(models[0]).line)
+
+    def quant_of(self, root: Obj) -> dict:
+        kw = root.kwargs
+        line = root.line
+        if root.extra.get("loader") == "unsloth":
+            cls = "unsloth.FastLanguageModel.from_pretrained"
+            b4 = kw.get("load_in_4bit", _libc(cls, "load_in_4bit", line))
+            b8 = kw.get("load_in_8bit", _libc(cls, "load_in_8bit", line))
+            return {
+                "bits": _bits_from(b4, b8, line),
+                "type": _libc(cls, "bnb_4bit_quant_type", line),
+                "double": _libc(cls, "bnb_4bit_use_double_quant", line),
+                "compute": kw.get("dtype") if isinstance(kw.get("dtype"), (Ref, _Dtype)) else Unknown("unsloth computes in bf16 where the GPU supports it, else fp16"),
+            }
+        qc = kw.get("quantization_config")
+        bnb = [o for o in flatten(qc) if isinstance(o, Obj) and o.kind == "bnb"] if qc is not None else []
+        cls = "transformers.BitsAndBytesConfig"
+        if bnb:
+            b = bnb[0]
+            def field(name: str) -> Any:
+                v = b.get(name)
+                if v is None or (isinstance(v, Const) and v.value is None and name == "bnb_4bit_compute_dtype"):
+                    return _libc(cls, name, b.line) if not b.open else Unknown(f"{name} may be set by **kwargs")
+                return v
+            return {
+                "bits": _bits_from(b.get("load_in_4bit"), b.get("load_in_8bit"), b.line),
+                "type": field("bnb_4bit_quant_type"),
+                "double": field("bnb_4bit_use_double_quant"),
+                "compute": field("bnb_4bit_compute_dtype"),
+            }
+        if qc is not None and not (isinstance(qc, Const) and qc.value is None):
+            return {k: Unknown("a quantization config memlint could not follow") for k in ("bits", "type", "double", "compute")}
+        b4, b8 = kw.get("load_in_4bit"), kw.get("load_in_8bit")
+        if b4 is None and b8 is None and root.open:
+            unk = Unknown("quantization may be set by **kwargs")
+            return {"bits": unk, "type": unk, "double": unk, "compute": unk}
+        return {
+            "bits": _bits_from(b4, b8, line),
+            "type": _libc(cls, "bnb_4bit_quant_type", line),
+            "double": _libc(cls, "bnb_4bit_use_double_quant", line),
+            "compute": _libc(cls, "bnb_4bit_compute_dtype", line),
+        }
+
+    def peft_fields(self, models: list[Obj], trainer: Obj | None) -> None:
+        cfgs: list = []
+        for m in models:
+            for mm in self.chain(m):
+                if mm.extra.get("peft") is not None:
+                    cfgs.append(mm.extra["peft"])
+                    break
+        if trainer is not None and trainer.kwargs.get("peft_config") is not None:
+            pc = trainer.kwargs["peft_config"]
+            if not (isinstance(pc, Const) and pc.value is None):
+                cfgs.append(pc)
+        line = models[0].line if models else None
+        loras = [o for c in cfgs for o in flatten(c) if isinstance(o, Obj) and o.kind == "lora"]
+        has_none = any(isinstance(o, Const) and o.value is None for c in cfgs for o in flatten(c))
+        if not loras:
+            if models or trainer is not None:
+                self.put("method", Const("full", "literal", line, ("no PEFT adapter reaches the trainer",)), line=line)
+                self.fields["method"] = Value("full", "literal", self.fields["method"].span, ("no PEFT adapter reaches the trainer",))
+            return
+        lora = loras[-1]
+        bits = self.fields.get("quant_bits")
+        q4 = bits is not None and (bits.value == 4 or 4 in bits.candidates)
+        method = "qlora" if q4 else "lora"
+        cands = (method, "full") if has_none else ()
+        self.fields["method"] = Value(method, "literal", Span(self.path, lora.line), (f"{lora.cls.rsplit('.', 1)[-1]} (line {lora.line}) applied" + (" on a 4-bit base" if q4 else ""),), cands)
+        if lora.extra.get("adapter"):
+            for f in ("lora_r", "lora_alpha", "lora_targets"):
+                self.put(f, Unknown("read from a saved adapter at run time"), line=lora.line)
+            return
+        cls = lora.cls if lora.cls.startswith("unsloth") else "peft.LoraConfig"
+        for field, arg in (("lora_r", "r"), ("lora_alpha", "lora_alpha"), ("lora_targets", "target_modules")):
+            v = lora.get(arg)
+            if v is None:
+                v = Unknown(f"{arg} may be set by **kwargs") if lora.open else _libc(cls, arg, lora.line)
+            conv = _targets if field == "lora_targets" else (_int if field == "lora_r" else _number)
+            self.put(field, v, conv, lora.line)
+        t = self.fields.get("lora_targets")
+        if t is not None and t.source == "library-default" and t.value is None:
+            self.notes.append("lora_targets: peft picks target modules by architecture when target_modules is None "
+                              "(q_proj and v_proj for Llama-family models); pass --assume lora_targets=... to be exact")
+
+    # ---- HF/TRL trainers -------------------------------------------------------------------
+
+    def trainer_fields(self, trainer: Obj, args: Any, models: list[Obj], unsloth: bool) -> None:
+        name = trainer.cls
+        label = "unsloth" if unsloth else name
+        how = f"{name}(...) (line {trainer.line})" + (" over an unsloth FastLanguageModel" if unsloth else "")
+        if trainer.extra.get("user_class"):
+            how = f"{trainer.extra['user_class']}, a subclass of {name} (line {trainer.line})"
+        self.fields["trainer"] = Value(label, "literal", Span(self.path, trainer.line), (how,))
+        arg_objs = [a for a in flatten(args) if isinstance(a, Obj) and a.kind == "training-args"]
+        if not arg_objs:
+            if args is not None and not (isinstance(args, Const) and args.value is None):
+                for f in ("per_device_batch", "grad_accum", "optimizer", "precision", "group_by_length", "distributed"):
+                    self.put(f, Unknown("the training arguments could not be followed"), line=trainer.line)
+                self.padding_and_length(trainer, None, models, unsloth)
+                return
+            default_cls = {"SFTTrainer": "trl.SFTConfig", "DPOTrainer": "trl.DPOConfig", "ORPOTrainer": "trl.ORPOConfig",
+                           "GRPOTrainer": "trl.GRPOConfig", "KTOTrainer": "trl.KTOConfig", "CPOTrainer": "trl.CPOConfig",
+                           "RewardTrainer": "trl.RewardConfig", "Seq2SeqTrainer": "transformers.Seq2SeqTrainingArguments"}
+            arg_objs = [Obj("training-args", default_cls.get(name, "transformers.TrainingArguments"), trainer.line)]
+        self.args = arg_objs
+
+        def each(attr: str, alias: str | None = None) -> Any:
+            vals = []
+            for a in arg_objs:
+                v = a.get(attr)
+                if v is None and alias is not None:
+                    v = a.get(alias)
+                if v is None:
+                    v = _field(a, attr)
+                vals.append(v)
+            return _alts(vals)
+
+        line = arg_objs[0].line
+        self.put("per_device_batch", each("per_device_train_batch_size", "per_gpu_train_batch_size"), _int, line)
+        self.put("grad_accum", each("gradient_accumulation_steps"), _int, line)
+        gc = []
+        for a in arg_objs:
+            v = a.get("gradient_checkpointing")
+            if v is None:
+                v = a.get("activation_checkpointing")
+            gc.append(v if v is not None else _field(a, "gradient_checkpointing"))
+        self.args_gc = _alts(gc)
+        optims = trainer.kwargs.get("optimizers")
+        opt_objs = []
+        if isinstance(optims, Seq) and optims.items:
+            opt_objs = [o for o in flatten(optims.items[0]) if isinstance(o, Obj) and o.kind == "optimizer"]
+        if opt_objs:
+            self.optimizer_from(opt_objs)
+        else:
+            self.put("optimizer", each("optim"), _optim, line)
+        self.precision_from(arg_objs)
+        gbl = []
+        for a in arg_objs:
+            strategy = a.get("train_sampling_strategy")
+            if strategy is not None:
+                gbl.append(_map_const(strategy, lambda s: s == "group_by_length"))
+            else:
+                gbl.append(a.get("group_by_length") if a.get("group_by_length") is not None else _field(a, "group_by_length"))
+        self.put("group_by_length", _alts(gbl), _bool, line)
+        self.distributed_from(arg_objs)
+        self.padding_and_length(trainer, arg_objs, models, unsloth)
+
+    def precision_from(self, arg_objs: list[Obj]) -> None:
+        vals = []
+        for a in arg_objs:
+            bf = a.get("bf16")
+            fp = a.get("fp16")
+            bf = bf if bf is not None and not (isinstance(bf, Const) and bf.value is None and a.cls.startswith("trl.")) else _field(a, "bf16")
+            fp = fp if fp is not None else _field(a, "fp16")
+            for b in flatten(bf):
+                for f in flatten(fp):
+                    if isinstance(f, Const) and f.value:
+                        vals.append(f.with_value("amp-fp16", "fp16=True"))
+                    elif isinstance(b, Const) and b.value:
+                        vals.append(b.with_value("amp-bf16", "bf16=True"))
+                    elif isinstance(b, Const) and isinstance(f, Const):
+                        src = b if b.source != "library-default" else f
+                        vals.append(src.with_value("fp32", "neither bf16 nor fp16"))
+                    else:
+                        vals.append(b if isinstance(b, Unknown) else f)
+        self.put("precision", _alts(vals), line=arg_objs[0].line)
+
+    def distributed_from(self, arg_objs: list[Obj]) -> None:
+        vals = []
+        for a in arg_objs:
+            ds = a.get("deepspeed")
+            fsdp = a.get("fsdp")
+            if ds is not None and not (isinstance(ds, Const) and ds.value is None):
+                vals.extend(self.deepspeed(x) for x in flatten(ds))
+            elif fsdp is not None and not (isinstance(fsdp, Const) and fsdp.value in ("", None, False)):
+                vals.extend(_map_const(x, _fsdp) for x in flatten(fsdp))
+            elif a.open:
+                vals.append(Unknown("deepspeed/fsdp may be set by **kwargs"))
+            else:
+                d = _field(a, "deepspeed")
+                vals.append(d.with_value("none", "no deepspeed or fsdp") if isinstance(d, Const) else d)
+        self.put("distributed", _alts(vals), line=arg_objs[0].line)
+
+    def deepspeed(self, v: Any) -> Any:
+        if isinstance(v, Dict):
+            v = to_python(v)
+        if not isinstance(v, Const):
+            return Unknown("a deepspeed config memlint could not follow") if not isinstance(v, Unknown) else v
+        cfg = v.value
+        if isinstance(cfg, str):
+            for base in (self.script.parent, Path.cwd()):
+                p = base / cfg
+                if p.is_file():
+                    try:
+                        cfg = json.loads(p.read_text(encoding="utf-8"))
+                    except (OSError, ValueError):
+                        return v.with_value("deepspeed", f"{cfg}: unreadable, stage unknown")
+                    break
+            else:
+                return v.with_value("deepspeed", f"{cfg}: not found next to the script, stage unknown")
+        if isinstance(cfg, dict):
+            stage = (cfg.get("zero_optimization") or {}).get("stage")
+            if stage in (1, 2, 3):
+                return v.with_value(f"zero{stage}", f"zero_optimization.stage = {stage}")
+            return v.with_value("deepspeed", "no integer zero_optimization.stage")
+        return Unknown("a deepspeed value memlint could not read")
+
+    def padding_and_length(self, trainer: Obj, arg_objs: list[Obj] | None, models: list[Obj], unsloth: bool) -> None:
+        name = trainer.cls
+        line = arg_objs[0].line if arg_objs else trainer.line
+        if name in _TRL_PACKING or (name in ("Trainer",) and unsloth and arg_objs and arg_objs[0].cls == "trl.SFTConfig"):
+            packs, lengths = [], []
+            for a in arg_objs or []:
+                p = trainer.kwargs.get("packing", a.get("packing"))
+                packs.append(p if p is not None else _field(a, "packing"))
+                ml = trainer.kwargs.get("max_seq_length", a.get("max_length", a.get("max_seq_length")))
+                if ml is None and unsloth:
+                    ml = self.unsloth_length(models)
+                if ml is None:
+                    ml = _field(a, "max_length")
+                    if isinstance(ml, Unknown):
+                        ml = _field(a, "max_seq_length")
+                lengths.append(ml)
+            pack = _alts(packs) if packs else Unknown("packing")
+            self.put("packing", pack, _bool, line)
+            self.put("max_length", _alts(lengths) if lengths else Unknown("max_length"), _length, line)
+            pv = self.fields["packing"]
+            if pv.known:
+                kinds = [("packing" if p else "longest") for p in (pv.candidates or (pv.value,))]
+                why = "packing=True: fixed blocks of max_length" if pv.value else f"{name} pads each batch to its longest sequence"
+                self.fields["padding"] = Value(kinds[0], pv.source, pv.span, pv.chain + (why,), tuple(dict.fromkeys(kinds)) if len(set(kinds)) > 1 else ())
+            else:
+                self.put("padding", Unknown("packing is unknown"), line=line)
+            return
+        if name in _PREFERENCE:
+            lengths = []
+            for a in arg_objs or []:
+                if name == "GRPOTrainer":
+                    p = a.get("max_prompt_length") or _field(a, "max_prompt_length")
+                    c = a.get("max_completion_length") or _field(a, "max_completion_length")
+                    if isinstance(p, Const) and isinstance(c, Const) and isinstance(p.value, int) and isinstance(c.value, int):
+                        src = c if c.source != "library-default" else p
+                        lengths.append(src.with_value(p.value + c.value, f"max_prompt_length {p.value} + max_completion_length {c.value}"))
+                    else:
+                        lengths.append(p if not isinstance(p, Const) else c)
+                else:
+                    ml = a.get("max_length")
+                    lengths.append(ml if ml is not None else _field(a, "max_length"))
+            self.put("max_length", _alts(lengths) if lengths else Unknown("max_length"), _length, line)
+            self.put("packing", Const(False, "library-default", line, (f"{name} does not pack",)), _bool, line)
+            self.put("padding", Const("longest", "library-default", line, (f"{name} pads each batch to its longest sequence",)), line=line)
+            return
+        collator = trainer.kwargs.get("data_collator")
+        has_tok = trainer.kwargs.get("processing_class", trainer.kwargs.get("tokenizer")) is not None
+        self.data_padding(collator, has_tok, trainer.line)
+
+    def unsloth_length(self, models: list[Obj]) -> Any:
+        for m in models:
+            r = self.root(m)
+            if r.extra.get("loader") == "unsloth":
+                v = r.kwargs.get("max_seq_length")
+                return v if v is not None else _libc("unsloth.FastLanguageModel.from_pretrained", "max_seq_length", r.line)
+        return None
+
+    # ---- padding from tokenizer calls and collators ----------------------------------------
+
+    def data_padding(self, collator: Any, tokenizer_given: bool, line: int | None) -> None:
+        facts = self.facts
+        if facts.chunking:
+            size, cline = facts.chunking[0]
+            self.put("packing", Const(True, "literal", cline, ("token stream cut into fixed blocks: t[i : i + n] for i in range(0, total, n)",)), _bool, cline)
+            self.fields["padding"] = Value("packing", "literal", Span(self.path, cline), ("fixed-length blocks, no padding",))
+            self.put("max_length", size, _length, cline)
+            return
+        self.put("packing", Const(False, "library-default", line, ("no packing found",)), _bool, line)
+        calls = []
+        for entry in facts.tokenizer_calls:
+            kw, cl = entry[0], entry[1]
+            tok = entry[2] if len(entry) > 2 else None
+            t = kw.get("tokenize")
+            if isinstance(t, Const) and t.value is False:
+                continue
+            calls.append((kw, cl, tok))
+        pads: list = []
+        lengths: list = []
+        for kw, cl, tok in calls:
+            p = kw.get("padding")
+            kind = None
+            if isinstance(p, Const):
+                kind = "max_length" if p.value == "max_length" else "longest" if p.value in (True, "longest") else None
+            elif p is not None:
+                kind = "unknown"
+            if kind:
+                pads.append((kind, p if isinstance(p, Const) else Unknown("padding"), cl))
+            trunc = kw.get("truncation")
+            ml = kw.get("max_length")
+            if ml is not None:
+                lengths.append(ml)
+            elif (isinstance(trunc, Const) and trunc.value) or kind == "max_length":
+                mml = tok.get("model_max_length") if isinstance(tok, Obj) else None
+                lengths.append(mml if mml is not None else Unknown("the tokenizer's model_max_length"))
+        for c in flatten(collator) if collator is not None else []:
+            if isinstance(c, Obj) and c.kind == "collator":
+                cname = c.cls.rsplit(".", 1)[-1]
+                p = c.get("padding")
+                if p is None:
+                    p = _libc(c.cls, "padding", c.line) if cname in ("DataCollatorWithPadding", "DataCollatorForSeq2Seq") else Const(True, "library-default", c.line, (f"{cname} pads to the longest in the batch",))
+                kind = "max_length" if isinstance(p, Const) and p.value == "max_length" else "longest" if isinstance(p, Const) and p.value in (True, "longest") else None
+                if kind:
+                    pads.append((kind, p, c.line))
+                if c.get("max_length") is not None:
+                    lengths.append(c.get("max_length"))
+        if not pads and collator is None and tokenizer_given:
+            pads.append(("longest", Const(True, "library-default", line, ("Trainer pads with DataCollatorWithPadding when given a tokenizer",)), line))
+        best = next((p for p in pads if p[0] == "max_length"), None) or next((p for p in pads if p[0] == "longest"), None)
+        if best is None:
+            self.put("padding", Unknown("no padding found in tokenizer calls or collators"), line=line)
+        else:
+            kind, src, pl = best
+            c = src if isinstance(src, Const) else Const(kind, "literal", pl)
+            self.fields["padding"] = Value(kind, c.source, Span(c.file or self.path, c.line or pl or 1), c.chain)
+        self.put("max_length", _alts(lengths) if lengths else Unknown("no max_length in tokenizer calls or collators"), _length, line)
+
+    # ---- hand-written loops ----------------------------------------------------------------
+
+    def loop_fields(self, objs: list, models: list[Obj]) -> None:
+        opts = [o for o in objs if o.kind == "optimizer"]
+        steps = self.facts.steps
+        accs = [o for o in objs if o.kind == "accelerator"]
+        if not opts and not steps and not self.facts.backward:
+            for f in ("trainer", "per_device_batch", "grad_accum", "optimizer", "precision", "padding", "max_length"):
+                self.put(f, Unknown("no trainer or training loop found"))
+            self.args_gc = None
+            return
+        line = (opts or [None])[0].line if opts else (self.facts.backward or [None])[0]
+        self.fields["trainer"] = Value("custom-loop", "literal", Span(self.path, line) if line else None, ("optimizer.step() in the script's own loop",))
+        self.args_gc = None
+        dls = [o for o in objs if o.kind == "dataloader"]
+        train_dl = next((d for d in dls if isinstance(d.get("shuffle"), Const) and d.get("shuffle").value), dls[0] if dls else None)
+        if train_dl is not None:
+            bs = train_dl.get("batch_size")
+            self.put("per_device_batch", bs if bs is not None else _libc("torch.utils.data.DataLoader", "batch_size", train_dl.line), _int, train_dl.line)
+        else:
+            self.put("per_device_batch", Unknown("no DataLoader found"))
+        acc = [s[1] for s in steps if s[1] is not None]
+        acc_kw = [a.get("gradient_accumulation_steps") for a in accs if a.get("gradient_accumulation_steps") is not None]
+        if acc_kw:
+            self.put("grad_accum", _alts(acc_kw), _int, accs[0].line)
+        elif acc:
+            self.put("grad_accum", _alts(acc), _int, steps[0][2])
+        elif steps:
+            self.put("grad_accum", Const(1, "literal", steps[0][2], ("optimizer.step() after every micro-batch",)), _int)
+        else:
+            self.put("grad_accum", Unknown("no optimizer.step() found"))
+        if opts:
+            self.optimizer_from([steps[-1][0]] if steps else opts[-1:])
+        else:
+            self.put("optimizer", Unknown("no optimizer found"))
+        self.loop_precision(accs, line)
+        self.put("group_by_length", Const(False, "library-default", train_dl.line if train_dl else line, ("DataLoader samples without length grouping",)), _bool)
+        dist = []
+        for a in accs:
+            for plug_name, label in (("deepspeed_plugin", "deepspeed"), ("fsdp_plugin", "fsdp")):
+                plug = a.get(plug_name)
+                if isinstance(plug, Obj):
+                    st = plug.get("zero_stage")
+                    if label == "deepspeed" and isinstance(st, Const) and st.value in (1, 2, 3):
+                        dist.append(st.with_value(f"zero{st.value}"))
+                    else:
+                        dist.append(Const(label, "literal", plug.line))
+        if dist:
+            self.put("distributed", _alts(dist))
+        else:
+            why = "Accelerator: sharding comes from `accelerate launch` config, if any" if accs else "a single-process loop"
+            self.put("distributed", Const("none", "library-default", line, (why,)))
+            if accs:
+                self.notes.append("distributed: an `accelerate launch` config may shard the model; pass --assume distributed=... if it does")
+        collate = train_dl.get("collate_fn") if train_dl is not None else None
+        self.data_padding(collate, False, line)
+
+    def loop_precision(self, accs: list, line: int | None) -> None:
+        vals = []
+        for a in accs:
+            mp = a.get("mixed_precision")
+            if mp is not None:
+                vals.append(_map_const(mp, lambda s: {"bf16": "amp-bf16", "fp16": "amp-fp16", "no": "fp32", None: "fp32"}.get(s, "fp32")))
+        for dtype, device, enabled, aline in self.facts.autocasts:
+            if isinstance(enabled, Const) and not enabled.value:
+                continue
+            if dtype is None:
+                dev = device.value if isinstance(device, Const) else "cuda"
+                vals.append(Const("amp-bf16" if dev == "cpu" else "amp-fp16", "library-default", aline, (f"torch.autocast('{dev}') default dtype",)))
+            else:
+                vals.append(_map_dtype_to_amp(dtype, aline))
+        if not vals and self.facts.scalers:
+            vals.append(Const("amp-fp16", "literal", self.facts.scalers[0], ("GradScaler implies fp16 autocast",)))
+        if not vals:
+            vals.append(Const("fp32", "library-default", line, ("no autocast or mixed_precision found",)))
+        self.put("precision", _alts(vals), line=line)
+
+    def optimizer_from(self, opts: list[Obj]) -> None:
+        vals = []
+        for o in opts:
+            name = o.extra["optim"]
+            fused = o.get("fused")
+            if name == "adamw_torch" and isinstance(fused, Const) and fused.value:
+                name = "adamw_torch_fused"
+            vals.append(Const(name, "literal", o.line, (f"{o.cls} (line {o.line})",)))
+        self.put("optimizer", _alts(vals))
+
+    def gc_field(self, models: list[Obj]) -> None:
+        events = []
+        for m in models:
+            for mm in self.chain(m):
+                events.extend(mm.extra.get("gc", []))
+        resolved = []
+        for v, line, how in events:
+            if isinstance(v, tuple):  # ("library-default", cls, field)
+                d = library_default(v[1], v[2])
+                v = Const(d.value, "library-default", line, (d.why,)) if d else Unknown(how)
+            for x in flatten(v):
+                if isinstance(x, Const):
+                    resolved.append(x.with_value(bool(x.value) if not isinstance(x.value, str) else True, how))
+                else:
+                    resolved.append(x)
+        on = [r for r in resolved if isinstance(r, Const) and r.value]
+        if on:
+            self.put("gradient_checkpointing", on[0], _bool)
+            return
+        args_gc = getattr(self, "args_gc", None)
+        if args_gc is not None:
+            self.put("gradient_checkpointing", args_gc, _bool)
+        elif resolved:
+            self.put("gradient_checkpointing", _alts(resolved), _bool)
+        elif "trainer" in self.fields and self.fields["trainer"].value == "custom-loop":
+            line = self.fields["trainer"].line
+            self.put("gradient_checkpointing", Const(False, "library-default", line, ("models load without gradient checkpointing",)), _bool)
+        else:
+            self.put("gradient_checkpointing", Unknown("no trainer or model found"))
+
+
+# ---- conversions ------------------------------------------------------------------------------
+
+def _eq(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return list(v)
+    return v
+
+
+def _alts(vals: list) -> Any:
+    vals = [v for v in vals if v is not None]
+    if not vals:
+        return None
+    return vals[0] if len(vals) == 1 else Alts(tuple(vals))
+
+
+def _libc(cls: str, attr: str, line: int | None) -> Any:
+    d = library_default(cls, attr)
+    if d is None:
+        return Unknown(f"no library default for {cls}.{attr}")
+    return Const(d.value, "library-default", line, (d.why,))
+
+
+def _field(a: Obj, attr: str) -> Any:
+    from memlint.extract.handlers import Handlers
+
+    return Handlers().field_value(a, attr)
+
+
+def _map_const(v: Any, fn: Callable) -> Any:
+    out = []
+    for x in flatten(v):
+        if isinstance(x, Const):
+            try:
+                out.append(x.with_value(fn(x.value)))
+            except Exception:
+                out.append(Unknown("a value memlint could not read"))
+        else:
+            out.append(x)
+    return _alts(out)
+
+
+def _map_dtype_to_amp(dtype: Any, line: int | None) -> Any:
+    out = []
+    for d in flatten(dtype):
+        name = dtype_of(d)
+        if name in ("bf16", "fp16"):
+            src = d.source if isinstance(d, (Ref, Const)) else (d.name.source if isinstance(d, _Dtype) else "literal")
+            ln = (d.line if isinstance(d, (Ref, Const)) else None) or line
+            out.append(Const(f"amp-{name}", src, ln, (f"torch.autocast(dtype={name})",)))
+        else:
+            out.append(Unknown("an autocast dtype memlint could not read"))
+    return _alts(out)
+
+
+def _bits_from(b4: Any, b8: Any, line: int | None) -> Any:
+    out = []
+    for x in flatten(b4) if b4 is not None else [None]:
+        if isinstance(x, Const) and x.value:
+            out.append(x.with_value(4, "load_in_4bit=True"))
+            continue
+        if x is not None and not isinstance(x, Const):
+            out.append(x)
+            continue
+        for y in flatten(b8) if b8 is not None else [None]:
+            if isinstance(y, Const) and y.value:
+                out.append(y.with_value(8, "load_in_8bit=True"))
+            elif y is not None and not isinstance(y, Const):
+                out.append(y)
+            else:
+                src = x if isinstance(x, Const) else y if isinstance(y, Const) else None
+                out.append(src.with_value(None, "not quantized") if src else Const(None, "literal", line, ("not quantized",)))
+    return _alts(out)
+
+
+def _int(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v):
+        raise _Unconvertible(f"{v!r} is not an integer")
+    return int(v)
+
+
+def _number(v: Any) -> Any:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise _Unconvertible(f"{v!r} is not a number")
+    return v
+
+
+def _length(v: Any) -> int:
+    if v is None:
+        raise _Unconvertible("max_length is None: no truncation, the longest sample decides")
+    return _int(v)
+
+
+def _bool(v: Any) -> bool:
+    if isinstance(v, str) and v == "unsloth":
+        return True
+    if not isinstance(v, (bool, int)) and v is not None:
+        raise _Unconvertible(f"{v!r} is not a boolean")
+    return bool(v)
+
+
+def _bits(v: Any) -> Any:
+    if v not in (4, 8, None):
+        raise _Unconvertible(f"{v!r} bits")
+    return v
+
+
+def _model_id(v: Any) -> str:
+    if not isinstance(v, str) or not v:
+        raise _Unconvertible("the model id is not a string" if v is not None else "the model id defaults to None: it comes from the command line")
+    return v
+
+
+def _dtype(v: Any) -> str:
+    d = dtype_of(v)
+    if d is None:
+        raise _Unconvertible(f"dtype {v!r}")
+    return d
+
+
+def _dtype_strict(v: Any) -> str:
+    d = _dtype(v)
+    if d == "auto":
+        raise _Unconvertible("compute dtype 'auto'")
+    return d
+
+
+def _attn(v: Any) -> str:
+    if v in ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention"):
+        return v
+    raise _Unconvertible(f"attn_implementation {v!r}")
+
+
+def _quant_type(v: Any) -> str:
+    if v in ("nf4", "fp4"):
+        return v
+    raise _Unconvertible(f"quant type {v!r}")
+
+
+def _targets(v: Any) -> Any:
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (list, tuple, set)) and all(isinstance(x, str) for x in v):
+        return list(v)
+    raise _Unconvertible("target_modules")
+
+
+def _optim(v: Any) -> str:
+    if isinstance(v, Ref):
+        return v.name.lower()
+    if isinstance(v, str):
+        return v.lower()
+    raise _Unconvertible(f"optim {v!r}")
+
+
+def _fsdp(v: Any) -> str:
+    if v is True:
+        return "fsdp"
+    text = " ".join(v) if isinstance(v, (list, tuple)) else str(v)
+    if "shard_grad_op" in text:
+        return "fsdp_shard_grad_op"
+    if "full_shard" in text or "hybrid_shard" in text or text.strip():
+        return "fsdp"
+    return "none"

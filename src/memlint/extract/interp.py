@@ -1,0 +1,966 @@
+"""An abstract interpreter over a libcst tree: walks statements in order, never runs them.
+
+It binds names to constants (with where they were written), to objects built by calls it
+knows (configs, models, trainers, parsers) and to unknowns, inlines calls to the script's own
+functions, keeps every candidate when branches disagree, and records what the training
+step will do in `Facts`. `handlers.py` knows the libraries; this module knows Python.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from memlint.extract.values import (
+    Alts, Class, Const, Dict, Func, ModuleVal, Obj, Ref, Seq, Unknown, flatten, merge, weakest,
+)
+
+MAX_DEPTH = 12
+MAX_ALTS = 16
+
+_BINOPS = {
+    "Add": operator.add, "Subtract": operator.sub, "Multiply": operator.mul,
+    "Divide": operator.truediv, "FloorDivide": operator.floordiv, "Modulo": operator.mod,
+    "Power": operator.pow, "BitOr": operator.or_, "BitAnd": operator.and_,
+    "LeftShift": operator.lshift, "RightShift": operator.rshift, "BitXor": operator.xor,
+}
+_CMPOPS = {
+    "Equal": operator.eq, "NotEqual": operator.ne, "LessThan": operator.lt,
+    "LessThanEqual": operator.le, "GreaterThan": operator.gt, "GreaterThanEqual": operator.ge,
+    "In": lambda a, b: a in b, "NotIn": lambda a, b: a not in b,
+    "Is": operator.is_, "IsNot": operator.is_not,
+}
+_BUILTIN_CALLS = {
+    "int": int, "float": float, "str": str, "bool": bool, "abs": abs, "round": round,
+    "min": min, "max": max, "len": len, "sum": sum, "list": list, "tuple": tuple, "sorted": sorted,
+}
+
+
+class Env:
+    """One scope's names; lookups fall back to the enclosing scope."""
+
+    __slots__ = ("vars", "parent")
+
+    def __init__(self, parent: "Env | None" = None) -> None:
+        self.vars: dict[str, Any] = {}
+        self.parent = parent
+
+    def lookup(self, name: str) -> Any:
+        env: Env | None = self
+        while env is not None:
+            if name in env.vars:
+                return env.vars[name]
+            env = env.parent
+        return None
+
+
+@dataclass
+class Module:
+    path: Path
+    name: str
+    tree: cst.Module
+    pos: Any
+    env: Env
+    is_main: bool
+
+
+@dataclass
+class Facts:
+    """What the analysed code does that the plan needs; filled while walking."""
+
+    objects: list = field(default_factory=list)          # every Obj built, in order
+    trained: list = field(default_factory=list)          # objects whose .train() was called
+    tokenizer_calls: list = field(default_factory=list)  # (kwargs, line)
+    chunking: list = field(default_factory=list)         # (size AV, line): t[i : i + n] for i in range(0, _, n)
+    autocasts: list = field(default_factory=list)        # (dtype AV or None, device AV, line)
+    steps: list = field(default_factory=list)            # (optimizer Obj, accumulation AV or None, line)
+    backward: list = field(default_factory=list)         # lines of loss.backward()
+    scalers: list = field(default_factory=list)          # GradScaler lines
+    notes: list = field(default_factory=list)
+    unreached: bool = False
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+
+class _Return(Exception):
+    pass
+
+
+class Interpreter:
+    """Walks one script (and the sibling modules it imports) and fills `facts`."""
+
+    def __init__(self, path: Path, source: str, handlers: Any) -> None:
+        self.path = path
+        self.dir = path.parent
+        self.handlers = handlers
+        self.facts = Facts()
+        self.modules: dict[Path, Module | None] = {}
+        self.stack: list[Func] = []
+        self.mod: Module | None = None
+        self.returns: list[list] = []
+        self.accum: list[Any] = []   # `if step % N == 0:` blocks we are inside
+        self.funcs: list[Func] = []
+        self.star_imports: list[str] = []
+        self.main = self._load(path, source, "__main__", is_main=True)
+
+    # ---- modules ---------------------------------------------------------------------------
+
+    def _load(self, path: Path, source: str, name: str, is_main: bool) -> Module:
+        tree = cst.parse_module(source)
+        wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
+        pos = wrapper.resolve(PositionProvider)
+        env = Env()
+        env.vars["__name__"] = Const(name, "literal", None)
+        env.vars["__file__"] = Const(str(path), "literal", None)
+        return Module(path, name, tree, pos, env, is_main)
+
+    def run(self) -> Facts:
+        self._exec_module(self.main)
+        # Functions nothing called (entry points of other launchers, helpers passed by name)
+        # still say how the script trains: walk them once, their parameters at their defaults.
+        self.facts.unreached = True
+        for f in list(self.funcs):
+            if not f.ran and f.module is self.main:
+                self.call_function(f, [], {}, self.line_of(f.node), entry=True)
+        return self.facts
+
+    def _exec_module(self, mod: Module) -> None:
+        prev, self.mod = self.mod, mod
+        try:
+            self.exec_block(mod.tree.body, mod.env)
+        except _Return:
+            pass
+        finally:
+            self.mod = prev
+
+    def sibling(self, dotted: str, level: int = 0) -> Module | None:
+        """A module in the script's own folder, walked once for its names."""
+        base = self.dir
+        parts = dotted.split(".") if dotted else []
+        cand = base.joinpath(*parts).with_suffix(".py") if parts else None
+        pkg = base.joinpath(*parts, "__init__.py") if parts else None
+        target = cand if cand and cand.is_file() else pkg if pkg and pkg.is_file() else None
+        if target is None or target.resolve() == self.path.resolve():
+            return None
+        key = target.resolve()
+        if key in self.modules:
+            return self.modules[key]
+        self.modules[key] = None  # import cycles see nothing
+        try:
+            text = target.read_text(encoding="utf-8")
+            mod = self._load(target, text, dotted, is_main=False)
+        except (OSError, UnicodeDecodeError, cst.ParserSyntaxError):
+            self.facts.note(f"could not read sibling module {target.name}; its names are unknown")
+            return None
+        self.modules[key] = mod
+        self._exec_module(mod)
+        return mod
+
+    # ---- positions and constants -----------------------------------------------------------
+
+    def line_of(self, node: cst.CSTNode) -> int | None:
+        mod = self.mod
+        try:
+            return mod.pos[node].start.line if mod else None
+        except KeyError:
+            for m in [self.main, *[x for x in self.modules.values() if x]]:
+                if node in m.pos:
+                    return m.pos[node].start.line
+            return None
+
+    def const(self, value: Any, node: cst.CSTNode | None, source: str = "literal", chain: tuple = ()) -> Const:
+        file = None if (self.mod is None or self.mod.is_main) else str(self.mod.path)
+        return Const(value, source, self.line_of(node) if node is not None else None, chain, file)
+
+    def code(self, node: cst.CSTNode) -> str:
+        try:
+            text = self.main.tree.code_for_node(node)
+        except Exception:
+            return "…"
+        text = " ".join(text.split())
+        return text if len(text) <= 80 else text[:77] + "..."
+
+    # ---- statements ------------------------------------------------------------------------
+
+    def exec_block(self, stmts: Any, env: Env) -> bool:
+        """Run statements in order; True when the block always leaves (return/raise/...)."""
+        for stmt in stmts:
+            if self.exec_stmt(stmt, env):
+                return True
+        return False
+
+    def exec_stmt(self, stmt: cst.CSTNode, env: Env) -> bool:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if self.exec_small(small, env):
+                    return True
+            return False
+        if isinstance(stmt, cst.FunctionDef):
+            self.def_function(stmt, env)
+        elif isinstance(stmt, cst.ClassDef):
+            self.def_class(stmt, env)
+        elif isinstance(stmt, cst.If):
+            return self.exec_if(stmt, env)
+        elif isinstance(stmt, (cst.For, cst.While)):
+            self.exec_loop(stmt, env)
+        elif isinstance(stmt, cst.With):
+            self.exec_with(stmt, env)
+        elif isinstance(stmt, (cst.Try, cst.TryStar)):
+            self.exec_try(stmt, env)
+        elif isinstance(stmt, cst.Match):
+            self.branches(env, [lambda e, c=c: self.exec_block(c.body.body, e) for c in stmt.cases], exhaustive=False)
+        return False
+
+    def exec_small(self, node: cst.CSTNode, env: Env) -> bool:
+        if isinstance(node, cst.Assign):
+            value = self.ev(node.value, env)
+            for t in node.targets:
+                self.assign(t.target, value, env, node)
+        elif isinstance(node, cst.AnnAssign):
+            if node.value is not None:
+                self.assign(node.target, self.ev(node.value, env), env, node)
+        elif isinstance(node, cst.AugAssign):
+            cur = self.ev(node.target, env)
+            rhs = self.ev(node.value, env)
+            op = type(node.operator).__name__.replace("Assign", "")
+            self.assign(node.target, self.binop(op, cur, rhs, node), env, node)
+        elif isinstance(node, cst.Expr):
+            self.ev(node.value, env)
+        elif isinstance(node, cst.Return):
+            if self.returns:
+                self.returns[-1].append(self.ev(node.value, env) if node.value else Const(None, "literal", None))
+            return True
+        elif isinstance(node, cst.Raise):
+            return True
+        elif isinstance(node, (cst.Continue, cst.Break)):
+            return True
+        elif isinstance(node, cst.Import):
+            self.do_import(node, env)
+        elif isinstance(node, cst.ImportFrom):
+            self.do_import_from(node, env)
+        return False
+
+    def exec_if(self, node: cst.If, env: Env) -> bool:
+        test = self.ev(node.test, env)
+        truth = self.truth(test)
+        orelse = node.orelse
+        def run_else(e: Env) -> bool:
+            if orelse is None:
+                return False
+            if isinstance(orelse, cst.If):
+                return self.exec_if(orelse, e)
+            return self.exec_block(orelse.body.body, e)
+        accum = self.modulo_test(node.test, env)
+        def run_body(e: Env) -> bool:
+            if accum is not None:
+                self.accum.append(accum)
+            try:
+                return self.exec_block(node.body.body, e)
+            finally:
+                if accum is not None:
+                    self.accum.pop()
+        if truth is True:
+            return run_body(env)
+        if truth is False:
+            return run_else(env)
+        return self.branches(env, [run_body, run_else], exhaustive=True)
+
+    def branches(self, env: Env, runs: list, exhaustive: bool) -> bool:
+        """Run each branch on its own copy of the scope and merge what they bind."""
+        before = dict(env.vars)
+        results = []
+        for run in runs:
+            env.vars = dict(before)
+            leaves = run(env)
+            results.append((leaves, env.vars))
+        if not exhaustive:
+            results.append((False, before))
+        live = [v for leaves, v in results if not leaves] or [v for _, v in results]
+        merged: dict[str, Any] = {}
+        for vars_ in live:
+            for k, v in vars_.items():
+                merged[k] = merge(merged[k], v) if k in merged else v
+        env.vars = merged
+        return all(leaves for leaves, _ in results)
+
+    def exec_loop(self, node: cst.For | cst.While, env: Env) -> None:
+        def body(e: Env) -> bool:
+            if isinstance(node, cst.For):
+                items = self.iter_items(self.ev(node.iter, e))
+                self.assign(node.target, items, e, node)
+            self.exec_block(node.body.body, e)
+            return False
+        if isinstance(node, cst.For):
+            self.ev(node.iter, env)
+        else:
+            self.ev(node.test, env)
+        self.branches(env, [body], exhaustive=False)
+        if node.orelse is not None:
+            self.exec_block(node.orelse.body.body, env)
+
+    def iter_items(self, it: Any) -> Any:
+        opts = []
+        for v in flatten(it):
+            if isinstance(v, Seq):
+                opts.extend(v.items)
+            elif isinstance(v, Const) and isinstance(v.value, (list, tuple)):
+                opts.extend(v.with_value(x) for x in v.value)
+            elif isinstance(v, Obj) and v.kind == "range":
+                opts.append(Unknown("a loop counter"))
+            else:
+                opts.append(Unknown("an item of a loop"))
+        if not opts:
+            return Unknown("an item of a loop")
+        out = opts[0]
+        for o in opts[1:]:
+            out = merge(out, o)
+        return out
+
+    def exec_with(self, node: cst.With, env: Env) -> None:
+        for item in node.items:
+            ctx = self.ev(item.item, env)
+            if item.asname is not None:
+                self.assign(item.asname.name, ctx, env, node)
+        self.exec_block(node.body.body, env)
+
+    def exec_try(self, node: cst.Try | cst.TryStar, env: Env) -> None:
+        runs = [lambda e: self.exec_block(node.body.body, e)]
+        for h in node.handlers:
+            runs.append(lambda e, h=h: self.exec_block(h.body.body, e))
+        self.branches(env, runs, exhaustive=True)
+        if node.orelse is not None:
+            self.exec_block(node.orelse.body.body, env)
+        if node.finalbody is not None:
+            self.exec_block(node.finalbody.body.body, env)
+
+    # ---- binding ---------------------------------------------------------------------------
+
+    def assign(self, target: cst.CSTNode, value: Any, env: Env, stmt: cst.CSTNode) -> None:
+        if isinstance(target, cst.Name):
+            if type(value) is Ref:
+                value = Ref(value.qual, self.line_of(stmt), "constant")
+            elif isinstance(value, Const):
+                value = value.named(f"{target.value} = {self.code(stmt.value) if hasattr(stmt, 'value') and stmt.value is not None else '…'} (line {self.line_of(stmt)})")
+            env.vars[target.value] = value
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            elts = target.elements
+            star = next((i for i, e in enumerate(elts) if isinstance(e, cst.StarredElement)), None)
+            for i, el in enumerate(elts):
+                t = el.value
+                if star is not None and i >= star:
+                    item = Unknown("a starred unpacking")
+                else:
+                    item = self.unpack(value, i, len(elts))
+                self.assign(t, item, env, stmt)
+        elif isinstance(target, cst.Attribute):
+            base = self.ev(target.value, env)
+            for b in flatten(base):
+                if isinstance(b, Obj):
+                    b.attrs[target.attr.value] = value
+                    self.handlers.on_setattr(self, b, target.attr.value, value, self.line_of(stmt))
+        elif isinstance(target, cst.Subscript):
+            base = self.ev(target.value, env)
+            key = self.subscript_key(target, env)
+            for b in flatten(base):
+                if isinstance(b, Dict):
+                    if isinstance(key, Const):
+                        b.items[key.value] = value
+                    else:
+                        b.open = True
+
+    def unpack(self, value: Any, i: int, n: int) -> Any:
+        out = None
+        for v in flatten(value):
+            if isinstance(v, Seq) and len(v.items) == n:
+                item = v.items[i]
+            elif isinstance(v, Const) and isinstance(v.value, (list, tuple)) and len(v.value) == n:
+                item = v.with_value(v.value[i])
+            else:
+                item = Unknown(v.why if isinstance(v, Unknown) else "an unpacked value")
+            out = item if out is None else merge(out, item)
+        return out
+
+    def do_import(self, node: cst.Import, env: Env) -> None:
+        for alias in node.names:
+            dotted = self.dotted(alias.name)
+            sib = self.sibling(dotted)
+            if alias.asname is not None:
+                env.vars[alias.asname.name.value] = ModuleVal(dotted, sib.env) if sib else Ref(dotted)
+            else:
+                top = dotted.split(".")[0]
+                env.vars[top] = ModuleVal(top, sib.env) if sib and top == dotted else Ref(top)
+
+    def do_import_from(self, node: cst.ImportFrom, env: Env) -> None:
+        dotted = self.dotted(node.module) if node.module is not None else ""
+        level = len(node.relative)
+        sib = self.sibling(dotted, level) if (level or dotted) else None
+        if isinstance(node.names, cst.ImportStar):
+            if sib:
+                env.vars.update({k: v for k, v in sib.env.vars.items() if not k.startswith("_")})
+            else:
+                self.star_imports.append(dotted)
+            return
+        for alias in node.names:
+            name = self.dotted(alias.name)
+            bound = alias.asname.name.value if alias.asname else name
+            if sib is not None:
+                v = sib.env.vars.get(name)
+                if v is None:
+                    subm = self.sibling(f"{dotted}.{name}" if dotted else name)
+                    v = ModuleVal(name, subm.env) if subm else Unknown(f"{name} from {dotted}")
+                env.vars[bound] = v
+            else:
+                env.vars[bound] = Ref(f"{dotted}.{name}" if dotted else name)
+
+    def dotted(self, node: cst.CSTNode) -> str:
+        if isinstance(node, cst.Name):
+            return node.value
+        if isinstance(node, cst.Attribute):
+            return f"{self.dotted(node.value)}.{node.attr.value}"
+        return ""
+
+    # ---- definitions -----------------------------------------------------------------------
+
+    def def_function(self, node: cst.FunctionDef, env: Env) -> None:
+        f = Func(node, env, self.mod, node.name.value)
+        p = node.params
+        for param in [*p.posonly_params, *p.params, *p.kwonly_params]:
+            if param.default is not None:
+                f.defaults[param.name.value] = self.ev(param.default, env)
+                f.default_source[param.name.value] = ("function-default", f"def {node.name.value}({param.name.value}={self.code(param.default)})")
+        value: Any = f
+        for deco in node.decorators:
+            value = self.handlers.decorate(self, f, deco.decorator, env) or value
+        env.vars[node.name.value] = value
+        self.funcs.append(f)
+
+    def def_class(self, node: cst.ClassDef, env: Env) -> None:
+        bases = [self.ev(a.value, env) for a in node.bases if not a.keyword]
+        decos = [self.dotted(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator) for d in node.decorators]
+        is_dc = any(d.split(".")[-1] == "dataclass" for d in decos)
+        fields: dict[str, Any] = {}
+        lines: dict[str, int | None] = {}
+        cls_env = Env(env)
+        for stmt in node.body.body:
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):
+                        name = small.target.value
+                        fields[name] = self.field_default(small.value, cls_env) if small.value is not None else Unknown(f"field {name} has no default")
+                        lines[name] = self.line_of(small)
+                    elif isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+                        name = small.targets[0].target.value
+                        cls_env.vars[name] = self.ev(small.value, cls_env)
+                        if not is_dc:
+                            fields[name] = cls_env.vars[name]
+                            lines[name] = self.line_of(small)
+        env.vars[node.name.value] = Class(node.name.value, bases, fields, lines, self.line_of(node), is_dc)
+
+    def field_default(self, value: cst.CSTNode, env: Env) -> Any:
+        if isinstance(value, cst.Call) and self.dotted(value.func).split(".")[-1] == "field":
+            for a in value.args:
+                if a.keyword is not None and a.keyword.value == "default":
+                    return self.ev(a.value, env)
+                if a.keyword is not None and a.keyword.value == "default_factory":
+                    fac = self.ev(a.value, env)
+                    if isinstance(fac, (Func,)) and fac.node is None:
+                        return Unknown("a default_factory")
+                    return Unknown("a default_factory")
+            return Unknown("a field without a default")
+        return self.ev(value, env)
+
+    # ---- calls into the script's own functions ---------------------------------------------
+
+    def call_function(self, f: Func, args: list, kwargs: dict, line: int | None, entry: bool = False) -> Any:
+        if f in self.stack or len(self.stack) >= MAX_DEPTH:
+            return Unknown(f"the result of {f.qual}()")
+        f.ran = True
+        env = Env(f.env)
+        node = f.node
+        if isinstance(node, cst.Lambda):
+            params = node.params
+        else:
+            params = node.params
+        positional = [*params.posonly_params, *params.params]
+        for i, param in enumerate(positional):
+            name = param.name.value
+            if i < len(args):
+                env.vars[name] = args[i]
+            elif name in kwargs:
+                env.vars[name] = kwargs[name]
+            else:
+                env.vars[name] = self.param_default(f, name)
+        for param in params.kwonly_params:
+            name = param.name.value
+            env.vars[name] = kwargs[name] if name in kwargs else self.param_default(f, name)
+        if isinstance(params.star_arg, cst.Param):
+            env.vars[params.star_arg.name.value] = Seq(list(args[len(positional):]), "tuple")
+        if params.star_kwarg is not None:
+            known = {p.name.value for p in [*positional, *params.kwonly_params]}
+            env.vars[params.star_kwarg.name.value] = Dict({k: v for k, v in kwargs.items() if k not in known})
+        prev_mod, self.mod = self.mod, f.module
+        self.stack.append(f)
+        self.returns.append([])
+        try:
+            if isinstance(node, cst.Lambda):
+                result = self.ev(node.body, env)
+                self.returns[-1].append(result)
+            else:
+                body = node.body.body
+                self.exec_block(body, env)
+        finally:
+            rets = self.returns.pop()
+            self.stack.pop()
+            self.mod = prev_mod
+        if not rets:
+            return Const(None, "literal", None)
+        out = rets[0]
+        for r in rets[1:]:
+            out = merge(out, r)
+        return out
+
+    def param_default(self, f: Func, name: str) -> Any:
+        if name not in f.defaults:
+            return Unknown(f"parameter {name} of {f.qual}()")
+        v = f.defaults[name]
+        source, how = f.default_source.get(name, ("function-default", f"{f.qual}({name}=…)"))
+        return self._via(v, source, how)
+
+    def _via(self, v: Any, source: str, how: str) -> Any:
+        if isinstance(v, Const):
+            return v.via(source, how)
+        if isinstance(v, Alts):
+            return Alts(tuple(self._via(o, source, how) for o in v.options))
+        if isinstance(v, Seq):
+            return Seq([self._via(x, source, how) for x in v.items], v.kind)
+        return v
+
+    # ---- expressions -----------------------------------------------------------------------
+
+    def truth(self, v: Any) -> bool | None:
+        vals = set()
+        for o in flatten(v):
+            if isinstance(o, Const):
+                try:
+                    vals.add(bool(o.value))
+                except Exception:
+                    return None
+            elif isinstance(o, (Obj, Func, Class, Ref, ModuleVal)) and not (isinstance(o, Obj) and o.kind == "unknown"):
+                vals.add(True)
+            else:
+                return None
+        return vals.pop() if len(vals) == 1 else None
+
+    def modulo_test(self, test: cst.CSTNode, env: Env) -> Any:
+        """N in `if step % N == 0:` (gradient accumulation in a hand-written loop)."""
+        if isinstance(test, cst.BooleanOperation):
+            return self.modulo_test(test.left, env) or self.modulo_test(test.right, env)
+        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+            left = test.left
+            if isinstance(left, cst.BinaryOperation) and isinstance(left.operator, cst.Modulo):
+                n = self.ev(left.right, env)
+                return n
+        return None
+
+    def ev(self, node: cst.CSTNode, env: Env) -> Any:
+        try:
+            return self._ev(node, env)
+        except RecursionError:
+            return Unknown("too deeply nested")
+
+    def _ev(self, node: cst.CSTNode, env: Env) -> Any:
+        t = type(node)
+        if t is cst.Integer or t is cst.Float:
+            return self.const(node.evaluated_value, node)
+        if t is cst.SimpleString or t is cst.ConcatenatedString:
+            try:
+                return self.const(node.evaluated_value, node)
+            except Exception:
+                return Unknown("a string")
+        if t is cst.Name:
+            return self.name(node, env)
+        if t is cst.Attribute:
+            v = self.attribute(self.ev(node.value, env), node.attr.value, node)
+            if type(v) is Ref:
+                v = Ref(v.qual, self.line_of(node), "literal")
+            return v
+        if t is cst.Call:
+            return self.call(node, env)
+        if t is cst.BinaryOperation:
+            return self.binop(type(node.operator).__name__, self.ev(node.left, env), self.ev(node.right, env), node)
+        if t is cst.UnaryOperation:
+            return self.unary(node, self.ev(node.expression, env))
+        if t is cst.BooleanOperation:
+            return self.boolop(node, env)
+        if t is cst.Comparison:
+            return self.compare(node, env)
+        if t is cst.IfExp:
+            truth = self.truth(self.ev(node.test, env))
+            if truth is True:
+                return self.ev(node.body, env)
+            if truth is False:
+                return self.ev(node.orelse, env)
+            return merge(self.ev(node.body, env), self.ev(node.orelse, env))
+        if t is cst.FormattedString:
+            return self.fstring(node, env)
+        if t in (cst.List, cst.Tuple, cst.Set):
+            items = []
+            for el in node.elements:
+                if isinstance(el, cst.StarredElement):
+                    inner = self.ev(el.value, env)
+                    if isinstance(inner, Seq):
+                        items.extend(inner.items)
+                        continue
+                    return Unknown("a starred list")
+                items.append(self.ev(el.value, env))
+            return Seq(items, "tuple" if t is cst.Tuple else "list")
+        if t is cst.Dict:
+            d = Dict({})
+            for el in node.elements:
+                if isinstance(el, cst.StarredDictElement):
+                    inner = self.ev(el.value, env)
+                    if isinstance(inner, Dict):
+                        d.items.update(inner.items)
+                        d.open |= inner.open
+                    else:
+                        d.open = True
+                    continue
+                k = self.ev(el.key, env)
+                if isinstance(k, Const):
+                    d.items[k.value] = self.ev(el.value, env)
+                else:
+                    d.open = True
+            return d
+        if t is cst.Subscript:
+            return self.subscript(node, env)
+        if t is cst.Lambda:
+            return Func(node, env, self.mod, "<lambda>")
+        if t is cst.NamedExpr:
+            v = self.ev(node.value, env)
+            self.assign(node.target, v, env, node)
+            return v
+        if t in (cst.ListComp, cst.GeneratorExp, cst.SetComp):
+            return self.comprehension(node, env)
+        if t is cst.DictComp:
+            self.comprehension(node, env)
+            return Unknown("a dict comprehension")
+        if t is cst.Ellipsis:
+            return Const(..., "literal", self.line_of(node))
+        if t is cst.Imaginary:
+            return self.const(node.evaluated_value, node)
+        if t in (cst.Await, cst.Yield):
+            return Unknown("an await/yield")
+        return Unknown(f"a {t.__name__}")
+
+    def name(self, node: cst.Name, env: Env) -> Any:
+        n = node.value
+        if n in ("True", "False", "None"):
+            return self.const({"True": True, "False": False, "None": None}[n], node)
+        v = env.lookup(n)
+        if v is not None:
+            return v
+        if n in _BUILTIN_CALLS or n in ("range", "print", "open", "getattr", "input", "dict", "isinstance", "vars", "enumerate", "zip", "map", "filter", "set", "super", "type", "hasattr", "setattr", "iter", "next", "any", "all"):
+            return Ref(f"builtins.{n}")
+        for mod in self.star_imports:
+            return Ref(f"{mod}.{n}")
+        return Unknown(f"the name {n}")
+
+    def attribute(self, base: Any, attr: str, node: cst.CSTNode) -> Any:
+        if isinstance(base, Alts):
+            out = None
+            for o in base.options:
+                v = self.attribute(o, attr, node)
+                out = v if out is None else merge(out, v)
+            return out
+        if isinstance(base, Ref):
+            return Ref(f"{base.qual}.{attr}")
+        if isinstance(base, ModuleVal):
+            v = base.env.vars.get(attr)
+            return v if v is not None else Unknown(f"{base.name}.{attr}")
+        if isinstance(base, Obj):
+            return self.handlers.getattr(self, base, attr, self.line_of(node))
+        if isinstance(base, Class):
+            v = base.fields.get(attr)
+            return v if v is not None else Unknown(f"{base.name}.{attr}")
+        if isinstance(base, Const) and isinstance(base.value, str):
+            return BoundStr(base, attr)
+        if isinstance(base, Unknown):
+            return BoundUnknown(base.why or "something unknown", base.line, attr)
+        return Unknown(f"attribute {attr}")
+
+    def subscript_key(self, node: cst.Subscript, env: Env) -> Any:
+        if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+            return Unknown("a slice")
+        return self.ev(node.slice[0].slice.value, env)
+
+    def subscript(self, node: cst.Subscript, env: Env) -> Any:
+        base = self.ev(node.value, env)
+        key = self.subscript_key(node, env)
+        out = None
+        for b in flatten(base):
+            v: Any
+            if not isinstance(key, Const):
+                v = Unknown("an item with an unknown key")
+            elif isinstance(b, Seq) and isinstance(key.value, int) and -len(b.items) <= key.value < len(b.items):
+                v = b.items[key.value]
+            elif isinstance(b, Dict) and _hashable(key.value) and key.value in b.items:
+                v = b.items[key.value]
+            elif isinstance(b, Const) and isinstance(b.value, (list, tuple, dict, str)):
+                try:
+                    v = b.with_value(b.value[key.value], f"[{key.value!r}]")
+                except Exception:
+                    v = Unknown("an item")
+            elif isinstance(b, Obj):
+                v = self.handlers.getitem(self, b, key, self.line_of(node))
+            else:
+                v = Unknown("an item")
+            out = v if out is None else merge(out, v)
+        return out if out is not None else Unknown("an item")
+
+    def binop(self, op: str, a: Any, b: Any, node: cst.CSTNode) -> Any:
+        fa, fb = flatten(a), flatten(b)
+        if len(fa) * len(fb) > MAX_ALTS:
+            return Unknown("too many combinations")
+        out = None
+        for x in fa:
+            for y in fb:
+                v = self._binop1(op, x, y, node)
+                out = v if out is None else merge(out, v)
+        return out
+
+    def _binop1(self, op: str, a: Any, b: Any, node: cst.CSTNode) -> Any:
+        if isinstance(a, Const) and isinstance(b, Const) and op in _BINOPS:
+            try:
+                if op == "Power" and isinstance(b.value, (int, float)) and abs(b.value) > 64:
+                    return Unknown("a large power")
+                if op == "Multiply" and (isinstance(a.value, (str, list)) or isinstance(b.value, (str, list))):
+                    n = b.value if isinstance(a.value, (str, list)) else a.value
+                    if isinstance(n, int) and n > 10000:
+                        return Unknown("a large repetition")
+                if op == "Modulo" and isinstance(a.value, str):
+                    value = a.value % b.value
+                else:
+                    value = _BINOPS[op](a.value, b.value)
+            except Exception:
+                return Unknown("an expression that would raise")
+            return self._combine(value, node, a, b)
+        if isinstance(a, Seq) and isinstance(b, Seq) and op == "Add":
+            return Seq(a.items + b.items, a.kind)
+        if isinstance(a, Dict) and isinstance(b, Dict) and op == "BitOr":
+            return Dict({**a.items, **b.items}, a.open or b.open)
+        for x in (a, b):
+            if isinstance(x, Unknown):
+                return x
+        return Unknown("an expression over non-constants")
+
+    def _combine(self, value: Any, node: cst.CSTNode, *parts: Const) -> Const:
+        src = weakest(*(p.source for p in parts))
+        if src == "literal":
+            return self.const(value, node)
+        lead = next(p for p in parts if p.source != "literal")
+        chain = tuple(c for p in parts for c in p.chain)
+        return Const(value, src, lead.line, chain + (f"{self.code(node)} = {value!r}",), lead.file)
+
+    def unary(self, node: cst.UnaryOperation, v: Any) -> Any:
+        op = type(node.operator).__name__
+        out = None
+        for x in flatten(v):
+            if op == "Not":
+                truth = self.truth(x)
+                r = self._combine(not truth, node, x) if truth is not None and isinstance(x, Const) else (
+                    self.const(not truth, node) if truth is not None else Unknown(x.why if isinstance(x, Unknown) else "a negation"))
+            elif isinstance(x, Const) and isinstance(x.value, (int, float)):
+                r = self._combine({"Minus": -x.value, "Plus": +x.value}.get(op, x.value), node, x) if op in ("Minus", "Plus") else Unknown("a bitwise op")
+            else:
+                r = x if isinstance(x, Unknown) else Unknown("a unary op")
+            out = r if out is None else merge(out, r)
+        return out
+
+    def boolop(self, node: cst.BooleanOperation, env: Env) -> Any:
+        left = self.ev(node.left, env)
+        truth = self.truth(left)
+        is_and = isinstance(node.operator, cst.And)
+        if truth is None:
+            right = self.ev(node.right, env)
+            rt = self.truth(right)
+            if is_and and rt is False:
+                return right
+            if not is_and and rt is True:
+                return right
+            return merge(left, right)
+        if is_and:
+            return self.ev(node.right, env) if truth else left
+        return left if truth else self.ev(node.right, env)
+
+    def compare(self, node: cst.Comparison, env: Env) -> Any:
+        left = self.ev(node.left, env)
+        result: Any = None
+        for ct in node.comparisons:
+            right = self.ev(ct.comparator, env)
+            op = type(ct.operator).__name__
+            if isinstance(left, Const) and isinstance(right, Const) and op in _CMPOPS:
+                try:
+                    r = self._combine(bool(_CMPOPS[op](left.value, right.value)), node, left, right)
+                except Exception:
+                    return Unknown("a comparison that would raise")
+            elif op in ("Is", "IsNot") and isinstance(right, Const) and right.value is None and isinstance(left, (Obj, Func, Class, Seq, Dict)):
+                r = self.const(op == "IsNot", node)
+            else:
+                return Unknown(left.why if isinstance(left, Unknown) else "a comparison")
+            if result is not None and not result.value:
+                return result
+            result = r
+            left = right
+        return result
+
+    def fstring(self, node: cst.FormattedString, env: Env) -> Any:
+        parts: list[str] = []
+        consts: list[Const] = []
+        for part in node.parts:
+            if isinstance(part, cst.FormattedStringText):
+                parts.append(part.value)
+                continue
+            v = self.ev(part.expression, env)
+            if not isinstance(v, Const):
+                return Unknown(v.why if isinstance(v, Unknown) else "an f-string over non-constants")
+            spec = ""
+            if part.format_spec:
+                if not all(isinstance(s, cst.FormattedStringText) for s in part.format_spec):
+                    return Unknown("an f-string with a computed format")
+                spec = "".join(s.value for s in part.format_spec)
+            try:
+                val = v.value
+                if part.conversion == "r":
+                    val = repr(val)
+                elif part.conversion in ("s", "a"):
+                    val = str(val)
+                parts.append(format(val, spec))
+            except Exception:
+                return Unknown("an f-string that would raise")
+            consts.append(v)
+        text = "".join(parts)
+        if not consts:
+            return self.const(text, node)
+        return self._combine(text, node, *consts)
+
+    def comprehension(self, node: Any, env: Env) -> Any:
+        """Walk the element once with the loop names bound; spots the chunking idiom."""
+        inner = Env(env)
+        comp = node.for_in
+        ranges = []
+        while comp is not None:
+            it = comp.iter
+            if isinstance(it, cst.Call) and self.dotted(it.func) == "range" and len(it.args) == 3 and isinstance(comp.target, cst.Name):
+                ranges.append((comp.target.value, it.args[2].value))
+            self.assign(comp.target, self.iter_items(self.ev(comp.iter, inner)), inner, node)
+            comp = comp.inner_for_in
+        elt = getattr(node, "elt", None)
+        if elt is not None:
+            for var, step in ranges:
+                self.chunk_idiom(elt, var, step, inner)
+            self.ev(elt, inner)
+        return Unknown("a comprehension")
+
+    def chunk_idiom(self, elt: cst.CSTNode, var: str, step: cst.CSTNode, env: Env) -> None:
+        """`t[i : i + n] for i in range(0, total, n)`: fixed-length blocks of n tokens."""
+        step_code = self.code(step)
+        for sub in _walk(elt):
+            if isinstance(sub, cst.Subscript) and len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Slice):
+                sl = sub.slice[0].slice
+                if (sl.lower is not None and self.code(sl.lower) == var and sl.upper is not None
+                        and isinstance(sl.upper, cst.BinaryOperation) and self.code(sl.upper.left) == var
+                        and self.code(sl.upper.right) == step_code):
+                    self.facts.chunking.append((self.ev(step, env), self.line_of(sub)))
+                    return
+
+    # ---- calls -----------------------------------------------------------------------------
+
+    def call(self, node: cst.Call, env: Env) -> Any:
+        func = self.ev(node.func, env)
+        args: list = []
+        kwargs: dict = {}
+        open_kwargs = False
+        for a in node.args:
+            if a.star == "*":
+                v = self.ev(a.value, env)
+                if isinstance(v, Seq):
+                    args.extend(v.items)
+                else:
+                    open_kwargs = True
+            elif a.star == "**":
+                v = self.ev(a.value, env)
+                for d in flatten(v):
+                    if isinstance(d, Dict):
+                        kwargs.update(d.items)
+                        open_kwargs |= d.open
+                    elif isinstance(d, Const) and isinstance(d.value, dict):
+                        kwargs.update({k: d.with_value(x, f"[{k!r}]") for k, x in d.value.items()})
+                    else:
+                        open_kwargs = True
+            elif a.keyword is not None:
+                kwargs[a.keyword.value] = self.ev(a.value, env)
+            else:
+                args.append(self.ev(a.value, env))
+        line = self.line_of(node)
+        out = None
+        for f in flatten(func):
+            r = self.call_value(f, args, kwargs, open_kwargs, line, node)
+            out = r if out is None else merge(out, r)
+        return out
+
+    def call_value(self, f: Any, args: list, kwargs: dict, open_kwargs: bool, line: int | None, node: cst.Call) -> Any:
+        if isinstance(f, Func):
+            if open_kwargs:
+                # the function still runs; what it gets from **kwargs is unknown
+                pass
+            return self.call_function(f, args, kwargs, line)
+        result = self.handlers.call(self, f, args, kwargs, open_kwargs, line, node)
+        # A function handed to something memlint does not model (dataset.map(tokenize),
+        # trainer callbacks) may still run: walk it once with unknown arguments.
+        for v in [*args, *kwargs.values()]:
+            for x in flatten(v):
+                if isinstance(x, Func) and not x.ran:
+                    self.call_function(x, [], {}, line)
+                elif isinstance(x, Obj) and x.kind == "partial":
+                    pf = x.extra.get("func")
+                    if isinstance(pf, Func) and not pf.ran:
+                        self.call_function(pf, x.extra.get("args", []), dict(x.kwargs), line)
+        return result
+
+
+@dataclass(frozen=True)
+class BoundStr:
+    """A method of a known string: "a/b".split("/")."""
+
+    base: Const
+    attr: str
+
+
+@dataclass(frozen=True)
+class BoundUnknown(Unknown):
+    """A method or attribute of something unknown: dataset.map, loss.backward."""
+
+    attr: str = ""
+
+
+def _hashable(v: Any) -> bool:
+    try:
+        hash(v)
+        return True
+    except TypeError:
+        return False
+
+
+def _walk(node: cst.CSTNode):
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(n.children)

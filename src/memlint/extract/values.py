@@ -1,0 +1,185 @@
+"""Abstract values the interpreter computes: constants with provenance, objects, unknowns.
+
+Nothing here is libcst-shaped except the function and class bodies kept for later calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from memlint.plan import SOURCES
+
+_RANK = {s: i for i, s in enumerate(SOURCES)}
+DEFAULT_SOURCES = ("argparse-default", "click-default", "dataclass-default", "function-default")
+
+
+@dataclass(frozen=True)
+class Const:
+    """A Python value known statically, where it came from, and how it was reached."""
+
+    value: Any
+    source: str
+    line: int | None
+    chain: tuple[str, ...] = ()
+    file: str | None = None        # set when the value was written in another file (a sibling module)
+
+    def named(self, how: str) -> "Const":
+        src = "constant" if self.source == "literal" else self.source
+        return Const(self.value, src, self.line, self.chain + (how,), self.file)
+
+    def via(self, source: str, how: str) -> "Const":
+        """The same value reached through a default mechanism (argparse, dataclass, ...)."""
+        return Const(self.value, source, self.line, self.chain + (how,), self.file)
+
+    def with_value(self, value: Any, how: str | None = None) -> "Const":
+        return Const(value, self.source, self.line, self.chain + ((how,) if how else ()), self.file)
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """A value that cannot be known statically; `why` says what it depends on."""
+
+    why: str = ""
+    line: int | None = None
+
+
+@dataclass(frozen=True)
+class Alts:
+    """Every value a name may hold when branches disagree."""
+
+    options: tuple[Any, ...]
+
+
+@dataclass(eq=False)
+class Seq:
+    items: list
+    kind: str = "list"
+
+
+@dataclass(eq=False)
+class Dict:
+    items: dict
+    open: bool = False  # has entries that could not be resolved
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A name from an imported module: `transformers.TrainingArguments`, `torch.bfloat16`."""
+
+    qual: str
+    line: int | None = field(default=None, compare=False)
+    source: str = field(default="literal", compare=False)
+
+    @property
+    def name(self) -> str:
+        return self.qual.rsplit(".", 1)[-1]
+
+
+@dataclass(eq=False)
+class Obj:
+    """An object built by a call the analyzer knows: a config, a model, a trainer, a parser."""
+
+    kind: str                      # what memlint knows it as: "training-args", "model", ...
+    cls: str                       # the class or function as written, resolved: "trl.SFTConfig"
+    line: int
+    kwargs: dict = field(default_factory=dict)
+    attrs: dict = field(default_factory=dict)   # attributes assigned after construction
+    open: bool = False             # built with **kwargs memlint could not resolve
+    extra: dict = field(default_factory=dict)   # kind-specific state
+
+    def get(self, name: str, default: Any = None) -> Any:
+        if name in self.attrs:
+            return self.attrs[name]
+        return self.kwargs.get(name, default)
+
+
+@dataclass(eq=False)
+class Func:
+    node: Any                      # libcst FunctionDef
+    env: Any                       # the Env it closes over
+    module: Any                    # the Module state it was defined in
+    qual: str
+    defaults: dict = field(default_factory=dict)   # param name -> abstract value
+    default_source: dict = field(default_factory=dict)  # param name -> provenance of its default
+    ran: bool = False
+
+
+@dataclass(eq=False)
+class Class:
+    name: str
+    bases: list
+    fields: dict                   # name -> abstract value of its default (or Unknown)
+    field_lines: dict
+    line: int
+    is_dataclass: bool
+
+
+@dataclass(eq=False)
+class ModuleVal:
+    name: str
+    env: Any
+
+
+def weakest(*sources: str) -> str:
+    return max(sources, key=lambda s: _RANK.get(s, 0)) if sources else "literal"
+
+
+def flatten(v: Any) -> list:
+    if isinstance(v, Alts):
+        out = []
+        for o in v.options:
+            out.extend(flatten(o))
+        return out
+    return [v]
+
+
+def merge(a: Any, b: Any) -> Any:
+    """The value of a name after two branches that may disagree."""
+    if a is b:
+        return a
+    opts: list = []
+    for o in flatten(a) + flatten(b):
+        if any(_same(o, p) for p in opts):
+            continue
+        opts.append(o)
+    return opts[0] if len(opts) == 1 else Alts(tuple(opts))
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    if isinstance(a, Const) and isinstance(b, Const):
+        return type(a.value) is type(b.value) and a.value == b.value and a.line == b.line
+    if isinstance(a, Unknown) and isinstance(b, Unknown):
+        return True
+    if isinstance(a, Ref) and isinstance(b, Ref):
+        return a.qual == b.qual
+    return False
+
+
+def to_python(v: Any) -> Any:
+    """Const-ish value -> (python value, source, line, chain); containers resolved when fully known."""
+    if isinstance(v, Const):
+        return v
+    if isinstance(v, Seq):
+        parts = [to_python(x) for x in v.items]
+        if all(isinstance(p, Const) for p in parts):
+            val = [p.value for p in parts]
+            if v.kind == "tuple":
+                val = tuple(val)
+            src = weakest(*(p.source for p in parts)) if parts else "literal"
+            first = next((p for p in parts if p.line), None)
+            return Const(val, src, first.line if first else None, (), first.file if first else None)
+        return Unknown("a list with unknown items")
+    if isinstance(v, Dict):
+        if v.open:
+            return Unknown("a dict with unknown entries")
+        out = {}
+        for k, x in v.items.items():
+            p = to_python(x)
+            if not isinstance(p, Const):
+                return Unknown("a dict with unknown values")
+            out[k] = p.value
+        return Const(out, "literal", None, ())
+    return v
