@@ -1,0 +1,480 @@
+"""Run the real training step(s) of a Setup and measure its memory.
+
+Three ways to run the same code:
+
+- ``cuda``: real tensors on the GPU, real random-init weights, the CUDA caching
+  allocator's counters (``max_memory_allocated`` / ``max_memory_reserved``).
+- ``cpu``: real tensors on the CPU, counted by the `LiveBytes` storage tracker (small
+  models; it is how the trace is proven exact).
+- ``trace``: FakeTensor storages (no data, no RAM) counted by the same tracker; the
+  model is built on the meta device and materialised as fake tensors. What the CPU build
+  of torch cannot fake (CUDA tensors), it replaces by the GPU's defaults, said in `notes`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from memlint.errors import MemlintError
+from memlint.estimate.setup import Setup
+
+PHASES = ("forward", "backward", "optimizer")
+COMPONENTS = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
+_TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+@dataclass
+class StepMeasurement:
+    step: int
+    peak: int
+    phase: str
+    phases: dict[str, int]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"step": self.step, "peak": self.peak, "phase": self.phase, "phases": dict(self.phases)}
+
+
+@dataclass
+class Measurement:
+    components: dict[str, int]
+    steps: list[StepMeasurement]
+    device: str
+    method: str
+    notes: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    runtime_s: float = 0.0
+
+    @property
+    def measured_peak(self) -> int:
+        return self.steps[-1].peak
+
+    @property
+    def phase(self) -> str:
+        return self.steps[-1].phase
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "components": {k: int(self.components[k]) for k in COMPONENTS},
+            "measured_peak": int(self.measured_peak),
+            "phase": self.phase,
+            "steps": [s.to_json() for s in self.steps],
+            "device": self.device,
+            "method": self.method,
+            "notes": list(self.notes),
+            "details": dict(self.details),
+            "runtime_s": round(self.runtime_s, 2),
+        }
+
+
+# --------------------------------------------------------------------------- meters
+class _CudaMeter:
+    """The allocator counters, with the reserved peak remembered across resets."""
+
+    def __init__(self, torch: Any) -> None:
+        self.cuda = torch.cuda
+        self.max_reserved = 0
+
+    def memory_allocated(self) -> int:
+        return self.cuda.memory_allocated()
+
+    def max_memory_allocated(self) -> int:
+        return self.cuda.max_memory_allocated()
+
+    def reset_peak_memory_stats(self) -> None:
+        self.max_reserved = max(self.max_reserved, self.cuda.max_memory_reserved())
+        self.cuda.reset_peak_memory_stats()
+
+    def max_memory_reserved(self) -> int:
+        return max(self.max_reserved, self.cuda.max_memory_reserved())
+
+
+# --------------------------------------------------------------------------- building
+def _resolve_device(device: str, model: Any) -> str:
+    import torch
+
+    if device in ("trace", "fake", "meta"):
+        return "trace"
+    if device == "auto":
+        if model is not None:
+            p = next(model.parameters())
+            return {"meta": "trace", "cuda": "cuda"}.get(p.device.type, "trace" if _is_fake(p) else "cpu")
+        return "cuda" if torch.cuda.is_available() else "trace"
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise MemlintError("device 'cuda' asked for, but torch sees no CUDA device")
+        return "cuda"
+    if device == "cpu":
+        return "cpu"
+    raise MemlintError(f"unknown device {device!r}: expected auto, cuda, cpu or trace")
+
+
+def _is_fake(t: Any) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(t, FakeTensor)
+
+
+def _unique_params(module: Any) -> list[Any]:
+    seen: dict[int, Any] = {}
+    for p in module.parameters():
+        seen.setdefault(id(p), p)
+    return list(seen.values())
+
+
+def _is_tied(model: Any) -> bool:
+    out, inp = model.get_output_embeddings(), model.get_input_embeddings()
+    return out is not None and inp is not None and out.weight is inp.weight
+
+
+def _retie(model: Any) -> None:
+    out, inp = model.get_output_embeddings(), model.get_input_embeddings()
+    out.weight = inp.weight
+
+
+def _build_model(setup: Setup, build_device: str, attn: str) -> Any:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    spec = setup.model
+    cfg = AutoConfig.for_model(spec.model_type, **dict(spec.config))
+    cfg.use_cache = False  # training: no KV cache (what Trainer+gradient checkpointing/TRL set)
+    dtype = getattr(torch, _TORCH_DTYPES[setup.dtype])
+    with torch.device(build_device):
+        model = AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation=attn)
+    return model
+
+
+def _apply_lora(model: Any, setup: Setup) -> Any:
+    from peft import LoraConfig, get_peft_model
+
+    targets = "all-linear" if setup.lora_targets == "all-linear" else list(setup.lora_targets)
+    config = LoraConfig(r=setup.lora_r, lora_alpha=2 * setup.lora_r, target_modules=targets,
+                        lora_dropout=_LORA_DROPOUT[0], task_type="CAUSAL_LM")
+    # peft's default autocast_adapter_dtype=True keeps fp16/bf16 adapters in fp32;
+    # pure bf16 training keeps them bf16.
+    return get_peft_model(model, config, autocast_adapter_dtype=setup.precision != "pure-bf16")
+
+
+_LORA_DROPOUT = [0.0]  # module-level knob for the dropout experiment (see measure(lora_dropout=...))
+
+
+def _quantize(model: Any, setup: Setup, use_bnb_matmul: bool) -> int:
+    """Replace every Linear inside the decoder (not lm_head, not LoRA adapters) by the
+    4-bit layer, as transformers' bitsandbytes integration does; LoRA wrappers keep their
+    adapters and get peft's lora.bnb.Linear4bit forward (with its defensive clone)."""
+    import torch
+    from peft.tuners.lora import layer as lora_layer
+
+    from memlint.measure.quant import Linear4bit
+
+    qlora_cls = _qlora_class()
+    compute = getattr(torch, _TORCH_DTYPES[setup.compute_dtype])
+    out_emb = model.get_output_embeddings()
+    replaced = 0
+
+    def make(lin: Any) -> Any:
+        return Linear4bit(lin, setup.quant, setup.double_quant, compute, use_bnb_matmul)
+
+    todo = []
+    for name, module in model.named_modules():
+        if isinstance(module, lora_layer.Linear):
+            todo.append(("lora", name, module))
+    for _, _, module in todo:
+        base = module.base_layer
+        if base is out_emb or not isinstance(base, torch.nn.Linear):
+            continue
+        module.base_layer = make(base)
+        module.__class__ = qlora_cls
+        replaced += 1
+    lora_owned = {id(m) for _, _, mod in todo for m in mod.modules()}
+    plain = [(n, m) for n, m in model.named_modules()
+             if type(m) is torch.nn.Linear and m is not out_emb and id(m) not in lora_owned]
+    for name, module in plain:
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, make(module))
+        replaced += 1
+    return replaced
+
+
+@contextlib.contextmanager
+def _no_ctx():
+    yield
+
+
+@contextlib.contextmanager
+def _unpacked_sequences_on_fake():
+    """transformers reads data to decide whether the batch is packed (several sequences
+    per row): `(mask[:, -1] == 0).all()`. A FakeTensor has no data, so transformers then
+    assumes packing and builds an explicit mask (no is_causal, no GQA in SDPA, repeated
+    K/V): a different program than the GPU runs. Our rows are one sequence each
+    (position_ids = arange): run the same ops, answer "not packed"."""
+    import torch
+    from transformers import masking_utils
+
+    orig = masking_utils.find_packed_sequence_indices
+
+    def find_packed_sequence_indices(position_ids: Any) -> Any:
+        if not _is_fake(position_ids):
+            return orig(position_ids)
+        first = position_ids[:, :1] - 1
+        diff = torch.diff(position_ids, prepend=first, dim=-1)
+        mask = (diff != 1).cumsum(-1)
+        _ = (mask[:, -1] == 0).all()  # then read on the host: a fake tensor cannot say
+        return None
+
+    masking_utils.find_packed_sequence_indices = find_packed_sequence_indices
+    try:
+        yield
+    finally:
+        masking_utils.find_packed_sequence_indices = orig
+
+
+def _qlora_class() -> type:
+    from peft.tuners.lora import bnb as lora_bnb
+    from peft.tuners.lora import layer as lora_layer
+
+    global _QLORA
+    if _QLORA is None:
+        _QLORA = type("QLoraLinear4bit", (lora_layer.Linear,), {"forward": lora_bnb.Linear4bit.forward})
+    return _QLORA
+
+
+_QLORA = None
+
+
+# --------------------------------------------------------------------------- measure
+def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = None,
+            lora_dropout: float = 0.0, seed: int = 0) -> Measurement:
+    """Run `steps` training steps of `setup` and measure live tensor memory.
+
+    device: "auto" (cuda when torch sees one, else the fake-tensor trace), "cuda",
+    "cpu" (real tensors, storage tracker) or "trace". `model`: an already built model to
+    measure instead of building one from `setup.model` (no LoRA/quantization applied).
+    """
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from memlint.measure.tracker import LiveBytes
+
+    # Import now what the step imports lazily: module-level tensors (peft's
+    # `scale=torch.tensor(1)` defaults...) must not be counted as the step's memory.
+    import peft  # noqa: F401
+    import transformers.trainer  # noqa: F401
+
+    if steps < 1:
+        raise MemlintError("steps must be >= 1")
+    if setup.gpus != 1 or setup.shard != "none" or setup.offload != "none":
+        raise MemlintError("memlint.measure runs one process on one device: use gpus=1, shard=none, offload=none")
+    t0 = time.perf_counter()
+    mode = _resolve_device(device, model)
+    notes: list[str] = []
+    details: dict[str, Any] = {}
+    torch.manual_seed(seed)
+
+    attn = setup.attn
+    if attn == "flash_attention_2" and mode != "cuda":
+        attn = "sdpa"
+        notes.append("flash_attention_2 cannot run on CPU: traced with sdpa (flash kernel: out + fp32 logsumexp "
+                     "saved, like FlashAttention-2)")
+    if mode != "cuda":
+        notes.append("CPU stand-ins for the GPU defaults: AdamW foreach/fused set explicitly, SDPA flash kernel, "
+                     "torch.autocast('cpu')")
+    _LORA_DROPOUT[0] = lora_dropout
+
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True) if mode == "trace" else None
+    tracker = LiveBytes() if mode != "cuda" else None
+    dev = "cuda" if mode == "cuda" else "cpu"
+
+    with contextlib.ExitStack() as stack:
+        if mode == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        # ---- build ---------------------------------------------------------------
+        if model is None:
+            build_device = {"trace": "meta", "cpu": "cpu", "cuda": "cuda"}[mode]
+            model = _build_model(setup, build_device, attn)
+            tied = _is_tied(model)
+            if setup.method in ("lora", "qlora"):
+                model = _apply_lora(model, setup)
+            if fake_mode is not None:
+                stack.enter_context(fake_mode)
+                model._apply(lambda t: torch.empty_like(t, device="cpu"))
+            if tied and not _is_tied(model):
+                _retie(model)  # materialising on fake storages silently unties them
+            base_params = sum(p.numel() for n, p in _named_unique(model) if "lora_" not in n)
+            if base_params != setup.model.params:
+                raise MemlintError(f"built {setup.model.id} has {base_params:,} parameters, "
+                                   f"catalog says {setup.model.params:,}")
+            if setup.method == "qlora":
+                details["quantized_linears"] = _quantize(model, setup, use_bnb_matmul=mode == "cuda")
+                notes.append("QLoRA base: embeddings, norms and lm_head stay in the compute dtype "
+                             "(no prepare_model_for_kbit_training fp32 upcast)")
+        else:
+            if fake_mode is not None:
+                stack.enter_context(fake_mode)
+                if next(model.parameters()).device.type == "meta":
+                    tied = _is_tied(model)
+                    model._apply(lambda t: torch.empty_like(t, device="cpu"))
+                    if tied and not _is_tied(model):
+                        _retie(model)
+        if fake_mode is not None:
+            stack.enter_context(_unpacked_sequences_on_fake())
+        if setup.recompute:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if setup.method in ("lora", "qlora"):
+                model.enable_input_require_grads()
+        model.train()
+
+        # ---- count what exists -------------------------------------------------------
+        if tracker is not None:
+            stack.enter_context(tracker)
+            tracker.track_all(list(model.parameters()) + list(model.buffers()))
+            meter: Any = tracker
+        else:
+            import gc
+
+            gc.collect()
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            meter = _CudaMeter(torch)
+        weights = meter.memory_allocated()
+        trainable = [p for p in _unique_params(model) if p.requires_grad]
+        details["trainable_params"] = sum(p.numel() for p in trainable)
+        details["trainable_bytes"] = sum(p.numel() * p.element_size() for p in trainable)
+        details["param_dtypes"] = _dtype_census(model)
+
+        from memlint.measure.optim import build_optimizer, paged_state_tensors, state_tensors
+
+        optimizer, onotes = build_optimizer(setup.optim, model, master_fp32=setup.precision == "master-fp32",
+                                            fake=mode == "trace")
+        notes += onotes
+
+        # ---- precision -----------------------------------------------------------------
+        if setup.precision in ("amp-bf16", "amp-fp16"):
+            amp_dtype = torch.bfloat16 if setup.precision == "amp-bf16" else torch.float16
+            autocast = lambda: torch.autocast(dev, dtype=amp_dtype)  # noqa: E731
+        else:
+            autocast = _no_ctx
+        scaler = None
+        if setup.precision == "amp-fp16":
+            if mode == "cuda" and setup.dtype == "fp32":
+                scaler = torch.amp.GradScaler("cuda")
+            else:
+                notes.append("amp-fp16: GradScaler left out (it unscales in place; only scalars added)")
+
+        # ---- lm_head hook: activations / logits split --------------------------------------
+        head = model.get_output_embeddings()
+        marks: dict[str, int] = {}
+
+        def head_pre_hook(module: Any, args: Any) -> None:
+            if "head" not in marks:
+                marks["head"] = meter.memory_allocated()
+                marks["pre_head_peak"] = meter.max_memory_allocated()
+                meter.reset_peak_memory_stats()
+
+        handle = head.register_forward_pre_hook(head_pre_hook)
+
+        vocab = setup.model.vocab
+        step_results: list[StepMeasurement] = []
+        comp: dict[str, int] = {}
+        paged_bytes = 0
+        for step in range(1, steps + 1):
+            marks.clear()
+            input_ids = torch.randint(0, vocab, (setup.batch, setup.seq), device=dev)
+            labels = input_ids
+            phases: dict[str, int] = {}
+
+            # forward (+ loss), as Trainer.compute_loss: only the loss survives
+            meter.reset_peak_memory_stats()
+            start = meter.memory_allocated()
+            with autocast():
+                loss = model(input_ids=input_ids, labels=labels).loss
+            after_head_peak = meter.max_memory_allocated()
+            phases["forward"] = max(marks.get("pre_head_peak", 0), after_head_peak)
+            activations = marks["head"] - start
+            logits = after_head_peak - marks["head"]
+
+            # backward
+            meter.reset_peak_memory_stats()
+            if scaler is not None:
+                scaler.scale(loss).backward()
+            else:
+                loss.backward()
+            del loss
+            phases["backward"] = meter.max_memory_allocated()
+            grads = _storage_bytes(p.grad for p in trainable if p.grad is not None)
+
+            # optimizer: clip (Trainer's max_grad_norm=1.0), step, zero_grad
+            meter.reset_peak_memory_stats()
+            if scaler is not None:
+                scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(trainable, 1.0, foreach=True)  # CUDA's default: foreach
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+            paged = list(paged_state_tensors(optimizer))
+            paged_bytes = _storage_bytes(paged)
+            opt_state = _storage_bytes(state_tensors(optimizer)) - paged_bytes
+            if tracker is not None:
+                for t in paged:
+                    tracker.exclude(t)
+            optimizer.zero_grad(set_to_none=True)
+            phases["optimizer"] = meter.max_memory_allocated()
+            del input_ids, labels
+
+            phase = max(PHASES, key=lambda k: phases[k])
+            step_results.append(StepMeasurement(step, phases[phase], phase, phases))
+            comp = {"gradients": grads, "optimizer": opt_state, "activations": activations, "logits": logits}
+        handle.remove()
+
+        if paged_bytes:
+            details["paged_optimizer_bytes"] = paged_bytes
+        overhead = 0
+        if mode == "cuda":
+            overhead = meter.max_memory_reserved() - max(s.peak for s in step_results)
+            dev_name = torch.cuda.get_device_name()
+            method = "cuda-allocator"
+        elif mode == "cpu":
+            dev_name = "cpu (storage tracker, real tensors)"
+            method = "cpu-tensor-tracker"
+        else:
+            dev_name = "cpu (fake-tensor trace)"
+            method = "fake-tensor-trace"
+        components = {"weights": weights, **comp, "overhead": max(overhead, 0)}
+
+    return Measurement(components=components, steps=step_results, device=dev_name, method=method,
+                       notes=notes, details=details, runtime_s=time.perf_counter() - t0)
+
+
+def _named_unique(model: Any) -> list[tuple[str, Any]]:
+    seen: set[int] = set()
+    out = []
+    for n, p in model.named_parameters(remove_duplicate=False):
+        if id(p) not in seen:
+            seen.add(id(p))
+            out.append((n, p))
+    return out
+
+
+def _storage_bytes(tensors: Any) -> int:
+    from memlint.measure.tracker import storage_bytes
+
+    return storage_bytes(tensors)
+
+
+def _dtype_census(model: Any) -> dict[str, int]:
+    """Bytes of parameters+buffers by dtype (each storage once)."""
+    seen: dict[int, tuple[str, int]] = {}
+    for t in list(model.parameters()) + list(model.buffers()):
+        st = t.untyped_storage()
+        seen[st._cdata] = (str(t.dtype).replace("torch.", ""), st.nbytes())
+    out: dict[str, int] = {}
+    for dt, n in seen.values():
+        out[dt] = out.get(dt, 0) + n
+    return out

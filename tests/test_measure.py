@@ -1,0 +1,213 @@
+"""memlint.measure: the measured ground truth (fake-tensor trace == real CPU execution)."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+from memlint.errors import MemlintError  # noqa: E402
+from memlint.estimate.setup import Setup  # noqa: E402
+from memlint.measure import measure, tiny_spec  # noqa: E402
+
+LLAMA = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, vocab_size=1000, max_position_embeddings=256, tie_word_embeddings=False)
+QWEN_TIED = dict(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=800, max_position_embeddings=256, tie_word_embeddings=True)
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return tiny_spec("llama", LLAMA)
+
+
+@pytest.fixture(scope="module")
+def qwen():
+    return tiny_spec("qwen2", QWEN_TIED)
+
+
+def _setup(spec, **kw):
+    kw.setdefault("batch", 2)
+    kw.setdefault("seq", 32)
+    return Setup(model=spec, **kw)
+
+
+def _bnb_ok() -> bool:
+    try:
+        import bitsandbytes  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+CASES = [
+    {},
+    {"recompute": True},
+    {"method": "lora"},
+    {"method": "lora", "recompute": True},
+    {"method": "lora", "precision": "pure-bf16"},
+    {"optim": "adamw_torch_fused"},
+    {"optim": "adamw_torch_forloop"},
+    {"optim": "adafactor"},
+    {"optim": "sgd"},
+    {"precision": "master-fp32"},
+    {"dtype": "fp32", "precision": "fp32"},
+    {"dtype": "fp32", "precision": "amp-bf16"},
+    {"attn": "eager"},
+    pytest.param({"method": "qlora", "quant": "nf4", "recompute": True},
+                 marks=pytest.mark.skipif(not _bnb_ok(), reason="bitsandbytes")),
+    pytest.param({"method": "qlora", "quant": "fp4", "double_quant": False},
+                 marks=pytest.mark.skipif(not _bnb_ok(), reason="bitsandbytes")),
+    pytest.param({"optim": "adamw_bnb_8bit"}, marks=pytest.mark.skipif(not _bnb_ok(), reason="bitsandbytes")),
+]
+
+
+@pytest.mark.parametrize("extra", CASES, ids=lambda e: ",".join(f"{k}={v}" for k, v in e.items()) or "default")
+def test_fake_trace_equals_real_cpu_byte_for_byte(llama, extra):
+    setup = _setup(llama, **extra)
+    fake = measure(setup, device="trace").to_json()
+    real = measure(setup, device="cpu").to_json()
+    assert fake["method"] == "fake-tensor-trace" and real["method"] == "cpu-tensor-tracker"
+    assert fake["steps"] == real["steps"]
+    assert fake["components"] == real["components"]
+
+
+def test_tied_embeddings_stay_tied_in_the_trace(qwen):
+    setup = _setup(qwen)
+    fake = measure(setup, device="trace")
+    real = measure(setup, device="cpu")
+    assert fake.to_json()["steps"] == real.to_json()["steps"]
+    # one embedding matrix, counted once: weights = params * 2 bytes + the rotary buffers
+    buffers = fake.components["weights"] - qwen.params * 2
+    assert 0 <= buffers <= 1024
+    assert fake.details["trainable_params"] == qwen.params
+
+
+def test_to_json_shape(llama):
+    j = measure(_setup(llama), device="trace").to_json()
+    assert set(j["components"]) == {"weights", "gradients", "optimizer", "activations", "logits", "overhead"}
+    assert all(isinstance(v, int) for v in j["components"].values())
+    assert j["measured_peak"] == j["steps"][1]["peak"] and j["phase"] == j["steps"][1]["phase"]
+    assert [s["step"] for s in j["steps"]] == [1, 2]
+    for s in j["steps"]:
+        assert set(s["phases"]) == {"forward", "backward", "optimizer"}
+        assert s["peak"] == max(s["phases"].values()) and s["phases"][s["phase"]] == s["peak"]
+    assert j["device"] == "cpu (fake-tensor trace)" and j["components"]["overhead"] == 0
+
+
+def test_full_bf16_adamw_components(llama):
+    m = measure(_setup(llama), device="trace")
+    c = m.components
+    param_bytes = llama.params * 2
+    n_tensors = 2 * 9 + 3  # per layer: 7 linears + 2 norms; embed, lm_head, final norm
+    assert c["gradients"] == param_bytes
+    # AdamW keeps m and v in the parameter dtype, plus a 4-byte step per parameter tensor
+    assert c["optimizer"] == 2 * param_bytes + 4 * n_tensors
+    assert c["weights"] - param_bytes < 1024  # + rotary inv_freq buffers
+    # logits: bf16 lm_head output + fp32 upcast + fp32 log_softmax, b*s*vocab each
+    tokens = 2 * 32
+    assert c["logits"] >= tokens * llama.vocab * (2 + 4 + 4)
+    assert c["activations"] > 0
+
+
+def test_step2_forward_carries_the_optimizer_state(llama):
+    m = measure(_setup(llama), device="trace")
+    s1, s2 = m.steps
+    assert s2.phases["forward"] - s1.phases["forward"] == m.components["optimizer"]
+    assert m.measured_peak == s2.peak >= s1.peak
+
+
+def test_lora_adapters_fp32_on_bf16_base(llama):
+    m = measure(_setup(llama, method="lora", lora_r=8), device="trace")
+    lora_params = sum(l.count * 8 * (l.in_features + l.out_features) for l in llama.layer_linears())
+    assert m.details["trainable_params"] == lora_params
+    assert m.details["trainable_bytes"] == 4 * lora_params  # fp32 adapters (peft autocast_adapter_dtype)
+    assert m.components["gradients"] == 4 * lora_params
+    assert m.details["param_dtypes"]["bfloat16"] == llama.params * 2
+    pure = measure(_setup(llama, method="lora", lora_r=8, precision="pure-bf16"), device="trace")
+    assert pure.details["trainable_bytes"] == 2 * lora_params
+
+
+def test_recompute_lowers_activations(llama):
+    plain = measure(_setup(llama), device="trace").components["activations"]
+    rc = measure(_setup(llama, recompute=True), device="trace").components["activations"]
+    assert rc < plain / 3
+
+
+@pytest.mark.skipif(not _bnb_ok(), reason="bitsandbytes")
+@pytest.mark.parametrize("double_quant", [True, False])
+def test_qlora_weights_match_the_packed_4bit_formula(llama, double_quant):
+    r = 8
+    m = measure(_setup(llama, method="qlora", quant="nf4", double_quant=double_quant, lora_r=r), device="trace")
+    quantized = [(l.in_features * l.out_features, l.count) for l in llama.layer_linears()]
+    q_bytes = 0
+    for numel, count in quantized:
+        per = numel // 2  # packed uint8, two 4-bit values a byte
+        blocks = math.ceil(numel / 64)
+        if double_quant:  # uint8 absmax + fp32 absmax per 256 blocks + 256-entry fp32 code + fp32 offset
+            per += blocks + 4 * math.ceil(blocks / 256) + 256 * 4 + 4
+        else:
+            per += 4 * blocks
+        per += 16 * 4  # the NF4 code (16 fp32 values) each QuantState carries
+        q_bytes += per * count
+    unquantized = llama.params - sum(n * c for n, c in quantized)  # embeddings, norms, lm_head
+    lora = sum(l.count * r * (l.in_features + l.out_features) for l in llama.layer_linears())
+    w = m.components["weights"]
+    buffers = w - (q_bytes + 2 * unquantized + 4 * lora)
+    assert 0 <= buffers <= 1024, buffers  # rotary inv_freq
+    assert m.details["quantized_linears"] == sum(c for _, c in quantized)
+
+
+def test_lora_dropout_saves_more(llama):
+    a = measure(_setup(llama, method="lora"), device="trace", lora_dropout=0.0).components["activations"]
+    b = measure(_setup(llama, method="lora"), device="trace", lora_dropout=0.05).components["activations"]
+    assert b > a
+
+
+def test_flash_attention_is_traced_as_sdpa_with_a_note(llama):
+    m = measure(_setup(llama, attn="flash_attention_2"), device="trace")
+    sdpa = measure(_setup(llama, attn="sdpa"), device="trace")
+    assert any("flash_attention_2" in n for n in m.notes)
+    assert m.to_json()["steps"] == sdpa.to_json()["steps"]
+
+
+def test_unsupported_setups_raise(llama):
+    with pytest.raises(MemlintError):
+        measure(_setup(llama, gpus=2, shard="zero3"), device="trace")
+    with pytest.raises(MemlintError):
+        measure(_setup(llama), device="tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(MemlintError):
+            measure(_setup(llama), device="cuda")
+
+
+def test_auto_device_without_cuda_is_the_trace(llama):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    assert measure(_setup(llama), steps=1).method == "fake-tensor-trace"
+
+
+def test_importing_measure_does_not_import_torch():
+    code = "import sys, memlint.measure; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("MEMLINT_SLOW") != "1", reason="8B trace: set MEMLINT_SLOW=1")
+def test_llama31_8b_full_finetune_trace_finishes():
+    from memlint.catalog import resolve
+
+    spec = resolve("meta-llama/Llama-3.1-8B")
+    m = measure(Setup(model=spec, batch=1, seq=2048), device="trace")
+    c = m.components
+    assert c["weights"] - spec.params * 2 < 4096
+    assert c["gradients"] == spec.params * 2
+    assert m.phase == "optimizer"
+    assert m.measured_peak > c["weights"] + c["gradients"] + c["optimizer"]
