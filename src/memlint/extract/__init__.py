@@ -39,8 +39,14 @@ def extract_source(source: str, path: str | Path = "<string>", shown: str | None
     try:
         interp = Interpreter(p, source, Handlers())
     except cst.ParserSyntaxError as exc:
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid syntax"
-        return TrainingPlan(name, {}, (f"{SYNTAX_ERROR_NOTE} at line {exc.raw_line}, column {exc.raw_column + 1}: {msg}",))
+        line, col, msg = exc.raw_line, exc.raw_column + 1, exc.message
+        try:  # CPython's own parser words it better ("'(' was never closed")
+            compile(source, name, "exec", flags=0x400, dont_inherit=True)  # ast.PyCF_ONLY_AST
+        except SyntaxError as err:
+            line, col, msg = err.lineno or line, err.offset or col, err.msg
+        except (ValueError, RecursionError):
+            pass
+        return TrainingPlan(name, {}, (f"{SYNTAX_ERROR_NOTE} at line {line}, column {col}: {msg}",))
     facts = interp.run()
     return Builder(name, p, facts).build()
 

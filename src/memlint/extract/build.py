@@ -16,7 +16,15 @@ from memlint.extract.library import default as library_default
 from memlint.extract.values import Alts, Const, Dict, Obj, Ref, Seq, Unknown, flatten, to_python
 from memlint.plan import Span, TrainingPlan, Value
 
-_NUMERIC = {"lora_r", "lora_alpha", "per_device_batch", "grad_accum", "max_length", "quant_bits"}
+_NUMERIC = {"lora_r", "lora_alpha", "per_device_batch", "grad_accum", "max_length"}
+# When branches disagree, `value` is the candidate that costs the most memory.
+_WORST = {
+    "quant_bits": [None, 8, 4],
+    "gradient_checkpointing": [False, True],
+    "padding": ["max_length", "longest", "packing"],
+    "precision": ["fp32", "amp-fp16", "amp-bf16"],
+    "torch_dtype": ["fp32", "auto", "bf16", "fp16"],
+}
 _DTYPES = {
     "bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16",
     "float32": "fp32", "fp32": "fp32", "float": "fp32", "auto": "auto",
@@ -48,6 +56,7 @@ class Builder:
         self.facts = facts
         self.fields: dict[str, Value] = {}
         self.notes: list[str] = list(facts.notes)
+        self.maybe: dict[str, list[str]] = {}
 
     # ---- values ----------------------------------------------------------------------------
 
@@ -88,12 +97,15 @@ class Builder:
             nums = [d for d in distinct if isinstance(d[0], (int, float)) and not isinstance(d[0], bool)]
             if nums:
                 pick = max(nums, key=lambda d: d[0])
+        elif len(distinct) > 1 and name in _WORST:
+            order = _WORST[name]
+            pick = min(distinct, key=lambda d: order.index(d[0]) if d[0] in order else len(order))
         value, c = pick
         span = Span(c.file or self.path, c.line or line or 1) if (c.line or line) else None
         cands = tuple(_jsonable(d[0]) for d in distinct) if len(distinct) > 1 else ()
         self.fields[name] = Value(_jsonable(value), c.source, span, tuple(c.chain), cands)
         if whys:
-            self.notes.append(f"{name} may also be unknown at run time ({whys[0]}); memlint shows the known candidates")
+            self.maybe.setdefault(_reason(whys[0]), []).append(name)
 
     def lib(self, name: str, cls: str, attr: str, line: int | None, convert: Callable = lambda x: x) -> None:
         d = library_default(cls, attr)
@@ -130,6 +142,8 @@ class Builder:
         else:
             self.loop_fields(objs, model_objs)
         self.gc_field(model_objs)
+        for why, names in self.maybe.items():
+            self.notes.append(f"{', '.join(names)}: on some paths {why}; the plan shows the values memlint can read")
         return TrainingPlan(self.path, self.fields, tuple(dict.fromkeys(self.notes)))
 
     def loop_model(self, objs: list) -> Any:
@@ -204,7 +218,7 @@ class Builder:
         self.put("model_id", _alts(ids), _model_id, models[0].line)
         self.put("torch_dtype", _alts(dtypes), _dtype, self.root(models[0]).line)
         self.put("attn_implementation", _alts(attns), _attn, self.root(models[0]).line)
-        q = quants[0]
+        q = {k: _alts([x[k] for x in quants]) for k in ("bits", "type", "double", "compute")}
         self.put("quant_bits", q["bits"], _bits, self.root(models[0]).line)
         if self.fields["quant_bits"].value in (4,) or any(c == 4 for c in self.fields["quant_bits"].candidates):
             self.put("quant_type", q["type"], _quant_type, self.root(models[0]).line)
@@ -225,29 +239,43 @@ class Builder:
                 "compute": kw.get("dtype") if isinstance(kw.get("dtype"), (Ref, _Dtype)) else Unknown("unsloth computes in bf16 where the GPU supports it, else fp16"),
             }
         qc = kw.get("quantization_config")
-        bnb = [o for o in flatten(qc) if isinstance(o, Obj) and o.kind == "bnb"] if qc is not None else []
+        if qc is not None:
+            opts = [self.quant_of_config(o, root) for o in flatten(qc)]
+            return {k: _alts([o[k] for o in opts]) for k in ("bits", "type", "double", "compute")}
+        return self.quant_of_config(None, root)
+
+    def quant_of_config(self, b: Any, root: Obj) -> dict:
+        kw = root.kwargs
+        line = root.line
         cls = "transformers.BitsAndBytesConfig"
-        if bnb:
-            b = bnb[0]
+        if isinstance(b, Obj) and b.kind == "bnb":
             def field(name: str) -> Any:
                 v = b.get(name)
                 if v is None or (isinstance(v, Const) and v.value is None and name == "bnb_4bit_compute_dtype"):
                     return _libc(cls, name, b.line) if not b.open else Unknown(f"{name} may be set by **kwargs")
                 return v
+            bits = _bits_from(b.get("load_in_4bit"), b.get("load_in_8bit"), b.line)
+            if not _may_be_4bit(bits):
+                return {"bits": bits, "type": None, "double": None, "compute": None}
             return {
-                "bits": _bits_from(b.get("load_in_4bit"), b.get("load_in_8bit"), b.line),
+                "bits": bits,
                 "type": field("bnb_4bit_quant_type"),
                 "double": field("bnb_4bit_use_double_quant"),
                 "compute": field("bnb_4bit_compute_dtype"),
             }
-        if qc is not None and not (isinstance(qc, Const) and qc.value is None):
+        if b is not None and not (isinstance(b, Const) and b.value is None):
             return {k: Unknown("a quantization config memlint could not follow") for k in ("bits", "type", "double", "compute")}
+        if isinstance(b, Const):
+            return {"bits": b.with_value(None, "quantization_config=None: not quantized"), "type": None, "double": None, "compute": None}
         b4, b8 = kw.get("load_in_4bit"), kw.get("load_in_8bit")
         if b4 is None and b8 is None and root.open:
             unk = Unknown("quantization may be set by **kwargs")
             return {"bits": unk, "type": unk, "double": unk, "compute": unk}
+        bits = _bits_from(b4, b8, line)
+        if not _may_be_4bit(bits):
+            return {"bits": bits, "type": None, "double": None, "compute": None}
         return {
-            "bits": _bits_from(b4, b8, line),
+            "bits": bits,
             "type": _libc(cls, "bnb_4bit_quant_type", line),
             "double": _libc(cls, "bnb_4bit_use_double_quant", line),
             "compute": _libc(cls, "bnb_4bit_compute_dtype", line),
@@ -274,9 +302,13 @@ class Builder:
             return
         lora = loras[-1]
         bits = self.fields.get("quant_bits")
-        q4 = bits is not None and (bits.value == 4 or 4 in bits.candidates)
-        method = "qlora" if q4 else "lora"
-        cands = (method, "full") if has_none else ()
+        bit_opts = (bits.candidates or (bits.value,)) if bits is not None else (None,)
+        methods = list(dict.fromkeys("qlora" if b == 4 else "lora" for b in bit_opts))
+        if has_none:
+            methods.append("full")
+        method = min(methods, key=["full", "lora", "qlora"].index)
+        q4 = "qlora" in methods
+        cands = tuple(methods) if len(methods) > 1 else ()
         self.fields["method"] = Value(method, "literal", Span(self.path, lora.line), (f"{lora.cls.rsplit('.', 1)[-1]} (line {lora.line}) applied" + (" on a 4-bit base" if q4 else ""),), cands)
         if lora.extra.get("adapter"):
             for f in ("lora_r", "lora_alpha", "lora_targets"):
@@ -621,37 +653,45 @@ class Builder:
         self.put("optimizer", _alts(vals))
 
     def gc_field(self, models: list[Obj]) -> None:
-        events = []
-        for m in models:
-            for mm in self.chain(m):
-                events.extend(mm.extra.get("gc", []))
-        resolved = []
-        for v, line, how in events:
-            if isinstance(v, tuple):  # ("library-default", cls, field)
-                d = library_default(v[1], v[2])
-                v = Const(d.value, "library-default", line, (d.why,)) if d else Unknown(how)
-            for x in flatten(v):
-                if isinstance(x, Const):
-                    resolved.append(x.with_value(bool(x.value) if not isinstance(x.value, str) else True, how))
-                else:
-                    resolved.append(x)
-        on = [r for r in resolved if isinstance(r, Const) and r.value]
-        if on:
-            self.put("gradient_checkpointing", on[0], _bool)
-            return
+        """Checkpointing is on if the model turns it on, else what the training arguments say."""
         args_gc = getattr(self, "args_gc", None)
-        if args_gc is not None:
-            self.put("gradient_checkpointing", args_gc, _bool)
-        elif resolved:
-            self.put("gradient_checkpointing", _alts(resolved), _bool)
-        elif "trainer" in self.fields and self.fields["trainer"].value == "custom-loop":
-            line = self.fields["trainer"].line
-            self.put("gradient_checkpointing", Const(False, "library-default", line, ("models load without gradient checkpointing",)), _bool)
-        else:
-            self.put("gradient_checkpointing", Unknown("no trainer or model found"))
+        per_model = []
+        for m in models or [None]:
+            resolved = []
+            for mm in self.chain(m) if m is not None else []:
+                for v, line, how in mm.extra.get("gc", []):
+                    if isinstance(v, tuple):  # ("library-default", cls, field)
+                        d = library_default(v[1], v[2])
+                        v = Const(d.value, "library-default", line, (d.why,)) if d else Unknown(how)
+                    for x in flatten(v):
+                        if isinstance(x, Const):
+                            resolved.append(x.with_value(bool(x.value) if not isinstance(x.value, str) else True, how))
+                        else:
+                            resolved.append(x)
+            on = sorted((r for r in resolved if isinstance(r, Const) and r.value), key=lambda r: r.source == "library-default")
+            if on:
+                per_model.append(on[0])
+            elif args_gc is not None:
+                per_model.append(args_gc)
+            elif resolved:
+                per_model.append(_alts(resolved))
+            elif self.fields.get("trainer") is not None and self.fields["trainer"].value == "custom-loop":
+                line = self.fields["trainer"].line
+                per_model.append(Const(False, "library-default", line, ("models load without gradient checkpointing",)))
+            else:
+                per_model.append(Unknown("no trainer or model found"))
+        self.put("gradient_checkpointing", _alts(per_model), _bool)
 
 
 # ---- conversions ------------------------------------------------------------------------------
+
+def _reason(why: str) -> str:
+    """'optim comes from a config file given at run time' -> 'the value comes from ...'."""
+    for marker in (" comes from ", " may be set by "):
+        if marker in why:
+            return "the value" + why[why.index(marker):]
+    return why
+
 
 def _eq(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
@@ -725,8 +765,12 @@ def _bits_from(b4: Any, b8: Any, line: int | None) -> Any:
                 out.append(y)
             else:
                 src = x if isinstance(x, Const) else y if isinstance(y, Const) else None
-                out.append(src.with_value(None, "not quantized") if src else Const(None, "literal", line, ("not quantized",)))
+                out.append(src.with_value(None, "not quantized") if src else Const(None, "library-default", line, ("from_pretrained loads unquantized unless told otherwise",)))
     return _alts(out)
+
+
+def _may_be_4bit(bits: Any) -> bool:
+    return any(not isinstance(x, Const) or x.value == 4 for x in flatten(bits))
 
 
 def _int(v: Any) -> int:

@@ -346,8 +346,8 @@ class Interpreter:
         if isinstance(target, cst.Name):
             if type(value) is Ref:
                 value = Ref(value.qual, self.line_of(stmt), "constant")
-            elif isinstance(value, Const):
-                value = value.named(f"{target.value} = {self.code(stmt.value) if hasattr(stmt, 'value') and stmt.value is not None else '…'} (line {self.line_of(stmt)})")
+            elif isinstance(value, (Const, Seq, Dict)):
+                value = _named(value, f"{target.value} = {self.code(stmt.value) if getattr(stmt, 'value', None) is not None else '…'} (line {self.line_of(stmt)})")
             env.vars[target.value] = value
         elif isinstance(target, (cst.Tuple, cst.List)):
             elts = target.elements
@@ -861,7 +861,7 @@ class Interpreter:
                 ranges.append((comp.target.value, it.args[2].value))
             self.assign(comp.target, self.iter_items(self.ev(comp.iter, inner)), inner, node)
             comp = comp.inner_for_in
-        elt = getattr(node, "elt", None)
+        elt = node.value if isinstance(node, cst.DictComp) else getattr(node, "elt", None)
         if elt is not None:
             for var, step in ranges:
                 self.chunk_idiom(elt, var, step, inner)
@@ -948,6 +948,17 @@ class BoundUnknown(Unknown):
     """A method or attribute of something unknown: dataset.map, loss.backward."""
 
     attr: str = ""
+
+
+def _named(v: Any, how: str) -> Any:
+    """A literal bound to a name becomes a constant, inside containers too."""
+    if isinstance(v, Const):
+        return v.named(how) if v.source == "literal" else v
+    if isinstance(v, Seq):
+        return Seq([_named(x, how) for x in v.items], v.kind)
+    if isinstance(v, Dict):
+        return Dict({k: _named(x, how) for k, x in v.items.items()}, v.open)
+    return v
 
 
 def _hashable(v: Any) -> bool:

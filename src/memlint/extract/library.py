@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import metadata
@@ -64,8 +65,29 @@ def in_range(version: str | None, spec: str | None) -> bool:
     return True
 
 
-@lru_cache(maxsize=None)
+_PINNED: dict[str, str | None] = {}
+
+
+@contextmanager
+def pinned_versions(versions: dict[str, str | None]):
+    """Read defaults as if these versions were installed (None: not installed). For tests."""
+    saved = dict(_PINNED)
+    _PINNED.update(versions)
+    try:
+        yield
+    finally:
+        _PINNED.clear()
+        _PINNED.update(saved)
+
+
 def installed_version(package: str) -> str | None:
+    if package in _PINNED:
+        return _PINNED[package]
+    return _metadata_version(package)
+
+
+@lru_cache(maxsize=None)
+def _metadata_version(package: str) -> str | None:
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:

@@ -1,0 +1,69 @@
+"""`python -m memlint.extract PATH...` prints plans as JSON; `--regen-golden` rewrites fixtures/golden.
+
+Golden files are claims: regenerate, then read the diff before committing it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from memlint.errors import MemlintError
+from memlint.extract import extract_file, extract_paths
+
+# The library versions golden files are written against, so they do not drift with the venv.
+GOLDEN_VERSIONS = {"transformers": "5.24.0", "torch": "2.13.0", "peft": "0.21.2", "trl": None, "unsloth": None}
+
+
+def fixture_scripts(root: Path) -> list[Path]:
+    scripts = root / "scripts"
+    return sorted(p for p in scripts.rglob("*") if p.suffix in (".py", ".ipynb") and p.is_file())
+
+
+def golden_path(root: Path, script: Path) -> Path:
+    rel = script.relative_to(root / "scripts").as_posix().replace("/", "__")
+    return root / "golden" / f"{rel}.json"
+
+
+def regen(root: Path) -> int:
+    from memlint.extract.library import pinned_versions
+
+    with pinned_versions(GOLDEN_VERSIONS):
+        for script in fixture_scripts(root):
+            plan = extract_file(script)
+            out = golden_path(root, script)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(plan.to_json(), indent=2) + "\n", encoding="utf-8")
+            print(f"wrote {out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m memlint.extract")
+    ap.add_argument("paths", nargs="*")
+    ap.add_argument("--regen-golden", action="store_true", help="rewrite fixtures/golden from fixtures/scripts")
+    ap.add_argument("--fixtures", default="fixtures")
+    ap.add_argument("--chains", action="store_true", help="also print how each value was resolved, and the notes")
+    ns = ap.parse_args(argv)
+    if ns.regen_golden:
+        return regen(Path(ns.fixtures))
+    try:
+        plans = extract_paths(ns.paths)
+    except MemlintError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    out = []
+    for p in plans:
+        item = {"path": p.path, "plan": p.to_json()}
+        if ns.chains:
+            item["chains"] = {k: list(v.chain) for k, v in p.fields.items()}
+            item["notes"] = list(p.notes)
+        out.append(item)
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
