@@ -142,10 +142,11 @@ def test_recompute_lowers_activations(llama):
 
 
 @pytest.mark.skipif(not _bnb_ok(), reason="bitsandbytes")
-@pytest.mark.parametrize("double_quant", [True, False])
-def test_qlora_weights_match_the_packed_4bit_formula(llama, double_quant):
+@pytest.mark.parametrize("double_quant,kbit_prep", [(True, False), (False, False), (True, True)])
+def test_qlora_weights_match_the_packed_4bit_formula(llama, double_quant, kbit_prep):
     r = 8
-    m = measure(_setup(llama, method="qlora", quant="nf4", double_quant=double_quant, lora_r=r), device="trace")
+    setup = _setup(llama, method="qlora", quant="nf4", double_quant=double_quant, lora_r=r, kbit_prep=kbit_prep)
+    m = measure(setup, device="trace")
     quantized = [(l.in_features * l.out_features, l.count) for l in llama.layer_linears()]
     q_bytes = 0
     for numel, count in quantized:
@@ -160,15 +161,26 @@ def test_qlora_weights_match_the_packed_4bit_formula(llama, double_quant):
     unquantized = llama.params - sum(n * c for n, c in quantized)  # embeddings, norms, lm_head
     lora = sum(l.count * r * (l.in_features + l.out_features) for l in llama.layer_linears())
     w = m.components["weights"]
-    buffers = w - (q_bytes + 2 * unquantized + 4 * lora)
+    unq_bytes = 4 if kbit_prep else 2  # prepare_model_for_kbit_training upcasts them to fp32
+    buffers = w - (q_bytes + unq_bytes * unquantized + 4 * lora)
     assert 0 <= buffers <= 1024, buffers  # rotary inv_freq
     assert m.details["quantized_linears"] == sum(c for _, c in quantized)
 
 
-def test_lora_dropout_saves_more(llama):
-    a = measure(_setup(llama, method="lora"), device="trace", lora_dropout=0.0).components["activations"]
-    b = measure(_setup(llama, method="lora"), device="trace", lora_dropout=0.05).components["activations"]
-    assert b > a
+def test_lora_dropout_saves_a_bool_mask(llama):
+    # CUDA's fused native_dropout keeps a bool mask (1 byte an element), not CPU's
+    # float noise tensor: the trace uses the CUDA kernel.
+    a = measure(_setup(llama, method="lora", lora_dropout=0.0), device="trace").components["activations"]
+    b = measure(_setup(llama, method="lora", lora_dropout=0.05), device="trace").components["activations"]
+    lora_inputs = 2 * 32 * sum(l.count * l.in_features for l in llama.layer_linears())
+    assert 0 < b - a <= lora_inputs  # at most one byte per element of each adapter's input
+
+
+def test_grad_accum_carries_the_gradients_into_the_next_forward(llama):
+    one = measure(_setup(llama), device="trace")
+    two = measure(_setup(llama, grad_accum=2), device="trace")
+    assert two.steps[1].phases["forward"] - one.steps[1].phases["forward"] == one.components["gradients"]
+    assert two.components["activations"] == one.components["activations"]
 
 
 def test_flash_attention_is_traced_as_sdpa_with_a_note(llama):

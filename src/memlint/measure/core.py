@@ -147,18 +147,16 @@ def _build_model(setup: Setup, build_device: str, attn: str) -> Any:
     return model
 
 
-def _apply_lora(model: Any, setup: Setup) -> Any:
+def _apply_lora(model: Any, setup: Setup, dropout: float) -> Any:
     from peft import LoraConfig, get_peft_model
 
     targets = "all-linear" if setup.lora_targets == "all-linear" else list(setup.lora_targets)
     config = LoraConfig(r=setup.lora_r, lora_alpha=2 * setup.lora_r, target_modules=targets,
-                        lora_dropout=_LORA_DROPOUT[0], task_type="CAUSAL_LM")
+                        lora_dropout=dropout, task_type="CAUSAL_LM")
     # peft's default autocast_adapter_dtype=True keeps fp16/bf16 adapters in fp32;
     # pure bf16 training keeps them bf16.
     return get_peft_model(model, config, autocast_adapter_dtype=setup.precision != "pure-bf16")
 
-
-_LORA_DROPOUT = [0.0]  # module-level knob for the dropout experiment (see measure(lora_dropout=...))
 
 
 def _quantize(model: Any, setup: Setup, use_bnb_matmul: bool) -> int:
@@ -206,6 +204,28 @@ def _no_ctx():
 
 
 @contextlib.contextmanager
+def _cuda_dropout():
+    """On CUDA, F.dropout runs the fused `native_dropout`, which saves a bool mask (1 byte
+    an element); on CPU aten decomposes it into `empty_like(x).bernoulli_()` and saves a
+    mask in x's dtype (4 bytes for the fp32 input of a LoRA adapter). Use the CUDA kernel."""
+    import torch
+    import torch.nn.functional as F
+
+    orig = F.dropout
+
+    def dropout(input: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Any:
+        if training and 0.0 < p < 1.0 and not inplace and input.numel() > 0:
+            return torch.native_dropout(input, p, True)[0]
+        return orig(input, p, training, inplace)
+
+    F.dropout = dropout
+    try:
+        yield
+    finally:
+        F.dropout = orig
+
+
+@contextlib.contextmanager
 def _unpacked_sequences_on_fake():
     """transformers reads data to decide whether the batch is packed (several sequences
     per row): `(mask[:, -1] == 0).all()`. A FakeTensor has no data, so transformers then
@@ -248,12 +268,13 @@ _QLORA = None
 
 # --------------------------------------------------------------------------- measure
 def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = None,
-            lora_dropout: float = 0.0, seed: int = 0) -> Measurement:
+            lora_dropout: float | None = None, seed: int = 0) -> Measurement:
     """Run `steps` training steps of `setup` and measure live tensor memory.
 
     device: "auto" (cuda when torch sees one, else the fake-tensor trace), "cuda",
     "cpu" (real tensors, storage tracker) or "trace". `model`: an already built model to
     measure instead of building one from `setup.model` (no LoRA/quantization applied).
+    `lora_dropout` overrides `setup.lora_dropout`.
     """
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -281,9 +302,11 @@ def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = 
         notes.append("flash_attention_2 cannot run on CPU: traced with sdpa (flash kernel: out + fp32 logsumexp "
                      "saved, like FlashAttention-2)")
     if mode != "cuda":
-        notes.append("CPU stand-ins for the GPU defaults: AdamW foreach/fused set explicitly, SDPA flash kernel, "
-                     "torch.autocast('cpu')")
-    _LORA_DROPOUT[0] = lora_dropout
+        notes.append("CPU stand-ins for the GPU defaults: AdamW/clip_grad_norm foreach set explicitly, SDPA "
+                     "flash kernel, torch.autocast('cpu'), fused native_dropout (bool mask)")
+    dropout = setup.lora_dropout if lora_dropout is None else lora_dropout
+    if setup.quant == "int8":
+        raise MemlintError("an 8-bit (LLM.int8) base is not supported by memlint.measure yet")
 
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True) if mode == "trace" else None
     tracker = LiveBytes() if mode != "cuda" else None
@@ -299,7 +322,7 @@ def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = 
             model = _build_model(setup, build_device, attn)
             tied = _is_tied(model)
             if setup.method in ("lora", "qlora"):
-                model = _apply_lora(model, setup)
+                model = _apply_lora(model, setup, dropout)
             if fake_mode is not None:
                 stack.enter_context(fake_mode)
                 model._apply(lambda t: torch.empty_like(t, device="cpu"))
@@ -311,8 +334,17 @@ def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = 
                                    f"catalog says {setup.model.params:,}")
             if setup.method == "qlora":
                 details["quantized_linears"] = _quantize(model, setup, use_bnb_matmul=mode == "cuda")
-                notes.append("QLoRA base: embeddings, norms and lm_head stay in the compute dtype "
-                             "(no prepare_model_for_kbit_training fp32 upcast)")
+                if setup.kbit_prep:
+                    # peft.prepare_model_for_kbit_training: every fp16/bf16 parameter that is
+                    # not a Params4bit (embeddings, norms, lm_head) becomes fp32.
+                    for p in _unique_params(model):
+                        if p.dtype in (torch.float16, torch.bfloat16):
+                            p.data = p.data.to(torch.float32)
+                    notes.append("kbit_prep: prepare_model_for_kbit_training casts embeddings, norms and lm_head "
+                                 "to fp32")
+                else:
+                    notes.append("QLoRA base: embeddings, norms and lm_head stay in the compute dtype "
+                                 "(no prepare_model_for_kbit_training)")
         else:
             if fake_mode is not None:
                 stack.enter_context(fake_mode)
@@ -323,6 +355,8 @@ def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = 
                         _retie(model)
         if fake_mode is not None:
             stack.enter_context(_unpacked_sequences_on_fake())
+        if mode != "cuda":
+            stack.enter_context(_cuda_dropout())
         if setup.recompute:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             if setup.method in ("lora", "qlora"):
@@ -382,30 +416,35 @@ def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = 
         step_results: list[StepMeasurement] = []
         comp: dict[str, int] = {}
         paged_bytes = 0
+        accum = setup.grad_accum
         for step in range(1, steps + 1):
-            marks.clear()
-            input_ids = torch.randint(0, vocab, (setup.batch, setup.seq), device=dev)
-            labels = input_ids
-            phases: dict[str, int] = {}
+            phases = {"forward": 0, "backward": 0}
+            activations = logits = 0
+            for _micro in range(accum):  # micro-batches 2.. run with the gradients alive
+                marks.clear()
+                input_ids = torch.randint(0, vocab, (setup.batch, setup.seq), device=dev)
+                labels = input_ids
 
-            # forward (+ loss), as Trainer.compute_loss: only the loss survives
-            meter.reset_peak_memory_stats()
-            start = meter.memory_allocated()
-            with autocast():
-                loss = model(input_ids=input_ids, labels=labels).loss
-            after_head_peak = meter.max_memory_allocated()
-            phases["forward"] = max(marks.get("pre_head_peak", 0), after_head_peak)
-            activations = marks["head"] - start
-            logits = after_head_peak - marks["head"]
+                # forward (+ loss), as Trainer.compute_loss: only the loss survives
+                meter.reset_peak_memory_stats()
+                start = meter.memory_allocated()
+                with autocast():
+                    loss = model(input_ids=input_ids, labels=labels).loss
+                if accum > 1:
+                    loss = loss / accum
+                after_head_peak = meter.max_memory_allocated()
+                phases["forward"] = max(phases["forward"], marks.get("pre_head_peak", 0), after_head_peak)
+                activations = max(activations, marks["head"] - start)
+                logits = max(logits, after_head_peak - marks["head"])
 
-            # backward
-            meter.reset_peak_memory_stats()
-            if scaler is not None:
-                scaler.scale(loss).backward()
-            else:
-                loss.backward()
-            del loss
-            phases["backward"] = meter.max_memory_allocated()
+                # backward
+                meter.reset_peak_memory_stats()
+                if scaler is not None:
+                    scaler.scale(loss).backward()
+                else:
+                    loss.backward()
+                del loss, input_ids, labels
+                phases["backward"] = max(phases["backward"], meter.max_memory_allocated())
             grads = _storage_bytes(p.grad for p in trainable if p.grad is not None)
 
             # optimizer: clip (Trainer's max_grad_norm=1.0), step, zero_grad
@@ -426,7 +465,6 @@ def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = 
                     tracker.exclude(t)
             optimizer.zero_grad(set_to_none=True)
             phases["optimizer"] = meter.max_memory_allocated()
-            del input_ids, labels
 
             phase = max(PHASES, key=lambda k: phases[k])
             step_results.append(StepMeasurement(step, phases[phase], phase, phases))
