@@ -48,71 +48,140 @@ def textbook(s: Setup) -> ActivationTerms:
     return ActivationTerms(body, per_layer, inputs, logits, 0, formula, "s·b·V × 4 B (fp32 logits)")
 
 
-def _per_token_layer_bytes(s: Setup) -> tuple[int, int]:
-    """(bytes saved per token by one decoder layer, bytes of its input), HF eager/SDPA code."""
+def residual_bytes(s: Setup) -> int:
+    """Bytes per element of the residual stream: fp32 when the embeddings are fp32 (fp32
+    weights under autocast, or prepare_model_for_kbit_training's upcast), else the
+    weight dtype."""
+    if s.dtype == "fp32" or (s.quant != "none" and s.kbit_prep):
+        return 4
+    return DTYPE_BYTES[s.dtype]
+
+
+def autocast_weight_copies(s: Setup) -> tuple[int, int]:
+    """(decoder body, lm_head) bytes of the half-precision weight copies autocast makes
+    for fp32 weights and keeps for backward until each op's gradient is computed."""
+    if s.precision not in ("amp-bf16", "amp-fp16"):
+        return 0, 0
     m = s.model
     a = DTYPE_BYTES[s.compute_dtype]
-    # The residual stream: fp32 when autocast runs over fp32 weights, else the weight dtype.
-    x = 4 if s.dtype == "fp32" else DTYPE_BYTES[s.dtype]
+    head = m.vocab * m.hidden * a
+    body = 0
+    if s.dtype == "fp32":
+        body = sum(l.in_features * l.out_features * l.count for l in m.layer_linears()) * a
+        return body, head
+    if s.quant != "none" and s.kbit_prep:
+        return 0, head  # lm_head was upcast to fp32
+    return 0, 0
+
+
+_GROUPS = {
+    "attn_in": ("q_proj", "k_proj", "v_proj", "qkv_proj", "query_key_value", "c_attn", "query", "key", "value"),
+    "mlp_in": ("gate_proj", "up_proj", "gate_up_proj", "fc1", "c_fc", "dense_h_to_4h", "w1", "w3"),
+    "mlp_out": ("down_proj", "fc2", "dense_4h_to_h", "w2", "mlp.c_proj"),
+}
+
+
+def _group(name: str) -> str:
+    for group, names in _GROUPS.items():
+        if any(name == n or name.endswith("." + n) for n in names):
+            return group
+    return "attn_out"  # o_proj / out_proj / dense: its input is SDPA's saved output
+
+
+def _linear_inputs(s: Setup, a: int, inter: int) -> int:
+    """Bytes per token that linear layers keep of their inputs for their weight grads.
+
+    A trained linear keeps its input; siblings that read the same tensor share it
+    (q/k/v, gate/up). LoRA adapters differ: peft casts the input to the adapter's fp32
+    and autocast casts it back, so under autocast each adapter keeps its own half copy,
+    and with dropout each keeps its own dropped-out copy plus a bool mask."""
+    m = s.model
+    size = {"attn_in": m.hidden, "mlp_in": m.hidden, "mlp_out": inter, "attn_out": 0}
+    if s.method == "full":
+        return a * (size["attn_in"] + size["mlp_in"] + size["mlp_out"])
+    autocast = s.precision in ("amp-bf16", "amp-fp16")
+    own = autocast or s.lora_dropout > 0
+    total = 0
+    shared: set[str] = set()
+    for l in lora_modules(m, s.lora_targets):
+        if l.name == "lm_head":
+            continue
+        per_layer = l.count / m.layers
+        g = _group(l.name)
+        fin = size["mlp_out"] if g == "mlp_out" else l.in_features
+        keep = a * s.lora_r
+        if own:
+            keep += a * fin + (fin if s.lora_dropout > 0 else 0)
+        elif g != "attn_out":
+            shared.add(g)
+        total += int(keep * per_layer)
+    return total + a * sum(size[g] for g in shared)
+
+
+def _per_token_layer_bytes(s: Setup) -> tuple[int, int, int]:
+    """Bytes saved per token: (one decoder layer, one layer's input, once per model).
+
+    Term by term what HF's decoder layers save for backward (read off autograd's saved
+    tensors; see docs/accounting.md)."""
+    m = s.model
+    a = DTYPE_BYTES[s.compute_dtype]
+    x = residual_bytes(s)
     h, i = m.hidden, m.intermediate
     q = m.heads * m.head_dim
     kv = m.kv_heads * m.head_dim
     full = s.method == "full"
     rms = m.arch.get("norm") == "rmsnorm"
 
-    # Norms: RMSNorm keeps the fp32 upcast input; the normalised half copy only when its
-    # weight trains. LayerNorm keeps its input and (mean, rstd).
+    # RMSNorm keeps its fp32 upcast input and rsqrt, plus the normalised copy in the
+    # input dtype when its weight trains. LayerNorm keeps its input and (mean, rstd).
     norm = (4 * h + 4 + (x * h if full else 0)) if rms else (x * h + 8)
     n_norms = 4 if m.model_type in ("gemma2", "gemma3_text") else 2
     total = n_norms * norm
-    # Attention: the qkv input, rotated q/k, v, SDPA's output and logsumexp, o_proj's input.
-    total += a * h + a * (2 * q + 2 * kv) + a * q + 4 * m.heads + a * q
+    # Attention: rotated q and k, v, and SDPA's output (which o_proj reads in place) and
+    # fp32 logsumexp.
+    total += a * (2 * q + 2 * kv) + 4 * m.heads
     if s.attn == "eager":
-        # fp32 softmax probabilities + their half copy, per head and key position; GQA
-        # k/v are expanded to every head before the matmuls.
+        # fp32 softmax probabilities + their half copy per head and key position, and
+        # k/v expanded to every head (repeat_kv) for the two matmuls.
         total += (4 + a) * m.heads * s.seq + (2 * a * (q - kv) if q != kv else 0)
-    # MLP
+    # MLP: gated (SwiGLU/GeGLU) keeps gate, act(gate) and up; plain keeps fc1's output.
     experts = m.arch.get("num_experts")
-    if m.arch.get("mlp") == "gated":
-        inter = m.arch.get("moe_intermediate_size", i) * (m.arch.get("experts_per_token") or 1) if experts else i
-        total += a * h + 4 * a * inter
-    else:
-        total += a * h + 2 * a * i
-    # LoRA: each adapted linear keeps its input cast to the adapter dtype (+ a dropout
-    # mask when dropout > 0) and the rank-r intermediate.
-    if s.method != "full":
-        ab = 2 if s.precision == "pure-bf16" else 4
-        for l in lora_modules(m, s.lora_targets):
-            if l.name == "lm_head":
-                continue
-            n = l.count / m.layers
-            keep = ab * l.in_features + ab * s.lora_r
-            if s.lora_dropout > 0:
-                keep += l.in_features  # bool mask
-            total += int(keep * n)
-    return total, x * h
+    gated = m.arch.get("mlp") == "gated"
+    inter = i
+    if experts:
+        inter = m.arch.get("moe_intermediate_size", i) * (m.arch.get("experts_per_token") or 1)
+    total += (3 if gated else 1) * a * inter
+    total += _linear_inputs(s, a, inter)
+    # Once per model: token ids, the rotary cos/sin, and the final norm.
+    once = 8 + 2 * a * m.head_dim + norm
+    return total, x * h, once
 
 
 def real(s: Setup) -> ActivationTerms:
     m = s.model
     sb = s.seq * s.batch
-    per_tok, inp_tok = _per_token_layer_bytes(s)
+    per_tok, inp_tok, once = _per_token_layer_bytes(s)
     per_layer = per_tok * sb
     inputs = inp_tok * sb * m.layers
     if s.recompute:
-        body = inputs + per_layer
-        formula = (f"{inp_tok // m.hidden}·s·b·h·L checkpointed layer inputs + one layer "
-                   f"({per_tok:,} B/token) while it is recomputed")
+        # At the end of forward only the checkpointed inputs are alive; one layer's
+        # activations come back during backward (ActivationTerms.per_layer).
+        body = inputs + once * sb
+        formula = (f"{inp_tok // m.hidden}·s·b·h·L checkpointed layer inputs; one layer "
+                   f"({per_tok:,} B/token) comes back while it is recomputed in backward")
     else:
-        body = per_layer * m.layers
+        body = per_layer * m.layers + once * sb
         formula = f"{per_tok:,} B/token/layer saved (norms, q/k/v, SDPA, MLP{', LoRA inputs' if s.method != 'full' else ''}) × s·b·L"
     a = DTYPE_BYTES[s.compute_dtype]
     V = m.vocab
-    # Final norm + lm_head input, the logits in compute dtype, their fp32 upcast and
-    # log_softmax output (HF's ForCausalLMLoss), then the fp32 gradient in backward.
-    head_in = (4 + a) * m.hidden * sb
-    fwd = head_in + (a + 4 + 4) * V * sb
-    bwd = head_in + (a + 4 + 4 + a) * V * sb
+    copies_body, copies_head = autocast_weight_copies(s)
+    body += copies_body
+    if copies_body:
+        formula += " + autocast's half copies of the fp32 linear weights"
+    # The logits in compute dtype, their fp32 upcast and log_softmax output (HF's
+    # ForCausalLMLoss), then the fp32 gradient in backward.
+    fwd = copies_head + (a + 4 + 4) * V * sb
+    bwd = copies_head + (a + 4 + 4 + a) * V * sb
     return ActivationTerms(
         body, per_layer, inputs, fwd, bwd, formula,
         f"s·b·V × ({a}+4+4) B: logits, fp32 upcast, log-softmax; +{a} B for their gradient in backward",

@@ -131,7 +131,8 @@ def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = Non
     else:
         g_fwd = g if s.grad_accum > 1 else 0
         fwd = w + o + g_fwd + a.body + a.logits_forward
-        bwd = w + o + max(a.body + a.logits_backward + g_fwd, g + (a.per_layer if s.recompute else 0))
+        transient = a.per_layer if s.recompute else 0
+        bwd = w + o + max(a.body + a.logits_backward + g_fwd, a.body + transient + g_fwd, g + transient)
         opt = w + g + o + tmp
         phases = {"forward": fwd, "backward": bwd, "optimizer": opt}
         phase = max(phases, key=phases.get)
