@@ -132,16 +132,13 @@ class Handlers:
                     param = longs[0].lstrip("-").split("/")[0].replace("-", "_").lower()
             if not param:
                 return None
-            how = f"@click.{name}({', '.join(repr(n) for n in names)}) (line {it.line_of(deco)})"
+            dline = it.line_of(deco)
+            how = f"@click.{name}({', '.join(repr(n) for n in names)}) (line {dline})"
             if "default" in kw:
                 f.defaults[param] = it.ev(kw["default"], env)
-                f.default_source[param] = ("click-default", how)
-            elif "is_flag" in kw:
-                f.defaults[param] = Const(False, "literal", it.line_of(deco))
-                f.default_source[param] = ("click-default", how)
             else:
-                f.defaults[param] = Const(None, "literal", it.line_of(deco))
-                f.default_source[param] = ("click-default", how)
+                f.defaults[param] = Const(False if "is_flag" in kw else None, "literal", dline, (), it.cur_file())
+            f.default_source[param] = ("click-default", how, dline, it.cur_file())
         return None
 
     # ---- calls -----------------------------------------------------------------------------
@@ -544,7 +541,7 @@ class Handlers:
                 if pick is None:
                     return Const(None, "literal", line)
                 key = pick.lstrip("-").replace("-", "_")
-            table[key] = {"kwargs": kwargs, "line": line, "flag": flags[0] if flags else key}
+            table[key] = {"kwargs": kwargs, "line": line, "flag": flags[0] if flags else key, "file": it.cur_file()}
             p.extra.setdefault("order", []).append(key)
             return Const(None, "literal", line)
         if name in ("add_argument_group", "add_mutually_exclusive_group"):
@@ -640,14 +637,14 @@ class Handlers:
                             v = x.with_value(int(x.value) if conv.qual.endswith("int") else float(x.value))
                         except ValueError:
                             pass
-                    out.append(v.via("argparse-default", how))
+                    out.append(v.via("argparse-default", how, spec["line"], spec.get("file")))
                 else:
                     out.append(x)
             return out[0] if len(out) == 1 else Alts(tuple(out))
         action = kw.get("action")
         if isinstance(action, Const) and action.value in ("store_true", "store_false"):
-            return Const(action.value == "store_false", "argparse-default", spec["line"], (how,))
-        return Const(None, "argparse-default", spec["line"], (how,))
+            return Const(action.value == "store_false", "argparse-default", spec["line"], (how,), spec.get("file"))
+        return Const(None, "argparse-default", spec["line"], (how,), spec.get("file"))
 
     def field_value(self, obj: Obj, attr: str) -> Any:
         """A field of a config/dataclass instance: set in the call, else class default, else library."""
@@ -664,12 +661,13 @@ class Handlers:
             if attr in c.fields:
                 v = c.fields[attr]
                 how = f"{c.name}.{attr} default (line {c.field_lines.get(attr)})"
+                fl = c.field_lines.get(attr)
                 if isinstance(v, Const):
-                    return v.via("dataclass-default", how)
+                    return v.via("dataclass-default", how, fl, c.file)
                 if isinstance(v, Alts):
-                    return Alts(tuple(o.via("dataclass-default", how) if isinstance(o, Const) else o for o in v.options))
+                    return Alts(tuple(o.via("dataclass-default", how, fl, c.file) if isinstance(o, Const) else o for o in v.options))
                 if isinstance(v, Seq):
-                    return Seq([o.via("dataclass-default", how) if isinstance(o, Const) else o for o in v.items], v.kind)
+                    return Seq([o.via("dataclass-default", how, fl, c.file) if isinstance(o, Const) else o for o in v.items], v.kind)
                 return v
             nxt = [b for b in c.bases if isinstance(b, Class)]
             c = nxt[0] if nxt else None

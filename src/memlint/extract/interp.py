@@ -22,6 +22,10 @@ from memlint.extract.values import (
 
 MAX_DEPTH = 12
 MAX_ALTS = 16
+MAX_SIBLINGS = 8            # sibling modules walked per script
+MAX_SIBLING_BYTES = 64_000
+MAX_CALLS_PER_FUNC = 16     # inlined walks of one function; later calls give unknown
+MAX_STEPS = 200_000         # statements walked per script, all calls included
 
 _BINOPS = {
     "Add": operator.add, "Subtract": operator.sub, "Multiply": operator.mul,
@@ -108,6 +112,7 @@ class Interpreter:
         self.accum: list[Any] = []   # `if step % N == 0:` blocks we are inside
         self.funcs: list[Func] = []
         self.star_imports: list[str] = []
+        self.steps = 0
         self.main = self._load(path, source, "__main__", is_main=True)
 
     # ---- modules ---------------------------------------------------------------------------
@@ -153,6 +158,9 @@ class Interpreter:
         if key in self.modules:
             return self.modules[key]
         self.modules[key] = None  # import cycles see nothing
+        if len(self.modules) > MAX_SIBLINGS or target.stat().st_size > MAX_SIBLING_BYTES:
+            self.facts.note(f"did not read sibling module {target.name} (too many or too large); its names are unknown")
+            return None
         try:
             text = target.read_text(encoding="utf-8")
             mod = self._load(target, text, dotted, is_main=False)
@@ -174,6 +182,9 @@ class Interpreter:
                 if node in m.pos:
                     return m.pos[node].start.line
             return None
+
+    def cur_file(self) -> str | None:
+        return None if (self.mod is None or self.mod.is_main) else str(self.mod.path)
 
     def const(self, value: Any, node: cst.CSTNode | None, source: str = "literal", chain: tuple = ()) -> Const:
         file = None if (self.mod is None or self.mod.is_main) else str(self.mod.path)
@@ -197,6 +208,7 @@ class Interpreter:
         return False
 
     def exec_stmt(self, stmt: cst.CSTNode, env: Env) -> bool:
+        self.steps += 1
         if isinstance(stmt, cst.SimpleStatementLine):
             for small in stmt.body:
                 if self.exec_small(small, env):
@@ -434,7 +446,7 @@ class Interpreter:
         for param in [*p.posonly_params, *p.params, *p.kwonly_params]:
             if param.default is not None:
                 f.defaults[param.name.value] = self.ev(param.default, env)
-                f.default_source[param.name.value] = ("function-default", f"def {node.name.value}({param.name.value}={self.code(param.default)})")
+                f.default_source[param.name.value] = ("function-default", f"def {node.name.value}({param.name.value}={self.code(param.default)})", self.line_of(param), self.cur_file())
         value: Any = f
         for deco in node.decorators:
             value = self.handlers.decorate(self, f, deco.decorator, env) or value
@@ -461,7 +473,7 @@ class Interpreter:
                         if not is_dc:
                             fields[name] = cls_env.vars[name]
                             lines[name] = self.line_of(small)
-        env.vars[node.name.value] = Class(node.name.value, bases, fields, lines, self.line_of(node), is_dc)
+        env.vars[node.name.value] = Class(node.name.value, bases, fields, lines, self.line_of(node), is_dc, self.cur_file())
 
     def field_default(self, value: cst.CSTNode, env: Env) -> Any:
         if isinstance(value, cst.Call) and self.dotted(value.func).split(".")[-1] == "field":
@@ -479,9 +491,12 @@ class Interpreter:
     # ---- calls into the script's own functions ---------------------------------------------
 
     def call_function(self, f: Func, args: list, kwargs: dict, line: int | None, entry: bool = False) -> Any:
-        if f in self.stack or len(self.stack) >= MAX_DEPTH:
+        if f in self.stack or len(self.stack) >= MAX_DEPTH or f.calls >= MAX_CALLS_PER_FUNC or self.steps > MAX_STEPS:
+            if self.steps > MAX_STEPS:
+                self.facts.note("the script is too large to follow every call; some values may be unknown")
             return Unknown(f"the result of {f.qual}()")
         f.ran = True
+        f.calls += 1
         env = Env(f.env)
         node = f.node
         if isinstance(node, cst.Lambda):
@@ -530,16 +545,16 @@ class Interpreter:
         if name not in f.defaults:
             return Unknown(f"parameter {name} of {f.qual}()")
         v = f.defaults[name]
-        source, how = f.default_source.get(name, ("function-default", f"{f.qual}({name}=…)"))
-        return self._via(v, source, how)
+        source, how, line, file = f.default_source.get(name, ("function-default", f"{f.qual}({name}=…)", None, None))
+        return self._via(v, source, how, line, file)
 
-    def _via(self, v: Any, source: str, how: str) -> Any:
+    def _via(self, v: Any, source: str, how: str, line: int | None, file: str | None) -> Any:
         if isinstance(v, Const):
-            return v.via(source, how)
+            return v.via(source, how, line, file)
         if isinstance(v, Alts):
-            return Alts(tuple(self._via(o, source, how) for o in v.options))
+            return Alts(tuple(self._via(o, source, how, line, file) for o in v.options))
         if isinstance(v, Seq):
-            return Seq([self._via(x, source, how) for x in v.items], v.kind)
+            return Seq([self._via(x, source, how, line, file) for x in v.items], v.kind)
         return v
 
     # ---- expressions -----------------------------------------------------------------------
@@ -579,7 +594,9 @@ class Interpreter:
         t = type(node)
         if t is cst.Integer or t is cst.Float:
             return self.const(node.evaluated_value, node)
-        if t is cst.SimpleString or t is cst.ConcatenatedString:
+        if t is cst.SimpleString:
+            return self.const(_string_value(node), node)
+        if t is cst.ConcatenatedString:
             try:
                 return self.const(node.evaluated_value, node)
             except Exception:
@@ -948,6 +965,23 @@ class BoundUnknown(Unknown):
     """A method or attribute of something unknown: dataset.map, loss.backward."""
 
     attr: str = ""
+
+
+def _string_value(node: cst.SimpleString) -> Any:
+    """The value of a string literal; the common plain case without ast.literal_eval."""
+    raw = node.value
+    q = 3 if raw[-3:] in ('"""', "'''") and len(raw) >= 6 else 1
+    i = 0
+    while raw[i] not in "'\"":
+        i += 1
+    prefix = raw[:i].lower()
+    body = raw[i + q : len(raw) - q]
+    if prefix in ("", "u") and "\\" not in body or prefix == "r":
+        return body
+    try:
+        return node.evaluated_value
+    except Exception:
+        return None
 
 
 def _named(v: Any, how: str) -> Any:

@@ -28,9 +28,15 @@ class Const:
         src = "constant" if self.source == "literal" else self.source
         return Const(self.value, src, self.line, self.chain + (how,), self.file)
 
-    def via(self, source: str, how: str) -> "Const":
-        """The same value reached through a default mechanism (argparse, dataclass, ...)."""
-        return Const(self.value, source, self.line, self.chain + (how,), self.file)
+    def via(self, source: str, how: str, line: int | None = None, file: str | None = None) -> "Const":
+        """The same value reached through a default mechanism (argparse, dataclass, ...).
+
+        A literal written in the mechanism keeps its own line; a value that came from
+        elsewhere (a constant) points at the mechanism, the line that sets the default.
+        """
+        if self.source == "literal" or line is None:
+            return Const(self.value, source, self.line, self.chain + (how,), self.file)
+        return Const(self.value, source, line, self.chain + (how,), file)
 
     def with_value(self, value: Any, how: str | None = None) -> "Const":
         return Const(value, self.source, self.line, self.chain + ((how,) if how else ()), self.file)
@@ -103,6 +109,7 @@ class Func:
     defaults: dict = field(default_factory=dict)   # param name -> abstract value
     default_source: dict = field(default_factory=dict)  # param name -> provenance of its default
     ran: bool = False
+    calls: int = 0
 
 
 @dataclass(eq=False)
@@ -113,6 +120,7 @@ class Class:
     field_lines: dict
     line: int
     is_dataclass: bool
+    file: str | None = None        # set when defined in a sibling module
 
 
 @dataclass(eq=False)
