@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from memlint.extract.handlers import Method, _Dtype, lib_default
+from memlint.extract.handlers import Method, _Dtype
 from memlint.extract.library import default as library_default
 from memlint.extract.values import Alts, Const, Dict, Obj, Ref, Seq, Unknown, flatten, to_python
 from memlint.plan import Span, TrainingPlan, Value
@@ -295,10 +295,13 @@ class Builder:
         line = models[0].line if models else None
         loras = [o for c in cfgs for o in flatten(c) if isinstance(o, Obj) and o.kind == "lora"]
         has_none = any(isinstance(o, Const) and o.value is None for c in cfgs for o in flatten(c))
+        lost = [o for c in cfgs for o in flatten(c) if isinstance(o, Unknown)]
+        if not loras and lost:
+            self.put("method", Unknown(f"the PEFT config is {lost[0].why or 'unknown'}"), line=line)
+            return
         if not loras:
             if models or trainer is not None:
                 self.put("method", Const("full", "literal", line, ("no PEFT adapter reaches the trainer",)), line=line)
-                self.fields["method"] = Value("full", "literal", self.fields["method"].span, ("no PEFT adapter reaches the trainer",))
             return
         lora = loras[-1]
         bits = self.fields.get("quant_bits")

@@ -12,10 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from memlint.extract.interp import BoundStr, BoundUnknown
-from memlint.extract.values import (
-    Alts, Class, Const, Dict, Func, ModuleVal, Obj, Ref, Seq, Unknown, flatten,
-)
+from memlint.extract.interp import _BUILTIN_CALLS, BoundStr, BoundUnknown
+from memlint.extract.values import Alts, Class, Const, Dict, Func, Obj, Ref, Seq, Unknown, flatten, weakest
 
 TRAINING_ARGS = {
     "TrainingArguments": "transformers.TrainingArguments",
@@ -257,7 +255,6 @@ class Handlers:
     def _join(self, args: list) -> Const:
         import posixpath
 
-        from memlint.extract.values import weakest
         value = posixpath.join(*(a.value for a in args))
         base = next((a for a in args if a.source != "literal"), args[0])
         return Const(value, weakest(*(a.source for a in args)), base.line, base.chain, base.file)
@@ -265,13 +262,9 @@ class Handlers:
     def builtin(self, it: Any, name: str, args: list, kwargs: dict, line: int | None) -> Any:
         if name == "getattr" and len(args) >= 2 and isinstance(args[1], Const) and isinstance(args[1].value, str):
             base = args[0]
-            out = None
-            for b in flatten(base):
-                v = it.attribute(b, args[1].value, None) if not isinstance(b, Ref) else Ref(f"{b.qual}.{args[1].value}")
-                out = v if out is None else out
-            if isinstance(args[1], Const) and isinstance(base, Ref):
+            if isinstance(base, Ref):  # getattr(torch, "bfloat16")
                 return _Dtype(Ref(f"{base.qual}.{args[1].value}"), args[1])
-            return out
+            return it.attribute(base, args[1].value, None)
         if name == "getattr" and len(args) >= 2 and isinstance(args[0], Ref):
             opts = []
             for a in flatten(args[1]):
@@ -291,8 +284,7 @@ class Handlers:
             return d
         if name == "vars":
             return Dict({}, open=True)
-        if name in ("int", "float", "str", "bool", "abs", "round", "min", "max", "len", "sum", "list", "tuple", "sorted"):
-            from memlint.extract.interp import _BUILTIN_CALLS
+        if name in _BUILTIN_CALLS:
             fn = _BUILTIN_CALLS[name]
             if len(args) == 1 and isinstance(args[0], Seq) and name in ("min", "max", "sum", "len", "list", "tuple", "sorted"):
                 if name == "len":
@@ -301,7 +293,6 @@ class Handlers:
                 if name in ("list", "tuple", "sorted"):
                     return Seq(list(args), name if name == "tuple" else "list")
                 args = list(args)
-            out = None
             vals = []
             for a in args:
                 fa = flatten(a)
@@ -315,9 +306,7 @@ class Handlers:
             except Exception:
                 return Unknown(f"{name}() that would raise")
             lead = next((v for v in vals if v.source != "literal"), vals[0])
-            from memlint.extract.values import weakest
-            out = Const(value, weakest(*(v.source for v in vals)), lead.line, lead.chain + (f"{name}(…) = {value!r}",), lead.file)
-            return out
+            return Const(value, weakest(*(v.source for v in vals)), lead.line, lead.chain + (f"{name}(…) = {value!r}",), lead.file)
         return Unknown(f"{name}()")
 
     def str_method(self, it: Any, f: BoundStr, args: list, kwargs: dict, node: Any) -> Any:
@@ -350,7 +339,7 @@ class Handlers:
     def unknown_method(self, it: Any, f: BoundUnknown, args: list, kwargs: dict, line: int | None) -> Any:
         if f.attr == "backward":
             it.facts.backward.append(line)
-        if ("padding" in kwargs or "truncation" in kwargs) and f.attr in _TOKENIZE_METHODS | {"map"} - {"map"}:
+        if ("padding" in kwargs or "truncation" in kwargs) and f.attr in _TOKENIZE_METHODS:
             it.facts.tokenizer_calls.append((kwargs, line))
         return Unknown(f"the result of ….{f.attr}()")
 
@@ -566,8 +555,6 @@ class Handlers:
                 out.append(self.dataclass_instance(it, c, line, from_file, name))
             if name == "parse_args_into_dataclasses" and isinstance(kwargs.get("return_remaining_strings"), Const) and kwargs["return_remaining_strings"].value:
                 out.append(Unknown("remaining strings"))
-            if name == "parse_args_and_config" and p.cls.endswith("TrlParser"):
-                pass
             return Seq(out, "tuple")
         return Unknown(f"parser.{name}()")
 
@@ -606,7 +593,7 @@ class Handlers:
         return Method(obj, attr)
 
     def getitem(self, it: Any, obj: Obj, key: Const, line: int | None) -> Any:
-        return Unknown("an item")
+        return Unknown(f"an item of {obj.cls}")
 
     def on_setattr(self, it: Any, obj: Obj, attr: str, value: Any, line: int | None) -> None:
         if obj.kind == "model" and attr == "gradient_checkpointing":

@@ -481,9 +481,6 @@ class Interpreter:
                 if a.keyword is not None and a.keyword.value == "default":
                     return self.ev(a.value, env)
                 if a.keyword is not None and a.keyword.value == "default_factory":
-                    fac = self.ev(a.value, env)
-                    if isinstance(fac, (Func,)) and fac.node is None:
-                        return Unknown("a default_factory")
                     return Unknown("a default_factory")
             return Unknown("a field without a default")
         return self.ev(value, env)
@@ -499,10 +496,7 @@ class Interpreter:
         f.calls += 1
         env = Env(f.env)
         node = f.node
-        if isinstance(node, cst.Lambda):
-            params = node.params
-        else:
-            params = node.params
+        params = node.params
         positional = [*params.posonly_params, *params.params]
         for i, param in enumerate(positional):
             name = param.name.value
@@ -934,9 +928,6 @@ class Interpreter:
 
     def call_value(self, f: Any, args: list, kwargs: dict, open_kwargs: bool, line: int | None, node: cst.Call) -> Any:
         if isinstance(f, Func):
-            if open_kwargs:
-                # the function still runs; what it gets from **kwargs is unknown
-                pass
             return self.call_function(f, args, kwargs, line)
         result = self.handlers.call(self, f, args, kwargs, open_kwargs, line, node)
         # A function handed to something memlint does not model (dataset.map(tokenize),
