@@ -6,6 +6,7 @@ here knows about libcst or torch.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -81,14 +82,18 @@ class Value:
 
     @property
     def known(self) -> bool:
-        return self.source != "unknown" and self.value is not None
+        """Settled statically. None can be a real value (quant_bits=None: not quantized)."""
+        return self.source != "unknown"
 
     @property
     def line(self) -> int | None:
         return self.span.line if self.span else None
 
-    def to_json(self) -> dict:
+    def to_json(self, script: str | None = None) -> dict:
         out: dict[str, Any] = {"value": self.value, "source": self.source, "line": self.line}
+        if self.span and script is not None and self.span.path != script:
+            # set in a sibling module the script imports; named relative to the script
+            out["path"] = os.path.relpath(self.span.path, os.path.dirname(script) or ".")
         if self.candidates:
             out["candidates"] = list(self.candidates)
         return out
@@ -125,4 +130,4 @@ class TrainingPlan:
         return TrainingPlan(self.path, merged, self.notes)
 
     def to_json(self) -> dict:
-        return {name: self.get(name).to_json() for name in PLAN_FIELDS}
+        return {name: self.get(name).to_json(self.path) for name in PLAN_FIELDS}

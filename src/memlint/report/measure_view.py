@@ -1,0 +1,60 @@
+"""`memlint measure`: the measured step beside the estimate, component by component."""
+
+from __future__ import annotations
+
+import json
+
+from memlint.estimate import COMPONENTS, estimate
+from memlint.report.estimate_view import gib
+
+
+def run_measure(args, setup, console) -> int:
+    import importlib.util
+
+    from memlint.errors import MemlintError
+
+    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None:
+        raise MemlintError("memlint measure needs torch and transformers: pip install 'torch-memlint[measure]'")
+    from memlint.measure import measure
+
+    device = {"cpu": "trace"}.get(args.device, args.device)
+    m = measure(setup, device=device)
+    doc = m.to_json()
+    est = estimate(setup, "real")
+    if args.format == "json":
+        out = {
+            "model": {"id": setup.model.id, "params": setup.model.params, "trainable_params": est.trainable_params},
+            "components": doc["components"],
+            "peak": est.peak,
+            "paged_optimizer": est.paged_optimizer,
+            "measured_peak": doc["measured_peak"],
+            "phase": doc["phase"],
+            "device": doc["device"],
+            "method": doc["method"],
+            "steps": doc["steps"],
+            "estimate": {"components": {k: est.bytes(k) for k in COMPONENTS}, "allocated_peak": est.allocated_peak,
+                         "phase": est.peak_phase},
+            "notes": doc.get("notes", []),
+        }
+        print(json.dumps(out, indent=2))
+        return 0
+    from rich.table import Table
+
+    traced = doc["method"] == "fake-tensor-trace"
+    console.print(f"[bold]{setup.model.id}[/bold]  measured on {doc['device']}"
+                  + ("  [yellow](no CUDA: traced on CPU with FakeTensorMode, no real memory used)[/yellow]" if traced else ""))
+    t = Table(box=None, header_style="bold", pad_edge=False)
+    for col, just in (("component", "left"), ("measured GiB", "right"), ("estimate GiB", "right")):
+        t.add_column(col, justify=just)
+    for name in COMPONENTS:
+        t.add_row(name, gib(doc["components"][name]), gib(est.bytes(name)))
+    err = (est.allocated_peak - doc["measured_peak"]) / doc["measured_peak"]
+    t.add_row("[bold]allocated peak[/bold]", f"[bold]{gib(doc['measured_peak'])}[/bold]",
+              f"[bold]{gib(est.allocated_peak)}[/bold] ({err:+.1%})")
+    console.print(t)
+    for s in doc["steps"]:
+        phases = ", ".join(f"{k} {gib(v)}" for k, v in s["phases"].items())
+        console.print(f"step {s['step']}: peak {gib(s['peak'])} GiB at {s['phase']} ({phases})")
+    for note in doc.get("notes", []):
+        console.print(f"[dim]- {note}[/dim]")
+    return 0
