@@ -150,7 +150,10 @@ def _per_token_layer_bytes(s: Setup) -> tuple[int, int, int]:
     inter = i
     if experts:
         inter = m.arch.get("moe_intermediate_size", i) * (m.arch.get("experts_per_token") or 1)
-    total += (3 if gated else 1) * a * inter
+    # bitsandbytes' 4/8-bit layers return their input's dtype, so on an fp32 residual
+    # stream (kbit prep) the MLP runs in fp32.
+    core = x if s.quant != "none" else a
+    total += (3 if gated else 1) * core * inter
     total += _linear_inputs(s, a, inter)
     # Once per model: token ids, the rotary cos/sin, and the final norm.
     once = 8 + 2 * a * m.head_dim + norm
@@ -180,11 +183,12 @@ def real(s: Setup) -> ActivationTerms:
         formula += " + autocast's half copies of the fp32 linear weights"
     # The logits in compute dtype, their fp32 upcast and log_softmax output (HF's
     # ForCausalLMLoss), then the fp32 gradient in backward.
-    fwd = copies_head + (a + 4 + 4) * V * sb
-    bwd = copies_head + (a + 4 + 4 + a) * V * sb
+    up = 4 if a != 4 else 0  # .float() is a no-op on fp32 logits
+    fwd = copies_head + (a + up + 4) * V * sb
+    bwd = copies_head + (a + up + 4 + a) * V * sb
     return ActivationTerms(
         body, per_layer, inputs, fwd, bwd, formula,
-        f"s·b·V × ({a}+4+4) B: logits, fp32 upcast, log-softmax; +{a} B for their gradient in backward",
+        f"s·b·V × ({a}+{up}+4) B: logits{', fp32 upcast' if up else ''}, log-softmax; +{a} B for their gradient in backward",
     )
 
 
