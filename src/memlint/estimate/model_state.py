@@ -224,7 +224,7 @@ def optimizer_step_temporaries(s: Setup, accounting: str) -> int:
     if spec["impl"] == "foreach" and spec["states"] == 2:
         return sum(t.numel * t.count for t in tensors) * pbytes
     if spec["states"] == "factored":
-        return largest * 4 * 3  # fp32 copies of grad, update and param of one tensor
+        return largest * 4 * 4  # fp32 copies of grad, grad², update and param of one tensor
     if spec["impl"] == "forloop":
         return largest * pbytes
     return 0
