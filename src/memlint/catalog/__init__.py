@@ -137,10 +137,14 @@ def known_ids() -> list[str]:
 
 
 def catalog_entry(model_id: str) -> ModelSpec | None:
-    canonical = _index().get(model_id.strip().lower())
+    key = model_id.strip().lower()
+    canonical = _index().get(key)
     if canonical is None:
         return None
-    return _spec_from_entry(canonical, _catalog()[canonical])
+    entry = _catalog()[canonical]
+    # Report the id the user named (an -Instruct alias is not its base), spelled as published.
+    shown = next(a for a in [canonical, *entry.get("aliases", [])] if a.lower() == key)
+    return _spec_from_entry(shown, entry)
 
 
 def closest_ids(model_id: str, n: int = 3) -> list[str]:
