@@ -117,7 +117,7 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
     bits = get("quant_bits").value
     if bits == 4:
         quant = get("quant_type").value or "fp4"
-        method = "qlora" if method != "full" else "qlora"
+        method = "qlora"  # a 4-bit base only trains through adapters
     elif bits == 8:
         quant = "int8"
         if method == "full":
