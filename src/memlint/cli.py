@@ -21,9 +21,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _setup_flags(p: argparse.ArgumentParser, model_required: bool = True) -> None:
+def _setup_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("training configuration")
-    g.add_argument("--model", required=model_required, help="model id (catalog, HF cache) or a local directory with config.json")
+    g.add_argument("--model", required=True, help="model id (catalog, HF cache) or a local directory with config.json")
     g.add_argument("--method", choices=("full", "lora", "qlora"), default="full")
     g.add_argument("--lora-r", type=int, default=16, metavar="N")
     g.add_argument("--lora-targets", default="all-linear", metavar="all-linear|q_proj,v_proj,…")

@@ -22,7 +22,6 @@ class ActivationTerms:
 
     body: int            # saved by all decoder layers at the end of forward
     per_layer: int       # saved by one layer (what recompute re-creates at a time)
-    layer_inputs: int    # what recompute keeps: every layer's input
     logits_forward: int  # extra live bytes around the loss in forward
     logits_backward: int  # extra live bytes at the start of backward (logits grads)
     formula: str
@@ -45,7 +44,7 @@ def textbook(s: Setup) -> ActivationTerms:
         body = per_layer * m.layers
         formula += " × L"
     logits = sb * m.vocab * 4
-    return ActivationTerms(body, per_layer, inputs, logits, 0, formula, "s·b·V × 4 B (fp32 logits)")
+    return ActivationTerms(body, per_layer, logits, 0, formula, "s·b·V × 4 B (fp32 logits)")
 
 
 def residual_bytes(s: Setup) -> int:
@@ -187,7 +186,7 @@ def real(s: Setup) -> ActivationTerms:
     fwd = copies_head + (a + up + 4) * V * sb
     bwd = copies_head + (a + up + 4 + a) * V * sb
     return ActivationTerms(
-        body, per_layer, inputs, fwd, bwd, formula,
+        body, per_layer, fwd, bwd, formula,
         f"s·b·V × ({a}+{up}+4) B: logits{', fp32 upcast' if up else ''}, log-softmax; +{a} B for their gradient in backward",
     )
 

@@ -7,7 +7,7 @@ from typing import Mapping
 
 from memlint.estimate import activations as act
 from memlint.estimate import model_state as ms
-from memlint.estimate.setup import DTYPE_BYTES, Setup, data
+from memlint.estimate.setup import Setup, data
 
 COMPONENTS = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
 GIB = 1 << 30
