@@ -35,6 +35,7 @@ PLAN_FIELDS = (
     "double_quant",
     "compute_dtype",
     "per_device_batch",
+    "eval_batch",
     "grad_accum",
     "max_length",
     "padding",
@@ -45,6 +46,8 @@ PLAN_FIELDS = (
     "precision",
     "attn_implementation",
     "distributed",
+    "num_gpus",
+    "offload",
     "trainer",
 )
 

@@ -16,7 +16,7 @@ from memlint.extract.library import default as library_default
 from memlint.extract.values import Alts, Const, Dict, Obj, Ref, Seq, Unknown, flatten, to_python
 from memlint.plan import Span, TrainingPlan, Value
 
-_NUMERIC = {"lora_r", "lora_alpha", "per_device_batch", "grad_accum", "max_length"}
+_NUMERIC = {"lora_r", "lora_alpha", "per_device_batch", "eval_batch", "grad_accum", "max_length", "num_gpus"}
 # When branches disagree, `value` is the candidate that costs the most memory.
 _WORST = {
     "quant_bits": [None, 8, 4],
@@ -364,6 +364,7 @@ class Builder:
 
         line = arg_objs[0].line
         self.put("per_device_batch", each("per_device_train_batch_size", "per_gpu_train_batch_size"), _int, line)
+        self.put("eval_batch", each("per_device_eval_batch_size", "per_gpu_eval_batch_size"), _int, line)
         self.put("grad_accum", each("gradient_accumulation_steps"), _int, line)
         gc = []
         for a in arg_objs:
