@@ -106,12 +106,27 @@ UNKNOWN = Value(None, "unknown")
 
 
 @dataclass(frozen=True)
+class Diagnostic:
+    """Something the reader met that a rule should report, with where it is.
+
+    kind: "syntax-error" (the file does not parse), "unknown-key" (a config key the
+    framework does not know), "bad-value" (a config value of the wrong type), "unreadable".
+    """
+
+    kind: str
+    message: str
+    span: Span | None = None
+
+
+@dataclass(frozen=True)
 class TrainingPlan:
     """Everything the estimator needs from one script, field by field."""
 
     path: str
     fields: Mapping[str, Value] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # extraction notes: what could not be resolved and why
+    diagnostics: tuple[Diagnostic, ...] = ()
+    kind: str = "python"  # python | notebook | axolotl | llama-factory | trl-recipe | torchtune | deepspeed | accelerate
 
     def __post_init__(self) -> None:
         unknown = set(self.fields) - set(PLAN_FIELDS)
@@ -130,7 +145,7 @@ class TrainingPlan:
     def with_values(self, **values: Value) -> "TrainingPlan":
         merged = dict(self.fields)
         merged.update(values)
-        return TrainingPlan(self.path, merged, self.notes)
+        return TrainingPlan(self.path, merged, self.notes, self.diagnostics, self.kind)
 
     def to_json(self) -> dict:
         return {name: self.get(name).to_json(self.path) for name in PLAN_FIELDS}

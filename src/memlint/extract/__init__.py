@@ -46,7 +46,10 @@ def extract_source(source: str, path: str | Path = "<string>", shown: str | None
             line, col, msg = err.lineno or line, err.offset or col, err.msg
         except (ValueError, RecursionError):
             pass
-        return TrainingPlan(name, {}, (f"{SYNTAX_ERROR_NOTE} at line {line}, column {col}: {msg}",))
+        from memlint.plan import Diagnostic, Span
+
+        note = f"{SYNTAX_ERROR_NOTE} at line {line}, column {col}: {msg}"
+        return TrainingPlan(name, {}, (note,), (Diagnostic("syntax-error", f"SyntaxError: {msg}", Span(name, line, col)),))
     facts = interp.run()
     return Builder(name, p, facts).build()
 

@@ -144,7 +144,7 @@ class Builder:
         self.gc_field(model_objs)
         for why, names in self.maybe.items():
             self.notes.append(f"{', '.join(names)}: on some paths {why}; the plan shows the values memlint can read")
-        return TrainingPlan(self.path, self.fields, tuple(dict.fromkeys(self.notes)))
+        return TrainingPlan(self.path, self.fields, tuple(dict.fromkeys(self.notes)), kind="notebook" if self.script.suffix == ".ipynb" else "python")
 
     def loop_model(self, objs: list) -> Any:
         for opt in [o for o in objs if o.kind == "optimizer"]:
