@@ -1,0 +1,471 @@
+"""The `--output-format`s of `memlint check`: concise, full, json, github and sarif, plus
+`--statistics`, following Ruff's emitters wherever Ruff has an equivalent.
+
+Pure rendering: results in, text out. Nothing here imports torch, libcst or user code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from typing import Any, Iterable, Mapping, Sequence, TextIO
+from urllib.parse import quote
+
+from memlint.errors import MemlintError
+from memlint.plan import Span
+from memlint.rules.base import FileResult, Finding, Rule
+
+FORMATS = ("concise", "full", "json", "github", "sarif")
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+# Rule pages live in the repository (docs/rules/); `url` and SARIF `helpUri` need a
+# published home, which memlint does not have yet, so json carries the repository path
+# and SARIF carries the page itself (help.markdown) instead of a link.
+DOCS_URL: str | None = None
+CONTEXT_LINES = 2  # source lines shown above and below a finding in the full format
+GIB = 1 << 30
+COMPONENTS = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
+LEVELS = {"error": "error", "warning": "warning", "note": "note"}           # SARIF
+GITHUB_LEVELS = {"error": "error", "warning": "warning", "note": "notice"}
+
+
+def write_results(results: Sequence[FileResult], fmt: str, out: TextIO, *, color: bool = False,
+                  show_fixes: bool = False, rules: Sequence[type[Rule]] | None = None) -> None:
+    """Render `results` in `fmt` to `out`. `rules` (SARIF's rule table) defaults to the registry.
+
+    A finding with a safe fix is marked `[*]` (Ruff's marker); `show_fixes` marks findings
+    with unsafe fixes too. The full format names every fix under its finding.
+    """
+    if fmt == "concise":
+        _concise(results, out, color, show_fixes)
+    elif fmt == "full":
+        _full(results, out, color, show_fixes)
+    elif fmt == "json":
+        out.write(json.dumps([_json_finding(r, f) for r, f in _ordered(results)], indent=2,
+                             sort_keys=True, default=_jsonable) + "\n")
+    elif fmt == "github":
+        _github(results, out)
+    elif fmt == "sarif":
+        out.write(json.dumps(sarif_log(results, rules), indent=2, default=_jsonable) + "\n")
+    else:
+        raise MemlintError(f"unknown output format {fmt!r} (choose from {', '.join(FORMATS)})")
+
+
+# ---- shared helpers ------------------------------------------------------------------
+
+
+def _ordered(results: Iterable[FileResult]) -> list[tuple[FileResult, Finding]]:
+    pairs = [(r, f) for r in results for f in r.findings]
+    return sorted(pairs, key=lambda p: p[1].sort_key())
+
+
+def _line_text(result: FileResult | None, span: Span) -> str | None:
+    if result is None or span.path != result.path or not 1 <= span.line <= len(result.lines):
+        return None
+    return result.lines[span.line - 1].rstrip("\r\n")
+
+
+def _end_col(text: str | None, col: int) -> int:
+    """One past the last column the finding covers.
+
+    Findings carry only a start (the line that set a value); the covered text runs from
+    there to the end of that argument or statement on the same line: up to a comma or a
+    closing bracket at its own nesting level, a comment, or the end of the line.
+    """
+    if text is None or col > len(text):
+        return col
+    depth, quote, i = 0, "", col - 1
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == "\\":
+                i += 1
+            elif ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            if depth == 0:
+                break
+            depth -= 1
+        elif (ch == "," and depth == 0) or ch == "#":
+            break
+        i += 1
+    covered = text[col - 1:i].rstrip()
+    return col + max(len(covered), 1)
+
+
+def _end(result: FileResult | None, span: Span) -> tuple[int, int]:
+    return span.line, _end_col(_line_text(result, span), span.col)
+
+
+def _fixable(f: Finding, show_fixes: bool) -> bool:
+    return f.fix is not None and (f.fix.applicability == "safe" or show_fixes)
+
+
+def _jsonable(o: Any) -> Any:
+    if isinstance(o, (set, frozenset)):
+        return sorted(o, key=str)
+    if isinstance(o, Mapping):
+        return dict(o)
+    return str(o)
+
+
+def _doc_path(code: str, name: str) -> str:
+    return f"docs/rules/{code}-{name}.md"
+
+
+def _url(code: str, name: str) -> str:
+    return f"{DOCS_URL.rstrip('/')}/{code}-{name}.md" if DOCS_URL else _doc_path(code, name)
+
+
+class _Paint:
+    """ANSI styles in Ruff's colours, or nothing: piped output stays plain and stable."""
+
+    CODES = {"bold": "1", "red": "31", "cyan": "36", "blue": "34", "green": "32", "yellow": "33",
+             "dim": "2"}
+
+    def __init__(self, on: bool) -> None:
+        self.on = on
+
+    def __call__(self, text: str, *styles: str) -> str:
+        if not self.on or not styles:
+            return text
+        return f"\x1b[{';'.join(self.CODES[s] for s in styles)}m{text}\x1b[0m"
+
+
+def _head(f: Finding, paint: _Paint, show_fixes: bool) -> str:
+    s = f.span
+    sep = paint(":", "cyan")
+    mark = f"{paint('[', 'bold')}{paint('*', 'cyan')}{paint(']', 'bold')} " if _fixable(f, show_fixes) else ""
+    return (f"{paint(s.path, 'bold')}{sep}{s.line}{sep}{s.col}{sep} "
+            f"{paint(f.code, 'red', 'bold')} {mark}{f.message}")
+
+
+# ---- concise --------------------------------------------------------------------------
+
+
+def _concise(results: Sequence[FileResult], out: TextIO, color: bool, show_fixes: bool) -> None:
+    paint = _Paint(color)
+    for _, f in _ordered(results):
+        out.write(_head(f, paint, show_fixes) + "\n")
+
+
+# ---- full -----------------------------------------------------------------------------
+
+
+def _full(results: Sequence[FileResult], out: TextIO, color: bool, show_fixes: bool) -> None:
+    paint = _Paint(color)
+    first = True
+    for r in sorted(results, key=lambda r: r.path):
+        if not r.findings:
+            continue
+        for f in sorted(r.findings, key=Finding.sort_key):
+            if not first:
+                out.write("\n")
+            first = False
+            out.write(_head(f, paint, show_fixes) + "\n")
+            out.write(_snippet(r, f, paint))
+        out.write("\n" + estimate_table(r, paint))
+
+
+def _snippet(r: FileResult, f: Finding, paint: _Paint) -> str:
+    s = f.span
+    text = _line_text(r, s)
+    rows: list[str] = []
+    if text is not None:
+        lo, hi = max(1, s.line - CONTEXT_LINES), min(len(r.lines), s.line + CONTEXT_LINES)
+        # Ruff trims blank context lines at the edges of the window
+        while lo < s.line and not r.lines[lo - 1].strip():
+            lo += 1
+        while hi > s.line and not r.lines[hi - 1].strip():
+            hi -= 1
+        width = len(str(hi))
+        gutter = paint(" " * width + " |", "blue", "bold")
+        rows.append(gutter)
+        for n in range(lo, hi + 1):
+            line = r.lines[n - 1].rstrip("\r\n")
+            rows.append(f"{paint(str(n).rjust(width) + ' |', 'blue', 'bold')}{' ' + line if line else ''}")
+            if n == s.line:
+                carets = "^" * (_end_col(text, s.col) - s.col)
+                rows.append(f"{gutter} {' ' * (s.col - 1)}{paint(carets + ' ' + f.code, 'red', 'bold')}")
+        rows.append(gutter)
+        pad = " " * width
+    else:
+        pad = "  "
+    for rel in f.related:
+        where = f"{rel.span.path}:{rel.span.line}:{rel.span.col}"
+        src = _line_text(r, rel.span)
+        tail = f": {src.strip()}" if src and src.strip() else ""
+        rows.append(f"{pad} {paint('=', 'blue', 'bold')} {rel.label}: {where}{tail}")
+    if f.fix is not None:
+        rows.append(f"{pad} {paint('=', 'blue', 'bold')} {paint('fix', 'cyan', 'bold')}: {f.fix.title}"
+                    f" ({f.fix.applicability})")
+    if f.hint:
+        rows.append(f"{pad} {paint('=', 'blue', 'bold')} {paint('help', 'cyan', 'bold')}: {f.hint}")
+    return "".join(row + "\n" for row in rows)
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:,.2f}"
+
+
+def estimate_table(r: FileResult, paint: _Paint | None = None) -> str:
+    """The estimate behind a file's findings, compact: components, peak and the GPU's verdict.
+
+    When there is no estimate, says why (the unknown values to --assume, or the model error).
+    """
+    paint = paint or _Paint(False)
+    ctx = r.context
+    est = getattr(ctx, "estimate", None)
+    title = paint(f"{r.path}: estimate", "bold")
+    if est is None:
+        return f"{title}: none, {_why_no_estimate(ctx)}\n"
+    setup = getattr(est, "setup", None)
+    model = getattr(getattr(setup, "model", None), "id", None)
+    shape = f", micro-batch {setup.batch} × {setup.seq}" if setup is not None else ""
+    rows = [f"{title} ({est.accounting} accounting{', ' + model if model else ''}{shape})"]
+    width = max(len(c) for c in COMPONENTS)
+    for name in COMPONENTS:
+        if name in est.components:
+            rows.append(f"  {name.ljust(width)}  {_gib(est.components[name].bytes).rjust(8)} GiB")
+    phase = f"  at the {est.peak_phase} phase" if est.peak_phase not in ("sum", None) else ""
+    rows.append(paint(f"  {'peak'.ljust(width)}  {_gib(est.peak).rjust(8)} GiB{phase}", "bold"))
+    paged = getattr(est, "paged_optimizer", 0)
+    if paged:
+        rows.append(f"  {'paged'.ljust(width)}  {_gib(paged).rjust(8)} GiB  optimizer state in unified "
+                    "memory, not in the peak")
+    gpu = ctx.gpu
+    if gpu is None:
+        rows.append("  GPU: none configured (--gpu NAME or `gpu` in [tool.memlint])")
+    else:
+        label, total, _ = gpu
+        if est.peak <= total:
+            verdict = paint("fits", "green") + f", {_gib(total - est.peak)} GiB to spare"
+        else:
+            verdict = paint("does not fit", "red", "bold") + f", {_gib(est.peak - total)} GiB over"
+        rows.append(f"  GPU {label} ({_gib(total)} GiB): {verdict}")
+    return "".join(row + "\n" for row in rows)
+
+
+def _why_no_estimate(ctx: Any) -> str:
+    if getattr(ctx, "model_error", None):
+        return str(ctx.model_error)
+    missing = tuple(getattr(getattr(ctx, "planned", None), "missing", ()) or ())
+    if missing:
+        assume = " ".join(f"--assume {m}=…" for m in missing)
+        return f"unknown {', '.join(missing)} ({assume})"
+    return "the script does not say enough to estimate"
+
+
+# ---- json -----------------------------------------------------------------------------
+
+
+def _loc(line: int, col: int) -> dict[str, int]:
+    return {"column": col, "row": line}
+
+
+def _json_finding(r: FileResult, f: Finding) -> dict[str, Any]:
+    s = f.span
+    end_line, end_col = _end(r, s)
+    fix = None
+    if f.fix is not None:
+        # No edits: memlint's fixes are codemods (memlint.fix) that compute them on demand.
+        fix = {"applicability": f.fix.applicability, "codemod": f.fix.codemod, "edits": [],
+               "message": f.fix.title, "params": dict(f.fix.params)}
+    return {
+        "cell": None,
+        "code": f.code,
+        "data": dict(f.data),
+        "end_location": _loc(end_line, end_col),
+        "filename": s.path,
+        "fix": fix,
+        "hint": f.hint,
+        "location": _loc(s.line, s.col),
+        "message": f.message,
+        "name": f.name,
+        "noqa_row": s.line,
+        "related": [{"filename": rel.span.path, "location": _loc(rel.span.line, rel.span.col),
+                     "message": rel.label} for rel in f.related],
+        "severity": f.severity,
+        "url": _url(f.code, f.name),
+    }
+
+
+# ---- github ---------------------------------------------------------------------------
+
+
+def escape_data(text: str) -> str:
+    """A workflow command's message, escaped as GitHub's toolkit does (escapeData)."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    """A workflow command's property value (escapeProperty): also `:` and `,`."""
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def _github(results: Sequence[FileResult], out: TextIO) -> None:
+    for r, f in _ordered(results):
+        s = f.span
+        end_line, end_col = _end(r, s)
+        level = GITHUB_LEVELS.get(f.severity, "warning")
+        props = ",".join([
+            f"title={escape_property(f'memlint ({f.code})')}",
+            f"file={escape_property(s.path)}",
+            f"line={s.line}", f"col={s.col}", f"endLine={end_line}", f"endColumn={end_col}",
+        ])
+        out.write(f"::{level} {props}::{escape_data(f'{s.path}:{s.line}:{s.col}: {f.code} {f.message}')}\n")
+
+
+# ---- sarif ----------------------------------------------------------------------------
+
+
+def _registry_rules() -> list[type[Rule]]:
+    try:
+        from memlint.rules.registry import all_rules
+    except ImportError:  # the registry lands separately; SARIF then describes the codes it saw
+        return []
+    return list(all_rules())
+
+
+def _uri(path: str) -> tuple[str, str | None]:
+    """A relative URI under %SRCROOT% for a path the user named; absolute paths outside
+    the working directory become file: URIs."""
+    p = path.replace(os.sep, "/")
+    if os.path.isabs(path):
+        rel = os.path.relpath(path)
+        if rel.startswith(".."):
+            return "file://" + quote(p if p.startswith("/") else "/" + p, safe="/:"), None
+        p = rel.replace(os.sep, "/")
+    if p.startswith("./"):
+        p = p[2:]
+    return quote(p, safe="/"), "%SRCROOT%"
+
+
+def _physical(span: Span, end: tuple[int, int] | None = None) -> dict[str, Any]:
+    uri, base = _uri(span.path)
+    art: dict[str, Any] = {"uri": uri}
+    if base:
+        art["uriBaseId"] = base
+    region: dict[str, int] = {"startLine": span.line, "startColumn": span.col}
+    if end is not None:
+        region["endLine"], region["endColumn"] = end
+    return {"physicalLocation": {"artifactLocation": art, "region": region}}
+
+
+def rule_descriptor(rule: type[Rule]) -> dict[str, Any]:
+    doc = rule.doc()
+    desc: dict[str, Any] = {
+        "id": rule.code,
+        "name": rule.name,
+        "shortDescription": {"text": rule.summary},
+        "fullDescription": {"text": doc or rule.summary},
+        "help": {"text": doc or rule.summary, "markdown": doc or rule.summary},
+        "defaultConfiguration": {"enabled": bool(rule.default_enabled),
+                                 "level": LEVELS.get(rule.severity, "warning")},
+        "properties": {"fixable": rule.fix is not None, "docs": _doc_path(rule.code, rule.name),
+                       "tags": [f"MEM{rule.category()}xx"]},
+    }
+    if DOCS_URL:
+        desc["helpUri"] = _url(rule.code, rule.name)
+    return desc
+
+
+def sarif_log(results: Sequence[FileResult], rules: Sequence[type[Rule]] | None = None) -> dict[str, Any]:
+    """A SARIF 2.1.0 log with one run: every known rule, then the findings."""
+    from memlint import __version__
+
+    descriptors = [rule_descriptor(r) for r in sorted(rules if rules is not None else _registry_rules(),
+                                                      key=lambda r: r.code)]
+    index = {d["id"]: i for i, d in enumerate(descriptors)}
+    sarif_results = []
+    for r, f in _ordered(results):
+        if f.code not in index:  # a code outside the rule table still gets a descriptor
+            index[f.code] = len(descriptors)
+            descriptors.append({"id": f.code, "name": f.name, "shortDescription": {"text": f.name},
+                                "defaultConfiguration": {"level": LEVELS.get(f.severity, "warning")}})
+        res: dict[str, Any] = {
+            "ruleId": f.code,
+            "ruleIndex": index[f.code],
+            "level": LEVELS.get(f.severity, "warning"),
+            "message": {"text": f.message + (f" Help: {f.hint}" if f.hint else "")},
+            "locations": [_physical(f.span, _end(r, f.span))],
+        }
+        if f.related:
+            res["relatedLocations"] = [{"id": i, **_physical(rel.span), "message": {"text": rel.label}}
+                                       for i, rel in enumerate(f.related, 1)]
+        props: dict[str, Any] = {"name": f.name, "severity": f.severity}
+        if f.hint:
+            props["hint"] = f.hint
+        if f.data:
+            props["data"] = dict(f.data)
+        if f.fix is not None:
+            props["fix"] = {"title": f.fix.title, "applicability": f.fix.applicability,
+                            "codemod": f.fix.codemod}
+        res["properties"] = props
+        sarif_results.append(res)
+    driver: dict[str, Any] = {"name": "memlint", "version": __version__, "semanticVersion": __version__,
+                              "rules": descriptors}
+    if DOCS_URL:
+        driver["informationUri"] = DOCS_URL
+    return {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [{"tool": {"driver": driver}, "columnKind": "unicodeCodePoints",
+                  "results": sarif_results}],
+    }
+
+
+# ---- statistics and summary -----------------------------------------------------------
+
+
+def statistics(results: Sequence[FileResult]) -> list[tuple[str, str, int, bool]]:
+    """(code, name, count, fixable) per code, most frequent first, then by code (Ruff's order)."""
+    counts: Counter[str] = Counter()
+    names: dict[str, str] = {}
+    fixable: dict[str, bool] = {}
+    for r in results:
+        for f in r.findings:
+            counts[f.code] += 1
+            names.setdefault(f.code, f.name)
+            fixable[f.code] = fixable.get(f.code, False) or f.fix is not None
+    rows = sorted(counts)
+    rows.sort(key=lambda c: -counts[c])  # stable: ties stay in code order
+    return [(c, names[c], counts[c], fixable[c]) for c in rows]
+
+
+def write_statistics(stats: Sequence[tuple[str, str, int, bool]], out: TextIO, fmt: str = "concise", *,
+                     color: bool = False) -> None:
+    """`--statistics` as Ruff prints it: `count<TAB>code<TAB>[*] name`, or a JSON list."""
+    if fmt == "json":
+        out.write(json.dumps([{"code": c, "count": n, "fixable": fx, "name": name}
+                              for c, name, n, fx in stats], indent=2) + "\n")
+        return
+    if fmt not in ("concise", "full"):
+        raise MemlintError(f"--statistics supports the concise, full and json formats, not {fmt!r}")
+    if not stats:
+        return
+    paint = _Paint(color)
+    count_w = max(len(str(n)) for _, _, n, _ in stats)
+    code_w = max(len(c) for c, _, _, _ in stats)
+    any_fix = any(fx for *_, fx in stats)
+    for code, name, n, fx in stats:
+        mark = (f"[{paint('*', 'cyan')}] " if fx else "[ ] ") if any_fix else ""
+        out.write(f"{paint(str(n).rjust(count_w), 'bold')}\t{paint(code.ljust(code_w), 'red', 'bold')}"
+                  f"\t{mark}{name}\n")
+
+
+def summary(results: Sequence[FileResult], show_fixes: bool = False) -> str:
+    """Ruff's closing lines (for stderr): `Found 3 errors.` and how many are fixable."""
+    findings = [f for r in results for f in r.findings]
+    if not findings:
+        return "All checks passed!\n"
+    n = len(findings)
+    text = f"Found {n} finding{'s' if n != 1 else ''}.\n"
+    fixable = sum(_fixable(f, show_fixes) for f in findings)
+    if fixable:
+        text += f"[*] {fixable} fixable.\n"
+    return text

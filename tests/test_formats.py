@@ -1,0 +1,328 @@
+"""One fixed set of check results rendered in every output format, against golden files.
+
+Regenerate the goldens after an intended change: MEMLINT_REGEN=1 python -m pytest tests/test_formats.py
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from memlint.errors import MemlintError
+from memlint.estimate import GIB, Component, Estimate
+from memlint.plan import Span, TrainingPlan
+from memlint.report import formats
+from memlint.report.formats import FORMATS, escape_data, escape_property, statistics, write_results, write_statistics
+from memlint.rules.base import Context, FileResult, Finding, Fix, Related, Rule
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = ROOT / "fixtures" / "output"
+SCRIPT = "fixtures/output/train.py"
+SCHEMA = Path(__file__).parent / "data" / "sarif-schema-2.1.0.json"
+H100 = ("H100-80GB", 85_520_809_984, 536_870_912)
+
+
+class ExceedsRule(Rule):
+    """
+    ## What it does
+    Test rule: the peak exceeds the GPU.
+
+    ## Why is this bad?
+    Out of memory.
+
+    ## Example
+    ```python
+    TrainingArguments(per_device_train_batch_size=8)
+    ```
+
+    ## Use instead
+    ```python
+    TrainingArguments(per_device_train_batch_size=4, gradient_accumulation_steps=2)
+    ```
+    """
+
+    code = "MEM199"
+    name = "test-exceeds-gpu"
+    severity = "error"
+    summary = "the peak exceeds the GPU"
+
+
+class PaddingRule(Rule):
+    """
+    ## What it does
+    Test rule: pads every batch to max_length.
+    """
+
+    code = "MEM299"
+    name = "test-pads-to-max-length"
+    summary = "every batch is padded to max_length"
+    fix = Fix("pad per batch", "unsafe", "padding_longest")
+
+
+class RecomputeRule(Rule):
+    """Test rule without sections."""
+
+    code = "MEM298"
+    name = "test-recompute-off"
+    summary = "gradient checkpointing is off"
+    default_enabled = False
+
+
+class UnknownModelRule(Rule):
+    """Test rule: the model is unknown."""
+
+    code = "MEM099"
+    name = "test-unknown-model"
+    severity = "note"
+    summary = "the model id is unknown"
+
+
+RULES = (ExceedsRule, PaddingRule, RecomputeRule, UnknownModelRule)
+
+
+def _estimate() -> Estimate:
+    # Hand-written numbers: the goldens test the rendering, not the estimator's calibration.
+    parts = {"weights": 16 * GIB, "gradients": 16 * GIB, "optimizer": 32 * GIB,
+             "activations": 30 * GIB + 3 * GIB // 10, "logits": 2 * GIB, "overhead": 4 * GIB}
+    comps = {k: Component(k, v, f"{k} formula") for k, v in parts.items()}
+    setup = SimpleNamespace(batch=8, seq=4096, model=SimpleNamespace(id="meta-llama/Llama-3.1-8B"))
+    peak = sum(parts.values())
+    return Estimate(setup, "real", comps, peak, "backward", {"backward": peak - parts["overhead"]},
+                    0, 8_030_261_248)
+
+
+def _results() -> list[FileResult]:
+    lines = (ROOT / SCRIPT).read_text().splitlines()
+    pad_col = lines[11].index('padding="max_length"') + 1
+    est = _estimate()
+    over = est.peak - H100[1]
+    train = [
+        Finding("MEM299", "test-pads-to-max-length",
+                "every batch is padded to max_length: each step costs 8 × 4096 tokens", "warning",
+                Span(SCRIPT, 12, pad_col), (Related(Span(SCRIPT, 5, 1), "max_length set here"),),
+                PaddingRule.fix, "pad per batch (padding=\"longest\") with a collator"),
+        Finding("MEM199", "test-exceeds-gpu",
+                f"estimated peak {est.peak / GIB:.1f} GiB exceeds H100-80GB (79.6 GiB) by {over / GIB:.1f} GiB",
+                "error", Span(SCRIPT, 17, 5),
+                (Related(Span(SCRIPT, 5, 1), "max_length set here"),
+                 Related(Span(SCRIPT, 18, 5), "gradient checkpointing set here")),
+                None, "per_device_train_batch_size=4 with gradient_accumulation_steps=2",
+                {"peak_bytes": est.peak, "gpu_bytes": H100[1], "max_batch": 4}),
+        Finding("MEM298", "test-recompute-off", "gradient checkpointing is off; turning it on saves 27.6 GiB",
+                "warning", Span(SCRIPT, 18, 5), (),
+                Fix("turn on gradient checkpointing", "safe", "set_keyword",
+                    {"keyword": "gradient_checkpointing", "value": True}),
+                None, {"saved_bytes": 29_635_755_622}),
+    ]
+    plan = TrainingPlan(SCRIPT)
+    ctx = Context(plan, planned=SimpleNamespace(setup=None, missing=(), notes=()), estimate=est, gpu=H100)
+    notes_plan = TrainingPlan("scripts/notes.py")
+    notes_ctx = Context(notes_plan, planned=SimpleNamespace(setup=None, missing=("model_id", "max_length"),
+                                                            notes=()))
+    note = Finding("MEM099", "test-unknown-model",
+                   "the model id comes from the command line; use --assume model_id=NAME", "note",
+                   Span("scripts/notes.py", 3, 1))
+    clean = FileResult("clean.py", TrainingPlan("clean.py"), Context(TrainingPlan("clean.py")), [])
+    return [FileResult("scripts/notes.py", notes_plan, notes_ctx, [note]),
+            FileResult(SCRIPT, plan, ctx, sorted(train, key=Finding.sort_key), lines), clean]
+
+
+def render(fmt: str, results=None, **kw) -> str:
+    buf = io.StringIO()
+    write_results(_results() if results is None else results, fmt, buf, rules=RULES, **kw)
+    return buf.getvalue()
+
+
+GOLDEN_NAMES = {"concise": "concise.txt", "full": "full.txt", "json": "json.json",
+                "github": "github.txt", "sarif": "sarif.json"}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_format_matches_its_golden_file(fmt):
+    text = render(fmt)
+    path = GOLDEN / GOLDEN_NAMES[fmt]
+    if os.environ.get("MEMLINT_REGEN"):
+        path.write_text(text)
+    assert text == path.read_text(), f"{fmt} output changed; MEMLINT_REGEN=1 rewrites {path}"
+
+
+def test_concise_is_one_line_per_finding_sorted_by_path_then_position():
+    lines = render("concise").splitlines()
+    assert [ln.split(": ", 1)[0] for ln in lines] == [
+        f"{SCRIPT}:12:74", f"{SCRIPT}:17:5", f"{SCRIPT}:18:5", "scripts/notes.py:3:1"]
+    # Ruff's [*] marks a safe fix only; --show-fixes marks the unsafe one too
+    assert lines[2].startswith(f"{SCRIPT}:18:5: MEM298 [*] gradient checkpointing is off")
+    assert " [*] " not in lines[0]
+    assert " [*] " in render("concise", show_fixes=True).splitlines()[0]
+
+
+def test_colour_only_when_asked():
+    for fmt in ("concise", "full"):
+        assert "\x1b[" not in render(fmt)
+        coloured = render(fmt, color=True)
+        assert "\x1b[31;1mMEM199\x1b[0m" in coloured
+
+
+def test_full_shows_source_caret_related_lines_help_and_the_estimate():
+    text = render("full")
+    assert "17 |     per_device_train_batch_size=8,  # tuned on an 80 GB card\n" in text
+    # the underline covers the argument, not its comma or comment
+    assert "   |     " + "^" * len("per_device_train_batch_size=8") + " MEM199\n" in text
+    assert f"   = max_length set here: {SCRIPT}:5:1: MAX_LEN = 4096\n" in text
+    assert "   = help: per_device_train_batch_size=4 with gradient_accumulation_steps=2\n" in text
+    assert "   = fix: turn on gradient checkpointing (safe)\n" in text
+    assert "  peak           100.30 GiB  at the backward phase\n" in text
+    assert "  GPU H100-80GB (79.65 GiB): does not fit, 20.65 GiB over\n" in text
+    # no estimate: say which values to assume
+    assert ("scripts/notes.py: estimate: none, unknown model_id, max_length "
+            "(--assume model_id=… --assume max_length=…)\n") in text
+    # a file without findings prints nothing
+    assert "clean.py" not in text.replace(SCRIPT, "")
+
+
+def test_full_estimate_table_reads_a_real_estimate():
+    from memlint.catalog import resolve
+    from memlint.estimate import Setup, estimate
+
+    est = estimate(Setup(resolve("Qwen/Qwen2.5-0.5B"), batch=2, seq=1024), "real", H100[2])
+    r = _results()[1]
+    r.context.estimate = est
+    table = formats.estimate_table(r)
+    assert f"{est.peak / GIB:,.2f} GiB" in table
+    assert f"{est.bytes('weights') / GIB:,.2f} GiB" in table
+    assert "fits, " in table and "Qwen/Qwen2.5-0.5B, micro-batch 2 × 1024" in table
+
+
+def test_json_has_ruffs_keys_plus_memlints_numbers():
+    items = json.loads(render("json"))
+    assert len(items) == 4
+    ruff_keys = {"cell", "code", "end_location", "filename", "fix", "location", "message", "noqa_row", "url"}
+    ours = {"name", "severity", "related", "hint", "data"}
+    assert all(set(i) == ruff_keys | ours for i in items)
+    exceeds = next(i for i in items if i["code"] == "MEM199")
+    assert exceeds["location"] == {"row": 17, "column": 5}
+    assert exceeds["end_location"] == {"row": 17, "column": 5 + len("per_device_train_batch_size=8")}
+    assert exceeds["data"]["max_batch"] == 4 and exceeds["fix"] is None
+    assert exceeds["related"][1] == {"filename": SCRIPT, "location": {"row": 18, "column": 5},
+                                     "message": "gradient checkpointing set here"}
+    fixed = next(i for i in items if i["code"] == "MEM298")
+    assert fixed["fix"]["applicability"] == "safe" and fixed["fix"]["message"] == "turn on gradient checkpointing"
+    assert fixed["url"] == "docs/rules/MEM298-test-recompute-off.md"
+
+
+def test_github_annotations_map_severity_and_escape_what_github_requires():
+    lines = render("github").splitlines()
+    assert lines[1] == (f"::error title=memlint (MEM199),file={SCRIPT},line=17,col=5,endLine=17,endColumn=34"
+                        f"::{SCRIPT}:17:5: MEM199 " + _results()[1].findings[1].message)
+    assert lines[3].startswith("::notice title=memlint (MEM099),file=scripts/notes.py,line=3,col=1,")
+    assert escape_data("100% of 80 GB\r\nnext") == "100%25 of 80 GB%0D%0Anext"
+    assert escape_property("a,b:c%\n") == "a%2Cb%3Ac%25%0A"
+    odd = FileResult("dir,1/x:y.py", TrainingPlan("dir,1/x:y.py"), Context(TrainingPlan("dir,1/x:y.py")),
+                     [Finding("MEM099", "n", "50% over\nby a lot", "warning", Span("dir,1/x:y.py", 2, 3))])
+    out = render("github", [odd])
+    assert out == ("::warning title=memlint (MEM099),file=dir%2C1/x%3Ay.py,line=2,col=3,endLine=2,endColumn=3"
+                   "::dir,1/x:y.py:2:3: MEM099 50%25 over%0Aby a lot\n")
+
+
+def _check_sarif_structure(log: dict) -> None:
+    assert log["version"] == "2.1.0" and log["$schema"].endswith("sarif-2.1.0.json")
+    run = log["runs"][0]
+    driver = run["tool"]["driver"]
+    assert driver["name"] == "memlint"
+    from memlint import __version__
+    assert driver["version"] == __version__
+    ids = [r["id"] for r in driver["rules"]]
+    assert len(ids) == len(set(ids))
+    for res in run["results"]:
+        assert driver["rules"][res["ruleIndex"]]["id"] == res["ruleId"]
+        assert res["level"] in ("error", "warning", "note", "none")
+        assert res["message"]["text"]
+        loc = res["locations"][0]["physicalLocation"]
+        assert loc["artifactLocation"]["uriBaseId"] == "%SRCROOT%"
+        assert "\\" not in loc["artifactLocation"]["uri"] and not loc["artifactLocation"]["uri"].startswith("/")
+        assert loc["region"]["startLine"] >= 1 and loc["region"]["startColumn"] >= 1
+
+
+def test_sarif_carries_every_rule_and_points_results_at_them():
+    log = json.loads(render("sarif"))
+    _check_sarif_structure(log)
+    driver = log["runs"][0]["tool"]["driver"]
+    assert [r["id"] for r in driver["rules"]] == ["MEM099", "MEM199", "MEM298", "MEM299"]
+    exceeds = next(r for r in driver["rules"] if r["id"] == "MEM199")
+    assert exceeds["shortDescription"]["text"] == "the peak exceeds the GPU"
+    assert exceeds["help"]["markdown"].startswith("## What it does")
+    assert exceeds["defaultConfiguration"] == {"enabled": True, "level": "error"}
+    recompute = next(r for r in driver["rules"] if r["id"] == "MEM298")
+    assert recompute["defaultConfiguration"]["enabled"] is False
+    res = next(r for r in log["runs"][0]["results"] if r["ruleId"] == "MEM199")
+    assert [r["message"]["text"] for r in res["relatedLocations"]] == [
+        "max_length set here", "gradient checkpointing set here"]
+    assert res["relatedLocations"][0]["physicalLocation"]["region"] == {"startLine": 5, "startColumn": 1}
+
+
+def test_sarif_paths_are_relative_uris_with_forward_slashes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    absolute = str(tmp_path / "sub dir" / "t.py")
+    r = FileResult(absolute, TrainingPlan(absolute), Context(TrainingPlan(absolute)),
+                   [Finding("MEM099", "n", "m", "note", Span(absolute, 1, 1))])
+    loc = json.loads(render("sarif", [r]))["runs"][0]["results"][0]["locations"][0]["physicalLocation"]
+    assert loc["artifactLocation"] == {"uri": "sub%20dir/t.py", "uriBaseId": "%SRCROOT%"}
+
+
+def test_sarif_is_valid_against_the_2_1_0_schema():
+    jsonschema = pytest.importorskip("jsonschema")
+    if not SCHEMA.exists():
+        pytest.skip("SARIF schema not vendored in tests/data/")
+    schema = json.loads(SCHEMA.read_text())
+    jsonschema.Draft4Validator(schema).validate(json.loads(render("sarif")))
+    jsonschema.Draft4Validator(schema).validate(json.loads(render("sarif", [])))
+
+
+def test_sarif_lists_the_registry_rules_by_default():
+    registry = pytest.importorskip("memlint.rules.registry")
+    buf = io.StringIO()
+    write_results(_results(), "sarif", buf)
+    log = json.loads(buf.getvalue())
+    _check_sarif_structure(log)
+    ids = [r["id"] for r in log["runs"][0]["tool"]["driver"]["rules"]]
+    assert set(ids) >= {r.code for r in registry.all_rules()}
+
+
+def test_statistics_counts_per_code_most_frequent_first():
+    results = _results()
+    results[0].findings.extend([results[0].findings[0]] * 2)
+    stats = statistics(results)
+    assert stats == [("MEM099", "test-unknown-model", 3, False), ("MEM199", "test-exceeds-gpu", 1, False),
+                     ("MEM298", "test-recompute-off", 1, True), ("MEM299", "test-pads-to-max-length", 1, True)]
+    buf = io.StringIO()
+    write_statistics(stats, buf)
+    assert buf.getvalue().splitlines() == [
+        "3\tMEM099\t[ ] test-unknown-model", "1\tMEM199\t[ ] test-exceeds-gpu",
+        "1\tMEM298\t[*] test-recompute-off", "1\tMEM299\t[*] test-pads-to-max-length"]
+    buf = io.StringIO()
+    write_statistics(stats, buf, "json")
+    assert json.loads(buf.getvalue())[0] == {"code": "MEM099", "count": 3, "fixable": False,
+                                             "name": "test-unknown-model"}
+
+
+def test_summary_counts_findings_and_fixes():
+    assert formats.summary(_results()) == "Found 4 findings.\n[*] 1 fixable.\n"
+    assert formats.summary([]) == "All checks passed!\n"
+
+
+def test_empty_results_render_empty_but_valid_documents():
+    assert render("concise", []) == "" and render("github", []) == "" and render("full", []) == ""
+    assert json.loads(render("json", [])) == []
+    assert json.loads(render("sarif", []))["runs"][0]["results"] == []
+
+
+def test_unknown_format_is_a_usage_error():
+    with pytest.raises(MemlintError, match="unknown output format 'xml'"):
+        render("xml")
+    with pytest.raises(MemlintError):
+        write_statistics([], io.StringIO(), "sarif")
