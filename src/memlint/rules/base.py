@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterator, Mapping
+from typing import Any, ClassVar, Iterator, Mapping, Sequence
 
 from memlint.plan import Span, TrainingPlan
 
@@ -68,14 +68,14 @@ class Finding:
 class Sample:
     """A rule's own test case: a script (and how to run it) that must, or must not, fire.
 
-    `line` on an INVALID sample is the line the finding must point at (None: any line).
+    `at` on an INVALID sample is text that the line the finding points at must contain
+    (None: any line); `source` is the script (samples.script() builds the usual shapes).
     """
 
-    code: str
+    source: str
     gpu: str | None = None
-    gpus: int | None = None
     assume: tuple[str, ...] = ()
-    line: int | None = None
+    at: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -123,6 +123,36 @@ class Rule:
         return Finding(self.code, self.name, message, self.severity, span, tuple(rel), fix, hint, data)
 
 
+# The words that set each plan field, to point the column at the keyword, not the line start.
+_FIELD_WORDS = {
+    "model_id": ("from_pretrained", "model_name_or_path", "base_model", "MODEL"),
+    "per_device_batch": ("per_device_train_batch_size", "per_gpu_train_batch_size", "micro_batch_size", "batch_size"),
+    "eval_batch": ("per_device_eval_batch_size", "eval_batch_size"),
+    "grad_accum": ("gradient_accumulation_steps",),
+    "max_length": ("max_seq_length", "max_length", "sequence_len", "cutoff_len", "max_seq_len", "model_max_length"),
+    "padding": ("padding", "pad_to_multiple_of", "DataCollator"),
+    "gradient_checkpointing": ("gradient_checkpointing", "activation_checkpointing", "enable_activation_checkpointing"),
+    "optimizer": ("optim", "optimizer"),
+    "precision": ("fp16", "bf16", "mixed_precision"),
+    "attn_implementation": ("attn_implementation", "flash_attention"),
+    "double_quant": ("bnb_4bit_use_double_quant",),
+    "quant_type": ("bnb_4bit_quant_type", "load_in_4bit"),
+    "quant_bits": ("load_in_4bit", "load_in_8bit", "BitsAndBytesConfig", "quantization_bit"),
+    "compute_dtype": ("bnb_4bit_compute_dtype",),
+    "group_by_length": ("group_by_length",),
+    "method": ("from_pretrained", "get_peft_model", "LoraConfig"),
+}
+
+
+def keyword_column(text: str, field: str) -> int:
+    """1-based column of the keyword that sets `field` on a source line (else its indent)."""
+    for word in _FIELD_WORDS.get(field, ()):
+        i = text.find(word)
+        if i >= 0:
+            return i + 1
+    return len(text) - len(text.lstrip()) + 1
+
+
 @dataclass
 class Context:
     """Everything a rule may read. Built once per file by the engine.
@@ -139,6 +169,7 @@ class Context:
     model_error: str | None = None
     accounting: str = "real"
     extra: Mapping[str, Any] = field(default_factory=dict)
+    lines: Sequence[str] = ()
 
     @property
     def setup(self):
@@ -150,7 +181,10 @@ class Context:
         if isinstance(at, str):
             v = self.plan.get(at)
             if v.span is not None:
-                return v.span
+                s = v.span
+                if s.col == 1 and s.path == self.plan.path and 1 <= s.line <= len(self.lines):
+                    s = Span(s.path, s.line, keyword_column(self.lines[s.line - 1], at))
+                return s
         return Span(self.plan.path, 1, 1) if fallback else None
 
     def known(self, name: str) -> bool:

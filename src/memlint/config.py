@@ -1,0 +1,203 @@
+"""`[tool.memlint]` in the closest pyproject.toml, or a memlint.toml / .memlint.toml.
+
+Unknown keys are an error that names the key (a misspelt `ignore` silently ignored is
+how a linter loses trust); so is broken TOML. Command-line flags override the file.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from memlint.errors import MemlintError
+
+SEVERITY_ORDER = {"note": 0, "warning": 1, "error": 2}
+CONFIG_FILES = (".memlint.toml", "memlint.toml", "pyproject.toml")  # first found in a directory wins
+
+
+@dataclass(frozen=True)
+class Settings:
+    gpu: str | None = None
+    gpus: int | None = None
+    select: tuple[str, ...] | None = None          # None: the default rule set
+    extend_select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    per_file_ignores: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    fail_on: str = "warning"                        # lowest severity that makes the exit code 1
+    assume: Mapping[str, Any] = field(default_factory=dict)
+    rule_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # code -> options
+    exclude: tuple[str, ...] = ()
+    accounting: str = "real"
+    max_increase: str | None = None                 # `memlint diff` budget: "2GiB" or "10%"
+    path: str | None = None                         # the file these came from
+    root: str | None = None                         # its directory (per-file-ignores are relative to it)
+
+    def with_(self, **changes: Any) -> "Settings":
+        return replace(self, **changes)
+
+    def assume_list(self) -> list[str]:
+        out = []
+        for k, v in self.assume.items():
+            if isinstance(v, bool):
+                v = str(v).lower()
+            elif isinstance(v, (list, tuple)):
+                v = ",".join(map(str, v))
+            out.append(f"{k}={v}")
+        return out
+
+    def show(self) -> str:
+        lines = [f"config file: {self.path or '(none: defaults)'}"]
+        for name in ("gpu", "gpus", "select", "extend_select", "ignore", "per_file_ignores", "fail_on",
+                     "assume", "rule_options", "exclude", "accounting", "max_increase"):
+            lines.append(f"{name.replace('_', '-')} = {getattr(self, name)!r}")
+        return "\n".join(lines)
+
+
+_UNITS = {"b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+          "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+
+
+def parse_budget(text: str, where: str = "--max-increase") -> tuple[str, float]:
+    """"2GiB" -> ("bytes", 2147483648.0); "10%" -> ("percent", 10.0)."""
+    import re
+
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(%|[kmgt]?i?b)?\s*", text, flags=re.I)
+    if not m:
+        raise MemlintError(f"{where}: {text!r} is not a size (2GiB, 500MiB) or a percentage (10%)")
+    num, unit = float(m.group(1)), (m.group(2) or "gib").lower()
+    if unit == "%":
+        return "percent", num
+    if unit not in _UNITS:
+        raise MemlintError(f"{where}: unknown unit in {text!r}")
+    return "bytes", num * _UNITS[unit]
+
+
+KEYS = {"gpu", "gpus", "select", "extend-select", "ignore", "per-file-ignores", "fail-on", "assume", "options",
+        "exclude", "accounting", "max-increase"}
+
+
+def find_config(start: Path) -> Path | None:
+    """The closest config file at or above `start` that has memlint settings."""
+    d = start.resolve()
+    if d.is_file():
+        d = d.parent
+    for folder in (d, *d.parents):
+        for name in CONFIG_FILES:
+            p = folder / name
+            if not p.is_file():
+                continue
+            if name != "pyproject.toml":
+                return p
+            try:
+                data = tomllib.loads(p.read_text(encoding="utf-8"))
+            except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+                raise MemlintError(f"{p}: invalid TOML: {exc}") from None
+            except OSError as exc:
+                raise MemlintError(f"{p}: cannot read: {exc.strerror}") from None
+            if "memlint" in data.get("tool", {}):
+                return p
+    return None
+
+
+def _strs(value: Any, key: str, where: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise MemlintError(f"{where}: `{key}` must be a list of strings")
+    return tuple(value)
+
+
+def parse_settings(table: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """[tool.memlint] as Settings keyword arguments; every key and option checked."""
+    from memlint.rules.registry import check_selectors, lookup
+
+    unknown = sorted(set(table) - KEYS)
+    if unknown:
+        raise MemlintError(f"{where}: unknown key `{unknown[0]}` in [tool.memlint] (known: {', '.join(sorted(KEYS))})")
+    out: dict[str, Any] = {}
+    if "gpu" in table:
+        if not isinstance(table["gpu"], (str, int, float)):
+            raise MemlintError(f"{where}: `gpu` must be a GPU name or a size in GiB")
+        from memlint.estimate import find_gpu
+
+        find_gpu(str(table["gpu"]))  # an unknown GPU is a config error now, not at the first capacity rule
+        out["gpu"] = str(table["gpu"])
+    if "gpus" in table:
+        if not isinstance(table["gpus"], int) or table["gpus"] < 1:
+            raise MemlintError(f"{where}: `gpus` must be a positive integer")
+        out["gpus"] = table["gpus"]
+    if "select" in table:
+        out["select"] = tuple(check_selectors(_strs(table["select"], "select", where), where))
+    if "extend-select" in table:
+        out["extend_select"] = tuple(check_selectors(_strs(table["extend-select"], "extend-select", where), where))
+    if "ignore" in table:
+        out["ignore"] = tuple(check_selectors(_strs(table["ignore"], "ignore", where), where))
+    if "per-file-ignores" in table:
+        pfi = table["per-file-ignores"]
+        if not isinstance(pfi, dict):
+            raise MemlintError(f"{where}: `per-file-ignores` must be a table of glob = [codes]")
+        out["per_file_ignores"] = {g: tuple(check_selectors(_strs(c, f"per-file-ignores.{g}", where), where))
+                                   for g, c in pfi.items()}
+    if "fail-on" in table:
+        if table["fail-on"] not in SEVERITY_ORDER:
+            raise MemlintError(f"{where}: `fail-on` must be one of {', '.join(SEVERITY_ORDER)}")
+        out["fail_on"] = table["fail-on"]
+    if "assume" in table:
+        if not isinstance(table["assume"], dict):
+            raise MemlintError(f"{where}: `assume` must be a table of field = value")
+        from memlint.estimate.from_plan import apply_assumptions
+        from memlint.plan import TrainingPlan
+
+        s = Settings(assume=table["assume"])
+        apply_assumptions(TrainingPlan("<config>"), s.assume_list())  # names every bad field now
+        out["assume"] = dict(table["assume"])
+    if "options" in table:
+        opts = table["options"]
+        if not isinstance(opts, dict):
+            raise MemlintError(f"{where}: `options` must be a table of rule tables")
+        parsed = {}
+        for key, values in opts.items():
+            rule = lookup(key)
+            if not isinstance(values, dict):
+                raise MemlintError(f"{where}: `options.{key}` must be a table")
+            for opt, val in values.items():
+                if opt not in rule.options:
+                    known = ", ".join(rule.options) or "none"
+                    raise MemlintError(f"{where}: unknown option `{opt}` for {rule.code} ({rule.name}); options: {known}")
+                default = rule.options[opt]
+                if isinstance(default, (int, float)) and (isinstance(val, bool) or not isinstance(val, (int, float))):
+                    raise MemlintError(f"{where}: option `{opt}` of {rule.code} must be a number")
+            parsed[rule.code] = dict(values)
+        out["rule_options"] = parsed
+    if "exclude" in table:
+        out["exclude"] = _strs(table["exclude"], "exclude", where)
+    if "accounting" in table:
+        if table["accounting"] not in ("real", "textbook"):
+            raise MemlintError(f"{where}: `accounting` must be real or textbook")
+        out["accounting"] = table["accounting"]
+    if "max-increase" in table:
+        parse_budget(str(table["max-increase"]), where)
+        out["max_increase"] = str(table["max-increase"])
+    return out
+
+
+def load_settings(start: str | Path = ".", config: str | Path | None = None) -> Settings:
+    """Settings from `config` if given, else from the closest config file at or above `start`."""
+    path = Path(config) if config is not None else find_config(Path(start))
+    if path is None:
+        return Settings()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise MemlintError(f"{path}: no such config file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise MemlintError(f"{path}: invalid TOML: {exc}") from None
+    except OSError as exc:
+        raise MemlintError(f"{path}: cannot read: {exc.strerror}") from None
+    table = data.get("tool", {}).get("memlint", {}) if path.name == "pyproject.toml" else data
+    if not isinstance(table, dict):
+        raise MemlintError(f"{path}: [tool.memlint] must be a table")
+    kwargs = parse_settings(table, str(path))
+    return Settings(**kwargs, path=str(path), root=str(path.parent))

@@ -1,0 +1,40 @@
+"""The evaluation step inside a training run: what `Trainer.evaluate()` holds at its peak.
+
+Between optimizer steps the Trainer evaluates with the training state still resident:
+weights and optimizer state stay, gradients were freed by `zero_grad(set_to_none=True)`,
+the forward runs under `no_grad` (one layer's activations live at a time), and the loss
+needs the full-vocabulary logits of the eval micro-batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memlint.estimate import activations as act
+from memlint.estimate.core import DEFAULT_CONTEXT, FRAGMENTATION, estimate
+from memlint.estimate.setup import Setup
+
+
+@dataclass(frozen=True)
+class EvalEstimate:
+    batch: int
+    seq: int
+    weights: int
+    optimizer: int
+    activations: int   # one layer's transient under no_grad
+    logits: int
+    overhead: int
+
+    @property
+    def peak(self) -> int:
+        return self.weights + self.optimizer + self.activations + self.logits + self.overhead
+
+
+def eval_estimate(s: Setup, eval_batch: int, accounting: str = "real", context_bytes: int | None = None) -> EvalEstimate:
+    e = s.with_(batch=eval_batch)
+    train = estimate(e, accounting, context_bytes)
+    terms = act.activations(e, accounting)
+    alloc = train.bytes("weights") + train.bytes("optimizer") + terms.per_layer + terms.logits_forward
+    ctx = DEFAULT_CONTEXT if context_bytes is None else context_bytes
+    return EvalEstimate(eval_batch, e.seq, train.bytes("weights"), train.bytes("optimizer"), terms.per_layer,
+                        terms.logits_forward, ctx + int(alloc * FRAGMENTATION))

@@ -1,0 +1,289 @@
+"""MEM2xx: sequence length, padding, micro-batch, recompute, attention and logits."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from memlint.rules.base import Context, Finding, Fix, Rule, Sample
+from memlint.rules.capacity import gib, refit
+from memlint.rules.samples import script
+
+
+def _seq_bytes(est) -> int:
+    return est.bytes("activations") + est.bytes("logits")
+
+
+class PadToMaxLengthRule(Rule):
+    """
+    ## What it does
+    Reports tokenization or a collator that pads every sample to `max_length`.
+
+    ## Why is this bad?
+    Every micro-batch then costs what the worst one costs: activations and logits at
+    `batch × max_length` on every step, however short the samples are. The peak is what
+    it would be anyway, but every step pays it in compute, and the first step already
+    runs at the limit, leaving no room for a larger micro-batch.
+
+    ## Example
+    ```python
+    tokenizer(batch["text"], truncation=True, max_length=2048, padding="max_length")
+    ```
+
+    ## Use instead
+    Pad per batch with the collator:
+    ```python
+    tokenizer(batch["text"], truncation=True, max_length=2048)
+    ...
+    Trainer(..., data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False))
+    ```
+    """
+
+    code = "MEM201"
+    name = "pad-to-max-length"
+    severity = "warning"
+    summary = "every sample is padded to max_length, so every batch costs the worst case"
+    fix = Fix("pad per batch in the collator instead of to max_length", "safe", "dynamic-padding")
+    VALID = (Sample(script()), Sample(script(padding="longest")))
+    INVALID = (Sample(script(padding="max_length"), at='padding="max_length"'),)
+
+    def check(self, ctx: Context) -> Iterator[Finding]:
+        if ctx.value("padding") != "max_length" or ctx.value("packing") is True:
+            return
+        L = ctx.value("max_length")
+        cost = ""
+        if ctx.estimate is not None:
+            cost = f" ({gib(_seq_bytes(ctx.estimate))} of activations and logits at {ctx.setup.batch} × {ctx.setup.seq})"
+        yield self.finding(
+            ctx, f"padding='max_length' pads every sample to {L or 'max_length'} tokens: every micro-batch "
+                 f"costs the worst case{cost}",
+            "padding", related=(("max_length", "max_length set here"),),
+            hint="pad per batch (a padding collator) instead", fix=self.fix,
+        )
+
+
+class LongestSampleSetsPeakRule(Rule):
+    """
+    ## What it does
+    Reports padding to the longest sample in each micro-batch, with a large
+    `max_length` and neither length grouping nor packing: the step that draws the
+    longest sample sets the peak, and memlint says what that step costs against a
+    typical one.
+
+    ## Why is this bad?
+    The first seed article's story: a LoRA run on a 24 GB card is fine for 200 steps and
+    runs out of memory at step 213, whose micro-batch holds one 8,192-token document;
+    padding makes all four samples 8,192 tokens long, 8× the activations of a typical
+    batch. Measuring a few typical steps does not reveal it.
+
+    ## Example
+    ```python
+    tokenizer(batch["text"], truncation=True, max_length=8192)
+    TrainingArguments(per_device_train_batch_size=4)
+    ```
+
+    ## Use instead
+    Size the run for the longest micro-batch; make it happen first with
+    `group_by_length=True` (the Trainer puts the longest batch first), or pack samples,
+    or truncate to a length that fits.
+
+    ## Options
+    `typical-length` (tokens in a typical padded batch, default 1024) and
+    `min-ratio` (report when the worst step costs at least this many times a typical
+    one in activations and logits, default 2).
+    """
+
+    code = "MEM202"
+    name = "longest-sample-sets-peak"
+    severity = "warning"
+    summary = "padding to the longest sample: the step that draws it sets the peak"
+    options = {"typical-length": 1024, "min-ratio": 2.0}
+    fix = Fix("add group_by_length=True (the longest batch comes first)", "unsafe", "group-by-length")
+    VALID = (Sample(script(batch=4, max_length=8192, args="group_by_length=True")),
+             Sample(script(batch=4, max_length=1024)))
+    INVALID = (Sample(script(batch=4, max_length=8192), at="max_length=8192"),)
+
+    def check(self, ctx: Context) -> Iterator[Finding]:
+        est, s = ctx.estimate, ctx.setup
+        if est is None or ctx.value("padding") != "longest":
+            return
+        if ctx.value("packing") is True or ctx.value("group_by_length") is True:
+            return
+        typical = int(self.opts["typical-length"])
+        if s.seq < typical * float(self.opts["min-ratio"]):
+            return
+        from memlint.estimate import estimate
+
+        usual = estimate(s.with_(seq=typical), ctx.accounting, ctx.gpu[2] if ctx.gpu else None)
+        worst, base = _seq_bytes(est), _seq_bytes(usual)
+        if base and worst < float(self.opts["min-ratio"]) * base:
+            return
+        fits = ""
+        if ctx.gpu is not None:
+            fits = f"; on {ctx.gpu[0]} the typical step fits" if usual.peak <= ctx.gpu[1] else ""
+            fits += " and the long one does not" if fits and est.peak > ctx.gpu[1] else ""
+        yield self.finding(
+            ctx, f"padding to the longest sample: a step that draws a {s.seq}-token sample pads all {s.batch} "
+                 f"to {s.seq} tokens, {gib(worst)} of activations and logits (peak {gib(est.peak)}) vs "
+                 f"{gib(base)} for a typical {typical}-token batch{fits}",
+            "max_length", related=(("padding", "padding set here"), ("per_device_batch", "batch set here")),
+            hint="size the run for the longest batch; group_by_length=True makes it the first step, packing or "
+                 "truncation removes it", fix=self.fix, worst_bytes=worst, typical_bytes=base,
+        )
+
+
+class RecomputeOffRule(Rule):
+    """
+    ## What it does
+    Reports gradient checkpointing (activation recompute) turned off where turning it
+    on would make the run fit on the configured GPU, or would save more than a set
+    fraction of the peak.
+
+    ## Why is this bad?
+    Without recompute every decoder layer keeps its intermediate tensors for backward;
+    activations grow with `batch × seq × layers` and dominate the peak at long sequences.
+    Recompute keeps only each layer's input and re-runs one layer at a time in backward,
+    for about a third more compute.
+
+    ## Example
+    ```python
+    TrainingArguments(per_device_train_batch_size=4, gradient_checkpointing=False)
+    ```
+
+    ## Use instead
+    ```python
+    TrainingArguments(per_device_train_batch_size=4, gradient_checkpointing=True,
+                      gradient_checkpointing_kwargs={"use_reentrant": False})
+    ```
+
+    ## Options
+    `min-saving` (fraction of the peak, default 0.25).
+    """
+
+    code = "MEM203"
+    name = "recompute-off"
+    severity = "warning"
+    summary = "gradient checkpointing is off where turning it on fits the GPU or saves a lot"
+    options = {"min-saving": 0.25}
+    fix = Fix("turn on gradient_checkpointing in the training arguments", "safe", "gradient-checkpointing")
+    VALID = (Sample(script(batch=4, recompute=True)), Sample(script(batch=1, max_length=256, recompute=False)))
+    INVALID = (Sample(script(batch=4, recompute=False), at="gradient_checkpointing=False"),)
+
+    def check(self, ctx: Context) -> Iterator[Finding]:
+        est, s = ctx.estimate, ctx.setup
+        if est is None or s.recompute or not ctx.known("gradient_checkpointing"):
+            return
+        peak_on, fits_on = refit(ctx, recompute=True)
+        saved = est.peak - peak_on
+        rescues = ctx.gpu is not None and est.peak > ctx.gpu[1] and fits_on
+        if not rescues and saved < float(self.opts["min-saving"]) * est.peak:
+            return
+        tail = f" and makes it fit on {ctx.gpu[0]}" if rescues else ""
+        yield self.finding(
+            ctx, f"gradient checkpointing is off: turning it on saves {gib(saved)} ({saved / est.peak:.0%}) of the "
+                 f"{gib(est.peak)} peak{tail}",
+            "gradient_checkpointing", related=(("per_device_batch", "batch set here"),),
+            hint="gradient_checkpointing=True (about a third more compute)", fix=self.fix,
+            saved_bytes=saved, peak_with_recompute=peak_on,
+        )
+
+
+class EagerAttentionRule(Rule):
+    """
+    ## What it does
+    Reports `attn_implementation="eager"` at long sequence lengths.
+
+    ## Why is this bad?
+    Eager attention materialises the `batch × heads × seq × seq` score and probability
+    matrices in every layer (and keeps them for backward); SDPA and FlashAttention
+    never do. At 4,096 tokens that is gigabytes per micro-batch.
+
+    ## Example
+    ```python
+    AutoModelForCausalLM.from_pretrained(model_id, attn_implementation="eager")
+    ```
+
+    ## Use instead
+    ```python
+    AutoModelForCausalLM.from_pretrained(model_id, attn_implementation="sdpa")
+    ```
+
+    ## Options
+    `min-length` (default 2048) and `min-saving` (bytes saved by SDPA before reporting,
+    default 1 GiB).
+    """
+
+    code = "MEM204"
+    name = "eager-attention-long-sequence"
+    severity = "warning"
+    summary = "eager attention materialises seq² scores at a long sequence"
+    options = {"min-length": 2048, "min-saving": 1 << 30}
+    VALID = (Sample(script(attn="sdpa", max_length=4096)), Sample(script(attn="eager", max_length=512)))
+    INVALID = (Sample(script(attn="eager", max_length=4096, recompute=False), at='attn_implementation="eager"'),)
+
+    def check(self, ctx: Context) -> Iterator[Finding]:
+        est, s = ctx.estimate, ctx.setup
+        if est is None or s.attn != "eager" or s.seq < int(self.opts["min-length"]):
+            return
+        peak_sdpa, fits = refit(ctx, attn="sdpa")
+        saved = est.peak - peak_sdpa
+        if saved < int(self.opts["min-saving"]):
+            return
+        tail = f" and fits on {ctx.gpu[0]}" if fits and est.peak > ctx.gpu[1] else ""
+        yield self.finding(
+            ctx, f"eager attention at {s.seq} tokens keeps {s.batch}×{s.model.heads}×{s.seq}² scores per layer: SDPA would "
+                 f"save {gib(saved)} of the {gib(est.peak)} peak{tail}",
+            "attn_implementation", related=(("max_length", "max_length set here"),),
+            hint='attn_implementation="sdpa" (or "flash_attention_2")', saved_bytes=saved,
+        )
+
+
+class LargeLogitsRule(Rule):
+    """
+    ## What it does
+    Reports full-vocabulary logits that take a large share of the peak: a large
+    vocabulary at a long sequence, where the loss materialises `batch × seq × vocab`
+    logits, their fp32 upcast and log-softmax.
+
+    ## Why is this bad?
+    With a 128k–256k vocabulary the logits of one 8k-token sample are gigabytes, as much
+    as all the layers' activations with recompute on. Recompute does not help; the loss
+    is computed at once over the whole sequence.
+
+    ## Example
+    Llama-3 (128,256 tokens) or Gemma (256,000) at 8,192 tokens per sample.
+
+    ## Use instead
+    A chunked or fused linear-cross-entropy loss that never materialises the full
+    logits (Liger Kernel's `FusedLinearCrossEntropy`, Apple's Cut Cross-Entropy), a
+    shorter maximum length, or a smaller micro-batch.
+
+    ## Options
+    `min-vocab` (default 100,000) and `min-fraction` (of the allocated peak, default 0.2).
+    """
+
+    code = "MEM205"
+    name = "large-fp32-logits"
+    severity = "warning"
+    summary = "full-vocabulary fp32 logits take a large share of the peak"
+    options = {"min-vocab": 100_000, "min-fraction": 0.2}
+    VALID = (Sample(script("Qwen/Qwen2.5-0.5B", max_length=512)), Sample(script("openai-community/gpt2", max_length=1024)))
+    INVALID = (Sample(script("meta-llama/Llama-3.2-1B", batch=2, max_length=8192), at="MODEL_ID ="),)
+
+    def check(self, ctx: Context) -> Iterator[Finding]:
+        est, s = ctx.estimate, ctx.setup
+        if est is None or s.model.vocab < int(self.opts["min-vocab"]):
+            return
+        logits = est.bytes("logits")
+        share = logits / max(est.allocated_peak, 1)
+        if share < float(self.opts["min-fraction"]):
+            return
+        yield self.finding(
+            ctx, f"logits over a {s.model.vocab:,}-token vocabulary at {s.batch} × {s.seq}: {gib(logits)}, "
+                 f"{share:.0%} of the allocated peak (bf16 logits, their fp32 upcast and log-softmax)",
+            "model_id", related=(("max_length", "max_length set here"), ("per_device_batch", "batch set here")),
+            hint="a fused/chunked cross-entropy (Liger, Cut Cross-Entropy) or a shorter max_length",
+            logits_bytes=logits,
+        )
+
+
+RULES = (PadToMaxLengthRule, LongestSampleSetsPeakRule, RecomputeOffRule, EagerAttentionRule, LargeLogitsRule)
