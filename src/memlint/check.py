@@ -152,10 +152,10 @@ def read_plan(target: Target) -> tuple[TrainingPlan | None, list[str]]:
     if not FRAMEWORK_WORDS.search(raw):
         return None, []
     from memlint.extract import extract_source
-    from memlint.extract.source import read_source
+    from memlint.extract.source import notebook_source, transform_lines
 
-    try:
-        source = read_source(path) if path.suffix == ".ipynb" else text
+    try:  # `!pip` and `%magic` lines (exported notebooks) become calls, line for line
+        source = notebook_source(text, path) if path.suffix == ".ipynb" else transform_lines(text.splitlines(), cells=None)
         plan = extract_source(source, path, shown=shown)
     except MemlintError as exc:
         return _unreadable(shown, str(exc).removeprefix(f"{shown}: ")), []
@@ -170,8 +170,11 @@ def _read_config(path: Path, shown: str, text: str, explicit: bool) -> TrainingP
         from memlint.extract import configs  # the YAML/JSON readers (issue #7)
     except ImportError:
         return None
+    reader = getattr(configs, "read_config", None)
+    if reader is None:
+        return None
     try:
-        return configs.read_config(path, text=text, shown=shown, explicit=explicit)
+        return reader(path, text=text, shown=shown, explicit=explicit)
     except MemlintError as exc:
         if explicit:
             return _unreadable(shown, str(exc).removeprefix(f"{shown}: "))
@@ -213,6 +216,8 @@ def context_for(plan: TrainingPlan, settings: Settings, gpu: str | None = None, 
 
     plan, extra = apply_assumptions(plan, [*settings.assume_list(), *assume])
     gpus = gpus if gpus is not None else settings.gpus
+    if gpus is None and extra.get("gpus") is None and isinstance(plan.value("num_gpus"), int):
+        gpus = plan.value("num_gpus")
     if gpus is not None:
         extra["gpus"] = gpus
     gpu = gpu if gpu is not None else settings.gpu
@@ -225,6 +230,15 @@ def context_for(plan: TrainingPlan, settings: Settings, gpu: str | None = None, 
     except MemlintError as exc:  # the model id is not known offline
         ctx.model_error = str(exc)
         return ctx
+    dist = plan.value("distributed")
+    if ctx.planned.setup is not None and dist not in (None, "none"):
+        # A sharded run's per-GPU memory depends on the stage and on how many GPUs share
+        # it: no guess, a note instead.
+        from memlint.estimate.from_plan import PlannedSetup
+
+        missing = ("distributed",) if dist == "deepspeed" else ("num_gpus",) if extra.get("gpus") is None else ()
+        if missing:
+            ctx.planned = PlannedSetup(None, missing, ctx.planned.notes)
     if ctx.planned.setup is not None:
         try:
             ctx.estimate = estimate(ctx.planned.setup, settings.accounting, target[2] if target else None)
@@ -279,8 +293,10 @@ def check_source(source: str, path: str = "<stdin>", **kwargs) -> FileResult:
         plan = TrainingPlan(path)
         return FileResult(path, plan, Context(plan), [], source.splitlines())
     else:
+        from memlint.extract.source import transform_lines
+
         try:
-            plan = extract_source(source, path, shown=path)
+            plan = extract_source(transform_lines(source.splitlines(), cells=None), path, shown=path)
         except RecursionError:
             plan = _unreadable(path, "too deeply nested to parse")
     return check_plan(plan, lines=source.splitlines(), **kwargs)

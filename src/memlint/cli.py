@@ -1,4 +1,4 @@
-"""Command line: `memlint estimate | plan | measure`. Imports stay lazy so the lint path
+"""Command line: `memlint check | rule | estimate | plan | measure`. Imports stay lazy so the lint path
 starts without torch or transformers."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Sequence
 from memlint import __version__
 from memlint.errors import MemlintError
 
-COMMANDS = ("estimate", "plan", "measure")
+COMMANDS = ("check", "rule", "estimate", "plan", "measure")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -109,6 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"memlint {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
+    from memlint.report.check_view import add_check_flags, add_rule_parser, run_check
+
+    c = sub.add_parser("check", help="check training scripts and configs (the default: memlint PATH…)")
+    add_check_flags(c)
+    c.set_defaults(func=run_check)
+    add_rule_parser(sub)
+
     e = sub.add_parser("estimate", help="estimate per-GPU memory for a configuration")
     _setup_flags(e)
     e.add_argument("--gpu", metavar="NAME|GiB", help="GPU to check against (default: the common GPUs)")
@@ -135,9 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    # `memlint train.py` is shorthand for `memlint plan train.py`.
-    if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
-        argv = ["plan", *argv]
+    # `memlint train.py` is shorthand for `memlint check train.py` (Ruff's `ruff check`).
+    if argv and argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version"):
+        argv = ["check", *argv]
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):

@@ -112,9 +112,15 @@ class UnknownValueRule(Rule):
         for name in ctx.planned.missing:
             v = ctx.plan.get(name)
             why = f" ({v.chain[-1]})" if v.chain else ""
+            flag = "--gpus N" if name == "num_gpus" else f"--assume {name}=…"
+            if name == "num_gpus":
+                why = f" (a {ctx.plan.value('distributed')} run is sharded over the GPUs it is launched on)"
+            elif name == "distributed":
+                why = " (a DeepSpeed config memlint could not read: the ZeRO stage decides what is sharded)"
+                flag = "--assume distributed=zero1|zero2|zero3"
             yield self.finding(
-                ctx, f"{name} is unknown{why}: no estimate for this file; pass --assume {name}=…",
-                name, hint=f"memlint {ctx.plan.path} --assume {name}=VALUE", field=name,
+                ctx, f"{name} is unknown{why}: no estimate for this file; pass {flag}",
+                name if v.span else "distributed", hint=f"memlint {ctx.plan.path} {flag}", field=name,
             )
 
 

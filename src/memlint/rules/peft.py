@@ -38,7 +38,7 @@ class NoDoubleQuantRule(Rule):
     """
 
     code = "MEM301"
-    name = "4bit-without-double-quant"
+    name = "missing-double-quant"
     severity = "warning"
     summary = "4-bit quantization without double quantization"
     fix = Fix("add bnb_4bit_use_double_quant=True", "safe", "double-quant")
@@ -154,8 +154,8 @@ class BareLoadIn4bitRule(Rule):
 
     def check(self, ctx: Context) -> Iterator[Finding]:
         qt = ctx.plan.get("quant_type")
-        if ctx.value("quant_bits") != 4 or qt.source != "library-default":
-            return
+        if ctx.value("quant_bits") != 4 or qt.source != "library-default" or qt.value not in (None, "fp4"):
+            return  # some wrappers (unsloth) default to nf4 themselves
         dq = "" if ctx.value("double_quant") else ", no double quantization"
         yield self.finding(ctx, f"4-bit loading without bnb_4bit_quant_type: bitsandbytes uses {qt.value or 'fp4'}{dq}; "
                                 "QLoRA uses nf4 with double quantization",

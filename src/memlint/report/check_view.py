@@ -1,0 +1,307 @@
+"""`memlint check` and `memlint rule`: flags -> settings -> engine -> formats, exit code.
+
+The report goes to stdout (or -o), the human summary to stderr; colour only on a
+terminal (NO_COLOR / FORCE_COLOR respected).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from memlint.errors import MemlintError
+
+FORMATS = ("concise", "full", "json", "github", "sarif")
+
+
+def add_check_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="*", metavar="PATH", help="files or folders (default: .); - reads stdin")
+    g = p.add_argument_group("what to check against")
+    g.add_argument("--gpu", metavar="NAME|GiB", help="GPU to check against (default: [tool.memlint] gpu; "
+                                                     "else fit is reported for common GPUs without failing)")
+    g.add_argument("--gpus", type=int, metavar="N", help="GPUs the run spans (sharded runs are estimated per GPU)")
+    g.add_argument("--assume", action="append", default=[], metavar="KEY=VALUE",
+                   help="value for a field the script leaves unknown (repeatable)")
+    g.add_argument("--launch-config", metavar="PATH",
+                   help="an accelerate or DeepSpeed config the scripts are launched with")
+    g.add_argument("--accounting", choices=("real", "textbook"), default=None)
+    r = p.add_argument_group("rule selection")
+    r.add_argument("--select", metavar="CODES", help="comma-separated codes or prefixes (MEM1, MEM201) or ALL")
+    r.add_argument("--extend-select", metavar="CODES", help="codes to enable on top of the selection")
+    r.add_argument("--ignore", metavar="CODES", help="codes or prefixes to disable")
+    r.add_argument("--fail-on", choices=("note", "warning", "error"), default=None,
+                   help="lowest severity that makes the exit code 1 (default: warning)")
+    o = p.add_argument_group("output")
+    o.add_argument("--output-format", choices=FORMATS, default=None, help="default: concise")
+    o.add_argument("-o", "--output-file", metavar="PATH", help="write the report to PATH instead of stdout")
+    o.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
+    o.add_argument("--statistics", action="store_true", help="count findings per rule instead of listing them")
+    o.add_argument("--show-settings", action="store_true", help="print the resolved settings and exit")
+    o.add_argument("--stdin-filename", metavar="PATH", help="the name of the file read from stdin")
+    o.add_argument("--config", metavar="PATH", help="settings file (default: the closest pyproject.toml "
+                                                    "with [tool.memlint], or memlint.toml)")
+    o.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
+    o.add_argument("--no-color", action="store_true")
+    f = p.add_argument_group("fixes")
+    f.add_argument("--fix", action="store_true", help="apply safe fixes in place")
+    f.add_argument("--unsafe-fixes", action="store_true", help="also apply (with --fix) or show unsafe fixes")
+    f.add_argument("--diff", action="store_true", help="show the fixes as a unified diff; write nothing")
+
+
+def _codes(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    return [c.strip() for c in text.split(",") if c.strip()]
+
+
+def resolve_settings(args: argparse.Namespace):
+    from memlint.config import load_settings
+    from memlint.rules.registry import check_selectors
+
+    start = Path(args.paths[0]) if args.paths and args.paths[0] != "-" else Path(args.stdin_filename or ".")
+    if not start.exists():
+        start = Path(".")
+    s = load_settings(start, args.config)
+    changes = {}
+    if args.select is not None:
+        changes["select"] = tuple(check_selectors(_codes(args.select), "--select"))
+    if args.extend_select is not None:
+        changes["extend_select"] = s.extend_select + tuple(check_selectors(_codes(args.extend_select), "--extend-select"))
+    if args.ignore is not None:
+        changes["ignore"] = s.ignore + tuple(check_selectors(_codes(args.ignore), "--ignore"))
+    if args.fail_on:
+        changes["fail_on"] = args.fail_on
+    if args.accounting:
+        changes["accounting"] = args.accounting
+    if args.gpu:
+        from memlint.estimate import find_gpu
+
+        find_gpu(args.gpu)
+        changes["gpu"] = args.gpu
+    if args.gpus is not None:
+        if args.gpus < 1:
+            raise MemlintError("--gpus must be at least 1")
+        changes["gpus"] = args.gpus
+    return s.with_(**changes)
+
+
+def _color(args: argparse.Namespace, stream: TextIO) -> bool:
+    if args.no_color or os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return hasattr(stream, "isatty") and stream.isatty()
+
+
+def _launch(plans_cfg: str | None):
+    if not plans_cfg:
+        return None
+    try:
+        from memlint.extract.configs import merge_launch_config
+    except ImportError:
+        raise MemlintError("--launch-config: this build cannot read launch configs") from None
+    if not Path(plans_cfg).is_file():
+        raise MemlintError(f"--launch-config {plans_cfg}: no such file")
+    return lambda plan: merge_launch_config(plan, plans_cfg)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from memlint.check import check_paths, check_plan, check_source, collect, failing, read_plan
+    from memlint.report.formats import summary, write_results, write_statistics
+
+    settings = resolve_settings(args)
+    if args.show_settings:
+        print(settings.show())
+        return 0
+    fmt = args.output_format or "concise"
+    if args.stdin_filename and args.paths and args.paths != ["-"]:
+        raise MemlintError("--stdin-filename reads stdin: pass - (or no path) as the only path")
+    from_stdin = args.paths == ["-"] or (not args.paths and args.stdin_filename is not None)
+    paths = args.paths or ["."]
+    merge = _launch(args.launch_config)
+    kw = dict(gpu=None, gpus=None, assume=args.assume)
+
+    if from_stdin:
+        name = args.stdin_filename or "<stdin>"
+        try:
+            source = sys.stdin.buffer.read().decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise MemlintError(f"{name}: not UTF-8 text (invalid byte at offset {exc.start})") from None
+        result = check_source(source, name, settings=settings, **kw)
+        if merge is not None and result.plan.kind in ("python", "notebook"):
+            result = check_plan(merge(result.plan), lines=result.lines, settings=settings, **kw)
+        if args.fix or args.diff:
+            return _fix_stdin(source, result, name, args)
+        results = [result]
+    elif merge is None and not (args.fix or args.diff):
+        results = check_paths(paths, settings, **kw)
+    else:
+        results = []
+        for target in collect(paths, settings):
+            plan, lines = read_plan(target)
+            if plan is None:
+                continue
+            if merge is not None and plan.kind in ("python", "notebook"):
+                plan = merge(plan)
+            results.append(check_plan(plan, lines=lines, settings=settings, **kw))
+        if args.fix or args.diff:
+            results, code = _fix_files(results, settings, args, kw)
+            if args.diff:
+                return code
+
+    out: TextIO
+    out = open(args.output_file, "w", encoding="utf-8") if args.output_file else sys.stdout
+    try:
+        color = _color(args, out) and not args.output_file
+        if args.statistics:
+            from memlint.report.formats import statistics
+
+            write_statistics(statistics(results), out, fmt, color=color)
+        else:
+            write_results(results, fmt, out, color=color, show_fixes=args.unsafe_fixes)
+    finally:
+        if args.output_file:
+            out.close()
+    if not args.quiet:
+        sys.stdout.flush()
+        sys.stderr.write(summary(results, show_fixes=args.unsafe_fixes))
+        if settings.gpu is None and fmt in ("concise", "full"):
+            _fit_summary(results, sys.stderr)
+    if args.exit_zero:
+        return 0
+    return 1 if failing(results, settings.fail_on) else 0
+
+
+def _fit_summary(results, out: TextIO) -> None:
+    """Without a configured GPU: the fit on common GPUs, per file, never failing."""
+    from memlint.estimate import gpus
+    from memlint.estimate.core import fits
+
+    shown = [r for r in results if r.context.estimate is not None]
+    for r in shown[:10]:
+        est = r.context.estimate
+        ok = [label for label, g in gpus().items()
+              if fits(est.setup, est.accounting, g["total_bytes"], g["context_bytes"])]
+        where = f"fits {', '.join(ok)}" if ok else "fits none of the common GPUs"
+        per = f" per GPU of {est.setup.gpus}" if est.setup.gpus > 1 else ""
+        out.write(f"{r.path}: peak {est.peak / (1 << 30):.1f} GiB{per}; {where} (pass --gpu to check one)\n")
+    if len(shown) > 10:
+        out.write(f"… and {len(shown) - 10} more files with an estimate (pass --gpu to check them)\n")
+
+
+def _fixable(results, args) -> dict:
+    allowed = {"safe", "unsafe"} if args.unsafe_fixes else {"safe"}
+    return {id(r): [f for f in r.findings if f.fix is not None and f.fix.applicability in allowed] for r in results}
+
+
+def _apply(source: str, findings, unsafe: bool):
+    try:
+        from memlint.fix import apply_fixes
+    except ImportError:
+        raise MemlintError("--fix: this build has no fixes") from None
+    return apply_fixes(source, findings, unsafe=unsafe)
+
+
+def _fix_files(results, settings, args, kw):
+    from memlint.check import check_source
+
+    try:
+        from memlint.fix import unified_diff
+    except ImportError:
+        raise MemlintError("--fix: this build has no fixes") from None
+    todo = _fixable(results, args)
+    out_results, diffs, changed = [], [], 0
+    for r in results:
+        fixes = todo[id(r)]
+        if not fixes or r.plan.kind != "python":
+            out_results.append(r)
+            continue
+        before = "\n".join(r.lines) + "\n"
+        try:
+            before = Path(r.path).read_text(encoding="utf-8")
+        except OSError:
+            pass
+        res = _apply(before, fixes, args.unsafe_fixes)
+        if res.source == before:
+            out_results.append(r)
+            continue
+        changed += 1
+        if args.diff:
+            diffs.append(unified_diff(r.path, before, res.source))
+            out_results.append(r)
+            continue
+        Path(r.path).write_text(res.source, encoding="utf-8")
+        out_results.append(check_source(res.source, r.path, settings=settings, **kw))
+    if args.diff:
+        sys.stdout.write("".join(diffs))
+        if not args.quiet:
+            n = sum(len(todo[id(r)]) for r in results)
+            sys.stderr.write(f"Would fix {n} finding{'s' if n != 1 else ''} in {changed} file{'s' if changed != 1 else ''}.\n"
+                             if changed else "No fixes available.\n")
+        return out_results, (1 if changed and not args.exit_zero else 0)
+    if not args.quiet and changed:
+        sys.stderr.write(f"Fixed {changed} file{'s' if changed != 1 else ''}.\n")
+    return out_results, 0
+
+
+def _fix_stdin(source: str, result, name: str, args) -> int:
+    fixes = _fixable([result], args)[id(result)]
+    new = _apply(source, fixes, args.unsafe_fixes).source if fixes else source
+    if args.diff:
+        from memlint.fix import unified_diff
+
+        sys.stdout.write(unified_diff(name, source, new) if new != source else "")
+        return 1 if new != source and not args.exit_zero else 0
+    sys.stdout.write(new)  # Ruff's contract: `--fix -` prints the fixed source
+    return 0
+
+
+def run_rule(args: argparse.Namespace) -> int:
+    from memlint.rules.registry import all_rules, lookup
+
+    if args.all:
+        if args.code:
+            raise MemlintError("pass a rule code or --all, not both")
+        if args.output_format == "json":
+            import json
+
+            print(json.dumps([_rule_json(r) for r in all_rules()], indent=2))
+            return 0
+        for r in all_rules():
+            on = "" if r.default_enabled else "  (off by default)"
+            fix = " [*]" if r.fix is not None else ""
+            print(f"{r.code}  {r.name:32} {r.severity:8} {r.summary}{fix}{on}")
+        return 0
+    if not args.code:
+        raise MemlintError("pass a rule code (memlint rule MEM201) or --all")
+    r = lookup(args.code)
+    if args.output_format == "json":
+        import json
+
+        print(json.dumps(_rule_json(r), indent=2))
+        return 0
+    try:
+        from memlint.report.rule_docs import rule_markdown
+
+        print(rule_markdown(r))
+    except ImportError:
+        print(f"# {r.name} ({r.code})\n\n{r.doc()}")
+    return 0
+
+
+def _rule_json(r) -> dict:
+    return {"code": r.code, "name": r.name, "severity": r.severity, "default_enabled": r.default_enabled,
+            "summary": r.summary, "options": dict(r.options),
+            "fix": None if r.fix is None else {"title": r.fix.title, "applicability": r.fix.applicability},
+            "explanation": r.doc()}
+
+
+def add_rule_parser(sub) -> None:
+    rp = sub.add_parser("rule", help="explain a rule (memlint rule MEM201) or list them all (--all)")
+    rp.add_argument("code", nargs="?", metavar="CODE|NAME")
+    rp.add_argument("--all", action="store_true", help="list every rule")
+    rp.add_argument("--output-format", choices=("text", "json"), default="text")
+    rp.set_defaults(func=run_rule)
