@@ -311,7 +311,15 @@ def test_statistics_counts_per_code_most_frequent_first():
 
 
 def test_summary_counts_findings_and_fixes():
-    assert formats.summary(_results()) == "Found 4 findings.\n[*] 1 fixable.\n"
+    assert formats.summary(_results()) == (
+        "Found 4 findings.\n[*] 1 fixable with the `--fix` option "
+        "(1 hidden fix can be enabled with the `--unsafe-fixes` option).\n")
+    assert formats.summary(_results(), show_fixes=True) == (
+        "Found 4 findings.\n[*] 2 fixable with the `--fix` option.\n")
+    unsafe_only = _results()[1]
+    unsafe_only.findings = [f for f in unsafe_only.findings if f.code != "MEM298"]
+    assert formats.summary([unsafe_only]) == (
+        "Found 2 findings.\nNo fixes available (1 hidden fix can be enabled with the `--unsafe-fixes` option).\n")
     assert formats.summary([]) == "All checks passed!\n"
 
 

@@ -459,13 +459,23 @@ def write_statistics(stats: Sequence[tuple[str, str, int, bool]], out: TextIO, f
 
 
 def summary(results: Sequence[FileResult], show_fixes: bool = False) -> str:
-    """Ruff's closing lines (for stderr): `Found 3 errors.` and how many are fixable."""
+    """Ruff's closing lines (for stderr): how many findings, and how many `--fix` would fix;
+    unsafe fixes count only with `show_fixes` (`--unsafe-fixes`), else they are a hint."""
     findings = [f for r in results for f in r.findings]
     if not findings:
         return "All checks passed!\n"
     n = len(findings)
     text = f"Found {n} finding{'s' if n != 1 else ''}.\n"
-    fixable = sum(_fixable(f, show_fixes) for f in findings)
-    if fixable:
-        text += f"[*] {fixable} fixable.\n"
+    safe = sum(f.fix is not None and f.fix.applicability == "safe" for f in findings)
+    unsafe = sum(f.fix is not None and f.fix.applicability != "safe" for f in findings)
+    if show_fixes:
+        safe, unsafe = safe + unsafe, 0
+    hidden = (f"{unsafe} hidden fix{'es' if unsafe != 1 else ''} can be enabled with the "
+              "`--unsafe-fixes` option")
+    if safe and unsafe:
+        text += f"[*] {safe} fixable with the `--fix` option ({hidden}).\n"
+    elif safe:
+        text += f"[*] {safe} fixable with the `--fix` option.\n"
+    elif unsafe:
+        text += f"No fixes available ({hidden}).\n"
     return text
