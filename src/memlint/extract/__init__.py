@@ -37,21 +37,26 @@ def extract_source(source: str, path: str | Path = "<string>", shown: str | None
     p = Path(path)
     name = shown if shown is not None else str(path)
     try:
+        # CPython's parser first: it words errors better, and it refuses nesting deep
+        # enough to overflow libcst's native parser (which would crash the process).
+        compile(source, name, "exec", flags=0x400, dont_inherit=True)  # ast.PyCF_ONLY_AST
+    except SyntaxError as err:
+        return _syntax_error_plan(name, err.lineno or 1, err.offset or 1, err.msg)
+    except (ValueError, RecursionError, MemoryError) as err:  # NUL bytes, nesting beyond the recursion limit
+        return _syntax_error_plan(name, 1, 1, f"cannot parse: {type(err).__name__}: {err}")
+    try:
         interp = Interpreter(p, source, Handlers())
-    except cst.ParserSyntaxError as exc:
-        line, col, msg = exc.raw_line, exc.raw_column + 1, exc.message
-        try:  # CPython's own parser words it better ("'(' was never closed")
-            compile(source, name, "exec", flags=0x400, dont_inherit=True)  # ast.PyCF_ONLY_AST
-        except SyntaxError as err:
-            line, col, msg = err.lineno or line, err.offset or col, err.msg
-        except (ValueError, RecursionError):
-            pass
-        from memlint.plan import Diagnostic, Span
-
-        note = f"{SYNTAX_ERROR_NOTE} at line {line}, column {col}: {msg}"
-        return TrainingPlan(name, {}, (note,), (Diagnostic("syntax-error", f"SyntaxError: {msg}", Span(name, line, col)),))
+    except cst.ParserSyntaxError as exc:  # syntax CPython accepts and libcst does not (yet)
+        return _syntax_error_plan(name, exc.raw_line, exc.raw_column + 1, exc.message)
     facts = interp.run()
     return Builder(name, p, facts).build()
+
+
+def _syntax_error_plan(name: str, line: int, col: int, msg: str) -> TrainingPlan:
+    from memlint.plan import Diagnostic, Span
+
+    note = f"{SYNTAX_ERROR_NOTE} at line {line}, column {col}: {msg}"
+    return TrainingPlan(name, {}, (note,), (Diagnostic("syntax-error", f"SyntaxError: {msg}", Span(name, line, col)),))
 
 
 def extract_paths(paths: list[str] | list[Path]) -> list[TrainingPlan]:

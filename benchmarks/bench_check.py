@@ -1,0 +1,53 @@
+"""How fast `memlint check` runs end to end, cold, as pre-commit and CI run it.
+
+    python benchmarks/bench_check.py
+
+Same inputs and targets as bench_extract.py (issue #4: one 800-line script <= 0.6 s,
+25 scripts <= 3 s), but through the whole command: settings, extraction, estimate, every
+default rule, concise output. A benchmark, not a test: nothing here asserts.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_extract import FIXTURES, RUNS, ROOT, long_script, timed  # noqa: E402
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        script = tmp / "train_long.py"
+        script.write_text(long_script(), encoding="utf-8")
+        n_lines = script.read_text(encoding="utf-8").count("\n")
+        folder = tmp / "scripts"
+        shutil.copytree(FIXTURES, folder)
+        files = sorted(p for p in folder.rglob("*") if p.suffix in (".py", ".ipynb"))
+        k = 0
+        while len(files) < 25:
+            extra = folder / f"copy_{k}.py"
+            shutil.copy(FIXTURES / "trl_sft_qlora.py", extra)
+            files.append(extra)
+            k += 1
+        run = "import sys; from memlint.cli import main; main({argv!r})"
+        bare = timed("pass")
+        one = timed(run.format(argv=["check", str(script), "--gpu", "RTX4090", "-q", "--exit-zero"]))
+        many = timed(run.format(argv=["check", str(folder), "--gpu", "RTX4090", "-q", "--exit-zero"]))
+        nogpu = timed(run.format(argv=["check", str(folder), "--exit-zero"]))
+        proc = subprocess.run([sys.executable, "-m", "memlint", "check", str(folder), "--gpu", "RTX4090", "-q"],
+                              capture_output=True, text=True, cwd=ROOT)
+    print(f"python {sys.version.split()[0]}, median of {RUNS} cold runs (fresh interpreter each)")
+    print(f"  interpreter start alone                      {bare:6.3f} s")
+    print(f"  check one {n_lines}-line script, --gpu             {one:6.3f} s   (target <= 0.6 s)")
+    print(f"  check {len(files)} scripts, --gpu                     {many:6.3f} s   (target <= 3 s)")
+    print(f"  check {len(files)} scripts, fit on all common GPUs    {nogpu:6.3f} s")
+    print(f"  ({len(proc.stdout.splitlines())} findings on the {len(files)} scripts)")
+
+
+if __name__ == "__main__":
+    main()
