@@ -5,6 +5,7 @@ Regenerate the goldens after an intended change: MEMLINT_REGEN=1 python -m pytes
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import os
@@ -278,9 +279,14 @@ def test_sarif_is_valid_against_the_2_1_0_schema():
     jsonschema = pytest.importorskip("jsonschema")
     if not SCHEMA.exists():
         pytest.skip("SARIF schema not vendored in tests/data/")
-    schema = json.loads(SCHEMA.read_text())
-    jsonschema.Draft4Validator(schema).validate(json.loads(render("sarif")))
-    jsonschema.Draft4Validator(schema).validate(json.loads(render("sarif", [])))
+    validator = jsonschema.Draft4Validator(json.loads(SCHEMA.read_text()))
+    log = json.loads(render("sarif"))
+    validator.validate(log)
+    validator.validate(json.loads(render("sarif", [])))
+    # the schema is strict where memlint could go wrong: a level SARIF lacks, an unknown key
+    log["runs"][0]["results"][0]["level"] = "fatal"
+    log["runs"][0]["tool"]["driver"]["rules"][0]["summary"] = "not a SARIF key"
+    assert len(list(validator.iter_errors(log))) == 2
 
 
 def test_sarif_lists_the_registry_rules_by_default():
@@ -291,6 +297,32 @@ def test_sarif_lists_the_registry_rules_by_default():
     _check_sarif_structure(log)
     ids = [r["id"] for r in log["runs"][0]["tool"]["driver"]["rules"]]
     assert set(ids) >= {r.code for r in registry.all_rules()}
+
+
+def test_real_check_results_render_in_every_format():
+    """The engine's own findings on the bundled scripts (real data values, related lines,
+    fixes) go through every format; json and sarif stay valid documents."""
+    check = pytest.importorskip("memlint.check")
+    from memlint.config import Settings
+
+    results = check.check_paths([str(ROOT / "fixtures" / "scripts")], Settings(gpu="RTX4090", extend_select=("ALL",)))
+    assert sum(len(r.findings) for r in results) >= 10
+    for fmt in FORMATS:
+        buf = io.StringIO()
+        write_results(results, fmt, buf)
+        text = buf.getvalue()
+        assert text and "Traceback" not in text
+    buf = io.StringIO()
+    write_results(results, "json", buf)
+    assert len(json.loads(buf.getvalue())) == sum(len(r.findings) for r in results)
+    buf = io.StringIO()
+    write_results(results, "sarif", buf)
+    log = json.loads(buf.getvalue())
+    _check_sarif_structure(log)
+    if SCHEMA.exists() and importlib.util.find_spec("jsonschema") is not None:
+        import jsonschema
+
+        jsonschema.Draft4Validator(json.loads(SCHEMA.read_text())).validate(log)
 
 
 def test_statistics_counts_per_code_most_frequent_first():
