@@ -34,7 +34,9 @@ def main() -> None:
             shutil.copy(FIXTURES / "trl_sft_qlora.py", extra)
             files.append(extra)
             k += 1
-        run = "import sys; from memlint.cli import main; main({argv!r})"
+        run = ("import contextlib, io; from memlint.cli import main\n"
+               "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+               "    main({argv!r})")
         bare = timed("pass")
         one = timed(run.format(argv=["check", str(script), "--gpu", "RTX4090", "-q", "--exit-zero"]))
         many = timed(run.format(argv=["check", str(folder), "--gpu", "RTX4090", "-q", "--exit-zero"]))

@@ -183,9 +183,13 @@ def _fit_summary(results, out: TextIO) -> None:
     shown = [r for r in results if r.context.estimate is not None]
     for r in shown[:10]:
         est = r.context.estimate
-        ok = [label for label, g in gpus().items()
+        ok = [(g["total_bytes"], label) for label, g in gpus().items()
               if fits(est.setup, est.accounting, g["total_bytes"], g["context_bytes"])]
-        where = f"fits {', '.join(ok)}" if ok else "fits none of the common GPUs"
+        if ok:
+            size, label = min(ok)
+            where = f"smallest common GPU that fits: {label} ({size / (1 << 30):.1f} GiB)"
+        else:
+            where = "fits none of the common GPUs"
         per = f" per GPU of {est.setup.gpus}" if est.setup.gpus > 1 else ""
         out.write(f"{r.path}: peak {est.peak / (1 << 30):.1f} GiB{per}; {where} (pass --gpu to check one)\n")
     if len(shown) > 10:
