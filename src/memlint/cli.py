@@ -11,7 +11,7 @@ from typing import Sequence
 from memlint import __version__
 from memlint.errors import MemlintError
 
-COMMANDS = ("check", "rule", "estimate", "plan", "measure")
+COMMANDS = ("check", "rule", "estimate", "plan", "measure", "diff")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -79,8 +79,10 @@ def _console():
 
 def cmd_estimate(args: argparse.Namespace) -> int:
     from memlint.estimate import estimate
+    from memlint.report.chart import check_flags, emit
     from memlint.report.estimate_view import gpu_targets, render, to_json
 
+    check_flags(args)
     setup = _setup_from_args(args)
     targets = gpu_targets(args.gpu)
     ctx = targets[0][2] if args.gpu else None
@@ -89,6 +91,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         print(json.dumps(to_json(est, targets), indent=2))
     else:
         render(est, targets, _console())
+    emit(args, [(None, est)], _console(), terminal=args.format != "json")
     return 0
 
 
@@ -115,12 +118,17 @@ def build_parser() -> argparse.ArgumentParser:
     add_check_flags(c)
     c.set_defaults(func=run_check)
     add_rule_parser(sub)
+    from memlint.diff import add_diff_parser
+    from memlint.report.chart import add_chart_flags
+
+    add_diff_parser(sub)
 
     e = sub.add_parser("estimate", help="estimate per-GPU memory for a configuration")
     _setup_flags(e)
     e.add_argument("--gpu", metavar="NAME|GiB", help="GPU to check against (default: the common GPUs)")
     e.add_argument("--accounting", choices=("real", "textbook"), default="real")
     e.add_argument("--format", choices=("table", "json"), default="table")
+    add_chart_flags(e)
     e.set_defaults(func=cmd_estimate)
 
     pl = sub.add_parser("plan", help="show the training plan read from scripts, and its estimate")
@@ -130,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--gpu", metavar="NAME|GiB")
     pl.add_argument("--accounting", choices=("real", "textbook"), default="real")
     pl.add_argument("--format", choices=("table", "json"), default="table")
+    add_chart_flags(pl)
     pl.set_defaults(func=cmd_plan)
 
     ms = sub.add_parser("measure", help="run (or trace, without CUDA) the real training step and measure it")

@@ -33,23 +33,29 @@ def _fmt(value: Any) -> str:
 def run_plan(args, console) -> int:
     from memlint.estimate.from_plan import apply_assumptions
     from memlint.extract import extract_paths
+    from memlint.report.chart import check_flags, emit
 
+    check_flags(args)
     plans = extract_paths(args.paths)
     if not plans:
         raise MemlintError("no Python scripts or notebooks found in the given paths")
     docs = []
+    charted = []  # (path, Estimate) for --plot / --compare
     for raw in plans:
         plan, extra = apply_assumptions(raw, args.assume)
         try:
             est_doc, detail = _estimate_json(plan, extra, args.gpu, args.accounting)
         except MemlintError as exc:  # e.g. the script's model id is not known offline
             est_doc, detail = None, exc
+        if est_doc is not None:
+            charted.append((plan.path, detail[1]))
         if args.format == "json":
             docs.append({"path": plan.path, "plan": plan.to_json(), "estimate": est_doc})
             continue
         _render(plan, est_doc, detail, console)
     if args.format == "json":
         print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=2))
+    emit(args, charted, console, terminal=args.format != "json")
     return 0
 
 

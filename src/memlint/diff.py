@@ -1,0 +1,422 @@
+"""`memlint diff`: what a change does to memory. Each changed training script or config is
+read at a base commit and in the working tree, estimated twice, and the plan fields that moved are named.
+
+git is read with plain `git` subprocess calls; the base version of a file is read from
+`git show`, never checked out, imported or run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from memlint.errors import MemlintError
+from memlint.plan import PLAN_FIELDS, TrainingPlan, Value
+
+READABLE = (".py", ".ipynb", ".yaml", ".yml", ".json")
+# A plan with none of these settled is not a training script (a helper module, a data file).
+_TRAINING_FIELDS = ("model_id", "method", "per_device_batch", "max_length", "quant_bits", "gradient_checkpointing",
+                    "trainer", "distributed")
+# Fields whose plan value is the literal the user wrote, so the key on the line can name them.
+_KEYED = {"model_id", "lora_r", "lora_alpha", "lora_targets", "per_device_batch", "eval_batch", "grad_accum",
+          "max_length", "packing", "group_by_length", "gradient_checkpointing", "optimizer", "attn_implementation",
+          "double_quant", "num_gpus", "quant_type"}
+_KEY_RE = re.compile(r"""^\s*(?:-\s*)?["']?([A-Za-z_][\w.\-]*)["']?\s*(?::|=(?!=))""")
+_EXPLICIT = ("literal", "constant", "argparse-default", "click-default", "dataclass-default", "function-default",
+             "assumed")
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    """One plan field that differs between the base and the working tree.
+
+    kind: "changed" (both ends set it), "set" (only the working tree sets it: before is a
+    library default or unknown), "removed" (only the base set it)."""
+
+    field: str
+    key: str            # the name written on the line (per_device_train_batch_size), else the field
+    before: Any
+    after: Any
+    kind: str
+    path: str
+    line: int | None    # in the working-tree file; a removed line is mapped to where it was
+
+
+@dataclass(frozen=True)
+class Side:
+    """One end of the diff: the plan and its estimate, or why there is none."""
+
+    plan: TrainingPlan | None
+    estimate: Any | None = None   # memlint.estimate.Estimate
+    why: str | None = None
+
+    @property
+    def peak(self) -> int | None:
+        return self.estimate.peak if self.estimate is not None else None
+
+    def components(self) -> dict[str, int] | None:
+        from memlint.estimate import COMPONENTS
+
+        return {c: self.estimate.bytes(c) for c in COMPONENTS} if self.estimate is not None else None
+
+
+@dataclass(frozen=True)
+class FileDiff:
+    path: str
+    old_path: str
+    status: str                     # modified | added | deleted | renamed
+    before: Side
+    after: Side
+    changes: tuple[FieldChange, ...]
+    over_budget: bool = False
+
+    @property
+    def peak_delta(self) -> int | None:
+        if self.before.peak is None or self.after.peak is None:
+            return None
+        return self.after.peak - self.before.peak
+
+    def component_deltas(self) -> dict[str, int]:
+        b, a = self.before.components(), self.after.components()
+        if b is None or a is None:
+            return {}
+        return {c: a[c] - b[c] for c in a}
+
+
+@dataclass(frozen=True)
+class DiffResult:
+    root: str
+    base: str                       # the commit, full sha
+    base_name: str                  # as the user named it, or how it was found
+    gpu: tuple[str, int, int] | None
+    accounting: str
+    budget: str | None
+    files: tuple[FileDiff, ...]
+    skipped: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # (path, why)
+
+    @property
+    def exceeded(self) -> bool:
+        return any(f.over_budget for f in self.files)
+
+
+# ---------------------------------------------------------------------------- git
+
+
+def git(args: Sequence[str], cwd: str | Path, *, binary: bool = False) -> Any:
+    try:
+        r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, check=False)
+    except FileNotFoundError:
+        raise MemlintError("memlint diff needs git on PATH") from None
+    if r.returncode != 0:
+        msg = r.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise MemlintError(f"git {' '.join(args)}: {msg[-1] if msg else f'exit {r.returncode}'}")
+    return r.stdout if binary else r.stdout.decode("utf-8", "replace")
+
+
+def _git_ok(args: Sequence[str], cwd: str | Path) -> str | None:
+    try:
+        return git(args, cwd).strip()
+    except MemlintError:
+        return None
+
+
+def repo_root(cwd: str | Path) -> Path:
+    out = _git_ok(["rev-parse", "--show-toplevel"], cwd)
+    if not out:
+        raise MemlintError(f"{Path(cwd).resolve()}: not a git repository (memlint diff compares git revisions)")
+    return Path(out)
+
+
+def resolve_commit(name: str, cwd: str | Path) -> str | None:
+    return _git_ok(["rev-parse", "--verify", "--quiet", f"{name}^{{commit}}"], cwd)
+
+
+def default_base(cwd: str | Path) -> tuple[str, str]:
+    """The merge base of HEAD with the default branch: origin/HEAD, else main, else master."""
+    if resolve_commit("HEAD", cwd) is None:
+        raise MemlintError("memlint diff: the repository has no commits yet; nothing to compare against")
+    for ref in ("origin/HEAD", "main", "master", "origin/main", "origin/master"):
+        if resolve_commit(ref, cwd) is None:
+            continue
+        base = _git_ok(["merge-base", "HEAD", ref], cwd)
+        if base:
+            return base, f"merge-base with {ref}"
+    raise MemlintError("memlint diff: no default branch (origin/HEAD, main or master) to compare against; name a BASE")
+
+
+def changed_files(root: Path, base: str, pathspecs: Sequence[str]) -> list[tuple[str, str, str]]:
+    """(status, old path, new path) relative to the root, for tracked changes and new untracked files."""
+    out = git(["diff", "--name-status", "-z", "--find-renames", base, "--", *pathspecs], root)
+    tokens = out.split("\0")
+    files: list[tuple[str, str, str]] = []
+    i = 0
+    while i < len(tokens) and tokens[i]:
+        status = tokens[i][0]
+        if status in "RC":
+            old, new = tokens[i + 1], tokens[i + 2]
+            i += 3
+            files.append(("renamed" if status == "R" else "added", old if status == "R" else new, new))
+            continue
+        path = tokens[i + 1]
+        i += 2
+        kind = {"A": "added", "D": "deleted"}.get(status, "modified")
+        files.append((kind, path, path))
+    untracked = git(["ls-files", "--others", "--exclude-standard", "--full-name", "-z", "--", *pathspecs], root)
+    files += [("added", p, p) for p in untracked.split("\0") if p]
+    return files
+
+
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@", re.M)
+
+
+def line_map(root: Path, base: str, old: str, new: str) -> list[tuple[int, int, int, int]]:
+    """The diff's hunks (old start, old count, new start, new count), to carry a base line into the working tree."""
+    out = git(["diff", "-U0", "--no-color", "--find-renames", base, "--", *dict.fromkeys((old, new))], root)
+    hunks = []
+    for m in _HUNK.finditer(out):
+        a, b, c, d = m.groups()
+        hunks.append((int(a), 1 if b is None else int(b), int(c), 1 if d is None else int(d)))
+    return hunks
+
+
+def carry_line(line: int, hunks: list[tuple[int, int, int, int]]) -> int:
+    """Where base line `line` sits in the working tree. A line inside a replaced hunk maps to
+    the replacement's line at the same offset (its last line at most); a deleted line to the
+    line that now stands where it stood (git numbers a pure deletion after the line above)."""
+    shift = 0
+    for a, b, c, d in hunks:
+        if b == 0:  # pure insertion after old line a
+            if a < line:
+                shift += d
+            continue
+        if line < a:
+            break
+        if line < a + b:
+            return c + min(line - a, d - 1) if d else c + 1
+        shift += d - b
+    return line + shift
+
+
+# ---------------------------------------------------------------------------- plans
+
+
+def _relabel(plan: TrainingPlan, old: str, new: str) -> TrainingPlan:
+    from dataclasses import replace
+
+    def fix(v: Value) -> Value:
+        if v.span is not None and v.span.path == old:
+            return replace(v, span=replace(v.span, path=new))
+        return v
+
+    diags = tuple(replace(d, span=replace(d.span, path=new)) if d.span and d.span.path == old else d
+                  for d in plan.diagnostics)
+    return TrainingPlan(new, {k: fix(v) for k, v in plan.fields.items()}, plan.notes, diags, plan.kind)
+
+
+def plan_of(text: str, rel: str, root: Path) -> TrainingPlan:
+    """The plan of `text`, the content of `rel` at some revision. Python and notebooks are read
+    from the text; configs through a private temporary copy (a config's relative includes are
+    then looked up beside the copy, so they read as missing)."""
+    from memlint.extract import extract_file, extract_source
+    from memlint.extract.source import notebook_source, transform_lines
+
+    real = root / rel
+    suffix = Path(rel).suffix
+    if suffix == ".py":
+        return extract_source(transform_lines(text.splitlines(), cells=None), real, shown=rel)
+    if suffix == ".ipynb":
+        return extract_source(notebook_source(text, Path(rel)), real, shown=rel)
+    with tempfile.TemporaryDirectory(prefix="memlint-diff-") as tmp:
+        copy = Path(tmp) / Path(rel).name
+        copy.write_text(text, encoding="utf-8")
+        return _relabel(extract_file(copy), str(copy), rel)
+
+
+def is_training(plan: TrainingPlan | None) -> bool:
+    return plan is not None and any(plan.get(f).source in _EXPLICIT for f in _TRAINING_FIELDS)
+
+
+def _explicit(v: Value) -> bool:
+    return v.source in _EXPLICIT
+
+
+def _shown(v: Value) -> Any:
+    return v.value if v.known else "unknown"
+
+
+def _key(lines: list[str], line: int | None, fld: str) -> str:
+    if fld not in _KEYED or not line or line > len(lines):
+        return fld
+    m = _KEY_RE.match(lines[line - 1])
+    return m.group(1) if m else fld
+
+
+def field_changes(before: TrainingPlan, after: TrainingPlan, before_text: str, after_text: str,
+                  hunks: list[tuple[int, int, int, int]]) -> list[FieldChange]:
+    out = []
+    old_lines, new_lines = before_text.splitlines(), after_text.splitlines()
+    for name in PLAN_FIELDS:
+        b, a = before.get(name), after.get(name)
+        if (_shown(b), b.candidates) == (_shown(a), a.candidates):
+            continue
+        if _explicit(b) and not _explicit(a):
+            line = carry_line(b.line, hunks) if b.line and b.span.path == before.path else None
+            out.append(FieldChange(name, _key(old_lines, b.line, name), _shown(b), _shown(a), "removed", after.path, line))
+            continue
+        kind = "changed" if _explicit(b) else "set"
+        line = a.line if a.span is not None and a.span.path == after.path else None
+        out.append(FieldChange(name, _key(new_lines, a.line, name) if line else name, _shown(b), _shown(a), kind,
+                               after.path, line))
+    return out
+
+
+def _estimate_side(plan: TrainingPlan | None, assume: Sequence[str], gpu, accounting: str) -> Side:
+    from memlint.estimate import estimate
+    from memlint.estimate.from_plan import apply_assumptions, setup_from_plan
+
+    if plan is None:
+        return Side(None)
+    if not is_training(plan):
+        syntax = next((d for d in plan.diagnostics if d.kind == "syntax-error"), None)
+        return Side(plan, why=f"cannot read: {syntax.message} at line {syntax.span.line}" if syntax and syntax.span
+                    else "not a training script")
+    plan, extra = apply_assumptions(plan, list(assume))
+    try:
+        planned = setup_from_plan(plan, extra)
+    except MemlintError as exc:
+        return Side(plan, why=str(exc))
+    if planned.setup is None:
+        return Side(plan, why=f"unknown {', '.join(planned.missing)} (pass --assume "
+                    + " ".join(f"{k}=…" for k in planned.missing) + ")")
+    return Side(plan, estimate(planned.setup, accounting, gpu[2] if gpu else None))
+
+
+# ---------------------------------------------------------------------------- budget
+
+
+def over_budget(delta: int | None, before_peak: int | None, budget: str | None) -> bool:
+    """Files present at both ends only: a new script has no base to grow from."""
+    if budget is None or delta is None or before_peak is None or delta <= 0:
+        return False
+    from memlint.config import parse_budget
+
+    kind, amount = parse_budget(budget)
+    if kind == "percent":
+        return delta * 100 > amount * before_peak
+    return delta > amount
+
+
+# ---------------------------------------------------------------------------- driver
+
+
+def split_refs(items: Sequence[str], cwd: Path) -> tuple[str | None, list[str]]:
+    """`[BASE] [PATH…]`: the first item is BASE when it names a commit and not a file (git's rule)."""
+    if items and not (cwd / items[0]).exists() and resolve_commit(items[0], cwd):
+        return items[0], list(items[1:])
+    return None, list(items)
+
+
+def run_diff(items: Sequence[str] = (), *, cwd: str | Path = ".", gpu: str | None = None, assume: Sequence[str] = (),
+             accounting: str = "real", budget: str | None = None) -> DiffResult:
+    from memlint.estimate import find_gpu
+
+    cwd = Path(cwd)
+    root = repo_root(cwd)
+    base_arg, paths = split_refs(items, cwd)
+    if base_arg is None:
+        base, base_name = default_base(cwd)
+    else:
+        base, base_name = resolve_commit(base_arg, cwd) or base_arg, base_arg
+    # Pathspecs are relative to the user's directory; git reports paths from the root.
+    specs = [os.path.relpath((cwd / p).resolve(), root.resolve()) for p in paths]
+    for p, spec in zip(paths, specs):
+        if spec.startswith(".."):
+            raise MemlintError(f"{p}: outside the repository {root}")
+        if not (cwd / p).exists() and _git_ok(["cat-file", "-e", f"{base}:{spec}"], root) is None:
+            raise MemlintError(f"{p}: neither a file nor a revision")
+    if budget is not None:
+        from memlint.config import parse_budget
+
+        parse_budget(budget)
+    target = find_gpu(gpu) if gpu else None
+    files: list[FileDiff] = []
+    skipped: list[tuple[str, str]] = []
+    for status, old, new in changed_files(root, base, specs):
+        if Path(new).suffix not in READABLE:
+            continue
+        try:
+            before_text = None if status == "added" else _decode(git(["show", f"{base}:{old}"], root, binary=True), old)
+            after_text = None if status == "deleted" else _decode((root / new).read_bytes(), new)
+            before = plan_of(before_text, old, root) if before_text is not None else None
+            after = plan_of(after_text, new, root) if after_text is not None else None
+        except (MemlintError, OSError) as exc:
+            skipped.append((new, str(exc)))
+            continue
+        if not (is_training(before) or is_training(after)):
+            continue
+        b_side = _estimate_side(before, assume, target, accounting)
+        a_side = _estimate_side(after, assume, target, accounting)
+        if before is not None and after is not None:
+            before_rel = _relabel(before, old, new) if old != new else before
+            hunks = line_map(root, base, old, new)
+            changes = tuple(field_changes(before_rel, after, before_text, after_text, hunks))
+        else:
+            changes = ()
+        fd = FileDiff(new, old, status, b_side, a_side, changes)
+        if not changes and fd.peak_delta == 0:
+            continue
+        files.append(FileDiff(new, old, status, b_side, a_side, changes,
+                              over_budget(fd.peak_delta, b_side.peak, budget)))
+    return DiffResult(str(root), base, base_name, target, accounting, budget, tuple(files), tuple(skipped))
+
+
+def _decode(raw: bytes, path: str) -> str:
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise MemlintError(f"{path}: not UTF-8 (byte {exc.start})") from None
+
+
+# ---------------------------------------------------------------------------- CLI
+
+FORMATS = ("concise", "json", "github", "markdown")
+
+
+def add_diff_parser(sub) -> None:
+    d = sub.add_parser("diff", help="what a change does to memory: each changed script estimated at BASE and now")
+    d.add_argument("items", nargs="*", metavar="[BASE] [PATH]",
+                   help="BASE (default: the merge base with the default branch), then paths to limit the diff to")
+    d.add_argument("--gpu", metavar="NAME|GiB", help="GPU the peaks are checked against")
+    d.add_argument("--assume", action="append", default=[], metavar="KEY=VALUE",
+                   help="value for a field a script leaves unknown, at both ends (repeatable)")
+    d.add_argument("--accounting", choices=("real", "textbook"), default=None)
+    d.add_argument("--max-increase", metavar="SIZE|PCT",
+                   help="exit 1 when a script's peak grows by more (2GiB, 500MiB, 10%%); default: [tool.memlint] max-increase")
+    d.add_argument("--output-format", "--format", dest="format", choices=FORMATS, default="concise")
+    d.add_argument("--config", metavar="PATH", help="settings file (default: the closest pyproject.toml / memlint.toml)")
+    d.set_defaults(func=cmd_diff)
+
+
+def cmd_diff(args) -> int:
+    import sys
+
+    from memlint.config import load_settings
+    from memlint.report.diff_view import write_diff
+
+    cwd = Path.cwd()
+    repo_root(cwd)  # a non-git directory is the first thing to say
+    settings = load_settings(cwd, args.config)
+    result = run_diff(
+        args.items, cwd=cwd, gpu=args.gpu or settings.gpu, assume=[*settings.assume_list(), *args.assume],
+        accounting=args.accounting or settings.accounting, budget=args.max_increase or settings.max_increase,
+    )
+    write_diff(result, args.format, sys.stdout)
+    n = len(result.files)
+    print(f"memlint diff: {n} training script{'s' if n != 1 else ''} changed against {result.base[:10]} "
+          f"({result.base_name})" + ("; over the budget" if result.exceeded else ""), file=sys.stderr)
+    return 1 if result.exceeded else 0

@@ -1,0 +1,333 @@
+"""The four-bucket chart: one stacked bar per configuration against GPU capacities,
+drawn with matplotlib (png/svg, or SVG text for a notebook) or with rich in a terminal."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from memlint.errors import MemlintError
+from memlint.estimate import COMPONENTS, GIB, Estimate, Setup, estimate
+
+# One colour per component everywhere (png, svg, terminal). Weights blue and optimizer
+# yellow follow the seed article's figure.
+COLOURS = {
+    "weights": "#4C72B0",
+    "gradients": "#DD8452",
+    "optimizer": "#E8C547",
+    "activations": "#55A868",
+    "logits": "#8172B3",
+    "overhead": "#A5A5A5",
+}
+TERMINAL_COLOURS = {
+    "weights": "#4C72B0",
+    "gradients": "#DD8452",
+    "optimizer": "#E8C547",
+    "activations": "#55A868",
+    "logits": "#8172B3",
+    "overhead": "grey50",
+}
+# What the seed article draws when no GPU is named: a 24 GB consumer card and an H100.
+DEFAULT_CAPACITIES = ("RTX4090", "H100-80GB")
+PLOT_EXTRA = "pip install 'torch-memlint[plot]'"
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One configuration: its components in bytes and its peak.
+
+    In the real accounting the peak is the largest live total over the step's phases
+    plus overhead, so it can differ from the components' sum; both are drawn.
+    """
+
+    label: str
+    components: Mapping[str, int]
+    peak: int
+    measured: int | None = None   # a measured peak (max_memory_allocated + context), drawn as a marker
+    suggested: bool = False       # an alternative memlint computed, not the user's configuration
+    setup: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.components[c] for c in COMPONENTS)
+
+
+def bar_from_estimate(est: Estimate, label: str | None = None, *, suggested: bool = False,
+                      measured: int | None = None) -> Bar:
+    s = est.setup
+    return Bar(label or short_label(s), {c: est.bytes(c) for c in COMPONENTS}, est.peak, measured, suggested,
+               {"method": s.method, "quant": s.quant, "batch": s.batch, "seq": s.seq, "grad_accum": s.grad_accum,
+                "recompute": s.recompute, "precision": s.precision, "optim": s.optim})
+
+
+def short_label(s: Setup) -> str:
+    name = {"full": "full", "lora": f"LoRA r={s.lora_r}", "qlora": f"QLoRA r={s.lora_r} {s.quant}"}[s.method]
+    parts = [name, f"{s.batch} × {s.seq}"]
+    if s.grad_accum > 1:
+        parts.append(f"accum {s.grad_accum}")
+    if s.recompute:
+        parts.append("recompute")
+    return ", ".join(parts)
+
+
+def alternatives(s: Setup) -> list[tuple[str, Setup]]:
+    """The changes memlint suggests, each applied alone to the configuration."""
+    out: list[tuple[str, Setup]] = []
+    if not s.recompute:
+        out.append(("+ recompute", s.with_(recompute=True)))
+    if s.method != "qlora" and s.offload == "none":
+        # QLoRA keeps the half-precision autocast of the run; its base loads in bf16
+        # unless the run is fp16.
+        fp16 = s.precision == "amp-fp16"
+        out.append(("→ QLoRA nf4", s.with_(
+            method="qlora", quant="nf4", double_quant=True, precision="amp-fp16" if fp16 else "amp-bf16",
+            dtype=s.dtype if fp16 else "bf16")))
+    if s.batch > 1:
+        # Halving the micro-batch and doubling accumulation keeps the effective batch.
+        half = s.batch // 2
+        acc = s.grad_accum * s.batch // half if s.batch % half == 0 else s.grad_accum * 2
+        out.append((f"micro-batch {half}, accum {acc}", s.with_(batch=half, grad_accum=acc)))
+    valid = []
+    for label, alt in out:
+        try:
+            alt.validate()
+        except MemlintError:
+            continue
+        valid.append((label, alt))
+    return valid
+
+
+def bars_for(est: Estimate, context_bytes: int | None = None, *, compare: bool = False,
+             label: str | None = None, measured: int | None = None) -> list[Bar]:
+    """The configuration's bar, then (with compare) one bar per suggested alternative,
+    each estimated in the same accounting and against the same CUDA context."""
+    bars = [bar_from_estimate(est, label, measured=measured)]
+    if compare:
+        for alt_label, alt in alternatives(est.setup):
+            alt_est = estimate(alt, est.accounting, context_bytes)
+            bars.append(bar_from_estimate(alt_est, f"{alt_label}: {short_label(alt)}", suggested=True))
+    return bars
+
+
+def capacities_for(gpu: str | None) -> list[tuple[str, int]]:
+    from memlint.estimate import find_gpu
+
+    names = [gpu] if gpu else list(DEFAULT_CAPACITIES)
+    return [(label, total) for label, total, _ in map(find_gpu, names)]
+
+
+def chart_data(bars: Sequence[Bar], capacities: Sequence[tuple[str, int]]) -> dict[str, Any]:
+    """The chart as plain data, bytes throughout: what the drawings and docs/seed_chart.json hold."""
+    return {
+        "components": list(COMPONENTS),
+        "bars": [{"label": b.label, "components": dict(b.components), "peak": b.peak, "measured": b.measured,
+                  "suggested": b.suggested, "setup": dict(b.setup)} for b in bars],
+        "capacities": [{"label": label, "bytes": total} for label, total in capacities],
+    }
+
+
+def _with_measured(bars: Sequence[Bar], measured: int | Mapping[str, int] | None) -> list[Bar]:
+    if measured is None:
+        return list(bars)
+    from dataclasses import replace
+
+    if isinstance(measured, int):
+        return [replace(bars[0], measured=measured), *bars[1:]]
+    return [replace(b, measured=measured.get(b.label, b.measured)) for b in bars]
+
+
+def figure(bars: Sequence[Bar], capacities: Sequence[tuple[str, int]], measured: int | Mapping[str, int] | None = None,
+           title: str | None = None):
+    """A matplotlib Figure (no pyplot, so no global state and no display backend)."""
+    try:
+        from matplotlib.figure import Figure
+        from matplotlib.patches import Patch
+    except ImportError:
+        raise MemlintError(f"the chart needs matplotlib: {PLOT_EXTRA}") from None
+    if not bars:
+        raise MemlintError("nothing to draw: no configuration has an estimate")
+    bars = _with_measured(bars, measured)
+    n = len(bars)
+    fig = Figure(figsize=(10, 1.6 + 0.62 * n), layout="constrained")
+    ax = fig.add_subplot()
+    ys = list(range(n))
+    xmax = max([b.total / GIB for b in bars] + [b.peak / GIB for b in bars] + [b.measured / GIB for b in bars
+                if b.measured] + [total / GIB for _, total in capacities])
+    transient = False
+    for y, b in zip(ys, bars):
+        left = 0.0
+        alpha = 0.7 if b.suggested else 1.0
+        for name in COMPONENTS:
+            w = b.components[name] / GIB
+            if w <= 0:
+                continue
+            ax.barh(y, w, left=left, height=0.62, color=COLOURS[name], alpha=alpha, edgecolor="white", linewidth=0.6)
+            if w >= 0.07 * xmax:
+                ax.text(left + w / 2, y, f"{w:.1f}", ha="center", va="center", fontsize=8, color="white")
+            left += w
+        if b.peak / GIB > left:
+            # Live only at the peak phase and in no bucket: optimizer-step temporaries,
+            # the logits' gradient in the backward pass.
+            transient = True
+            ax.barh(y, b.peak / GIB - left, left=left, height=0.62, color="none", edgecolor="#777777",
+                    hatch="///", linewidth=0.6)
+        end = max(left, b.peak / GIB)
+        ax.plot([b.peak / GIB] * 2, [y - 0.38, y + 0.38], color="black", linewidth=1.6)
+        ax.annotate(f"peak {b.peak / GIB:.1f}", (end, y), xytext=(5, 0), textcoords="offset points",
+                    va="center", fontsize=9, zorder=6, bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.0})
+        if b.measured is not None:
+            ax.plot(b.measured / GIB, y, marker="D", color="#C44E52", markersize=7, zorder=5)
+            ax.annotate(f"measured {b.measured / GIB:.1f}", (b.measured / GIB, y + 0.31), xytext=(0, 2),
+                        textcoords="offset points", ha="center", va="bottom", fontsize=8, color="#C44E52")
+    for i, (label, total) in enumerate(sorted(capacities, key=lambda c: c[1])):
+        x = total / GIB
+        ax.axvline(x, color="#444444", linestyle="--", linewidth=1.1)
+        # Labels sit above the plot; alternating heights keep close capacities readable.
+        ax.annotate(f"{label} {x:.1f} GiB", (x, 1.0), xycoords=("data", "axes fraction"), xytext=(0, 3 + 11 * (i % 2)),
+                    textcoords="offset points", ha="center", va="bottom", fontsize=8.5, color="#333333")
+    ax.set_xlim(0, xmax * 1.16)
+    ax.set_ylim(n - 0.5, -0.5)
+    ax.set_yticks(ys, [b.label for b in bars], fontsize=9)
+    for tick, b in zip(ax.get_yticklabels(), bars):
+        if b.suggested:
+            tick.set_fontstyle("italic")
+            tick.set_color("#555555")
+    ax.set_xlabel("GiB per GPU (2^30 bytes)")
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.grid(axis="x", color="#E5E5E5", linewidth=0.6)
+    ax.set_axisbelow(True)
+    handles = [Patch(color=COLOURS[c], label=c) for c in COMPONENTS]
+    if transient:
+        handles.append(Patch(facecolor="none", edgecolor="#777777", hatch="///", label="peak beyond the buckets"))
+    fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False, fontsize=9)
+    if title:
+        fig.suptitle(title, fontsize=10.5, x=0.01, ha="left")
+    return fig
+
+
+def _save(fig, target, fmt: str) -> None:
+    import matplotlib
+
+    # Fixed ids and no timestamps so the same chart gives the same file.
+    with matplotlib.rc_context({"svg.hashsalt": "memlint", "svg.fonttype": "none"}):
+        meta = {"Date": None} if fmt == "svg" else {"Software": None}
+        fig.savefig(target, format=fmt, dpi=150, metadata=meta)
+
+
+def chart_svg(bars: Sequence[Bar], capacities: Sequence[tuple[str, int]],
+              measured: int | Mapping[str, int] | None = None, title: str | None = None) -> str:
+    """SVG text a notebook's HTML result can embed."""
+    buf = io.StringIO()
+    _save(figure(bars, capacities, measured, title), buf, "svg")
+    return buf.getvalue()
+
+
+def write_chart(path: str | Path, bars: Sequence[Bar], capacities: Sequence[tuple[str, int]],
+                measured: int | Mapping[str, int] | None = None, title: str | None = None) -> Path:
+    p = Path(path)
+    fmt = p.suffix.lower().lstrip(".")
+    if fmt not in ("png", "svg"):
+        raise MemlintError(f"--plot {path}: the file name must end in .png or .svg")
+    fig = figure(bars, capacities, measured, title)
+    try:
+        _save(fig, p, fmt)
+    except OSError as exc:
+        raise MemlintError(f"--plot {path}: cannot write: {exc.strerror or exc}") from None
+    return p
+
+
+def render_terminal(bars: Sequence[Bar], capacities: Sequence[tuple[str, int]], console, width: int | None = None) -> None:
+    """The same chart with block characters: one stacked row per bar, ┆ at each capacity."""
+    from rich.text import Text
+
+    if not bars:
+        return
+    label_w = min(max(len(b.label) for b in bars), 44)
+    width = width or max(20, min(72, console.width - label_w - 16))
+    top = max([b.total for b in bars] + [b.peak for b in bars] + [t for _, t in capacities])
+    scale = width / top
+
+    def col(n: int) -> int:
+        return min(width - 1, int(round(n * scale)))
+
+    marks = {col(t): label for label, t in capacities}
+    for b in bars:
+        cells: list[tuple[str, str]] = []
+        for name in COMPONENTS:
+            k = int(round(b.components[name] * scale))
+            cells += [("█", TERMINAL_COLOURS[name])] * k
+        cells = cells[:width]
+        cells += [(" ", "")] * (width - len(cells))
+        for c in marks:
+            ch, style = cells[c]
+            cells[c] = ("┆", "bold") if ch == " " else (ch, style + " reverse")
+        if b.measured is not None:
+            cells[col(b.measured)] = ("◆", "bold red")
+        line = Text(f"{b.label[:label_w]:<{label_w}} ", style="italic dim" if b.suggested else "")
+        for ch, style in cells:
+            line.append(ch, style=style)
+        line.append(f" {b.peak / GIB:6.1f} GiB")
+        if b.measured is not None:
+            line.append(f" (measured {b.measured / GIB:.1f})", style="red")
+        console.print(line)
+    axis = Text(" " * (label_w + 1))
+    row = [" "] * width
+    for c in marks:
+        row[c] = "┆"
+    axis.append("".join(row), style="bold")
+    console.print(axis)
+    console.print(Text(" " * (label_w + 1) + "  ".join(f"┆ {label} {t / GIB:.1f} GiB" for label, t in capacities),
+                       style="dim"))
+    legend = Text(" " * (label_w + 1))
+    for name in COMPONENTS:
+        legend.append("█ ", style=TERMINAL_COLOURS[name])
+        legend.append(name + "  ")
+    console.print(legend)
+
+
+def add_chart_flags(p) -> None:
+    p.add_argument("--plot", metavar="PATH", help="draw the four-bucket chart to PATH (.png or .svg; needs matplotlib)")
+    p.add_argument("--compare", action="store_true",
+                   help="add bars for the alternatives memlint suggests (recompute, QLoRA, smaller micro-batch)")
+
+
+def check_flags(args) -> None:
+    """Bad --plot usage fails before any work is printed."""
+    import importlib.util
+
+    plot = getattr(args, "plot", None)
+    if not plot:
+        return
+    if Path(plot).suffix.lower() not in (".png", ".svg"):
+        raise MemlintError(f"--plot {plot}: the file name must end in .png or .svg")
+    if importlib.util.find_spec("matplotlib") is None:
+        raise MemlintError(f"--plot needs matplotlib: {PLOT_EXTRA}")
+
+
+def emit(args, estimates: Sequence[tuple[str | None, Estimate]], console, terminal: bool = True) -> None:
+    """`--plot` / `--compare` for estimate and plan: the terminal chart and the file.
+
+    Alternatives are estimated against the CUDA context of `--gpu`, as the estimate was."""
+    from memlint.estimate import find_gpu
+
+    if not (getattr(args, "plot", None) or getattr(args, "compare", False)):
+        return
+    check_flags(args)
+    context_bytes = find_gpu(args.gpu)[2] if getattr(args, "gpu", None) else None
+    bars: list[Bar] = []
+    for label, est in estimates:
+        bars += bars_for(est, context_bytes, compare=args.compare, label=label)
+    if not bars:
+        return
+    capacities = capacities_for(getattr(args, "gpu", None))
+    if terminal:
+        console.print()
+        render_terminal(bars, capacities, console)
+    if args.plot:
+        title = ", ".join(dict.fromkeys(est.setup.model.id for _, est in estimates)) + f"  ({estimates[0][1].accounting} accounting)"
+        write_chart(args.plot, bars, capacities, title=title)
+        import sys
+
+        print(f"memlint: chart written to {args.plot}", file=sys.stderr)

@@ -1,0 +1,187 @@
+"""`memlint diff` output: concise lines, JSON, GitHub annotations on the changed lines, and
+one markdown table a reviewer pastes into a pull request."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TextIO
+
+from memlint.diff import DiffResult, FieldChange, FileDiff
+from memlint.estimate import GIB
+
+# A component change smaller than this (bytes) is noise in a review: 0.01 GiB.
+_SHOWN = GIB // 100
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:.2f}"
+
+
+def _signed(n: int) -> str:
+    return f"{'+' if n >= 0 else '-'}{abs(n) / GIB:.2f}"
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, (list, tuple)):
+        return ",".join(map(str, v))
+    return "none" if v is None else str(v)
+
+
+def _where(c: FieldChange) -> str:
+    return f"{c.path}:{c.line}" if c.line else c.path
+
+
+def change_text(c: FieldChange, *, at: bool = True) -> str:
+    what = f"{c.key} removed" if c.kind == "removed" else f"{c.key} {_value(c.before)} → {_value(c.after)}"
+    return f"{what} at {_where(c)}" if at else what
+
+
+def _pct(f: FileDiff) -> str:
+    d, b = f.peak_delta, f.before.peak
+    return f", {d * 100 / b:+.0f}%" if d is not None and b else ""
+
+
+def _fit_change(f: FileDiff, r: DiffResult) -> str:
+    if r.gpu is None or f.before.peak is None or f.after.peak is None:
+        return ""
+    label, total, _ = r.gpu
+    was, now = f.before.peak <= total, f.after.peak <= total
+    if was and not now:
+        return f"no longer fits {label}"
+    if now and not was:
+        return f"now fits {label}"
+    return ""
+
+
+def headline(f: FileDiff, r: DiffResult) -> str:
+    """'peak 18.20 → 31.50 GiB (+13.30, +73%) on A100-80GB'."""
+    on = f" on {r.gpu[0]}" if r.gpu else ""
+    b, a = f.before, f.after
+    if b.peak is not None and a.peak is not None:
+        text = f"peak {_gib(b.peak)} → {_gib(a.peak)} GiB ({_signed(f.peak_delta)}{_pct(f)}){on}"
+    elif a.peak is not None:
+        text = f"peak {_gib(a.peak)} GiB{on}" + (" (new)" if b.plan is None else f" (no estimate before: {b.why})")
+    elif b.peak is not None:
+        text = f"peak was {_gib(b.peak)} GiB{on}" + (" (deleted)" if a.plan is None else f"; no estimate now: {a.why}")
+    else:
+        text = f"no estimate: {a.why or b.why}"
+    fit = _fit_change(f, r)
+    return f"{text}; {fit}" if fit else text
+
+
+def component_text(f: FileDiff) -> str:
+    deltas = [(c, d) for c, d in f.component_deltas().items() if abs(d) >= _SHOWN]
+    deltas.sort(key=lambda cd: -abs(cd[1]))
+    return ", ".join(f"{c} {_signed(d)}" for c, d in deltas)
+
+
+def _budget(r: DiffResult) -> str:
+    return f"over the budget of {r.budget}" if r.budget else ""
+
+
+def concise(r: DiffResult, out: TextIO) -> None:
+    for f in r.files:
+        why = "; ".join(change_text(c) for c in f.changes)
+        line = f"{f.path}: {headline(f, r)}" + (f": {why}" if why else "")
+        if f.over_budget:
+            line += f" [{_budget(r)}]"
+        out.write(line + "\n")
+        comps = component_text(f)
+        if comps:
+            out.write(f"  {comps} GiB\n")
+
+
+def to_json(r: DiffResult) -> dict[str, Any]:
+    def side(s) -> dict[str, Any] | None:
+        if s.plan is None:
+            return None
+        return {"components": s.components(), "peak": s.peak, "why_no_estimate": s.why}
+
+    return {
+        "base": r.base,
+        "base_name": r.base_name,
+        "gpu": {"name": r.gpu[0], "bytes": r.gpu[1]} if r.gpu else None,
+        "accounting": r.accounting,
+        "max_increase": r.budget,
+        "exceeded": r.exceeded,
+        "files": [{
+            "path": f.path,
+            "old_path": f.old_path,
+            "status": f.status,
+            "before": side(f.before),
+            "after": side(f.after),
+            "delta": {"components": f.component_deltas() or None, "peak": f.peak_delta},
+            "over_budget": f.over_budget,
+            "changes": [{"field": c.field, "key": c.key, "kind": c.kind, "before": c.before, "after": c.after,
+                         "path": c.path, "line": c.line} for c in f.changes],
+        } for f in r.files],
+        "skipped": [{"path": p, "why": why} for p, why in r.skipped],
+    }
+
+
+def github(r: DiffResult, out: TextIO) -> None:
+    from memlint.report.formats import escape_data, escape_property
+
+    for f in r.files:
+        d = f.peak_delta
+        level = "error" if f.over_budget else "warning" if d is None or d > 0 else "notice"
+        head = headline(f, r) + (f" [{_budget(r)}]" if f.over_budget else "")
+        comps = component_text(f)
+        title = escape_property("memlint diff")
+        located = [c for c in f.changes if c.line]
+        if not located:
+            why = "; ".join(change_text(c) for c in f.changes)
+            msg = f"{f.path}: {head}" + (f": {why}" if why else "") + (f" ({comps} GiB)" if comps else "")
+            out.write(f"::{level} title={title},file={escape_property(f.path)}::{escape_data(msg)}\n")
+            continue
+        for c in located:
+            msg = f"{c.path}:{c.line}: {change_text(c, at=False)}: {head}" + (f" ({comps} GiB)" if comps else "")
+            out.write(f"::{level} title={title},file={escape_property(c.path)},line={c.line}::{escape_data(msg)}\n")
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(r: DiffResult, out: TextIO) -> None:
+    on = f", checked against {r.gpu[0]} ({_gib(r.gpu[1])} GiB)" if r.gpu else ""
+    out.write(f"#### memlint diff: peak GPU memory per GPU, `{r.base[:10]}` ({_cell(r.base_name)}) → working tree"
+              f"{on}, {r.accounting} accounting\n\n")
+    if not r.files:
+        out.write("No training script or config changes its memory estimate.\n")
+        return
+    out.write("| script | peak before | peak after | change | by component (GiB) | caused by |\n")
+    out.write("|---|--:|--:|--:|---|---|\n")
+    for f in r.files:
+        b = f"{_gib(f.before.peak)} GiB" if f.before.peak is not None else ("—" if f.before.plan is None
+                                                                            else f"? ({f.before.why})")
+        a = f"{_gib(f.after.peak)} GiB" if f.after.peak is not None else ("—" if f.after.plan is None
+                                                                         else f"? ({f.after.why})")
+        if f.peak_delta is None:
+            change = {"added": "new", "deleted": "deleted"}.get(f.status, "")
+        else:
+            change = f"{_signed(f.peak_delta)} GiB{' (' + _pct(f)[2:] + ')' if _pct(f) else ''}"
+            if f.peak_delta > 0:
+                change = f"**{change}**"
+        notes = [n for n in (_fit_change(f, r), _budget(r) if f.over_budget else "") if n]
+        if notes:
+            change += "<br>" + "<br>".join(("❌ " if "over" in n or "no longer" in n else "") + n for n in notes)
+        why = "<br>".join(f"`{c.key}` " + ("removed" if c.kind == "removed" else f"{_value(c.before)} → {_value(c.after)}")
+                          + f" ({_where(c)})" for c in f.changes)
+        out.write(f"| `{_cell(f.path)}` | {_cell(b)} | {_cell(a)} | {_cell(change)} | {_cell(component_text(f))} "
+                  f"| {_cell(why)} |\n")
+    if r.budget:
+        verdict = "exceeded" if r.exceeded else "within"
+        out.write(f"\nBudget: a script's peak may grow by at most {r.budget} ({verdict}).\n")
+
+
+def write_diff(r: DiffResult, fmt: str, out: TextIO) -> None:
+    if fmt == "json":
+        out.write(json.dumps(to_json(r), indent=2) + "\n")
+    elif fmt == "github":
+        github(r, out)
+    elif fmt == "markdown":
+        markdown(r, out)
+    else:
+        concise(r, out)
+
