@@ -1,0 +1,122 @@
+"""`memlint check --fix`: apply the rewrites that rules declare (Fix.codemod) to a script's text,
+keeping its formatting and comments; `unified_diff` shows them for `--diff`.
+
+Like extract/, this package imports libcst; nothing else in the lint path does.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from memlint.rules.base import Finding, Fix
+
+__all__ = ["FixResult", "apply_fixes", "effective_fix", "unified_diff", "CODEMOD_NAMES"]
+
+CODEMOD_NAMES = ("dynamic-padding", "group-by-length", "gradient-checkpointing", "double-quant", "nf4-quant-type")
+
+
+@dataclass
+class FixResult:
+    """The fixed text, the findings whose fixes went in, and the others with the reason why not."""
+
+    source: str
+    applied: list[Finding] = field(default_factory=list)
+    skipped: list[tuple[Finding, str]] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.applied)
+
+
+def _plan(source: str, finding: Finding):
+    """(Planned, None) or (None, reason) for one finding's fix against `source`."""
+    import libcst as cst
+
+    from memlint.fix.codemods import CODEMODS
+    from memlint.fix.doc import Doc, Skip
+
+    fix = finding.fix
+    if fix is None:
+        return None, "the finding offers no fix"
+    codemod = CODEMODS.get(fix.codemod)
+    if codemod is None:
+        return None, f"unknown codemod {fix.codemod!r}"
+    try:
+        doc = Doc(source)
+    except (cst.ParserSyntaxError, RecursionError):
+        return None, "the file does not parse"
+    try:
+        planned = codemod(doc, finding.span.line, fix.params or {})
+    except Skip as s:
+        return None, str(s)
+    except Exception as exc:  # a codemod bug must not stop the other fixes or crash the CLI
+        return None, f"internal error in codemod {fix.codemod}: {type(exc).__name__}: {exc}"
+    if fix.applicability == "unsafe" and planned.applicability == "safe":
+        planned = type(planned)(planned.edits, "unsafe", planned.title)
+    return planned, None
+
+
+def effective_fix(source: str, finding: Finding) -> Fix | None:
+    """The finding's fix as it would apply to this text: applicability computed from the source
+    (never safer than the rule declared) and a title that says what it does and why it is unsafe;
+    None when the fix cannot be made here."""
+    planned, _ = _plan(source, finding)
+    if planned is None or finding.fix is None:
+        return None
+    return Fix(planned.title, planned.applicability, finding.fix.codemod, finding.fix.params)
+
+
+def apply_fixes(source: str, findings: Sequence[Finding], *, unsafe: bool = False,
+                path: str | None = None) -> FixResult:
+    """Apply every fix whose applicability is allowed (safe; unsafe too with `unsafe=True`).
+
+    Findings without a fix are ignored. Fixes go in from the bottom of the file up, each located
+    again in the text the previous ones left, so one that no longer finds its target (it
+    conflicts, or is already applied) is skipped with the reason. `path`, when given, skips
+    findings located in another file. Never raises on user code.
+    """
+    from memlint.fix.doc import Skip, apply_edits
+
+    result = FixResult(source)
+    todo = [f for f in findings if f.fix is not None]
+    # bottom-up keeps the lines above each edit where the findings say; ties in a fixed order
+    todo.sort(key=lambda f: (f.span.line, f.span.col, f.code, f.fix.codemod), reverse=True)
+    for finding in todo:
+        if path is not None and finding.span.path != path:
+            result.skipped.append((finding, f"set in another file ({finding.span.path})"))
+            continue
+        planned, reason = _plan(result.source, finding)
+        if planned is None:
+            result.skipped.append((finding, reason))
+            continue
+        if planned.applicability == "unsafe" and not unsafe:
+            result.skipped.append((finding, f"unsafe fix, not applied without --unsafe-fixes: {planned.title}"))
+            continue
+        try:
+            new = apply_edits(result.source, planned.edits)
+        except Skip as s:
+            result.skipped.append((finding, str(s)))
+            continue
+        try:
+            compile(new, path or "<fix>", "exec", flags=0x400, dont_inherit=True)  # ast.PyCF_ONLY_AST
+        except (SyntaxError, ValueError, RecursionError):
+            result.skipped.append((finding, "the rewritten text would not parse"))
+            continue
+        result.source = new
+        result.applied.append(finding)
+    result.applied.reverse()
+    return result
+
+
+def unified_diff(path: str, before: str, after: str) -> str:
+    """A unified diff of one file, as `git diff` shows it (empty when nothing changed)."""
+    if before == after:
+        return ""
+    lines = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+                                 fromfile=f"a/{path}", tofile=f"b/{path}")
+    out = []
+    for line in lines:
+        out.append(line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n")
+    return "".join(out)
