@@ -107,7 +107,7 @@ def bars_for(est: Estimate, context_bytes: int | None = None, *, compare: bool =
     if compare:
         for alt_label, alt in alternatives(est.setup):
             alt_est = estimate(alt, est.accounting, context_bytes)
-            bars.append(bar_from_estimate(alt_est, f"{alt_label}: {short_label(alt)}", suggested=True))
+            bars.append(bar_from_estimate(alt_est, alt_label, suggested=True))
     return bars
 
 
@@ -239,51 +239,53 @@ def write_chart(path: str | Path, bars: Sequence[Bar], capacities: Sequence[tupl
 
 
 def render_terminal(bars: Sequence[Bar], capacities: Sequence[tuple[str, int]], console, width: int | None = None) -> None:
-    """The same chart with block characters: one stacked row per bar, ┆ at each capacity."""
+    """The same chart with block characters: one stacked row per bar, ░ for the peak beyond
+    the buckets, ┆ at each capacity (┃ where a bar crosses it), ◆ at a measured peak."""
     from rich.text import Text
 
     if not bars:
         return
-    label_w = min(max(len(b.label) for b in bars), 44)
-    width = width or max(20, min(72, console.width - label_w - 16))
+    label_w = min(max(len(b.label) for b in bars), 30)
+    width = width or max(20, min(72, console.width - label_w - 12))
     top = max([b.total for b in bars] + [b.peak for b in bars] + [t for _, t in capacities])
     scale = width / top
 
     def col(n: int) -> int:
         return min(width - 1, int(round(n * scale)))
 
-    marks = {col(t): label for label, t in capacities}
+    marks = sorted({col(t) for _, t in capacities})
     for b in bars:
         cells: list[tuple[str, str]] = []
+        acc = 0
+        # Rounded at the running total, so the bar's length is its total's, not the sum of rounded parts.
         for name in COMPONENTS:
-            k = int(round(b.components[name] * scale))
-            cells += [("█", TERMINAL_COLOURS[name])] * k
+            acc += b.components[name]
+            cells += [("█", TERMINAL_COLOURS[name])] * (int(round(acc * scale)) - len(cells))
+        cells += [("░", "grey50")] * max(0, int(round(b.peak * scale)) - len(cells))
         cells = cells[:width]
         cells += [(" ", "")] * (width - len(cells))
         for c in marks:
             ch, style = cells[c]
-            cells[c] = ("┆", "bold") if ch == " " else (ch, style + " reverse")
+            cells[c] = ("┆", "bold") if ch == " " else ("┃", f"bold white on {style}")
         if b.measured is not None:
             cells[col(b.measured)] = ("◆", "bold red")
-        line = Text(f"{b.label[:label_w]:<{label_w}} ", style="italic dim" if b.suggested else "")
+        # A long path keeps its end: the file name is what tells bars apart.
+        label = b.label if len(b.label) <= label_w else "…" + b.label[-(label_w - 1):]
+        line = Text(f"{label:<{label_w}} ", style="italic dim" if b.suggested else "")
         for ch, style in cells:
             line.append(ch, style=style)
         line.append(f" {b.peak / GIB:6.1f} GiB")
         if b.measured is not None:
             line.append(f" (measured {b.measured / GIB:.1f})", style="red")
-        console.print(line)
-    axis = Text(" " * (label_w + 1))
-    row = [" "] * width
-    for c in marks:
-        row[c] = "┆"
-    axis.append("".join(row), style="bold")
-    console.print(axis)
-    console.print(Text(" " * (label_w + 1) + "  ".join(f"┆ {label} {t / GIB:.1f} GiB" for label, t in capacities),
-                       style="dim"))
-    legend = Text(" " * (label_w + 1))
+        console.print(line, no_wrap=True, overflow="ellipsis")
+    console.print(Text("  ".join(f"┆ {label} {t / GIB:.1f} GiB" for label, t in capacities), style="dim"))
+    legend = Text()
     for name in COMPONENTS:
         legend.append("█ ", style=TERMINAL_COLOURS[name])
-        legend.append(name + "  ")
+        legend.append(name + " ")
+    if any(b.peak > b.total for b in bars):
+        legend.append("░ ", style="grey50")
+        legend.append("peak beyond the buckets")
     console.print(legend)
 
 
