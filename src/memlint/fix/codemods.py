@@ -110,6 +110,9 @@ def _locate(doc: Doc, line: int, names: Sequence[str], keywords: Sequence[str]) 
     call = doc.call_at(line, names)
     if call is not None:
         return call
+    nested = [c for c in doc.calls_to(names) if _inside_call_spanning(doc, c, line)]
+    if len(nested) == 1:  # from_pretrained(..., quantization_config=BitsAndBytesConfig(...)) at its first line
+        return nested[0]
     at = doc.assignment_at(line)
     if at is not None:  # the finding points at `NAME = value`, used as kw=NAME in the call
         name = at[0]
@@ -120,6 +123,17 @@ def _locate(doc: Doc, line: int, names: Sequence[str], keywords: Sequence[str]) 
                     return c
     raise Skip(f"line {line} is not inside a {_shown(names)}(...) call: the value is set elsewhere "
                "(a command-line default, a config file); set it by hand")
+
+
+def _inside_call_spanning(doc: Doc, node: cst.CSTNode, line: int) -> bool:
+    p = doc.parent.get(node)
+    while p is not None:
+        if isinstance(p, cst.Call):
+            a, b = doc.lines(p)
+            if a <= line <= b:
+                return True
+        p = doc.parent.get(p)
+    return False
 
 
 def _keyword_fix(doc: Doc, line: int, names: Sequence[str], choices: Sequence[_Choice], add: tuple[str, str],
@@ -174,13 +188,60 @@ def _require_4bit(doc: Doc, call: cst.Call) -> None:
         raise Skip(f"load_in_4bit is {lit!r} at line {doc.pos[arg].start.line}: not a 4-bit config")
 
 
+def _bare_4bit(doc: Doc, line: int) -> cst.Call | None:
+    """A from_pretrained(..., load_in_4bit=True) call on `line` that has no quantization_config."""
+    call = doc.call_at(line, FROM_PRETRAINED)
+    if call is None or keyword(call, "load_in_4bit") is None or keyword(call, "quantization_config") is not None:
+        return None
+    return call
+
+
 def double_quant(doc: Doc, line: int, params: Mapping[str, Any]) -> Planned:
     names = _names(params, BNB_CONFIG)
-    call = _locate(doc, line, names, ["bnb_4bit_use_double_quant", "load_in_4bit"])
+    try:
+        call = _locate(doc, line, names, ["bnb_4bit_use_double_quant", "load_in_4bit"])
+    except Skip:
+        if _bare_4bit(doc, line) is not None:
+            raise Skip("load_in_4bit=True is passed to from_pretrained without a BitsAndBytesConfig; "
+                       "apply the nf4-quant-type fix first, or pass quantization_config= by hand") from None
+        raise
     _require_4bit(doc, call)
     choices = [_Choice("bnb_4bit_use_double_quant", _truthy, "True")]
     return _keyword_fix(doc, doc.pos[call].start.line, names, choices, keyword_for("double-quant"),
                         "Quantize the quantization constants")
+
+
+def _config_name(doc: Doc) -> tuple[str, list[Edit]]:
+    """How this file can name BitsAndBytesConfig, and the import to add when it cannot yet."""
+    for local, full in doc.aliases.items():
+        if full == "transformers.BitsAndBytesConfig":
+            return local, []
+    for local, full in doc.aliases.items():
+        if full == "transformers":
+            return f"{local}.BitsAndBytesConfig", []
+    last = None
+    for stmt in doc.module.body:
+        if isinstance(stmt, cst.SimpleStatementLine) and any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body):
+            last = stmt
+    if last is None:
+        raise Skip("no import block to add `from transformers import BitsAndBytesConfig` to; add it by hand")
+    end_line = doc.pos[last].end.line
+    eol = doc.offset(end_line, len(doc.line_text(end_line)))
+    nl = "\r\n" if doc.source.startswith("\r\n", eol) else "\n"
+    return "BitsAndBytesConfig", [Edit(eol, eol, f"{nl}from transformers import BitsAndBytesConfig")]
+
+
+def _nf4_from_bare(doc: Doc, call: cst.Call) -> Planned:
+    if any(a.keyword is not None and a.keyword.value.startswith("bnb_4bit_") for a in call.args):
+        raise Skip("from_pretrained also takes bnb_4bit_* keywords; move them into a BitsAndBytesConfig by hand")
+    arg = keyword(call, "load_in_4bit")
+    name, edits = _config_name(doc)
+    value = doc.code(arg.value)
+    new = f'quantization_config={name}(load_in_4bit={value}, bnb_4bit_quant_type="nf4")'
+    edits.append(Edit(doc.start(arg.keyword), doc.end(arg.value), new))
+    return Planned(tuple(edits), "unsafe",
+                   f"Quantize to NF4: replace load_in_4bit={value} at line {doc.pos[arg].start.line} with {new}; "
+                   "unsafe: builds a new BitsAndBytesConfig")
 
 
 def nf4_quant_type(doc: Doc, line: int, params: Mapping[str, Any]) -> Planned:
@@ -188,10 +249,9 @@ def nf4_quant_type(doc: Doc, line: int, params: Mapping[str, Any]) -> Planned:
     try:
         call = _locate(doc, line, names, ["bnb_4bit_quant_type", "load_in_4bit"])
     except Skip:
-        bare = doc.call_at(line, FROM_PRETRAINED)
-        if bare is not None and keyword(bare, "load_in_4bit") is not None and keyword(bare, "quantization_config") is None:
-            raise Skip("load_in_4bit=True is passed to from_pretrained without a BitsAndBytesConfig; "
-                       "pass quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"nf4\") by hand") from None
+        bare = _bare_4bit(doc, line)
+        if bare is not None:
+            return _nf4_from_bare(doc, bare)
         raise
     _require_4bit(doc, call)
     choices = [_Choice("bnb_4bit_quant_type", lambda v: v == "nf4", '"nf4"',
