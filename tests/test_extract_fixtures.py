@@ -10,21 +10,23 @@ from pathlib import Path
 import pytest
 
 from memlint.extract import extract_file
-from memlint.extract.__main__ import GOLDEN_VERSIONS, fixture_scripts, golden_path
+from memlint.extract.__main__ import GOLDEN_VERSIONS, fixture_configs, fixture_scripts, golden_path
 from memlint.extract.library import pinned_versions
 from memlint.plan import PLAN_FIELDS
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SCRIPTS = fixture_scripts(FIXTURES)
+CONFIGS = fixture_configs(FIXTURES)  # axolotl, LLaMA-Factory, TRL, torchtune, DeepSpeed, accelerate
 
 
 def test_there_are_enough_fixtures_and_each_has_a_golden_file():
     assert len(SCRIPTS) >= 20
-    missing = [s.name for s in SCRIPTS if not golden_path(FIXTURES, s).is_file()]
+    assert len(CONFIGS) >= 12
+    missing = [s.name for s in SCRIPTS + CONFIGS if not golden_path(FIXTURES, s).is_file()]
     assert not missing, f"no golden plan for {missing}: run python -m memlint.extract --regen-golden"
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.relative_to(FIXTURES / "scripts").as_posix())
+@pytest.mark.parametrize("script", SCRIPTS + CONFIGS, ids=lambda p: p.relative_to(FIXTURES).as_posix())
 def test_fixture_reads_into_its_golden_plan(script: Path):
     with pinned_versions(GOLDEN_VERSIONS):
         plan = extract_file(script).to_json()

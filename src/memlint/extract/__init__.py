@@ -1,7 +1,7 @@
 """Static extraction: read a training script or notebook into a TrainingPlan, never running it.
 
-The only package that imports libcst. `extract_file` takes one .py/.ipynb; `extract_paths`
-expands folders. Unreadable input raises MemlintError; a syntax error gives a plan whose
+The only package that imports libcst. `extract_file` takes one .py/.ipynb or a framework config
+(extract/configs, YAML/JSON); `extract_paths` expands folders. Unreadable input raises MemlintError; a syntax error gives a plan whose
 notes say so (a finding, not a crash).
 """
 
@@ -16,13 +16,18 @@ __all__ = ["extract_file", "extract_paths", "extract_source", "SYNTAX_ERROR_NOTE
 
 SYNTAX_ERROR_NOTE = "syntax error"  # notes of a plan that could not be parsed start with this
 _SUFFIXES = (".py", ".ipynb")
+_CONFIG_SUFFIXES = (".yaml", ".yml", ".json")  # read only when their keys say which framework they belong to
 
 
 def extract_file(path: str | Path) -> TrainingPlan:
-    """The training plan of one script or notebook."""
+    """The training plan of one script, notebook or framework config (.yaml/.yml/.json)."""
+    p = Path(path)
+    if p.suffix.lower() in _CONFIG_SUFFIXES:
+        from memlint.extract.configs import read_config
+
+        return read_config(p, shown=str(path))
     from memlint.extract.source import read_source
 
-    p = Path(path)
     return extract_source(read_source(p), p, shown=str(path))
 
 
@@ -60,19 +65,25 @@ def _syntax_error_plan(name: str, line: int, col: int, msg: str) -> TrainingPlan
 
 
 def extract_paths(paths: list[str] | list[Path]) -> list[TrainingPlan]:
-    """Plans for files and for the .py/.ipynb files inside folders (sorted, recursive)."""
+    """Plans for files and for the .py/.ipynb files and framework configs inside folders (sorted, recursive)."""
     plans = []
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
             files = sorted(
                 f for f in p.rglob("*")
-                if f.suffix in _SUFFIXES and f.is_file()
+                if f.suffix.lower() in _SUFFIXES + _CONFIG_SUFFIXES and f.is_file()
                 and not any(part.startswith(".") or part in ("__pycache__", "node_modules") for part in f.relative_to(p).parts)
             )
-            plans.extend(extract_file(f) for f in files)
+            plans.extend(extract_file(f) for f in files if f.suffix.lower() in _SUFFIXES or _is_config(f))
         elif p.exists():
             plans.append(extract_file(p))
         else:
             raise MemlintError(f"{raw}: no such file or directory")
     return plans
+
+
+def _is_config(path: Path) -> bool:
+    from memlint.extract.configs import detect_file
+
+    return detect_file(path) is not None

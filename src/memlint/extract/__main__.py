@@ -1,4 +1,5 @@
-"""`python -m memlint.extract PATH...` prints plans as JSON; `--regen-golden` rewrites fixtures/golden.
+"""`python -m memlint.extract PATH...` prints plans as JSON; `--regen-golden` rewrites fixtures/golden
+from fixtures/scripts and fixtures/configs.
 
 Golden files are claims: regenerate, then read the diff before committing it.
 """
@@ -14,7 +15,8 @@ from memlint.errors import MemlintError
 from memlint.extract import extract_file, extract_paths
 
 # The library versions golden files are written against, so they do not drift with the venv.
-GOLDEN_VERSIONS = {"transformers": "5.24.0", "torch": "2.13.0", "peft": "0.21.2", "trl": None, "unsloth": None}
+GOLDEN_VERSIONS = {"transformers": "5.24.0", "torch": "2.13.0", "peft": "0.21.2", "trl": None, "unsloth": None,
+                   "axolotl": None, "llamafactory": None, "torchtune": None, "deepspeed": None, "accelerate": None}
 
 
 def fixture_scripts(root: Path) -> list[Path]:
@@ -22,8 +24,19 @@ def fixture_scripts(root: Path) -> list[Path]:
     return sorted(p for p in scripts.rglob("*") if p.suffix in (".py", ".ipynb") and p.is_file())
 
 
+def fixture_configs(root: Path) -> list[Path]:
+    """Framework configs under fixtures/configs that memlint reads (others are skipped, as in a walk)."""
+    from memlint.extract.configs import CONFIG_SUFFIXES, detect_file
+
+    configs = root / "configs"
+    return sorted(p for p in configs.rglob("*") if p.suffix in CONFIG_SUFFIXES and p.is_file() and detect_file(p))
+
+
 def golden_path(root: Path, script: Path) -> Path:
-    rel = script.relative_to(root / "scripts").as_posix().replace("/", "__")
+    if script.is_relative_to(root / "scripts"):
+        rel = script.relative_to(root / "scripts").as_posix().replace("/", "__")
+    else:  # fixtures/configs/x.yaml -> golden/configs__x.yaml.json
+        rel = script.relative_to(root).as_posix().replace("/", "__")
     return root / "golden" / f"{rel}.json"
 
 
@@ -31,7 +44,7 @@ def regen(root: Path) -> int:
     from memlint.extract.library import pinned_versions
 
     with pinned_versions(GOLDEN_VERSIONS):
-        for script in fixture_scripts(root):
+        for script in fixture_scripts(root) + fixture_configs(root):
             plan = extract_file(script)
             out = golden_path(root, script)
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -43,7 +56,7 @@ def regen(root: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m memlint.extract")
     ap.add_argument("paths", nargs="*")
-    ap.add_argument("--regen-golden", action="store_true", help="rewrite fixtures/golden from fixtures/scripts")
+    ap.add_argument("--regen-golden", action="store_true", help="rewrite fixtures/golden from fixtures/scripts and fixtures/configs")
     ap.add_argument("--fixtures", default="fixtures")
     ap.add_argument("--chains", action="store_true", help="also print how each value was resolved, and the notes")
     ns = ap.parse_args(argv)

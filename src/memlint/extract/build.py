@@ -7,7 +7,7 @@ but never passed anywhere is ignored.
 
 from __future__ import annotations
 
-import json
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -57,6 +57,7 @@ class Builder:
         self.fields: dict[str, Value] = {}
         self.notes: list[str] = list(facts.notes)
         self.maybe: dict[str, list[str]] = {}
+        self.ds_offload: list[Const] = []  # offload read from a followed DeepSpeed config
 
     # ---- values ----------------------------------------------------------------------------
 
@@ -428,8 +429,16 @@ class Builder:
                 d = _field(a, "deepspeed")
                 vals.append(d.with_value("none", "no deepspeed or fsdp") if isinstance(d, Const) else d)
         self.put("distributed", _alts(vals), line=arg_objs[0].line)
+        if self.ds_offload:
+            self.put("offload", _alts(self.ds_offload), line=arg_objs[0].line)
 
     def deepspeed(self, v: Any) -> Any:
+        """distributed from TrainingArguments(deepspeed=...); the config's offload is kept for `offload`.
+
+        Read by the same DeepSpeed reader as framework configs, so both agree on stage and offload."""
+        from memlint.extract.configs.document import Document, load_text
+        from memlint.extract.configs.launchers import deepspeed_facts
+
         if isinstance(v, Dict):
             v = to_python(v)
         if not isinstance(v, Const):
@@ -439,19 +448,29 @@ class Builder:
             for base in (self.script.parent, Path.cwd()):
                 p = base / cfg
                 if p.is_file():
+                    shown = os.path.normpath(os.path.join(os.path.dirname(self.path), cfg)) if base == self.script.parent else str(p)
                     try:
-                        cfg = json.loads(p.read_text(encoding="utf-8"))
-                    except (OSError, ValueError):
+                        doc = load_text(p.read_text(encoding="utf-8"), shown, is_json=p.suffix.lower() == ".json")
+                    except (OSError, UnicodeDecodeError):
                         return v.with_value("deepspeed", f"{cfg}: unreadable, stage unknown")
                     break
             else:
                 return v.with_value("deepspeed", f"{cfg}: not found next to the script, stage unknown")
-        if isinstance(cfg, dict):
-            stage = (cfg.get("zero_optimization") or {}).get("stage")
-            if stage in (1, 2, 3):
-                return v.with_value(f"zero{stage}", f"zero_optimization.stage = {stage}")
+        elif isinstance(cfg, dict):
+            doc = Document(self.path, cfg)
+        else:
+            return Unknown("a deepspeed value memlint could not read")
+        if not doc.ok:
+            return v.with_value("deepspeed", f"{cfg}: unreadable, stage unknown")
+        facts = deepspeed_facts(doc)
+        dist, off = facts.fields["distributed"], facts.fields["offload"]
+        if off.span is not None:
+            self.ds_offload.append(Const(off.value, off.source, off.span.line, off.chain, off.span.path))
+        else:
+            self.ds_offload.append(Const(off.value, off.source, v.line, v.chain + off.chain, v.file))
+        if dist.value == "deepspeed" or dist.source == "library-default" and dist.value != "none":
             return v.with_value("deepspeed", "no integer zero_optimization.stage")
-        return Unknown("a deepspeed value memlint could not read")
+        return v.with_value(dist.value, dist.chain[0] if dist.chain else None)
 
     def padding_and_length(self, trainer: Obj, arg_objs: list[Obj] | None, models: list[Obj], unsloth: bool) -> None:
         name = trainer.cls

@@ -1,0 +1,146 @@
+"""Framework config files (YAML/JSON) read into a TrainingPlan, never executed.
+
+Formats are told apart by their keys (and, for a file that does not parse, by its name):
+axolotl, LLaMA-Factory, TRL recipes, torchtune, DeepSpeed JSON and accelerate config YAML.
+`merge_launch_config` lays a DeepSpeed or accelerate config over a script's plan.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from memlint.errors import MemlintError
+from memlint.plan import TrainingPlan
+
+__all__ = ["CONFIG_SUFFIXES", "FORMATS", "detect", "detect_file", "read_config", "merge_launch_config"]
+
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+FORMATS = ("axolotl", "llama-factory", "trl-recipe", "torchtune", "deepspeed", "accelerate")
+_LAUNCHERS = ("deepspeed", "accelerate")
+_MAX_BYTES = 2_000_000  # a training config is a few kB; anything this large is data, not a config
+
+_AXOLOTL = {"adapter", "micro_batch_size", "sequence_len", "sample_packing", "lora_target_linear", "num_epochs",
+            "pad_to_sequence_len", "flash_attention", "val_set_size", "load_in_4bit", "load_in_8bit", "datasets"}
+_LLAMA_FACTORY = {"finetuning_type", "stage", "cutoff_len", "lora_target", "quantization_bit", "template", "lora_rank"}
+_TRL = {"per_device_train_batch_size", "use_peft", "max_seq_length", "max_length", "gradient_accumulation_steps",
+        "learning_rate", "lora_r", "load_in_4bit", "dataset_mixture", "dataset_name", "bf16", "num_train_epochs"}
+_DEEPSPEED = {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size"}
+_ACCELERATE = {"distributed_type", "compute_environment"}
+
+
+def detect(top_keys: tuple[str, ...] | set[str], name: str = "", text: str = "") -> str | None:
+    """The format of a config from its top-level keys; the file name breaks ties for broken files."""
+    keys = set(top_keys)
+    if keys & _ACCELERATE:
+        return "accelerate"
+    if keys & _DEEPSPEED:
+        return "deepspeed"
+    if "_component_:" in text or "_component_" in keys:
+        return "torchtune"
+    if "base_model" in keys and keys & _AXOLOTL:
+        return "axolotl"
+    if "model_name_or_path" in keys:
+        if keys & _LLAMA_FACTORY:
+            return "llama-factory"
+        if keys & _TRL:
+            return "trl-recipe"
+    lower = name.lower()
+    if lower.endswith(".json") and any(w in lower for w in ("deepspeed", "ds_config", "zero")):
+        return "deepspeed"
+    if "accelerate" in lower and not lower.endswith(".json"):
+        return "accelerate"
+    return None
+
+
+def _read_text(path: Path, shown: str) -> str:
+    try:
+        if path.stat().st_size > _MAX_BYTES:
+            raise MemlintError(f"{shown}: larger than {_MAX_BYTES // 1_000_000} MB; not a training config")
+        return path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError:
+        raise MemlintError(f"{shown}: not UTF-8 text") from None
+    except OSError as exc:
+        raise MemlintError(f"{shown}: cannot read ({exc.strerror or exc.__class__.__name__})") from None
+
+
+def _load(path: Path, shown: str, text: str | None = None):
+    from memlint.extract.configs.document import load_text
+
+    if text is None:
+        text = _read_text(path, shown)
+    doc = load_text(text, shown, is_json=path.suffix.lower() == ".json")
+    keys = set(doc.top_keys)
+    if doc.ok and any(isinstance(v, dict) and "_component_" in v for v in doc.data.values()):
+        keys.add("_component_")
+    return doc, detect(keys, path.name, text if not doc.ok else "")
+
+
+def detect_file(path: str | Path) -> str | None:
+    """The format of a config file, or None (directory walks skip those)."""
+    p = Path(path)
+    try:
+        return _load(p, str(path))[1]
+    except MemlintError:
+        return None
+
+
+def read_config(path: str | Path, shown: str | None = None, *, text: str | None = None, explicit: bool = True) -> TrainingPlan | None:
+    """The training plan of one config file (`text`: its content, when already read).
+
+    A file of no format memlint reads is a MemlintError when named explicitly, and None
+    (skipped) when met in a directory walk."""
+    from memlint.extract.configs.launchers import accelerate_facts, deepspeed_facts, launch_plan_fields
+    from memlint.extract.configs.readers import READERS
+
+    p = Path(path)
+    name = shown if shown is not None else str(path)
+    doc, kind = _load(p, name, text)
+    if kind is None:
+        if not explicit:
+            return None
+        if doc.diagnostics and not doc.ok:  # broken YAML of no recognisable format: still a finding
+            return TrainingPlan(name, {}, (f"{doc.diagnostics[0].message}",), tuple(doc.diagnostics), "config")
+        raise MemlintError(f"{name}: not a config memlint reads (axolotl, LLaMA-Factory, TRL recipe, torchtune, DeepSpeed or accelerate)")
+    if not doc.ok:
+        notes = tuple(d.message for d in doc.diagnostics if d.kind == "syntax-error")
+        if not doc.diagnostics:
+            from memlint.plan import Diagnostic, Span
+
+            doc.diagnostics.append(Diagnostic("unreadable", "the config is not a mapping of keys to values", Span(name, 1, 1)))
+        return TrainingPlan(name, {}, notes or (doc.diagnostics[0].message,), tuple(doc.diagnostics), kind)
+    if kind in _LAUNCHERS:
+        facts = deepspeed_facts(doc) if kind == "deepspeed" else accelerate_facts(doc)
+        notes = list(facts.notes)
+        if kind == "deepspeed":
+            notes.append("a DeepSpeed config alone names no model: check the script or framework config that uses it")
+        else:
+            notes.append("an accelerate config alone names no model: use it with a script (--config)")
+        diags = list(facts.diagnostics)
+        for d in doc.diagnostics:
+            if d not in diags:
+                diags.insert(0, d)
+        return TrainingPlan(name, launch_plan_fields(facts), tuple(dict.fromkeys(notes)), tuple(diags), kind)
+    reader = READERS[kind](doc, p)
+    reader.read()
+    return reader.plan()
+
+
+def merge_launch_config(plan: TrainingPlan, path: str | Path) -> TrainingPlan:
+    """`plan` as launched with an accelerate or DeepSpeed config: sharding, offload and process
+    count from the launcher; batch, accumulation and precision only where the plan leaves them open."""
+    from memlint.extract.configs.launchers import accelerate_facts, apply_launch, deepspeed_facts
+
+    p = Path(path)
+    if not p.is_file():
+        raise MemlintError(f"{path}: no such file")
+    doc, kind = _load(p, str(path))
+    if kind not in _LAUNCHERS:
+        raise MemlintError(f"{path}: not an accelerate or DeepSpeed config")
+    if not doc.ok:
+        msg = doc.diagnostics[0].message if doc.diagnostics else "not a mapping"
+        raise MemlintError(f"{path}: {msg}")
+    facts = deepspeed_facts(doc) if kind == "deepspeed" else accelerate_facts(doc)
+    fields, notes, diags = apply_launch(dict(plan.fields), facts, str(path))
+    extra_diags = [d for d in doc.diagnostics if d not in diags]
+    return TrainingPlan(plan.path, fields, tuple(dict.fromkeys(plan.notes + tuple(notes))),
+                        plan.diagnostics + tuple(extra_diags) + tuple(diags), plan.kind)

@@ -1,0 +1,148 @@
+"""What every config reader shares: building plan Values with spans, typed reads, defaults.
+
+A value written in the file is "literal" and points at its key; a framework default is
+"library-default" and says which framework version and source line it comes from.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from memlint.extract.configs import frameworks
+from memlint.extract.configs.document import Document
+from memlint.plan import Diagnostic, Span, TrainingPlan, Value
+
+_DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16",
+           "float32": "fp32", "fp32": "fp32", "float": "fp32", "auto": "auto"}
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0", ""}
+
+
+class Bad(Exception):
+    """A value of the wrong type: already reported as a bad-value diagnostic."""
+
+
+def dtype_name(v: Any) -> str | None:
+    if isinstance(v, str):
+        return _DTYPES.get(v.lower().replace("torch.", ""))
+    return None
+
+
+class Reader:
+    """Accumulates the fields, notes and diagnostics of one config's plan."""
+
+    kind = ""
+
+    def __init__(self, doc: Document, file: Path) -> None:
+        self.doc = doc
+        self.file = file
+        self.fields: dict[str, Value] = {}
+        self.notes: list[str] = []
+        self.diagnostics: list[Diagnostic] = list(doc.diagnostics)
+
+    # ---- values ----------------------------------------------------------------------------
+
+    def lit(self, name: str, value: Any, *path: Any, chain: tuple[str, ...] = ()) -> None:
+        key = ".".join(str(p) for p in path)
+        self.fields[name] = Value(value, "literal", self.doc.span(*path), chain or (f"{key}: {self.doc.get(*path)!r}",))
+
+    def lib(self, name: str, value: Any, why: str) -> None:
+        self.fields[name] = Value(value, "library-default", None, (why,))
+
+    def fw(self, name: str, key: str, convert: Callable[[Any], Any] = lambda x: x) -> Any:
+        """Set `name` from the framework's default for `key`; returns the raw default."""
+        d = frameworks.default(self.kind, key)
+        if d is None:
+            self.unknown(name, f"no {self.kind} default for {key}")
+            return None
+        self.lib(name, convert(d.value), d.why)
+        return d.value
+
+    def unknown(self, name: str, why: str, *path: Any) -> None:
+        self.fields[name] = Value(None, "unknown", self.doc.span(*path) if path else None, (why,))
+        self.notes.append(f"{name} is unknown ({why}); pass --assume {name}=VALUE")
+
+    def bad(self, message: str, *path: Any) -> None:
+        self.diagnostics.append(Diagnostic("bad-value", message, self.doc.span(*path) or Span(self.doc.path, 1, 1)))
+
+    # ---- typed reads -----------------------------------------------------------------------
+
+    def _refused(self, path: tuple) -> None:
+        if tuple(path) in self.doc.refused:  # already reported where the tag is
+            raise Bad()
+
+    def int_at(self, *path: Any) -> int | None:
+        """The integer at `path`, None when absent or null; Bad when of another type."""
+        self._refused(path)
+        v = self.doc.get(*path)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int):
+            if isinstance(v, str) and v.strip().isdigit():
+                return int(v)
+            self.bad(f"{'.'.join(map(str, path))} should be an integer, not {v!r}", *path)
+            raise Bad()
+        return v
+
+    def bool_at(self, *path: Any) -> bool | None:
+        self._refused(path)
+        v = self.doc.get(*path)
+        if v is None:
+            return None
+        if isinstance(v, bool):
+            return v
+        if isinstance(v, str) and v.strip().lower() in _TRUE | _FALSE:
+            return v.strip().lower() in _TRUE
+        if isinstance(v, int):
+            return bool(v)
+        self.bad(f"{'.'.join(map(str, path))} should be true or false, not {v!r}", *path)
+        raise Bad()
+
+    def str_at(self, *path: Any) -> str | None:
+        self._refused(path)
+        v = self.doc.get(*path)
+        if v is None:
+            return None
+        if isinstance(v, (dict, list)):
+            self.bad(f"{'.'.join(map(str, path))} should be a string, not a {type(v).__name__}", *path)
+            raise Bad()
+        return str(v)
+
+    def int_field(self, name: str, *path: Any, default_key: str | None = None) -> int | None:
+        """An integer plan field: literal from the file, else the framework default."""
+        try:
+            v = self.int_at(*path)
+        except Bad:
+            why = "not read (a refused YAML tag)" if tuple(path) in self.doc.refused else "is not an integer"
+            self.unknown(name, f"{'.'.join(map(str, path))} {why}", *path)
+            return None
+        if v is not None:
+            self.lit(name, v, *path)
+            return v
+        if default_key:
+            return self.fw(name, default_key)
+        return None
+
+    def checked_keys(self, known: Any = None, misplaced: dict | None = None, prefix: tuple = (), where: str = "") -> None:
+        section = self.doc.get(*prefix) if prefix else self.doc.data
+        if not isinstance(section, dict):
+            return
+        keys = [(k, self.doc.span(*prefix, k)) for k in section]
+        self.diagnostics.extend(frameworks.check_keys(self.kind, keys, known, misplaced, where))
+
+    # ---- result ----------------------------------------------------------------------------
+
+    def plan(self) -> TrainingPlan:
+        return TrainingPlan(self.doc.path, self.fields, tuple(dict.fromkeys(self.notes)), tuple(self.diagnostics), self.kind)
+
+
+def near(shown: str, ref: str) -> list[Path]:
+    """Where a path named inside a config may be: next to the config, then the working directory."""
+    base = Path(os.path.dirname(shown) or ".")
+    return [base / ref, Path.cwd() / ref]
+
+
+def shown_near(shown: str, ref: str) -> str:
+    return os.path.normpath(os.path.join(os.path.dirname(shown), ref))

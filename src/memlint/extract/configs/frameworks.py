@@ -1,0 +1,69 @@
+"""Framework facts from data/frameworks.json: known keys, version-ranged defaults, substitutions.
+
+Also the unknown-key check, which is tolerant: only near-misses and keys that belong to
+another framework are reported, so a real config with a key memlint has not heard of stays clean.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable
+
+from memlint.extract.library import Default, in_range, installed_version
+from memlint.plan import Diagnostic, Span
+
+_DATA = Path(__file__).resolve().parent.parent.parent / "data" / "frameworks.json"
+_CLOSE = 0.85  # difflib ratio above which an unknown key is taken for a typo of a known one
+
+
+@lru_cache(maxsize=1)
+def table() -> dict:
+    with open(_DATA, encoding="utf-8") as fh:
+        return json.load(fh)["frameworks"]
+
+
+def framework(name: str) -> dict:
+    return table()[name]
+
+
+def default(name: str, key: str) -> Default | None:
+    """The framework's default for `key` under the installed (or newest known) version."""
+    fw = framework(name)
+    package = fw["package"]
+    version = installed_version(package)
+    for cand in fw.get("defaults", {}).get(key, ()):
+        if in_range(version, cand.get("versions")):
+            shown = f"{package} {version}" if version else f"{package} (not installed: newest known)"
+            return Default(cand["value"], f"{name} default {key}={cand['value']!r} in {shown}: {cand['ref']}")
+    return None
+
+
+def substitution(name: str, key: str) -> tuple[Any, str]:
+    entry = framework(name)["substitutions"][key]
+    return entry["value"], entry["ref"]
+
+
+def check_keys(name: str, keys: Iterable[tuple[str, Span | None]], known: Iterable[str] | None = None,
+               misplaced: dict[str, str] | None = None, where: str = "") -> list[Diagnostic]:
+    """unknown-key diagnostics for keys the framework ignores that look like a mistake."""
+    fw = framework(name)
+    known_set = set(known if known is not None else fw["keys"])
+    moved = fw.get("misplaced", {}) if misplaced is None else misplaced
+    label = f"{name} {where}key".replace("  ", " ")
+    strict = fw.get("key_policy") == "full" and not where  # nested sections keep the tolerant policy
+    out = []
+    for key, span in keys:
+        if not isinstance(key, str) or key in known_set:
+            continue
+        if key in moved:
+            out.append(Diagnostic("unknown-key", f"unknown {label} '{key}' (did you mean '{moved[key]}'?)", span))
+            continue
+        close = difflib.get_close_matches(key, known_set, n=1, cutoff=_CLOSE)
+        if close:
+            out.append(Diagnostic("unknown-key", f"unknown {label} '{key}' (did you mean '{close[0]}'?)", span))
+        elif strict:
+            out.append(Diagnostic("unknown-key", f"unknown {label} '{key}': {name} refuses to start with it", span))
+    return out

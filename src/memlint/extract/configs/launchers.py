@@ -1,0 +1,248 @@
+"""DeepSpeed JSON and accelerate config YAML: how a run is sharded, offloaded and launched.
+
+Read on their own (a plan of kind "deepspeed"/"accelerate"), followed from a framework config
+or a script's TrainingArguments(deepspeed=...), or merged onto a script's plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from memlint.extract.configs import frameworks
+from memlint.extract.configs.common import Bad, Reader, near, shown_near
+from memlint.extract.configs.document import Document, load_text
+from memlint.plan import Diagnostic, Span, Value
+
+_OFFLOAD_DEVICES = ("cpu", "nvme")
+
+
+@dataclass
+class LaunchFacts:
+    """What a launcher config says. `fields` override a script's plan; `soft` fill only what the
+    script leaves unknown or to a library default ("auto" values are never here)."""
+
+    fields: dict[str, Value] = field(default_factory=dict)
+    soft: dict[str, Value] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+
+def read_json_doc(shown: str, path: Path) -> Document:
+    return load_text(path.read_text(encoding="utf-8"), shown, is_json=True)
+
+
+def find_deepspeed(shown_config: str, ref: str) -> tuple[Document | None, str]:
+    """The DeepSpeed JSON a config names (relative to the config, then the working directory)."""
+    for cand in near(shown_config, ref):
+        if cand.is_file():
+            shown = shown_near(shown_config, ref) if cand == near(shown_config, ref)[0] else str(cand)
+            try:
+                return read_json_doc(shown, cand), shown
+            except (OSError, UnicodeDecodeError) as exc:
+                return None, f"{ref}: unreadable ({exc.__class__.__name__})"
+    return None, f"{ref}: not found next to {shown_config}"
+
+
+class _DS(Reader):
+    kind = "deepspeed"
+
+
+def deepspeed_facts(doc: Document) -> LaunchFacts:
+    """Stage, offload, micro-batch, accumulation and precision from a DeepSpeed config."""
+    r = _DS(doc, Path(doc.path))
+    facts = LaunchFacts()
+    zero = doc.get("zero_optimization")
+    stage = None
+    if isinstance(zero, dict):
+        try:
+            stage = r.int_at("zero_optimization", "stage")
+        except Bad:
+            stage = None
+        if stage is not None and stage not in (0, 1, 2, 3):
+            r.bad(f"zero_optimization.stage should be 0, 1, 2 or 3, not {stage}", "zero_optimization", "stage")
+            stage = None
+    if stage is None and isinstance(zero, dict) and "stage" in zero:
+        facts.fields["distributed"] = Value("deepspeed", "literal", doc.span("zero_optimization", "stage"), ("zero_optimization.stage unreadable: stage unknown",))
+    elif stage is None:
+        d = frameworks.default("deepspeed", "zero_optimization.stage")
+        facts.fields["distributed"] = Value("none", "library-default", None, (d.why if d else "no zero_optimization: DeepSpeed without ZeRO",))
+    else:
+        value = f"zero{stage}" if stage else "none"
+        facts.fields["distributed"] = Value(value, "literal", doc.span("zero_optimization", "stage"), (f"zero_optimization.stage: {stage}",))
+
+    offload, span, why = "none", None, "no offload_optimizer / offload_param device"
+    if isinstance(zero, dict):
+        legacy = zero.get("cpu_offload") is True
+        opt = zero.get("offload_optimizer")
+        par = zero.get("offload_param")
+        opt_dev = str(opt.get("device", "none")).lower() if isinstance(opt, dict) else "none"
+        par_dev = str(par.get("device", "none")).lower() if isinstance(par, dict) else "none"
+        if par_dev in _OFFLOAD_DEVICES:
+            offload, span, why = "params", doc.span("zero_optimization", "offload_param", "device"), f"offload_param.device: {par_dev}"
+        elif opt_dev in _OFFLOAD_DEVICES:
+            offload, span, why = "optimizer", doc.span("zero_optimization", "offload_optimizer", "device"), f"offload_optimizer.device: {opt_dev}"
+        elif legacy:
+            offload, span, why = "optimizer", doc.span("zero_optimization", "cpu_offload"), "cpu_offload: true (DeepSpeed's older spelling)"
+        if offload != "none" and stage in (None, 0, 1) and offload == "params":
+            r.bad("offload_param needs ZeRO stage 3; DeepSpeed ignores it below", "zero_optimization", "offload_param")
+    facts.fields["offload"] = Value(offload, "literal" if span else "library-default", span, (why,))
+
+    for name, key in (("per_device_batch", "train_micro_batch_size_per_gpu"), ("grad_accum", "gradient_accumulation_steps")):
+        raw = doc.get(key)
+        if raw == "auto":
+            facts.notes.append(f"{key}: \"auto\" takes the training arguments' value")
+            continue
+        try:
+            v = r.int_at(key)
+        except Bad:
+            continue
+        if v is not None:
+            facts.soft[name] = Value(v, "literal", doc.span(key), (f"{key}: {v}",))
+
+    for key, prec in (("fp16", "amp-fp16"), ("bf16", "amp-bf16"), ("bfloat16", "amp-bf16")):
+        enabled = doc.get(key, "enabled")
+        if enabled is True:
+            facts.soft["precision"] = Value(prec, "literal", doc.span(key, "enabled"), (f"{key}.enabled: true",))
+            break
+        if enabled == "auto":
+            facts.notes.append(f"{key}.enabled: \"auto\" follows the training arguments' {key}")
+    r.checked_keys()
+    r.checked_keys(frameworks.framework("deepspeed")["zero_keys"], {}, ("zero_optimization",), "zero_optimization ")
+    facts.diagnostics.extend(r.diagnostics)
+    facts.notes.extend(r.notes)
+    return facts
+
+
+class _Acc(Reader):
+    kind = "accelerate"
+
+
+def accelerate_facts(doc: Document) -> LaunchFacts:
+    """Process count, sharding, offload and precision from an `accelerate config` YAML."""
+    r = _Acc(doc, Path(doc.path))
+    facts = LaunchFacts()
+    try:
+        n = r.int_at("num_processes")
+    except Bad:
+        n = None
+    if n is not None:
+        facts.fields["num_gpus"] = Value(n, "literal", doc.span("num_processes"), (f"num_processes: {n}",))
+    dtype = str(doc.get("distributed_type") or "NO").upper()
+    span = doc.span("distributed_type")
+    if dtype == "DEEPSPEED":
+        ds = doc.get("deepspeed_config") or {}
+        ref = ds.get("deepspeed_config_file") if isinstance(ds, dict) else None
+        if isinstance(ref, str) and ref.lower() != "none":
+            inner, shown = find_deepspeed(doc.path, ref)
+            if inner is None:
+                facts.fields["distributed"] = Value("deepspeed", "literal", doc.span("deepspeed_config", "deepspeed_config_file"), (f"{shown}: stage unknown",))
+            else:
+                sub = deepspeed_facts(inner)
+                facts.fields.update(sub.fields)
+                facts.soft.update(sub.soft)
+                facts.notes.extend(sub.notes)
+                facts.diagnostics.extend(sub.diagnostics)
+        elif isinstance(ds, dict):
+            try:
+                stage = r.int_at("deepspeed_config", "zero_stage")
+            except Bad:
+                stage = None
+            if stage in (1, 2, 3):
+                facts.fields["distributed"] = Value(f"zero{stage}", "literal", doc.span("deepspeed_config", "zero_stage"), (f"deepspeed_config.zero_stage: {stage}",))
+            elif stage == 0:
+                facts.fields["distributed"] = Value("none", "literal", doc.span("deepspeed_config", "zero_stage"), ("zero_stage: 0 (no ZeRO)",))
+            else:
+                facts.fields["distributed"] = Value("deepspeed", "literal", span, ("distributed_type: DEEPSPEED without a zero_stage",))
+            par = str(ds.get("offload_param_device", "none")).lower()
+            opt = str(ds.get("offload_optimizer_device", "none")).lower()
+            if par in _OFFLOAD_DEVICES:
+                facts.fields["offload"] = Value("params", "literal", doc.span("deepspeed_config", "offload_param_device"), (f"offload_param_device: {par}",))
+            elif opt in _OFFLOAD_DEVICES:
+                facts.fields["offload"] = Value("optimizer", "literal", doc.span("deepspeed_config", "offload_optimizer_device"), (f"offload_optimizer_device: {opt}",))
+            else:
+                facts.fields["offload"] = Value("none", "literal" if "offload_optimizer_device" in ds else "library-default",
+                                                doc.span("deepspeed_config", "offload_optimizer_device"), ("no offload device",))
+            try:
+                ga = r.int_at("deepspeed_config", "gradient_accumulation_steps")
+            except Bad:
+                ga = None
+            if ga is not None:
+                facts.soft["grad_accum"] = Value(ga, "literal", doc.span("deepspeed_config", "gradient_accumulation_steps"), (f"deepspeed_config.gradient_accumulation_steps: {ga}",))
+            r.checked_keys(("zero_stage", "offload_optimizer_device", "offload_param_device", "offload_optimizer_nvme_path", "offload_param_nvme_path",
+                            "gradient_accumulation_steps", "gradient_clipping", "zero3_init_flag", "zero3_save_16bit_model", "deepspeed_config_file",
+                            "deepspeed_multinode_launcher", "deepspeed_hostfile", "deepspeed_exclusion_filter", "deepspeed_inclusion_filter",
+                            "deepspeed_moe_layer_cls_names"), {}, ("deepspeed_config",), "deepspeed_config ")
+    elif dtype == "FSDP":
+        fsdp = doc.get("fsdp_config") or {}
+        fsdp = fsdp if isinstance(fsdp, dict) else {}
+        table, ref = frameworks.substitution("accelerate", "fsdp_sharding")
+        version = fsdp.get("fsdp_version", 1)
+        strat = fsdp.get("fsdp_sharding_strategy")
+        reshard = fsdp.get("fsdp_reshard_after_forward")
+        if strat is not None:
+            value = table.get(str(strat).upper())
+            where = ("fsdp_config", "fsdp_sharding_strategy")
+        elif reshard is not None:
+            if isinstance(reshard, bool):
+                value = "fsdp" if reshard else "fsdp_shard_grad_op"
+            else:
+                value = table.get(str(reshard).upper())
+            where = ("fsdp_config", "fsdp_reshard_after_forward")
+        else:
+            value, where = "fsdp", ("distributed_type",)
+        if value is None:
+            r.bad(f"unknown FSDP sharding strategy {strat if strat is not None else reshard!r}", *where)
+            value = "fsdp"
+        facts.fields["distributed"] = Value(value, "literal", doc.span(*where), (f"{where[-1]}: {doc.get(*where)!r} (FSDP{version})", ref))
+        off = fsdp.get("fsdp_offload_params")
+        if off is True or (isinstance(off, str) and off.lower() == "true"):
+            facts.fields["offload"] = Value("params", "literal", doc.span("fsdp_config", "fsdp_offload_params"), ("fsdp_offload_params: true (parameters, gradients and optimizer on CPU)",))
+        else:
+            facts.fields["offload"] = Value("none", "literal" if off is not None else "library-default", doc.span("fsdp_config", "fsdp_offload_params"), ("fsdp_offload_params: false",))
+        if fsdp.get("fsdp_activation_checkpointing") is True:
+            facts.soft["gradient_checkpointing"] = Value(True, "literal", doc.span("fsdp_config", "fsdp_activation_checkpointing"), ("fsdp_activation_checkpointing: true",))
+    elif dtype in ("MULTI_GPU", "NO", "MULTI_CPU", "MULTI_XPU", "MULTI_NPU", "MULTI_MLU", "MULTI_MUSA", "MULTI_HPU"):
+        why = "distributed_type: NO (one process)" if dtype == "NO" else f"distributed_type: {dtype} (DDP: every rank holds the whole model)"
+        facts.fields["distributed"] = Value("none", "literal" if span else "library-default", span, (why,))
+        facts.fields["offload"] = Value("none", "library-default", None, ("no offload without DeepSpeed or FSDP",))
+    else:
+        facts.fields["distributed"] = Value(None, "unknown", span, (f"distributed_type {dtype} is not one memlint models",))
+        facts.notes.append(f"distributed is unknown (distributed_type {dtype}); pass --assume distributed=...")
+    mp = doc.get("mixed_precision")
+    if isinstance(mp, str):
+        prec = {"bf16": "amp-bf16", "fp16": "amp-fp16", "no": "fp32", "fp8": "amp-bf16"}.get(mp.lower())
+        if prec is None:
+            r.bad(f"mixed_precision should be no, fp16, bf16 or fp8, not {mp!r}", "mixed_precision")
+        else:
+            facts.soft["precision"] = Value(prec, "literal", doc.span("mixed_precision"), (f"mixed_precision: {mp}",))
+    elif mp is False:  # YAML reads an unquoted `no` as false
+        facts.soft["precision"] = Value("fp32", "literal", doc.span("mixed_precision"), ("mixed_precision: no",))
+    r.checked_keys()
+    facts.diagnostics.extend(r.diagnostics)
+    facts.notes.extend(r.notes)
+    return facts
+
+
+def launch_plan_fields(facts: LaunchFacts) -> dict[str, Value]:
+    """A launcher config read on its own: its settings, soft ones included."""
+    out = dict(facts.soft)
+    out.update(facts.fields)
+    return out
+
+
+def apply_launch(fields: dict[str, Value], facts: LaunchFacts, origin: str) -> tuple[dict[str, Value], list[str], list[Diagnostic]]:
+    """Launcher settings over a plan's fields: sharding always; batch, accumulation and precision
+    only where the plan leaves them open, and a conflict is reported (transformers refuses one)."""
+    merged = dict(fields)
+    notes = list(facts.notes)
+    diags = list(facts.diagnostics)
+    merged.update(facts.fields)
+    for name, v in facts.soft.items():
+        cur = merged.get(name)
+        if cur is None or cur.source in ("unknown", "library-default"):
+            merged[name] = v
+        elif cur.value != v.value and name in ("per_device_batch", "grad_accum"):
+            diags.append(Diagnostic("bad-value", f"{origin} sets {name}={v.value!r} but the training arguments say {cur.value!r}: "
+                                    f"transformers refuses to start when a non-\"auto\" DeepSpeed value disagrees",
+                                    v.span or Span(origin, 1, 1)))
+    return merged, notes, diags

@@ -1,0 +1,653 @@
+"""Readers for framework training configs: axolotl, LLaMA-Factory, TRL recipes, torchtune.
+
+Each turns one config into plan fields the way the framework itself would read it: its own
+key names, its defaults and its silent substitutions (data/frameworks.json).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from memlint.extract.configs import frameworks
+from memlint.extract.configs.common import Bad, Reader, dtype_name
+from memlint.extract.configs.document import Document
+from memlint.extract.configs.launchers import apply_launch, deepspeed_facts, find_deepspeed
+from memlint.extract.library import default as library_default
+
+_RL_TRAINERS = {"dpo": "DPOTrainer", "ipo": "DPOTrainer", "orpo": "ORPOTrainer", "kto": "KTOTrainer",
+                "simpo": "CPOTrainer", "grpo": "GRPOTrainer", "gdpo": "GRPOTrainer"}
+
+
+class FrameworkReader(Reader):
+    """Shared parts: the model id, DeepSpeed/FSDP settings, the unknown-key check."""
+
+    def model_id(self, key: str) -> None:
+        v = self.doc.get(key)
+        if isinstance(v, str) and v.strip():
+            self.lit("model_id", v.strip(), key)
+        else:
+            self.unknown("model_id", f"no {key} in the config", *((key,) if self.doc.has(key) else ()))
+
+    def distributed(self, fsdp_keys: tuple[str, ...] = ("fsdp",)) -> None:
+        ds = self.doc.get("deepspeed")
+        if isinstance(ds, str) and ds.strip():
+            inner, shown = find_deepspeed(self.doc.path, ds.strip())
+            if inner is None:
+                self.fields["distributed"] = self._ds_unknown(shown)
+                self.notes.append(f"distributed: {shown}; DeepSpeed stage unknown")
+                return
+            self._merge_ds(inner)
+            return
+        if isinstance(ds, dict):  # inline DeepSpeed config (axolotl accepts a dict)
+            sub = Document(self.doc.path, ds, {k[1:]: s for k, s in self.doc.keys.items() if k[:1] == ("deepspeed",)})
+            self._merge_ds(sub)
+            return
+        for key in fsdp_keys:
+            f = self.doc.get(key)
+            if f not in (None, "", False, []):
+                text = " ".join(map(str, f)) if isinstance(f, list) else str(f)
+                value = "fsdp_shard_grad_op" if "shard_grad_op" in text else ("none" if text.strip() in ("no_shard", "false") else "fsdp")
+                self.lit("distributed", value, key)
+                off = "offload" in text
+                self.lit("offload", "params" if off else "none", key) if off else self.lib("offload", "none", f"{key} without offload")
+                return
+        self.lib("distributed", "none", f"{self.kind}: no deepspeed or fsdp setting (one process, or DDP: each rank holds the whole model)")
+        self.lib("offload", "none", "no DeepSpeed or FSDP offload")
+
+    def _ds_unknown(self, why: str):
+        from memlint.plan import Value
+
+        return Value("deepspeed", "literal", self.doc.span("deepspeed"), (why,))
+
+    def _merge_ds(self, inner: Document) -> None:
+        facts = deepspeed_facts(inner)
+        merged, notes, diags = apply_launch(self.fields, facts, inner.path)
+        self.fields = merged
+        self.notes.extend(notes)
+        self.diagnostics.extend(diags)
+
+    def trainer(self, value: str, why: str) -> None:
+        from memlint.plan import Value
+
+        self.fields["trainer"] = Value(value, "literal", None, (why,))
+
+
+# ---- axolotl ---------------------------------------------------------------------------------
+
+
+class Axolotl(FrameworkReader):
+    kind = "axolotl"
+
+    def read(self) -> None:
+        d = self.doc
+        self.model_id("base_model")
+        self.dtypes()
+        self.adapter()
+        mb = self.int_field("per_device_batch", "micro_batch_size", default_key="micro_batch_size")
+        try:
+            eb = self.int_at("eval_batch_size")
+        except Bad:
+            eb = None
+        if eb is not None:
+            self.lit("eval_batch", eb, "eval_batch_size")
+        elif mb is not None:
+            _, ref = frameworks.substitution("axolotl", "eval_batch_size")
+            v = self.fields["per_device_batch"]
+            self.fields["eval_batch"] = type(v)(mb, v.source, v.span, v.chain + (ref,))
+        self.int_field("grad_accum", "gradient_accumulation_steps", default_key="gradient_accumulation_steps")
+        self.int_field("max_length", "sequence_len", default_key="sequence_len")
+        self.padding()
+        self.flag("group_by_length", "group_by_length")
+        gc = d.get("gradient_checkpointing")
+        if gc is None:
+            self.fw("gradient_checkpointing", "gradient_checkpointing")
+        else:
+            self.lit("gradient_checkpointing", bool(gc) and str(gc).lower() != "false", "gradient_checkpointing")
+        opt = d.get("optimizer")
+        if isinstance(opt, str) and opt:
+            self.lit("optimizer", opt.lower(), "optimizer")
+        else:
+            self.fw("optimizer", "optimizer")
+        self.attention()
+        self.distributed(("fsdp", "fsdp_config"))
+        self.fsdp_details()
+        rl = d.get("rl")
+        if isinstance(rl, str) and rl:
+            self.trainer(_RL_TRAINERS.get(rl.lower(), f"{rl} trainer"), f"rl: {rl} (axolotl's trl-based trainer)")
+        else:
+            self.trainer("Trainer", "axolotl's AxolotlTrainer (a transformers.Trainer)")
+        self.checked_keys()
+
+    def flag(self, name: str, key: str) -> None:
+        try:
+            v = self.bool_at(key)
+        except Bad:
+            self.unknown(name, f"{key} is not true/false", key)
+            return
+        if v is None:
+            self.fw(name, key)
+        else:
+            self.lit(name, v, key)
+
+    def dtypes(self) -> None:
+        # axolotl utils/config normalize_config: bf16/bfloat16 -> bfloat16; load_in_8bit/fp16/float16
+        # -> float16; else float32. bf16 defaults to "auto": bf16 wherever the GPU supports it.
+        d = self.doc
+        bf16 = d.get("bf16") if d.has("bf16") and d.get("bf16") is not None else None
+        why_src = "bf16"
+        if bf16 is None:
+            bf16 = frameworks.default("axolotl", "bf16").value
+            why_src = None
+        pure_bf16, pure_fp16 = d.get("bfloat16") is True, d.get("float16") is True
+        fp16 = d.get("fp16") is True
+        bf16_on = bf16 is True or (isinstance(bf16, str) and bf16.lower() in ("auto", "true"))
+        ref = "axolotl utils/config normalize_config: cfg.torch_dtype from bf16/bfloat16, else load_in_8bit/fp16/float16, else float32"
+        if pure_bf16 or bf16_on:
+            key = "bfloat16" if pure_bf16 else why_src
+            chain = ("bf16: auto -> bf16 on a GPU that supports it (Ampere or newer)" if bf16 == "auto" else f"{key}: true", ref)
+            self._dtype_value("torch_dtype", "bf16", key, chain)
+            prec = "pure-bf16" if pure_bf16 else "amp-bf16"
+            self._dtype_value("precision", prec, key, chain)
+        elif fp16 or pure_fp16 or d.get("load_in_8bit") is True:
+            key = "fp16" if fp16 else ("float16" if pure_fp16 else "load_in_8bit")
+            self._dtype_value("torch_dtype", "fp16", key, (f"{key}: true", ref))
+            self._dtype_value("precision", "amp-fp16" if fp16 or pure_fp16 else "fp32", key, (f"{key}: true", ref))
+        else:
+            key = why_src
+            self._dtype_value("torch_dtype", "fp32", key, ("neither bf16 nor fp16", ref))
+            self._dtype_value("precision", "fp32", key, ("neither bf16 nor fp16", ref))
+
+    def _dtype_value(self, name: str, value: str, key: str | None, chain: tuple) -> None:
+        from memlint.plan import Value
+
+        if key and self.doc.has(key):
+            self.fields[name] = Value(value, "literal", self.doc.span(key), chain)
+        else:
+            self.fields[name] = Value(value, "library-default", None, chain)
+
+    def adapter(self) -> None:
+        d = self.doc
+        adapter = d.get("adapter")
+        b4, b8 = d.get("load_in_4bit") is True, d.get("load_in_8bit") is True
+        dtype = self.fields["torch_dtype"].value
+        if adapter in (None, ""):
+            self.lib("method", "full", frameworks.default("axolotl", "adapter").why)
+            if b4 or b8:
+                self.bad("load_in_4bit/load_in_8bit without an adapter: axolotl refuses to start (full fine-tuning cannot train a quantized base)",
+                         "load_in_4bit" if b4 else "load_in_8bit")
+            self.lib("quant_bits", None, "no adapter: the base model is not quantized")
+            return
+        if not isinstance(adapter, str) or adapter not in ("lora", "qlora"):
+            self.unknown("method", f"adapter {adapter!r} is not LoRA or QLoRA", "adapter")
+            return
+        self.lit("method", adapter, "adapter")
+        for name, key in (("lora_r", "lora_r"), ("lora_alpha", "lora_alpha")):
+            try:
+                v = self.int_at(key)
+            except Bad:
+                v = None
+            if v is not None:
+                self.lit(name, v, key)
+            else:
+                self.unknown(name, f"{key} not set (axolotl passes None to peft)", *((key,) if d.has(key) else ()))
+        if d.get("lora_target_linear") is True:
+            self.lit("lora_targets", "all-linear", "lora_target_linear")
+        elif isinstance(d.get("lora_target_modules"), (list, str)) and d.get("lora_target_modules"):
+            t = d.get("lora_target_modules")
+            self.lit("lora_targets", [t] if isinstance(t, str) else [str(x) for x in t], "lora_target_modules")
+        else:
+            self.unknown("lora_targets", "neither lora_target_modules nor lora_target_linear")
+        if adapter == "qlora":
+            if not b4:
+                self.bad("adapter: qlora requires load_in_4bit: true (axolotl refuses to start without it)", "adapter")
+            sub, ref = frameworks.substitution("axolotl", "qlora_bnb_config")
+            key = "load_in_4bit" if d.has("load_in_4bit") else "adapter"
+            self.lit("quant_bits", 4, key)
+            self.lib("quant_type", sub["quant_type"], ref)
+            self.lib("double_quant", sub["double_quant"], ref)
+            self.lib("compute_dtype", dtype, ref)
+        elif b4:
+            # adapter: lora with load_in_4bit: axolotl builds no BitsAndBytesConfig, transformers' defaults apply
+            self.lit("quant_bits", 4, "load_in_4bit")
+            for name, attr in (("quant_type", "bnb_4bit_quant_type"), ("double_quant", "bnb_4bit_use_double_quant")):
+                dd = library_default("transformers.BitsAndBytesConfig", attr)
+                self.lib(name, dd.value if dd else None, (dd.why if dd else attr) + "; adapter: lora + load_in_4bit builds no axolotl bnb config")
+        elif b8:
+            self.lit("quant_bits", 8, "load_in_8bit")
+        else:
+            self.lib("quant_bits", None, "load_in_4bit/load_in_8bit not set")
+
+    def padding(self) -> None:
+        d = self.doc
+        if d.get("sample_packing") is True:
+            self.lit("packing", True, "sample_packing")
+            self.lit("padding", "packing", "sample_packing")
+            return
+        if d.has("sample_packing"):
+            self.lit("packing", False, "sample_packing")
+        else:
+            self.fw("packing", "sample_packing")
+        if d.get("pad_to_sequence_len") is True:
+            self.lit("padding", "max_length", "pad_to_sequence_len")
+        else:
+            _, ref = frameworks.substitution("axolotl", "collator_padding")
+            self.lib("padding", "longest", ref)
+
+    def attention(self) -> None:
+        d = self.doc
+        for key, value in (("flash_attention", "flash_attention_2"), ("sdp_attention", "sdpa"), ("flex_attention", "flex_attention"),
+                           ("xformers_attention", "sdpa"), ("eager_attention", "eager")):
+            if d.get(key) is True:
+                chain = (f"{key}: true",) + (("xformers: memory-efficient attention without the s² scores, as sdpa",) if key.startswith("x") else ())
+                self.lit("attn_implementation", value, key, chain=chain)
+                return
+        self.fw("attn_implementation", "attn_implementation")
+
+    def fsdp_details(self) -> None:
+        cfg = self.doc.get("fsdp_config")
+        if not isinstance(cfg, dict) or self.fields.get("distributed") is None or not str(self.fields["distributed"].value).startswith("fsdp"):
+            return
+        for key in ("fsdp_offload_params", "offload_params"):
+            if cfg.get(key) is True:
+                self.lit("offload", "params", "fsdp_config", key)
+        for key in ("fsdp_reshard_after_forward", "reshard_after_forward"):
+            if cfg.get(key) is False:
+                self.lit("distributed", "fsdp_shard_grad_op", "fsdp_config", key, chain=(f"fsdp_config.{key}: false (FSDP2: SHARD_GRAD_OP)",))
+        for key in ("fsdp_sharding_strategy", "sharding_strategy"):
+            s = cfg.get(key)
+            if isinstance(s, str) and "SHARD_GRAD_OP" in s.upper():
+                self.lit("distributed", "fsdp_shard_grad_op", "fsdp_config", key)
+
+
+# ---- LLaMA-Factory ---------------------------------------------------------------------------
+
+
+class LlamaFactory(FrameworkReader):
+    kind = "llama-factory"
+
+    def read(self) -> None:
+        d = self.doc
+        self.model_id("model_name_or_path")
+        stage = d.get("stage") if isinstance(d.get("stage"), str) else frameworks.default(self.kind, "stage").value
+        ft = d.get("finetuning_type")
+        bf16, fp16, pure = d.get("bf16") is True, d.get("fp16") is True, d.get("pure_bf16") is True
+        ref = frameworks.substitution(self.kind, "compute_dtype")[1]
+        if pure or bf16:
+            key = "pure_bf16" if pure else "bf16"
+            self.lit("torch_dtype", "bf16", key, chain=(f"{key}: true", ref))
+            self.lit("precision", "pure-bf16" if pure else "amp-bf16", key)
+        elif fp16:
+            self.lit("torch_dtype", "fp16", "fp16", chain=("fp16: true", ref))
+            self.lit("precision", "amp-fp16", "fp16")
+        else:
+            self.lib("torch_dtype", "auto", "neither bf16 nor fp16: LLaMA-Factory infers compute_dtype from the checkpoint (infer_optim_dtype)")
+            self.lib("precision", "fp32", "neither bf16 nor fp16 nor pure_bf16")
+        try:
+            bits = self.int_at("quantization_bit")
+        except Bad:
+            bits = None
+        if isinstance(ft, str):
+            method = {"lora": "lora", "full": "full"}.get(ft)
+            if method is None:
+                self.unknown("method", f"finetuning_type {ft!r} (freeze/oft) is not one memlint models", "finetuning_type")
+            else:
+                self.lit("method", "qlora" if method == "lora" and bits == 4 else method, "finetuning_type")
+        else:
+            dflt = frameworks.default(self.kind, "finetuning_type")
+            self.lib("method", "qlora" if bits == 4 else dflt.value, dflt.why)
+        if bits is not None:
+            self.lit("quant_bits", bits, "quantization_bit")
+            if bits == 4:
+                for name, key in (("quant_type", "quantization_type"), ("double_quant", "double_quantization")):
+                    if d.has(key):
+                        self.lit(name, d.get(key), key)
+                    else:
+                        self.fw(name, key)
+                self.lib("compute_dtype", self.fields["torch_dtype"].value, ref)
+        else:
+            self.fw("quant_bits", "quantization_bit")
+        if self.fields.get("method") is not None and self.fields["method"].value in ("lora", "qlora"):
+            rank = self.int_field("lora_r", "lora_rank", default_key="lora_rank")
+            try:
+                alpha = self.int_at("lora_alpha")
+            except Bad:
+                alpha = None
+            if alpha is not None:
+                self.lit("lora_alpha", alpha, "lora_alpha")
+            elif rank is not None:
+                self.lib("lora_alpha", rank * 2, "llamafactory hparams/finetuning_args.py: lora_alpha None -> lora_rank * 2")
+            t = d.get("lora_target")
+            if t is None:
+                t = self.fw("lora_targets", "lora_target")
+                self.fields["lora_targets"] = type(self.fields["lora_targets"])(_lf_targets(t), "library-default", None, self.fields["lora_targets"].chain)
+            else:
+                self.lit("lora_targets", _lf_targets(t), "lora_target")
+        self.int_field("per_device_batch", "per_device_train_batch_size", default_key="per_device_train_batch_size")
+        self.int_field("eval_batch", "per_device_eval_batch_size", default_key="per_device_eval_batch_size")
+        self.int_field("grad_accum", "gradient_accumulation_steps", default_key="gradient_accumulation_steps")
+        self.int_field("max_length", "cutoff_len", default_key="cutoff_len")
+        packing = d.get("packing")
+        if d.get("neat_packing") is True:
+            self.lit("packing", True, "neat_packing")
+        elif isinstance(packing, bool):
+            self.lit("packing", packing, "packing")
+        else:
+            dflt = frameworks.default(self.kind, "packing")
+            self.lib("packing", stage == "pt", f"{dflt.why} (stage {stage})")
+        if self.fields["packing"].value:
+            p = self.fields["packing"]
+            self.fields["padding"] = type(p)("packing", p.source, p.span, p.chain)
+        else:
+            self.lib("padding", "longest", frameworks.substitution(self.kind, "collator_padding")[1])
+        gbl = d.get("group_by_length")
+        if isinstance(gbl, bool):
+            self.lit("group_by_length", gbl, "group_by_length")
+        else:
+            self.lib("group_by_length", False, "transformers TrainingArguments: group_by_length False")
+        dis = d.get("disable_gradient_checkpointing")
+        if isinstance(dis, bool):
+            self.lit("gradient_checkpointing", not dis, "disable_gradient_checkpointing")
+        else:
+            dflt = frameworks.default(self.kind, "disable_gradient_checkpointing")
+            self.lib("gradient_checkpointing", True, dflt.why)
+        opt = d.get("optim")
+        if isinstance(opt, str) and opt:
+            self.lit("optimizer", opt.lower(), "optim")
+        else:
+            self.fw("optimizer", "optim")
+        fa = d.get("flash_attn")
+        attn = {"fa2": "flash_attention_2", "sdpa": "sdpa", "eager": "eager", "disabled": "eager"}.get(str(fa).lower()) if fa is not None else None
+        if attn:
+            self.lit("attn_implementation", attn, "flash_attn")
+        else:
+            self.lib("attn_implementation", "sdpa", frameworks.default(self.kind, "flash_attn").why)
+        self.distributed(("fsdp",))
+        self.trainer({"sft": "Seq2SeqTrainer", "pt": "Trainer", "dpo": "DPOTrainer", "kto": "KTOTrainer", "rm": "RewardTrainer", "ppo": "PPOTrainer"}.get(str(stage), str(stage)),
+                     f"LLaMA-Factory stage: {stage}")
+        for flag in ("use_galore", "use_badam", "use_apollo", "use_adam_mini", "use_muon"):
+            if d.get(flag) is True:
+                self.notes.append(f"{flag}: LLaMA-Factory swaps in its own optimizer; memlint estimates the optimizer named by optim")
+        self.checked_keys()
+
+
+def _lf_targets(t: Any) -> Any:
+    if isinstance(t, str):
+        parts = [p.strip() for p in t.split(",") if p.strip()]
+        return "all-linear" if parts == ["all"] else parts
+    if isinstance(t, list):
+        return [str(x) for x in t]
+    return None
+
+
+# ---- TRL / alignment-handbook recipes ----------------------------------------------------------
+
+
+class TrlRecipe(FrameworkReader):
+    kind = "trl-recipe"
+
+    def read(self) -> None:
+        d = self.doc
+        self.model_id("model_name_or_path")
+        for key in ("dtype", "torch_dtype"):
+            if d.has(key) and dtype_name(d.get(key)):
+                self.lit("torch_dtype", dtype_name(d.get(key)), key)
+                break
+        else:
+            dd = library_default("transformers.from_pretrained", "dtype")
+            self.lib("torch_dtype", dd.value if dd else None, (dd.why if dd else "from_pretrained default") + " (ModelConfig.dtype not set)")
+        peft = self._bool("use_peft")
+        b4, b8 = self._bool("load_in_4bit"), self._bool("load_in_8bit")
+        if peft:
+            self.lit("method", "qlora" if b4 else "lora", "use_peft")
+            for name, key in (("lora_r", "lora_r"), ("lora_alpha", "lora_alpha")):
+                self.int_field(name, key, default_key=key)
+            t = d.get("lora_target_modules")
+            if isinstance(t, (list, str)) and t:
+                self.lit("lora_targets", "all-linear" if t == "all-linear" else ([t] if isinstance(t, str) else [str(x) for x in t]), "lora_target_modules")
+            else:
+                self.lib("lora_targets", None, "trl ModelConfig.lora_target_modules None: peft picks the architecture's defaults")
+        else:
+            src = "use_peft" if d.has("use_peft") else None
+            if src:
+                self.lit("method", "full", src)
+            else:
+                self.lib("method", "full", frameworks.default(self.kind, "use_peft").why)
+        ref = frameworks.substitution(self.kind, "quantization_config")[1]
+        if b4:
+            self.lit("quant_bits", 4, "load_in_4bit")
+            qt = d.get("bnb_4bit_quant_type")
+            self.lit("quant_type", qt, "bnb_4bit_quant_type") if isinstance(qt, str) else self.fw("quant_type", "bnb_4bit_quant_type")
+            nq = d.get("use_bnb_nested_quant")
+            self.lit("double_quant", nq, "use_bnb_nested_quant") if isinstance(nq, bool) else self.fw("double_quant", "use_bnb_nested_quant")
+            self.lib("compute_dtype", self.fields["torch_dtype"].value, ref)
+        elif b8:
+            self.lit("quant_bits", 8, "load_in_8bit")
+        else:
+            self.lib("quant_bits", None, frameworks.default(self.kind, "load_in_4bit").why)
+        cls = self._config_class()
+        self.ta_int("per_device_batch", "per_device_train_batch_size", cls)
+        self.ta_int("eval_batch", "per_device_eval_batch_size", cls)
+        self.ta_int("grad_accum", "gradient_accumulation_steps", cls)
+        for key in ("max_length", "max_seq_length"):
+            if d.has(key):
+                self.int_field("max_length", key)
+                break
+        else:
+            dd = library_default(cls, "max_length") or library_default(cls, "max_seq_length")
+            if dd is not None:
+                self.lib("max_length", dd.value, dd.why)
+            else:
+                self.unknown("max_length", f"no max_length and no {cls} default")
+        pk = d.get("packing")
+        if isinstance(pk, bool):
+            self.lit("packing", pk, "packing")
+        else:
+            dd = library_default(cls, "packing")
+            self.lib("packing", bool(dd.value) if dd else False, dd.why if dd else "packing not set")
+        p = self.fields["packing"]
+        self.fields["padding"] = type(p)("packing", p.source, p.span, p.chain) if p.value else type(p)("longest", "library-default", None, ("SFTTrainer's collator pads each batch to its longest sample",))
+        self.ta_bool("group_by_length", "group_by_length", cls)
+        self.ta_bool("gradient_checkpointing", "gradient_checkpointing", cls)
+        opt = d.get("optim")
+        if isinstance(opt, str) and opt:
+            self.lit("optimizer", opt.lower(), "optim")
+        else:
+            dd = library_default(cls, "optim")
+            self.lib("optimizer", dd.value if dd else None, dd.why if dd else "optim not set")
+        self.precision(cls)
+        attn = d.get("attn_implementation")
+        if isinstance(attn, str) and attn:
+            self.lit("attn_implementation", attn, "attn_implementation")
+        else:
+            dd = library_default("transformers.from_pretrained", "attn_implementation")
+            self.lib("attn_implementation", dd.value if dd else "sdpa", dd.why if dd else "transformers default")
+        self.distributed(("fsdp",))
+        self.trainer(cls.split(".")[-1].replace("Config", "Trainer"), f"recipe fields read as {cls}")
+        self.checked_keys()
+
+    def _bool(self, key: str) -> bool:
+        try:
+            return bool(self.bool_at(key))
+        except Bad:
+            return False
+
+    def _config_class(self) -> str:
+        # alignment-handbook keeps sft/, dpo/, orpo/ recipes apart; DPO-only keys settle it otherwise
+        parts = {p.lower() for p in Path(self.doc.path).parts}
+        for name in ("dpo", "orpo", "kto", "grpo"):
+            if name in parts or f"config_{name}" in Path(self.doc.path).stem.lower():
+                return f"trl.{name.upper()}Config"
+        if self.doc.has("beta") or self.doc.has("max_prompt_length"):
+            return "trl.DPOConfig"
+        return "trl.SFTConfig"
+
+    def ta_int(self, name: str, key: str, cls: str) -> None:
+        if self.doc.has(key):
+            self.int_field(name, key)
+            return
+        dd = library_default(cls, key)
+        self.lib(name, dd.value, dd.why) if dd else self.unknown(name, f"no {cls} default for {key}")
+
+    def ta_bool(self, name: str, key: str, cls: str) -> None:
+        v = self.doc.get(key)
+        if isinstance(v, bool):
+            self.lit(name, v, key)
+            return
+        dd = library_default(cls, key)
+        self.lib(name, bool(dd.value) if dd else False, dd.why if dd else f"{key} not set")
+
+    def precision(self, cls: str) -> None:
+        d = self.doc
+        if d.get("fp16") is True:
+            self.lit("precision", "amp-fp16", "fp16")
+        elif d.get("bf16") is True:
+            self.lit("precision", "amp-bf16", "bf16")
+        elif d.get("bf16") is False or d.get("fp16") is False:
+            self.lit("precision", "fp32", "bf16" if d.has("bf16") else "fp16")
+        else:
+            dd = library_default(cls, "bf16")
+            on = dd is not None and (dd.value is True or dd.value == "not fp16")
+            self.lib("precision", "amp-bf16" if on else "fp32", dd.why if dd else "bf16 not set")
+
+
+# ---- torchtune ---------------------------------------------------------------------------------
+
+
+class Torchtune(FrameworkReader):
+    kind = "torchtune"
+
+    def read(self) -> None:
+        d = self.doc
+        fw = frameworks.framework(self.kind)
+        comp = d.get("model", "_component_")
+        method = None
+        if isinstance(comp, str) and "." in comp:
+            module, fn = comp.rsplit(".", 1)
+            method = "qlora" if fn.startswith("qlora_") else "lora" if fn.startswith("lora_") else "full"
+            base = f"{module}.{fn.split('_', 1)[1] if method != 'full' else fn}"
+            mid = fw["models"].get(base)
+            chain = (f"model._component_: {comp}", fw["models"]["_doc"])
+            if mid:
+                self.lit("model_id", mid, "model", "_component_", chain=chain)
+            else:
+                self.unknown("model_id", f"torchtune builder {base} is not in memlint's table", "model", "_component_")
+            self.lit("method", method, "model", "_component_", chain=(f"builder {fn}",))
+        else:
+            self.unknown("model_id", "no model._component_")
+            self.unknown("method", "no model._component_")
+        dt = d.get("dtype")
+        if dtype_name(dt):
+            dtype = dtype_name(dt)
+            self.lit("torch_dtype", dtype, "dtype")
+            _, pref = frameworks.substitution(self.kind, "precision")
+            self.lit("precision", "pure-bf16" if dtype == "bf16" else ("amp-fp16" if dtype == "fp16" else "fp32"), "dtype", chain=(f"dtype: {dt}", pref))
+        else:
+            dtype = self.fw("torch_dtype", "dtype")
+            self.lib("precision", "fp32", "dtype not set: fp32 training")
+        if method in ("lora", "qlora"):
+            self.int_field("lora_r", "model", "lora_rank", default_key="lora_rank")
+            self.int_field("lora_alpha", "model", "lora_alpha", default_key="lora_alpha")
+            self.lora_targets()
+        if method == "qlora":
+            sub, ref = frameworks.substitution(self.kind, "qlora_nf4")
+            self.lit("quant_bits", 4, "model", "_component_", chain=(f"{comp}: quantize_base=True", ref))
+            self.lib("quant_type", sub["quant_type"], ref)
+            self.lib("double_quant", sub["double_quant"], ref)
+            self.lib("compute_dtype", self.fields["torch_dtype"].value, ref)
+        elif method is not None:
+            self.lib("quant_bits", None, f"{method} builder: the base model is not quantized")
+        if d.has("batch_size"):
+            self.int_field("per_device_batch", "batch_size")
+        else:
+            self.unknown("per_device_batch", "no batch_size")
+        if d.has("batch_size_val"):
+            self.int_field("eval_batch", "batch_size_val")
+        self.int_field("grad_accum", "gradient_accumulation_steps", default_key="gradient_accumulation_steps")
+        self.seq_and_packing()
+        v = d.get("enable_activation_checkpointing")
+        if isinstance(v, bool):
+            self.lit("gradient_checkpointing", v, "enable_activation_checkpointing")
+        else:
+            self.fw("gradient_checkpointing", "enable_activation_checkpointing")
+        self.lib("group_by_length", False, "torchtune samples without length grouping")
+        self.optimizer()
+        self.lib("attn_implementation", "sdpa", "torchtune's attention calls torch scaled_dot_product_attention")
+        self.sharding()
+        self.trainer("torchtune", "a torchtune recipe (`tune run`)")
+        self.checked_keys()
+        self.checked_keys(fw["model_keys"], {"lora_r": "lora_rank", "r": "lora_rank", "target_modules": "lora_attn_modules"}, ("model",), "model ")
+
+    def lora_targets(self) -> None:
+        d = self.doc
+        names, ref = frameworks.substitution(self.kind, "lora_module_names")
+        mods = d.get("model", "lora_attn_modules")
+        if not isinstance(mods, list):
+            self.unknown("lora_targets", "no model.lora_attn_modules")
+            return
+        out: list[str] = []
+        for m in mods:
+            out.extend(names.get(str(m), [str(m)]))
+        if d.get("model", "apply_lora_to_mlp") is True:
+            out.extend(names["mlp"])
+        if d.get("model", "apply_lora_to_output") is True:
+            out.extend(names["output"])
+        self.lit("lora_targets", out, "model", "lora_attn_modules", chain=(f"lora_attn_modules: {mods}", f"apply_lora_to_mlp: {d.get('model', 'apply_lora_to_mlp')}", ref))
+
+    def seq_and_packing(self) -> None:
+        d = self.doc
+        ds = d.get("dataset")
+        sets = ds if isinstance(ds, list) else [ds] if isinstance(ds, dict) else []
+        packed_at = None
+        for i, s in enumerate(sets):
+            if isinstance(s, dict) and s.get("packed") is True:
+                packed_at = ("dataset", i, "packed") if isinstance(ds, list) else ("dataset", "packed")
+        if d.has("tokenizer", "max_seq_len") and d.get("tokenizer", "max_seq_len") is not None:
+            self.int_field("max_length", "tokenizer", "max_seq_len")
+        elif d.has("tokenizer", "max_seq_len"):
+            self.unknown("max_length", "tokenizer.max_seq_len: null: samples are not truncated, the longest sample sets the peak", "tokenizer", "max_seq_len")
+        else:
+            self.unknown("max_length", "no tokenizer.max_seq_len")
+        if packed_at:
+            self.lit("packing", True, *packed_at)
+            self.lit("padding", "packing", *packed_at)
+        else:
+            self.fw("packing", "packed")
+            self.lib("padding", "longest", frameworks.substitution(self.kind, "collator_padding")[1])
+
+    def optimizer(self) -> None:
+        d = self.doc
+        table = frameworks.framework(self.kind)["optimizers"]
+        comp = d.get("optimizer", "_component_")
+        if not isinstance(comp, str):
+            self.unknown("optimizer", "no optimizer._component_")
+            return
+        name = table.get(comp)
+        if name == "adamw_torch" and d.get("optimizer", "fused") is True:
+            name = "adamw_torch_fused"
+        if name is None:
+            self.lit("optimizer", comp, "optimizer", "_component_", chain=(f"{comp}: not in memlint's torchtune optimizer table",))
+        else:
+            self.lit("optimizer", name, "optimizer", "_component_", chain=(f"optimizer._component_: {comp}",))
+        if d.get("optimizer_in_bwd") is True:
+            self.notes.append("optimizer_in_bwd: true steps each parameter during backward, so gradients are not all held at once (memlint counts them all)")
+
+    def sharding(self) -> None:
+        d = self.doc
+        for key in ("fsdp_cpu_offload", "fsdp_reshard_after_forward", "custom_sharded_layers", "data_parallel_shard_dim"):
+            if d.has(key):
+                value = "fsdp_shard_grad_op" if d.get("fsdp_reshard_after_forward") is False else "fsdp"
+                self.lit("distributed", value, key, chain=(f"{key} is read by torchtune's distributed (FSDP2) recipes",))
+                if d.get("fsdp_cpu_offload") is True:
+                    self.lit("offload", "params", "fsdp_cpu_offload")
+                else:
+                    self.lib("offload", "none", "fsdp_cpu_offload not set")
+                return
+        if "single_device" in Path(self.doc.path).stem:
+            self.lib("distributed", "none", "a single-device config (its name says so)")
+            self.lib("offload", "none", "single device")
+        else:
+            self.unknown("distributed", "torchtune shards only under a distributed recipe; which one `tune run` uses is not in the config")
+
+
+READERS = {"axolotl": Axolotl, "llama-factory": LlamaFactory, "trl-recipe": TrlRecipe, "torchtune": Torchtune}
