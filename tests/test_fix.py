@@ -54,7 +54,7 @@ CASES = [
     ("gc_missing_no_comma", "gradient-checkpointing", None, "safe", "add gradient_checkpointing=True"),
     ("gc_constant", "gradient-checkpointing", None, "safe", "`GRAD_CKPT` at line 4"),
     ("gc_star_kwargs", "gradient-checkpointing", None, "unsafe", "**kwargs"),
-    ("gc_argparse", "gradient-checkpointing", None, "skip", "set it by hand"),
+    ("gc_argparse", "gradient-checkpointing", None, "skip", "is set from `bool(a.gc)`, not a literal"),
     ("dq_single_line", "double-quant", None, "safe", "add bnb_4bit_use_double_quant=True"),
     ("dq_false_multiline", "double-quant", None, "safe", "was False"),
     ("dq_aligned", "double-quant", None, "safe", "BitsAndBytesConfig(...)"),
@@ -231,8 +231,9 @@ def test_bad_input_is_skipped_with_a_reason_never_raised():
     assert "unknown codemod" in apply_fixes(good, [unknown]).skipped[0][1]
     elsewhere = Finding("MEM300", "x", "m", "warning", Span("other.py", 7), fix=finding.fix)
     assert "another file" in apply_fixes(good, [elsewhere], path="gc.py").skipped[0][1]
+    two = good + 'eval_args = tf.TrainingArguments(output_dir="eval")\n'
     nowhere = Finding("MEM300", "x", "m", "warning", Span("gc.py", 1), fix=finding.fix)
-    assert "not inside a TrainingArguments" in apply_fixes(good, [nowhere]).skipped[0][1]
+    assert "the file has 2 of them" in apply_fixes(two, [nowhere]).skipped[0][1]
     plain = Finding("MEM300", "x", "m", "warning", finding.span)
     r = apply_fixes(good, [plain])
     assert r.source == good and not r.skipped and not r.applied
@@ -276,3 +277,25 @@ def test_fix_package_imports_no_torch_or_transformers():
             "print(bad); sys.exit(1 if bad else 0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_a_finding_at_a_related_line_fixes_the_files_only_arguments_call():
+    # the longest-sample rule points at max_length (in the tokenizer call); group_by_length goes
+    # into the one TrainingArguments(...) the file has
+    src = (FIXTURES / "padding_map_collator.before.py").read_text()
+    plan = extract_source(src, "t.py")
+    at = plan.get("max_length").span
+    assert "max_length=2048" in src.splitlines()[at.line - 1]
+    finding = Finding("MEM201", "longest-sample-sets-peak", "m", "warning", at,
+                      fix=Fix("add group_by_length=True", "unsafe", "group-by-length"))
+    with pinned_versions({"transformers": "4.46.0"}):
+        r = apply_fixes(src, [finding], unsafe=True)
+        assert extract_source(r.source, "t.py").get("group_by_length").value is True
+    assert "per_device_train_batch_size=4, bf16=True, group_by_length=True)" in r.source
+
+
+def test_data_collator_none_is_the_trainers_default():
+    src = (FIXTURES / "padding_constant.before.py").read_text().replace(
+        "processing_class=tok,", "processing_class=tok, data_collator=None,")
+    fix = effective_fix(src, _finding(src, "p.py", "dynamic-padding"))
+    assert fix.applicability == "safe" and "DataCollatorWithPadding" in fix.title

@@ -121,8 +121,11 @@ def _locate(doc: Doc, line: int, names: Sequence[str], keywords: Sequence[str]) 
                 a = keyword(c, kw)
                 if a is not None and isinstance(a.value, cst.Name) and a.value.value == name:
                     return c
-    raise Skip(f"line {line} is not inside a {_shown(names)}(...) call: the value is set elsewhere "
-               "(a command-line default, a config file); set it by hand")
+    calls = doc.calls_to(names)
+    if len(calls) == 1:  # the finding points at a related line (max_length, a default): the file's only such call
+        return calls[0]
+    where = f"the file has {len(calls)} of them" if calls else "the value is set elsewhere (a command-line default, a config file)"
+    raise Skip(f"line {line} is not inside a {_shown(names)}(...) call and {where}; set it by hand")
 
 
 def _inside_call_spanning(doc: Doc, node: cst.CSTNode, line: int) -> bool:
@@ -329,6 +332,8 @@ def _batching(doc: Doc) -> _Batching:
         if not (name.endswith("Trainer") or name in subclassed):
             continue
         dc = keyword(call, "data_collator")
+        if dc is not None and literal(doc, dc.value) is None:
+            dc = None  # data_collator=None: the trainer's default
         if dc is not None:
             verdicts.append(_classify_collator(doc, dc.value))
         elif name in defaults["trl"] or (doc.qualified(call.func) or "").startswith("trl."):
