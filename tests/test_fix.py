@@ -299,3 +299,25 @@ def test_data_collator_none_is_the_trainers_default():
         "processing_class=tok,", "processing_class=tok, data_collator=None,")
     fix = effective_fix(src, _finding(src, "p.py", "dynamic-padding"))
     assert fix.applicability == "safe" and "DataCollatorWithPadding" in fix.title
+
+
+def test_lines_added_above_a_finding_move_it():
+    # the nf4 fix (bottom) adds an import at the top and the gradient-checkpointing fix (middle)
+    # must still find its own call, not the line above it
+    src = (
+        "from transformers import AutoModelForCausalLM\n"
+        "from transformers import TrainingArguments as TA\n"
+        "\n"
+        "eval_args = TA('eval', per_device_eval_batch_size=4)\n"
+        "args = TA('out', per_device_train_batch_size=2, gradient_checkpointing=False)\n"
+        "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.1-8B', load_in_4bit=True)\n"
+    )
+    gc = Finding("MEM203", "x", "m", "warning", Span("t.py", 5), fix=Fix("t", "safe", "gradient-checkpointing"))
+    nf4 = Finding("MEM303", "x", "m", "warning", Span("t.py", 6), fix=Fix("t", "safe", "nf4-quant-type"))
+    r = apply_fixes(src, [gc, nf4], unsafe=True)
+    assert not r.skipped
+    lines = r.source.splitlines()
+    assert lines[2] == "from transformers import BitsAndBytesConfig"
+    assert lines[4] == "eval_args = TA('eval', per_device_eval_batch_size=4)"
+    assert lines[5].endswith("gradient_checkpointing=True)")
+    assert 'quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4")' in lines[6]

@@ -30,8 +30,9 @@ class FixResult:
         return bool(self.applied)
 
 
-def _plan(source: str, finding: Finding):
-    """(Planned, None) or (None, reason) for one finding's fix against `source`."""
+def _plan(source: str, finding: Finding, line: int | None = None):
+    """(Planned, None) or (None, reason) for one finding's fix against `source` (at `line`, where
+    earlier fixes moved the finding's line)."""
     import libcst as cst
 
     from memlint.fix.codemods import CODEMODS
@@ -48,7 +49,7 @@ def _plan(source: str, finding: Finding):
     except (cst.ParserSyntaxError, RecursionError):
         return None, "the file does not parse"
     try:
-        planned = codemod(doc, finding.span.line, fix.params or {})
+        planned = codemod(doc, finding.span.line if line is None else line, fix.params or {})
     except Skip as s:
         return None, str(s)
     except Exception as exc:  # a codemod bug must not stop the other fixes or crash the CLI
@@ -73,7 +74,8 @@ def apply_fixes(source: str, findings: Sequence[Finding], *, unsafe: bool = Fals
     """Apply every fix whose applicability is allowed (safe; unsafe too with `unsafe=True`).
 
     Findings without a fix are ignored. Fixes go in from the bottom of the file up, each located
-    again in the text the previous ones left, so one that no longer finds its target (it
+    again in the text the previous ones left (the lines of the findings still to do follow the
+    lines that earlier fixes added above them), so one that no longer finds its target (it
     conflicts, or is already applied) is skipped with the reason. `path`, when given, skips
     findings located in another file. Never raises on user code.
     """
@@ -83,11 +85,12 @@ def apply_fixes(source: str, findings: Sequence[Finding], *, unsafe: bool = Fals
     todo = [f for f in findings if f.fix is not None]
     # bottom-up keeps the lines above each edit where the findings say; ties in a fixed order
     todo.sort(key=lambda f: (f.span.line, f.span.col, f.code, f.fix.codemod), reverse=True)
+    line = {id(f): f.span.line for f in todo}
     for finding in todo:
         if path is not None and finding.span.path != path:
             result.skipped.append((finding, f"set in another file ({finding.span.path})"))
             continue
-        planned, reason = _plan(result.source, finding)
+        planned, reason = _plan(result.source, finding, line[id(finding)])
         if planned is None:
             result.skipped.append((finding, reason))
             continue
@@ -104,10 +107,34 @@ def apply_fixes(source: str, findings: Sequence[Finding], *, unsafe: bool = Fals
         except (SyntaxError, ValueError, RecursionError):
             result.skipped.append((finding, "the rewritten text would not parse"))
             continue
+        moved = _line_shift(result.source, planned.edits)
+        for f in todo:
+            line[id(f)] = moved(line[id(f)])
         result.source = new
         result.applied.append(finding)
     result.applied.reverse()
     return result
+
+
+def _line_shift(source: str, edits):
+    """Where line L of `source` lands once `edits` are applied: it moves by the newlines that the
+    edits before its start add or remove (an insertion at its very start goes above it)."""
+    import re
+
+    starts = [0] + [m.end() for m in re.finditer(r"\r\n|\r|\n", source)]
+    moves = []
+    for e in edits:
+        delta = len(re.findall(r"\r\n|\r|\n", e.text)) - len(re.findall(r"\r\n|\r|\n", source[e.start:e.end]))
+        if delta:
+            moves.append((e.start if e.start == e.end else e.end, e.start == e.end, delta))
+
+    def moved(line: int) -> int:
+        if not 1 <= line <= len(starts):
+            return line
+        at = starts[line - 1]
+        return line + sum(d for off, insert, d in moves if off < at or (insert and off == at))
+
+    return moved
 
 
 def unified_diff(path: str, before: str, after: str) -> str:
