@@ -109,7 +109,7 @@ def read_config(path: str | Path, shown: str | None = None, *, text: str | None 
             doc.diagnostics.append(Diagnostic("unreadable", "the config is not a mapping of keys to values", Span(name, 1, 1)))
         return TrainingPlan(name, {}, notes or (doc.diagnostics[0].message,), tuple(doc.diagnostics), kind)
     if kind in _LAUNCHERS:
-        facts = deepspeed_facts(doc) if kind == "deepspeed" else accelerate_facts(doc)
+        facts = deepspeed_facts(doc) if kind == "deepspeed" else accelerate_facts(doc, p)
         notes = list(facts.notes)
         if kind == "deepspeed":
             notes.append("a DeepSpeed config alone names no model: check the script or framework config that uses it")
@@ -139,7 +139,7 @@ def merge_launch_config(plan: TrainingPlan, path: str | Path) -> TrainingPlan:
     if not doc.ok:
         msg = doc.diagnostics[0].message if doc.diagnostics else "not a mapping"
         raise MemlintError(f"{path}: {msg}")
-    facts = deepspeed_facts(doc) if kind == "deepspeed" else accelerate_facts(doc)
+    facts = deepspeed_facts(doc) if kind == "deepspeed" else accelerate_facts(doc, p)
     fields, notes, diags = apply_launch(dict(plan.fields), facts, str(path))
     extra_diags = [d for d in doc.diagnostics if d not in diags]
     return TrainingPlan(plan.path, fields, tuple(dict.fromkeys(plan.notes + tuple(notes))),

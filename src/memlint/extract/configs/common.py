@@ -138,10 +138,9 @@ class Reader:
         return TrainingPlan(self.doc.path, self.fields, tuple(dict.fromkeys(self.notes)), tuple(self.diagnostics), self.kind)
 
 
-def near(shown: str, ref: str) -> list[Path]:
-    """Where a path named inside a config may be: next to the config, then the working directory."""
-    base = Path(os.path.dirname(shown) or ".")
-    return [base / ref, Path.cwd() / ref]
+def near(config: Path, ref: str) -> list[Path]:
+    """Where a path named inside a config may be: next to the config file, then the working directory."""
+    return [config.parent / ref, Path.cwd() / ref]
 
 
 def shown_near(shown: str, ref: str) -> str:

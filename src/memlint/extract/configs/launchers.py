@@ -31,11 +31,13 @@ def read_json_doc(shown: str, path: Path) -> Document:
     return load_text(path.read_text(encoding="utf-8"), shown, is_json=True)
 
 
-def find_deepspeed(shown_config: str, ref: str) -> tuple[Document | None, str]:
-    """The DeepSpeed JSON a config names (relative to the config, then the working directory)."""
-    for cand in near(shown_config, ref):
+def find_deepspeed(config: Path, shown_config: str, ref: str) -> tuple[Document | None, str]:
+    """The DeepSpeed JSON a config names (relative to the config, then the working directory);
+    `shown_config` is how the config is named in reports, and the JSON is named the same way."""
+    places = near(config, ref)
+    for cand in places:
         if cand.is_file():
-            shown = shown_near(shown_config, ref) if cand == near(shown_config, ref)[0] else str(cand)
+            shown = shown_near(shown_config, ref) if cand == places[0] else str(cand)
             try:
                 return read_json_doc(shown, cand), shown
             except (OSError, UnicodeDecodeError) as exc:
@@ -117,9 +119,10 @@ class _Acc(Reader):
     kind = "accelerate"
 
 
-def accelerate_facts(doc: Document) -> LaunchFacts:
-    """Process count, sharding, offload and precision from an `accelerate config` YAML."""
-    r = _Acc(doc, Path(doc.path))
+def accelerate_facts(doc: Document, file: Path | None = None) -> LaunchFacts:
+    """Process count, sharding, offload and precision from an `accelerate config` YAML
+    (`file`: where it lies, when its name in reports is not a path from here)."""
+    r = _Acc(doc, file or Path(doc.path))
     facts = LaunchFacts()
     try:
         n = r.int_at("num_processes")
@@ -133,7 +136,7 @@ def accelerate_facts(doc: Document) -> LaunchFacts:
         ds = doc.get("deepspeed_config") or {}
         ref = ds.get("deepspeed_config_file") if isinstance(ds, dict) else None
         if isinstance(ref, str) and ref.lower() != "none":
-            inner, shown = find_deepspeed(doc.path, ref)
+            inner, shown = find_deepspeed(r.file, doc.path, ref)
             if inner is None:
                 facts.fields["distributed"] = Value("deepspeed", "literal", doc.span("deepspeed_config", "deepspeed_config_file"), (f"{shown}: stage unknown",))
             else:
@@ -242,7 +245,8 @@ def apply_launch(fields: dict[str, Value], facts: LaunchFacts, origin: str) -> t
         if cur is None or cur.source in ("unknown", "library-default"):
             merged[name] = v
         elif cur.value != v.value and name in ("per_device_batch", "grad_accum"):
-            diags.append(Diagnostic("bad-value", f"{origin} sets {name}={v.value!r} but the training arguments say {cur.value!r}: "
-                                    f"transformers refuses to start when a non-\"auto\" DeepSpeed value disagrees",
+            said = v.chain[0] if v.chain else f"{name}={v.value!r}"
+            diags.append(Diagnostic("bad-value", f"DeepSpeed config {said}, but the training arguments give {name}={cur.value!r}: "
+                                    f"transformers refuses to start when a non-\"auto\" DeepSpeed value disagrees (use \"auto\")",
                                     v.span or Span(origin, 1, 1)))
     return merged, notes, diags

@@ -32,7 +32,7 @@ class FrameworkReader(Reader):
     def distributed(self, fsdp_keys: tuple[str, ...] = ("fsdp",)) -> None:
         ds = self.doc.get("deepspeed")
         if isinstance(ds, str) and ds.strip():
-            inner, shown = find_deepspeed(self.doc.path, ds.strip())
+            inner, shown = find_deepspeed(self.file, self.doc.path, ds.strip())
             if inner is None:
                 self.fields["distributed"] = self._ds_unknown(shown)
                 self.notes.append(f"distributed: {shown}; DeepSpeed stage unknown")
@@ -45,13 +45,21 @@ class FrameworkReader(Reader):
             return
         for key in fsdp_keys:
             f = self.doc.get(key)
-            if f not in (None, "", False, []):
-                text = " ".join(map(str, f)) if isinstance(f, list) else str(f)
-                value = "fsdp_shard_grad_op" if "shard_grad_op" in text else ("none" if text.strip() in ("no_shard", "false") else "fsdp")
-                self.lit("distributed", value, key)
-                off = "offload" in text
-                self.lit("offload", "params" if off else "none", key) if off else self.lib("offload", "none", f"{key} without offload")
+            if f in (None, "", False, [], {}):
+                continue
+            if isinstance(f, dict):  # an fsdp_config section: its own keys refine this (fsdp_details)
+                self.lit("distributed", "fsdp", key, chain=(f"{key}: FSDP settings",))
+                self.lib("offload", "none", f"{key} without offload_params")
                 return
+            # TrainingArguments-style option string or list: "full_shard auto_wrap offload"
+            text = " ".join(map(str, f)) if isinstance(f, list) else str(f)
+            value = "fsdp_shard_grad_op" if "shard_grad_op" in text else ("none" if text.strip() in ("no_shard", "false") else "fsdp")
+            self.lit("distributed", value, key)
+            if "offload" in text:
+                self.lit("offload", "params", key)
+            else:
+                self.lib("offload", "none", f"{key} without offload")
+            return
         self.lib("distributed", "none", f"{self.kind}: no deepspeed or fsdp setting (one process, or DDP: each rank holds the whole model)")
         self.lib("offload", "none", "no DeepSpeed or FSDP offload")
 
