@@ -7,9 +7,12 @@ from typing import Mapping
 
 from memlint.estimate import activations as act
 from memlint.estimate import model_state as ms
+from memlint.estimate import sharding
 from memlint.estimate.setup import Setup, data
 
 COMPONENTS = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
+# Multi-GPU estimates add "buffers" (communication buckets, staging) before "overhead".
+RANK_COMPONENTS = ("weights", "gradients", "optimizer", "activations", "logits", "buffers", "overhead")
 GIB = 1 << 30
 
 # Allocator slack measured as max_memory_reserved / max_memory_allocated on published
@@ -45,6 +48,11 @@ class Estimate:
     def bytes(self, name: str) -> int:
         return self.components[name].bytes
 
+    @property
+    def ranks(self) -> int:
+        """GPUs in the run; every figure is per GPU (rank)."""
+        return self.setup.gpus
+
 
 def gpus() -> dict[str, dict]:
     return data("gpus.json")["gpus"]
@@ -67,19 +75,6 @@ def find_gpu(name: str) -> tuple[str, int, int]:
     return f"{gib:g} GiB", int(gib * GIB), DEFAULT_CONTEXT
 
 
-def _shard(s: Setup) -> tuple[int, int, int]:
-    """Divisors for (weights, gradients, optimizer) per GPU."""
-    n = s.gpus
-    return {
-        "none": (1, 1, 1),
-        "zero1": (1, 1, n),
-        "zero2": (1, n, n),
-        "fsdp_shard_grad_op": (1, n, n),
-        "zero3": (n, n, n),
-        "fsdp": (n, n, n),
-    }[s.shard]
-
-
 def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = None) -> Estimate:
     notes: list[str] = []
     m = s.model
@@ -90,7 +85,9 @@ def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = Non
     a = act.activations(s, accounting)
     n_train = ms.trainable_params(s)
 
-    dw, dg, do = _shard(s)
+    lay = sharding.layout(s, accounting, w, g)
+    notes += lay.notes
+    dw, dg, do = lay.divisors
     if dw > 1:
         w_f += f" ÷ {dw} GPUs"
     if dg > 1:
@@ -98,23 +95,23 @@ def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = Non
     if do > 1:
         o_f += f" ÷ {do} GPUs"
     w, g, o, tmp = -(-w // dw), -(-g // dg), -(-o // do), -(-tmp // do)
-    if s.offload in ("optimizer", "params"):
+    offloaded = sharding.offloaded_to_cpu(s)
+    if offloaded:
+        cpu = {"weights": w, "gradients": g, "optimizer": o}
+        notes.append("CPU offload: " + ", ".join(f"{k} {cpu[k] / GIB:.2f} GiB" for k in offloaded)
+                     + " per rank in host memory")
+    if "optimizer" in offloaded:
         o, tmp = 0, 0
         o_f = "offloaded to CPU (ZeRO-Offload): 0 B on the GPU"
-    if s.offload == "params":
+    if "gradients" in offloaded:
+        g = 0
+        g_f = "offloaded to CPU with the parameters (FSDP CPUOffloadPolicy): 0 B on the GPU"
+    if "weights" in offloaded:
         w = 0
         w_f = "offloaded to CPU: only the layers being computed are on the GPU"
-    if accounting == "real" and s.shard in ("zero3", "fsdp"):
-        # The gathered full weights of the layer being computed and the one prefetched.
-        layer = sum(l.in_features * l.out_features * (l.count // m.layers or 1) for l in m.layer_linears())
-        w += 2 * layer * s.weight_bytes
-        w_f += f" + 2 gathered layers ({2 * layer:,} params)"
-        notes.append("ZeRO-3/FSDP: two layers' full weights gathered at a time (prefetch)")
-    if accounting == "real" and s.shard == "none" and s.gpus > 1:
-        # DDP keeps gradient buckets beside .grad (gradient_as_bucket_view=False).
-        notes.append("DDP: gradient buckets add one gradient-sized buffer per GPU")
-        g *= 2
-        g_f += " × 2 (DDP buckets)"
+    gath = lay.gathered
+    gath_b = gath if lay.gathered_backward is None else lay.gathered_backward
+    w_f += lay.gathered_formula
 
     paged = 0
     if s.optimizer["paged"]:
@@ -123,17 +120,19 @@ def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = Non
         tmp = 0
 
     if accounting == "textbook":
-        peak_alloc = w + g + o + a.body + a.logits_forward
+        peak_alloc = w + gath + g + o + a.body + a.logits_forward
         phases = {"sum": peak_alloc}
         phase = "sum"
         overhead, ov_f = 0, "not modelled by the article's accounting"
         notes.append("textbook: the four buckets and logits are summed, as in the seed article")
     else:
         g_fwd = g if s.grad_accum > 1 else 0
-        fwd = w + o + g_fwd + a.body + a.logits_forward
+        keep = lay.persistent
+        fwd = w + gath + o + g_fwd + keep + a.body + a.logits_forward
         transient = a.per_layer if s.recompute else 0
-        bwd = w + o + max(a.body + a.logits_backward + g_fwd, a.body + transient + g_fwd, g + transient)
-        opt = w + g + o + tmp
+        bwd = w + gath_b + o + keep + lay.backward + max(a.body + a.logits_backward + g_fwd, a.body + transient + g_fwd,
+                                                       g + transient + lay.backward_tail)
+        opt = w + g + o + tmp + keep
         phases = {"forward": fwd, "backward": bwd, "optimizer": opt}
         phase = max(phases, key=phases.get)
         peak_alloc = phases[phase]
@@ -158,13 +157,15 @@ def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = Non
         notes.append(f"{m.id}: multimodal checkpoint counted as its text tower")
 
     comps = {
-        "weights": Component("weights", w, w_f),
+        "weights": Component("weights", w + gath, w_f),
         "gradients": Component("gradients", g, g_f),
         "optimizer": Component("optimizer", o, o_f),
         "activations": Component("activations", a.body, a.formula),
         "logits": Component("logits", a.logits_forward, a.logits_formula),
-        "overhead": Component("overhead", overhead, ov_f),
     }
+    if lay.buffers:  # only multi-GPU runs have communication buffers
+        comps["buffers"] = Component("buffers", lay.buffers, lay.buffers_formula)
+    comps["overhead"] = Component("overhead", overhead, ov_f)
     return Estimate(
         setup=s,
         accounting=accounting,

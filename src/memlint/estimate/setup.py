@@ -16,7 +16,9 @@ METHODS = ("full", "lora", "qlora")
 QUANTS = ("none", "nf4", "fp4", "int8")
 PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "pure-bf16", "master-fp32")
 ATTNS = ("eager", "sdpa", "flash_attention_2")
-SHARDS = ("none", "zero1", "zero2", "zero3", "fsdp", "fsdp_shard_grad_op")
+SHARDS = ("none", "zero1", "zero2", "zero3", "fsdp", "fsdp_shard_grad_op", "fsdp_hybrid")
+# Shardings that partition the parameters themselves (and can offload them).
+PARAM_SHARDS = ("zero3", "fsdp", "fsdp_hybrid")
 OFFLOADS = ("none", "optimizer", "params")
 ACCOUNTINGS = ("real", "textbook")
 
@@ -55,8 +57,9 @@ class Setup:
     grad_accum: int = 1
     recompute: bool = False
     attn: str = "sdpa"
-    gpus: int = 1
+    gpus: int = 1             # ranks in the whole run (N), one GPU each
     shard: str = "none"
+    nodes: int = 1            # M: fsdp_hybrid shards within a node of N / M GPUs, replicates across nodes
     offload: str = "none"
     # peft.prepare_model_for_kbit_training (called by TRL for quantized models) casts
     # every non-quantized parameter (embeddings, norms, lm_head) to fp32.
@@ -80,7 +83,7 @@ class Setup:
         check("offload", OFFLOADS)
         if self.optim not in optimizers():
             raise MemlintError(f"unknown optimizer {self.optim!r}; known: {', '.join(sorted(optimizers()))}")
-        for name in ("batch", "seq", "gpus", "lora_r", "grad_accum"):
+        for name in ("batch", "seq", "gpus", "nodes", "lora_r", "grad_accum"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise MemlintError(f"--{name.replace('_', '-')} must be a positive integer")
         if self.method == "qlora" and self.quant not in ("nf4", "fp4"):
@@ -97,12 +100,21 @@ class Setup:
             raise MemlintError("--precision amp-fp16 with --dtype bf16 mixes half formats; use amp-bf16 or --dtype fp16/fp32")
         if self.shard != "none" and self.gpus < 2:
             raise MemlintError(f"--shard {self.shard} needs --gpus 2 or more")
-        if self.offload == "params" and self.shard not in ("zero3", "fsdp"):
-            raise MemlintError("--offload params needs --shard zero3 or fsdp")
+        if self.offload == "params" and self.shard not in PARAM_SHARDS:
+            raise MemlintError("--offload params needs --shard zero3, fsdp or fsdp_hybrid")
+        if self.gpus % self.nodes:
+            raise MemlintError(f"--gpus {self.gpus} is not a multiple of --nodes {self.nodes}")
         if self.offload != "none" and self.method != "full" and self.shard == "none":
             raise MemlintError("--offload needs a sharded (DeepSpeed / FSDP) run")
         if isinstance(self.lora_targets, str) and self.lora_targets != "all-linear":
             raise MemlintError("lora_targets is 'all-linear' or a tuple of module names")
+
+    @property
+    def shard_group(self) -> int:
+        """Ranks one copy of the sharded state is split over (1 when nothing is sharded)."""
+        if self.shard == "none":
+            return 1
+        return self.gpus // self.nodes if self.shard == "fsdp_hybrid" else self.gpus
 
     @property
     def weight_bytes(self) -> int:
