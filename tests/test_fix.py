@@ -19,6 +19,7 @@ import pytest
 
 from memlint.extract import extract_source
 from memlint.extract.library import pinned_versions
+from memlint.extract.source import transform_lines
 from memlint.fix import CODEMOD_NAMES, apply_fixes, effective_fix, unified_diff
 from memlint.fix.codemods import CODEMODS, keyword_for
 from memlint.plan import Span
@@ -49,6 +50,7 @@ CASES = [
     ("gbl_alias_v5", "group-by-length", "5.2.0", "safe", 'add train_sampling_strategy="group_by_length"'),
     ("gbl_false", "group-by-length", "4.46.0", "safe", "was False"),
     ("gbl_sft_config", "group-by-length", None, "safe", "SFTConfig(...)"),
+    ("gbl_spaced_keywords", "group-by-length", "4.46.0", "safe", "add group_by_length=True"),
     ("gbl_sequential", "group-by-length", "5.24.0", "unsafe", "replaces the 'sequential' sampling order"),
     ("gc_false_alias", "gradient-checkpointing", None, "safe", "gradient_checkpointing=True in TrainingArguments"),
     ("gc_missing_no_comma", "gradient-checkpointing", None, "safe", "add gradient_checkpointing=True"),
@@ -60,6 +62,7 @@ CASES = [
     ("dq_aligned", "double-quant", None, "safe", "BitsAndBytesConfig(...)"),
     ("dq_8bit", "double-quant", None, "skip", "does not set load_in_4bit=True"),
     ("nf4_missing", "nf4-quant-type", None, "safe", 'add bnb_4bit_quant_type="nf4"'),
+    ("nf4_colab_export", "nf4-quant-type", None, "safe", 'add bnb_4bit_quant_type="nf4"'),
     ("nf4_fp4", "nf4-quant-type", None, "unsafe", "replaces an explicit 'fp4'"),
     ("nf4_bare", "nf4-quant-type", None, "unsafe", "builds a new BitsAndBytesConfig"),
     ("nf4_bare_alias", "nf4-quant-type", None, "unsafe", "quantization_config=tf.BitsAndBytesConfig("),
@@ -68,9 +71,14 @@ CASES = [
 IDS = [c[0] for c in CASES]
 
 
+def _plan_of(source: str, path: str):
+    """The plan as `memlint check` reads a script (`!pip` lines of a Colab export made Python)."""
+    return extract_source(transform_lines(source.splitlines(), cells=None), path)
+
+
 def _finding(source: str, path: str, codemod: str, applicability: str = "safe") -> Finding:
     field, _ = FIELD[codemod]
-    plan = extract_source(source, path)
+    plan = _plan_of(source, path)
     span = plan.get(field).span or plan.get("quant_bits").span  # 8-bit: double_quant is not set
     assert span is not None, f"{path}: no span for {field}"
     return Finding("MEM300", codemod, f"{field} could be better", "warning", span,
@@ -119,8 +127,8 @@ def test_fixed_plan_has_the_value_and_fixing_again_changes_nothing(name, codemod
     after = (FIXTURES / f"{name}.after.py").read_text()
     field, want = FIELD[codemod]
     with _versions(version):
-        assert extract_source(before, path).get(field).value != want
-        fixed_plan = extract_source(after, path)
+        assert _plan_of(before, path).get(field).value != want
+        fixed_plan = _plan_of(after, path)
         assert fixed_plan.get(field).value == want
         # the finding as the first run saw it, and placed where a rule would place it on the
         # fixed file: nothing to do, and at least one of them finds the fix already in

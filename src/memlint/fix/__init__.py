@@ -44,12 +44,23 @@ def _plan(source: str, finding: Finding, line: int | None = None):
     codemod = CODEMODS.get(fix.codemod)
     if codemod is None:
         return None, f"unknown codemod {fix.codemod!r}"
+    ipython = None
     try:
         doc = Doc(source)
     except (cst.ParserSyntaxError, RecursionError):
-        return None, "the file does not parse"
+        # an exported notebook (`!pip install`, `%env`): locate in the text IPython would run,
+        # which keeps every other line as it is, and edit only those lines
+        ipython = _ipython_text(source)
+        try:
+            if ipython is None:
+                raise ValueError
+            doc = Doc(ipython)
+        except (cst.ParserSyntaxError, RecursionError, ValueError):
+            return None, "the file does not parse"
     try:
         planned = codemod(doc, finding.span.line if line is None else line, fix.params or {})
+        if ipython is not None:
+            planned = type(planned)(_map_edits(ipython, source, planned.edits), planned.applicability, planned.title)
     except Skip as s:
         return None, str(s)
     except Exception as exc:  # a codemod bug must not stop the other fixes or crash the CLI
@@ -102,9 +113,7 @@ def apply_fixes(source: str, findings: Sequence[Finding], *, unsafe: bool = Fals
         except Skip as s:
             result.skipped.append((finding, str(s)))
             continue
-        try:
-            compile(new, path or "<fix>", "exec", flags=0x400, dont_inherit=True)  # ast.PyCF_ONLY_AST
-        except (SyntaxError, ValueError, RecursionError):
+        if not _parses(new):
             result.skipped.append((finding, "the rewritten text would not parse"))
             continue
         moved = _line_shift(result.source, planned.edits)
@@ -114,6 +123,56 @@ def apply_fixes(source: str, findings: Sequence[Finding], *, unsafe: bool = Fals
         result.applied.append(finding)
     result.applied.reverse()
     return result
+
+
+def _ipython_text(source: str) -> str | None:
+    """The source with IPython syntax made Python, line for line; None when there is none."""
+    from memlint.extract.source import transform_lines
+
+    text = transform_lines(source.splitlines(), cells=None)
+    return None if text.splitlines() == source.splitlines() else text
+
+
+def _parses(text: str) -> bool:
+    for candidate in (text, _ipython_text(text)):
+        if candidate is None:
+            continue
+        try:
+            compile(candidate, "<fix>", "exec", flags=0x400, dont_inherit=True)  # ast.PyCF_ONLY_AST
+            return True
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+    return False
+
+
+def _map_edits(ipython: str, source: str, edits):
+    """Edits located in the IPython-transformed text, moved onto the original text; the lines
+    they touch must read the same in both."""
+    import re
+
+    from memlint.fix.doc import Edit, Skip
+
+    def starts(text: str) -> list[int]:
+        return [0] + [m.end() for m in re.finditer(r"\r\n|\r|\n", text)]
+
+    ts, ss = starts(ipython), starts(source)
+    tl, sl = ipython.splitlines(), source.splitlines()
+
+    def where(off: int) -> tuple[int, int]:
+        i = max(k for k, st in enumerate(ts) if st <= off)
+        return i, off - ts[i]
+
+    out = []
+    for e in edits:
+        (l1, c1), (l2, c2) = where(e.start), where(e.end)
+        touched = range(l1, l2 + 1) if not (e.start == e.end and c1 == 0) else range(0)
+        for i in touched:
+            if i >= len(tl) or i >= len(sl) or tl[i] != sl[i]:
+                raise Skip(f"the fix would edit line {i + 1}, which IPython rewrites")
+        if l1 >= len(ss) or l2 >= len(ss):
+            raise Skip("the fix would edit past the end of the file")
+        out.append(Edit(ss[l1] + c1, ss[l2] + c2, e.text))
+    return tuple(out)
 
 
 def _line_shift(source: str, edits):

@@ -157,9 +157,9 @@ def _keyword_fix(doc: Doc, line: int, names: Sequence[str], choices: Sequence[_C
     kw, value = add
     title = f"{what}: add {kw}={value} to {cname}(...) at line {doc.pos[call].start.line}"
     if has_star_kwargs(call):
-        return Planned(tuple(add_keyword(doc, call, f"{kw}={value}")), "unsafe",
+        return Planned(tuple(add_keyword(doc, call, kw, value)), "unsafe",
                        title + f"; unsafe: the call also takes **kwargs, which may set {kw} too")
-    return Planned(tuple(add_keyword(doc, call, f"{kw}={value}")), "safe", title)
+    return Planned(tuple(add_keyword(doc, call, kw, value)), "safe", title)
 
 
 def _truthy(v: Any) -> bool:

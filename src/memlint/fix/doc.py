@@ -218,11 +218,17 @@ def has_star_kwargs(call: cst.Call) -> bool:
     return any(a.star == "**" for a in call.args)
 
 
-def add_keyword(doc: Doc, call: cst.Call, text: str) -> list[Edit]:
-    """Edits that append the argument `text` (`name=value`) to `call`, in the call's own layout:
-    one more line (with a trailing comma if the others have one) in a call laid out one argument
-    per line, `, name=value` in a call on one line."""
+def add_keyword(doc: Doc, call: cst.Call, name: str, value: str) -> list[Edit]:
+    """Edits that append `name=value` to `call`, in the call's own layout: one more line (with a
+    trailing comma if the others have one) in a call laid out one argument per line, `, name=value`
+    in a call on one line; `name = value` where the other keywords are written so."""
     src = doc.source
+    equals = "="
+    for a in call.args:
+        if a.keyword is not None:
+            between = src[doc.end(a.keyword):doc.start(a.value)]
+            equals = between if between.strip() == "=" and "\n" not in between else "="
+    text = f"{name}{equals}{value}"
     close = doc.end(call) - 1
     if src[close] != ")":  # pragma: no cover - libcst calls always end with ")"
         raise Skip("could not find the call's closing parenthesis")
