@@ -1,3 +1,10 @@
 """memlint: will this fine-tuning run fit on the GPU, and which line do I change?"""
 
 __version__ = "0.1.0"
+
+
+def load_ipython_extension(ip):  # noqa: ANN001 - IPython's shell, imported only here
+    """`%load_ext memlint`: IPython is imported only when a notebook loads the extension."""
+    from memlint.magic import load_ipython_extension as load
+
+    load(ip)
