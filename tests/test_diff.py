@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -236,3 +237,37 @@ def test_no_default_branch_asks_for_a_base(tmp_path, monkeypatch, capsys):
 def test_carry_line_follows_insertions_deletions_and_replacements(line, expected):
     hunks = [(5, 0, 6, 2), (14, 2, 15, 0), (30, 3, 30, 2)]
     assert carry_line(line, hunks) == expected
+
+
+def test_options_may_sit_between_base_and_paths(repo, capsys):
+    (repo / "other.py").write_text(HEAD_SCRIPT)
+    code, out, _ = run(capsys, "main", "--gpu", "A100-80GB", "train.py", "--output-format", "json")
+    doc = json.loads(out)
+    assert code == 0 and doc["gpu"]["name"] == "A100-80GB"
+    assert [f["path"] for f in doc["files"]] == ["train.py"]  # other.py is outside the paths given
+
+
+AXOLOTL = """\
+base_model: meta-llama/Llama-3.1-8B
+load_in_4bit: true
+adapter: qlora
+lora_r: 16
+lora_target_linear: true
+sequence_len: 2048
+micro_batch_size: 1
+gradient_accumulation_steps: 4
+gradient_checkpointing: true
+bf16: true
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("memlint.extract.configs") is None,
+                    reason="needs the YAML config readers (memlint.extract.configs)")
+def test_a_yaml_config_change_names_its_key_and_line(repo, capsys):
+    (repo / "qlora.yml").write_text(AXOLOTL)
+    sh(repo, "add", "qlora.yml")
+    sh(repo, "commit", "-qm", "config")
+    (repo / "qlora.yml").write_text(AXOLOTL.replace("micro_batch_size: 1", "micro_batch_size: 4"))
+    code, out, _ = run(capsys, "HEAD", "qlora.yml")
+    first = out.splitlines()[0]
+    assert first.startswith("qlora.yml: peak ") and first.endswith(": micro_batch_size 1 → 4 at qlora.yml:7")

@@ -400,6 +400,28 @@ def add_diff_parser(sub) -> None:
     d.add_argument("--output-format", "--format", dest="format", choices=FORMATS, default="concise")
     d.add_argument("--config", metavar="PATH", help="settings file (default: the closest pyproject.toml / memlint.toml)")
     d.set_defaults(func=cmd_diff)
+    _intermixed(d)
+
+
+def _intermixed(parser) -> None:
+    """Let options sit between BASE and the paths (`memlint diff main --gpu H100 train.py`), as
+    git allows. The subparsers action calls parse_known_args, so that call is routed through
+    argparse's intermixed parser, which in turn calls the plain one."""
+    import argparse
+
+    plain = parser.parse_known_args
+    busy = []
+
+    def parse_known_args(args=None, namespace=None):
+        if busy:
+            return plain(args, namespace)
+        busy.append(True)
+        try:
+            return argparse.ArgumentParser.parse_known_intermixed_args(parser, args, namespace)
+        finally:
+            busy.pop()
+
+    parser.parse_known_args = parse_known_args
 
 
 def cmd_diff(args) -> int:

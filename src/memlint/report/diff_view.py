@@ -31,6 +31,17 @@ def _where(c: FieldChange) -> str:
     return f"{c.path}:{c.line}" if c.line else c.path
 
 
+def distinct(changes) -> list[FieldChange]:
+    """One line can set two fields (axolotl's micro_batch_size is also the eval batch): say it once."""
+    seen, out = set(), []
+    for c in changes:
+        k = (c.key, c.kind, _value(c.before), _value(c.after), c.line)
+        if k not in seen:
+            seen.add(k)
+            out.append(c)
+    return out
+
+
 def change_text(c: FieldChange, *, at: bool = True) -> str:
     what = f"{c.key} removed" if c.kind == "removed" else f"{c.key} {_value(c.before)} → {_value(c.after)}"
     return f"{what} at {_where(c)}" if at else what
@@ -81,7 +92,7 @@ def _budget(r: DiffResult) -> str:
 
 def concise(r: DiffResult, out: TextIO) -> None:
     for f in r.files:
-        why = "; ".join(change_text(c) for c in f.changes)
+        why = "; ".join(change_text(c) for c in distinct(f.changes))
         line = f"{f.path}: {headline(f, r)}" + (f": {why}" if why else "")
         if f.over_budget:
             line += f" [{_budget(r)}]"
@@ -128,9 +139,9 @@ def github(r: DiffResult, out: TextIO) -> None:
         head = headline(f, r) + (f" [{_budget(r)}]" if f.over_budget else "")
         comps = component_text(f)
         title = escape_property("memlint diff")
-        located = [c for c in f.changes if c.line]
+        located = [c for c in distinct(f.changes) if c.line]
         if not located:
-            why = "; ".join(change_text(c) for c in f.changes)
+            why = "; ".join(change_text(c) for c in distinct(f.changes))
             msg = f"{f.path}: {head}" + (f": {why}" if why else "") + (f" ({comps} GiB)" if comps else "")
             out.write(f"::{level} title={title},file={escape_property(f.path)}::{escape_data(msg)}\n")
             continue
@@ -167,7 +178,7 @@ def markdown(r: DiffResult, out: TextIO) -> None:
         if notes:
             change += "<br>" + "<br>".join(("❌ " if "over" in n or "no longer" in n else "") + n for n in notes)
         why = "<br>".join(f"`{c.key}` " + ("removed" if c.kind == "removed" else f"{_value(c.before)} → {_value(c.after)}")
-                          + f" ({_where(c)})" for c in f.changes)
+                          + f" ({_where(c)})" for c in distinct(f.changes))
         out.write(f"| `{_cell(f.path)}` | {_cell(b)} | {_cell(a)} | {_cell(change)} | {_cell(component_text(f))} "
                   f"| {_cell(why)} |\n")
     if r.budget:
