@@ -58,7 +58,7 @@ def test_concise_lines_are_path_line_col_code(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     _, out, _ = run(capsys, "check", "fixtures/scripts", "--gpu", "RTX4090")
     for line in out.splitlines():
-        assert re.match(r"^[^:]+:\d+:\d+: MEM\d{3} ", line), line
+        assert re.match(r"^[^:]+:(cell \d+:)?\d+:\d+: MEM\d{3} ", line), line
 
 
 def test_exit_zero_select_ignore_and_fail_on(capsys, monkeypatch):
@@ -89,7 +89,7 @@ def test_without_a_gpu_the_fit_on_common_gpus_goes_to_stderr(capsys, monkeypatch
     monkeypatch.chdir(ROOT)
     code, out, err = run(capsys, "check", "fixtures/scripts/trl_sft_qlora.py")
     assert "MEM101" not in out
-    assert "fixtures/scripts/trl_sft_qlora.py: peak 17.8 GiB; smallest common GPU that fits: L4" in err
+    assert "fixtures/scripts/trl_sft_qlora.py: peak 17.8 GiB; smallest common GPU that fits: A10G" in err
 
 
 def test_json_output_has_ruff_keys_and_numbers(capsys, monkeypatch):
@@ -273,3 +273,19 @@ def test_check_never_imports_torch_or_transformers():
             "('torch','transformers','peft','IPython')]; print(bad); sys.exit(3 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_notebook_findings_name_the_cell_and_the_line_in_it(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    nb = "fixtures/scripts/gemma_sft_notebook.ipynb"
+    argv = ("check", nb, "--assume", "model=google/gemma-2-2b", "--gpu", "T4")
+    _, out, _ = run(capsys, *argv)
+    assert f"{nb}:cell 4:5:5: MEM101" in out
+    cells = json.loads(Path(nb).read_text())["cells"]
+    code_cells = [c for c in cells if c["cell_type"] == "code"]
+    src = code_cells[3]["source"]
+    line = (src if isinstance(src, list) else src.splitlines(True))[4]
+    assert "per_device_train_batch_size" in line
+    _, out, _ = run(capsys, *argv, "--output-format", "json")
+    [cap] = [d for d in json.loads(out) if d["code"] == "MEM101"]
+    assert cap["cell"] == 4 and cap["location"] == {"row": 5, "column": 5} and cap["noqa_row"] == 5

@@ -131,38 +131,47 @@ def _is_config(path: Path) -> bool:
 
 
 def read_plan(target: Target) -> tuple[TrainingPlan | None, list[str]]:
-    """The plan of one file and its lines, or (None, []) for a file that is not a training file."""
+    plan, lines, _ = read_file(target)
+    return plan, lines
+
+
+def read_file(target: Target) -> tuple[TrainingPlan | None, list[str], list[int]]:
+    """The plan of one file, its lines and (notebooks) where each cell starts; None for a file
+    that is not a training file."""
     path, shown = target.path, target.shown
     try:
         raw = path.read_bytes()
     except IsADirectoryError:
-        return _unreadable(shown, "is a directory"), []
+        return _unreadable(shown, "is a directory"), [], []
     except OSError as exc:
-        return _unreadable(shown, f"cannot read: {exc.strerror or exc}"), []
+        return _unreadable(shown, f"cannot read: {exc.strerror or exc}"), [], []
     if b"\0" in raw[:8192]:
-        return (_unreadable(shown, "not a text file (binary content)"), []) if target.explicit else (None, [])
+        return (_unreadable(shown, "not a text file (binary content)"), [], []) if target.explicit else (None, [], [])
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         why = f"not UTF-8 text (invalid byte at offset {exc.start})"
-        return (_unreadable(shown, why), []) if target.explicit else (None, [])
+        return (_unreadable(shown, why), [], []) if target.explicit else (None, [], [])
     if _is_config(path):
         plan = _read_config(path, shown, text, target.explicit)
-        return plan, text.splitlines() if plan is not None else []
+        return plan, (text.splitlines() if plan is not None else []), []
     if not FRAMEWORK_WORDS.search(raw):
-        return None, []
+        return None, [], []
     from memlint.extract import extract_source
-    from memlint.extract.source import notebook_source, transform_lines
+    from memlint.extract.source import notebook_cells, transform_lines
 
+    cells: list[int] = []
     try:  # `!pip` and `%magic` lines (exported notebooks) become calls, line for line
-        source = notebook_source(text, path) if path.suffix == ".ipynb" else transform_lines(text.splitlines(), cells=None)
-        plan = extract_source(source, path, shown=shown)
+        if path.suffix == ".ipynb":
+            lines, cells = notebook_cells(text, path)
+        else:
+            lines = text.splitlines()
+        plan = extract_source(transform_lines(lines, cells=cells or None), path, shown=shown)
     except MemlintError as exc:
-        return _unreadable(shown, str(exc).removeprefix(f"{shown}: ")), []
+        return _unreadable(shown, str(exc).removeprefix(f"{path}: ")), [], []
     except RecursionError:
-        return _unreadable(shown, "too deeply nested to parse"), []
-    lines = source.splitlines() if path.suffix == ".ipynb" else text.splitlines()
-    return plan, lines
+        return _unreadable(shown, "too deeply nested to parse"), [], []
+    return plan, lines, cells
 
 
 def _read_config(path: Path, shown: str, text: str, explicit: bool) -> TrainingPlan | None:
@@ -306,10 +315,12 @@ def check_paths(paths: Sequence[str], settings: Settings, *, gpu: str | None = N
                 assume: Sequence[str] = ()) -> list[FileResult]:
     results = []
     for target in collect(paths, settings):
-        plan, lines = read_plan(target)
+        plan, lines, cells = read_file(target)
         if plan is None:
             continue
-        results.append(check_plan(plan, lines=lines, settings=settings, gpu=gpu, gpus=gpus, assume=assume))
+        result = check_plan(plan, lines=lines, settings=settings, gpu=gpu, gpus=gpus, assume=assume)
+        result.cells = cells
+        results.append(result)
     return results
 
 

@@ -38,6 +38,12 @@ def read_source(path: Path) -> str:
 
 def notebook_source(text: str, path: Path) -> str:
     """Code cells joined in order; a line number counts the lines of all code cells before it."""
+    lines, starts = notebook_cells(text, path)
+    return transform_lines(lines, cells=starts)
+
+
+def notebook_cells(text: str, path: Path) -> tuple[list[str], list[int]]:
+    """The code cells' lines, concatenated, and the 0-based index where each cell starts."""
     try:
         nb = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -54,7 +60,7 @@ def notebook_source(text: str, path: Path) -> str:
             src = "".join(src)
         starts.append(len(lines))
         lines.extend(src.splitlines() or [""])
-    return transform_lines(lines, cells=starts)
+    return lines, starts
 
 
 def _magic_call(stripped: str) -> str:

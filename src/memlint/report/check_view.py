@@ -109,7 +109,7 @@ def _launch(plans_cfg: str | None):
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from memlint.check import check_paths, check_plan, check_source, collect, failing, read_plan
+    from memlint.check import check_paths, check_plan, check_source, collect, failing, read_file
     from memlint.report.formats import summary, write_results, write_statistics
 
     settings = resolve_settings(args)
@@ -141,12 +141,14 @@ def run_check(args: argparse.Namespace) -> int:
     else:
         results = []
         for target in collect(paths, settings):
-            plan, lines = read_plan(target)
+            plan, lines, cells = read_file(target)
             if plan is None:
                 continue
             if merge is not None and plan.kind in ("python", "notebook"):
                 plan = merge(plan)
-            results.append(check_plan(plan, lines=lines, settings=settings, **kw))
+            result = check_plan(plan, lines=lines, settings=settings, **kw)
+            result.cells = cells
+            results.append(result)
         if args.fix or args.diff:
             results, code = _fix_files(results, settings, args, kw)
             if args.diff:

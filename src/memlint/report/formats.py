@@ -136,11 +136,13 @@ class _Paint:
         return f"\x1b[{';'.join(self.CODES[s] for s in styles)}m{text}\x1b[0m"
 
 
-def _head(f: Finding, paint: _Paint, show_fixes: bool) -> str:
+def _head(f: Finding, paint: _Paint, show_fixes: bool, r: FileResult | None = None) -> str:
     s = f.span
     sep = paint(":", "cyan")
     mark = f"{paint('[', 'bold')}{paint('*', 'cyan')}{paint(']', 'bold')} " if _fixable(f, show_fixes) else ""
-    return (f"{paint(s.path, 'bold')}{sep}{s.line}{sep}{s.col}{sep} "
+    cell, row = r.position(s.line) if r is not None and s.path == r.path else (None, s.line)
+    where = f"cell {cell}{sep}{row}" if cell is not None else str(row)  # Ruff's notebook form
+    return (f"{paint(s.path, 'bold')}{sep}{where}{sep}{s.col}{sep} "
             f"{paint(f.code, 'red', 'bold')} {mark}{f.message}")
 
 
@@ -149,8 +151,8 @@ def _head(f: Finding, paint: _Paint, show_fixes: bool) -> str:
 
 def _concise(results: Sequence[FileResult], out: TextIO, color: bool, show_fixes: bool) -> None:
     paint = _Paint(color)
-    for _, f in _ordered(results):
-        out.write(_head(f, paint, show_fixes) + "\n")
+    for r, f in _ordered(results):
+        out.write(_head(f, paint, show_fixes, r) + "\n")
 
 
 # ---- full -----------------------------------------------------------------------------
@@ -166,7 +168,7 @@ def _full(results: Sequence[FileResult], out: TextIO, color: bool, show_fixes: b
             if not first:
                 out.write("\n")
             first = False
-            out.write(_head(f, paint, show_fixes) + "\n")
+            out.write(_head(f, paint, show_fixes, r) + "\n")
             out.write(_snippet(r, f, paint))
         out.write("\n" + estimate_table(r, paint))
 
@@ -275,18 +277,21 @@ def _json_finding(r: FileResult, f: Finding) -> dict[str, Any]:
         # No edits: memlint's fixes are codemods (memlint.fix) that compute them on demand.
         fix = {"applicability": f.fix.applicability, "codemod": f.fix.codemod, "edits": [],
                "message": f.fix.title, "params": dict(f.fix.params)}
+    cell, row = r.position(s.line)
+    if cell is not None:  # Ruff's notebook convention: rows count within the cell
+        end_line -= s.line - row
     return {
-        "cell": None,
+        "cell": cell,
         "code": f.code,
         "data": dict(f.data),
         "end_location": _loc(end_line, end_col),
         "filename": s.path,
         "fix": fix,
         "hint": f.hint,
-        "location": _loc(s.line, s.col),
+        "location": _loc(row, s.col),
         "message": f.message,
         "name": f.name,
-        "noqa_row": s.line,
+        "noqa_row": row,
         "related": [{"filename": rel.span.path, "location": _loc(rel.span.line, rel.span.col),
                      "message": rel.label} for rel in f.related],
         "severity": f.severity,

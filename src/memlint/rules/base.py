@@ -110,7 +110,7 @@ class Rule:
 
     # ---- helpers for check() ---------------------------------------------------------
 
-    def finding(self, ctx: "Context", message: str, at: str | Span | None = None,
+    def finding(self, ctx: "Context", message: str, at: "str | Span | tuple[str, ...] | None" = None,
                 related: tuple[tuple[str | Span, str], ...] = (), hint: str | None = None,
                 fix: Fix | None = None, **data: Any) -> Finding:
         """A finding at the line that set plan field `at` (or a Span; else line 1)."""
@@ -175,9 +175,16 @@ class Context:
     def setup(self):
         return self.planned.setup if self.planned is not None else None
 
-    def span_of(self, at: str | Span | None, fallback: bool = True) -> Span | None:
+    def span_of(self, at: "str | Span | tuple[str, ...] | None", fallback: bool = True) -> Span | None:
+        """Where field `at` was set (the first of several that has a position), else 1:1."""
         if isinstance(at, Span):
             return at
+        if isinstance(at, tuple):
+            for name in at:
+                s = self.span_of(name, fallback=False)
+                if s is not None:
+                    return s
+            return Span(self.plan.path, 1, 1) if fallback else None
         if isinstance(at, str):
             v = self.plan.get(at)
             if v.span is not None:
@@ -206,3 +213,11 @@ class FileResult:
     findings: list[Finding]
     lines: list[str] = field(default_factory=list)
     suppressed: int = 0
+    cells: list[int] = field(default_factory=list)  # notebooks: 0-based line where each code cell starts
+
+    def position(self, line: int) -> tuple[int | None, int]:
+        """(1-based cell or None, line within it) for a line of the file's concatenated code."""
+        if not self.cells:
+            return None, line
+        k = max(i for i, start in enumerate(self.cells) if start < line or i == 0)
+        return k + 1, line - self.cells[k]

@@ -280,7 +280,7 @@ class LargeLogitsRule(Rule):
         yield self.finding(
             ctx, f"logits over a {s.model.vocab:,}-token vocabulary at {s.batch} × {s.seq}: {gib(logits)}, "
                  f"{share:.0%} of the allocated peak (bf16 logits, their fp32 upcast and log-softmax)",
-            "model_id", related=(("max_length", "max_length set here"), ("per_device_batch", "batch set here")),
+            ("model_id", "max_length"), related=(("max_length", "max_length set here"), ("per_device_batch", "batch set here")),
             hint="a fused/chunked cross-entropy (Liger, Cut Cross-Entropy) or a shorter max_length",
             logits_bytes=logits,
         )
