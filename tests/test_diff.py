@@ -271,3 +271,15 @@ def test_a_yaml_config_change_names_its_key_and_line(repo, capsys):
     code, out, _ = run(capsys, "HEAD", "qlora.yml")
     first = out.splitlines()[0]
     assert first.startswith("qlora.yml: peak ") and first.endswith(": micro_batch_size 1 → 4 at qlora.yml:7")
+
+
+def test_deleted_scripts_and_unreadable_files(repo, capsys):
+    sh(repo, "rm", "-q", "train.py")
+    (repo / "latin1.py").write_bytes(b"MODEL = '\xe9'\n")
+    (repo / "package.json").write_text('{"name": "x"}')
+    code, out, err = run(capsys)
+    assert code == 0
+    [line] = out.splitlines()
+    assert line.startswith("train.py: peak was ") and line.endswith(" GiB (deleted)")
+    assert "memlint diff: skipped latin1.py: latin1.py: not UTF-8 (byte 9)" in err
+    assert "package.json" not in out + err

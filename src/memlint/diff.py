@@ -355,7 +355,9 @@ def run_diff(items: Sequence[str] = (), *, cwd: str | Path = ".", gpu: str | Non
             before = plan_of(before_text, old, root) if before_text is not None else None
             after = plan_of(after_text, new, root) if after_text is not None else None
         except (MemlintError, OSError) as exc:
-            skipped.append((new, str(exc)))
+            # A YAML/JSON file that is no framework's config is simply not a training file.
+            if Path(new).suffix in (".py", ".ipynb"):
+                skipped.append((new, str(exc)))
             continue
         if not (is_training(before) or is_training(after)):
             continue
@@ -367,11 +369,10 @@ def run_diff(items: Sequence[str] = (), *, cwd: str | Path = ".", gpu: str | Non
             changes = tuple(field_changes(before_rel, after, before_text, after_text, hunks))
         else:
             changes = ()
-        fd = FileDiff(new, old, status, b_side, a_side, changes)
-        if not changes and fd.peak_delta == 0:
+        delta = None if b_side.peak is None or a_side.peak is None else a_side.peak - b_side.peak
+        if not changes and delta == 0:
             continue
-        files.append(FileDiff(new, old, status, b_side, a_side, changes,
-                              over_budget(fd.peak_delta, b_side.peak, budget)))
+        files.append(FileDiff(new, old, status, b_side, a_side, changes, over_budget(delta, b_side.peak, budget)))
     return DiffResult(str(root), base, base_name, target, accounting, budget, tuple(files), tuple(skipped))
 
 
@@ -438,6 +439,8 @@ def cmd_diff(args) -> int:
         accounting=args.accounting or settings.accounting, budget=args.max_increase or settings.max_increase,
     )
     write_diff(result, args.format, sys.stdout)
+    for path, why in result.skipped:
+        print(f"memlint diff: skipped {path}: {why}", file=sys.stderr)
     n = len(result.files)
     print(f"memlint diff: {n} training script{'s' if n != 1 else ''} changed against {result.base[:10]} "
           f"({result.base_name})" + ("; over the budget" if result.exceeded else ""), file=sys.stderr)
