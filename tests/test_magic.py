@@ -358,3 +358,23 @@ def test_the_notebook_runs_headless_and_renders_the_table():
     assert "fake-tensor trace" in page or "cuda-allocator" in page
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o["output_type"] == "error"]
     assert not errors
+
+
+def test_a_cuda_measurement_decides_the_verdict_by_what_the_allocator_reserved(shell):
+    from memlint.live import Confirmation
+    from memlint.magic import MemcheckResult
+    from memlint.measure.core import Measurement, StepMeasurement
+
+    r = shell.run_line_magic("memcheck", "trainer --gpu 24 --no-confirm -q")
+    peak = r.estimate.allocated_peak
+    m = Measurement(components={"weights": 1, "gradients": 1, "optimizer": 1, "activations": 1, "logits": 1,
+                                "overhead": 3 << 30},
+                    steps=[StepMeasurement(2, peak, "backward", {"backward": peak})], device="H100",
+                    method="cuda-allocator")
+    conf = Confirmation(m, None, "cuda", "CUDA, on your model in place", r.setup)
+    fits = MemcheckResult("trainer", "trainer", r.setup, r.estimate, r.facts, conf, gpu=r.gpu)
+    assert fits.fits is True and "measured 3.01 GiB reserved + context" in repr(fits)
+    tight = dataclasses.replace(fits, gpu=("4 GiB", 4 << 30, 1 << 30))  # 3 GiB reserved + 1 GiB context > 4 GiB
+    assert tight.fits is False and "does not fit on 4 GiB" in repr(tight)
+    oom = Confirmation(None, "does not fit: OOM in the forward phase after 3.90 GiB allocated", "cuda", "", r.setup)
+    assert dataclasses.replace(fits, confirmation=oom).fits is False

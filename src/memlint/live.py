@@ -75,6 +75,7 @@ class LivePlan:
     facts: LiveFacts
     model: Any
     notes: list[str] = field(default_factory=list)
+    run_setup: Any = None  # the loop as it really runs, where the estimate approximates it (else setup)
 
 
 # --------------------------------------------------------------------------- the model
@@ -144,19 +145,20 @@ def _lora(model: Any) -> dict[str, Any] | None:
     if cfg is None or not hasattr(cfg, "r"):
         raise MemlintError(f"peft adapter {name!r} is not LoRA: memlint estimates LoRA adapters only")
     targets: list[str] = []
-    r = None
+    r = dtype = None
     for mname, module in model.named_modules():
         a = getattr(module, "lora_A", None)
         if a is None or name not in a:
             continue
         r = a[name].out_features if hasattr(a[name], "out_features") else cfg.r
+        dtype = a[name].weight.dtype
         path = _layer_path(mname)
         if path not in targets:
             targets.append(path)
     if not targets:
         raise MemlintError("the peft model has no LoRA layers")
     return {"adapter": name, "r": int(r or cfg.r), "alpha": cfg.lora_alpha, "dropout": float(cfg.lora_dropout),
-            "targets": tuple(targets)}
+            "targets": tuple(targets), "dtype": _DTYPE_NAMES.get(str(dtype).replace("torch.", ""), "fp32")}
 
 
 def _recompute(base: Any) -> bool:
@@ -356,6 +358,8 @@ def from_model(model: Any, *, batch: int, seq: int, optim: str | None = None, pr
     """The plan of a bare model trained at micro-batch `batch` × `seq`. Without a Trainer,
     precision follows the weights (fp32: none; bf16: pure bf16) unless `precision` says."""
     notes = [f"micro-batch {batch} × {seq} as given (--batch/--seq)"]
+    if precision is None:
+        notes.append("no Trainer: precision follows the weights (fp32 weights train in fp32, bf16 weights in pure bf16)")
     bf16 = precision == "amp-bf16"
     fp16 = precision == "amp-fp16"
     optim = optim or _default_optim()
@@ -397,6 +401,12 @@ def _build(model: Any, rows: int, cols: int, *, grad_accum: int, optim: str, bf1
                          "prepare_model_for_kbit_training was applied")
             dtype = compute
     dtype, precision = _precision(dtype, bf16, fp16, notes)
+    run_precision = precision  # what the training loop really does, for the confirmation
+    if precision == "pure-bf16" and lora is not None and lora["dtype"] == "fp32":
+        # peft's autocast_adapter_dtype keeps adapters fp32 and computes them in fp32: not
+        # pure bf16 (all bf16); bf16 autocast is what the estimator has for it
+        precision = "amp-bf16"
+        notes.append("fp32 LoRA adapters on a bf16 base without autocast: estimated as bf16 autocast")
     if optim not in optimizers():
         notes.append(f"optimizer {optim!r} is not in memlint's table: estimated as adamw_torch")
         optim = "adamw_torch"
@@ -428,7 +438,8 @@ def _build(model: Any, rows: int, cols: int, *, grad_accum: int, optim: str, bf1
         device=info["device"],
     )
     plan = _plan(facts, setup, kind, group_by_length)
-    return LivePlan(plan, setup, facts, model, notes)
+    run = setup if run_precision == precision else setup.with_(precision=run_precision)
+    return LivePlan(plan, setup, facts, model, notes, run)
 
 
 def _plan(f: LiveFacts, s: Any, kind: str, group_by_length: bool) -> TrainingPlan:
@@ -654,7 +665,10 @@ def confirm(lp: LivePlan, *, device: str = "auto", steps: int = 2, measure_fn: A
         from memlint.measure import measure as measure_fn
     mode = resolve_mode(device, lp.model)
     notes: list[str] = []
-    setup = lp.setup
+    # a rebuilt model gets its adapters from the Setup, so it follows the estimated loop;
+    # the user's own model (or its meta copy) runs the loop as it really is
+    rebuilt = (mode == "trace" and lp.setup.quant != "none") or (mode == "cuda" and lp.facts.device != "cuda")
+    setup = lp.setup if rebuilt or lp.run_setup is None else lp.run_setup
     if setup.grad_accum > 2:
         # the peak with accumulation is the second micro-batch's (gradients alive); more add nothing
         setup = setup.with_(grad_accum=2)
@@ -679,6 +693,9 @@ def confirm(lp: LivePlan, *, device: str = "auto", steps: int = 2, measure_fn: A
         how = (f"{'CUDA' if mode == 'cuda' else 'CPU (real tensors, storage tracker)'}, on your model in place: "
                "state saved before and restored after")
         snapshot = StateSnapshot(lp.model)
+        if mode == "cuda":
+            notes.append("measured weights = everything allocated on the GPU before the step: the model and any "
+                         "other tensors the notebook holds (an optimizer state from an earlier train(), batches)")
     measurement = oom = None
     try:
         measurement = measure_fn(setup, device=mode, steps=steps, model=model)

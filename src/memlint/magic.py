@@ -73,6 +73,10 @@ class MemcheckResult:
             return False
         if self.gpu is None or self.estimate is None:
             return None
+        m = self.measured
+        if m is not None and m.method == "cuda-allocator":
+            # what the allocator reserved, plus the CUDA context it does not count
+            return m.measured_peak + m.components["overhead"] + self.gpu[2] <= self.gpu[1]
         return self.estimate.peak <= self.gpu[1]
 
     def to_dict(self) -> dict[str, Any]:
@@ -189,8 +193,10 @@ def _live_sections(r: MemcheckResult) -> list[Section]:
         verdict.lines.append(r.oom)
     elif r.gpu is not None and e is not None:
         label, total, _ = r.gpu
-        verdict.lines.append(f"{'fits' if r.fits else 'does not fit'} on {label}: peak {e.peak / GIB:.2f} of "
-                             f"{total / GIB:.2f} GiB")
+        m = r.measured
+        basis = (f"measured {(m.measured_peak + m.components['overhead']) / GIB:.2f} GiB reserved + context"
+                 if m is not None and m.method == "cuda-allocator" else f"estimated peak {e.peak / GIB:.2f}")
+        verdict.lines.append(f"{'fits' if r.fits else 'does not fit'} on {label}: {basis} of {total / GIB:.2f} GiB")
     else:
         verdict.lines.append("no GPU named: set one with --gpu, c.MemcheckMagics.gpu or [tool.memlint] gpu")
     out.append(verdict)
