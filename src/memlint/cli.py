@@ -43,7 +43,9 @@ def _setup_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--recompute", action=argparse.BooleanOptionalAction, default=False, help="gradient checkpointing")
     g.add_argument("--attn", choices=("eager", "sdpa", "flash_attention_2"), default="sdpa")
     g.add_argument("--gpus", type=int, default=1, metavar="N")
-    g.add_argument("--shard", choices=("none", "zero1", "zero2", "zero3", "fsdp", "fsdp_shard_grad_op"), default="none")
+    g.add_argument("--shard", choices=("none", "zero1", "zero2", "zero3", "fsdp", "fsdp_shard_grad_op", "fsdp_hybrid"),
+                   default="none")
+    g.add_argument("--nodes", type=int, default=1, metavar="M", help="nodes the GPUs span (fsdp_hybrid shards within one)")
     g.add_argument("--offload", choices=("none", "optimizer", "params"), default="none")
 
 
@@ -67,7 +69,7 @@ def _setup_from_args(args: argparse.Namespace):
         lora_dropout=args.lora_dropout, quant=quant, double_quant=args.double_quant, dtype=args.dtype,
         precision=precision, optim=args.optim, batch=args.batch, seq=args.seq, grad_accum=args.grad_accum,
         recompute=args.recompute, attn=args.attn, gpus=args.gpus, shard=args.shard, offload=args.offload,
-        kbit_prep=args.kbit_prep,
+        nodes=args.nodes, kbit_prep=args.kbit_prep,
     )
 
 
@@ -136,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--assume", action="append", default=[], metavar="KEY=VALUE",
                     help="value for a field the script leaves unknown (repeatable)")
     pl.add_argument("--gpu", metavar="NAME|GiB")
+    pl.add_argument("--gpus", type=int, metavar="N", help="GPUs the run spans: the estimate is per GPU (rank)")
     pl.add_argument("--accounting", choices=("real", "textbook"), default="real")
     pl.add_argument("--format", choices=("table", "json"), default="table")
     add_chart_flags(pl)

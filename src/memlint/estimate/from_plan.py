@@ -18,7 +18,8 @@ ASSUME_ALIASES = {"model": "model_id", "seq": "max_length", "max_seq_length": "m
                   "batch": "per_device_batch", "batch_size": "per_device_batch", "dtype": "torch_dtype",
                   "optim": "optimizer", "r": "lora_r", "gradient_accumulation_steps": "grad_accum",
                   "attn": "attn_implementation"}
-EXTRA_ASSUMPTIONS = ("gpus",)  # not a plan field: how many GPUs a sharded run spans
+# Not plan fields: how many GPUs (ranks) the run spans, over how many nodes (fsdp_hybrid).
+EXTRA_ASSUMPTIONS = ("gpus", "nodes")
 
 _DTYPES = {"fp32": "fp32", "float32": "fp32", "float": "fp32", "bf16": "bf16", "bfloat16": "bf16",
            "fp16": "fp16", "float16": "fp16", "half": "fp16", "auto": "auto"}
@@ -74,6 +75,51 @@ def _transformers_major() -> int:
         return int(metadata.version("transformers").split(".")[0])
     except (metadata.PackageNotFoundError, ValueError):
         return 5  # the newest known
+
+
+def _positive(v: Any) -> int | None:
+    try:
+        n = int(v)
+    except (TypeError, ValueError):
+        return None
+    return n if n >= 1 else None
+
+
+def _distributed(get, extra: Mapping[str, Any], notes: list[str]) -> tuple[str, int, int, str]:
+    """(shard, gpus, nodes, offload): the ranks come from --gpus / --assume gpus=N, else from
+    the plan's num_gpus (a launcher or accelerate config); one GPU when neither says."""
+    from memlint.estimate.setup import PARAM_SHARDS, SHARDS
+
+    shard = get("distributed").value or "none"
+    gpus = _positive(extra.get("gpus"))
+    if gpus is None and get("num_gpus").known:
+        gpus = _positive(_worst(get("num_gpus")))
+    gpus = gpus or 1
+    nodes = _positive(extra.get("nodes")) or 1
+    if gpus % nodes:
+        notes.append(f"{gpus} GPUs do not split over {nodes} nodes: estimated as one node")
+        nodes = 1
+    if shard == "deepspeed":
+        shard = "none"
+        notes.append("DeepSpeed stage unknown: estimated unsharded (worst case)")
+    if shard not in SHARDS:
+        notes.append(f"distributed={shard!r} is not modelled: estimated unsharded")
+        shard = "none"
+    if shard != "none" and gpus < 2:
+        notes.append(f"{shard} over an unknown number of GPUs: estimated on one (pass --gpus N or --assume gpus=N)")
+        shard = "none"
+    if shard == "none" and gpus > 1:
+        notes.append(f"{gpus} GPUs without sharding (DDP): every rank holds the full model state")
+    offload = get("offload").value if get("offload").known else None
+    offload = offload if offload in ("optimizer", "params") else "none"
+    if offload == "params" and shard not in PARAM_SHARDS:
+        notes.append(f"parameter offload needs ZeRO-3 or FSDP full shard; with {shard}: estimated as optimizer "
+                     "offload")
+        offload = "optimizer"
+    if offload != "none" and shard == "none":
+        notes.append("CPU offload without a sharded engine: estimated without offload")
+        offload = "none"
+    return shard, gpus, nodes, offload
 
 
 @dataclass(frozen=True)
@@ -155,20 +201,18 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
     attn = get("attn_implementation").value or "sdpa"
     if attn not in ("eager", "sdpa", "flash_attention_2"):
         attn = "sdpa"
-    shard = get("distributed").value or "none"
-    gpus = int(extra.get("gpus") or 1)
-    if shard == "deepspeed":
-        shard = "none"
-        notes.append("DeepSpeed stage unknown: estimated unsharded (worst case)")
-    if shard != "none" and gpus < 2:
-        notes.append(f"{shard} over an unknown number of GPUs: estimated on one (pass --assume gpus=N)")
-        shard = "none"
+    shard, gpus, nodes, offload = _distributed(get, extra, notes)
+    if shard in ("zero1", "zero2", "zero3") and precision != "fp32":
+        # DeepSpeed's ZeRO optimizers keep fp32 partitions of the weights (master) and of the
+        # Adam moments whatever the 16-bit training dtype; the engine casts the module to it.
+        notes.append("DeepSpeed ZeRO with bf16/fp16: 16-bit weights, fp32 master copy and fp32 optimizer states")
+        dtype, precision = "bf16", "master-fp32"
     if padding == "longest":
         notes.append(f"padding to the longest sample: worst case is a micro-batch whose longest sample is {seq}")
     setup = Setup(
         model=spec, method=method, lora_r=int(get("lora_r").value or 8), lora_targets=targets, quant=quant,
         double_quant=double_quant, dtype=dtype, precision=precision, optim=optim, batch=int(batch),
         seq=int(seq), grad_accum=int(_worst(get("grad_accum")) or 1), recompute=bool(recompute), attn=attn,
-        gpus=gpus, shard=shard,
+        gpus=gpus, shard=shard, nodes=nodes, offload=offload,
     )
     return PlannedSetup(setup, (), tuple(notes))

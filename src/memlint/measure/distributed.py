@@ -54,13 +54,14 @@ def _free_port() -> int:
 
 
 def measure_ranks(setup: Setup, *, engine: str = "fsdp", ranks: int = 2, nodes: int = 1, steps: int = 2,
-                  seed: int = 0, start_method: str = "spawn") -> list[RankMeasurement]:
+                  seed: int = 0, start_method: str = "forkserver") -> list[RankMeasurement]:
     """Start `ranks` CPU processes that train `setup` under `engine` and return each rank's
     measurement (sorted by rank). `nodes` > 1 with engine fsdp_hybrid shards within groups of
     ranks // nodes and replicates across them (HSDP on a 2-D device mesh).
 
-    start_method "fork" skips each rank's imports (seconds per rank on a small machine); it is
-    safe only in a parent that has not run torch's intra-op thread pool yet."""
+    start_method "forkserver" (the default) imports torch, transformers and peft once in the
+    server and forks every rank from it; "fork" forks the caller itself, which is safe only
+    in a parent that has not run torch's intra-op thread pool yet; "spawn" imports per rank."""
     import torch.multiprocessing as mp
 
     if engine not in ENGINES:
@@ -76,6 +77,9 @@ def measure_ranks(setup: Setup, *, engine: str = "fsdp", ranks: int = 2, nodes: 
         import transformers.trainer  # noqa: F401
         from torch.distributed.fsdp import fully_shard  # noqa: F401
     ctx = mp.get_context(start_method)
+    if start_method == "forkserver":
+        ctx.set_forkserver_preload(["torch", "torch.distributed.fsdp", "peft", "transformers.trainer",
+                                    "memlint.measure.distributed"])
     queue = ctx.SimpleQueue()
     port = _free_port()
     mp.start_processes(_worker, args=(ranks, nodes, port, setup, engine, steps, seed, queue), nprocs=ranks,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from memlint.estimate import COMPONENTS, GIB, Estimate, estimate, find_gpu, gpus, max_batch, max_seq
+from memlint.estimate import GIB, Estimate, estimate, find_gpu, gpus, max_batch, max_seq
 
 
 def gpu_targets(gpu: str | None) -> list[tuple[str, int, int]]:
@@ -26,16 +26,20 @@ def verdicts(est: Estimate, targets) -> tuple[dict[str, bool], dict[str, int]]:
 
 def to_json(est: Estimate, targets) -> dict[str, Any]:
     fit, best = verdicts(est, targets)
-    return {
+    doc = {
         "model": {"id": est.setup.model.id, "params": est.setup.model.params,
                   "trainable_params": est.trainable_params},
-        "components": {name: est.bytes(name) for name in COMPONENTS},
+        "components": {name: c.bytes for name, c in est.components.items()},  # + "buffers" on many GPUs
         "peak": est.peak,
         "paged_optimizer": est.paged_optimizer,
         "fits": fit,
         "max_batch": best,
         "assumptions": list(est.assumptions),
     }
+    if est.ranks > 1:  # every figure above is per GPU (rank)
+        doc["per_rank"] = {"gpus": est.ranks, "nodes": est.setup.nodes, "shard": est.setup.shard,
+                           "offload": est.setup.offload}
+    return doc
 
 
 def gib(n: int) -> str:
@@ -56,7 +60,10 @@ def describe(est: Estimate) -> str:
     parts.append("recompute" if s.recompute else "no recompute")
     parts.append(s.attn)
     if s.gpus > 1:
-        parts.append(f"{s.gpus} GPUs {s.shard}" + (f" offload {s.offload}" if s.offload != "none" else ""))
+        engine = "DDP" if s.shard == "none" else s.shard
+        nodes = f" over {s.nodes} nodes" if s.nodes > 1 else ""
+        offload = f" offload {s.offload}" if s.offload != "none" else ""
+        parts.append(f"per GPU (rank) of {s.gpus}{nodes}, {engine}{offload}")
     return ", ".join(parts)
 
 
@@ -69,10 +76,9 @@ def render(est: Estimate, targets, console, extra: Mapping[str, int] | None = No
     console.print(f"{describe(est)}  [dim]accounting: {est.accounting}[/dim]")
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     table.add_column("component")
-    table.add_column("GiB / GPU", justify="right")
+    table.add_column("GiB / GPU" if est.ranks == 1 else f"GiB per GPU (rank) of {est.ranks}", justify="right")
     table.add_column("how", overflow="fold")
-    for name in COMPONENTS:
-        c = est.components[name]
+    for name, c in est.components.items():
         table.add_row(name, gib(c.bytes), c.formula)
     if est.paged_optimizer:
         table.add_row("[dim]paged optimizer[/dim]", f"[dim]{gib(est.paged_optimizer)}[/dim]",

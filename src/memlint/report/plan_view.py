@@ -43,6 +43,10 @@ def run_plan(args, console) -> int:
     charted = []  # (path, Estimate) for --plot / --compare
     for raw in plans:
         plan, extra = apply_assumptions(raw, args.assume)
+        if getattr(args, "gpus", None) is not None:  # --gpus N: per-rank estimate over N GPUs
+            if args.gpus < 1:
+                raise MemlintError("--gpus must be at least 1")
+            extra["gpus"] = args.gpus
         try:
             est_doc, detail = _estimate_json(plan, extra, args.gpu, args.accounting)
         except MemlintError as exc:  # e.g. the script's model id is not known offline
