@@ -118,13 +118,13 @@ class LongestSampleSetsPeakRule(Rule):
         if base and worst < float(self.opts["min-ratio"]) * base:
             return
         fits = ""
-        if ctx.gpu is not None:
-            fits = f"; on {ctx.gpu[0]} the typical step fits" if usual.peak <= ctx.gpu[1] else ""
-            fits += " and the long one does not" if fits and est.peak > ctx.gpu[1] else ""
+        if ctx.gpu is not None and usual.peak <= ctx.gpu[1] < est.peak:
+            fits = f"; on {ctx.gpu[0]} the typical step fits and this one does not"
+        step = (f"a step that draws a {s.seq}-token sample pads all {s.batch} samples to {s.seq} tokens"
+                if s.batch > 1 else f"a step that draws a {s.seq}-token sample")
         yield self.finding(
-            ctx, f"padding to the longest sample: a step that draws a {s.seq}-token sample pads all {s.batch} "
-                 f"to {s.seq} tokens, {gib(worst)} of activations and logits (peak {gib(est.peak)}) vs "
-                 f"{gib(base)} for a typical {typical}-token batch{fits}",
+            ctx, f"padding to the longest sample: {step}: {gib(worst)} of activations and logits (peak "
+                 f"{gib(est.peak)}) vs {gib(base)} for a typical {typical}-token {'batch' if s.batch > 1 else 'sample'}{fits}",
             "max_length", related=(("padding", "padding set here"), ("per_device_batch", "batch set here")),
             hint="size the run for the longest batch; group_by_length=True makes it the first step, packing or "
                  "truncation removes it", fix=self.fix, worst_bytes=worst, typical_bytes=base,
