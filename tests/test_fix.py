@@ -329,3 +329,24 @@ def test_lines_added_above_a_finding_move_it():
     assert lines[4] == "eval_args = TA('eval', per_device_eval_batch_size=4)"
     assert lines[5].endswith("gradient_checkpointing=True)")
     assert 'quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4")' in lines[6]
+
+
+def test_a_collator_memlint_cannot_read_makes_dropping_padding_unsafe():
+    src = (FIXTURES / "padding_map_collator.before.py").read_text()
+    custom = src.replace("data_collator=DataCollatorWithPadding(tokenizer),", "data_collator=my_collate,").replace(
+        "def tokenize(batch):", "def my_collate(rows):\n    return rows\n\n\ndef tokenize(batch):")
+    finding = _finding(custom, "c.py", "dynamic-padding")
+    fix = effective_fix(custom, finding)
+    assert fix.applicability == "unsafe" and "the custom collator my_collate()" in fix.title
+    assert apply_fixes(custom, [finding]).source == custom
+    assert 'padding=False,  # fixed shapes' in apply_fixes(custom, [finding], unsafe=True).source
+
+
+def test_padding_strategy_enum_is_max_length_too():
+    src = (FIXTURES / "padding_map_collator.before.py").read_text()
+    enum = src.replace('padding="max_length",', "padding=PaddingStrategy.MAX_LENGTH,").replace(
+        "from datasets import load_dataset", "from datasets import load_dataset\nfrom transformers.utils import PaddingStrategy")
+    line = next(i for i, t in enumerate(enum.splitlines(), 1) if "PaddingStrategy.MAX_LENGTH," in t)
+    finding = Finding("MEM201", "x", "m", "warning", Span("e.py", line), fix=Fix("t", "safe", "dynamic-padding"))
+    r = apply_fixes(enum, [finding])
+    assert r.applied and "padding=False,  # fixed shapes" in r.source

@@ -3,6 +3,18 @@ a value and returns text edits, how safe they are and a title; Skip says why it 
 
 Keywords that drift with library versions, and which collators pad each batch, are data
 (data/fix_keywords.json).
+
+| codemod | finds (from the finding's line) | does | unsafe when |
+|---|---|---|---|
+| dynamic-padding | a call with padding="max_length" (or PaddingStrategy.MAX_LENGTH) on the line, or the module constant `NAME = "max_length"` passed as padding=NAME | per-batch code (a collator, a collate_fn): "longest"; preprocessing (dataset.map): False | the trainer's collator is unknown, or it does not pad the labels the code sets; skipped when it cannot pad at all (default_data_collator) |
+| group-by-length | the TrainingArguments/SFTConfig-like call on the line (else the file's only one) | group_by_length=True, or train_sampling_strategy="group_by_length" on transformers >= 5.2 | it replaces another sampling order, or the call takes **kwargs |
+| gradient-checkpointing | same | gradient_checkpointing=True (replaces False/None, or adds it) | the call takes **kwargs |
+| double-quant | BitsAndBytesConfig(load_in_4bit=True, ...) on the line (or nested in the call on the line) | bnb_4bit_use_double_quant=True | the call takes **kwargs |
+| nf4-quant-type | same; or from_pretrained(..., load_in_4bit=True) without a config | bnb_4bit_quant_type="nf4"; for the bare flag a new BitsAndBytesConfig | it replaces an explicit quant type, or builds a new config |
+
+params: {"call": name or [names]} narrows the calls (default: the lists below); dynamic-padding
+takes {"keyword": "padding"}. A value set through a module constant is edited at the constant
+only when every use of the constant is that same keyword.
 """
 
 from __future__ import annotations
