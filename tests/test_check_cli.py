@@ -27,17 +27,28 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+CONFIGS = ROOT / "fixtures" / "configs"
+
+
 def _fixture_files():
-    return sorted(p for p in SCRIPTS.rglob("*") if p.suffix in (".py", ".ipynb"))
+    scripts = sorted(p for p in SCRIPTS.rglob("*") if p.suffix in (".py", ".ipynb"))
+    return scripts + sorted(p for p in CONFIGS.glob("*") if p.suffix in (".yaml", ".yml", ".json"))
 
 
-@pytest.mark.parametrize("path", _fixture_files(), ids=lambda p: str(p.relative_to(SCRIPTS)))
+def _golden_name(path: Path) -> str:
+    if path.is_relative_to(CONFIGS):
+        return "configs__" + path.name + ".txt"
+    return path.relative_to(SCRIPTS).as_posix().replace("/", "__") + ".txt"
+
+
+@pytest.mark.parametrize("path", _fixture_files(), ids=lambda p: p.name)
 def test_concise_output_and_exit_code_match_golden(path, capsys, monkeypatch):
+    """Scripts and framework configs: the same rules, the same output."""
     monkeypatch.chdir(ROOT)
     rel = path.relative_to(ROOT).as_posix()
     code, out, _ = run(capsys, "check", rel, "--gpu", "RTX4090", "--no-color")
     got = out + f"exit: {code}\n"
-    golden = GOLDEN / (path.relative_to(SCRIPTS).as_posix().replace("/", "__") + ".txt")
+    golden = GOLDEN / _golden_name(path)
     if REGEN:
         golden.parent.mkdir(parents=True, exist_ok=True)
         golden.write_text(got, encoding="utf-8")

@@ -107,8 +107,8 @@ class UnknownValueRule(Rule):
     INVALID = (Sample(script().replace("max_length=2048", "max_length=int(input())")),)
 
     def check(self, ctx: Context) -> Iterator[Finding]:
-        if ctx.planned is None:
-            return
+        if ctx.planned is None or ctx.plan.kind in ("deepspeed", "accelerate"):
+            return  # a launcher config is not a training plan; --launch-config merges it into one
         for name in ctx.planned.missing:
             v = ctx.plan.get(name)
             why = f" ({v.chain[-1]})" if v.chain else ""
