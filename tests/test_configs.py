@@ -132,6 +132,14 @@ def test_a_yaml_that_is_no_framework_config_is_an_error_when_named_and_skipped_i
     assert {"axolotl_llama3_qlora.yml", "ds_zero3_offload.json", "accelerate_fsdp2.yaml"} <= names
 
 
+def test_a_walk_skips_model_files_and_unreadable_yaml_without_error(tmp_path):
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"add_bos_token": True, "model_max_length": 8192}))
+    (tmp_path / "weights.yaml").write_bytes(b"\xff\xfe\x00binary")
+    (tmp_path / "ds.json").write_text(json.dumps({"zero_optimization": {"stage": 1}}))
+    plans = extract_paths([tmp_path])
+    assert [(Path(p.path).name, p.kind, p.value("distributed")) for p in plans] == [("ds.json", "deepspeed", "zero1")]
+
+
 def test_llama_factory_defaults_and_silent_substitutions_come_from_data():
     plan = cfg("llamafactory_llama3_qlora_sft.yaml")
     assert plan.value("method") == "qlora" and plan.value("quant_bits") == 4

@@ -75,7 +75,10 @@ def extract_paths(paths: list[str] | list[Path]) -> list[TrainingPlan]:
                 if f.suffix.lower() in _SUFFIXES + _CONFIG_SUFFIXES and f.is_file()
                 and not any(part.startswith(".") or part in ("__pycache__", "node_modules") for part in f.relative_to(p).parts)
             )
-            plans.extend(extract_file(f) for f in files if f.suffix.lower() in _SUFFIXES or _is_config(f))
+            for f in files:
+                plan = extract_file(f) if f.suffix.lower() in _SUFFIXES else _config_in_walk(f)
+                if plan is not None:
+                    plans.append(plan)
         elif p.exists():
             plans.append(extract_file(p))
         else:
@@ -83,7 +86,11 @@ def extract_paths(paths: list[str] | list[Path]) -> list[TrainingPlan]:
     return plans
 
 
-def _is_config(path: Path) -> bool:
-    from memlint.extract.configs import detect_file
+def _config_in_walk(path: Path) -> TrainingPlan | None:
+    """A YAML/JSON file met in a folder: its plan when it is a framework config, else skipped."""
+    from memlint.extract.configs import read_config
 
-    return detect_file(path) is not None
+    try:
+        return read_config(path, shown=str(path), explicit=False)
+    except MemlintError:  # unreadable, not UTF-8, too large: not a config, as far as a walk goes
+        return None

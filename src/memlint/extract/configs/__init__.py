@@ -68,6 +68,8 @@ def _load(path: Path, shown: str, text: str | None = None):
 
     if text is None:
         text = _read_text(path, shown)
+    elif len(text) > _MAX_BYTES:
+        raise MemlintError(f"{shown}: larger than {_MAX_BYTES // 1_000_000} MB; not a training config")
     doc = load_text(text, shown, is_json=path.suffix.lower() == ".json")
     keys = set(doc.top_keys)
     if doc.ok and any(isinstance(v, dict) and "_component_" in v for v in doc.data.values()):
@@ -94,6 +96,13 @@ def read_config(path: str | Path, shown: str | None = None, *, text: str | None 
 
     p = Path(path)
     name = shown if shown is not None else str(path)
+    if not explicit:  # a walk meets many YAML/JSON files (datasets, tokenizers): skip them unparsed
+        from memlint.extract.configs.document import top_keys
+
+        if text is None:
+            text = _read_text(p, name)
+        if detect(top_keys(text, p.suffix.lower() == ".json"), p.name, text) is None:
+            return None
     doc, kind = _load(p, name, text)
     if kind is None:
         if not explicit:

@@ -117,7 +117,7 @@ class _TooBig(Exception):
     pass
 
 
-def _top_keys(text: str, is_json: bool) -> tuple[str, ...]:
+def top_keys(text: str, is_json: bool) -> tuple[str, ...]:
     """Top-level keys found by a line scan: enough to tell the format of a file that does not parse."""
     found = (_JSON_KEY if is_json else _TOP_KEY).findall(text)
     return tuple(dict.fromkeys(found))
@@ -125,7 +125,7 @@ def _top_keys(text: str, is_json: bool) -> tuple[str, ...]:
 
 def load_text(text: str, shown: str, is_json: bool = False) -> Document:
     """Read YAML (or JSON) text; never raises on bad input."""
-    doc = Document(shown, top_keys=_top_keys(text, is_json))
+    doc = Document(shown, top_keys=top_keys(text, is_json))
     json_data: Any = None
     if is_json:
         try:
