@@ -118,7 +118,15 @@ class _TooBig(Exception):
 
 
 def top_keys(text: str, is_json: bool) -> tuple[str, ...]:
-    """Top-level keys found by a line scan: enough to tell the format of a file that does not parse."""
+    """Top-level keys, cheaply: json.loads (C-fast) for JSON, a line scan for YAML and broken JSON;
+    enough to tell the format, also of a file that does not parse."""
+    if is_json:
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError):
+            data = None
+        if isinstance(data, dict):
+            return tuple(str(k) for k in data)
     found = (_JSON_KEY if is_json else _TOP_KEY).findall(text)
     return tuple(dict.fromkeys(found))
 
