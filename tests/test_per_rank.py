@@ -76,6 +76,8 @@ def test_what_sharding_does_not_divide(llama):
     root = 2 * 128_256 * 4096 + 4096
     layer = (8_030_261_248 - root) // 32
     assert eight.bytes("weights") == -(-8_030_261_248 * 2 // 8) + root * 2 + layer * 2
+    # Reduce-scatter staging: one decoder layer's unsharded gradients, not the root's.
+    assert eight.bytes("buffers") == layer * 2 == 436_224_000
     assert any("not sharded" in n for n in eight.assumptions)
 
 

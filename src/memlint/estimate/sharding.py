@@ -119,7 +119,8 @@ def layout(s: Setup, accounting: str, weights: int, gradients: int) -> Layout:
             kw.update(gathered=root_b + k * layer_b,
                       gathered_formula=f" + root unit gathered ({root:,} params: embeddings, final norm, lm_head) "
                                        f"+ {k} layer ({layer_b:,} B)")
-        layer_g = gradients // s.model.layers
+        root_g = root * grad_bytes if s.method == "full" else 0  # adapters live in the layers only
+        layer_g = max(0, gradients - root_g) // s.model.layers
         kw.update(backward_tail=fs["reduce_scatter_staging_layers"] * layer_g,
                   buffers_formula=f"reduce-scatter staging: one layer's unsharded gradients ({layer_g:,} B), "
                                   f"during backward")
