@@ -300,3 +300,42 @@ def test_notebook_findings_name_the_cell_and_the_line_in_it(capsys, monkeypatch)
     _, out, _ = run(capsys, *argv, "--output-format", "json")
     [cap] = [d for d in json.loads(out) if d["code"] == "MEM101"]
     assert cap["cell"] == 4 and cap["location"] == {"row": 5, "column": 5} and cap["noqa_row"] == 5
+
+
+def test_diff_shows_fixes_without_writing_and_fix_writes_them_idempotently(tmp_path, capsys):
+    import shutil
+
+    target = tmp_path / "hf_trainer_full.py"
+    shutil.copy(SCRIPTS / "hf_trainer_full.py", target)
+    before = target.read_text()
+    code, out, err = run(capsys, "check", str(target), "--gpu", "RTX4090", "--diff")
+    assert code == 1 and '-        padding="max_length",' in out and "+        padding=False," in out
+    assert target.read_text() == before and "Would fix 1 finding" in err
+    code, out, err = run(capsys, "check", str(target), "--gpu", "RTX4090", "--fix")
+    after = target.read_text()
+    assert after == before.replace('padding="max_length"', "padding=False") and "Fixed 1 file" in err
+    assert "MEM201" not in out and "MEM101" in out  # the report is of the fixed file
+    run(capsys, "check", str(target), "--gpu", "RTX4090", "--fix")
+    assert target.read_text() == after  # idempotent
+    code, out, _ = run(capsys, "check", str(target), "--gpu", "RTX4090", "--diff")
+    assert code == 0 and out == ""
+
+
+def test_unsafe_fixes_need_the_flag(tmp_path, capsys):
+    from memlint.rules.samples import script
+
+    f = tmp_path / "train.py"
+    f.write_text(script(batch=4, max_length=8192))  # MEM202: group_by_length is declared unsafe
+    _, out, _ = run(capsys, "check", str(f), "--select", "MEM202", "--diff")
+    assert out == ""
+    _, out, _ = run(capsys, "check", str(f), "--select", "MEM202", "--diff", "--unsafe-fixes")
+    assert "group_by_length=True" in out or 'train_sampling_strategy="group_by_length"' in out
+
+
+def test_fix_on_stdin_prints_the_fixed_source(capsys, monkeypatch):
+    import io
+
+    src = (SCRIPTS / "hf_trainer_full.py").read_bytes()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(src)))
+    code, out, _ = run(capsys, "check", "-", "--stdin-filename", "train.py", "--fix", "--gpu", "RTX4090")
+    assert code == 0 and out == src.decode().replace('padding="max_length"', "padding=False")

@@ -290,8 +290,21 @@ def check_plan(plan: TrainingPlan, *, lines: Sequence[str] = (), settings: Setti
             suppressed += 1
             continue
         kept.append(f)
+    if plan.kind == "python" and any(f.fix is not None for f in kept):
+        kept = _effective_fixes(kept, lines)
     kept.sort(key=Finding.sort_key)
     return FileResult(plan.path, ctx.plan, ctx, kept, lines, suppressed)
+
+
+def _effective_fixes(found: list[Finding], lines: Sequence[str]) -> list[Finding]:
+    """Each declared fix as it would apply to this file: dropped where it cannot be made,
+    unsafe where the source makes it so (e.g. no padding collator for dynamic padding)."""
+    from dataclasses import replace
+
+    from memlint.fix import effective_fix
+
+    source = "\n".join(lines) + "\n"
+    return [replace(f, fix=effective_fix(source, f)) if f.fix is not None else f for f in found]
 
 
 def check_source(source: str, path: str = "<stdin>", **kwargs) -> FileResult:

@@ -201,7 +201,8 @@ def unified_diff(path: str, before: str, after: str) -> str:
     if before == after:
         return ""
     lines = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
-                                 fromfile=f"a/{path}", tofile=f"b/{path}")
+                                 fromfile=path if path.startswith("/") else f"a/{path}",
+                                 tofile=path if path.startswith("/") else f"b/{path}")
     out = []
     for line in lines:
         out.append(line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n")

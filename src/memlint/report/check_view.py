@@ -203,21 +203,17 @@ def _fixable(results, args) -> dict:
     return {id(r): [f for f in r.findings if f.fix is not None and f.fix.applicability in allowed] for r in results}
 
 
-def _apply(source: str, findings, unsafe: bool):
-    try:
-        from memlint.fix import apply_fixes
-    except ImportError:
-        raise MemlintError("--fix: this build has no fixes") from None
-    return apply_fixes(source, findings, unsafe=unsafe)
+def _apply(source: str, findings, unsafe: bool, path: str):
+    from memlint.fix import apply_fixes
+
+    return apply_fixes(source, findings, unsafe=unsafe, path=path)
 
 
 def _fix_files(results, settings, args, kw):
     from memlint.check import check_source
 
-    try:
-        from memlint.fix import unified_diff
-    except ImportError:
-        raise MemlintError("--fix: this build has no fixes") from None
+    from memlint.fix import unified_diff
+
     todo = _fixable(results, args)
     out_results, diffs, changed = [], [], 0
     for r in results:
@@ -230,7 +226,7 @@ def _fix_files(results, settings, args, kw):
             before = Path(r.path).read_text(encoding="utf-8")
         except OSError:
             pass
-        res = _apply(before, fixes, args.unsafe_fixes)
+        res = _apply(before, fixes, args.unsafe_fixes, r.path)
         if res.source == before:
             out_results.append(r)
             continue
@@ -255,7 +251,7 @@ def _fix_files(results, settings, args, kw):
 
 def _fix_stdin(source: str, result, name: str, args) -> int:
     fixes = _fixable([result], args)[id(result)]
-    new = _apply(source, fixes, args.unsafe_fixes).source if fixes else source
+    new = _apply(source, fixes, args.unsafe_fixes, name).source if fixes else source
     if args.diff:
         from memlint.fix import unified_diff
 
