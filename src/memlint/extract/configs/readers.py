@@ -6,6 +6,7 @@ key names, its defaults and its silent substitutions (data/frameworks.json).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,10 @@ class Axolotl(FrameworkReader):
             self.fw("gradient_checkpointing", "gradient_checkpointing")
         else:
             self.lit("gradient_checkpointing", bool(gc) and str(gc).lower() != "false", "gradient_checkpointing")
+            if isinstance(gc, str) and gc.lower().startswith("offload"):
+                self.notes.append(f"gradient_checkpointing: {gc} keeps checkpointed layer inputs in CPU memory; memlint counts them on the GPU")
+        if d.get("activation_offloading") not in (None, False):
+            self.notes.append("activation_offloading: activations move to CPU memory; memlint counts them on the GPU")
         opt = d.get("optimizer")
         if isinstance(opt, str) and opt:
             self.lit("optimizer", opt.lower(), "optimizer")
@@ -244,6 +249,14 @@ class Axolotl(FrameworkReader):
 
     def attention(self) -> None:
         d = self.doc
+        # newer axolotl: `attention: flash` and a free `attn_implementation` (kernels) beside the flags
+        names = {"flash": "flash_attention_2", "flash_attention": "flash_attention_2", "flash_attention_2": "flash_attention_2", "fa2": "flash_attention_2",
+                 "sdpa": "sdpa", "sdp": "sdpa", "xformers": "sdpa", "flex": "flex_attention", "flex_attention": "flex_attention", "eager": "eager"}
+        for key in ("attn_implementation", "attention"):
+            v = d.get(key)
+            if isinstance(v, str) and v:
+                self.lit("attn_implementation", names.get(v.lower(), v), key)
+                return
         for key, value in (("flash_attention", "flash_attention_2"), ("sdp_attention", "sdpa"), ("flex_attention", "flex_attention"),
                            ("xformers_attention", "sdpa"), ("eager_attention", "eager")):
             if d.get(key) is True:
@@ -454,7 +467,7 @@ class TrlRecipe(FrameworkReader):
             dd = library_default(cls, "packing")
             self.lib("packing", bool(dd.value) if dd else False, dd.why if dd else "packing not set")
         p = self.fields["packing"]
-        self.fields["padding"] = type(p)("packing", p.source, p.span, p.chain) if p.value else type(p)("longest", "library-default", None, ("SFTTrainer's collator pads each batch to its longest sample",))
+        self.fields["padding"] = type(p)("packing", p.source, p.span, p.chain) if p.value else type(p)("longest", "library-default", None, (f"{cls.split('.')[-1].replace('Config', 'Trainer')}'s collator pads each batch to its longest sample",))
         self.ta_bool("group_by_length", "group_by_length", cls)
         self.ta_bool("gradient_checkpointing", "gradient_checkpointing", cls)
         opt = d.get("optim")
@@ -467,6 +480,8 @@ class TrlRecipe(FrameworkReader):
         attn = d.get("attn_implementation")
         if isinstance(attn, str) and attn:
             self.lit("attn_implementation", attn, "attn_implementation")
+        elif d.get("use_flash_attention_2") is True:  # the handbook's older ModelArguments
+            self.lit("attn_implementation", "flash_attention_2", "use_flash_attention_2")
         else:
             dd = library_default("transformers.from_pretrained", "attn_implementation")
             self.lib("attn_implementation", dd.value if dd else "sdpa", dd.why if dd else "transformers default")
@@ -482,9 +497,10 @@ class TrlRecipe(FrameworkReader):
 
     def _config_class(self) -> str:
         # alignment-handbook keeps sft/, dpo/, orpo/ recipes apart; DPO-only keys settle it otherwise
-        parts = {p.lower() for p in Path(self.doc.path).parts}
+        path = Path(self.doc.path)
+        parts = {p.lower() for p in path.parts} | set(re.split(r"[_\-.]", path.stem.lower()))
         for name in ("dpo", "orpo", "kto", "grpo"):
-            if name in parts or f"config_{name}" in Path(self.doc.path).stem.lower():
+            if name in parts:
                 return f"trl.{name.upper()}Config"
         if self.doc.has("beta") or self.doc.has("max_prompt_length"):
             return "trl.DPOConfig"
