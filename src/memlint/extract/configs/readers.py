@@ -76,6 +76,14 @@ class FrameworkReader(Reader):
         self.notes.extend(notes)
         self.diagnostics.extend(diags)
 
+    def ta_int(self, name: str, key: str, cls: str) -> None:
+        """An integer TrainingArguments field: literal, else the library's default (library_defaults.json)."""
+        if self.doc.has(key):
+            self.int_field(name, key)
+            return
+        dd = library_default(cls, key)
+        self.lib(name, dd.value, dd.why) if dd else self.unknown(name, f"no {cls} default for {key}")
+
     def trainer(self, value: str, why: str) -> None:
         from memlint.plan import Value
 
@@ -344,9 +352,11 @@ class LlamaFactory(FrameworkReader):
                 self.fields["lora_targets"] = type(self.fields["lora_targets"])(_lf_targets(t), "library-default", None, self.fields["lora_targets"].chain)
             else:
                 self.lit("lora_targets", _lf_targets(t), "lora_target")
-        self.int_field("per_device_batch", "per_device_train_batch_size", default_key="per_device_train_batch_size")
-        self.int_field("eval_batch", "per_device_eval_batch_size", default_key="per_device_eval_batch_size")
-        self.int_field("grad_accum", "gradient_accumulation_steps", default_key="gradient_accumulation_steps")
+        # the training fields are transformers' Seq2SeqTrainingArguments, with their defaults
+        ta = "transformers.Seq2SeqTrainingArguments"
+        self.ta_int("per_device_batch", "per_device_train_batch_size", ta)
+        self.ta_int("eval_batch", "per_device_eval_batch_size", ta)
+        self.ta_int("grad_accum", "gradient_accumulation_steps", ta)
         self.int_field("max_length", "cutoff_len", default_key="cutoff_len")
         packing = d.get("packing")
         if d.get("neat_packing") is True:
@@ -376,7 +386,8 @@ class LlamaFactory(FrameworkReader):
         if isinstance(opt, str) and opt:
             self.lit("optimizer", opt.lower(), "optim")
         else:
-            self.fw("optimizer", "optim")
+            dd = library_default(ta, "optim")
+            self.lib("optimizer", dd.value if dd else None, dd.why if dd else "optim not set")
         fa = d.get("flash_attn")
         attn = {"fa2": "flash_attention_2", "sdpa": "sdpa", "eager": "eager", "disabled": "eager"}.get(str(fa).lower()) if fa is not None else None
         if attn:
@@ -505,13 +516,6 @@ class TrlRecipe(FrameworkReader):
         if self.doc.has("beta") or self.doc.has("max_prompt_length"):
             return "trl.DPOConfig"
         return "trl.SFTConfig"
-
-    def ta_int(self, name: str, key: str, cls: str) -> None:
-        if self.doc.has(key):
-            self.int_field(name, key)
-            return
-        dd = library_default(cls, key)
-        self.lib(name, dd.value, dd.why) if dd else self.unknown(name, f"no {cls} default for {key}")
 
     def ta_bool(self, name: str, key: str, cls: str) -> None:
         v = self.doc.get(key)
