@@ -130,6 +130,9 @@ def accelerate_facts(doc: Document, file: Path | None = None) -> LaunchFacts:
         n = None
     if n is not None:
         facts.fields["num_gpus"] = Value(n, "literal", doc.span("num_processes"), (f"num_processes: {n}",))
+    elif not doc.has("num_processes"):
+        d = frameworks.default("accelerate", "num_processes")
+        facts.fields["num_gpus"] = Value(d.value, "library-default", None, (d.why,))
     dtype = str(doc.get("distributed_type") or "NO").upper()
     span = doc.span("distributed_type")
     if dtype == "DEEPSPEED":
@@ -179,7 +182,7 @@ def accelerate_facts(doc: Document, file: Path | None = None) -> LaunchFacts:
         fsdp = doc.get("fsdp_config") or {}
         fsdp = fsdp if isinstance(fsdp, dict) else {}
         table, ref = frameworks.substitution("accelerate", "fsdp_sharding")
-        version = fsdp.get("fsdp_version", 1)
+        version = fsdp.get("fsdp_version") or frameworks.default("accelerate", "fsdp_version").value
         strat = fsdp.get("fsdp_sharding_strategy")
         reshard = fsdp.get("fsdp_reshard_after_forward")
         if strat is not None:

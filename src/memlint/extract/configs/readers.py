@@ -497,7 +497,7 @@ class TrlRecipe(FrameworkReader):
             dd = library_default("transformers.from_pretrained", "attn_implementation")
             self.lib("attn_implementation", dd.value if dd else "sdpa", dd.why if dd else "transformers default")
         self.distributed(("fsdp",))
-        self.trainer(cls.split(".")[-1].replace("Config", "Trainer"), f"recipe fields read as {cls}")
+        self.trainer(cls.split(".")[-1].replace("Config", "Trainer"), f"recipe fields read as {cls} ({frameworks.substitution(self.kind, 'sft_config')[1]})")
         self.checked_keys()
 
     def _bool(self, key: str) -> bool:
