@@ -328,7 +328,7 @@ def test_quantization_is_read_off_bitsandbytes_layers():
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from memlint.live import read_model
+    from memlint.live import confirm, from_model, read_model
 
     model = LlamaForCausalLM(LlamaConfig(**LLAMA))
     for layer in model.model.layers:
@@ -341,6 +341,51 @@ def test_quantization_is_read_off_bitsandbytes_layers():
     info = read_model(model)
     assert (info["quant"], info["double_quant"], info["compute_dtype"]) == ("nf4", True, "bf16")
     assert info["lora"]["r"] == 4 and info["lora"]["targets"] == ("self_attn.q_proj",)
+    # fp32 embeddings beside a bf16-compute 4-bit base: prepare_model_for_kbit_training ran
+    lp = from_model(model, batch=2, seq=32)
+    s = lp.setup
+    assert (s.method, s.quant, s.double_quant, s.kbit_prep, s.dtype) == ("qlora", "nf4", True, True, "bf16")
+    c = confirm(lp, device="trace")  # a 4-bit base is rebuilt from the config for the trace
+    assert "fresh model built from your model's config" in c.how
+    assert estimate(s).allocated_peak == pytest.approx(c.measurement.measured_peak, rel=0.03)
+
+
+def test_the_collators_padding_decides_the_worst_micro_batch():
+    from transformers import DataCollatorForLanguageModeling, DataCollatorWithPadding, default_data_collator
+
+    from memlint.live import collator_padding, worst_micro_batch
+
+    lengths = [5, 300, 17, 120, 90]
+    cases = [
+        (DataCollatorWithPadding(tokenizer=None, padding="max_length", max_length=512), (2, 512)),
+        (DataCollatorWithPadding(tokenizer=None, pad_to_multiple_of=64), (2, 320)),
+        (DataCollatorForLanguageModeling(tokenizer=None, mlm=False), (2, 300)),
+        (default_data_collator, (2, 300)),
+        (type("PaddingFree", (), {"padding_free": True})(), (1, 420)),  # TRL: the 2 longest in one row
+    ]
+    for collator, (rows, cols) in cases:
+        assert worst_micro_batch(lengths, 2, *collator_padding(collator))[:2] == (rows, cols), collator
+    # fewer samples than the batch: the worst micro-batch holds them all
+    assert worst_micro_batch([7, 9], 8, "longest", None, None)[:2] == (2, 9)
+
+
+def test_lengths_come_from_a_columnar_dataset_or_a_list_of_rows():
+    from memlint.errors import MemlintError
+    from memlint.live import Lengths, sample_lengths
+
+    class Columns:  # the part of datasets.Dataset that is read
+        column_names = ["input_ids", "attention_mask"]
+
+        def __getitem__(self, key):
+            assert key == "input_ids"
+            return [[1] * n for n in (3, 40, 7)]
+
+    assert sample_lengths(Columns()) == [3, 40, 7]
+    assert Lengths.of([3, 40, 7]) == Lengths(3, 40, 1, 7, 40)
+    with pytest.raises(MemlintError, match="tokenize it first"):
+        sample_lengths([{"text": "hello"}])
+    with pytest.raises(MemlintError, match="streaming"):
+        sample_lengths(iter([{"input_ids": [1]}]))
 
 
 def test_the_notebook_runs_headless_and_renders_the_table():
