@@ -42,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
             "config": entry["config"],
             **counted,
         }
+        if entry.get("ref"):  # where the config values were read, kept next to the counts
+            models[entry["id"]]["ref"] = entry["ref"]
         print(f"{entry['id']:45s} {counted['params']:>16,d}", file=sys.stderr)
     doc = {
         "_generated_by": "scripts/gen_catalog.py",

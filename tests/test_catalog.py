@@ -104,3 +104,56 @@ def test_catalog_entries_rederive_with_transformers(model_id):
     got = count_on_meta(entry["model_type"], entry["config"])
     assert got["params"] == entry["params"]
     assert got["groups"] == entry["groups"]
+
+
+# Published figures the meta-device counts must reproduce. Pythia's model card lists
+# non-embedding parameters (total minus embed_in and embed_out); keras-hub's presets list
+# the full count of the same-shape checkpoints (Llama 2 7B has LLaMA 7B's shapes).
+@pytest.mark.parametrize("model_id,non_embedding", [
+    ("EleutherAI/pythia-70m", 18_915_328), ("EleutherAI/pythia-160m", 85_056_000),
+    ("EleutherAI/pythia-410m", 302_311_424), ("EleutherAI/pythia-1b", 805_736_448),
+])
+def test_pythia_counts_match_the_model_cards_non_embedding_figures(model_id, non_embedding):
+    spec = resolve(model_id)
+    assert spec.params - spec.groups["embeddings"] - spec.groups["lm_head"] == non_embedding
+
+
+@pytest.mark.parametrize("model_id,params", [
+    ("google/gemma-2b", 2_506_172_416),          # keras-hub gemma_2b_en
+    ("huggyllama/llama-7b", 6_738_415_616),      # keras-hub llama2_7b_en, same shapes
+    ("mistralai/Mistral-7B-Instruct-v0.2", 7_241_732_096),  # keras-hub mistral_0.2_instruct_7b_en
+])
+def test_counts_match_published_totals(model_id, params):
+    assert resolve(model_id).params == params
+
+
+def test_fine_tunes_resolve_to_their_base_shapes():
+    # zephyr and its SFT parent keep Mistral-7B-v0.1's vocabulary; OpenHermes-2.5 adds
+    # two ChatML tokens, so it is its own entry: 2 rows × 4096 in embed_tokens and lm_head.
+    base = resolve("mistralai/Mistral-7B-v0.1").params
+    assert resolve("HuggingFaceH4/zephyr-7b-beta").params == base
+    assert resolve("HuggingFaceH4/mistral-7b-sft-beta").params == base
+    assert resolve("teknium/OpenHermes-2.5-Mistral-7B").params == base + 2 * 2 * 4096
+
+
+def test_instruct_v02_is_not_an_alias_of_v01():
+    v01, v02 = resolve("mistralai/Mistral-7B-Instruct-v0.1"), resolve("mistralai/Mistral-7B-Instruct-v0.2")
+    assert v01.params == v02.params
+    # v0.1's config.json leaves rope_theta at MistralConfig's default, 10000.
+    assert v01.config.get("rope_theta", 10000.0) == 10000.0 and v02.config["rope_theta"] == 1e6
+    assert v01.config["sliding_window"] == 4096 and v02.config["sliding_window"] is None
+
+
+def test_gemma_1_is_gated_rmsnorm_and_opt_350m_projects_its_embeddings():
+    gemma = resolve("google/gemma-2b")
+    assert gemma.arch["mlp"] == "gated" and gemma.arch["norm"] == "rmsnorm"
+    assert gemma.tied_embeddings and gemma.kv_heads == 1 and gemma.head_dim == 256
+    opt = resolve("facebook/opt-350m")
+    assert opt.groups["embeddings"] < 50272 * 1024  # 512-wide token embeddings
+    assert {"project_in", "project_out"} <= {name.split(".")[-1] for name in (l.name for l in opt.linears)}
+
+
+
+def test_new_families_cite_where_their_config_values_were_read():
+    cited = [e for e in _catalog().values() if e["model_type"] in {"gemma", "phi"} or e["family"] == "llama-1"]
+    assert len(cited) >= 4 and all("huggingface.co" in e.get("ref", "") for e in cited)

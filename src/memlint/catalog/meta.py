@@ -26,8 +26,9 @@ def _normalise_arch(model_type: str, cfg) -> dict:
     if inter is None:
         inter = 4 * hidden
     gated = model_type in {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe",
-                           "gemma2", "gemma3_text", "phi3"}
-    norm = "rmsnorm" if gated else "layernorm"
+                           "gemma", "gemma2", "gemma3_text", "phi3", "olmo2", "stablelm"}
+    # StableLM gates its MLP but keeps LayerNorm.
+    norm = "rmsnorm" if gated and model_type != "stablelm" else "layernorm"
     arch = {
         "model_type": model_type,
         "hidden_size": hidden,
