@@ -4,7 +4,6 @@ with one long sample; the plan read off the objects, the CPU confirmation, the u
 from __future__ import annotations
 
 import dataclasses
-import os
 import random
 import subprocess
 import sys
@@ -394,7 +393,8 @@ def test_the_notebook_runs_headless_and_renders_the_table():
     pytest.importorskip("ipykernel")
     path = ROOT / "examples" / "memcheck.ipynb"
     nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}})
+    client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
+                                     resources={"metadata": {"path": str(ROOT)}})
     client.execute()
     htmls = [o["data"]["text/html"] for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
              if "data" in o and "text/html" in o["data"]]

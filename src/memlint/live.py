@@ -245,7 +245,8 @@ def sample_lengths(dataset: Any, column: str = "input_ids") -> list[int]:
     for i in range(len(dataset)):
         row = dataset[i]
         if not isinstance(row, dict) or column not in row:
-            raise MemlintError(f"sample {i} of the training dataset has no {column!r}: tokenize it first, or pass --seq")
+            raise MemlintError(f"sample {i} of the training dataset has no {column!r}: "
+                               "tokenize it first, or pass --seq")
         out.append(len(row[column]))
     return out
 
@@ -349,8 +350,9 @@ def from_trainer(trainer: Any, *, batch: int | None = None, seq: int | None = No
     recompute_args = bool(getattr(args, "gradient_checkpointing", False))
     return _build(model, rows, cols, grad_accum=int(args.gradient_accumulation_steps), optim=str(optim),
                   bf16=bool(args.bf16), fp16=bool(args.fp16), recompute_args=recompute_args,
-                  padding=padding, multiple=multiple, lengths=lengths, batch_asked=int(args.per_device_train_batch_size),
-                  notes=notes, kind="trainer", group_by_length=bool(getattr(args, "group_by_length", False)))
+                  padding=padding, multiple=multiple, lengths=lengths,
+                  batch_asked=int(args.per_device_train_batch_size), notes=notes, kind="trainer",
+                  group_by_length=bool(getattr(args, "group_by_length", False)))
 
 
 def from_model(model: Any, *, batch: int, seq: int, optim: str | None = None, precision: str | None = None,
@@ -359,7 +361,8 @@ def from_model(model: Any, *, batch: int, seq: int, optim: str | None = None, pr
     precision follows the weights (fp32: none; bf16: pure bf16) unless `precision` says."""
     notes = [f"micro-batch {batch} × {seq} as given (--batch/--seq)"]
     if precision is None:
-        notes.append("no Trainer: precision follows the weights (fp32 weights train in fp32, bf16 weights in pure bf16)")
+        notes.append("no Trainer: precision follows the weights (fp32 weights train in fp32, "
+                     "bf16 weights in pure bf16)")
     bf16 = precision == "amp-bf16"
     fp16 = precision == "amp-fp16"
     optim = optim or _default_optim()
@@ -500,9 +503,6 @@ class StateSnapshot:
     enable_input_require_grads hooks), and the torch CPU/CUDA, Python and numpy RNGs."""
 
     def __init__(self, model: Any) -> None:
-        import random
-        import sys
-
         import torch
 
         self.model = model
@@ -518,16 +518,9 @@ class StateSnapshot:
                 p.grad = None
         self.modules = [(m, dict(m.__dict__), {k: dict(v) for k, v in m.__dict__.items() if _is_hook_dict(k, v)})
                         for m in model.modules()]
-        self.rng_cpu = torch.get_rng_state()
-        self.rng_cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
-        self.rng_py = random.getstate()
-        np = sys.modules.get("numpy")
-        self.rng_np = np.random.get_state() if np is not None else None
+        self.rng = RngSnapshot()
 
     def restore(self) -> tuple[str, ...]:
-        import random
-        import sys
-
         import torch
 
         with torch.no_grad():
@@ -550,16 +543,8 @@ class StateSnapshot:
                 live = module.__dict__[k]
                 live.clear()
                 live.update(saved)
-        torch.set_rng_state(self.rng_cpu)
-        if self.rng_cuda is not None:
-            torch.cuda.set_rng_state_all(self.rng_cuda)
-        random.setstate(self.rng_py)
-        np = sys.modules.get("numpy")
-        if self.rng_np is not None and np is not None:
-            np.random.set_state(self.rng_np)
         return ("trainable parameters", "buffers", "gradients", "requires_grad", "train/eval mode",
-                "gradient checkpointing", "hooks", "RNG (torch CPU" + (", CUDA" if self.rng_cuda is not None else "")
-                + ", python, numpy)")
+                "gradient checkpointing", "hooks", *self.rng.restore())
 
 
 def _is_hook_dict(key: str, value: Any) -> bool:
@@ -578,7 +563,8 @@ class RngSnapshot:
         import torch
 
         self.cpu = torch.get_rng_state()
-        self.cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        self.cuda = torch.cuda.get_rng_state_all() if cuda else None
         self.py = random.getstate()
         np = sys.modules.get("numpy")
         self.np = np.random.get_state() if np is not None else None

@@ -275,7 +275,7 @@ def _rich(sections: list[Section]) -> list[Any]:
             out.append(Text("  " + line))
         if s.columns:
             t = Table(box=None, header_style="bold", pad_edge=False, show_edge=False)
-            for i, col in enumerate(s.columns):
+            for col in s.columns:
                 t.add_column(col, justify="right" if col.endswith(("GiB", "MiB")) or col == "error" else "left",
                              overflow="fold")
             for row in s.rows:
@@ -321,8 +321,9 @@ class MemcheckMagics(Magics):
     """`%memcheck trainer`, `%memcheck model --batch 4 --seq 2048`, `%memcheck train.py`,
     `%%memcheck` (the cell, statically; `--run` runs it afterwards)."""
 
-    gpu = Unicode(None, allow_none=True, help="GPU to check against (a name from memlint's table or a size "
-                                              "in GiB); default: [tool.memlint] gpu, else the attached GPU").tag(config=True)
+    gpu = Unicode(None, allow_none=True,
+                  help="GPU to check against (a name from memlint's table or a size in GiB); "
+                       "default: [tool.memlint] gpu, else the attached GPU").tag(config=True)
     confirm = Bool(True, help="Measure the worst-case step after estimating it (CUDA when available, "
                               "else the fake-tensor trace on CPU)").tag(config=True)
     device = Unicode("auto", help="auto | cuda | cpu | trace").tag(config=True)
@@ -434,7 +435,8 @@ class MemcheckMagics(Magics):
             lp = live.from_model(obj, batch=args.batch or 1, seq=args.seq)
             kind = "model"
         else:
-            raise UsageError(f"{target} is a {type(obj).__name__}: expected a Trainer, a model or a script path\n{usage}")
+            raise UsageError(f"{target} is a {type(obj).__name__}: expected a Trainer, a model or a script path"
+                             f"\n{usage}")
         return self._live(args, lp, target, kind)
 
     def _live(self, args: Any, lp: Any, target: str, kind: str) -> MemcheckResult:
