@@ -312,6 +312,27 @@ def test_file_target_is_checked_statically_like_the_cli(shell):
     assert r.files[0].context.estimate is not None and "MEM101" in repr(r)
 
 
+def test_a_variable_naming_a_script_is_checked_statically(shell):
+    pytest.importorskip("memlint.check")
+    shell.user_ns["script"] = str(ROOT / "fixtures" / "scripts" / "hf_trainer_full.py")
+    r = shell.run_line_magic("memcheck", "script --gpu RTX4090 -q")
+    assert r.kind == "file" and "MEM101" in {f.code for f in r.files[0].findings}
+
+
+def test_flash_attention_is_traced_as_sdpa_on_the_copy_only(tmp_path):
+    from memlint import live
+
+    trainer = _trainer(tmp_path)
+    base = trainer.model.get_base_model()
+    base.config._attn_implementation = "flash_attention_2"
+    lp = live.from_trainer(trainer)
+    assert lp.setup.attn == "flash_attention_2"
+    c = live.confirm(lp, device="trace")
+    assert any("traced as sdpa" in n for n in c.notes)
+    assert base.config._attn_implementation == "flash_attention_2"  # the user's model keeps its choice
+    assert estimate(lp.setup).allocated_peak == pytest.approx(c.measurement.measured_peak, rel=0.03)
+
+
 def test_cell_magic_reads_the_cell_without_running_it_unless_run(shell):
     pytest.importorskip("memlint.check")
     cell = (ROOT / "fixtures" / "scripts" / "hf_trainer_full.py").read_text()

@@ -666,6 +666,11 @@ def confirm(lp: LivePlan, *, device: str = "auto", steps: int = 2, measure_fn: A
         if setup.quant == "none":
             model, how = meta_copy(lp.model), ("fake-tensor trace on CPU of a meta-device copy of your model "
                                                "(no data copied, no memory used); your model was not touched")
+            if setup.attn == "flash_attention_2":
+                # as memlint.measure does for the models it builds: the CPU has no flash kernel,
+                # SDPA's flash path saves the same tensors
+                _base(model).set_attn_implementation("sdpa")
+                notes.append("flash_attention_2 traced as sdpa on the copy (the same saved tensors)")
         else:
             model, how = None, ("fake-tensor trace on CPU of a fresh model built from your model's config "
                                 "(a 4-bit base is rebuilt by memlint.measure); your model was not touched")

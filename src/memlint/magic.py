@@ -426,6 +426,8 @@ class MemcheckMagics(Magics):
             raise UsageError(f"{target}: {type(exc).__name__}: {exc}\n{usage}") from None
         from memlint import live
 
+        if isinstance(obj, (str, os.PathLike)) and os.path.isfile(obj):  # a variable naming a script
+            return self._static(args, path=os.fspath(obj))
         if hasattr(obj, "args") and hasattr(obj, "train_dataset") and hasattr(obj, "model"):
             lp = live.from_trainer(obj, batch=args.batch, seq=args.seq)
             kind = "trainer"
