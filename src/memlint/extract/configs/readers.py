@@ -36,7 +36,11 @@ class FrameworkReader(Reader):
             inner, shown = find_deepspeed(self.file, self.doc.path, ds.strip())
             if inner is None:
                 self.fields["distributed"] = self._ds_unknown(shown)
-                self.notes.append(f"distributed: {shown}; DeepSpeed stage unknown")
+                # frameworks ship their DeepSpeed files (axolotl's deepspeed_configs/zero3_bf16.json):
+                # the name is a hint for the user, never a value
+                hint = re.search(r"(?:zero|z)_?([0-3])", Path(ds).name.lower())
+                guess = f"; the name suggests ZeRO-{hint.group(1)}: pass --assume distributed=zero{hint.group(1)}" if hint and hint.group(1) != "0" else ""
+                self.notes.append(f"distributed: {shown}; DeepSpeed stage unknown{guess}")
                 return
             self._merge_ds(inner)
             return
