@@ -155,5 +155,29 @@ def test_gemma_1_is_gated_rmsnorm_and_opt_350m_projects_its_embeddings():
 
 
 def test_new_families_cite_where_their_config_values_were_read():
-    cited = [e for e in _catalog().values() if e["model_type"] in {"gemma", "phi"} or e["family"] == "llama-1"]
-    assert len(cited) >= 4 and all("huggingface.co" in e.get("ref", "") for e in cited)
+    families = {"gemma", "phi", "gpt_neo", "gptj", "bloom", "olmo2", "stablelm"}
+    cited = [e for e in _catalog().values() if e["model_type"] in families or e["family"] == "llama-1"]
+    assert len(cited) >= 12 and all("huggingface.co" in e.get("ref", "") for e in cited)
+
+
+@pytest.mark.parametrize("model_id,mlp,norm,tied", [
+    ("EleutherAI/gpt-neo-125m", "plain", "layernorm", True),
+    ("EleutherAI/gpt-j-6b", "plain", "layernorm", False),
+    ("bigscience/bloom-560m", "plain", "layernorm", True),
+    ("allenai/OLMo-2-1124-7B", "gated", "rmsnorm", False),
+    ("stabilityai/stablelm-2-1_6b", "gated", "layernorm", False),
+    ("microsoft/phi-2", "plain", "layernorm", False),
+])
+def test_architecture_facts_the_activation_model_reads(model_id, mlp, norm, tied):
+    spec = resolve(model_id)
+    assert (spec.arch["mlp"], spec.arch["norm"], spec.tied_embeddings) == (mlp, norm, tied)
+    assert (spec.groups["lm_head"] == 0) == tied
+
+
+def test_distills_resolve_to_the_shapes_they_were_distilled_into():
+    # R1-Distill-Llama-8B and -Qwen-14B keep their bases' configs; -Qwen-1.5B unties the
+    # lm_head that Qwen2.5-1.5B ties, so it is its own entry and 233M parameters larger.
+    assert resolve("deepseek-ai/DeepSeek-R1-Distill-Llama-8B").params == 8_030_261_248
+    assert resolve("deepseek-ai/DeepSeek-R1-Distill-Qwen-14B").params == resolve("Qwen/Qwen2.5-14B").params
+    distill, base = resolve("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"), resolve("Qwen/Qwen2.5-1.5B")
+    assert distill.params - base.params == 151936 * 1536 and not distill.tied_embeddings
