@@ -235,6 +235,17 @@ def test_html_and_plain_repr_show_the_table(shell):
     assert r.fits is True and r.to_dict()["live"]["longest_sample"] == 199
 
 
+def test_html_embeds_the_four_bucket_chart_with_the_measured_peak(shell):
+    pytest.importorskip("matplotlib")
+    r = shell.run_line_magic("memcheck", "trainer --gpu 24 --device trace -q")
+    [bar] = r.chart_bars()
+    assert bar.measured == r.measured.measured_peak + r.estimate.bytes("overhead")
+    assert dict(bar.components) == {k: r.estimate.bytes(k) for k in bar.components}
+    assert bar.peak == r.estimate.peak
+    page = r._repr_html_()
+    assert '<div class="memlint-chart"><?xml' in page and "<svg" in page
+
+
 def test_display_is_shown_once_and_quiet_shows_nothing(shell, capsys):
     shell.run_cell("r = %memcheck trainer --no-confirm")
     out = capsys.readouterr().out

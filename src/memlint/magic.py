@@ -107,8 +107,35 @@ class MemcheckResult:
             return _static_sections(self)
         return _live_sections(self)
 
+    def chart_bars(self) -> list[Any]:
+        """The four-bucket bar of this estimate, with the measured peak as a marker."""
+        from memlint.report.chart import bars_for
+
+        if self.estimate is None:
+            return []
+        marker = None
+        m = self.measured
+        if m is not None:
+            if m.method == "cuda-allocator" and self.gpu is not None:
+                marker = m.measured_peak + m.components["overhead"] + self.gpu[2]
+            else:  # a trace counts allocated bytes: add the estimate's context and slack
+                marker = m.measured_peak + self.estimate.bytes("overhead")
+        return bars_for(self.estimate, self.gpu[2] if self.gpu else None, measured=marker)
+
+    def chart_svg(self) -> str | None:
+        """The chart as SVG (None without matplotlib, the `plot` extra, or without an estimate)."""
+        import importlib.util
+
+        if self.estimate is None or importlib.util.find_spec("matplotlib") is None:
+            return None
+        from memlint.report.chart import capacities_for, chart_svg
+
+        return chart_svg(self.chart_bars(), capacities_for(self.gpu[0] if self.gpu else None))
+
     def _repr_html_(self) -> str:
-        return _html(self.sections())
+        html = _html(self.sections())
+        svg = self.chart_svg()
+        return html + (f'<div class="memlint-chart">{svg}</div>' if svg else "")
 
     def __repr__(self) -> str:
         return _text(self.sections())
@@ -127,6 +154,10 @@ class MemcheckResult:
             console = _rich_console()  # a terminal: rich's colours
             for part in _rich(self.sections()):
                 console.print(part)
+            if self.estimate is not None:
+                from memlint.report.chart import capacities_for, render_terminal
+
+                render_terminal(self.chart_bars(), capacities_for(self.gpu[0] if self.gpu else None), console)
             return
         display({"text/plain": self.__repr__(), "text/html": self._repr_html_()}, raw=True)
 
