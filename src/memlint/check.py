@@ -290,8 +290,13 @@ def check_plan(plan: TrainingPlan, *, lines: Sequence[str] = (), settings: Setti
             suppressed += 1
             continue
         kept.append(f)
-    if plan.kind == "python" and any(f.fix is not None for f in kept):
-        kept = _effective_fixes(kept, lines)
+    if any(f.fix is not None for f in kept):
+        if plan.kind == "python":
+            kept = _effective_fixes(kept, lines)
+        else:  # codemods rewrite Python source: no fix is offered for configs or notebooks
+            from dataclasses import replace
+
+            kept = [replace(f, fix=None) for f in kept]
     kept.sort(key=Finding.sort_key)
     return FileResult(plan.path, ctx.plan, ctx, kept, lines, suppressed)
 
