@@ -339,3 +339,16 @@ def test_fix_on_stdin_prints_the_fixed_source(capsys, monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(src)))
     code, out, _ = run(capsys, "check", "-", "--stdin-filename", "train.py", "--fix", "--gpu", "RTX4090")
     assert code == 0 and out == src.decode().replace('padding="max_length"', "padding=False")
+
+
+def test_zero3_script_on_eight_gpus_is_answered_per_rank(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    f = "fixtures/scripts/deepspeed_zero3.py"
+    code, out, _ = run(capsys, f, "--gpus", "8", "--gpu", "H100", "--output-format", "full")
+    assert "per GPU (rank) of 8, zero3" in out and "buffers" in out
+    [line] = [ln for ln in out.splitlines() if ln.startswith(f) and "MEM101" in ln]
+    assert "per GPU (8 GPUs, zero3)" in line
+    _, one, _ = run(capsys, f, "--gpus", "8", "--gpu", "H100", "--output-format", "json")
+    [cap] = [d for d in json.loads(one) if d["code"] == "MEM101"]
+    # 70B full fine-tuning with DeepSpeed's fp32 master and moments: 16 B/param over 8 ranks
+    assert cap["data"]["peak_bytes"] > 16 * 68_976_648_192 // 8

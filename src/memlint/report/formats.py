@@ -228,11 +228,15 @@ def estimate_table(r: FileResult, paint: _Paint | None = None) -> str:
     setup = getattr(est, "setup", None)
     model = getattr(getattr(setup, "model", None), "id", None)
     shape = f", micro-batch {setup.batch} × {setup.seq}" if setup is not None else ""
+    gpus = getattr(setup, "gpus", 1) or 1
+    if gpus > 1:  # sharded or data-parallel: every number is one rank's
+        shape += f", per GPU (rank) of {gpus}, {setup.shard}"
     rows = [f"{title} ({est.accounting} accounting{', ' + model if model else ''}{shape})"]
-    width = max(len(c) for c in COMPONENTS)
-    for name in COMPONENTS:
-        if name in est.components:
-            rows.append(f"  {name.ljust(width)}  {_gib(est.components[name].bytes).rjust(8)} GiB")
+    names = [c for c in COMPONENTS if c in est.components]
+    names[-1:-1] = [c for c in est.components if c not in COMPONENTS]  # e.g. buffers, before overhead
+    width = max(len(c) for c in names)
+    for name in names:
+        rows.append(f"  {name.ljust(width)}  {_gib(est.components[name].bytes).rjust(8)} GiB")
     phase = f"  at the {est.peak_phase} phase" if est.peak_phase not in ("sum", None) else ""
     rows.append(paint(f"  {'peak'.ljust(width)}  {_gib(est.peak).rjust(8)} GiB{phase}", "bold"))
     paged = getattr(est, "paged_optimizer", 0)
