@@ -9,31 +9,18 @@ default rule, concise output. A benchmark, not a test: nothing here asserts.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_extract import FIXTURES, RUNS, ROOT, long_script, timed  # noqa: E402
+from bench_extract import RUNS, ROOT, make_inputs, timed  # noqa: E402
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        script = tmp / "train_long.py"
-        script.write_text(long_script(), encoding="utf-8")
-        n_lines = script.read_text(encoding="utf-8").count("\n")
-        folder = tmp / "scripts"
-        shutil.copytree(FIXTURES, folder)
-        files = sorted(p for p in folder.rglob("*") if p.suffix in (".py", ".ipynb"))
-        k = 0
-        while len(files) < 25:
-            extra = folder / f"copy_{k}.py"
-            shutil.copy(FIXTURES / "trl_sft_qlora.py", extra)
-            files.append(extra)
-            k += 1
+        script, n_lines, folder, files = make_inputs(Path(tmp))
         run = ("import contextlib, io; from memlint.cli import main\n"
                "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
                "    main({argv!r})")

@@ -62,21 +62,26 @@ def timed(code: str) -> float:
     return statistics.median(runs)
 
 
+def make_inputs(tmp: Path) -> tuple[Path, int, Path, list[Path]]:
+    """The 800-line script and a folder of 25 scripts (the fixtures, padded with copies)."""
+    script = tmp / "train_long.py"
+    script.write_text(long_script(), encoding="utf-8")
+    n_lines = script.read_text(encoding="utf-8").count("\n")
+    folder = tmp / "scripts"
+    shutil.copytree(FIXTURES, folder)
+    files = sorted(p for p in folder.rglob("*") if p.suffix in (".py", ".ipynb"))
+    k = 0
+    while len(files) < 25:
+        extra = folder / f"copy_{k}.py"
+        shutil.copy(FIXTURES / "trl_sft_qlora.py", extra)
+        files.append(extra)
+        k += 1
+    return script, n_lines, folder, files
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        script = tmp / "train_long.py"
-        script.write_text(long_script(), encoding="utf-8")
-        n_lines = script.read_text(encoding="utf-8").count("\n")
-        folder = tmp / "scripts"
-        shutil.copytree(FIXTURES, folder)
-        files = sorted(p for p in folder.rglob("*") if p.suffix in (".py", ".ipynb"))
-        k = 0
-        while len(files) < 25:
-            extra = folder / f"copy_{k}.py"
-            shutil.copy(FIXTURES / "trl_sft_qlora.py", extra)
-            files.append(extra)
-            k += 1
+        script, n_lines, folder, files = make_inputs(Path(tmp))
         bare = timed("pass")
         imp = timed("import memlint.extract.interp")
         one = timed(f"from memlint.extract import extract_file; extract_file({str(script)!r})")

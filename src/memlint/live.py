@@ -96,13 +96,9 @@ def _numel(p: Any) -> int:
 
 
 def _unique_named(model: Any) -> list[tuple[str, Any]]:
-    seen: set[int] = set()
-    out = []
-    for n, p in model.named_parameters(remove_duplicate=False):
-        if id(p) not in seen:
-            seen.add(id(p))
-            out.append((n, p))
-    return out
+    from memlint.measure.core import unique_named_parameters
+
+    return unique_named_parameters(model)
 
 
 def _layer_path(name: str) -> str:

@@ -328,7 +328,7 @@ def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = 
                 model._apply(lambda t: torch.empty_like(t, device="cpu"))
             if tied and not _is_tied(model):
                 _retie(model)  # materialising on fake storages silently unties them
-            base_params = sum(p.numel() for n, p in _named_unique(model) if "lora_" not in n)
+            base_params = sum(p.numel() for n, p in unique_named_parameters(model) if "lora_" not in n)
             if base_params != setup.model.params:
                 raise MemlintError(f"built {setup.model.id} has {base_params:,} parameters, "
                                    f"catalog says {setup.model.params:,}")
@@ -401,16 +401,7 @@ def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = 
                 notes.append("amp-fp16: GradScaler left out (it unscales in place; only scalars added)")
 
         # ---- lm_head hook: activations / logits split --------------------------------------
-        head = model.get_output_embeddings()
-        marks: dict[str, int] = {}
-
-        def head_pre_hook(module: Any, args: Any) -> None:
-            if "head" not in marks:
-                marks["head"] = meter.memory_allocated()
-                marks["pre_head_peak"] = meter.max_memory_allocated()
-                meter.reset_peak_memory_stats()
-
-        handle = head.register_forward_pre_hook(head_pre_hook)
+        marks, handle = mark_head(model.get_output_embeddings(), meter)
 
         vocab = setup.model.vocab
         step_results: list[StepMeasurement] = []
@@ -490,7 +481,22 @@ def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = 
                        notes=notes, details=details, runtime_s=time.perf_counter() - t0)
 
 
-def _named_unique(model: Any) -> list[tuple[str, Any]]:
+def mark_head(head: Any, meter: Any) -> tuple[dict[str, int], Any]:
+    """Record the live bytes (and the peak so far) when the forward reaches lm_head, then
+    restart the peak: the split between activations and logits. Returns (marks, hook handle)."""
+    marks: dict[str, int] = {}
+
+    def head_pre_hook(module: Any, args: Any) -> None:
+        if "head" not in marks:
+            marks["head"] = meter.memory_allocated()
+            marks["pre_head_peak"] = meter.max_memory_allocated()
+            meter.reset_peak_memory_stats()
+
+    return marks, head.register_forward_pre_hook(head_pre_hook)
+
+
+def unique_named_parameters(model: Any) -> list[tuple[str, Any]]:
+    """(name, parameter) once per parameter: tied weights are counted once."""
     seen: set[int] = set()
     out = []
     for n, p in model.named_parameters(remove_duplicate=False):

@@ -166,7 +166,7 @@ def _worker(rank: int, ranks: int, nodes: int, port: int, setup: Setup, engine: 
     import torch
     import torch.distributed as dist
 
-    from memlint.measure.core import _apply_lora, _build_model, _cuda_dropout, _unique_params
+    from memlint.measure.core import _apply_lora, _build_model, _cuda_dropout, _unique_params, mark_head
     from memlint.measure.optim import build_optimizer, state_tensors
     from memlint.measure.tracker import storage_bytes
 
@@ -211,16 +211,7 @@ def _worker(rank: int, ranks: int, nodes: int, port: int, setup: Setup, engine: 
             else:
                 autocast = contextlib.nullcontext
             inner = model.module if engine == "ddp" else model
-            head = inner.get_output_embeddings()
-            marks: dict[str, int] = {}
-
-            def head_pre_hook(module: Any, args: Any) -> None:
-                if "head" not in marks:
-                    marks["head"] = tracker.memory_allocated()
-                    marks["pre_head_peak"] = tracker.max_memory_allocated()
-                    tracker.reset_peak_memory_stats()
-
-            handle = head.register_forward_pre_hook(head_pre_hook)
+            marks, handle = mark_head(inner.get_output_embeddings(), tracker)
             gen = torch.Generator().manual_seed(seed + 1)
             phases: dict[str, int] = {}
             comp: dict[str, int] = {}
