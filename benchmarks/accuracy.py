@@ -143,7 +143,14 @@ def write_markdown(results: list[dict], out: Path) -> None:
         lines.append(f"| {r['config']} | {r['measured'] / GIB:.2f} | {r['measured_phase']} | {r['real'] / GIB:.2f} | "
                      f"{r['real_err']:+.1%} | {r['textbook'] / GIB:.2f} | {r['textbook_err']:+.1%} |")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines) + "\n")
+    # benchmarks/per_rank.py owns a marked section of the same page: keep it
+    kept = ""
+    if out.exists():
+        old = out.read_text(encoding="utf-8")
+        begin, end = old.find("<!-- per-rank:begin -->"), old.find("<!-- per-rank:end -->")
+        if 0 <= begin < end:
+            kept = "\n" + old[begin:end + len("<!-- per-rank:end -->")] + "\n"
+    out.write_text("\n".join(lines) + "\n" + kept)
     try:
         import matplotlib
 

@@ -152,7 +152,7 @@ def render(rows: list[dict], meta: dict) -> str:
         "of live tensor bytes on the worst rank, counted by the storage tracker (`memlint.measure.tracker`, "
         "seeing through DTensors to the local shard, and told of FSDP2's `storage.resize_` frees); estimated = "
         "`estimate(setup, 'real').allocated_peak` for the same setup, per rank. Not a fake process group: "
-        "real collectives ran. (`benchmarks/accuracy.py` rewrites this file; rerun this script after it.)",
+        "real collectives ran.",
         "",
         f"**Largest peak error: {meta['largest_error_pct']:+.1f}%** over {len(rows)} configurations.",
         "",
