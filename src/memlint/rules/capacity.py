@@ -73,11 +73,14 @@ class ExceedsGpuRule(Rule):
             if fit_s:
                 advice += f"; longest sequence at micro-batch {s.batch}: {fit_s}"
         else:
+            fit_s = max_seq(s.with_(batch=1), ctx.accounting, total, cbytes)
             state = est.bytes("weights") + est.bytes("gradients") + est.bytes("optimizer")
-            advice = (f"not even micro-batch 1 fits (weights, gradients and optimizer state alone: {gib(state)})"
-                      if state + est.bytes("overhead") > total else
-                      f"not even micro-batch 1 × {s.seq} fits; longest sequence at micro-batch 1: "
-                      f"{max_seq(s.with_(batch=1), ctx.accounting, total, cbytes)}")
+            if fit_s:
+                advice = f"not even micro-batch 1 × {s.seq} fits; longest sequence at micro-batch 1: {fit_s}"
+            else:
+                least = estimate(s.with_(batch=1, seq=128), ctx.accounting, cbytes).peak
+                advice = (f"not even micro-batch 1 × 128 fits ({gib(least)}: weights, gradients and optimizer "
+                          f"state {gib(state)}, the optimizer step and overhead)")
         msg = (f"estimated peak {gib(est.peak)}{per_gpu(ctx)} exceeds {label} ({gib(total)}) by "
                f"{gib(est.peak - total)} at micro-batch {s.batch} × {s.seq} ({est.peak_phase}); {advice}")
         yield self.finding(
