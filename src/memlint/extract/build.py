@@ -134,6 +134,14 @@ class Builder:
         model_objs = [m for m in flatten(model) if isinstance(m, Obj) and m.kind == "model"]
         if trainer is not None and any(isinstance(m, Const) and isinstance(m.value, str) for m in flatten(model)):
             model_objs += self.string_models(trainer, model, args)
+        if trainer is not None and not model_objs:
+            # `model = helper(model)` through a function memlint cannot follow loses the
+            # object; the model the script loaded last is still the best reading.
+            loaded = self.loop_model(objs)
+            if isinstance(loaded, Obj):
+                model_objs = [loaded]
+                why = next((u.why for u in flatten(model) if isinstance(u, Unknown) and u.why), "a value memlint cannot follow")
+                self.notes.append(f"the trainer's model is {why}; the plan follows the model loaded at line {self.root(loaded).line}")
         unsloth = any(self.root(m).extra.get("loader") == "unsloth" for m in model_objs)
 
         self.model_fields(model_objs, trainer)

@@ -185,10 +185,12 @@ class Handlers:
             model = args[0] if args else kwargs.get("model")
             cfg = args[1] if len(args) > 1 else kwargs.get("peft_config")
             return self.wrap_model(it, model, line, peft=cfg)
-        if name == "prepare_model_for_kbit_training":
+        # peft kept prepare_model_for_int8_training as a deprecated alias of the kbit one
+        # (peft utils/other.py); alpaca-lora era scripts still call it.
+        if name in ("prepare_model_for_kbit_training", "prepare_model_for_int8_training"):
             model = args[0] if args else kwargs.get("model")
             gc = kwargs.get("use_gradient_checkpointing", args[1] if len(args) > 1 else None)
-            how = "prepare_model_for_kbit_training(...)"
+            how = f"{name}(...)"
             if gc is None:
                 gc = ("library-default", "peft.prepare_model_for_kbit_training", "use_gradient_checkpointing")
             return self.wrap_model(it, model, line, gc=(gc, line, how))

@@ -1,0 +1,42 @@
+"""Patterns met in public training scripts that once misled extraction.
+
+Each test is a minimal excerpt of a real script's shape; the comment names the source."""
+
+from memlint.extract import extract_source
+
+
+def _fields(src: str, *names: str) -> dict:
+    plan = extract_source(src, "train.py")
+    return {n: plan.fields[n].value for n in names}
+
+
+def test_prepare_model_for_int8_training_keeps_the_model_and_enables_checkpointing():
+    # tloen/alpaca-lora finetune.py: the deprecated peft alias of prepare_model_for_kbit_training
+    src = '''import torch, transformers
+from peft import LoraConfig, get_peft_model, prepare_model_for_int8_training
+from transformers import LlamaForCausalLM
+
+model = LlamaForCausalLM.from_pretrained("huggyllama/llama-7b", load_in_8bit=True, torch_dtype=torch.float16)
+model = prepare_model_for_int8_training(model)
+model = get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
+transformers.Trainer(model=model, args=transformers.TrainingArguments("o", per_device_train_batch_size=4)).train()
+'''
+    got = _fields(src, "model_id", "method", "quant_bits", "lora_r", "gradient_checkpointing")
+    assert got == {"model_id": "huggyllama/llama-7b", "method": "lora", "quant_bits": 8, "lora_r": 8,
+                   "gradient_checkpointing": True}
+
+
+def test_a_model_passed_through_an_unknown_helper_still_names_the_loaded_model():
+    src = '''from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+from peft import LoraConfig, get_peft_model
+from mylib import wrap
+
+model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-2-7b-hf")
+model = get_peft_model(model, LoraConfig(r=16))
+model = wrap(model)
+Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=2)).train()
+'''
+    plan = extract_source(src, "train.py")
+    assert plan.fields["model_id"].value == "meta-llama/Llama-2-7b-hf"
+    assert plan.fields["lora_r"].value == 16
+    assert any("mylib.wrap()" in n and "line 5" in n for n in plan.notes)
