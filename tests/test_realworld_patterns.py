@@ -40,3 +40,17 @@ Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=2))
     assert plan.fields["model_id"].value == "meta-llama/Llama-2-7b-hf"
     assert plan.fields["lora_r"].value == 16
     assert any("mylib.wrap()" in n and "line 5" in n for n in plan.notes)
+
+
+def test_trl_parser_with_remaining_strings_still_unpacks_the_training_arguments():
+    # huggingface/trl trl/scripts/sft.py: parse_args_and_config(return_remaining_strings=True)
+    src = '''from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, TrlParser
+
+parser = TrlParser((ScriptArguments, SFTConfig, ModelConfig))
+script_args, training_args, model_args, rest = parser.parse_args_and_config(return_remaining_strings=True)
+SFTTrainer(model="Qwen/Qwen2-0.5B", args=training_args).train()
+'''
+    plan = extract_source(src, "sft.py")
+    assert plan.fields["per_device_batch"].source == "library-default"
+    assert plan.fields["per_device_batch"].value == 8
+    assert plan.fields["model_id"].value == "Qwen/Qwen2-0.5B"

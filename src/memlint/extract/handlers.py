@@ -555,7 +555,10 @@ class Handlers:
             out = []
             for c in p.extra["classes"]:
                 out.append(self.dataclass_instance(it, c, line, from_file, name))
-            if name == "parse_args_into_dataclasses" and isinstance(kwargs.get("return_remaining_strings"), Const) and kwargs["return_remaining_strings"].value:
+            # HfArgumentParser.parse_args_into_dataclasses and TrlParser.parse_args_and_config
+            # both take (args, return_remaining_strings, ...) and then append the leftovers.
+            rest = kwargs.get("return_remaining_strings", args[1] if len(args) > 1 else None)
+            if name in ("parse_args_into_dataclasses", "parse_args_and_config") and isinstance(rest, Const) and rest.value:
                 out.append(Unknown("remaining strings"))
             return Seq(out, "tuple")
         return Unknown(f"parser.{name}()")
