@@ -54,3 +54,16 @@ SFTTrainer(model="Qwen/Qwen2-0.5B", args=training_args).train()
     assert plan.fields["per_device_batch"].source == "library-default"
     assert plan.fields["per_device_batch"].value == 8
     assert plan.fields["model_id"].value == "Qwen/Qwen2-0.5B"
+
+
+def test_a_model_from_an_unfollowed_helper_says_which_call_instead_of_no_load_found():
+    # huggingface/peft examples/sft/train.py: the model comes from a sibling helper
+    src = '''from transformers import TrainingArguments
+from trl import SFTTrainer
+from helpers import create_and_prepare_model
+
+model, peft_config, tokenizer = create_and_prepare_model()
+SFTTrainer(model=model, args=TrainingArguments("o"), peft_config=peft_config).train()
+'''
+    plan = extract_source(src, "train.py")
+    assert any("helpers.create_and_prepare_model()" in n for n in plan.notes if n.startswith("model_id"))

@@ -195,7 +195,9 @@ class Builder:
 
     def model_fields(self, models: list[Obj], trainer: Obj | None) -> None:
         if not models:
-            self.put("model_id", Unknown("no model load found"))
+            given = trainer.kwargs.get("model") if trainer is not None else None
+            why = next((u.why for u in flatten(given) if isinstance(u, Unknown) and u.why), None)
+            self.put("model_id", Unknown(f"the trainer's model is {why}" if why else "no model load found"))
             return
         ids, dtypes, attns, quants = [], [], [], []
         for m in models:
