@@ -67,3 +67,41 @@ SFTTrainer(model=model, args=TrainingArguments("o"), peft_config=peft_config).tr
 '''
     plan = extract_source(src, "train.py")
     assert any("helpers.create_and_prepare_model()" in n for n in plan.notes if n.startswith("model_id"))
+
+
+_TWO_LOADERS = '''from dataclasses import dataclass, field
+from transformers import AutoModelForCausalLM, HfArgumentParser, TrainingArguments
+from trl import SFTTrainer
+
+@dataclass
+class ModelArguments:
+    use_unsloth: bool = field(default=False)
+    use_flash_attn: bool = field(default=False)
+
+parser = HfArgumentParser((ModelArguments, TrainingArguments))
+if len(sys.argv) == 2:
+    args, training_args = parser.parse_json_file(json_file=sys.argv[1])
+else:
+    args, training_args = parser.parse_args_into_dataclasses()
+if args.use_unsloth:
+    from unsloth import FastLanguageModel
+    model, _ = FastLanguageModel.from_pretrained(model_name="unsloth/llama-3-8b", max_seq_length=2048)
+else:
+    model = AutoModelForCausalLM.from_pretrained(
+        "meta-llama/Meta-Llama-3-8B",
+        attn_implementation="flash_attention_2" if args.use_flash_attn else "eager",
+    )
+SFTTrainer(model=model, args=training_args).train()
+'''
+
+
+def test_a_path_without_unsloth_is_the_worst_case_and_names_the_trl_trainer():
+    # huggingface/peft examples/sft: unsloth only when --use_unsloth, a json config on another path
+    plan = extract_source("import sys\n" + _TWO_LOADERS, "train.py")
+    assert plan.fields["trainer"].value == "SFTTrainer"
+
+
+def test_eager_attention_is_the_worst_case_among_candidates():
+    plan = extract_source("import sys\n" + _TWO_LOADERS, "train.py")
+    assert plan.fields["attn_implementation"].value == "eager"
+    assert "sdpa" in plan.fields["attn_implementation"].candidates

@@ -24,6 +24,8 @@ _WORST = {
     "padding": ["max_length", "longest", "packing"],
     "precision": ["fp32", "amp-fp16", "amp-bf16"],
     "torch_dtype": ["fp32", "auto", "bf16", "fp16"],
+    # eager keeps the s x s attention scores; the fused kernels do not
+    "attn_implementation": ["eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3"],
 }
 _DTYPES = {
     "bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16",
@@ -142,7 +144,8 @@ class Builder:
                 model_objs = [loaded]
                 why = next((u.why for u in flatten(model) if isinstance(u, Unknown) and u.why), "a value memlint cannot follow")
                 self.notes.append(f"the trainer's model is {why}; the plan follows the model loaded at line {self.root(loaded).line}")
-        unsloth = any(self.root(m).extra.get("loader") == "unsloth" for m in model_objs)
+        # unsloth's kernels and offloaded checkpoints cost less, so a path without it is the worst case
+        unsloth = bool(model_objs) and all(self.root(m).extra.get("loader") == "unsloth" for m in model_objs)
 
         self.model_fields(model_objs, trainer)
         self.peft_fields(model_objs, trainer)
