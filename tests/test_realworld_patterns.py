@@ -105,3 +105,20 @@ def test_eager_attention_is_the_worst_case_among_candidates():
     plan = extract_source("import sys\n" + _TWO_LOADERS, "train.py")
     assert plan.fields["attn_implementation"].value == "eager"
     assert "sdpa" in plan.fields["attn_implementation"].candidates
+
+
+def test_a_deepspeed_path_relative_to_the_repository_root_is_found_above_the_config(tmp_path):
+    # hiyouga/LLaMA-Factory examples/train_full/llama3_full_sft.yaml names
+    # examples/deepspeed/ds_z3_config.json, relative to the root it is launched from
+    from memlint.extract import extract_file
+
+    (tmp_path / "examples" / "deepspeed").mkdir(parents=True)
+    (tmp_path / "examples" / "train_full").mkdir()
+    (tmp_path / "examples" / "deepspeed" / "ds_z3_config.json").write_text(
+        '{"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 3}}', encoding="utf-8")
+    cfg = tmp_path / "examples" / "train_full" / "llama3_full_sft.yaml"
+    cfg.write_text("model_name_or_path: meta-llama/Meta-Llama-3-8B-Instruct\nstage: sft\ndo_train: true\n"
+                   "finetuning_type: full\ndeepspeed: examples/deepspeed/ds_z3_config.json\ncutoff_len: 2048\n"
+                   "per_device_train_batch_size: 1\nbf16: true\n", encoding="utf-8")
+    plan = extract_file(cfg)
+    assert plan.fields["distributed"].value == "zero3"

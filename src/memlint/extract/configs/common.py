@@ -138,9 +138,21 @@ class Reader:
         return TrainingPlan(self.doc.path, self.fields, tuple(dict.fromkeys(self.notes)), tuple(self.diagnostics), self.kind)
 
 
-def near(config: Path, ref: str) -> list[Path]:
-    """Where a path named inside a config may be: next to the config file, then the working directory."""
-    return [config.parent / ref, Path.cwd() / ref]
+def near(config: Path, ref: str) -> list[tuple[Path, str]]:
+    """Where a path named inside a config may be, each with the path relative to the config:
+    next to the config, then in the folders above it (LLaMA-Factory and axolotl examples name
+    `examples/deepspeed/ds_z3_config.json` from the repository root they are launched in),
+    then the working directory."""
+    out = [(config.parent / ref, ref)]
+    if not os.path.isabs(ref):
+        up = config.parent
+        for depth in range(1, 6):
+            if up.parent == up:
+                break
+            up = up.parent
+            out.append((up / ref, "../" * depth + ref))
+    out.append((Path.cwd() / ref, ""))
+    return out
 
 
 def shown_near(shown: str, ref: str) -> str:
