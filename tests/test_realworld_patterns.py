@@ -122,3 +122,25 @@ def test_a_deepspeed_path_relative_to_the_repository_root_is_found_above_the_con
                    "per_device_train_batch_size: 1\nbf16: true\n", encoding="utf-8")
     plan = extract_file(cfg)
     assert plan.fields["distributed"].value == "zero3"
+
+
+def test_large_logits_counts_the_logits_not_autocasts_copy_of_the_fp32_lm_head():
+    # axolotl examples/llama-3/qlora-fsdp-70b.yaml: at 1 x 512 the logits are 0.6 GiB, but the
+    # fp32 lm_head that k-bit prep leaves (2 GiB bf16 copy under autocast) made MEM205 fire
+    from memlint.check import check_plan
+
+    src = '''import torch
+from transformers import AutoModelForCausalLM, BitsAndBytesConfig, TrainingArguments
+from trl import SFTConfig, SFTTrainer
+from peft import LoraConfig
+
+model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-3.1-8B", torch_dtype=torch.bfloat16,
+    quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4"))
+args = SFTConfig("o", per_device_train_batch_size=2, max_length=2048, bf16=True, gradient_checkpointing=True)
+SFTTrainer(model=model, args=args, peft_config=LoraConfig(r=16)).train()
+'''
+    result = check_plan(extract_source(src, "train.py"), gpu="A100-80GB")
+    found = [f for f in result.findings if f.code == "MEM205"]
+    assert found, [f.code for f in result.findings]
+    assert found[0].data["logits_bytes"] == (2 + 4 + 4) * 128_256 * 2 * 2048
+    assert "lm_head" in result.context.estimate.components["logits"].formula

@@ -185,9 +185,10 @@ def real(s: Setup) -> ActivationTerms:
     up = 4 if a != 4 else 0  # .float() is a no-op on fp32 logits
     fwd = copies_head + (a + up + 4) * V * sb
     bwd = copies_head + (a + up + 4 + a) * V * sb
+    head = f" + autocast's {a}-byte copy of the fp32 lm_head ({copies_head:,} B)" if copies_head else ""
     return ActivationTerms(
         body, per_layer, fwd, bwd, formula,
-        f"s·b·V × ({a}+{up}+4) B: logits{', fp32 upcast' if up else ''}, log-softmax; +{a} B for their gradient in backward",
+        f"s·b·V × ({a}+{up}+4) B: logits{', fp32 upcast' if up else ''}, log-softmax; +{a} B for their gradient in backward{head}",
     )
 
 

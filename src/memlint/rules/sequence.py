@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from memlint.estimate.activations import autocast_weight_copies
 from memlint.rules.base import Context, Finding, Fix, Rule, Sample
 from memlint.rules.capacity import gib, refit
 from memlint.rules.samples import script
@@ -273,13 +274,18 @@ class LargeLogitsRule(Rule):
         est, s = ctx.estimate, ctx.setup
         if est is None or s.model.vocab < int(self.opts["min-vocab"]):
             return
-        logits = est.bytes("logits")
+        # The logits component also holds autocast's half copy of an fp32 lm_head (k-bit
+        # prep upcasts it); a fused loss does not remove that copy, so it is not counted here.
+        head_copy = autocast_weight_copies(s)[1] if est.accounting == "real" else 0
+        logits = est.bytes("logits") - head_copy
         share = logits / max(est.allocated_peak, 1)
         if share < float(self.opts["min-fraction"]):
             return
+        dt = s.compute_dtype
+        what = f"{dt} logits, their fp32 upcast and log-softmax" if dt != "fp32" else "fp32 logits and log-softmax"
         yield self.finding(
             ctx, f"logits over a {s.model.vocab:,}-token vocabulary at {s.batch} × {s.seq}: {gib(logits)}, "
-                 f"{share:.0%} of the allocated peak (bf16 logits, their fp32 upcast and log-softmax)",
+                 f"{share:.0%} of the allocated peak ({what})",
             ("model_id", "max_length"), related=(("max_length", "max_length set here"), ("per_device_batch", "batch set here")),
             hint="a fused/chunked cross-entropy (Liger, Cut Cross-Entropy) or a shorter max_length",
             logits_bytes=logits,
