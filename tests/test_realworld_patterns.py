@@ -144,3 +144,19 @@ SFTTrainer(model=model, args=args, peft_config=LoraConfig(r=16)).train()
     assert found, [f.code for f in result.findings]
     assert found[0].data["logits_bytes"] == (2 + 4 + 4) * 128_256 * 2 * 2048
     assert "lm_head" in result.context.estimate.components["logits"].formula
+
+
+def test_typing_cast_passes_its_value_through():
+    # philschmid training/scripts/run_ds_lora.py: training_args = cast(TrainingArguments, training_args)
+    src = '''from typing import cast
+from transformers import AutoModelForCausalLM, HfArgumentParser, Trainer, TrainingArguments
+
+parser = HfArgumentParser([TrainingArguments])
+(training_args,) = parser.parse_args_into_dataclasses()
+training_args = cast(TrainingArguments, training_args)
+model = AutoModelForCausalLM.from_pretrained("gpt2")
+Trainer(model=model, args=training_args).train()
+'''
+    plan = extract_source(src, "train.py")
+    assert plan.fields["per_device_batch"].value == 8
+    assert plan.fields["per_device_batch"].source == "library-default"

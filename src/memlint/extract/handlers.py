@@ -173,6 +173,9 @@ class Handlers:
         owner = _last(qual.rsplit(".", 1)[0]) if "." in qual else ""
         if qual.startswith("builtins."):
             return self.builtin(it, name, args, kwargs, line)
+        if qual in ("typing.cast", "typing_extensions.cast"):
+            # a type-checker hint: cast(T, x) is x at run time
+            return args[1] if len(args) > 1 else kwargs.get("val", Unknown("typing.cast()"))
         if name in TRAINING_ARGS:
             return self.new(it, "training-args", TRAINING_ARGS[name], args, kwargs, open_kw, line, positional=["output_dir"])
         if name in TRAINERS:
