@@ -160,3 +160,36 @@ Trainer(model=model, args=training_args).train()
     plan = extract_source(src, "train.py")
     assert plan.fields["per_device_batch"].value == 8
     assert plan.fields["per_device_batch"].source == "library-default"
+
+
+def test_objects_built_in_a_sibling_module_are_placed_at_the_scripts_call(tmp_path):
+    # huggingface/peft examples/sft: train.py calls utils.create_and_prepare_model(args); the model
+    # id is unknown there, and its span must name a line of train.py, not utils.py's line number
+    from memlint.extract import extract_file
+
+    (tmp_path / "utils.py").write_text('''from transformers import AutoModelForCausalLM
+
+
+def create_and_prepare_model(args):
+    # padding so that the load sits on a line train.py does not have
+    #
+    #
+    #
+    #
+    #
+    #
+    #
+    model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path)
+    return model
+''', encoding="utf-8")
+    script = tmp_path / "train.py"
+    script.write_text('''import sys
+from transformers import Trainer, TrainingArguments
+from utils import create_and_prepare_model
+
+model = create_and_prepare_model(sys.argv)
+Trainer(model=model, args=TrainingArguments("o")).train()
+''', encoding="utf-8")
+    plan = extract_file(script)
+    span = plan.fields["model_id"].span
+    assert span is not None and span.line == 5 and span.path == str(script)

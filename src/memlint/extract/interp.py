@@ -108,6 +108,7 @@ class Interpreter:
         self.modules: dict[Path, Module | None] = {}
         self.stack: list[Func] = []
         self.mod: Module | None = None
+        self.entry_line: int | None = None  # the script's line that called into a sibling module
         self.returns: list[list] = []
         self.accum: list[Any] = []   # `if step % N == 0:` blocks we are inside
         self.funcs: list[Func] = []
@@ -515,6 +516,9 @@ class Interpreter:
             known = {p.name.value for p in [*positional, *params.kwonly_params]}
             env.vars[params.star_kwarg.name.value] = Dict({k: v for k, v in kwargs.items() if k not in known})
         prev_mod, self.mod = self.mod, f.module
+        prev_entry = self.entry_line
+        if (prev_mod is None or prev_mod.is_main) and f.module is not None and not f.module.is_main:
+            self.entry_line = line
         self.stack.append(f)
         self.returns.append([])
         try:
@@ -528,6 +532,7 @@ class Interpreter:
             rets = self.returns.pop()
             self.stack.pop()
             self.mod = prev_mod
+            self.entry_line = prev_entry
         if not rets:
             return Const(None, "literal", None)
         out = rets[0]
@@ -929,7 +934,10 @@ class Interpreter:
     def call_value(self, f: Any, args: list, kwargs: dict, open_kwargs: bool, line: int | None, node: cst.Call) -> Any:
         if isinstance(f, Func):
             return self.call_function(f, args, kwargs, line)
-        result = self.handlers.call(self, f, args, kwargs, open_kwargs, line, node)
+        # Objects built inside a sibling module are placed at the script's call into it: their
+        # lines are reported against the script (values keep their own file and line).
+        at = line if self.cur_file() is None else (self.entry_line or line)
+        result = self.handlers.call(self, f, args, kwargs, open_kwargs, at, node)
         # A function handed to something memlint does not model (dataset.map(tokenize),
         # trainer callbacks) may still run: walk it once with unknown arguments.
         for v in [*args, *kwargs.values()]:
