@@ -193,3 +193,19 @@ Trainer(model=model, args=TrainingArguments("o")).train()
     plan = extract_file(script)
     span = plan.fields["model_id"].span
     assert span is not None and span.line == 5 and span.path == str(script)
+
+
+def test_a_walk_skips_scripts_without_a_trainer_or_loop_but_an_explicit_path_is_checked(tmp_path):
+    # an inference or adapter-merge script next to the training script (philschmid's
+    # merge_adapter_weights.py, peft examples' utils.py) has nothing to size
+    from memlint.check import check_paths
+    from memlint.config import Settings
+
+    (tmp_path / "merge.py").write_text('from transformers import AutoModelForCausalLM\n'
+                                       'm = AutoModelForCausalLM.from_pretrained("gpt2")\nm.save_pretrained("out")\n',
+                                       encoding="utf-8")
+    (tmp_path / "broken.py").write_text("import torch\nx = (\n", encoding="utf-8")
+    walked = check_paths([str(tmp_path)], Settings())
+    assert [p.name for p in (__import__("pathlib").Path(r.path) for r in walked)] == ["broken.py"]
+    named = check_paths([str(tmp_path / "merge.py")], Settings())
+    assert len(named) == 1 and any(f.code == "MEM003" for f in named[0].findings)

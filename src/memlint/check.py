@@ -171,7 +171,14 @@ def read_file(target: Target) -> tuple[TrainingPlan | None, list[str], list[int]
         return _unreadable(shown, str(exc).removeprefix(f"{path}: ")), [], []
     except RecursionError:
         return _unreadable(shown, "too deeply nested to parse"), [], []
+    if not target.explicit and not _trains(plan):
+        return None, [], []  # found by a walk: a helper module, an inference or merge script
     return plan, lines, cells
+
+
+def _trains(plan: TrainingPlan) -> bool:
+    """Whether a script has something to size: a trainer or a training loop (or is broken)."""
+    return plan.get("trainer").known or any(d.kind in ("syntax-error", "unreadable") for d in plan.diagnostics)
 
 
 def _read_config(path: Path, shown: str, text: str, explicit: bool) -> TrainingPlan | None:
