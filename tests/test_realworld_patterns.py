@@ -209,3 +209,16 @@ def test_a_walk_skips_scripts_without_a_trainer_or_loop_but_an_explicit_path_is_
     assert [p.name for p in (__import__("pathlib").Path(r.path) for r in walked)] == ["broken.py"]
     named = check_paths([str(tmp_path / "merge.py")], Settings())
     assert len(named) == 1 and any(f.code == "MEM003" for f in named[0].findings)
+
+
+def test_axolotl_remapped_and_older_keys_are_not_unknown(tmp_path):
+    # axolotl examples/mistral/mixtral-qlora-fsdp.yml (model_config: alias of overrides_of_model_config)
+    # and examples/mistral/qlora.yml (eval_table_max_new_tokens, the older eval_max_new_tokens)
+    from memlint.extract import extract_file
+
+    cfg = tmp_path / "qlora.yml"
+    cfg.write_text("base_model: mistralai/Mistral-7B-v0.1\nadapter: qlora\nload_in_4bit: true\n"
+                   "model_config:\n  output_router_logits: true\nmodel_revision: main\n"
+                   "eval_table_max_new_tokens: 128\nsequence_len: 1024\nmicro_batch_size: 2\n", encoding="utf-8")
+    plan = extract_file(cfg)
+    assert [d.message for d in plan.diagnostics if d.kind == "unknown-key"] == []
