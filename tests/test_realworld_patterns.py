@@ -222,3 +222,18 @@ def test_axolotl_remapped_and_older_keys_are_not_unknown(tmp_path):
                    "eval_table_max_new_tokens: 128\nsequence_len: 1024\nmicro_batch_size: 2\n", encoding="utf-8")
     plan = extract_file(cfg)
     assert [d.message for d in plan.diagnostics if d.kind == "unknown-key"] == []
+
+
+def test_an_empty_default_model_id_says_it_comes_from_the_command_line():
+    # tloen/alpaca-lora finetune.py: base_model: str = ""  # the only required argument
+    src = '''import fire, transformers
+from transformers import LlamaForCausalLM
+
+def train(base_model: str = ""):
+    model = LlamaForCausalLM.from_pretrained(base_model)
+    transformers.Trainer(model=model, args=transformers.TrainingArguments("o")).train()
+
+fire.Fire(train)
+'''
+    plan = extract_source(src, "finetune.py")
+    assert plan.fields["model_id"].chain == ("the model id defaults to '': it comes from the command line",)

@@ -843,7 +843,9 @@ def _bits(v: Any) -> Any:
 
 def _model_id(v: Any) -> str:
     if not isinstance(v, str) or not v:
-        raise _Unconvertible("the model id is not a string" if v is not None else "the model id defaults to None: it comes from the command line")
+        if v is None or v == "":  # alpaca-lora's `base_model: str = ""  # the only required argument`
+            raise _Unconvertible(f"the model id defaults to {v!r}: it comes from the command line")
+        raise _Unconvertible("the model id is not a string")
     return v
 
 
