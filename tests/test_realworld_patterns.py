@@ -237,3 +237,30 @@ fire.Fire(train)
 '''
     plan = extract_source(src, "finetune.py")
     assert plan.fields["model_id"].chain == ("the model id defaults to '': it comes from the command line",)
+
+
+_TRL_HELPERS = '''from transformers import AutoModelForCausalLM
+from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, TrlParser, get_peft_config, get_quantization_config
+
+%s
+quantization_config = get_quantization_config(model_args)
+model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2-0.5B", quantization_config=quantization_config)
+SFTTrainer(model=model, args=training_args, peft_config=get_peft_config(model_args)).train()
+'''
+
+
+def test_trl_model_config_defaults_mean_full_training_without_quantization():
+    # huggingface/trl trl/scripts/{sft,dpo}.py and examples/scripts/reward_modeling.py
+    src = _TRL_HELPERS % ("parser = TrlParser((ScriptArguments, SFTConfig, ModelConfig))\n"
+                          "script_args, training_args, model_args = parser.parse_args_and_config()")
+    plan = extract_source(src, "sft.py")
+    assert plan.fields["method"].value == "full"
+    assert plan.fields["quant_bits"].value is None and plan.fields["quant_bits"].source == "library-default"
+
+
+def test_trl_get_peft_and_quantization_config_follow_the_model_config():
+    src = _TRL_HELPERS % ("model_args = ModelConfig(use_peft=True, lora_r=32, load_in_4bit=True)\n"
+                          "training_args = SFTConfig('o')")
+    plan = extract_source(src, "sft.py")
+    got = {k: plan.fields[k].value for k in ("method", "lora_r", "lora_alpha", "quant_bits", "quant_type", "double_quant")}
+    assert got == {"method": "qlora", "lora_r": 32, "lora_alpha": 32, "quant_bits": 4, "quant_type": "nf4", "double_quant": False}

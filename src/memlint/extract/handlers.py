@@ -197,6 +197,13 @@ class Handlers:
             if gc is None:
                 gc = ("library-default", "peft.prepare_model_for_kbit_training", "use_gradient_checkpointing")
             return self.wrap_model(it, model, line, gc=(gc, line, how))
+        if name == "ModelConfig" and qual.split(".")[0] == "trl":
+            return self.new(it, "dataclass-inst", qual, args, kwargs, open_kw, line, extra={"library": "trl.ModelConfig"})
+        if name in ("get_peft_config", "get_quantization_config") and qual.split(".")[0] == "trl":
+            margs = args[0] if args else kwargs.get("model_args", kwargs.get("model_config"))
+            if isinstance(margs, Obj):
+                return self.trl_model_config(it, name, margs, line)
+            return Unknown(f"{qual}() of unknown model arguments")
         if name in ("LoraConfig", "LoHaConfig", "LoKrConfig", "AdaLoraConfig", "VeraConfig", "IA3Config"):
             return self.new(it, "lora", f"peft.{name}", args, kwargs, open_kw, line)
         if name == "BitsAndBytesConfig":
@@ -256,6 +263,29 @@ class Handlers:
         if name in ("load", "loads") and qual.split(".")[0] in ("json", "yaml"):
             return Unknown("a config file read at run time")
         return Unknown(f"the result of {qual}()")
+
+    def trl_model_config(self, it: Any, name: str, m: Obj, line: int | None) -> Any:
+        """TRL's get_peft_config / get_quantization_config(model_args): a LoraConfig when
+        use_peft, a BitsAndBytesConfig when load_in_4bit/8bit, else None (trl utils.py)."""
+        field = lambda attr: self.getattr(it, m, attr, line)  # noqa: E731
+        if name == "get_peft_config":
+            flags = [("use_peft", {"r": "lora_r", "lora_alpha": "lora_alpha", "target_modules": "lora_target_modules"})]
+            kind, cls = "lora", "peft.LoraConfig"
+        else:
+            flags = [("load_in_4bit", {"load_in_4bit": "load_in_4bit", "bnb_4bit_quant_type": "bnb_4bit_quant_type",
+                                       "bnb_4bit_use_double_quant": "use_bnb_nested_quant"}),
+                     ("load_in_8bit", {"load_in_8bit": "load_in_8bit"})]
+            kind, cls = "bnb", "transformers.BitsAndBytesConfig"
+        off = None
+        for flag, mapping in flags:
+            on = field(flag)
+            if not isinstance(on, Const):
+                return Unknown(f"trl.{name}(): {flag} is unknown")
+            if on.value:
+                kw = {k: field(a) for k, a in mapping.items()}
+                return self.new(it, kind, cls, [], kw, False, line)
+            off = off or on
+        return Const(None, off.source, off.line, off.chain + (f"trl.{name}() returns None",), off.file)
 
     def _join(self, args: list) -> Const:
         import posixpath
@@ -670,6 +700,11 @@ class Handlers:
             return lib_default(obj, attr)
         lib = obj.extra.get("library")
         if lib:
+            from memlint.extract.library import default
+
+            d = default(lib, attr)
+            if d is not None:
+                return Const(list(d.value) if isinstance(d.value, list) else d.value, "library-default", obj.line or None, (d.why,))
             return Unknown(f"{attr} of {lib} (library dataclass memlint has no defaults for)")
         return Unknown(f"{obj.cls}.{attr}")
 
