@@ -42,6 +42,8 @@ def _setup_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--grad-accum", type=int, default=1, metavar="N")
     g.add_argument("--recompute", action=argparse.BooleanOptionalAction, default=False, help="gradient checkpointing")
     g.add_argument("--attn", choices=("eager", "sdpa", "flash_attention_2"), default="sdpa")
+    g.add_argument("--fused-loss", action=argparse.BooleanOptionalAction, default=False,
+                   help="fused/chunked linear cross-entropy (Liger, Cut Cross-Entropy): no full-vocabulary logits")
     g.add_argument("--gpus", type=int, default=1, metavar="N")
     g.add_argument("--shard", choices=("none", "zero1", "zero2", "zero3", "fsdp", "fsdp_shard_grad_op", "fsdp_hybrid"),
                    default="none")
@@ -69,7 +71,7 @@ def _setup_from_args(args: argparse.Namespace):
         lora_dropout=args.lora_dropout, quant=quant, double_quant=args.double_quant, dtype=args.dtype,
         precision=precision, optim=args.optim, batch=args.batch, seq=args.seq, grad_accum=args.grad_accum,
         recompute=args.recompute, attn=args.attn, gpus=args.gpus, shard=args.shard, offload=args.offload,
-        nodes=args.nodes, kbit_prep=args.kbit_prep,
+        nodes=args.nodes, kbit_prep=args.kbit_prep, fused_loss=args.fused_loss,
     )
 
 

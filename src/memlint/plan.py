@@ -45,6 +45,7 @@ PLAN_FIELDS = (
     "optimizer",
     "precision",
     "attn_implementation",
+    "fused_loss",
     "distributed",
     "num_gpus",
     "offload",

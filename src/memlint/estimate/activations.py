@@ -177,6 +177,8 @@ def real(s: Setup) -> ActivationTerms:
     a = DTYPE_BYTES[s.compute_dtype]
     V = m.vocab
     copies_body, copies_head = autocast_weight_copies(s)
+    if s.fused_loss:
+        return _fused(s, body, per_layer, formula, copies_head)
     body += copies_body
     if copies_body:
         formula += " + autocast's half copies of the fp32 linear weights"
@@ -189,6 +191,38 @@ def real(s: Setup) -> ActivationTerms:
     return ActivationTerms(
         body, per_layer, fwd, bwd, formula,
         f"s·b·V × ({a}+{up}+4) B: logits{', fp32 upcast' if up else ''}, log-softmax; +{a} B for their gradient in backward{head}",
+    )
+
+
+def liger_chunk_tokens(s: Setup) -> int:
+    """Tokens per chunk of Liger's fused linear cross-entropy: it bounds one chunk's logits
+    by the hidden states' size, inc = ⌈V/H⌉, chunk = min(next_pow2(⌈s·b/inc⌉), s·b)
+    (liger_kernel/ops/fused_linear_cross_entropy.py)."""
+    sb = s.seq * s.batch
+    inc = -(-s.model.vocab // s.model.hidden)
+    return min(1 << max(0, (-(-sb // inc) - 1).bit_length()), sb)
+
+
+def _fused(s: Setup, body: int, per_layer: int, formula: str, copies_head: int) -> ActivationTerms:
+    """A fused linear cross-entropy computes the loss and its gradients in forward, one
+    chunk of tokens at a time: one chunk's logits (their gradient is written in place), the
+    gradient of the final hidden states and the fp32 per-token loss, and, when lm_head
+    trains, its gradient, allocated in forward and handed to backward. Modelled on Liger's
+    kernel; Cut Cross-Entropy's blockwise kernel holds less, so this bounds it too."""
+    m = s.model
+    sb = s.seq * s.batch
+    a = DTYPE_BYTES[s.compute_dtype]
+    chunk = liger_chunk_tokens(s)
+    grad_in = sb * m.hidden * a
+    grad_w = m.vocab * m.hidden * DTYPE_BYTES[s.dtype] if s.method == "full" else 0
+    fwd = copies_head + chunk * m.vocab * a + grad_in + 4 * sb + grad_w
+    bwd = copies_head + grad_in + grad_w
+    head = f" + autocast's {a}-byte copy of the fp32 lm_head ({copies_head:,} B)" if copies_head else ""
+    lm = f" + lm_head's gradient V·h × {DTYPE_BYTES[s.dtype]} B" if grad_w else ""
+    return ActivationTerms(
+        body, per_layer, fwd, bwd, formula,
+        f"fused linear cross-entropy: one chunk of {chunk:,} tokens × V × {a} B (chunk = min(next_pow2(⌈s·b/⌈V/h⌉⌉), s·b)) "
+        f"+ s·b·h × {a} B hidden-state gradient + s·b × 4 B loss{lm}{head}",
     )
 
 

@@ -31,7 +31,8 @@ class EvalEstimate:
 
 
 def eval_estimate(s: Setup, eval_batch: int, accounting: str = "real", context_bytes: int | None = None) -> EvalEstimate:
-    e = s.with_(batch=eval_batch)
+    # Liger's patched forward fuses the loss only in training; evaluation builds the full logits.
+    e = s.with_(batch=eval_batch, fused_loss=False)
     train = estimate(e, accounting, context_bytes)
     terms = act.activations(e, accounting)
     alloc = train.bytes("weights") + train.bytes("optimizer") + terms.per_layer + terms.logits_forward

@@ -209,10 +209,12 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
         dtype, precision = "bf16", "master-fp32"
     if padding == "longest":
         notes.append(f"padding to the longest sample: worst case is a micro-batch whose longest sample is {seq}")
+    fused_v = get("fused_loss")
+    fused = bool(_worst(fused_v, pick=lambda c: False if False in c else c[0])) if fused_v.known else False
     setup = Setup(
         model=spec, method=method, lora_r=int(get("lora_r").value or 8), lora_targets=targets, quant=quant,
         double_quant=double_quant, dtype=dtype, precision=precision, optim=optim, batch=int(batch),
         seq=int(seq), grad_accum=int(_worst(get("grad_accum")) or 1), recompute=bool(recompute), attn=attn,
-        gpus=gpus, shard=shard, nodes=nodes, offload=offload,
+        gpus=gpus, shard=shard, nodes=nodes, offload=offload, fused_loss=fused,
     )
     return PlannedSetup(setup, (), tuple(notes))

@@ -64,6 +64,9 @@ class Setup:
     # peft.prepare_model_for_kbit_training (called by TRL for quantized models) casts
     # every non-quantized parameter (embeddings, norms, lm_head) to fp32.
     kbit_prep: bool = True
+    # A fused linear cross-entropy (Liger, Cut Cross-Entropy) computes the loss chunk by
+    # chunk and never holds the full-vocabulary logits.
+    fused_loss: bool = False
 
     def __post_init__(self) -> None:
         self.validate()

@@ -26,6 +26,8 @@ _WORST = {
     "torch_dtype": ["fp32", "auto", "bf16", "fp16"],
     # eager keeps the s x s attention scores; the fused kernels do not
     "attn_implementation": ["eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3"],
+    # the full-vocabulary logits of a plain loss cost more than a fused one's chunk
+    "fused_loss": [False, "liger", "cce"],
 }
 _DTYPES = {
     "bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16",
@@ -154,6 +156,7 @@ class Builder:
         else:
             self.loop_fields(objs, model_objs)
         self.gc_field(model_objs)
+        self.fused_loss_field(model_objs)
         for why, names in self.maybe.items():
             self.notes.append(f"{', '.join(names)}: on some paths {why}; the plan shows the values memlint can read")
         return TrainingPlan(self.path, self.fields, tuple(dict.fromkeys(self.notes)), kind="notebook" if self.script.suffix == ".ipynb" else "python")
@@ -426,6 +429,43 @@ class Builder:
                     else:
                         vals.append(b if isinstance(b, Unknown) else f)
         self.put("precision", _alts(vals), line=arg_objs[0].line)
+
+    def fused_loss_field(self, models: list[Obj]) -> None:
+        """fused_loss: Liger's fused linear cross-entropy, from TrainingArguments(use_liger_kernel=...),
+        an apply_liger_kernel_to_*() patch or an AutoLigerKernelForCausalLM model.
+
+        Unknown stays quiet: the estimate then counts the full logits, the worst case."""
+        line = None
+        vals: list[Any] = []
+        for qual, kw, at in self.facts.liger_calls:
+            # the patch functions default fused_linear_cross_entropy=True (liger_kernel/transformers/monkey_patch.py)
+            flce = kw.get("fused_linear_cross_entropy", Const(True, "library-default", at, ("liger_kernel's default",)))
+            vals.append(_map_const(flce, lambda v: "liger" if v else False))
+            line = line or at
+        if not vals:
+            for m in models:
+                r = self.root(m)
+                if "AutoLigerKernel" in r.cls:
+                    vals.append(Const("liger", "literal", r.line, (f"{r.cls.split('.')[-1]} patches the model with Liger's kernels",)))
+        if not vals:
+            for a in getattr(self, "args", []):
+                v = a.get("use_liger_kernel")
+                if v is None and a.cls.startswith("trl."):
+                    v = a.get("use_liger")  # TRL 0.12-0.13's own flag, before TrainingArguments had one
+                vals.append(_map_const(v if v is not None else _field(a, "use_liger_kernel"), lambda v: "liger" if v else False))
+                line = line or a.line
+        if not vals:
+            return
+        notes = len(self.notes)
+        self.put("fused_loss", _alts(vals), line=line)
+        del self.notes[notes:]
+        for why in list(self.maybe):
+            self.maybe[why] = [n for n in self.maybe[why] if n != "fused_loss"]
+            if not self.maybe[why]:
+                del self.maybe[why]
+        if self.fields["fused_loss"].value == "liger":
+            self.notes.append("fused_loss: Liger's fused linear cross-entropy replaces the loss only for the model families "
+                              "liger_kernel patches (Llama, Mistral, Qwen2, Gemma, ...); memlint trusts the flag")
 
     def distributed_from(self, arg_objs: list[Obj]) -> None:
         vals = []

@@ -182,6 +182,9 @@ class Handlers:
             return self.new_trainer(it, name, None, args, kwargs, open_kw, line)
         if name == "from_pretrained" or name == "from_config":
             return self.from_pretrained(it, owner, qual, args, kwargs, open_kw, line, name)
+        if qual.startswith("liger_kernel.") and name.startswith("apply_liger_kernel_to_"):
+            it.facts.liger_calls.append((qual, kwargs, line))
+            return Const(None, "literal", line)
         if name == "get_peft_model" and owner in _UNSLOTH:
             return self.unsloth_peft(it, args, kwargs, line)
         if name == "get_peft_model":

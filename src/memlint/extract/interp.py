@@ -80,6 +80,7 @@ class Facts:
     objects: list = field(default_factory=list)          # every Obj built, in order
     trained: list = field(default_factory=list)          # objects whose .train() was called
     tokenizer_calls: list = field(default_factory=list)  # (kwargs, line)
+    liger_calls: list = field(default_factory=list)  # (qualified name, kwargs, line) of liger_kernel patch calls
     chunking: list = field(default_factory=list)         # (size AV, line): t[i : i + n] for i in range(0, _, n)
     autocasts: list = field(default_factory=list)        # (dtype AV or None, device AV, line)
     steps: list = field(default_factory=list)            # (optimizer Obj, accumulation AV or None, line)

@@ -258,6 +258,10 @@ class LargeLogitsRule(Rule):
     logits (Liger Kernel's `FusedLinearCrossEntropy`, Apple's Cut Cross-Entropy), a
     shorter maximum length, or a smaller micro-batch.
 
+    Silent when the run already uses a fused loss (`use_liger_kernel=True`, axolotl's
+    `liger_fused_linear_cross_entropy` or `cut_cross_entropy`, LLaMA-Factory's
+    `enable_liger_kernel`): memlint then counts one chunk of logits, not the full tensor.
+
     ## Options
     `min-vocab` (default 100,000) and `min-fraction` (of the allocated peak, default 0.2).
     """
@@ -267,12 +271,13 @@ class LargeLogitsRule(Rule):
     severity = "warning"
     summary = "full-vocabulary fp32 logits take a large share of the peak"
     options = {"min-vocab": 100_000, "min-fraction": 0.2}
-    VALID = (Sample(script("Qwen/Qwen2.5-0.5B", max_length=512)), Sample(script("openai-community/gpt2", max_length=1024)))
+    VALID = (Sample(script("Qwen/Qwen2.5-0.5B", max_length=512)), Sample(script("openai-community/gpt2", max_length=1024)),
+             Sample(script("meta-llama/Llama-3.2-1B", batch=2, max_length=8192, args="use_liger_kernel=True")))
     INVALID = (Sample(script("meta-llama/Llama-3.2-1B", batch=2, max_length=8192), at="MODEL_ID ="),)
 
     def check(self, ctx: Context) -> Iterator[Finding]:
         est, s = ctx.estimate, ctx.setup
-        if est is None or s.model.vocab < int(self.opts["min-vocab"]):
+        if est is None or s.fused_loss or s.model.vocab < int(self.opts["min-vocab"]):
             return
         # The logits component also holds autocast's half copy of an fp32 lm_head (k-bit
         # prep upcasts it); a fused loss does not remove that copy, so it is not counted here.

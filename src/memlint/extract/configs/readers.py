@@ -80,6 +80,20 @@ class FrameworkReader(Reader):
         self.notes.extend(notes)
         self.diagnostics.extend(diags)
 
+    def fused_flag(self, key: str, name: str, why_unset: str) -> None:
+        """fused_loss from one boolean key: `name` ("liger" / "cce") when true."""
+        try:
+            v = self.bool_at(key)
+        except Bad:
+            return
+        if v is None:
+            self.lib("fused_loss", False, why_unset)
+        else:
+            self.lit("fused_loss", name if v else False, key)
+        if v:
+            self.notes.append(f"fused_loss: {key} replaces the loss only for the model families the kernel patches "
+                              "(Llama, Mistral, Qwen2, Gemma, ...); memlint trusts the flag")
+
     def ta_int(self, name: str, key: str, cls: str) -> None:
         """An integer TrainingArguments field: literal, else the library's default (library_defaults.json)."""
         if self.doc.has(key):
@@ -135,6 +149,7 @@ class Axolotl(FrameworkReader):
         else:
             self.fw("optimizer", "optimizer")
         self.attention()
+        self.fused_loss()
         self.distributed(("fsdp", "fsdp_config"))
         self.fsdp_details()
         rl = d.get("rl")
@@ -258,6 +273,33 @@ class Axolotl(FrameworkReader):
         else:
             _, ref = frameworks.substitution("axolotl", "collator_padding")
             self.lib("padding", "longest", ref)
+
+    def fused_loss(self) -> None:
+        """A fused loss comes from a plugin: its flag does nothing unless the plugin is listed."""
+        plugins = self.doc.get("plugins")
+        plugins = [str(p) for p in plugins] if isinstance(plugins, list) else []
+        cce = any("cut_cross_entropy" in p for p in plugins)
+        liger = any("integrations.liger" in p for p in plugins)
+        if cce:
+            try:
+                v = self.bool_at("cut_cross_entropy")
+            except Bad:
+                v = False
+            if v is None:
+                v = bool(self.fw("fused_loss", "cut_cross_entropy", lambda x: "cce" if x else False))
+            else:
+                self.lit("fused_loss", "cce" if v else False, "cut_cross_entropy")
+            if v:
+                return
+        if liger:
+            self.fused_flag("liger_fused_linear_cross_entropy", "liger", frameworks.default(self.kind, "liger_fused_linear_cross_entropy").why)
+            return
+        if not cce:
+            self.lib("fused_loss", False, "no CutCrossEntropyPlugin or LigerPlugin in plugins")
+        for key, plugin in (("cut_cross_entropy", "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"),
+                            ("liger_fused_linear_cross_entropy", "axolotl.integrations.liger.LigerPlugin")):
+            if self.doc.get(key) is True and plugin.split(".")[2] not in " ".join(plugins):
+                self.notes.append(f"{key}: true without {plugin} in plugins: axolotl does not apply it")
 
     def attention(self) -> None:
         d = self.doc
@@ -398,6 +440,7 @@ class LlamaFactory(FrameworkReader):
             self.lit("attn_implementation", attn, "flash_attn")
         else:
             self.lib("attn_implementation", "sdpa", frameworks.default(self.kind, "flash_attn").why)
+        self.fused_flag("enable_liger_kernel", "liger", frameworks.default(self.kind, "enable_liger_kernel").why)
         self.distributed(("fsdp",))
         self.trainer({"sft": "Seq2SeqTrainer", "pt": "Trainer", "dpo": "DPOTrainer", "kto": "KTOTrainer", "rm": "RewardTrainer", "ppo": "PPOTrainer"}.get(str(stage), str(stage)),
                      f"LLaMA-Factory stage: {stage}")
@@ -500,6 +543,9 @@ class TrlRecipe(FrameworkReader):
         else:
             dd = library_default("transformers.from_pretrained", "attn_implementation")
             self.lib("attn_implementation", dd.value if dd else "sdpa", dd.why if dd else "transformers default")
+        key = "use_liger" if self.doc.has("use_liger") and not self.doc.has("use_liger_kernel") else "use_liger_kernel"
+        dd = library_default(cls, "use_liger_kernel")
+        self.fused_flag(key, "liger", dd.why if dd else "use_liger_kernel not set")
         self.distributed(("fsdp",))
         self.trainer(cls.split(".")[-1].replace("Config", "Trainer"), f"recipe fields read as {cls} ({frameworks.substitution(self.kind, 'sft_config')[1]})")
         self.checked_keys()
