@@ -153,3 +153,8 @@ def test_cli_fused_loss_flag(capsys):
     assert main(base + ["--fused-loss"]) == 0
     fused = json.loads(capsys.readouterr().out)["components"]["logits"]
     assert plain == SB * V * 10 and fused == 256 * V * 2 + SB * H * 2 + SB * 4
+
+
+def test_measure_refuses_a_fused_loss_it_would_not_run(capsys):
+    assert main(["measure", "--model", "meta-llama/Llama-3.2-1B", "--fused-loss"]) == 2
+    assert "--fused-loss is for `memlint estimate`" in capsys.readouterr().err

@@ -108,6 +108,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_measure(args: argparse.Namespace) -> int:
     from memlint.report.measure_view import run_measure
 
+    if args.fused_loss:
+        # the measured model runs transformers' own loss; liger-kernel needs Triton on a GPU
+        raise MemlintError("measure runs transformers' loss, not a fused one: --fused-loss is for `memlint estimate`")
     return run_measure(args, _setup_from_args(args), _console())
 
 
