@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
+from memlint.extract.parsed import parse
 
 from memlint.extract.values import (
     Alts, Class, Const, Dict, Func, ModuleVal, Obj, Ref, Seq, Unknown, flatten, merge, weakest,
@@ -120,9 +120,7 @@ class Interpreter:
     # ---- modules ---------------------------------------------------------------------------
 
     def _load(self, path: Path, source: str, name: str, is_main: bool) -> Module:
-        tree = cst.parse_module(source)
-        wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
-        pos = wrapper.resolve(PositionProvider)
+        tree, pos, _ = parse(source)
         env = Env()
         env.vars["__name__"] = Const(name, "literal", None)
         env.vars["__file__"] = Const(str(path), "literal", None)

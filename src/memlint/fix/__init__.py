@@ -46,7 +46,7 @@ def _plan(source: str, finding: Finding, line: int | None = None):
         return None, f"unknown codemod {fix.codemod!r}"
     ipython = None
     try:
-        doc = Doc(source)
+        doc = Doc.of(source)
     except (cst.ParserSyntaxError, RecursionError):
         # an exported notebook (`!pip install`, `%env`): locate in the text IPython would run,
         # which keeps every other line as it is, and edit only those lines
@@ -54,7 +54,7 @@ def _plan(source: str, finding: Finding, line: int | None = None):
         try:
             if ipython is None:
                 raise ValueError
-            doc = Doc(ipython)
+            doc = Doc.of(ipython)
         except (cst.ParserSyntaxError, RecursionError, ValueError):
             return None, "the file does not parse"
     try:

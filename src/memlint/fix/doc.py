@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import ast
 import re
+from functools import lru_cache
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+
+from memlint.extract.parsed import parse
 
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 NOT_LITERAL = object()  # what literal() returns for an expression that is not a plain literal
@@ -54,17 +56,22 @@ def dotted(node: cst.BaseExpression) -> str | None:
 
 
 class Doc:
-    """A parsed file. Raises libcst.ParserSyntaxError when the text does not parse."""
+    """A parsed file. Raises libcst.ParserSyntaxError when the text does not parse.
+
+    Read-only once built: `Doc.of` hands the same one to every fix located in one text.
+    """
+
+    @staticmethod
+    @lru_cache(maxsize=4)
+    def of(source: str) -> "Doc":
+        return Doc(source)
 
     def __init__(self, source: str) -> None:
         self.source = source
-        self.module = cst.parse_module(source)
-        wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
-        self.pos = wrapper.resolve(PositionProvider)
-        self.parent = wrapper.resolve(ParentNodeProvider)
+        self.module, self.pos, self.parent = parse(source)
         self._starts = [0] + [m.end() for m in _NEWLINE.finditer(source)]
         c = _Collector()
-        self.module.visit(c)
+        c.collect(self.parent)
         self.calls: list[cst.Call] = c.calls
         self.aliases: dict[str, str] = c.aliases
         self.classes: list[cst.ClassDef] = c.classes
@@ -268,7 +275,7 @@ def add_keyword(doc: Doc, call: cst.Call, name: str, value: str) -> list[Edit]:
     return edits
 
 
-class _Collector(cst.CSTVisitor):
+class _Collector:
     def __init__(self) -> None:
         self.calls: list[cst.Call] = []
         self.aliases: dict[str, str] = {}
@@ -277,6 +284,17 @@ class _Collector(cst.CSTVisitor):
         self.bindings: dict[str, list[cst.CSTNode]] = {}
         self.binding_names: dict[str, list[cst.Name]] = {}
         self.names: dict[str, list[cst.Name]] = {}
+
+    def collect(self, nodes: Iterable[cst.CSTNode]) -> None:
+        """Every node in source order (a loop over parse()'s parent map: no visitor pass)."""
+        by_type = {}
+        for name in dir(self):
+            if name.startswith("visit_"):
+                by_type[getattr(cst, name[6:])] = getattr(self, name)
+        for node in nodes:
+            handler = by_type.get(type(node))
+            if handler is not None:
+                handler(node)
 
     def _bind(self, target: cst.BaseExpression, stmt: cst.CSTNode) -> None:
         if isinstance(target, cst.Name):
