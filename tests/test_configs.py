@@ -289,3 +289,19 @@ def test_cli_plan_shows_a_config_plan_and_its_estimate(capsys):
     assert rc == 0
     assert "meta-llama/Meta-Llama-3-8B-Instruct" in out and "peak" in out
     assert json.loads(json.dumps(cfg("llamafactory_llama3_qlora_sft.yaml").to_json()))["max_length"]["line"] == 15
+
+
+@pytest.mark.parametrize("axolotl, transformers, want", [
+    (None, "5.24.0", "adamw_torch_fused"),      # not installed: the newest axolotl's own default
+    ("0.12.2", "4.40.0", "adamw_torch_fused"),  # axolotl >= 0.7 sets it whatever transformers says
+    ("0.6.0", "4.40.0", "adamw_torch"),         # older axolotl leaves it to TrainingArguments
+    ("0.4.0", "4.30.0", "adamw_hf"),
+])
+def test_axolotl_optimizer_default_follows_the_installed_versions(tmp_path, axolotl, transformers, want):
+    path = tmp_path / "axolotl.yml"
+    path.write_text("base_model: meta-llama/Llama-3.1-8B\nsequence_len: 1024\nmicro_batch_size: 1\n", encoding="utf-8")
+    with pinned_versions({**GOLDEN_VERSIONS, "axolotl": axolotl, "transformers": transformers}):
+        plan = read_config(path)
+    v = plan.get("optimizer")
+    assert (v.value, v.source) == (want, "library-default")
+    assert ("axolotl" in v.chain[0]) and (axolotl is None or axolotl in v.chain[0])

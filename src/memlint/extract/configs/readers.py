@@ -147,7 +147,12 @@ class Axolotl(FrameworkReader):
         if isinstance(opt, str) and opt:
             self.lit("optimizer", opt.lower(), "optimizer")
         else:
-            self.fw("optimizer", "optimizer")
+            own = frameworks.default("axolotl", "optimizer")
+            if own is not None and own.value is None:  # older axolotl leaves it to TrainingArguments
+                dd = library_default("transformers.TrainingArguments", "optim")
+                self.lib("optimizer", dd.value if dd else None, f"{own.why}; {dd.why}" if dd else own.why)
+            else:
+                self.fw("optimizer", "optimizer")
         self.attention()
         self.fused_loss()
         self.distributed(("fsdp", "fsdp_config"))
