@@ -350,3 +350,42 @@ def test_padding_strategy_enum_is_max_length_too():
     finding = Finding("MEM201", "x", "m", "warning", Span("e.py", line), fix=Fix("t", "safe", "dynamic-padding"))
     r = apply_fixes(enum, [finding])
     assert r.applied and "padding=False,  # fixed shapes" in r.source
+
+
+def _apply_reported_edits(source: str, edits) -> str:
+    """Apply (row, col, end_row, end_col, content) edits as a JSON consumer (an editor) would."""
+    starts = [0] + [m.end() for m in re.finditer(r"\r\n|\r|\n", source)]
+    out = source
+    for sr, sc, er, ec, text in sorted(edits, reverse=True):
+        a, b = starts[sr - 1] + sc - 1, starts[er - 1] + ec - 1
+        out = out[:a] + text + out[b:]
+    return out
+
+
+@pytest.mark.parametrize("name,codemod,version,outcome,words", [c for c in CASES if c[3] != "skip"],
+                         ids=[c[0] for c in CASES if c[3] != "skip"])
+def test_reported_edits_are_the_fix(name, codemod, version, outcome, words):
+    """The edits `--output-format json` reports (Ruff's fix.edits) give the file --fix writes."""
+    before = (FIXTURES / f"{name}.before.py").read_text()
+    with _versions(version):
+        finding = _finding(before, str(FIXTURES / f"{name}.before.py"), codemod)
+        fix = effective_fix(before, finding)
+    assert fix is not None and fix.edits
+    assert _apply_reported_edits(before, fix.edits) == (FIXTURES / f"{name}.after.py").read_text()
+
+
+def test_json_output_carries_ruff_style_edits(capsys):
+    from memlint.cli import main
+
+    script = Path(__file__).resolve().parent.parent / "fixtures" / "scripts" / "aliases.py"
+    rc = main(["check", str(script), "--gpu", "RTX4090", "--output-format", "json", "--exit-zero"])
+    assert rc == 0
+    fixed = [f for f in json.loads(capsys.readouterr().out) if f["fix"]]
+    assert fixed
+    source = script.read_text()
+    for f in fixed:
+        edits = f["fix"]["edits"]
+        assert edits and all(set(e) == {"content", "location", "end_location"} for e in edits)
+        rows = [(e["location"]["row"], e["location"]["column"], e["end_location"]["row"],
+                 e["end_location"]["column"], e["content"]) for e in edits]
+        assert _apply_reported_edits(source, rows) != source

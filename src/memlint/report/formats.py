@@ -278,8 +278,9 @@ def _json_finding(r: FileResult, f: Finding) -> dict[str, Any]:
     end_line, end_col = _end(r, s)
     fix = None
     if f.fix is not None:
-        # No edits: memlint's fixes are codemods (memlint.fix) that compute them on demand.
-        fix = {"applicability": f.fix.applicability, "codemod": f.fix.codemod, "edits": [],
+        fix = {"applicability": f.fix.applicability, "codemod": f.fix.codemod,
+               "edits": [{"content": text, "end_location": _loc(er, ec), "location": _loc(sr, sc)}
+                         for sr, sc, er, ec, text in f.fix.edits],
                "message": f.fix.title, "params": dict(f.fix.params)}
     cell, row = r.position(s.line)
     if cell is not None:  # Ruff's notebook convention: rows count within the cell

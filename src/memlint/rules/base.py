@@ -42,6 +42,9 @@ class Fix:
     applicability: str  # "safe" | "unsafe" (as in Ruff: unsafe may change behaviour)
     codemod: str
     params: Mapping[str, Any] = field(default_factory=dict)
+    # The text edits it makes in this file, once located (memlint.fix.effective_fix):
+    # (row, column, end_row, end_column, content), 1-based rows and columns as Ruff's JSON.
+    edits: tuple[tuple[int, int, int, int, str], ...] = ()
 
 
 @dataclass(frozen=True)
