@@ -264,3 +264,38 @@ def test_trl_get_peft_and_quantization_config_follow_the_model_config():
     plan = extract_source(src, "sft.py")
     got = {k: plan.fields[k].value for k in ("method", "lora_r", "lora_alpha", "quant_bits", "quant_type", "double_quant")}
     assert got == {"method": "qlora", "lora_r": 32, "lora_alpha": 32, "quant_bits": 4, "quant_type": "nf4", "double_quant": False}
+
+
+# ---- round 2: framework configs and notebooks (docs/realworld.md) --------------------------
+
+
+def _config(tmp_path, name: str, text: str):
+    from memlint.extract import extract_file
+
+    p = tmp_path / name
+    p.write_text(text, encoding="utf-8")
+    return extract_file(p)
+
+
+def test_torchtune_base_and_instruct_builders_name_their_checkpoint(tmp_path):
+    # pytorch/torchtune recipes/configs/qwen2_5/7B_lora_single_device.yaml: qwen2_5 7B and larger
+    # have _base and _instruct builders (same shapes); qwen3, gemma (v1) and phi4 likewise
+    from memlint.catalog import resolve
+
+    for component, want in (("qwen2_5.lora_qwen2_5_7b_instruct", "Qwen/Qwen2.5-7B"),
+                             ("qwen3.qwen3_1_7b_base", "Qwen/Qwen3-1.7B"),
+                             ("gemma.qlora_gemma_7b", "google/gemma-7b"),
+                             ("phi4.lora_phi4_14b", "microsoft/phi-4")):
+        plan = _config(tmp_path, "tt.yaml", f"model:\n  _component_: torchtune.models.{component}\n"
+                                             "  lora_attn_modules: ['q_proj', 'v_proj']\n"
+                                             "tokenizer:\n  max_seq_len: 1024\nbatch_size: 2\ndtype: bf16\n")
+        assert plan.fields["model_id"].value == want, component
+        resolve(want)
+
+
+def test_the_handbook_qlora_adapter_resolves_to_its_base_shapes():
+    # huggingface/alignment-handbook recipes/gemma-7b/dpo/config_qlora.yaml starts from the
+    # zephyr-7b-sft-qlora adapter (recipes/zephyr-7b-beta/sft/config_qlora.yaml's hub_model_id)
+    from memlint.catalog import resolve
+
+    assert resolve("alignment-handbook/zephyr-7b-sft-qlora").params == resolve("mistralai/Mistral-7B-v0.1").params
