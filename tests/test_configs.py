@@ -305,3 +305,23 @@ def test_axolotl_optimizer_default_follows_the_installed_versions(tmp_path, axol
     v = plan.get("optimizer")
     assert (v.value, v.source) == (want, "library-default")
     assert ("axolotl" in v.chain[0]) and (axolotl is None or axolotl in v.chain[0])
+
+
+def test_llama_factory_export_and_chat_configs_train_nothing_and_a_walk_skips_them(tmp_path):
+    # hiyouga/LLaMA-Factory examples/merge_lora/*.yaml and examples/inference/*.yaml carry the
+    # model keys but no do_train: true, so llamafactory-cli trains nothing (MEM202/MEM205 fired on them)
+    (tmp_path / "merge.yaml").write_text("model_name_or_path: meta-llama/Meta-Llama-3-8B-Instruct\n"
+                                         "adapter_name_or_path: saves/lora\ntemplate: llama3\nexport_dir: out\n")
+    (tmp_path / "chat.yaml").write_text("model_name_or_path: meta-llama/Meta-Llama-3-8B-Instruct\n"
+                                        "template: llama3\nfinetuning_type: lora\ninfer_backend: huggingface\n")
+    (tmp_path / "sft.yaml").write_text("model_name_or_path: meta-llama/Meta-Llama-3-8B-Instruct\nstage: sft\n"
+                                       "do_train: true\nfinetuning_type: lora\ncutoff_len: 1024\n")
+    assert [p.path for p in extract_paths([tmp_path])] == [str(tmp_path / "sft.yaml")]
+    merge = read_config(tmp_path / "merge.yaml")
+    assert merge.kind == "llama-factory" and not merge.fields
+    assert merge.notes == ("an export (adapter merge) config for llamafactory-cli export: it trains nothing, "
+                           "so there is no training step to size",)
+    assert "llamafactory-cli chat" in read_config(tmp_path / "chat.yaml").notes[0]
+    out = subprocess.run([sys.executable, "-m", "memlint", "check", str(tmp_path / "merge.yaml"), "--gpu", "A100-80GB"],
+                         capture_output=True, text=True)
+    assert (out.returncode, out.stdout) == (0, "")

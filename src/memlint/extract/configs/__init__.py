@@ -129,6 +129,9 @@ def read_config(path: str | Path, shown: str | None = None, *, text: str | None 
             if d not in diags:
                 diags.insert(0, d)
         return TrainingPlan(name, launch_plan_fields(facts), tuple(dict.fromkeys(notes)), tuple(diags), kind)
+    why = getattr(READERS[kind], "not_training", lambda _doc: None)(doc)
+    if why is not None:  # an inference or export config of a training framework: skipped in a walk
+        return TrainingPlan(name, {}, (why,), tuple(doc.diagnostics), kind) if explicit else None
     reader = READERS[kind](doc, p)
     reader.read()
     return reader.plan()

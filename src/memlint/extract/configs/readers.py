@@ -346,6 +346,18 @@ class Axolotl(FrameworkReader):
 class LlamaFactory(FrameworkReader):
     kind = "llama-factory"
 
+    @staticmethod
+    def not_training(doc: Document) -> str | None:
+        """Why a config trains nothing, or None: LLaMA-Factory's workflows train only under
+        `do_train: true` (train/sft/workflow.py `if training_args.do_train`); export (adapter merge)
+        and chat/inference configs carry the model keys without it."""
+        if doc.get("do_train") is True:
+            return None
+        what = ("an export (adapter merge) config for llamafactory-cli export" if doc.has("export_dir")
+                else "an inference config for llamafactory-cli chat" if doc.has("infer_backend")
+                else "a LLaMA-Factory config without do_train: true (only evaluation or prediction)")
+        return f"{what}: it trains nothing, so there is no training step to size"
+
     def read(self) -> None:
         d = self.doc
         self.model_id("model_name_or_path")
