@@ -299,3 +299,25 @@ def test_the_handbook_qlora_adapter_resolves_to_its_base_shapes():
     from memlint.catalog import resolve
 
     assert resolve("alignment-handbook/zephyr-7b-sft-qlora").params == resolve("mistralai/Mistral-7B-v0.1").params
+
+
+def test_activation_offloading_is_said_for_scripts_trl_recipes_and_torchtune(tmp_path):
+    # huggingface/trl examples/notebooks/sft_trl_lora_qlora.ipynb: SFTConfig(activation_offloading=True)
+    # on a T4; the estimate counts the offloaded activations on the GPU, so the plan must say so
+    src = '''from transformers import AutoModelForCausalLM
+from trl import SFTConfig, SFTTrainer
+
+model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen3-8B")
+args = SFTConfig(output_dir="o", max_length=1024, activation_offloading=True, gradient_checkpointing=True)
+SFTTrainer(model=model, args=args).train()
+'''
+    assert any(n.startswith("activation_offloading: saved activations move to CPU") for n in extract_source(src, "train.py").notes)
+    plan = _config(tmp_path, "recipe.yaml", "model_name_or_path: Qwen/Qwen3-8B\nbf16: true\nmax_length: 1024\n"
+                                            "per_device_train_batch_size: 2\nactivation_offloading: true\n")
+    assert any(n.startswith("activation_offloading: saved activations move") for n in plan.notes)
+    plan = _config(tmp_path, "tt.yaml", "model:\n  _component_: torchtune.models.qwen3.qwen3_8b_instruct\n"
+                                        "batch_size: 2\ndtype: bf16\nenable_activation_offloading: True\n")
+    assert any(n.startswith("enable_activation_offloading: saved activations move") for n in plan.notes)
+    off = extract_source(src.replace("activation_offloading=True", "activation_offloading=False"), "train.py")
+    assert not any("activation_offloading" in n for n in off.notes)
+

@@ -157,6 +157,7 @@ class Builder:
             self.loop_fields(objs, model_objs)
         self.gc_field(model_objs)
         self.fused_loss_field(model_objs)
+        self.activation_offloading_note()
         for why, names in self.maybe.items():
             self.notes.append(f"{', '.join(names)}: on some paths {why}; the plan shows the values memlint can read")
         return TrainingPlan(self.path, self.fields, tuple(dict.fromkeys(self.notes)), kind="notebook" if self.script.suffix == ".ipynb" else "python")
@@ -466,6 +467,16 @@ class Builder:
         if self.fields["fused_loss"].value == "liger":
             self.notes.append("fused_loss: Liger's fused linear cross-entropy replaces the loss only for the model families "
                               "liger_kernel patches (Llama, Mistral, Qwen2, Gemma, ...); memlint trusts the flag")
+
+    def activation_offloading_note(self) -> None:
+        """TRL's SFTConfig(activation_offloading=True) moves the saved activations to CPU memory;
+        the estimate still counts them on the GPU, so the plan says so."""
+        for a in getattr(self, "args", []):
+            v = a.get("activation_offloading")
+            if v is not None and any(isinstance(x, Const) and x.value is True for x in flatten(v)):
+                self.notes.append("activation_offloading: saved activations move to CPU memory during the step; "
+                                  "memlint counts them on the GPU (the activations component is an overestimate)")
+                return
 
     def distributed_from(self, arg_objs: list[Obj]) -> None:
         vals = []

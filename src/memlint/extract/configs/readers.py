@@ -80,6 +80,13 @@ class FrameworkReader(Reader):
         self.notes.extend(notes)
         self.diagnostics.extend(diags)
 
+    def offload_note(self, key: str) -> None:
+        """A note when `key` (TRL activation_offloading, torchtune enable_activation_offloading) moves
+        the saved activations to CPU memory: the estimate still counts them on the GPU."""
+        if self.doc.get(key) is True:
+            self.notes.append(f"{key}: saved activations move to CPU memory during the step; memlint counts them "
+                              "on the GPU (the activations component is an overestimate)")
+
     def fused_flag(self, key: str, name: str, why_unset: str) -> None:
         """fused_loss from one boolean key: `name` ("liger" / "cce") when true."""
         try:
@@ -485,6 +492,7 @@ class TrlRecipe(FrameworkReader):
     def read(self) -> None:
         d = self.doc
         self.model_id("model_name_or_path")
+        self.offload_note("activation_offloading")
         for key in ("dtype", "torch_dtype"):
             if d.has(key) and dtype_name(d.get(key)):
                 self.lit("torch_dtype", dtype_name(d.get(key)), key)
@@ -615,6 +623,7 @@ class Torchtune(FrameworkReader):
     def read(self) -> None:
         d = self.doc
         fw = frameworks.framework(self.kind)
+        self.offload_note("enable_activation_offloading")
         comp = d.get("model", "_component_")
         method = None
         if isinstance(comp, str) and "." in comp:
