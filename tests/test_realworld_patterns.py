@@ -321,3 +321,16 @@ SFTTrainer(model=model, args=args).train()
     off = extract_source(src.replace("activation_offloading=True", "activation_offloading=False"), "train.py")
     assert not any("activation_offloading" in n for n in off.notes)
 
+
+def test_an_unsloth_prequantized_mirror_has_the_shapes_of_the_checkpoint_it_quantizes():
+    # huggingface/trl examples/notebooks/sft_trl_lora_qlora.ipynb loads unsloth/qwen3-14b-unsloth-bnb-4bit
+    import pytest
+
+    from memlint.catalog import resolve
+    from memlint.errors import MemlintError
+
+    spec = resolve("unsloth/qwen3-14b-unsloth-bnb-4bit")
+    assert (spec.id, spec.params) == ("unsloth/qwen3-14b-unsloth-bnb-4bit", resolve("Qwen/Qwen3-14B").params)
+    assert resolve("unsloth/Qwen3-4B-bnb-4bit").params == resolve("Qwen/Qwen3-4B").params
+    with pytest.raises(MemlintError):  # no catalog entry of that name: still unknown, never a guess
+        resolve("unsloth/some-model-7b-bnb-4bit")

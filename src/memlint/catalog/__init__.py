@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -136,11 +137,28 @@ def known_ids() -> list[str]:
     return sorted(_catalog())
 
 
+_UNSLOTH_QUANT = re.compile(r"^unsloth/(?P<name>.+?)(?:-unsloth)?-bnb-4bit$")
+
+
+def _unsloth_base(key: str) -> str | None:
+    """unsloth's pre-quantized mirrors (unsloth/qwen3-14b-unsloth-bnb-4bit) keep the shapes of the
+    checkpoint they quantize: the canonical id whose name (or an alias's) is the same, when only one is."""
+    m = _UNSLOTH_QUANT.match(key)
+    if m is None:
+        return None
+    name = m.group("name")
+    hits = {c for k, c in _index().items() if k.rsplit("/", 1)[-1] == name}
+    return hits.pop() if len(hits) == 1 else None
+
+
 def catalog_entry(model_id: str) -> ModelSpec | None:
     key = model_id.strip().lower()
     canonical = _index().get(key)
     if canonical is None:
-        return None
+        canonical = _unsloth_base(key)
+        if canonical is None:
+            return None
+        return _spec_from_entry(model_id.strip(), _catalog()[canonical])
     entry = _catalog()[canonical]
     # Report the id the user named (an -Instruct alias is not its base), spelled as published.
     shown = next(a for a in [canonical, *entry.get("aliases", [])] if a.lower() == key)
