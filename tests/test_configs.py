@@ -325,3 +325,14 @@ def test_llama_factory_export_and_chat_configs_train_nothing_and_a_walk_skips_th
     out = subprocess.run([sys.executable, "-m", "memlint", "check", str(tmp_path / "merge.yaml"), "--gpu", "A100-80GB"],
                          capture_output=True, text=True)
     assert (out.returncode, out.stdout) == (0, "")
+
+
+def test_fp16_compute_that_a_framework_derives_from_fp16_points_at_the_fp16_key(tmp_path):
+    # hiyouga/LLaMA-Factory examples/extras/fsdp_qlora/llama3_lora_sft.yaml: quantization_bit: 4 and
+    # fp16: true; the bnb compute dtype follows fp16, and MEM302 was reported at 1:1
+    p = tmp_path / "qlora.yaml"
+    p.write_text("model_name_or_path: meta-llama/Meta-Llama-3-8B-Instruct\nquantization_bit: 4\nstage: sft\n"
+                 "do_train: true\nfinetuning_type: lora\ncutoff_len: 1024\nper_device_train_batch_size: 1\nfp16: true\n")
+    out = subprocess.run([sys.executable, "-m", "memlint", "check", str(p), "--gpu", "A100-80GB", "--select", "MEM302"],
+                         capture_output=True, text=True)
+    assert out.stdout.startswith(f"{p}:8:1: MEM302 fp16 compute where bf16 is available"), out.stdout

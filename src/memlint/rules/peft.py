@@ -102,6 +102,8 @@ class Fp16ComputeRule(Rule):
         at = None
         if ctx.value("compute_dtype") in ("fp16", "float16"):
             at = "compute_dtype"
+            if ctx.plan.get("compute_dtype").span is None and ctx.value("precision") == "amp-fp16":
+                at = "precision"  # a framework default that follows fp16: true; point at that key
         elif ctx.value("precision") == "amp-fp16":
             at = "precision"
         if at is None:
