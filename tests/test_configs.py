@@ -336,3 +336,14 @@ def test_fp16_compute_that_a_framework_derives_from_fp16_points_at_the_fp16_key(
     out = subprocess.run([sys.executable, "-m", "memlint", "check", str(p), "--gpu", "A100-80GB", "--select", "MEM302"],
                          capture_output=True, text=True)
     assert out.stdout.startswith(f"{p}:8:1: MEM302 fp16 compute where bf16 is available"), out.stdout
+
+
+def test_llama_factory_model_arguments_of_recent_versions_are_known_keys(tmp_path):
+    # hiyouga/LLaMA-Factory src/llamafactory/hparams/model_args.py: init_special_tokens and use_kv_cache
+    # were reported as misspellings of split_special_tokens and use_cache (MEM004 on real keys)
+    p = tmp_path / "lf.yaml"
+    p.write_text("model_name_or_path: meta-llama/Meta-Llama-3-8B-Instruct\nstage: sft\ndo_train: true\n"
+                 "init_special_tokens: noise_init\nuse_kv_cache: true\nfp8_backend: auto\nuse_v1_kernels: false\n"
+                 "cuttoff_len: 1024\n")
+    diags = [d.message for d in read_config(p).diagnostics if d.kind == "unknown-key"]
+    assert diags == ["unknown llama-factory key 'cuttoff_len' (did you mean 'cutoff_len'?)"]
