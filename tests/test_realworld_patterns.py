@@ -334,3 +334,20 @@ def test_an_unsloth_prequantized_mirror_has_the_shapes_of_the_checkpoint_it_quan
     assert resolve("unsloth/Qwen3-4B-bnb-4bit").params == resolve("Qwen/Qwen3-4B").params
     with pytest.raises(MemlintError):  # no catalog entry of that name: still unknown, never a guess
         resolve("unsloth/some-model-7b-bnb-4bit")
+
+
+def test_unsloth_gradient_checkpointing_says_it_offloads_to_cpu():
+    # unslothai/notebooks python_scripts/Llama3_(8B)-ORPO.py: get_peft_model(use_gradient_checkpointing="unsloth")
+    # keeps the checkpointed layer inputs in CPU memory; the estimate counts them on the GPU
+    src = '''from unsloth import FastLanguageModel
+from trl import SFTConfig, SFTTrainer
+
+model, tok = FastLanguageModel.from_pretrained(model_name="unsloth/llama-3-8b-bnb-4bit", max_seq_length=2048, load_in_4bit=True)
+model = FastLanguageModel.get_peft_model(model, r=16, use_gradient_checkpointing="unsloth")
+SFTTrainer(model=model, args=SFTConfig(output_dir="o", per_device_train_batch_size=2)).train()
+'''
+    plan = extract_source(src, "train.py")
+    assert plan.fields["gradient_checkpointing"].value is True
+    assert sum(n.startswith('gradient_checkpointing: "unsloth" offloads') for n in plan.notes) == 1
+    plain = extract_source(src.replace('"unsloth"', "True"), "train.py")
+    assert not any("offloads" in n for n in plain.notes)

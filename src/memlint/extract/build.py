@@ -752,6 +752,9 @@ class Builder:
                         v = Const(d.value, "library-default", line, (d.why,)) if d else Unknown(how)
                     for x in flatten(v):
                         if isinstance(x, Const):
+                            if x.value == "unsloth" and not any(n.startswith("gradient_checkpointing: \"unsloth\"") for n in self.notes):
+                                self.notes.append("gradient_checkpointing: \"unsloth\" offloads the checkpointed layer inputs to CPU "
+                                                  "memory; memlint counts them on the GPU (the activations component is an overestimate)")
                             resolved.append(x.with_value(bool(x.value) if not isinstance(x.value, str) else True, how))
                         else:
                             resolved.append(x)
