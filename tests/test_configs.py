@@ -347,3 +347,20 @@ def test_llama_factory_model_arguments_of_recent_versions_are_known_keys(tmp_pat
                  "cuttoff_len: 1024\n")
     diags = [d.message for d in read_config(p).diagnostics if d.kind == "unknown-key"]
     assert diags == ["unknown llama-factory key 'cuttoff_len' (did you mean 'cutoff_len'?)"]
+
+
+def test_deepspeed_zero_keys_by_field_name_are_known_and_a_followed_file_is_reported_once(tmp_path):
+    # axolotl deepspeed_configs/zero3_bf16_cpuoffload_params.json writes gather_16bit_weights_on_model_save,
+    # max_live_parameters, ...: DeepSpeedZeroConfig's field names (populate_by_name) beside their stage3_ aliases.
+    # Checking that JSON and the axolotl config that follows it reported its finding twice.
+    (tmp_path / "ds").mkdir()
+    (tmp_path / "ds" / "z3.json").write_text(json.dumps({"zero_optimization": {
+        "stage": 3, "gather_16bit_weights_on_model_save": True, "max_live_parameters": 0, "prefetch_bucket_size": "auto",
+        "stage3_max_reuse_distanse": 0}, "train_micro_batch_size_per_gpu": "auto"}))
+    (tmp_path / "train.yml").write_text("base_model: meta-llama/Llama-3.2-1B\nsequence_len: 1024\nmicro_batch_size: 1\n"
+                                        "sample_packing: true\ndeepspeed: ds/z3.json\n")
+    diags = [d.message for d in read_config(tmp_path / "ds" / "z3.json").diagnostics if d.kind == "unknown-key"]
+    assert diags == ["unknown deepspeed zero_optimization key 'stage3_max_reuse_distanse' (did you mean 'stage3_max_reuse_distance'?)"]
+    out = subprocess.run([sys.executable, "-m", "memlint", "check", str(tmp_path), "--select", "MEM004", "--gpus", "2"],
+                         capture_output=True, text=True)
+    assert out.stdout.count("stage3_max_reuse_distanse") == 1, out.stdout

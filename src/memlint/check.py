@@ -341,12 +341,16 @@ def check_source(source: str, path: str = "<stdin>", **kwargs) -> FileResult:
 def check_paths(paths: Sequence[str], settings: Settings, *, gpu: str | None = None, gpus: int | None = None,
                 assume: Sequence[str] = ()) -> list[FileResult]:
     results = []
+    seen: set[tuple] = set()  # a config's findings in a file it follows (its DeepSpeed JSON) are that file's too
     for target in collect(paths, settings):
         plan, lines, cells = read_file(target)
         if plan is None:
             continue
         result = check_plan(plan, lines=lines, settings=settings, gpu=gpu, gpus=gpus, assume=assume)
         result.cells = cells
+        keys = [(f.span.path, f.span.line, f.span.col, f.code, f.message) for f in result.findings]
+        result.findings = [f for f, k in zip(result.findings, keys) if k not in seen]
+        seen.update(keys)
         results.append(result)
     return results
 
