@@ -364,3 +364,11 @@ def test_deepspeed_zero_keys_by_field_name_are_known_and_a_followed_file_is_repo
     out = subprocess.run([sys.executable, "-m", "memlint", "check", str(tmp_path), "--select", "MEM004", "--gpus", "2"],
                          capture_output=True, text=True)
     assert out.stdout.count("stage3_max_reuse_distanse") == 1, out.stdout
+
+
+def test_axolotl_unfrozen_parameters_says_the_estimate_trains_every_parameter(tmp_path):
+    # axolotl examples/mistral/bigstral-ds-zero3.yaml trains only the layers unfrozen_parameters matches
+    p = tmp_path / "partial.yml"
+    p.write_text("base_model: meta-llama/Llama-3.2-1B\nsequence_len: 1024\nmicro_batch_size: 1\nsample_packing: true\n"
+                 "unfrozen_parameters:\n  - ^lm_head.weight$\n  - model.layers.1[0-5]+.mlp\n")
+    assert any(n.startswith("unfrozen_parameters: only parameters matching its 2 pattern(s) train") for n in read_config(p).notes)

@@ -150,6 +150,10 @@ class Axolotl(FrameworkReader):
                 self.notes.append(f"gradient_checkpointing: {gc} keeps checkpointed layer inputs in CPU memory; memlint counts them on the GPU")
         if d.get("activation_offloading") not in (None, False):
             self.notes.append("activation_offloading: activations move to CPU memory; memlint counts them on the GPU")
+        unfrozen = d.get("unfrozen_parameters")
+        if isinstance(unfrozen, list) and unfrozen:
+            self.notes.append(f"unfrozen_parameters: only parameters matching its {len(unfrozen)} pattern(s) train; memlint counts "
+                              "gradients and optimizer state for every parameter (an overestimate)")
         opt = d.get("optimizer")
         if isinstance(opt, str) and opt:
             self.lit("optimizer", opt.lower(), "optimizer")
