@@ -44,6 +44,12 @@ def _setup_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--attn", choices=("eager", "sdpa", "flash_attention_2"), default="sdpa")
     g.add_argument("--fused-loss", action=argparse.BooleanOptionalAction, default=False,
                    help="fused/chunked linear cross-entropy (Liger, Cut Cross-Entropy): no full-vocabulary logits")
+    g.add_argument("--objective", choices=("sft", "dpo", "orpo", "cpo", "kto", "reward"), default="sft",
+                   help="TRL trainer objective: preference trainers stack chosen+rejected rows, DPO/KTO add a reference pass")
+    g.add_argument("--ref-model", choices=("auto", "none", "copy", "adapter-disabled", "precomputed"), default="auto",
+                   help="reference for dpo/kto (default: a frozen copy for a full fine-tune, adapters disabled for peft)")
+    g.add_argument("--trl-version", default=None, metavar="X.Y",
+                   help="TRL version whose step layout to model (default: the installed one, else the newest known)")
     g.add_argument("--gpus", type=int, default=1, metavar="N")
     g.add_argument("--shard", choices=("none", "zero1", "zero2", "zero3", "fsdp", "fsdp_shard_grad_op", "fsdp_hybrid"),
                    default="none")
@@ -72,7 +78,14 @@ def _setup_from_args(args: argparse.Namespace):
         precision=precision, optim=args.optim, batch=args.batch, seq=args.seq, grad_accum=args.grad_accum,
         recompute=args.recompute, attn=args.attn, gpus=args.gpus, shard=args.shard, offload=args.offload,
         nodes=args.nodes, kbit_prep=args.kbit_prep, fused_loss=args.fused_loss,
+        objective=args.objective, ref_model=args.ref_model, trl_version=args.trl_version or _installed_trl(),
     )
+
+
+def _installed_trl() -> str | None:
+    from memlint.extract.library import installed_version
+
+    return installed_version("trl")
 
 
 def _console():

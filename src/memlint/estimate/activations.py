@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memlint.estimate.model_state import lora_modules
-from memlint.estimate.setup import DTYPE_BYTES, Setup
+from memlint.estimate.setup import DTYPE_BYTES, Setup, preference
 
 
 @dataclass(frozen=True)
@@ -227,4 +227,131 @@ def _fused(s: Setup, body: int, per_layer: int, formula: str, copies_head: int) 
 
 
 def activations(s: Setup, accounting: str) -> ActivationTerms:
+    if s.objective != "sft":
+        return preference_terms(s, accounting)
     return textbook(s) if accounting == "textbook" else real(s)
+
+
+def preference_terms(s: Setup, accounting: str) -> ActivationTerms:
+    """TRL's preference and reward steps (data/preference.json): the decoder body saves
+    activations for rows x b sequences (chosen and rejected stacked), and the loss side is
+    the log-prob computation plus, for DPO/KTO, the reference forward under no_grad while the
+    policy's graph is alive."""
+    obj = preference()["objectives"][s.objective]
+    rows = obj["rows"] * s.batch
+    plain = s.with_(objective="sft", ref_model="none", batch=rows)
+    base = textbook(plain) if accounting == "textbook" else real(plain)
+    m = s.model
+    R = f"{obj['rows']}·b" if obj["rows"] > 1 else "b"
+    formula = base.formula + f" (over {R} rows: {obj['trainer']})"
+    if obj["head"] == "scalar":
+        # num_labels=1: the score head's output is s x 1 per row; no vocabulary logits
+        out = rows * s.seq * DTYPE_BYTES[s.compute_dtype]
+        return ActivationTerms(base.body, base.per_layer, out, out, formula,
+                               f"scalar reward head: {R}·s × 1 × {DTYPE_BYTES[s.compute_dtype]} B (no vocabulary logits)")
+    if accounting == "textbook":
+        V4 = rows * s.seq * m.vocab * 4
+        fwd = V4 * (2 if obj["reference"] else 1)
+        return ActivationTerms(base.body, base.per_layer, fwd, 0, formula,
+                               f"{R}·s·V × 4 B (fp32 logits)" + (" + the reference's fp32 logits" if obj["reference"] else ""))
+    layout = logps_layout(s)
+    if layout["layout"] == "chunked":
+        return _chunked_logps(s, base, rows, R, formula, layout)
+    return _materialised_logps(s, base, rows, R, formula, layout, obj)
+
+
+def _materialised_logps(s: Setup, base: ActivationTerms, rows: int, R: str, formula: str, layout: dict,
+                        obj: dict) -> ActivationTerms:
+    """The logits are materialised. Under HF Trainer's mixed precision accelerate converts the
+    model's half outputs to fp32 (data/preference.json "accelerate"), so TRL's selective_log_softmax
+    takes its fp32 path, gather - logsumexp row by row, and logsumexp keeps the logits for backward;
+    half logits (pure bf16) take log_softmax per row, which saves each row's output."""
+    m = s.model
+    V = m.vocab
+    a = DTYPE_BYTES[s.compute_dtype]
+    amp = s.precision in ("amp-bf16", "amp-fp16")
+    lp = 4 if amp else a                       # the logits TRL sees
+    n = rows * s.seq * V
+    row = (s.seq - 1) * V                      # one row's shifted logits, elements
+    L = n * lp
+    conv = n * a + L if lp != a else L         # lm_head's output and accelerate's fp32 copy, for a moment
+    C = rows * row * lp if layout.get("shift_copy") else 0  # TRL 0.29's .contiguous() shifted logits
+    half = lp != 4
+    saved = rows * row * lp if half else (C or L)  # half: log_softmax outputs; fp32: logsumexp's input
+    temps = 2 * row * lp if half else 0        # the previous and the current row's log_softmax
+    alive = L + C + (saved if half else 0)     # the policy's logits, their copy and what backward keeps
+    policy = max(conv, alive)
+    parts = [f"{R}·s·V × {lp} B logits" + (f" (accelerate's fp32 copy of the {a}-byte lm_head output)" if lp != a else ""),
+             f"log_softmax per row saved, {R}·(s-1)·V × {lp} B" if half else "gather - logsumexp (keeps the logits)"]
+    if C:
+        parts.append(f"+ the contiguous shifted copy {R}·(s-1)·V × {lp} B (trl 0.29)")
+    ce = 0
+    if obj["nll_chosen"]:
+        # ORPO / CPO: cross-entropy on a contiguous copy of the chosen half, saving its log-softmax
+        ce = s.batch * row * lp
+        policy = max(policy, L + C + 2 * ce, alive + ce)
+        parts.append(f"+ cross-entropy on a contiguous chosen half, b·(s-1)·V × {lp} B saved")
+    if layout.get("metrics") == "masked_mean":
+        policy = max(policy, alive + ce + s.batch * s.seq * V * lp)
+        parts.append(f"+ mean_chosen_logits' masked copy b·s·V × {lp} B (transient)")
+    held = alive + ce if (layout["policy_logits_during_ref"] or obj["nll_chosen"]) else saved
+    fwd = policy
+    held_ref = 0
+    if s.ref_model in ("copy", "adapter-disabled"):
+        fwd = max(fwd, held + max(conv, L + C + temps))
+        held_ref = L + C if C else 0           # 0.29 keeps ref_outputs and ref_shift_logits to the end
+        parts.append(f"; reference forward under no_grad: its own {R}·s·V logits"
+                     + (", with the policy's logits still alive" if held > saved else ""))
+    if layout.get("metrics") == "entropy":
+        chunk = min(128, rows * (s.seq - 1)) * V * lp
+        fwd = max(fwd, held + held_ref + max(3 * chunk, s.batch * row * lp))
+        parts.append("; metrics: entropy 128 tokens at a time, masked chosen/rejected copies")
+    if half:
+        bwd = max(saved + 2 * row * lp, 3 * rows * row * lp) + ce
+    else:
+        bwd = 4 * L + ce
+    _, copies_head = autocast_weight_copies(s)
+    fwd, bwd = fwd + copies_head, bwd + copies_head  # autocast's half copy of an fp32 lm_head, saved
+    if copies_head:
+        parts.append(f"+ autocast's {a}-byte copy of the fp32 lm_head ({copies_head:,} B)")
+    return ActivationTerms(base.body, base.per_layer, fwd, bwd, formula,
+                           " ".join(parts) + "; backward: the logits' gradients (4 × the fp32 logits, or"
+                           " max(saved + two rows, 3 × the half logits))")
+
+
+def _chunked_logps(s: Setup, base: ActivationTerms, rows: int, R: str, formula: str, layout: dict) -> ActivationTerms:
+    """TRL's fused LM head (ChunkedLogProbFunction): [token_chunk x vocab_chunk] tiles of logits in the
+    compute dtype, the gathered hidden states (T·h) saved with fp32 per-token statistics; backward
+    accumulates the hidden-state gradient (and lm_head's, when it trains) in fp32.
+    Not validated by memlint's trace (it runs the materialised layout); see docs/accounting.md."""
+    m = s.model
+    a = DTYPE_BYTES[s.compute_dtype]
+    T = rows * (s.seq - 1)
+    tile = min(T, layout["token_chunk"]) * min(m.vocab, layout["vocab_chunk"]) * a
+    stats = 7 * T * 4
+    hidden = T * m.hidden * a
+    fwd = tile + stats + hidden
+    if s.ref_model in ("copy", "adapter-disabled"):
+        fwd += hidden + tile  # the reference pass's own gathered hidden states and tile
+    grad_w = m.vocab * m.hidden * 4 if s.method == "full" else 0
+    bwd = hidden + tile + T * m.hidden * 4 + grad_w
+    return ActivationTerms(
+        base.body, base.per_layer, fwd, bwd, formula,
+        f"fused LM head: one {min(T, layout['token_chunk'])} × {min(m.vocab, layout['vocab_chunk'])} tile × {a} B "
+        f"+ gathered hidden {R}·(s-1)·h × {a} B + fp32 statistics; backward adds the fp32 hidden-state gradient"
+        + (" and lm_head's fp32 gradient" if grad_w else ""),
+    )
+
+
+def logps_layout(s: Setup) -> dict:
+    """How TRL computes the policy's log-probs for this objective and TRL version
+    (data/preference.json). ORPO and CPO always materialise the logits."""
+    from memlint.extract.library import in_range
+
+    for entry in preference()["logps_layouts"]:
+        if in_range(s.trl_version, entry.get("versions")):
+            if s.objective in ("orpo", "cpo") and entry["layout"] != "logits":
+                return {"layout": "logits", "policy_logits_during_ref": True,
+                        "ref": preference()["objectives"][s.objective]["ref"]}
+            return entry
+    raise AssertionError("preference.json covers every version")

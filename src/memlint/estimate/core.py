@@ -75,8 +75,28 @@ def find_gpu(name: str) -> tuple[str, int, int]:
     return f"{gib:g} GiB", int(gib * GIB), DEFAULT_CONTEXT
 
 
+def _reference_weights(s: Setup, accounting: str) -> tuple[int, str]:
+    """A frozen second copy of the weights (TRL's create_reference_model, or an explicit
+    ref_model), in the dtype the policy was loaded in: no gradients, no optimizer state."""
+    if s.ref_model != "copy":
+        return 0, ""
+    base = s.with_(method="full", objective="sft", ref_model="none", quant="none") if s.quant == "none" else None
+    if base is not None:
+        if accounting == "real":
+            n, _ = ms.weight_bytes(base, accounting)
+        else:
+            n = s.model.params * 2
+        return n, f" + frozen reference copy {n / GIB:.2f} GiB ({s.model.params:,} × {n // s.model.params} B)"
+    w, _ = ms.weight_bytes(s, accounting)
+    n = w - ms.trainable_params(s) * (4 if accounting == "real" and s.precision != "pure-bf16" else 2)
+    return n, f" + frozen reference copy {n / GIB:.2f} GiB (the quantized base again)"
+
+
 def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = None) -> Estimate:
     notes: list[str] = []
+    if s.objective == "reward":
+        s_in = s
+        s = s.with_(model=ms.reward_spec(s.model))
     m = s.model
     w, w_f = ms.weight_bytes(s, accounting)
     g, g_f = ms.gradient_bytes(s, accounting)
@@ -109,6 +129,9 @@ def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = Non
     if "weights" in offloaded:
         w = 0
         w_f = "offloaded to CPU: only the layers being computed are on the GPU"
+    ref_w, ref_f = _reference_weights(s, accounting)
+    w += ref_w
+    w_f += ref_f
     gath = lay.gathered
     gath_b = gath if lay.gathered_backward is None else lay.gathered_backward
     w_f += lay.gathered_formula
@@ -155,6 +178,17 @@ def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = Non
         notes.append("flash_attention_2 saves the same tensors as SDPA's flash kernel")
     if m.text_only:
         notes.append(f"{m.id}: multimodal checkpoint counted as its text tower")
+    if s.objective != "sft":
+        obj = data("preference.json")["objectives"][s.objective]
+        notes.append(f"{obj['trainer']}: " + {
+            "dpo": f"chosen and rejected stacked ({obj['rows']} × micro-batch rows); reference: {s.ref_model}",
+            "kto": f"unpaired rows plus a no-grad KL pass; reference: {s.ref_model}",
+            "reward": "chosen and rejected stacked; scalar score head, no vocabulary logits",
+        }.get(s.objective, "chosen and rejected stacked (2 × micro-batch rows); no reference model"))
+        if s.objective == "kto":
+            notes.append("KTO's KL pass is counted like a reference pass; not validated by a trace")
+    if s.objective == "reward":
+        s = s_in
 
     comps = {
         "weights": Component("weights", w + gath, w_f),

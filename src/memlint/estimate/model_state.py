@@ -228,3 +228,26 @@ def optimizer_step_temporaries(s: Setup, accounting: str) -> int:
     if spec["impl"] == "forloop":
         return largest * pbytes
     return 0
+
+
+# --------------------------------------------------------------------------- reward model
+
+
+def reward_spec(model: ModelSpec) -> ModelSpec:
+    """The model as TRL's RewardTrainer loads it: AutoModelForSequenceClassification with
+    num_labels=1, a bias-free hidden x 1 `score` head in place of lm_head (counted under
+    `other`: it is no decoder-layer linear)."""
+    from dataclasses import replace
+
+    groups = dict(model.groups)
+    head = groups.get("lm_head", 0)
+    groups["lm_head"] = 0
+    groups["other"] = groups.get("other", 0) + model.hidden
+    linears = tuple(l for l in model.linears if l.name != "lm_head")
+    return replace(model, params=model.params - head + model.hidden, groups=groups, linears=linears,
+                   tied_embeddings=False)
+
+
+def reward_head_delta(model: ModelSpec) -> int:
+    """Parameters a reward model has more than the causal LM (negative: lm_head dropped)."""
+    return reward_spec(model).params - model.params

@@ -21,6 +21,13 @@ SHARDS = ("none", "zero1", "zero2", "zero3", "fsdp", "fsdp_shard_grad_op", "fsdp
 PARAM_SHARDS = ("zero3", "fsdp", "fsdp_hybrid")
 OFFLOADS = ("none", "optimizer", "params")
 ACCOUNTINGS = ("real", "textbook")
+# What the training step optimises: plain next-token loss (SFT, the HF Trainer) or one of
+# TRL's preference / reward objectives (data/preference.json says what each one runs).
+OBJECTIVES = ("sft", "dpo", "orpo", "cpo", "kto", "reward")
+# Where the reference log-probs come from: no reference (sft, orpo, cpo, reward), a frozen
+# second copy of the weights, the peft model run with its adapters disabled, or log-probs
+# computed before training (precompute_ref_log_probs=True).
+REF_MODELS = ("none", "copy", "adapter-disabled", "precomputed")
 
 
 @lru_cache(maxsize=None)
@@ -30,6 +37,19 @@ def data(name: str) -> dict[str, Any]:
 
 def optimizers() -> dict[str, dict[str, Any]]:
     return data("optimizers.json")["optimizers"]
+
+
+def preference() -> dict[str, Any]:
+    return data("preference.json")
+
+
+def default_ref_model(objective: str, method: str) -> str:
+    """TRL's reference without an explicit ref_model: DPOTrainer/KTOTrainer deep-copy a fully
+    fine-tuned model (create_reference_model) and run a peft model with its adapters disabled."""
+    entry = preference()["objectives"].get(objective)
+    if entry is None or not entry["reference"]:
+        return "none"
+    return "copy" if method == "full" else "adapter-disabled"
 
 
 @dataclass(frozen=True)
@@ -67,8 +87,16 @@ class Setup:
     # A fused linear cross-entropy (Liger, Cut Cross-Entropy) computes the loss chunk by
     # chunk and never holds the full-vocabulary logits.
     fused_loss: bool = False
+    # TRL's objective and reference model. "auto" resolves to what TRL does without a
+    # ref_model: a frozen copy for a full fine-tune, the adapters disabled for peft.
+    objective: str = "sft"
+    ref_model: str = "auto"
+    # The TRL version whose step layout to model (data/preference.json); None: the newest known.
+    trl_version: str | None = None
 
     def __post_init__(self) -> None:
+        if self.ref_model == "auto":
+            object.__setattr__(self, "ref_model", default_ref_model(self.objective, self.method))
         self.validate()
 
     def validate(self) -> None:
@@ -84,6 +112,17 @@ class Setup:
         check("attn", ATTNS)
         check("shard", SHARDS)
         check("offload", OFFLOADS)
+        check("objective", OBJECTIVES)
+        check("ref_model", REF_MODELS)
+        needs_ref = preference()["objectives"][self.objective]["reference"]
+        if not needs_ref and self.ref_model != "none":
+            raise MemlintError(f"--objective {self.objective} has no reference model: use --ref-model none")
+        if needs_ref and self.ref_model == "none":
+            raise MemlintError(f"--objective {self.objective} needs a reference: --ref-model copy, adapter-disabled or precomputed")
+        if self.fused_loss and self.objective != "sft":
+            raise MemlintError("--fused-loss models a fused SFT cross-entropy; not with a preference objective")
+        if self.ref_model == "adapter-disabled" and self.method == "full":
+            raise MemlintError("--ref-model adapter-disabled needs peft adapters: use --method lora/qlora")
         if self.optim not in optimizers():
             raise MemlintError(f"unknown optimizer {self.optim!r}; known: {', '.join(sorted(optimizers()))}")
         for name in ("batch", "seq", "gpus", "nodes", "lora_r", "grad_accum"):

@@ -288,6 +288,12 @@ class LargeLogitsRule(Rule):
             return
         dt = s.compute_dtype
         what = f"{dt} logits, their fp32 upcast and log-softmax" if dt != "fp32" else "fp32 logits and log-softmax"
+        if s.objective != "sft":
+            rows = "chosen + rejected rows" if s.objective in ("dpo", "orpo", "cpo") else "rows"
+            amp = s.precision in ("amp-bf16", "amp-fp16")
+            what = (f"{'fp32' if amp else dt} logits of the {rows}"
+                    + (" (accelerate upcasts the model's outputs)" if amp else "") + ", kept for the log-probs' backward"
+                    + (", and the reference forward's" if s.ref_model in ("copy", "adapter-disabled") else ""))
         yield self.finding(
             ctx, f"logits over a {s.model.vocab:,}-token vocabulary at {s.batch} × {s.seq}: {gib(logits)}, "
                  f"{share:.0%} of the allocated peak ({what})",
