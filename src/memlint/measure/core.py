@@ -136,15 +136,133 @@ def _retie(model: Any) -> None:
 
 def _build_model(setup: Setup, build_device: str, attn: str) -> Any:
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
 
     spec = setup.model
     cfg = AutoConfig.for_model(spec.model_type, **dict(spec.config))
     cfg.use_cache = False  # training: no KV cache (what Trainer+gradient checkpointing/TRL set)
     dtype = getattr(torch, _TORCH_DTYPES[setup.dtype])
+    auto = AutoModelForCausalLM
+    if setup.objective == "reward":
+        # TRL's RewardTrainer: AutoModelForSequenceClassification with num_labels=1
+        cfg.num_labels = 1
+        cfg.pad_token_id = cfg.pad_token_id if cfg.pad_token_id is not None else 0
+        auto = AutoModelForSequenceClassification
     with torch.device(build_device):
-        model = AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation=attn)
+        model = auto.from_config(cfg, dtype=dtype, attn_implementation=attn)
     return model
+
+
+def _expected_base_params(setup: Setup) -> int:
+    """The catalog's parameter count, with a reward model's score head (h x 1) in place of lm_head."""
+    from memlint.estimate.model_state import reward_head_delta
+
+    return setup.model.params + (reward_head_delta(setup.model) if setup.objective == "reward" else 0)
+
+
+def _selective_log_softmax(logits: Any, index: Any) -> Any:
+    """Per-token log-probs of `index`, as trl.trainer.utils.selective_log_softmax does without
+    Triton: fp32 logits by gather - logsumexp row by row, half ones by log_softmax per row (the
+    loop variable keeps the previous row's result while the next one is computed)."""
+    import torch
+    import torch.nn.functional as F
+
+    if logits.dtype in (torch.float32, torch.float64):
+        sel = torch.gather(logits, -1, index.unsqueeze(-1)).squeeze(-1)
+        lse = torch.stack([torch.logsumexp(row, dim=-1) for row in logits])
+        return sel - lse
+    out = []
+    for row, idx in zip(logits, index):
+        lp = F.log_softmax(row, dim=-1)
+        out.append(lp.gather(-1, idx.unsqueeze(-1)).squeeze(-1))
+    return torch.stack(out)
+
+
+def _entropy_metric(logits: Any) -> Any:
+    """trl.trainer.utils.entropy_from_logits over the detached logits, 128 tokens at a time."""
+    import torch.nn.functional as F
+
+    flat = logits.reshape(-1, logits.shape[-1])
+    out = []
+    for chunk in flat.split(128, dim=0):
+        logps = F.log_softmax(chunk, dim=-1)
+        out.append(-(logps.exp() * logps).sum(-1))
+    return out
+
+
+def _preference_loss(model: Any, ref: Any, setup: Setup, ids: Any, autocast: Any, amp: bool) -> Any:
+    """One micro-batch of TRL's preference step (data/preference.json) under HF Trainer: the model's
+    forward runs under accelerate's autocast wrapper, which converts half outputs to fp32
+    (ConvertOutputsToFp32), so TRL sees fp32 logits; then the log-probs, the reference forward under
+    no_grad while the policy's graph is alive, the loss, and the version's metrics. Returns the loss."""
+    import torch
+    import torch.nn.functional as F
+
+    from memlint.estimate.activations import logps_layout
+    from memlint.estimate.setup import preference
+
+    def forward(m: Any) -> Any:  # accelerate's prepared model.forward
+        with autocast():
+            out = m(input_ids=ids).logits
+        return out.float() if amp else out
+
+    obj = preference()["objectives"][setup.objective]
+    b = setup.batch
+    if setup.objective == "reward":
+        chosen, rejected = torch.chunk(forward(model).squeeze(-1), 2)
+        return -F.logsigmoid(chosen - rejected).mean()
+    layout = logps_layout(setup)
+    copy = layout.get("shift_copy", False)
+    labels = ids[:, 1:]
+    full = forward(model)
+    logits = full[:, :-1, :]
+    if copy:  # TRL 0.29: shift_logits = outputs.logits[..., :-1, :].contiguous()
+        logits = logits.contiguous()
+    nll = None
+    if obj["nll_chosen"]:  # ORPO / CPO: cross-entropy on a contiguous copy of the chosen half
+        chosen = logits[:b].contiguous()
+        nll = F.cross_entropy(chosen.view(-1, chosen.shape[-1]), labels[:b].reshape(-1))
+        del chosen
+    logps = _selective_log_softmax(logits, labels).sum(-1)
+    if layout.get("metrics") == "masked_mean":
+        # 0.12-0.28: logits[:b][loss_mask[:b]].mean(): boolean indexing copies the masked logits. Every
+        # token counts here (the worst case), and a fake tensor cannot index by a mask: clone instead.
+        _ = full[:b].reshape(-1, full.shape[-1]).clone().mean(), full[b:].reshape(-1, full.shape[-1]).clone().mean()
+        del _
+    if not layout["policy_logits_during_ref"] and not obj["nll_chosen"]:
+        del full, logits
+    ref_logps = r_full = r_logits = None
+    if setup.ref_model in ("copy", "adapter-disabled"):
+        with torch.no_grad():
+            if setup.ref_model == "copy":
+                r_full = forward(ref)
+            else:
+                with model.disable_adapter():
+                    r_full = forward(model)
+            r_logits = r_full[:, :-1, :]
+            if copy:
+                r_logits = r_logits.contiguous()
+            ref_logps = _selective_log_softmax(r_logits, labels).sum(-1)
+            if not copy:  # TRL 0.29 keeps ref_outputs and ref_shift_logits until the end of _compute_loss
+                r_full = r_logits = None
+    elif setup.ref_model == "precomputed":
+        ref_logps = torch.zeros(logps.shape, dtype=logps.dtype, device=logps.device)
+    pc, pr = logps.chunk(2)
+    if ref_logps is not None:
+        rc, rr = ref_logps.chunk(2)
+        pc, pr = pc - rc, pr - rr
+    loss = -F.logsigmoid(0.1 * (pc - pr)).mean()
+    if nll is not None:  # ORPO's odds ratio / CPO's sigmoid on the log-prob margin, plus the chosen NLL
+        loss = loss + nll
+    if layout.get("metrics") == "entropy":  # 0.29: entropy and masked mean logits of the detached logits
+        with torch.no_grad():
+            ent = _entropy_metric(logits.detach())
+            del ent
+            c, r = logits.detach().chunk(2)  # chosen_logits[chosen_mask.bool()]: a copy (every token here)
+            _ = c.reshape(-1, c.shape[-1]).clone().mean(-1).sum(), r.reshape(-1, r.shape[-1]).clone().mean(-1).sum()
+            del c, r, _
+    del r_full, r_logits
+    return loss
 
 
 def _apply_lora(model: Any, setup: Setup, dropout: float) -> Any:
@@ -152,7 +270,8 @@ def _apply_lora(model: Any, setup: Setup, dropout: float) -> Any:
 
     targets = "all-linear" if setup.lora_targets == "all-linear" else list(setup.lora_targets)
     config = LoraConfig(r=setup.lora_r, lora_alpha=2 * setup.lora_r, target_modules=targets,
-                        lora_dropout=dropout, task_type="CAUSAL_LM")
+                        lora_dropout=dropout,
+                        task_type="SEQ_CLS" if setup.objective == "reward" else "CAUSAL_LM")
     # peft's default autocast_adapter_dtype=True keeps fp16/bf16 adapters in fp32;
     # pure bf16 training keeps them bf16.
     return get_peft_model(model, config, autocast_adapter_dtype=setup.precision != "pure-bf16")
@@ -312,6 +431,17 @@ def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = 
     tracker = LiveBytes() if mode != "cuda" else None
     dev = "cuda" if mode == "cuda" else "cpu"
 
+    if setup.objective == "kto":
+        raise MemlintError("memlint.measure does not trace KTO's step (its KL pass) yet")
+    if setup.objective in ("dpo",):
+        from memlint.estimate.activations import logps_layout
+
+        if logps_layout(setup)["layout"] != "logits":
+            raise MemlintError(f"memlint.measure traces TRL's materialised-logits DPO step (trl < 1.16); trl "
+                               f"{setup.trl_version or '(newest known)'} uses the fused LM head: pass trl_version")
+    if setup.ref_model == "copy" and (setup.quant != "none" or model is not None):
+        raise MemlintError("memlint.measure builds a reference copy only for an unquantized model it builds itself")
+    ref = None
     with contextlib.ExitStack() as stack:
         if mode == "cuda":
             torch.cuda.empty_cache()
@@ -321,17 +451,27 @@ def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = 
             build_device = {"trace": "meta", "cpu": "cpu", "cuda": "cuda"}[mode]
             model = _build_model(setup, build_device, attn)
             tied = _is_tied(model)
+            if setup.ref_model == "copy":
+                # TRL's create_reference_model / an explicit ref_model: a frozen second copy in eval mode
+                ref = _build_model(setup.with_(method="full", objective="sft", ref_model="none"), build_device, attn)
+                ref.requires_grad_(False)
+                ref.eval()
             if setup.method in ("lora", "qlora"):
                 model = _apply_lora(model, setup, dropout)
             if fake_mode is not None:
                 stack.enter_context(fake_mode)
                 model._apply(lambda t: torch.empty_like(t, device="cpu"))
+                if ref is not None:
+                    ref._apply(lambda t: torch.empty_like(t, device="cpu"))
             if tied and not _is_tied(model):
                 _retie(model)  # materialising on fake storages silently unties them
-            base_params = sum(p.numel() for n, p in unique_named_parameters(model) if "lora_" not in n)
-            if base_params != setup.model.params:
+            if ref is not None and tied and not _is_tied(ref):
+                _retie(ref)
+            base_params = sum(p.numel() for n, p in unique_named_parameters(model)
+                              if "lora_" not in n and "modules_to_save" not in n)
+            if base_params != _expected_base_params(setup):
                 raise MemlintError(f"built {setup.model.id} has {base_params:,} parameters, "
-                                   f"catalog says {setup.model.params:,}")
+                                   f"catalog says {_expected_base_params(setup):,}")
             if setup.method == "qlora":
                 details["quantized_linears"] = _quantize(model, setup, use_bnb_matmul=mode == "cuda")
                 if setup.kbit_prep:
@@ -366,7 +506,8 @@ def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = 
         # ---- count what exists -------------------------------------------------------
         if tracker is not None:
             stack.enter_context(tracker)
-            tracker.track_all(list(model.parameters()) + list(model.buffers()))
+            tracker.track_all(list(model.parameters()) + list(model.buffers())
+                              + ([] if ref is None else list(ref.parameters()) + list(ref.buffers())))
             meter: Any = tracker
         else:
             import gc
@@ -401,7 +542,10 @@ def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = 
                 notes.append("amp-fp16: GradScaler left out (it unscales in place; only scalars added)")
 
         # ---- lm_head hook: activations / logits split --------------------------------------
-        marks, handle = mark_head(model.get_output_embeddings(), meter)
+        head = model.get_output_embeddings() if setup.objective != "reward" else _score_head(model)
+        marks, handle = mark_head(head, meter)
+        rows = setup.batch * _rows(setup)
+        amp = setup.precision in ("amp-bf16", "amp-fp16")
 
         vocab = setup.model.vocab
         step_results: list[StepMeasurement] = []
@@ -413,14 +557,17 @@ def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = 
             activations = logits = 0
             for _micro in range(accum):  # micro-batches 2.. run with the gradients alive
                 marks.clear()
-                input_ids = torch.randint(0, vocab, (setup.batch, setup.seq), device=dev)
+                input_ids = torch.randint(0, vocab, (rows, setup.seq), device=dev)
                 labels = input_ids
 
                 # forward (+ loss), as Trainer.compute_loss: only the loss survives
                 meter.reset_peak_memory_stats()
                 start = meter.memory_allocated()
-                with autocast():
-                    loss = model(input_ids=input_ids, labels=labels).loss
+                if setup.objective == "sft":
+                    with autocast():
+                        loss = model(input_ids=input_ids, labels=labels).loss
+                else:
+                    loss = _preference_loss(model, ref, setup, input_ids, autocast, amp)
                 if accum > 1:
                     loss = loss / accum
                 after_head_peak = meter.max_memory_allocated()
@@ -479,6 +626,23 @@ def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = 
 
     return Measurement(components=components, steps=step_results, device=dev_name, method=method,
                        notes=notes, details=details, runtime_s=time.perf_counter() - t0)
+
+
+def _rows(setup: Setup) -> int:
+    from memlint.estimate.setup import preference
+
+    return preference()["objectives"][setup.objective]["rows"]
+
+
+def _score_head(model: Any) -> Any:
+    """A sequence-classification model's head (`score` in transformers' Llama-style models)."""
+    for name in ("score", "classifier"):
+        head = getattr(model, name, None)
+        if head is None and hasattr(model, "base_model") and hasattr(model.base_model, "model"):
+            head = getattr(model.base_model.model, name, None)
+        if head is not None:
+            return head
+    raise MemlintError("no score head found on the reward model")
 
 
 def mark_head(head: Any, meter: Any) -> tuple[dict[str, int], Any]:
