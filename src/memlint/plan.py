@@ -50,6 +50,7 @@ PLAN_FIELDS = (
     "num_gpus",
     "offload",
     "trainer",
+    "ref_model",
 )
 
 PADDING_KINDS = ("max_length", "longest", "packing", "unknown")

@@ -122,6 +122,36 @@ def _distributed(get, extra: Mapping[str, Any], notes: list[str]) -> tuple[str, 
     return shard, gpus, nodes, offload
 
 
+# TRL trainers whose step memlint models (data/preference.json); GRPO's generation is not.
+TRAINER_OBJECTIVES = {"DPOTrainer": "dpo", "ORPOTrainer": "orpo", "CPOTrainer": "cpo", "KTOTrainer": "kto",
+                      "RewardTrainer": "reward"}
+_REF_MODELS = {"model": "copy", "auto": "auto", "precomputed": "precomputed"}
+
+
+def _installed_trl() -> str | None:
+    from memlint.extract.library import installed_version
+
+    return installed_version("trl")
+
+
+def _objective(get, method: str, notes: list[str]) -> tuple[str, str]:
+    """(objective, ref_model) from the plan's trainer and ref_model fields."""
+    trainer = get("trainer").value if get("trainer").known else None
+    objective = TRAINER_OBJECTIVES.get(str(trainer), "sft")
+    if trainer == "GRPOTrainer":
+        notes.append("GRPOTrainer: generation and the group's completions are not modelled; estimated as one "
+                     "training forward at max_prompt_length + max_completion_length")
+    if objective not in ("dpo", "kto"):
+        return objective, "none"
+    v = get("ref_model")
+    ref = _REF_MODELS.get(str(_worst(v, pick=lambda c: c[0])), "auto") if v.known else "auto"
+    if not v.known:
+        notes.append(f"{trainer}'s ref_model is unknown: estimated as TRL's default (no ref_model)")
+    if ref == "copy" and method != "full":
+        notes.append("ref_model= a second model next to a peft policy: a full frozen copy of the base")
+    return objective, ref
+
+
 @dataclass(frozen=True)
 class PlannedSetup:
     setup: Any | None          # Setup, or None when a required field is unknown
@@ -211,10 +241,15 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
         notes.append(f"padding to the longest sample: worst case is a micro-batch whose longest sample is {seq}")
     fused_v = get("fused_loss")
     fused = bool(_worst(fused_v, pick=lambda c: False if False in c else c[0])) if fused_v.known else False
+    objective, ref_model = _objective(get, method, notes)
+    if fused and objective != "sft":
+        fused = False
+        notes.append(f"fused_loss with {get('trainer').value}: the preference loss is estimated on full logits")
     setup = Setup(
         model=spec, method=method, lora_r=int(get("lora_r").value or 8), lora_targets=targets, quant=quant,
         double_quant=double_quant, dtype=dtype, precision=precision, optim=optim, batch=int(batch),
         seq=int(seq), grad_accum=int(_worst(get("grad_accum")) or 1), recompute=bool(recompute), attn=attn,
         gpus=gpus, shard=shard, nodes=nodes, offload=offload, fused_loss=fused,
+        objective=objective, ref_model=ref_model, trl_version=_installed_trl() if objective != "sft" else None,
     )
     return PlannedSetup(setup, (), tuple(notes))

@@ -28,12 +28,15 @@ _WORST = {
     "attn_implementation": ["eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3"],
     # the full-vocabulary logits of a plain loss cost more than a fused one's chunk
     "fused_loss": [False, "liger", "cce"],
+    # a second model in memory costs the most; precomputed log-probs the least
+    "ref_model": ["model", "auto", "precomputed"],
 }
 _DTYPES = {
     "bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16",
     "float32": "fp32", "fp32": "fp32", "float": "fp32", "auto": "auto",
 }
 _TRL_PACKING = {"SFTTrainer", "UnslothTrainer"}
+_REFERENCE = {"DPOTrainer", "KTOTrainer"}
 _PREFERENCE = {"DPOTrainer", "ORPOTrainer", "KTOTrainer", "CPOTrainer", "RewardTrainer", "GRPOTrainer"}
 
 
@@ -410,6 +413,35 @@ class Builder:
         self.put("group_by_length", _alts(gbl), _bool, line)
         self.distributed_from(arg_objs)
         self.padding_and_length(trainer, arg_objs, models, unsloth)
+        if name in _REFERENCE:
+            self.reference_field(trainer, arg_objs)
+
+    def reference_field(self, trainer: Obj, arg_objs: list[Obj]) -> None:
+        """ref_model for DPO/KTO: "model" (a second model passed as ref_model=), "auto" (none passed:
+        TRL deep-copies a fully fine-tuned model, or runs a peft model with its adapters disabled),
+        or "precomputed" (precompute_ref_log_probs=True: the reference ran before training)."""
+        line = trainer.line
+        rm = trainer.kwargs.get("ref_model")
+        vals: list[Any] = []
+        for a in arg_objs:
+            pre = a.get("precompute_ref_log_probs")
+            if pre is None:
+                pre = _field(a, "precompute_ref_log_probs")
+            for p in flatten(pre):
+                if isinstance(p, Const) and p.value:
+                    vals.append(p.with_value("precomputed", "precompute_ref_log_probs=True: reference log-probs computed before training"))
+                elif isinstance(p, Const):
+                    for r in flatten(rm) if rm is not None else [None]:
+                        if r is None or (isinstance(r, Const) and r.value is None):
+                            src = r if isinstance(r, Const) else p
+                            vals.append(src.with_value("auto", f"no ref_model: {trainer.cls} copies a full model or disables the adapters"))
+                        elif isinstance(r, Unknown):
+                            vals.append(r)
+                        else:
+                            vals.append(Const("model", "literal", line, (f"ref_model= a second model (line {line})",)))
+                else:
+                    vals.append(p)
+        self.put("ref_model", _alts(vals), line=line)
 
     def precision_from(self, arg_objs: list[Obj]) -> None:
         vals = []
