@@ -32,16 +32,18 @@ LLAMA8B = resolve("meta-llama/Llama-3.1-8B")
 
 def test_defaults_keep_every_sft_result_unchanged():
     s = Setup(QWEN)
-    assert (s.objective, s.ref_model, s.trl_version) == ("sft", "none", None)
+    assert (s.objective, s.reference, s.trl_version) == ("sft", "none", None)
     assert estimate(s).peak == estimate(Setup(QWEN, objective="sft", ref_model="none", trl_version="0.20")).peak
 
 
 def test_auto_reference_is_what_trl_does_without_ref_model():
-    assert Setup(QWEN, objective="dpo").ref_model == "copy"  # create_reference_model
-    assert Setup(QWEN, objective="dpo", method="lora").ref_model == "adapter-disabled"
-    assert Setup(QWEN, objective="kto", method="qlora", quant="nf4").ref_model == "adapter-disabled"
+    assert Setup(QWEN, objective="dpo").reference == "copy"  # create_reference_model
+    assert Setup(QWEN, objective="dpo", method="lora").reference == "adapter-disabled"
+    assert Setup(QWEN, objective="kto", method="qlora", quant="nf4").reference == "adapter-disabled"
     for obj in ("orpo", "cpo", "reward", "sft"):
-        assert Setup(QWEN, objective=obj).ref_model == "none"
+        assert Setup(QWEN, objective=obj).reference == "none"
+    # a what-if that switches to LoRA follows TRL: the adapters are disabled, no copy
+    assert Setup(QWEN, objective="dpo").with_(method="lora").reference == "adapter-disabled"
 
 
 @pytest.mark.parametrize("kw, words", [
@@ -79,6 +81,12 @@ def test_paired_objectives_run_twice_the_rows():
     assert dpo.bytes("activations") == estimate(Setup(QWEN, method="lora", seq=1024, batch=2)).bytes("activations")
     assert dpo.bytes("activations") > 1.9 * sft.bytes("activations")
     assert "2·b rows: DPOTrainer" in dpo.components["activations"].formula
+
+
+def test_a_sharded_reference_copy_is_sharded_like_the_policy():
+    one = estimate(Setup(LLAMA8B, seq=1024, objective="dpo", gpus=8, shard="zero3"))
+    none = estimate(Setup(LLAMA8B, seq=1024, objective="dpo", ref_model="precomputed", gpus=8, shard="zero3"))
+    assert one.bytes("weights") - none.bytes("weights") == -(-LLAMA8B.params * 2 // 8)
 
 
 def test_reference_copy_adds_frozen_weights_only():
@@ -130,7 +138,7 @@ def test_dpo_script_is_estimated_as_dpo_with_the_adapters_disabled():
     plan, planned = _planned("dpo_script.py")
     assert plan.value("trainer") == "DPOTrainer" and plan.value("ref_model") == "auto"
     s = planned.setup
-    assert (s.objective, s.ref_model, s.trl_version) == ("dpo", "adapter-disabled", "0.20.0")
+    assert (s.objective, s.reference, s.trl_version) == ("dpo", "adapter-disabled", "0.20.0")
     assert (s.batch, s.seq) == (4, 1024)
 
 
@@ -138,7 +146,7 @@ def test_orpo_script_has_no_reference():
     plan, planned = _planned("orpo_8bit_lora.py")
     s = planned.setup
     assert plan.value("trainer") == "ORPOTrainer"
-    assert (s.objective, s.ref_model, s.method, s.quant) == ("orpo", "none", "lora", "int8")
+    assert (s.objective, s.reference, s.method, s.quant) == ("orpo", "none", "lora", "int8")
 
 
 def test_ref_model_and_precompute_are_read(tmp_path):
@@ -149,8 +157,8 @@ def test_ref_model_and_precompute_are_read(tmp_path):
     pre.write_text(body.replace("num_train_epochs=1,", "num_train_epochs=1, precompute_ref_log_probs=True,"))
     with pinned_versions({"trl": "0.20.0"}):
         p1, p2 = extract_file(given), extract_file(pre)
-        assert p1.value("ref_model") == "model" and setup_from_plan(p1).setup.ref_model == "copy"
-        assert p2.value("ref_model") == "precomputed" and setup_from_plan(p2).setup.ref_model == "precomputed"
+        assert p1.value("ref_model") == "model" and setup_from_plan(p1).setup.reference == "copy"
+        assert p2.value("ref_model") == "precomputed" and setup_from_plan(p2).setup.reference == "precomputed"
 
 
 def test_cli_estimate_flags(capsys):

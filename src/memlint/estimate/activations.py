@@ -297,7 +297,7 @@ def _materialised_logps(s: Setup, base: ActivationTerms, rows: int, R: str, form
     held = alive + ce if (layout["policy_logits_during_ref"] or obj["nll_chosen"]) else saved
     fwd = policy
     held_ref = 0
-    if s.ref_model in ("copy", "adapter-disabled"):
+    if s.reference in ("copy", "adapter-disabled"):
         fwd = max(fwd, held + max(conv, L + C + temps))
         held_ref = L + C if C else 0           # 0.29 keeps ref_outputs and ref_shift_logits to the end
         parts.append(f"; reference forward under no_grad: its own {R}·s·V logits"
@@ -331,7 +331,7 @@ def _chunked_logps(s: Setup, base: ActivationTerms, rows: int, R: str, formula: 
     stats = 7 * T * 4
     hidden = T * m.hidden * a
     fwd = tile + stats + hidden
-    if s.ref_model in ("copy", "adapter-disabled"):
+    if s.reference in ("copy", "adapter-disabled"):
         fwd += hidden + tile  # the reference pass's own gathered hidden states and tile
     grad_w = m.vocab * m.hidden * 4 if s.method == "full" else 0
     bwd = hidden + tile + T * m.hidden * 4 + grad_w

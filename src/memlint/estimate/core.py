@@ -8,7 +8,7 @@ from typing import Mapping
 from memlint.estimate import activations as act
 from memlint.estimate import model_state as ms
 from memlint.estimate import sharding
-from memlint.estimate.setup import Setup, data
+from memlint.estimate.setup import PARAM_SHARDS, Setup, data
 
 COMPONENTS = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
 # Multi-GPU estimates add "buffers" (communication buckets, staging) before "overhead".
@@ -78,7 +78,7 @@ def find_gpu(name: str) -> tuple[str, int, int]:
 def _reference_weights(s: Setup, accounting: str) -> tuple[int, str]:
     """A frozen second copy of the weights (TRL's create_reference_model, or an explicit
     ref_model), in the dtype the policy was loaded in: no gradients, no optimizer state."""
-    if s.ref_model != "copy":
+    if s.reference != "copy":
         return 0, ""
     base = s.with_(method="full", objective="sft", ref_model="none", quant="none") if s.quant == "none" else None
     if base is not None:
@@ -130,6 +130,9 @@ def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = Non
         w = 0
         w_f = "offloaded to CPU: only the layers being computed are on the GPU"
     ref_w, ref_f = _reference_weights(s, accounting)
+    if ref_w and dw > 1 and s.shard in PARAM_SHARDS:  # TRL shards the reference like the policy (prepare_deepspeed / prepare_fsdp)
+        ref_w = -(-ref_w // dw)
+        ref_f += f" ÷ {dw} GPUs"
     w += ref_w
     w_f += ref_f
     gath = lay.gathered
@@ -181,8 +184,8 @@ def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = Non
     if s.objective != "sft":
         obj = data("preference.json")["objectives"][s.objective]
         notes.append(f"{obj['trainer']}: " + {
-            "dpo": f"chosen and rejected stacked ({obj['rows']} × micro-batch rows); reference: {s.ref_model}",
-            "kto": f"unpaired rows plus a no-grad KL pass; reference: {s.ref_model}",
+            "dpo": f"chosen and rejected stacked ({obj['rows']} × micro-batch rows); reference: {s.reference}",
+            "kto": f"unpaired rows plus a no-grad KL pass; reference: {s.reference}",
             "reward": "chosen and rejected stacked; scalar score head, no vocabulary logits",
         }.get(s.objective, "chosen and rejected stacked (2 × micro-batch rows); no reference model"))
         if s.objective == "kto":

@@ -27,7 +27,7 @@ OBJECTIVES = ("sft", "dpo", "orpo", "cpo", "kto", "reward")
 # Where the reference log-probs come from: no reference (sft, orpo, cpo, reward), a frozen
 # second copy of the weights, the peft model run with its adapters disabled, or log-probs
 # computed before training (precompute_ref_log_probs=True).
-REF_MODELS = ("none", "copy", "adapter-disabled", "precomputed")
+REF_MODELS = ("auto", "none", "copy", "adapter-disabled", "precomputed")
 
 
 @lru_cache(maxsize=None)
@@ -87,16 +87,14 @@ class Setup:
     # A fused linear cross-entropy (Liger, Cut Cross-Entropy) computes the loss chunk by
     # chunk and never holds the full-vocabulary logits.
     fused_loss: bool = False
-    # TRL's objective and reference model. "auto" resolves to what TRL does without a
-    # ref_model: a frozen copy for a full fine-tune, the adapters disabled for peft.
+    # TRL's objective and reference model. "auto" is what TRL does without a ref_model (see
+    # `reference`): a frozen copy for a full fine-tune, the adapters disabled for peft.
     objective: str = "sft"
     ref_model: str = "auto"
     # The TRL version whose step layout to model (data/preference.json); None: the newest known.
     trl_version: str | None = None
 
     def __post_init__(self) -> None:
-        if self.ref_model == "auto":
-            object.__setattr__(self, "ref_model", default_ref_model(self.objective, self.method))
         self.validate()
 
     def validate(self) -> None:
@@ -115,13 +113,13 @@ class Setup:
         check("objective", OBJECTIVES)
         check("ref_model", REF_MODELS)
         needs_ref = preference()["objectives"][self.objective]["reference"]
-        if not needs_ref and self.ref_model != "none":
+        if not needs_ref and self.ref_model not in ("auto", "none"):
             raise MemlintError(f"--objective {self.objective} has no reference model: use --ref-model none")
-        if needs_ref and self.ref_model == "none":
+        if needs_ref and self.reference == "none":
             raise MemlintError(f"--objective {self.objective} needs a reference: --ref-model copy, adapter-disabled or precomputed")
         if self.fused_loss and self.objective != "sft":
             raise MemlintError("--fused-loss models a fused SFT cross-entropy; not with a preference objective")
-        if self.ref_model == "adapter-disabled" and self.method == "full":
+        if self.reference == "adapter-disabled" and self.method == "full":
             raise MemlintError("--ref-model adapter-disabled needs peft adapters: use --method lora/qlora")
         if self.optim not in optimizers():
             raise MemlintError(f"unknown optimizer {self.optim!r}; known: {', '.join(sorted(optimizers()))}")
@@ -150,6 +148,14 @@ class Setup:
             raise MemlintError("--offload needs a sharded (DeepSpeed / FSDP) run")
         if isinstance(self.lora_targets, str) and self.lora_targets != "all-linear":
             raise MemlintError("lora_targets is 'all-linear' or a tuple of module names")
+
+    @property
+    def reference(self) -> str:
+        """The reference model mode, with "auto" resolved the way TRL resolves ref_model=None
+        (so `with_(method=...)` what-ifs follow TRL: LoRA disables the adapters, a full fine-tune copies)."""
+        if self.ref_model == "auto":
+            return default_ref_model(self.objective, self.method)
+        return self.ref_model
 
     @property
     def shard_group(self) -> int:

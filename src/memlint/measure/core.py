@@ -232,9 +232,9 @@ def _preference_loss(model: Any, ref: Any, setup: Setup, ids: Any, autocast: Any
     if not layout["policy_logits_during_ref"] and not obj["nll_chosen"]:
         del full, logits
     ref_logps = r_full = r_logits = None
-    if setup.ref_model in ("copy", "adapter-disabled"):
+    if setup.reference in ("copy", "adapter-disabled"):
         with torch.no_grad():
-            if setup.ref_model == "copy":
+            if setup.reference == "copy":
                 r_full = forward(ref)
             else:
                 with model.disable_adapter():
@@ -245,7 +245,7 @@ def _preference_loss(model: Any, ref: Any, setup: Setup, ids: Any, autocast: Any
             ref_logps = _selective_log_softmax(r_logits, labels).sum(-1)
             if not copy:  # TRL 0.29 keeps ref_outputs and ref_shift_logits until the end of _compute_loss
                 r_full = r_logits = None
-    elif setup.ref_model == "precomputed":
+    elif setup.reference == "precomputed":
         ref_logps = torch.zeros(logps.shape, dtype=logps.dtype, device=logps.device)
     pc, pr = logps.chunk(2)
     if ref_logps is not None:
@@ -439,7 +439,7 @@ def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = 
         if logps_layout(setup)["layout"] != "logits":
             raise MemlintError(f"memlint.measure traces TRL's materialised-logits DPO step (trl < 1.16); trl "
                                f"{setup.trl_version or '(newest known)'} uses the fused LM head: pass trl_version")
-    if setup.ref_model == "copy" and (setup.quant != "none" or model is not None):
+    if setup.reference == "copy" and (setup.quant != "none" or model is not None):
         raise MemlintError("memlint.measure builds a reference copy only for an unquantized model it builds itself")
     ref = None
     with contextlib.ExitStack() as stack:
@@ -451,7 +451,7 @@ def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = 
             build_device = {"trace": "meta", "cpu": "cpu", "cuda": "cuda"}[mode]
             model = _build_model(setup, build_device, attn)
             tied = _is_tied(model)
-            if setup.ref_model == "copy":
+            if setup.reference == "copy":
                 # TRL's create_reference_model / an explicit ref_model: a frozen second copy in eval mode
                 ref = _build_model(setup.with_(method="full", objective="sft", ref_model="none"), build_device, attn)
                 ref.requires_grad_(False)

@@ -293,7 +293,7 @@ class LargeLogitsRule(Rule):
             amp = s.precision in ("amp-bf16", "amp-fp16")
             what = (f"{'fp32' if amp else dt} logits of the {rows}"
                     + (" (accelerate upcasts the model's outputs)" if amp else "") + ", kept for the log-probs' backward"
-                    + (", and the reference forward's" if s.ref_model in ("copy", "adapter-disabled") else ""))
+                    + (", and the reference forward's" if s.reference in ("copy", "adapter-disabled") else ""))
         yield self.finding(
             ctx, f"logits over a {s.model.vocab:,}-token vocabulary at {s.batch} × {s.seq}: {gib(logits)}, "
                  f"{share:.0%} of the allocated peak ({what})",
