@@ -9,26 +9,17 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 from memlint.catalog import resolve
 from memlint.estimate import Setup, estimate
 from memlint.measure import measure
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from test_preference import CASES  # noqa: E402
+
 GIB = 1 << 30
-SMALL = [
-    dict(method="lora", objective="dpo", trl_version="0.10", ref_model="copy"),
-    dict(method="lora", objective="dpo", trl_version="0.20"),
-    dict(method="lora", objective="dpo", trl_version="0.29"),
-    dict(method="full", objective="dpo", trl_version="0.29"),
-    dict(method="lora", objective="dpo", ref_model="precomputed", recompute=True, batch=2, trl_version="0.20"),
-    dict(method="qlora", quant="nf4", recompute=True, objective="dpo", trl_version="0.20"),
-    dict(method="full", objective="dpo", dtype="fp32", precision="fp32", trl_version="0.29"),
-    dict(method="full", objective="dpo", precision="pure-bf16", trl_version="0.20"),
-    dict(method="lora", objective="orpo"),
-    dict(method="full", objective="cpo", recompute=True),
-    dict(method="full", objective="reward"),
-    dict(method="lora", objective="reward", batch=2),
-]
+SMALL = CASES  # the configurations tests/test_preference.py checks at 1 x 256
 LARGE = [
     dict(method="lora", recompute=True, objective="dpo", trl_version="0.20", seq=1024),
     dict(method="lora", recompute=True, objective="dpo", trl_version="0.29", seq=1024),

@@ -81,9 +81,13 @@ def test_textbook_accounting_flag(capsys):
     assert doc["fits"] == {"H100-80GB": False}
 
 
-def test_estimate_never_imports_torch_or_transformers():
-    code = ("import sys; from memlint.cli import main; main(['estimate','--model','meta-llama/Llama-3.1-8B',"
-            "'--format','json']); bad=[m for m in sys.modules if m.split('.')[0] in ('torch','transformers')];"
+@pytest.mark.parametrize("argv", [
+    ["estimate", "--model", "meta-llama/Llama-3.1-8B", "--format", "json"],
+    ["estimate", "--model", "Qwen/Qwen2.5-0.5B", "--objective", "dpo", "--format", "json"],
+])
+def test_estimate_never_imports_torch_or_transformers(argv):
+    code = (f"import sys; from memlint.cli import main; main({argv!r}); "
+            "bad=[m for m in sys.modules if m.split('.')[0] in ('torch','transformers','trl')]; "
             "sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

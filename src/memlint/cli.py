@@ -60,6 +60,7 @@ def _setup_flags(p: argparse.ArgumentParser) -> None:
 def _setup_from_args(args: argparse.Namespace):
     from memlint.catalog import resolve
     from memlint.estimate.setup import Setup
+    from memlint.extract.library import installed_version
 
     quant = args.quant
     if quant is None:
@@ -78,14 +79,8 @@ def _setup_from_args(args: argparse.Namespace):
         precision=precision, optim=args.optim, batch=args.batch, seq=args.seq, grad_accum=args.grad_accum,
         recompute=args.recompute, attn=args.attn, gpus=args.gpus, shard=args.shard, offload=args.offload,
         nodes=args.nodes, kbit_prep=args.kbit_prep, fused_loss=args.fused_loss,
-        objective=args.objective, ref_model=args.ref_model, trl_version=args.trl_version or _installed_trl(),
+        objective=args.objective, ref_model=args.ref_model, trl_version=args.trl_version or installed_version("trl"),
     )
-
-
-def _installed_trl() -> str | None:
-    from memlint.extract.library import installed_version
-
-    return installed_version("trl")
 
 
 def _console():

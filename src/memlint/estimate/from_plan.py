@@ -128,12 +128,6 @@ TRAINER_OBJECTIVES = {"DPOTrainer": "dpo", "ORPOTrainer": "orpo", "CPOTrainer": 
 _REF_MODELS = {"model": "copy", "auto": "auto", "precomputed": "precomputed"}
 
 
-def _installed_trl() -> str | None:
-    from memlint.extract.library import installed_version
-
-    return installed_version("trl")
-
-
 def _objective(get, method: str, notes: list[str]) -> tuple[str, str]:
     """(objective, ref_model) from the plan's trainer and ref_model fields."""
     trainer = get("trainer").value if get("trainer").known else None
@@ -242,6 +236,8 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
     fused_v = get("fused_loss")
     fused = bool(_worst(fused_v, pick=lambda c: False if False in c else c[0])) if fused_v.known else False
     objective, ref_model = _objective(get, method, notes)
+    from memlint.extract.library import installed_version
+
     if fused and objective != "sft":
         fused = False
         notes.append(f"fused_loss with {get('trainer').value}: the preference loss is estimated on full logits")
@@ -250,6 +246,6 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
         double_quant=double_quant, dtype=dtype, precision=precision, optim=optim, batch=int(batch),
         seq=int(seq), grad_accum=int(_worst(get("grad_accum")) or 1), recompute=bool(recompute), attn=attn,
         gpus=gpus, shard=shard, nodes=nodes, offload=offload, fused_loss=fused,
-        objective=objective, ref_model=ref_model, trl_version=_installed_trl() if objective != "sft" else None,
+        objective=objective, ref_model=ref_model, trl_version=installed_version("trl") if objective != "sft" else None,
     )
     return PlannedSetup(setup, (), tuple(notes))

@@ -247,7 +247,3 @@ def reward_spec(model: ModelSpec) -> ModelSpec:
     return replace(model, params=model.params - head + model.hidden, groups=groups, linears=linears,
                    tied_embeddings=False)
 
-
-def reward_head_delta(model: ModelSpec) -> int:
-    """Parameters a reward model has more than the causal LM (negative: lm_head dropped)."""
-    return reward_spec(model).params - model.params

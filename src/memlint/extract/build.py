@@ -784,7 +784,7 @@ class Builder:
                         v = Const(d.value, "library-default", line, (d.why,)) if d else Unknown(how)
                     for x in flatten(v):
                         if isinstance(x, Const):
-                            if x.value == "unsloth" and not any(n.startswith("gradient_checkpointing: \"unsloth\"") for n in self.notes):
+                            if x.value == "unsloth":  # notes are deduplicated when the plan is built
                                 self.notes.append("gradient_checkpointing: \"unsloth\" offloads the checkpointed layer inputs to CPU "
                                                   "memory; memlint counts them on the GPU (the activations component is an overestimate)")
                             resolved.append(x.with_value(bool(x.value) if not isinstance(x.value, str) else True, how))

@@ -77,24 +77,12 @@ def effective_fix(source: str, finding: Finding) -> Fix | None:
     planned, _ = _plan(source, finding)
     if planned is None or finding.fix is None:
         return None
-    starts = _line_starts(source)
-    edits = tuple((*_row_col(starts, e.start), *_row_col(starts, e.end), e.text)
+    from memlint.fix.doc import line_starts, row_col
+
+    starts = line_starts(source)
+    edits = tuple((*row_col(starts, e.start), *row_col(starts, e.end), e.text)
                   for e in sorted(planned.edits, key=lambda e: (e.start, e.end)))
     return Fix(planned.title, planned.applicability, finding.fix.codemod, finding.fix.params, edits)
-
-
-def _line_starts(source: str) -> list[int]:
-    import re
-
-    return [0] + [m.end() for m in re.finditer(r"\r\n|\r|\n", source)]
-
-
-def _row_col(starts: list[int], offset: int) -> tuple[int, int]:
-    """1-based row and column (in characters) of a source offset."""
-    import bisect
-
-    row = bisect.bisect_right(starts, offset)
-    return row, offset - starts[row - 1] + 1
 
 
 def apply_fixes(source: str, findings: Sequence[Finding], *, unsafe: bool = False,

@@ -8,6 +8,7 @@ outside the edited range cannot change.
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 from functools import lru_cache
 from dataclasses import dataclass
@@ -19,6 +20,17 @@ from memlint.extract.parsed import parse
 
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 NOT_LITERAL = object()  # what literal() returns for an expression that is not a plain literal
+
+
+def line_starts(source: str) -> list[int]:
+    """The offset where each line starts (line 1 at index 0)."""
+    return [0] + [m.end() for m in _NEWLINE.finditer(source)]
+
+
+def row_col(starts: list[int], offset: int) -> tuple[int, int]:
+    """1-based row and column (in characters) of a source offset: the inverse of Doc.offset."""
+    row = bisect.bisect_right(starts, offset)
+    return row, offset - starts[row - 1] + 1
 
 
 class Skip(Exception):
@@ -69,7 +81,7 @@ class Doc:
     def __init__(self, source: str) -> None:
         self.source = source
         self.module, self.pos, self.parent = parse(source)
-        self._starts = [0] + [m.end() for m in _NEWLINE.finditer(source)]
+        self._starts = line_starts(source)
         c = _Collector()
         c.collect(self.parent)
         self.calls: list[cst.Call] = c.calls

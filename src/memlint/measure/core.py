@@ -155,9 +155,9 @@ def _build_model(setup: Setup, build_device: str, attn: str) -> Any:
 
 def _expected_base_params(setup: Setup) -> int:
     """The catalog's parameter count, with a reward model's score head (h x 1) in place of lm_head."""
-    from memlint.estimate.model_state import reward_head_delta
+    from memlint.estimate.model_state import reward_spec
 
-    return setup.model.params + (reward_head_delta(setup.model) if setup.objective == "reward" else 0)
+    return reward_spec(setup.model).params if setup.objective == "reward" else setup.model.params
 
 
 def _selective_log_softmax(logits: Any, index: Any) -> Any:

@@ -83,7 +83,7 @@ class FrameworkReader(Reader):
     def offload_note(self, key: str) -> None:
         """A note when `key` (TRL activation_offloading, torchtune enable_activation_offloading) moves
         the saved activations to CPU memory: the estimate still counts them on the GPU."""
-        if self.doc.get(key) is True:
+        if self.doc.get(key) not in (None, False):  # axolotl also takes "legacy" / "disk"
             self.notes.append(f"{key}: saved activations move to CPU memory during the step; memlint counts them "
                               "on the GPU (the activations component is an overestimate)")
 
@@ -148,8 +148,7 @@ class Axolotl(FrameworkReader):
             self.lit("gradient_checkpointing", bool(gc) and str(gc).lower() != "false", "gradient_checkpointing")
             if isinstance(gc, str) and gc.lower().startswith("offload"):
                 self.notes.append(f"gradient_checkpointing: {gc} keeps checkpointed layer inputs in CPU memory; memlint counts them on the GPU")
-        if d.get("activation_offloading") not in (None, False):
-            self.notes.append("activation_offloading: activations move to CPU memory; memlint counts them on the GPU")
+        self.offload_note("activation_offloading")
         unfrozen = d.get("unfrozen_parameters")
         if isinstance(unfrozen, list) and unfrozen:
             self.notes.append(f"unfrozen_parameters: only parameters matching its {len(unfrozen)} pattern(s) train; memlint counts "
