@@ -19,7 +19,7 @@ from memlint.extract.__main__ import GOLDEN_VERSIONS
 from memlint.extract.configs import detect_file, merge_launch_config, read_config
 from memlint.extract.configs.document import load_text
 from memlint.extract.configs.frameworks import table
-from memlint.extract.library import in_range, pinned_versions
+from memlint.library.versions import in_range, pinned_versions
 from memlint.plan import Span, TrainingPlan, Value
 
 CONFIGS = Path(__file__).resolve().parent.parent / "fixtures" / "configs"

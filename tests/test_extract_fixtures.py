@@ -11,7 +11,7 @@ import pytest
 
 from memlint.extract import extract_file
 from memlint.extract.__main__ import GOLDEN_VERSIONS, fixture_configs, fixture_scripts, golden_path
-from memlint.extract.library import pinned_versions
+from memlint.library.versions import pinned_versions
 from memlint.plan import PLAN_FIELDS
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -10,7 +10,7 @@ import pytest
 
 from memlint.errors import MemlintError
 from memlint.extract import extract_file, extract_paths, extract_source
-from memlint.extract.library import in_range, pinned_versions
+from memlint.library.versions import in_range, pinned_versions
 from memlint.extract.source import transform_lines
 
 NEWEST = {"transformers": None, "torch": None, "peft": None, "trl": None, "unsloth": None}

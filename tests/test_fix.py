@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from memlint.extract import extract_source
-from memlint.extract.library import pinned_versions
+from memlint.library.versions import pinned_versions
 from memlint.extract.source import transform_lines
 from memlint.fix import CODEMOD_NAMES, apply_fixes, effective_fix, unified_diff
 from memlint.fix.codemods import CODEMODS, keyword_for

@@ -19,7 +19,7 @@ from memlint.estimate import Setup, estimate
 from memlint.estimate.activations import logps_layout
 from memlint.estimate.from_plan import setup_from_plan
 from memlint.extract import extract_file
-from memlint.extract.library import pinned_versions
+from memlint.library.versions import pinned_versions
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 QWEN = resolve("Qwen/Qwen2.5-0.5B")

@@ -60,7 +60,7 @@ def _setup_flags(p: argparse.ArgumentParser) -> None:
 def _setup_from_args(args: argparse.Namespace):
     from memlint.catalog import resolve
     from memlint.estimate.setup import Setup
-    from memlint.extract.library import installed_version
+    from memlint.library.versions import installed_version
 
     quant = args.quant
     if quant is None:

@@ -346,7 +346,7 @@ def _chunked_logps(s: Setup, base: ActivationTerms, rows: int, R: str, formula: 
 def logps_layout(s: Setup) -> dict:
     """How TRL computes the policy's log-probs for this objective and TRL version
     (data/preference.json). ORPO and CPO always materialise the logits."""
-    from memlint.extract.library import in_range
+    from memlint.library.versions import in_range
 
     for entry in preference()["logps_layouts"]:
         if in_range(s.trl_version, entry.get("versions")):

@@ -7,8 +7,9 @@ from typing import Mapping
 
 from memlint.estimate import activations as act
 from memlint.estimate import model_state as ms
+from memlint import data
 from memlint.estimate import sharding
-from memlint.estimate.setup import PARAM_SHARDS, Setup, data
+from memlint.estimate.setup import PARAM_SHARDS, Setup
 
 COMPONENTS = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
 # Multi-GPU estimates add "buffers" (communication buckets, staging) before "overhead".
@@ -55,7 +56,7 @@ class Estimate:
 
 
 def gpus() -> dict[str, dict]:
-    return data("gpus.json")["gpus"]
+    return data.load("gpus.json")["gpus"]
 
 
 def find_gpu(name: str) -> tuple[str, int, int]:
@@ -182,7 +183,7 @@ def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = Non
     if m.text_only:
         notes.append(f"{m.id}: multimodal checkpoint counted as its text tower")
     if s.objective != "sft":
-        obj = data("preference.json")["objectives"][s.objective]
+        obj = data.load("preference.json")["objectives"][s.objective]
         notes.append(f"{obj['trainer']}: " + {
             "dpo": f"chosen and rejected stacked ({obj['rows']} × micro-batch rows); reference: {s.reference}",
             "kto": f"unpaired rows plus a no-grad KL pass; reference: {s.reference}",

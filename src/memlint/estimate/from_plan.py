@@ -236,7 +236,7 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
     fused_v = get("fused_loss")
     fused = bool(_worst(fused_v, pick=lambda c: False if False in c else c[0])) if fused_v.known else False
     objective, ref_model = _objective(get, method, notes)
-    from memlint.extract.library import installed_version
+    from memlint.library.versions import installed_version
 
     if fused and objective != "sft":
         fused = False

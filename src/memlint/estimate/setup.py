@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
-from functools import lru_cache
-from importlib import resources
 from typing import Any
 
+from memlint import data
 from memlint.catalog import ModelSpec
 from memlint.errors import MemlintError
-
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+from memlint.library.api import attention
+from memlint.vocab import DTYPE_BYTES
 METHODS = ("full", "lora", "qlora")
 QUANTS = ("none", "nf4", "fp4", "int8")
 PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "pure-bf16", "master-fp32")
-ATTNS = ("eager", "sdpa", "flash_attention_2")
 SHARDS = ("none", "zero1", "zero2", "zero3", "fsdp", "fsdp_shard_grad_op", "fsdp_hybrid")
 # Shardings that partition the parameters themselves (and can offload them).
 PARAM_SHARDS = ("zero3", "fsdp", "fsdp_hybrid")
@@ -30,17 +27,12 @@ OBJECTIVES = ("sft", "dpo", "orpo", "cpo", "kto", "reward")
 REF_MODELS = ("auto", "none", "copy", "adapter-disabled", "precomputed")
 
 
-@lru_cache(maxsize=None)
-def data(name: str) -> dict[str, Any]:
-    return json.loads(resources.files("memlint.data").joinpath(name).read_text("utf-8"))
-
-
 def optimizers() -> dict[str, dict[str, Any]]:
-    return data("optimizers.json")["optimizers"]
+    return data.load("optimizers.json")["optimizers"]
 
 
 def preference() -> dict[str, Any]:
-    return data("preference.json")
+    return data.load("preference.json")
 
 
 def default_ref_model(objective: str, method: str) -> str:
@@ -107,7 +99,7 @@ class Setup:
         check("quant", QUANTS)
         check("dtype", tuple(DTYPE_BYTES))
         check("precision", PRECISIONS)
-        check("attn", ATTNS)
+        check("attn", tuple(attention()))
         check("shard", SHARDS)
         check("offload", OFFLOADS)
         check("objective", OBJECTIVES)

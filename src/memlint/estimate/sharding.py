@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memlint.estimate.setup import DTYPE_BYTES, PARAM_SHARDS, Setup, data
+from memlint import data
+from memlint.estimate.setup import DTYPE_BYTES, PARAM_SHARDS, Setup
 
 # Which states each sharding splits: (weights, gradients, optimizer).
 SPLITS = {
@@ -44,7 +45,7 @@ class Layout:
 
 
 def facts() -> dict:
-    return data("distributed.json")
+    return data.load("distributed.json")
 
 
 def _root_params(s: Setup) -> int:

@@ -41,7 +41,7 @@ def golden_path(root: Path, script: Path) -> Path:
 
 
 def regen(root: Path) -> int:
-    from memlint.extract.library import pinned_versions
+    from memlint.library.versions import pinned_versions
 
     with pinned_versions(GOLDEN_VERSIONS):
         for script in fixture_scripts(root) + fixture_configs(root):

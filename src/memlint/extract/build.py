@@ -11,9 +11,13 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from memlint.extract.handlers import Method, _Dtype
-from memlint.extract.library import default as library_default
-from memlint.extract.values import Alts, Const, Dict, Obj, Ref, Seq, Unknown, flatten, to_python
+from memlint.extract.objects import (
+    Accelerator, Collator, DataLoader, DtypeName, Method, Model, Obj, Optimizer, Params, PeftConfig, QuantConfig,
+    Trainer, TrainingArgs, dtype_of, field_value,
+)
+from memlint.extract.values import Alts, Const, Dict, Ref, Seq, Unknown, flatten, to_python
+from memlint.library import api
+from memlint.library.defaults import default as library_default
 from memlint.plan import Span, TrainingPlan, Value
 
 _NUMERIC = {"lora_r", "lora_alpha", "per_device_batch", "eval_batch", "grad_accum", "max_length", "num_gpus"}
@@ -25,35 +29,14 @@ _WORST = {
     "precision": ["fp32", "amp-fp16", "amp-bf16"],
     "torch_dtype": ["fp32", "auto", "bf16", "fp16"],
     # eager keeps the s x s attention scores; the fused kernels do not
-    "attn_implementation": ["eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3"],
+    "attn_implementation": None,  # data/library_api.json lists them worst first
     # the full-vocabulary logits of a plain loss cost more than a fused one's chunk
     "fused_loss": [False, "liger", "cce"],
     # a second model in memory costs the most; precomputed log-probs the least
     "ref_model": ["model", "auto", "precomputed"],
 }
-_DTYPES = {
-    "bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16",
-    "float32": "fp32", "fp32": "fp32", "float": "fp32", "auto": "auto",
-}
-_TRL_PACKING = {"SFTTrainer", "UnslothTrainer"}
-_REFERENCE = {"DPOTrainer", "KTOTrainer"}
-_PREFERENCE = {"DPOTrainer", "ORPOTrainer", "KTOTrainer", "CPOTrainer", "RewardTrainer", "GRPOTrainer"}
-
-
 class _Unconvertible(Exception):
     pass
-
-
-def dtype_of(v: Any) -> str | None:
-    if isinstance(v, _Dtype):
-        v = v.name.value
-    if isinstance(v, Ref):
-        v = v.name
-    if isinstance(v, Const):
-        v = v.value
-    if isinstance(v, str):
-        return _DTYPES.get(v.lower().replace("torch.", ""))
-    return None
 
 
 class Builder:
@@ -78,7 +61,7 @@ class Builder:
                 o = to_python(o)
             if isinstance(o, Ref):
                 o = Const(o, o.source, o.line or line)
-            elif isinstance(o, _Dtype):
+            elif isinstance(o, DtypeName):
                 o = o.name.with_value(o.name.value)
             if isinstance(o, Const):
                 try:
@@ -106,7 +89,7 @@ class Builder:
             if nums:
                 pick = max(nums, key=lambda d: d[0])
         elif len(distinct) > 1 and name in _WORST:
-            order = _WORST[name]
+            order = _WORST[name] or list(api.attention())
             pick = min(distinct, key=lambda d: order.index(d[0]) if d[0] in order else len(order))
         value, c = pick
         span = Span(c.file or self.path, c.line or line or 1) if (c.line or line) else None
@@ -126,7 +109,7 @@ class Builder:
 
     def build(self) -> TrainingPlan:
         objs = self.facts.objects
-        trainers = [o for o in objs if o.kind == "trainer"]
+        trainers = [o for o in objs if isinstance(o, Trainer)]
         trainer = (self.facts.trained or trainers or [None])[-1]
         if len({id(t) for t in self.facts.trained}) > 1:
             self.notes.append("more than one trainer is trained; the plan follows the last one")
@@ -138,19 +121,19 @@ class Builder:
         else:
             model = self.loop_model(objs)
 
-        model_objs = [m for m in flatten(model) if isinstance(m, Obj) and m.kind == "model"]
+        model_objs = [m for m in flatten(model) if isinstance(m, Model)]
         if trainer is not None and any(isinstance(m, Const) and isinstance(m.value, str) for m in flatten(model)):
             model_objs += self.string_models(trainer, model, args)
         if trainer is not None and not model_objs:
             # `model = helper(model)` through a function memlint cannot follow loses the
             # object; the model the script loaded last is still the best reading.
             loaded = self.loop_model(objs)
-            if isinstance(loaded, Obj):
+            if isinstance(loaded, Model):
                 model_objs = [loaded]
                 why = next((u.why for u in flatten(model) if isinstance(u, Unknown) and u.why), "a value memlint cannot follow")
                 self.notes.append(f"the trainer's model is {why}; the plan follows the model loaded at line {self.root(loaded).line}")
         # unsloth's kernels and offloaded checkpoints cost less, so a path without it is the worst case
-        unsloth = bool(model_objs) and all(self.root(m).extra.get("loader") == "unsloth" for m in model_objs)
+        unsloth = bool(model_objs) and all(self.root(m).loader == "unsloth" for m in model_objs)
 
         self.model_fields(model_objs, trainer)
         self.peft_fields(model_objs, trainer)
@@ -166,12 +149,12 @@ class Builder:
         return TrainingPlan(self.path, self.fields, tuple(dict.fromkeys(self.notes)), kind="notebook" if self.script.suffix == ".ipynb" else "python")
 
     def loop_model(self, objs: list) -> Any:
-        for opt in [o for o in objs if o.kind == "optimizer"]:
+        for opt in [o for o in objs if isinstance(o, Optimizer)]:
             for p in flatten(opt.kwargs.get("params")):
-                if isinstance(p, Obj) and p.kind == "params":
-                    return p.extra["model"]
-        models = [o for o in objs if o.kind == "model"]
-        wrapped = {id(o.extra.get("base")) for o in models}
+                if isinstance(p, Params):
+                    return p.model
+        models = [o for o in objs if isinstance(o, Model)]
+        wrapped = {id(o.base) for o in models}
         tops = [m for m in models if id(m) not in wrapped]
         return tops[-1] if tops else None
 
@@ -186,20 +169,19 @@ class Builder:
                         init = a.get("model_init_kwargs")
                         if isinstance(init, Dict):
                             kw.update(init.items)
-                out.append(Obj("model", f"trl.{trainer.cls}(model=str)", trainer.line, kw, {}, False,
-                               {"loader": "transformers", "gc": [], "dtypes": []}))
+                out.append(Model(f"trl.{trainer.cls}(model=str)", trainer.line, kw))
         return out
 
     @staticmethod
     def root(m: Obj) -> Obj:
-        while m.extra.get("base") is not None:
-            m = m.extra["base"]
+        while m.base is not None:
+            m = m.base
         return m
 
     def chain(self, m: Obj) -> list[Obj]:
         out = [m]
-        while m.extra.get("base") is not None:
-            m = m.extra["base"]
+        while m.base is not None:
+            m = m.base
             out.append(m)
         return out
 
@@ -218,12 +200,12 @@ class Builder:
             line = root.line
             # dtype: the load argument, then any later .to(dtype)/.half()
             dt = kw.get("dtype", kw.get("torch_dtype"))
-            later = [d for mm in reversed(self.chain(m)) for d in mm.extra.get("dtypes", [])]
+            later = [d for mm in reversed(self.chain(m)) for d in mm.dtypes]
             if later:
-                dtypes.append(later[-1][0])
+                dtypes.append(later[-1].value)
             elif dt is not None and not (isinstance(dt, Const) and dt.value is None):
                 dtypes.append(dt)
-            elif root.extra.get("loader") == "unsloth":
+            elif root.loader == "unsloth":
                 dtypes.append(_libc("unsloth.FastLanguageModel.from_pretrained", "dtype", line))
             elif root.open:
                 dtypes.append(Unknown("dtype may be set by **kwargs"))
@@ -249,7 +231,7 @@ class Builder:
     def quant_of(self, root: Obj) -> dict:
         kw = root.kwargs
         line = root.line
-        if root.extra.get("loader") == "unsloth":
+        if root.loader == "unsloth":
             cls = "unsloth.FastLanguageModel.from_pretrained"
             b4 = kw.get("load_in_4bit", _libc(cls, "load_in_4bit", line))
             b8 = kw.get("load_in_8bit", _libc(cls, "load_in_8bit", line))
@@ -257,7 +239,7 @@ class Builder:
                 "bits": _bits_from(b4, b8, line),
                 "type": _libc(cls, "bnb_4bit_quant_type", line),
                 "double": _libc(cls, "bnb_4bit_use_double_quant", line),
-                "compute": kw.get("dtype") if isinstance(kw.get("dtype"), (Ref, _Dtype)) else Unknown("unsloth computes in bf16 where the GPU supports it, else fp16"),
+                "compute": kw.get("dtype") if isinstance(kw.get("dtype"), (Ref, DtypeName)) else Unknown("unsloth computes in bf16 where the GPU supports it, else fp16"),
             }
         qc = kw.get("quantization_config")
         if qc is not None:
@@ -269,7 +251,7 @@ class Builder:
         kw = root.kwargs
         line = root.line
         cls = "transformers.BitsAndBytesConfig"
-        if isinstance(b, Obj) and b.kind == "bnb":
+        if isinstance(b, QuantConfig):
             def field(name: str) -> Any:
                 v = b.get(name)
                 if v is None or (isinstance(v, Const) and v.value is None and name == "bnb_4bit_compute_dtype"):
@@ -306,15 +288,15 @@ class Builder:
         cfgs: list = []
         for m in models:
             for mm in self.chain(m):
-                if mm.extra.get("peft") is not None:
-                    cfgs.append(mm.extra["peft"])
+                if mm.peft is not None:
+                    cfgs.append(mm.peft)
                     break
         if trainer is not None and trainer.kwargs.get("peft_config") is not None:
             pc = trainer.kwargs["peft_config"]
             if not (isinstance(pc, Const) and pc.value is None):
                 cfgs.append(pc)
         line = models[0].line if models else None
-        loras = [o for c in cfgs for o in flatten(c) if isinstance(o, Obj) and o.kind == "lora"]
+        loras = [o for c in cfgs for o in flatten(c) if isinstance(o, PeftConfig)]
         has_none = any(isinstance(o, Const) and o.value is None for c in cfgs for o in flatten(c))
         lost = [o for c in cfgs for o in flatten(c) if isinstance(o, Unknown)]
         if not loras and lost:
@@ -334,7 +316,7 @@ class Builder:
         q4 = "qlora" in methods
         cands = tuple(methods) if len(methods) > 1 else ()
         self.fields["method"] = Value(method, "literal", Span(self.path, lora.line), (f"{lora.cls.rsplit('.', 1)[-1]} (line {lora.line}) applied" + (" on a 4-bit base" if q4 else ""),), cands)
-        if lora.extra.get("adapter"):
+        if lora.adapter:
             for f in ("lora_r", "lora_alpha", "lora_targets"):
                 self.put(f, Unknown("read from a saved adapter at run time"), line=lora.line)
             return
@@ -356,20 +338,18 @@ class Builder:
         name = trainer.cls
         label = "unsloth" if unsloth else name
         how = f"{name}(...) (line {trainer.line})" + (" over an unsloth FastLanguageModel" if unsloth else "")
-        if trainer.extra.get("user_class"):
-            how = f"{trainer.extra['user_class']}, a subclass of {name} (line {trainer.line})"
+        if trainer.user_class:
+            how = f"{trainer.user_class}, a subclass of {name} (line {trainer.line})"
         self.fields["trainer"] = Value(label, "literal", Span(self.path, trainer.line), (how,))
-        arg_objs = [a for a in flatten(args) if isinstance(a, Obj) and a.kind == "training-args"]
+        arg_objs = [a for a in flatten(args) if isinstance(a, TrainingArgs)]
         if not arg_objs:
             if args is not None and not (isinstance(args, Const) and args.value is None):
                 for f in ("per_device_batch", "grad_accum", "optimizer", "precision", "group_by_length", "distributed"):
                     self.put(f, Unknown("the training arguments could not be followed"), line=trainer.line)
                 self.padding_and_length(trainer, None, models, unsloth)
                 return
-            default_cls = {"SFTTrainer": "trl.SFTConfig", "DPOTrainer": "trl.DPOConfig", "ORPOTrainer": "trl.ORPOConfig",
-                           "GRPOTrainer": "trl.GRPOConfig", "KTOTrainer": "trl.KTOConfig", "CPOTrainer": "trl.CPOConfig",
-                           "RewardTrainer": "trl.RewardConfig", "Seq2SeqTrainer": "transformers.Seq2SeqTrainingArguments"}
-            arg_objs = [Obj("training-args", default_cls.get(name, "transformers.TrainingArguments"), trainer.line)]
+            facts = api.trainer(name)
+            arg_objs = [TrainingArgs(facts.arguments if facts else "transformers.TrainingArguments", trainer.line)]
         self.args = arg_objs
 
         def each(attr: str, alias: str | None = None) -> Any:
@@ -379,7 +359,7 @@ class Builder:
                 if v is None and alias is not None:
                     v = a.get(alias)
                 if v is None:
-                    v = _field(a, attr)
+                    v = field_value(a, attr)
                 vals.append(v)
             return _alts(vals)
 
@@ -392,12 +372,12 @@ class Builder:
             v = a.get("gradient_checkpointing")
             if v is None:
                 v = a.get("activation_checkpointing")
-            gc.append(v if v is not None else _field(a, "gradient_checkpointing"))
+            gc.append(v if v is not None else field_value(a, "gradient_checkpointing"))
         self.args_gc = _alts(gc)
         optims = trainer.kwargs.get("optimizers")
         opt_objs = []
         if isinstance(optims, Seq) and optims.items:
-            opt_objs = [o for o in flatten(optims.items[0]) if isinstance(o, Obj) and o.kind == "optimizer"]
+            opt_objs = [o for o in flatten(optims.items[0]) if isinstance(o, Optimizer)]
         if opt_objs:
             self.optimizer_from(opt_objs)
         else:
@@ -409,11 +389,11 @@ class Builder:
             if strategy is not None:
                 gbl.append(_map_const(strategy, lambda s: s == "group_by_length"))
             else:
-                gbl.append(a.get("group_by_length") if a.get("group_by_length") is not None else _field(a, "group_by_length"))
+                gbl.append(a.get("group_by_length") if a.get("group_by_length") is not None else field_value(a, "group_by_length"))
         self.put("group_by_length", _alts(gbl), _bool, line)
         self.distributed_from(arg_objs)
         self.padding_and_length(trainer, arg_objs, models, unsloth)
-        if name in _REFERENCE:
+        if api.trainer(name) is not None and api.trainer(name).reference:
             self.reference_field(trainer, arg_objs)
 
     def reference_field(self, trainer: Obj, arg_objs: list[Obj]) -> None:
@@ -426,7 +406,7 @@ class Builder:
         for a in arg_objs:
             pre = a.get("precompute_ref_log_probs")
             if pre is None:
-                pre = _field(a, "precompute_ref_log_probs")
+                pre = field_value(a, "precompute_ref_log_probs")
             for p in flatten(pre):
                 if isinstance(p, Const) and p.value:
                     vals.append(p.with_value("precomputed", "precompute_ref_log_probs=True: reference log-probs computed before training"))
@@ -448,8 +428,8 @@ class Builder:
         for a in arg_objs:
             bf = a.get("bf16")
             fp = a.get("fp16")
-            bf = bf if bf is not None and not (isinstance(bf, Const) and bf.value is None and a.cls.startswith("trl.")) else _field(a, "bf16")
-            fp = fp if fp is not None else _field(a, "fp16")
+            bf = bf if bf is not None and not (isinstance(bf, Const) and bf.value is None and a.cls.startswith("trl.")) else field_value(a, "bf16")
+            fp = fp if fp is not None else field_value(a, "fp16")
             for b in flatten(bf):
                 for f in flatten(fp):
                     if isinstance(f, Const) and f.value:
@@ -470,7 +450,8 @@ class Builder:
         Unknown stays quiet: the estimate then counts the full logits, the worst case."""
         line = None
         vals: list[Any] = []
-        for qual, kw, at in self.facts.liger_calls:
+        for patch in self.facts.liger_calls:
+            kw, at = patch.kwargs, patch.line
             # the patch functions default fused_linear_cross_entropy=True (liger_kernel/transformers/monkey_patch.py)
             flce = kw.get("fused_linear_cross_entropy", Const(True, "library-default", at, ("liger_kernel's default",)))
             vals.append(_map_const(flce, lambda v: "liger" if v else False))
@@ -485,7 +466,7 @@ class Builder:
                 v = a.get("use_liger_kernel")
                 if v is None and a.cls.startswith("trl."):
                     v = a.get("use_liger")  # TRL 0.12-0.13's own flag, before TrainingArguments had one
-                vals.append(_map_const(v if v is not None else _field(a, "use_liger_kernel"), lambda v: "liger" if v else False))
+                vals.append(_map_const(v if v is not None else field_value(a, "use_liger_kernel"), lambda v: "liger" if v else False))
                 line = line or a.line
         if not vals:
             return
@@ -522,7 +503,7 @@ class Builder:
             elif a.open:
                 vals.append(Unknown("deepspeed/fsdp may be set by **kwargs"))
             else:
-                d = _field(a, "deepspeed")
+                d = field_value(a, "deepspeed")
                 vals.append(d.with_value("none", "no deepspeed or fsdp") if isinstance(d, Const) else d)
         self.put("distributed", _alts(vals), line=arg_objs[0].line)
         if self.ds_offload:
@@ -571,18 +552,19 @@ class Builder:
     def padding_and_length(self, trainer: Obj, arg_objs: list[Obj] | None, models: list[Obj], unsloth: bool) -> None:
         name = trainer.cls
         line = arg_objs[0].line if arg_objs else trainer.line
-        if name in _TRL_PACKING or (name in ("Trainer",) and unsloth and arg_objs and arg_objs[0].cls == "trl.SFTConfig"):
+        data = api.trainer(name).data if api.trainer(name) is not None else "collator"
+        if data == "sft" or (name in ("Trainer",) and unsloth and arg_objs and arg_objs[0].cls == "trl.SFTConfig"):
             packs, lengths = [], []
             for a in arg_objs or []:
                 p = trainer.kwargs.get("packing", a.get("packing"))
-                packs.append(p if p is not None else _field(a, "packing"))
+                packs.append(p if p is not None else field_value(a, "packing"))
                 ml = trainer.kwargs.get("max_seq_length", a.get("max_length", a.get("max_seq_length")))
                 if ml is None and unsloth:
                     ml = self.unsloth_length(models)
                 if ml is None:
-                    ml = _field(a, "max_length")
+                    ml = field_value(a, "max_length")
                     if isinstance(ml, Unknown):
-                        ml = _field(a, "max_seq_length")
+                        ml = field_value(a, "max_seq_length")
                 lengths.append(ml)
             pack = _alts(packs) if packs else Unknown("packing")
             self.put("packing", pack, _bool, line)
@@ -595,12 +577,12 @@ class Builder:
             else:
                 self.put("padding", Unknown("packing is unknown"), line=line)
             return
-        if name in _PREFERENCE:
+        if data in ("preference", "generation"):
             lengths = []
             for a in arg_objs or []:
-                if name == "GRPOTrainer":
-                    p = a.get("max_prompt_length") or _field(a, "max_prompt_length")
-                    c = a.get("max_completion_length") or _field(a, "max_completion_length")
+                if data == "generation":
+                    p = a.get("max_prompt_length") or field_value(a, "max_prompt_length")
+                    c = a.get("max_completion_length") or field_value(a, "max_completion_length")
                     if isinstance(p, Const) and isinstance(c, Const) and isinstance(p.value, int) and isinstance(c.value, int):
                         src = c if c.source != "library-default" else p
                         lengths.append(src.with_value(p.value + c.value, f"max_prompt_length {p.value} + max_completion_length {c.value}"))
@@ -608,7 +590,7 @@ class Builder:
                         lengths.append(p if not isinstance(p, Const) else c)
                 else:
                     ml = a.get("max_length")
-                    lengths.append(ml if ml is not None else _field(a, "max_length"))
+                    lengths.append(ml if ml is not None else field_value(a, "max_length"))
             self.put("max_length", _alts(lengths) if lengths else Unknown("max_length"), _length, line)
             self.put("packing", Const(False, "library-default", line, (f"{name} does not pack",)), _bool, line)
             self.put("padding", Const("longest", "library-default", line, (f"{name} pads each batch to its longest sequence",)), line=line)
@@ -620,7 +602,7 @@ class Builder:
     def unsloth_length(self, models: list[Obj]) -> Any:
         for m in models:
             r = self.root(m)
-            if r.extra.get("loader") == "unsloth":
+            if r.loader == "unsloth":
                 v = r.kwargs.get("max_seq_length")
                 return v if v is not None else _libc("unsloth.FastLanguageModel.from_pretrained", "max_seq_length", r.line)
         return None
@@ -630,7 +612,7 @@ class Builder:
     def data_padding(self, collator: Any, tokenizer_given: bool, line: int | None) -> None:
         facts = self.facts
         if facts.chunking:
-            size, cline = facts.chunking[0]
+            size, cline = facts.chunking[0].size, facts.chunking[0].line
             self.put("packing", Const(True, "literal", cline, ("token stream cut into fixed blocks: t[i : i + n] for i in range(0, total, n)",)), _bool, cline)
             self.fields["padding"] = Value("packing", "literal", Span(self.path, cline), ("fixed-length blocks, no padding",))
             self.put("max_length", size, _length, cline)
@@ -638,8 +620,7 @@ class Builder:
         self.put("packing", Const(False, "library-default", line, ("no packing found",)), _bool, line)
         calls = []
         for entry in facts.tokenizer_calls:
-            kw, cl = entry[0], entry[1]
-            tok = entry[2] if len(entry) > 2 else None
+            kw, cl, tok = entry.kwargs, entry.line, entry.tokenizer
             t = kw.get("tokenize")
             if isinstance(t, Const) and t.value is False:
                 continue
@@ -663,7 +644,7 @@ class Builder:
                 mml = tok.get("model_max_length") if isinstance(tok, Obj) else None
                 lengths.append(mml if mml is not None else Unknown("the tokenizer's model_max_length"))
         for c in flatten(collator) if collator is not None else []:
-            if isinstance(c, Obj) and c.kind == "collator":
+            if isinstance(c, Collator):
                 cname = c.cls.rsplit(".", 1)[-1]
                 p = c.get("padding")
                 if p is None:
@@ -687,9 +668,9 @@ class Builder:
     # ---- hand-written loops ----------------------------------------------------------------
 
     def loop_fields(self, objs: list, models: list[Obj]) -> None:
-        opts = [o for o in objs if o.kind == "optimizer"]
+        opts = [o for o in objs if isinstance(o, Optimizer)]
         steps = self.facts.steps
-        accs = [o for o in objs if o.kind == "accelerator"]
+        accs = [o for o in objs if isinstance(o, Accelerator)]
         if not opts and not steps and not self.facts.backward:
             for f in ("trainer", "per_device_batch", "grad_accum", "optimizer", "precision", "padding", "max_length"):
                 self.put(f, Unknown("no trainer or training loop found"))
@@ -698,25 +679,25 @@ class Builder:
         line = (opts or [None])[0].line if opts else (self.facts.backward or [None])[0]
         self.fields["trainer"] = Value("custom-loop", "literal", Span(self.path, line) if line else None, ("optimizer.step() in the script's own loop",))
         self.args_gc = None
-        dls = [o for o in objs if o.kind == "dataloader"]
+        dls = [o for o in objs if isinstance(o, DataLoader)]
         train_dl = next((d for d in dls if isinstance(d.get("shuffle"), Const) and d.get("shuffle").value), dls[0] if dls else None)
         if train_dl is not None:
             bs = train_dl.get("batch_size")
             self.put("per_device_batch", bs if bs is not None else _libc("torch.utils.data.DataLoader", "batch_size", train_dl.line), _int, train_dl.line)
         else:
             self.put("per_device_batch", Unknown("no DataLoader found"))
-        acc = [s[1] for s in steps if s[1] is not None]
+        acc = [s.accumulation for s in steps if s.accumulation is not None]
         acc_kw = [a.get("gradient_accumulation_steps") for a in accs if a.get("gradient_accumulation_steps") is not None]
         if acc_kw:
             self.put("grad_accum", _alts(acc_kw), _int, accs[0].line)
         elif acc:
-            self.put("grad_accum", _alts(acc), _int, steps[0][2])
+            self.put("grad_accum", _alts(acc), _int, steps[0].line)
         elif steps:
-            self.put("grad_accum", Const(1, "literal", steps[0][2], ("optimizer.step() after every micro-batch",)), _int)
+            self.put("grad_accum", Const(1, "literal", steps[0].line, ("optimizer.step() after every micro-batch",)), _int)
         else:
             self.put("grad_accum", Unknown("no optimizer.step() found"))
         if opts:
-            self.optimizer_from([steps[-1][0]] if steps else opts[-1:])
+            self.optimizer_from([steps[-1].optimizer] if steps else opts[-1:])
         else:
             self.put("optimizer", Unknown("no optimizer found"))
         self.loop_precision(accs, line)
@@ -747,7 +728,8 @@ class Builder:
             mp = a.get("mixed_precision")
             if mp is not None:
                 vals.append(_map_const(mp, lambda s: {"bf16": "amp-bf16", "fp16": "amp-fp16", "no": "fp32", None: "fp32"}.get(s, "fp32")))
-        for dtype, device, enabled, aline in self.facts.autocasts:
+        for ac in self.facts.autocasts:
+            dtype, device, enabled, aline = ac.dtype, ac.device, ac.enabled, ac.line
             if isinstance(enabled, Const) and not enabled.value:
                 continue
             if dtype is None:
@@ -764,7 +746,7 @@ class Builder:
     def optimizer_from(self, opts: list[Obj]) -> None:
         vals = []
         for o in opts:
-            name = o.extra["optim"]
+            name = o.optim
             fused = o.get("fused")
             if name == "adamw_torch" and isinstance(fused, Const) and fused.value:
                 name = "adamw_torch_fused"
@@ -778,7 +760,8 @@ class Builder:
         for m in models or [None]:
             resolved = []
             for mm in self.chain(m) if m is not None else []:
-                for v, line, how in mm.extra.get("gc", []):
+                for setting in mm.gc:
+                    v, line, how = setting.value, setting.line, setting.how
                     if isinstance(v, tuple):  # ("library-default", cls, field)
                         d = library_default(v[1], v[2])
                         v = Const(d.value, "library-default", line, (d.why,)) if d else Unknown(how)
@@ -839,12 +822,6 @@ def _libc(cls: str, attr: str, line: int | None) -> Any:
     return Const(d.value, "library-default", line, (d.why,))
 
 
-def _field(a: Obj, attr: str) -> Any:
-    from memlint.extract.handlers import Handlers
-
-    return Handlers().field_value(a, attr)
-
-
 def _map_const(v: Any, fn: Callable) -> Any:
     out = []
     for x in flatten(v):
@@ -863,7 +840,7 @@ def _map_dtype_to_amp(dtype: Any, line: int | None) -> Any:
     for d in flatten(dtype):
         name = dtype_of(d)
         if name in ("bf16", "fp16"):
-            src = d.source if isinstance(d, (Ref, Const)) else (d.name.source if isinstance(d, _Dtype) else "literal")
+            src = d.source if isinstance(d, (Ref, Const)) else (d.name.source if isinstance(d, DtypeName) else "literal")
             ln = (d.line if isinstance(d, (Ref, Const)) else None) or line
             out.append(Const(f"amp-{name}", src, ln, (f"torch.autocast(dtype={name})",)))
         else:
@@ -950,7 +927,7 @@ def _dtype_strict(v: Any) -> str:
 
 
 def _attn(v: Any) -> str:
-    if v in ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention"):
+    if isinstance(v, str) and v in api.attention():
         return v
     raise _Unconvertible(f"attn_implementation {v!r}")
 

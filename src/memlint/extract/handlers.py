@@ -1,71 +1,33 @@
 """What memlint knows about the libraries a training script calls.
 
 The interpreter hands every call it cannot inline to `call`; this module builds the
-objects (configs, models, trainers, parsers) and records facts. Names match on the last
-component, so aliases (`import transformers as tf`, `from trl import SFTConfig as C`) and
-star imports resolve alike.
+objects (configs, models, trainers, parsers; extract/objects.py) and records facts. Names
+match on the last component, so aliases (`import transformers as tf`, `from trl import
+SFTConfig as C`) and star imports resolve alike. Which classes are trainers, argument
+classes, collators and optimizers is data (memlint.library.api).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from memlint.extract.interp import _BUILTIN_CALLS, BoundStr, BoundUnknown
-from memlint.extract.values import Alts, Class, Const, Dict, Func, Obj, Ref, Seq, Unknown, flatten, weakest
+from memlint.extract.objects import (
+    Accelerator, Accumulate, ArgNamespace, ArgParser, ArgSpec, Autocast, AutocastCall, Collator, DataclassInstance,
+    DataLoader, Dataset, DtypeName, HfConfig, HfParser, LigerPatch, Method, Model, Obj, Optimizer, OptimizerStep,
+    Params, Partial, PeftConfig, Plugin, QuantConfig, Range, Scaler, Setting, Tokenizer, TokenizerCall, Trainer,
+    TrainingArgs, dtype_of, field_value,
+)
+from memlint.extract.values import Alts, Class, Const, Dict, Func, Ref, Seq, Unknown, flatten, weakest
+from memlint.library import api
 
-TRAINING_ARGS = {
-    "TrainingArguments": "transformers.TrainingArguments",
-    "Seq2SeqTrainingArguments": "transformers.Seq2SeqTrainingArguments",
-    "UnslothTrainingArguments": "transformers.TrainingArguments",
-    "SFTConfig": "trl.SFTConfig",
-    "DPOConfig": "trl.DPOConfig",
-    "ORPOConfig": "trl.ORPOConfig",
-    "GRPOConfig": "trl.GRPOConfig",
-    "KTOConfig": "trl.KTOConfig",
-    "CPOConfig": "trl.CPOConfig",
-    "RewardConfig": "trl.RewardConfig",
-}
-TRAINERS = {
-    "Trainer", "Seq2SeqTrainer", "SFTTrainer", "DPOTrainer", "ORPOTrainer", "GRPOTrainer",
-    "KTOTrainer", "CPOTrainer", "RewardTrainer", "UnslothTrainer",
-}
-_TRAINER_POSITIONAL = {
-    "DPOTrainer": ["model", "ref_model", "args"],
-    "KTOTrainer": ["model", "ref_model", "args"],
-    "GRPOTrainer": ["model", "reward_funcs", "args"],
-}
-_DEFAULT_TRAINER_POSITIONAL = ["model", "args", "data_collator", "train_dataset", "eval_dataset", "processing_class"]
-COLLATORS = {
-    "DataCollatorWithPadding", "DataCollatorForSeq2Seq", "DataCollatorForLanguageModeling",
-    "DataCollatorForTokenClassification", "DataCollatorForCompletionOnlyLM", "DataCollatorForPreference",
-    "DataCollatorForChatML", "DataCollatorWithFlattening",
-}
-# optimizer class -> Trainer optim name
-OPTIMIZERS = {
-    ("torch", "AdamW"): "adamw_torch", ("torch", "Adam"): "adamw_torch", ("torch", "SGD"): "sgd",
-    ("torch", "Adagrad"): "adagrad", ("torch", "RMSprop"): "rmsprop",
-    ("bnb", "AdamW8bit"): "adamw_bnb_8bit", ("bnb", "Adam8bit"): "adamw_bnb_8bit",
-    ("bnb", "PagedAdamW8bit"): "paged_adamw_8bit", ("bnb", "PagedAdam8bit"): "paged_adamw_8bit",
-    ("bnb", "PagedAdamW32bit"): "paged_adamw_32bit", ("bnb", "PagedAdamW"): "paged_adamw_32bit",
-    ("bnb", "Lion8bit"): "lion_8bit", ("bnb", "PagedLion8bit"): "paged_lion_8bit", ("bnb", "Lion"): "lion_32bit",
-    ("bnb", "AdamW"): "adamw_torch", ("bnb", "SGD"): "sgd",
-    ("transformers", "Adafactor"): "adafactor", ("transformers", "AdamW"): "adamw_hf",
-}
 _MODEL_CLASS = re.compile(r"^(Auto(Peft)?Model\w*|\w+For[A-Z]\w*|\w+(LM|Model|LMHeadModel))$")
 _NOT_MODEL = re.compile(r"Tokenizer|Config|Processor|Extractor|ImageProcessor")
-_UNSLOTH = {"FastLanguageModel", "FastModel", "FastVisionModel", "FastQwen2Model", "FastLlamaModel", "FastMistralModel"}
 _STR_METHODS = {"split", "rsplit", "lower", "upper", "strip", "replace", "format", "join", "startswith", "endswith", "rstrip", "lstrip"}
 _TOKENIZE_METHODS = {"__call__", "encode", "encode_plus", "batch_encode_plus", "apply_chat_template", "pad"}
-
-
-@dataclass(eq=False)
-class Method:
-    """A method of a known object, not yet called: `model.gradient_checkpointing_enable`."""
-
-    obj: Obj
-    name: str
+_TORCH_DTYPES = ("float16", "bfloat16", "float32", "half", "float")
 
 
 def _last(qual: str) -> str:
@@ -74,27 +36,61 @@ def _last(qual: str) -> str:
 
 def _family(qual: str) -> str:
     head = qual.split(".", 1)[0]
-    if head in ("bnb", "bitsandbytes"):
-        return "bnb"
-    if head in ("torch",):
-        return "torch"
-    if head in ("transformers",):
-        return "transformers"
-    return head
+    return "bnb" if head == "bitsandbytes" else head
 
 
-def library_base(v: Any, table: Any) -> str | None:
+def library_base(v: Any, names: Any) -> str | None:
     """The library class a user class derives from (`class MyArgs(TrainingArguments)`)."""
     seen = 0
     stack = [v]
     while stack and seen < 20:
         seen += 1
         x = stack.pop()
-        if isinstance(x, Ref) and _last(x.qual) in table:
+        if isinstance(x, Ref) and _last(x.qual) in names:
             return _last(x.qual)
         if isinstance(x, Class):
             stack.extend(x.bases)
     return None
+
+
+@dataclass
+class Call:
+    """One call of a library name: what was called and with what."""
+
+    it: Any                  # the Interpreter
+    qual: str                # the resolved dotted name: "transformers.AutoModelForCausalLM.from_pretrained"
+    args: list
+    kwargs: dict
+    open: bool               # **kwargs memlint could not resolve
+    line: int | None
+
+    @property
+    def name(self) -> str:
+        return _last(self.qual)
+
+    @property
+    def owner(self) -> str:
+        """The component before the name: "AutoModelForCausalLM" in ….AutoModelForCausalLM.from_pretrained."""
+        return _last(self.qual.rsplit(".", 1)[0]) if "." in self.qual else ""
+
+    @property
+    def head(self) -> str:
+        return self.qual.split(".", 1)[0]
+
+    def arg(self, i: int, name: str | None = None, default: Any = None) -> Any:
+        """Positional argument i, else keyword `name`."""
+        if i < len(self.args):
+            return self.args[i]
+        return self.kwargs.get(name, default) if name else default
+
+    def new(self, kind: type, cls: str, positional: tuple[str, ...] | list[str] = (), **fields: Any) -> Any:
+        """An object of `kind` built by this call, recorded in the facts."""
+        kw = dict(self.kwargs)
+        for pname, a in zip(positional, self.args):
+            kw.setdefault(pname, a)
+        o = kind(cls, self.line or 0, kw, {}, self.open, **fields)
+        self.it.facts.objects.append(o)
+        return o
 
 
 class Handlers:
@@ -145,176 +141,292 @@ class Handlers:
         if isinstance(f, Method):
             return self.method(it, f.obj, f.name, args, kwargs, open_kw, line)
         if isinstance(f, Class):
-            return self.construct_user(it, f, args, kwargs, open_kw, line)
+            return self.construct_user(Call(it, f.name, args, kwargs, open_kw, line), f)
         if isinstance(f, BoundStr):
             return self.str_method(it, f, args, kwargs, node)
         if isinstance(f, BoundUnknown):
             return self.unknown_method(it, f, args, kwargs, line)
+        if isinstance(f, Tokenizer):
+            return self.tokenize(it, f, args, kwargs, line)
+        if isinstance(f, Partial):
+            if isinstance(f.func, Func):
+                return it.call_function(f.func, f.args + args, {**f.kwargs, **kwargs}, line)
+            return Unknown("a call")
+        if isinstance(f, Model):
+            return Unknown("the model's outputs")
         if isinstance(f, Obj):
-            if f.kind == "tokenizer":
-                return self.tokenize(it, f, args, kwargs, line)
-            if f.kind == "partial":
-                target = f.extra.get("func")
-                if isinstance(target, Func):
-                    return it.call_function(target, f.extra.get("args", []) + args, {**f.kwargs, **kwargs}, line)
-            if f.kind == "model":
-                return Unknown("the model's outputs")
             return Unknown("a call")
         if isinstance(f, Unknown):
             if "padding" in kwargs or "truncation" in kwargs:
-                it.facts.tokenizer_calls.append((kwargs, line))
+                it.facts.tokenizer_calls.append(TokenizerCall(kwargs, line))
             return Unknown("the result of an unknown call")
         if not isinstance(f, Ref):
             return Unknown("a call")
-        return self.call_ref(it, f, args, kwargs, open_kw, line)
+        return self.call_ref(Call(it, f.qual, args, kwargs, open_kw, line), f)
 
-    def call_ref(self, it: Any, f: Ref, args: list, kwargs: dict, open_kw: bool, line: int | None) -> Any:
-        qual, name = f.qual, _last(f.qual)
-        owner = _last(qual.rsplit(".", 1)[0]) if "." in qual else ""
-        if qual.startswith("builtins."):
-            return self.builtin(it, name, args, kwargs, line)
-        if qual in ("typing.cast", "typing_extensions.cast"):
-            # a type-checker hint: cast(T, x) is x at run time
-            return args[1] if len(args) > 1 else kwargs.get("val", Unknown("typing.cast()"))
-        if name in TRAINING_ARGS:
-            return self.new(it, "training-args", TRAINING_ARGS[name], args, kwargs, open_kw, line, positional=["output_dir"])
-        if name in TRAINERS:
-            return self.new_trainer(it, name, None, args, kwargs, open_kw, line)
-        if name == "from_pretrained" or name == "from_config":
-            return self.from_pretrained(it, owner, qual, args, kwargs, open_kw, line, name)
-        if qual.startswith("liger_kernel.") and name.startswith("apply_liger_kernel_to_"):
-            it.facts.liger_calls.append((qual, kwargs, line))
-            return Const(None, "literal", line)
-        if name == "get_peft_model" and owner in _UNSLOTH:
-            return self.unsloth_peft(it, args, kwargs, line)
-        if name == "get_peft_model":
-            model = args[0] if args else kwargs.get("model")
-            cfg = args[1] if len(args) > 1 else kwargs.get("peft_config")
-            return self.wrap_model(it, model, line, peft=cfg)
+    def call_ref(self, c: Call, f: Ref) -> Any:
+        """A library call: the qualified rules first, then the name table, then optimizer classes."""
+        if c.qual.startswith("builtins."):
+            return self.builtin(c.it, c.name, c.args, c.kwargs, c.line)
+        if c.head == "liger_kernel" and c.name.startswith("apply_liger_kernel_to_"):
+            c.it.facts.liger_calls.append(LigerPatch(c.qual, c.kwargs, c.line))
+            return Const(None, "literal", c.line)
+        handler = _QUALIFIED.get(c.qual) or _BY_NAME.get(c.name) or self._data_handler(c.name)
+        if handler is not None:
+            out = handler(self, c)
+            if out is not _PASS:
+                return out
+        if c.head == "torch" and c.name in _TORCH_DTYPES:
+            return f
+        opt = self._optimizer_name(c)
+        if opt is not None:
+            return c.new(Optimizer, c.qual, ("params", "lr"), optim=opt)
+        return Unknown(f"the result of {c.qual}()")
+
+    @staticmethod
+    def _data_handler(name: str) -> Callable[["Handlers", Call], Any] | None:
+        """Classes the library data names: argument classes, trainers, PEFT configs, collators."""
+        if name in api.training_arguments():
+            return Handlers.training_args
+        if api.trainer(name) is not None:
+            return Handlers.trainer
+        if name in api.peft_configs():
+            return Handlers.peft_config
+        if name in api.collators():
+            return Handlers.collator
+        return None
+
+    @staticmethod
+    def _optimizer_name(c: Call) -> str | None:
+        fam = _family(c.qual)
+        opt = api.optimizer_class(fam, c.name)
+        if opt is None and c.name == "Adafactor":
+            opt = api.optimizer_class("transformers", c.name)
+        if opt is None and c.owner == "optim" and fam != "torch":
+            opt = api.optimizer_class("bnb", c.name)
+        return opt
+
+    # ---- library constructors ---------------------------------------------------------------
+
+    def training_args(self, c: Call) -> Any:
+        return c.new(TrainingArgs, api.training_arguments()[c.name], ("output_dir",))
+
+    def trainer(self, c: Call, user: Class | None = None) -> Any:
+        facts = api.trainer(c.name)
+        return c.new(Trainer, c.name, facts.positional, user_class=user.name if user else None)
+
+    def peft_config(self, c: Call) -> Any:
+        return c.new(PeftConfig, f"peft.{c.name}")
+
+    def collator(self, c: Call) -> Any:
+        return c.new(Collator, f"transformers.{c.name}", ("tokenizer",))
+
+    def bnb_config(self, c: Call) -> Any:
+        return c.new(QuantConfig, "transformers.BitsAndBytesConfig")
+
+    def dataloader(self, c: Call) -> Any:
+        return c.new(DataLoader, "torch.utils.data.DataLoader", ("dataset", "batch_size"))
+
+    def accelerator(self, c: Call) -> Any:
+        return c.new(Accelerator, "accelerate.Accelerator")
+
+    def plugin(self, c: Call) -> Any:
+        return c.new(Plugin, c.name)
+
+    def scaler(self, c: Call) -> Any:
+        c.it.facts.scalers.append(c.line)
+        return Scaler(c.qual, c.line)
+
+    def argparser(self, c: Call) -> Any:
+        return ArgParser(c.qual, c.line)
+
+    def hfparser(self, c: Call) -> Any:
+        classes = c.arg(0, "dataclass_types")
+        return HfParser(c.qual, c.line, classes=classes.items if isinstance(classes, Seq) else [classes])
+
+    def dataset(self, c: Call) -> Any:
+        return Dataset(c.qual, c.line)
+
+    def autocast(self, c: Call) -> Any:
+        cuda_amp = "cuda.amp" in c.qual
+        device = Const("cuda", "literal", c.line) if cuda_amp else c.kwargs.get("device_type", c.args[0] if c.args else None)
+        c.it.facts.autocasts.append(AutocastCall(c.kwargs.get("dtype"), device, c.kwargs.get("enabled"), c.line))
+        return Autocast(c.qual, c.line or 0)
+
+    # ---- models -----------------------------------------------------------------------------
+
+    def from_pretrained(self, c: Call) -> Any:
+        owner, how = c.owner, c.name
+        if owner in api.unsloth_loaders():
+            kw = dict(c.kwargs)
+            if c.args:
+                kw.setdefault("model_name", c.args[0])
+            model = Model(c.qual, c.line or 0, kw, {}, c.open, loader="unsloth")
+            tok = Tokenizer(c.qual, c.line or 0, {"model_max_length": kw.get("max_seq_length")}, unsloth=True)
+            c.it.facts.objects.extend([model, tok])
+            return Seq([model, tok], "tuple")
+        if owner == "PeftModel":
+            adapter = PeftConfig("peft.PeftModel.from_pretrained", c.line or 0, {}, {}, True,
+                                 adapter=c.arg(1, "model_id"))
+            return self.wrap_model(c.it, c.arg(0, "model"), c.line, peft=adapter)
+        if owner == "AutoConfig" or owner.endswith("Config"):
+            return HfConfig(c.qual, c.line or 0, {"model_id": c.arg(0, "pretrained_model_name_or_path")})
+        if "Tokenizer" in owner or "Processor" in owner:
+            kw = dict(c.kwargs)
+            if c.args:
+                kw.setdefault("pretrained_model_name_or_path", c.args[0])
+            tok = Tokenizer(c.qual, c.line or 0, kw)
+            c.it.facts.objects.append(tok)
+            return tok
+        if _MODEL_CLASS.match(owner) and not _NOT_MODEL.search(owner):
+            return self._load_model(c, owner, how)
+        return Unknown(f"{owner}.{how}()")
+
+    def _load_model(self, c: Call, owner: str, how: str) -> Model:
+        kw = dict(c.kwargs)
+        if how == "from_config":
+            cfg = c.arg(0, "config")
+            kw["pretrained_model_name_or_path"] = cfg.kwargs.get("model_id") if isinstance(cfg, Obj) else Unknown("a model config")
+            kw["_from_config"] = True
+        elif c.args:
+            kw.setdefault("pretrained_model_name_or_path", c.args[0])
+        auto_peft = owner.startswith("AutoPeftModel")
+        model = Model(c.qual, c.line or 0, kw, {}, c.open, loader="peft-auto" if auto_peft else "transformers")
+        if auto_peft:
+            model.peft = PeftConfig("peft.AutoPeftModel", c.line or 0, {}, {}, True, adapter=True)
+        c.it.facts.objects.append(model)
+        return model
+
+    def get_peft_model(self, c: Call) -> Any:
+        if c.owner in api.unsloth_loaders():
+            return self.unsloth_peft(c)
+        return self.wrap_model(c.it, c.arg(0, "model"), c.line, peft=c.arg(1, "peft_config"))
+
+    def kbit_prep(self, c: Call) -> Any:
         # peft kept prepare_model_for_int8_training as a deprecated alias of the kbit one
         # (peft utils/other.py); alpaca-lora era scripts still call it.
-        if name in ("prepare_model_for_kbit_training", "prepare_model_for_int8_training"):
-            model = args[0] if args else kwargs.get("model")
-            gc = kwargs.get("use_gradient_checkpointing", args[1] if len(args) > 1 else None)
-            how = f"{name}(...)"
-            if gc is None:
-                gc = ("library-default", "peft.prepare_model_for_kbit_training", "use_gradient_checkpointing")
-            return self.wrap_model(it, model, line, gc=(gc, line, how))
-        if name == "ModelConfig" and qual.split(".")[0] == "trl":
-            return self.new(it, "dataclass-inst", qual, args, kwargs, open_kw, line, extra={"library": "trl.ModelConfig"})
-        if name in ("get_peft_config", "get_quantization_config") and qual.split(".")[0] == "trl":
-            margs = args[0] if args else kwargs.get("model_args", kwargs.get("model_config"))
-            if isinstance(margs, Obj):
-                return self.trl_model_config(it, name, margs, line)
-            return Unknown(f"{qual}() of unknown model arguments")
-        if name in ("LoraConfig", "LoHaConfig", "LoKrConfig", "AdaLoraConfig", "VeraConfig", "IA3Config"):
-            return self.new(it, "lora", f"peft.{name}", args, kwargs, open_kw, line)
-        if name == "BitsAndBytesConfig":
-            return self.new(it, "bnb", "transformers.BitsAndBytesConfig", args, kwargs, open_kw, line)
-        if name in COLLATORS:
-            return self.new(it, "collator", f"transformers.{name}", args, kwargs, open_kw, line, positional=["tokenizer"])
-        if name == "DataLoader":
-            return self.new(it, "dataloader", "torch.utils.data.DataLoader", args, kwargs, open_kw, line, positional=["dataset", "batch_size"])
-        if name == "Accelerator":
-            return self.new(it, "accelerator", "accelerate.Accelerator", args, kwargs, open_kw, line)
-        if name in ("DeepSpeedPlugin", "FullyShardedDataParallelPlugin"):
-            return self.new(it, "plugin", name, args, kwargs, open_kw, line)
-        if name in ("autocast",):
-            return self.autocast(it, qual, args, kwargs, line)
-        if name == "GradScaler":
-            it.facts.scalers.append(line)
-            return Obj("scaler", qual, line)
-        opt = OPTIMIZERS.get((_family(qual), name)) or (OPTIMIZERS.get(("transformers", name)) if name == "Adafactor" else None)
-        if opt is None and owner == "optim" and ("bnb", name) in OPTIMIZERS and _family(qual) not in ("torch",):
-            opt = OPTIMIZERS[("bnb", name)]
-        if opt is not None:
-            o = self.new(it, "optimizer", qual, args, kwargs, open_kw, line, positional=["params", "lr"])
-            o.extra["optim"] = opt
-            return o
-        if name == "ArgumentParser":
-            return Obj("argparser", qual, line, extra={"args": {}, "order": []})
-        if name in ("HfArgumentParser", "TrlParser"):
-            classes = args[0] if args else kwargs.get("dataclass_types")
-            items = classes.items if isinstance(classes, Seq) else [classes]
-            return Obj("hfparser", qual, line, extra={"classes": items})
-        if name == "Fire" and qual.split(".")[0] == "fire":
-            target = args[0] if args else kwargs.get("component")
-            for t in flatten(target):
-                if isinstance(t, Func):
-                    return it.call_function(t, [], {}, line, entry=True)
-            return Unknown("fire.Fire")
-        if name == "partial" and qual.split(".")[0] == "functools":
-            target = args[0] if args else None
-            return Obj("partial", qual, line, kwargs=dict(kwargs), extra={"func": target, "args": list(args[1:])})
-        if name in ("get", "getenv") and ("environ" in qual or qual.startswith("os.")):
-            key = args[0] if args else None
-            dflt = args[1] if len(args) > 1 else kwargs.get("default")
-            k = key.value if isinstance(key, Const) else "?"
-            shown = f" (default {dflt.value!r})" if isinstance(dflt, Const) else ""
-            it.facts.note(f"a value comes from the environment variable {k}{shown}; memlint treats it as unknown")
-            return Unknown(f"environment variable {k}{shown}")
-        if qual in ("os.path.join", "posixpath.join"):
-            if args and all(isinstance(a, Const) and isinstance(a.value, str) for a in args):
-                return self._join(args)
-            return Unknown("a path")
-        if name in ("load_dataset", "load_from_disk"):
-            return Obj("dataset", qual, line)
-        if name in ("is_bfloat16_supported", "is_bf16_supported"):
-            return Unknown("whether the GPU supports bf16 (hardware)")
-        if qual.startswith("torch.") and name in ("float16", "bfloat16", "float32", "half", "float"):
-            return f
-        if name in ("load", "loads") and qual.split(".")[0] in ("json", "yaml"):
-            return Unknown("a config file read at run time")
-        return Unknown(f"the result of {qual}()")
+        gc = c.kwargs.get("use_gradient_checkpointing", c.args[1] if len(c.args) > 1 else None)
+        if gc is None:
+            gc = ("library-default", "peft.prepare_model_for_kbit_training", "use_gradient_checkpointing")
+        return self.wrap_model(c.it, c.arg(0, "model"), c.line, gc=Setting(gc, c.line, f"{c.name}(...)"))
 
-    def trl_model_config(self, it: Any, name: str, m: Obj, line: int | None) -> Any:
+    def unsloth_peft(self, c: Call) -> Any:
+        cfg = PeftConfig("unsloth.FastLanguageModel.get_peft_model", c.line or 0, dict(c.kwargs))
+        c.it.facts.objects.append(cfg)
+        gc = c.kwargs.get("use_gradient_checkpointing")
+        if gc is None:
+            gc = ("library-default", "unsloth.FastLanguageModel.get_peft_model", "use_gradient_checkpointing")
+        return self.wrap_model(c.it, c.arg(0, "model"), c.line, peft=cfg,
+                               gc=Setting(gc, c.line, "FastLanguageModel.get_peft_model(use_gradient_checkpointing=…)"))
+
+    def wrap_model(self, it: Any, model: Any, line: int | None, peft: Any = None, gc: Setting | None = None) -> Any:
+        out = None
+        for m in flatten(model):
+            if isinstance(m, Model):
+                w = Model(m.cls, line or 0, base=m, peft=peft)
+                if gc is not None:
+                    w.gc.append(gc)
+                it.facts.objects.append(w)
+                r: Any = w
+            else:
+                r = m if isinstance(m, Unknown) else Unknown("a model memlint could not follow")
+            out = r if out is None else Alts((out, r))
+        return out if out is not None else Unknown("a model")
+
+    # ---- TRL model arguments ----------------------------------------------------------------
+
+    def trl_model_config(self, c: Call) -> Any:
+        if c.head != "trl":
+            return _PASS
+        return c.new(DataclassInstance, c.qual, library="trl.ModelConfig")
+
+    def trl_config_of(self, c: Call) -> Any:
         """TRL's get_peft_config / get_quantization_config(model_args): a LoraConfig when
         use_peft, a BitsAndBytesConfig when load_in_4bit/8bit, else None (trl utils.py)."""
-        field = lambda attr: self.getattr(it, m, attr, line)  # noqa: E731
-        if name == "get_peft_config":
+        if c.head != "trl":
+            return _PASS
+        m = c.arg(0, "model_args")
+        if m is None:
+            m = c.kwargs.get("model_config")
+        if not isinstance(m, Obj):
+            return Unknown(f"{c.qual}() of unknown model arguments")
+        field = lambda attr: self.getattr(c.it, m, attr, c.line)  # noqa: E731
+        if c.name == "get_peft_config":
             flags = [("use_peft", {"r": "lora_r", "lora_alpha": "lora_alpha", "target_modules": "lora_target_modules"})]
-            kind, cls = "lora", "peft.LoraConfig"
+            kind, cls = PeftConfig, "peft.LoraConfig"
         else:
             flags = [("load_in_4bit", {"load_in_4bit": "load_in_4bit", "bnb_4bit_quant_type": "bnb_4bit_quant_type",
                                        "bnb_4bit_use_double_quant": "use_bnb_nested_quant"}),
                      ("load_in_8bit", {"load_in_8bit": "load_in_8bit"})]
-            kind, cls = "bnb", "transformers.BitsAndBytesConfig"
+            kind, cls = QuantConfig, "transformers.BitsAndBytesConfig"
         off = None
         for flag, mapping in flags:
             on = field(flag)
             if not isinstance(on, Const):
-                return Unknown(f"trl.{name}(): {flag} is unknown")
+                return Unknown(f"trl.{c.name}(): {flag} is unknown")
             if on.value:
-                kw = {k: field(a) for k, a in mapping.items()}
-                return self.new(it, kind, cls, [], kw, False, line)
+                o = kind(cls, c.line or 0, {k: field(a) for k, a in mapping.items()})
+                c.it.facts.objects.append(o)
+                return o
             off = off or on
-        return Const(None, off.source, off.line, off.chain + (f"trl.{name}() returns None",), off.file)
+        return Const(None, off.source, off.line, off.chain + (f"trl.{c.name}() returns None",), off.file)
 
-    def _join(self, args: list) -> Const:
+    # ---- plumbing: fire, partial, the environment, paths, data files -------------------------
+
+    def fire(self, c: Call) -> Any:
+        if c.head != "fire":
+            return _PASS
+        for t in flatten(c.arg(0, "component")):
+            if isinstance(t, Func):
+                return c.it.call_function(t, [], {}, c.line, entry=True)
+        return Unknown("fire.Fire")
+
+    def partial(self, c: Call) -> Any:
+        if c.head != "functools":
+            return _PASS
+        return Partial(c.qual, c.line, kwargs=dict(c.kwargs), func=c.args[0] if c.args else None, args=list(c.args[1:]))
+
+    def environ(self, c: Call) -> Any:
+        if not ("environ" in c.qual or c.qual.startswith("os.")):
+            return _PASS
+        key = c.args[0] if c.args else None
+        dflt = c.arg(1, "default")
+        k = key.value if isinstance(key, Const) else "?"
+        shown = f" (default {dflt.value!r})" if isinstance(dflt, Const) else ""
+        c.it.facts.note(f"a value comes from the environment variable {k}{shown}; memlint treats it as unknown")
+        return Unknown(f"environment variable {k}{shown}")
+
+    def path_join(self, c: Call) -> Any:
         import posixpath
 
+        args = c.args
+        if not (args and all(isinstance(a, Const) and isinstance(a.value, str) for a in args)):
+            return Unknown("a path")
         value = posixpath.join(*(a.value for a in args))
         base = next((a for a in args if a.source != "literal"), args[0])
         return Const(value, weakest(*(a.source for a in args)), base.line, base.chain, base.file)
 
+    def cast(self, c: Call) -> Any:
+        # a type-checker hint: cast(T, x) is x at run time
+        return c.args[1] if len(c.args) > 1 else c.kwargs.get("val", Unknown("typing.cast()"))
+
+    def bf16_supported(self, c: Call) -> Any:
+        return Unknown("whether the GPU supports bf16 (hardware)")
+
+    def data_file(self, c: Call) -> Any:
+        if c.head not in ("json", "yaml"):
+            return _PASS
+        return Unknown("a config file read at run time")
+
+    # ---- builtins ----------------------------------------------------------------------------
+
     def builtin(self, it: Any, name: str, args: list, kwargs: dict, line: int | None) -> Any:
-        if name == "getattr" and len(args) >= 2 and isinstance(args[1], Const) and isinstance(args[1].value, str):
-            base = args[0]
-            if isinstance(base, Ref):  # getattr(torch, "bfloat16")
-                return _Dtype(Ref(f"{base.qual}.{args[1].value}"), args[1])
-            return it.attribute(base, args[1].value, None)
-        if name == "getattr" and len(args) >= 2 and isinstance(args[0], Ref):
-            opts = []
-            for a in flatten(args[1]):
-                if isinstance(a, Const) and isinstance(a.value, str):
-                    opts.append(_Dtype(Ref(f"{args[0].qual}.{a.value}"), a))
-                else:
-                    return Unknown(a.why if isinstance(a, Unknown) else "getattr over an unknown name")
-            return opts[0] if len(opts) == 1 else Alts(tuple(opts))
+        if name == "getattr" and len(args) >= 2:
+            return self._getattr_builtin(it, args)
         if name == "input":
             return Unknown("input() at run time")
         if name == "range":
-            return Obj("range", "range", line or 0)
+            return Range("range", line or 0)
         if name == "dict":
             d = Dict(dict(kwargs))
             if args:
@@ -323,29 +435,48 @@ class Handlers:
         if name == "vars":
             return Dict({}, open=True)
         if name in _BUILTIN_CALLS:
-            fn = _BUILTIN_CALLS[name]
-            if len(args) == 1 and isinstance(args[0], Seq) and name in ("min", "max", "sum", "len", "list", "tuple", "sorted"):
-                if name == "len":
-                    return Const(len(args[0].items), "literal", line)
-                args = args[0].items
-                if name in ("list", "tuple", "sorted"):
-                    return Seq(list(args), name if name == "tuple" else "list")
-                args = list(args)
-            vals = []
-            for a in args:
-                fa = flatten(a)
-                if len(fa) != 1 or not isinstance(fa[0], Const):
-                    return Unknown(fa[0].why if fa and isinstance(fa[0], Unknown) else f"{name}() of non-constants")
-                vals.append(fa[0])
-            if not vals:
-                return Unknown(f"{name}()")
-            try:
-                value = fn(*(v.value for v in vals)) if name not in ("min", "max", "sum") or len(vals) > 1 else fn(vals[0].value)
-            except Exception:
-                return Unknown(f"{name}() that would raise")
-            lead = next((v for v in vals if v.source != "literal"), vals[0])
-            return Const(value, weakest(*(v.source for v in vals)), lead.line, lead.chain + (f"{name}(…) = {value!r}",), lead.file)
+            return self._pure_builtin(name, args, line)
         return Unknown(f"{name}()")
+
+    def _getattr_builtin(self, it: Any, args: list) -> Any:
+        if isinstance(args[1], Const) and isinstance(args[1].value, str):
+            base = args[0]
+            if isinstance(base, Ref):  # getattr(torch, "bfloat16")
+                return DtypeName(Ref(f"{base.qual}.{args[1].value}"), args[1])
+            return it.attribute(base, args[1].value, None)
+        if isinstance(args[0], Ref):
+            opts = []
+            for a in flatten(args[1]):
+                if isinstance(a, Const) and isinstance(a.value, str):
+                    opts.append(DtypeName(Ref(f"{args[0].qual}.{a.value}"), a))
+                else:
+                    return Unknown(a.why if isinstance(a, Unknown) else "getattr over an unknown name")
+            return opts[0] if len(opts) == 1 else Alts(tuple(opts))
+        return Unknown("getattr()")
+
+    def _pure_builtin(self, name: str, args: list, line: int | None) -> Any:
+        fn = _BUILTIN_CALLS[name]
+        if len(args) == 1 and isinstance(args[0], Seq) and name in ("min", "max", "sum", "len", "list", "tuple", "sorted"):
+            if name == "len":
+                return Const(len(args[0].items), "literal", line)
+            items = args[0].items
+            if name in ("list", "tuple", "sorted"):
+                return Seq(list(items), name if name == "tuple" else "list")
+            args = list(items)
+        vals = []
+        for a in args:
+            fa = flatten(a)
+            if len(fa) != 1 or not isinstance(fa[0], Const):
+                return Unknown(fa[0].why if fa and isinstance(fa[0], Unknown) else f"{name}() of non-constants")
+            vals.append(fa[0])
+        if not vals:
+            return Unknown(f"{name}()")
+        try:
+            value = fn(*(v.value for v in vals)) if name not in ("min", "max", "sum") or len(vals) > 1 else fn(vals[0].value)
+        except Exception:
+            return Unknown(f"{name}() that would raise")
+        lead = next((v for v in vals if v.source != "literal"), vals[0])
+        return Const(value, weakest(*(v.source for v in vals)), lead.line, lead.chain + (f"{name}(…) = {value!r}",), lead.file)
 
     def str_method(self, it: Any, f: BoundStr, args: list, kwargs: dict, node: Any) -> Any:
         if f.attr not in _STR_METHODS:
@@ -378,185 +509,96 @@ class Handlers:
         if f.attr == "backward":
             it.facts.backward.append(line)
         if ("padding" in kwargs or "truncation" in kwargs) and f.attr in _TOKENIZE_METHODS:
-            it.facts.tokenizer_calls.append((kwargs, line))
+            it.facts.tokenizer_calls.append(TokenizerCall(kwargs, line))
         return Unknown(f"the result of ….{f.attr}()")
 
-    # ---- constructors ----------------------------------------------------------------------
+    # ---- the script's own classes ------------------------------------------------------------
 
-    def new(self, it: Any, kind: str, cls: str, args: list, kwargs: dict, open_kw: bool, line: int | None,
-            positional: list[str] | None = None, extra: dict | None = None) -> Obj:
-        kw = dict(kwargs)
-        for name, a in zip(positional or [], args):
-            kw.setdefault(name, a)
-        o = Obj(kind, cls, line or 0, kw, {}, open_kw, dict(extra or {}))
-        it.facts.objects.append(o)
-        return o
-
-    def construct_user(self, it: Any, c: Class, args: list, kwargs: dict, open_kw: bool, line: int | None) -> Any:
-        base = library_base(c, TRAINING_ARGS)
+    def construct_user(self, c: Call, cls: Class) -> Any:
+        base = library_base(cls, api.training_arguments())
         if base:
-            return self.new(it, "training-args", TRAINING_ARGS[base], args, kwargs, open_kw, line,
-                            positional=["output_dir"], extra={"class": c})
-        base = library_base(c, TRAINERS)
+            return c.new(TrainingArgs, api.training_arguments()[base], ("output_dir",), user_class=cls)
+        base = library_base(cls, api.trainers())
         if base:
-            return self.new_trainer(it, base, c, args, kwargs, open_kw, line)
-        if c.is_dataclass:
-            return self.new(it, "dataclass-inst", c.name, args, kwargs, open_kw, line,
-                            positional=list(c.fields), extra={"class": c})
-        return Unknown(f"an instance of {c.name}")
-
-    def new_trainer(self, it: Any, name: str, user: Class | None, args: list, kwargs: dict, open_kw: bool, line: int | None) -> Obj:
-        pos = _TRAINER_POSITIONAL.get(name, _DEFAULT_TRAINER_POSITIONAL)
-        o = self.new(it, "trainer", name, args, kwargs, open_kw, line, positional=pos,
-                     extra={"user_class": user.name if user else None})
-        return o
-
-    def from_pretrained(self, it: Any, owner: str, qual: str, args: list, kwargs: dict, open_kw: bool, line: int | None, how: str) -> Any:
-        if owner in _UNSLOTH:
-            kw = dict(kwargs)
-            if args:
-                kw.setdefault("model_name", args[0])
-            model = Obj("model", qual, line or 0, kw, {}, open_kw, {"loader": "unsloth", "gc": [], "dtypes": []})
-            it.facts.objects.append(model)
-            tok = Obj("tokenizer", qual, line or 0, {"model_max_length": kw.get("max_seq_length")}, {}, False, {"unsloth": True})
-            it.facts.objects.append(tok)
-            return Seq([model, tok], "tuple")
-        if owner == "PeftModel" or owner.startswith("AutoPeftModel"):
-            if owner == "PeftModel":
-                base = args[0] if args else kwargs.get("model")
-                adapter = Obj("lora", "peft.PeftModel.from_pretrained", line or 0, {}, {}, True, {"adapter": args[1] if len(args) > 1 else kwargs.get("model_id")})
-                return self.wrap_model(it, base, line, peft=adapter)
-        if owner == "AutoConfig" or owner.endswith("Config"):
-            return Obj("hfconfig", qual, line or 0, {"model_id": args[0] if args else kwargs.get("pretrained_model_name_or_path")})
-        if "Tokenizer" in owner or "Processor" in owner:
-            kw = dict(kwargs)
-            if args:
-                kw.setdefault("pretrained_model_name_or_path", args[0])
-            tok = Obj("tokenizer", qual, line or 0, kw)
-            it.facts.objects.append(tok)
-            return tok
-        if _MODEL_CLASS.match(owner) and not _NOT_MODEL.search(owner):
-            kw = dict(kwargs)
-            if how == "from_config":
-                cfg = args[0] if args else kwargs.get("config")
-                kw["pretrained_model_name_or_path"] = cfg.kwargs.get("model_id") if isinstance(cfg, Obj) else Unknown("a model config")
-                kw["_from_config"] = True
-            elif args:
-                kw.setdefault("pretrained_model_name_or_path", args[0])
-            loader = "peft-auto" if owner.startswith("AutoPeftModel") else "transformers"
-            model = Obj("model", qual, line or 0, kw, {}, open_kw, {"loader": loader, "gc": [], "dtypes": []})
-            if loader == "peft-auto":
-                model.extra["peft"] = Obj("lora", "peft.AutoPeftModel", line or 0, {}, {}, True, {"adapter": True})
-            it.facts.objects.append(model)
-            return model
-        return Unknown(f"{owner}.{how}()")
-
-    def wrap_model(self, it: Any, model: Any, line: int | None, peft: Any = None, gc: Any = None) -> Any:
-        out = None
-        for m in flatten(model):
-            if isinstance(m, Obj) and m.kind == "model":
-                w = Obj("model", m.cls, line or 0, {}, {}, False, {"base": m, "gc": [], "dtypes": []})
-                if peft is not None:
-                    w.extra["peft"] = peft
-                if gc is not None:
-                    w.extra["gc"].append(gc)
-                it.facts.objects.append(w)
-                r: Any = w
-            else:
-                r = m if isinstance(m, Unknown) else Unknown("a model memlint could not follow")
-            out = r if out is None else Alts((out, r))
-        return out if out is not None else Unknown("a model")
-
-    def unsloth_peft(self, it: Any, args: list, kwargs: dict, line: int | None) -> Any:
-        model = args[0] if args else kwargs.get("model")
-        cfg = Obj("lora", "unsloth.FastLanguageModel.get_peft_model", line or 0, dict(kwargs))
-        it.facts.objects.append(cfg)
-        gc = kwargs.get("use_gradient_checkpointing")
-        if gc is None:
-            gc = ("library-default", "unsloth.FastLanguageModel.get_peft_model", "use_gradient_checkpointing")
-        return self.wrap_model(it, model, line, peft=cfg, gc=(gc, line, "FastLanguageModel.get_peft_model(use_gradient_checkpointing=…)"))
-
-    def autocast(self, it: Any, qual: str, args: list, kwargs: dict, line: int | None) -> Obj:
-        device = kwargs.get("device_type", args[0] if args and "cuda.amp" not in qual else None)
-        dtype = kwargs.get("dtype")
-        enabled = kwargs.get("enabled")
-        if "cuda.amp" in qual:
-            device = Const("cuda", "literal", line)
-        it.facts.autocasts.append((dtype, device, enabled, line))
-        return Obj("autocast", qual, line or 0)
+            return self.trainer(Call(c.it, base, c.args, c.kwargs, c.open, c.line), user=cls)
+        if cls.is_dataclass:
+            return c.new(DataclassInstance, cls.name, tuple(cls.fields), user_class=cls)
+        return Unknown(f"an instance of {cls.name}")
 
     # ---- method calls ----------------------------------------------------------------------
 
     def method(self, it: Any, obj: Obj, name: str, args: list, kwargs: dict, open_kw: bool, line: int | None) -> Any:
-        k = obj.kind
-        if k in ("argparser", "argparser-group"):
+        if isinstance(obj, ArgParser):
             return self.argparse_method(it, obj, name, args, kwargs, line)
-        if k == "hfparser":
+        if isinstance(obj, HfParser):
             return self.hfparser_method(it, obj, name, args, kwargs, line)
-        if k == "model":
+        if isinstance(obj, Model):
             return self.model_method(it, obj, name, args, kwargs, line)
-        if k == "trainer" and name == "train":
+        if isinstance(obj, Trainer) and name == "train":
             it.facts.trained.append(obj)
             return Unknown("training output")
-        if k == "tokenizer" and name in _TOKENIZE_METHODS:
+        if isinstance(obj, Tokenizer) and name in _TOKENIZE_METHODS:
             return self.tokenize(it, obj, args, kwargs, line)
-        if k == "optimizer" and name == "step":
-            it.facts.steps.append((obj, it.accum[-1] if it.accum else None, line))
+        if isinstance(obj, Optimizer) and name == "step":
+            it.facts.steps.append(OptimizerStep(obj, it.accum[-1] if it.accum else None, line))
             return Const(None, "literal", line)
-        if k == "accelerator":
-            if name == "prepare":
-                return args[0] if len(args) == 1 else Seq(list(args), "tuple")
-            if name == "backward":
-                it.facts.backward.append(line)
-            if name == "prepare_model":
-                return args[0] if args else Unknown("a model")
-            if name == "accumulate":
-                return Obj("accumulate", "accelerate.accumulate", line or 0)
-            return Unknown(f"accelerator.{name}()")
-        if k == "scaler" and name == "step":
+        if isinstance(obj, Accelerator):
+            return self.accelerator_method(it, name, args, line)
+        if isinstance(obj, Scaler) and name == "step":
             opt = args[0] if args else None
-            if isinstance(opt, Obj) and opt.kind == "optimizer":
-                it.facts.steps.append((opt, it.accum[-1] if it.accum else None, line))
+            if isinstance(opt, Optimizer):
+                it.facts.steps.append(OptimizerStep(opt, it.accum[-1] if it.accum else None, line))
             return Const(None, "literal", line)
-        if k == "dataset" and name in ("map", "filter", "with_transform", "set_transform"):
+        if isinstance(obj, Dataset) and name in ("map", "filter", "with_transform", "set_transform"):
             return obj
         if name == "parameters" or name == "named_parameters":
-            return Obj("params", "parameters", line or 0, extra={"model": obj})
+            return Params("parameters", line or 0, model=obj)
         return Unknown(f"the result of .{name}()")
 
-    def model_method(self, it: Any, model: Obj, name: str, args: list, kwargs: dict, line: int | None) -> Any:
+    def accelerator_method(self, it: Any, name: str, args: list, line: int | None) -> Any:
+        if name == "prepare":
+            return args[0] if len(args) == 1 else Seq(list(args), "tuple")
+        if name == "backward":
+            it.facts.backward.append(line)
+        if name == "prepare_model":
+            return args[0] if args else Unknown("a model")
+        if name == "accumulate":
+            return Accumulate("accelerate.accumulate", line or 0)
+        return Unknown(f"accelerator.{name}()")
+
+    def model_method(self, it: Any, model: Model, name: str, args: list, kwargs: dict, line: int | None) -> Any:
         if name == "gradient_checkpointing_enable":
-            model.extra.setdefault("gc", []).append((Const(True, "literal", line), line, "model.gradient_checkpointing_enable()"))
+            model.gc.append(Setting(Const(True, "literal", line), line, "model.gradient_checkpointing_enable()"))
             return Const(None, "literal", line)
         if name == "gradient_checkpointing_disable":
-            model.extra.setdefault("gc", []).append((Const(False, "literal", line), line, "model.gradient_checkpointing_disable()"))
+            model.gc.append(Setting(Const(False, "literal", line), line, "model.gradient_checkpointing_disable()"))
             return Const(None, "literal", line)
         if name in ("half", "bfloat16", "float"):
             dt = {"half": "torch.float16", "bfloat16": "torch.bfloat16", "float": "torch.float32"}[name]
-            model.extra.setdefault("dtypes", []).append((Ref(dt), line, f"model.{name}()"))
+            model.dtypes.append(Setting(Ref(dt), line, f"model.{name}()"))
             return model
         if name == "to":
             for a in [*args, kwargs.get("dtype")]:
-                if isinstance(a, (Ref, _Dtype)) and _dtype_name(a):
-                    model.extra.setdefault("dtypes", []).append((a, line, "model.to(dtype)"))
+                if isinstance(a, (Ref, DtypeName)) and dtype_of(a):
+                    model.dtypes.append(Setting(a, line, "model.to(dtype)"))
             return model
         if name in ("cuda", "cpu", "train", "eval", "requires_grad_"):
             return model
         if name in ("parameters", "named_parameters"):
-            return Obj("params", "parameters", line or 0, extra={"model": model})
+            return Params("parameters", line or 0, model=model)
         if name == "add_adapter":
-            model.extra["peft"] = args[0] if args else kwargs.get("adapter_config")
+            model.peft = args[0] if args else kwargs.get("adapter_config")
             return Const(None, "literal", line)
         if name in ("print_trainable_parameters", "enable_input_require_grads", "resize_token_embeddings", "save_pretrained", "push_to_hub", "config"):
             return Unknown(f".{name}()")
         return Unknown(f"the result of model.{name}()")
 
-    def tokenize(self, it: Any, tok: Obj, args: list, kwargs: dict, line: int | None) -> Any:
-        it.facts.tokenizer_calls.append((dict(kwargs), line, tok))
+    def tokenize(self, it: Any, tok: Tokenizer, args: list, kwargs: dict, line: int | None) -> Any:
+        it.facts.tokenizer_calls.append(TokenizerCall(dict(kwargs), line, tok))
         return Unknown("token ids")
 
-    def argparse_method(self, it: Any, p: Obj, name: str, args: list, kwargs: dict, line: int | None) -> Any:
-        table = p.extra["args"]
+    def argparse_method(self, it: Any, p: ArgParser, name: str, args: list, kwargs: dict, line: int | None) -> Any:
+        table = p.args
         if name == "add_argument":
             flags = [a.value for a in args if isinstance(a, Const) and isinstance(a.value, str)]
             dest = kwargs.get("dest")
@@ -568,29 +610,26 @@ class Handlers:
                 if pick is None:
                     return Const(None, "literal", line)
                 key = pick.lstrip("-").replace("-", "_")
-            table[key] = {"kwargs": kwargs, "line": line, "flag": flags[0] if flags else key, "file": it.cur_file()}
-            p.extra.setdefault("order", []).append(key)
+            table[key] = ArgSpec(kwargs, line, flags[0] if flags else key, it.cur_file())
+            p.order.append(key)
             return Const(None, "literal", line)
         if name in ("add_argument_group", "add_mutually_exclusive_group"):
-            return Obj("argparser-group", p.cls, line or 0, extra=p.extra)
+            return ArgParser(p.cls, line or 0, args=p.args, order=p.order)
         if name == "set_defaults":
             for k, v in kwargs.items():
-                table.setdefault(k, {"kwargs": {}, "line": line, "flag": k})
-                table[k] = {**table[k], "kwargs": {**table[k]["kwargs"], "default": v}, "line": line}
+                spec = table.get(k) or ArgSpec({}, line, k)
+                table[k] = ArgSpec({**spec.kwargs, "default": v}, line, spec.flag, spec.file)
             return Const(None, "literal", line)
         if name in ("parse_args", "parse_known_args", "parse_intermixed_args"):
-            ns = Obj("argns", p.cls, line or 0, extra={"parser": p})
-            if args and not (isinstance(args[0], Const) and args[0].value is None):
-                ns.extra["given"] = True
+            given = bool(args) and not (isinstance(args[0], Const) and args[0].value is None)
+            ns = ArgNamespace(p.cls, line or 0, parser=p, given=given)
             return ns if name != "parse_known_args" else Seq([ns, Unknown("remaining arguments")], "tuple")
         return Unknown(f"parser.{name}()")
 
-    def hfparser_method(self, it: Any, p: Obj, name: str, args: list, kwargs: dict, line: int | None) -> Any:
+    def hfparser_method(self, it: Any, p: HfParser, name: str, args: list, kwargs: dict, line: int | None) -> Any:
         from_file = name in ("parse_json_file", "parse_yaml_file", "parse_dict")
         if name.startswith("parse_"):
-            out = []
-            for c in p.extra["classes"]:
-                out.append(self.dataclass_instance(it, c, line, from_file, name))
+            out = [self.dataclass_instance(it, c, line, from_file, name) for c in p.classes]
             # HfArgumentParser.parse_args_into_dataclasses and TrlParser.parse_args_and_config
             # both take (args, return_remaining_strings, ...) and then append the leftovers.
             rest = kwargs.get("return_remaining_strings", args[1] if len(args) > 1 else None)
@@ -600,17 +639,18 @@ class Handlers:
         return Unknown(f"parser.{name}()")
 
     def dataclass_instance(self, it: Any, c: Any, line: int | None, from_file: bool, how: str) -> Any:
-        extra = {"from_parser": how, "from_file": from_file}
-        if isinstance(c, Ref) and _last(c.qual) in TRAINING_ARGS:
-            o = Obj("training-args", TRAINING_ARGS[_last(c.qual)], line or 0, extra=extra)
+        targs = api.training_arguments()
+        parsed = {"from_parser": how, "from_file": from_file}
+        if isinstance(c, Ref) and _last(c.qual) in targs:
+            o: Obj = TrainingArgs(targs[_last(c.qual)], line or 0, **parsed)
         elif isinstance(c, Class):
-            base = library_base(c, TRAINING_ARGS)
+            base = library_base(c, targs)
             if base:
-                o = Obj("training-args", TRAINING_ARGS[base], line or 0, extra={**extra, "class": c})
+                o = TrainingArgs(targs[base], line or 0, user_class=c, **parsed)
             else:
-                o = Obj("dataclass-inst", c.name, line or 0, extra={**extra, "class": c})
+                o = DataclassInstance(c.name, line or 0, user_class=c, **parsed)
         elif isinstance(c, Ref):
-            o = Obj("dataclass-inst", c.qual, line or 0, extra={**extra, "library": c.qual})
+            o = DataclassInstance(c.qual, line or 0, library=c.qual, **parsed)
         else:
             return Unknown("arguments parsed into an unknown class")
         it.facts.objects.append(o)
@@ -621,43 +661,39 @@ class Handlers:
     def getattr(self, it: Any, obj: Obj, attr: str, line: int | None) -> Any:
         if attr in obj.attrs:
             return obj.attrs[attr]
-        k = obj.kind
-        if k == "argns":
+        if isinstance(obj, ArgNamespace):
             return self.arg_default(obj, attr)
-        if k in ("training-args", "dataclass-inst"):
-            return self.field_value(obj, attr)
-        if k in ("lora", "bnb", "collator", "dataloader", "accelerator", "tokenizer", "hfconfig", "plugin"):
+        if isinstance(obj, (TrainingArgs, DataclassInstance)):
+            return field_value(obj, attr)
+        if isinstance(obj, (PeftConfig, QuantConfig, Collator, DataLoader, Accelerator, Tokenizer, HfConfig, Plugin)):
             if attr in obj.kwargs:
                 return obj.kwargs[attr]
-        if k == "model" and attr == "config":
-            return Obj("hfconfig", "config", line or 0)
+        if isinstance(obj, Model) and attr == "config":
+            return HfConfig("config", line or 0)
         return Method(obj, attr)
 
     def getitem(self, it: Any, obj: Obj, key: Const, line: int | None) -> Any:
         return Unknown(f"an item of {obj.cls}")
 
     def on_setattr(self, it: Any, obj: Obj, attr: str, value: Any, line: int | None) -> None:
-        if obj.kind == "model" and attr == "gradient_checkpointing":
-            obj.extra.setdefault("gc", []).append((value, line, "model.gradient_checkpointing = …"))
+        if isinstance(obj, Model) and attr == "gradient_checkpointing":
+            obj.gc.append(Setting(value, line, "model.gradient_checkpointing = …"))
 
-    def arg_default(self, ns: Obj, attr: str) -> Any:
-        parser = ns.extra["parser"]
-        spec = parser.extra["args"].get(attr)
+    def arg_default(self, ns: ArgNamespace, attr: str) -> Any:
+        spec = ns.parser.args.get(attr) if ns.parser is not None else None
         if spec is None:
             return Unknown(f"args.{attr} (no add_argument for it)")
-        kw = spec["kwargs"]
-        flag = spec["flag"]
-        how = f"add_argument({flag!r}, …) (line {spec['line']})"
-        if ns.extra.get("given"):
+        kw = spec.kwargs
+        how = f"add_argument({spec.flag!r}, …) (line {spec.line})"
+        if ns.given:
             return Unknown(f"args.{attr} parsed from a list memlint cannot read")
         req = kw.get("required")
         if isinstance(req, Const) and req.value:
-            return Unknown(f"{flag} is required: it comes from the command line")
+            return Unknown(f"{spec.flag} is required: it comes from the command line")
         if "default" in kw:
-            d = kw["default"]
             conv = kw.get("type")
             out = []
-            for x in flatten(d):
+            for x in flatten(kw["default"]):
                 if isinstance(x, Const):
                     v = x
                     if isinstance(x.value, str) and isinstance(conv, Ref) and conv.qual in ("builtins.int", "builtins.float"):
@@ -665,81 +701,52 @@ class Handlers:
                             v = x.with_value(int(x.value) if conv.qual.endswith("int") else float(x.value))
                         except ValueError:
                             pass
-                    out.append(v.via("argparse-default", how, spec["line"], spec.get("file")))
+                    out.append(v.via("argparse-default", how, spec.line, spec.file))
                 else:
                     out.append(x)
             return out[0] if len(out) == 1 else Alts(tuple(out))
         action = kw.get("action")
         if isinstance(action, Const) and action.value in ("store_true", "store_false"):
-            return Const(action.value == "store_false", "argparse-default", spec["line"], (how,), spec.get("file"))
-        return Const(None, "argparse-default", spec["line"], (how,), spec.get("file"))
-
-    def field_value(self, obj: Obj, attr: str) -> Any:
-        """A field of a config/dataclass instance: set in the call, else class default, else library."""
-        if attr in obj.kwargs:
-            return obj.kwargs[attr]
-        if obj.open:
-            return Unknown(f"{attr} may be set by **kwargs")
-        if obj.extra.get("from_file"):
-            return Unknown(f"{attr} comes from a config file given at run time")
-        c = obj.extra.get("class")
-        seen = 0
-        while isinstance(c, Class) and seen < 20:
-            seen += 1
-            if attr in c.fields:
-                v = c.fields[attr]
-                how = f"{c.name}.{attr} default (line {c.field_lines.get(attr)})"
-                fl = c.field_lines.get(attr)
-                if isinstance(v, Const):
-                    return v.via("dataclass-default", how, fl, c.file)
-                if isinstance(v, Alts):
-                    return Alts(tuple(o.via("dataclass-default", how, fl, c.file) if isinstance(o, Const) else o for o in v.options))
-                if isinstance(v, Seq):
-                    return Seq([o.via("dataclass-default", how, fl, c.file) if isinstance(o, Const) else o for o in v.items], v.kind)
-                return v
-            nxt = [b for b in c.bases if isinstance(b, Class)]
-            c = nxt[0] if nxt else None
-        if obj.kind == "training-args":
-            return lib_default(obj, attr)
-        lib = obj.extra.get("library")
-        if lib:
-            from memlint.extract.library import default
-
-            d = default(lib, attr)
-            if d is not None:
-                return Const(list(d.value) if isinstance(d.value, list) else d.value, "library-default", obj.line or None, (d.why,))
-            return Unknown(f"{attr} of {lib} (library dataclass memlint has no defaults for)")
-        return Unknown(f"{obj.cls}.{attr}")
+            return Const(action.value == "store_false", "argparse-default", spec.line, (how,), spec.file)
+        return Const(None, "argparse-default", spec.line, (how,), spec.file)
 
 
-def lib_default(obj: Obj, attr: str, cls: str | None = None) -> Any:
-    """The installed library's default for a field the script leaves out, as a constant."""
-    from memlint.extract.library import default
+_PASS = object()  # a handler's answer for "this call is not mine": the call falls through
 
-    d = default(cls or obj.cls, attr)
-    if d is None:
-        return Unknown(f"{attr} (memlint has no library default for {cls or obj.cls})")
-    value = d.value
-    if value == "not fp16":  # TRL: bf16 unset -> on unless fp16 is on
-        fp16 = obj.get("fp16")
-        if fp16 is None:
-            fp16 = lib_default(obj, "fp16", cls)
-        if not isinstance(fp16, Const):
-            return Unknown("bf16 follows fp16, which is unknown")
-        value = not fp16.value
-    if isinstance(value, list):
-        value = list(value)
-    return Const(value, "library-default", obj.line or None, (d.why,))
-
-
-@dataclass(frozen=True)
-class _Dtype:
-    """getattr(torch, NAME): a dtype named by a (possibly non-literal) string."""
-
-    ref: Ref
-    name: Const
-
-
-def _dtype_name(v: Any) -> str | None:
-    from memlint.extract.build import dtype_of
-    return dtype_of(v)
+# Library calls by qualified name, then by their last component.
+_QUALIFIED: dict[str, Callable[[Handlers, Call], Any]] = {
+    "typing.cast": Handlers.cast,
+    "typing_extensions.cast": Handlers.cast,
+    "os.path.join": Handlers.path_join,
+    "posixpath.join": Handlers.path_join,
+}
+_BY_NAME: dict[str, Callable[[Handlers, Call], Any]] = {
+    "from_pretrained": Handlers.from_pretrained,
+    "from_config": Handlers.from_pretrained,
+    "get_peft_model": Handlers.get_peft_model,
+    "prepare_model_for_kbit_training": Handlers.kbit_prep,
+    "prepare_model_for_int8_training": Handlers.kbit_prep,
+    "ModelConfig": Handlers.trl_model_config,
+    "get_peft_config": Handlers.trl_config_of,
+    "get_quantization_config": Handlers.trl_config_of,
+    "BitsAndBytesConfig": Handlers.bnb_config,
+    "DataLoader": Handlers.dataloader,
+    "Accelerator": Handlers.accelerator,
+    "DeepSpeedPlugin": Handlers.plugin,
+    "FullyShardedDataParallelPlugin": Handlers.plugin,
+    "autocast": Handlers.autocast,
+    "GradScaler": Handlers.scaler,
+    "ArgumentParser": Handlers.argparser,
+    "HfArgumentParser": Handlers.hfparser,
+    "TrlParser": Handlers.hfparser,
+    "Fire": Handlers.fire,
+    "partial": Handlers.partial,
+    "get": Handlers.environ,
+    "getenv": Handlers.environ,
+    "load_dataset": Handlers.dataset,
+    "load_from_disk": Handlers.dataset,
+    "is_bfloat16_supported": Handlers.bf16_supported,
+    "is_bf16_supported": Handlers.bf16_supported,
+    "load": Handlers.data_file,
+    "loads": Handlers.data_file,
+}

@@ -16,9 +16,8 @@ from typing import Any
 import libcst as cst
 from memlint.extract.parsed import parse
 
-from memlint.extract.values import (
-    Alts, Class, Const, Dict, Func, ModuleVal, Obj, Ref, Seq, Unknown, flatten, merge, weakest,
-)
+from memlint.extract.objects import Chunking, Obj, Partial, Range
+from memlint.extract.values import Alts, Class, Const, Dict, Func, ModuleVal, Ref, Seq, Unknown, flatten, merge, weakest
 
 MAX_DEPTH = 12
 MAX_ALTS = 16
@@ -77,17 +76,16 @@ class Module:
 class Facts:
     """What the analysed code does that the plan needs; filled while walking."""
 
-    objects: list = field(default_factory=list)          # every Obj built, in order
-    trained: list = field(default_factory=list)          # objects whose .train() was called
-    tokenizer_calls: list = field(default_factory=list)  # (kwargs, line)
-    liger_calls: list = field(default_factory=list)  # (qualified name, kwargs, line) of liger_kernel patch calls
-    chunking: list = field(default_factory=list)         # (size AV, line): t[i : i + n] for i in range(0, _, n)
-    autocasts: list = field(default_factory=list)        # (dtype AV or None, device AV, line)
-    steps: list = field(default_factory=list)            # (optimizer Obj, accumulation AV or None, line)
+    objects: list = field(default_factory=list)          # every Obj built, in order (extract/objects.py)
+    trained: list = field(default_factory=list)          # Trainers whose .train() was called
+    tokenizer_calls: list = field(default_factory=list)  # TokenizerCall
+    liger_calls: list = field(default_factory=list)      # LigerPatch: liger_kernel's apply_liger_kernel_to_*()
+    chunking: list = field(default_factory=list)         # Chunking: t[i : i + n] for i in range(0, _, n)
+    autocasts: list = field(default_factory=list)        # AutocastCall
+    steps: list = field(default_factory=list)            # OptimizerStep
     backward: list = field(default_factory=list)         # lines of loss.backward()
     scalers: list = field(default_factory=list)          # GradScaler lines
     notes: list = field(default_factory=list)
-    unreached: bool = False
 
     def note(self, text: str) -> None:
         if text not in self.notes:
@@ -130,7 +128,6 @@ class Interpreter:
         self._exec_module(self.main)
         # Functions nothing called (entry points of other launchers, helpers passed by name)
         # still say how the script trains: walk them once, their parameters at their defaults.
-        self.facts.unreached = True
         for f in list(self.funcs):
             if not f.ran and f.module is self.main:
                 self.call_function(f, [], {}, self.line_of(f.node), entry=True)
@@ -324,7 +321,7 @@ class Interpreter:
                 opts.extend(v.items)
             elif isinstance(v, Const) and isinstance(v.value, (list, tuple)):
                 opts.extend(v.with_value(x) for x in v.value)
-            elif isinstance(v, Obj) and v.kind == "range":
+            elif isinstance(v, Range):
                 opts.append(Unknown("a loop counter"))
             else:
                 opts.append(Unknown("an item of a loop"))
@@ -565,7 +562,7 @@ class Interpreter:
                     vals.add(bool(o.value))
                 except Exception:
                     return None
-            elif isinstance(o, (Obj, Func, Class, Ref, ModuleVal)) and not (isinstance(o, Obj) and o.kind == "unknown"):
+            elif isinstance(o, (Obj, Func, Class, Ref, ModuleVal)):
                 vals.add(True)
             else:
                 return None
@@ -892,7 +889,7 @@ class Interpreter:
                 if (sl.lower is not None and self.code(sl.lower) == var and sl.upper is not None
                         and isinstance(sl.upper, cst.BinaryOperation) and self.code(sl.upper.left) == var
                         and self.code(sl.upper.right) == step_code):
-                    self.facts.chunking.append((self.ev(step, env), self.line_of(sub)))
+                    self.facts.chunking.append(Chunking(self.ev(step, env), self.line_of(sub)))
                     return
 
     # ---- calls -----------------------------------------------------------------------------
@@ -943,10 +940,9 @@ class Interpreter:
             for x in flatten(v):
                 if isinstance(x, Func) and not x.ran:
                     self.call_function(x, [], {}, line)
-                elif isinstance(x, Obj) and x.kind == "partial":
-                    pf = x.extra.get("func")
-                    if isinstance(pf, Func) and not pf.ran:
-                        self.call_function(pf, x.extra.get("args", []), dict(x.kwargs), line)
+                elif isinstance(x, Partial):
+                    if isinstance(x.func, Func) and not x.func.ran:
+                        self.call_function(x.func, x.args, dict(x.kwargs), line)
         return result
 
 

@@ -11,7 +11,6 @@ from typing import Any
 from memlint.plan import SOURCES
 
 _RANK = {s: i for i, s in enumerate(SOURCES)}
-DEFAULT_SOURCES = ("argparse-default", "click-default", "dataclass-default", "function-default")
 
 
 @dataclass(frozen=True)
@@ -80,24 +79,6 @@ class Ref:
     @property
     def name(self) -> str:
         return self.qual.rsplit(".", 1)[-1]
-
-
-@dataclass(eq=False)
-class Obj:
-    """An object built by a call the analyzer knows: a config, a model, a trainer, a parser."""
-
-    kind: str                      # what memlint knows it as: "training-args", "model", ...
-    cls: str                       # the class or function as written, resolved: "trl.SFTConfig"
-    line: int
-    kwargs: dict = field(default_factory=dict)
-    attrs: dict = field(default_factory=dict)   # attributes assigned after construction
-    open: bool = False             # built with **kwargs memlint could not resolve
-    extra: dict = field(default_factory=dict)   # kind-specific state
-
-    def get(self, name: str, default: Any = None) -> Any:
-        if name in self.attrs:
-            return self.attrs[name]
-        return self.kwargs.get(name, default)
 
 
 @dataclass(eq=False)

@@ -19,24 +19,17 @@ only when every use of the constant is that same keyword.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import libcst as cst
 
-from memlint.extract.library import in_range, installed_version
+from memlint import data
+from memlint.library.api import training_arguments
+from memlint.library.versions import in_range, installed_version
 from memlint.fix.doc import NOT_LITERAL, Doc, Edit, Skip, add_keyword, has_star_kwargs, keyword, literal
 
-_DATA = Path(__file__).resolve().parent.parent / "data" / "fix_keywords.json"
 
-TRAINING_ARGS = (
-    "TrainingArguments", "Seq2SeqTrainingArguments", "SFTConfig", "DPOConfig", "ORPOConfig",
-    "CPOConfig", "KTOConfig", "GRPOConfig", "RewardConfig", "PRMConfig", "GKDConfig",
-    "OnlineDPOConfig", "RLOOConfig", "BCOConfig", "PPOConfig",
-)
 BNB_CONFIG = ("BitsAndBytesConfig",)
 FROM_PRETRAINED = ("from_pretrained",)
 
@@ -50,10 +43,8 @@ class Planned:
     title: str
 
 
-@lru_cache(maxsize=1)
 def _data() -> dict:
-    with open(_DATA, encoding="utf-8") as fh:
-        return json.load(fh)
+    return data.load("fix_keywords.json")
 
 
 def keyword_for(codemod: str) -> tuple[str, str]:
@@ -179,13 +170,13 @@ def _truthy(v: Any) -> bool:
 
 
 def gradient_checkpointing(doc: Doc, line: int, params: Mapping[str, Any]) -> Planned:
-    names = _names(params, TRAINING_ARGS)
+    names = _names(params, tuple(training_arguments()))
     choices = [_Choice(k, _truthy, "True") for k in ("gradient_checkpointing", "activation_checkpointing")]
     return _keyword_fix(doc, line, names, choices, keyword_for("gradient-checkpointing"), "Recompute activations")
 
 
 def group_by_length(doc: Doc, line: int, params: Mapping[str, Any]) -> Planned:
-    names = _names(params, TRAINING_ARGS)
+    names = _names(params, tuple(training_arguments()))
     choices = [
         _Choice("group_by_length", _truthy, "True"),
         _Choice("train_sampling_strategy", lambda v: v == "group_by_length", '"group_by_length"',

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from memlint.estimate import estimate
-from memlint.estimate.setup import data
+from memlint import data
 from memlint.rules.base import Context, Finding, Fix, Rule, Sample
 from memlint.rules.capacity import gib, refit
 from memlint.rules.samples import script
@@ -62,7 +62,7 @@ class NoDoubleQuantRule(Rule):
 def _bf16_gpu(ctx: Context) -> bool | None:
     if ctx.gpu is None:
         return None
-    g = data("gpus.json")["gpus"].get(ctx.gpu[0])
+    g = data.load("gpus.json")["gpus"].get(ctx.gpu[0])
     return None if g is None else bool(g.get("bf16"))
 
 

@@ -7,22 +7,19 @@ another framework are reported, so a real config with a key memlint has not hear
 from __future__ import annotations
 
 import difflib
-import json
-from functools import lru_cache
-from pathlib import Path
 from typing import Any, Iterable
 
-from memlint.extract.library import Default, in_range, installed_version
+from memlint import data
+
+from memlint.library.versions import in_range, installed_version
+from memlint.library.defaults import Default
 from memlint.plan import Diagnostic, Span
 
-_DATA = Path(__file__).resolve().parent.parent.parent / "data" / "frameworks.json"
 _CLOSE = 0.85  # difflib ratio above which an unknown key is taken for a typo of a known one
 
 
-@lru_cache(maxsize=1)
 def table() -> dict:
-    with open(_DATA, encoding="utf-8") as fh:
-        return json.load(fh)["frameworks"]
+    return data.load("frameworks.json")["frameworks"]
 
 
 def framework(name: str) -> dict:

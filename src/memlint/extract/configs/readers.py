@@ -14,7 +14,7 @@ from memlint.extract.configs import frameworks
 from memlint.extract.configs.common import Bad, Reader, dtype_name
 from memlint.extract.configs.document import Document
 from memlint.extract.configs.launchers import apply_launch, deepspeed_facts, find_deepspeed
-from memlint.extract.library import default as library_default
+from memlint.library.defaults import default as library_default
 
 _RL_TRAINERS = {"dpo": "DPOTrainer", "ipo": "DPOTrainer", "orpo": "ORPOTrainer", "kto": "KTOTrainer",
                 "simpo": "CPOTrainer", "grpo": "GRPOTrainer", "gdpo": "GRPOTrainer"}

@@ -1,30 +1,15 @@
-"""Library defaults with version ranges, read from data/library_defaults.json.
+"""Installed library versions (from package metadata, never an import) and version ranges.
 
-The installed version of each library decides which default applies; a library that is not
-installed gets its newest known default. Versions come from package metadata, never imports.
+A library that is not installed reads as None: the newest known behaviour applies.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import lru_cache
 from importlib import metadata
-from pathlib import Path
-from typing import Any
-
-_DATA = Path(__file__).resolve().parent.parent / "data" / "library_defaults.json"
-_MISSING = object()
-
-
-@dataclass(frozen=True)
-class Default:
-    """One library default: the value and the words that say where it came from."""
-
-    value: Any
-    why: str
+from typing import Iterator
 
 
 def _vtuple(text: str) -> tuple[int, ...]:
@@ -69,7 +54,7 @@ _PINNED: dict[str, str | None] = {}
 
 
 @contextmanager
-def pinned_versions(versions: dict[str, str | None]):
+def pinned_versions(versions: dict[str, str | None]) -> Iterator[None]:
     """Read defaults as if these versions were installed (None: not installed). For tests."""
     saved = dict(_PINNED)
     _PINNED.update(versions)
@@ -94,35 +79,3 @@ def _metadata_version(package: str) -> str | None:
         return None
     except Exception:  # a broken install reads as not installed
         return None
-
-
-@lru_cache(maxsize=1)
-def _table() -> dict:
-    with open(_DATA, encoding="utf-8") as fh:
-        return json.load(fh)["classes"]
-
-
-def default(cls: str, field: str) -> Default | None:
-    """The default of `field` for library class `cls` ("trl.SFTConfig"), or None if unknown."""
-    table = _table()
-    seen = set()
-    while cls and cls not in seen:
-        seen.add(cls)
-        entry = table.get(cls)
-        if entry is None:
-            return None
-        package = entry["package"]
-        version = installed_version(package)
-        for cand in entry["fields"].get(field, ()):
-            if not in_range(version, cand.get("versions")):
-                continue
-            if not all(in_range(installed_version(p), r) for p, r in cand.get("requires", {}).items()):
-                continue
-            shown = f"{package} {version}" if version else f"{package} (not installed: newest known)"
-            return Default(cand["value"], f"{cls}.{field} default in {shown}: {cand.get('ref', '')}".rstrip(": "))
-        cls = entry.get("inherits")
-    return None
-
-
-def has_class(cls: str) -> bool:
-    return cls in _table()

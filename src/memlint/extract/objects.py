@@ -1,0 +1,336 @@
+"""The objects a training script builds, as the interpreter knows them: one class per kind.
+
+`handlers.py` builds them from the calls it knows (a model load, a LoRA config, training
+arguments, a trainer, a data loader, ...), `build.py` reads them into plan fields. Each kind
+is a class with its own typed fields, so a misspelt kind or attribute fails loudly instead of
+silently reading as absent. `field_value` and `dtype_of` read values off them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from memlint.extract.values import Alts, Class, Const, Ref, Seq, Unknown
+from memlint.library.defaults import default as library_default
+from memlint.vocab import dtype_name
+
+
+@dataclass(eq=False)
+class Obj:
+    """An object built by a call the analyzer knows."""
+
+    cls: str                       # the class or function as written, resolved: "trl.SFTConfig"
+    line: int
+    kwargs: dict = field(default_factory=dict)
+    attrs: dict = field(default_factory=dict)   # attributes assigned after construction
+    open: bool = False             # built with **kwargs memlint could not resolve
+
+    def get(self, name: str, default: Any = None) -> Any:
+        if name in self.attrs:
+            return self.attrs[name]
+        return self.kwargs.get(name, default)
+
+
+# ---- records of what the script does to an object ------------------------------------------
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A value given to a model after it was built: `model.gradient_checkpointing_enable()`,
+    `model.to(torch.bfloat16)`. `value` is an abstract value, or a (source, class, field)
+    triple naming the library default that applies."""
+
+    value: Any
+    line: int | None
+    how: str
+
+
+# ---- models and what wraps them --------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Model(Obj):
+    """A model load (`from_pretrained`), or a wrapper of one (`get_peft_model(base, cfg)`)."""
+
+    loader: str = "transformers"   # transformers | unsloth | peft-auto
+    base: "Model | None" = None    # the wrapped model, for a wrapper
+    peft: Any = None               # the PEFT config (or adapter) applied here
+    gc: list[Setting] = field(default_factory=list)       # gradient checkpointing turned on/off
+    dtypes: list[Setting] = field(default_factory=list)   # later casts: .to(dtype), .half()
+
+
+@dataclass(eq=False)
+class PeftConfig(Obj):
+    """LoraConfig and its siblings; `adapter` is set for an adapter read from disk."""
+
+    adapter: Any = None
+
+
+@dataclass(eq=False)
+class QuantConfig(Obj):
+    """transformers.BitsAndBytesConfig."""
+
+
+@dataclass(eq=False)
+class HfConfig(Obj):
+    """AutoConfig.from_pretrained(...) or `model.config`."""
+
+
+@dataclass(eq=False)
+class Tokenizer(Obj):
+    unsloth: bool = False          # returned by unsloth's loader (model_max_length = max_seq_length)
+
+
+# ---- training ---------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class TrainingArgs(Obj):
+    """TrainingArguments, SFTConfig, ...; `cls` is the library class whose defaults apply."""
+
+    user_class: Class | None = None   # the script's subclass, whose field defaults come first
+    from_parser: str | None = None    # the HfArgumentParser method that produced it
+    from_file: bool = False           # parsed from a config file given at run time
+
+
+@dataclass(eq=False)
+class DataclassInstance(Obj):
+    """An instance of a dataclass the script defines (or a library one, such as trl.ModelConfig)."""
+
+    user_class: Class | None = None
+    library: str | None = None        # a library dataclass whose defaults are data
+    from_parser: str | None = None
+    from_file: bool = False
+
+
+@dataclass(eq=False)
+class Trainer(Obj):
+    user_class: str | None = None     # the script's subclass name, when it subclasses a trainer
+
+
+@dataclass(eq=False)
+class Optimizer(Obj):
+    optim: str = ""                   # the Trainer optim name of the class
+
+
+@dataclass(eq=False)
+class Params(Obj):
+    """model.parameters(): ties an optimizer to the model it trains."""
+
+    model: Any = None
+
+
+@dataclass(eq=False)
+class Collator(Obj):
+    pass
+
+
+@dataclass(eq=False)
+class DataLoader(Obj):
+    pass
+
+
+@dataclass(eq=False)
+class Dataset(Obj):
+    pass
+
+
+@dataclass(eq=False)
+class Accelerator(Obj):
+    pass
+
+
+@dataclass(eq=False)
+class Accumulate(Obj):
+    """accelerator.accumulate(model)."""
+
+
+@dataclass(eq=False)
+class Plugin(Obj):
+    """accelerate's DeepSpeedPlugin / FullyShardedDataParallelPlugin."""
+
+
+@dataclass(eq=False)
+class Autocast(Obj):
+    pass
+
+
+@dataclass(eq=False)
+class Scaler(Obj):
+    pass
+
+
+# ---- command-line parsing and plumbing ---------------------------------------------------------
+
+
+@dataclass(eq=False)
+class ArgParser(Obj):
+    """argparse.ArgumentParser (or one of its groups, which share the parser's table)."""
+
+    args: dict = field(default_factory=dict)    # dest -> ArgSpec
+    order: list = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    """One add_argument call."""
+
+    kwargs: dict
+    line: int | None
+    flag: str
+    file: str | None = None
+
+
+@dataclass(eq=False)
+class ArgNamespace(Obj):
+    """parser.parse_args(): attributes read the argument defaults."""
+
+    parser: ArgParser | None = None
+    given: bool = False               # parsed from an explicit list memlint cannot read
+
+
+@dataclass(eq=False)
+class HfParser(Obj):
+    """HfArgumentParser / TrlParser over dataclasses."""
+
+    classes: list = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Partial(Obj):
+    """functools.partial(func, *args, **kwargs)."""
+
+    func: Any = None
+    args: list = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Range(Obj):
+    pass
+
+
+@dataclass(eq=False)
+class Method:
+    """A method of a known object, not yet called: `model.gradient_checkpointing_enable`."""
+
+    obj: Obj
+    name: str
+
+
+@dataclass(frozen=True)
+class DtypeName:
+    """getattr(torch, NAME): a dtype named by a (possibly non-literal) string."""
+
+    ref: Ref
+    name: Const
+
+
+# ---- what the training step does (Facts entries) -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class TokenizerCall:
+    kwargs: dict
+    line: int | None
+    tokenizer: Tokenizer | None = None
+
+
+@dataclass(frozen=True)
+class OptimizerStep:
+    optimizer: Optimizer
+    accumulation: Any                 # N of an enclosing `if step % N == 0:`, or None
+    line: int | None
+
+
+@dataclass(frozen=True)
+class AutocastCall:
+    dtype: Any
+    device: Any
+    enabled: Any
+    line: int | None
+
+
+@dataclass(frozen=True)
+class LigerPatch:
+    qual: str
+    kwargs: dict
+    line: int | None
+
+
+@dataclass(frozen=True)
+class Chunking:
+    """`t[i : i + n] for i in range(0, total, n)`: fixed blocks of n tokens."""
+
+    size: Any
+    line: int | None
+
+
+# ---- reading values off objects -------------------------------------------------------------------
+
+
+def dtype_of(v: Any) -> str | None:
+    """memlint's dtype name of an abstract value (torch.bfloat16, "bf16", getattr(torch, name))."""
+    if isinstance(v, DtypeName):
+        v = v.name.value
+    if isinstance(v, Ref):
+        v = v.name
+    if isinstance(v, Const):
+        v = v.value
+    return dtype_name(v)
+
+
+def _via_default(v: Any, how: str, line: int | None, file: str | None) -> Any:
+    if isinstance(v, Const):
+        return v.via("dataclass-default", how, line, file)
+    if isinstance(v, Alts):
+        return Alts(tuple(o.via("dataclass-default", how, line, file) if isinstance(o, Const) else o for o in v.options))
+    if isinstance(v, Seq):
+        return Seq([o.via("dataclass-default", how, line, file) if isinstance(o, Const) else o for o in v.items], v.kind)
+    return v
+
+
+def field_value(obj: TrainingArgs | DataclassInstance | Obj, attr: str) -> Any:
+    """A field of a config/dataclass instance: set in the call, else class default, else library."""
+    if attr in obj.kwargs:
+        return obj.kwargs[attr]
+    if obj.open:
+        return Unknown(f"{attr} may be set by **kwargs")
+    if getattr(obj, "from_file", False):
+        return Unknown(f"{attr} comes from a config file given at run time")
+    c = getattr(obj, "user_class", None)
+    seen = 0
+    while isinstance(c, Class) and seen < 20:
+        seen += 1
+        if attr in c.fields:
+            return _via_default(c.fields[attr], f"{c.name}.{attr} default (line {c.field_lines.get(attr)})",
+                                c.field_lines.get(attr), c.file)
+        nxt = [b for b in c.bases if isinstance(b, Class)]
+        c = nxt[0] if nxt else None
+    if isinstance(obj, TrainingArgs):
+        return lib_default(obj, attr)
+    lib = getattr(obj, "library", None)
+    if lib:
+        d = library_default(lib, attr)
+        if d is not None:
+            return Const(list(d.value) if isinstance(d.value, list) else d.value, "library-default", obj.line or None, (d.why,))
+        return Unknown(f"{attr} of {lib} (library dataclass memlint has no defaults for)")
+    return Unknown(f"{obj.cls}.{attr}")
+
+
+def lib_default(obj: Obj, attr: str, cls: str | None = None) -> Any:
+    """The installed library's default for a field the script leaves out, as a constant."""
+    d = library_default(cls or obj.cls, attr)
+    if d is None:
+        return Unknown(f"{attr} (memlint has no library default for {cls or obj.cls})")
+    value = d.value
+    if value == "not fp16":  # TRL: bf16 unset -> on unless fp16 is on
+        fp16 = obj.get("fp16")
+        if fp16 is None:
+            fp16 = lib_default(obj, "fp16", cls)
+        if not isinstance(fp16, Const):
+            return Unknown("bf16 follows fp16, which is unknown")
+        value = not fp16.value
+    if isinstance(value, list):
+        value = list(value)
+    return Const(value, "library-default", obj.line or None, (d.why,))

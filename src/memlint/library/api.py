@@ -1,0 +1,95 @@
+"""Library API facts (data/library_api.json): trainer and argument classes, collators, optimizer
+classes and attention implementations, for extract/, fix/ and estimate/ alike."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from memlint import data
+
+
+def _doc() -> dict:
+    return data.load("library_api.json")
+
+
+@dataclass(frozen=True)
+class TrainerFacts:
+    """One trainer class: what it builds, batches and optimises."""
+
+    name: str
+    arguments: str                  # the argument class it builds when given none
+    positional: tuple[str, ...]     # its positional parameters
+    data: str                       # collator | sft | preference | generation
+    objective: str = "sft"          # data/preference.json's objective
+    reference: bool = False         # runs a reference model (DPO, KTO)
+
+
+@data.derived
+def training_arguments() -> Mapping[str, str]:
+    """Argument class name as called -> the library class of its defaults."""
+    return dict(_doc()["training_arguments"])
+
+
+@data.derived
+def trainers() -> Mapping[str, TrainerFacts]:
+    doc = _doc()
+    default_positional = tuple(doc["trainer_positional"])
+    return {
+        name: TrainerFacts(name, e["arguments"], tuple(e.get("positional", default_positional)), e["data"],
+                           e.get("objective", "sft"), bool(e.get("reference", False)))
+        for name, e in doc["trainers"].items()
+    }
+
+
+def trainer(name: str) -> TrainerFacts | None:
+    return trainers().get(name)
+
+
+@data.derived
+def peft_configs() -> frozenset[str]:
+    return frozenset(_doc()["peft_configs"])
+
+
+@data.derived
+def collators() -> Mapping[str, str]:
+    """Collator class -> "default" (its padding= default applies) or "longest"."""
+    return {name: e["padding"] for name, e in _doc()["collators"].items()}
+
+
+@data.derived
+def unsloth_loaders() -> frozenset[str]:
+    return frozenset(_doc()["unsloth_loaders"])
+
+
+@data.derived
+def _optimizer_classes() -> Mapping[tuple[str, str], str]:
+    return {(e["module"], e["class"]): e["optim"] for e in _doc()["optimizer_classes"]}
+
+
+def optimizer_class(module: str, cls: str) -> str | None:
+    """The Trainer optim name of optimizer class `cls` from `module` (torch, bnb, transformers)."""
+    return _optimizer_classes().get((module, cls))
+
+
+@dataclass(frozen=True)
+class AttentionFacts:
+    name: str
+    kernel: str          # eager (saves the s x s scores) | flash (output and logsumexp)
+    trace_as: str        # what the CPU trace runs in its place
+    note: str | None = None
+
+
+@data.derived
+def attention() -> Mapping[str, AttentionFacts]:
+    """attn_implementation values, worst case (most memory) first."""
+    return {name: AttentionFacts(name, e["kernel"], e["trace_as"], e.get("note"))
+            for name, e in _doc()["attention"].items()}
+
+
+def attention_name(text: str) -> str | None:
+    """An attention implementation as written anywhere (a config's `flash`, `fa2`) -> its name."""
+    key = str(text).strip().lower()
+    if key in attention():
+        return key
+    return _doc()["attention_aliases"].get(key)

@@ -1,0 +1,42 @@
+"""The words every stage shares: dtype names, components, units, file suffixes.
+
+Attention implementations are data (memlint.library.api.attention); everything here is a
+fixed vocabulary of memlint's own.
+"""
+
+from __future__ import annotations
+
+# Per-GPU memory components, in the order every table shows them. Multi-GPU estimates add
+# "buffers" (communication buckets, staging) before "overhead".
+COMPONENTS = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
+
+GIB = 1 << 30  # bytes inside, GiB only at the edge
+
+PY_SUFFIXES = (".py", ".ipynb")
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json")  # read only when their keys say which framework they belong to
+READABLE_SUFFIXES = PY_SUFFIXES + CONFIG_SUFFIXES
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+# Every spelling of a floating dtype a script, a config or torch uses -> memlint's name.
+_DTYPE_ALIASES = {
+    "bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16",
+    "float32": "fp32", "fp32": "fp32", "float": "fp32", "auto": "auto",
+}
+
+
+def dtype_name(text: object) -> str | None:
+    """"torch.bfloat16", "bfloat16", "bf16" -> "bf16"; "auto" -> "auto"; anything else -> None."""
+    if not isinstance(text, str):
+        return None
+    return _DTYPE_ALIASES.get(text.strip().lower().removeprefix("torch."))
+
+
+def gib(n: int | float, places: int = 2) -> str:
+    """Bytes as GiB for people: 1,234.57."""
+    return f"{n / GIB:,.{places}f}"
+
+
+def signed_gib(n: int | float, places: int = 2) -> str:
+    """A change in bytes as signed GiB: +1.25 / -0.50."""
+    return f"{'+' if n >= 0 else '-'}{abs(n) / GIB:,.{places}f}"
