@@ -2,8 +2,9 @@ import json
 
 import pytest
 
-from memlint.catalog import _catalog, closest_ids, known_ids, resolve
-from memlint.catalog.local import LLAMA_LIKE, count_llama_like
+from memlint.catalog import closest_ids, entries, known_ids, resolve
+from memlint.catalog.families import closed_form
+from memlint.catalog.local import count_llama_like
 from memlint.errors import MemlintError
 
 from conftest import needs_torch
@@ -46,9 +47,9 @@ def test_unknown_id_names_the_closest_known_ids():
     assert closest_ids("qwen2.5-7b")
 
 
-@pytest.mark.parametrize("model_id", [i for i in sorted(_catalog()) if _catalog()[i]["model_type"] in LLAMA_LIKE])
+@pytest.mark.parametrize("model_id", [i for i in sorted(entries()) if closed_form(entries()[i]["model_type"])])
 def test_closed_form_counts_equal_the_meta_instantiation(model_id):
-    entry = _catalog()[model_id]
+    entry = entries()[model_id]
     got = count_llama_like({"model_type": entry["model_type"], **entry["config"]})
     assert got["params"] == entry["params"]
     assert got["groups"] == entry["groups"]
@@ -56,7 +57,7 @@ def test_closed_form_counts_equal_the_meta_instantiation(model_id):
 
 
 def test_local_directory_with_a_known_config_reuses_the_catalog(tmp_path):
-    entry = _catalog()["Qwen/Qwen2.5-7B"]
+    entry = entries()["Qwen/Qwen2.5-7B"]
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2", **entry["config"]}))
     spec = resolve(str(tmp_path))
     assert spec.params == entry["params"] and spec.source == "local" and spec.id == str(tmp_path)
@@ -72,7 +73,7 @@ def test_local_directory_with_a_new_shape_is_counted_in_closed_form(tmp_path):
 
 
 def test_hf_cache_is_read_offline(tmp_path, monkeypatch):
-    entry = _catalog()["HuggingFaceTB/SmolLM2-135M"]
+    entry = entries()["HuggingFaceTB/SmolLM2-135M"]
     snap = tmp_path / "models--acme--tiny" / "snapshots" / "abc123"
     snap.mkdir(parents=True)
     (snap / "config.json").write_text(json.dumps({"model_type": "llama", **entry["config"]}))
@@ -100,7 +101,7 @@ def test_directory_without_config_is_an_error(tmp_path):
 def test_catalog_entries_rederive_with_transformers(model_id):
     from memlint.catalog.meta import count_on_meta
 
-    entry = _catalog()[model_id]
+    entry = entries()[model_id]
     got = count_on_meta(entry["model_type"], entry["config"])
     assert got["params"] == entry["params"]
     assert got["groups"] == entry["groups"]
@@ -156,7 +157,7 @@ def test_gemma_1_is_gated_rmsnorm_and_opt_350m_projects_its_embeddings():
 
 def test_new_families_cite_where_their_config_values_were_read():
     families = {"gemma", "phi", "gpt_neo", "gptj", "bloom", "olmo2", "stablelm"}
-    cited = [e for e in _catalog().values() if e["model_type"] in families or e["family"] == "llama-1"]
+    cited = [e for e in entries().values() if e["model_type"] in families or e["family"] == "llama-1"]
     assert len(cited) >= 12 and all("huggingface.co" in e.get("ref", "") for e in cited)
 
 
@@ -181,3 +182,15 @@ def test_distills_resolve_to_the_shapes_they_were_distilled_into():
     assert resolve("deepseek-ai/DeepSeek-R1-Distill-Qwen-14B").params == resolve("Qwen/Qwen2.5-14B").params
     distill, base = resolve("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"), resolve("Qwen/Qwen2.5-1.5B")
     assert distill.params - base.params == 151936 * 1536 and not distill.tied_embeddings
+
+
+@pytest.mark.parametrize("model_id", sorted(entries()))
+def test_family_facts_are_fields_of_each_entry(model_id):
+    """The estimator reads a model's family facts off its architecture data (never its model_type):
+    every entry carries exactly what families.json says of its family, and each projection its role."""
+    from memlint.catalog.families import arch_facts, linear_role
+
+    entry = entries()[model_id]
+    facts = arch_facts(entry["model_type"])
+    assert {k: entry["arch"][k] for k in facts} == facts
+    assert {n: d["role"] for n, d in entry["linear_modules"].items()} == {n: linear_role(n) for n in entry["linear_modules"]}

@@ -173,7 +173,7 @@ def test_confirmation_leaves_parameters_optimizer_and_rng_bit_identical(tmp_path
 
 
 def test_an_oom_during_confirmation_is_the_answer_and_frees_the_gpu(shell, monkeypatch):
-    from memlint import live
+    from memlint.notebook import confirm as confirming, live
 
     calls = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -201,7 +201,7 @@ def test_an_oom_during_confirmation_is_the_answer_and_frees_the_gpu(shell, monke
     model = lp.model
     model.eval()
     before = _state(model, torch.optim.SGD([torch.zeros(1)]))
-    c = live.confirm(lp, device="cuda", measure_fn=fake_measure)
+    c = confirming.confirm(lp, device="cuda", measure_fn=fake_measure)
     assert c.measurement is None
     assert c.oom == "does not fit: OOM in the backward phase after 5.00 GiB allocated (tried to allocate 2.00 GiB more)"
     assert calls == ["empty_cache"]
@@ -210,7 +210,7 @@ def test_an_oom_during_confirmation_is_the_answer_and_frees_the_gpu(shell, monke
 
 
 def test_oom_phase_is_read_off_the_measured_loop():
-    from memlint.live import oom_phase
+    from memlint.notebook.confirm import oom_phase
 
     def run(line_kind):
         try:
@@ -266,7 +266,7 @@ def test_a_bare_model_needs_seq_and_takes_batch(shell):
 
 
 def _default_optim():
-    from memlint.live import _default_optim
+    from memlint.notebook.live import _default_optim
 
     return _default_optim()
 
@@ -304,7 +304,7 @@ def test_config_trait_is_read_at_load(tmp_path):
     from IPython.core.interactiveshell import InteractiveShell
     from traitlets.config import Config
 
-    from memlint.magic import MemcheckMagics
+    from memlint.notebook.magic import MemcheckMagics
 
     cfg = Config()
     cfg.MemcheckMagics.gpu = "L4"
@@ -331,14 +331,14 @@ def test_a_variable_naming_a_script_is_checked_statically(shell):
 
 
 def test_flash_attention_is_traced_as_sdpa_on_the_copy_only(tmp_path):
-    from memlint import live
+    from memlint.notebook import confirm as confirming, live
 
     trainer = _trainer(tmp_path)
     base = trainer.model.get_base_model()
     base.config._attn_implementation = "flash_attention_2"
     lp = live.from_trainer(trainer)
     assert lp.setup.attn == "flash_attention_2"
-    c = live.confirm(lp, device="trace")
+    c = confirming.confirm(lp, device="trace")
     assert any("traced as sdpa" in n for n in c.notes)
     assert base.config._attn_implementation == "flash_attention_2"  # the user's model keeps its choice
     assert estimate(lp.setup).allocated_peak == pytest.approx(c.measurement.measured_peak, rel=0.03)
@@ -359,7 +359,8 @@ def test_quantization_is_read_off_bitsandbytes_layers():
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from memlint.live import confirm, from_model, read_model
+    from memlint.notebook.confirm import confirm
+    from memlint.notebook.live import from_model, read_model
 
     model = LlamaForCausalLM(LlamaConfig(**LLAMA))
     for layer in model.model.layers:
@@ -384,7 +385,7 @@ def test_quantization_is_read_off_bitsandbytes_layers():
 def test_the_collators_padding_decides_the_worst_micro_batch():
     from transformers import DataCollatorForLanguageModeling, DataCollatorWithPadding, default_data_collator
 
-    from memlint.live import collator_padding, worst_micro_batch
+    from memlint.notebook.live import collator_padding, worst_micro_batch
 
     lengths = [5, 300, 17, 120, 90]
     cases = [
@@ -402,7 +403,7 @@ def test_the_collators_padding_decides_the_worst_micro_batch():
 
 def test_lengths_come_from_a_columnar_dataset_or_a_list_of_rows():
     from memlint.errors import MemlintError
-    from memlint.live import Lengths, sample_lengths
+    from memlint.notebook.live import Lengths, sample_lengths
 
     class Columns:  # the part of datasets.Dataset that is read
         column_names = ["input_ids", "attention_mask"]
@@ -438,8 +439,8 @@ def test_the_notebook_runs_headless_and_renders_the_table():
 
 
 def test_a_cuda_measurement_decides_the_verdict_by_what_the_allocator_reserved(shell):
-    from memlint.live import Confirmation
-    from memlint.magic import MemcheckResult
+    from memlint.notebook.confirm import Confirmation
+    from memlint.notebook.result import MemcheckResult
     from memlint.measure.core import Measurement, StepMeasurement
 
     r = shell.run_line_magic("memcheck", "trainer --gpu 24 --no-confirm -q")

@@ -5,6 +5,6 @@ __version__ = "0.1.0"
 
 def load_ipython_extension(ip):  # noqa: ANN001 - IPython's shell, imported only here
     """`%load_ext memlint`: IPython is imported only when a notebook loads the extension."""
-    from memlint.magic import load_ipython_extension as load
+    from memlint.notebook.magic import load_ipython_extension as load
 
     load(ip)

@@ -130,11 +130,6 @@ def _is_config(path: Path) -> bool:
     return path.suffix in CONFIG_SUFFIXES
 
 
-def read_plan(target: Target) -> tuple[TrainingPlan | None, list[str]]:
-    plan, lines, _ = read_file(target)
-    return plan, lines
-
-
 def read_file(target: Target) -> tuple[TrainingPlan | None, list[str], list[int]]:
     """The plan of one file, its lines and (notebooks) where each cell starts; None for a file
     that is not a training file."""
@@ -182,17 +177,12 @@ def _trains(plan: TrainingPlan) -> bool:
 
 
 def _read_config(path: Path, shown: str, text: str, explicit: bool) -> TrainingPlan | None:
-    try:
-        from memlint.extract import configs  # the YAML/JSON readers (issue #7)
-    except ImportError:
-        return None
-    reader = getattr(configs, "read_config", None)
-    if reader is None:
-        return None
+    from memlint.extract.configs import read_config
+
     try:
         # YAML/JSON that is no framework's config (CI workflows, dataset cards) is skipped
         # even when named: pre-commit passes every YAML file of a commit.
-        return reader(path, text=text, shown=shown, explicit=False)
+        return read_config(path, text=text, shown=shown, explicit=False)
     except MemlintError as exc:
         if explicit:
             return _unreadable(shown, str(exc).removeprefix(f"{shown}: "))

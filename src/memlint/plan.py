@@ -53,7 +53,6 @@ PLAN_FIELDS = (
     "ref_model",
 )
 
-PADDING_KINDS = ("max_length", "longest", "packing", "unknown")
 METHODS = ("full", "lora", "qlora")
 
 

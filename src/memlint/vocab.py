@@ -40,3 +40,10 @@ def gib(n: int | float, places: int = 2) -> str:
 def signed_gib(n: int | float, places: int = 2) -> str:
     """A change in bytes as signed GiB: +1.25 / -0.50."""
     return f"{'+' if n >= 0 else '-'}{abs(n) / GIB:,.{places}f}"
+
+
+def size_text(n: int | float) -> str:
+    """Bytes for a message: GiB with one decimal, MiB below 1 GiB (3.2 GiB, 742 MiB)."""
+    if abs(n) < GIB:
+        return f"{n / (1 << 20):,.0f} MiB"
+    return f"{n / GIB:.1f} GiB"

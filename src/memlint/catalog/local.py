@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
+from memlint.catalog.families import arch_facts, closed_form, family, linear_role
+from memlint.catalog.spec import entries, spec_from_entry
 from memlint.errors import MemlintError
 
 # Config keys that change parameter counts or activation shapes.
@@ -23,8 +25,6 @@ SHAPE_KEYS = (
     "moe_intermediate_size", "word_embed_proj_dim", "new_decoder_architecture", "multi_query",
 )
 
-LLAMA_LIKE = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "gemma", "gemma2",
-              "gemma3_text", "phi3"}
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -49,7 +49,7 @@ def _load(path: Path) -> dict[str, Any]:
 
 def _defaults(model_type: str) -> dict[str, Any]:
     # transformers' defaults for keys configs sometimes omit
-    return {"tie_word_embeddings": model_type in {"gemma", "gemma2", "gemma3_text", "gpt2", "opt", "falcon"}}
+    return {"tie_word_embeddings": family(model_type)["tie_word_embeddings"]}
 
 
 def _matches(cfg: Mapping[str, Any], entry: Mapping[str, Any]) -> bool:
@@ -61,23 +61,22 @@ def _matches(cfg: Mapping[str, Any], entry: Mapping[str, Any]) -> bool:
 
 
 def spec_from_config_file(path: Path, model_id: str, source: str):
-    from memlint.catalog import _catalog, _spec_from_entry
-
     cfg = _load(path)
-    for cid, entry in _catalog().items():
+    for cid, entry in entries().items():
         if _matches(cfg, entry):
-            spec = _spec_from_entry(model_id, entry, source=source)
+            spec = spec_from_entry(model_id, entry, source=source)
             return spec
-    if cfg["model_type"] in LLAMA_LIKE:
+    if closed_form(cfg["model_type"]):
         entry = count_llama_like(cfg)
         entry["config"] = {k: v for k, v in cfg.items() if not k.startswith("_")}
-        return _spec_from_entry(model_id, entry, source=source)
+        return spec_from_entry(model_id, entry, source=source)
     return _count_with_transformers(cfg, model_id, source, path)
 
 
 def count_llama_like(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """Closed-form parameter counts for the Llama-shaped decoder families."""
     mt = cfg["model_type"]
+    fam = family(mt)
     h = cfg["hidden_size"]
     L = cfg["num_hidden_layers"]
     heads = cfg["num_attention_heads"]
@@ -86,8 +85,8 @@ def count_llama_like(cfg: Mapping[str, Any]) -> dict[str, Any]:
     inter = cfg["intermediate_size"]
     V = cfg["vocab_size"]
     tied = cfg.get("tie_word_embeddings", _defaults(mt)["tie_word_embeddings"])
-    attn_bias = mt == "qwen2" or bool(cfg.get("attention_bias", False))
-    o_bias = bool(cfg.get("attention_bias", False)) and mt != "qwen2"
+    attn_bias = fam["qkv_bias"] or bool(cfg.get("attention_bias", False))
+    o_bias = bool(cfg.get("attention_bias", False)) and not fam["qkv_bias"]
     mlp_bias = bool(cfg.get("mlp_bias", False))
     experts = cfg.get("num_local_experts") or cfg.get("num_experts") or 0
     moe_inter = cfg.get("moe_intermediate_size", inter)
@@ -95,9 +94,9 @@ def count_llama_like(cfg: Mapping[str, Any]) -> dict[str, Any]:
     lin: dict[str, dict] = {}
 
     def add(name: str, fin: int, fout: int, bias: bool) -> None:
-        lin[name] = {"in": fin, "out": fout, "bias": bias, "count": L}
+        lin[name] = {"in": fin, "out": fout, "bias": bias, "count": L, "role": linear_role(name)}
 
-    if mt == "phi3":
+    if fam["fused"]:
         add("self_attn.o_proj", heads * hd, h, False)
         add("self_attn.qkv_proj", h, (heads + 2 * kv) * hd, False)
     else:
@@ -109,28 +108,27 @@ def count_llama_like(cfg: Mapping[str, Any]) -> dict[str, Any]:
     if experts:
         expert_params = L * experts * 3 * h * moe_inter
         other = L * experts * h  # the router
-    elif mt == "phi3":
+    elif fam["fused"]:
         add("mlp.gate_up_proj", h, 2 * inter, False)
         add("mlp.down_proj", inter, h, False)
     else:
         add("mlp.gate_proj", h, inter, mlp_bias)
         add("mlp.up_proj", h, inter, mlp_bias)
         add("mlp.down_proj", inter, h, mlp_bias)
-    norms_per_layer = 4 if mt in {"gemma2", "gemma3_text"} else 2
-    norms = L * norms_per_layer * h + h
-    if mt in {"qwen3", "qwen3_moe", "gemma3_text"}:
+    norms = L * fam["norms_per_layer"] * h + h
+    if fam["qk_norm"]:
         norms += L * 2 * hd
     linear = sum((d["in"] * d["out"] + (d["out"] if d["bias"] else 0)) * d["count"] for d in lin.values())
     lm_head = 0 if tied else V * h
     if not tied:
-        lin["lm_head"] = {"in": h, "out": V, "bias": False, "count": 1}
+        lin["lm_head"] = {"in": h, "out": V, "bias": False, "count": 1, "role": "head"}
     groups = {"embeddings": V * h, "lm_head": lm_head, "norms": norms, "linear": linear,
               "experts": expert_params, "other": other}
     arch = {
         "model_type": mt, "hidden_size": h, "intermediate_size": inter, "num_layers": L,
         "num_heads": heads, "num_kv_heads": kv, "head_dim": hd, "vocab_size": V,
-        "max_position_embeddings": cfg.get("max_position_embeddings"), "mlp": "gated",
-        "norm": "rmsnorm", "tie_word_embeddings": tied,
+        "max_position_embeddings": cfg.get("max_position_embeddings"), **arch_facts(mt),
+        "tie_word_embeddings": tied,
     }
     if experts:
         arch.update(num_experts=experts, experts_per_token=cfg.get("num_experts_per_tok"),
@@ -151,10 +149,9 @@ def _count_with_transformers(cfg: Mapping[str, Any], model_id: str, source: str,
             f"{path}: model_type {cfg['model_type']!r} is not one memlint counts without "
             "transformers; install the 'catalog' extra (torch, transformers) to count it"
         ) from None
-    from memlint.catalog import _spec_from_entry
     from memlint.catalog.meta import count_on_meta
 
     entry = count_on_meta(cfg["model_type"], {k: v for k, v in cfg.items() if not k.startswith("_")})
     entry.update(family=cfg["model_type"], model_type=cfg["model_type"],
                  torch_dtype=cfg.get("torch_dtype") or "float32", config=dict(cfg))
-    return _spec_from_entry(model_id, entry, source=source)
+    return spec_from_entry(model_id, entry, source=source)

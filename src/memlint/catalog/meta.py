@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from memlint.catalog.families import arch_facts, linear_role
+
 _LAYER_INDEX = re.compile(r"^(?:.*\.)?(?:layers|h|blocks|layer)\.(\d+)\.(.+)$")
 
 
@@ -25,10 +27,6 @@ def _normalise_arch(model_type: str, cfg) -> dict:
     inter = get("intermediate_size", "ffn_dim", "n_inner", default=None)
     if inter is None:
         inter = 4 * hidden
-    gated = model_type in {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe",
-                           "gemma", "gemma2", "gemma3_text", "phi3", "olmo2", "stablelm"}
-    # StableLM gates its MLP but keeps LayerNorm.
-    norm = "rmsnorm" if gated and model_type != "stablelm" else "layernorm"
     arch = {
         "model_type": model_type,
         "hidden_size": hidden,
@@ -39,8 +37,7 @@ def _normalise_arch(model_type: str, cfg) -> dict:
         "head_dim": head_dim,
         "vocab_size": cfg.vocab_size,
         "max_position_embeddings": get("max_position_embeddings", "n_positions"),
-        "mlp": "gated" if gated else "plain",
-        "norm": norm,
+        **arch_facts(model_type),
         "tie_word_embeddings": bool(getattr(cfg, "tie_word_embeddings", False)),
     }
     experts = get("num_local_experts", "num_experts", default=None)
@@ -77,7 +74,7 @@ def count_on_meta(model_type: str, config: dict) -> dict:
         if module is out_emb:
             groups["lm_head"] += n
             linears["lm_head"] = {"in": out_emb.in_features, "out": out_emb.out_features,
-                                  "bias": out_emb.bias is not None, "count": 1}
+                                  "bias": out_emb.bias is not None, "count": 1, "role": "head"}
         elif isinstance(module, torch.nn.Embedding):
             groups["embeddings"] += n
         elif isinstance(module, (torch.nn.Linear, Conv1D)):
@@ -89,7 +86,7 @@ def count_on_meta(model_type: str, config: dict) -> dict:
             else:
                 fin, fout = module.in_features, module.out_features
             slot = linears.setdefault(key, {"in": fin, "out": fout,
-                                            "bias": module.bias is not None, "count": 0})
+                                            "bias": module.bias is not None, "count": 0, "role": linear_role(key)})
             slot["count"] += 1
         elif "norm" in type(module).__name__.lower() or "ln" in name.rsplit(".", 1)[-1]:
             groups["norms"] += n

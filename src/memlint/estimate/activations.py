@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memlint.estimate.model_state import lora_modules
+from memlint.library.api import attention
 from memlint.estimate.setup import DTYPE_BYTES, Setup, preference
 
 
@@ -33,7 +34,7 @@ def textbook(s: Setup) -> ActivationTerms:
     sb = s.seq * s.batch
     per_layer = 34 * sb * m.hidden
     formula = "34·s·b·h per layer"
-    if s.attn == "eager":
+    if attention()[s.attn].kernel == "eager":
         per_layer += 5 * m.heads * s.seq * sb
         formula = "(34·s·b·h + 5·a·s²·b) per layer"
     inputs = 2 * sb * m.hidden * m.layers
@@ -73,20 +74,6 @@ def autocast_weight_copies(s: Setup) -> tuple[int, int]:
     return 0, 0
 
 
-_GROUPS = {
-    "attn_in": ("q_proj", "k_proj", "v_proj", "qkv_proj", "query_key_value", "c_attn", "query", "key", "value"),
-    "mlp_in": ("gate_proj", "up_proj", "gate_up_proj", "fc1", "c_fc", "dense_h_to_4h", "w1", "w3"),
-    "mlp_out": ("down_proj", "fc2", "dense_4h_to_h", "w2", "mlp.c_proj"),
-}
-
-
-def _group(name: str) -> str:
-    for group, names in _GROUPS.items():
-        if any(name == n or name.endswith("." + n) for n in names):
-            return group
-    return "attn_out"  # o_proj / out_proj / dense: its input is SDPA's saved output
-
-
 def _linear_inputs(s: Setup, a: int, inter: int) -> int:
     """Bytes per token that linear layers keep of their inputs for their weight grads.
 
@@ -106,7 +93,7 @@ def _linear_inputs(s: Setup, a: int, inter: int) -> int:
         if l.name == "lm_head":
             continue
         per_layer = l.count / m.layers
-        g = _group(l.name)
+        g = l.role
         fin = size["mlp_out"] if g == "mlp_out" else l.in_features
         keep = a * s.lora_r
         if own:
@@ -134,12 +121,11 @@ def _per_token_layer_bytes(s: Setup) -> tuple[int, int, int]:
     # RMSNorm keeps its fp32 upcast input and rsqrt, plus the normalised copy in the
     # input dtype when its weight trains. LayerNorm keeps its input and (mean, rstd).
     norm = (4 * h + 4 + (x * h if full else 0)) if rms else (x * h + 8)
-    n_norms = 4 if m.model_type in ("gemma2", "gemma3_text") else 2
-    total = n_norms * norm
+    total = m.arch["norms_per_layer"] * norm
     # Attention: rotated q and k, v, and SDPA's output (which o_proj reads in place) and
     # fp32 logsumexp.
     total += a * (2 * q + 2 * kv) + 4 * m.heads
-    if s.attn == "eager":
+    if attention()[s.attn].kernel == "eager":
         # fp32 softmax probabilities + their half copy per head and key position, and
         # k/v expanded to every head (repeat_kv) for the two matmuls.
         total += (4 + a) * m.heads * s.seq + (2 * a * (q - kv) if q != kv else 0)

@@ -8,13 +8,11 @@ from typing import Mapping
 from memlint.estimate import activations as act
 from memlint.estimate import model_state as ms
 from memlint import data
+from memlint.library.api import attention
+from memlint.vocab import COMPONENTS, GIB  # noqa: F401 - re-exported by memlint.estimate
 from memlint.estimate import sharding
 from memlint.estimate.setup import PARAM_SHARDS, Setup
 
-COMPONENTS = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
-# Multi-GPU estimates add "buffers" (communication buckets, staging) before "overhead".
-RANK_COMPONENTS = ("weights", "gradients", "optimizer", "activations", "logits", "buffers", "overhead")
-GIB = 1 << 30
 
 # Allocator slack measured as max_memory_reserved / max_memory_allocated on published
 # runs (docs/accuracy.md, calibration section) and the cuBLAS workspaces.
@@ -98,7 +96,6 @@ def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = Non
     if s.objective == "reward":
         s_in = s
         s = s.with_(model=ms.reward_spec(s.model))
-    m = s.model
     w, w_f = ms.weight_bytes(s, accounting)
     g, g_f = ms.gradient_bytes(s, accounting)
     o, o_f = ms.optimizer_bytes(s, accounting)
@@ -108,28 +105,8 @@ def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = Non
 
     lay = sharding.layout(s, accounting, w, g)
     notes += lay.notes
-    dw, dg, do = lay.divisors
-    if dw > 1:
-        w_f += f" ÷ {dw} GPUs"
-    if dg > 1:
-        g_f += f" ÷ {dg} GPUs"
-    if do > 1:
-        o_f += f" ÷ {do} GPUs"
-    w, g, o, tmp = -(-w // dw), -(-g // dg), -(-o // do), -(-tmp // do)
-    offloaded = sharding.offloaded_to_cpu(s)
-    if offloaded:
-        cpu = {"weights": w, "gradients": g, "optimizer": o}
-        notes.append("CPU offload: " + ", ".join(f"{k} {cpu[k] / GIB:.2f} GiB" for k in offloaded)
-                     + " per rank in host memory")
-    if "optimizer" in offloaded:
-        o, tmp = 0, 0
-        o_f = "offloaded to CPU (ZeRO-Offload): 0 B on the GPU"
-    if "gradients" in offloaded:
-        g = 0
-        g_f = "offloaded to CPU with the parameters (FSDP CPUOffloadPolicy): 0 B on the GPU"
-    if "weights" in offloaded:
-        w = 0
-        w_f = "offloaded to CPU: only the layers being computed are on the GPU"
+    (w, w_f), (g, g_f), (o, o_f), tmp = _per_rank(s, lay, (w, w_f), (g, g_f), (o, o_f), tmp, notes)
+    dw = lay.divisors[0]
     ref_w, ref_f = _reference_weights(s, accounting)
     if ref_w and dw > 1 and s.shard in PARAM_SHARDS:  # TRL shards the reference like the policy (prepare_deepspeed / prepare_fsdp)
         ref_w = -(-ref_w // dw)
@@ -153,44 +130,15 @@ def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = Non
         overhead, ov_f = 0, "not modelled by the article's accounting"
         notes.append("textbook: the four buckets and logits are summed, as in the seed article")
     else:
-        g_fwd = g if s.grad_accum > 1 else 0
-        keep = lay.persistent
-        fwd = w + gath + o + g_fwd + keep + a.body + a.logits_forward
-        transient = a.per_layer if s.recompute else 0
-        bwd = w + gath_b + o + keep + lay.backward + max(a.body + a.logits_backward + g_fwd, a.body + transient + g_fwd,
-                                                       g + transient + lay.backward_tail)
-        opt = w + g + o + tmp + keep
-        phases = {"forward": fwd, "backward": bwd, "optimizer": opt}
+        phases = _real_phases(s, lay, a, w, g, o, tmp, gath, gath_b)
         phase = max(phases, key=phases.get)
         peak_alloc = phases[phase]
         ctx = DEFAULT_CONTEXT if context_bytes is None else context_bytes
         frag = int(peak_alloc * FRAGMENTATION)
         overhead = ctx + frag
         ov_f = f"CUDA context {ctx / GIB:.2f} GiB + allocator slack {FRAGMENTATION:.0%} of the allocated peak"
-        if s.grad_accum > 1:
-            notes.append("gradient accumulation: gradients stay alive through the next micro-batch's forward")
-        if tmp:
-            notes.append(f"optimizer step temporaries: {tmp / GIB:.2f} GiB ({s.optimizer['impl']} kernel)")
-        if s.method != "full":
-            notes.append("peft keeps LoRA adapters in fp32 on a half-precision base (autocast_adapter_dtype)"
-                         if s.precision != "pure-bf16" else "adapters kept in bf16 (pure-bf16)")
-        if s.quant != "none" and s.kbit_prep:
-            notes.append("prepare_model_for_kbit_training casts embeddings, norms and lm_head to fp32")
-        if m.arch.get("num_experts"):
-            notes.append("MoE: activations use the routed top-k experts per token; expert weights are not quantized")
-    if s.attn == "flash_attention_2" and accounting == "real":
-        notes.append("flash_attention_2 saves the same tensors as SDPA's flash kernel")
-    if m.text_only:
-        notes.append(f"{m.id}: multimodal checkpoint counted as its text tower")
-    if s.objective != "sft":
-        obj = data.load("preference.json")["objectives"][s.objective]
-        notes.append(f"{obj['trainer']}: " + {
-            "dpo": f"chosen and rejected stacked ({obj['rows']} × micro-batch rows); reference: {s.reference}",
-            "kto": f"unpaired rows plus a no-grad KL pass; reference: {s.reference}",
-            "reward": "chosen and rejected stacked; scalar score head, no vocabulary logits",
-        }.get(s.objective, "chosen and rejected stacked (2 × micro-batch rows); no reference model"))
-        if s.objective == "kto":
-            notes.append("KTO's KL pass is counted like a reference pass; not validated by a trace")
+        notes += _real_notes(s, tmp)
+    notes += _setup_notes(s, accounting)
     if s.objective == "reward":
         s = s_in
 
@@ -215,6 +163,86 @@ def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = Non
         trainable_params=n_train,
         assumptions=tuple(notes),
     )
+
+
+def _per_rank(s: Setup, lay, w: tuple[int, str], g: tuple[int, str], o: tuple[int, str], tmp: int,
+              notes: list[str]) -> tuple[tuple[int, str], tuple[int, str], tuple[int, str], int]:
+    """Weights, gradients and optimizer state (bytes, formula) as one rank holds them: divided by
+    the sharding, and zero where ZeRO-Offload / FSDP CPU offload keeps them in host memory."""
+    (wb, w_f), (gb, g_f), (ob, o_f) = w, g, o
+    dw, dg, do = lay.divisors
+    if dw > 1:
+        w_f += f" ÷ {dw} GPUs"
+    if dg > 1:
+        g_f += f" ÷ {dg} GPUs"
+    if do > 1:
+        o_f += f" ÷ {do} GPUs"
+    wb, gb, ob, tmp = -(-wb // dw), -(-gb // dg), -(-ob // do), -(-tmp // do)
+    offloaded = sharding.offloaded_to_cpu(s)
+    if offloaded:
+        cpu = {"weights": wb, "gradients": gb, "optimizer": ob}
+        notes.append("CPU offload: " + ", ".join(f"{k} {cpu[k] / GIB:.2f} GiB" for k in offloaded)
+                     + " per rank in host memory")
+    if "optimizer" in offloaded:
+        ob, tmp = 0, 0
+        o_f = "offloaded to CPU (ZeRO-Offload): 0 B on the GPU"
+    if "gradients" in offloaded:
+        gb = 0
+        g_f = "offloaded to CPU with the parameters (FSDP CPUOffloadPolicy): 0 B on the GPU"
+    if "weights" in offloaded:
+        wb = 0
+        w_f = "offloaded to CPU: only the layers being computed are on the GPU"
+    return (wb, w_f), (gb, g_f), (ob, o_f), tmp
+
+
+def _real_phases(s: Setup, lay, a, w: int, g: int, o: int, tmp: int, gath: int, gath_b: int) -> dict[str, int]:
+    """Live bytes at the peak of each phase: forward (activations and logits saved), backward
+    (the largest of the logits' gradients, one recomputed layer, the gradients arriving) and the
+    optimizer step (its temporaries)."""
+    g_fwd = g if s.grad_accum > 1 else 0
+    keep = lay.persistent
+    fwd = w + gath + o + g_fwd + keep + a.body + a.logits_forward
+    transient = a.per_layer if s.recompute else 0
+    bwd = w + gath_b + o + keep + lay.backward + max(a.body + a.logits_backward + g_fwd, a.body + transient + g_fwd,
+                                                   g + transient + lay.backward_tail)
+    opt = w + g + o + tmp + keep
+    return {"forward": fwd, "backward": bwd, "optimizer": opt}
+
+
+def _real_notes(s: Setup, tmp: int) -> list[str]:
+    notes = []
+    if s.grad_accum > 1:
+        notes.append("gradient accumulation: gradients stay alive through the next micro-batch's forward")
+    if tmp:
+        notes.append(f"optimizer step temporaries: {tmp / GIB:.2f} GiB ({s.optimizer['impl']} kernel)")
+    if s.method != "full":
+        notes.append("peft keeps LoRA adapters in fp32 on a half-precision base (autocast_adapter_dtype)"
+                     if s.precision != "pure-bf16" else "adapters kept in bf16 (pure-bf16)")
+    if s.quant != "none" and s.kbit_prep:
+        notes.append("prepare_model_for_kbit_training casts embeddings, norms and lm_head to fp32")
+    if s.model.arch.get("num_experts"):
+        notes.append("MoE: activations use the routed top-k experts per token; expert weights are not quantized")
+    return notes
+
+
+def _setup_notes(s: Setup, accounting: str) -> list[str]:
+    """What the estimate says about the configuration whatever the accounting."""
+    notes = []
+    attn_note = attention()[s.attn].note
+    if attn_note and accounting == "real":
+        notes.append(attn_note)
+    if s.model.text_only:
+        notes.append(f"{s.model.id}: multimodal checkpoint counted as its text tower")
+    if s.objective != "sft":
+        obj = data.load("preference.json")["objectives"][s.objective]
+        notes.append(f"{obj['trainer']}: " + {
+            "dpo": f"chosen and rejected stacked ({obj['rows']} × micro-batch rows); reference: {s.reference}",
+            "kto": f"unpaired rows plus a no-grad KL pass; reference: {s.reference}",
+            "reward": "chosen and rejected stacked; scalar score head, no vocabulary logits",
+        }.get(s.objective, "chosen and rejected stacked (2 × micro-batch rows); no reference model"))
+        if s.objective == "kto":
+            notes.append("KTO's KL pass is counted like a reference pass; not validated by a trace")
+    return notes
 
 
 def fits(s: Setup, accounting: str, total: int, context: int) -> bool:

@@ -11,6 +11,8 @@ from importlib import metadata
 from typing import Any, Mapping
 
 from memlint.errors import MemlintError
+from memlint.library.api import attention
+from memlint.vocab import dtype_name
 from memlint.plan import PLAN_FIELDS, TrainingPlan, Value
 
 # Short names accepted by --assume, for the fields people type most.
@@ -21,8 +23,6 @@ ASSUME_ALIASES = {"model": "model_id", "seq": "max_length", "max_seq_length": "m
 # Not plan fields: how many GPUs (ranks) the run spans, over how many nodes (fsdp_hybrid).
 EXTRA_ASSUMPTIONS = ("gpus", "nodes")
 
-_DTYPES = {"fp32": "fp32", "float32": "fp32", "float": "fp32", "bf16": "bf16", "bfloat16": "bf16",
-           "fp16": "fp16", "float16": "fp16", "half": "fp16", "auto": "auto"}
 
 
 def _parse(text: str) -> Any:
@@ -146,6 +146,64 @@ def _objective(get, method: str, notes: list[str]) -> tuple[str, str]:
     return objective, ref
 
 
+def _method(get, notes: list[str]) -> tuple[str, str, bool]:
+    """(method, quant, double_quant): a 4-bit base trains only through adapters (QLoRA), an 8-bit one
+    through LoRA."""
+    method = get("method").value or "full"
+    quant = "none"
+    bits = get("quant_bits").value
+    if bits == 4:
+        quant = get("quant_type").value or "fp4"
+        method = "qlora"  # a 4-bit base only trains through adapters
+    elif bits == 8:
+        quant = "int8"
+        if method == "full":
+            method = "lora"
+            notes.append("8-bit base without LoRA cannot train; estimated as LoRA")
+    if method == "qlora" and quant == "none":
+        quant = "nf4"
+        notes.append("qlora without a visible quantization config: assumed NF4")
+    double_quant = bool(get("double_quant").value) if get("double_quant").known else False
+    return method, quant, double_quant
+
+
+def _load_dtype(get, spec, notes: list[str]) -> str:
+    """The dtype the weights load in: the plan's, else transformers' default (the checkpoint's dtype from 5.0)."""
+    dtype = dtype_name(str(_worst(get("torch_dtype"), pick=lambda c: c[-1])))
+    if dtype is None:
+        dtype = "auto" if _transformers_major() >= 5 else "fp32"
+        notes.append(f"torch_dtype not set: transformers {'>=5 loads the checkpoint dtype' if dtype == 'auto' else '<5 loads fp32'}")
+    if dtype == "auto":
+        dtype = dtype_name(spec.torch_dtype) or "fp32"
+    return "fp32" if dtype == "auto" else dtype
+
+
+def _precision(get, dtype: str, notes: list[str]) -> tuple[str, str]:
+    """(dtype, precision mode) as the Trainer's bf16/fp16 flags meet the loaded dtype."""
+    precision = get("precision").value or "fp32"
+    if precision == "fp32" and dtype != "fp32":
+        precision = "pure-bf16" if dtype == "bf16" else "amp-fp16"
+    if precision == "amp-fp16" and dtype == "bf16":
+        precision = "amp-bf16"
+        notes.append("fp16=True on a bf16 model: estimated as bf16 autocast")
+    if dtype == "fp16" and precision == "amp-bf16":
+        dtype = "fp32"
+        notes.append("bf16 autocast over an fp16 model: estimated with fp32 weights")
+    return dtype, precision
+
+
+def _targets(get, method: str, notes: list[str]) -> tuple[str, ...] | str:
+    targets = get("lora_targets").value
+    if method == "full":
+        return "all-linear"
+    if targets is None:
+        notes.append("target_modules not set: peft's default for Llama-style models (q_proj, v_proj)")
+        return ("q_proj", "v_proj")
+    if isinstance(targets, (list, tuple)):
+        return tuple(targets)
+    return targets
+
+
 @dataclass(frozen=True)
 class PlannedSetup:
     setup: Any | None          # Setup, or None when a required field is unknown
@@ -176,54 +234,19 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
         return PlannedSetup(None, tuple(missing), tuple(notes))
 
     spec = resolve(str(model_id))
-    dtype = _DTYPES.get(str(_worst(get("torch_dtype"), pick=lambda c: c[-1])).lower())
-    if dtype is None:
-        dtype = "auto" if _transformers_major() >= 5 else "fp32"
-        notes.append(f"torch_dtype not set: transformers {'>=5 loads the checkpoint dtype' if dtype == 'auto' else '<5 loads fp32'}")
-    if dtype == "auto":
-        dtype = _DTYPES.get(spec.torch_dtype, "fp32")
-    method = get("method").value or "full"
-    quant = "none"
-    bits = get("quant_bits").value
-    if bits == 4:
-        quant = get("quant_type").value or "fp4"
-        method = "qlora"  # a 4-bit base only trains through adapters
-    elif bits == 8:
-        quant = "int8"
-        if method == "full":
-            method = "lora"
-            notes.append("8-bit base without LoRA cannot train; estimated as LoRA")
-    if method == "qlora" and quant == "none":
-        quant = "nf4"
-        notes.append("qlora without a visible quantization config: assumed NF4")
-    double_quant = bool(get("double_quant").value) if get("double_quant").known else False
-
-    precision = get("precision").value or "fp32"
-    if precision == "fp32" and dtype != "fp32":
-        precision = "pure-bf16" if dtype == "bf16" else "amp-fp16"
-    if precision == "amp-fp16" and dtype == "bf16":
-        precision = "amp-bf16"
-        notes.append("fp16=True on a bf16 model: estimated as bf16 autocast")
-    if dtype == "fp16" and precision == "amp-bf16":
-        dtype = "fp32"
-        notes.append("bf16 autocast over an fp16 model: estimated with fp32 weights")
+    dtype = _load_dtype(get, spec, notes)
+    method, quant, double_quant = _method(get, notes)
+    dtype, precision = _precision(get, dtype, notes)
     optim = get("optimizer").value or "adamw_torch"
     if optim not in optimizers():
         notes.append(f"optimizer {optim!r} is not in memlint's table: estimated as adamw_torch")
         optim = "adamw_torch"
-    targets = get("lora_targets").value
-    if method != "full":
-        if targets is None:
-            targets = ("q_proj", "v_proj")
-            notes.append("target_modules not set: peft's default for Llama-style models (q_proj, v_proj)")
-        elif isinstance(targets, (list, tuple)):
-            targets = tuple(targets)
-    else:
-        targets = "all-linear"
+    targets = _targets(get, method, notes)
     recompute_v = get("gradient_checkpointing")
     recompute = _worst(recompute_v, pick=min) if recompute_v.known else False
     attn = get("attn_implementation").value or "sdpa"
-    if attn not in ("eager", "sdpa", "flash_attention_2"):
+    if attn not in attention():
+        notes.append(f"attn_implementation {attn!r} is not in memlint's table: estimated as sdpa")
         attn = "sdpa"
     shard, gpus, nodes, offload = _distributed(get, extra, notes)
     if shard in ("zero1", "zero2", "zero3") and precision != "fp32":

@@ -623,33 +623,9 @@ class Interpreter:
         if t is cst.FormattedString:
             return self.fstring(node, env)
         if t in (cst.List, cst.Tuple, cst.Set):
-            items = []
-            for el in node.elements:
-                if isinstance(el, cst.StarredElement):
-                    inner = self.ev(el.value, env)
-                    if isinstance(inner, Seq):
-                        items.extend(inner.items)
-                        continue
-                    return Unknown("a starred list")
-                items.append(self.ev(el.value, env))
-            return Seq(items, "tuple" if t is cst.Tuple else "list")
+            return self.sequence(node, env)
         if t is cst.Dict:
-            d = Dict({})
-            for el in node.elements:
-                if isinstance(el, cst.StarredDictElement):
-                    inner = self.ev(el.value, env)
-                    if isinstance(inner, Dict):
-                        d.items.update(inner.items)
-                        d.open |= inner.open
-                    else:
-                        d.open = True
-                    continue
-                k = self.ev(el.key, env)
-                if isinstance(k, Const):
-                    d.items[k.value] = self.ev(el.value, env)
-                else:
-                    d.open = True
-            return d
+            return self.dict_display(node, env)
         if t is cst.Subscript:
             return self.subscript(node, env)
         if t is cst.Lambda:
@@ -670,6 +646,36 @@ class Interpreter:
         if t in (cst.Await, cst.Yield):
             return Unknown("an await/yield")
         return Unknown(f"a {t.__name__}")
+
+    def sequence(self, node: cst.List | cst.Tuple | cst.Set, env: Env) -> Any:
+        items = []
+        for el in node.elements:
+            if isinstance(el, cst.StarredElement):
+                inner = self.ev(el.value, env)
+                if isinstance(inner, Seq):
+                    items.extend(inner.items)
+                    continue
+                return Unknown("a starred list")
+            items.append(self.ev(el.value, env))
+        return Seq(items, "tuple" if type(node) is cst.Tuple else "list")
+
+    def dict_display(self, node: cst.Dict, env: Env) -> Dict:
+        d = Dict({})
+        for el in node.elements:
+            if isinstance(el, cst.StarredDictElement):
+                inner = self.ev(el.value, env)
+                if isinstance(inner, Dict):
+                    d.items.update(inner.items)
+                    d.open |= inner.open
+                else:
+                    d.open = True
+                continue
+            k = self.ev(el.key, env)
+            if isinstance(k, Const):
+                d.items[k.value] = self.ev(el.value, env)
+            else:
+                d.open = True
+        return d
 
     def name(self, node: cst.Name, env: Env) -> Any:
         n = node.value

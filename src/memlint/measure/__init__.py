@@ -32,12 +32,12 @@ steady state) and measure live tensor bytes per phase. See memlint.measure.core.
 
 def tiny_spec(model_type: str, config: dict, model_id: str | None = None) -> Any:
     """A ModelSpec for an arbitrary (small) config, counted on the meta device."""
-    from memlint.catalog import _spec_from_entry
+    from memlint.catalog.spec import spec_from_entry
     from memlint.catalog.meta import count_on_meta
 
     entry = count_on_meta(model_type, dict(config))
     entry.update(model_type=model_type, config=dict(config))
-    return _spec_from_entry(model_id or f"tiny-{model_type}", entry, source="local")
+    return spec_from_entry(model_id or f"tiny-{model_type}", entry, source="local")
 
 
 def __getattr__(name: str) -> Any:

@@ -20,6 +20,7 @@ from typing import Any
 
 from memlint.errors import MemlintError
 from memlint.estimate.setup import Setup
+from memlint.library.api import attention
 
 PHASES = ("forward", "backward", "optimizer")
 COMPONENTS = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
@@ -414,201 +415,30 @@ def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = 
     notes: list[str] = []
     details: dict[str, Any] = {}
     torch.manual_seed(seed)
-
-    attn = setup.attn
-    if attn == "flash_attention_2" and mode != "cuda":
-        attn = "sdpa"
-        notes.append("flash_attention_2 cannot run on CPU: traced with sdpa (flash kernel: out + fp32 logsumexp "
-                     "saved, like FlashAttention-2)")
-    if mode != "cuda":
-        notes.append("CPU stand-ins for the GPU defaults: AdamW/clip_grad_norm foreach set explicitly, SDPA "
-                     "flash kernel, torch.autocast('cpu'), fused native_dropout (bool mask)")
+    attn = _traced_attention(setup, mode, notes)
     dropout = setup.lora_dropout if lora_dropout is None else lora_dropout
-    if setup.quant == "int8":
-        raise MemlintError("an 8-bit (LLM.int8) base is not supported by memlint.measure yet")
-
+    _refuse_unsupported(setup, model)
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True) if mode == "trace" else None
     tracker = LiveBytes() if mode != "cuda" else None
-    dev = "cuda" if mode == "cuda" else "cpu"
-
-    if setup.objective == "kto":
-        raise MemlintError("memlint.measure does not trace KTO's step (its KL pass) yet")
-    if setup.objective in ("dpo",):
-        from memlint.estimate.activations import logps_layout
-
-        if logps_layout(setup)["layout"] != "logits":
-            raise MemlintError(f"memlint.measure traces TRL's materialised-logits DPO step (trl < 1.16); trl "
-                               f"{setup.trl_version or '(newest known)'} uses the fused LM head: pass trl_version")
-    if setup.reference == "copy" and (setup.quant != "none" or model is not None):
-        raise MemlintError("memlint.measure builds a reference copy only for an unquantized model it builds itself")
-    ref = None
+    run = _Run(setup, mode, "cuda" if mode == "cuda" else "cpu", notes, details)
     with contextlib.ExitStack() as stack:
         if mode == "cuda":
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
-        # ---- build ---------------------------------------------------------------
-        if model is None:
-            build_device = {"trace": "meta", "cpu": "cpu", "cuda": "cuda"}[mode]
-            model = _build_model(setup, build_device, attn)
-            tied = _is_tied(model)
-            if setup.reference == "copy":
-                # TRL's create_reference_model / an explicit ref_model: a frozen second copy in eval mode
-                ref = _build_model(setup.with_(method="full", objective="sft", ref_model="none"), build_device, attn)
-                ref.requires_grad_(False)
-                ref.eval()
-            if setup.method in ("lora", "qlora"):
-                model = _apply_lora(model, setup, dropout)
-            if fake_mode is not None:
-                stack.enter_context(fake_mode)
-                model._apply(lambda t: torch.empty_like(t, device="cpu"))
-                if ref is not None:
-                    ref._apply(lambda t: torch.empty_like(t, device="cpu"))
-            if tied and not _is_tied(model):
-                _retie(model)  # materialising on fake storages silently unties them
-            if ref is not None and tied and not _is_tied(ref):
-                _retie(ref)
-            base_params = sum(p.numel() for n, p in unique_named_parameters(model)
-                              if "lora_" not in n and "modules_to_save" not in n)
-            if base_params != _expected_base_params(setup):
-                raise MemlintError(f"built {setup.model.id} has {base_params:,} parameters, "
-                                   f"catalog says {_expected_base_params(setup):,}")
-            if setup.method == "qlora":
-                details["quantized_linears"] = _quantize(model, setup, use_bnb_matmul=mode == "cuda")
-                if setup.kbit_prep:
-                    # peft.prepare_model_for_kbit_training: every fp16/bf16 parameter that is
-                    # not a Params4bit (embeddings, norms, lm_head) becomes fp32.
-                    for p in _unique_params(model):
-                        if p.dtype in (torch.float16, torch.bfloat16):
-                            p.data = p.data.to(torch.float32)
-                    notes.append("kbit_prep: prepare_model_for_kbit_training casts embeddings, norms and lm_head "
-                                 "to fp32")
-                else:
-                    notes.append("QLoRA base: embeddings, norms and lm_head stay in the compute dtype "
-                                 "(no prepare_model_for_kbit_training)")
-        else:
-            if fake_mode is not None:
-                stack.enter_context(fake_mode)
-                if next(model.parameters()).device.type == "meta":
-                    tied = _is_tied(model)
-                    model._apply(lambda t: torch.empty_like(t, device="cpu"))
-                    if tied and not _is_tied(model):
-                        _retie(model)
-        if fake_mode is not None:
-            stack.enter_context(_unpacked_sequences_on_fake())
-        if mode != "cuda":
-            stack.enter_context(_cuda_dropout())
-        if setup.recompute:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            if setup.method in ("lora", "qlora"):
-                model.enable_input_require_grads()
-        model.train()
-
-        # ---- count what exists -------------------------------------------------------
-        if tracker is not None:
-            stack.enter_context(tracker)
-            tracker.track_all(list(model.parameters()) + list(model.buffers())
-                              + ([] if ref is None else list(ref.parameters()) + list(ref.buffers())))
-            meter: Any = tracker
-        else:
-            import gc
-
-            gc.collect()
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
-            meter = _CudaMeter(torch)
+        model, ref = run.prepare(stack, model, attn, dropout, fake_mode)
+        meter = run.meter(stack, tracker, model, ref)
         weights = meter.memory_allocated()
         trainable = [p for p in _unique_params(model) if p.requires_grad]
         details["trainable_params"] = sum(p.numel() for p in trainable)
         details["trainable_bytes"] = sum(p.numel() * p.element_size() for p in trainable)
         details["param_dtypes"] = _dtype_census(model)
 
-        from memlint.measure.optim import build_optimizer, paged_state_tensors, state_tensors
+        from memlint.measure.optim import build_optimizer
 
         optimizer, onotes = build_optimizer(setup.optim, model, master_fp32=setup.precision == "master-fp32",
                                             fake=mode == "trace")
         notes += onotes
-
-        # ---- precision -----------------------------------------------------------------
-        if setup.precision in ("amp-bf16", "amp-fp16"):
-            amp_dtype = torch.bfloat16 if setup.precision == "amp-bf16" else torch.float16
-            autocast = lambda: torch.autocast(dev, dtype=amp_dtype)  # noqa: E731
-        else:
-            autocast = _no_ctx
-        scaler = None
-        if setup.precision == "amp-fp16":
-            if mode == "cuda" and setup.dtype == "fp32":
-                scaler = torch.amp.GradScaler("cuda")
-            else:
-                notes.append("amp-fp16: GradScaler left out (it unscales in place; only scalars added)")
-
-        # ---- lm_head hook: activations / logits split --------------------------------------
-        head = model.get_output_embeddings() if setup.objective != "reward" else _score_head(model)
-        marks, handle = mark_head(head, meter)
-        rows = setup.batch * _rows(setup)
-        amp = setup.precision in ("amp-bf16", "amp-fp16")
-
-        vocab = setup.model.vocab
-        step_results: list[StepMeasurement] = []
-        comp: dict[str, int] = {}
-        paged_bytes = 0
-        accum = setup.grad_accum
-        for step in range(1, steps + 1):
-            phases = {"forward": 0, "backward": 0}
-            activations = logits = 0
-            for _micro in range(accum):  # micro-batches 2.. run with the gradients alive
-                marks.clear()
-                input_ids = torch.randint(0, vocab, (rows, setup.seq), device=dev)
-                labels = input_ids
-
-                # forward (+ loss), as Trainer.compute_loss: only the loss survives
-                meter.reset_peak_memory_stats()
-                start = meter.memory_allocated()
-                if setup.objective == "sft":
-                    with autocast():
-                        loss = model(input_ids=input_ids, labels=labels).loss
-                else:
-                    loss = _preference_loss(model, ref, setup, input_ids, autocast, amp)
-                if accum > 1:
-                    loss = loss / accum
-                after_head_peak = meter.max_memory_allocated()
-                phases["forward"] = max(phases["forward"], marks.get("pre_head_peak", 0), after_head_peak)
-                activations = max(activations, marks["head"] - start)
-                logits = max(logits, after_head_peak - marks["head"])
-
-                # backward
-                meter.reset_peak_memory_stats()
-                if scaler is not None:
-                    scaler.scale(loss).backward()
-                else:
-                    loss.backward()
-                del loss, input_ids, labels
-                phases["backward"] = max(phases["backward"], meter.max_memory_allocated())
-            grads = _storage_bytes(p.grad for p in trainable if p.grad is not None)
-
-            # optimizer: clip (Trainer's max_grad_norm=1.0), step, zero_grad
-            meter.reset_peak_memory_stats()
-            if scaler is not None:
-                scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(trainable, 1.0, foreach=True)  # CUDA's default: foreach
-            if scaler is not None:
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                optimizer.step()
-            paged = list(paged_state_tensors(optimizer))
-            paged_bytes = _storage_bytes(paged)
-            opt_state = _storage_bytes(state_tensors(optimizer)) - paged_bytes
-            if tracker is not None:
-                for t in paged:
-                    tracker.exclude(t)
-            optimizer.zero_grad(set_to_none=True)
-            phases["optimizer"] = meter.max_memory_allocated()
-
-            phase = max(PHASES, key=lambda k: phases[k])
-            step_results.append(StepMeasurement(step, phases[phase], phase, phases))
-            comp = {"gradients": grads, "optimizer": opt_state, "activations": activations, "logits": logits}
-        handle.remove()
-
+        step_results, comp, paged_bytes = run.steps(model, ref, trainable, optimizer, meter, tracker, steps)
         if paged_bytes:
             details["paged_optimizer_bytes"] = paged_bytes
         overhead = 0
@@ -626,6 +456,246 @@ def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = 
 
     return Measurement(components=components, steps=step_results, device=dev_name, method=method,
                        notes=notes, details=details, runtime_s=time.perf_counter() - t0)
+
+
+def _traced_attention(setup: Setup, mode: str, notes: list[str]) -> str:
+    """The attention implementation the step runs: a kernel the CPU lacks runs as its stand-in."""
+    attn = setup.attn
+    trace_as = attention()[attn].trace_as
+    if attn != trace_as and mode != "cuda":
+        attn = trace_as
+        notes.append(f"{setup.attn} cannot run on CPU: traced with {trace_as} (flash kernel: out + fp32 logsumexp "
+                     f"saved, like {setup.attn})")
+    if mode != "cuda":
+        notes.append("CPU stand-ins for the GPU defaults: AdamW/clip_grad_norm foreach set explicitly, SDPA "
+                     "flash kernel, torch.autocast('cpu'), fused native_dropout (bool mask)")
+    return attn
+
+
+def _refuse_unsupported(setup: Setup, model: Any) -> None:
+    if setup.quant == "int8":
+        raise MemlintError("an 8-bit (LLM.int8) base is not supported by memlint.measure yet")
+    if setup.objective == "kto":
+        raise MemlintError("memlint.measure does not trace KTO's step (its KL pass) yet")
+    if setup.objective in ("dpo",):
+        from memlint.estimate.activations import logps_layout
+
+        if logps_layout(setup)["layout"] != "logits":
+            raise MemlintError(f"memlint.measure traces TRL's materialised-logits DPO step (trl < 1.16); trl "
+                               f"{setup.trl_version or '(newest known)'} uses the fused LM head: pass trl_version")
+    if setup.reference == "copy" and (setup.quant != "none" or model is not None):
+        raise MemlintError("memlint.measure builds a reference copy only for an unquantized model it builds itself")
+
+
+@dataclass
+class _Run:
+    """One measured run: how the model is built and counted, and the training steps."""
+
+    setup: Setup
+    mode: str                      # cuda | cpu | trace
+    dev: str                       # the torch device tensors are made on
+    notes: list[str]
+    details: dict[str, Any]
+
+    # ---- build -------------------------------------------------------------------------
+    def prepare(self, stack: Any, model: Any, attn: str, dropout: float, fake_mode: Any) -> tuple[Any, Any]:
+        """(the model to train, its frozen reference or None): built (or taken), materialised as
+        fake tensors for a trace, quantized and given adapters as the setup says."""
+        import torch
+
+        ref = None
+        if model is None:
+            model, ref = self._build(stack, attn, dropout, fake_mode)
+        elif fake_mode is not None:
+            stack.enter_context(fake_mode)
+            if next(model.parameters()).device.type == "meta":
+                tied = _is_tied(model)
+                model._apply(lambda t: torch.empty_like(t, device="cpu"))
+                if tied and not _is_tied(model):
+                    _retie(model)
+        if fake_mode is not None:
+            stack.enter_context(_unpacked_sequences_on_fake())
+        if self.mode != "cuda":
+            stack.enter_context(_cuda_dropout())
+        if self.setup.recompute:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if self.setup.method in ("lora", "qlora"):
+                model.enable_input_require_grads()
+        model.train()
+        return model, ref
+
+    def _build(self, stack: Any, attn: str, dropout: float, fake_mode: Any) -> tuple[Any, Any]:
+        import torch
+
+        setup = self.setup
+        build_device = {"trace": "meta", "cpu": "cpu", "cuda": "cuda"}[self.mode]
+        model = _build_model(setup, build_device, attn)
+        tied = _is_tied(model)
+        ref = None
+        if setup.reference == "copy":
+            # TRL's create_reference_model / an explicit ref_model: a frozen second copy in eval mode
+            ref = _build_model(setup.with_(method="full", objective="sft", ref_model="none"), build_device, attn)
+            ref.requires_grad_(False)
+            ref.eval()
+        if setup.method in ("lora", "qlora"):
+            model = _apply_lora(model, setup, dropout)
+        if fake_mode is not None:
+            stack.enter_context(fake_mode)
+            model._apply(lambda t: torch.empty_like(t, device="cpu"))
+            if ref is not None:
+                ref._apply(lambda t: torch.empty_like(t, device="cpu"))
+        if tied and not _is_tied(model):
+            _retie(model)  # materialising on fake storages silently unties them
+        if ref is not None and tied and not _is_tied(ref):
+            _retie(ref)
+        base_params = sum(p.numel() for n, p in unique_named_parameters(model)
+                          if "lora_" not in n and "modules_to_save" not in n)
+        if base_params != _expected_base_params(setup):
+            raise MemlintError(f"built {setup.model.id} has {base_params:,} parameters, "
+                               f"catalog says {_expected_base_params(setup):,}")
+        if setup.method == "qlora":
+            self._quantize(model)
+        return model, ref
+
+    def _quantize(self, model: Any) -> None:
+        import torch
+
+        self.details["quantized_linears"] = _quantize(model, self.setup, use_bnb_matmul=self.mode == "cuda")
+        if self.setup.kbit_prep:
+            # peft.prepare_model_for_kbit_training: every fp16/bf16 parameter that is
+            # not a Params4bit (embeddings, norms, lm_head) becomes fp32.
+            for p in _unique_params(model):
+                if p.dtype in (torch.float16, torch.bfloat16):
+                    p.data = p.data.to(torch.float32)
+            self.notes.append("kbit_prep: prepare_model_for_kbit_training casts embeddings, norms and lm_head "
+                              "to fp32")
+        else:
+            self.notes.append("QLoRA base: embeddings, norms and lm_head stay in the compute dtype "
+                              "(no prepare_model_for_kbit_training)")
+
+    # ---- count -----------------------------------------------------------------------------
+    def meter(self, stack: Any, tracker: Any, model: Any, ref: Any) -> Any:
+        """What reads the live bytes: the storage tracker (CPU, trace) or the CUDA allocator."""
+        import torch
+
+        if tracker is not None:
+            stack.enter_context(tracker)
+            tracker.track_all(list(model.parameters()) + list(model.buffers())
+                              + ([] if ref is None else list(ref.parameters()) + list(ref.buffers())))
+            return tracker
+        import gc
+
+        gc.collect()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        return _CudaMeter(torch)
+
+    def _precision(self) -> tuple[Any, Any]:
+        """(an autocast context factory, a GradScaler or None) as HF Trainer sets them up."""
+        import torch
+
+        setup = self.setup
+        if setup.precision in ("amp-bf16", "amp-fp16"):
+            amp_dtype = torch.bfloat16 if setup.precision == "amp-bf16" else torch.float16
+            autocast = lambda: torch.autocast(self.dev, dtype=amp_dtype)  # noqa: E731
+        else:
+            autocast = _no_ctx
+        scaler = None
+        if setup.precision == "amp-fp16":
+            if self.mode == "cuda" and setup.dtype == "fp32":
+                scaler = torch.amp.GradScaler("cuda")
+            else:
+                self.notes.append("amp-fp16: GradScaler left out (it unscales in place; only scalars added)")
+        return autocast, scaler
+
+    # ---- the steps ------------------------------------------------------------------------------
+    def steps(self, model: Any, ref: Any, trainable: list, optimizer: Any, meter: Any, tracker: Any,
+              steps: int) -> tuple[list[StepMeasurement], dict[str, int], int]:
+        """Run the steps; (per-step peaks, the last step's components, paged optimizer bytes)."""
+        autocast, scaler = self._precision()
+        setup = self.setup
+        head = model.get_output_embeddings() if setup.objective != "reward" else _score_head(model)
+        marks, handle = mark_head(head, meter)
+        step_results: list[StepMeasurement] = []
+        comp: dict[str, int] = {}
+        paged_bytes = 0
+        for step in range(1, steps + 1):
+            phases = {"forward": 0, "backward": 0}
+            activations, logits = self._micro_batches(model, ref, marks, meter, autocast, scaler, phases)
+            grads = _storage_bytes(p.grad for p in trainable if p.grad is not None)
+            opt_state, paged_bytes = self._optimizer_step(trainable, optimizer, meter, tracker, scaler, phases)
+            phase = max(PHASES, key=lambda k: phases[k])
+            step_results.append(StepMeasurement(step, phases[phase], phase, phases))
+            comp = {"gradients": grads, "optimizer": opt_state, "activations": activations, "logits": logits}
+        handle.remove()
+        return step_results, comp, paged_bytes
+
+    def _micro_batches(self, model: Any, ref: Any, marks: dict, meter: Any, autocast: Any, scaler: Any,
+                       phases: dict[str, int]) -> tuple[int, int]:
+        """Forward and backward of every micro-batch of one step (2.. run with the gradients alive);
+        the activations (saved before lm_head) and logits (after) of the largest."""
+        import torch
+
+        setup = self.setup
+        rows = setup.batch * _rows(setup)
+        amp = setup.precision in ("amp-bf16", "amp-fp16")
+        accum = setup.grad_accum
+        activations = logits = 0
+        for _micro in range(accum):
+            marks.clear()
+            input_ids = torch.randint(0, setup.model.vocab, (rows, setup.seq), device=self.dev)
+            labels = input_ids
+
+            # forward (+ loss), as Trainer.compute_loss: only the loss survives
+            meter.reset_peak_memory_stats()
+            start = meter.memory_allocated()
+            if setup.objective == "sft":
+                with autocast():
+                    loss = model(input_ids=input_ids, labels=labels).loss
+            else:
+                loss = _preference_loss(model, ref, setup, input_ids, autocast, amp)
+            if accum > 1:
+                loss = loss / accum
+            after_head_peak = meter.max_memory_allocated()
+            phases["forward"] = max(phases["forward"], marks.get("pre_head_peak", 0), after_head_peak)
+            activations = max(activations, marks["head"] - start)
+            logits = max(logits, after_head_peak - marks["head"])
+
+            # backward
+            meter.reset_peak_memory_stats()
+            if scaler is not None:
+                scaler.scale(loss).backward()
+            else:
+                loss.backward()
+            del loss, input_ids, labels
+            phases["backward"] = max(phases["backward"], meter.max_memory_allocated())
+        return activations, logits
+
+    def _optimizer_step(self, trainable: list, optimizer: Any, meter: Any, tracker: Any, scaler: Any,
+                        phases: dict[str, int]) -> tuple[int, int]:
+        """Trainer's optimizer phase: clip (max_grad_norm=1.0), step, zero_grad; (state bytes, paged bytes)."""
+        import torch
+
+        from memlint.measure.optim import paged_state_tensors, state_tensors
+
+        meter.reset_peak_memory_stats()
+        if scaler is not None:
+            scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0, foreach=True)  # CUDA's default: foreach
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        paged = list(paged_state_tensors(optimizer))
+        paged_bytes = _storage_bytes(paged)
+        opt_state = _storage_bytes(state_tensors(optimizer)) - paged_bytes
+        if tracker is not None:
+            for t in paged:
+                tracker.exclude(t)
+        optimizer.zero_grad(set_to_none=True)
+        phases["optimizer"] = meter.max_memory_allocated()
+        return opt_state, paged_bytes
 
 
 def _rows(setup: Setup) -> int:

@@ -24,6 +24,7 @@ from typing import Any
 
 from memlint.errors import MemlintError
 from memlint.estimate.setup import Setup
+from memlint.library.api import attention
 
 ENGINES = ("none", "ddp", "fsdp", "fsdp_shard_grad_op", "fsdp_hybrid")
 PHASES = ("forward", "backward", "optimizer")
@@ -167,7 +168,7 @@ def _worker(rank: int, ranks: int, nodes: int, port: int, setup: Setup, engine: 
     import torch.distributed as dist
 
     from memlint.measure.core import _apply_lora, _build_model, _cuda_dropout, _unique_params, mark_head
-    from memlint.measure.optim import build_optimizer, state_tensors
+    from memlint.measure.optim import build_optimizer
     from memlint.measure.tracker import storage_bytes
 
     import peft  # noqa: F401  (module-level tensors must not be counted as the step's)
@@ -181,7 +182,7 @@ def _worker(rank: int, ranks: int, nodes: int, port: int, setup: Setup, engine: 
     notes: list[str] = []
     try:
         torch.manual_seed(seed)
-        model = _build_model(setup, "cpu", setup.attn if setup.attn != "flash_attention_2" else "sdpa")
+        model = _build_model(setup, "cpu", attention()[setup.attn].trace_as)
         if setup.method == "lora":
             model = _apply_lora(model, setup, setup.lora_dropout)
         tracker = _tracker_class()()
@@ -212,38 +213,8 @@ def _worker(rank: int, ranks: int, nodes: int, port: int, setup: Setup, engine: 
                 autocast = contextlib.nullcontext
             inner = model.module if engine == "ddp" else model
             marks, handle = mark_head(inner.get_output_embeddings(), tracker)
-            gen = torch.Generator().manual_seed(seed + 1)
-            phases: dict[str, int] = {}
-            comp: dict[str, int] = {}
-            for _step in range(steps):
-                phases = {"forward": 0, "backward": 0}
-                activations = logits = 0
-                for _micro in range(setup.grad_accum):
-                    marks.clear()
-                    ids = torch.randint(0, setup.model.vocab, (setup.batch, setup.seq), generator=gen)
-                    tracker.reset_peak_memory_stats()
-                    start = tracker.memory_allocated()
-                    with autocast():
-                        loss = model(input_ids=ids, labels=ids).loss
-                    if setup.grad_accum > 1:
-                        loss = loss / setup.grad_accum
-                    after = tracker.max_memory_allocated()
-                    phases["forward"] = max(phases["forward"], marks.get("pre_head_peak", 0), after)
-                    activations = max(activations, marks["head"] - start)
-                    logits = max(logits, after - marks["head"])
-                    tracker.reset_peak_memory_stats()
-                    loss.backward()
-                    del loss, ids
-                    phases["backward"] = max(phases["backward"], tracker.max_memory_allocated())
-                grads = storage_bytes(_local(p.grad) for p in trainable if p.grad is not None)
-                tracker.reset_peak_memory_stats()
-                torch.nn.utils.clip_grad_norm_(trainable, 1.0, foreach=True)
-                optimizer.step()
-                state = storage_bytes(_local(t) for t in state_tensors(optimizer))
-                optimizer.zero_grad(set_to_none=True)
-                phases["optimizer"] = tracker.max_memory_allocated()
-                comp = {"weights": weights, "buffers": buffers_after_wrap, "gradients": grads,
-                        "optimizer": state, "activations": activations, "logits": logits}
+            phases, comp = _rank_steps(model, setup, trainable, optimizer, tracker, marks, autocast, steps, seed)
+            comp = {"weights": weights, "buffers": buffers_after_wrap, **comp}
             handle.remove()
         phase = max(PHASES, key=lambda k: phases[k])
         queue.put(RankMeasurement(rank=rank, ranks=ranks, engine=engine, components=comp, phases=phases,
@@ -252,3 +223,46 @@ def _worker(rank: int, ranks: int, nodes: int, port: int, setup: Setup, engine: 
     finally:
         if engine != "none":
             dist.destroy_process_group()
+
+
+def _rank_steps(model: Any, setup: Setup, trainable: list, optimizer: Any, tracker: Any, marks: dict,
+                autocast: Any, steps: int, seed: int) -> tuple[dict[str, int], dict[str, int]]:
+    """One rank's training steps: (the last step's phase peaks, its gradients, optimizer state,
+    activations and logits)."""
+    import torch
+
+    from memlint.measure.optim import state_tensors
+    from memlint.measure.tracker import storage_bytes
+
+    gen = torch.Generator().manual_seed(seed + 1)
+    phases: dict[str, int] = {}
+    comp: dict[str, int] = {}
+    for _step in range(steps):
+        phases = {"forward": 0, "backward": 0}
+        activations = logits = 0
+        for _micro in range(setup.grad_accum):
+            marks.clear()
+            ids = torch.randint(0, setup.model.vocab, (setup.batch, setup.seq), generator=gen)
+            tracker.reset_peak_memory_stats()
+            start = tracker.memory_allocated()
+            with autocast():
+                loss = model(input_ids=ids, labels=ids).loss
+            if setup.grad_accum > 1:
+                loss = loss / setup.grad_accum
+            after = tracker.max_memory_allocated()
+            phases["forward"] = max(phases["forward"], marks.get("pre_head_peak", 0), after)
+            activations = max(activations, marks["head"] - start)
+            logits = max(logits, after - marks["head"])
+            tracker.reset_peak_memory_stats()
+            loss.backward()
+            del loss, ids
+            phases["backward"] = max(phases["backward"], tracker.max_memory_allocated())
+        grads = storage_bytes(_local(p.grad) for p in trainable if p.grad is not None)
+        tracker.reset_peak_memory_stats()
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0, foreach=True)
+        optimizer.step()
+        state = storage_bytes(_local(t) for t in state_tensors(optimizer))
+        optimizer.zero_grad(set_to_none=True)
+        phases["optimizer"] = tracker.max_memory_allocated()
+        comp = {"gradients": grads, "optimizer": state, "activations": activations, "logits": logits}
+    return phases, comp

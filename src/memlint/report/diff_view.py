@@ -7,18 +7,14 @@ import json
 from typing import Any, TextIO
 
 from memlint.diff import DiffResult, FieldChange, FileDiff
-from memlint.estimate import GIB
+from memlint.vocab import GIB, gib, signed_gib
 
 # A component change smaller than this (bytes) is noise in a review: 0.01 GiB.
 _SHOWN = GIB // 100
 
 
-def _gib(n: int) -> str:
-    return f"{n / GIB:.2f}"
-
-
-def _signed(n: int) -> str:
-    return f"{'+' if n >= 0 else '-'}{abs(n) / GIB:.2f}"
+_gib = gib
+_signed = signed_gib
 
 
 def _value(v: Any) -> str:

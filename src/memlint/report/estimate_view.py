@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from memlint.estimate import GIB, Estimate, estimate, find_gpu, gpus, max_batch, max_seq
+from memlint.vocab import gib
 
 
 def gpu_targets(gpu: str | None) -> list[tuple[str, int, int]]:
@@ -40,10 +41,6 @@ def to_json(est: Estimate, targets) -> dict[str, Any]:
         doc["per_rank"] = {"gpus": est.ranks, "nodes": est.setup.nodes, "shard": est.setup.shard,
                            "offload": est.setup.offload}
     return doc
-
-
-def gib(n: int) -> str:
-    return f"{n / GIB:,.2f}"
 
 
 def describe(est: Estimate) -> str:

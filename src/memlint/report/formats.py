@@ -15,6 +15,7 @@ from urllib.parse import quote
 from memlint.errors import MemlintError
 from memlint.plan import Span
 from memlint.rules.base import FileResult, Finding, Rule
+from memlint.vocab import COMPONENTS, GIB, gib
 
 FORMATS = ("concise", "full", "json", "github", "sarif")
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -23,8 +24,6 @@ SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 # and SARIF carries the page itself (help.markdown) instead of a link.
 DOCS_URL: str | None = None
 CONTEXT_LINES = 2  # source lines shown above and below a finding in the full format
-GIB = 1 << 30
-COMPONENTS = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
 LEVELS = {"error": "error", "warning": "warning", "note": "note"}           # SARIF
 GITHUB_LEVELS = {"error": "error", "warning": "warning", "note": "notice"}
 
@@ -210,10 +209,6 @@ def _snippet(r: FileResult, f: Finding, paint: _Paint) -> str:
     return "".join(row + "\n" for row in rows)
 
 
-def _gib(n: int) -> str:
-    return f"{n / GIB:,.2f}"
-
-
 def estimate_table(r: FileResult, paint: _Paint | None = None) -> str:
     """The estimate behind a file's findings, compact: components, peak and the GPU's verdict.
 
@@ -236,12 +231,12 @@ def estimate_table(r: FileResult, paint: _Paint | None = None) -> str:
     names[-1:-1] = [c for c in est.components if c not in COMPONENTS]  # e.g. buffers, before overhead
     width = max(len(c) for c in names)
     for name in names:
-        rows.append(f"  {name.ljust(width)}  {_gib(est.components[name].bytes).rjust(8)} GiB")
+        rows.append(f"  {name.ljust(width)}  {gib(est.components[name].bytes).rjust(8)} GiB")
     phase = f"  at the {est.peak_phase} phase" if est.peak_phase not in ("sum", None) else ""
-    rows.append(paint(f"  {'peak'.ljust(width)}  {_gib(est.peak).rjust(8)} GiB{phase}", "bold"))
+    rows.append(paint(f"  {'peak'.ljust(width)}  {gib(est.peak).rjust(8)} GiB{phase}", "bold"))
     paged = getattr(est, "paged_optimizer", 0)
     if paged:
-        rows.append(f"  {'paged'.ljust(width)}  {_gib(paged).rjust(8)} GiB  optimizer state in unified "
+        rows.append(f"  {'paged'.ljust(width)}  {gib(paged).rjust(8)} GiB  optimizer state in unified "
                     "memory, not in the peak")
     gpu = ctx.gpu
     if gpu is None:
@@ -249,10 +244,10 @@ def estimate_table(r: FileResult, paint: _Paint | None = None) -> str:
     else:
         label, total, _ = gpu
         if est.peak <= total:
-            verdict = paint("fits", "green") + f", {_gib(total - est.peak)} GiB to spare"
+            verdict = paint("fits", "green") + f", {gib(total - est.peak)} GiB to spare"
         else:
-            verdict = paint("does not fit", "red", "bold") + f", {_gib(est.peak - total)} GiB over"
-        rows.append(f"  GPU {label} ({_gib(total)} GiB): {verdict}")
+            verdict = paint("does not fit", "red", "bold") + f", {gib(est.peak - total)} GiB over"
+        rows.append(f"  GPU {label} ({gib(total)} GiB): {verdict}")
     return "".join(row + "\n" for row in rows)
 
 
@@ -334,10 +329,8 @@ def _github(results: Sequence[FileResult], out: TextIO) -> None:
 
 
 def _registry_rules() -> list[type[Rule]]:
-    try:
-        from memlint.rules.registry import all_rules
-    except ImportError:  # the registry lands separately; SARIF then describes the codes it saw
-        return []
+    from memlint.rules.registry import all_rules
+
     return list(all_rules())
 
 

@@ -1,43 +1,31 @@
-"""`memlint measure`: the measured step beside the estimate, component by component."""
+"""`memlint measure`'s output: the measured step beside the estimate, component by component."""
 
 from __future__ import annotations
 
-import json
+from typing import Any
 
-from memlint.estimate import COMPONENTS, estimate
-from memlint.report.estimate_view import gib
+from memlint.estimate import Estimate
+from memlint.vocab import COMPONENTS, gib
 
 
-def run_measure(args, setup, console) -> int:
-    import importlib.util
+def to_json(setup: Any, doc: dict, est: Estimate) -> dict:
+    return {
+        "model": {"id": setup.model.id, "params": setup.model.params, "trainable_params": est.trainable_params},
+        "components": doc["components"],
+        "peak": est.peak,
+        "paged_optimizer": est.paged_optimizer,
+        "measured_peak": doc["measured_peak"],
+        "phase": doc["phase"],
+        "device": doc["device"],
+        "method": doc["method"],
+        "steps": doc["steps"],
+        "estimate": {"components": {k: est.bytes(k) for k in COMPONENTS}, "allocated_peak": est.allocated_peak,
+                     "phase": est.peak_phase},
+        "notes": doc.get("notes", []),
+    }
 
-    from memlint.errors import MemlintError
 
-    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None:
-        raise MemlintError("memlint measure needs torch and transformers: pip install 'torch-memlint[measure]'")
-    from memlint.measure import measure
-
-    device = {"cpu": "trace"}.get(args.device, args.device)
-    m = measure(setup, device=device)
-    doc = m.to_json()
-    est = estimate(setup, "real")
-    if args.format == "json":
-        out = {
-            "model": {"id": setup.model.id, "params": setup.model.params, "trainable_params": est.trainable_params},
-            "components": doc["components"],
-            "peak": est.peak,
-            "paged_optimizer": est.paged_optimizer,
-            "measured_peak": doc["measured_peak"],
-            "phase": doc["phase"],
-            "device": doc["device"],
-            "method": doc["method"],
-            "steps": doc["steps"],
-            "estimate": {"components": {k: est.bytes(k) for k in COMPONENTS}, "allocated_peak": est.allocated_peak,
-                         "phase": est.peak_phase},
-            "notes": doc.get("notes", []),
-        }
-        print(json.dumps(out, indent=2))
-        return 0
+def render(setup: Any, doc: dict, est: Estimate, console) -> None:
     from rich.table import Table
 
     traced = doc["method"] == "fake-tensor-trace"
@@ -57,4 +45,3 @@ def run_measure(args, setup, console) -> int:
         console.print(f"step {s['step']}: peak {gib(s['peak'])} GiB at {s['phase']} ({phases})")
     for note in doc.get("notes", []):
         console.print(f"[dim]- {note}[/dim]")
-    return 0

@@ -80,3 +80,10 @@ def render_all(rules: Iterable[type[Rule]]) -> dict[str, str]:
     pages = {page_name(r): rule_markdown(r) for r in rules}
     pages[INDEX] = index_markdown(rules)
     return pages
+
+
+def rule_json(r) -> dict:
+    return {"code": r.code, "name": r.name, "severity": r.severity, "default_enabled": r.default_enabled,
+            "summary": r.summary, "options": dict(r.options),
+            "fix": None if r.fix is None else {"title": r.fix.title, "applicability": r.fix.applicability},
+            "explanation": r.doc()}

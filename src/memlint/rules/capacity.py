@@ -11,13 +11,7 @@ from typing import Iterator
 from memlint.estimate import GIB, estimate, max_batch, max_seq
 from memlint.rules.base import Context, Finding, Rule, Sample
 from memlint.rules.samples import script
-
-
-def gib(n: int) -> str:
-    """Bytes for a message: GiB with one decimal, MiB below 1 GiB."""
-    if abs(n) < GIB:
-        return f"{n / (1 << 20):,.0f} MiB"
-    return f"{n / GIB:.1f} GiB"
+from memlint.vocab import size_text
 
 
 def per_gpu(ctx: Context) -> str:
@@ -79,10 +73,10 @@ class ExceedsGpuRule(Rule):
                 advice = f"not even micro-batch 1 × {s.seq} fits; longest sequence at micro-batch 1: {fit_s}"
             else:
                 least = estimate(s.with_(batch=1, seq=128), ctx.accounting, cbytes).peak
-                advice = (f"not even micro-batch 1 × 128 fits ({gib(least)}: weights, gradients and optimizer "
-                          f"state {gib(state)}, the optimizer step and overhead)")
-        msg = (f"estimated peak {gib(est.peak)}{per_gpu(ctx)} exceeds {label} ({gib(total)}) by "
-               f"{gib(est.peak - total)} at micro-batch {s.batch} × {s.seq} ({est.peak_phase}); {advice}")
+                advice = (f"not even micro-batch 1 × 128 fits ({size_text(least)}: weights, gradients and optimizer "
+                          f"state {size_text(state)}, the optimizer step and overhead)")
+        msg = (f"estimated peak {size_text(est.peak)}{per_gpu(ctx)} exceeds {label} ({size_text(total)}) by "
+               f"{size_text(est.peak - total)} at micro-batch {s.batch} × {s.seq} ({est.peak_phase}); {advice}")
         yield self.finding(
             ctx, msg, "per_device_batch",
             related=(("max_length", "max_length set here"), ("model_id", "model set here"),
@@ -132,8 +126,8 @@ class LowHeadroomRule(Rule):
         if free >= float(self.opts["min-headroom"]) * total:
             return
         yield self.finding(
-            ctx, f"fits on {label} with only {gib(free)} ({free / total:.0%}) to spare: estimated peak "
-                 f"{gib(est.peak)}{per_gpu(ctx)} of {gib(total)}",
+            ctx, f"fits on {label} with only {size_text(free)} ({free / total:.0%}) to spare: estimated peak "
+                 f"{size_text(est.peak)}{per_gpu(ctx)} of {size_text(total)}",
             "per_device_batch", related=(("max_length", "max_length set here"),),
             hint="leave a margin for fragmentation, evaluation and checkpointing",
             peak_bytes=est.peak, gpu=label, gpu_bytes=total,
@@ -189,15 +183,12 @@ class EvalBatchExceedsGpuRule(Rule):
         if ev.peak <= gpu[1]:
             return
         yield self.finding(
-            ctx, f"evaluation at per_device_eval_batch_size={v.value} × {ev.seq} needs {gib(ev.peak)} "
-                 f"(logits {gib(ev.logits)}, weights and optimizer state {gib(ev.weights + ev.optimizer)}) "
-                 f"and exceeds {gpu[0]} ({gib(gpu[1])}); training fits at {gib(est.peak)}",
+            ctx, f"evaluation at per_device_eval_batch_size={v.value} × {ev.seq} needs {size_text(ev.peak)} "
+                 f"(logits {size_text(ev.logits)}, weights and optimizer state {size_text(ev.weights + ev.optimizer)}) "
+                 f"and exceeds {gpu[0]} ({size_text(gpu[1])}); training fits at {size_text(est.peak)}",
             "eval_batch", related=(("per_device_batch", "training micro-batch set here"),),
             hint="lower per_device_eval_batch_size", eval_peak_bytes=ev.peak, gpu_bytes=gpu[1],
         )
-
-
-RULES = (ExceedsGpuRule, LowHeadroomRule, EvalBatchExceedsGpuRule)
 
 
 def refit(ctx: Context, **changes) -> "tuple[int, bool | None]":

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from memlint.rules.base import Context, Finding, Rule, Sample
-from memlint.rules.capacity import gib
 from memlint.rules.samples import script
+from memlint.vocab import size_text
 
 
 class EvalBatchDefaultRule(Rule):
@@ -53,7 +53,7 @@ class EvalBatchDefaultRule(Rule):
         if ev.peak <= gpu[1]:
             return
         yield self.finding(ctx, f"per_device_eval_batch_size is the library default {v.value}: evaluation would need "
-                                f"{gib(ev.peak)} on {gpu[0]} ({gib(gpu[1])})", "eval_batch",
+                                f"{size_text(ev.peak)} on {gpu[0]} ({size_text(gpu[1])})", "eval_batch",
                            hint=f"per_device_eval_batch_size={ctx.setup.batch}")
 
 
@@ -102,6 +102,3 @@ class BatchCouldGrowRule(Rule):
         yield self.finding(ctx, f"micro-batch 1 × accumulation {s.grad_accum}: micro-batch {b} × accumulation "
                                 f"{s.grad_accum // b} fits on {gpu[0]} with the same effective batch",
                            "per_device_batch", related=(("grad_accum", "accumulation set here"),))
-
-
-RULES = (EvalBatchDefaultRule, BatchCouldGrowRule)

@@ -191,6 +191,3 @@ class BadConfigValueRule(Rule):
         for d in ctx.plan.diagnostics:
             if d.kind == "bad-value":
                 yield self.finding(ctx, d.message, d.span)
-
-
-RULES = (SyntaxErrorRule, UnknownModelRule, UnknownValueRule, UnknownConfigKeyRule, BadConfigValueRule)

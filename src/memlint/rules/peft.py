@@ -7,8 +7,9 @@ from typing import Iterator
 from memlint.estimate import estimate
 from memlint import data
 from memlint.rules.base import Context, Finding, Fix, Rule, Sample
-from memlint.rules.capacity import gib, refit
+from memlint.rules.capacity import refit
 from memlint.rules.samples import script
+from memlint.vocab import size_text
 
 _LORA = "r=16, lora_alpha=32, target_modules='all-linear'"
 
@@ -53,7 +54,7 @@ class NoDoubleQuantRule(Rule):
         saved = ""
         if ctx.estimate is not None:
             peak_dq, _ = refit(ctx, double_quant=True)
-            saved = f": double quantization saves {gib(ctx.estimate.peak - peak_dq)}"
+            saved = f": double quantization saves {size_text(ctx.estimate.peak - peak_dq)}"
         at = "double_quant" if ctx.plan.get("double_quant").span else "quant_bits"
         yield self.finding(ctx, f"4-bit base without double quantization{saved} (0.37 bits per quantized weight)",
                            at, hint="bnb_4bit_use_double_quant=True", fix=self.fix)
@@ -196,7 +197,7 @@ class PagedOptimizerRule(Rule):
         optim = ctx.value("optimizer")
         if not isinstance(optim, str) or not optim.startswith("paged_"):
             return
-        size = f" ({gib(ctx.estimate.paged_optimizer)})" if ctx.estimate is not None else ""
+        size = f" ({size_text(ctx.estimate.paged_optimizer)})" if ctx.estimate is not None else ""
         yield self.finding(ctx, f"{optim}: the optimizer state{size} lives in CUDA unified memory, outside "
                                 "torch.cuda.max_memory_allocated(); under pressure it is paged to CPU", "optimizer")
 
@@ -239,12 +240,9 @@ class FullFinetuneWherePeftFitsRule(Rule):
         for label, changes in (("LoRA", {"method": "lora"}), ("QLoRA", {"method": "qlora", "quant": "nf4", "double_quant": True})):
             e = estimate(s.with_(lora_r=16, lora_targets="all-linear", **changes), ctx.accounting, gpu[2])
             opts.append((label, e.peak))
-        fitting = [f"{label} (r=16, all linear layers) {gib(p)}" for label, p in opts if p <= gpu[1]]
+        fitting = [f"{label} (r=16, all linear layers) {size_text(p)}" for label, p in opts if p <= gpu[1]]
         if not fitting:
             return
-        yield self.finding(ctx, f"full fine-tuning needs {gib(est.peak)} and does not fit on {gpu[0]} ({gib(gpu[1])}); "
+        yield self.finding(ctx, f"full fine-tuning needs {size_text(est.peak)} and does not fit on {gpu[0]} ({size_text(gpu[1])}); "
                                 f"{' or '.join(fitting)} would", "method",
                            related=(("model_id", "model set here"),), hint="train adapters with peft (LoRA/QLoRA)")
-
-
-RULES = (NoDoubleQuantRule, Fp16ComputeRule, BareLoadIn4bitRule, PagedOptimizerRule, FullFinetuneWherePeftFitsRule)

@@ -1,7 +1,12 @@
-"""All rules, in code order, and selection by code, prefix or ALL."""
+"""All rules, in code order, and selection by code, prefix or ALL.
+
+Rules are found, as Fixit finds them: every concrete Rule subclass (one with a code) defined in
+a module of this package. A rule module needs no list to be added to."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from functools import lru_cache
 from typing import Iterable
 
@@ -11,14 +16,18 @@ from memlint.rules.base import Rule
 
 @lru_cache(maxsize=1)
 def all_rules() -> tuple[type[Rule], ...]:
-    from memlint.rules import capacity, heuristics, notes, peft, sequence
+    import memlint.rules as package
 
-    rules = [*notes.RULES, *capacity.RULES, *sequence.RULES, *peft.RULES, *heuristics.RULES]
-    return tuple(sorted(rules, key=lambda r: r.code))
-
-
-def by_code() -> dict[str, type[Rule]]:
-    return {r.code: r for r in all_rules()}
+    found: dict[str, type[Rule]] = {}
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        for obj in vars(module).values():
+            if isinstance(obj, type) and issubclass(obj, Rule) and obj.__module__ == module.__name__ \
+                    and "code" in vars(obj):
+                if obj.code in found and found[obj.code] is not obj:
+                    raise RuntimeError(f"two rules with code {obj.code}: {found[obj.code].__name__}, {obj.__name__}")
+                found[obj.code] = obj
+    return tuple(sorted(found.values(), key=lambda r: r.code))
 
 
 def lookup(code_or_name: str) -> type[Rule]:

@@ -6,8 +6,9 @@ from typing import Iterator
 
 from memlint.estimate.activations import autocast_weight_copies
 from memlint.rules.base import Context, Finding, Fix, Rule, Sample
-from memlint.rules.capacity import gib, refit
+from memlint.rules.capacity import refit
 from memlint.rules.samples import script
+from memlint.vocab import size_text
 
 
 def _seq_bytes(est) -> int:
@@ -53,7 +54,7 @@ class PadToMaxLengthRule(Rule):
         L = ctx.value("max_length")
         cost = ""
         if ctx.estimate is not None:
-            cost = f" ({gib(_seq_bytes(ctx.estimate))} of activations and logits at {ctx.setup.batch} × {ctx.setup.seq})"
+            cost = f" ({size_text(_seq_bytes(ctx.estimate))} of activations and logits at {ctx.setup.batch} × {ctx.setup.seq})"
         yield self.finding(
             ctx, f"padding='max_length' pads every sample to {L or 'max_length'} tokens: every micro-batch "
                  f"costs the worst case{cost}",
@@ -124,8 +125,8 @@ class LongestSampleSetsPeakRule(Rule):
         step = (f"a step that draws a {s.seq}-token sample pads all {s.batch} samples to {s.seq} tokens"
                 if s.batch > 1 else f"a step that draws a {s.seq}-token sample")
         yield self.finding(
-            ctx, f"padding to the longest sample: {step}: {gib(worst)} of activations and logits (peak "
-                 f"{gib(est.peak)}) vs {gib(base)} for a typical {typical}-token {'batch' if s.batch > 1 else 'sample'}{fits}",
+            ctx, f"padding to the longest sample: {step}: {size_text(worst)} of activations and logits (peak "
+                 f"{size_text(est.peak)}) vs {size_text(base)} for a typical {typical}-token {'batch' if s.batch > 1 else 'sample'}{fits}",
             "max_length", related=(("padding", "padding set here"), ("per_device_batch", "batch set here")),
             hint="size the run for the longest batch; group_by_length=True makes it the first step, packing or "
                  "truncation removes it", fix=self.fix, worst_bytes=worst, typical_bytes=base,
@@ -180,8 +181,8 @@ class RecomputeOffRule(Rule):
             return
         tail = f" and makes it fit on {ctx.gpu[0]}" if rescues else ""
         yield self.finding(
-            ctx, f"gradient checkpointing is off: turning it on saves {gib(saved)} ({saved / est.peak:.0%}) of the "
-                 f"{gib(est.peak)} peak{tail}",
+            ctx, f"gradient checkpointing is off: turning it on saves {size_text(saved)} ({saved / est.peak:.0%}) of the "
+                 f"{size_text(est.peak)} peak{tail}",
             "gradient_checkpointing", related=(("per_device_batch", "batch set here"),),
             hint="gradient_checkpointing=True (about a third more compute)", fix=self.fix,
             saved_bytes=saved, peak_with_recompute=peak_on,
@@ -232,7 +233,7 @@ class EagerAttentionRule(Rule):
         tail = f" and fits on {ctx.gpu[0]}" if fits and est.peak > ctx.gpu[1] else ""
         yield self.finding(
             ctx, f"eager attention at {s.seq} tokens keeps {s.batch}×{s.model.heads}×{s.seq}² scores per layer: SDPA would "
-                 f"save {gib(saved)} of the {gib(est.peak)} peak{tail}",
+                 f"save {size_text(saved)} of the {size_text(est.peak)} peak{tail}",
             "attn_implementation", related=(("max_length", "max_length set here"),),
             hint='attn_implementation="sdpa" (or "flash_attention_2")', saved_bytes=saved,
         )
@@ -295,12 +296,9 @@ class LargeLogitsRule(Rule):
                     + (" (accelerate upcasts the model's outputs)" if amp else "") + ", kept for the log-probs' backward"
                     + (", and the reference forward's" if s.reference in ("copy", "adapter-disabled") else ""))
         yield self.finding(
-            ctx, f"logits over a {s.model.vocab:,}-token vocabulary at {s.batch} × {s.seq}: {gib(logits)}, "
+            ctx, f"logits over a {s.model.vocab:,}-token vocabulary at {s.batch} × {s.seq}: {size_text(logits)}, "
                  f"{share:.0%} of the allocated peak ({what})",
             ("model_id", "max_length"), related=(("max_length", "max_length set here"), ("per_device_batch", "batch set here")),
             hint="a fused/chunked cross-entropy (Liger, Cut Cross-Entropy) or a shorter max_length",
             logits_bytes=logits,
         )
-
-
-RULES = (PadToMaxLengthRule, LongestSampleSetsPeakRule, RecomputeOffRule, EagerAttentionRule, LargeLogitsRule)

@@ -100,16 +100,6 @@ class Reader:
         self.bad(f"{'.'.join(map(str, path))} should be true or false, not {v!r}", *path)
         raise Bad()
 
-    def str_at(self, *path: Any) -> str | None:
-        self._refused(path)
-        v = self.doc.get(*path)
-        if v is None:
-            return None
-        if isinstance(v, (dict, list)):
-            self.bad(f"{'.'.join(map(str, path))} should be a string, not a {type(v).__name__}", *path)
-            raise Bad()
-        return str(v)
-
     def int_field(self, name: str, *path: Any, default_key: str | None = None) -> int | None:
         """An integer plan field: literal from the file, else the framework default."""
         try:

@@ -135,77 +135,9 @@ def accelerate_facts(doc: Document, file: Path | None = None) -> LaunchFacts:
     dtype = str(doc.get("distributed_type") or "NO").upper()
     span = doc.span("distributed_type")
     if dtype == "DEEPSPEED":
-        ds = doc.get("deepspeed_config") or {}
-        ref = ds.get("deepspeed_config_file") if isinstance(ds, dict) else None
-        if isinstance(ref, str) and ref.lower() != "none":
-            inner, shown = find_deepspeed(r.file, doc.path, ref)
-            if inner is None:
-                facts.fields["distributed"] = Value("deepspeed", "literal", doc.span("deepspeed_config", "deepspeed_config_file"), (f"{shown}: stage unknown",))
-            else:
-                sub = deepspeed_facts(inner)
-                facts.fields.update(sub.fields)
-                facts.soft.update(sub.soft)
-                facts.notes.extend(sub.notes)
-                facts.diagnostics.extend(sub.diagnostics)
-        elif isinstance(ds, dict):
-            try:
-                stage = r.int_at("deepspeed_config", "zero_stage")
-            except Bad:
-                stage = None
-            if stage in (1, 2, 3):
-                facts.fields["distributed"] = Value(f"zero{stage}", "literal", doc.span("deepspeed_config", "zero_stage"), (f"deepspeed_config.zero_stage: {stage}",))
-            elif stage == 0:
-                facts.fields["distributed"] = Value("none", "literal", doc.span("deepspeed_config", "zero_stage"), ("zero_stage: 0 (no ZeRO)",))
-            else:
-                facts.fields["distributed"] = Value("deepspeed", "literal", span, ("distributed_type: DEEPSPEED without a zero_stage",))
-            par = str(ds.get("offload_param_device", "none")).lower()
-            opt = str(ds.get("offload_optimizer_device", "none")).lower()
-            if par in _OFFLOAD_DEVICES:
-                facts.fields["offload"] = Value("params", "literal", doc.span("deepspeed_config", "offload_param_device"), (f"offload_param_device: {par}",))
-            elif opt in _OFFLOAD_DEVICES:
-                facts.fields["offload"] = Value("optimizer", "literal", doc.span("deepspeed_config", "offload_optimizer_device"), (f"offload_optimizer_device: {opt}",))
-            else:
-                facts.fields["offload"] = Value("none", "literal" if "offload_optimizer_device" in ds else "library-default",
-                                                doc.span("deepspeed_config", "offload_optimizer_device"), ("no offload device",))
-            try:
-                ga = r.int_at("deepspeed_config", "gradient_accumulation_steps")
-            except Bad:
-                ga = None
-            if ga is not None:
-                facts.soft["grad_accum"] = Value(ga, "literal", doc.span("deepspeed_config", "gradient_accumulation_steps"), (f"deepspeed_config.gradient_accumulation_steps: {ga}",))
-            r.checked_keys(("zero_stage", "offload_optimizer_device", "offload_param_device", "offload_optimizer_nvme_path", "offload_param_nvme_path",
-                            "gradient_accumulation_steps", "gradient_clipping", "zero3_init_flag", "zero3_save_16bit_model", "deepspeed_config_file",
-                            "deepspeed_multinode_launcher", "deepspeed_hostfile", "deepspeed_exclusion_filter", "deepspeed_inclusion_filter",
-                            "deepspeed_moe_layer_cls_names"), {}, ("deepspeed_config",), "deepspeed_config ")
+        _accelerate_deepspeed(r, doc, facts, span)
     elif dtype == "FSDP":
-        fsdp = doc.get("fsdp_config") or {}
-        fsdp = fsdp if isinstance(fsdp, dict) else {}
-        table, ref = frameworks.substitution("accelerate", "fsdp_sharding")
-        version = fsdp.get("fsdp_version") or frameworks.default("accelerate", "fsdp_version").value
-        strat = fsdp.get("fsdp_sharding_strategy")
-        reshard = fsdp.get("fsdp_reshard_after_forward")
-        if strat is not None:
-            value = table.get(str(strat).upper())
-            where = ("fsdp_config", "fsdp_sharding_strategy")
-        elif reshard is not None:
-            if isinstance(reshard, bool):
-                value = "fsdp" if reshard else "fsdp_shard_grad_op"
-            else:
-                value = table.get(str(reshard).upper())
-            where = ("fsdp_config", "fsdp_reshard_after_forward")
-        else:
-            value, where = "fsdp", ("distributed_type",)
-        if value is None:
-            r.bad(f"unknown FSDP sharding strategy {strat if strat is not None else reshard!r}", *where)
-            value = "fsdp"
-        facts.fields["distributed"] = Value(value, "literal", doc.span(*where), (f"{where[-1]}: {doc.get(*where)!r} (FSDP{version})", ref))
-        off = fsdp.get("fsdp_offload_params")
-        if off is True or (isinstance(off, str) and off.lower() == "true"):
-            facts.fields["offload"] = Value("params", "literal", doc.span("fsdp_config", "fsdp_offload_params"), ("fsdp_offload_params: true (parameters, gradients and optimizer on CPU)",))
-        else:
-            facts.fields["offload"] = Value("none", "literal" if off is not None else "library-default", doc.span("fsdp_config", "fsdp_offload_params"), ("fsdp_offload_params: false",))
-        if fsdp.get("fsdp_activation_checkpointing") is True:
-            facts.soft["gradient_checkpointing"] = Value(True, "literal", doc.span("fsdp_config", "fsdp_activation_checkpointing"), ("fsdp_activation_checkpointing: true",))
+        _accelerate_fsdp(r, doc, facts)
     elif dtype in ("MULTI_GPU", "NO", "MULTI_CPU", "MULTI_XPU", "MULTI_NPU", "MULTI_MLU", "MULTI_MUSA", "MULTI_HPU"):
         why = "distributed_type: NO (one process)" if dtype == "NO" else f"distributed_type: {dtype} (DDP: every rank holds the whole model)"
         facts.fields["distributed"] = Value("none", "literal" if span else "library-default", span, (why,))
@@ -213,6 +145,99 @@ def accelerate_facts(doc: Document, file: Path | None = None) -> LaunchFacts:
     else:
         facts.fields["distributed"] = Value(None, "unknown", span, (f"distributed_type {dtype} is not one memlint models",))
         facts.notes.append(f"distributed is unknown (distributed_type {dtype}); pass --assume distributed=...")
+    _accelerate_precision(r, doc, facts)
+    r.checked_keys()
+    facts.diagnostics.extend(r.diagnostics)
+    facts.notes.extend(r.notes)
+    return facts
+
+
+_ACCELERATE_DS_KEYS = (
+    "zero_stage", "offload_optimizer_device", "offload_param_device", "offload_optimizer_nvme_path", "offload_param_nvme_path",
+    "gradient_accumulation_steps", "gradient_clipping", "zero3_init_flag", "zero3_save_16bit_model", "deepspeed_config_file",
+    "deepspeed_multinode_launcher", "deepspeed_hostfile", "deepspeed_exclusion_filter", "deepspeed_inclusion_filter",
+    "deepspeed_moe_layer_cls_names",
+)
+
+
+def _accelerate_deepspeed(r: Reader, doc: Document, facts: LaunchFacts, span: Span | None) -> None:
+    """distributed_type: DEEPSPEED: its deepspeed_config_file, else the inline deepspeed_config."""
+    ds = doc.get("deepspeed_config") or {}
+    ref = ds.get("deepspeed_config_file") if isinstance(ds, dict) else None
+    if isinstance(ref, str) and ref.lower() != "none":
+        inner, shown = find_deepspeed(r.file, doc.path, ref)
+        if inner is None:
+            facts.fields["distributed"] = Value("deepspeed", "literal", doc.span("deepspeed_config", "deepspeed_config_file"), (f"{shown}: stage unknown",))
+        else:
+            sub = deepspeed_facts(inner)
+            facts.fields.update(sub.fields)
+            facts.soft.update(sub.soft)
+            facts.notes.extend(sub.notes)
+            facts.diagnostics.extend(sub.diagnostics)
+        return
+    if not isinstance(ds, dict):
+        return
+    try:
+        stage = r.int_at("deepspeed_config", "zero_stage")
+    except Bad:
+        stage = None
+    if stage in (1, 2, 3):
+        facts.fields["distributed"] = Value(f"zero{stage}", "literal", doc.span("deepspeed_config", "zero_stage"), (f"deepspeed_config.zero_stage: {stage}",))
+    elif stage == 0:
+        facts.fields["distributed"] = Value("none", "literal", doc.span("deepspeed_config", "zero_stage"), ("zero_stage: 0 (no ZeRO)",))
+    else:
+        facts.fields["distributed"] = Value("deepspeed", "literal", span, ("distributed_type: DEEPSPEED without a zero_stage",))
+    par = str(ds.get("offload_param_device", "none")).lower()
+    opt = str(ds.get("offload_optimizer_device", "none")).lower()
+    if par in _OFFLOAD_DEVICES:
+        facts.fields["offload"] = Value("params", "literal", doc.span("deepspeed_config", "offload_param_device"), (f"offload_param_device: {par}",))
+    elif opt in _OFFLOAD_DEVICES:
+        facts.fields["offload"] = Value("optimizer", "literal", doc.span("deepspeed_config", "offload_optimizer_device"), (f"offload_optimizer_device: {opt}",))
+    else:
+        facts.fields["offload"] = Value("none", "literal" if "offload_optimizer_device" in ds else "library-default",
+                                        doc.span("deepspeed_config", "offload_optimizer_device"), ("no offload device",))
+    try:
+        ga = r.int_at("deepspeed_config", "gradient_accumulation_steps")
+    except Bad:
+        ga = None
+    if ga is not None:
+        facts.soft["grad_accum"] = Value(ga, "literal", doc.span("deepspeed_config", "gradient_accumulation_steps"), (f"deepspeed_config.gradient_accumulation_steps: {ga}",))
+    r.checked_keys(_ACCELERATE_DS_KEYS, {}, ("deepspeed_config",), "deepspeed_config ")
+
+
+def _accelerate_fsdp(r: Reader, doc: Document, facts: LaunchFacts) -> None:
+    """distributed_type: FSDP: the sharding strategy (FSDP1's name or FSDP2's reshard flag) and offload."""
+    fsdp = doc.get("fsdp_config") or {}
+    fsdp = fsdp if isinstance(fsdp, dict) else {}
+    table, ref = frameworks.substitution("accelerate", "fsdp_sharding")
+    version = fsdp.get("fsdp_version") or frameworks.default("accelerate", "fsdp_version").value
+    strat = fsdp.get("fsdp_sharding_strategy")
+    reshard = fsdp.get("fsdp_reshard_after_forward")
+    if strat is not None:
+        value = table.get(str(strat).upper())
+        where: tuple[str, ...] = ("fsdp_config", "fsdp_sharding_strategy")
+    elif reshard is not None:
+        if isinstance(reshard, bool):
+            value = "fsdp" if reshard else "fsdp_shard_grad_op"
+        else:
+            value = table.get(str(reshard).upper())
+        where = ("fsdp_config", "fsdp_reshard_after_forward")
+    else:
+        value, where = "fsdp", ("distributed_type",)
+    if value is None:
+        r.bad(f"unknown FSDP sharding strategy {strat if strat is not None else reshard!r}", *where)
+        value = "fsdp"
+    facts.fields["distributed"] = Value(value, "literal", doc.span(*where), (f"{where[-1]}: {doc.get(*where)!r} (FSDP{version})", ref))
+    off = fsdp.get("fsdp_offload_params")
+    if off is True or (isinstance(off, str) and off.lower() == "true"):
+        facts.fields["offload"] = Value("params", "literal", doc.span("fsdp_config", "fsdp_offload_params"), ("fsdp_offload_params: true (parameters, gradients and optimizer on CPU)",))
+    else:
+        facts.fields["offload"] = Value("none", "literal" if off is not None else "library-default", doc.span("fsdp_config", "fsdp_offload_params"), ("fsdp_offload_params: false",))
+    if fsdp.get("fsdp_activation_checkpointing") is True:
+        facts.soft["gradient_checkpointing"] = Value(True, "literal", doc.span("fsdp_config", "fsdp_activation_checkpointing"), ("fsdp_activation_checkpointing: true",))
+
+
+def _accelerate_precision(r: Reader, doc: Document, facts: LaunchFacts) -> None:
     mp = doc.get("mixed_precision")
     if isinstance(mp, str):
         prec = {"bf16": "amp-bf16", "fp16": "amp-fp16", "no": "fp32", "fp8": "amp-bf16"}.get(mp.lower())
@@ -222,10 +247,6 @@ def accelerate_facts(doc: Document, file: Path | None = None) -> LaunchFacts:
             facts.soft["precision"] = Value(prec, "literal", doc.span("mixed_precision"), (f"mixed_precision: {mp}",))
     elif mp is False:  # YAML reads an unquoted `no` as false
         facts.soft["precision"] = Value("fp32", "literal", doc.span("mixed_precision"), ("mixed_precision: no",))
-    r.checked_keys()
-    facts.diagnostics.extend(r.diagnostics)
-    facts.notes.extend(r.notes)
-    return facts
 
 
 def launch_plan_fields(facts: LaunchFacts) -> dict[str, Value]:

@@ -372,7 +372,20 @@ class LlamaFactory(FrameworkReader):
         d = self.doc
         self.model_id("model_name_or_path")
         stage = d.get("stage") if isinstance(d.get("stage"), str) else frameworks.default(self.kind, "stage").value
-        ft = d.get("finetuning_type")
+        self._precision()
+        self._method()
+        self._training(stage)
+        self.fused_flag("enable_liger_kernel", "liger", frameworks.default(self.kind, "enable_liger_kernel").why)
+        self.distributed(("fsdp",))
+        self.trainer({"sft": "Seq2SeqTrainer", "pt": "Trainer", "dpo": "DPOTrainer", "kto": "KTOTrainer", "rm": "RewardTrainer", "ppo": "PPOTrainer"}.get(str(stage), str(stage)),
+                     f"LLaMA-Factory stage: {stage}")
+        for flag in ("use_galore", "use_badam", "use_apollo", "use_adam_mini", "use_muon"):
+            if d.get(flag) is True:
+                self.notes.append(f"{flag}: LLaMA-Factory swaps in its own optimizer; memlint estimates the optimizer named by optim")
+        self.checked_keys()
+
+    def _precision(self) -> None:
+        d = self.doc
         bf16, fp16, pure = d.get("bf16") is True, d.get("fp16") is True, d.get("pure_bf16") is True
         ref = frameworks.substitution(self.kind, "compute_dtype")[1]
         if pure or bf16:
@@ -385,6 +398,12 @@ class LlamaFactory(FrameworkReader):
         else:
             self.lib("torch_dtype", "auto", "neither bf16 nor fp16: LLaMA-Factory infers compute_dtype from the checkpoint (infer_optim_dtype)")
             self.lib("precision", "fp32", "neither bf16 nor fp16 nor pure_bf16")
+
+    def _method(self) -> None:
+        """finetuning_type, quantization_bit and the LoRA settings."""
+        d = self.doc
+        ft = d.get("finetuning_type")
+        ref = frameworks.substitution(self.kind, "compute_dtype")[1]
         try:
             bits = self.int_at("quantization_bit")
         except Bad:
@@ -425,7 +444,10 @@ class LlamaFactory(FrameworkReader):
                 self.fields["lora_targets"] = type(self.fields["lora_targets"])(_lf_targets(t), "library-default", None, self.fields["lora_targets"].chain)
             else:
                 self.lit("lora_targets", _lf_targets(t), "lora_target")
-        # the training fields are transformers' Seq2SeqTrainingArguments, with their defaults
+
+    def _training(self, stage: str) -> None:
+        """The training fields: transformers' Seq2SeqTrainingArguments, with LLaMA-Factory's defaults."""
+        d = self.doc
         ta = "transformers.Seq2SeqTrainingArguments"
         self.ta_int("per_device_batch", "per_device_train_batch_size", ta)
         self.ta_int("eval_batch", "per_device_eval_batch_size", ta)
@@ -467,14 +489,6 @@ class LlamaFactory(FrameworkReader):
             self.lit("attn_implementation", attn, "flash_attn")
         else:
             self.lib("attn_implementation", "sdpa", frameworks.default(self.kind, "flash_attn").why)
-        self.fused_flag("enable_liger_kernel", "liger", frameworks.default(self.kind, "enable_liger_kernel").why)
-        self.distributed(("fsdp",))
-        self.trainer({"sft": "Seq2SeqTrainer", "pt": "Trainer", "dpo": "DPOTrainer", "kto": "KTOTrainer", "rm": "RewardTrainer", "ppo": "PPOTrainer"}.get(str(stage), str(stage)),
-                     f"LLaMA-Factory stage: {stage}")
-        for flag in ("use_galore", "use_badam", "use_apollo", "use_adam_mini", "use_muon"):
-            if d.get(flag) is True:
-                self.notes.append(f"{flag}: LLaMA-Factory swaps in its own optimizer; memlint estimates the optimizer named by optim")
-        self.checked_keys()
 
 
 def _lf_targets(t: Any) -> Any:
@@ -493,9 +507,18 @@ class TrlRecipe(FrameworkReader):
     kind = "trl-recipe"
 
     def read(self) -> None:
-        d = self.doc
         self.model_id("model_name_or_path")
         self.offload_note("activation_offloading")
+        self._model()
+        cls = self._config_class()
+        self._training(cls)
+        self.distributed(("fsdp",))
+        self.trainer(cls.split(".")[-1].replace("Config", "Trainer"), f"recipe fields read as {cls} ({frameworks.substitution(self.kind, 'sft_config')[1]})")
+        self.checked_keys()
+
+    def _model(self) -> None:
+        """trl.ModelConfig's fields: dtype, use_peft and the LoRA settings, 4/8-bit loading."""
+        d = self.doc
         for key in ("dtype", "torch_dtype"):
             if d.has(key) and dtype_name(d.get(key)):
                 self.lit("torch_dtype", dtype_name(d.get(key)), key)
@@ -532,7 +555,10 @@ class TrlRecipe(FrameworkReader):
             self.lit("quant_bits", 8, "load_in_8bit")
         else:
             self.lib("quant_bits", None, frameworks.default(self.kind, "load_in_4bit").why)
-        cls = self._config_class()
+
+    def _training(self, cls: str) -> None:
+        """The trainer config's fields (SFTConfig, DPOConfig, ...), with that class's defaults."""
+        d = self.doc
         self.ta_int("per_device_batch", "per_device_train_batch_size", cls)
         self.ta_int("eval_batch", "per_device_eval_batch_size", cls)
         self.ta_int("grad_accum", "gradient_accumulation_steps", cls)
@@ -574,9 +600,6 @@ class TrlRecipe(FrameworkReader):
         key = "use_liger" if self.doc.has("use_liger") and not self.doc.has("use_liger_kernel") else "use_liger_kernel"
         dd = library_default(cls, "use_liger_kernel")
         self.fused_flag(key, "liger", dd.why if dd else "use_liger_kernel not set")
-        self.distributed(("fsdp",))
-        self.trainer(cls.split(".")[-1].replace("Config", "Trainer"), f"recipe fields read as {cls} ({frameworks.substitution(self.kind, 'sft_config')[1]})")
-        self.checked_keys()
 
     def _bool(self, key: str) -> bool:
         try:

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memlint.errors import MemlintError
+from memlint.library.api import attention
 from memlint.plan import TrainingPlan, Value
+from memlint.vocab import dtype_name
 
-_DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 # peft's modules that hold adapters; their `base_layer` is the frozen Linear.
 _LORA_PREFIX = "lora_"
 
@@ -83,7 +84,7 @@ def _is_peft(model: Any) -> bool:
     return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
 
 
-def _base(model: Any) -> Any:
+def base_model(model: Any) -> Any:
     return model.get_base_model() if _is_peft(model) else model
 
 
@@ -95,7 +96,7 @@ def _numel(p: Any) -> int:
     return p.numel()
 
 
-def _unique_named(model: Any) -> list[tuple[str, Any]]:
+def unique_named(model: Any) -> list[tuple[str, Any]]:
     from memlint.measure.core import unique_named_parameters
 
     return unique_named_parameters(model)
@@ -124,7 +125,7 @@ def _quantization(model: Any) -> tuple[str, bool, str | None]:
             if qs is not None and getattr(qs, "nested", None) is not None:
                 dq = bool(qs.nested)
             cd = getattr(module, "compute_dtype", None)
-            compute = _DTYPE_NAMES.get(str(cd).replace("torch.", "")) if cd is not None else None
+            compute = dtype_name(str(cd)) if cd is not None else None
             break
         if cls == "Linear8bitLt":
             return "int8", False, None
@@ -154,7 +155,7 @@ def _lora(model: Any) -> dict[str, Any] | None:
     if not targets:
         raise MemlintError("the peft model has no LoRA layers")
     return {"adapter": name, "r": int(r or cfg.r), "alpha": cfg.lora_alpha, "dropout": float(cfg.lora_dropout),
-            "targets": tuple(targets), "dtype": _DTYPE_NAMES.get(str(dtype).replace("torch.", ""), "fp32")}
+            "targets": tuple(targets), "dtype": (dtype_name(str(dtype)) or "fp32")}
 
 
 def _recompute(base: Any) -> bool:
@@ -180,7 +181,7 @@ def model_spec(model: Any, model_id: str | None = None) -> Any:
     device (memlint.measure.tiny_spec), checked against the live parameters."""
     from memlint.measure import tiny_spec
 
-    base = _base(model)
+    base = base_model(model)
     mt, cfg = _config_dict(base.config)
     mid = model_id or getattr(base.config, "name_or_path", "") or f"live-{mt}"
     return tiny_spec(mt, cfg, mid)
@@ -190,10 +191,10 @@ def read_model(model: Any) -> dict[str, Any]:
     """Counts, dtypes, quantization, LoRA and recompute state of a live model."""
     if not hasattr(model, "named_parameters") or not hasattr(model, "config"):
         raise MemlintError(f"{type(model).__name__} is not a transformers/peft model (no .config)")
-    base = _base(model)
+    base = base_model(model)
     params = trainable = 0
     dtypes: dict[str, int] = {}
-    for n, p in _unique_named(model):
+    for n, p in unique_named(model):
         k = _numel(p)
         if _LORA_PREFIX not in n:
             params += k
@@ -211,15 +212,15 @@ def read_model(model: Any) -> dict[str, Any]:
 def _weight_dtype(model: Any, quant: str) -> str:
     """The dtype the frozen base weights are held in: the block Linears' dtype, or for a
     4-bit base the dtype of what stayed unquantized (the embeddings)."""
-    base = _base(model)
+    base = base_model(model)
     if quant == "none":
         for name, module in base.named_modules():
             w = getattr(module, "weight", None)
             if type(module).__name__ == "Linear" and w is not None and module is not base.get_output_embeddings() \
                     and _LORA_PREFIX not in name:
-                return _DTYPE_NAMES.get(str(w.dtype).replace("torch.", ""), "fp32")
+                return (dtype_name(str(w.dtype)) or "fp32")
     emb = base.get_input_embeddings().weight
-    return _DTYPE_NAMES.get(str(emb.dtype).replace("torch.", ""), "fp32")
+    return (dtype_name(str(emb.dtype)) or "fp32")
 
 
 # --------------------------------------------------------------------------- the data
@@ -413,8 +414,8 @@ def _build(model: Any, rows: int, cols: int, *, grad_accum: int, optim: str, bf1
     recompute_from = ("TrainingArguments(gradient_checkpointing=True)" if recompute_args
                       else "the model (gradient_checkpointing_enable / prepare_model_for_kbit_training)"
                       if info["recompute"] else "off")
-    attn = getattr(_base(model).config, "_attn_implementation", None) or "sdpa"
-    if attn not in ("eager", "sdpa", "flash_attention_2"):
+    attn = getattr(base_model(model).config, "_attn_implementation", None) or "sdpa"
+    if attn not in attention():
         notes.append(f"attention {attn!r}: estimated as sdpa")
         attn = "sdpa"
     kw: dict[str, Any] = {}
@@ -475,233 +476,3 @@ def _plan(f: LiveFacts, s: Any, kind: str, group_by_length: bool) -> TrainingPla
     if s.quant != "none":
         fields.update(quant_type=lit(s.quant), double_quant=lit(s.double_quant), compute_dtype=lit(s.compute_dtype))
     return TrainingPlan(f"<live {f.model_class}>", fields, kind="python")
-
-
-# --------------------------------------------------------------------------- confirmation
-@dataclass
-class Confirmation:
-    """The measured step beside the estimate, or the OOM that answered the question."""
-
-    measurement: Any | None       # memlint.measure.Measurement
-    oom: str | None               # "does not fit: OOM in the backward phase after 71.30 GiB allocated …"
-    mode: str                     # cuda | cpu | trace
-    how: str                      # what ran, and on which copy of the model
-    setup: Any                    # the Setup that was measured
-    restored: tuple[str, ...] = ()
-    notes: list[str] = field(default_factory=list)
-
-
-class StateSnapshot:
-    """The user's state a training step can change, saved and put back bit for bit:
-    trainable parameters and buffers (copied to host memory, so the GPU is not charged
-    twice), gradients (moved off the device for the step), requires_grad flags, every
-    module's attributes and hooks (train/eval mode, gradient-checkpointing switches,
-    enable_input_require_grads hooks), and the torch CPU/CUDA, Python and numpy RNGs."""
-
-    def __init__(self, model: Any) -> None:
-        import torch
-
-        self.model = model
-        self.params = _unique_named(model)
-        with torch.no_grad():
-            self.data = {id(p): p.detach().to("cpu", copy=True) for _, p in self.params if p.requires_grad}
-            self.buffers = [(b, b.detach().to("cpu", copy=True)) for b in model.buffers()]
-        self.requires_grad = {id(p): p.requires_grad for _, p in self.params}
-        self.grads = {}
-        for _, p in self.params:
-            if p.grad is not None:
-                self.grads[id(p)] = (p.grad.device, p.grad.detach().to("cpu", copy=True))
-                p.grad = None
-        self.modules = [(m, dict(m.__dict__), {k: dict(v) for k, v in m.__dict__.items() if _is_hook_dict(k, v)})
-                        for m in model.modules()]
-        self.rng = RngSnapshot()
-
-    def restore(self) -> tuple[str, ...]:
-        import torch
-
-        with torch.no_grad():
-            for _, p in self.params:
-                saved = self.data.get(id(p))
-                if saved is not None:
-                    p.data.copy_(saved.to(p.device))
-            for b, saved in self.buffers:
-                b.copy_(saved.to(b.device))
-        for _, p in self.params:
-            p.requires_grad_(self.requires_grad[id(p)])
-            g = self.grads.get(id(p))
-            p.grad = None if g is None else g[1].to(g[0])
-        for module, attrs, hooks in self.modules:
-            for k in [k for k in module.__dict__ if k not in attrs]:
-                del module.__dict__[k]
-            for k, v in attrs.items():
-                module.__dict__[k] = v
-            for k, saved in hooks.items():
-                live = module.__dict__[k]
-                live.clear()
-                live.update(saved)
-        return ("trainable parameters", "buffers", "gradients", "requires_grad", "train/eval mode",
-                "gradient checkpointing", "hooks", *self.rng.restore())
-
-
-def _is_hook_dict(key: str, value: Any) -> bool:
-    """Dicts a step may change in place: hooks, and a module's parameter/child tables."""
-    return isinstance(value, dict) and (key in ("_parameters", "_buffers", "_modules")
-                                        or (key.startswith("_") and "hooks" in key))
-
-
-class RngSnapshot:
-    """Only the RNGs: what a step on a copy of the model can still change (measure seeds torch)."""
-
-    def __init__(self) -> None:
-        import random
-        import sys
-
-        import torch
-
-        self.cpu = torch.get_rng_state()
-        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
-        self.cuda = torch.cuda.get_rng_state_all() if cuda else None
-        self.py = random.getstate()
-        np = sys.modules.get("numpy")
-        self.np = np.random.get_state() if np is not None else None
-
-    def restore(self) -> tuple[str, ...]:
-        import random
-        import sys
-
-        import torch
-
-        torch.set_rng_state(self.cpu)
-        if self.cuda is not None:
-            torch.cuda.set_rng_state_all(self.cuda)
-        random.setstate(self.py)
-        np = sys.modules.get("numpy")
-        if self.np is not None and np is not None:
-            np.random.set_state(self.np)
-        return ("RNG (torch CPU" + (", CUDA" if self.cuda is not None else "") + ", python, numpy)",)
-
-
-def meta_copy(model: Any) -> Any:
-    """A copy of `model` whose parameters and buffers live on the meta device: the same
-    modules, adapters, hooks and switches, no data copied (the memo hands deepcopy a meta
-    tensor for every parameter and buffer, tied ones once)."""
-    import copy
-
-    import torch
-
-    memo: dict[int, Any] = {}
-    for p in model.parameters():
-        memo[id(p)] = torch.nn.Parameter(torch.empty_like(p, device="meta"), requires_grad=p.requires_grad)
-    for b in model.buffers():
-        memo[id(b)] = torch.empty_like(b, device="meta")
-    return copy.deepcopy(model, memo)
-
-
-_PHASE_MARKERS = (
-    ("optimizer", ("optimizer.step(", "clip_grad_norm_(", "scaler.step(", "scaler.unscale_(")),
-    ("backward", (".backward(",)),
-    ("model build", ("_build_model(", "_apply_lora(", "_quantize(", "._apply(")),
-    ("forward", ("model(",)),  # after the build markers: "_build_model(" holds "model("
-)
-
-
-def oom_phase(tb: Any) -> str:
-    """The training phase an exception was raised in, read off the traceback's source
-    lines (the measured loop names its phases in its code)."""
-    import traceback
-
-    for frame in traceback.extract_tb(tb):
-        line = frame.line or ""
-        for phase, marks in _PHASE_MARKERS:
-            if any(m in line for m in marks):
-                return phase
-    return "step"
-
-
-def resolve_mode(device: str, model: Any) -> str:
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "trace"
-    if device in ("cuda", "cpu", "trace"):
-        if device == "cuda" and not torch.cuda.is_available():
-            raise MemlintError("--device cuda asked for, but torch sees no CUDA device")
-        return device
-    raise MemlintError(f"unknown device {device!r}: expected auto, cuda, cpu or trace")
-
-
-def confirm(lp: LivePlan, *, device: str = "auto", steps: int = 2, measure_fn: Any = None) -> Confirmation:
-    """Run `steps` training steps of the worst-case micro-batch and measure them, leaving
-    the user's model, optimizer and RNGs as they were.
-
-    cuda: on the user's model in place when it is on the GPU (a copy would double the
-    weights being measured), with a StateSnapshot restored afterwards; else on a fresh
-    model built from its config. trace: on a meta-device copy of the user's model, run as
-    fake tensors (no memory). cpu: in place with real tensors (small models).
-    """
-    import gc
-
-    import torch
-
-    if measure_fn is None:
-        from memlint.measure import measure as measure_fn
-    mode = resolve_mode(device, lp.model)
-    notes: list[str] = []
-    # a rebuilt model gets its adapters from the Setup, so it follows the estimated loop;
-    # the user's own model (or its meta copy) runs the loop as it really is
-    rebuilt = (mode == "trace" and lp.setup.quant != "none") or (mode == "cuda" and lp.facts.device != "cuda")
-    setup = lp.setup if rebuilt or lp.run_setup is None else lp.run_setup
-    if setup.grad_accum > 2:
-        # the peak with accumulation is the second micro-batch's (gradients alive); more add nothing
-        setup = setup.with_(grad_accum=2)
-        notes.append(f"gradient accumulation {lp.setup.grad_accum}: measured with 2 micro-batches a step "
-                     "(every later micro-batch repeats the second's peak)")
-    on_device = lp.facts.device
-    snapshot: Any
-    if mode == "trace":
-        if setup.quant == "none":
-            model, how = meta_copy(lp.model), ("fake-tensor trace on CPU of a meta-device copy of your model "
-                                               "(no data copied, no memory used); your model was not touched")
-            if setup.attn == "flash_attention_2":
-                # as memlint.measure does for the models it builds: the CPU has no flash kernel,
-                # SDPA's flash path saves the same tensors
-                _base(model).set_attn_implementation("sdpa")
-                notes.append("flash_attention_2 traced as sdpa on the copy (the same saved tensors)")
-        else:
-            model, how = None, ("fake-tensor trace on CPU of a fresh model built from your model's config "
-                                "(a 4-bit base is rebuilt by memlint.measure); your model was not touched")
-        snapshot = RngSnapshot()
-    elif mode == "cuda" and on_device != "cuda":
-        model, how = None, ("CUDA, on a fresh model built from your model's config (random weights): your model "
-                            f"is on {on_device}; it was not touched")
-        snapshot = RngSnapshot()
-    else:
-        model = lp.model
-        how = (f"{'CUDA' if mode == 'cuda' else 'CPU (real tensors, storage tracker)'}, on your model in place: "
-               "state saved before and restored after")
-        snapshot = StateSnapshot(lp.model)
-        if mode == "cuda":
-            notes.append("measured weights = everything allocated on the GPU before the step: the model and any "
-                         "other tensors the notebook holds (an optimizer state from an earlier train(), batches)")
-    measurement = oom = None
-    try:
-        measurement = measure_fn(setup, device=mode, steps=steps, model=model)
-    except torch.cuda.OutOfMemoryError as exc:
-        phase = oom_phase(exc.__traceback__)
-        import re
-
-        tried = re.search(r"Tried to allocate ([0-9.]+ [KMGT]?i?B)", str(exc))
-        peak = torch.cuda.max_memory_allocated() if mode == "cuda" else 0
-        oom = (f"does not fit: OOM in the {phase} phase after {peak / (1 << 30):.2f} GiB allocated"
-               + (f" (tried to allocate {tried.group(1)} more)" if tried else ""))
-        import traceback
-
-        traceback.clear_frames(exc.__traceback__)  # the frames hold the step's tensors
-        del exc
-    finally:
-        restored = snapshot.restore()
-        model = None
-        gc.collect()
-        if mode == "cuda":
-            torch.cuda.empty_cache()
-    return Confirmation(measurement, oom, mode, how, setup, restored, notes)

@@ -1,0 +1,243 @@
+"""`memlint check`: flags -> settings -> engine (memlint.check) -> formats, exit code.
+
+The report goes to stdout (or -o), the human summary to stderr; colour only on a
+terminal (NO_COLOR / FORCE_COLOR respected).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from memlint.errors import MemlintError
+from memlint.report.formats import FORMATS
+
+def add_check_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="*", metavar="PATH", help="files or folders (default: .); - reads stdin")
+    g = p.add_argument_group("what to check against")
+    g.add_argument("--gpu", metavar="NAME|GiB", help="GPU to check against (default: [tool.memlint] gpu; "
+                                                     "else fit is reported for common GPUs without failing)")
+    g.add_argument("--gpus", type=int, metavar="N", help="GPUs the run spans (sharded runs are estimated per GPU)")
+    g.add_argument("--assume", action="append", default=[], metavar="KEY=VALUE",
+                   help="value for a field the script leaves unknown (repeatable)")
+    g.add_argument("--launch-config", metavar="PATH",
+                   help="an accelerate or DeepSpeed config the scripts are launched with")
+    g.add_argument("--accounting", choices=("real", "textbook"), default=None)
+    r = p.add_argument_group("rule selection")
+    r.add_argument("--select", metavar="CODES", help="comma-separated codes or prefixes (MEM1, MEM201) or ALL")
+    r.add_argument("--extend-select", metavar="CODES", help="codes to enable on top of the selection")
+    r.add_argument("--ignore", metavar="CODES", help="codes or prefixes to disable")
+    r.add_argument("--fail-on", choices=("note", "warning", "error"), default=None,
+                   help="lowest severity that makes the exit code 1 (default: warning)")
+    o = p.add_argument_group("output")
+    o.add_argument("--output-format", choices=FORMATS, default=None, help="default: concise")
+    o.add_argument("-o", "--output-file", metavar="PATH", help="write the report to PATH instead of stdout")
+    o.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
+    o.add_argument("--statistics", action="store_true", help="count findings per rule instead of listing them")
+    o.add_argument("--show-settings", action="store_true", help="print the resolved settings and exit")
+    o.add_argument("--stdin-filename", metavar="PATH", help="the name of the file read from stdin")
+    o.add_argument("--config", metavar="PATH", help="settings file (default: the closest pyproject.toml "
+                                                    "with [tool.memlint], or memlint.toml)")
+    o.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
+    o.add_argument("--no-color", action="store_true")
+    f = p.add_argument_group("fixes")
+    f.add_argument("--fix", action="store_true", help="apply safe fixes in place")
+    f.add_argument("--unsafe-fixes", action="store_true", help="also apply (with --fix) or show unsafe fixes")
+    f.add_argument("--diff", action="store_true", help="show the fixes as a unified diff; write nothing")
+
+
+def _codes(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    return [c.strip() for c in text.split(",") if c.strip()]
+
+
+def resolve_settings(args: argparse.Namespace):
+    from memlint.config import load_settings
+    from memlint.rules.registry import check_selectors
+
+    start = Path(args.paths[0]) if args.paths and args.paths[0] != "-" else Path(args.stdin_filename or ".")
+    if not start.exists():
+        start = Path(".")
+    s = load_settings(start, args.config)
+    changes = {}
+    if args.select is not None:
+        changes["select"] = tuple(check_selectors(_codes(args.select), "--select"))
+    if args.extend_select is not None:
+        changes["extend_select"] = s.extend_select + tuple(check_selectors(_codes(args.extend_select), "--extend-select"))
+    if args.ignore is not None:
+        changes["ignore"] = s.ignore + tuple(check_selectors(_codes(args.ignore), "--ignore"))
+    if args.fail_on:
+        changes["fail_on"] = args.fail_on
+    if args.accounting:
+        changes["accounting"] = args.accounting
+    if args.gpu:
+        from memlint.estimate import find_gpu
+
+        find_gpu(args.gpu)
+        changes["gpu"] = args.gpu
+    if args.gpus is not None:
+        if args.gpus < 1:
+            raise MemlintError("--gpus must be at least 1")
+        changes["gpus"] = args.gpus
+    return s.with_(**changes)
+
+
+def _color(args: argparse.Namespace, stream: TextIO) -> bool:
+    if args.no_color or os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return hasattr(stream, "isatty") and stream.isatty()
+
+
+def _launch(plans_cfg: str | None):
+    if not plans_cfg:
+        return None
+    from memlint.extract.configs import merge_launch_config
+
+    if not Path(plans_cfg).is_file():
+        raise MemlintError(f"--launch-config {plans_cfg}: no such file")
+    return lambda plan: merge_launch_config(plan, plans_cfg)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from memlint.check import check_paths, check_plan, check_source, collect, failing, read_file
+    from memlint.report.check_view import fit_summary
+    from memlint.report.formats import summary, write_results, write_statistics
+
+    settings = resolve_settings(args)
+    if args.show_settings:
+        print(settings.show())
+        return 0
+    fmt = args.output_format or "concise"
+    if args.stdin_filename and args.paths and args.paths != ["-"]:
+        raise MemlintError("--stdin-filename reads stdin: pass - (or no path) as the only path")
+    from_stdin = args.paths == ["-"] or (not args.paths and args.stdin_filename is not None)
+    paths = args.paths or ["."]
+    merge = _launch(args.launch_config)
+    kw = dict(gpu=None, gpus=None, assume=args.assume)
+
+    if from_stdin:
+        name = args.stdin_filename or "<stdin>"
+        try:
+            source = sys.stdin.buffer.read().decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise MemlintError(f"{name}: not UTF-8 text (invalid byte at offset {exc.start})") from None
+        result = check_source(source, name, settings=settings, **kw)
+        if merge is not None and result.plan.kind in ("python", "notebook"):
+            result = check_plan(merge(result.plan), lines=result.lines, settings=settings, **kw)
+        if args.fix or args.diff:
+            return _fix_stdin(source, result, name, args)
+        results = [result]
+    elif merge is None and not (args.fix or args.diff):
+        results = check_paths(paths, settings, **kw)
+    else:
+        results = []
+        for target in collect(paths, settings):
+            plan, lines, cells = read_file(target)
+            if plan is None:
+                continue
+            if merge is not None and plan.kind in ("python", "notebook"):
+                plan = merge(plan)
+            result = check_plan(plan, lines=lines, settings=settings, **kw)
+            result.cells = cells
+            results.append(result)
+        if args.fix or args.diff:
+            results, code = _fix_files(results, settings, args, kw)
+            if args.diff:
+                return code
+
+    out: TextIO
+    out = open(args.output_file, "w", encoding="utf-8") if args.output_file else sys.stdout
+    try:
+        color = _color(args, out) and not args.output_file
+        if args.statistics:
+            from memlint.report.formats import statistics
+
+            write_statistics(statistics(results), out, fmt, color=color)
+        else:
+            write_results(results, fmt, out, color=color, show_fixes=args.unsafe_fixes)
+    finally:
+        if args.output_file:
+            out.close()
+    if not args.quiet:
+        sys.stdout.flush()
+        sys.stderr.write(summary(results, show_fixes=args.unsafe_fixes))
+        if settings.gpu is None and fmt in ("concise", "full"):
+            fit_summary(results, sys.stderr)
+    if args.exit_zero:
+        return 0
+    return 1 if failing(results, settings.fail_on) else 0
+
+
+def _fixable(results, args) -> dict:
+    allowed = {"safe", "unsafe"} if args.unsafe_fixes else {"safe"}
+    return {id(r): [f for f in r.findings if f.fix is not None and f.fix.applicability in allowed] for r in results}
+
+
+def _apply(source: str, findings, unsafe: bool, path: str):
+    from memlint.fix import apply_fixes
+
+    return apply_fixes(source, findings, unsafe=unsafe, path=path)
+
+
+def _fix_files(results, settings, args, kw):
+    from memlint.check import check_source
+
+    from memlint.fix import unified_diff
+
+    todo = _fixable(results, args)
+    out_results, diffs, changed = [], [], 0
+    for r in results:
+        fixes = todo[id(r)]
+        if not fixes or r.plan.kind != "python":
+            out_results.append(r)
+            continue
+        before = "\n".join(r.lines) + "\n"
+        try:
+            before = Path(r.path).read_text(encoding="utf-8")
+        except OSError:
+            pass
+        res = _apply(before, fixes, args.unsafe_fixes, r.path)
+        if res.source == before:
+            out_results.append(r)
+            continue
+        changed += 1
+        if args.diff:
+            diffs.append(unified_diff(r.path, before, res.source))
+            out_results.append(r)
+            continue
+        Path(r.path).write_text(res.source, encoding="utf-8")
+        out_results.append(check_source(res.source, r.path, settings=settings, **kw))
+    if args.diff:
+        sys.stdout.write("".join(diffs))
+        if not args.quiet:
+            n = sum(len(todo[id(r)]) for r in results)
+            sys.stderr.write(f"Would fix {n} finding{'s' if n != 1 else ''} in {changed} file{'s' if changed != 1 else ''}.\n"
+                             if changed else "No fixes available.\n")
+        return out_results, (1 if changed and not args.exit_zero else 0)
+    if not args.quiet and changed:
+        sys.stderr.write(f"Fixed {changed} file{'s' if changed != 1 else ''}.\n")
+    return out_results, 0
+
+
+def _fix_stdin(source: str, result, name: str, args) -> int:
+    fixes = _fixable([result], args)[id(result)]
+    new = _apply(source, fixes, args.unsafe_fixes, name).source if fixes else source
+    if args.diff:
+        from memlint.fix import unified_diff
+
+        sys.stdout.write(unified_diff(name, source, new) if new != source else "")
+        return 1 if new != source and not args.exit_zero else 0
+    sys.stdout.write(new)  # Ruff's contract: `--fix -` prints the fixed source
+    return 0
+
+
+def add_parser(sub) -> None:
+    c = sub.add_parser("check", help="check training scripts and configs (the default: memlint PATH…)")
+    add_check_flags(c)
+    c.set_defaults(func=run_check)

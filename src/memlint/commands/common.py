@@ -1,0 +1,65 @@
+"""What several commands share: the console, the chart flags (`--plot`, `--compare`) and their output."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+from memlint.errors import MemlintError
+
+if TYPE_CHECKING:
+    from memlint.estimate import Estimate
+
+
+def console():
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=False)
+
+
+def add_chart_flags(p) -> None:
+    p.add_argument("--plot", metavar="PATH", help="draw the four-bucket chart to PATH (.png or .svg; needs matplotlib)")
+    p.add_argument("--compare", action="store_true",
+                   help="add bars for the alternatives memlint suggests (recompute, QLoRA, smaller micro-batch)")
+
+
+def check_chart_flags(args) -> None:
+    """Bad --plot usage fails before any work is printed."""
+    import importlib.util
+
+    plot = getattr(args, "plot", None)
+    if not plot:
+        return
+    if Path(plot).suffix.lower() not in (".png", ".svg"):
+        raise MemlintError(f"--plot {plot}: the file name must end in .png or .svg")
+    from memlint.report.chart import PLOT_EXTRA
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise MemlintError(f"--plot needs matplotlib: {PLOT_EXTRA}")
+
+
+def emit_chart(args, estimates: Sequence[tuple[str | None, "Estimate"]], console, terminal: bool = True) -> None:
+    """`--plot` / `--compare` for estimate and plan: the terminal chart and the file.
+
+    Alternatives are estimated against the CUDA context of `--gpu`, as the estimate was."""
+    from memlint.estimate import find_gpu
+    from memlint.report.chart import bars_for, capacities_for, render_terminal, write_chart
+
+    if not (getattr(args, "plot", None) or getattr(args, "compare", False)):
+        return
+    check_chart_flags(args)
+    context_bytes = find_gpu(args.gpu)[2] if getattr(args, "gpu", None) else None
+    bars: list = []
+    for label, est in estimates:
+        bars += bars_for(est, context_bytes, compare=args.compare, label=label)
+    if not bars:
+        return
+    capacities = capacities_for(getattr(args, "gpu", None))
+    if terminal:
+        console.print()
+        render_terminal(bars, capacities, console)
+    if args.plot:
+        title = ", ".join(dict.fromkeys(est.setup.model.id for _, est in estimates)) + f"  ({estimates[0][1].accounting} accounting)"
+        write_chart(args.plot, bars, capacities, title=title)
+        print(f"memlint: chart written to {args.plot}", file=sys.stderr)

@@ -1,0 +1,103 @@
+"""`memlint estimate`: one training configuration from flags -> the estimate table or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from memlint.errors import MemlintError
+
+
+def setup_flags(p: argparse.ArgumentParser) -> None:
+    """The training configuration flags `estimate` and `measure` share."""
+    from memlint.library.api import attention
+
+    g = p.add_argument_group("training configuration")
+    g.add_argument("--model", required=True, help="model id (catalog, HF cache) or a local directory with config.json")
+    g.add_argument("--method", choices=("full", "lora", "qlora"), default="full")
+    g.add_argument("--lora-r", type=int, default=16, metavar="N")
+    g.add_argument("--lora-targets", default="all-linear", metavar="all-linear|q_proj,v_proj,…")
+    g.add_argument("--lora-dropout", type=float, default=0.05, metavar="P")
+    g.add_argument("--quant", choices=("none", "nf4", "fp4", "int8"), default=None,
+                   help="base weight quantization (default: nf4 for qlora, none otherwise)")
+    g.add_argument("--double-quant", action=argparse.BooleanOptionalAction, default=True)
+    g.add_argument("--kbit-prep", action=argparse.BooleanOptionalAction, default=True,
+                   help="prepare_model_for_kbit_training upcasts non-quantized weights to fp32 (default on)")
+    g.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="bf16", help="dtype the weights are loaded in")
+    g.add_argument("--precision", choices=("fp32", "amp-bf16", "amp-fp16", "pure-bf16", "master-fp32"), default=None,
+                   help="default: amp-bf16 (amp-fp16 for --dtype fp16)")
+    g.add_argument("--optim", default="adamw_torch", metavar="NAME", help="HF Trainer optim name")
+    g.add_argument("--batch", type=int, default=1, metavar="N", help="micro-batch per GPU")
+    g.add_argument("--seq", type=int, default=2048, metavar="N", help="longest sequence in a micro-batch")
+    g.add_argument("--grad-accum", type=int, default=1, metavar="N")
+    g.add_argument("--recompute", action=argparse.BooleanOptionalAction, default=False, help="gradient checkpointing")
+    g.add_argument("--attn", choices=tuple(attention()), default="sdpa")
+    g.add_argument("--fused-loss", action=argparse.BooleanOptionalAction, default=False,
+                   help="fused/chunked linear cross-entropy (Liger, Cut Cross-Entropy): no full-vocabulary logits")
+    g.add_argument("--objective", choices=("sft", "dpo", "orpo", "cpo", "kto", "reward"), default="sft",
+                   help="TRL trainer objective: preference trainers stack chosen+rejected rows, DPO/KTO add a reference pass")
+    g.add_argument("--ref-model", choices=("auto", "none", "copy", "adapter-disabled", "precomputed"), default="auto",
+                   help="reference for dpo/kto (default: a frozen copy for a full fine-tune, adapters disabled for peft)")
+    g.add_argument("--trl-version", default=None, metavar="X.Y",
+                   help="TRL version whose step layout to model (default: the installed one, else the newest known)")
+    g.add_argument("--gpus", type=int, default=1, metavar="N")
+    g.add_argument("--shard", choices=("none", "zero1", "zero2", "zero3", "fsdp", "fsdp_shard_grad_op", "fsdp_hybrid"),
+                   default="none")
+    g.add_argument("--nodes", type=int, default=1, metavar="M", help="nodes the GPUs span (fsdp_hybrid shards within one)")
+    g.add_argument("--offload", choices=("none", "optimizer", "params"), default="none")
+
+
+def setup_from_args(args: argparse.Namespace):
+    from memlint.catalog import resolve
+    from memlint.estimate.setup import Setup
+    from memlint.library.versions import installed_version
+
+    quant = args.quant
+    if quant is None:
+        quant = "nf4" if args.method == "qlora" else "none"
+    precision = args.precision or ("amp-fp16" if args.dtype == "fp16" else "amp-bf16")
+    targets: tuple[str, ...] | str = args.lora_targets
+    if targets != "all-linear":
+        targets = tuple(t.strip() for t in args.lora_targets.split(",") if t.strip())
+        if not targets:
+            raise MemlintError("--lora-targets is empty")
+    if args.method == "full" and (args.lora_targets != "all-linear" or args.lora_r != 16):
+        raise MemlintError("--lora-r/--lora-targets need --method lora or qlora")
+    return Setup(
+        model=resolve(args.model), method=args.method, lora_r=args.lora_r, lora_targets=targets,
+        lora_dropout=args.lora_dropout, quant=quant, double_quant=args.double_quant, dtype=args.dtype,
+        precision=precision, optim=args.optim, batch=args.batch, seq=args.seq, grad_accum=args.grad_accum,
+        recompute=args.recompute, attn=args.attn, gpus=args.gpus, shard=args.shard, offload=args.offload,
+        nodes=args.nodes, kbit_prep=args.kbit_prep, fused_loss=args.fused_loss,
+        objective=args.objective, ref_model=args.ref_model, trl_version=args.trl_version or installed_version("trl"),
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from memlint.commands.common import check_chart_flags, console, emit_chart
+    from memlint.estimate import estimate
+    from memlint.report.estimate_view import gpu_targets, render, to_json
+
+    check_chart_flags(args)
+    setup = setup_from_args(args)
+    targets = gpu_targets(args.gpu)
+    ctx = targets[0][2] if args.gpu else None
+    est = estimate(setup, args.accounting, ctx)
+    if args.format == "json":
+        print(json.dumps(to_json(est, targets), indent=2))
+    else:
+        render(est, targets, console())
+    emit_chart(args, [(None, est)], console(), terminal=args.format != "json")
+    return 0
+
+
+def add_parser(sub) -> None:
+    from memlint.commands.common import add_chart_flags
+
+    e = sub.add_parser("estimate", help="estimate per-GPU memory for a configuration")
+    setup_flags(e)
+    e.add_argument("--gpu", metavar="NAME|GiB", help="GPU to check against (default: the common GPUs)")
+    e.add_argument("--accounting", choices=("real", "textbook"), default="real")
+    e.add_argument("--format", choices=("table", "json"), default="table")
+    add_chart_flags(e)
+    e.set_defaults(func=run)

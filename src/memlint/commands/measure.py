@@ -1,0 +1,44 @@
+"""`memlint measure`: run (or trace, without CUDA) the configuration's training step beside its estimate."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+
+from memlint.errors import MemlintError
+
+
+def run(args: argparse.Namespace) -> int:
+    from memlint.commands.common import console
+    from memlint.commands.estimate import setup_from_args
+    from memlint.estimate import estimate
+    from memlint.report.measure_view import render, to_json
+
+    if args.fused_loss:
+        # the measured model runs transformers' own loss; liger-kernel needs Triton on a GPU
+        raise MemlintError("measure runs transformers' loss, not a fused one: --fused-loss is for `memlint estimate`")
+    setup = setup_from_args(args)
+    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None:
+        raise MemlintError("memlint measure needs torch and transformers: pip install 'torch-memlint[measure]'")
+    from memlint.measure import measure
+
+    device = {"cpu": "trace"}.get(args.device, args.device)
+    m = measure(setup, device=device)
+    doc = m.to_json()
+    est = estimate(setup, "real")
+    if args.format == "json":
+        print(json.dumps(to_json(setup, doc, est), indent=2))
+    else:
+        render(setup, doc, est, console())
+    return 0
+
+
+def add_parser(sub) -> None:
+    from memlint.commands.estimate import setup_flags
+
+    ms = sub.add_parser("measure", help="run (or trace, without CUDA) the real training step and measure it")
+    setup_flags(ms)
+    ms.add_argument("--device", default="auto", help="auto | cuda | cpu (cpu = fake-tensor trace)")
+    ms.add_argument("--format", choices=("table", "json"), default="table")
+    ms.set_defaults(func=run)
