@@ -1,6 +1,7 @@
 """How fast `memlint check` runs end to end, cold, as pre-commit and CI run it.
 
     python benchmarks/bench_check.py
+    python benchmarks/bench_check.py --against /tmp/base/src   # before/after, interleaved
 
 Same inputs and targets as bench_extract.py (issue #4: one 800-line script <= 0.6 s,
 25 scripts <= 3 s), but through the whole command: settings, extraction, estimate, every
@@ -18,7 +19,39 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_extract import RUNS, ROOT, compile_bytecode, make_inputs, timed  # noqa: E402
 
 
+def compare(other_src: str, runs: int = 15) -> None:
+    """Interleave cold runs of this tree and another memlint source tree (`git worktree add
+    /tmp/base <rev>`, then --against /tmp/base/src): a 2-core machine's noise is larger than
+    most changes, so before/after is measured in alternation, not at different times."""
+    import compileall
+    import os
+    import time
+
+    compileall.compile_dir(os.path.join(other_src, "memlint"), quiet=1)
+    compile_bytecode()
+    with tempfile.TemporaryDirectory() as tmp:
+        script, n_lines, _, _ = make_inputs(Path(tmp))
+        code = ("import contextlib, io; from memlint.cli import main\n"
+                "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+                f"    main({['check', str(script), '--gpu', 'RTX4090', '-q', '--exit-zero']!r})")
+        times: dict[str, list[float]] = {"this tree": [], other_src: []}
+        for _ in range(runs):
+            for label, src in (("this tree", str(ROOT / "src")), (other_src, other_src)):
+                env = dict(os.environ, PYTHONPATH=src)
+                t = time.perf_counter()
+                subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=env)
+                times[label].append(time.perf_counter() - t)
+    import statistics
+
+    print(f"check one {n_lines}-line script, --gpu: median of {runs} interleaved cold runs")
+    for label, xs in times.items():
+        print(f"  {label:40s} {statistics.median(xs):6.3f} s")
+
+
 def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--against":
+        compare(sys.argv[2])
+        return
     with tempfile.TemporaryDirectory() as tmp:
         script, n_lines, folder, files = make_inputs(Path(tmp))
         run = ("import contextlib, io; from memlint.cli import main\n"

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memlint.diff import repo_root, run_diff
-
 FORMATS = ("concise", "json", "github", "markdown")
 
 
@@ -50,6 +48,7 @@ def run(args) -> int:
     import sys
 
     from memlint.config import load_settings
+    from memlint.diff import repo_root, run_diff
     from memlint.report.diff_view import write_diff
 
     cwd = Path.cwd()

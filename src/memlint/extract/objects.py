@@ -9,7 +9,7 @@ silently reading as absent. `field_value` and `dtype_of` read values off them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from memlint.extract.values import Alts, Class, Const, Ref, Seq, Unknown
 from memlint.library.defaults import default as library_default
@@ -35,8 +35,7 @@ class Obj:
 # ---- records of what the script does to an object ------------------------------------------
 
 
-@dataclass(frozen=True)
-class Setting:
+class Setting(NamedTuple):
     """A value given to a model after it was built: `model.gradient_checkpointing_enable()`,
     `model.to(torch.bfloat16)`. `value` is an abstract value, or a (source, class, field)
     triple naming the library default that applies."""
@@ -67,12 +66,10 @@ class PeftConfig(Obj):
     adapter: Any = None
 
 
-@dataclass(eq=False)
 class QuantConfig(Obj):
     """transformers.BitsAndBytesConfig."""
 
 
-@dataclass(eq=False)
 class HfConfig(Obj):
     """AutoConfig.from_pretrained(...) or `model.config`."""
 
@@ -121,42 +118,34 @@ class Params(Obj):
     model: Any = None
 
 
-@dataclass(eq=False)
 class Collator(Obj):
     pass
 
 
-@dataclass(eq=False)
 class DataLoader(Obj):
     pass
 
 
-@dataclass(eq=False)
 class Dataset(Obj):
     pass
 
 
-@dataclass(eq=False)
 class Accelerator(Obj):
     pass
 
 
-@dataclass(eq=False)
 class Accumulate(Obj):
     """accelerator.accumulate(model)."""
 
 
-@dataclass(eq=False)
 class Plugin(Obj):
     """accelerate's DeepSpeedPlugin / FullyShardedDataParallelPlugin."""
 
 
-@dataclass(eq=False)
 class Autocast(Obj):
     pass
 
 
-@dataclass(eq=False)
 class Scaler(Obj):
     pass
 
@@ -172,8 +161,7 @@ class ArgParser(Obj):
     order: list = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class ArgSpec:
+class ArgSpec(NamedTuple):
     """One add_argument call."""
 
     kwargs: dict
@@ -205,7 +193,6 @@ class Partial(Obj):
     args: list = field(default_factory=list)
 
 
-@dataclass(eq=False)
 class Range(Obj):
     pass
 
@@ -229,37 +216,32 @@ class DtypeName:
 # ---- what the training step does (Facts entries) -----------------------------------------------
 
 
-@dataclass(frozen=True)
-class TokenizerCall:
+class TokenizerCall(NamedTuple):
     kwargs: dict
     line: int | None
     tokenizer: Tokenizer | None = None
 
 
-@dataclass(frozen=True)
-class OptimizerStep:
+class OptimizerStep(NamedTuple):
     optimizer: Optimizer
     accumulation: Any                 # N of an enclosing `if step % N == 0:`, or None
     line: int | None
 
 
-@dataclass(frozen=True)
-class AutocastCall:
+class AutocastCall(NamedTuple):
     dtype: Any
     device: Any
     enabled: Any
     line: int | None
 
 
-@dataclass(frozen=True)
-class LigerPatch:
+class LigerPatch(NamedTuple):
     qual: str
     kwargs: dict
     line: int | None
 
 
-@dataclass(frozen=True)
-class Chunking:
+class Chunking(NamedTuple):
     """`t[i : i + n] for i in range(0, total, n)`: fixed blocks of n tokens."""
 
     size: Any
