@@ -334,13 +334,26 @@ def test_bad_input_raises_one_line_errors(tmp_path):
         extract_paths([str(tmp_path / "nope")])
 
 
-def test_extract_paths_expands_folders(tmp_path):
-    (tmp_path / "a.py").write_text("x = 1\n", encoding="utf-8")
+_TRAINS = "from transformers import Trainer\nTrainer(model=None, args=None).train()\n"
+
+
+def test_extract_paths_expands_folders_as_check_walks_them(tmp_path):
+    """`memlint plan DIR` and `memlint check DIR` read the same files: training scripts and
+    framework configs; helpers, data files and non-training YAML are skipped in a walk."""
+    from memlint.check import check_paths
+    from memlint.config import Settings
+
+    (tmp_path / "a.py").write_text(_TRAINS, encoding="utf-8")
     (tmp_path / "sub").mkdir()
-    (tmp_path / "sub" / "b.py").write_text("y = 2\n", encoding="utf-8")
+    (tmp_path / "sub" / "b.py").write_text(_TRAINS, encoding="utf-8")
+    (tmp_path / "helper.py").write_text("import torch\nx = 1\n", encoding="utf-8")
     (tmp_path / "notes.txt").write_text("z", encoding="utf-8")
+    (tmp_path / "card.yaml").write_text("license: mit\n", encoding="utf-8")
     plans = extract_paths([str(tmp_path)])
     assert [Path(p.path).name for p in plans] == ["a.py", "b.py"]
+    assert [Path(r.path).name for r in check_paths([str(tmp_path)], Settings())] == ["a.py", "b.py"]
+    # a file named on the command line is read as asked, training script or not
+    assert [Path(p.path).name for p in extract_paths([str(tmp_path / "helper.py")])] == ["helper.py"]
 
 
 def test_importing_extract_does_not_import_torch_or_transformers():

@@ -105,7 +105,8 @@ def _launch(plans_cfg: str | None):
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from memlint.check import check_paths, check_plan, check_source, collect, failing, read_file
+    from memlint.check import check_paths, check_plan, check_source, collect, failing
+    from memlint.extract import read_target
     from memlint.report.check_view import fit_summary
     from memlint.report.formats import summary, write_results, write_statistics
 
@@ -138,7 +139,7 @@ def run_check(args: argparse.Namespace) -> int:
     else:
         results = []
         for target in collect(paths, settings):
-            plan, lines, cells = read_file(target)
+            plan, lines, cells = read_target(target)
             if plan is None:
                 continue
             if merge is not None and plan.kind in ("python", "notebook"):

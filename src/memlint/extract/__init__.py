@@ -7,22 +7,25 @@ notes say so (a finding, not a crash).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from memlint.errors import MemlintError
-from memlint.plan import TrainingPlan
+from memlint.files import Target
+from memlint.plan import Diagnostic, Span, TrainingPlan
+from memlint.vocab import CONFIG_SUFFIXES
 
-__all__ = ["extract_file", "extract_paths", "extract_source", "SYNTAX_ERROR_NOTE"]
+__all__ = ["extract_file", "extract_paths", "extract_source", "read_target", "SYNTAX_ERROR_NOTE", "FRAMEWORK_WORDS"]
 
 SYNTAX_ERROR_NOTE = "syntax error"  # notes of a plan that could not be parsed start with this
-_SUFFIXES = (".py", ".ipynb")
-_CONFIG_SUFFIXES = (".yaml", ".yml", ".json")  # read only when their keys say which framework they belong to
+# A training script names one of these; anything else is skipped before parsing.
+FRAMEWORK_WORDS = re.compile(rb"\b(torch|transformers|trl|peft|accelerate|unsloth|deepspeed|bitsandbytes)\b")
 
 
 def extract_file(path: str | Path) -> TrainingPlan:
     """The training plan of one script, notebook or framework config (.yaml/.yml/.json)."""
     p = Path(path)
-    if p.suffix.lower() in _CONFIG_SUFFIXES:
+    if p.suffix.lower() in CONFIG_SUFFIXES:
         from memlint.extract.configs import read_config
 
         return read_config(p, shown=str(path))
@@ -65,32 +68,75 @@ def _syntax_error_plan(name: str, line: int, col: int, msg: str) -> TrainingPlan
 
 
 def extract_paths(paths: list[str] | list[Path]) -> list[TrainingPlan]:
-    """Plans for files and for the .py/.ipynb files and framework configs inside folders (sorted, recursive)."""
+    """Plans for the files named (read as asked: an unreadable one is an error) and for the
+    training files a walk of each folder finds, the same files `memlint check` reads."""
+    from memlint.files import collect
+
     plans = []
-    for raw in paths:
-        p = Path(raw)
-        if p.is_dir():
-            files = sorted(
-                f for f in p.rglob("*")
-                if f.suffix.lower() in _SUFFIXES + _CONFIG_SUFFIXES and f.is_file()
-                and not any(part.startswith(".") or part in ("__pycache__", "node_modules") for part in f.relative_to(p).parts)
-            )
-            for f in files:
-                plan = extract_file(f) if f.suffix.lower() in _SUFFIXES else _config_in_walk(f)
-                if plan is not None:
-                    plans.append(plan)
-        elif p.exists():
-            plans.append(extract_file(p))
-        else:
-            raise MemlintError(f"{raw}: no such file or directory")
+    for target in collect([str(p) for p in paths]):
+        plan = extract_file(target.path) if target.explicit else read_target(target)[0]
+        if plan is not None:
+            plans.append(plan)
     return plans
 
 
-def _config_in_walk(path: Path) -> TrainingPlan | None:
-    """A YAML/JSON file met in a folder: its plan when it is a framework config, else skipped."""
+def unreadable(shown: str, why: str) -> TrainingPlan:
+    return TrainingPlan(shown, {}, (why,), (Diagnostic("unreadable", why, Span(shown, 1, 1)),))
+
+
+def read_target(target: Target) -> tuple[TrainingPlan | None, list[str], list[int]]:
+    """The plan of one file, its lines and (notebooks) where each cell starts; None for a file
+    that is not a training file."""
+    path, shown = target.path, target.shown
+    try:
+        raw = path.read_bytes()
+    except IsADirectoryError:
+        return unreadable(shown, "is a directory"), [], []
+    except OSError as exc:
+        return unreadable(shown, f"cannot read: {exc.strerror or exc}"), [], []
+    if b"\0" in raw[:8192]:
+        return (unreadable(shown, "not a text file (binary content)"), [], []) if target.explicit else (None, [], [])
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        why = f"not UTF-8 text (invalid byte at offset {exc.start})"
+        return (unreadable(shown, why), [], []) if target.explicit else (None, [], [])
+    if path.suffix in CONFIG_SUFFIXES:
+        plan = read_config_text(path, shown, text, target.explicit)
+        return plan, (text.splitlines() if plan is not None else []), []
+    if not FRAMEWORK_WORDS.search(raw):
+        return None, [], []
+    from memlint.extract.source import notebook_cells, transform_lines
+
+    cells: list[int] = []
+    try:  # `!pip` and `%magic` lines (exported notebooks) become calls, line for line
+        if path.suffix == ".ipynb":
+            lines, cells = notebook_cells(text, path)
+        else:
+            lines = text.splitlines()
+        plan = extract_source(transform_lines(lines, cells=cells or None), path, shown=shown)
+    except MemlintError as exc:
+        return unreadable(shown, str(exc).removeprefix(f"{path}: ")), [], []
+    except RecursionError:
+        return unreadable(shown, "too deeply nested to parse"), [], []
+    if not target.explicit and not trains(plan):
+        return None, [], []  # found by a walk: a helper module, an inference or merge script
+    return plan, lines, cells
+
+
+def trains(plan: TrainingPlan) -> bool:
+    """Whether a script has something to size: a trainer or a training loop (or is broken)."""
+    return plan.get("trainer").known or any(d.kind in ("syntax-error", "unreadable") for d in plan.diagnostics)
+
+
+def read_config_text(path: Path, shown: str, text: str, explicit: bool) -> TrainingPlan | None:
     from memlint.extract.configs import read_config
 
     try:
-        return read_config(path, shown=str(path), explicit=False)
-    except MemlintError:  # unreadable, not UTF-8, too large: not a config, as far as a walk goes
+        # YAML/JSON that is no framework's config (CI workflows, dataset cards) is skipped
+        # even when named: pre-commit passes every YAML file of a commit.
+        return read_config(path, text=text, shown=shown, explicit=False)
+    except MemlintError as exc:
+        if explicit:
+            return unreadable(shown, str(exc).removeprefix(f"{shown}: "))
         return None
