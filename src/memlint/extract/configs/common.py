@@ -13,21 +13,14 @@ from typing import Any, Callable
 from memlint.extract.configs import frameworks
 from memlint.extract.configs.document import Document
 from memlint.plan import Diagnostic, Span, TrainingPlan, Value
+from memlint.vocab import dtype_name  # noqa: F401 - the readers' dtype spelling
 
-_DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16",
-           "float32": "fp32", "fp32": "fp32", "float": "fp32", "auto": "auto"}
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0", ""}
 
 
 class Bad(Exception):
     """A value of the wrong type: already reported as a bad-value diagnostic."""
-
-
-def dtype_name(v: Any) -> str | None:
-    if isinstance(v, str):
-        return _DTYPES.get(v.lower().replace("torch.", ""))
-    return None
 
 
 class Reader:
