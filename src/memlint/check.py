@@ -168,9 +168,14 @@ def check_source(source: str, path: str = "<stdin>", **kwargs) -> FileResult:
 
 def check_paths(paths: Sequence[str], settings: Settings, *, gpu: str | None = None, gpus: int | None = None,
                 assume: Sequence[str] = ()) -> list[FileResult]:
+    return check_targets(collect(paths, settings), settings, gpu=gpu, gpus=gpus, assume=assume)
+
+
+def check_targets(targets: Sequence[Target], settings: Settings, *, gpu: str | None = None, gpus: int | None = None,
+                  assume: Sequence[str] = ()) -> list[FileResult]:
     results = []
     seen: set[tuple] = set()  # a config's findings in a file it follows (its DeepSpeed JSON) are that file's too
-    for target in collect(paths, settings):
+    for target in targets:
         plan, lines, cells = read_target(target)
         if plan is None:
             continue

@@ -11,7 +11,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from memlint.errors import MemlintError
 from memlint.vocab import READABLE_SUFFIXES
@@ -25,6 +25,7 @@ class Target:
     path: Path
     shown: str       # as the user named it (relative), for output
     explicit: bool   # named on the command line, not found by a walk
+    launch: Any = None  # the command that runs it (extract.launch.Launch), when one is known
 
 
 def _git_files(root: Path) -> set[Path] | None:

@@ -14,10 +14,12 @@ from typing import Any, Mapping
 SOURCES = (
     "literal",            # written at the use site: r=16
     "constant",           # a module constant, arithmetic or f-string over literals
+    "command-line",       # given by the launch command: train.py --lr 1e-4, torchrun --nproc_per_node 8
     "argparse-default",   # add_argument(default=...) reached through args.x
     "click-default",      # @click.option(default=...)
     "dataclass-default",  # field(default=...) read through HfArgumentParser
     "function-default",   # fire-style keyword default of the entry function
+    "environment-default",  # os.environ.get("X", default): the default, unless the environment sets X
     "library-default",    # the library's default for an argument the script leaves out
     "assumed",            # given by the user: --assume key=value
     "unknown",            # cannot be known statically

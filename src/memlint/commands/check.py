@@ -134,6 +134,15 @@ def run_check(args: argparse.Namespace) -> int:
         if args.fix or args.diff:
             return _fix_stdin(source, result, name, args)
         results = [result]
+    elif getattr(args, "launch_words", None):
+        from memlint.check import check_targets
+        from memlint.extract.launch import command_target
+
+        results = check_targets([command_target(args.launch_words), *(collect(args.paths, settings) if args.paths else [])],
+                                settings, **kw)
+        if merge is not None:
+            results = [check_plan(merge(r.plan), lines=r.lines, settings=settings, **kw) if r.plan.kind in ("python", "notebook")
+                       else r for r in results]
     elif merge is None and not (args.fix or args.diff):
         results = check_paths(paths, settings, **kw)
     else:

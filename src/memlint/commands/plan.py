@@ -24,6 +24,12 @@ def _estimate_json(plan: TrainingPlan, extra, gpu: str | None, accounting: str) 
     return doc, (planned, est, targets)
 
 
+def _named(paths: list[str]) -> list:
+    from memlint.files import collect
+
+    return collect(paths) if paths else []
+
+
 def run(args) -> int:
     from memlint.commands.common import check_chart_flags, console, emit_chart
     from memlint.estimate.from_plan import apply_assumptions
@@ -31,8 +37,16 @@ def run(args) -> int:
     from memlint.report.plan_view import render_plan
 
     check_chart_flags(args)
-    plans = extract_paths(args.paths)
+    if getattr(args, "launch_words", None):
+        from memlint.extract import extract_targets
+        from memlint.extract.launch import command_target
+
+        plans = extract_targets([command_target(args.launch_words), *_named(args.paths)])
+    else:
+        plans = extract_paths(args.paths)
     if not plans:
+        if not args.paths and not getattr(args, "launch_words", None):
+            raise MemlintError("give a script, a config or a folder (or -- LAUNCH COMMAND)")
         raise MemlintError("no Python scripts or notebooks found in the given paths")
     out = console()
     docs = []
@@ -63,7 +77,8 @@ def add_parser(sub) -> None:
     from memlint.commands.common import add_chart_flags
 
     pl = sub.add_parser("plan", help="show the training plan read from scripts, and its estimate")
-    pl.add_argument("paths", nargs="+", metavar="PATH")
+    pl.add_argument("paths", nargs="*", metavar="PATH",
+                    help="scripts, configs or folders; or `-- COMMAND` (the launch command, read with its arguments)")
     pl.add_argument("--assume", action="append", default=[], metavar="KEY=VALUE",
                     help="value for a field the script leaves unknown (repeatable)")
     pl.add_argument("--gpu", metavar="NAME|GiB")

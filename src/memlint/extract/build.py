@@ -40,10 +40,11 @@ class _Unconvertible(Exception):
 
 
 class Builder:
-    def __init__(self, path: str, script: Path, facts: Any) -> None:
+    def __init__(self, path: str, script: Path, facts: Any, launch: Any = None) -> None:
         self.path = path
         self.script = script
         self.facts = facts
+        self.launch = launch
         self.fields: dict[str, Value] = {}
         self.notes: list[str] = list(facts.notes)
         self.maybe: dict[str, list[str]] = {}
@@ -109,7 +110,7 @@ class Builder:
 
     def build(self) -> TrainingPlan:
         objs = self.facts.objects
-        trainers = [o for o in objs if isinstance(o, Trainer)]
+        trainers = self.facts.first("objects", Trainer)
         trainer = (self.facts.trained or trainers or [None])[-1]
         if len({id(t) for t in self.facts.trained}) > 1:
             self.notes.append("more than one trainer is trained; the plan follows the last one")
@@ -146,14 +147,19 @@ class Builder:
         self.activation_offloading_note()
         for why, names in self.maybe.items():
             self.notes.append(f"{', '.join(names)}: on some paths {why}; the plan shows the values memlint can read")
-        return TrainingPlan(self.path, self.fields, tuple(dict.fromkeys(self.notes)), kind="notebook" if self.script.suffix == ".ipynb" else "python")
+        plan = TrainingPlan(self.path, self.fields, tuple(dict.fromkeys(self.notes)), kind="notebook" if self.script.suffix == ".ipynb" else "python")
+        if self.launch is not None:
+            from memlint.extract.launched import apply_launcher
+
+            plan = apply_launcher(plan, self.launch, self.script)
+        return plan
 
     def loop_model(self, objs: list) -> Any:
-        for opt in [o for o in objs if isinstance(o, Optimizer)]:
+        for opt in self.facts.first("objects", Optimizer):
             for p in flatten(opt.kwargs.get("params")):
                 if isinstance(p, Params):
                     return p.model
-        models = [o for o in objs if isinstance(o, Model)]
+        models = self.facts.first("objects", Model)
         wrapped = {id(o.base) for o in models}
         tops = [m for m in models if id(m) not in wrapped]
         return tops[-1] if tops else None
@@ -611,15 +617,17 @@ class Builder:
 
     def data_padding(self, collator: Any, tokenizer_given: bool, line: int | None) -> None:
         facts = self.facts
-        if facts.chunking:
-            size, cline = facts.chunking[0].size, facts.chunking[0].line
+        chunking = facts.first("chunking")
+        reached_calls = facts.first("tokenizer_calls")
+        if chunking and (facts.reached.get("chunking", 1) or not facts.reached.get("tokenizer_calls")):
+            size, cline = chunking[0].size, chunking[0].line
             self.put("packing", Const(True, "literal", cline, ("token stream cut into fixed blocks: t[i : i + n] for i in range(0, total, n)",)), _bool, cline)
             self.fields["padding"] = Value("packing", "literal", Span(self.path, cline), ("fixed-length blocks, no padding",))
             self.put("max_length", size, _length, cline)
             return
         self.put("packing", Const(False, "library-default", line, ("no packing found",)), _bool, line)
         calls = []
-        for entry in facts.tokenizer_calls:
+        for entry in reached_calls:
             kw, cl, tok = entry.kwargs, entry.line, entry.tokenizer
             t = kw.get("tokenize")
             if isinstance(t, Const) and t.value is False:
@@ -654,6 +662,11 @@ class Builder:
                     pads.append((kind, p, c.line))
                 if c.get("max_length") is not None:
                     lengths.append(c.get("max_length"))
+        for hp in facts.first("hand_pads"):
+            c = hp.length if isinstance(hp.length, Const) else None
+            pads.append((hp.kind, Const(hp.kind, "literal", hp.line, ("padding written in the script's own collate code",), hp.file), hp.line))
+            if c is not None:
+                lengths.append(c)
         if not pads and collator is None and tokenizer_given:
             pads.append(("longest", Const(True, "library-default", line, ("Trainer pads with DataCollatorWithPadding when given a tokenizer",)), line))
         best = next((p for p in pads if p[0] == "max_length"), None) or next((p for p in pads if p[0] == "longest"), None)
@@ -668,9 +681,9 @@ class Builder:
     # ---- hand-written loops ----------------------------------------------------------------
 
     def loop_fields(self, objs: list, models: list[Obj]) -> None:
-        opts = [o for o in objs if isinstance(o, Optimizer)]
-        steps = self.facts.steps
-        accs = [o for o in objs if isinstance(o, Accelerator)]
+        opts = self.facts.first("objects", Optimizer)
+        steps = self.facts.first("steps")
+        accs = self.facts.first("objects", Accelerator)
         if not opts and not steps and not self.facts.backward:
             for f in ("trainer", "per_device_batch", "grad_accum", "optimizer", "precision", "padding", "max_length"):
                 self.put(f, Unknown("no trainer or training loop found"))
@@ -679,7 +692,7 @@ class Builder:
         line = (opts or [None])[0].line if opts else (self.facts.backward or [None])[0]
         self.fields["trainer"] = Value("custom-loop", "literal", Span(self.path, line) if line else None, ("optimizer.step() in the script's own loop",))
         self.args_gc = None
-        dls = [o for o in objs if isinstance(o, DataLoader)]
+        dls = self.facts.first("objects", DataLoader)
         train_dl = next((d for d in dls if isinstance(d.get("shuffle"), Const) and d.get("shuffle").value), dls[0] if dls else None)
         if train_dl is not None:
             bs = train_dl.get("batch_size")

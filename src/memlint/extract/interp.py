@@ -16,13 +16,18 @@ from typing import Any
 import libcst as cst
 from memlint.extract.parsed import parse
 
-from memlint.extract.objects import Chunking, Obj, Partial, Range
+from memlint.extract.objects import BoundMethod, Chunking, DictMethod, Fields, Obj, OpenFile, Partial, Range
+
+_DICT_METHODS = {"get", "items", "keys", "values", "copy", "update", "setdefault", "pop"}
+
+SPREAD = "**"  # kwargs key of the objects a call spreads with **vars(obj)
 from memlint.extract.values import Alts, Class, Const, Dict, Func, ModuleVal, Ref, Seq, Unknown, flatten, merge, weakest
 
 MAX_DEPTH = 12
 MAX_ALTS = 16
-MAX_SIBLINGS = 8            # sibling modules walked per script
-MAX_SIBLING_BYTES = 64_000
+MAX_SIBLINGS = 48           # modules of the checkout walked per script (imports followed)
+MAX_SIBLING_BYTES = 300_000
+_CHECKOUT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 MAX_CALLS_PER_FUNC = 16     # inlined walks of one function; later calls give unknown
 MAX_STEPS = 200_000         # statements walked per script, all calls included
 
@@ -81,11 +86,22 @@ class Facts:
     tokenizer_calls: list = field(default_factory=list)  # TokenizerCall
     liger_calls: list = field(default_factory=list)      # LigerPatch: liger_kernel's apply_liger_kernel_to_*()
     chunking: list = field(default_factory=list)         # Chunking: t[i : i + n] for i in range(0, _, n)
+    hand_pads: list = field(default_factory=list)        # HandPad: padding the script writes itself
     autocasts: list = field(default_factory=list)        # AutocastCall
     steps: list = field(default_factory=list)            # OptimizerStep
     backward: list = field(default_factory=list)         # lines of loss.backward()
     scalers: list = field(default_factory=list)          # GradScaler lines
     notes: list = field(default_factory=list)
+    reached: dict = field(default_factory=dict)          # list name -> its length when the script's own run ended
+
+    def first(self, name: str, kind: Any = object) -> list:
+        """The entries of list `name` the script's run reached; the ones found only by walking
+        functions nothing called (another entry point, a task the configuration does not take) when
+        the run reached none of `kind`."""
+        entries = getattr(self, name)
+        n = self.reached.get(name, len(entries))
+        early = [e for e in entries[:n] if isinstance(e, kind)]
+        return early if early else [e for e in entries if isinstance(e, kind)]
 
     def note(self, text: str) -> None:
         if text not in self.notes:
@@ -99,8 +115,10 @@ class _Return(Exception):
 class Interpreter:
     """Walks one script (and the sibling modules it imports) and fills `facts`."""
 
-    def __init__(self, path: Path, source: str, handlers: Any) -> None:
+    def __init__(self, path: Path, source: str, handlers: Any, launch: Any = None) -> None:
         self.path = path
+        self.launch = launch         # extract.launch.Launch: the command the script is run with, or None
+        self.pad_counts: dict[str, cst.CSTNode] = {}  # name = n - len(ids): the count of a hand padding
         self.dir = path.parent
         self.handlers = handlers
         self.facts = Facts()
@@ -126,6 +144,9 @@ class Interpreter:
 
     def run(self) -> Facts:
         self._exec_module(self.main)
+        self.facts.reached = {name: len(getattr(self.facts, name)) for name in
+                              ("objects", "tokenizer_calls", "chunking", "hand_pads", "steps", "autocasts", "liger_calls",
+                               "backward")}
         # Functions nothing called (entry points of other launchers, helpers passed by name)
         # still say how the script trains: walk them once, their parameters at their defaults.
         for f in list(self.funcs):
@@ -142,13 +163,50 @@ class Interpreter:
         finally:
             self.mod = prev
 
-    def sibling(self, dotted: str, level: int = 0) -> Module | None:
-        """A module in the script's own folder, walked once for its names."""
-        base = self.dir
+    def import_roots(self) -> list[Path]:
+        """Where an absolute import of the script's own code is found: the script's folder (Python's
+        sys.path[0]), the launch command's folder, then each folder up to the checkout's root (a
+        .git, pyproject.toml or setup.py) and its src/ (an installed package of the checkout)."""
+        if getattr(self, "_roots", None) is None:
+            roots = [self.dir]
+            if self.launch is not None and self.launch.module:
+                roots.append(Path.cwd())
+            cur = self.dir
+            for _ in range(8):
+                if any((cur / m).exists() for m in _CHECKOUT_MARKERS):
+                    roots += [cur, cur / "src"]
+                    break
+                if cur.parent == cur:
+                    break
+                cur = cur.parent
+                roots.append(cur)
+            else:
+                roots = [self.dir]
+            if len(roots) > 1 and not any((r / m).exists() for r in roots for m in _CHECKOUT_MARKERS):
+                roots = [self.dir]  # no checkout around the script: only its own folder
+            self._roots = list(dict.fromkeys(roots))
+        return self._roots
+
+    def find_module(self, dotted: str, level: int) -> Path | None:
         parts = dotted.split(".") if dotted else []
-        cand = base.joinpath(*parts).with_suffix(".py") if parts else None
-        pkg = base.joinpath(*parts, "__init__.py") if parts else None
-        target = cand if cand and cand.is_file() else pkg if pkg and pkg.is_file() else None
+        if level:
+            here = (self.mod.path if self.mod is not None else self.path).parent
+            for _ in range(level - 1):
+                here = here.parent
+            roots = [here]
+        else:
+            roots = self.import_roots()
+        for base in roots:
+            cand = base.joinpath(*parts).with_suffix(".py") if parts else None
+            pkg = base.joinpath(*parts, "__init__.py")
+            target = cand if cand is not None and cand.is_file() else pkg if pkg.is_file() else None
+            if target is not None and (parts or level):
+                return target
+        return None
+
+    def sibling(self, dotted: str, level: int = 0) -> Module | None:
+        """A module of the script's checkout (its folder, its package, the repository), walked once for its names."""
+        target = self.find_module(dotted, level)
         if target is None or target.resolve() == self.path.resolve():
             return None
         key = target.resolve()
@@ -352,6 +410,8 @@ class Interpreter:
     # ---- binding ---------------------------------------------------------------------------
 
     def assign(self, target: cst.CSTNode, value: Any, env: Env, stmt: cst.CSTNode) -> None:
+        if isinstance(target, cst.Name) and getattr(stmt, "value", None) is not None:
+            self.pad_counts[target.value] = stmt.value  # the expression a name was last bound to
         if isinstance(target, cst.Name):
             if type(value) is Ref:
                 value = Ref(value.qual, self.line_of(stmt), "constant")
@@ -422,9 +482,12 @@ class Interpreter:
             if sib is not None:
                 v = sib.env.vars.get(name)
                 if v is None:
-                    subm = self.sibling(f"{dotted}.{name}" if dotted else name)
+                    subm = self.sibling(f"{dotted}.{name}" if dotted else name, level)
                     v = ModuleVal(name, subm.env) if subm else Unknown(f"{name} from {dotted}")
                 env.vars[bound] = v
+            elif level:  # a relative import from a folder without __init__.py: a module beside this one
+                subm = self.sibling(f"{dotted}.{name}" if dotted else name, level)
+                env.vars[bound] = ModuleVal(name, subm.env) if subm else Unknown(f"{name} from a relative import")
             else:
                 env.vars[bound] = Ref(f"{dotted}.{name}" if dotted else name)
 
@@ -457,7 +520,17 @@ class Interpreter:
         fields: dict[str, Any] = {}
         lines: dict[str, int | None] = {}
         cls_env = Env(env)
+        methods: dict[str, Func] = {}
         for stmt in node.body.body:
+            if isinstance(stmt, cst.FunctionDef):
+                f = Func(stmt, env, self.mod, f"{node.name.value}.{stmt.name.value}")
+                p = stmt.params
+                for param in [*p.posonly_params, *p.params, *p.kwonly_params]:
+                    if param.default is not None:
+                        f.defaults[param.name.value] = self.ev(param.default, env)
+                        f.default_source[param.name.value] = ("function-default", f"def {stmt.name.value}({param.name.value}={self.code(param.default)})", self.line_of(param), self.cur_file())
+                methods[stmt.name.value] = f
+                continue
             if isinstance(stmt, cst.SimpleStatementLine):
                 for small in stmt.body:
                     if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):
@@ -470,7 +543,8 @@ class Interpreter:
                         if not is_dc:
                             fields[name] = cls_env.vars[name]
                             lines[name] = self.line_of(small)
-        env.vars[node.name.value] = Class(node.name.value, bases, fields, lines, self.line_of(node), is_dc, self.cur_file())
+        env.vars[node.name.value] = Class(node.name.value, bases, fields, lines, self.line_of(node), is_dc, self.cur_file(),
+                                          methods)
 
     def field_default(self, value: cst.CSTNode, env: Env) -> Any:
         if isinstance(value, cst.Call) and self.dotted(value.func).split(".")[-1] == "field":
@@ -606,6 +680,8 @@ class Interpreter:
         if t is cst.Call:
             return self.call(node, env)
         if t is cst.BinaryOperation:
+            if type(node.operator) is cst.Multiply:
+                self.hand_pad_idiom(node, env)
             return self.binop(type(node.operator).__name__, self.ev(node.left, env), self.ev(node.right, env), node)
         if t is cst.UnaryOperation:
             return self.unary(node, self.ev(node.expression, env))
@@ -698,17 +774,26 @@ class Interpreter:
                 out = v if out is None else merge(out, v)
             return out
         if isinstance(base, Ref):
-            return Ref(f"{base.qual}.{attr}")
+            special = self.handlers.module_attribute(self, base.qual, attr, node)
+            return special if special is not None else Ref(f"{base.qual}.{attr}")
         if isinstance(base, ModuleVal):
             v = base.env.vars.get(attr)
             return v if v is not None else Unknown(f"{base.name}.{attr}")
         if isinstance(base, Obj):
             return self.handlers.getattr(self, base, attr, self.line_of(node))
         if isinstance(base, Class):
-            v = base.fields.get(attr)
-            return v if v is not None else Unknown(f"{base.name}.{attr}")
+            hit = base.lookup(attr)
+            return hit[1] if hit is not None else Unknown(f"{base.name}.{attr}")
         if isinstance(base, Const) and isinstance(base.value, str):
             return BoundStr(base, attr)
+        if isinstance(base, Dict):
+            if attr in base.items:  # OmegaConf DictConfig, EasyDict, munch: keys as attributes
+                return base.items[attr]
+            if attr in _DICT_METHODS:
+                return DictMethod(base, attr)
+            return Unknown(f"{attr} of a config memlint read" if not base.open else f"{attr} (a key memlint cannot see)")
+        if isinstance(base, OpenFile):
+            return base if attr in ("read", "read_text", "readlines", "__enter__") else Unknown(f"file.{attr}")
         if isinstance(base, Unknown):
             return BoundUnknown(base.why or "something unknown", base.line, attr)
         return Unknown(f"attribute {attr}")
@@ -718,8 +803,34 @@ class Interpreter:
             return Unknown("a slice")
         return self.ev(node.slice[0].slice.value, env)
 
+    def slice_of(self, base: Any, node: cst.Subscript, env: Env) -> Any:
+        """seq[a:b] over a known sequence or string with constant bounds."""
+        sl = node.slice[0].slice
+        bounds = []
+        for part in (sl.lower, sl.upper, sl.step):
+            if part is None:
+                bounds.append(None)
+                continue
+            v = self.ev(part, env)
+            if not (isinstance(v, Const) and (v.value is None or isinstance(v.value, int))):
+                return Unknown("a slice with unknown bounds")
+            bounds.append(v.value)
+        s = slice(*bounds)
+        out = None
+        for b in flatten(base):
+            if isinstance(b, Seq):
+                v: Any = Seq(b.items[s], b.kind)
+            elif isinstance(b, Const) and isinstance(b.value, (str, list, tuple)):
+                v = b.with_value(b.value[s], "[…]")
+            else:
+                v = b if isinstance(b, Unknown) else Unknown("a slice")
+            out = v if out is None else merge(out, v)
+        return out
+
     def subscript(self, node: cst.Subscript, env: Env) -> Any:
         base = self.ev(node.value, env)
+        if len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Slice):
+            return self.slice_of(base, node, env)
         key = self.subscript_key(node, env)
         out = None
         for b in flatten(base):
@@ -737,6 +848,8 @@ class Interpreter:
                     v = Unknown("an item")
             elif isinstance(b, Obj):
                 v = self.handlers.getitem(self, b, key, self.line_of(node))
+            elif isinstance(b, Ref):
+                v = self.handlers.ref_item(self, b, key, self.line_of(node))
             else:
                 v = Unknown("an item")
             out = v if out is None else merge(out, v)
@@ -886,6 +999,43 @@ class Interpreter:
             self.ev(elt, inner)
         return Unknown("a comprehension")
 
+    def hand_pad_idiom(self, node: cst.BinaryOperation, env: Env) -> None:
+        """`[pad] * (n - len(ids))`: padding to n. n written as min(max(lengths), cap) pads to the
+        batch's longest, capped; a known n pads every sample to it."""
+        for lst, count in ((node.left, node.right), (node.right, node.left)):
+            if not (isinstance(lst, cst.List) and len(lst.elements) == 1):
+                continue
+            if isinstance(count, cst.Name) and count.value in self.pad_counts:
+                count = self.pad_counts[count.value]  # padding_len = max_len - len(ids); [pad] * padding_len
+            if not (isinstance(count, cst.BinaryOperation) and isinstance(count.operator, cst.Subtract)):
+                continue
+            right = count.right
+            if not (isinstance(right, cst.Call) and self.dotted(right.func) in ("len",) or "size" in self.code(right)
+                    or "shape" in self.code(right) or "len(" in self.code(right)):
+                continue
+            self.record_pad(count.left, self.line_of(node), env)
+            return
+
+    def record_pad(self, target: cst.CSTNode, line: int | None, env: Env) -> None:
+        from memlint.extract.objects import HandPad
+
+        for _ in range(3):  # batch_max_len = min(max(lengths), max_len); pad_len = batch_max_len - len(ids)
+            if isinstance(target, cst.Name) and target.value in self.pad_counts:
+                target = self.pad_counts[target.value]
+        code = self.code(target)
+        value = self.ev(target, env)
+        if isinstance(value, Const) and isinstance(value.value, int):
+            self.facts.hand_pads.append(HandPad("max_length", value, line, self.cur_file()))
+            return
+        cap = None
+        if isinstance(target, cst.Call) and self.dotted(target.func) == "min":
+            for a in target.args:
+                v = self.ev(a.value, env)
+                if isinstance(v, Const) and isinstance(v.value, int):
+                    cap = v
+        kind = "longest" if ("max(" in code or cap is not None or "longest" in code) else "max_length"
+        self.facts.hand_pads.append(HandPad(kind, cap if cap is not None else value, line, self.cur_file()))
+
     def chunk_idiom(self, elt: cst.CSTNode, var: str, step: cst.CSTNode, env: Env) -> None:
         """`t[i : i + n] for i in range(0, total, n)`: fixed-length blocks of n tokens."""
         step_code = self.code(step)
@@ -915,7 +1065,9 @@ class Interpreter:
             elif a.star == "**":
                 v = self.ev(a.value, env)
                 for d in flatten(v):
-                    if isinstance(d, Dict):
+                    if isinstance(d, Fields):
+                        kwargs.setdefault(SPREAD, []).append(d.obj)
+                    elif isinstance(d, Dict):
                         kwargs.update(d.items)
                         open_kwargs |= d.open
                     elif isinstance(d, Const) and isinstance(d.value, dict):
@@ -934,8 +1086,13 @@ class Interpreter:
         return out
 
     def call_value(self, f: Any, args: list, kwargs: dict, open_kwargs: bool, line: int | None, node: cst.Call) -> Any:
+        if SPREAD in kwargs and not (isinstance(f, Ref) and f.name in ("Namespace", "SimpleNamespace")):
+            kwargs = {k: v for k, v in kwargs.items() if k != SPREAD}
+            open_kwargs = True
         if isinstance(f, Func):
             return self.call_function(f, args, kwargs, line)
+        if isinstance(f, BoundMethod):
+            return self.call_function(f.func, [f.instance, *args], kwargs, line)
         # Objects built inside a sibling module are placed at the script's call into it: their
         # lines are reported against the script (values keep their own file and line).
         at = line if self.cur_file() is None else (self.entry_line or line)
@@ -949,6 +1106,14 @@ class Interpreter:
                 elif isinstance(x, Partial):
                     if isinstance(x.func, Func) and not x.func.ran:
                         self.call_function(x.func, x.args, dict(x.kwargs), line)
+                elif isinstance(x, Obj) and getattr(x, "user_class", None) is not None and not getattr(x, "_protocols_ran", False):
+                    # a collator, dataset or model of the script's own class handed to the library: the
+                    # library calls its __call__ / __getitem__ / __iter__, with this instance as self
+                    x._protocols_ran = True
+                    for name in ("__call__", "__getitem__", "__iter__"):
+                        hit = x.user_class.lookup(name)
+                        if hit is not None and hit[0] == "method" and isinstance(hit[1], Func):
+                            self.call_function(hit[1], [x], {}, line)
         return result
 
 

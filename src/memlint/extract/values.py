@@ -102,6 +102,23 @@ class Class:
     line: int
     is_dataclass: bool
     file: str | None = None        # set when defined in a sibling module
+    methods: dict = field(default_factory=dict)  # name -> Func (the class's own `def`s)
+
+    def lookup(self, name: str) -> tuple[str, Any] | None:
+        """("field"|"method", value) of `name` on this class or its user-class bases (MRO order)."""
+        seen = 0
+        stack: list = [self]
+        while stack and seen < 20:
+            seen += 1
+            c = stack.pop(0)
+            if not isinstance(c, Class):
+                continue
+            if name in c.fields:
+                return "field", c.fields[name]
+            if name in c.methods:
+                return "method", c.methods[name]
+            stack.extend(c.bases)
+        return None
 
 
 @dataclass(eq=False)

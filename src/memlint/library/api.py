@@ -93,3 +93,9 @@ def attention_name(text: str) -> str | None:
     if key in attention():
         return key
     return _doc()["attention_aliases"].get(key)
+
+
+@data.derived
+def bool_fields() -> frozenset[str]:
+    """TrainingArguments' bool fields: `--bf16` alone means True, `--no_x` False (HfArgumentParser)."""
+    return frozenset(_doc()["training_arguments_bool_fields"])
