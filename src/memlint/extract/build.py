@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from memlint.extract.objects import (
-    Accelerator, Collator, DataLoader, DtypeName, Method, Model, Obj, Optimizer, Params, PeftConfig, QuantConfig,
+    Accelerator, Collator, DataLoader, DeepSpeedEngine, DtypeName, Method, Model, Obj, Optimizer, Params, PeftConfig, QuantConfig,
     Trainer, TrainingArgs, dtype_of, field_value,
 )
 from memlint.extract.values import Alts, Const, Dict, Ref, Seq, Unknown, flatten, to_python
@@ -49,6 +49,7 @@ class Builder:
         self.notes: list[str] = list(facts.notes)
         self.maybe: dict[str, list[str]] = {}
         self.ds_offload: list[Const] = []  # offload read from a followed DeepSpeed config
+        self.ds_optimizer: list[Value] = []  # a followed DeepSpeed config's own optimizer
 
     # ---- values ----------------------------------------------------------------------------
 
@@ -127,8 +128,10 @@ class Builder:
             model_objs += self.string_models(trainer, model, args)
         if trainer is not None and not model_objs:
             # `model = helper(model)` through a function memlint cannot follow loses the
-            # object; the model the script loaded last is still the best reading.
-            loaded = self.loop_model(objs)
+            # object; the model the script loaded last before building the trainer is still the
+            # best reading (one loaded after training is for inference).
+            before = objs[: next((i for i, o in enumerate(objs) if o is trainer), len(objs))]
+            loaded = self.loop_model(before) or self.loop_model(objs)
             if isinstance(loaded, Model):
                 model_objs = [loaded]
                 why = next((u.why for u in flatten(model) if isinstance(u, Unknown) and u.why), "a value memlint cannot follow")
@@ -147,6 +150,8 @@ class Builder:
         self.activation_offloading_note()
         for why, names in self.maybe.items():
             self.notes.append(f"{', '.join(names)}: on some paths {why}; the plan shows the values memlint can read")
+        if self.script.suffix == ".ipynb" and not self.fields.get("num_gpus", Value(None, "unknown")).known:
+            self.fields["num_gpus"] = Value(1, "library-default", None, ("a notebook runs one process (one GPU)",))
         plan = TrainingPlan(self.path, self.fields, tuple(dict.fromkeys(self.notes)), kind="notebook" if self.script.suffix == ".ipynb" else "python")
         if self.launch is not None:
             from memlint.extract.launched import apply_launcher
@@ -155,11 +160,18 @@ class Builder:
         return plan
 
     def loop_model(self, objs: list) -> Any:
-        for opt in self.facts.first("objects", Optimizer):
+        for eng in self.facts.first("objects", DeepSpeedEngine):
+            if isinstance(eng.model, Model):
+                return eng.model
+        early = self.facts.first("objects", object)
+        opts = [o for o in objs if isinstance(o, Optimizer) and any(o is e for e in early)] or \
+            [o for o in objs if isinstance(o, Optimizer)]
+        for opt in opts:
             for p in flatten(opt.kwargs.get("params")):
                 if isinstance(p, Params):
                     return p.model
-        models = self.facts.first("objects", Model)
+        models = [o for o in objs if isinstance(o, Model) and any(o is e for e in early)] or \
+            [o for o in objs if isinstance(o, Model)]
         wrapped = {id(o.base) for o in models}
         tops = [m for m in models if id(m) not in wrapped]
         return tops[-1] if tops else None
@@ -398,6 +410,9 @@ class Builder:
                 gbl.append(a.get("group_by_length") if a.get("group_by_length") is not None else field_value(a, "group_by_length"))
         self.put("group_by_length", _alts(gbl), _bool, line)
         self.distributed_from(arg_objs)
+        if self.ds_optimizer and not opt_objs:  # the DeepSpeed config's optimizer section wins over optim=
+            v = self.ds_optimizer[0]
+            self.fields["optimizer"] = Value(v.value, v.source, v.span, v.chain + ("a DeepSpeed config's optimizer replaces the Trainer's optim",))
         self.padding_and_length(trainer, arg_objs, models, unsloth)
         if api.trainer(name) is not None and api.trainer(name).reference:
             self.reference_field(trainer, arg_objs)
@@ -519,41 +534,59 @@ class Builder:
         """distributed from TrainingArguments(deepspeed=...); the config's offload is kept for `offload`.
 
         Read by the same DeepSpeed reader as framework configs, so both agree on stage and offload."""
-        from memlint.extract.configs.document import Document, load_text
-        from memlint.extract.configs.launchers import deepspeed_facts
-
-        if isinstance(v, Dict):
-            v = to_python(v)
-        if not isinstance(v, Const):
-            return Unknown("a deepspeed config memlint could not follow") if not isinstance(v, Unknown) else v
-        cfg = v.value
-        if isinstance(cfg, str):
-            for base in (self.script.parent, Path.cwd()):
-                p = base / cfg
-                if p.is_file():
-                    shown = os.path.normpath(os.path.join(os.path.dirname(self.path), cfg)) if base == self.script.parent else str(p)
-                    try:
-                        doc = load_text(p.read_text(encoding="utf-8"), shown, is_json=p.suffix.lower() == ".json")
-                    except (OSError, UnicodeDecodeError):
-                        return v.with_value("deepspeed", f"{cfg}: unreadable, stage unknown")
-                    break
-            else:
-                return v.with_value("deepspeed", f"{cfg}: not found next to the script, stage unknown")
-        elif isinstance(cfg, dict):
-            doc = Document(self.path, cfg)
-        else:
-            return Unknown("a deepspeed value memlint could not read")
-        if not doc.ok:
-            return v.with_value("deepspeed", f"{cfg}: unreadable, stage unknown")
-        facts = deepspeed_facts(doc)
+        facts, v = self.deepspeed_config(v)
+        if facts is None:
+            return v
         dist, off = facts.fields["distributed"], facts.fields["offload"]
         if off.span is not None:
             self.ds_offload.append(Const(off.value, off.source, off.span.line, off.chain, off.span.path))
         else:
             self.ds_offload.append(Const(off.value, off.source, v.line, v.chain + off.chain, v.file))
+        if facts.optimizer is not None:
+            self.ds_optimizer.append(facts.optimizer)
         if dist.value == "deepspeed" or dist.source == "library-default" and dist.value != "none":
             return v.with_value("deepspeed", "no integer zero_optimization.stage")
         return v.with_value(dist.value, dist.chain[0] if dist.chain else None)
+
+    def deepspeed_config(self, v: Any) -> tuple[Any, Any]:
+        """(LaunchFacts of the DeepSpeed config `v` names or builds, the value), or (None, why not)."""
+        from memlint.extract.configs.document import Document, load_text
+        from memlint.extract.configs.launchers import deepspeed_facts
+
+        if isinstance(v, Dict):
+            v = Const(_known_python(v), "literal", None, ("a DeepSpeed config dict built in the script",))
+        if not isinstance(v, Const):
+            return None, Unknown("a deepspeed config memlint could not follow") if not isinstance(v, Unknown) else v
+        cfg = v.value
+        if isinstance(cfg, str):
+            found = self._find_file(cfg)
+            if found is None:
+                return None, v.with_value("deepspeed", f"{cfg}: not found next to the script, stage unknown")
+            p, shown = found
+            try:
+                doc = load_text(p.read_text(encoding="utf-8"), shown, is_json=p.suffix.lower() in (".json", ".conf"))
+            except (OSError, UnicodeDecodeError):
+                return None, v.with_value("deepspeed", f"{cfg}: unreadable, stage unknown")
+        elif isinstance(cfg, dict):
+            doc = Document(self.path, cfg)
+        else:
+            return None, Unknown("a deepspeed value memlint could not read")
+        if not doc.ok:
+            return None, v.with_value("deepspeed", f"{cfg}: unreadable, stage unknown")
+        return deepspeed_facts(doc), v
+
+    def _find_file(self, ref: str) -> tuple[Path, str] | None:
+        """A file the script names by a relative path: beside it, in the working directory, in the launch folder."""
+        bases = [self.script.parent, Path.cwd()]
+        if self.launch is not None and self.launch.cwd:
+            bases.insert(1, Path.cwd() / self.launch.cwd)
+        for base in bases:
+            p = base / os.path.expanduser(ref)
+            if p.is_file():
+                shown = os.path.normpath(os.path.join(os.path.dirname(self.path), ref)) if base == self.script.parent \
+                    else os.path.relpath(p)
+                return p, shown
+        return None
 
     def padding_and_length(self, trainer: Obj, arg_objs: list[Obj] | None, models: list[Obj], unsloth: bool) -> None:
         name = trainer.cls
@@ -565,6 +598,8 @@ class Builder:
                 p = trainer.kwargs.get("packing", a.get("packing"))
                 packs.append(p if p is not None else field_value(a, "packing"))
                 ml = trainer.kwargs.get("max_seq_length", a.get("max_length", a.get("max_seq_length")))
+                if isinstance(ml, Const) and ml.value is None and "max_seq_length" in trainer.kwargs:
+                    ml = None  # SFTTrainer(max_seq_length=None) (TRL < 0.20): the trainer's default applies
                 if ml is None and unsloth:
                     ml = self.unsloth_length(models)
                 if ml is None:
@@ -684,6 +719,10 @@ class Builder:
         opts = self.facts.first("objects", Optimizer)
         steps = self.facts.first("steps")
         accs = self.facts.first("objects", Accelerator)
+        engines = self.facts.first("objects", DeepSpeedEngine)
+        if engines:
+            self.engine_fields(engines[-1])
+            return
         if not opts and not steps and not self.facts.backward:
             for f in ("trainer", "per_device_batch", "grad_accum", "optimizer", "precision", "padding", "max_length"):
                 self.put(f, Unknown("no trainer or training loop found"))
@@ -734,6 +773,44 @@ class Builder:
                 self.notes.append("distributed: an `accelerate launch` config may shard the model; pass --assume distributed=... if it does")
         collate = train_dl.get("collate_fn") if train_dl is not None else None
         self.data_padding(collate, False, line)
+
+    def engine_fields(self, eng: DeepSpeedEngine) -> None:
+        """A loop driven by a DeepSpeed engine: micro-batch, accumulation, precision, ZeRO stage, offload
+        and the optimizer come from its config (a DataLoader's batch_size is the micro-batch when there is one)."""
+        line = eng.line
+        self.fields["trainer"] = Value("deepspeed-engine", "literal", Span(self.path, line), (f"deepspeed.initialize (line {line})",))
+        self.args_gc = None
+        facts, why = self.deepspeed_config(eng.config) if eng.config is not None else (None, Unknown("no DeepSpeed config given"))
+        soft = facts.soft if facts is not None else {}
+        dls = self.facts.first("objects", DataLoader)
+        train_dl = next((d for d in dls if d.get("batch_size") is not None), None)
+        if train_dl is not None:
+            self.put("per_device_batch", train_dl.get("batch_size"), _int, train_dl.line)
+        elif "per_device_batch" in soft:
+            self.fields["per_device_batch"] = soft["per_device_batch"]
+        else:
+            self.put("per_device_batch", Unknown("no train_micro_batch_size_per_gpu in the DeepSpeed config"), line=line)
+        if "grad_accum" in soft:
+            self.fields["grad_accum"] = soft["grad_accum"]
+        else:
+            self.put("grad_accum", Const(1, "library-default", line, ("DeepSpeed's gradient_accumulation_steps default: 1",)), _int)
+        prec = soft.get("precision")
+        self.fields["precision"] = prec if prec is not None else Value("fp32", "library-default", Span(self.path, line),
+                                                                         ("no fp16/bf16 section in the DeepSpeed config",))
+        if facts is not None:
+            for name in ("distributed", "offload"):
+                self.fields[name] = facts.fields[name]
+            self.notes.extend(facts.notes)
+        else:
+            self.put("distributed", why, line=line)
+        if isinstance(eng.optimizer, Optimizer):
+            self.optimizer_from([eng.optimizer])
+        elif facts is not None and facts.optimizer is not None:
+            self.fields["optimizer"] = facts.optimizer
+        else:
+            self.put("optimizer", Unknown("the engine's optimizer is not in its config"), line=line)
+        self.put("group_by_length", Const(False, "library-default", line, ("DataLoader samples without length grouping",)), _bool)
+        self.data_padding(train_dl.get("collate_fn") if train_dl is not None else None, False, line)
 
     def loop_precision(self, accs: list, line: int | None) -> None:
         vals = []
@@ -833,6 +910,19 @@ def _libc(cls: str, attr: str, line: int | None) -> Any:
     if d is None:
         return Unknown(f"no library default for {cls}.{attr}")
     return Const(d.value, "library-default", line, (d.why,))
+
+
+def _known_python(d: Dict) -> dict:
+    """A dict's entries that are known, as plain data (unknown entries left out: the reader's defaults apply)."""
+    out = {}
+    for k, x in d.items.items():
+        if isinstance(x, Dict):
+            out[k] = _known_python(x)
+            continue
+        p = to_python(x)
+        if isinstance(p, Const):
+            out[k] = p.value
+    return out
 
 
 def _map_const(v: Any, fn: Callable) -> Any:

@@ -16,7 +16,7 @@ from typing import Any, Callable
 from memlint.extract.interp import _BUILTIN_CALLS, SPREAD, BoundStr, BoundUnknown
 from memlint.extract.objects import (
     Accelerator, Accumulate, ArgNamespace, ArgParser, ArgSpec, Autocast, AutocastCall, BoundMethod, Collator, DataclassInstance,
-    DictMethod, Fields, Instance, Namespace, OpenFile,
+    DeepSpeedEngine, DictMethod, Fields, Instance, Namespace, OpenFile,
     DataLoader, Dataset, DtypeName, HfConfig, HfParser, LigerPatch, Method, Model, Obj, Optimizer, OptimizerStep,
     Params, Partial, PeftConfig, Plugin, QuantConfig, Range, Scaler, Setting, Tokenizer, TokenizerCall, Trainer,
     TrainingArgs, dtype_of, field_value,
@@ -416,6 +416,37 @@ class Handlers:
         kw = {k: v for k, v in c.kwargs.items() if k != SPREAD}
         return Namespace(c.qual, c.line or 0, kw, {}, False, sources=list(c.kwargs.get(SPREAD, [])))
 
+    def deepspeed_initialize(self, c: Call) -> Any:
+        """deepspeed.initialize(args, model, optimizer, ..., config=/config_params=): (engine, optimizer, loader, scheduler)."""
+        if c.head != "deepspeed":
+            return _PASS
+        args_obj = c.arg(0, "args")
+        cfg = c.kwargs.get("config", c.kwargs.get("config_params"))
+        if cfg is None and isinstance(args_obj, ArgNamespace):  # deepspeed.add_config_arguments: --deepspeed_config
+            cfg = self.arg_default(args_obj, "deepspeed_config")
+        opt = c.arg(2, "optimizer")
+        eng = DeepSpeedEngine("deepspeed.initialize", c.line or 0, dict(c.kwargs), model=c.arg(1, "model"),
+                              optimizer=opt, config=cfg)
+        c.it.facts.objects.append(eng)
+        return Seq([eng, opt if opt is not None else Unknown("DeepSpeed's optimizer"), Unknown("a data loader"),
+                    Unknown("a scheduler")], "tuple")
+
+    def deepspeed_arguments(self, c: Call) -> Any:
+        """deepspeed.add_config_arguments(parser): --deepspeed and --deepspeed_config on the script's parser."""
+        if c.head != "deepspeed":
+            return _PASS
+        p = c.args[0] if c.args else None
+        if isinstance(p, ArgParser):
+            p.args.setdefault("deepspeed", ArgSpec({"action": Const("store_true", "literal", c.line)}, c.line, "--deepspeed",
+                                                   None, ("--deepspeed",)))
+            p.args.setdefault("deepspeed_config", ArgSpec({}, c.line, "--deepspeed_config", None, ("--deepspeed_config",)))
+        return p
+
+    def chat_format(self, c: Call) -> Any:
+        """trl.setup_chat_format / clone_chat_template(model, tokenizer): the same model (its embeddings
+        resized to the new special tokens) and tokenizer."""
+        return Seq([c.arg(0, "model", Unknown("a model")), c.arg(1, "tokenizer", Unknown("a tokenizer"))], "tuple")
+
     def cast(self, c: Call) -> Any:
         # a type-checker hint: cast(T, x) is x at run time
         return c.args[1] if len(c.args) > 1 else c.kwargs.get("val", Unknown("typing.cast()"))
@@ -646,6 +677,15 @@ class Handlers:
             return Const(None, "literal", line)
         if isinstance(obj, Accelerator):
             return self.accelerator_method(it, name, args, line)
+        if isinstance(obj, DeepSpeedEngine):
+            if name == "backward":
+                it.facts.backward.append(line)
+                return Const(None, "literal", line)
+            if name in ("step", "train", "eval", "save_checkpoint", "load_checkpoint", "zero_grad"):
+                return Const(None, "literal", line)
+            if isinstance(obj.model, Model):
+                return self.model_method(it, obj.model, name, args, kwargs, line)
+            return Unknown(f"engine.{name}()")
         if isinstance(obj, Scaler) and name == "step":
             opt = args[0] if args else None
             if isinstance(opt, Optimizer):
@@ -942,6 +982,8 @@ class Handlers:
                 return obj.kwargs[attr]
         if isinstance(obj, Model) and attr == "config":
             return HfConfig("config", line or 0)
+        if isinstance(obj, DeepSpeedEngine) and attr == "module":
+            return obj.model
         if isinstance(obj, Instance) and obj.user_class is not None:
             hit = obj.user_class.lookup(attr)
             if hit is not None:
@@ -1056,6 +1098,10 @@ _BY_NAME: dict[str, Callable[[Handlers, Call], Any]] = {
     "Fire": Handlers.fire,
     "partial": Handlers.partial,
     "Namespace": Handlers.namespace,
+    "setup_chat_format": Handlers.chat_format,
+    "initialize": Handlers.deepspeed_initialize,
+    "add_config_arguments": Handlers.deepspeed_arguments,
+    "clone_chat_template": Handlers.chat_format,
     "SimpleNamespace": Handlers.namespace,
     "get": Handlers.environ,
     "getenv": Handlers.environ,

@@ -29,6 +29,7 @@ MAX_SIBLINGS = 48           # modules of the checkout walked per script (imports
 MAX_SIBLING_BYTES = 300_000
 _CHECKOUT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 MAX_CALLS_PER_FUNC = 16     # inlined walks of one function; later calls give unknown
+MAX_UNROLL = 32             # a for loop over a known sequence this short runs once per item
 MAX_STEPS = 200_000         # statements walked per script, all calls included
 
 _BINOPS = {
@@ -358,19 +359,41 @@ class Interpreter:
         return all(leaves for leaves, _ in results)
 
     def exec_loop(self, node: cst.For | cst.While, env: Env) -> None:
+        if isinstance(node, cst.For):
+            it = self.ev(node.iter, env)
+            known = self.known_items(it)
+            if known is not None:  # a loop over a known, short sequence runs once per item, in order
+                for item in known:
+                    self.assign(node.target, item, env, node)
+                    if self.exec_block(node.body.body, env):
+                        break
+                if node.orelse is not None:
+                    self.exec_block(node.orelse.body.body, env)
+                return
+            if isinstance(node.iter, cst.Call) and self.dotted(node.iter.func) == "range" and len(node.iter.args) == 3 \
+                    and isinstance(node.target, cst.Name):
+                self.chunk_idiom(node.body, node.target.value, node.iter.args[2].value, env)
+
         def body(e: Env) -> bool:
             if isinstance(node, cst.For):
                 items = self.iter_items(self.ev(node.iter, e))
                 self.assign(node.target, items, e, node)
             self.exec_block(node.body.body, e)
             return False
-        if isinstance(node, cst.For):
-            self.ev(node.iter, env)
-        else:
+        if not isinstance(node, cst.For):
             self.ev(node.test, env)
         self.branches(env, [body], exhaustive=False)
         if node.orelse is not None:
             self.exec_block(node.orelse.body.body, env)
+
+    @staticmethod
+    def known_items(it: Any) -> list | None:
+        """The items of a sequence known item by item (at most MAX_UNROLL), else None."""
+        if isinstance(it, Seq) and len(it.items) <= MAX_UNROLL and not any(isinstance(x, Unknown) for x in it.items):
+            return list(it.items)
+        if isinstance(it, Const) and isinstance(it.value, (list, tuple)) and len(it.value) <= MAX_UNROLL:
+            return [it.with_value(x) for x in it.value]
+        return None
 
     def iter_items(self, it: Any) -> Any:
         opts = []

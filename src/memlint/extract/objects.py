@@ -146,6 +146,15 @@ class Accelerator(Obj):
     pass
 
 
+@dataclass(eq=False)
+class DeepSpeedEngine(Obj):
+    """deepspeed.initialize(model=..., optimizer=..., config=...): the engine that trains the model."""
+
+    model: Any = None
+    optimizer: Any = None
+    config: Any = None                # the config dict, or the path of its JSON
+
+
 class Accumulate(Obj):
     """accelerator.accumulate(model)."""
 

@@ -99,3 +99,8 @@ def attention_name(text: str) -> str | None:
 def bool_fields() -> frozenset[str]:
     """TrainingArguments' bool fields: `--bf16` alone means True, `--no_x` False (HfArgumentParser)."""
     return frozenset(_doc()["training_arguments_bool_fields"])
+
+
+def deepspeed_optimizer(kind: str) -> str | None:
+    """A DeepSpeed config's optimizer.type -> the optim name memlint estimates."""
+    return _doc()["deepspeed_optimizers"].get(str(kind).lower())
