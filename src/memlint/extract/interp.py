@@ -21,7 +21,7 @@ from memlint.extract.objects import BoundMethod, Chunking, DictMethod, Fields, O
 _DICT_METHODS = {"get", "items", "keys", "values", "copy", "update", "setdefault", "pop"}
 
 SPREAD = "**"  # kwargs key of the objects a call spreads with **vars(obj)
-from memlint.extract.values import Alts, Class, Const, Dict, Func, ModuleVal, Ref, Seq, Unknown, flatten, merge, weakest
+from memlint.extract.values import Alts, Class, Const, Dict, Func, ModuleVal, Ref, Seq, Unknown, flatten, merge, to_python, weakest
 
 MAX_DEPTH = 12
 MAX_ALTS = 16
@@ -959,6 +959,8 @@ class Interpreter:
         for ct in node.comparisons:
             right = self.ev(ct.comparator, env)
             op = type(ct.operator).__name__
+            if op in ("In", "NotIn") and isinstance(right, (Seq, Dict)):
+                right = to_python(right)  # `x in ("yes", "true")`: a container of constants
             if isinstance(left, Const) and isinstance(right, Const) and op in _CMPOPS:
                 try:
                     r = self._combine(bool(_CMPOPS[op](left.value, right.value)), node, left, right)
