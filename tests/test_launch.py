@@ -389,3 +389,114 @@ def test_memlint_check_and_plan_take_the_command_after_a_double_dash(tmp_path):
     assert chk.returncode in (0, 1) and "Traceback" not in chk.stderr
     bad = subprocess.run([*cmd, "plan", "--", "torchrun", "missing.py"], cwd=root, capture_output=True, text=True)
     assert bad.returncode == 2 and "missing.py: no such file" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_fire_kwargs_update_dataclass_configs_in_the_checkouts_package(tmp_path, monkeypatch):
+    """llama-cookbook's shape: fire.Fire(main), main(**kwargs) updating dataclass configs of a package
+    with hasattr/setattr (also `--fsdp_config.pure_bf16`), FSDP wrapping, torch's activation checkpointing."""
+    root = _write(tmp_path, {
+        "src/cookbook/__init__.py": "",
+        "src/cookbook/configs.py": """
+            from dataclasses import dataclass
+            @dataclass
+            class train_config:
+                model_name: str = "PATH/to/Model"
+                batch_size_training: int = 4
+                gradient_accumulation_steps: int = 1
+                enable_fsdp: bool = False
+            @dataclass
+            class fsdp_config:
+                pure_bf16: bool = False
+            """,
+        "src/cookbook/utils.py": """
+            def update_config(config, **kwargs):
+                if isinstance(config, (tuple, list)):
+                    for c in config:
+                        update_config(c, **kwargs)
+                else:
+                    for k, v in kwargs.items():
+                        if hasattr(config, k):
+                            setattr(config, k, v)
+                        elif "." in k:
+                            config_name, param_name = k.split(".")
+                            if type(config).__name__ == config_name and hasattr(config, param_name):
+                                setattr(config, param_name, v)
+            """,
+        "src/cookbook/finetuning.py": """
+            import fire, torch
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
+            from torch.utils.data import DataLoader
+            from transformers import LlamaForCausalLM
+            from cookbook.configs import train_config as TRAIN_CONFIG, fsdp_config as FSDP_CONFIG
+            from cookbook.utils import update_config
+
+            def main(**kwargs):
+                train_config, fsdp_config = TRAIN_CONFIG(), FSDP_CONFIG()
+                update_config((train_config, fsdp_config), **kwargs)
+                model = LlamaForCausalLM.from_pretrained(train_config.model_name)
+                if fsdp_config.pure_bf16:
+                    model.to(torch.bfloat16)
+                if train_config.enable_fsdp:
+                    model = FSDP(model)
+                    apply_activation_checkpointing(model)
+                opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+                dl = DataLoader([], batch_size=train_config.batch_size_training)
+                for step, batch in enumerate(dl):
+                    model(**batch).loss.backward()
+                    if (step + 1) % train_config.gradient_accumulation_steps == 0:
+                        opt.step()
+
+            if __name__ == "__main__":
+                fire.Fire(main)
+            """,
+    })
+    plan = _plan(root, "torchrun --nproc_per_node 8 src/cookbook/finetuning.py --enable_fsdp --model_name "
+                       "meta-llama/Llama-3.1-8B --fsdp_config.pure_bf16 --batch_size_training 2", monkeypatch)
+    assert _v(plan, "model_id") == ("meta-llama/Llama-3.1-8B", "command-line")
+    assert plan.value("per_device_batch") == 2 and plan.value("grad_accum") == 1
+    assert plan.value("distributed") == "fsdp" and plan.value("gradient_checkpointing") is True
+    assert plan.value("precision") == "pure-bf16" and plan.value("num_gpus") == 8
+
+
+def test_a_lightning_trainer_reads_precision_strategy_and_devices(tmp_path, monkeypatch):
+    root = _write(tmp_path, {"train.py": """
+        import argparse, torch
+        import lightning.pytorch as pl
+        from torch.utils.data import DataLoader
+        from transformers import AutoModelForCausalLM
+
+        class LM(pl.LightningModule):
+            def __init__(self, name):
+                super().__init__()
+                self.model = AutoModelForCausalLM.from_pretrained(name)
+            def configure_optimizers(self):
+                return torch.optim.AdamW(self.parameters(), lr=1e-4)
+            def train_dataloader(self):
+                return DataLoader([], batch_size=self.bs, shuffle=True)
+
+        p = argparse.ArgumentParser()
+        p.add_argument("--devices", type=int, nargs="+", default=[0])
+        p.add_argument("--precision", default="32")
+        a = p.parse_args()
+        lm = LM("Qwen/Qwen2.5-0.5B")
+        lm.bs = 16
+        trainer = pl.Trainer(devices=a.devices, precision=a.precision, strategy="deepspeed_stage_3_offload",
+                             accumulate_grad_batches=4)
+        trainer.fit(lm)
+        """})
+    plan = _plan(root, "python train.py --devices 0 1 --precision bf16-mixed", monkeypatch)
+    assert plan.value("trainer") == "lightning" and plan.value("model_id") == "Qwen/Qwen2.5-0.5B"
+    assert plan.value("precision") == "amp-bf16" and plan.value("num_gpus") == 2 and plan.value("grad_accum") == 4
+    assert plan.value("distributed") == "zero3" and plan.value("offload") == "params"
+    assert plan.value("per_device_batch") == 16 and plan.value("optimizer") == "adamw_torch"
+
+
+def test_a_reader_bug_costs_one_file_its_plan_not_a_traceback(tmp_path, monkeypatch):
+    from memlint.extract import build
+
+    monkeypatch.setattr(build.Builder, "model_fields", lambda *a, **k: 1 / 0)
+    root = _write(tmp_path, {"train.py": _HF})
+    plan = _plan(root, "python train.py", monkeypatch)
+    assert plan.diagnostics and plan.diagnostics[0].kind == "unreadable"
+    assert "ZeroDivisionError" in plan.notes[0] and "please report" in plan.notes[0]

@@ -59,8 +59,23 @@ def extract_source(source: str, path: str | Path = "<string>", shown: str | None
         interp = Interpreter(p, source, Handlers(), launch)
     except cst.ParserSyntaxError as exc:  # syntax CPython accepts and libcst does not (yet)
         return _syntax_error_plan(name, exc.raw_line, exc.raw_column + 1, exc.message)
-    facts = interp.run()
-    return Builder(name, p, facts, launch).build()
+    try:
+        facts = interp.run()
+        return Builder(name, p, facts, launch).build()
+    except RecursionError:
+        return _unreadable_plan(name, "too deeply nested to follow")
+    except MemlintError:
+        raise
+    except Exception as exc:  # a reader bug must cost one file its plan, not the run: say so, and where
+        import traceback
+
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        return _unreadable_plan(name, f"memlint could not read this script ({type(exc).__name__}: {exc} at "
+                                      f"{Path(where.filename).name}:{where.lineno}); please report it")
+
+
+def _unreadable_plan(name: str, why: str) -> TrainingPlan:
+    return TrainingPlan(name, {}, (why,), (Diagnostic("unreadable", why, Span(name, 1, 1)),))
 
 
 def _syntax_error_plan(name: str, line: int, col: int, msg: str) -> TrainingPlan:

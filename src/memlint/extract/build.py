@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from memlint.extract.objects import (
-    Accelerator, Collator, DataLoader, DeepSpeedEngine, DtypeName, Method, Model, Obj, Optimizer, Params, PeftConfig, QuantConfig,
+    Accelerator, Collator, DataLoader, DeepSpeedEngine, DtypeName, LightningTrainer, Method, Model, Obj, Optimizer, Params,
+    PeftConfig, QuantConfig,
     Trainer, TrainingArgs, dtype_of, field_value,
 )
 from memlint.extract.values import Alts, Const, Dict, Ref, Seq, Unknown, flatten, to_python
@@ -35,6 +36,10 @@ _WORST = {
     # a second model in memory costs the most; precomputed log-probs the least
     "ref_model": ["model", "auto", "precomputed"],
 }
+# trainer values of loops the script drives itself (no Trainer deciding checkpointing)
+_LOOPS = ("custom-loop", "deepspeed-engine", "lightning", "lightning-fabric")
+
+
 class _Unconvertible(Exception):
     pass
 
@@ -112,8 +117,9 @@ class Builder:
     def build(self) -> TrainingPlan:
         objs = self.facts.objects
         trainers = self.facts.first("objects", Trainer)
-        trainer = (self.facts.trained or trainers or [None])[-1]
-        if len({id(t) for t in self.facts.trained}) > 1:
+        trained = [t for t in self.facts.trained if isinstance(t, Trainer)]
+        trainer = (trained or trainers or [None])[-1]
+        if len({id(t) for t in trained}) > 1:
             self.notes.append("more than one trainer is trained; the plan follows the last one")
         model: Any = None
         args: Any = None
@@ -723,6 +729,10 @@ class Builder:
         if engines:
             self.engine_fields(engines[-1])
             return
+        lightning = [o for o in self.facts.first("objects", LightningTrainer) if o.cls in ("lightning.Trainer", "lightning.Fabric")]
+        if lightning:
+            self.lightning_fields(lightning[-1], objs)
+            return
         if not opts and not steps and not self.facts.backward:
             for f in ("trainer", "per_device_batch", "grad_accum", "optimizer", "precision", "padding", "max_length"):
                 self.put(f, Unknown("no trainer or training loop found"))
@@ -764,6 +774,12 @@ class Builder:
                         dist.append(st.with_value(f"zero{st.value}"))
                     else:
                         dist.append(Const(label, "literal", plug.line))
+        for m in models:
+            for mm in self.chain(m):
+                if mm.shard is not None:
+                    dist.append(mm.shard.value)
+        if self.facts.offloads:
+            self.put("offload", _alts(self.facts.offloads))
         if dist:
             self.put("distributed", _alts(dist))
         else:
@@ -773,6 +789,78 @@ class Builder:
                 self.notes.append("distributed: an `accelerate launch` config may shard the model; pass --assume distributed=... if it does")
         collate = train_dl.get("collate_fn") if train_dl is not None else None
         self.data_padding(collate, False, line)
+
+    def lightning_fields(self, tr: LightningTrainer, objs: list) -> None:
+        """A Lightning Trainer (or Fabric): precision, accumulation, strategy and devices are its
+        arguments (with Lightning's defaults), the micro-batch the DataLoader's, the optimizer the
+        module's configure_optimizers' (or the one the script builds for Fabric)."""
+        line = tr.line
+        fabric = tr.cls == "lightning.Fabric"
+        self.fields["trainer"] = Value("lightning-fabric" if fabric else "lightning", "literal", Span(self.path, line),
+                                       (f"{tr.cls.split('.')[-1]}(...) (line {line})",))
+        self.args_gc = None
+        prec = tr.get("precision")
+        if prec is None:
+            self.put("precision", Const("fp32", "library-default", line, ("lightning's default precision: 32-true",)), line=line)
+        else:
+            self.put("precision", prec, lambda v: api.lightning_precision(v) or _unconvertible(f"precision {v!r}"), line)
+        if not fabric:
+            acc = tr.get("accumulate_grad_batches")
+            self.put("grad_accum", acc if acc is not None else Const(1, "library-default", line, ("accumulate_grad_batches default 1",)), _int, line)
+        else:
+            steps = self.facts.first("steps")
+            acc = [s.accumulation for s in steps if s.accumulation is not None]
+            self.put("grad_accum", _alts(acc) if acc else Const(1, "literal", line, ("an optimizer step every micro-batch",)), _int, line)
+        self.lightning_strategy(tr, line)
+        dev = tr.get("devices")
+        nodes = tr.get("num_nodes")
+        if dev is not None:
+            self.put("num_gpus", dev, lambda v: _device_count(v, nodes), line)
+        dls = self.facts.first("objects", DataLoader)
+        train_dl = next((d for d in dls if isinstance(d.get("shuffle"), Const) and d.get("shuffle").value), dls[0] if dls else None)
+        if train_dl is not None:
+            bs = train_dl.get("batch_size")
+            self.put("per_device_batch", bs if bs is not None else _libc("torch.utils.data.DataLoader", "batch_size", train_dl.line), _int, train_dl.line)
+        else:
+            self.put("per_device_batch", Unknown("no DataLoader found"), line=line)
+        opts = self.facts.first("objects", Optimizer)
+        if opts:
+            self.optimizer_from(opts[-1:])
+        else:
+            self.put("optimizer", Unknown("no optimizer found (configure_optimizers)"), line=line)
+        self.put("group_by_length", Const(False, "library-default", line, ("DataLoader samples without length grouping",)), _bool)
+        self.data_padding(train_dl.get("collate_fn") if train_dl is not None else None, False, line)
+
+    def lightning_strategy(self, tr: LightningTrainer, line: int) -> None:
+        strat = tr.get("strategy")
+        vals, offload = [], []
+        for s in flatten(strat) if strat is not None else [Const("auto", "library-default", line, ("strategy default 'auto'",))]:
+            if isinstance(s, Const) and isinstance(s.value, str):
+                name = api.lightning_strategy(s.value)
+                vals.append(s.with_value(name) if name else Unknown(f"lightning strategy {s.value!r}"))
+                if "offload" in s.value:
+                    offload.append(s.with_value("params" if "stage_3" in s.value or "fsdp" in s.value else "optimizer"))
+            elif isinstance(s, LightningTrainer) and s.cls == "lightning.DeepSpeedStrategy":
+                st = s.get("stage")
+                vals.append(st.with_value(f"zero{st.value}") if isinstance(st, Const) and st.value in (1, 2, 3)
+                            else Const("deepspeed", "literal", s.line, ("DeepSpeedStrategy",)))
+                for key, what in (("offload_parameters", "params"), ("offload_optimizer", "optimizer")):
+                    v = s.get(key)
+                    if isinstance(v, Const) and v.value:
+                        offload.append(v.with_value(what))
+                        break
+            elif isinstance(s, LightningTrainer) and s.cls == "lightning.FSDPStrategy":
+                vals.append(Const("fsdp", "literal", s.line, ("FSDPStrategy",)))
+                co = s.get("cpu_offload")
+                if isinstance(co, Const) and co.value:
+                    offload.append(co.with_value("params"))
+            elif isinstance(s, LightningTrainer):
+                vals.append(Const("none", "literal", s.line, (f"{s.cls.split('.')[-1]}",)))
+            else:
+                vals.append(s if isinstance(s, Unknown) else Unknown("a lightning strategy"))
+        self.put("distributed", _alts(vals), line=line)
+        if offload:
+            self.put("offload", _alts(offload), line=line)
 
     def engine_fields(self, eng: DeepSpeedEngine) -> None:
         """A loop driven by a DeepSpeed engine: micro-batch, accumulation, precision, ZeRO stage, offload
@@ -829,6 +917,10 @@ class Builder:
                 vals.append(_map_dtype_to_amp(dtype, aline))
         if not vals and self.facts.scalers:
             vals.append(Const("amp-fp16", "literal", self.facts.scalers[0], ("GradScaler implies fp16 autocast",)))
+        dt = self.fields.get("torch_dtype")
+        if not vals and dt is not None and dt.value == "bf16":  # bf16 weights trained without autocast
+            vals.append(Const("pure-bf16", dt.source, dt.line, dt.chain + ("bf16 weights and no autocast: pure bf16",),
+                              dt.span.path if dt.span and dt.span.path != self.path else None))
         if not vals:
             vals.append(Const("fp32", "library-default", line, ("no autocast or mixed_precision found",)))
         self.put("precision", _alts(vals), line=line)
@@ -870,7 +962,7 @@ class Builder:
                 per_model.append(args_gc)
             elif resolved:
                 per_model.append(_alts(resolved))
-            elif self.fields.get("trainer") is not None and self.fields["trainer"].value == "custom-loop":
+            elif self.fields.get("trainer") is not None and self.fields["trainer"].value in _LOOPS:
                 line = self.fields["trainer"].line
                 per_model.append(Const(False, "library-default", line, ("models load without gradient checkpointing",)))
             else:
@@ -910,6 +1002,25 @@ def _libc(cls: str, attr: str, line: int | None) -> Any:
     if d is None:
         return Unknown(f"no library default for {cls}.{attr}")
     return Const(d.value, "library-default", line, (d.why,))
+
+
+def _unconvertible(why: str) -> Any:
+    raise _Unconvertible(why)
+
+
+def _device_count(v: Any, nodes: Any) -> int:
+    """Lightning's devices= (an int, a list of ids, "0,1", -1/"auto") times num_nodes."""
+    n_nodes = nodes.value if isinstance(nodes, Const) and isinstance(nodes.value, int) else 1
+    if isinstance(v, bool):
+        raise _Unconvertible("devices")
+    if isinstance(v, int) and v > 0:
+        return v * n_nodes
+    if isinstance(v, (list, tuple)):
+        return len(v) * n_nodes
+    if isinstance(v, str) and v.replace(",", "").strip().isdigit():
+        parts = [p for p in v.split(",") if p.strip()]
+        return (len(parts) if "," in v else int(v)) * n_nodes
+    raise _Unconvertible(f"devices={v!r}: the GPUs the machine has")
 
 
 def _known_python(d: Dict) -> dict:

@@ -16,7 +16,7 @@ from typing import Any, Callable
 from memlint.extract.interp import _BUILTIN_CALLS, SPREAD, BoundStr, BoundUnknown
 from memlint.extract.objects import (
     Accelerator, Accumulate, ArgNamespace, ArgParser, ArgSpec, Autocast, AutocastCall, BoundMethod, Collator, DataclassInstance,
-    DeepSpeedEngine, DictMethod, Fields, Instance, Namespace, OpenFile,
+    DeepSpeedEngine, DictMethod, Fields, Instance, LightningTrainer, Namespace, OpenFile,
     DataLoader, Dataset, DtypeName, HfConfig, HfParser, LigerPatch, Method, Model, Obj, Optimizer, OptimizerStep,
     Params, Partial, PeftConfig, Plugin, QuantConfig, Range, Scaler, Setting, Tokenizer, TokenizerCall, Trainer,
     TrainingArgs, dtype_of, field_value,
@@ -176,6 +176,8 @@ class Handlers:
         if c.head == "liger_kernel" and c.name.startswith("apply_liger_kernel_to_"):
             c.it.facts.liger_calls.append(LigerPatch(c.qual, c.kwargs, c.line))
             return Const(None, "literal", c.line)
+        if c.head in ("pytorch_lightning", "lightning", "lightning_fabric") and c.name in _LIGHTNING:
+            return c.new(LightningTrainer, _LIGHTNING[c.name])
         handler = _QUALIFIED.get(c.qual) or _BY_NAME.get(c.name) or self._data_handler(c.name)
         if handler is not None:
             out = handler(self, c)
@@ -383,8 +385,23 @@ class Handlers:
             return _PASS
         for t in flatten(c.arg(0, "component")):
             if isinstance(t, Func):
-                return c.it.call_function(t, [], {}, c.line, entry=True)
+                args, kwargs = self.fire_arguments(c.it, t) if c.it.launch is not None else ([], {})
+                return c.it.call_function(t, args, kwargs, c.line, entry=True)
         return Unknown("fire.Fire")
+
+    def fire_arguments(self, it: Any, f: Func) -> tuple[list, dict]:
+        """fire's reading of the command's words for `f`: `--name value`, `--name=value`, `--flag` (True),
+        `--noflag` (False), bare words for the positional parameters; values as Python literals."""
+        from memlint.extract.cli_args import literal, match_fields
+
+        p = f.node.params
+        names = [q.name.value for q in [*p.posonly_params, *p.params, *p.kwonly_params]]
+        bools = {n for n, d in f.defaults.items() if isinstance(d, Const) and isinstance(d.value, bool)}
+        matched = match_fields(it.launch.argv, names, bools, accept_any=p.star_kwarg is not None)
+        kwargs = {k: self.cli_const(it, literal(v) if isinstance(v, str) else v, f"{matched.flags[k]} {v!r}")
+                  for k, v in matched.values.items() if not isinstance(v, list)}
+        args = [self.cli_const(it, literal(w), f"positional {w!r}") for w in matched.rest if not w.startswith("-")]
+        return args, kwargs
 
     def partial(self, c: Call) -> Any:
         if c.head != "functools":
@@ -441,6 +458,51 @@ class Handlers:
                                                    None, ("--deepspeed",)))
             p.args.setdefault("deepspeed_config", ArgSpec({}, c.line, "--deepspeed_config", None, ("--deepspeed_config",)))
         return p
+
+    def parallel_wrap(self, c: Call) -> Any:
+        """FullyShardedDataParallel(model, sharding_strategy=..., cpu_offload=...) / fully_shard(model) /
+        DistributedDataParallel(model): the same model, sharded (or replicated) across the processes."""
+        if c.head not in ("torch", "FSDP") and "distributed" not in c.qual and c.name != "fully_shard":
+            return _PASS
+        model = c.arg(0, "module")
+        if c.name == "DistributedDataParallel":
+            kind: Any = Const("none", "literal", c.line, ("DistributedDataParallel: every rank holds the whole model",))
+        else:
+            strat = c.kwargs.get("sharding_strategy")
+            text = " ".join(str(x.value if isinstance(x, Const) else x.qual if isinstance(x, Ref) else "")
+                            for x in flatten(strat)) if strat is not None else ""
+            if "SHARD_GRAD_OP" in text or "_HYBRID_SHARD_ZERO2" in text:
+                value = "fsdp_shard_grad_op"
+            elif "NO_SHARD" in text:
+                value = "none"
+            else:
+                value = "fsdp"
+            kind = Const(value, "literal", c.line, (f"{c.name}(...) (line {c.line})",))
+            off = c.kwargs.get("cpu_offload") or c.kwargs.get("offload_policy")
+            if isinstance(off, Obj) and (off.get("offload_params") is not None or "CPUOffload" in off.cls):
+                op = off.get("offload_params")
+                if isinstance(op, Const) and op.value or "CPUOffloadPolicy" in off.cls:
+                    c.it.facts.offloads.append(Const("params", "literal", c.line, ("FSDP cpu_offload=CPUOffload(offload_params=True)",)))
+        out = None
+        for m in flatten(model):
+            if isinstance(m, Model):
+                w = Model(m.cls, c.line or 0, base=m, shard=Setting(kind, c.line, f"{c.name}(...)"))
+                c.it.facts.objects.append(w)
+                r: Any = w
+            else:
+                r = m
+            out = r if out is None else Alts((out, r))
+        return out if out is not None else Unknown("a wrapped model")
+
+    def offload_policy(self, c: Call) -> Any:
+        return Obj(c.qual, c.line or 0, dict(c.kwargs))
+
+    def activation_checkpointing(self, c: Call) -> Any:
+        """torch's apply_activation_checkpointing(model, ...) / checkpoint_wrapper: the model recomputes."""
+        for m in flatten(c.arg(0, "model")):
+            if isinstance(m, Model):
+                m.gc.append(Setting(Const(True, "literal", c.line), c.line, f"{c.name}(model, ...)"))
+        return Const(None, "literal", c.line)
 
     def chat_format(self, c: Call) -> Any:
         """trl.setup_chat_format / clone_chat_template(model, tokenizer): the same model (its embeddings
@@ -529,8 +591,58 @@ class Handlers:
             if args and isinstance(args[0], Obj):
                 return Fields(args[0])
             return Dict({}, open=True)
+        if name in ("isinstance", "hasattr", "setattr", "type") and args:
+            return self._object_builtin(it, name, args, line)
         if name in _BUILTIN_CALLS:
             return self._pure_builtin(name, args, line)
+        return Unknown(f"{name}()")
+
+    def _object_builtin(self, it: Any, name: str, args: list, line: int | None) -> Any:
+        """isinstance / hasattr / setattr / type over the objects memlint knows (a config dataclass
+        updated field by field from **kwargs, `isinstance(config, (tuple, list))`)."""
+        obj = args[0]
+        if name == "type":
+            cls = getattr(obj, "user_class", None)
+            return cls if isinstance(cls, Class) else Unknown("a type")
+        if name == "isinstance" and len(args) > 1:
+            kinds = {x.name if isinstance(x, Ref) else x.name if isinstance(x, Class) else None
+                     for x in (args[1].items if isinstance(args[1], Seq) else [args[1]])}
+            if isinstance(obj, Seq):
+                return Const(bool(kinds & {"tuple", "list", "Sequence", "Iterable"}) and
+                             (obj.kind in kinds or "Sequence" in kinds or "Iterable" in kinds), "literal", line)
+            if isinstance(obj, Dict):
+                return Const(bool(kinds & {"dict", "Mapping", "MutableMapping"}), "literal", line)
+            if isinstance(obj, Const):
+                pyname = type(obj.value).__name__
+                return Const(pyname in kinds or (pyname == "bool" and "int" in kinds), "literal", line)
+            uc = getattr(obj, "user_class", None)
+            if isinstance(obj, Obj) and isinstance(uc, Class):
+                names = set()
+                stack = [uc]
+                while stack and len(names) < 20:
+                    c = stack.pop()
+                    if isinstance(c, Class):
+                        names.add(c.name)
+                        stack.extend(c.bases)
+                return Const(bool(kinds & names) or None in kinds and False, "literal", line) if kinds - {None} else Unknown("isinstance")
+            return Unknown("isinstance")
+        key = args[1] if len(args) > 1 else None
+        if not (isinstance(key, Const) and isinstance(key.value, str)):
+            return Unknown(f"{name}() with an unknown name")
+        attr = key.value
+        if name == "hasattr":
+            if not isinstance(obj, Obj):
+                return Unknown("hasattr")
+            uc = getattr(obj, "user_class", None)
+            declared = attr in obj.kwargs or attr in obj.attrs or attr in getattr(obj, "cli", {}) or (
+                isinstance(uc, Class) and uc.lookup(attr) is not None)
+            if declared or isinstance(uc, Class):
+                return Const(bool(declared), "literal", line)
+            return Unknown("hasattr of a library object")
+        if name == "setattr" and len(args) > 2 and isinstance(obj, Obj):
+            obj.attrs[attr] = args[2]
+            self.on_setattr(it, obj, attr, args[2], line)
+            return Const(None, "literal", line)
         return Unknown(f"{name}()")
 
     def _getattr_builtin(self, it: Any, args: list) -> Any:
@@ -677,6 +789,8 @@ class Handlers:
             return Const(None, "literal", line)
         if isinstance(obj, Accelerator):
             return self.accelerator_method(it, name, args, line)
+        if isinstance(obj, LightningTrainer):
+            return self.lightning_method(it, obj, name, args, kwargs, line)
         if isinstance(obj, DeepSpeedEngine):
             if name == "backward":
                 it.facts.backward.append(line)
@@ -696,6 +810,36 @@ class Handlers:
         if name == "parameters" or name == "named_parameters":
             return Params("parameters", line or 0, model=obj)
         return Unknown(f"the result of .{name}()")
+
+    def lightning_method(self, it: Any, trainer: LightningTrainer, name: str, args: list, kwargs: dict, line: int | None) -> Any:
+        """Trainer.fit(module, datamodule=...) runs the module's hooks (configure_optimizers, training_step,
+        train_dataloader) and the datamodule's; Fabric.setup / setup_dataloaders pass their arguments through."""
+        if name == "fit":
+            it.facts.trained.append(trainer)
+            for target in [*args, *kwargs.values()]:
+                for x in flatten(target):
+                    self.run_hooks(it, x, ("setup", "configure_model", "configure_optimizers", "train_dataloader",
+                                           "training_step"), line)
+            return Unknown("training output")
+        if name in ("setup", "setup_module", "setup_dataloaders"):
+            return args[0] if len(args) == 1 else Seq(list(args), "tuple")
+        if name == "backward":
+            it.facts.backward.append(line)
+        if name == "launch":
+            return Const(None, "literal", line)
+        return Unknown(f"lightning.{name}()")
+
+    def run_hooks(self, it: Any, obj: Any, names: tuple[str, ...], line: int | None) -> None:
+        """Call the hooks a library calls on an instance of the script's own class, self bound."""
+        uc = getattr(obj, "user_class", None)
+        if not isinstance(uc, Class):
+            return
+        for name in names:
+            hit = uc.lookup(name)
+            if hit is not None and hit[0] == "method" and isinstance(hit[1], Func):
+                out = it.call_function(hit[1], [obj], {}, line)
+                if name == "configure_optimizers":
+                    obj.attrs.setdefault("__optimizers__", out)
 
     def accelerator_method(self, it: Any, name: str, args: list, line: int | None) -> Any:
         if name == "prepare":
@@ -1049,6 +1193,9 @@ class Handlers:
 
 
 _PASS = object()  # a handler's answer for "this call is not mine": the call falls through
+# lightning classes that train, and the strategy classes whose options say how
+_LIGHTNING = {"Trainer": "lightning.Trainer", "Fabric": "lightning.Fabric", "DeepSpeedStrategy": "lightning.DeepSpeedStrategy",
+              "FSDPStrategy": "lightning.FSDPStrategy", "DDPStrategy": "lightning.DDPStrategy"}
 _NOKEY = object()
 
 
@@ -1099,6 +1246,12 @@ _BY_NAME: dict[str, Callable[[Handlers, Call], Any]] = {
     "partial": Handlers.partial,
     "Namespace": Handlers.namespace,
     "setup_chat_format": Handlers.chat_format,
+    "FullyShardedDataParallel": Handlers.parallel_wrap,
+    "fully_shard": Handlers.parallel_wrap,
+    "DistributedDataParallel": Handlers.parallel_wrap,
+    "CPUOffload": Handlers.offload_policy,
+    "CPUOffloadPolicy": Handlers.offload_policy,
+    "apply_activation_checkpointing": Handlers.activation_checkpointing,
     "initialize": Handlers.deepspeed_initialize,
     "add_config_arguments": Handlers.deepspeed_arguments,
     "clone_chat_template": Handlers.chat_format,

@@ -30,6 +30,7 @@ MAX_SIBLING_BYTES = 300_000
 _CHECKOUT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 MAX_CALLS_PER_FUNC = 16     # inlined walks of one function; later calls give unknown
 MAX_UNROLL = 32             # a for loop over a known sequence this short runs once per item
+MAX_RECURSION = 2           # a function calling itself (a helper walking a tuple of configs) goes this deep
 MAX_STEPS = 200_000         # statements walked per script, all calls included
 
 _BINOPS = {
@@ -88,6 +89,7 @@ class Facts:
     liger_calls: list = field(default_factory=list)      # LigerPatch: liger_kernel's apply_liger_kernel_to_*()
     chunking: list = field(default_factory=list)         # Chunking: t[i : i + n] for i in range(0, _, n)
     hand_pads: list = field(default_factory=list)        # HandPad: padding the script writes itself
+    offloads: list = field(default_factory=list)         # Const offload kinds a wrapper's options set (FSDP CPUOffload)
     autocasts: list = field(default_factory=list)        # AutocastCall
     steps: list = field(default_factory=list)            # OptimizerStep
     backward: list = field(default_factory=list)         # lines of loss.backward()
@@ -582,7 +584,8 @@ class Interpreter:
     # ---- calls into the script's own functions ---------------------------------------------
 
     def call_function(self, f: Func, args: list, kwargs: dict, line: int | None, entry: bool = False) -> Any:
-        if f in self.stack or len(self.stack) >= MAX_DEPTH or f.calls >= MAX_CALLS_PER_FUNC or self.steps > MAX_STEPS:
+        if self.stack.count(f) >= MAX_RECURSION or len(self.stack) >= MAX_DEPTH or f.calls >= MAX_CALLS_PER_FUNC \
+                or self.steps > MAX_STEPS:
             if self.steps > MAX_STEPS:
                 self.facts.note("the script is too large to follow every call; some values may be unknown")
             return Unknown(f"the result of {f.qual}()")
@@ -805,6 +808,8 @@ class Interpreter:
         if isinstance(base, Obj):
             return self.handlers.getattr(self, base, attr, self.line_of(node))
         if isinstance(base, Class):
+            if attr == "__name__":
+                return self.const(base.name, node)
             hit = base.lookup(attr)
             return hit[1] if hit is not None else Unknown(f"{base.name}.{attr}")
         if isinstance(base, Const) and isinstance(base.value, str):
@@ -1007,7 +1012,11 @@ class Interpreter:
         return self._combine(text, node, *consts)
 
     def comprehension(self, node: Any, env: Env) -> Any:
-        """Walk the element once with the loop names bound; spots the chunking idiom."""
+        """A comprehension over a known short sequence (one `for`, no `if`) is evaluated item by item;
+        any other is walked once with the loop names bound. Spots the chunking idiom."""
+        exact = self.exact_comprehension(node, env)
+        if exact is not None:
+            return exact
         inner = Env(env)
         comp = node.for_in
         ranges = []
@@ -1023,6 +1032,27 @@ class Interpreter:
                 self.chunk_idiom(elt, var, step, inner)
             self.ev(elt, inner)
         return Unknown("a comprehension")
+
+    def exact_comprehension(self, node: Any, env: Env) -> Any:
+        comp = node.for_in
+        if comp.inner_for_in is not None or isinstance(node, cst.DictComp):
+            return None
+        items = self.known_items(self.ev(comp.iter, env))
+        if items is None:
+            return None
+        out = []
+        for item in items:
+            inner = Env(env)
+            self.assign(comp.target, item, inner, node)
+            keep = True
+            for cond in comp.ifs:
+                truth = self.truth(self.ev(cond.test, inner))
+                if truth is None:
+                    return None
+                keep = keep and truth
+            if keep:
+                out.append(self.ev(node.elt, inner))
+        return Seq(out, "tuple" if isinstance(node, cst.GeneratorExp) else "list")
 
     def hand_pad_idiom(self, node: cst.BinaryOperation, env: Env) -> None:
         """`[pad] * (n - len(ids))`: padding to n. n written as min(max(lengths), cap) pads to the

@@ -57,6 +57,7 @@ class Model(Obj):
     peft: Any = None               # the PEFT config (or adapter) applied here
     gc: list[Setting] = field(default_factory=list)       # gradient checkpointing turned on/off
     dtypes: list[Setting] = field(default_factory=list)   # later casts: .to(dtype), .half()
+    shard: Setting | None = None   # a wrapper's data parallelism: FSDP(model) / fully_shard / DDP
 
 
 @dataclass(eq=False)
@@ -144,6 +145,11 @@ class Dataset(Obj):
 
 class Accelerator(Obj):
     pass
+
+
+class LightningTrainer(Obj):
+    """lightning's Trainer(precision=..., strategy=..., devices=..., accumulate_grad_batches=...) or
+    Fabric(...): `cls` says which."""
 
 
 @dataclass(eq=False)

@@ -104,3 +104,11 @@ def bool_fields() -> frozenset[str]:
 def deepspeed_optimizer(kind: str) -> str | None:
     """A DeepSpeed config's optimizer.type -> the optim name memlint estimates."""
     return _doc()["deepspeed_optimizers"].get(str(kind).lower())
+
+
+def lightning_precision(text: str) -> str | None:
+    return _doc()["lightning_precision"].get(str(text).strip().lower())
+
+
+def lightning_strategy(text: str) -> str | None:
+    return _doc()["lightning_strategies"].get(str(text).strip().lower())
