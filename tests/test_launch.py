@@ -500,3 +500,62 @@ def test_a_reader_bug_costs_one_file_its_plan_not_a_traceback(tmp_path, monkeypa
     plan = _plan(root, "python train.py", monkeypatch)
     assert plan.diagnostics and plan.diagnostics[0].kind == "unreadable"
     assert "ZeroDivisionError" in plan.notes[0] and "please report" in plan.notes[0]
+
+
+# ---- always an answer ---------------------------------------------------------------------------------
+
+_UNSIZED = """
+import sys
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainingArguments, Trainer
+model = AutoModelForCausalLM.from_pretrained(MODEL)
+tok = AutoTokenizer.from_pretrained("x")
+Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=2, bf16=True), tokenizer=tok).train()
+"""
+
+
+def test_an_unknown_max_length_gets_the_longest_sequence_that_fits():
+    from memlint.estimate.conditional import conditional
+    from memlint.estimate.core import estimate, find_gpu
+    from memlint.estimate.from_plan import apply_assumptions, setup_from_plan
+    from memlint.extract import extract_source
+
+    plan = extract_source(_UNSIZED.replace("MODEL", "'Qwen/Qwen2.5-0.5B'"), "t.py")
+    gpu = find_gpu("RTX4090")
+    c = conditional(plan, {}, gpu)
+    assert c.kind == "max_seq" and c.unknown == ("max_length",) and c.batch == 2
+    n = c.rows[0].max_seq
+    assert n and n % 128 == 0
+    fits = lambda seq: estimate(setup_from_plan(apply_assumptions(plan, [f"max_length={seq}"])[0]).setup,
+                                "real", gpu[2]).peak <= gpu[1]
+    assert fits(n) and not fits(n + 128)  # the answer is the boundary, recomputed by the estimator
+    assert "fits at micro-batch 2" in c.text() and "RTX4090" in c.text()
+
+
+def test_an_unknown_model_gets_the_plan_costed_on_common_checkpoints():
+    from memlint.estimate.conditional import conditional
+    from memlint.estimate.core import find_gpu
+    from memlint.extract import extract_source
+
+    from memlint.plan import Value
+
+    plan = extract_source(_UNSIZED.replace("MODEL", "sys.argv[1]"), "t.py")
+    plan = plan.with_values(max_length=Value(1024, "assumed"))
+    c = conditional(plan, {}, find_gpu("A100-80GB"))
+    assert c.kind == "checkpoints" and "model_id" in c.unknown
+    assert [r.model for r in c.rows][:2] == ["meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.2-3B"]
+    assert all(r.peak and r.fits is not None for r in c.rows)
+    assert "conditional on the model" in c.text()
+
+
+def test_require_estimate_fails_a_run_memlint_could_not_size(tmp_path):
+    (tmp_path / "train.py").write_text(_UNSIZED.replace("MODEL", "sys.argv[1]"))
+    cmd = [sys.executable, "-m", "memlint", "check", "train.py", "--gpu", "RTX4090", "--select", "MEM006"]
+    quiet = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
+    assert quiet.returncode == 0
+    (tmp_path / "pyproject.toml").write_text("[tool.memlint]\nrequire-estimate = true\n")
+    strict = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
+    assert strict.returncode == 1 and "MEM006 not sized" in strict.stdout and "require-estimate" in strict.stdout
+    plan = subprocess.run([sys.executable, "-m", "memlint", "plan", "--format", "json", "train.py"], cwd=tmp_path,
+                          capture_output=True, text=True)
+    doc = json.loads(plan.stdout)
+    assert doc["estimate"] is None and doc["conditional"]["unknown"]

@@ -68,13 +68,15 @@ def context_for(plan: TrainingPlan, settings: Settings, gpu: str | None = None, 
         extra["gpus"] = gpus
     gpu = gpu if gpu is not None else settings.gpu
     target = find_gpu(gpu) if gpu else None
-    ctx = Context(plan, accounting=settings.accounting, gpu=target, extra=extra)
+    ctx = Context(plan, accounting=settings.accounting, gpu=target, extra=extra,
+                  require_estimate=settings.require_estimate)
     if plan.diagnostics and any(d.kind in ("syntax-error", "unreadable") for d in plan.diagnostics):
         return ctx
     try:
         ctx.planned = setup_from_plan(plan, extra)
     except MemlintError as exc:  # the model id is not known offline
         ctx.model_error = str(exc)
+        ctx.conditional = _conditional(plan, extra, target, settings)
         return ctx
     dist = plan.value("distributed")
     if ctx.planned.setup is not None and dist not in (None, "none"):
@@ -90,7 +92,19 @@ def context_for(plan: TrainingPlan, settings: Settings, gpu: str | None = None, 
             ctx.estimate = estimate(ctx.planned.setup, settings.accounting, target[2] if target else None)
         except MemlintError as exc:  # a combination the estimator rejects (e.g. fp4 with full training)
             ctx.model_error = str(exc)
+    elif plan.get("trainer").known:
+        ctx.conditional = _conditional(plan, extra, target, settings)
     return ctx
+
+
+def _conditional(plan: TrainingPlan, extra, target, settings: Settings):
+    """The answer conditional on what is unknown (the longest sequence that fits, or common checkpoints)."""
+    from memlint.estimate.conditional import conditional
+
+    try:
+        return conditional(plan, extra, target, settings.accounting)
+    except MemlintError:
+        return None
 
 
 def run_rules(ctx: Context, rules: Sequence[type[Rule]], settings: Settings) -> list[Finding]:

@@ -31,6 +31,7 @@ class Settings:
     exclude: tuple[str, ...] = ()
     accounting: str = "real"
     max_increase: str | None = None                 # `memlint diff` budget: "2GiB" or "10%"
+    require_estimate: bool = False                  # a training script memlint cannot size fails the run
     path: str | None = None                         # the file these came from
     root: str | None = None                         # its directory (per-file-ignores are relative to it)
 
@@ -50,7 +51,7 @@ class Settings:
     def show(self) -> str:
         lines = [f"config file: {self.path or '(none: defaults)'}"]
         for name in ("gpu", "gpus", "select", "extend_select", "ignore", "per_file_ignores", "fail_on",
-                     "assume", "rule_options", "exclude", "accounting", "max_increase"):
+                     "assume", "rule_options", "exclude", "accounting", "max_increase", "require_estimate"):
             lines.append(f"{name.replace('_', '-')} = {getattr(self, name)!r}")
         return "\n".join(lines)
 
@@ -75,7 +76,7 @@ def parse_budget(text: str, where: str = "--max-increase") -> tuple[str, float]:
 
 
 KEYS = {"gpu", "gpus", "select", "extend-select", "ignore", "per-file-ignores", "fail-on", "assume", "options",
-        "exclude", "accounting", "max-increase"}
+        "exclude", "accounting", "max-increase", "require-estimate"}
 
 
 def find_config(start: Path) -> Path | None:
@@ -180,6 +181,10 @@ def parse_settings(table: Mapping[str, Any], where: str) -> dict[str, Any]:
     if "max-increase" in table:
         parse_budget(str(table["max-increase"]), where)
         out["max_increase"] = str(table["max-increase"])
+    if "require-estimate" in table:
+        if not isinstance(table["require-estimate"], bool):
+            raise MemlintError(f"{where}: `require-estimate` must be true or false")
+        out["require_estimate"] = table["require-estimate"]
     return out
 
 

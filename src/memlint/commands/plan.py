@@ -63,10 +63,22 @@ def run(args) -> int:
             est_doc, detail = None, exc
         if est_doc is not None:
             charted.append((plan.path, detail[1]))
+        cond = None
+        if est_doc is None and plan.get("trainer").known:
+            from memlint.estimate import find_gpu
+            from memlint.estimate.conditional import conditional
+
+            try:
+                cond = conditional(plan, extra, find_gpu(args.gpu) if args.gpu else None, args.accounting)
+            except MemlintError:
+                cond = None
         if args.format == "json":
-            docs.append({"path": plan.path, "plan": plan.to_json(), "estimate": est_doc})
+            doc = {"path": plan.path, "plan": plan.to_json(), "estimate": est_doc}
+            if est_doc is None:
+                doc["conditional"] = cond.to_json() if cond is not None else None
+            docs.append(doc)
             continue
-        render_plan(plan, est_doc, detail, out)
+        render_plan(plan, est_doc, detail, out, cond)
     if args.format == "json":
         print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=2))
     emit_chart(args, charted, out, terminal=args.format != "json")

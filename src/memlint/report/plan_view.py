@@ -14,7 +14,7 @@ def _fmt(value: Any) -> str:
     return "—" if value is None else str(value)
 
 
-def render_plan(plan: TrainingPlan, est_doc, detail, console) -> None:
+def render_plan(plan: TrainingPlan, est_doc, detail, console, conditional=None) -> None:
     """One plan as `memlint plan` prints it: the fields, the notes, then the estimate or why there is none."""
     from rich.table import Table
 
@@ -36,6 +36,8 @@ def render_plan(plan: TrainingPlan, est_doc, detail, console) -> None:
     elif est_doc is None:
         keys = " ".join(f"--assume {k}=…" for k in detail.missing)
         console.print(f"[yellow]no estimate: unknown {', '.join(detail.missing)}; pass {keys}[/yellow]")
+    if est_doc is None and conditional is not None:
+        console.print(f"[yellow]conditional answer: {conditional.text()}[/yellow]")
     else:
         planned, est, targets = detail
         for note in planned.notes:
