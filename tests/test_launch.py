@@ -559,3 +559,285 @@ def test_require_estimate_fails_a_run_memlint_could_not_size(tmp_path):
                           capture_output=True, text=True)
     doc = json.loads(plan.stdout)
     assert doc["estimate"] is None and doc["conditional"]["unknown"]
+
+
+# ---- shell launchers in a folder walk --------------------------------------------------------------
+
+
+_LAUNCHER = """
+#!/bin/bash
+MODEL=Qwen/Qwen2.5-0.5B
+NGPU=${NGPU:-2}
+echo "training $MODEL"
+torchrun --nproc_per_node=$NGPU train.py \\
+    --model_name_or_path $MODEL \\
+    --per_device_train_batch_size 4 \\
+    --bf16 True
+"""
+
+
+def test_a_shell_launcher_is_read_as_the_command_it_runs(tmp_path, monkeypatch):
+    from memlint.extract.shell import launches, launcher_targets
+
+    root = _write(tmp_path, {"train.py": _HF, "scripts/run.sh": _LAUNCHER, "scripts/other.sh": "ls -la\n"})
+    monkeypatch.chdir(root)
+    [launch] = launches(root / "scripts/run.sh", "scripts/run.sh")
+    assert launch.launcher == "torchrun" and launch.gpus == 2 and launch.line == 5
+    assert launch.argv[:2] == ("--model_name_or_path", "Qwen/Qwen2.5-0.5B")  # variables expanded, defaults taken
+    assert launch.line_of("--per_device_train_batch_size 4") == 7  # a continued line keeps each flag's own line
+    assert launches(root / "scripts/other.sh", "scripts/other.sh") == []
+    [target] = launcher_targets(root / "scripts/run.sh", "scripts/run.sh", [root])
+    [plan] = extract_targets([target])
+    assert _v(plan, "model_id") == ("Qwen/Qwen2.5-0.5B", "command-line")
+    assert _v(plan, "per_device_batch") == (4, "command-line") and plan.get("per_device_batch").span.line == 7
+    assert _v(plan, "num_gpus") == (2, "command-line") and plan.via == "scripts/run.sh:5"
+
+
+def test_a_makefile_recipe_launches_with_make_variables(tmp_path, monkeypatch):
+    from memlint.extract.shell import launches
+
+    root = _write(tmp_path, {"train.py": _HF, "Makefile": (
+        "BS ?= 8\n"
+        "train:\n"
+        "\tpython train.py --model_name_or_path gpt2 --per_device_train_batch_size $(BS)\n"
+        "lint:\n"
+        "\truff check .\n")})
+    monkeypatch.chdir(root)
+    [launch] = launches(root / "Makefile", "Makefile")
+    assert launch.script == "train.py" and launch.argv[-1] == "8" and launch.line == 3
+
+
+def test_checking_a_folder_reads_each_script_through_its_launchers(tmp_path):
+    root = _write(tmp_path, {"train.py": _HF, "scripts/run.sh": _LAUNCHER})
+    out = subprocess.run([sys.executable, "-m", "memlint", "plan", "--format", "json", "."], cwd=root,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    docs = json.loads(out.stdout)
+    docs = docs if isinstance(docs, list) else [docs]
+    via = [d for d in docs if d.get("via")]
+    assert via and via[0]["via"] == "scripts/run.sh:5" and via[0]["plan"]["num_gpus"]["value"] == 2
+    chk = subprocess.run([sys.executable, "-m", "memlint", "check", "scripts/run.sh", "--gpu", "RTX4090"], cwd=root,
+                         capture_output=True, text=True)
+    assert chk.returncode in (0, 1) and "Traceback" not in chk.stderr, chk.stderr
+
+
+def test_a_dataset_calling_super_init_keeps_its_attributes_for_getitem(tmp_path, monkeypatch):
+    root = _write(tmp_path, {"train.py": """
+        import transformers
+        from torch.utils.data import Dataset
+
+        class LazyDataset(Dataset):
+            def __init__(self, raw, tokenizer):
+                super(LazyDataset, self).__init__()
+                self.tokenizer = tokenizer
+
+            def __getitem__(self, i):
+                return self.tokenizer([self.raw[i]], padding="max_length", max_length=self.tokenizer.model_max_length)
+
+        model = transformers.AutoModelForCausalLM.from_pretrained("gpt2")
+        tok = transformers.AutoTokenizer.from_pretrained("gpt2", model_max_length=1024)
+        data = dict(train_dataset=LazyDataset([], tokenizer=tok))
+        trainer = transformers.Trainer(model=model, args=transformers.TrainingArguments("o"), **data)
+        trainer.train()
+    """})
+    monkeypatch.chdir(root)
+    [plan] = extract_targets([command_target(tokens("python train.py"), root)])
+    assert _v(plan, "max_length") == (1024, "literal")
+
+
+# ---- exec'd configurators, globals(), try around literal_eval --------------------------------------
+
+
+_CONFIGURATOR = """
+import sys
+from ast import literal_eval
+for arg in sys.argv[1:]:
+    if '=' not in arg:
+        assert not arg.startswith('--')
+        config_file = arg
+        exec(open(config_file).read())
+    else:
+        assert arg.startswith('--')
+        key, val = arg.split('=')
+        key = key[2:]
+        if key in globals():
+            try:
+                attempt = literal_eval(val)
+            except (SyntaxError, ValueError):
+                attempt = val
+            assert type(attempt) == type(globals()[key])
+            globals()[key] = attempt
+        else:
+            raise ValueError(f"Unknown config key: {key}")
+"""
+
+_EXEC_TRAIN = """
+import torch
+from torch.utils.data import DataLoader
+from transformers import AutoModelForCausalLM
+model_name = 'gpt2'
+batch_size = 12
+block_size = 1024
+dtype = 'bfloat16'
+exec(open('configurator.py').read())
+model = AutoModelForCausalLM.from_pretrained(model_name)
+loader = DataLoader(range(10), batch_size=batch_size)
+opt = torch.optim.AdamW(model.parameters())
+for x in loader:
+    loss = model(x).loss
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_an_execd_configurator_applies_config_files_and_key_value_overrides(tmp_path, monkeypatch):
+    root = _write(tmp_path, {"train.py": _EXEC_TRAIN, "configurator.py": _CONFIGURATOR,
+                             "config/small.py": "batch_size = 4\nmodel_name = 'gpt2-medium'\n"})
+    plan = _plan(root, "python train.py config/small.py", monkeypatch)
+    assert plan.get("per_device_batch").value == 4 and plan.get("per_device_batch").span.path == "config/small.py"
+    assert plan.get("model_id").value == "gpt2-medium"
+    plan = _plan(root, "python train.py config/small.py --batch_size=32 --model_name=gpt2-large", monkeypatch)
+    assert _v(plan, "per_device_batch") == (32, "command-line")   # literal_eval succeeded: the except never ran
+    assert _v(plan, "model_id") == ("gpt2-large", "command-line")  # not a literal: the handler's string
+    plan = _plan(root, "python train.py", monkeypatch)
+    assert plan.get("per_device_batch").value == 12
+
+
+def test_a_find_all_linear_names_helper_is_peft_all_linear(tmp_path, monkeypatch):
+    root = _write(tmp_path, {"train.py": """
+        import bitsandbytes as bnb
+        from peft import LoraConfig, get_peft_model
+        from transformers import AutoModelForCausalLM
+
+        def find_all_linear_names(model):
+            names = set()
+            for name, module in model.named_modules():
+                if isinstance(module, bnb.nn.Linear4bit):
+                    names.add(name.split('.')[-1])
+            if 'lm_head' in names:
+                names.remove('lm_head')
+            return list(names)
+
+        model = AutoModelForCausalLM.from_pretrained("EleutherAI/pythia-1b", load_in_4bit=True)
+        model = get_peft_model(model, LoraConfig(r=8, target_modules=find_all_linear_names(model)))
+    """})
+    plan = _plan(root, "python train.py", monkeypatch)
+    assert plan.get("lora_targets").value == "all-linear"
+
+
+def test_peft_default_targets_are_per_model_type_data():
+    from memlint.catalog import resolve
+    from memlint.estimate.from_plan import _targets
+    from memlint.library.defaults import lora_default_targets
+
+    assert lora_default_targets("gpt_neox").value == ("query_key_value",)
+    assert lora_default_targets("llama").value == ("q_proj", "v_proj")
+    assert lora_default_targets("no_such_type") is None
+
+    class _V:
+        def __init__(self, value):
+            self.value = value
+
+    notes: list[str] = []
+    spec = resolve("EleutherAI/pythia-1b")
+    assert _targets(lambda f: _V(None), "lora", spec, notes) == ("query_key_value",) and "gpt_neox" in notes[0]
+    notes.clear()
+    assert _targets(lambda f: _V(["nonexistent_proj"]), "lora", spec, notes) == "all-linear" and "match no" in notes[0]
+
+
+# ---- Hydra ---------------------------------------------------------------------------------------------
+
+
+_HYDRA_TRAIN = """
+import hydra
+import transformers
+from omegaconf import DictConfig, open_dict
+
+MODELS = {}
+
+def register(cls):
+    MODELS[cls.__name__] = cls
+
+register(transformers.AutoModelForCausalLM)
+
+def get_model(cfg):
+    args = cfg.model_args
+    with open_dict(args):
+        path = args.pop("pretrained_model_name_or_path", None)
+    return MODELS[cfg.get("handler", "AutoModelForCausalLM")].from_pretrained(path, **args)
+
+@hydra.main(version_base=None, config_path="../configs", config_name="train.yaml")
+def main(cfg: DictConfig):
+    model = get_model(cfg.model)
+    args = transformers.TrainingArguments(**dict(cfg.trainer.args))
+    trainer = transformers.Trainer(model=model, args=args)
+    trainer.train()
+
+if __name__ == "__main__":
+    main()
+"""
+
+_HYDRA_FILES = {
+    "src/train.py": _HYDRA_TRAIN,
+    "configs/train.yaml": """
+        defaults:
+          - _self_
+          - model: small
+          - trainer: finetune
+          - experiment: null
+        task: ???
+    """,
+    "configs/model/small.yaml": """
+        model_args:
+          pretrained_model_name_or_path: Qwen/Qwen2.5-0.5B
+          torch_dtype: bfloat16
+    """,
+    "configs/model/large.yaml": """
+        model_args:
+          pretrained_model_name_or_path: Qwen/Qwen2.5-7B
+          torch_dtype: bfloat16
+    """,
+    "configs/trainer/finetune.yaml": """
+        args:
+          output_dir: ${paths.out}/run
+          per_device_train_batch_size: 8
+          gradient_accumulation_steps: ${trainer.accum}
+          bf16: true
+        accum: 4
+    """,
+    "configs/experiment/big.yaml": """
+        # @package _global_
+        defaults:
+          - override /model: large
+        trainer:
+          args:
+            per_device_train_batch_size: 2
+        paths:
+          out: /tmp
+    """,
+}
+
+
+def test_a_hydra_entry_receives_the_composed_config(tmp_path, monkeypatch):
+    root = _write(tmp_path, _HYDRA_FILES)
+    plan = _plan(root, "python src/train.py task=x", monkeypatch)
+    assert plan.get("model_id").value == "Qwen/Qwen2.5-0.5B" and plan.get("model_id").span.path == "configs/model/small.yaml"
+    assert plan.get("per_device_batch").value == 8 and plan.get("grad_accum").value == 4  # ${trainer.accum}
+    assert plan.get("torch_dtype").value == "bf16"
+    # an experiment (package _global_) overrides a group's option and values; the command line has the last word
+    plan = _plan(root, "python src/train.py experiment=big trainer.args.gradient_accumulation_steps=16", monkeypatch)
+    assert plan.get("model_id").value == "Qwen/Qwen2.5-7B"
+    assert plan.get("per_device_batch").value == 2
+    assert _v(plan, "grad_accum") == (16, "command-line")
+    plan = _plan(root, "python src/train.py model=large", monkeypatch)  # a group chosen on the command line
+    assert plan.get("model_id").value == "Qwen/Qwen2.5-7B"
+
+
+def test_hydra_composition_never_raises_on_missing_or_cyclic_configs(tmp_path, monkeypatch):
+    files = dict(_HYDRA_FILES)
+    files["configs/train.yaml"] = "defaults:\n  - model: missing\n  - loop\n"
+    files["configs/loop.yaml"] = "defaults:\n  - loop\n"
+    root = _write(tmp_path, files)
+    plan = _plan(root, "python src/train.py", monkeypatch)
+    assert not plan.get("model_id").known
+    assert any("missing.yaml not found" in n for n in plan.notes)

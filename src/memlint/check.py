@@ -24,7 +24,9 @@ _FILE_NOQA = re.compile(r"#\s*memlint\s*:\s*noqa\b", re.I)
 
 
 def collect(paths: Sequence[str], settings: Settings) -> list[Target]:
-    return files.collect(paths, settings.exclude)
+    from memlint.extract import expand_launchers
+
+    return expand_launchers(files.collect(paths, settings.exclude), paths)
 
 
 def noqa_codes(lines: Sequence[str], line: int) -> set[str] | None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from memlint.errors import MemlintError
-from memlint.vocab import READABLE_SUFFIXES
+from memlint.vocab import LAUNCHER_NAMES, LAUNCHER_SUFFIXES, READABLE_SUFFIXES
 
 _SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", "node_modules", ".venv", "venv", ".tox", ".nox",
               ".mypy_cache", ".pytest_cache", ".ruff_cache", "build", "dist", "site-packages", ".ipynb_checkpoints"}
@@ -81,7 +81,8 @@ def walk(root: Path, exclude: Sequence[str] = ()) -> Iterable[Path]:
                 if e.name in _SKIP_DIRS or e.name.startswith(".") or (allowed is None and _ignored(rel, e.name, patterns)):
                     continue
                 stack.append((p, patterns + _gitignore_patterns(p)))
-            elif e.is_file(follow_symlinks=False) and p.suffix in READABLE_SUFFIXES:
+            elif e.is_file(follow_symlinks=False) and (p.suffix in READABLE_SUFFIXES or p.suffix in LAUNCHER_SUFFIXES
+                                                         or p.name in LAUNCHER_NAMES):
                 if allowed is not None and p.resolve() not in allowed:
                     continue
                 if allowed is None and _ignored(rel, e.name, patterns):

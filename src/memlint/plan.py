@@ -130,6 +130,7 @@ class TrainingPlan:
     notes: tuple[str, ...] = ()  # extraction notes: what could not be resolved and why
     diagnostics: tuple[Diagnostic, ...] = ()
     kind: str = "python"  # python | notebook | axolotl | llama-factory | trl-recipe | torchtune | deepspeed | accelerate
+    via: str | None = None  # the launcher this plan runs the script with: "scripts/finetune_7b.sh:12"
 
     def __post_init__(self) -> None:
         unknown = set(self.fields) - set(PLAN_FIELDS)
@@ -148,7 +149,12 @@ class TrainingPlan:
     def with_values(self, **values: Value) -> "TrainingPlan":
         merged = dict(self.fields)
         merged.update(values)
-        return TrainingPlan(self.path, merged, self.notes, self.diagnostics, self.kind)
+        return TrainingPlan(self.path, merged, self.notes, self.diagnostics, self.kind, self.via)
+
+    @property
+    def shown(self) -> str:
+        """How reports name the plan: `train.py`, or `train.py via scripts/finetune_7b.sh:12`."""
+        return f"{self.path} via {self.via}" if self.via else self.path
 
     def to_json(self) -> dict:
         return {name: self.get(name).to_json(self.path) for name in PLAN_FIELDS}

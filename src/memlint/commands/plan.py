@@ -74,6 +74,8 @@ def run(args) -> int:
                 cond = None
         if args.format == "json":
             doc = {"path": plan.path, "plan": plan.to_json(), "estimate": est_doc}
+            if plan.via:
+                doc["via"] = plan.via
             if est_doc is None:
                 doc["conditional"] = cond.to_json() if cond is not None else None
             docs.append(doc)

@@ -90,7 +90,27 @@ def extract_paths(paths: list[str] | list[Path]) -> list[TrainingPlan]:
     training files a walk of each folder finds, the same files `memlint check` reads."""
     from memlint.files import collect
 
-    return extract_targets(collect([str(p) for p in paths]))
+    return extract_targets(expand_launchers(collect([str(p) for p in paths]), paths))
+
+
+def expand_launchers(targets: list[Target], roots: Any = ()) -> list[Target]:
+    """Shell launchers a walk found (scripts/*.sh, Makefiles) become one target per training command
+    they run: (script, launch) pairs, read with the command's arguments, after the files themselves."""
+    from memlint.extract.shell import is_launcher, launcher_targets
+
+    plain = [t for t in targets if not is_launcher(t.path)]
+    walked = [Path(r) for r in roots if Path(r).is_dir()]
+    pairs: list[Target] = []
+    seen: set = set()
+    for t in targets:
+        if not is_launcher(t.path):
+            continue
+        for pair in launcher_targets(t.path, t.shown, [*walked, Path.cwd()]):
+            key = (str(pair.path.resolve()), pair.launch.origin, pair.launch.line)
+            if key not in seen:
+                seen.add(key)
+                pairs.append(pair)
+    return plain + pairs
 
 
 def extract_targets(targets: list[Target]) -> list[TrainingPlan]:

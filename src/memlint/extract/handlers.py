@@ -21,7 +21,7 @@ from memlint.extract.objects import (
     Params, Partial, PeftConfig, Plugin, QuantConfig, Range, Scaler, Setting, Tokenizer, TokenizerCall, Trainer,
     TrainingArgs, dtype_of, field_value,
 )
-from memlint.extract.values import Alts, Class, Const, Dict, Func, Ref, Seq, Unknown, flatten, weakest
+from memlint.extract.values import Alts, Class, Const, Dict, Func, RaisedBy, Ref, Seq, Unknown, flatten, weakest
 from memlint.library import api
 
 _MODEL_CLASS = re.compile(r"^(Auto(Peft)?Model\w*|\w+For[A-Z]\w*|\w+(LM|Model|LMHeadModel))$")
@@ -108,6 +108,8 @@ class Handlers:
         if not isinstance(callee, Ref):
             return None
         name = _last(callee.qual)
+        if callee.qual == "hydra.main":
+            return self.hydra_main(it, f, deco, env)
         if name in ("option", "argument") and callee.qual.split(".")[0] in ("click", "option", "argument") or (
                 name in ("option", "argument") and "click" in callee.qual):
             decls = [a.value for a in deco.args if a.keyword is None]
@@ -136,6 +138,35 @@ class Handlers:
             f.default_source[param] = ("click-default", how, dline, it.cur_file())
         return None
 
+    @staticmethod
+    def hydra_main(it: Any, f: Func, deco: Any, env: Any) -> None:
+        """@hydra.main(config_path=, config_name=): the entry's first parameter is the composed config."""
+        from memlint.extract.hydra import hydra_config
+
+        args = {"config_path": None, "config_name": None}
+        positional = [a for a in deco.args if a.keyword is None]
+        for key, a in zip(("config_path", "config_name"), positional):
+            args[key] = it.ev(a.value, env)
+        for a in deco.args:
+            if a.keyword is not None and a.keyword.value in args:
+                args[a.keyword.value] = it.ev(a.value, env)
+        vals = {k: v.value if isinstance(v, Const) and isinstance(v.value, str) else None for k, v in args.items()}
+        params = [*f.node.params.posonly_params, *f.node.params.params]
+        if not params:
+            return None
+        here = it.mod.path.parent if it.mod is not None else it.dir
+        value, notes = hydra_config(here, vals["config_path"], vals["config_name"], it.launch)
+        for n in notes:
+            it.facts.note(n)
+        if not isinstance(value, Unknown):
+            it.facts.note(f"the Hydra config {vals['config_path']}/{vals['config_name']} composed as @hydra.main would "
+                          "(defaults list, overrides, interpolations)")
+        param = params[0].name.value
+        f.defaults[param] = value
+        f.default_source[param] = ("literal", f"@hydra.main(config_name={vals['config_name']!r})", it.line_of(deco),
+                                   it.cur_file())
+        return None
+
     # ---- calls -----------------------------------------------------------------------------
 
     def call(self, it: Any, f: Any, args: list, kwargs: dict, open_kw: bool, line: int | None, node: Any) -> Any:
@@ -151,6 +182,8 @@ class Handlers:
             return self.tokenize(it, f, args, kwargs, line)
         if isinstance(f, OpenFile):
             return f  # f.read(): the content, read where it is parsed
+        if isinstance(f, DtypeName):  # getattr(torch.optim, config.optimizer)(params): the class it names
+            f = f.ref
         if isinstance(f, DictMethod):
             return self.dict_method(f.dict, f.name, args, kwargs)
         if isinstance(f, Partial):
@@ -483,6 +516,11 @@ class Handlers:
                 op = off.get("offload_params")
                 if isinstance(op, Const) and op.value or "CPUOffloadPolicy" in off.cls:
                     c.it.facts.offloads.append(Const("params", "literal", c.line, ("FSDP cpu_offload=CPUOffload(offload_params=True)",)))
+        mp = c.kwargs.get("mixed_precision") or c.kwargs.get("mp_policy")
+        for p in flatten(mp) if mp is not None else ():
+            if isinstance(p, Obj) and p.get("param_dtype") is not None:
+                # FSDP keeps fp32 shards and computes in param_dtype: bf16/fp16 autocast's accounting
+                c.it.facts.autocasts.append(AutocastCall(p.get("param_dtype"), Const("cuda", "literal", c.line), None, c.line))
         out = None
         for m in flatten(model):
             if isinstance(m, Model):
@@ -512,6 +550,34 @@ class Handlers:
     def cast(self, c: Call) -> Any:
         # a type-checker hint: cast(T, x) is x at run time
         return c.args[1] if len(c.args) > 1 else c.kwargs.get("val", Unknown("typing.cast()"))
+
+    def fsdp_mixed_precision(self, c: Call) -> Any:
+        """torch.distributed.fsdp.MixedPrecision(param_dtype=...) / MixedPrecisionPolicy (fully_shard)."""
+        if "fsdp" not in c.qual and "distributed" not in c.qual:
+            return _PASS
+        return c.new(Obj, c.qual, ("param_dtype", "reduce_dtype", "buffer_dtype"))
+
+    def mp_spawn(self, c: Call) -> Any:
+        """torch.multiprocessing.spawn(fn, args=(...), nprocs=N): each process runs fn(rank, *args)."""
+        fn = c.arg(0, "fn")
+        args = c.arg(1, "args")
+        extra = list(args.items) if isinstance(args, Seq) else []
+        if isinstance(fn, Func):
+            c.it.call_function(fn, [Unknown("the process rank"), *extra], {}, c.line)
+        return Const(None, "literal", c.line)
+
+    def literal_eval(self, c: Call) -> Any:
+        """ast.literal_eval of a known string: the literal it spells (a safe parse, never an eval);
+        a string that is no literal raises, which RaisedBy tells the enclosing try."""
+        import ast
+
+        src = c.arg(0, "node_or_string")
+        if not (isinstance(src, Const) and isinstance(src.value, str)):
+            return Unknown("ast.literal_eval() of an unknown string")
+        try:
+            return src.with_value(ast.literal_eval(src.value), "literal_eval()")
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            return RaisedBy("ast.literal_eval() of a string that is no literal")
 
     def bf16_supported(self, c: Call) -> Any:
         return Unknown("whether the GPU supports bf16 (hardware)")
@@ -583,6 +649,11 @@ class Handlers:
         if name == "range":
             return Range("range", line or 0)
         if name == "dict":
+            base = args[0] if len(args) == 1 else None
+            if isinstance(base, Dict):  # dict(cfg): a shallow copy
+                return Dict({**base.items, **kwargs}, base.open)
+            if isinstance(base, Const) and isinstance(base.value, dict):
+                return Dict({**{k: base.with_value(v, f"[{k!r}]") for k, v in base.value.items()}, **kwargs})
             d = Dict(dict(kwargs))
             if args:
                 d.open = True
@@ -785,7 +856,7 @@ class Handlers:
         if isinstance(obj, Tokenizer) and name in _TOKENIZE_METHODS:
             return self.tokenize(it, obj, args, kwargs, line)
         if isinstance(obj, Optimizer) and name == "step":
-            it.facts.steps.append(OptimizerStep(obj, it.accum[-1] if it.accum else None, line))
+            it.facts.steps.append(OptimizerStep(obj, it.accum[-1] if it.accum else it.micro_accum, line))
             return Const(None, "literal", line)
         if isinstance(obj, Accelerator):
             return self.accelerator_method(it, name, args, line)
@@ -803,7 +874,7 @@ class Handlers:
         if isinstance(obj, Scaler) and name == "step":
             opt = args[0] if args else None
             if isinstance(opt, Optimizer):
-                it.facts.steps.append(OptimizerStep(opt, it.accum[-1] if it.accum else None, line))
+                it.facts.steps.append(OptimizerStep(opt, it.accum[-1] if it.accum else it.micro_accum, line))
             return Const(None, "literal", line)
         if isinstance(obj, Dataset) and name in ("map", "filter", "with_transform", "set_transform"):
             return obj
@@ -1079,7 +1150,7 @@ class Handlers:
         launch = it.launch
         file = launch.origin if launch is not None and launch.line else None
         where = launch.where() if launch is not None else "the command line"
-        return Const(value, "command-line", launch.line if launch is not None else None, (f"{how} ({where})",), file)
+        return Const(value, "command-line", launch.line_of(how) if launch is not None else None, (f"{how} ({where})",), file)
 
     def module_attribute(self, it: Any, qual: str, attr: str, node: Any) -> Any:
         """Attributes of imported modules that stand for run-time state: sys.argv."""
@@ -1219,6 +1290,8 @@ def _deep_update(into: Dict, other: Dict) -> None:
 
 _QUALIFIED: dict[str, Callable[[Handlers, Call], Any]] = {
     "typing.cast": Handlers.cast,
+    "ast.literal_eval": Handlers.literal_eval,
+    "torch.multiprocessing.spawn": Handlers.mp_spawn,
     "typing_extensions.cast": Handlers.cast,
     "os.path.join": Handlers.path_join,
     "posixpath.join": Handlers.path_join,
@@ -1248,6 +1321,8 @@ _BY_NAME: dict[str, Callable[[Handlers, Call], Any]] = {
     "setup_chat_format": Handlers.chat_format,
     "FullyShardedDataParallel": Handlers.parallel_wrap,
     "fully_shard": Handlers.parallel_wrap,
+    "MixedPrecision": Handlers.fsdp_mixed_precision,
+    "MixedPrecisionPolicy": Handlers.fsdp_mixed_precision,
     "DistributedDataParallel": Handlers.parallel_wrap,
     "CPUOffload": Handlers.offload_policy,
     "CPUOffloadPolicy": Handlers.offload_policy,

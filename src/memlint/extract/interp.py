@@ -21,12 +21,14 @@ from memlint.extract.objects import BoundMethod, Chunking, DictMethod, Fields, O
 _DICT_METHODS = {"get", "items", "keys", "values", "copy", "update", "setdefault", "pop"}
 
 SPREAD = "**"  # kwargs key of the objects a call spreads with **vars(obj)
-from memlint.extract.values import Alts, Class, Const, Dict, Func, ModuleVal, Ref, Seq, Unknown, flatten, merge, to_python, weakest
+from memlint.extract.values import Alts, Class, Const, Dict, Func, ModuleVal, RaisedBy, Ref, Seq, Unknown, flatten, merge, to_python, weakest
 
 MAX_DEPTH = 12
 MAX_ALTS = 16
 MAX_SIBLINGS = 48           # modules of the checkout walked per script (imports followed)
 MAX_SIBLING_BYTES = 300_000
+_PLAIN_SMALL = (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.Pass)
+MAX_EXEC_DEPTH = 4        # exec(open(f).read()) inside an exec'd file, at most this deep
 _CHECKOUT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 MAX_CALLS_PER_FUNC = 16     # inlined walks of one function; later calls give unknown
 MAX_UNROLL = 32             # a for loop over a known sequence this short runs once per item
@@ -45,6 +47,10 @@ _CMPOPS = {
     "In": lambda a, b: a in b, "NotIn": lambda a, b: a not in b,
     "Is": operator.is_, "IsNot": operator.is_not,
 }
+# Builtins that take a value without calling back into it (a user object passed to one is not "handed to the library")
+_NO_CALLBACK = frozenset({"super", "isinstance", "issubclass", "hasattr", "getattr", "setattr", "type", "print", "len",
+                          "vars", "id", "repr", "str", "callable", "dir"})
+
 _BUILTIN_CALLS = {
     "int": int, "float": float, "str": str, "bool": bool, "abs": abs, "round": round,
     "min": min, "max": max, "len": len, "sum": sum, "list": list, "tuple": tuple, "sorted": sorted,
@@ -131,9 +137,11 @@ class Interpreter:
         self.entry_line: int | None = None  # the script's line that called into a sibling module
         self.returns: list[list] = []
         self.accum: list[Any] = []   # `if step % N == 0:` blocks we are inside
+        self.micro_accum: Any = None  # N of the last `for _ in range(N): ... backward()` loop
         self.funcs: list[Func] = []
         self.star_imports: list[str] = []
         self.steps = 0
+        self.exec_depth = 0
         self.main = self._load(path, source, "__main__", is_main=True)
 
     # ---- modules ---------------------------------------------------------------------------
@@ -242,11 +250,10 @@ class Interpreter:
             return None
 
     def cur_file(self) -> str | None:
-        return None if (self.mod is None or self.mod.is_main) else str(self.mod.path)
+        return None if (self.mod is None or self.mod.is_main) else _shown(self.mod.path)
 
     def const(self, value: Any, node: cst.CSTNode | None, source: str = "literal", chain: tuple = ()) -> Const:
-        file = None if (self.mod is None or self.mod.is_main) else str(self.mod.path)
-        return Const(value, source, self.line_of(node) if node is not None else None, chain, file)
+        return Const(value, source, self.line_of(node) if node is not None else None, chain, self.cur_file())
 
     def code(self, node: cst.CSTNode) -> str:
         try:
@@ -361,6 +368,24 @@ class Interpreter:
         return all(leaves for leaves, _ in results)
 
     def exec_loop(self, node: cst.For | cst.While, env: Env) -> None:
+        micro = self.micro_batch_count(node, env)
+        self._exec_loop(node, env)
+        if micro is not None:
+            self.micro_accum = micro  # the optimizer step after it accumulates `micro` backward passes
+
+    def micro_batch_count(self, node: cst.For | cst.While, env: Env) -> Any:
+        """N of `for i in range(N): ... loss.backward()` with no optimizer step inside: a loop over
+        micro-batches whose gradients the step after it applies at once (gradient accumulation)."""
+        if not (isinstance(node, cst.For) and isinstance(node.iter, cst.Call) and self.dotted(node.iter.func) == "range"
+                and len(node.iter.args) == 1):
+            return None
+        called = {n.func.attr.value for n in _walk(node.body) if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)}
+        if "backward" not in called or "step" in called:
+            return None
+        n = self.ev(node.iter.args[0].value, env)
+        return n if isinstance(n, (Const, Alts)) else None
+
+    def _exec_loop(self, node: cst.For | cst.While, env: Env) -> None:
         if isinstance(node, cst.For):
             it = self.ev(node.iter, env)
             known = self.known_items(it)
@@ -423,11 +448,23 @@ class Interpreter:
         self.exec_block(node.body.body, env)
 
     def exec_try(self, node: cst.Try | cst.TryStar, env: Env) -> None:
-        runs = [lambda e: self.exec_block(node.body.body, e)]
-        for h in node.handlers:
-            runs.append(lambda e, h=h: self.exec_block(h.body.body, e))
-        self.branches(env, runs, exhaustive=True)
-        if node.orelse is not None:
+        handlers = [lambda e, h=h: self.exec_block(h.body.body, e) for h in node.handlers]
+        raised = False
+        if handlers and all(isinstance(st, cst.SimpleStatementLine) and all(isinstance(x, _PLAIN_SMALL) for x in st.body)
+                            for st in node.body.body):
+            # A body of plain assignments is walked once: a call in it that raises (RaisedBy) runs the
+            # handlers; a body that binds only constants raised nothing; otherwise either may have run.
+            before = dict(env.vars)
+            self.exec_block(node.body.body, env)
+            bound = [v for k, v in env.vars.items() if before.get(k) is not v]
+            raised = any(isinstance(x, RaisedBy) for v in bound for x in flatten(v))
+            if raised:
+                self.branches(env, handlers, exhaustive=True)
+            elif not all(isinstance(x, Const) for v in bound for x in flatten(v)):
+                self.branches(env, handlers, exhaustive=False)
+        else:
+            self.branches(env, [lambda e: self.exec_block(node.body.body, e), *handlers], exhaustive=True)
+        if node.orelse is not None and not raised:
             self.exec_block(node.orelse.body.body, env)
         if node.finalbody is not None:
             self.exec_block(node.finalbody.body.body, env)
@@ -468,6 +505,8 @@ class Interpreter:
                         b.items[key.value] = value
                     else:
                         b.open = True
+                elif isinstance(b, GlobalsView) and isinstance(key, Const) and isinstance(key.value, str):
+                    b.env.vars[key.value] = value
 
     def unpack(self, value: Any, i: int, n: int) -> Any:
         out = None
@@ -568,8 +607,10 @@ class Interpreter:
                         if not is_dc:
                             fields[name] = cls_env.vars[name]
                             lines[name] = self.line_of(small)
-        env.vars[node.name.value] = Class(node.name.value, bases, fields, lines, self.line_of(node), is_dc, self.cur_file(),
-                                          methods)
+        cls = Class(node.name.value, bases, fields, lines, self.line_of(node), is_dc, self.cur_file(), methods)
+        for f in methods.values():
+            f.owner = cls
+        env.vars[node.name.value] = cls
 
     def field_default(self, value: cst.CSTNode, env: Env) -> Any:
         if isinstance(value, cst.Call) and self.dotted(value.func).split(".")[-1] == "field":
@@ -634,6 +675,11 @@ class Interpreter:
         out = rets[0]
         for r in rets[1:]:
             out = merge(out, r)
+        if (isinstance(out, (Unknown, Seq, Alts)) or isinstance(out, Const) and isinstance(out.value, (list, tuple, set))) \
+                and not isinstance(node, cst.Lambda) and _lists_linear_names(node):
+            return self.const("all-linear", node, "constant",
+                              (f"{f.qual}(): the names of every Linear of model.named_modules() but lm_head "
+                               "(peft's all-linear)",))
         return out
 
     def param_default(self, f: Func, name: str) -> Any:
@@ -800,6 +846,8 @@ class Interpreter:
                 out = v if out is None else merge(out, v)
             return out
         if isinstance(base, Ref):
+            if attr == "__name__":  # AutoModelForCausalLM.__name__: registries keyed by class name
+                return self.const(base.name, node)
             special = self.handlers.module_attribute(self, base.qual, attr, node)
             return special if special is not None else Ref(f"{base.qual}.{attr}")
         if isinstance(base, ModuleVal):
@@ -807,6 +855,13 @@ class Interpreter:
             return v if v is not None else Unknown(f"{base.name}.{attr}")
         if isinstance(base, Obj):
             return self.handlers.getattr(self, base, attr, self.line_of(node))
+        if isinstance(base, SuperOf):
+            for b in base.cls.bases:
+                hit = b.lookup(attr) if isinstance(b, Class) else None
+                if hit is not None:
+                    return BoundMethod(hit[1], base.instance) if hit[0] == "method" else hit[1]
+            # a library base (nn.Module, Dataset, Trainer): its __init__ and methods do nothing memlint follows
+            return Ref("builtins.object") if attr == "__init__" else Unknown(f"super().{attr}")
         if isinstance(base, Class):
             if attr == "__name__":
                 return self.const(base.name, node)
@@ -869,6 +924,8 @@ class Interpreter:
                 v = b.items[key.value]
             elif isinstance(b, Dict) and _hashable(key.value) and key.value in b.items:
                 v = b.items[key.value]
+            elif isinstance(b, GlobalsView) and isinstance(key.value, str) and key.value in b.env.vars:
+                v = b.env.vars[key.value]
             elif isinstance(b, Const) and isinstance(b.value, (list, tuple, dict, str)):
                 try:
                     v = b.with_value(b.value[key.value], f"[{key.value!r}]")
@@ -964,7 +1021,11 @@ class Interpreter:
         for ct in node.comparisons:
             right = self.ev(ct.comparator, env)
             op = type(ct.operator).__name__
-            if op in ("In", "NotIn") and isinstance(right, (Seq, Dict)):
+            if op in ("In", "NotIn") and isinstance(right, (Dict, GlobalsView)) and isinstance(left, Const) \
+                    and _hashable(left.value) and not getattr(right, "open", False):
+                keys = right.items if isinstance(right, Dict) else right.env.vars  # membership needs only the keys
+                right = self.const(list(keys), ct.comparator)
+            elif op in ("In", "NotIn") and isinstance(right, (Seq, Dict)):
                 right = to_python(right)  # `x in ("yes", "true")`: a container of constants
             if isinstance(left, Const) and isinstance(right, Const) and op in _CMPOPS:
                 try:
@@ -1106,6 +1167,10 @@ class Interpreter:
     # ---- calls -----------------------------------------------------------------------------
 
     def call(self, node: cst.Call, env: Env) -> Any:
+        if isinstance(node.func, cst.Name) and node.func.value in ("exec", "globals") and env.lookup(node.func.value) is None:
+            return self.exec_or_globals(node, env)
+        if isinstance(node.func, cst.Name) and node.func.value == "super" and env.lookup("super") is None:
+            return self.super_of(node, env)
         func = self.ev(node.func, env)
         args: list = []
         kwargs: dict = {}
@@ -1140,6 +1205,62 @@ class Interpreter:
             out = r if out is None else merge(out, r)
         return out
 
+    def super_of(self, node: cst.Call, env: Env) -> Any:
+        """super() / super(C, self) in a method: the bases of its class, bound to the instance."""
+        args = [self.ev(a.value, env) for a in node.args]
+        if len(args) == 2 and isinstance(args[0], Class):
+            cls, inst = args[0], args[1]
+        else:
+            f = self.stack[-1] if self.stack else None
+            params = [*f.node.params.posonly_params, *f.node.params.params] if f is not None and \
+                isinstance(f.node, cst.FunctionDef) else []
+            cls = f.owner if f is not None else None
+            inst = env.lookup(params[0].name.value) if params else None
+        if not isinstance(cls, Class) or inst is None:
+            return Unknown("super()")
+        return SuperOf(cls, inst)
+
+    def exec_or_globals(self, node: cst.Call, env: Env) -> Any:
+        """`globals()`: the module's namespace, read and written like a dict. `exec(open(path).read())`
+        (nanoGPT's configurator and the config files it runs): the file the script names is parsed and
+        walked in the calling namespace, as Python runs it; nothing is executed."""
+        root = env
+        while root.parent is not None:
+            root = root.parent
+        if node.func.value == "globals":
+            return GlobalsView(root)
+        src = self.ev(node.args[0].value, env) if node.args else None
+        path = src.path if isinstance(src, OpenFile) else None
+        if not (isinstance(path, Const) and isinstance(path.value, str)):
+            self.facts.note("the script exec()s code memlint cannot find; what it sets is unknown")
+            return Const(None, "literal", self.line_of(node))
+        from memlint.extract import runtime_config
+
+        found = runtime_config.find(self, path.value)
+        if found is None or self.exec_depth >= MAX_EXEC_DEPTH:
+            self.facts.note(f"exec() of {path.value}: not found in the checkout; what it sets is unknown")
+            return Const(None, "literal", self.line_of(node))
+        try:
+            if found.stat().st_size > MAX_SIBLING_BYTES:
+                raise OSError("too large")
+            mod = self._load(found, found.read_text(encoding="utf-8"), "__exec__", is_main=False)
+        except (OSError, UnicodeDecodeError, cst.ParserSyntaxError):
+            self.facts.note(f"exec() of {path.value}: unreadable; what it sets is unknown")
+            return Const(None, "literal", self.line_of(node))
+        mod.env = root
+        prev, self.mod = self.mod, mod
+        prev_entry = self.entry_line
+        self.entry_line = self.entry_line or self.line_of(node)
+        self.exec_depth += 1
+        try:
+            self.exec_block(mod.tree.body, env)
+        except _Return:
+            pass
+        finally:
+            self.exec_depth -= 1
+            self.mod, self.entry_line = prev, prev_entry
+        return Const(None, "literal", self.line_of(node))
+
     def call_value(self, f: Any, args: list, kwargs: dict, open_kwargs: bool, line: int | None, node: cst.Call) -> Any:
         if SPREAD in kwargs and not (isinstance(f, Ref) and f.name in ("Namespace", "SimpleNamespace")):
             kwargs = {k: v for k, v in kwargs.items() if k != SPREAD}
@@ -1152,6 +1273,8 @@ class Interpreter:
         # lines are reported against the script (values keep their own file and line).
         at = line if self.cur_file() is None else (self.entry_line or line)
         result = self.handlers.call(self, f, args, kwargs, open_kwargs, at, node)
+        if isinstance(f, Ref) and f.name.removeprefix("builtins.") in _NO_CALLBACK:
+            return result  # super(C, self), isinstance(x, C), print(x): nothing calls x back
         # A function handed to something memlint does not model (dataset.map(tokenize),
         # trainer callbacks) may still run: walk it once with unknown arguments.
         for v in [*args, *kwargs.values()]:
@@ -1172,6 +1295,21 @@ class Interpreter:
         return result
 
 
+@dataclass(eq=False)
+class SuperOf:
+    """super() inside a method of `cls`: attribute lookups start at its bases, bound to `instance`."""
+
+    cls: Class
+    instance: Any
+
+
+@dataclass(eq=False)
+class GlobalsView:
+    """globals(): the module namespace (an Env), read and written by key."""
+
+    env: Env
+
+
 @dataclass(frozen=True)
 class BoundStr:
     """A method of a known string: "a/b".split("/")."""
@@ -1185,6 +1323,32 @@ class BoundUnknown(Unknown):
     """A method or attribute of something unknown: dataset.map, loss.backward."""
 
     attr: str = ""
+
+
+def _lists_linear_names(node: cst.FunctionDef) -> bool:
+    """The find_all_linear_names idiom (QLoRA and its forks): a function that walks
+    `model.named_modules()`, keeps the names of modules that are `isinstance` of a Linear class
+    (nn.Linear, bnb's Linear4bit/Linear8bitLt) and drops lm_head: peft's all-linear, by hand."""
+    walks = tests = drops_head = False
+    for n in _walk(node):
+        if isinstance(n, cst.Attribute) and n.attr.value == "named_modules":
+            walks = True
+        elif isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == "isinstance":
+            tests = True
+        elif isinstance(n, cst.SimpleString) and "lm_head" in n.value:
+            drops_head = True
+    if not (walks and tests and drops_head):
+        return False
+    return any(isinstance(n, cst.Name) and "Linear" in n.value or isinstance(n, cst.Attribute) and "Linear" in n.attr.value
+               for n in _walk(node))
+
+
+def _shown(path: Path) -> str:
+    """A module's path as findings show it: relative to the working directory when it is inside it."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except (ValueError, OSError):
+        return str(path)
 
 
 def _string_value(node: cst.SimpleString) -> Any:

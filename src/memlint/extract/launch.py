@@ -81,6 +81,13 @@ class Launch:
     origin: str = "the command line"    # where the command was written: "scripts/train.sh"
     line: int | None = None             # its line there
     cwd: str | None = None              # a `cd DIR &&` before the command, relative to where it is read
+    flag_lines: tuple[tuple[str, int], ...] = ()  # (--flag, its own line) when the command spans lines
+
+    def line_of(self, how: str) -> int | None:
+        """The line a value given as `how` ("--flag value") was written on: the flag's own line of a
+        command continued over several lines, else the command's line."""
+        flag = how.split(" ", 1)[0].split("=", 1)[0]
+        return dict(self.flag_lines).get(flag, self.line)
 
     @property
     def gpus(self) -> int | None:

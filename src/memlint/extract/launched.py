@@ -19,7 +19,7 @@ _PRECISION = {"bf16": "amp-bf16", "fp16": "amp-fp16", "no": "fp32", "fp8": "amp-
 
 
 def _value(launch: Any, value: Any, how: str) -> Value:
-    span = Span(launch.origin, launch.line) if launch.line else None
+    span = Span(launch.origin, launch.line_of(how)) if launch.line else None
     return Value(value, "command-line", span, (f"{how} ({launch.where()})",))
 
 
@@ -41,6 +41,8 @@ def apply_launcher(plan: TrainingPlan, launch: Any, script: Path) -> TrainingPla
             and cur.value == "none" and cur.source == "library-default" and "distributed" not in fields:
         fields["distributed"] = _value(launch, "none", f"{launch.launcher}: {launch.gpus} data-parallel processes (DDP)")
     plan = plan.with_values(**fields)
+    if launch.line:
+        plan = replace(plan, via=launch.where())
     cfg = opts.get("config_file")
     if launch.launcher == "accelerate" and cfg:
         plan = _accelerate_config(plan, launch, cfg, script)

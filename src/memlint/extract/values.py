@@ -50,6 +50,11 @@ class Unknown:
 
 
 @dataclass(frozen=True)
+class RaisedBy(Unknown):
+    """The value of a call that raises here (ast.literal_eval of a non-literal): a try around it runs its handler."""
+
+
+@dataclass(frozen=True)
 class Alts:
     """Every value a name may hold when branches disagree."""
 
@@ -91,6 +96,7 @@ class Func:
     default_source: dict = field(default_factory=dict)  # param name -> provenance of its default
     ran: bool = False
     calls: int = 0
+    owner: Any = None              # the Class whose method this is
 
 
 @dataclass(eq=False)

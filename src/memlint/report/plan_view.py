@@ -20,7 +20,7 @@ def render_plan(plan: TrainingPlan, est_doc, detail, console, conditional=None) 
 
     from memlint.report.estimate_view import render
 
-    console.print(f"[bold]{plan.path}[/bold]")
+    console.print(f"[bold]{plan.shown}[/bold]")
     table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
     for col in ("field", "value", "source", "line"):
         table.add_column(col)
@@ -38,7 +38,7 @@ def render_plan(plan: TrainingPlan, est_doc, detail, console, conditional=None) 
         console.print(f"[yellow]no estimate: unknown {', '.join(detail.missing)}; pass {keys}[/yellow]")
     if est_doc is None and conditional is not None:
         console.print(f"[yellow]conditional answer: {conditional.text()}[/yellow]")
-    else:
+    elif est_doc is not None:
         planned, est, targets = detail
         for note in planned.notes:
             console.print(f"[dim]- {note}[/dim]")
