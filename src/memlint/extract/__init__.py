@@ -57,7 +57,10 @@ def extract_source(source: str, path: str | Path = "<string>", shown: str | None
     except cst.ParserSyntaxError as exc:  # syntax CPython accepts and libcst does not (yet)
         return _syntax_error_plan(name, exc.raw_line, exc.raw_column + 1, exc.message)
     facts = interp.run()
-    return Builder(name, p, facts).build()
+    from memlint.extract.xtuner import xtuner_plan
+
+    plan = xtuner_plan(name, interp.main.env.vars)  # an xtuner (mmengine) config: dict(type=...) trees, no trainer call
+    return plan if plan is not None else Builder(name, p, facts).build()
 
 
 def _syntax_error_plan(name: str, line: int, col: int, msg: str) -> TrainingPlan:
