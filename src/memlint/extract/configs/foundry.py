@@ -14,6 +14,7 @@ from memlint.extract.configs.common import Bad
 from memlint.extract.configs.interpolate import resolve
 from memlint.extract.configs.readers import FrameworkReader
 from memlint.library.defaults import default as library_default
+from memlint.plan import Value
 
 
 class Foundry(FrameworkReader):
@@ -195,9 +196,9 @@ class Foundry(FrameworkReader):
             self.lib("packing", False, dd.why)
         if d.get(*ds, "pad_to_longest") is True:
             self.lit("padding", "longest", *ds, "pad_to_longest")
-        else:
+        else:  # a default, placed at the dataset section where pad_to_longest would go
             dd = self._fw("train_loader.dataset.pad_to_longest")
-            self.lib("padding", "max_length", dd.why)
+            self.fields["padding"] = Value("max_length", "library-default", self.doc.span(*ds), (dd.why,))
         if d.get(*ds, "decoder_only_format") is False:
             self.notes.append("decoder_only_format: false is an encoder-decoder (T5-style) dataset; memlint estimates decoder-only models")
 
