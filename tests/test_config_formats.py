@@ -491,3 +491,17 @@ def test_reading_an_xtuner_config_imports_nothing_from_it(tmp_path):
               "pretrained_model_name_or_path='gpt2'))\n")
     plan = extract_file(p)
     assert plan.kind == "xtuner" and "memlint_probe_module" not in sys.modules and "xtuner" not in sys.modules
+
+
+def test_xtuner_values_it_cannot_know_stay_unknown_instead_of_taking_defaults(tmp_path):
+    plan = plan_of(tmp_path, "env_cfg.py", XT_HEAD.format(wrapper="AmpOptimWrapper", model="SupervisedFinetune") + """
+import os
+import torch
+model = dict(type=SupervisedFinetune, llm=dict(type=AutoModelForCausalLM.from_pretrained, pretrained_model_name_or_path="gpt2"),
+             lora=dict(r=int(os.environ["LORA_R"]), lora_alpha=16))
+train_dataloader = dict(batch_size=int(os.environ["BATCH"]), dataset=dict(max_length=512))
+optim_wrapper = dict(type=AmpOptimWrapper, optimizer=dict(type=AdamW), dtype=torch.bfloat16)
+""")
+    assert plan.get("lora_r").source == "unknown" and plan.get("per_device_batch").source == "unknown"
+    assert plan.value("lora_alpha") == 16 and plan.value("grad_accum") == 1  # accumulative_counts absent: mmengine's 1
+    assert plan.value("precision") == "amp-bf16"  # dtype=torch.bfloat16, not only the string spelling

@@ -91,6 +91,23 @@ class _Reader:
         v = to_python(v) if isinstance(v, (Seq, Dict)) else v
         return v if isinstance(v, Const) else None
 
+    def written(self, d: Any, key: str) -> bool:
+        return isinstance(d, Dict) and key in d.items
+
+    def typed(self, name: str, d: Any, key: str, kind: type, default: tuple[Any, str] | None = None) -> Any:
+        """`name` from `d[key]` when it is a constant of `kind`; unknown when written but not one
+        (an environment variable, a computed value), else `default` (value, why) when given."""
+        c = self.const(d, key)
+        if c is not None and isinstance(c.value, kind) and not (kind is int and isinstance(c.value, bool)):
+            self.put(name, c)
+            return c.value
+        if self.written(d, key):
+            self.unknown(name, f"{key} is not a {kind.__name__} memlint can read statically")
+        elif default is not None:
+            self.lib(name, *default)
+            return default[0]
+        return None
+
     # ---- the plan ----------------------------------------------------------------------------
 
     def read(self) -> None:
@@ -132,11 +149,7 @@ class _Reader:
 
             dd = library_default("transformers.from_pretrained", "dtype")
             self.lib("torch_dtype", dd.value if dd else None, (dd.why if dd else "from_pretrained default") + " (model.llm sets no torch_dtype)")
-        gc = self.const(self.model, "use_activation_checkpointing")
-        if gc is not None and isinstance(gc.value, bool):
-            self.put("gradient_checkpointing", gc)
-        else:
-            self.lib("gradient_checkpointing", *self.default("use_activation_checkpointing"))
+        self.typed("gradient_checkpointing", self.model, "use_activation_checkpointing", bool, self.default("use_activation_checkpointing"))
         attn = self.const(self.llm, "attn_implementation")
         varlen = self.const(self.model, "use_varlen_attn")
         if attn is not None and isinstance(attn.value, str):
@@ -190,12 +203,9 @@ class _Reader:
         first = next((v for v in lora.items.values() if isinstance(v, Const) and v.line), None)  # the dict's own line is not kept
         self.fields["method"] = Value("qlora" if bits == 4 else "lora", "literal", self.span(first),
                                       (f"model.lora = dict(type={t.name if t else '?'}, ...)",))
-        for name, key, dflt in (("lora_r", "r", "r"), ("lora_alpha", "lora_alpha", "lora_alpha")):
-            c = self.const(lora, key)
-            if c is not None and isinstance(c.value, int):
-                self.put(name, c)
-            else:
-                self._peft_default(name, dflt)
+        for name, key in (("lora_r", "r"), ("lora_alpha", "lora_alpha")):
+            if self.typed(name, lora, key, int) is None and not self.written(lora, key):
+                self._peft_default(name, key)
         tm = self.const(lora, "target_modules")
         if tm is not None and tm.value:
             v = tm.value
@@ -235,11 +245,7 @@ class _Reader:
             self.unknown("per_device_batch", "no train_dataloader = dict(...)")
             self.unknown("max_length", "no train_dataloader = dict(...)")
             return
-        bs = self.const(loader, "batch_size")
-        if bs is not None and isinstance(bs.value, int):
-            self.put("per_device_batch", bs)
-        else:
-            self.lib("per_device_batch", *self.default("batch_size"))
+        self.typed("per_device_batch", loader, "batch_size", int, self.default("batch_size"))
         ds = loader.items.get("dataset")
         if _type(ds) is not None and _type(ds).name == "ConcatDataset":
             parts = ds.items.get("datasets")
@@ -281,11 +287,7 @@ class _Reader:
             self.fields["optimizer"] = Value(name or opt.qual, opt.source, self.span(opt), (f"optim_wrapper.optimizer type={opt.qual}",))
         else:
             self.unknown("optimizer", "optim_wrapper.optimizer has no known type")
-        acc = self.const(ow, "accumulative_counts")
-        if acc is not None and isinstance(acc.value, int):
-            self.put("grad_accum", acc)
-        else:
-            self.lib("grad_accum", *self.default("accumulative_counts"))
+        self.typed("grad_accum", ow, "accumulative_counts", int, self.default("accumulative_counts"))
         self._precision(ow)
 
     def _precision(self, ow: Dict) -> None:
@@ -293,15 +295,18 @@ class _Reader:
         table = _fw()["substitutions"]["optim_wrappers"]["value"]
         kind = table.get(wrapper.name) if wrapper else None
         if kind == "amp":
-            dt = self.const(ow, "dtype")
-            name = dtype_name(dt.value) if dt is not None else None
-            if dt is None:
+            dt = ow.items.get("dtype")
+            dt = dt if isinstance(dt, Ref) else self.const(ow, "dtype")  # 'bfloat16' or torch.bfloat16
+            name = dtype_name(dt.qual if isinstance(dt, Ref) else dt.value) if dt is not None else None
+            if dt is None and self.written(ow, "dtype"):
+                self.unknown("precision", "optim_wrapper dtype is not a constant memlint can read")
+            elif dt is None:
                 v, why = self.default("amp_dtype")
                 self.fields["precision"] = Value(f"amp-{v}", "library-default", self.span(wrapper), (f"optim_wrapper type={wrapper.name}", why))
             elif name in ("fp16", "bf16"):
-                self.put("precision", dt, f"amp-{name}", (f"optim_wrapper type={wrapper.name}: autocast to {dt.value}",))
+                self.put("precision", dt, f"amp-{name}", (f"optim_wrapper type={wrapper.name}: autocast to {name}",))
             else:
-                self.put("precision", dt, "fp32", (f"AmpOptimWrapper dtype {dt.value}: no half-precision autocast",))
+                self.put("precision", dt, "fp32", (f"AmpOptimWrapper dtype {name or 'float64'}: no half-precision autocast",))
         elif kind == "fp32":
             self.fields["precision"] = Value("fp32", "literal", self.span(wrapper), (f"optim_wrapper type={wrapper.name}: no autocast",))
         else:
