@@ -61,7 +61,10 @@ def extract_source(source: str, path: str | Path = "<string>", shown: str | None
         return _syntax_error_plan(name, exc.raw_line, exc.raw_column + 1, exc.message)
     try:
         facts = interp.run()
-        return Builder(name, p, facts, launch).build()
+        from memlint.extract.xtuner import xtuner_plan
+
+        plan = xtuner_plan(name, interp.main.env.vars)  # an xtuner (mmengine) config: dict(type=...) trees, no trainer call
+        return plan if plan is not None else Builder(name, p, facts, launch).build()
     except RecursionError:
         return _unreadable_plan(name, "too deeply nested to follow")
     except MemlintError:
