@@ -66,7 +66,7 @@ def run_entry(entry: dict, use_command: bool, memlint: list[str]) -> tuple[dict 
     command = entry.get("command") if use_command else None
     if command:
         # a command documented as "run from examples/" names its script relative to that folder
-        script = next((w for w in _split(command) if w.endswith(".py")), None)
+        script = next((w for w in _split(command) if w.endswith((".py", ".yaml", ".yml"))), None)
         if script and not command.lstrip().startswith("cd ") and not (root / script).exists() and (root / Path(entry["path"]).parent / script).exists():
             root = root / Path(entry["path"]).parent
     argv = [*memlint, "plan", "--format", "json"]
@@ -104,7 +104,8 @@ def main() -> int:
     right: Counter = Counter()
     scored: Counter = Counter()
     misses: dict[str, list[str]] = defaultdict(list)
-    with_estimate = tracebacks = exit2 = 0
+    with_estimate = with_answer = tracebacks = exit2 = 0
+    unsized: list[str] = []
     repos = set()
     for e in entries:
         repos.add(e["repo"])
@@ -121,6 +122,9 @@ def main() -> int:
         plan = doc.get("plan", {}) if doc else {}
         if doc and doc.get("estimate") is not None:
             with_estimate += 1
+        elif doc:
+            with_answer += doc.get("conditional") is not None
+            unsized.append(f"{e['id']}: {doc.get('no_estimate')}")
         for f in FIELDS:
             ok = agree(f, e["labels"].get(f), plan.get(f), e["labels"])
             if ok is None:
@@ -135,7 +139,13 @@ def main() -> int:
           + (" (files alone, no launch commands)" if args.no_command else ""))
     print(f"plan fields right: {total_r}/{total_s} = {total_r / max(total_s, 1):.1%}")
     print(f"files with an estimate and no --assume: {with_estimate}/{len(entries)} = {with_estimate / len(entries):.1%}")
+    print(f"files with an estimate or a conditional answer: {with_estimate + with_answer}/{len(entries)} = "
+          f"{(with_estimate + with_answer) / len(entries):.1%}")
     print(f"exit 2: {exit2}, tracebacks: {tracebacks}")
+    if args.show_misses:
+        print("no estimate:")
+        for line in unsized:
+            print(f"  {line}")
     for f in FIELDS:
         if scored[f]:
             print(f"  {f:24s} {right[f]:3d}/{scored[f]:3d}  {right[f] / scored[f]:6.1%}")

@@ -841,3 +841,39 @@ def test_hydra_composition_never_raises_on_missing_or_cyclic_configs(tmp_path, m
     plan = _plan(root, "python src/train.py", monkeypatch)
     assert not plan.get("model_id").known
     assert any("missing.yaml not found" in n for n in plan.notes)
+
+
+# ---- framework tools' command-line overrides ---------------------------------------------------------
+
+
+_FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "configs"
+
+
+@pytest.mark.parametrize("command, field, value", [
+    ("axolotl train {dir}/axolotl_llama3_qlora.yml --micro_batch_size 3", "per_device_batch", 3),
+    ("axolotl train {dir}/axolotl_llama3_qlora.yml --sequence_len=512", "max_length", 512),
+    ("llamafactory-cli train {dir}/llamafactory_llama3_lora_sft.yaml per_device_train_batch_size=5", "per_device_batch", 5),
+    ("tune run lora_finetune_single_device --config {dir}/torchtune_llama3_1_8B_qlora_single_device.yaml batch_size=7",
+     "per_device_batch", 7),
+    ("oumi train -c {dir}/oumi_qwen_qlora_train.yaml --training.per_device_train_batch_size 6", "per_device_batch", 6),
+    ("litgpt finetune_lora --config {dir}/litgpt_llama3_qlora.yaml --train.micro_batch_size 9", "per_device_batch", 9),
+])
+def test_a_framework_tools_overrides_apply_to_its_config(command, field, value, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    [plan] = extract_targets([command_target(tokens(command.format(dir=_FIXTURES)), tmp_path)])
+    assert _v(plan, field) == (value, "command-line")
+    [plain] = extract_targets([command_target(tokens(command.format(dir=_FIXTURES).rsplit(" ", 1)[0]
+                                                     if "=" in command.rsplit(" ", 1)[1] else
+                                                     command.format(dir=_FIXTURES).rsplit(" ", 2)[0]), tmp_path)])
+    assert plain.get(field).value != value and plain.get(field).source != "command-line"
+
+
+def test_litgpt_without_a_config_reads_its_defaults_and_the_commands_flags(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cmd = "litgpt finetune_full meta-llama/Llama-3.2-1B --train.micro_batch_size 2 --train.max_seq_length 512"
+    [plan] = extract_targets([command_target(tokens(cmd), tmp_path)])
+    assert _v(plan, "model_id") == ("meta-llama/Llama-3.2-1B", "command-line")
+    assert plan.get("method").value == "full"
+    assert _v(plan, "per_device_batch") == (2, "command-line") and _v(plan, "max_length") == (512, "command-line")
+    [lora] = extract_targets([command_target(tokens("litgpt finetune meta-llama/Llama-3.2-1B"), tmp_path)])
+    assert lora.get("method").value == "lora"  # `litgpt finetune` is finetune_lora

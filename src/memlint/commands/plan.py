@@ -77,6 +77,8 @@ def run(args) -> int:
             if plan.via:
                 doc["via"] = plan.via
             if est_doc is None:
+                doc["no_estimate"] = str(detail) if isinstance(detail, MemlintError) else \
+                    f"unknown {', '.join(detail.missing)}"
                 doc["conditional"] = cond.to_json() if cond is not None else None
             docs.append(doc)
             continue

@@ -27,10 +27,13 @@ def extract_file(path: str | Path, launch: Any = None, shown: str | None = None)
     """The training plan of one script, notebook or framework config (.yaml/.yml/.json);
     `launch` (extract.launch.Launch) is the command the script is run with."""
     p = Path(path)
-    if p.suffix.lower() in CONFIG_SUFFIXES:
+    from memlint.extract.configs.overrides import TOOLS
+
+    tool_run = launch is not None and launch.launcher in TOOLS and not launch.script and not launch.module
+    if p.suffix.lower() in CONFIG_SUFFIXES or tool_run:
         from memlint.extract.configs import read_config
 
-        return read_config(p, shown=shown or str(path))
+        return read_config(p if p.is_file() or not tool_run else None, shown=shown or str(path), launch=launch)
     from memlint.extract.source import read_source
 
     return extract_source(read_source(p), p, shown=shown or str(path), launch=launch)

@@ -320,6 +320,8 @@ def command_target(words: Sequence[str], cwd: Path | None = None):
         shown = os.path.relpath(path, cwd)
     else:
         ref = _config_arg(launch)
+        if ref is None and launch.launcher == "litgpt":  # litgpt's defaults with the command's flags
+            return Target(base / f"litgpt {launch.subcommand}", f"litgpt {launch.subcommand}", True, launch)
         if ref is None:
             raise MemlintError(f"`{launch.launcher} {launch.subcommand}`: no config file in the command")
         path = base / ref

@@ -10,6 +10,7 @@ are Python: extract/xtuner.py reads them.)
 from __future__ import annotations
 
 import re
+from typing import Any
 from pathlib import Path
 
 from memlint.errors import MemlintError
@@ -113,7 +114,20 @@ def detect_file(path: str | Path) -> str | None:
         return None
 
 
-def read_config(path: str | Path, shown: str | None = None, *, text: str | None = None, explicit: bool = True) -> TrainingPlan | None:
+def read_config(path: str | Path, shown: str | None = None, *, text: str | None = None, explicit: bool = True,
+                launch: Any = None) -> TrainingPlan | None:
+    """See _read_config; `launch` (a framework tool's command) applies its overrides first."""
+    plan = _read_config(path, shown, text=text, explicit=explicit, launch=launch)
+    if plan is not None and launch is not None:
+        from memlint.extract.configs.overrides import TOOLS, mark
+
+        if launch.launcher in TOOLS:
+            plan = mark(plan, launch)
+    return plan
+
+
+def _read_config(path: str | Path | None, shown: str | None = None, *, text: str | None = None, explicit: bool = True,
+                 launch: Any = None) -> TrainingPlan | None:
     """The training plan of one config file (`text`: its content, when already read).
 
     A file of no format memlint reads is a MemlintError when named explicitly, and None
@@ -121,8 +135,8 @@ def read_config(path: str | Path, shown: str | None = None, *, text: str | None 
     from memlint.extract.configs.launchers import accelerate_facts, deepspeed_facts, launch_plan_fields
     from memlint.extract.configs.registry import READERS
 
-    p = Path(path)
     name = shown if shown is not None else str(path)
+    p = Path(path) if path is not None else Path(name)
     if not explicit:  # a walk meets many YAML/JSON files (datasets, tokenizers): skip them unparsed
         from memlint.extract.configs.document import top_keys
 
@@ -130,7 +144,21 @@ def read_config(path: str | Path, shown: str | None = None, *, text: str | None 
             text = _read_text(p, name)
         if detect(top_keys(text, p.suffix.lower() == ".json"), p.name, text) is None:
             return None
-    doc, kind = _load(p, name, text)
+    from memlint.extract.configs.overrides import TOOLS
+
+    tool = TOOLS.get(launch.launcher) if launch is not None else None
+    if path is None:  # `litgpt finetune_lora CHECKPOINT --train.x ...`: the tool's defaults, no config file
+        from memlint.extract.configs.document import Document
+
+        doc, kind = Document(name, data={}), tool[0] if tool else None
+    else:
+        doc, kind = _load(p, name, text)
+    if tool is not None and doc.ok:
+        from memlint.extract.configs.overrides import apply
+
+        kind = kind or tool[0]
+        apply(doc, launch, None if path is None else p.name)
+        doc.command = launch.subcommand
     if kind is None:
         if not explicit:
             return None

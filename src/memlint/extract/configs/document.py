@@ -36,6 +36,7 @@ class Document:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     top_keys: tuple[str, ...] = ()  # top-level keys, also for a file that does not parse
     refused: set = field(default_factory=set)  # key paths whose value was not read (a refused tag)
+    command: str | None = None  # the framework tool's subcommand that reads it (litgpt finetune_lora), when launched
 
     @property
     def ok(self) -> bool:

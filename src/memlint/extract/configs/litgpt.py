@@ -57,6 +57,10 @@ class LitGPT(FrameworkReader):
         """Which finetune command takes the config: finetune_lora has the lora_* keys (jsonargparse
         refuses them elsewhere), else the file name says full or adapter."""
         d = self.doc
+        command = {"finetune_lora": "lora", "finetune": "lora", "finetune_full": "full", "finetune_adapter": "adapter",
+                   "finetune_adapter_v2": "adapter", "pretrain": "pretrain"}.get(d.command or "")
+        if command is not None:  # launched: the subcommand says (litgpt finetune is finetune_lora)
+            return command
         if any(isinstance(k, str) and k.startswith("lora_") for k in d.data):
             return "lora"
         if d.has("model_name") and not d.has("checkpoint_dir"):

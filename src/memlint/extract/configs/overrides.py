@@ -1,0 +1,106 @@
+"""A framework tool's command-line overrides applied to its config before it is read, the way each
+tool applies them: `litgpt finetune_lora CHECKPOINT --train.micro_batch_size 2` (jsonargparse),
+`oumi train -c X --training.max_steps 20`, `axolotl train X --micro_batch_size 2`,
+`llamafactory-cli train X key=value`, `tune run R --config X key=value`. Each overridden key's
+position becomes the launch's, so the reader's values for it are command-line values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from memlint.plan import Span, TrainingPlan, Value
+
+# tool -> (kind of the reader, style of its overrides, the key a first free positional sets)
+TOOLS = {
+    "litgpt": ("litgpt", "flags", "checkpoint_dir"),
+    "oumi": ("oumi", "flags", None),
+    "axolotl": ("axolotl", "flags", None),
+    "llamafactory-cli": ("llama-factory", "key=value", None),
+    "tune": ("torchtune", "key=value", None),
+    "llmtune": ("llmtune", "none", None),
+}
+COMMAND_LINE = "<command line>"
+_TOOL_FLAGS = {"-c", "--config", "--cfg", "--launcher"}  # the tool's own options, not config keys
+
+
+def _scalar(raw: str) -> Any:
+    try:
+        v = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+    return v if isinstance(v, (str, int, float, bool, list, dict)) or v is None else raw
+
+
+def overrides(launch: Any, config_ref: str | None) -> list[tuple[tuple[str, ...], Any, str]]:
+    """(key path, value, the words that set it) for each override in the launch command."""
+    tool = TOOLS.get(launch.launcher)
+    if tool is None:
+        return []
+    _, style, positional_key = tool
+    words = list(launch.argv)
+    out: list[tuple[tuple[str, ...], Any, str]] = []
+    i = 0
+    first_free = True
+    while i < len(words):
+        w = words[i]
+        if w in _TOOL_FLAGS:
+            i += 2
+            continue
+        if style == "flags" and w.startswith("--"):
+            key, eq, raw = w[2:].partition("=")
+            if not eq:
+                if i + 1 < len(words) and not words[i + 1].startswith("--"):
+                    raw = words[i + 1]
+                    i += 1
+                else:
+                    raw = "true"  # a bare flag is a switch
+            if key and key not in ("config",):
+                out.append((tuple(key.replace("-", "_").split(".")), _scalar(raw), w if eq else f"{w} {raw}"))
+        elif style == "key=value" and "=" in w and not w.startswith("-"):
+            key, _, raw = w.partition("=")
+            out.append((tuple(key.lstrip("+~").split(".")), _scalar(raw), w))
+        elif not w.startswith("-") and w != config_ref and first_free and positional_key:
+            out.append(((positional_key,), w, w))
+            first_free = False
+        i += 1
+    return out
+
+
+def apply(doc: Any, launch: Any, config_ref: str | None) -> set[tuple]:
+    """Set each override into `doc.data`, its key at the launch's position; the paths set."""
+    if not isinstance(doc.data, dict):
+        return set()
+    origin = launch.origin if launch.line else COMMAND_LINE
+    done = set()
+    for path, value, how in overrides(launch, config_ref):
+        cur = doc.data
+        for part in path[:-1]:
+            nxt = cur.get(part)
+            if not isinstance(nxt, dict):
+                nxt = cur[part] = {}
+            cur = nxt
+        cur[path[-1]] = value
+        line = launch.line_of(how) or 1
+        for k in list(doc.keys):
+            if k[:len(path)] == path:
+                del doc.keys[k]  # a value replaced from the command line has no line in the file
+        doc.keys[path] = Span(origin, line)
+        done.add(path)
+    return done
+
+
+def mark(plan: TrainingPlan, launch: Any) -> TrainingPlan:
+    """Values the command line set are command-line values (readers call everything they read literal)."""
+    origin = launch.origin if launch.line else COMMAND_LINE
+    from dataclasses import replace
+
+    fields = {}
+    for name, v in plan.fields.items():
+        if isinstance(v, Value) and v.span is not None and v.span.path == origin and v.source == "literal":
+            span = v.span if launch.line else None
+            v = Value(v.value, "command-line", span, v.chain + (f"({launch.where()})",), v.candidates)
+        fields[name] = v
+    return replace(plan, fields=fields)
