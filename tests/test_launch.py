@@ -877,3 +877,144 @@ def test_litgpt_without_a_config_reads_its_defaults_and_the_commands_flags(tmp_p
     assert _v(plan, "per_device_batch") == (2, "command-line") and _v(plan, "max_length") == (512, "command-line")
     [lora] = extract_targets([command_target(tokens("litgpt finetune meta-llama/Llama-3.2-1B"), tmp_path)])
     assert lora.get("method").value == "lora"  # `litgpt finetune` is finetune_lora
+
+
+def test_click_options_reach_a_kwargs_entry_and_read_the_command(tmp_path, monkeypatch):
+    root = _write(tmp_path, {"train.py": """
+        import click
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+        def train(*, input_model, per_device_train_batch_size, bf16, gradient_checkpointing):
+            model = AutoModelForCausalLM.from_pretrained(input_model)
+            args = TrainingArguments("o", per_device_train_batch_size=per_device_train_batch_size, bf16=bf16,
+                                     gradient_checkpointing=gradient_checkpointing)
+            Trainer(model=model, args=args).train()
+
+        @click.command()
+        @click.option("--input-model", type=str, default="gpt2")
+        @click.option("--per-device-train-batch-size", type=int, default=8)
+        @click.option("--bf16", type=bool, default=None)
+        @click.option("--gradient-checkpointing/--no-gradient-checkpointing", default=True)
+        def main(**kwargs):
+            train(**kwargs)
+
+        if __name__ == "__main__":
+            main()
+    """})
+    plan = _plan(root, "python train.py --input-model EleutherAI/pythia-1b --per-device-train-batch-size 6 --bf16 true",
+                 monkeypatch)
+    assert _v(plan, "model_id") == ("EleutherAI/pythia-1b", "command-line")
+    assert _v(plan, "per_device_batch") == (6, "command-line") and plan.get("precision").value == "amp-bf16"
+    assert _v(plan, "gradient_checkpointing") == (True, "click-default")
+    plan = _plan(root, "python train.py", monkeypatch)
+    assert _v(plan, "per_device_batch") == (8, "click-default") and plan.get("model_id").value == "gpt2"
+
+
+def test_a_parser_subclass_and_an_accumulation_plugin(tmp_path, monkeypatch):
+    root = _write(tmp_path, {"train.py": """
+        from dataclasses import dataclass, field
+        import torch
+        from accelerate import Accelerator
+        from accelerate.utils import GradientAccumulationPlugin
+        from torch.utils.data import DataLoader
+        from transformers import AutoModelForCausalLM, HfArgumentParser
+
+        class ArgumentParserPlus(HfArgumentParser):
+            def parse_yaml_and_args(self, path):
+                return None
+
+        @dataclass
+        class Args:
+            model_name_or_path: str = "gpt2"
+            per_device_train_batch_size: int = 2
+            gradient_accumulation_steps: int = 1
+
+        args, = ArgumentParserPlus((Args,)).parse_args_into_dataclasses()
+        acc = Accelerator(gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=args.gradient_accumulation_steps))
+        model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path)
+        loader = DataLoader([], batch_size=args.per_device_train_batch_size, shuffle=True)
+        opt = torch.optim.AdamW(model.parameters())
+        model, opt, loader = acc.prepare(model, opt, loader)
+        for batch in loader:
+            with acc.accumulate(model):
+                acc.backward(model(**batch).loss)
+                opt.step()
+    """})
+    plan = _plan(root, "python train.py --model_name_or_path Qwen/Qwen2.5-0.5B --gradient_accumulation_steps 4", monkeypatch)
+    assert _v(plan, "model_id") == ("Qwen/Qwen2.5-0.5B", "command-line")
+    assert _v(plan, "grad_accum") == (4, "command-line") and plan.get("per_device_batch").value == 2
+
+
+def test_dotted_argparse_dests_hierarchized_into_namespaces(tmp_path, monkeypatch):
+    root = _write(tmp_path, {"train.py": """
+        import argparse
+        from types import SimpleNamespace
+        import deepspeed
+        from transformers import AutoModelForCausalLM
+
+        def hierarchize(args):
+            root = {}
+            for k, v in vars(args).items():
+                parts = k.split(".")
+                node = root
+                for p in parts[:-1]:
+                    node = node.setdefault(p, {})
+                node[parts[-1]] = v
+
+            def build(x):
+                if isinstance(x, dict):
+                    return SimpleNamespace(**{k: build(v) for k, v in x.items()})
+                return x
+            return build(root)
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--model.name_or_path", type=str, default="gpt2")
+        parser.add_argument("--train.micro_batch_size", type=int, default=8)
+        parser.add_argument("--ds.zero_stage", type=int, default=2)
+        args = hierarchize(parser.parse_args())
+        model = AutoModelForCausalLM.from_pretrained(args.model.name_or_path)
+        config = {"train_micro_batch_size_per_gpu": args.train.micro_batch_size, "bf16": {"enabled": True},
+                  "zero_optimization": {"stage": args.ds.zero_stage}}
+        engine, opt, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+        for batch in []:
+            engine.backward(engine(**batch).loss)
+            engine.step()
+    """})
+    plan = _plan(root, "deepspeed train.py --model.name_or_path Qwen/Qwen2.5-0.5B --train.micro_batch_size 2", monkeypatch)
+    assert _v(plan, "model_id") == ("Qwen/Qwen2.5-0.5B", "command-line")
+    assert plan.get("per_device_batch").value == 2 and plan.get("distributed").value == "zero2"
+
+
+def test_a_vendored_copy_of_the_trainer_is_the_library_trainer(tmp_path, monkeypatch):
+    root = _write(tmp_path, {
+        "trainer.py": """
+            class Trainer:
+                def __init__(self, model=None, args=None, **kw):
+                    self.model = model
+                def training_step(self, model, inputs):
+                    return None
+                def train(self):
+                    return None
+        """,
+        "trainer_seq2seq.py": "from trainer import Trainer\n\nclass Seq2SeqTrainer(Trainer):\n    pass\n",
+        "main.py": """
+            from transformers import AutoModelForCausalLM, Seq2SeqTrainingArguments
+            from trainer_seq2seq import Seq2SeqTrainer
+            model = AutoModelForCausalLM.from_pretrained("gpt2")
+            args = Seq2SeqTrainingArguments("o", per_device_train_batch_size=3)
+            Seq2SeqTrainer(model=model, args=args).train()
+        """})
+    plan = _plan(root, "python main.py", monkeypatch)
+    assert plan.get("trainer").value == "Seq2SeqTrainer" and plan.get("per_device_batch").value == 3
+
+
+def test_zero_on_one_gpu_keeps_the_fp32_master_copy():
+    from memlint.estimate.from_plan import setup_from_plan
+    from memlint.plan import TrainingPlan, Value
+
+    fields = {"model_id": Value("Qwen/Qwen2.5-0.5B", "literal"), "method": Value("full", "literal"),
+              "per_device_batch": Value(1, "literal"), "max_length": Value(512, "literal"),
+              "precision": Value("amp-bf16", "literal"), "distributed": Value("zero2", "literal"),
+              "trainer": Value("deepspeed-engine", "literal")}
+    planned = setup_from_plan(TrainingPlan("t.py", fields))
+    assert planned.setup.precision == "master-fp32" and planned.setup.shard == "none"

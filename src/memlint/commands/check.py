@@ -121,6 +121,11 @@ def run_check(args: argparse.Namespace) -> int:
     paths = args.paths or ["."]
     merge = _launch(args.launch_config)
     kw = dict(gpu=None, gpus=None, assume=args.assume)
+    if args.assume:  # a bad --assume is a usage error before any file is read
+        from memlint.estimate.from_plan import apply_assumptions
+        from memlint.plan import TrainingPlan
+
+        apply_assumptions(TrainingPlan("<assume>"), args.assume)
 
     if from_stdin:
         name = args.stdin_filename or "<stdin>"

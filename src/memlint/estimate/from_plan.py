@@ -261,7 +261,8 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
         notes.append(f"attn_implementation {attn!r} is not in memlint's table: estimated as sdpa")
         attn = "sdpa"
     shard, gpus, nodes, offload = _distributed(get, extra, notes)
-    if shard in ("zero1", "zero2", "zero3") and precision != "fp32":
+    engine = get("distributed").value
+    if engine in ("zero1", "zero2", "zero3") and precision != "fp32":  # also on one GPU: the engine is the same
         # DeepSpeed's ZeRO optimizers keep fp32 partitions of the weights (master) and of the
         # Adam moments whatever the 16-bit training dtype; the engine casts the module to it.
         notes.append("DeepSpeed ZeRO with bf16/fp16: 16-bit weights, fp32 master copy and fp32 optimizer states")

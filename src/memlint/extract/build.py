@@ -750,6 +750,10 @@ class Builder:
             self.put("per_device_batch", Unknown("no DataLoader found"))
         acc = [s.accumulation for s in steps if s.accumulation is not None]
         acc_kw = [a.get("gradient_accumulation_steps") for a in accs if a.get("gradient_accumulation_steps") is not None]
+        for a in accs:  # Accelerator(gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=N))
+            plug = a.get("gradient_accumulation_plugin")
+            if isinstance(plug, Obj) and plug.get("num_steps") is not None:
+                acc_kw.append(plug.get("num_steps"))
         if acc_kw:
             self.put("grad_accum", _alts(acc_kw), _int, accs[0].line)
         elif acc:

@@ -54,6 +54,23 @@ def library_base(v: Any, names: Any) -> str | None:
     return None
 
 
+def _vendored_trainer(cls: Class, names: Any) -> str | None:
+    """A copy of transformers' Trainer kept in the repository (ChatGLM's ptuning/trainer.py): a class
+    of the checkout named like a library trainer that defines its training_step, or derives from one."""
+    seen = 0
+    stack: list = [cls]
+    named, vendored = None, False
+    while stack and seen < 20:
+        seen += 1
+        x = stack.pop()
+        if isinstance(x, Class):
+            if x.name in names:
+                named = named or x.name  # the outermost library name: Seq2SeqTrainer over the copied Trainer
+                vendored |= "training_step" in x.methods
+            stack.extend(x.bases)
+    return named if vendored else None
+
+
 @dataclass
 class Call:
     """One call of a library name: what was called and with what."""
@@ -136,7 +153,30 @@ class Handlers:
             else:
                 f.defaults[param] = Const(False if "is_flag" in kw else None, "literal", dline, (), it.cur_file())
             f.default_source[param] = ("click-default", how, dline, it.cur_file())
+            typ = it.ev(kw["type"], env) if "type" in kw else None
+            is_flag = "is_flag" in kw and isinstance(it.ev(kw["is_flag"], env), Const) and bool(it.ev(kw["is_flag"], env).value)
+            f.click.append((param, tuple(n.split("/")[0] for n in names if n.startswith("-")), is_flag,
+                            _last(typ.qual) if isinstance(typ, Ref) else None))
         return None
+
+    def click_arguments(self, it: Any, f: Func) -> dict:
+        """What click passes a @click.command function: each option's default, or the command's value."""
+        from memlint.extract.cli_args import Option, literal, match_argparse, str_to_bool
+
+        options = [Option(p, flags, "store_true" if is_flag else "store") for p, flags, is_flag, _ in f.click if flags]
+        matched = match_argparse(options, it.launch.argv, allow_abbrev=False) if it.launch is not None else None
+        out = {}
+        for param, _flags, _is_flag, typ in f.click:
+            if matched is not None and param in matched.values:
+                raw = matched.values[param]
+                if isinstance(raw, str):
+                    value = str_to_bool(raw) if typ == "bool" else literal(raw, {"int": 0, "float": 0.0, "str": ""}.get(typ or ""))
+                else:
+                    value = raw
+                out[param] = self.cli_const(it, value, f"{matched.flags.get(param, param)} {raw!r}")
+            else:
+                out[param] = it.param_default(f, param)
+        return out
 
     @staticmethod
     def hydra_main(it: Any, f: Func, deco: Any, env: Any) -> None:
@@ -830,9 +870,12 @@ class Handlers:
         base = library_base(cls, api.training_arguments())
         if base:
             return c.new(TrainingArgs, api.training_arguments()[base], ("output_dir",), user_class=cls)
-        base = library_base(cls, api.trainers())
+        base = library_base(cls, api.trainers()) or _vendored_trainer(cls, api.trainers())
         if base:
             return self.trainer(Call(c.it, base, c.args, c.kwargs, c.open, c.line), user=cls)
+        base = library_base(cls, _SUBCLASSED_PARSERS)
+        if base:  # class ArgumentParserPlus(HfArgumentParser): parses as its library base does
+            return _BY_NAME[base](self, Call(c.it, base, c.args, c.kwargs, c.open, c.line))
         if cls.is_dataclass:
             return c.new(DataclassInstance, cls.name, tuple(cls.fields), user_class=cls)
         inst = Instance(cls.name, c.line or 0, {}, {}, c.open, user_class=cls)
@@ -1206,6 +1249,14 @@ class Handlers:
             return Unknown(f"{obj.cls}.{attr}")
         return Method(obj, attr)
 
+    def fields_dict(self, it: Any, obj: Obj) -> Dict | None:
+        """vars(obj) as a dict of its fields, for an object whose every field memlint knows (parse_args())."""
+        if isinstance(obj, ArgNamespace) and obj.parser is not None and not obj.given:
+            items = {dest: self.arg_default(obj, dest) for dest in obj.parser.args}
+            items.update(obj.attrs)
+            return Dict(items)
+        return None
+
     def namespace_attr(self, it: Any, ns: Namespace, attr: str, line: int | None) -> Any:
         if attr in ns.kwargs:
             return ns.kwargs[attr]
@@ -1296,6 +1347,7 @@ _QUALIFIED: dict[str, Callable[[Handlers, Call], Any]] = {
     "os.path.join": Handlers.path_join,
     "posixpath.join": Handlers.path_join,
 }
+_SUBCLASSED_PARSERS = ("HfArgumentParser", "TrlParser", "ArgumentParser")
 _BY_NAME: dict[str, Callable[[Handlers, Call], Any]] = {
     "from_pretrained": Handlers.from_pretrained,
     "from_config": Handlers.from_pretrained,
@@ -1309,6 +1361,7 @@ _BY_NAME: dict[str, Callable[[Handlers, Call], Any]] = {
     "DataLoader": Handlers.dataloader,
     "Accelerator": Handlers.accelerator,
     "DeepSpeedPlugin": Handlers.plugin,
+    "GradientAccumulationPlugin": Handlers.plugin,
     "FullyShardedDataParallelPlugin": Handlers.plugin,
     "autocast": Handlers.autocast,
     "GradScaler": Handlers.scaler,

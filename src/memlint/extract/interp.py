@@ -8,6 +8,7 @@ step will do in `Facts`. `handlers.py` knows the libraries; this module knows Py
 
 from __future__ import annotations
 
+import functools
 import operator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,9 +31,9 @@ MAX_SIBLING_BYTES = 300_000
 _PLAIN_SMALL = (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.Pass)
 MAX_EXEC_DEPTH = 4        # exec(open(f).read()) inside an exec'd file, at most this deep
 _CHECKOUT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
-MAX_CALLS_PER_FUNC = 16     # inlined walks of one function; later calls give unknown
-MAX_UNROLL = 32             # a for loop over a known sequence this short runs once per item
-MAX_RECURSION = 2           # a function calling itself (a helper walking a tuple of configs) goes this deep
+MAX_CALLS_PER_FUNC = 256    # inlined walks of one function; later calls give unknown
+MAX_UNROLL = 256             # a for loop over a known sequence this short runs once per item
+MAX_RECURSION = 4           # a function calling itself (a helper walking a tuple of configs) goes this deep
 MAX_STEPS = 200_000         # statements walked per script, all calls included
 
 _BINOPS = {
@@ -256,12 +257,7 @@ class Interpreter:
         return Const(value, source, self.line_of(node) if node is not None else None, chain, self.cur_file())
 
     def code(self, node: cst.CSTNode) -> str:
-        try:
-            text = self.main.tree.code_for_node(node)
-        except Exception:
-            return "…"
-        text = " ".join(text.split())
-        return text if len(text) <= 80 else text[:77] + "..."
+        return _code_for(self.main.tree, node)
 
     # ---- statements ------------------------------------------------------------------------
 
@@ -632,6 +628,8 @@ class Interpreter:
             return Unknown(f"the result of {f.qual}()")
         f.ran = True
         f.calls += 1
+        if f.click and not args and not kwargs:  # a @click.command entry: click supplies every option
+            kwargs = self.handlers.click_arguments(self, f)
         env = Env(f.env)
         node = f.node
         params = node.params
@@ -785,8 +783,8 @@ class Interpreter:
         if t in (cst.ListComp, cst.GeneratorExp, cst.SetComp):
             return self.comprehension(node, env)
         if t is cst.DictComp:
-            self.comprehension(node, env)
-            return Unknown("a dict comprehension")
+            out = self.comprehension(node, env)
+            return out if isinstance(out, Dict) else Unknown("a dict comprehension")
         if t is cst.Ellipsis:
             return Const(..., "literal", self.line_of(node))
         if t is cst.Imaginary:
@@ -869,6 +867,9 @@ class Interpreter:
             return hit[1] if hit is not None else Unknown(f"{base.name}.{attr}")
         if isinstance(base, Const) and isinstance(base.value, str):
             return BoundStr(base, attr)
+        if isinstance(base, Fields) and attr in _DICT_METHODS:  # vars(args).items(): the fields as a dict
+            d = self.handlers.fields_dict(self, base.obj)
+            return DictMethod(d, attr) if d is not None else Unknown(f"vars({base.obj.cls}).{attr}()")
         if isinstance(base, Dict):
             if attr in base.items:  # OmegaConf DictConfig, EasyDict, munch: keys as attributes
                 return base.items[attr]
@@ -1096,12 +1097,13 @@ class Interpreter:
 
     def exact_comprehension(self, node: Any, env: Env) -> Any:
         comp = node.for_in
-        if comp.inner_for_in is not None or isinstance(node, cst.DictComp):
+        if comp.inner_for_in is not None:
             return None
         items = self.known_items(self.ev(comp.iter, env))
         if items is None:
             return None
         out = []
+        keyed: dict = {}
         for item in items:
             inner = Env(env)
             self.assign(comp.target, item, inner, node)
@@ -1111,8 +1113,17 @@ class Interpreter:
                 if truth is None:
                     return None
                 keep = keep and truth
-            if keep:
+            if not keep:
+                continue
+            if isinstance(node, cst.DictComp):
+                key = self.ev(node.key, inner)
+                if not (isinstance(key, Const) and _hashable(key.value)):
+                    return None
+                keyed[key.value] = self.ev(node.value, inner)
+            else:
                 out.append(self.ev(node.elt, inner))
+        if isinstance(node, cst.DictComp):
+            return Dict(keyed)
         return Seq(out, "tuple" if isinstance(node, cst.GeneratorExp) else "list")
 
     def hand_pad_idiom(self, node: cst.BinaryOperation, env: Env) -> None:
@@ -1325,6 +1336,7 @@ class BoundUnknown(Unknown):
     attr: str = ""
 
 
+@functools.lru_cache(maxsize=4096)
 def _lists_linear_names(node: cst.FunctionDef) -> bool:
     """The find_all_linear_names idiom (QLoRA and its forks): a function that walks
     `model.named_modules()`, keeps the names of modules that are `isinstance` of a Linear class
@@ -1343,6 +1355,18 @@ def _lists_linear_names(node: cst.FunctionDef) -> bool:
                for n in _walk(node))
 
 
+@functools.lru_cache(maxsize=8192)
+def _code_for(tree: cst.Module, node: cst.CSTNode) -> str:
+    """A node's source on one line, at most 80 characters (the same node is shown many times)."""
+    try:
+        text = tree.code_for_node(node)
+    except Exception:
+        return "…"
+    text = " ".join(text.split())
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+@functools.lru_cache(maxsize=1024)
 def _shown(path: Path) -> str:
     """A module's path as findings show it: relative to the working directory when it is inside it."""
     try:
@@ -1372,10 +1396,12 @@ def _named(v: Any, how: str) -> Any:
     """A literal bound to a name becomes a constant, inside containers too."""
     if isinstance(v, Const):
         return v.named(how) if v.source == "literal" else v
+    # containers keep their identity: `node = root; node[k] = v` changes root, as in Python
     if isinstance(v, Seq):
-        return Seq([_named(x, how) for x in v.items], v.kind)
-    if isinstance(v, Dict):
-        return Dict({k: _named(x, how) for k, x in v.items.items()}, v.open)
+        v.items[:] = [_named(x, how) for x in v.items]
+    elif isinstance(v, Dict):
+        for k, x in list(v.items.items()):
+            v.items[k] = _named(x, how)
     return v
 
 

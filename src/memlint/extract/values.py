@@ -97,6 +97,7 @@ class Func:
     ran: bool = False
     calls: int = 0
     owner: Any = None              # the Class whose method this is
+    click: list = field(default_factory=list)  # (param, flags, is_flag, type name) of its @click.option decorators
 
 
 @dataclass(eq=False)
