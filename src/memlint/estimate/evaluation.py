@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memlint.estimate import activations as act
-from memlint.estimate.core import DEFAULT_CONTEXT, FRAGMENTATION, estimate
+from memlint.estimate import reserved
+from memlint.estimate.core import DEFAULT_CONTEXT, estimate
 from memlint.estimate.setup import Setup
 
 
@@ -37,5 +38,7 @@ def eval_estimate(s: Setup, eval_batch: int, accounting: str = "real", context_b
     terms = act.activations(e, accounting)
     alloc = train.bytes("weights") + train.bytes("optimizer") + terms.per_layer + terms.logits_forward
     ctx = DEFAULT_CONTEXT if context_bytes is None else context_bytes
+    # the forward branch of the training step's allocator slack, with no optimizer phase of its own
+    slack, _ = reserved.slack(reserved.features(e, terms), {"forward": alloc, "backward": 0, "optimizer": 0})
     return EvalEstimate(eval_batch, e.seq, train.bytes("weights"), train.bytes("optimizer"), terms.per_layer,
-                        terms.logits_forward, ctx + int(alloc * FRAGMENTATION))
+                        terms.logits_forward, ctx + slack)

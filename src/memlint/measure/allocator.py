@@ -48,7 +48,7 @@ _VA_SIZE = 1 << 50  # an expandable segment's address space: more than any GPU's
 
 
 def constants() -> dict[str, int]:
-    return {k: v for k, v in data.load("cuda_allocator.json").items() if not k.startswith("_")}
+    return {k: v for k, v in data.load("cuda_allocator.json").items() if isinstance(v, int)}
 
 
 class AllocatorOOM(MemlintError):
