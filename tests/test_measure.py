@@ -290,3 +290,19 @@ def test_reserved_is_reported_per_phase_and_the_trace_equals_real_cpu(llama):
     assert res["expandable_segments"]["peak"] > 0
     assert measure(setup, device="trace", alloc_conf="expandable_segments:True").to_json()["reserved"]["peak"] \
         == res["expandable_segments"]["peak"]
+
+
+def test_memlint_measure_prints_allocated_and_reserved_side_by_side(capsys):
+    import json
+
+    from memlint.cli import main
+
+    argv = ["measure", "--model", "HuggingFaceTB/SmolLM2-135M", "--method", "lora", "--seq", "64"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "allocated peak" in out and "reserved peak (allocator model)" in out and "expandable_segments" in out
+    assert main(argv + ["--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["reserved"]["method"] == "allocator-model" and doc["reserved"]["peak"] >= doc["measured_peak"]
+    est = doc["estimate"]
+    assert est["reserved_peak"] == doc["peak"] - 512 * 2**20 >= est["allocated_peak"]

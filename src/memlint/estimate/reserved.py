@@ -4,22 +4,23 @@ PyTorch's CUDA caching allocator keeps freed blocks cached in their segments, so
 reserves is the live bytes plus blocks that were freed but do not fit what is asked for next.
 `memlint measure` predicts it by replaying the traced allocation sequence through a model of the
 allocator (measure/allocator.py). The estimator has no allocation sequence; it uses a formula of
-its own quantities, fitted on those replays across the accuracy matrix
+its own quantities, fitted on those replays across the accuracy matrix and a few more shapes
 (`python benchmarks/reserved_fit.py`; coefficients and residuals in data/cuda_allocator.json
 "reserved_fit" and docs/accounting.md):
 
-    reserved = max(max(forward, backward) + slack_fb, optimizer + slack_opt)
-    slack_fb  = a_logits · (s·b·V × c)   the lm_head output in the compute dtype, freed once the
-                                          loss has its fp32 copy, is too small for the fp32 gradients
-              + a_layer · one layer       one decoder layer's saved activations: saved tensors carved
-                                          out of freed transients leave holes the next layer cannot use
-              + a_seg · L                 per decoder layer: 1-10 MiB tensors share 20 MiB segments
-    slack_opt = a_act · activations       (no recompute) the activations freed in backward fragment the
-                                          segments that step 1 puts the optimizer state in
-              + a_big · largest tensor    the largest trainable tensor's state and foreach temporaries
-                                          fit no freed hole
+    reserved  = max(max(forward, backward) + slack_fb, optimizer + slack_opt)
+    slack_fb  = a_logits · (s·b·V × c)    the lm_head output in the compute dtype, freed once the loss
+                                           has its fp32 copy, is too small for the fp32 gradients
+              + a_hidden · (L · s·b·h × c) hidden-state-sized tensors, one per layer (the checkpointed
+                                           inputs under recompute): carved out of freed transients, they
+                                           leave holes the next layer's transients do not fit
+              + a_big_b · largest tensor   the largest trainable tensor's gradient (a full fine-tune's
+                                           embedding or lm_head) arrives in backward and fits no hole
+    slack_opt = a_act · activations        (no recompute) the activations freed in backward fragment the
+                                           segments that step 1 puts the optimizer state in
+              + a_big_o · largest tensor   its state and foreach temporaries fit no freed hole either
 
-Each phase is a live total of the estimate (`Estimate.phases`); the largest of the two sums is the
+Each phase is a live total of the estimate (`Estimate.phases`); the larger of the two sums is the
 reserved peak, since reserved memory only grows during a run.
 """
 
@@ -38,8 +39,7 @@ class Features:
     """The estimate's quantities the slack formula reads, in bytes."""
 
     logits_half: int    # s·b·V × compute bytes when the loss upcasts half logits (HF's ForCausalLMLoss)
-    layer: int          # one decoder layer's saved activations
-    layers: int         # decoder layers
+    hidden_states: int  # L × s·b·h × compute bytes: one hidden-state-sized tensor per decoder layer
     activations: int    # the activations freed in backward (0 under recompute: only layer inputs)
     largest: int        # the largest trainable tensor, in its dtype
 
@@ -53,39 +53,35 @@ def features(s: Setup, terms) -> Features:
     m = s.model
     c = DTYPE_BYTES[s.compute_dtype]
     rows = s.batch
+    vocab_logits = True
     if s.objective != "sft":
         from memlint.estimate.setup import preference
 
         obj = preference()["objectives"][s.objective]
         rows *= obj["rows"]
         vocab_logits = obj["head"] != "scalar"
-    else:
-        vocab_logits = True
+    tokens = rows * s.seq
     half = c < 4 and not s.fused_loss and vocab_logits
-    logits_half = rows * s.seq * m.vocab * c if half else 0
-    if s.method == "full":
-        tensors = ms.full_tensors(m)
-    else:
-        tensors = ms.lora_tensors(m, s.lora_r, s.lora_targets)
-    pbytes = 4 if ms.trainable_dtype(s, "real") == "fp32" else DTYPE_BYTES[ms.trainable_dtype(s, "real")]
-    largest = max((t.numel for t in tensors), default=0) * pbytes
-    return Features(logits_half, terms.per_layer, m.layers, 0 if s.recompute else terms.body, largest)
+    tensors = ms.full_tensors(m) if s.method == "full" else ms.lora_tensors(m, s.lora_r, s.lora_targets)
+    largest = max((t.numel for t in tensors), default=0) * DTYPE_BYTES[ms.trainable_dtype(s, "real")]
+    return Features(logits_half=tokens * m.vocab * c if half else 0, hidden_states=m.layers * tokens * m.hidden * c,
+                    activations=0 if s.recompute else terms.body, largest=largest)
 
 
 def slack(f: Features, phases: dict[str, int]) -> tuple[int, str]:
     """(reserved minus allocated at the reserved peak, its formula) for the real phases."""
     k = coefficients()
-    seg = int(k["per_layer_segment_bytes"])
-    fb_slack = int(k["logits_half"] * f.logits_half + k["layer"] * f.layer + seg * f.layers)
-    opt_slack = int(k["activations"] * f.activations + k["largest_tensor"] * f.largest)
+    fb_slack = int(k["logits_half"] * f.logits_half + k["hidden_states"] * f.hidden_states
+                   + k["largest_backward"] * f.largest)
+    opt_slack = int(k["activations"] * f.activations + k["largest_optimizer"] * f.largest)
     fb = max(phases["forward"], phases["backward"]) + fb_slack
     opt = phases["optimizer"] + opt_slack
     peak = max(phases.values())
-    reserved = max(fb, opt, peak)
     if fb >= opt:
-        how = (f"{k['logits_half']:.2f} × half logits {f.logits_half / GIB:.2f} GiB + {k['layer']:.2f} × one layer "
-               f"{f.layer / GIB:.2f} GiB + {seg / (1 << 20):.0f} MiB × {f.layers} layers over the forward/backward peak")
+        how = (f"{k['logits_half']:.2f} × half logits {f.logits_half / GIB:.2f} GiB + {k['hidden_states']:.2f} × "
+               f"hidden states {f.hidden_states / GIB:.2f} GiB + {k['largest_backward']:.2f} × largest tensor "
+               f"{f.largest / GIB:.2f} GiB over the forward/backward peak")
     else:
-        how = (f"{k['activations']:.2f} × freed activations {f.activations / GIB:.2f} GiB + {k['largest_tensor']:.2f} × "
+        how = (f"{k['activations']:.2f} × freed activations {f.activations / GIB:.2f} GiB + {k['largest_optimizer']:.2f} × "
                f"largest tensor {f.largest / GIB:.2f} GiB over the optimizer step")
-    return reserved - peak, how
+    return max(fb, opt, peak) - peak, how
