@@ -158,7 +158,7 @@ def write_markdown(results: list[dict], out: Path) -> None:
            "`measure/allocator.py`, default settings; `expandable` with `expandable_segments:True`"
            if results[0]["reserved_method"] == "allocator-model" else "the CUDA allocator's counter")
         + "); est. reserved = `memlint estimate`'s reserved peak (allocated peak + the allocator slack of the "
-        "overhead term, [accounting.md](accounting.md#the-peak)).",
+        "overhead term, [accounting.md](accounting.md#reserved-memory-the-caching-allocator)).",
         "",
         f"**real accounting: median |error| {statistics.median(real_abs):.1%}, max {max(real_abs):.1%}** over "
         f"{len(results)} configurations; textbook: median {statistics.median(book_abs):.1%}, max {max(book_abs):.1%}. "
