@@ -271,7 +271,9 @@ def test_excluded_storages_are_retracted_from_the_event_log():
     del keep
 
 
-def test_reserved_is_reported_per_phase_and_the_trace_equals_real_cpu(llama):
+def test_reserved_is_reported_per_phase_and_the_trace_equals_real_cpu(llama, monkeypatch):
+    for var in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+        monkeypatch.delenv(var, raising=False)
     setup = _setup(llama, method="lora")
     fake, real = measure(setup, device="trace").to_json(), measure(setup, device="cpu").to_json()
     assert fake["reserved"] == real["reserved"]
