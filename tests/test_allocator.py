@@ -181,6 +181,27 @@ def test_expandable_best_fit_prefers_a_block_that_fits_over_the_free_end():
                                               (2 * MiB, False)])]
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_expandable_segments_without_fragmentation_reserve_the_peak_rounded_to_pages(seed):
+    """Frees in reverse order leave no hole: one growing segment holds exactly the allocated peak,
+    rounded up to its 20 MiB pages, where the default allocator keeps a segment per large request."""
+    rng = random.Random(seed)
+    exp = CachingAllocator(AllocatorConfig.parse("expandable_segments:True"))
+    plain = CachingAllocator()
+    stacks: list[list] = [[], []]
+    for _ in range(400):
+        if stacks[0] and rng.random() < 0.45:
+            for a, stack in zip((exp, plain), stacks):
+                a.free(stack.pop())
+        else:
+            n = rng.randint(1 * MiB + 1, 200 * MiB)
+            for a, stack in zip((exp, plain), stacks):
+                stack.append(a.malloc(n))
+    page = 20 * MiB
+    assert exp.peak_reserved == -(-exp.peak_allocated // page) * page
+    assert plain.peak_reserved >= exp.peak_reserved
+
+
 # ------------------------------------------------------------------------------ config
 def test_alloc_conf_parsing():
     c = AllocatorConfig.parse("expandable_segments:True, max_split_size_mb:128,roundup_power2_divisions:[256:1,512:2,>:8]")
