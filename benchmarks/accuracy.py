@@ -1,11 +1,15 @@
 """Estimate vs measured peak on a matrix of configurations; writes docs/accuracy.md + a PNG.
 
-    python benchmarks/accuracy.py [--quick] [--only SUBSTRING]
+    python benchmarks/accuracy.py [--only SUBSTRING] [--reuse]
 
 Each configuration is estimated (real and textbook accountings) and measured with
 `memlint.measure` (a FakeTensorMode trace on CPU, the CUDA allocator on a GPU). The
 comparison is on the step-2 allocated peak: the estimate's peak minus its overhead term
-(what torch.cuda.max_memory_allocated() reports) against the measured peak.
+(what torch.cuda.max_memory_allocated() reports) against the measured peak; and on the
+step-2 reserved peak: the estimate's reserved peak (allocated + allocator slack) against
+max_memory_reserved (on CPU: the traced allocation sequence replayed through memlint's model
+of the CUDA caching allocator, measure/allocator.py). `--reuse` takes the measurements from
+the JSON of an earlier run (no traces) and recomputes only the estimates.
 """
 
 from __future__ import annotations
@@ -84,9 +88,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(ROOT / "docs" / "accuracy.md"))
     ap.add_argument("--json", default=str(ROOT / "docs" / "accuracy.json"))
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--reuse", action="store_true", help="measurements from --json of an earlier run, no traces")
     args = ap.parse_args(argv)
     from memlint.measure import measure
 
+    earlier = {r["config"]: r for r in json.loads(Path(args.json).read_text())} if args.reuse else {}
     results = []
     for model, kw in matrix():
         name = label(model, kw)
@@ -95,23 +101,34 @@ def main(argv=None) -> int:
         s = Setup(resolve(model), **kw)
         real = estimate(s, "real")
         book = estimate(s, "textbook")
-        t0 = time.perf_counter()
-        m = measure(s, device=args.device).to_json()
-        dt = time.perf_counter() - t0
-        measured = m["measured_peak"]
+        if name in earlier and "measured_reserved" in earlier[name]:
+            row = {k: earlier[name][k] for k in _MEASURED}
+            dt = row["seconds"]
+        else:
+            t0 = time.perf_counter()
+            m = measure(s, device=args.device).to_json()
+            dt = time.perf_counter() - t0
+            res = m["reserved"]
+            row = {"measured": m["measured_peak"], "measured_phase": m["phase"], "method": m["method"],
+                   "device": m["device"], "seconds": round(dt, 2), "measured_components": m["components"],
+                   "measured_steps": m["steps"], "measured_reserved": res["peak"], "reserved_method": res["method"],
+                   "reserved": res}
+        measured = row["measured"]
         row = {
             "config": name, "model": model, "setup": {k: (list(v) if isinstance(v, tuple) else v) for k, v in kw.items()},
-            "measured": measured, "measured_phase": m["phase"], "method": m["method"], "device": m["device"],
-            "real": real.allocated_peak, "real_phase": real.peak_phase,
-            "textbook": book.peak, "seconds": round(dt, 2),
-            "measured_components": m["components"],
+            **row,
+            "real": real.allocated_peak, "real_phase": real.peak_phase, "real_reserved": real.reserved_peak,
+            "textbook": book.peak,
             "real_components": {k: c.bytes for k, c in real.components.items()},
         }
         row["real_err"] = (row["real"] - measured) / measured
         row["textbook_err"] = (row["textbook"] - measured) / measured
+        row["reserved_err"] = (row["real_reserved"] - row["measured_reserved"]) / row["measured_reserved"]
         results.append(row)
         print(f"{name:60s} measured {measured / GIB:7.2f} GiB  real {row['real'] / GIB:7.2f} ({row['real_err']:+.1%})"
-              f"  textbook {row['textbook'] / GIB:7.2f} ({row['textbook_err']:+.1%})  [{dt:.1f}s]", flush=True)
+              f"  textbook {row['textbook'] / GIB:7.2f} ({row['textbook_err']:+.1%})"
+              f"  reserved {row['measured_reserved'] / GIB:7.2f} est {row['real_reserved'] / GIB:7.2f}"
+              f" ({row['reserved_err']:+.1%})  [{dt:.1f}s]", flush=True)
     if not results:
         print("no configuration matched", file=sys.stderr)
         return 2
@@ -120,9 +137,15 @@ def main(argv=None) -> int:
     return 0
 
 
+_MEASURED = ("measured", "measured_phase", "method", "device", "seconds", "measured_components", "measured_steps",
+             "measured_reserved", "reserved_method", "reserved")
+
+
 def write_markdown(results: list[dict], out: Path) -> None:
     real_abs = [abs(r["real_err"]) for r in results]
     book_abs = [abs(r["textbook_err"]) for r in results]
+    res_abs = [abs(r["reserved_err"]) for r in results]
+    expandable = [r["reserved"].get("expandable_segments", {}).get("peak") for r in results]
     lines = [
         "# Accuracy: estimate vs measured peak",
         "",
@@ -130,18 +153,30 @@ def write_markdown(results: list[dict], out: Path) -> None:
         f"of live tensor bytes ({results[0]['method']}, {results[0]['device']}); real = `memlint estimate`'s",
         "allocated peak (its peak minus the overhead term, i.e. what `torch.cuda.max_memory_allocated()`",
         "reports); textbook = the seed article's accounting (sum of the buckets, no overhead).",
+        f"Reserved = `max_memory_reserved()` in step 2 ({results[0]['reserved_method']}: "
+        + ("the traced allocation sequence replayed through memlint's model of the CUDA caching allocator, "
+           "`measure/allocator.py`, default settings; `expandable` with `expandable_segments:True`"
+           if results[0]["reserved_method"] == "allocator-model" else "the CUDA allocator's counter")
+        + "); est. reserved = `memlint estimate`'s reserved peak (allocated peak + the allocator slack of the "
+        "overhead term, [accounting.md](accounting.md#reserved-memory-the-caching-allocator)).",
         "",
         f"**real accounting: median |error| {statistics.median(real_abs):.1%}, max {max(real_abs):.1%}** over "
-        f"{len(results)} configurations; textbook: median {statistics.median(book_abs):.1%}, max {max(book_abs):.1%}.",
+        f"{len(results)} configurations; textbook: median {statistics.median(book_abs):.1%}, max {max(book_abs):.1%}. "
+        f"**Reserved: median |error| {statistics.median(res_abs):.1%}, max {max(res_abs):.1%}**; "
+        f"allocated / reserved {min(r['measured'] / r['measured_reserved'] for r in results):.2f}"
+        f"–{max(r['measured'] / r['measured_reserved'] for r in results):.2f}.",
         "",
         "![estimated vs measured](accuracy.png)",
         "",
-        "| configuration | measured GiB | phase | real GiB | real error | textbook GiB | textbook error |",
-        "|---|---:|---|---:|---:|---:|---:|",
+        "| configuration | measured GiB | phase | real GiB | real error | textbook GiB | textbook error "
+        "| reserved GiB | est. reserved GiB | reserved error | expandable GiB |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in results:
+    for r, exp in zip(results, expandable):
         lines.append(f"| {r['config']} | {r['measured'] / GIB:.2f} | {r['measured_phase']} | {r['real'] / GIB:.2f} | "
-                     f"{r['real_err']:+.1%} | {r['textbook'] / GIB:.2f} | {r['textbook_err']:+.1%} |")
+                     f"{r['real_err']:+.1%} | {r['textbook'] / GIB:.2f} | {r['textbook_err']:+.1%} | "
+                     f"{r['measured_reserved'] / GIB:.2f} | {r['real_reserved'] / GIB:.2f} | {r['reserved_err']:+.1%} | "
+                     + (f"{exp / GIB:.2f} |" if exp else "— |"))
     out.parent.mkdir(parents=True, exist_ok=True)
     # benchmarks/per_rank.py owns a marked section of the same page: keep it
     kept = ""

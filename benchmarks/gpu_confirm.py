@@ -12,7 +12,8 @@ What it runs, each section on its own (one failing is recorded and the next runs
    for the four configurations of docs/memcheck.md.
 3. `memlint.measure` (the allocator counters) against the real accounting for a small matrix:
    Qwen2.5-0.5B full / LoRA / QLoRA NF4 (bitsandbytes' own 4-bit kernels) and, without
-   --quick, Llama-3.1-8B LoRA and QLoRA at 1 x 2048 with recompute.
+   --quick, Llama-3.1-8B LoRA and QLoRA at 1 x 2048 with recompute; max_memory_reserved beside
+   the estimate's reserved peak and the allocator model's replay of the same step's trace (#15).
 4. The OOM path: a per-process memory cap just above what is in use, then a step that cannot
    fit; the answer must be "does not fit: OOM ...", and the allocator must be back where it was.
 
@@ -117,12 +118,17 @@ def _differences(a: dict, b: dict) -> list[str]:
     return out
 
 
-def _row(name: str, est_alloc: int, measured) -> dict:
+def _row(name: str, est_alloc: int, measured, est_reserved: int | None = None) -> dict:
     row = {"name": name, "estimate_allocated": int(est_alloc), "measured_allocated": int(measured.measured_peak),
            "error": (est_alloc - measured.measured_peak) / measured.measured_peak, "phase": measured.phase,
            "method": measured.method}
-    if measured.method == "cuda-allocator":  # the allocator's reserved peak; a trace has none
+    res = getattr(measured, "reserved", None)
+    if res:  # the allocator's own counter on CUDA; the replayed allocator model on a trace
+        row["measured_reserved"], row["reserved_method"] = int(res["peak"]), res["method"]
+    elif measured.method == "cuda-allocator":
         row["measured_reserved"] = int(measured.measured_peak + measured.components.get("overhead", 0))
+    if est_reserved is not None:
+        row["estimate_reserved"] = int(est_reserved)
     return row
 
 
@@ -212,8 +218,12 @@ def measure_matrix(device: str, quick: bool) -> list[dict]:
         t0 = time.perf_counter()
         try:
             m = measure(setup, device=device, steps=2)
-            row = _row(name, estimate(setup, "real").allocated_peak, m)
+            e = estimate(setup, "real")
+            row = _row(name, e.allocated_peak, m, e.reserved_peak)
             row["seconds"] = round(time.perf_counter() - t0, 1)
+            if device == "cuda":  # issue #15: the allocator model's replay of the trace against the allocator
+                row["replay_reserved"] = int(measure(setup, device="trace", steps=2).reserved_peak)
+                row["replay_error"] = (row["replay_reserved"] - row["measured_reserved"]) / row["measured_reserved"]
         except Exception as exc:
             row = {"name": name, "error_text": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
         rows.append(row)
@@ -256,8 +266,9 @@ def _markdown(results: dict) -> str:
     lines = [f"# GPU confirmation, {env['date']}", "",
              f"{env.get('gpu', env['device'])}, torch {env['torch']}, transformers {env['transformers']}, "
              f"peft {env['peft']}, bitsandbytes {env['bitsandbytes']}", "",
-             "| check | estimate GiB (allocated) | measured allocated GiB | measured reserved GiB | error | phase |",
-             "|---|---:|---:|---:|---:|---|"]
+             "| check | estimate GiB (allocated) | measured allocated GiB | measured reserved GiB | error | phase "
+             "| estimate reserved GiB | replayed reserved GiB (trace) | replay error |",
+             "|---|---:|---:|---:|---:|---|---:|---:|---:|"]
     rows = []
     tiny = results.get("memcheck_tiny")
     if isinstance(tiny, dict) and "estimate_allocated" in tiny:
@@ -270,8 +281,10 @@ def _markdown(results: dict) -> str:
             lines.append(f"| {r['name']} | — | — | — | {r.get('error_text') or r.get('oom') or 'no measurement'} | |")
             continue
         reserved = f"{r['measured_reserved'] / GIB:.3f}" if "measured_reserved" in r else "—"
+        est_res = f"{r['estimate_reserved'] / GIB:.3f}" if "estimate_reserved" in r else "—"
+        replay = f"{r['replay_reserved'] / GIB:.3f} | {r['replay_error']:+.1%}" if "replay_reserved" in r else "— | —"
         lines.append(f"| {r['name']} | {r['estimate_allocated'] / GIB:.3f} | {r['measured_allocated'] / GIB:.3f} | "
-                     f"{reserved} | {r['error']:+.1%} | {r['phase']} |")
+                     f"{reserved} | {r['error']:+.1%} | {r['phase']} | {est_res} | {replay} |")
     if isinstance(tiny, dict):
         lines += ["", f"State after the in-place confirmation: "
                       f"{'bit-identical' if not tiny.get('state_differences') else tiny.get('state_differences')}"]

@@ -18,7 +18,9 @@ def test_json_has_exactly_the_documented_keys(capsys):
                        "--recompute", "--gpu", "RTX4090", "--format", "json")
     assert code == 0
     doc = json.loads(out)
-    assert list(doc) == ["model", "components", "peak", "paged_optimizer", "fits", "max_batch", "assumptions"]
+    assert list(doc) == ["model", "components", "peak", "allocated_peak", "reserved_peak", "paged_optimizer", "fits",
+                         "max_batch", "assumptions"]
+    assert doc["allocated_peak"] == doc["peak"] - doc["components"]["overhead"] < doc["reserved_peak"] < doc["peak"]
     assert list(doc["model"]) == ["id", "params", "trainable_params"]
     assert list(doc["components"]) == ["weights", "gradients", "optimizer", "activations", "logits", "overhead"]
     assert all(isinstance(v, int) for v in doc["components"].values())

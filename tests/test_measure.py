@@ -77,6 +77,7 @@ def test_fake_trace_equals_real_cpu_byte_for_byte(llama, extra):
     assert fake["method"] == "fake-tensor-trace" and real["method"] == "cpu-tensor-tracker"
     assert fake["steps"] == real["steps"]
     assert fake["components"] == real["components"]
+    assert fake["reserved"] == real["reserved"]  # the same allocation sequence, replayed
 
 
 def test_tied_embeddings_stay_tied_in_the_trace(qwen):
@@ -223,3 +224,87 @@ def test_llama31_8b_full_finetune_trace_finishes():
     assert c["gradients"] == spec.params * 2
     assert m.phase == "optimizer"
     assert m.measured_peak > c["weights"] + c["gradients"] + c["optimizer"]
+
+
+# ------------------------------------------------------------------------------ reserved (issue #15)
+def test_the_event_log_replays_to_the_live_counter_phase_by_phase():
+    """The allocation sequence the tracker records, replayed through the allocator model, adds up
+    to the tracker's own live bytes: its requested-bytes peak in every phase is the tracker's peak."""
+    from memlint.measure.allocator import replay
+    from memlint.measure.tracker import LiveBytes
+
+    peaks = {}
+    with LiveBytes() as t:
+        w = torch.randn(256, 256, requires_grad=True)
+        for step in (1, 2):
+            t.begin_phase((step, "forward"))
+            t.reset_peak_memory_stats()
+            x = torch.randn(64, 256)
+            y = (x @ w).relu().square().sum()
+            peaks[(step, "forward")] = t.max_memory_allocated()
+            t.begin_phase((step, "backward"))
+            t.reset_peak_memory_stats()
+            y.backward()
+            del x, y
+            peaks[(step, "backward")] = t.max_memory_allocated()
+            w.grad = None
+        buf = torch.empty(1000)
+        buf.resize_(5000)  # grows in place: one RESIZE event
+        t.track(buf)
+        assert t.events[-1][0] == "resize"
+    r = replay(t.events)
+    assert {k: r.phases[k].requested for k in peaks} == peaks
+    for k in peaks:
+        assert r.phases[k].reserved >= r.phases[k].allocated >= r.phases[k].requested
+
+
+def test_excluded_storages_are_retracted_from_the_event_log():
+    from memlint.measure.allocator import replay
+    from memlint.measure.tracker import LiveBytes
+
+    with LiveBytes() as t:
+        keep, paged = torch.empty(1 << 20), torch.empty(3 << 20)
+        assert t.exclude(paged) == 12 << 20
+        del paged
+    r = replay(t.events)
+    assert r.peak_allocated == 4 << 20 and [e[0] for e in t.events] == ["alloc", "retracted"]
+    del keep
+
+
+def test_reserved_is_reported_per_phase_and_the_trace_equals_real_cpu(llama, monkeypatch):
+    for var in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+        monkeypatch.delenv(var, raising=False)
+    setup = _setup(llama, method="lora")
+    fake, real = measure(setup, device="trace").to_json(), measure(setup, device="cpu").to_json()
+    assert fake["reserved"] == real["reserved"]
+    res = fake["reserved"]
+    assert res["method"] == "allocator-model" and res["alloc_conf"] == "default"
+    assert [s["step"] for s in res["steps"]] == [1, 2]
+    for s, live in zip(res["steps"], fake["steps"]):
+        for phase in ("forward", "backward", "optimizer"):
+            # segments hold blocks; blocks hold at least what was asked for (512-byte rounding)
+            assert s["phases"][phase] >= s["allocated"][phase] >= live["phases"][phase]
+            assert s["phases"][phase] % (2 << 20) == 0  # whole 2 MiB / 20 MiB / 2 MiB-rounded segments
+    ordered = [s["phases"][p] for s in res["steps"] for p in ("forward", "backward", "optimizer")]
+    assert ordered == sorted(ordered)  # reserved never shrinks without empty_cache
+    assert res["peak"] == res["steps"][1]["phases"][res["phase"]] == max(res["steps"][1]["phases"].values())
+    assert res["allocated_peak"] >= fake["measured_peak"]
+    assert res["expandable_segments"]["peak"] > 0
+    assert measure(setup, device="trace", alloc_conf="expandable_segments:True").to_json()["reserved"]["peak"] \
+        == res["expandable_segments"]["peak"]
+
+
+def test_memlint_measure_prints_allocated_and_reserved_side_by_side(capsys):
+    import json
+
+    from memlint.cli import main
+
+    argv = ["measure", "--model", "HuggingFaceTB/SmolLM2-135M", "--method", "lora", "--seq", "64"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "allocated peak" in out and "reserved peak (allocator model)" in out and "expandable_segments" in out
+    assert main(argv + ["--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["reserved"]["method"] == "allocator-model" and doc["reserved"]["peak"] >= doc["measured_peak"]
+    est = doc["estimate"]
+    assert est["reserved_peak"] == doc["peak"] - 512 * 2**20 >= est["allocated_peak"]

@@ -7,6 +7,7 @@ from typing import Mapping
 
 from memlint.estimate import activations as act
 from memlint.estimate import model_state as ms
+from memlint.estimate import reserved
 from memlint import data
 from memlint.library.api import attention
 from memlint.vocab import COMPONENTS, GIB  # noqa: F401 - re-exported by memlint.estimate
@@ -14,9 +15,6 @@ from memlint.estimate import sharding
 from memlint.estimate.setup import PARAM_SHARDS, Setup
 
 
-# Allocator slack measured as max_memory_reserved / max_memory_allocated on published
-# runs (docs/accuracy.md, calibration section) and the cuBLAS workspaces.
-FRAGMENTATION = 0.05
 DEFAULT_CONTEXT = 512 << 20
 
 
@@ -38,11 +36,18 @@ class Estimate:
     paged_optimizer: int      # bitsandbytes paged state: unified memory, outside the allocator
     trainable_params: int
     assumptions: tuple[str, ...] = field(default_factory=tuple)
+    context: int = 0          # the CUDA context inside `overhead` (outside the caching allocator)
 
     @property
     def allocated_peak(self) -> int:
         """Comparable to torch.cuda.max_memory_allocated()."""
         return self.peak - self.components["overhead"].bytes
+
+    @property
+    def reserved_peak(self) -> int:
+        """Comparable to torch.cuda.max_memory_reserved(): the allocated peak plus the caching
+        allocator's slack (the overhead without the CUDA context)."""
+        return self.peak - self.context
 
     def bytes(self, name: str) -> int:
         return self.components[name].bytes
@@ -123,6 +128,7 @@ def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = Non
         o_f = f"paged ({paged / GIB:.2f} GiB in unified memory, outside the allocator; evicted to CPU under pressure)"
         tmp = 0
 
+    ctx = 0
     if accounting == "textbook":
         peak_alloc = w + gath + g + o + a.body + a.logits_forward
         phases = {"sum": peak_alloc}
@@ -134,9 +140,11 @@ def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = Non
         phase = max(phases, key=phases.get)
         peak_alloc = phases[phase]
         ctx = DEFAULT_CONTEXT if context_bytes is None else context_bytes
-        frag = int(peak_alloc * FRAGMENTATION)
+        # what max_memory_reserved adds: the caching allocator's cached, unusable blocks (estimate/reserved.py)
+        frag, frag_f = reserved.slack(reserved.features(s, a), phases)
         overhead = ctx + frag
-        ov_f = f"CUDA context {ctx / GIB:.2f} GiB + allocator slack {FRAGMENTATION:.0%} of the allocated peak"
+        ov_f = (f"CUDA context {ctx / GIB:.2f} GiB + caching-allocator slack {frag / GIB:.2f} GiB "
+                f"(reserved − allocated: {frag_f})")
         notes += _real_notes(s, tmp)
     notes += _setup_notes(s, accounting)
     if s.objective == "reward":
@@ -162,6 +170,7 @@ def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = Non
         paged_optimizer=paged,
         trainable_params=n_train,
         assumptions=tuple(notes),
+        context=ctx,
     )
 
 

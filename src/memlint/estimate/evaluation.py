@@ -8,10 +8,11 @@ needs the full-vocabulary logits of the eval micro-batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from memlint.estimate import activations as act
-from memlint.estimate.core import DEFAULT_CONTEXT, FRAGMENTATION, estimate
+from memlint.estimate import reserved
+from memlint.estimate.core import DEFAULT_CONTEXT, estimate
 from memlint.estimate.setup import Setup
 
 
@@ -37,5 +38,10 @@ def eval_estimate(s: Setup, eval_batch: int, accounting: str = "real", context_b
     terms = act.activations(e, accounting)
     alloc = train.bytes("weights") + train.bytes("optimizer") + terms.per_layer + terms.logits_forward
     ctx = DEFAULT_CONTEXT if context_bytes is None else context_bytes
+    # the training step's allocator slack without backward: the freed layer transients and the segment
+    # rounding stay cached beside the logits; no gradient needs the half logits' block (not validated
+    # by a replay: the traces run training steps)
+    f = replace(reserved.features(e, terms), logits_half=0, activations=0, largest=0)
+    slack, _ = reserved.slack(f, {"forward": alloc, "backward": 0, "optimizer": 0})
     return EvalEstimate(eval_batch, e.seq, train.bytes("weights"), train.bytes("optimizer"), terms.per_layer,
-                        terms.logits_forward, ctx + int(alloc * FRAGMENTATION))
+                        terms.logits_forward, ctx + slack)

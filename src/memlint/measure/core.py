@@ -47,6 +47,13 @@ class Measurement:
     notes: list[str] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
     runtime_s: float = 0.0
+    # max_memory_reserved per step and phase: the CUDA allocator's own counter on a GPU, else the
+    # traced allocation sequence replayed through memlint.measure.allocator
+    reserved: dict[str, Any] | None = None
+
+    @property
+    def reserved_peak(self) -> int | None:
+        return None if self.reserved is None else self.reserved["peak"]
 
     @property
     def measured_peak(self) -> int:
@@ -67,16 +74,33 @@ class Measurement:
             "notes": list(self.notes),
             "details": dict(self.details),
             "runtime_s": round(self.runtime_s, 2),
+            "reserved": self.reserved,
         }
 
 
 # --------------------------------------------------------------------------- meters
 class _CudaMeter:
-    """The allocator counters, with the reserved peak remembered across resets."""
+    """The allocator counters, with the reserved peak remembered across resets, overall and per
+    phase of the step (`begin_phase`)."""
 
     def __init__(self, torch: Any) -> None:
         self.cuda = torch.cuda
         self.max_reserved = 0
+        self.label: Any = None
+        self.phase_reserved: dict[Any, int] = {}
+
+    def _fold(self) -> None:
+        r = self.cuda.max_memory_reserved()
+        self.max_reserved = max(self.max_reserved, r)
+        self.phase_reserved[self.label] = max(self.phase_reserved.get(self.label, 0), r)
+
+    def begin_phase(self, label: Any) -> None:
+        self._fold()
+        self.label = label
+
+    def reserved_by_phase(self) -> dict[Any, int]:
+        self._fold()
+        return dict(self.phase_reserved)
 
     def memory_allocated(self) -> int:
         return self.cuda.memory_allocated()
@@ -85,7 +109,7 @@ class _CudaMeter:
         return self.cuda.max_memory_allocated()
 
     def reset_peak_memory_stats(self) -> None:
-        self.max_reserved = max(self.max_reserved, self.cuda.max_memory_reserved())
+        self._fold()
         self.cuda.reset_peak_memory_stats()
 
     def max_memory_reserved(self) -> int:
@@ -388,13 +412,15 @@ _QLORA = None
 
 # --------------------------------------------------------------------------- measure
 def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = None,
-            lora_dropout: float | None = None, seed: int = 0) -> Measurement:
+            lora_dropout: float | None = None, seed: int = 0, alloc_conf: str | None = None) -> Measurement:
     """Run `steps` training steps of `setup` and measure live tensor memory.
 
     device: "auto" (cuda when torch sees one, else the fake-tensor trace), "cuda",
     "cpu" (real tensors, storage tracker) or "trace". `model`: an already built model to
     measure instead of building one from `setup.model` (no LoRA/quantization applied).
-    `lora_dropout` overrides `setup.lora_dropout`.
+    `lora_dropout` overrides `setup.lora_dropout`. `alloc_conf`: the PYTORCH_CUDA_ALLOC_CONF
+    settings the replayed allocator uses without CUDA (default: the environment's, as the CUDA
+    allocator would read them).
     """
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -453,9 +479,54 @@ def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = 
             dev_name = "cpu (fake-tensor trace)"
             method = "fake-tensor-trace"
         components = {"weights": weights, **comp, "overhead": max(overhead, 0)}
+        reserved = _reserved(mode, meter, tracker, steps, alloc_conf, notes)
 
     return Measurement(components=components, steps=step_results, device=dev_name, method=method,
-                       notes=notes, details=details, runtime_s=time.perf_counter() - t0)
+                       notes=notes, details=details, runtime_s=time.perf_counter() - t0, reserved=reserved)
+
+
+def _per_step(values: dict[Any, int], steps: int) -> list[dict[str, int]]:
+    return [{p: int(values.get((n, p), 0)) for p in PHASES} for n in range(1, steps + 1)]
+
+
+def _reserved(mode: str, meter: Any, tracker: Any, steps: int, alloc_conf: str | None,
+              notes: list[str]) -> dict[str, Any]:
+    """max_memory_reserved per step and phase: the CUDA allocator's counter, or (no CUDA) the
+    tracker's allocation sequence replayed through the allocator model, with the configured
+    settings and with expandable_segments:True beside them."""
+    import os
+    from dataclasses import replace
+
+    from memlint.measure.allocator import AllocatorConfig, replay
+
+    conf = alloc_conf if alloc_conf is not None else (os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
+                                                      or os.environ.get("PYTORCH_ALLOC_CONF"))
+
+    def doc(reserved: list[dict[str, int]], allocated: list[dict[str, int]] | None) -> dict[str, Any]:
+        last = reserved[-1]
+        phase = max(PHASES, key=lambda k: last[k])  # reserved only grows: the first phase at the top
+        out: dict[str, Any] = {"peak": last[phase], "phase": phase,
+                               "steps": [{"step": n + 1, "phases": r} for n, r in enumerate(reserved)]}
+        if allocated is not None:  # the allocator's max_memory_allocated: blocks, 512-byte rounded
+            out["allocated_peak"] = max(allocated[-1].values())
+            for st, a in zip(out["steps"], allocated):
+                st["allocated"] = a
+        return out
+
+    if mode == "cuda":
+        return {"method": "cuda-allocator", "alloc_conf": conf or "default",
+                **doc(_per_step(meter.reserved_by_phase(), steps), None)}
+    cfg = AllocatorConfig.parse(conf)
+    r = replay(tracker.events, cfg)
+    out = {"method": "allocator-model", "alloc_conf": cfg.describe(),
+           **doc(_per_step({k: v.reserved for k, v in r.phases.items()}, steps),
+                 _per_step({k: v.allocated for k, v in r.phases.items()}, steps))}
+    if not cfg.expandable_segments:
+        e = replay(tracker.events, replace(cfg, expandable_segments=True))
+        out["expandable_segments"] = doc(_per_step({k: v.reserved for k, v in e.phases.items()}, steps), None)
+    notes.append("reserved: the traced allocation sequence replayed through a model of the CUDA caching allocator "
+                 f"({cfg.describe()}), the weights allocated in parameter order before step 1")
+    return out
 
 
 def _traced_attention(setup: Setup, mode: str, notes: list[str]) -> str:
@@ -621,8 +692,9 @@ class _Run:
         paged_bytes = 0
         for step in range(1, steps + 1):
             phases = {"forward": 0, "backward": 0}
-            activations, logits = self._micro_batches(model, ref, marks, meter, autocast, scaler, phases)
+            activations, logits = self._micro_batches(model, ref, marks, meter, autocast, scaler, phases, step)
             grads = _storage_bytes(p.grad for p in trainable if p.grad is not None)
+            meter.begin_phase((step, "optimizer"))
             opt_state, paged_bytes = self._optimizer_step(trainable, optimizer, meter, tracker, scaler, phases)
             phase = max(PHASES, key=lambda k: phases[k])
             step_results.append(StepMeasurement(step, phases[phase], phase, phases))
@@ -631,7 +703,7 @@ class _Run:
         return step_results, comp, paged_bytes
 
     def _micro_batches(self, model: Any, ref: Any, marks: dict, meter: Any, autocast: Any, scaler: Any,
-                       phases: dict[str, int]) -> tuple[int, int]:
+                       phases: dict[str, int], step: int) -> tuple[int, int]:
         """Forward and backward of every micro-batch of one step (2.. run with the gradients alive);
         the activations (saved before lm_head) and logits (after) of the largest."""
         import torch
@@ -647,6 +719,7 @@ class _Run:
             labels = input_ids
 
             # forward (+ loss), as Trainer.compute_loss: only the loss survives
+            meter.begin_phase((step, "forward"))
             meter.reset_peak_memory_stats()
             start = meter.memory_allocated()
             if setup.objective == "sft":
@@ -662,6 +735,7 @@ class _Run:
             logits = max(logits, after_head_peak - marks["head"])
 
             # backward
+            meter.begin_phase((step, "backward"))
             meter.reset_peak_memory_stats()
             if scaler is not None:
                 scaler.scale(loss).backward()

@@ -10,6 +10,14 @@ The counters mirror `torch.cuda.memory_allocated()` / `max_memory_allocated()` /
 `reset_peak_memory_stats()`, so the training loop reads the same interface on both.
 What it cannot see, like the CUDA allocator's own rounding to 512-byte blocks, kernels'
 private workspaces, or memory outside torch's allocator, it does not count.
+
+Beside the counter it keeps `events`, the allocation sequence in the order the CUDA
+caching allocator would see it: `(ALLOC, key, nbytes)` when a storage is first seen,
+`(RESIZE, key, nbytes)` when it grew or shrank in place (CUDA allocates the new size,
+copies, then frees the old block), `(FREE, key, 0)` when it dies, and `(PHASE, label, 0)`
+markers from `begin_phase`. `measure/allocator.py` replays it. A storage taken off the
+count by `exclude` (paged optimizer state: CUDA unified memory, never in the allocator)
+has its allocation event retracted, so the replay never sees it.
 """
 
 from __future__ import annotations
@@ -21,6 +29,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+ALLOC, RESIZE, FREE, PHASE, RETRACTED = "alloc", "resize", "free", "phase", "retracted"
+
 
 class LiveBytes(TorchDispatchMode):
     """Counts the bytes of live tensor storages created while it is active (or registered)."""
@@ -31,6 +41,8 @@ class LiveBytes(TorchDispatchMode):
         self.peak = 0
         self._sizes: dict[int, int] = {}  # storage key -> bytes counted
         self._excluded: set[int] = set()
+        self.events: list[tuple[str, Any, int]] = []
+        self._event_at: dict[int, list[int]] = {}  # live storage key -> indices of its alloc/resize events
 
     # -- the allocator-like interface --------------------------------------------
     def memory_allocated(self) -> int:
@@ -42,6 +54,11 @@ class LiveBytes(TorchDispatchMode):
     def reset_peak_memory_stats(self) -> None:
         self.peak = self.live
 
+    def begin_phase(self, label: Any) -> None:
+        """Mark where a phase of the step starts in the event sequence (the replay reports
+        the allocator's reserved bytes per label)."""
+        self.events.append((PHASE, label, 0))
+
     # -- registration ---------------------------------------------------------------
     @staticmethod
     def _key(st: Any) -> int:
@@ -51,6 +68,8 @@ class LiveBytes(TorchDispatchMode):
         size = self._sizes.pop(key, None)
         if size is not None:
             self.live -= size
+            self.events.append((FREE, key, 0))
+            self._event_at.pop(key, None)
         self._excluded.discard(key)
 
     def track(self, t: torch.Tensor) -> None:
@@ -70,9 +89,13 @@ class LiveBytes(TorchDispatchMode):
             self._sizes[key] = nbytes
             self.live += nbytes
             weakref.finalize(st, self._finalized, key)
+            self._event_at[key] = [len(self.events)]
+            self.events.append((ALLOC, key, nbytes))
         elif old != nbytes:  # resize_ grew or shrank it in place
             self._sizes[key] = nbytes
             self.live += nbytes - old
+            self._event_at[key].append(len(self.events))
+            self.events.append((RESIZE, key, nbytes))
         else:
             return
         if self.live > self.peak:
@@ -93,6 +116,8 @@ class LiveBytes(TorchDispatchMode):
                 return 0
             size = 0
             weakref.finalize(st, self._finalized, key)
+        for i in self._event_at.pop(key, ()):  # it never was in the allocator
+            self.events[i] = (RETRACTED, key, 0)
         self._excluded.add(key)
         self.live -= size
         return size

@@ -32,6 +32,8 @@ def to_json(est: Estimate, targets) -> dict[str, Any]:
                   "trainable_params": est.trainable_params},
         "components": {name: c.bytes for name, c in est.components.items()},  # + "buffers" on many GPUs
         "peak": est.peak,
+        "allocated_peak": est.allocated_peak,  # torch.cuda.max_memory_allocated()
+        "reserved_peak": est.reserved_peak,    # torch.cuda.max_memory_reserved()
         "paged_optimizer": est.paged_optimizer,
         "fits": fit,
         "max_batch": best,
@@ -81,6 +83,9 @@ def render(est: Estimate, targets, console, extra: Mapping[str, int] | None = No
         table.add_row("[dim]paged optimizer[/dim]", f"[dim]{gib(est.paged_optimizer)}[/dim]",
                       "[dim]unified memory, not in the peak[/dim]")
     phase = "" if est.peak_phase == "sum" else f" (at the {est.peak_phase} phase)"
+    if est.accounting == "real":
+        table.add_row("allocated peak", gib(est.allocated_peak), f"largest live total{phase}: max_memory_allocated")
+        table.add_row("reserved peak", gib(est.reserved_peak), "+ the caching allocator's slack: max_memory_reserved")
     table.add_row("[bold]peak[/bold]", f"[bold]{gib(est.peak)}[/bold]", f"largest live total{phase} + overhead"
                   if est.accounting == "real" else "sum of the components")
     console.print(table)

@@ -20,7 +20,8 @@ def to_json(setup: Any, doc: dict, est: Estimate) -> dict:
         "method": doc["method"],
         "steps": doc["steps"],
         "estimate": {"components": {k: est.bytes(k) for k in COMPONENTS}, "allocated_peak": est.allocated_peak,
-                     "phase": est.peak_phase},
+                     "reserved_peak": est.reserved_peak, "phase": est.peak_phase},
+        "reserved": doc.get("reserved"),
         "notes": doc.get("notes", []),
     }
 
@@ -39,9 +40,20 @@ def render(setup: Any, doc: dict, est: Estimate, console) -> None:
     err = (est.allocated_peak - doc["measured_peak"]) / doc["measured_peak"]
     t.add_row("[bold]allocated peak[/bold]", f"[bold]{gib(doc['measured_peak'])}[/bold]",
               f"[bold]{gib(est.allocated_peak)}[/bold] ({err:+.1%})")
+    res = doc.get("reserved")
+    if res:
+        rerr = (est.reserved_peak - res["peak"]) / res["peak"]
+        how = " (allocator model)" if res["method"] == "allocator-model" else ""
+        t.add_row(f"[bold]reserved peak[/bold]{how}", f"[bold]{gib(res['peak'])}[/bold]",
+                  f"[bold]{gib(est.reserved_peak)}[/bold] ({rerr:+.1%})")
+        if "expandable_segments" in res:
+            t.add_row("[dim]reserved, expandable_segments:True[/dim]", f"[dim]{gib(res['expandable_segments']['peak'])}[/dim]",
+                      "")
     console.print(t)
+    reserved_steps = {r["step"]: r["phases"] for r in res["steps"]} if res else {}
     for s in doc["steps"]:
-        phases = ", ".join(f"{k} {gib(v)}" for k, v in s["phases"].items())
+        phases = ", ".join(f"{k} {gib(v)}" + (f" / {gib(reserved_steps[s['step']][k])} reserved"
+                                              if s["step"] in reserved_steps else "") for k, v in s["phases"].items())
         console.print(f"step {s['step']}: peak {gib(s['peak'])} GiB at {s['phase']} ({phases})")
     for note in doc.get("notes", []):
         console.print(f"[dim]- {note}[/dim]")
