@@ -31,11 +31,19 @@ class Settings:
     exclude: tuple[str, ...] = ()
     accounting: str = "real"
     max_increase: str | None = None                 # `memlint diff` budget: "2GiB" or "10%"
+    docs_url: str | None = None                     # where the rule pages live (json `url`, SARIF `helpUri`)
     path: str | None = None                         # the file these came from
     root: str | None = None                         # its directory (per-file-ignores are relative to it)
 
     def with_(self, **changes: Any) -> "Settings":
         return replace(self, **changes)
+
+    @property
+    def min_headroom(self) -> float:
+        """The headroom every front door weighs a fit by: MEM102's `min-headroom` option."""
+        from memlint.gpu import MIN_HEADROOM
+
+        return float(self.rule_options.get("MEM102", {}).get("min-headroom", MIN_HEADROOM))
 
     def assume_list(self) -> list[str]:
         out = []
@@ -50,7 +58,7 @@ class Settings:
     def show(self) -> str:
         lines = [f"config file: {self.path or '(none: defaults)'}"]
         for name in ("gpu", "gpus", "select", "extend_select", "ignore", "per_file_ignores", "fail_on",
-                     "assume", "rule_options", "exclude", "accounting", "max_increase"):
+                     "assume", "rule_options", "exclude", "accounting", "max_increase", "docs_url"):
             lines.append(f"{name.replace('_', '-')} = {getattr(self, name)!r}")
         return "\n".join(lines)
 
@@ -75,7 +83,7 @@ def parse_budget(text: str, where: str = "--max-increase") -> tuple[str, float]:
 
 
 KEYS = {"gpu", "gpus", "select", "extend-select", "ignore", "per-file-ignores", "fail-on", "assume", "options",
-        "exclude", "accounting", "max-increase"}
+        "exclude", "accounting", "max-increase", "docs-url"}
 
 
 def find_config(start: Path) -> Path | None:
@@ -120,7 +128,7 @@ def parse_settings(table: Mapping[str, Any], where: str) -> dict[str, Any]:
     if "gpu" in table:
         if not isinstance(table["gpu"], (str, int, float)):
             raise MemlintError(f"{where}: `gpu` must be a GPU name or a size in GiB")
-        from memlint.estimate import find_gpu
+        from memlint.gpu import find_gpu
 
         find_gpu(str(table["gpu"]))  # an unknown GPU is a config error now, not at the first capacity rule
         out["gpu"] = str(table["gpu"])
@@ -177,6 +185,11 @@ def parse_settings(table: Mapping[str, Any], where: str) -> dict[str, Any]:
         if table["accounting"] not in ("real", "textbook"):
             raise MemlintError(f"{where}: `accounting` must be real or textbook")
         out["accounting"] = table["accounting"]
+    if "docs-url" in table:
+        url = table["docs-url"]
+        if not isinstance(url, str) or not url.startswith(("https://", "http://", "file://")):
+            raise MemlintError(f"{where}: `docs-url` must be an absolute URL (https://…)")
+        out["docs_url"] = url
     if "max-increase" in table:
         parse_budget(str(table["max-increase"]), where)
         out["max_increase"] = str(table["max-increase"])

@@ -123,7 +123,8 @@ def _verdict(r: Any) -> Section:
         m = r.measured
         basis = (f"measured {(m.measured_peak + m.components['overhead']) / GIB:.2f} GiB reserved + context"
                  if m is not None and m.method == "cuda-allocator" else f"estimated peak {e.peak / GIB:.2f}")
-        verdict.lines.append(f"{'fits' if r.fits else 'does not fit'} on {label}: {basis} of {total / GIB:.2f} GiB")
+        f = r.fit
+        verdict.lines.append(f"{f.text()} on {label}: {basis} of {total / GIB:.2f} GiB")
     else:
         verdict.lines.append("no GPU named: set one with --gpu, c.MemcheckMagics.gpu or [tool.memlint] gpu")
     return verdict
@@ -158,7 +159,9 @@ def static_sections(r: Any) -> list[Section]:
             sec.lines.append(f"estimated peak {est.peak / GIB:.2f} GiB at the {est.peak_phase} phase "
                              f"(allocated {est.allocated_peak / GIB:.2f} GiB)")
             if r.gpu is not None:
-                sec.lines.append(f"{'fits' if est.peak <= r.gpu[1] else 'does not fit'} on {r.gpu[0]}")
+                from memlint.gpu import fit_of
+
+                sec.lines.append(f"{fit_of(est, r.gpu, r.min_headroom).text()} on {r.gpu[0]}")
         elif getattr(ctx, "model_error", None):
             sec.lines.append(f"no estimate: {ctx.model_error}")
         elif getattr(ctx, "planned", None) is not None and ctx.planned.missing:
