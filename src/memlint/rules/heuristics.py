@@ -20,6 +20,10 @@ class EvalBatchDefaultRule(Rule):
     script evaluates during training, the first evaluation runs out of memory. memlint
     cannot always tell whether a script evaluates, hence off by default.
 
+    ## When it fires
+    Off by default: the eval batch is the library default (8), the script may not evaluate,
+    and memlint cannot always tell.
+
     ## Example
     ```python
     TrainingArguments(per_device_train_batch_size=1, eval_strategy="steps")
@@ -67,6 +71,10 @@ class BatchCouldGrowRule(Rule):
     It is not a memory problem, it is slow: a micro-batch of 1 leaves the GPU idle
     between small kernels. Trading accumulation steps for micro-batch keeps the
     effective batch and the optimization the same.
+
+    ## When it fires
+    Off by default (a throughput hint, not a memory one): micro-batch 1 with accumulation
+    where a larger micro-batch at the same effective batch fits with the headroom.
 
     ## Example
     ```python
