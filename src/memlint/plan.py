@@ -128,6 +128,9 @@ class TrainingPlan:
     notes: tuple[str, ...] = ()  # extraction notes: what could not be resolved and why
     diagnostics: tuple[Diagnostic, ...] = ()
     kind: str = "python"  # python | notebook | axolotl | llama-factory | trl-recipe | torchtune | deepspeed | accelerate
+    # Other files the plan was read from (sibling modules the script imports, a DeepSpeed JSON a
+    # config follows): a cached result is only as fresh as every one of them.
+    sources: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = set(self.fields) - set(PLAN_FIELDS)
@@ -146,7 +149,7 @@ class TrainingPlan:
     def with_values(self, **values: Value) -> "TrainingPlan":
         merged = dict(self.fields)
         merged.update(values)
-        return TrainingPlan(self.path, merged, self.notes, self.diagnostics, self.kind)
+        return TrainingPlan(self.path, merged, self.notes, self.diagnostics, self.kind, self.sources)
 
     def to_json(self) -> dict:
         return {name: self.get(name).to_json(self.path) for name in PLAN_FIELDS}

@@ -8,6 +8,7 @@ notes say so (a finding, not a crash).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from memlint.errors import MemlintError
@@ -57,7 +58,11 @@ def extract_source(source: str, path: str | Path = "<string>", shown: str | None
     except cst.ParserSyntaxError as exc:  # syntax CPython accepts and libcst does not (yet)
         return _syntax_error_plan(name, exc.raw_line, exc.raw_column + 1, exc.message)
     facts = interp.run()
-    return Builder(name, p, facts).build()
+    builder = Builder(name, p, facts)
+    plan = builder.build()
+    # the files it read besides the script: sibling modules it imports, a DeepSpeed JSON it follows
+    sources = tuple(dict.fromkeys([*(str(k) for k in interp.modules), *builder.read_files]))
+    return replace(plan, sources=sources) if sources else plan
 
 
 def _syntax_error_plan(name: str, line: int, col: int, msg: str) -> TrainingPlan:

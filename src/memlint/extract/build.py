@@ -48,6 +48,7 @@ class Builder:
         self.notes: list[str] = list(facts.notes)
         self.maybe: dict[str, list[str]] = {}
         self.ds_offload: list[Const] = []  # offload read from a followed DeepSpeed config
+        self.read_files: list[str] = []  # other files read (a DeepSpeed JSON): the plan's sources
 
     # ---- values ----------------------------------------------------------------------------
 
@@ -525,6 +526,7 @@ class Builder:
             for base in (self.script.parent, Path.cwd()):
                 p = base / cfg
                 if p.is_file():
+                    self.read_files.append(str(p))
                     shown = os.path.normpath(os.path.join(os.path.dirname(self.path), cfg)) if base == self.script.parent else str(p)
                     try:
                         doc = load_text(p.read_text(encoding="utf-8"), shown, is_json=p.suffix.lower() == ".json")

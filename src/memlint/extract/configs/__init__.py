@@ -155,4 +155,4 @@ def merge_launch_config(plan: TrainingPlan, path: str | Path) -> TrainingPlan:
     fields, notes, diags = apply_launch(dict(plan.fields), facts, str(path))
     extra_diags = [d for d in doc.diagnostics if d not in diags]
     return TrainingPlan(plan.path, fields, tuple(dict.fromkeys(plan.notes + tuple(notes))),
-                        plan.diagnostics + tuple(extra_diags) + tuple(diags), plan.kind)
+                        plan.diagnostics + tuple(extra_diags) + tuple(diags), plan.kind, (*plan.sources, str(path)))
