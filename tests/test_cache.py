@@ -55,12 +55,13 @@ def test_parallel_results_are_those_of_one_process_in_the_same_order(tree, capsy
 def test_a_warm_check_imports_neither_libcst_nor_the_estimator(tree, capsys):
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     env.pop("MEMLINT_NO_CACHE", None)
-    argv = ["check", "scripts", "--gpu", "RTX4090", "-q", "--exit-zero"]
-    code = ("import sys; from memlint.cli import main; main(%r); "
-            "bad = sorted({m for m in sys.modules if m == 'libcst' or m.startswith(('libcst.', 'memlint.estimate'))}); "
+    argv = ["check", "scripts", "--gpu", "RTX4090", "-q", "--exit-zero", "-j", "1"]
+    code = ("import contextlib, io, sys; from memlint.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()): main(%r)\n"
+            "bad = sorted({m for m in sys.modules if m == 'libcst' or m.startswith(('libcst.', 'memlint.estimate'))})\n"
             "print(','.join(bad))" % (argv,))
     cold = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tree)
-    assert "libcst" in cold.stdout and "memlint.estimate" in cold.stdout
+    assert "libcst" in cold.stdout and "memlint.estimate" in cold.stdout, cold.stdout + cold.stderr
     warm = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tree)
     assert warm.returncode == 0 and warm.stdout.strip() == "", warm.stdout + warm.stderr
 

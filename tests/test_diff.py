@@ -156,7 +156,7 @@ def test_budget_flag_and_config_make_it_exit_1(repo, capsys):
     assert run(capsys, "--max-increase", f"{pct + 1:.1f}%")[0] == 0
     (repo / "pyproject.toml").write_text('[tool.memlint]\nmax-increase = "1MiB"\n')
     code, out, _ = run(capsys)
-    assert code == 1 and out.splitlines()[0].endswith("[over the budget of 1MiB]")
+    assert code == 1 and out.splitlines()[0].endswith("[fails: over the budget of 1MiB]")
     assert run(capsys, "--max-increase", "100GiB")[0] == 0  # the flag overrides the file
 
 

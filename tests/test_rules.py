@@ -147,3 +147,26 @@ def test_longest_sample_rule_reproduces_the_step_213_scaling():
     [f] = [f for f in check_source(src, "s.py").findings if f.code == "MEM202"]
     ratio = f.data["worst_bytes"] / f.data["typical_bytes"]
     assert 7.5 <= ratio <= 8.5, ratio
+
+
+def test_a_findings_figures_are_the_estimate_tables():
+    """One number everywhere: what a finding quotes of the estimate is the table's figure."""
+    from pathlib import Path
+
+    from memlint.check import check_paths
+    from memlint.vocab import size_text
+
+    root = Path(__file__).resolve().parent.parent
+    seen = set()
+    for r in check_paths([str(root / "fixtures" / "scripts"), str(root / "fixtures" / "configs")], Settings(),
+                         gpu="RTX4090"):
+        est = r.context.estimate
+        for f in r.findings:
+            if "logits_bytes" in f.data:
+                assert f.data["logits_bytes"] == est.bytes("logits")
+                assert f": {size_text(est.bytes('logits'))} of the {size_text(est.peak)} peak" in f.message
+                seen.add(f.code)
+            if f.code in ("MEM101", "MEM102"):
+                assert f.data["peak_bytes"] == est.peak and f"peak {size_text(est.peak)}" in f.message
+                seen.add(f.code)
+    assert {"MEM101", "MEM205"} <= seen

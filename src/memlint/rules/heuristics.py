@@ -51,10 +51,10 @@ class EvalBatchDefaultRule(Rule):
         est, gpu = ctx.estimate, ctx.gpu
         if est is None or gpu is None or v.source != "library-default" or not isinstance(v.value, int):
             return
-        if v.value <= ctx.setup.batch or est.peak > gpu[1]:
+        if v.value <= ctx.setup.batch or ctx.fit.status == "over":
             return
-        ev = eval_estimate(ctx.setup, v.value, ctx.accounting, gpu[2])
-        if ev.peak <= gpu[1]:
+        ev = eval_estimate(ctx.setup, v.value, ctx.accounting)
+        if ctx.fit_of(ev.peak).status != "over":
             return
         yield self.finding(ctx, f"per_device_eval_batch_size is the library default {v.value}: evaluation would need "
                                 f"{size_text(ev.peak)} on {gpu[0]} ({size_text(gpu[1])})", "eval_batch",
@@ -97,12 +97,12 @@ class BatchCouldGrowRule(Rule):
                       at="per_device_train_batch_size"),)
 
     def check(self, ctx: Context) -> Iterator[Finding]:
-        from memlint.estimate import max_batch
+        from memlint.estimate.levers import largest_batch
 
         est, gpu, s = ctx.estimate, ctx.gpu, ctx.setup
-        if est is None or gpu is None or s.batch != 1 or s.grad_accum < 2 or est.peak > gpu[1]:
+        if est is None or gpu is None or s.batch != 1 or s.grad_accum < 2 or ctx.fit.status == "over":
             return
-        best = max_batch(s, ctx.accounting, gpu[1], gpu[2], limit=s.grad_accum)
+        best = largest_batch(s, gpu, ctx.accounting, ctx.min_headroom, limit=s.grad_accum)
         # the largest divisor of the accumulation that fits keeps the effective batch exact
         b = max((d for d in range(2, best + 1) if s.grad_accum % d == 0), default=1)
         if b < 2:

@@ -333,14 +333,15 @@ class LargeLogitsRule(Rule):
         level = self.advice_severity(ctx)
         if est is None or level is None or s.fused_loss or s.model.vocab < int(self.opts["min-vocab"]):
             return
-        logits = est.bytes("logits")  # the estimate table's figure
-        if logits / max(est.allocated_peak, 1) < float(self.opts["min-fraction"]):
-            return
         from memlint.estimate.activations import autocast_weight_copies
 
+        logits = est.bytes("logits")  # the estimate table's figure, quoted as it is
         # The logits component also holds autocast's half copy of an fp32 lm_head (k-bit prep
-        # upcasts it), which a fused loss keeps: what a fused loss saves is re-estimated.
+        # upcasts it), which a fused loss keeps: the share that decides is the logits' own, and
+        # what a fused loss saves is re-estimated.
         head_copy = autocast_weight_copies(s)[1] if est.accounting == "real" else 0
+        if (logits - head_copy) / max(est.allocated_peak, 1) < float(self.opts["min-fraction"]):
+            return
         dt = s.compute_dtype
         what = f"{dt} logits, their fp32 upcast and log-softmax" if dt != "fp32" else "fp32 logits and log-softmax"
         if s.objective != "sft":
@@ -362,5 +363,5 @@ class LargeLogitsRule(Rule):
                  f"{size_text(est.peak)} peak ({what}){saving}",
             ("model_id", "max_length"), related=(("max_length", "max_length set here"), ("per_device_batch", "batch set here")),
             hint="a fused/chunked cross-entropy (use_liger_kernel=True, Cut Cross-Entropy) or a shorter max_length",
-            severity=level, logits_bytes=logits,
+            severity=level, logits_bytes=logits, materialised_bytes=logits - head_copy,
         )
