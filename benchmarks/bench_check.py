@@ -40,7 +40,7 @@ def compare(other_src: str, runs: int = 15) -> None:
         times: dict[str, list[float]] = {"this tree": [], other_src: []}
         for _ in range(runs):
             for label, src in (("this tree", str(ROOT / "src")), (other_src, other_src)):
-                env = dict(os.environ, PYTHONPATH=src)
+                env = dict(os.environ, PYTHONPATH=src, MEMLINT_NO_CACHE="1")  # cold: no cache to read
                 t = time.perf_counter()
                 subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=env)
                 times[label].append(time.perf_counter() - t)

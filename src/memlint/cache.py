@@ -12,13 +12,11 @@ they render a fresh one.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 from memlint import data
 from memlint.plan import Span, TrainingPlan
@@ -29,8 +27,14 @@ FORMAT = 1  # the layout of an entry; bump when it changes
 MISS = object()  # Cache.get: nothing usable cached (None is a cached "not a training file")
 
 
+try:  # BLAKE2 without hashlib's OpenSSL import (a warm run's largest import after argparse)
+    from _blake2 import blake2b as _hash
+except ImportError:  # pragma: no cover - CPython always has it
+    from hashlib import blake2b as _hash
+
+
 def _digest(*parts: Any) -> str:
-    h = hashlib.sha256()
+    h = _hash()
     for p in parts:
         h.update(p if isinstance(p, bytes) else str(p).encode("utf-8", "surrogateescape"))
         h.update(b"\0")
@@ -40,14 +44,18 @@ def _digest(*parts: Any) -> str:
 def _package_fingerprint() -> str:
     """memlint's own files, __init__.py (its version) included: a new version, or an edited
     checkout, is a different memlint."""
-    root = Path(__file__).resolve().parent
-    stats = []
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        for name in sorted(files):
-            if name.endswith((".py", ".json")):
-                st = os.stat(os.path.join(folder, name))
-                stats.append(f"{os.path.relpath(os.path.join(folder, name), root)}:{st.st_size}:{st.st_mtime_ns}")
+    stats: list[str] = []
+
+    def walk(folder: str, prefix: str) -> None:
+        for e in sorted(os.scandir(folder), key=lambda e: e.name):
+            if e.is_dir(follow_symlinks=False):
+                if e.name != "__pycache__":
+                    walk(e.path, prefix + e.name + "/")
+            elif e.name.endswith((".py", ".json")):
+                st = e.stat()
+                stats.append(f"{prefix}{e.name}:{st.st_size}:{st.st_mtime_ns}")
+
+    walk(os.path.dirname(os.path.abspath(__file__)), "")
     return _digest(*stats)
 
 
@@ -95,19 +103,17 @@ def _hf_models() -> list[str]:
 
 def _file_digest(path: str) -> str | None:
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        return _hash(Path(path).read_bytes()).hexdigest()
     except OSError:
         return None
 
 
-@dataclass
 class Cache:
     """One run's view of the cache: the directory and the key everything in this run shares."""
 
-    root: Path
-    key: str
-    hits: int = 0
-    misses: int = 0
+    def __init__(self, root: Path, key: str) -> None:
+        self.root, self.key = root, key
+        self.hits = self.misses = 0
 
     @classmethod
     def open(cls, root: str | Path, settings: Any, extra: Sequence[Any] = ()) -> "Cache":
@@ -237,13 +243,11 @@ def to_json(r: FileResult) -> dict:
             "missing": list(getattr(planned, "missing", ()) or ()), "estimate": _estimate(ctx.estimate)}
 
 
-@dataclass(frozen=True)
-class _Component:
+class _Component(NamedTuple):
     bytes: int
 
 
-@dataclass(frozen=True)
-class _Setup:
+class _Setup(NamedTuple):
     model: Any
     batch: int
     seq: int
@@ -253,14 +257,13 @@ class _Setup:
     attn: str
 
 
-@dataclass(frozen=True)
-class _Model:
+class _Model(NamedTuple):
     id: str
 
 
-@dataclass(frozen=True)
-class CachedEstimate:
-    """What the formats read of an Estimate, from the cache: the same figures, no estimator."""
+class CachedEstimate(NamedTuple):
+    """What the formats read of an Estimate, from the cache: the same figures, no estimator (plain
+    NamedTuples: a warm run builds no dataclass it can avoid)."""
 
     accounting: str
     peak: int
@@ -277,11 +280,10 @@ class CachedEstimate:
         return self.peak - self.components["overhead"].bytes
 
 
-@dataclass(frozen=True)
-class _Planned:
+class _Planned(NamedTuple):
     setup: Any = None
     missing: tuple[str, ...] = ()
-    notes: tuple[str, ...] = field(default_factory=tuple)
+    notes: tuple[str, ...] = ()
 
 
 def from_json(d: dict, content: bytes | None = None) -> FileResult:

@@ -6,7 +6,6 @@ how a linter loses trust); so is broken TOML. Command-line flags override the fi
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
@@ -99,11 +98,19 @@ def find_config(start: Path) -> Path | None:
             if name != "pyproject.toml":
                 return p
             try:
-                data = tomllib.loads(p.read_text(encoding="utf-8"))
-            except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+                text = p.read_text(encoding="utf-8")
+            except UnicodeDecodeError as exc:
                 raise MemlintError(f"{p}: invalid TOML: {exc}") from None
             except OSError as exc:
                 raise MemlintError(f"{p}: cannot read: {exc.strerror}") from None
+            if "memlint" not in text:
+                continue  # no [tool.memlint] without the word: not worth parsing (or importing tomllib)
+            import tomllib
+
+            try:
+                data = tomllib.loads(text)
+            except tomllib.TOMLDecodeError as exc:
+                raise MemlintError(f"{p}: invalid TOML: {exc}") from None
             if "memlint" in data.get("tool", {}):
                 return p
     return None
@@ -201,6 +208,8 @@ def load_settings(start: str | Path = ".", config: str | Path | None = None) -> 
     path = Path(config) if config is not None else find_config(Path(start))
     if path is None:
         return Settings()
+    import tomllib
+
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

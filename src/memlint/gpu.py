@@ -9,8 +9,6 @@ T4) is *unsupported* whatever the memory says.
 
 from __future__ import annotations
 
-import difflib
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from memlint import data
@@ -72,6 +70,8 @@ def find_gpu(name: str) -> Gpu:
     try:
         gib = float(key.removesuffix("gib").removesuffix("gb"))
     except ValueError:
+        import difflib
+
         close = difflib.get_close_matches(key, list(names), n=3, cutoff=0.5)
         hint = f" (did you mean {', '.join(dict.fromkeys(names[c] for c in close))}?)" if close else ""
         raise MemlintError(f"unknown GPU {name!r}{hint}; known: {', '.join(table())} or a size in GiB (e.g. 24)") from None
@@ -94,9 +94,9 @@ def needs(compute_dtype: str | None = None, attn: str | None = None) -> tuple[st
     return tuple(out)
 
 
-@dataclass(frozen=True)
-class Fit:
-    """A peak against a GPU: `status` is fits | tight | over; `missing` the capabilities it lacks."""
+class Fit(NamedTuple):
+    """A peak against a GPU: `status` is fits | tight | over; `missing` the capabilities it lacks.
+    (A NamedTuple, not a dataclass: the warm path of `memlint check` builds no dataclass it can avoid.)"""
 
     gpu: Gpu
     peak: int

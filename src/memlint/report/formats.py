@@ -10,7 +10,6 @@ import json
 import os
 from collections import Counter
 from typing import Any, Iterable, Mapping, Sequence, TextIO
-from urllib.parse import quote
 
 from memlint.errors import MemlintError
 from memlint.plan import Span
@@ -449,6 +448,8 @@ def _registry_rules() -> list[type[Rule]]:
 def _uri(path: str) -> tuple[str, str | None]:
     """A relative URI under %SRCROOT% for a path the user named; absolute paths outside
     the working directory become file: URIs."""
+    from urllib.parse import quote
+
     p = path.replace(os.sep, "/")
     if os.path.isabs(path):
         rel = os.path.relpath(path)
