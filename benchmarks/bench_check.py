@@ -96,7 +96,8 @@ def main() -> None:
         _timed(["check", str(folder), "--gpu", "RTX4090", *quiet], cache, runs=1)  # fill the cache
         warm = _timed(["check", str(folder), "--gpu", "RTX4090", *quiet], cache)
         proc = subprocess.run([sys.executable, "-m", "memlint", "check", str(folder), "--gpu", "RTX4090", "-q",
-                               "--no-cache"], capture_output=True, text=True, cwd=ROOT)
+                               "--no-cache"], capture_output=True, text=True, cwd=ROOT,
+                              env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
     jobs = os.cpu_count() or 1
     print(f"python {sys.version.split()[0]}, {jobs} CPUs, median of {RUNS} runs (fresh interpreter each, bytecode compiled)")
     print(f"  interpreter start alone                          {bare:6.3f} s")

@@ -203,11 +203,23 @@ def _content(path: Path) -> bytes | None:
 def _run(targets: Sequence[Target], jobs: int, settings: Settings, args: tuple) -> list[FileResult | None]:
     """The files checked in order, by a pool of `jobs` processes where there is more than one to do."""
     if jobs > 1 and len(targets) > 1:
+        import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
         from itertools import repeat
 
         n = len(targets)
-        with ProcessPoolExecutor(max_workers=min(jobs, n)) as pool:
+        context = None
+        if "fork" in multiprocessing.get_all_start_methods():
+            # Workers forked after the heavy imports share them instead of importing libcst and the
+            # estimator once each.
+            import memlint.estimate.from_plan  # noqa: F401
+            import memlint.extract.build  # noqa: F401
+            import memlint.extract.handlers  # noqa: F401
+            import memlint.rules.registry as registry
+
+            registry.all_rules()
+            context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=min(jobs, n), mp_context=context) as pool:
             return list(pool.map(check_target, targets, repeat(settings, n), *(repeat(a, n) for a in args)))
     return [check_target(t, settings, *args) for t in targets]
 
