@@ -352,3 +352,35 @@ def test_zero3_script_on_eight_gpus_is_answered_per_rank(capsys, monkeypatch):
     [cap] = [d for d in json.loads(one) if d["code"] == "MEM101"]
     # 70B full fine-tuning with DeepSpeed's fp32 master and moments: 16 B/param over 8 ranks
     assert cap["data"]["peak_bytes"] > 16 * 68_976_648_192 // 8
+
+
+def test_add_noqa_suppresses_every_finding_and_keeps_existing_codes(tmp_path, capsys, monkeypatch):
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(SCRIPTS / "branches.py", tmp_path / "train.py")
+    text = (tmp_path / "train.py").read_text()
+    line = next(ln for ln in text.splitlines() if "padding=" in ln)
+    (tmp_path / "train.py").write_text(text.replace(line, line + "  # noqa: MEM999"))
+    code, out, _ = run(capsys, "check", "train.py", "--gpu", "RTX4090", "--no-cache")
+    before = [ln.split()[1] for ln in out.splitlines()]
+    assert code == 1 and before
+    code, _, err = run(capsys, "check", "train.py", "--gpu", "RTX4090", "--add-noqa", "--no-cache")
+    assert code == 0 and err.startswith("Added ") and not err.startswith("Added 0 ")
+    code, out, err = run(capsys, "check", "train.py", "--gpu", "RTX4090", "--no-cache")
+    assert code == 0 and out == "" and "All checks passed!" in err
+    new = (tmp_path / "train.py").read_text()
+    assert "# noqa: MEM201, MEM999" in new  # merged into the comment that was there
+    # a second run adds nothing
+    assert run(capsys, "check", "train.py", "--gpu", "RTX4090", "--add-noqa", "--no-cache")[2].startswith(
+        "Added 0 noqa directives.")
+
+
+def test_add_noqa_leaves_lines_that_end_inside_a_string():
+    from memlint.fix.noqa import _unsafe_lines, with_noqa
+
+    src = 'x = """a\nb"""\ny = 1 + \\\n    2\nz = 3\n'
+    assert _unsafe_lines(src) == {1, 3}
+    assert with_noqa("z = 3", {"MEM101"}) == "z = 3  # noqa: MEM101"
+    assert with_noqa("z = 3  # noqa", {"MEM101"}) == "z = 3  # noqa"
+    assert with_noqa("z = 3  # noqa: MEM2  trailing", {"MEM101"}).startswith("z = 3  # noqa: MEM101")

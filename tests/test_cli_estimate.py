@@ -19,13 +19,14 @@ def test_json_has_exactly_the_documented_keys(capsys):
     assert code == 0
     doc = json.loads(out)
     assert list(doc) == ["model", "components", "peak", "allocated_peak", "reserved_peak", "paged_optimizer", "fits",
-                         "max_batch", "assumptions"]
+                         "verdict", "free", "min_headroom", "max_batch", "assumptions"]
     assert doc["allocated_peak"] == doc["peak"] - doc["components"]["overhead"] < doc["reserved_peak"] < doc["peak"]
     assert list(doc["model"]) == ["id", "params", "trainable_params"]
     assert list(doc["components"]) == ["weights", "gradients", "optimizer", "activations", "logits", "overhead"]
     assert all(isinstance(v, int) for v in doc["components"].values())
     assert doc["model"]["params"] == 8_030_261_248 and doc["model"]["trainable_params"] == 41_943_040
-    assert doc["fits"] == {"RTX4090": True}
+    assert doc["fits"] == {"RTX4090": True} and doc["verdict"] == {"RTX4090": "fits"}
+    assert doc["free"]["RTX4090"] == 25757220864 - doc["peak"] and doc["min_headroom"] == 0.1
     assert doc["max_batch"]["RTX4090"] >= 1
 
 

@@ -156,7 +156,7 @@ def test_budget_flag_and_config_make_it_exit_1(repo, capsys):
     assert run(capsys, "--max-increase", f"{pct + 1:.1f}%")[0] == 0
     (repo / "pyproject.toml").write_text('[tool.memlint]\nmax-increase = "1MiB"\n')
     code, out, _ = run(capsys)
-    assert code == 1 and out.splitlines()[0].endswith("[over the budget of 1MiB]")
+    assert code == 1 and out.splitlines()[0].endswith("[fails: over the budget of 1MiB]")
     assert run(capsys, "--max-increase", "100GiB")[0] == 0  # the flag overrides the file
 
 
@@ -283,3 +283,25 @@ def test_deleted_scripts_and_unreadable_files(repo, capsys):
     assert line.startswith("train.py: peak was ") and line.endswith(" GiB (deleted)")
     assert "memlint diff: skipped latin1.py: latin1.py: not UTF-8 (byte 9)" in err
     assert "package.json" not in out + err
+
+
+def test_the_same_peak_with_and_without_a_gpu(repo, capsys):
+    peaks = {(f.before.peak, f.after.peak) for gpu in (None, "A100-80GB", "T4", "24")
+             for f in run_diff(cwd=repo, gpu=gpu).files}
+    assert len(peaks) == 1
+    outs = [run(capsys, *(["--gpu", g] if g else []))[1].split(" on ")[0].split(":")[1] for g in (None, "RTX4090")]
+    assert outs[0].startswith(" peak ") and outs[0].split("(")[0] == outs[1].split("(")[0]
+
+
+def test_a_change_that_stops_fitting_fails_without_a_budget(repo, capsys):
+    r = run_diff(cwd=repo)
+    before, after = r.files[0].before.peak, r.files[0].after.peak
+    gpu = f"{(before + after) / 2 / GIB:.1f}"  # the base fits (with the headroom), the change does not
+    code, out, err = run(capsys, "--gpu", gpu)
+    assert code == 1
+    assert f"no longer fits {gpu} GiB" in out and "[fails: no longer fits" in out
+    assert "stops fitting" in err
+    code, out, _ = run(capsys, "--gpu", gpu, "--output-format", "json")
+    f = json.loads(out)["files"][0]
+    assert f["worse_fit"] is True and f["fit"] == {"before": "fits", "after": "over"}
+    assert run(capsys, "--gpu", "H200")[0] == 0  # fits at both ends: no failure

@@ -139,8 +139,8 @@ def render(fmt: str, results=None, **kw) -> str:
     return buf.getvalue()
 
 
-GOLDEN_NAMES = {"concise": "concise.txt", "full": "full.txt", "json": "json.json",
-                "github": "github.txt", "sarif": "sarif.json"}
+GOLDEN_NAMES = {"concise": "concise.txt", "full": "full.txt", "json": "json.json", "json-lines": "json-lines.jsonl",
+                "github": "github.txt", "gitlab": "gitlab.json", "junit": "junit.xml", "sarif": "sarif.json"}
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -213,7 +213,10 @@ def test_json_has_ruffs_keys_plus_memlints_numbers():
                                      "message": "gradient checkpointing set here"}
     fixed = next(i for i in items if i["code"] == "MEM298")
     assert fixed["fix"]["applicability"] == "safe" and fixed["fix"]["message"] == "turn on gradient checkpointing"
-    assert fixed["url"] == "docs/rules/MEM298-test-recompute-off.md"
+    # absolute links, as Ruff's; [tool.memlint] docs-url moves them
+    assert fixed["url"] == formats.DOCS_URL + "MEM298-test-recompute-off.md" and fixed["url"].startswith("https://")
+    moved = json.loads(render("json", docs_url="https://example.org/memlint/rules"))
+    assert {i["url"] for i in moved} >= {"https://example.org/memlint/rules/MEM298-test-recompute-off.md"}
 
 
 def test_github_annotations_map_severity_and_escape_what_github_requires():
@@ -366,3 +369,74 @@ def test_unknown_format_is_a_usage_error():
         render("xml")
     with pytest.raises(MemlintError):
         write_statistics([], io.StringIO(), "sarif")
+
+
+# ---- the formats added for issue #16: json-lines, gitlab, junit; notebooks in every format ----
+
+
+def test_json_lines_is_one_json_finding_per_line_in_json_order():
+    lines = render("json-lines").splitlines()
+    assert [json.loads(ln) for ln in lines] == json.loads(render("json"))
+
+
+def test_gitlab_code_quality_has_a_stable_fingerprint_per_finding():
+    issues = json.loads(render("gitlab"))
+    assert len(issues) == 4 and len({i["fingerprint"] for i in issues}) == 4
+    for i in issues:
+        assert set(i) == {"check_name", "description", "fingerprint", "severity", "location"}
+        assert i["severity"] in ("info", "minor", "major", "critical", "blocker")
+        assert set(i["location"]["positions"]) == {"begin", "end"}
+    exceeds = next(i for i in issues if i["check_name"] == "MEM199")
+    assert exceeds["severity"] == "major" and exceeds["location"]["positions"]["begin"] == {"line": 17, "column": 5}
+    # the fingerprint follows the finding, not its figures: a new number keeps it
+    results = _results()
+    f = results[1].findings[1]
+    results[1].findings[1] = Finding(f.code, f.name, f.message.replace("100.3", "101.0"), f.severity, f.span,
+                                     f.related, f.fix, f.hint, f.data)
+    moved = json.loads(render("gitlab", results))
+    assert [i["fingerprint"] for i in moved] == [i["fingerprint"] for i in issues]
+
+
+def test_junit_is_xml_with_a_failed_case_per_finding():
+    import xml.etree.ElementTree as ET
+
+    root = ET.fromstring(render("junit"))
+    assert root.tag == "testsuites" and root.get("failures") == "4"
+    cases = root.findall("./testsuite/testcase")
+    assert [c.get("name") for c in cases][:3] == ["org.memlint.MEM299", "org.memlint.MEM199", "org.memlint.MEM298"]
+    assert all(c.find("failure") is not None for c in cases)
+    empty = ET.fromstring(render("junit", []))
+    assert empty.get("failures") == "0" and empty.find("./testsuite/testcase").get("name") == "No errors found"
+
+
+def test_notebook_findings_point_at_the_cell_and_at_the_raw_json_line(capsys, monkeypatch):
+    from memlint.cli import main
+
+    monkeypatch.chdir(ROOT)
+    nb = "fixtures/scripts/gemma_sft_notebook.ipynb"
+    raw = (ROOT / nb).read_text().splitlines()
+    outs = {}
+    for fmt in ("concise", "json", "github", "sarif", "full", "junit"):
+        main(["check", nb, "--gpu", "14", "--output-format", fmt, "--no-cache"])
+        outs[fmt] = capsys.readouterr().out
+    assert f"{nb}:cell 2:6:1: MEM205" in outs["concise"]
+    finding = next(i for i in json.loads(outs["json"]) if i["code"] == "MEM205")
+    assert finding["cell"] == 2 and finding["location"] == {"row": 6, "column": 1}
+    # github and SARIF annotate the file on disk: the JSON line that holds the cell's text
+    line = next(ln for ln in outs["github"].splitlines() if "MEM205" in ln)
+    row = int(line.split(",line=")[1].split(",")[0])
+    col = int(line.split(",col=")[1].split(",")[0])
+    assert raw[row - 1][col - 1:].startswith('model_id = \\"google/gemma-2b\\"')
+    region = next(r for r in json.loads(outs["sarif"])["runs"][0]["results"] if r["ruleId"] == "MEM205")
+    region = region["locations"][0]["physicalLocation"]["region"]
+    assert (region["startLine"], region["startColumn"]) == (row, col)
+    assert "cell 2:6:1: MEM205" in outs["full"] and "\n6 | model_id = " in outs["full"]
+    assert "cell 2, line 6" in outs["junit"]
+
+
+def test_full_follows_the_terminal_width():
+    text = render("full", width=60)
+    head = next(ln for ln in text.splitlines() if " MEM199 " in ln)
+    assert len(head) <= 60
+    assert all(len(ln) <= 60 for ln in text.splitlines() if "= help:" in ln)
+    assert "  peak           100.30 GiB" in text and render("full") != text

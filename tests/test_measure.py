@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -308,3 +309,20 @@ def test_memlint_measure_prints_allocated_and_reserved_side_by_side(capsys):
     assert doc["reserved"]["method"] == "allocator-model" and doc["reserved"]["peak"] >= doc["measured_peak"]
     est = doc["estimate"]
     assert est["reserved_peak"] == doc["peak"] - 512 * 2**20 >= est["allocated_peak"]
+
+
+def test_measure_takes_the_estimate_flags_and_keeps_library_noise_out(tmp_path):
+    """`memlint measure --gpu RTX4090` (the README's flags), and nothing the libraries say while the
+    step runs (transformers' FutureWarnings, bitsandbytes' kernel notices) reaches the output."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.path.join(root, "src"), PYTHONWARNINGS="default")
+    argv = [sys.executable, "-m", "memlint", "measure", "--model", "HuggingFaceTB/SmolLM2-135M", "--method", "qlora",
+            "--seq", "128", "--gpu", "RTX4090", "--accounting", "real", "--device", "cpu"]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "on RTX4090" in proc.stdout and "fits" in proc.stdout
+    noise = [ln for ln in (proc.stdout + proc.stderr).splitlines()
+             if "Warning" in ln or "warn(" in ln or "Failed to load" in ln or "deprecated" in ln.lower()]
+    assert noise == [], noise
+    doc = subprocess.run(argv + ["--format", "json"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert json.loads(doc.stdout)["fits"]["RTX4090"]["verdict"] == "fits"

@@ -28,6 +28,10 @@ def test_codes_are_unique_named_documented_and_numbered_by_category():
             assert section in doc, f"{r.code}: docstring lacks {section!r}"
         if r.options:
             assert "## Options" in doc, f"{r.code}: options are not documented"
+        # every rule says when it fires and what that means for the fit (issue #16)
+        assert "## When it fires" in doc, f"{r.code}: no 'When it fires' section"
+        if r.advice:
+            assert r.severity == "warning" and "note" in doc.split("## When it fires")[1], r.code
         # category policy: notes never fail a run; 4xx are off by default; the rest on
         if r.category() == 0:
             assert r.severity == "note", r.code
@@ -63,7 +67,7 @@ def test_invalid_sample_fires_at_the_line_that_sets_the_value(rule, i):
     res, hits = _run(rule, sample)
     assert hits, f"{rule.code} did not fire (model error: {res.context.model_error})"
     f = hits[0]
-    assert f.severity == rule.severity and f.name == rule.name
+    assert f.severity == (sample.severity or rule.severity) and f.name == rule.name
     assert 1 <= f.span.line <= len(res.lines) and f.span.col >= 1
     if sample.at is not None:
         assert sample.at in res.lines[f.span.line - 1], (f.span, res.lines[f.span.line - 1])
@@ -97,18 +101,29 @@ def test_capacity_rules_stay_silent_without_a_gpu_or_with_an_unknown_value():
     assert "MEM003" in codes and not [c for c in codes if c.startswith("MEM1")]
 
 
-def test_exceeds_gpu_says_by_how_much_and_what_fits():
-    from memlint.estimate import estimate, find_gpu, max_batch
+def test_exceeds_gpu_says_by_how_much_and_names_the_cheapest_change_that_fits():
+    from memlint.estimate import estimate
+    from memlint.gpu import find_gpu
     from memlint.rules.samples import script
 
     res = check_source(script(batch=8, recompute=False), "s.py", gpu="RTX4090")
     [f] = [f for f in res.findings if f.code == "MEM101"]
-    label, total, ctx_bytes = find_gpu("RTX4090")
+    gpu = find_gpu("RTX4090")
     setup = res.context.setup
-    assert f.data["peak_bytes"] == estimate(setup, "real", ctx_bytes).peak
-    assert f.data["max_batch"] == max_batch(setup, "real", total, ctx_bytes) == 2
-    assert f"by {(f.data['peak_bytes'] - total) / (1 << 30):.1f} GiB" in f.message
-    assert "largest micro-batch that fits: 2" in f.message
+    assert f.data["peak_bytes"] == estimate(setup, "real").peak
+    assert f"by {(f.data['peak_bytes'] - gpu.total) / (1 << 30):.1f} GiB" in f.message
+    # the cheapest change is named with its line, and re-estimated it fits with the headroom
+    suggestion = f.data["suggestion"]
+    assert "fits with " in f.message and " at s.py:" in f.message
+    again = check_source(script(batch=8, recompute=False), "s.py", gpu="RTX4090", assume=tuple(suggestion["assume"]))
+    assert again.context.estimate.peak == suggestion["peak_bytes"] <= 0.9 * gpu.total
+    assert not [x for x in again.findings if x.code in ("MEM101", "MEM102")]
+    # levers already on are never suggested; the help ranks the others by what they save
+    assert "gradient checkpointing" in f.hint and f.hint.startswith("levers by what each saves here: ")
+    on = check_source(script(batch=8, recompute=True), "s.py", gpu="RTX4090")
+    for x in on.findings:
+        if x.code == "MEM101":
+            assert "gradient_checkpointing" not in x.message and "gradient checkpointing" not in (x.hint or "")
     assert {r.label for r in f.related} >= {"max_length set here", "model set here"}
 
 
@@ -132,3 +147,26 @@ def test_longest_sample_rule_reproduces_the_step_213_scaling():
     [f] = [f for f in check_source(src, "s.py").findings if f.code == "MEM202"]
     ratio = f.data["worst_bytes"] / f.data["typical_bytes"]
     assert 7.5 <= ratio <= 8.5, ratio
+
+
+def test_a_findings_figures_are_the_estimate_tables():
+    """One number everywhere: what a finding quotes of the estimate is the table's figure."""
+    from pathlib import Path
+
+    from memlint.check import check_paths
+    from memlint.vocab import size_text
+
+    root = Path(__file__).resolve().parent.parent
+    seen = set()
+    for r in check_paths([str(root / "fixtures" / "scripts"), str(root / "fixtures" / "configs")], Settings(),
+                         gpu="RTX4090"):
+        est = r.context.estimate
+        for f in r.findings:
+            if "logits_bytes" in f.data:
+                assert f.data["logits_bytes"] == est.bytes("logits")
+                assert f": {size_text(est.bytes('logits'))} of the {size_text(est.peak)} peak" in f.message
+                seen.add(f.code)
+            if f.code in ("MEM101", "MEM102"):
+                assert f.data["peak_bytes"] == est.peak and f"peak {size_text(est.peak)}" in f.message
+                seen.add(f.code)
+    assert {"MEM101", "MEM205"} <= seen

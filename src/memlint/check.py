@@ -9,7 +9,7 @@ import fnmatch
 import os
 import re
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from memlint import files
 from memlint.config import SEVERITY_ORDER, Settings
@@ -19,6 +19,9 @@ from memlint.files import Target
 from memlint.plan import TrainingPlan
 from memlint.rules.base import Context, FileResult, Finding, Rule
 from memlint.vocab import CONFIG_SUFFIXES
+
+if TYPE_CHECKING:
+    from memlint.cache import Cache
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.I)
 _FILE_NOQA = re.compile(r"#\s*memlint\s*:\s*noqa\b", re.I)
 
@@ -59,8 +62,9 @@ def _per_file_ignored(shown: str, settings: Settings) -> tuple[str, ...]:
 def context_for(plan: TrainingPlan, settings: Settings, gpu: str | None = None, gpus: int | None = None,
                 assume: Sequence[str] = ()) -> Context:
     """Assumptions applied, the worst-case Setup built and estimated on the configured GPU."""
-    from memlint.estimate import estimate, find_gpu
+    from memlint.estimate import estimate
     from memlint.estimate.from_plan import apply_assumptions, setup_from_plan
+    from memlint.gpu import find_gpu
 
     plan, extra = apply_assumptions(plan, [*settings.assume_list(), *assume])
     gpus = gpus if gpus is not None else settings.gpus
@@ -70,7 +74,7 @@ def context_for(plan: TrainingPlan, settings: Settings, gpu: str | None = None, 
         extra["gpus"] = gpus
     gpu = gpu if gpu is not None else settings.gpu
     target = find_gpu(gpu) if gpu else None
-    ctx = Context(plan, accounting=settings.accounting, gpu=target, extra=extra,
+    ctx = Context(plan, accounting=settings.accounting, gpu=target, extra=extra, min_headroom=settings.min_headroom,
                   require_estimate=settings.require_estimate)
     if plan.diagnostics and any(d.kind in ("syntax-error", "unreadable") for d in plan.diagnostics):
         return ctx
@@ -91,7 +95,8 @@ def context_for(plan: TrainingPlan, settings: Settings, gpu: str | None = None, 
             ctx.planned = PlannedSetup(None, missing, ctx.planned.notes)
     if ctx.planned.setup is not None:
         try:
-            ctx.estimate = estimate(ctx.planned.setup, settings.accounting, target[2] if target else None)
+            # One peak per configuration, whichever GPU it is checked against (memlint.gpu.DEFAULT_CONTEXT).
+            ctx.estimate = estimate(ctx.planned.setup, settings.accounting)
         except MemlintError as exc:  # a combination the estimator rejects (e.g. fp4 with full training)
             ctx.model_error = str(exc)
     elif plan.get("trainer").known:
@@ -104,7 +109,7 @@ def _conditional(plan: TrainingPlan, extra, target, settings: Settings):
     from memlint.estimate.conditional import conditional
 
     try:
-        return conditional(plan, extra, target, settings.accounting)
+        return conditional(plan, extra, target, settings.accounting, settings.min_headroom)
     except MemlintError:
         return None
 
@@ -119,7 +124,7 @@ def run_rules(ctx: Context, rules: Sequence[type[Rule]], settings: Settings) -> 
 
 def check_plan(plan: TrainingPlan, *, lines: Sequence[str] = (), settings: Settings | None = None,
                gpu: str | None = None, gpus: int | None = None, assume: Sequence[str] = (),
-               rules: Sequence[type[Rule]] | None = None) -> FileResult:
+               rules: Sequence[type[Rule]] | None = None, cells: Sequence[int] = ()) -> FileResult:
     """Findings for one plan, after per-file ignores and noqa comments."""
     from memlint.rules.registry import select
 
@@ -132,6 +137,7 @@ def check_plan(plan: TrainingPlan, *, lines: Sequence[str] = (), settings: Setti
     lines = list(lines)
     ctx = context_for(plan, settings, gpu, gpus, assume)
     ctx.lines = lines
+    ctx.cells = list(cells)
     found = run_rules(ctx, rules, settings)
     kept, suppressed = [], 0
     whole_file = file_noqa(lines)
@@ -149,7 +155,7 @@ def check_plan(plan: TrainingPlan, *, lines: Sequence[str] = (), settings: Setti
 
             kept = [replace(f, fix=None) for f in kept]
     kept.sort(key=Finding.sort_key)
-    return FileResult(plan.path, ctx.plan, ctx, kept, lines, suppressed)
+    return FileResult(plan.path, ctx.plan, ctx, kept, lines, suppressed, list(cells))
 
 
 def _effective_fixes(found: list[Finding], lines: Sequence[str]) -> list[Finding]:
@@ -182,21 +188,89 @@ def check_source(source: str, path: str = "<stdin>", **kwargs) -> FileResult:
     return check_plan(plan, lines=source.splitlines(), **kwargs)
 
 
+def check_target(target: Target, settings: Settings, gpu: str | None = None, gpus: int | None = None,
+                 assume: Sequence[str] = (), merge=None) -> FileResult | None:
+    """One file of a walk: read, checked, its notebook cells placed in the raw JSON (None: not a
+    training file); `merge` applies a launch config to a script's plan. A process pool's worker,
+    so everything it takes (but `merge`) and returns pickles."""
+    plan, lines, cells = read_target(target)
+    if plan is None:
+        return None
+    if merge is not None and plan.kind in ("python", "notebook"):
+        plan = merge(plan)
+    result = check_plan(plan, lines=lines, settings=settings, gpu=gpu, gpus=gpus, assume=assume, cells=cells)
+    if cells:
+        from memlint.extract.ipynb import raw_positions
+
+        try:
+            result.raw_positions = raw_positions(target.path.read_text(encoding="utf-8-sig"))
+        except (OSError, UnicodeDecodeError):
+            pass
+    return result
+
+
+def _content(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def _run(targets: Sequence[Target], jobs: int, settings: Settings, args: tuple) -> list[FileResult | None]:
+    """The files checked in order, by a pool of `jobs` processes where there is more than one to do."""
+    if jobs > 1 and len(targets) > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        from itertools import repeat
+
+        n = len(targets)
+        context = None
+        if "fork" in multiprocessing.get_all_start_methods():
+            # Workers forked after the heavy imports share them instead of importing libcst and the
+            # estimator once each.
+            import memlint.estimate.from_plan  # noqa: F401
+            import memlint.extract.build  # noqa: F401
+            import memlint.extract.handlers  # noqa: F401
+            import memlint.rules.registry as registry
+
+            registry.all_rules()
+            context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=min(jobs, n), mp_context=context) as pool:
+            return list(pool.map(check_target, targets, repeat(settings, n), *(repeat(a, n) for a in args)))
+    return [check_target(t, settings, *args) for t in targets]
+
+
 def check_paths(paths: Sequence[str], settings: Settings, *, gpu: str | None = None, gpus: int | None = None,
-                assume: Sequence[str] = ()) -> list[FileResult]:
-    return check_targets(collect(paths, settings), settings, gpu=gpu, gpus=gpus, assume=assume)
+                assume: Sequence[str] = (), cache: "Cache | None" = None, jobs: int = 1) -> list[FileResult]:
+    return check_targets(collect(paths, settings), settings, gpu=gpu, gpus=gpus, assume=assume, cache=cache, jobs=jobs)
 
 
 def check_targets(targets: Sequence[Target], settings: Settings, *, gpu: str | None = None, gpus: int | None = None,
-                  assume: Sequence[str] = ()) -> list[FileResult]:
+                  assume: Sequence[str] = (), cache: "Cache | None" = None, jobs: int = 1) -> list[FileResult]:
+    """Every target checked: from `cache` where nothing it depends on changed, the rest by `jobs`
+    processes. The results, and their order, do not depend on either. A target a launch command
+    runs is read with that command's arguments, so it is never cached under the file alone."""
+    from memlint.cache import MISS
+
+    out: list[FileResult | None] = [None] * len(targets)
+    todo: list[tuple[int, bytes | None]] = []
+    for i, target in enumerate(targets):
+        content = _content(target.path) if cache is not None and target.launch is None else None
+        hit = cache.get(target.shown, target.explicit, content) if content is not None else MISS
+        if hit is MISS:
+            todo.append((i, content))
+        else:
+            out[i] = hit
+    done = _run([targets[i] for i, _ in todo], jobs, settings, (gpu, gpus, tuple(assume)))
+    for (i, content), result in zip(todo, done):
+        out[i] = result
+        if cache is not None and content is not None:
+            cache.put(targets[i].shown, targets[i].explicit, content, result)
     results = []
     seen: set[tuple] = set()  # a config's findings in a file it follows (its DeepSpeed JSON) are that file's too
-    for target in targets:
-        plan, lines, cells = read_target(target)
-        if plan is None:
+    for result in out:
+        if result is None:
             continue
-        result = check_plan(plan, lines=lines, settings=settings, gpu=gpu, gpus=gpus, assume=assume)
-        result.cells = cells
         keys = [(f.span.path, f.span.line, f.span.col, f.code, f.message) for f in result.findings]
         result.findings = [f for f, k in zip(result.findings, keys) if k not in seen]
         seen.update(keys)

@@ -22,13 +22,14 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser; `only` builds just that subcommand's (a warm `memlint check` imports nothing else)."""
     import importlib
 
     p = _Parser(prog="memlint", description="Will this fine-tuning run fit on the GPU, and which line do I change?")
     p.add_argument("--version", action="version", version=f"memlint {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in COMMANDS:
+    for name in COMMANDS if only is None else (only,):
         importlib.import_module(f"memlint.commands.{name}").add_parser(sub)
     return p
 
@@ -43,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # `memlint train.py` is shorthand for `memlint check train.py` (Ruff's `ruff check`).
     if (argv and argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version")) or (not argv and launch_words):
         argv = ["check", *argv]
-    parser = build_parser()
+    parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
     args = parser.parse_args(argv)
     if launch_words is not None:
         if getattr(args, "command", None) not in ("check", "plan"):

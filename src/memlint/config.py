@@ -6,7 +6,6 @@ how a linter loses trust); so is broken TOML. Command-line flags override the fi
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
@@ -32,11 +31,19 @@ class Settings:
     accounting: str = "real"
     max_increase: str | None = None                 # `memlint diff` budget: "2GiB" or "10%"
     require_estimate: bool = False                  # a training script memlint cannot size fails the run
+    docs_url: str | None = None                     # where the rule pages live (json `url`, SARIF `helpUri`)
     path: str | None = None                         # the file these came from
     root: str | None = None                         # its directory (per-file-ignores are relative to it)
 
     def with_(self, **changes: Any) -> "Settings":
         return replace(self, **changes)
+
+    @property
+    def min_headroom(self) -> float:
+        """The headroom every front door weighs a fit by: MEM102's `min-headroom` option."""
+        from memlint.gpu import MIN_HEADROOM
+
+        return float(self.rule_options.get("MEM102", {}).get("min-headroom", MIN_HEADROOM))
 
     def assume_list(self) -> list[str]:
         out = []
@@ -51,7 +58,8 @@ class Settings:
     def show(self) -> str:
         lines = [f"config file: {self.path or '(none: defaults)'}"]
         for name in ("gpu", "gpus", "select", "extend_select", "ignore", "per_file_ignores", "fail_on",
-                     "assume", "rule_options", "exclude", "accounting", "max_increase", "require_estimate"):
+                     "assume", "rule_options", "exclude", "accounting", "max_increase", "require_estimate",
+                     "docs_url"):
             lines.append(f"{name.replace('_', '-')} = {getattr(self, name)!r}")
         return "\n".join(lines)
 
@@ -76,7 +84,7 @@ def parse_budget(text: str, where: str = "--max-increase") -> tuple[str, float]:
 
 
 KEYS = {"gpu", "gpus", "select", "extend-select", "ignore", "per-file-ignores", "fail-on", "assume", "options",
-        "exclude", "accounting", "max-increase", "require-estimate"}
+        "exclude", "accounting", "max-increase", "require-estimate", "docs-url"}
 
 
 def find_config(start: Path) -> Path | None:
@@ -92,11 +100,19 @@ def find_config(start: Path) -> Path | None:
             if name != "pyproject.toml":
                 return p
             try:
-                data = tomllib.loads(p.read_text(encoding="utf-8"))
-            except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+                text = p.read_text(encoding="utf-8")
+            except UnicodeDecodeError as exc:
                 raise MemlintError(f"{p}: invalid TOML: {exc}") from None
             except OSError as exc:
                 raise MemlintError(f"{p}: cannot read: {exc.strerror}") from None
+            if "memlint" not in text:
+                continue  # no [tool.memlint] without the word: not worth parsing (or importing tomllib)
+            import tomllib
+
+            try:
+                data = tomllib.loads(text)
+            except tomllib.TOMLDecodeError as exc:
+                raise MemlintError(f"{p}: invalid TOML: {exc}") from None
             if "memlint" in data.get("tool", {}):
                 return p
     return None
@@ -112,7 +128,7 @@ def _strs(value: Any, key: str, where: str) -> tuple[str, ...]:
 
 def parse_settings(table: Mapping[str, Any], where: str) -> dict[str, Any]:
     """[tool.memlint] as Settings keyword arguments; every key and option checked."""
-    from memlint.rules.registry import check_selectors, lookup
+    from memlint.rules.registry import check_selectors
 
     unknown = sorted(set(table) - KEYS)
     if unknown:
@@ -121,7 +137,7 @@ def parse_settings(table: Mapping[str, Any], where: str) -> dict[str, Any]:
     if "gpu" in table:
         if not isinstance(table["gpu"], (str, int, float)):
             raise MemlintError(f"{where}: `gpu` must be a GPU name or a size in GiB")
-        from memlint.estimate import find_gpu
+        from memlint.gpu import find_gpu
 
         find_gpu(str(table["gpu"]))  # an unknown GPU is a config error now, not at the first capacity rule
         out["gpu"] = str(table["gpu"])
@@ -155,29 +171,18 @@ def parse_settings(table: Mapping[str, Any], where: str) -> dict[str, Any]:
         apply_assumptions(TrainingPlan("<config>"), s.assume_list())  # names every bad field now
         out["assume"] = dict(table["assume"])
     if "options" in table:
-        opts = table["options"]
-        if not isinstance(opts, dict):
-            raise MemlintError(f"{where}: `options` must be a table of rule tables")
-        parsed = {}
-        for key, values in opts.items():
-            rule = lookup(key)
-            if not isinstance(values, dict):
-                raise MemlintError(f"{where}: `options.{key}` must be a table")
-            for opt, val in values.items():
-                if opt not in rule.options:
-                    known = ", ".join(rule.options) or "none"
-                    raise MemlintError(f"{where}: unknown option `{opt}` for {rule.code} ({rule.name}); options: {known}")
-                default = rule.options[opt]
-                if isinstance(default, (int, float)) and (isinstance(val, bool) or not isinstance(val, (int, float))):
-                    raise MemlintError(f"{where}: option `{opt}` of {rule.code} must be a number")
-            parsed[rule.code] = dict(values)
-        out["rule_options"] = parsed
+        out["rule_options"] = _rule_options(table["options"], where)
     if "exclude" in table:
         out["exclude"] = _strs(table["exclude"], "exclude", where)
     if "accounting" in table:
         if table["accounting"] not in ("real", "textbook"):
             raise MemlintError(f"{where}: `accounting` must be real or textbook")
         out["accounting"] = table["accounting"]
+    if "docs-url" in table:
+        url = table["docs-url"]
+        if not isinstance(url, str) or not url.startswith(("https://", "http://", "file://")):
+            raise MemlintError(f"{where}: `docs-url` must be an absolute URL (https://…)")
+        out["docs_url"] = url
     if "max-increase" in table:
         parse_budget(str(table["max-increase"]), where)
         out["max_increase"] = str(table["max-increase"])
@@ -188,11 +193,35 @@ def parse_settings(table: Mapping[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
+def _rule_options(opts: Any, where: str) -> dict[str, dict]:
+    """[tool.memlint.options]: each rule's table, every option known and of its default's type."""
+    from memlint.rules.registry import lookup
+
+    if not isinstance(opts, dict):
+        raise MemlintError(f"{where}: `options` must be a table of rule tables")
+    parsed = {}
+    for key, values in opts.items():
+        rule = lookup(key)
+        if not isinstance(values, dict):
+            raise MemlintError(f"{where}: `options.{key}` must be a table")
+        for opt, val in values.items():
+            if opt not in rule.options:
+                known = ", ".join(rule.options) or "none"
+                raise MemlintError(f"{where}: unknown option `{opt}` for {rule.code} ({rule.name}); options: {known}")
+            default = rule.options[opt]
+            if isinstance(default, (int, float)) and (isinstance(val, bool) or not isinstance(val, (int, float))):
+                raise MemlintError(f"{where}: option `{opt}` of {rule.code} must be a number")
+        parsed[rule.code] = dict(values)
+    return parsed
+
+
 def load_settings(start: str | Path = ".", config: str | Path | None = None) -> Settings:
     """Settings from `config` if given, else from the closest config file at or above `start`."""
     path = Path(config) if config is not None else find_config(Path(start))
     if path is None:
         return Settings()
+    import tomllib
+
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -74,6 +74,7 @@ class FileDiff:
     after: Side
     changes: tuple[FieldChange, ...]
     over_budget: bool = False
+    worse_fit: bool = False         # the change makes the script stop fitting (or fit only tightly) on the GPU
 
     @property
     def peak_delta(self) -> int | None:
@@ -98,10 +99,22 @@ class DiffResult:
     budget: str | None
     files: tuple[FileDiff, ...]
     skipped: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # (path, why)
+    min_headroom: float = 0.10
 
     @property
     def exceeded(self) -> bool:
-        return any(f.over_budget for f in self.files)
+        """Over the --max-increase budget, or a script that no longer fits the GPU: exit 1."""
+        return any(f.over_budget or f.worse_fit for f in self.files)
+
+    def fit(self, peak: int | None, side: "Side | None" = None):
+        """memlint.gpu's verdict for a peak on the configured GPU (None without a GPU or a peak)."""
+        from memlint.gpu import fit, fit_of
+
+        if self.gpu is None or peak is None:
+            return None
+        if side is not None and side.estimate is not None:
+            return fit_of(side.estimate, self.gpu, self.min_headroom)
+        return fit(peak, self.gpu, self.min_headroom)
 
 
 # ---------------------------------------------------------------------------- git
@@ -215,7 +228,7 @@ def _relabel(plan: TrainingPlan, old: str, new: str) -> TrainingPlan:
 
     diags = tuple(replace(d, span=replace(d.span, path=new)) if d.span and d.span.path == old else d
                   for d in plan.diagnostics)
-    return TrainingPlan(new, {k: fix(v) for k, v in plan.fields.items()}, plan.notes, diags, plan.kind)
+    return replace(plan, path=new, fields={k: fix(v) for k, v in plan.fields.items()}, diagnostics=diags)
 
 
 def plan_of(text: str, rel: str, root: Path) -> TrainingPlan:
@@ -293,7 +306,7 @@ def _estimate_side(plan: TrainingPlan | None, assume: Sequence[str], gpu, accoun
     if planned.setup is None:
         return Side(plan, why=f"unknown {', '.join(planned.missing)} (pass --assume "
                     + " ".join(f"{k}=…" for k in planned.missing) + ")")
-    return Side(plan, estimate(planned.setup, accounting, gpu[2] if gpu else None))
+    return Side(plan, estimate(planned.setup, accounting))  # the same peak with and without --gpu
 
 
 # ---------------------------------------------------------------------------- budget
@@ -321,9 +334,31 @@ def split_refs(items: Sequence[str], cwd: Path) -> tuple[str | None, list[str]]:
     return None, list(items)
 
 
+_RANK = {"fits": 0, "tight": 1, "over": 2}
+
+
+def worse_fit(before: Side | None, after: Side, gpu, min_headroom: float) -> bool:
+    """The change makes the script stop fitting: its verdict on the GPU got worse and is no longer
+    "fits" (fits -> tight, fits or tight -> over, or a capability the GPU lacks); a new script
+    that does not fit counts too."""
+    from memlint.gpu import fit_of
+
+    if gpu is None or after.estimate is None:
+        return False
+    a = fit_of(after.estimate, gpu, min_headroom)
+    rank_a = 2 if a.missing else _RANK[a.status]
+    if before is None or before.plan is None:
+        return rank_a == 2
+    if before.estimate is None:
+        return False
+    b = fit_of(before.estimate, gpu, min_headroom)
+    rank_b = 2 if b.missing else _RANK[b.status]
+    return rank_a > rank_b and rank_a > 0
+
+
 def run_diff(items: Sequence[str] = (), *, cwd: str | Path = ".", gpu: str | None = None, assume: Sequence[str] = (),
-             accounting: str = "real", budget: str | None = None) -> DiffResult:
-    from memlint.estimate import find_gpu
+             accounting: str = "real", budget: str | None = None, min_headroom: float = 0.10) -> DiffResult:
+    from memlint.gpu import find_gpu
 
     cwd = Path(cwd)
     root = repo_root(cwd)
@@ -372,8 +407,10 @@ def run_diff(items: Sequence[str] = (), *, cwd: str | Path = ".", gpu: str | Non
         delta = None if b_side.peak is None or a_side.peak is None else a_side.peak - b_side.peak
         if not changes and delta == 0:
             continue
-        files.append(FileDiff(new, old, status, b_side, a_side, changes, over_budget(delta, b_side.peak, budget)))
-    return DiffResult(str(root), base, base_name, target, accounting, budget, tuple(files), tuple(skipped))
+        files.append(FileDiff(new, old, status, b_side, a_side, changes, over_budget(delta, b_side.peak, budget),
+                              worse_fit(b_side if before is not None else None, a_side, target, min_headroom)))
+    return DiffResult(str(root), base, base_name, target, accounting, budget, tuple(files), tuple(skipped),
+                      min_headroom)
 
 
 def _decode(raw: bytes, path: str) -> str:

@@ -131,6 +131,9 @@ class TrainingPlan:
     diagnostics: tuple[Diagnostic, ...] = ()
     kind: str = "python"  # python | notebook | axolotl | llama-factory | trl-recipe | torchtune | deepspeed | accelerate
     via: str | None = None  # the launcher this plan runs the script with: "scripts/finetune_7b.sh:12"
+    # Other files the plan was read from (sibling modules the script imports, a DeepSpeed JSON a
+    # config follows): a cached result is only as fresh as every one of them.
+    sources: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = set(self.fields) - set(PLAN_FIELDS)
@@ -149,7 +152,7 @@ class TrainingPlan:
     def with_values(self, **values: Value) -> "TrainingPlan":
         merged = dict(self.fields)
         merged.update(values)
-        return TrainingPlan(self.path, merged, self.notes, self.diagnostics, self.kind, self.via)
+        return TrainingPlan(self.path, merged, self.notes, self.diagnostics, self.kind, self.via, self.sources)
 
     @property
     def shown(self) -> str:

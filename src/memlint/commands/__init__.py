@@ -3,4 +3,4 @@
 to report/ for rendering. `memlint.cli` only parses and dispatches."""
 
 # In `memlint --help` order.
-COMMANDS = ("check", "rule", "diff", "estimate", "plan", "measure")
+COMMANDS = ("check", "rule", "diff", "estimate", "plan", "measure", "clean")

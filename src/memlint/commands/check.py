@@ -43,10 +43,19 @@ def add_check_flags(p: argparse.ArgumentParser) -> None:
                                                     "with [tool.memlint], or memlint.toml)")
     o.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
     o.add_argument("--no-color", action="store_true")
+    c = p.add_argument_group("speed")
+    c.add_argument("--no-cache", action="store_true", help="neither read nor write the cache (.memlint_cache/)")
+    c.add_argument("--cache-dir", metavar="PATH", help="where the cache lives (default: .memlint_cache beside the "
+                                                       "config file, else in the working directory; "
+                                                       "MEMLINT_CACHE_DIR)")
+    c.add_argument("-j", "--jobs", type=int, metavar="N", default=None,
+                   help="processes for a folder walk (default: the CPU count; the results do not depend on it)")
     f = p.add_argument_group("fixes")
     f.add_argument("--fix", action="store_true", help="apply safe fixes in place")
     f.add_argument("--unsafe-fixes", action="store_true", help="also apply (with --fix) or show unsafe fixes")
     f.add_argument("--diff", action="store_true", help="show the fixes as a unified diff; write nothing")
+    f.add_argument("--add-noqa", action="store_true",
+                   help="add `# noqa: CODE` to every line with a finding (existing noqa codes are kept)")
 
 
 def _codes(text: str | None) -> list[str] | None:
@@ -75,7 +84,7 @@ def resolve_settings(args: argparse.Namespace):
     if args.accounting:
         changes["accounting"] = args.accounting
     if args.gpu:
-        from memlint.estimate import find_gpu
+        from memlint.gpu import find_gpu
 
         find_gpu(args.gpu)
         changes["gpu"] = args.gpu
@@ -105,8 +114,7 @@ def _launch(plans_cfg: str | None):
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from memlint.check import check_paths, check_plan, check_source, collect, failing
-    from memlint.extract import read_target
+    from memlint.check import check_paths, check_plan, check_source, check_target, collect, failing
     from memlint.report.check_view import fit_summary
     from memlint.report.formats import summary, write_results, write_statistics
 
@@ -144,23 +152,17 @@ def run_check(args: argparse.Namespace) -> int:
         from memlint.extract.launch import command_target
 
         results = check_targets([command_target(args.launch_words), *(collect(args.paths, settings) if args.paths else [])],
-                                settings, **kw)
+                                settings, **kw, cache=_cache(args, settings), jobs=_jobs(args))
         if merge is not None:
             results = [check_plan(merge(r.plan), lines=r.lines, settings=settings, **kw) if r.plan.kind in ("python", "notebook")
                        else r for r in results]
-    elif merge is None and not (args.fix or args.diff):
-        results = check_paths(paths, settings, **kw)
+    elif merge is None and not (args.fix or args.diff or args.add_noqa):
+        results = check_paths(paths, settings, **kw, cache=_cache(args, settings), jobs=_jobs(args))
     else:
-        results = []
-        for target in collect(paths, settings):
-            plan, lines, cells = read_target(target)
-            if plan is None:
-                continue
-            if merge is not None and plan.kind in ("python", "notebook"):
-                plan = merge(plan)
-            result = check_plan(plan, lines=lines, settings=settings, **kw)
-            result.cells = cells
-            results.append(result)
+        results = [r for target in collect(paths, settings)
+                   if (r := check_target(target, settings, assume=args.assume, merge=merge)) is not None]
+        if args.add_noqa:
+            return _add_noqa(results, args)
         if args.fix or args.diff:
             results, code = _fix_files(results, settings, args, kw)
             if args.diff:
@@ -175,7 +177,8 @@ def run_check(args: argparse.Namespace) -> int:
 
             write_statistics(statistics(results), out, fmt, color=color)
         else:
-            write_results(results, fmt, out, color=color, show_fixes=args.unsafe_fixes)
+            write_results(results, fmt, out, color=color, show_fixes=args.unsafe_fixes, docs_url=settings.docs_url,
+                          width=_width(out) if not args.output_file else None)
     finally:
         if args.output_file:
             out.close()
@@ -183,10 +186,53 @@ def run_check(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         sys.stderr.write(summary(results, show_fixes=args.unsafe_fixes))
         if settings.gpu is None and fmt in ("concise", "full"):
-            fit_summary(results, sys.stderr)
+            fit_summary(results, sys.stderr, settings.min_headroom)
     if args.exit_zero:
         return 0
     return 1 if failing(results, settings.fail_on) else 0
+
+
+def _width(stream: TextIO) -> int | None:
+    """The terminal's columns, for the full format to wrap to: a terminal's own, or COLUMNS; None when piped."""
+    import shutil
+
+    if os.environ.get("COLUMNS", "").isdigit():
+        return int(os.environ["COLUMNS"])
+    if hasattr(stream, "isatty") and stream.isatty():
+        return shutil.get_terminal_size().columns
+    return None
+
+
+def _jobs(args) -> int:
+    if args.jobs is not None:
+        if args.jobs < 1:
+            raise MemlintError("--jobs must be at least 1")
+        return args.jobs
+    return os.cpu_count() or 1
+
+
+def _cache(args, settings):
+    """The cache this run reads and writes, or None (--no-cache, MEMLINT_NO_CACHE)."""
+    if args.no_cache or os.environ.get("MEMLINT_NO_CACHE"):
+        return None
+    from memlint.cache import CACHE_DIR, Cache
+
+    root = args.cache_dir or os.environ.get("MEMLINT_CACHE_DIR") or os.path.join(settings.root or ".", CACHE_DIR)
+    extra = [tuple(args.assume)]
+    return Cache.open(root, settings, extra)
+
+
+def _add_noqa(results, args) -> int:
+    """Ruff's --add-noqa: `# noqa: CODE` on every line with a finding, merged into a noqa already there."""
+    from memlint.fix.noqa import add_noqa
+
+    findings = [f for r in results for f in r.findings]
+    added, skipped = add_noqa(findings)
+    if not args.quiet:
+        sys.stderr.write(f"Added {added} noqa directive{'s' if added != 1 else ''}.\n")
+        for where, why in skipped:
+            sys.stderr.write(f"memlint: no noqa added at {where}: {why}\n")
+    return 0
 
 
 def _fixable(results, args) -> dict:

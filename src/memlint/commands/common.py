@@ -18,10 +18,19 @@ def console():
     return Console(highlight=False, soft_wrap=False)
 
 
+def min_headroom() -> float:
+    """The headroom `[tool.memlint]` of the working directory sets (MEM102's min-headroom), as check uses it."""
+    from memlint.config import load_settings
+
+    return load_settings(Path.cwd()).min_headroom
+
+
 def add_chart_flags(p) -> None:
     p.add_argument("--plot", metavar="PATH", help="draw the four-bucket chart to PATH (.png or .svg; needs matplotlib)")
     p.add_argument("--compare", action="store_true",
-                   help="add bars for the alternatives memlint suggests (recompute, QLoRA, smaller micro-batch)")
+                   help="add bars for the alternatives memlint suggests: each lever alone (recompute, fused "
+                        "cross-entropy, 8-bit/paged optimizer, activation offloading, smaller micro-batch, LoRA/QLoRA), "
+                        "stacked, the cheapest set that fits each GPU and the largest micro-batch it fits")
 
 
 def check_chart_flags(args) -> None:
@@ -40,22 +49,20 @@ def check_chart_flags(args) -> None:
 
 
 def emit_chart(args, estimates: Sequence[tuple[str | None, "Estimate"]], console, terminal: bool = True) -> None:
-    """`--plot` / `--compare` for estimate and plan: the terminal chart and the file.
-
-    Alternatives are estimated against the CUDA context of `--gpu`, as the estimate was."""
-    from memlint.estimate import find_gpu
+    """`--plot` / `--compare` for estimate and plan: the terminal chart and the file. The
+    alternatives (memlint.estimate.levers) include the cheapest set that fits each GPU drawn."""
     from memlint.report.chart import bars_for, capacities_for, render_terminal, write_chart
 
     if not (getattr(args, "plot", None) or getattr(args, "compare", False)):
         return
     check_chart_flags(args)
-    context_bytes = find_gpu(args.gpu)[2] if getattr(args, "gpu", None) else None
+    capacities = capacities_for(getattr(args, "gpu", None))
+    headroom = min_headroom()
     bars: list = []
     for label, est in estimates:
-        bars += bars_for(est, context_bytes, compare=args.compare, label=label)
+        bars += bars_for(est, compare=args.compare, label=label, capacities=capacities, min_headroom=headroom)
     if not bars:
         return
-    capacities = capacities_for(getattr(args, "gpu", None))
     if terminal:
         console.print()
         render_terminal(bars, capacities, console)

@@ -57,11 +57,19 @@ def run(args) -> int:
     result = run_diff(
         args.items, cwd=cwd, gpu=args.gpu or settings.gpu, assume=[*settings.assume_list(), *args.assume],
         accounting=args.accounting or settings.accounting, budget=args.max_increase or settings.max_increase,
+        min_headroom=settings.min_headroom,
     )
     write_diff(result, args.format, sys.stdout)
     for path, why in result.skipped:
         print(f"memlint diff: skipped {path}: {why}", file=sys.stderr)
     n = len(result.files)
     print(f"memlint diff: {n} training script{'s' if n != 1 else ''} changed against {result.base[:10]} "
-          f"({result.base_name})" + ("; over the budget" if result.exceeded else ""), file=sys.stderr)
+          f"({result.base_name})" + (_why_failing(result) if result.exceeded else ""), file=sys.stderr)
     return 1 if result.exceeded else 0
+
+
+def _why_failing(result) -> str:
+    over = any(f.over_budget for f in result.files)
+    lost = any(f.worse_fit for f in result.files)
+    return "; " + " and ".join(w for w, on in (("over the budget", over), (f"a script stops fitting {result.gpu[0]}"
+                                                                            if lost else "", lost)) if on)

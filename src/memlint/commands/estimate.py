@@ -34,6 +34,8 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--attn", choices=tuple(attention()), default="sdpa")
     g.add_argument("--fused-loss", action=argparse.BooleanOptionalAction, default=False,
                    help="fused/chunked linear cross-entropy (Liger, Cut Cross-Entropy): no full-vocabulary logits")
+    g.add_argument("--offload-activations", action=argparse.BooleanOptionalAction, default=False,
+                   help="activation offloading (TRL's activation_offloading): saved activations copied to CPU")
     g.add_argument("--objective", choices=("sft", "dpo", "orpo", "cpo", "kto", "reward"), default="sft",
                    help="TRL trainer objective: preference trainers stack chosen+rejected rows, DPO/KTO add a reference pass")
     g.add_argument("--ref-model", choices=("auto", "none", "copy", "adapter-disabled", "precomputed"), default="auto",
@@ -69,24 +71,32 @@ def setup_from_args(args: argparse.Namespace):
         precision=precision, optim=args.optim, batch=args.batch, seq=args.seq, grad_accum=args.grad_accum,
         recompute=args.recompute, attn=args.attn, gpus=args.gpus, shard=args.shard, offload=args.offload,
         nodes=args.nodes, kbit_prep=args.kbit_prep, fused_loss=args.fused_loss,
+        offload_activations=args.offload_activations,
         objective=args.objective, ref_model=args.ref_model, trl_version=args.trl_version or installed_version("trl"),
     )
 
 
+def target_flags(p: argparse.ArgumentParser, accounting: str | None = "real") -> None:
+    """What `estimate` and `measure` check against and how they print it."""
+    p.add_argument("--gpu", metavar="NAME|GiB", help="GPU to check against (default: the common GPUs)")
+    p.add_argument("--accounting", choices=("real", "textbook"), default=accounting)
+    p.add_argument("--format", choices=("table", "json"), default="table")
+
+
 def run(args: argparse.Namespace) -> int:
-    from memlint.commands.common import check_chart_flags, console, emit_chart
+    from memlint.commands.common import check_chart_flags, console, emit_chart, min_headroom
     from memlint.estimate import estimate
     from memlint.report.estimate_view import gpu_targets, render, to_json
 
     check_chart_flags(args)
     setup = setup_from_args(args)
     targets = gpu_targets(args.gpu)
-    ctx = targets[0][2] if args.gpu else None
-    est = estimate(setup, args.accounting, ctx)
+    headroom = min_headroom()
+    est = estimate(setup, args.accounting)  # one peak, whichever GPU it is checked against
     if args.format == "json":
-        print(json.dumps(to_json(est, targets), indent=2))
+        print(json.dumps(to_json(est, targets, headroom), indent=2))
     else:
-        render(est, targets, console())
+        render(est, targets, console(), min_headroom=headroom)
     emit_chart(args, [(None, est)], console(), terminal=args.format != "json")
     return 0
 
@@ -96,8 +106,6 @@ def add_parser(sub) -> None:
 
     e = sub.add_parser("estimate", help="estimate per-GPU memory for a configuration")
     setup_flags(e)
-    e.add_argument("--gpu", metavar="NAME|GiB", help="GPU to check against (default: the common GPUs)")
-    e.add_argument("--accounting", choices=("real", "textbook"), default="real")
-    e.add_argument("--format", choices=("table", "json"), default="table")
+    target_flags(e)
     add_chart_flags(e)
     e.set_defaults(func=run)

@@ -9,7 +9,8 @@ from memlint.errors import MemlintError
 from memlint.plan import TrainingPlan
 
 
-def _estimate_json(plan: TrainingPlan, extra, gpu: str | None, accounting: str) -> tuple[dict | None, Any]:
+def _estimate_json(plan: TrainingPlan, extra, gpu: str | None, accounting: str,
+                   min_headroom: float) -> tuple[dict | None, Any]:
     from memlint.estimate import estimate
     from memlint.estimate.from_plan import setup_from_plan
     from memlint.report.estimate_view import gpu_targets, to_json
@@ -18,8 +19,8 @@ def _estimate_json(plan: TrainingPlan, extra, gpu: str | None, accounting: str) 
     if planned.setup is None:
         return None, planned
     targets = gpu_targets(gpu)
-    est = estimate(planned.setup, accounting, targets[0][2] if gpu else None)
-    doc = to_json(est, targets)
+    est = estimate(planned.setup, accounting)  # one peak, whichever GPU it is checked against
+    doc = to_json(est, targets, min_headroom)
     doc["assumptions"] = list(planned.notes) + doc["assumptions"]
     return doc, (planned, est, targets)
 
@@ -36,7 +37,10 @@ def run(args) -> int:
     from memlint.extract import extract_paths
     from memlint.report.plan_view import render_plan
 
+    from memlint.commands.common import min_headroom
+
     check_chart_flags(args)
+    headroom = min_headroom()
     if getattr(args, "launch_words", None):
         from memlint.extract import extract_targets
         from memlint.extract.launch import command_target
@@ -58,7 +62,7 @@ def run(args) -> int:
                 raise MemlintError("--gpus must be at least 1")
             extra["gpus"] = args.gpus
         try:
-            est_doc, detail = _estimate_json(plan, extra, args.gpu, args.accounting)
+            est_doc, detail = _estimate_json(plan, extra, args.gpu, args.accounting, headroom)
         except MemlintError as exc:  # e.g. the script's model id is not known offline
             est_doc, detail = None, exc
         if est_doc is not None:
@@ -69,7 +73,7 @@ def run(args) -> int:
             from memlint.estimate.conditional import conditional
 
             try:
-                cond = conditional(plan, extra, find_gpu(args.gpu) if args.gpu else None, args.accounting)
+                cond = conditional(plan, extra, find_gpu(args.gpu) if args.gpu else None, args.accounting, headroom)
             except MemlintError:
                 cond = None
         if args.format == "json":

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from contextlib import contextmanager
 from functools import lru_cache
-from importlib import resources
+import os
 from typing import Any, Callable, Iterator, TypeVar
 
 _overrides: dict[str, Any] = {}
@@ -21,7 +21,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 @lru_cache(maxsize=None)
 def _read(name: str) -> Any:
-    return json.loads(resources.files(__name__).joinpath(name).read_text("utf-8"))
+    # The files sit beside this module (package-data); a plain read, not importlib.resources,
+    # whose import alone costs a warm `memlint check` more than reading every data file.
+    with open(os.path.join(os.path.dirname(__file__), name), encoding="utf-8") as f:
+        return json.load(f)
 
 
 def load(name: str) -> Any:

@@ -44,6 +44,8 @@ def textbook(s: Setup) -> ActivationTerms:
     else:
         body = per_layer * m.layers
         formula += " × L"
+    if s.offload_activations:
+        body, formula = offloaded(body, per_layer, 2 * sb * m.hidden, per_layer if s.recompute else 0, s.recompute, formula)
     logits = sb * m.vocab * 4
     return ActivationTerms(body, per_layer, logits, 0, formula, "s·b·V × 4 B (fp32 logits)")
 
@@ -160,6 +162,8 @@ def real(s: Setup) -> ActivationTerms:
     else:
         body = per_layer * m.layers + once * sb
         formula = f"{per_tok:,} B/token/layer saved (norms, q/k/v, SDPA, MLP{', LoRA inputs' if s.method != 'full' else ''}) × s·b·L"
+    if s.offload_activations:
+        body, formula = offloaded(body, per_layer, inp_tok * sb, once * sb, s.recompute, formula)
     a = DTYPE_BYTES[s.compute_dtype]
     V = m.vocab
     copies_body, copies_head = autocast_weight_copies(s)
@@ -178,6 +182,17 @@ def real(s: Setup) -> ActivationTerms:
         body, per_layer, fwd, bwd, formula,
         f"s·b·V × ({a}+{up}+4) B: logits{', fp32 upcast' if up else ''}, log-softmax; +{a} B for their gradient in backward{head}",
     )
+
+
+def offloaded(body: int, per_layer: int, layer_input: int, once: int, recompute: bool, formula: str) -> tuple[int, str]:
+    """Saved activations under activation offloading (TRL's `activation_offloading`, torchtune's
+    OffloadActivations): each saved tensor is copied to CPU as forward makes it and brought back,
+    one layer ahead on a side stream, as backward needs it, so two layers' worth (their checkpointed
+    inputs under recompute) stay on the GPU. Not validated by memlint's trace."""
+    kept = 2 * (layer_input if recompute else per_layer) + once
+    if kept >= body:
+        return body, formula
+    return kept, formula + "; offloaded to CPU but for two layers in flight (activation offloading)"
 
 
 def liger_chunk_tokens(s: Setup) -> int:

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 from memlint import data
 from memlint.errors import MemlintError
 from memlint.plan import TrainingPlan, Value
+from memlint.gpu import MIN_HEADROOM
 from memlint.vocab import gib
 
 _SEQ_STEP = 128
@@ -60,7 +61,7 @@ class Conditional:
 
 
 def _targets(gpu: tuple[str, int, int] | None) -> list[tuple[str, int, int]]:
-    from memlint.estimate.core import find_gpu
+    from memlint.gpu import find_gpu
 
     if gpu is not None:
         return [gpu]
@@ -72,11 +73,13 @@ def _with(plan: TrainingPlan, **values: Any) -> TrainingPlan:
 
 
 def conditional(plan: TrainingPlan, extra: Mapping[str, Any] | None = None, gpu: tuple[str, int, int] | None = None,
-                accounting: str = "real") -> Conditional | None:
+                accounting: str = "real", min_headroom: float = MIN_HEADROOM) -> Conditional | None:
     """The conditional answer for `plan`, or None when it can be sized (or too much is unknown)."""
     from memlint.catalog import closest_ids
-    from memlint.estimate.core import estimate, max_seq
+    from memlint.estimate.core import estimate
     from memlint.estimate.from_plan import setup_from_plan
+    from memlint.estimate.levers import longest_seq
+    from memlint.gpu import fit_of
 
     extra = dict(extra or {})
     try:
@@ -96,9 +99,9 @@ def conditional(plan: TrainingPlan, extra: Mapping[str, Any] | None = None, gpu:
     batch = max(batch) if isinstance(batch, list) else batch
     if "model_id" not in missing:
         rows = []
-        for label, total, ctx in _targets(gpu):
+        for g in _targets(gpu):
             s = setup_from_plan(_with(plan, max_length=_SEQ_STEP), extra).setup
-            rows.append(Row(plan.value("model_id"), label, max_seq=max_seq(s, accounting, total, ctx, _SEQ_STEP)))
+            rows.append(Row(plan.value("model_id"), g[0], max_seq=longest_seq(s, g, accounting, min_headroom, _SEQ_STEP)))
         return Conditional(("max_length",), "max_seq", int(batch), None, tuple(rows))
     cfg = data.load("conditional.json")
     named = plan.value("model_id")
@@ -115,12 +118,12 @@ def conditional(plan: TrainingPlan, extra: Mapping[str, Any] | None = None, gpu:
         if s is None:
             continue
         if seq is None:
-            label, total, ctx = target or _targets(None)[0]
-            rows.append(Row(mid, label, max_seq=max_seq(s, accounting, total, ctx, _SEQ_STEP)))
+            g = target or _targets(None)[0]
+            rows.append(Row(mid, g[0], max_seq=longest_seq(s, g, accounting, min_headroom, _SEQ_STEP)))
         else:
-            est = estimate(s, accounting, target[2] if target else None)
+            est = estimate(s, accounting)
             rows.append(Row(mid, target[0] if target else None, peak=est.peak,
-                            fits=(est.peak <= target[1]) if target else None))
+                            fits=fit_of(est, target, min_headroom).ok if target else None))
     if not rows:
         return None
     return Conditional(tuple(sorted(missing)), "checkpoints", int(batch), seq, tuple(rows))

@@ -13,9 +13,8 @@ from memlint.library.api import attention
 from memlint.vocab import COMPONENTS, GIB  # noqa: F401 - re-exported by memlint.estimate
 from memlint.estimate import sharding
 from memlint.estimate.setup import PARAM_SHARDS, Setup
-
-
-DEFAULT_CONTEXT = 512 << 20
+from memlint.gpu import DEFAULT_CONTEXT, find_gpu  # noqa: F401 - re-exported by memlint.estimate
+from memlint.gpu import table as gpus  # noqa: F401 - re-exported by memlint.estimate
 
 
 @dataclass(frozen=True)
@@ -56,27 +55,6 @@ class Estimate:
     def ranks(self) -> int:
         """GPUs in the run; every figure is per GPU (rank)."""
         return self.setup.gpus
-
-
-def gpus() -> dict[str, dict]:
-    return data.load("gpus.json")["gpus"]
-
-
-def find_gpu(name: str) -> tuple[str, int, int]:
-    """A GPU name (or a size in GiB) -> (label, total bytes, context bytes)."""
-    from memlint.errors import MemlintError
-
-    key = name.strip().lower().replace(" ", "").replace("_", "-")
-    for label, g in gpus().items():
-        if key in {label.lower(), *(a.lower() for a in g["aliases"])}:
-            return label, g["total_bytes"], g["context_bytes"]
-    try:
-        gib = float(key.removesuffix("gib").removesuffix("gb"))
-    except ValueError:
-        raise MemlintError(f"unknown GPU {name!r}; known: {', '.join(gpus())} or a size in GiB (e.g. 24)") from None
-    if gib <= 0:
-        raise MemlintError("--gpu size must be positive")
-    return f"{gib:g} GiB", int(gib * GIB), DEFAULT_CONTEXT
 
 
 def _reference_weights(s: Setup, accounting: str) -> tuple[int, str]:

@@ -79,6 +79,9 @@ class Setup:
     # A fused linear cross-entropy (Liger, Cut Cross-Entropy) computes the loss chunk by
     # chunk and never holds the full-vocabulary logits.
     fused_loss: bool = False
+    # Activation offloading (TRL's activation_offloading, torchtune's OffloadActivations): saved
+    # activations are copied to CPU in forward and back in backward, a layer ahead.
+    offload_activations: bool = False
     # TRL's objective and reference model. "auto" is what TRL does without a ref_model (see
     # `reference`): a frozen copy for a full fine-tune, the adapters disabled for peft.
     objective: str = "sft"

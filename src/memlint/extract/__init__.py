@@ -8,6 +8,7 @@ notes say so (a finding, not a crash).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,12 @@ def extract_source(source: str, path: str | Path = "<string>", shown: str | None
         from memlint.extract.xtuner import xtuner_plan
 
         plan = xtuner_plan(name, interp.main.env.vars)  # an xtuner (mmengine) config: dict(type=...) trees, no trainer call
-        return plan if plan is not None else Builder(name, p, facts, launch).build()
+        if plan is None:
+            builder = Builder(name, p, facts, launch)
+            plan = builder.build()
+            read = builder.read_files
+        else:
+            read = []
     except RecursionError:
         return _unreadable_plan(name, "too deeply nested to follow")
     except MemlintError:
@@ -78,6 +84,9 @@ def extract_source(source: str, path: str | Path = "<string>", shown: str | None
         where = traceback.extract_tb(exc.__traceback__)[-1]
         return _unreadable_plan(name, f"memlint could not read this script ({type(exc).__name__}: {exc} at "
                                       f"{Path(where.filename).name}:{where.lineno}); please report it")
+    # the files it read besides the script: sibling modules it imports, a DeepSpeed JSON it follows
+    sources = tuple(dict.fromkeys([*(str(k) for k in interp.modules), *read]))
+    return replace(plan, sources=sources) if sources else plan
 
 
 def _unreadable_plan(name: str, why: str) -> TrainingPlan:

@@ -55,6 +55,7 @@ class Builder:
         self.maybe: dict[str, list[str]] = {}
         self.ds_offload: list[Const] = []  # offload read from a followed DeepSpeed config
         self.ds_optimizer: list[Value] = []  # a followed DeepSpeed config's own optimizer
+        self.read_files: list[str] = []  # other files read (a DeepSpeed JSON): the plan's sources
 
     # ---- values ----------------------------------------------------------------------------
 
@@ -569,6 +570,7 @@ class Builder:
             if found is None:
                 return None, v.with_value("deepspeed", f"{cfg}: not found next to the script, stage unknown")
             p, shown = found
+            self.read_files.append(str(p))
             try:
                 doc = load_text(p.read_text(encoding="utf-8"), shown, is_json=p.suffix.lower() in (".json", ".conf"))
             except (OSError, UnicodeDecodeError):

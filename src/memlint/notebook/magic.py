@@ -15,6 +15,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from traitlets import Bool, Integer, Unicode
 
 from memlint.errors import MemlintError
+from memlint.gpu import MIN_HEADROOM
 from memlint.notebook.result import MemcheckResult
 from memlint.vocab import GIB, READABLE_SUFFIXES
 
@@ -104,11 +105,11 @@ class MemcheckMagics(Magics):
         if cell is not None:
             files = [check_source(cell, "<cell>", settings=settings, gpu=gpu[0] if gpu else None,
                                   assume=tuple(args.assume))]
-            return MemcheckResult("<cell>", "cell", gpu=gpu, files=files)
+            return MemcheckResult("<cell>", "cell", gpu=gpu, files=files, min_headroom=settings.min_headroom)
         assert path is not None
         files = check_paths([path], settings, gpu=gpu[0] if gpu else None, assume=tuple(args.assume))
         notes = [] if files else [f"{path}: not a training script (it names no training framework)"]
-        return MemcheckResult(path, "file", gpu=gpu, files=files, notes=notes)
+        return MemcheckResult(path, "file", gpu=gpu, files=files, notes=notes, min_headroom=settings.min_headroom)
 
     # ---- live objects -----------------------------------------------------------------------
     def _dispatch(self, args: Any, usage: str) -> MemcheckResult:
@@ -159,15 +160,20 @@ class MemcheckMagics(Magics):
                 gpu = find_gpu(props.name)
             except MemlintError:
                 gpu = (props.name, props.total_memory, find_gpu(f"{props.total_memory / GIB}")[2])
-        est = estimate(lp.setup, "real", gpu[2] if gpu else None)
+        est = estimate(lp.setup, "real")  # one peak, whichever GPU it is checked against
         confirmation = None
         if confirm:
+            from memlint.measure.quiet import quiet
+
             if not cuda and device == "auto" and not args.quiet:
                 print("memcheck: no CUDA device; confirming with the fake-tensor trace on CPU (no real memory used)")
-            confirmation = confirming.confirm(lp, device=device, steps=args.steps or self.steps)
+            with quiet():  # the libraries' warnings while memlint runs the step are not its report
+                confirmation = confirming.confirm(lp, device=device, steps=args.steps or self.steps)
         findings = self._risks(lp, est, gpu, settings)
+        headroom = settings.min_headroom if settings is not None else MIN_HEADROOM
         return MemcheckResult(target, kind, setup=lp.setup, estimate=est, facts=lp.facts,
-                              confirmation=confirmation, findings=findings, gpu=gpu, notes=notes)
+                              confirmation=confirmation, findings=findings, gpu=gpu, notes=notes,
+                              min_headroom=headroom)
 
     def _risks(self, lp: Any, est: Any, gpu: Any, settings: Any) -> list[Any]:
         """The rules over the live plan: check_plan's own context when it can estimate the
@@ -183,7 +189,7 @@ class MemcheckMagics(Magics):
         if result.context.estimate is not None:
             return list(result.findings)
         ctx = Context(lp.plan, planned=PlannedSetup(lp.setup, (), tuple(lp.notes)), estimate=est, gpu=gpu,
-                      accounting=settings.accounting)
+                      accounting=settings.accounting, min_headroom=settings.min_headroom)
         rules = select(settings.select, settings.extend_select, settings.ignore)
         return sorted(run_rules(ctx, rules, settings), key=lambda f: (f.span.line, f.code))
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from memlint.gpu import MIN_HEADROOM, Fit, fit_of
+from memlint.gpu import fit as gpu_fit
 from memlint.report import memcheck_view as view
 from memlint.vocab import COMPONENTS
 
@@ -25,6 +27,7 @@ class MemcheckResult:
     gpu: tuple[str, int, int] | None = None
     notes: list[str] = field(default_factory=list)
     files: list[Any] = field(default_factory=list)  # FileResults of a static check
+    min_headroom: float = MIN_HEADROOM      # [tool.memlint]'s, as check and estimate use it
     _shown_in: int | None = None
 
     # ---- the numbers ------------------------------------------------------------------
@@ -37,18 +40,26 @@ class MemcheckResult:
         return self.confirmation.oom if self.confirmation is not None else None
 
     @property
-    def fits(self) -> bool | None:
-        """Does the worst-case step fit the GPU? An OOM or a measured peak decides over
-        the estimate; None when no GPU was named and none is attached."""
-        if self.oom:
-            return False
+    def fit(self) -> Fit | None:
+        """The worst-case step against the GPU (memlint.gpu's notion, with the headroom): the
+        measured peak on CUDA decides over the estimate; None when no GPU was named and none is attached."""
         if self.gpu is None or self.estimate is None:
             return None
         m = self.measured
+        s = self.estimate.setup
         if m is not None and m.method == "cuda-allocator":
             # what the allocator reserved, plus the CUDA context it does not count
-            return m.measured_peak + m.components["overhead"] + self.gpu[2] <= self.gpu[1]
-        return self.estimate.peak <= self.gpu[1]
+            held = m.measured_peak + m.components["overhead"] + self.gpu[2]
+            return gpu_fit(held, self.gpu, self.min_headroom, s.compute_dtype, s.attn)
+        return fit_of(self.estimate, self.gpu, self.min_headroom)
+
+    @property
+    def fits(self) -> bool | None:
+        """Does the worst-case step fit the GPU with the headroom? An OOM says no."""
+        if self.oom:
+            return False
+        f = self.fit
+        return None if f is None else f.ok
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"target": self.target, "kind": self.kind, "fits": self.fits,

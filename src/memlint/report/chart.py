@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from memlint.errors import MemlintError
-from memlint.estimate import COMPONENTS, GIB, Estimate, Setup, estimate
+from memlint.estimate import COMPONENTS, GIB, Estimate, Setup
+from memlint.gpu import MIN_HEADROOM
 
 # One colour per component everywhere (png, svg, terminal). Weights blue and optimizer
 # yellow follow the seed article's figure.
@@ -72,50 +73,70 @@ def short_label(s: Setup) -> str:
     return ", ".join(parts)
 
 
-def alternatives(s: Setup) -> list[tuple[str, Setup]]:
-    """The changes memlint suggests, each applied alone to the configuration."""
-    out: list[tuple[str, Setup]] = []
-    if not s.recompute:
-        out.append(("+ recompute", s.with_(recompute=True)))
-    if s.method != "qlora" and s.offload == "none":
-        # QLoRA keeps the half-precision autocast of the run; its base loads in bf16
-        # unless the run is fp16.
-        fp16 = s.precision == "amp-fp16"
-        out.append(("→ QLoRA nf4", s.with_(
-            method="qlora", quant="nf4", double_quant=True, precision="amp-fp16" if fp16 else "amp-bf16",
-            dtype=s.dtype if fp16 else "bf16")))
-    if s.batch > 1:
-        # Halving the micro-batch and doubling accumulation keeps the effective batch.
-        half = s.batch // 2
-        acc = s.grad_accum * s.batch // half if s.batch % half == 0 else s.grad_accum * 2
-        out.append((f"micro-batch {half}, accum {acc}", s.with_(batch=half, grad_accum=acc)))
-    valid = []
-    for label, alt in out:
-        try:
-            alt.validate()
-        except MemlintError:
-            continue
-        valid.append((label, alt))
-    return valid
+def alternatives(est: Estimate, capacities: Sequence[tuple] = (), min_headroom: float = MIN_HEADROOM) -> list[tuple[str, Estimate]]:
+    """The alternatives memlint suggests, each estimated (memlint.estimate.levers, the same levers as
+    MEM101's advice): every lever alone, the levers stacked (QLoRA with recompute, ...), the cheapest
+    set that fits each GPU drawn, and the largest micro-batch each GPU fits. None is worse than the
+    configuration itself: an alternative that holds as much memory is left out (the largest micro-batch
+    is the exception: it spends the room on throughput, and says so)."""
+    from memlint.estimate.levers import cheapest, largest_batch_option, singles, stacked
+
+    s, acc = est.setup, est.accounting
+    base = est.peak + est.paged_optimizer
+    found: list[tuple[str, object]] = [("+ " + o.short, o) for o in singles(s, acc)]
+    found += [("+ " + o.short, o) for o in stacked(s, acc)]
+    gpus = [g for g in capacities if len(g) >= 2]
+    for g in gpus:
+        o = cheapest(s, _as_gpu(g), acc, min_headroom)
+        if o is not None and o.steps:
+            found.append((f"fits {g[0]}: " + o.short, o))
+    shown: dict[tuple, list] = {_key(s): ["", est]}
+    for label, o in found:
+        if o.estimate.paged_optimizer and not est.paged_optimizer:
+            label += f" ({o.estimate.paged_optimizer / GIB:.1f} GiB paged)"  # held beside the peak drawn
+        k = _key(o.setup)
+        if k in shown and label.startswith("fits "):
+            shown[k][0] = label  # the cheapest set that fits a GPU keeps its place and says so
+        elif o.held < base and k not in shown:
+            shown[k] = [label, o.estimate]
+    for g in gpus:
+        o = largest_batch_option(s, _as_gpu(g), acc, min_headroom)
+        if o is not None and _key(o.setup) not in shown and o.setup.batch > s.batch:
+            shown[_key(o.setup)] = [f"largest on {g[0]}: " + o.short, o.estimate]
+    return [(label, e) for label, e in list(shown.values())[1:]]
+
+
+def _key(s: Setup) -> tuple:
+    """A configuration's identity (the model is the same throughout)."""
+    from dataclasses import fields
+
+    return tuple(getattr(s, f.name) for f in fields(s) if f.name != "model")
+
+
+def _as_gpu(g: tuple):
+    from memlint.gpu import Gpu, find_gpu
+
+    return g if isinstance(g, Gpu) else find_gpu(g[0]) if len(g) == 2 else Gpu(*g)
 
 
 def bars_for(est: Estimate, context_bytes: int | None = None, *, compare: bool = False,
-             label: str | None = None, measured: int | None = None) -> list[Bar]:
-    """The configuration's bar, then (with compare) one bar per suggested alternative,
-    each estimated in the same accounting and against the same CUDA context."""
+             label: str | None = None, measured: int | None = None, capacities: Sequence[tuple] = (),
+             min_headroom: float = MIN_HEADROOM) -> list[Bar]:
+    """The configuration's bar, then (with compare) one bar per suggested alternative, each
+    estimated in the same accounting (`context_bytes` is kept for callers; every front door
+    estimates with memlint.gpu's one CUDA context)."""
     bars = [bar_from_estimate(est, label, measured=measured)]
     if compare:
-        for alt_label, alt in alternatives(est.setup):
-            alt_est = estimate(alt, est.accounting, context_bytes)
+        for alt_label, alt_est in alternatives(est, capacities, min_headroom):
             bars.append(bar_from_estimate(alt_est, alt_label, suggested=True))
     return bars
 
 
 def capacities_for(gpu: str | None) -> list[tuple[str, int]]:
-    from memlint.estimate import find_gpu
+    from memlint.gpu import find_gpu
 
     names = [gpu] if gpu else list(DEFAULT_CAPACITIES)
-    return [(label, total) for label, total, _ in map(find_gpu, names)]
+    return [(g.label, g.total) for g in map(find_gpu, names)]
 
 
 def chart_data(bars: Sequence[Bar], capacities: Sequence[tuple[str, int]]) -> dict[str, Any]:
@@ -238,15 +259,26 @@ def write_chart(path: str | Path, bars: Sequence[Bar], capacities: Sequence[tupl
     return p
 
 
+# Without colour every component still reads apart: one fill character each (the legend says which).
+FILLS = {"weights": "█", "gradients": "▓", "optimizer": "▒", "activations": "░", "logits": "▚", "overhead": "·"}
+BEYOND = "╌"  # the peak beyond the buckets (live only at the peak phase)
+
+
 def render_terminal(bars: Sequence[Bar], capacities: Sequence[tuple[str, int]], console, width: int | None = None) -> None:
-    """The same chart with block characters: one stacked row per bar, ░ for the peak beyond
-    the buckets, ┆ at each capacity (┃ where a bar crosses it), ◆ at a measured peak."""
+    """The same chart with block characters, as wide as the terminal: one stacked row per bar, one
+    fill character per component (readable without colour), ╌ for the peak beyond the buckets, ┆ at
+    each capacity (┃ where a bar crosses it), ◆ at a measured peak. Labels are never cut: where the
+    longest does not fit beside a bar, each label goes on its own line above its bar."""
     from rich.text import Text
 
     if not bars:
         return
-    label_w = min(max(len(b.label) for b in bars), 30)
-    width = width or max(20, min(72, console.width - label_w - 12))
+    label_w = max(len(b.label) for b in bars)
+    tail = 10 + max((len(f" (measured {b.measured / GIB:.1f})") for b in bars if b.measured is not None), default=0)
+    room = console.width - tail - 1
+    above = width is None and room - label_w - 1 < 24  # too narrow for labels beside the bars
+    if width is None:
+        width = max(20, room if above else room - label_w - 1)
     top = max([b.total for b in bars] + [b.peak for b in bars] + [t for _, t in capacities])
     scale = width / top
 
@@ -260,8 +292,8 @@ def render_terminal(bars: Sequence[Bar], capacities: Sequence[tuple[str, int]], 
         # Rounded at the running total, so the bar's length is its total's, not the sum of rounded parts.
         for name in COMPONENTS:
             acc += b.components[name]
-            cells += [("█", TERMINAL_COLOURS[name])] * (int(round(acc * scale)) - len(cells))
-        cells += [("░", "grey50")] * max(0, int(round(b.peak * scale)) - len(cells))
+            cells += [(FILLS[name], TERMINAL_COLOURS[name])] * (int(round(acc * scale)) - len(cells))
+        cells += [(BEYOND, "grey50")] * max(0, int(round(b.peak * scale)) - len(cells))
         cells = cells[:width]
         cells += [(" ", "")] * (width - len(cells))
         for c in marks:
@@ -269,21 +301,24 @@ def render_terminal(bars: Sequence[Bar], capacities: Sequence[tuple[str, int]], 
             cells[c] = ("┆", "bold") if ch == " " else ("┃", f"bold white on {style}")
         if b.measured is not None:
             cells[col(b.measured)] = ("◆", "bold red")
-        # A long path keeps its end: the file name is what tells bars apart.
-        label = b.label if len(b.label) <= label_w else "…" + b.label[-(label_w - 1):]
-        line = Text(f"{label:<{label_w}} ", style="italic dim" if b.suggested else "")
-        for ch, style in cells:
-            line.append(ch, style=style)
+        style = "italic dim" if b.suggested else ""
+        if above:
+            console.print(Text(b.label, style=style), no_wrap=True, overflow="ignore")
+            line = Text()
+        else:
+            line = Text(f"{b.label:<{label_w}} ", style=style)
+        for ch, st in cells:
+            line.append(ch, style=st)
         line.append(f" {b.peak / GIB:6.1f} GiB")
         if b.measured is not None:
             line.append(f" (measured {b.measured / GIB:.1f})", style="red")
-        console.print(line, no_wrap=True, overflow="ellipsis")
+        console.print(line, no_wrap=True, overflow="ignore")
     console.print(Text("  ".join(f"┆ {label} {t / GIB:.1f} GiB" for label, t in capacities), style="dim"))
     legend = Text()
     for name in COMPONENTS:
-        legend.append("█ ", style=TERMINAL_COLOURS[name])
+        legend.append(FILLS[name] + " ", style=TERMINAL_COLOURS[name])
         legend.append(name + " ")
     if any(b.peak > b.total for b in bars):
-        legend.append("░ ", style="grey50")
+        legend.append(BEYOND + " ", style="grey50")
         legend.append("peak beyond the buckets")
     console.print(legend)

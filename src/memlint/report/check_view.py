@@ -7,16 +7,16 @@ from typing import TextIO
 from memlint.vocab import gib
 
 
-def fit_summary(results, out: TextIO) -> None:
-    """Without a configured GPU: the fit on common GPUs, per file, never failing."""
-    from memlint.estimate import gpus
-    from memlint.estimate.core import fits
+def fit_summary(results, out: TextIO, min_headroom: float | None = None) -> None:
+    """Without a configured GPU: the fit on common GPUs (memlint.gpu's notion: with the headroom),
+    per file, never failing."""
+    from memlint.gpu import MIN_HEADROOM, common_gpus, fit_of
 
+    headroom = MIN_HEADROOM if min_headroom is None else min_headroom
     shown = [r for r in results if r.context.estimate is not None]
     for r in shown[:10]:
         est = r.context.estimate
-        ok = [(g["total_bytes"], label) for label, g in gpus().items()
-              if fits(est.setup, est.accounting, g["total_bytes"], g["context_bytes"])]
+        ok = [(g.total, g.label) for g in common_gpus() if fit_of(est, g, headroom).ok]
         if ok:
             size, label = min(ok)
             where = f"smallest common GPU that fits: {label} ({gib(size, 1)} GiB)"

@@ -49,15 +49,26 @@ def _pct(f: FileDiff) -> str:
 
 
 def _fit_change(f: FileDiff, r: DiffResult) -> str:
-    if r.gpu is None or f.before.peak is None or f.after.peak is None:
+    """How the verdict on the GPU moved (memlint.gpu's notion, with the headroom)."""
+    after = r.fit(f.after.peak, f.after)
+    if after is None:
         return ""
-    label, total, _ = r.gpu
-    was, now = f.before.peak <= total, f.after.peak <= total
-    if was and not now:
+    label = r.gpu[0]
+    before = r.fit(f.before.peak, f.before)
+    now = "unsupported" if after.missing else after.status
+    if before is None:
+        return f"does not fit {label}" if now in ("over", "unsupported") else ""
+    was = "unsupported" if before.missing else before.status
+    if was == now:
+        return ""
+    if now == "over":
         return f"no longer fits {label}"
-    if now and not was:
-        return f"now fits {label}"
-    return ""
+    if now == "unsupported":
+        return f"no longer runs on {label}: {after.lacks()}"
+    if now == "tight":
+        return (f"now tight on {label} ({gib(after.free)} GiB free, under the {r.min_headroom:.0%} headroom)"
+                if was == "fits" else f"now fits {label}, tightly")
+    return f"now fits {label}"
 
 
 def headline(f: FileDiff, r: DiffResult) -> str:
@@ -86,16 +97,31 @@ def _budget(r: DiffResult) -> str:
     return f"over the budget of {r.budget}" if r.budget else ""
 
 
+def _failing(f: FileDiff, r: DiffResult) -> str:
+    """Why this file fails the diff (exit 1): the budget, or the fit it lost."""
+    why = [_budget(r)] if f.over_budget else []
+    if f.worse_fit:
+        why.append(_fit_change(f, r))
+    return "; ".join(w for w in why if w)
+
+
 def concise(r: DiffResult, out: TextIO) -> None:
     for f in r.files:
         why = "; ".join(change_text(c) for c in distinct(f.changes))
         line = f"{f.path}: {headline(f, r)}" + (f": {why}" if why else "")
-        if f.over_budget:
-            line += f" [{_budget(r)}]"
+        if f.over_budget or f.worse_fit:
+            line += f" [fails: {_failing(f, r)}]"
         out.write(line + "\n")
         comps = component_text(f)
         if comps:
             out.write(f"  {comps} GiB\n")
+
+
+def _verdict(r: DiffResult, side) -> str | None:
+    f = r.fit(side.peak, side)
+    if f is None:
+        return None
+    return "unsupported" if f.missing else f.status
 
 
 def to_json(r: DiffResult) -> dict[str, Any]:
@@ -119,6 +145,8 @@ def to_json(r: DiffResult) -> dict[str, Any]:
             "after": side(f.after),
             "delta": {"components": f.component_deltas() or None, "peak": f.peak_delta},
             "over_budget": f.over_budget,
+            "worse_fit": f.worse_fit,
+            "fit": {"before": _verdict(r, f.before), "after": _verdict(r, f.after)},
             "changes": [{"field": c.field, "key": c.key, "kind": c.kind, "before": c.before, "after": c.after,
                          "path": c.path, "line": c.line} for c in f.changes],
         } for f in r.files],
@@ -131,8 +159,8 @@ def github(r: DiffResult, out: TextIO) -> None:
 
     for f in r.files:
         d = f.peak_delta
-        level = "error" if f.over_budget else "warning" if d is None or d > 0 else "notice"
-        head = headline(f, r) + (f" [{_budget(r)}]" if f.over_budget else "")
+        level = "error" if f.over_budget or f.worse_fit else "warning" if d is None or d > 0 else "notice"
+        head = headline(f, r) + (f" [fails: {_failing(f, r)}]" if f.over_budget or f.worse_fit else "")
         comps = component_text(f)
         title = escape_property("memlint diff")
         located = [c for c in distinct(f.changes) if c.line]
@@ -170,9 +198,11 @@ def markdown(r: DiffResult, out: TextIO) -> None:
             change = f"{_signed(f.peak_delta)} GiB{' (' + _pct(f)[2:] + ')' if _pct(f) else ''}"
             if f.peak_delta > 0:
                 change = f"**{change}**"
-        notes = [n for n in (_fit_change(f, r), _budget(r) if f.over_budget else "") if n]
+        fit_note = _fit_change(f, r)
+        notes = [(fit_note, f.worse_fit), (_budget(r) if f.over_budget else "", True)]
+        notes = [(n, bad) for n, bad in notes if n]
         if notes:
-            change += "<br>" + "<br>".join(("❌ " if "over" in n or "no longer" in n else "") + n for n in notes)
+            change += "<br>" + "<br>".join(("❌ " if bad else "") + n for n, bad in notes)
         why = "<br>".join(f"`{c.key}` " + ("removed" if c.kind == "removed" else f"{_value(c.before)} → {_value(c.after)}")
                           + f" ({_where(c)})" for c in distinct(f.changes))
         out.write(f"| `{_cell(f.path)}` | {_cell(b)} | {_cell(a)} | {_cell(change)} | {_cell(component_text(f))} "

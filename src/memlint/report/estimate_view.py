@@ -4,29 +4,31 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from memlint.estimate import GIB, Estimate, estimate, find_gpu, gpus, max_batch, max_seq
+from memlint.estimate import Estimate
+from memlint.estimate.levers import largest_batch, longest_seq
+from memlint.gpu import MIN_HEADROOM, Fit, Gpu, common_gpus, find_gpu, fit_of
 from memlint.vocab import gib
 
 
-def gpu_targets(gpu: str | None) -> list[tuple[str, int, int]]:
+def gpu_targets(gpu: str | None) -> list[Gpu]:
     if gpu:
         return [find_gpu(gpu)]
-    return [(label, g["total_bytes"], g["context_bytes"]) for label, g in gpus().items()]
+    return common_gpus()
 
 
-def verdicts(est: Estimate, targets) -> tuple[dict[str, bool], dict[str, int]]:
-    s, acc = est.setup, est.accounting
-    fit: dict[str, bool] = {}
+def verdicts(est: Estimate, targets, min_headroom: float = MIN_HEADROOM) -> tuple[dict[str, Fit], dict[str, int]]:
+    """Per GPU: the fit (memlint.gpu's one notion: fits, tight, over, unsupported) and the largest
+    micro-batch that fits with the headroom."""
+    fit: dict[str, Fit] = {}
     best: dict[str, int] = {}
-    for label, total, ctx in targets:
-        e = estimate(s, acc, ctx) if acc == "real" else est
-        fit[label] = e.peak <= total
-        best[label] = max_batch(s, acc, total, ctx)
+    for g in targets:
+        fit[g.label] = fit_of(est, g, min_headroom)
+        best[g.label] = largest_batch(est.setup, g, est.accounting, min_headroom) if not fit[g.label].missing else 0
     return fit, best
 
 
-def to_json(est: Estimate, targets) -> dict[str, Any]:
-    fit, best = verdicts(est, targets)
+def to_json(est: Estimate, targets, min_headroom: float = MIN_HEADROOM) -> dict[str, Any]:
+    fit, best = verdicts(est, targets, min_headroom)
     doc = {
         "model": {"id": est.setup.model.id, "params": est.setup.model.params,
                   "trainable_params": est.trainable_params},
@@ -35,7 +37,10 @@ def to_json(est: Estimate, targets) -> dict[str, Any]:
         "allocated_peak": est.allocated_peak,  # torch.cuda.max_memory_allocated()
         "reserved_peak": est.reserved_peak,    # torch.cuda.max_memory_reserved()
         "paged_optimizer": est.paged_optimizer,
-        "fits": fit,
+        "fits": {label: f.ok for label, f in fit.items()},  # with the headroom, on a GPU that can run it
+        "verdict": {label: ("unsupported" if f.missing else f.status) for label, f in fit.items()},
+        "free": {label: f.free for label, f in fit.items()},
+        "min_headroom": min_headroom,
         "max_batch": best,
         "assumptions": list(est.assumptions),
     }
@@ -66,7 +71,8 @@ def describe(est: Estimate) -> str:
     return ", ".join(parts)
 
 
-def render(est: Estimate, targets, console, extra: Mapping[str, int] | None = None) -> None:
+def render(est: Estimate, targets, console, extra: Mapping[str, int] | None = None,
+           min_headroom: float = MIN_HEADROOM) -> None:
     from rich.table import Table
 
     m = est.setup.model
@@ -89,19 +95,25 @@ def render(est: Estimate, targets, console, extra: Mapping[str, int] | None = No
     table.add_row("[bold]peak[/bold]", f"[bold]{gib(est.peak)}[/bold]", f"largest live total{phase} + overhead"
                   if est.accounting == "real" else "sum of the components")
     console.print(table)
-    fit, best = verdicts(est, targets)
+    fit, best = verdicts(est, targets, min_headroom)
     rows = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     rows.add_column("GPU")
     rows.add_column("GiB", justify="right")
     rows.add_column("fits", justify="center")
+    rows.add_column("free GiB", justify="right")
     rows.add_column("max micro-batch", justify="right")
     if len(targets) == 1:
         rows.add_column(f"max seq at batch {est.setup.batch}", justify="right")
-    for label, total, ctx in targets:
-        cells = [label, gib(total), "[green]yes[/green]" if fit[label] else "[red]no[/red]", str(best[label])]
+    colour = {"yes": "green", "tight": "yellow"}
+    for g in targets:
+        f = fit[g.label]
+        word = f.verdict()
+        cells = [g.label, gib(g.total), f"[{colour.get(word, 'red')}]{word}[/]", gib(f.free), str(best[g.label])]
         if len(targets) == 1:
-            cells.append(str(max_seq(est.setup, est.accounting, total, ctx)))
+            cells.append(str(longest_seq(est.setup, g, est.accounting, min_headroom) if not f.missing else 0))
         rows.add_row(*cells)
     console.print(rows)
+    console.print(f"[dim]fits: at least {min_headroom:.0%} of the GPU free (tight: less; no: over, or a capability "
+                  "the GPU lacks)[/dim]")
     for note in est.assumptions:
         console.print(f"[dim]- {note}[/dim]")

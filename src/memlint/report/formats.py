@@ -10,42 +10,54 @@ import json
 import os
 from collections import Counter
 from typing import Any, Iterable, Mapping, Sequence, TextIO
-from urllib.parse import quote
 
 from memlint.errors import MemlintError
 from memlint.plan import Span
 from memlint.rules.base import FileResult, Finding, Rule
 from memlint.vocab import COMPONENTS, GIB, gib
 
-FORMATS = ("concise", "full", "json", "github", "sarif")
+FORMATS = ("concise", "full", "json", "json-lines", "github", "gitlab", "junit", "sarif")
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
-# Rule pages live in the repository (docs/rules/); `url` and SARIF `helpUri` need a
-# published home, which memlint does not have yet, so json carries the repository path
-# and SARIF carries the page itself (help.markdown) instead of a link.
-DOCS_URL: str | None = None
+# Where the rule pages (docs/rules/, generated from the rule classes) are published; json `url`
+# and SARIF `helpUri` are absolute links under it, as Ruff's point at docs.astral.sh.
+# `[tool.memlint] docs-url` sets another base (a fork's, an internal mirror).
+HOME_URL = "https://github.com/memlint/memlint"
+DOCS_URL = f"{HOME_URL}/blob/main/docs/rules/"
+GITLAB_SEVERITIES = {"error": "major", "warning": "minor", "note": "info"}
 CONTEXT_LINES = 2  # source lines shown above and below a finding in the full format
 LEVELS = {"error": "error", "warning": "warning", "note": "note"}           # SARIF
 GITHUB_LEVELS = {"error": "error", "warning": "warning", "note": "notice"}
 
 
 def write_results(results: Sequence[FileResult], fmt: str, out: TextIO, *, color: bool = False,
-                  show_fixes: bool = False, rules: Sequence[type[Rule]] | None = None) -> None:
-    """Render `results` in `fmt` to `out`. `rules` (SARIF's rule table) defaults to the registry.
+                  show_fixes: bool = False, rules: Sequence[type[Rule]] | None = None,
+                  docs_url: str | None = None, width: int | None = None) -> None:
+    """Render `results` in `fmt` to `out`. `rules` (SARIF's rule table) defaults to the registry;
+    `docs_url` is the base of the rule pages' links (default DOCS_URL); `width` the terminal's
+    columns, which the full format's long lines wrap to (None: no wrapping, as when piped).
 
     A finding with a safe fix is marked `[*]` (Ruff's marker); `show_fixes` marks findings
     with unsafe fixes too. The full format names every fix under its finding.
     """
+    base = docs_url or DOCS_URL
     if fmt == "concise":
         _concise(results, out, color, show_fixes)
     elif fmt == "full":
-        _full(results, out, color, show_fixes)
+        _full(results, out, color, show_fixes, width)
     elif fmt == "json":
-        out.write(json.dumps([_json_finding(r, f) for r, f in _ordered(results)], indent=2,
+        out.write(json.dumps([_json_finding(r, f, base) for r, f in _ordered(results)], indent=2,
                              sort_keys=True, default=_jsonable) + "\n")
+    elif fmt == "json-lines":
+        for r, f in _ordered(results):
+            out.write(json.dumps(_json_finding(r, f, base), sort_keys=True, default=_jsonable) + "\n")
     elif fmt == "github":
         _github(results, out)
+    elif fmt == "gitlab":
+        out.write(json.dumps(gitlab_report(results), indent=2) + "\n")
+    elif fmt == "junit":
+        out.write(junit_report(results))
     elif fmt == "sarif":
-        out.write(json.dumps(sarif_log(results, rules), indent=2, default=_jsonable) + "\n")
+        out.write(json.dumps(sarif_log(results, rules, base), indent=2, default=_jsonable) + "\n")
     else:
         raise MemlintError(f"unknown output format {fmt!r} (choose from {', '.join(FORMATS)})")
 
@@ -116,8 +128,9 @@ def _doc_path(code: str, name: str) -> str:
     return f"docs/rules/{code}-{name}.md"
 
 
-def _url(code: str, name: str) -> str:
-    return f"{DOCS_URL.rstrip('/')}/{code}-{name}.md" if DOCS_URL else _doc_path(code, name)
+def rule_url(code: str, name: str, base: str | None = None) -> str:
+    """The absolute link to a rule's page: `<base>/<CODE>-<name>.md`."""
+    return f"{(base or DOCS_URL).rstrip('/')}/{code}-{name}.md"
 
 
 class _Paint:
@@ -157,7 +170,7 @@ def _concise(results: Sequence[FileResult], out: TextIO, color: bool, show_fixes
 # ---- full -----------------------------------------------------------------------------
 
 
-def _full(results: Sequence[FileResult], out: TextIO, color: bool, show_fixes: bool) -> None:
+def _full(results: Sequence[FileResult], out: TextIO, color: bool, show_fixes: bool, width: int | None = None) -> None:
     paint = _Paint(color)
     first = True
     for r in sorted(results, key=lambda r: r.path):
@@ -167,37 +180,57 @@ def _full(results: Sequence[FileResult], out: TextIO, color: bool, show_fixes: b
             if not first:
                 out.write("\n")
             first = False
-            out.write(_head(f, paint, show_fixes, r) + "\n")
-            out.write(_snippet(r, f, paint))
+            head = _head(f, paint, show_fixes, r)
+            if width:
+                plain = _head(f, _Paint(False), show_fixes, r)
+                lead = len(plain) - len(f.message)
+                head = head[: len(head) - len(f.message)] + _wrap(f.message, width, lead, 4)
+            out.write(head + "\n")
+            out.write(_snippet(r, f, paint, width))
         out.write("\n" + estimate_table(r, paint))
 
 
-def _snippet(r: FileResult, f: Finding, paint: _Paint) -> str:
+def _wrap(text: str, width: int, first: int, indent: int) -> str:
+    """`text` wrapped to `width` columns when its first line starts at column `first` and the next
+    ones are indented by `indent`: the full format follows the terminal's width."""
+    import textwrap
+
+    lines = textwrap.wrap(text, width=max(20, width), initial_indent="\0" * first, subsequent_indent=" " * indent,
+                          break_long_words=False, break_on_hyphens=False)
+    return "\n".join(lines).replace("\0", "") if lines else text
+
+
+def _snippet(r: FileResult, f: Finding, paint: _Paint, width: int | None = None) -> str:
     s = f.span
     text = _line_text(r, s)
     rows: list[str] = []
     if text is not None:
         lo, hi = max(1, s.line - CONTEXT_LINES), min(len(r.lines), s.line + CONTEXT_LINES)
+        if r.cells:  # a notebook: the window stays in the finding's cell, numbered as the cell is
+            k = r.position(s.line)[0] - 1
+            lo = max(lo, r.cells[k] + 1)
+            hi = min(hi, r.cells[k + 1] if k + 1 < len(r.cells) else hi)
         # Ruff trims blank context lines at the edges of the window
         while lo < s.line and not r.lines[lo - 1].strip():
             lo += 1
         while hi > s.line and not r.lines[hi - 1].strip():
             hi -= 1
-        width = len(str(hi))
-        gutter = paint(" " * width + " |", "blue", "bold")
+        gw = len(str(r.position(hi)[1]))
+        gutter = paint(" " * gw + " |", "blue", "bold")
         rows.append(gutter)
         for n in range(lo, hi + 1):
             line = r.lines[n - 1].rstrip("\r\n")
-            rows.append(f"{paint(str(n).rjust(width) + ' |', 'blue', 'bold')}{' ' + line if line else ''}")
+            rows.append(f"{paint(str(r.position(n)[1]).rjust(gw) + ' |', 'blue', 'bold')}{' ' + line if line else ''}")
             if n == s.line:
                 carets = "^" * (_end_col(text, s.col) - s.col)
                 rows.append(f"{gutter} {' ' * (s.col - 1)}{paint(carets + ' ' + f.code, 'red', 'bold')}")
         rows.append(gutter)
-        pad = " " * width
+        pad = " " * gw
     else:
         pad = "  "
     for rel in f.related:
-        where = f"{rel.span.path}:{rel.span.line}:{rel.span.col}"
+        cell, row = r.position(rel.span.line) if rel.span.path == r.path else (None, rel.span.line)
+        where = f"{rel.span.path}:{f'cell {cell}:' if cell is not None else ''}{row}:{rel.span.col}"
         src = _line_text(r, rel.span)
         tail = f": {src.strip()}" if src and src.strip() else ""
         rows.append(f"{pad} {paint('=', 'blue', 'bold')} {rel.label}: {where}{tail}")
@@ -205,7 +238,8 @@ def _snippet(r: FileResult, f: Finding, paint: _Paint) -> str:
         rows.append(f"{pad} {paint('=', 'blue', 'bold')} {paint('fix', 'cyan', 'bold')}: {f.fix.title}"
                     f" ({f.fix.applicability})")
     if f.hint:
-        rows.append(f"{pad} {paint('=', 'blue', 'bold')} {paint('help', 'cyan', 'bold')}: {f.hint}")
+        hint = _wrap(f.hint, width, len(pad) + 9, len(pad) + 9) if width else f.hint
+        rows.append(f"{pad} {paint('=', 'blue', 'bold')} {paint('help', 'cyan', 'bold')}: {hint}")
     return "".join(row + "\n" for row in rows)
 
 
@@ -242,12 +276,11 @@ def estimate_table(r: FileResult, paint: _Paint | None = None) -> str:
     if gpu is None:
         rows.append("  GPU: none configured (--gpu NAME or `gpu` in [tool.memlint])")
     else:
-        label, total, _ = gpu
-        if est.peak <= total:
-            verdict = paint("fits", "green") + f", {gib(total - est.peak)} GiB to spare"
-        else:
-            verdict = paint("does not fit", "red", "bold") + f", {gib(est.peak - total)} GiB over"
-        rows.append(f"  GPU {label} ({gib(total)} GiB): {verdict}")
+        from memlint.gpu import fit_of
+
+        f = fit_of(est, gpu, getattr(ctx, "min_headroom", 0.10))
+        style = {"fits": ("green",), "tight": ("yellow",)}.get("unsupported" if f.missing else f.status, ("red", "bold"))
+        rows.append(f"  GPU {f.gpu.label} ({gib(f.gpu.total)} GiB): {paint(f.text(2), *style)}")
     return "".join(row + "\n" for row in rows)
 
 
@@ -268,7 +301,7 @@ def _loc(line: int, col: int) -> dict[str, int]:
     return {"column": col, "row": line}
 
 
-def _json_finding(r: FileResult, f: Finding) -> dict[str, Any]:
+def _json_finding(r: FileResult, f: Finding, base: str | None = None) -> dict[str, Any]:
     s = f.span
     end_line, end_col = _end(r, s)
     fix = None
@@ -295,7 +328,7 @@ def _json_finding(r: FileResult, f: Finding) -> dict[str, Any]:
         "related": [{"filename": rel.span.path, "location": _loc(rel.span.line, rel.span.col),
                      "message": rel.label} for rel in f.related],
         "severity": f.severity,
-        "url": _url(f.code, f.name),
+        "url": rule_url(f.code, f.name, base),
     }
 
 
@@ -312,17 +345,95 @@ def escape_property(text: str) -> str:
     return escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
+def _on_disk(r: FileResult, span: Span) -> tuple[int, int, int, int]:
+    """(line, column, end line, end column) of a finding in the file as it is on disk: a notebook's
+    raw .ipynb JSON (what a pull request shows), else the source line it points at."""
+    end_line, end_col = _end(r, span)
+    line, col = r.raw(span)
+    if (line, col) != (span.line, span.col):
+        return line, col, line, col + (end_col - span.col)
+    return span.line, span.col, end_line, end_col
+
+
 def _github(results: Sequence[FileResult], out: TextIO) -> None:
     for r, f in _ordered(results):
         s = f.span
-        end_line, end_col = _end(r, s)
+        line, col, end_line, end_col = _on_disk(r, s)
         level = GITHUB_LEVELS.get(f.severity, "warning")
         props = ",".join([
             f"title={escape_property(f'memlint ({f.code})')}",
             f"file={escape_property(s.path)}",
-            f"line={s.line}", f"col={s.col}", f"endLine={end_line}", f"endColumn={end_col}",
+            f"line={line}", f"col={col}", f"endLine={end_line}", f"endColumn={end_col}",
         ])
-        out.write(f"::{level} {props}::{escape_data(f'{s.path}:{s.line}:{s.col}: {f.code} {f.message}')}\n")
+        cell, row = r.position(s.line) if s.path == r.path else (None, s.line)
+        where = f"cell {cell}:{row}" if cell is not None else str(row)
+        out.write(f"::{level} {props}::{escape_data(f'{s.path}:{where}:{s.col}: {f.code} {f.message}')}\n")
+
+
+# ---- gitlab ---------------------------------------------------------------------------
+
+
+def gitlab_report(results: Sequence[FileResult]) -> list[dict[str, Any]]:
+    """GitLab Code Quality (a list of issues): each finding with a fingerprint that stays the same
+    while the finding does (its code, file and the text of its line, not its line number or figures)."""
+    import hashlib
+
+    seen: Counter[str] = Counter()
+    out = []
+    for r, f in _ordered(results):
+        s = f.span
+        line, col, end_line, end_col = _on_disk(r, s)
+        text = (_line_text(r, s) or "").strip()
+        base = hashlib.sha256(f"{f.code}\0{s.path}\0{text}".encode("utf-8", "surrogateescape")).hexdigest()
+        seen[base] += 1  # the same code twice on the same text: still two issues
+        fingerprint = hashlib.sha256(f"{base}\0{seen[base]}".encode()).hexdigest()[:32]
+        out.append({
+            "check_name": f.code,
+            "description": f"{f.code} {f.message}",
+            "fingerprint": fingerprint,
+            "severity": GITLAB_SEVERITIES.get(f.severity, "minor"),
+            "location": {"path": s.path.replace(os.sep, "/").removeprefix("./"),
+                         "positions": {"begin": {"line": line, "column": col},
+                                       "end": {"line": end_line, "column": end_col}}},
+        })
+    return out
+
+
+# ---- junit ----------------------------------------------------------------------------
+
+
+def junit_report(results: Sequence[FileResult]) -> str:
+    """JUnit XML, as Ruff writes it: a test suite per file with findings, a failed test case per finding."""
+    from xml.sax.saxutils import quoteattr
+
+    pairs = _ordered(results)
+    by_file: dict[str, list[tuple[FileResult, Finding]]] = {}
+    for r, f in pairs:
+        by_file.setdefault(f.span.path, []).append((r, f))
+    rows = ['<?xml version="1.0" encoding="UTF-8"?>',
+            f'<testsuites name="memlint" tests="{max(len(pairs), 1)}" failures="{len(pairs)}" errors="0">']
+    if not pairs:
+        rows += ['  <testsuite name="memlint" tests="1" failures="0" errors="0">',
+                 '    <testcase name="No errors found" classname="memlint"/>', "  </testsuite>"]
+    for path, items in by_file.items():
+        rows.append(f'  <testsuite name={quoteattr(path)} tests="{len(items)}" failures="{len(items)}" errors="0">')
+        for r, f in items:
+            cell, row = r.position(f.span.line) if f.span.path == r.path else (None, f.span.line)
+            where = f"cell {cell}, line {row}" if cell is not None else f"line {row}"
+            rows.append(f'    <testcase name={quoteattr(f"org.memlint.{f.code}")} classname={quoteattr(path)} '
+                        f'line="{row}" column="{f.span.col}">')
+            rows.append(f"      <failure message={quoteattr(f.message)}>"
+                        f"{_xml_text(f'{where}, col {f.span.col}, {f.message}')}</failure>")
+            rows.append("    </testcase>")
+        rows.append("  </testsuite>")
+    rows.append("</testsuites>")
+    return "\n".join(rows) + "\n"
+
+
+def _xml_text(text: str) -> str:
+    from xml.sax.saxutils import escape
+
+    return escape(text)
 
 
 # ---- sarif ----------------------------------------------------------------------------
@@ -337,6 +448,8 @@ def _registry_rules() -> list[type[Rule]]:
 def _uri(path: str) -> tuple[str, str | None]:
     """A relative URI under %SRCROOT% for a path the user named; absolute paths outside
     the working directory become file: URIs."""
+    from urllib.parse import quote
+
     p = path.replace(os.sep, "/")
     if os.path.isabs(path):
         rel = os.path.relpath(path)
@@ -348,18 +461,22 @@ def _uri(path: str) -> tuple[str, str | None]:
     return quote(p, safe="/"), "%SRCROOT%"
 
 
-def _physical(span: Span, end: tuple[int, int] | None = None) -> dict[str, Any]:
+def _physical(span: Span, end: tuple[int, int] | None = None, r: FileResult | None = None) -> dict[str, Any]:
     uri, base = _uri(span.path)
     art: dict[str, Any] = {"uri": uri}
     if base:
         art["uriBaseId"] = base
-    region: dict[str, int] = {"startLine": span.line, "startColumn": span.col}
+    line, col = span.line, span.col
+    if r is not None:  # a notebook: the raw .ipynb line, where the cell's text is
+        line, col, *rest = _on_disk(r, span)
+        end = tuple(rest) if end is not None else None
+    region: dict[str, int] = {"startLine": line, "startColumn": col}
     if end is not None:
         region["endLine"], region["endColumn"] = end
     return {"physicalLocation": {"artifactLocation": art, "region": region}}
 
 
-def rule_descriptor(rule: type[Rule]) -> dict[str, Any]:
+def rule_descriptor(rule: type[Rule], base: str | None = None) -> dict[str, Any]:
     doc = rule.doc()
     desc: dict[str, Any] = {
         "id": rule.code,
@@ -372,33 +489,34 @@ def rule_descriptor(rule: type[Rule]) -> dict[str, Any]:
         "properties": {"fixable": rule.fix is not None, "docs": _doc_path(rule.code, rule.name),
                        "tags": [f"MEM{rule.category()}xx"]},
     }
-    if DOCS_URL:
-        desc["helpUri"] = _url(rule.code, rule.name)
+    desc["helpUri"] = rule_url(rule.code, rule.name, base)
     return desc
 
 
-def sarif_log(results: Sequence[FileResult], rules: Sequence[type[Rule]] | None = None) -> dict[str, Any]:
+def sarif_log(results: Sequence[FileResult], rules: Sequence[type[Rule]] | None = None,
+              base: str | None = None) -> dict[str, Any]:
     """A SARIF 2.1.0 log with one run: every known rule, then the findings."""
     from memlint import __version__
 
-    descriptors = [rule_descriptor(r) for r in sorted(rules if rules is not None else _registry_rules(),
-                                                      key=lambda r: r.code)]
+    descriptors = [rule_descriptor(r, base) for r in sorted(rules if rules is not None else _registry_rules(),
+                                                            key=lambda r: r.code)]
     index = {d["id"]: i for i, d in enumerate(descriptors)}
     sarif_results = []
     for r, f in _ordered(results):
         if f.code not in index:  # a code outside the rule table still gets a descriptor
             index[f.code] = len(descriptors)
             descriptors.append({"id": f.code, "name": f.name, "shortDescription": {"text": f.name},
+                                "helpUri": rule_url(f.code, f.name, base),
                                 "defaultConfiguration": {"level": LEVELS.get(f.severity, "warning")}})
         res: dict[str, Any] = {
             "ruleId": f.code,
             "ruleIndex": index[f.code],
             "level": LEVELS.get(f.severity, "warning"),
             "message": {"text": f.message + (f" Help: {f.hint}" if f.hint else "")},
-            "locations": [_physical(f.span, _end(r, f.span))],
+            "locations": [_physical(f.span, _end(r, f.span), r)],
         }
         if f.related:
-            res["relatedLocations"] = [{"id": i, **_physical(rel.span), "message": {"text": rel.label}}
+            res["relatedLocations"] = [{"id": i, **_physical(rel.span, None, r), "message": {"text": rel.label}}
                                        for i, rel in enumerate(f.related, 1)]
         props: dict[str, Any] = {"name": f.name, "severity": f.severity}
         if f.hint:
@@ -412,8 +530,7 @@ def sarif_log(results: Sequence[FileResult], rules: Sequence[type[Rule]] | None 
         sarif_results.append(res)
     driver: dict[str, Any] = {"name": "memlint", "version": __version__, "semanticVersion": __version__,
                               "rules": descriptors}
-    if DOCS_URL:
-        driver["informationUri"] = DOCS_URL
+    driver["informationUri"] = HOME_URL if base in (None, DOCS_URL) else base
     return {
         "$schema": SARIF_SCHEMA,
         "version": "2.1.0",

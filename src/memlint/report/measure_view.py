@@ -8,7 +8,17 @@ from memlint.estimate import Estimate
 from memlint.vocab import COMPONENTS, gib
 
 
-def to_json(setup: Any, doc: dict, est: Estimate) -> dict:
+def _fits(est: Estimate, targets, min_headroom: float) -> dict[str, Any]:
+    from memlint.gpu import fit_of
+
+    out = {}
+    for g in targets:
+        f = fit_of(est, g, min_headroom)
+        out[g.label] = {"verdict": "unsupported" if f.missing else f.status, "free": f.free}
+    return out
+
+
+def to_json(setup: Any, doc: dict, est: Estimate, targets=(), min_headroom: float = 0.10) -> dict:
     return {
         "model": {"id": setup.model.id, "params": setup.model.params, "trainable_params": est.trainable_params},
         "components": doc["components"],
@@ -20,13 +30,14 @@ def to_json(setup: Any, doc: dict, est: Estimate) -> dict:
         "method": doc["method"],
         "steps": doc["steps"],
         "estimate": {"components": {k: est.bytes(k) for k in COMPONENTS}, "allocated_peak": est.allocated_peak,
-                     "reserved_peak": est.reserved_peak, "phase": est.peak_phase},
+                     "reserved_peak": est.reserved_peak, "phase": est.peak_phase, "accounting": est.accounting},
         "reserved": doc.get("reserved"),
+        "fits": _fits(est, targets, min_headroom),
         "notes": doc.get("notes", []),
     }
 
 
-def render(setup: Any, doc: dict, est: Estimate, console) -> None:
+def render(setup: Any, doc: dict, est: Estimate, console, targets=(), min_headroom: float = 0.10) -> None:
     from rich.table import Table
 
     traced = doc["method"] == "fake-tensor-trace"
@@ -55,5 +66,12 @@ def render(setup: Any, doc: dict, est: Estimate, console) -> None:
         phases = ", ".join(f"{k} {gib(v)}" + (f" / {gib(reserved_steps[s['step']][k])} reserved"
                                               if s["step"] in reserved_steps else "") for k, v in s["phases"].items())
         console.print(f"step {s['step']}: peak {gib(s['peak'])} GiB at {s['phase']} ({phases})")
+    if est.accounting != "real":
+        console.print(f"[dim]estimate in the {est.accounting} accounting[/dim]")
+    from memlint.gpu import fit_of
+
+    for g in targets:
+        console.print(f"estimated peak {gib(est.peak)} GiB on {g.label} ({gib(g.total)} GiB): "
+                      f"{fit_of(est, g, min_headroom).text()}")
     for note in doc.get("notes", []):
         console.print(f"[dim]- {note}[/dim]")

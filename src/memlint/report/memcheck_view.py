@@ -113,6 +113,16 @@ def _estimate_section(e: Any, m: Any) -> Section:
     return est
 
 
+def _on(f: Any) -> str:
+    """'fits on RTX4090', 'tight on RTX4090 (1.20 GiB free, under the 10% headroom)', 'does not fit on RTX4090'."""
+    label = f.gpu.label
+    if f.missing:
+        return f"does not run on {label} ({f.lacks()})"
+    if f.status == "tight":
+        return f"tight on {label} ({f.free / GIB:.2f} GiB free, under the {f.min_headroom:.0%} headroom)"
+    return f"{'fits' if f.status == 'fits' else 'does not fit'} on {label}"
+
+
 def _verdict(r: Any) -> Section:
     verdict = Section("verdict")
     e = r.estimate
@@ -123,7 +133,7 @@ def _verdict(r: Any) -> Section:
         m = r.measured
         basis = (f"measured {(m.measured_peak + m.components['overhead']) / GIB:.2f} GiB reserved + context"
                  if m is not None and m.method == "cuda-allocator" else f"estimated peak {e.peak / GIB:.2f}")
-        verdict.lines.append(f"{'fits' if r.fits else 'does not fit'} on {label}: {basis} of {total / GIB:.2f} GiB")
+        verdict.lines.append(f"{_on(r.fit)}: {basis} of {total / GIB:.2f} GiB")
     else:
         verdict.lines.append("no GPU named: set one with --gpu, c.MemcheckMagics.gpu or [tool.memlint] gpu")
     return verdict
@@ -158,7 +168,9 @@ def static_sections(r: Any) -> list[Section]:
             sec.lines.append(f"estimated peak {est.peak / GIB:.2f} GiB at the {est.peak_phase} phase "
                              f"(allocated {est.allocated_peak / GIB:.2f} GiB)")
             if r.gpu is not None:
-                sec.lines.append(f"{'fits' if est.peak <= r.gpu[1] else 'does not fit'} on {r.gpu[0]}")
+                from memlint.gpu import fit_of
+
+                sec.lines.append(_on(fit_of(est, r.gpu, r.min_headroom)))
         elif getattr(ctx, "model_error", None):
             sec.lines.append(f"no estimate: {ctx.model_error}")
         elif getattr(ctx, "planned", None) is not None and ctx.planned.missing:

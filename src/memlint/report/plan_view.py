@@ -42,5 +42,5 @@ def render_plan(plan: TrainingPlan, est_doc, detail, console, conditional=None) 
         planned, est, targets = detail
         for note in planned.notes:
             console.print(f"[dim]- {note}[/dim]")
-        render(est, targets, console)
+        render(est, targets, console, min_headroom=est_doc["min_headroom"])
     console.print()

@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterator, Mapping, Sequence
 
+from memlint.gpu import MIN_HEADROOM, Fit, fit_of
+from memlint.gpu import fit as gpu_fit
 from memlint.plan import Span, TrainingPlan
 
 SEVERITIES = ("note", "warning", "error")
@@ -72,7 +74,8 @@ class Sample:
     """A rule's own test case: a script (and how to run it) that must, or must not, fire.
 
     `at` on an INVALID sample is text that the line the finding points at must contain
-    (None: any line); `source` is the script (samples.script() builds the usual shapes).
+    (None: any line); `severity` the finding's severity where it is below the rule's (advice
+    without a GPU is a note); `source` is the script (samples.script() builds the usual shapes).
     """
 
     source: str
@@ -80,6 +83,7 @@ class Sample:
     assume: tuple[str, ...] = ()
     at: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    severity: str | None = None
 
 
 class Rule:
@@ -89,6 +93,9 @@ class Rule:
     name: ClassVar[str]
     severity: ClassVar[str] = "warning"
     default_enabled: ClassVar[bool] = True
+    # Memory advice (a lever that lowers the peak): at the rule's severity only where the run does
+    # not fit or is tight on the configured GPU, a note without a GPU, silent where it fits with room.
+    advice: ClassVar[bool] = False
     summary: ClassVar[str]                      # one line, shown by `memlint rule --all`
     options: ClassVar[Mapping[str, Any]] = {}    # per-rule options and their defaults
     fix: ClassVar[Fix | None] = None
@@ -115,15 +122,28 @@ class Rule:
 
     def finding(self, ctx: "Context", message: str, at: "str | Span | tuple[str, ...] | None" = None,
                 related: tuple[tuple[str | Span, str], ...] = (), hint: str | None = None,
-                fix: Fix | None = None, **data: Any) -> Finding:
-        """A finding at the line that set plan field `at` (or a Span; else line 1)."""
+                fix: Fix | None = None, severity: str | None = None, **data: Any) -> Finding:
+        """A finding at the line that set plan field `at` (or a Span; else line 1), at the rule's
+        severity or a lower one (`severity`: a memory lever without a GPU to weigh it is a note)."""
         span = ctx.span_of(at)
         rel = []
         for where, label in related:
             s = ctx.span_of(where, fallback=False)
             if s is not None and s != span:
                 rel.append(Related(s, label))
-        return Finding(self.code, self.name, message, self.severity, span, tuple(rel), fix, hint, data)
+        level = severity or self.severity
+        if SEVERITIES.index(level) > SEVERITIES.index(self.severity):
+            raise ValueError(f"{self.code}: a finding cannot be more severe than its rule")
+        return Finding(self.code, self.name, message, level, span, tuple(rel), fix, hint, data)
+
+    def advice_severity(self, ctx: "Context") -> str | None:
+        """The severity of advice that saves memory: the rule's where the run is over or tight on
+        the configured GPU, a note where no GPU is configured to weigh it, None (silent) where the
+        run fits with the headroom: a saving that changes no verdict is not worth a warning."""
+        f = ctx.fit
+        if f is None:
+            return "note" if ctx.gpu is None else None
+        return self.severity if f.status in ("over", "tight") else None
 
 
 # The words that set each plan field, to point the column at the keyword, not the line start.
@@ -162,7 +182,8 @@ class Context:
 
     `planned` is the PlannedSetup (setup + missing + notes), `estimate` the Estimate of
     the worst case (None when a value the estimate needs is unknown, or the model is not
-    known), `gpu` the (name, total_bytes, context_bytes) the user configured, or None.
+    known), `gpu` the memlint.gpu.Gpu the user configured, or None, and `min_headroom` the
+    fraction of its memory a run should leave free (`fit` says whether it does).
     """
 
     plan: TrainingPlan
@@ -175,10 +196,33 @@ class Context:
     lines: Sequence[str] = ()
     conditional: Any = None       # estimate.conditional.Conditional: the answer when the plan cannot be sized
     require_estimate: bool = False  # [tool.memlint] require-estimate: an unsized training script is an error
+    min_headroom: float = MIN_HEADROOM
+    cells: Sequence[int] = ()   # a notebook's cell starts (0-based lines of the joined code)
+
+    def where(self, span: Span) -> str:
+        """A span as a message names it: `train.py:13`, or `nb.ipynb:cell 4:3` in a notebook."""
+        if self.cells and span.path == self.plan.path:
+            k = max(i for i, start in enumerate(self.cells) if start < span.line or i == 0)
+            return f"{span.path}:cell {k + 1}:{span.line - self.cells[k]}"
+        return f"{span.path}:{span.line}"
 
     @property
     def setup(self):
         return self.planned.setup if self.planned is not None else None
+
+    @property
+    def fit(self) -> Fit | None:
+        """The estimate against the configured GPU (memlint.gpu's one notion of fit), or None."""
+        if self.estimate is None or self.gpu is None:
+            return None
+        return fit_of(self.estimate, self.gpu, self.min_headroom)
+
+    def fit_of(self, peak: int) -> Fit | None:
+        """Another peak of this run against the configured GPU."""
+        if self.gpu is None:
+            return None
+        s = self.setup
+        return gpu_fit(peak, self.gpu, self.min_headroom, s.compute_dtype if s else None, s.attn if s else None)
 
     def span_of(self, at: "str | Span | tuple[str, ...] | None", fallback: bool = True) -> Span | None:
         """Where field `at` was set (the first of several that has a position), else 1:1."""
@@ -219,6 +263,16 @@ class FileResult:
     lines: list[str] = field(default_factory=list)
     suppressed: int = 0
     cells: list[int] = field(default_factory=list)  # notebooks: 0-based line where each code cell starts
+    # notebooks: where each line of the joined code sits in the raw .ipynb JSON, (line, column)
+    raw_positions: list[tuple[int, int]] = field(default_factory=list)
+
+    def raw(self, span: Span) -> tuple[int, int]:
+        """A span's (line, column) in the file as it is on disk: a notebook's raw JSON line (what a
+        pull request's diff shows), else the span's own."""
+        if span.path == self.path and self.raw_positions and 1 <= span.line <= len(self.raw_positions):
+            line, col = self.raw_positions[span.line - 1]
+            return line, col + span.col - 1
+        return span.line, span.col
 
     def position(self, line: int) -> tuple[int | None, int]:
         """(1-based cell or None, line within it) for a line of the file's concatenated code."""

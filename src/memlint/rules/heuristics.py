@@ -20,6 +20,10 @@ class EvalBatchDefaultRule(Rule):
     script evaluates during training, the first evaluation runs out of memory. memlint
     cannot always tell whether a script evaluates, hence off by default.
 
+    ## When it fires
+    Off by default: the eval batch is the library default (8), the script may not evaluate,
+    and memlint cannot always tell.
+
     ## Example
     ```python
     TrainingArguments(per_device_train_batch_size=1, eval_strategy="steps")
@@ -47,10 +51,10 @@ class EvalBatchDefaultRule(Rule):
         est, gpu = ctx.estimate, ctx.gpu
         if est is None or gpu is None or v.source != "library-default" or not isinstance(v.value, int):
             return
-        if v.value <= ctx.setup.batch or est.peak > gpu[1]:
+        if v.value <= ctx.setup.batch or ctx.fit.status == "over":
             return
-        ev = eval_estimate(ctx.setup, v.value, ctx.accounting, gpu[2])
-        if ev.peak <= gpu[1]:
+        ev = eval_estimate(ctx.setup, v.value, ctx.accounting)
+        if ctx.fit_of(ev.peak).status != "over":
             return
         yield self.finding(ctx, f"per_device_eval_batch_size is the library default {v.value}: evaluation would need "
                                 f"{size_text(ev.peak)} on {gpu[0]} ({size_text(gpu[1])})", "eval_batch",
@@ -67,6 +71,10 @@ class BatchCouldGrowRule(Rule):
     It is not a memory problem, it is slow: a micro-batch of 1 leaves the GPU idle
     between small kernels. Trading accumulation steps for micro-batch keeps the
     effective batch and the optimization the same.
+
+    ## When it fires
+    Off by default (a throughput hint, not a memory one): micro-batch 1 with accumulation
+    where a larger micro-batch at the same effective batch fits with the headroom.
 
     ## Example
     ```python
@@ -89,12 +97,12 @@ class BatchCouldGrowRule(Rule):
                       at="per_device_train_batch_size"),)
 
     def check(self, ctx: Context) -> Iterator[Finding]:
-        from memlint.estimate import max_batch
+        from memlint.estimate.levers import largest_batch
 
         est, gpu, s = ctx.estimate, ctx.gpu, ctx.setup
-        if est is None or gpu is None or s.batch != 1 or s.grad_accum < 2 or est.peak > gpu[1]:
+        if est is None or gpu is None or s.batch != 1 or s.grad_accum < 2 or ctx.fit.status == "over":
             return
-        best = max_batch(s, ctx.accounting, gpu[1], gpu[2], limit=s.grad_accum)
+        best = largest_batch(s, gpu, ctx.accounting, ctx.min_headroom, limit=s.grad_accum)
         # the largest divisor of the accumulation that fits keeps the effective batch exact
         b = max((d for d in range(2, best + 1) if s.grad_accum % d == 0), default=1)
         if b < 2:

@@ -18,6 +18,9 @@ class SyntaxErrorRule(Rule):
     Nothing in the file can be checked: no plan, no estimate, no other finding. A broken
     training script will also fail when launched, after the job has waited in a queue.
 
+    ## When it fires
+    The file does not parse. A note: nothing in it was checked, and it never fails a run.
+
     ## Example
     ```python
     args = TrainingArguments(per_device_train_batch_size=4
@@ -53,6 +56,10 @@ class UnknownModelRule(Rule):
     estimate and no capacity finding. memlint never downloads a config and never sets
     `trust_remote_code`.
 
+    ## When it fires
+    The model id resolves nowhere offline. A note: without the model there is no estimate,
+    so no capacity finding either way.
+
     ## Example
     ```python
     model = AutoModelForCausalLM.from_pretrained("my-org/private-7b")
@@ -87,6 +94,10 @@ class UnknownValueRule(Rule):
     ## Why is this bad?
     memlint does not guess: an unknown micro-batch or sequence length means no estimate
     and no capacity findings for this file, so a run that cannot fit goes unreported.
+
+    ## When it fires
+    A value the estimate needs (the model, the micro-batch, the maximum length, the GPU count
+    of a sharded run) is unknown statically. A note: memlint never guesses a capacity finding.
 
     ## Example
     ```python
@@ -136,6 +147,10 @@ class UnknownConfigKeyRule(Rule):
     framework's default sequence length in place, and the run that was sized for 1024
     tokens trains at 4096, or runs out of memory, after it has been queued.
 
+    ## When it fires
+    A config key the framework does not know, with the closest key it does know. A note: it
+    is about the config, not the fit, so it never fails a run.
+
     ## Example
     ```yaml
     base_model: meta-llama/Llama-3.1-8B
@@ -170,6 +185,10 @@ class BadConfigValueRule(Rule):
     ## Why is this bad?
     A `!!python/object` tag runs code when an unsafe loader reads the file; a value of the
     wrong type is either rejected by the framework at launch or silently coerced.
+
+    ## When it fires
+    A config value memlint refuses to read (a YAML tag that would construct an object) or of
+    the wrong type. A note: memlint says what it could not read, and never fails a run on it.
 
     ## Example
     ```yaml

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from memlint.estimate import estimate
-from memlint import data
+from memlint.gpu import Gpu
 from memlint.rules.base import Context, Finding, Fix, Rule, Sample
 from memlint.rules.capacity import refit
 from memlint.rules.samples import script
@@ -26,6 +25,11 @@ class NoDoubleQuantRule(Rule):
     blocks, 0.127 bits per parameter, saving about 0.37 bits per quantized parameter
     (≈ 0.35 GiB on an 8B model) at no cost in quality (QLoRA paper, §3).
 
+    ## When it fires
+    A 4-bit base whose double quantization is off. With a GPU configured it is a warning
+    only where the run does not fit or is tight (under MEM102's headroom), and silent where
+    it fits with room to spare; without a GPU, or without an estimate, it is a note.
+
     ## Example
     ```python
     BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4")
@@ -41,30 +45,38 @@ class NoDoubleQuantRule(Rule):
     code = "MEM301"
     name = "missing-double-quant"
     severity = "warning"
+    advice = True
     summary = "4-bit quantization without double quantization"
     fix = Fix("add bnb_4bit_use_double_quant=True", "safe", "double-quant")
     VALID = (Sample(script(bnb="load_in_4bit=True, bnb_4bit_quant_type='nf4', bnb_4bit_use_double_quant=True",
-                           lora=_LORA)),)
-    INVALID = (Sample(script(bnb="load_in_4bit=True, bnb_4bit_quant_type='nf4'", lora=_LORA),
-                      at="BitsAndBytesConfig("),)
+                           lora=_LORA)),
+             Sample(script(bnb="load_in_4bit=True, bnb_4bit_quant_type='nf4'", lora=_LORA), gpu="RTX4090"))
+    INVALID = (Sample(script(bnb="load_in_4bit=True, bnb_4bit_quant_type='nf4'", lora=_LORA), gpu="6.5",
+                      at="BitsAndBytesConfig("),
+               Sample(script(bnb="load_in_4bit=True, bnb_4bit_quant_type='nf4'", lora=_LORA),
+                      at="BitsAndBytesConfig(", severity="note"))
 
     def check(self, ctx: Context) -> Iterator[Finding]:
         if ctx.value("quant_bits") != 4 or not ctx.known("double_quant") or ctx.value("double_quant"):
             return
+        level = self.advice_severity(ctx) if ctx.estimate is not None else "note"
+        if level is None:
+            return
         saved = ""
         if ctx.estimate is not None:
-            peak_dq, _ = refit(ctx, double_quant=True)
+            peak_dq, fit_dq = refit(ctx, double_quant=True)
             saved = f": double quantization saves {size_text(ctx.estimate.peak - peak_dq)}"
+            if fit_dq is not None and fit_dq.ok:
+                saved += f" and fits on {ctx.gpu[0]}"
         at = "double_quant" if ctx.plan.get("double_quant").span else "quant_bits"
         yield self.finding(ctx, f"4-bit base without double quantization{saved} (0.37 bits per quantized weight)",
-                           at, hint="bnb_4bit_use_double_quant=True", fix=self.fix)
+                           at, hint="bnb_4bit_use_double_quant=True", fix=self.fix, severity=level)
 
 
 def _bf16_gpu(ctx: Context) -> bool | None:
     if ctx.gpu is None:
         return None
-    g = data.load("gpus.json")["gpus"].get(ctx.gpu[0])
-    return None if g is None else bool(g.get("bf16"))
+    return Gpu(*ctx.gpu).supports("bf16")
 
 
 class Fp16ComputeRule(Rule):
@@ -78,6 +90,11 @@ class Fp16ComputeRule(Rule):
     fp16 has 5 exponent bits: activations of models trained in bf16 overflow it, which
     shows up as `nan` losses or a loss scaler that keeps skipping steps. bf16 costs the
     same memory and has fp32's range.
+
+    ## When it fires
+    fp16 compute where the configured GPU supports bf16, or (without a GPU) the checkpoint
+    is bf16. It is a note: bf16 and fp16 take the same memory, so it never decides whether
+    the run fits and never fails a check.
 
     ## Example
     ```python
@@ -94,7 +111,7 @@ class Fp16ComputeRule(Rule):
 
     code = "MEM302"
     name = "fp16-compute-where-bf16-fits"
-    severity = "warning"
+    severity = "note"
     summary = "fp16 compute dtype with a bf16-capable GPU or a bf16 checkpoint"
     VALID = (Sample(script(precision="bf16=True"), gpu="A100-80GB"), Sample(script(precision="fp16=True"), gpu="T4"))
     INVALID = (Sample(script(precision="fp16=True"), gpu="A100-80GB", at="fp16=True"),)
@@ -132,6 +149,11 @@ class BareLoadIn4bitRule(Rule):
     4-bit format for normally distributed weights, and the bare flag is deprecated in
     transformers in favour of `quantization_config`.
 
+    ## When it fires
+    4-bit loading whose quant type is bitsandbytes' default (fp4). It is a note: the
+    format changes the quality of the quantized base, not its memory (MEM301 says what
+    the missing double quantization costs), so it never fails a check.
+
     ## Example
     ```python
     AutoModelForCausalLM.from_pretrained(model_id, load_in_4bit=True)
@@ -147,7 +169,7 @@ class BareLoadIn4bitRule(Rule):
 
     code = "MEM303"
     name = "bare-load-in-4bit"
-    severity = "warning"
+    severity = "note"
     summary = "load_in_4bit without a quant type: bitsandbytes defaults to FP4, no double quant"
     fix = Fix('add bnb_4bit_quant_type="nf4" to the BitsAndBytesConfig', "safe", "nf4-quant-type")
     VALID = (Sample(script(bnb="load_in_4bit=True, bnb_4bit_quant_type='nf4', bnb_4bit_use_double_quant=True",
@@ -176,6 +198,10 @@ class PagedOptimizerRule(Rule):
     optimizer state, `nvidia-smi` shows it, and under memory pressure the driver pages it
     to CPU memory (slower steps instead of an OOM). Compare memlint's estimate with
     `nvidia-smi`, not with `max_memory_allocated()`, for this state.
+
+    ## When it fires
+    A paged optimizer, always. It is a note: memlint reports the paged state beside the
+    peak, not in it, and the note says why measured and estimated figures then differ.
 
     ## Example
     ```python
@@ -213,6 +239,10 @@ class FullFinetuneWherePeftFitsRule(Rule):
     AdamW in mixed precision about 16 bytes per parameter before activations. LoRA
     trains well under 1 % of them, and QLoRA also stores the frozen base in 4 bits.
 
+    ## When it fires
+    With a GPU configured: a full fine-tune that does not fit where LoRA or QLoRA (rank 16 on
+    all linear layers, the run's micro-batch and sequence, a bf16 base under bf16 autocast) would.
+
     ## Example
     ```python
     model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-3.1-8B")
@@ -233,14 +263,21 @@ class FullFinetuneWherePeftFitsRule(Rule):
     INVALID = (Sample(script("meta-llama/Llama-3.1-8B", batch=1), gpu="RTX4090", at="from_pretrained("),)
 
     def check(self, ctx: Context) -> Iterator[Finding]:
-        est, s, gpu = ctx.estimate, ctx.setup, ctx.gpu
-        if est is None or gpu is None or s.method != "full" or est.peak <= gpu[1]:
+        from memlint.estimate.levers import LEVERS, apply
+
+        est, s, f = ctx.estimate, ctx.setup, ctx.fit
+        if f is None or s.method != "full" or f.status != "over":
             return
+        gpu = ctx.gpu
         opts = []
-        for label, changes in (("LoRA", {"method": "lora"}), ("QLoRA", {"method": "qlora", "quant": "nf4", "double_quant": True})):
-            e = estimate(s.with_(lora_r=16, lora_targets="all-linear", **changes), ctx.accounting, gpu[2])
-            opts.append((label, e.peak))
-        fitting = [f"{label} (r=16, all linear layers) {size_text(p)}" for label, p in opts if p <= gpu[1]]
+        by_key = {lv.key: lv for lv in LEVERS}
+        for lever in (by_key["lora"], by_key["qlora"]):  # the same LoRA and QLoRA as MEM101's advice and --compare
+            step = lever.make(s)
+            o = apply(s, [step], ctx.accounting) if step is not None else None
+            if o is not None:
+                opts.append((lever.title, o.peak))
+        fitting = [f"{label} (r=16, all linear layers) {size_text(p)}" for label, p in opts
+                   if ctx.fit_of(p).status != "over"]
         if not fitting:
             return
         yield self.finding(ctx, f"full fine-tuning needs {size_text(est.peak)} and does not fit on {gpu[0]} ({size_text(gpu[1])}); "

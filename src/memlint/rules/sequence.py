@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from memlint.estimate.activations import autocast_weight_copies
 from memlint.rules.base import Context, Finding, Fix, Rule, Sample
 from memlint.rules.capacity import refit
 from memlint.rules.samples import script
@@ -23,8 +22,13 @@ class PadToMaxLengthRule(Rule):
     ## Why is this bad?
     Every micro-batch then costs what the worst one costs: activations and logits at
     `batch × max_length` on every step, however short the samples are. The peak is what
-    it would be anyway, but every step pays it in compute, and the first step already
-    runs at the limit, leaving no room for a larger micro-batch.
+    it would be anyway (memlint sizes every run for its longest micro-batch), but every
+    step pays it in compute.
+
+    ## When it fires
+    Whenever a tokenizer call or collator pads to `max_length` and the run does not pack.
+    It is a note: padding changes what a typical step costs, not the peak, so it never
+    decides whether the run fits and never fails a check.
 
     ## Example
     ```python
@@ -42,7 +46,7 @@ class PadToMaxLengthRule(Rule):
 
     code = "MEM201"
     name = "pad-to-max-length"
-    severity = "warning"
+    severity = "note"
     summary = "every sample is padded to max_length, so every batch costs the worst case"
     fix = Fix("pad per batch in the collator instead of to max_length", "safe", "dynamic-padding")
     VALID = (Sample(script()), Sample(script(padding="longest")))
@@ -57,7 +61,7 @@ class PadToMaxLengthRule(Rule):
             cost = f" ({size_text(_seq_bytes(ctx.estimate))} of activations and logits at {ctx.setup.batch} × {ctx.setup.seq})"
         yield self.finding(
             ctx, f"padding='max_length' pads every sample to {L or 'max_length'} tokens: every micro-batch "
-                 f"costs the worst case{cost}",
+                 f"costs the worst case in compute{cost}; the peak is the same with per-batch padding",
             "padding", related=(("max_length", "max_length set here"),),
             hint="pad per batch (a padding collator) instead", fix=self.fix,
         )
@@ -83,6 +87,13 @@ class LongestSampleSetsPeakRule(Rule):
     TrainingArguments(per_device_train_batch_size=4)
     ```
 
+    ## When it fires
+    With padding to the longest sample, no packing or length grouping, a `max_length` at
+    least `min-ratio` times `typical-length`, and the worst step costing at least `min-ratio`
+    times a typical one. With a GPU configured it is a warning only where the worst step does
+    not fit or is tight (under MEM102's headroom), and silent where it fits with room to
+    spare: then the longest sample is harmless. Without a GPU it is a note.
+
     ## Use instead
     Size the run for the longest micro-batch; make it happen first with
     `group_by_length=True` (the Trainer puts the longest batch first), or pack samples,
@@ -97,12 +108,15 @@ class LongestSampleSetsPeakRule(Rule):
     code = "MEM202"
     name = "longest-sample-sets-peak"
     severity = "warning"
+    advice = True
     summary = "padding to the longest sample: the step that draws it sets the peak"
     options = {"typical-length": 1024, "min-ratio": 2.0}
     fix = Fix("add group_by_length=True (the longest batch comes first)", "unsafe", "group-by-length")
     VALID = (Sample(script(batch=4, max_length=8192, args="group_by_length=True")),
-             Sample(script(batch=4, max_length=1024)))
-    INVALID = (Sample(script(batch=4, max_length=8192), at="max_length=8192"),)
+             Sample(script(batch=4, max_length=1024)),
+             Sample(script(batch=4, max_length=8192), gpu="H200"))  # the longest batch fits with room
+    INVALID = (Sample(script(batch=4, max_length=8192), gpu="RTX4090", at="max_length=8192"),
+               Sample(script(batch=4, max_length=8192), at="max_length=8192", severity="note"))
 
     def check(self, ctx: Context) -> Iterator[Finding]:
         est, s = ctx.estimate, ctx.setup
@@ -110,18 +124,22 @@ class LongestSampleSetsPeakRule(Rule):
             return
         if ctx.value("packing") is True or ctx.value("group_by_length") is True:
             return
+        level = self.advice_severity(ctx)
         typical = int(self.opts["typical-length"])
-        if s.seq < typical * float(self.opts["min-ratio"]):
+        if level is None or s.seq < typical * float(self.opts["min-ratio"]):
             return
         from memlint.estimate import estimate
 
-        usual = estimate(s.with_(seq=typical), ctx.accounting, ctx.gpu[2] if ctx.gpu else None)
+        usual = estimate(s.with_(seq=typical), ctx.accounting)
         worst, base = _seq_bytes(est), _seq_bytes(usual)
         if base and worst < float(self.opts["min-ratio"]) * base:
             return
         fits = ""
-        if ctx.gpu is not None and usual.peak <= ctx.gpu[1] < est.peak:
+        if ctx.fit is not None and ctx.fit_of(usual.peak).status != "over" and ctx.fit.status == "over":
             fits = f"; on {ctx.gpu[0]} the typical step fits and this one does not"
+        elif ctx.fit is not None:
+            fits = (f"; on {ctx.gpu[0]} that step does not fit" if ctx.fit.status == "over" else
+                    f"; on {ctx.gpu[0]} that step leaves less than the {ctx.min_headroom:.0%} headroom")
         step = (f"a step that draws a {s.seq}-token sample pads all {s.batch} samples to {s.seq} tokens"
                 if s.batch > 1 else f"a step that draws a {s.seq}-token sample")
         yield self.finding(
@@ -129,7 +147,7 @@ class LongestSampleSetsPeakRule(Rule):
                  f"{size_text(est.peak)}) vs {size_text(base)} for a typical {typical}-token {'batch' if s.batch > 1 else 'sample'}{fits}",
             "max_length", related=(("padding", "padding set here"), ("per_device_batch", "batch set here")),
             hint="size the run for the longest batch; group_by_length=True makes it the first step, packing or "
-                 "truncation removes it", fix=self.fix, worst_bytes=worst, typical_bytes=base,
+                 "truncation removes it", fix=self.fix, severity=level, worst_bytes=worst, typical_bytes=base,
         )
 
 
@@ -157,6 +175,13 @@ class RecomputeOffRule(Rule):
                       gradient_checkpointing_kwargs={"use_reentrant": False})
     ```
 
+    ## When it fires
+    Recompute is off (said so in the script or by a library default) and turning it on
+    saves at least `min-saving` of the peak, or makes the run fit with the headroom. With a
+    GPU configured it is a warning only where the run does not fit or is tight, and silent
+    where it fits with room to spare (recompute then only costs compute). Without a GPU it
+    is a note.
+
     ## Options
     `min-saving` (fraction of the peak, default 0.25).
     """
@@ -164,19 +189,23 @@ class RecomputeOffRule(Rule):
     code = "MEM203"
     name = "recompute-off"
     severity = "warning"
+    advice = True
     summary = "gradient checkpointing is off where turning it on fits the GPU or saves a lot"
     options = {"min-saving": 0.25}
     fix = Fix("turn on gradient_checkpointing in the training arguments", "safe", "gradient-checkpointing")
-    VALID = (Sample(script(batch=4, recompute=True)), Sample(script(batch=1, max_length=256, recompute=False)))
-    INVALID = (Sample(script(batch=4, recompute=False), at="gradient_checkpointing=False"),)
+    VALID = (Sample(script(batch=4, recompute=True)), Sample(script(batch=1, max_length=256, recompute=False)),
+             Sample(script(batch=4, recompute=False), gpu="H200"))  # fits with room: recompute only costs compute
+    INVALID = (Sample(script(batch=4, recompute=False), gpu="RTX4090", at="gradient_checkpointing=False"),
+               Sample(script(batch=4, recompute=False), at="gradient_checkpointing=False", severity="note"))
 
     def check(self, ctx: Context) -> Iterator[Finding]:
         est, s = ctx.estimate, ctx.setup
-        if est is None or s.recompute or not ctx.known("gradient_checkpointing"):
+        level = self.advice_severity(ctx)
+        if est is None or level is None or s.recompute or not ctx.known("gradient_checkpointing"):
             return
-        peak_on, fits_on = refit(ctx, recompute=True)
+        peak_on, fit_on = refit(ctx, recompute=True)
         saved = est.peak - peak_on
-        rescues = ctx.gpu is not None and est.peak > ctx.gpu[1] and fits_on
+        rescues = fit_on is not None and fit_on.ok
         if not rescues and saved < float(self.opts["min-saving"]) * est.peak:
             return
         tail = f" and makes it fit on {ctx.gpu[0]}" if rescues else ""
@@ -184,7 +213,7 @@ class RecomputeOffRule(Rule):
             ctx, f"gradient checkpointing is off: turning it on saves {size_text(saved)} ({saved / est.peak:.0%}) of the "
                  f"{size_text(est.peak)} peak{tail}",
             "gradient_checkpointing", related=(("per_device_batch", "batch set here"),),
-            hint="gradient_checkpointing=True (about a third more compute)", fix=self.fix,
+            hint="gradient_checkpointing=True (about a third more compute)", fix=self.fix, severity=level,
             saved_bytes=saved, peak_with_recompute=peak_on,
         )
 
@@ -209,6 +238,11 @@ class EagerAttentionRule(Rule):
     AutoModelForCausalLM.from_pretrained(model_id, attn_implementation="sdpa")
     ```
 
+    ## When it fires
+    Eager attention at `min-length` tokens or more where SDPA would save at least
+    `min-saving`. With a GPU configured it is a warning only where the run does not fit or
+    is tight, and silent where it fits with room to spare. Without a GPU it is a note.
+
     ## Options
     `min-length` (default 2048) and `min-saving` (bytes saved by SDPA before reporting,
     default 1 GiB).
@@ -217,25 +251,31 @@ class EagerAttentionRule(Rule):
     code = "MEM204"
     name = "eager-attention-long-sequence"
     severity = "warning"
+    advice = True
     summary = "eager attention materialises seq² scores at a long sequence"
     options = {"min-length": 2048, "min-saving": 1 << 30}
-    VALID = (Sample(script(attn="sdpa", max_length=4096)), Sample(script(attn="eager", max_length=512)))
-    INVALID = (Sample(script(attn="eager", max_length=4096, recompute=False), at='attn_implementation="eager"'),)
+    VALID = (Sample(script(attn="sdpa", max_length=4096)), Sample(script(attn="eager", max_length=512)),
+             Sample(script(attn="eager", max_length=4096, recompute=False), gpu="B200"))
+    INVALID = (Sample(script(attn="eager", max_length=4096, recompute=False), gpu="RTX4090",
+                      at='attn_implementation="eager"'),
+               Sample(script(attn="eager", max_length=4096, recompute=False), at='attn_implementation="eager"',
+                      severity="note"))
 
     def check(self, ctx: Context) -> Iterator[Finding]:
         est, s = ctx.estimate, ctx.setup
-        if est is None or s.attn != "eager" or s.seq < int(self.opts["min-length"]):
+        level = self.advice_severity(ctx)
+        if est is None or level is None or s.attn != "eager" or s.seq < int(self.opts["min-length"]):
             return
-        peak_sdpa, fits = refit(ctx, attn="sdpa")
+        peak_sdpa, fit_sdpa = refit(ctx, attn="sdpa")
         saved = est.peak - peak_sdpa
         if saved < int(self.opts["min-saving"]):
             return
-        tail = f" and fits on {ctx.gpu[0]}" if fits and est.peak > ctx.gpu[1] else ""
+        tail = f" and fits on {ctx.gpu[0]}" if fit_sdpa is not None and fit_sdpa.ok else ""
         yield self.finding(
             ctx, f"eager attention at {s.seq} tokens keeps {s.batch}×{s.model.heads}×{s.seq}² scores per layer: SDPA would "
                  f"save {size_text(saved)} of the {size_text(est.peak)} peak{tail}",
             "attn_implementation", related=(("max_length", "max_length set here"),),
-            hint='attn_implementation="sdpa" (or "flash_attention_2")', saved_bytes=saved,
+            hint='attn_implementation="sdpa" (or "flash_attention_2")', severity=level, saved_bytes=saved,
         )
 
 
@@ -263,6 +303,13 @@ class LargeLogitsRule(Rule):
     `liger_fused_linear_cross_entropy` or `cut_cross_entropy`, LLaMA-Factory's
     `enable_liger_kernel`): memlint then counts one chunk of logits, not the full tensor.
 
+    ## When it fires
+    A vocabulary of at least `min-vocab` tokens, no fused loss, and logits of at least
+    `min-fraction` of the allocated peak. With a GPU configured it is a warning only where
+    the run does not fit or is tight (under MEM102's headroom), and silent where it fits
+    with room to spare: a share of the peak alone says nothing about fit. Without a GPU it
+    is a note.
+
     ## Options
     `min-vocab` (default 100,000) and `min-fraction` (of the allocated peak, default 0.2).
     """
@@ -270,22 +317,30 @@ class LargeLogitsRule(Rule):
     code = "MEM205"
     name = "large-fp32-logits"
     severity = "warning"
+    advice = True
     summary = "full-vocabulary fp32 logits take a large share of the peak"
     options = {"min-vocab": 100_000, "min-fraction": 0.2}
     VALID = (Sample(script("Qwen/Qwen2.5-0.5B", max_length=512)), Sample(script("openai-community/gpt2", max_length=1024)),
-             Sample(script("meta-llama/Llama-3.2-1B", batch=2, max_length=8192, args="use_liger_kernel=True")))
-    INVALID = (Sample(script("meta-llama/Llama-3.2-1B", batch=2, max_length=8192), at="MODEL_ID ="),)
+             Sample(script("meta-llama/Llama-3.2-1B", batch=2, max_length=8192, args="use_liger_kernel=True")),
+             # a Qwen2.5-0.5B QLoRA run with room to spare on an 80 GB card: large logits, no warning
+             Sample(script("Qwen/Qwen2.5-0.5B", batch=4, bnb="load_in_4bit=True, bnb_4bit_quant_type='nf4', "
+                           "bnb_4bit_use_double_quant=True", lora="r=16, target_modules='all-linear'"), gpu="A100-80GB"))
+    INVALID = (Sample(script("meta-llama/Llama-3.2-1B", batch=2, max_length=8192), gpu="RTX4090", at="MODEL_ID ="),
+               Sample(script("meta-llama/Llama-3.2-1B", batch=2, max_length=8192), at="MODEL_ID =", severity="note"))
 
     def check(self, ctx: Context) -> Iterator[Finding]:
         est, s = ctx.estimate, ctx.setup
-        if est is None or s.fused_loss or s.model.vocab < int(self.opts["min-vocab"]):
+        level = self.advice_severity(ctx)
+        if est is None or level is None or s.fused_loss or s.model.vocab < int(self.opts["min-vocab"]):
             return
-        # The logits component also holds autocast's half copy of an fp32 lm_head (k-bit
-        # prep upcasts it); a fused loss does not remove that copy, so it is not counted here.
+        from memlint.estimate.activations import autocast_weight_copies
+
+        logits = est.bytes("logits")  # the estimate table's figure, quoted as it is
+        # The logits component also holds autocast's half copy of an fp32 lm_head (k-bit prep
+        # upcasts it), which a fused loss keeps: the share that decides is the logits' own, and
+        # what a fused loss saves is re-estimated.
         head_copy = autocast_weight_copies(s)[1] if est.accounting == "real" else 0
-        logits = est.bytes("logits") - head_copy
-        share = logits / max(est.allocated_peak, 1)
-        if share < float(self.opts["min-fraction"]):
+        if (logits - head_copy) / max(est.allocated_peak, 1) < float(self.opts["min-fraction"]):
             return
         dt = s.compute_dtype
         what = f"{dt} logits, their fp32 upcast and log-softmax" if dt != "fp32" else "fp32 logits and log-softmax"
@@ -295,10 +350,18 @@ class LargeLogitsRule(Rule):
             what = (f"{'fp32' if amp else dt} logits of the {rows}"
                     + (" (accelerate upcasts the model's outputs)" if amp else "") + ", kept for the log-probs' backward"
                     + (", and the reference forward's" if s.reference in ("copy", "adapter-disabled") else ""))
+        if head_copy:
+            what += f", autocast's {size_text(head_copy)} copy of the fp32 lm_head"
+        saving = ""
+        if s.objective == "sft":
+            peak_fused, fit_fused = refit(ctx, fused_loss=True)
+            saving = f"; a fused cross-entropy saves {size_text(est.peak - peak_fused)}"
+            if fit_fused is not None and fit_fused.ok and not ctx.fit.ok:
+                saving += f" and fits on {ctx.gpu[0]}"
         yield self.finding(
-            ctx, f"logits over a {s.model.vocab:,}-token vocabulary at {s.batch} × {s.seq}: {size_text(logits)}, "
-                 f"{share:.0%} of the allocated peak ({what})",
+            ctx, f"logits over a {s.model.vocab:,}-token vocabulary at {s.batch} × {s.seq}: {size_text(logits)} of the "
+                 f"{size_text(est.peak)} peak ({what}){saving}",
             ("model_id", "max_length"), related=(("max_length", "max_length set here"), ("per_device_batch", "batch set here")),
-            hint="a fused/chunked cross-entropy (Liger, Cut Cross-Entropy) or a shorter max_length",
-            logits_bytes=logits,
+            hint="a fused/chunked cross-entropy (use_liger_kernel=True, Cut Cross-Entropy) or a shorter max_length",
+            severity=level, logits_bytes=logits, materialised_bytes=logits - head_copy,
         )

@@ -211,4 +211,5 @@ def merge_launch_config(plan: TrainingPlan, path: str | Path) -> TrainingPlan:
     fields, notes, diags = apply_launch(dict(plan.fields), facts, str(path))
     extra_diags = [d for d in doc.diagnostics if d not in diags]
     return TrainingPlan(plan.path, fields, tuple(dict.fromkeys(plan.notes + tuple(notes))),
-                        plan.diagnostics + tuple(extra_diags) + tuple(diags), plan.kind, plan.via)
+                        plan.diagnostics + tuple(extra_diags) + tuple(diags), plan.kind, plan.via,
+                        (*plan.sources, str(path)))

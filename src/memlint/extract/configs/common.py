@@ -31,6 +31,7 @@ class Reader:
     def __init__(self, doc: Document, file: Path) -> None:
         self.doc = doc
         self.file = file
+        self.read_files: list[str] = []  # other files read (a DeepSpeed JSON): the plan's sources
         self.fields: dict[str, Value] = {}
         self.notes: list[str] = []
         self.diagnostics: list[Diagnostic] = list(doc.diagnostics)
@@ -120,7 +121,8 @@ class Reader:
     # ---- result ----------------------------------------------------------------------------
 
     def plan(self) -> TrainingPlan:
-        return TrainingPlan(self.doc.path, self.fields, tuple(dict.fromkeys(self.notes)), tuple(self.diagnostics), self.kind)
+        return TrainingPlan(self.doc.path, self.fields, tuple(dict.fromkeys(self.notes)), tuple(self.diagnostics), self.kind,
+                            sources=tuple(dict.fromkeys(self.read_files)))
 
 
 def near(config: Path, ref: str) -> list[tuple[Path, str]]:

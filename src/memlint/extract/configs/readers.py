@@ -34,6 +34,8 @@ class FrameworkReader(Reader):
         ds = self.doc.get("deepspeed")
         if isinstance(ds, str) and ds.strip():
             inner, shown = find_deepspeed(self.file, self.doc.path, ds.strip())
+            if inner is not None:
+                self.read_files.append(shown)
             if inner is None:
                 self.fields["distributed"] = self._ds_unknown(shown)
                 # frameworks ship their DeepSpeed files (axolotl's deepspeed_configs/zero3_bf16.json):

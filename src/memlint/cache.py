@@ -1,0 +1,322 @@
+"""The result cache, as Ruff's `.ruff_cache`: a checked file's findings and estimate, kept under
+`.memlint_cache/` and reused while nothing they depend on changed.
+
+A result is keyed by the file's content and name, memlint's version and its own source files,
+the settings (and the command-line values that act like settings), the installed versions of
+the libraries whose defaults memlint reads, and the models in the Hugging Face cache; it stays
+valid while every other file it was read from (sibling modules, a DeepSpeed JSON it follows, a
+local model's config.json: TrainingPlan.sources) has the content it had. A warm hit imports
+neither libcst nor the estimator: the cached result is plain data that the formats render as
+they render a fresh one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Mapping, NamedTuple, Sequence
+
+from memlint import data
+from memlint.plan import Span, TrainingPlan
+from memlint.rules.base import Context, FileResult, Finding, Fix, Related
+
+CACHE_DIR = ".memlint_cache"
+FORMAT = 2  # the layout of an entry; bump when it changes
+MISS = object()  # Cache.get: nothing usable cached (None is a cached "not a training file")
+
+
+try:  # BLAKE2 without hashlib's OpenSSL import (a warm run's largest import after argparse)
+    from _blake2 import blake2b as _hash
+except ImportError:  # pragma: no cover - CPython always has it
+    from hashlib import blake2b as _hash
+
+
+def _digest(*parts: Any) -> str:
+    h = _hash()
+    for p in parts:
+        h.update(p if isinstance(p, bytes) else str(p).encode("utf-8", "surrogateescape"))
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _package_fingerprint() -> str:
+    """memlint's own files, __init__.py (its version) included: a new version, or an edited
+    checkout, is a different memlint."""
+    stats: list[str] = []
+
+    def walk(folder: str, prefix: str) -> None:
+        for e in sorted(os.scandir(folder), key=lambda e: e.name):
+            if e.is_dir(follow_symlinks=False):
+                if e.name != "__pycache__":
+                    walk(e.path, prefix + e.name + "/")
+            elif e.name.endswith((".py", ".json")):
+                st = e.stat()
+                stats.append(f"{prefix}{e.name}:{st.st_size}:{st.st_mtime_ns}")
+
+    walk(os.path.dirname(os.path.abspath(__file__)), "")
+    return _digest(*stats)
+
+
+def _packages() -> list[str]:
+    """The libraries whose installed version selects a default memlint reads (data files say which)."""
+    names = {"transformers", "trl", "peft", "accelerate", "bitsandbytes", "torch"}
+    for cls in data.load("library_defaults.json")["classes"].values():
+        names.add(cls["package"])
+        for cands in cls["fields"].values():
+            names.update(p for c in cands for p in c.get("requires", {}))
+    names.update(fw["package"] for fw in data.load("frameworks.json")["frameworks"].values() if fw.get("package"))
+    return sorted(names)
+
+
+def _installed(names: Sequence[str]) -> list[str]:
+    """`name==version` of each installed distribution, read off the dist-info folders' names
+    (a directory listing per path entry; importlib.metadata would scan them once per name)."""
+    want = {n.lower().replace("-", "_") for n in names}
+    found: dict[str, str] = {}
+    for entry in sys.path:
+        try:
+            listing = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for item in listing:
+            if item.endswith((".dist-info", ".egg-info")):
+                stem = item.rsplit(".", 1)[0]
+                name, _, version = stem.partition("-")
+                key = name.lower().replace("-", "_").replace(".", "_")
+                if key in want and key not in found:
+                    found[key] = version
+    return [f"{k}=={found.get(k, '-')}" for k in sorted(want)]
+
+
+def _hf_models() -> list[str]:
+    """The models in the Hugging Face cache (memlint resolves a model id there before its catalog)."""
+    env = os.environ
+    hub = Path(env["HF_HUB_CACHE"]) if env.get("HF_HUB_CACHE") else \
+        Path(env.get("HF_HOME", Path(env.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "huggingface")) / "hub"
+    try:
+        return sorted(f"{e.name}:{e.stat().st_mtime_ns}" for e in os.scandir(hub) if e.name.startswith("models--"))
+    except OSError:
+        return []
+
+
+def _file_digest(path: str) -> str | None:
+    try:
+        return _hash(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+class Cache:
+    """One run's view of the cache: the directory and the key everything in this run shares."""
+
+    def __init__(self, root: Path, key: str) -> None:
+        self.root, self.key = root, key
+        self.hits = self.misses = 0
+
+    @classmethod
+    def open(cls, root: str | Path, settings: Any, extra: Sequence[Any] = ()) -> "Cache":
+        """`settings` (memlint.config.Settings) and `extra` (command-line values, a launch config's
+        content) are part of every key."""
+        key = _digest(FORMAT, _package_fingerprint(), settings.show(), settings.root, *extra,
+                      *_installed(_packages()), *_hf_models())
+        return cls(Path(root), key)
+
+    @property
+    def folder(self) -> Path:
+        return self.root / f"v{FORMAT}" / self.key[:16]
+
+    def _entry(self, shown: str, explicit: bool, content: bytes) -> Path:
+        return self.folder / (_digest(shown, explicit, content)[:32] + ".json")
+
+    def get(self, shown: str, explicit: bool, content: bytes) -> Any:
+        """The cached result (None: a file that trains nothing), or MISS."""
+        path = self._entry(shown, explicit, content)
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            self.misses += 1
+            return MISS
+        for src, digest in doc["sources"].items():
+            if _file_digest(src) != digest:
+                self.misses += 1
+                return MISS
+        self.hits += 1
+        return None if doc["result"] is None else from_json(doc["result"], content)
+
+    def put(self, shown: str, explicit: bool, content: bytes, result: FileResult | None) -> None:
+        sources = {src: _file_digest(src) for src in (dependencies(result) if result is not None else ())}
+        doc = {"sources": sources, "result": to_json(result) if result is not None else None}
+        path = self._entry(shown, explicit, content)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            _mark(self.root)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(doc, separators=(",", ":")), encoding="utf-8")
+            os.replace(tmp, path)  # atomic: a parallel run never reads half an entry
+        except OSError:
+            pass  # a read-only tree still checks, uncached
+
+
+def _mark(root: Path) -> None:
+    """What Ruff writes into its cache: a .gitignore that ignores everything, and CACHEDIR.TAG."""
+    ignore = root / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text("# Automatically created by memlint.\n*\n", encoding="utf-8")
+        (root / "CACHEDIR.TAG").write_text("Signature: 8a477f597d28d172789f06886806bc55\n"
+                                           "# This file is a cache directory tag created by memlint.\n",
+                                           encoding="utf-8")
+
+
+def dependencies(result: FileResult) -> list[str]:
+    """The other files a result depends on: the plan's sources and a local model's config.json."""
+    out = list(result.plan.sources)
+    setup = getattr(result.context, "setup", None)
+    model = getattr(setup, "model", None)
+    if model is not None and getattr(model, "source", "") == "local":
+        p = Path(model.id)
+        out.append(str(p / "config.json") if p.is_dir() else str(p))
+    return list(dict.fromkeys(out))
+
+
+def clean(root: str | Path) -> list[Path]:
+    """Remove the cache under `root` and any `.memlint_cache` below it (`memlint clean`)."""
+    import shutil
+
+    removed = []
+    for folder, dirs, _ in os.walk(root):
+        if CACHE_DIR in dirs:
+            p = Path(folder) / CACHE_DIR
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+        dirs[:] = [d for d in dirs if d not in (CACHE_DIR, ".git", ".venv", "node_modules", "__pycache__")]
+    return removed
+
+
+# ---- a FileResult as plain data, and back ---------------------------------------------------
+
+
+def _span(s: Span) -> list:
+    return [s.path, s.line, s.col]
+
+
+def _finding(f: Finding) -> dict:
+    fix = None
+    if f.fix is not None:
+        fix = {"title": f.fix.title, "applicability": f.fix.applicability, "codemod": f.fix.codemod,
+               "params": dict(f.fix.params), "edits": [list(e) for e in f.fix.edits]}
+    return {"code": f.code, "name": f.name, "message": f.message, "severity": f.severity, "span": _span(f.span),
+            "related": [[_span(r.span), r.label] for r in f.related], "fix": fix, "hint": f.hint,
+            "data": json.loads(json.dumps(dict(f.data), default=str))}
+
+
+def _unfinding(d: dict) -> Finding:
+    fix = None
+    if d["fix"] is not None:
+        x = d["fix"]
+        fix = Fix(x["title"], x["applicability"], x["codemod"], x["params"], tuple(tuple(e) for e in x["edits"]))
+    return Finding(d["code"], d["name"], d["message"], d["severity"], Span(*d["span"]),
+                   tuple(Related(Span(*s), label) for s, label in d["related"]), fix, d["hint"], d["data"])
+
+
+def _estimate(est: Any) -> dict | None:
+    if est is None:
+        return None
+    s = est.setup
+    return {"accounting": est.accounting, "peak": est.peak, "peak_phase": est.peak_phase,
+            "paged_optimizer": est.paged_optimizer, "reserved_peak": est.reserved_peak,
+            "components": [[name, c.bytes] for name, c in est.components.items()],
+            "setup": {"model": s.model.id, "batch": s.batch, "seq": s.seq, "gpus": s.gpus, "shard": s.shard,
+                      "compute_dtype": s.compute_dtype, "attn": s.attn}}
+
+
+def to_json(r: FileResult) -> dict:
+    ctx = r.context
+    planned = getattr(ctx, "planned", None)
+    return {"path": r.path, "kind": r.plan.kind, "via": r.plan.via, "sources": list(r.plan.sources),
+            "findings": [_finding(f) for f in r.findings], "suppressed": r.suppressed, "cells": r.cells,
+            "has_lines": bool(r.lines),
+            "raw": [list(p) for p in r.raw_positions],
+            "gpu": list(ctx.gpu) if ctx.gpu else None, "model_error": ctx.model_error,
+            "min_headroom": ctx.min_headroom,
+            "missing": list(getattr(planned, "missing", ()) or ()), "estimate": _estimate(ctx.estimate)}
+
+
+class _Component(NamedTuple):
+    bytes: int
+
+
+class _Setup(NamedTuple):
+    model: Any
+    batch: int
+    seq: int
+    gpus: int
+    shard: str
+    compute_dtype: str
+    attn: str
+
+
+class _Model(NamedTuple):
+    id: str
+
+
+class CachedEstimate(NamedTuple):
+    """What the formats read of an Estimate, from the cache: the same figures, no estimator (plain
+    NamedTuples: a warm run builds no dataclass it can avoid)."""
+
+    accounting: str
+    peak: int
+    peak_phase: str
+    paged_optimizer: int
+    components: Mapping[str, _Component]
+    setup: _Setup
+
+    def bytes(self, name: str) -> int:
+        return self.components[name].bytes
+
+    reserved_peak: int = 0
+
+    @property
+    def allocated_peak(self) -> int:
+        return self.peak - self.components["overhead"].bytes
+
+
+class _Planned(NamedTuple):
+    setup: Any = None
+    missing: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def from_json(d: dict, content: bytes | None = None) -> FileResult:
+    from memlint.gpu import Gpu
+
+    est = None
+    if d["estimate"] is not None:
+        e = d["estimate"]
+        s = dict(e["setup"])
+        setup = _Setup(_Model(s.pop("model")), **s)
+        est = CachedEstimate(e["accounting"], e["peak"], e["peak_phase"], e["paged_optimizer"],
+                             {name: _Component(b) for name, b in e["components"]}, setup, e["reserved_peak"])
+    plan = TrainingPlan(d["path"], kind=d["kind"], via=d["via"], sources=tuple(d["sources"]))
+    ctx = Context(plan, planned=_Planned(None, tuple(d["missing"])), estimate=est,
+                  gpu=Gpu(*d["gpu"]) if d["gpu"] else None, model_error=d["model_error"],
+                  min_headroom=d["min_headroom"], cells=d["cells"])
+    lines = _lines(content, d) if d["has_lines"] else []
+    return FileResult(d["path"], plan, ctx, [_unfinding(f) for f in d["findings"]], lines, d["suppressed"],
+                      d["cells"], [tuple(p) for p in d["raw"]])
+
+
+def _lines(content: bytes | None, d: dict) -> list[str]:
+    """The file's lines as the check saw them (a notebook's code cells, joined)."""
+    if content is None:
+        return []
+    text = content.decode("utf-8-sig", "replace")
+    if d["kind"] == "notebook":
+        from memlint.extract.source import notebook_cells
+
+        try:
+            return notebook_cells(text, Path(d["path"]))[0]
+        except Exception:  # noqa: BLE001 - a cached notebook always parsed; be safe
+            return []
+    return text.splitlines()

@@ -1,0 +1,169 @@
+"""GPUs and the one notion of fit: names, memory and capabilities (data/gpus.json), and the verdict
+every front door gives (estimate, plan, check, diff, %memcheck): fits, tight, over, or unsupported.
+
+A run *fits* when its peak leaves at least `min_headroom` of the GPU's memory free (10 % unless
+`[tool.memlint.options.low-headroom] min-headroom` says otherwise), is *tight* when it fits with
+less, and is *over* past the GPU's memory. A GPU without a capability the run needs (bf16 on a
+T4) is *unsupported* whatever the memory says.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from memlint import data
+from memlint.errors import MemlintError
+from memlint.vocab import GIB, gib, size_text
+
+MIN_HEADROOM = 0.10   # fraction of the GPU's memory a run should leave free
+# The CUDA context (and kernel images) outside PyTorch's allocator: one figure for every GPU,
+# so a configuration has one peak whether or not a GPU is named (gpus.json's per-GPU context
+# figures are what a real device reads; they are within this figure's ±100 MiB).
+DEFAULT_CONTEXT = 512 << 20
+# What a run needs of the GPU, by the capability's key in gpus.json, in words for a message.
+CAPABILITIES = {"bf16": "bf16", "flash_attention_2": "FlashAttention-2"}
+
+
+class Gpu(NamedTuple):
+    """A GPU to check against: its label, memory in bytes and CUDA context in bytes."""
+
+    label: str
+    total: int
+    context: int
+
+    @property
+    def entry(self) -> dict | None:
+        """Its gpus.json entry (None for a size given in GiB)."""
+        return table().get(self.label)
+
+    def supports(self, capability: str) -> bool | None:
+        """Whether it has `capability` (a gpus.json key); None when memlint does not know."""
+        entry = self.entry
+        if entry is None or capability not in entry:
+            return None
+        return bool(entry[capability])
+
+
+def table() -> dict[str, dict]:
+    return data.load("gpus.json")["gpus"]
+
+
+def _norm(name: str) -> str:
+    return name.strip().lower().replace(" ", "").replace("_", "-")
+
+
+def find_gpu(name: str) -> Gpu:
+    """A GPU name or alias (or a size in GiB) -> Gpu. A name that starts several GPUs' names
+    (`A100`, `RTX`) is ambiguous: an error that lists them, never a silent pick."""
+    key = _norm(name)
+    names: dict[str, str] = {}
+    for label, g in table().items():
+        for n in (label, *g["aliases"]):
+            names[_norm(n)] = label
+    if key in names:
+        label = names[key]
+        g = table()[label]
+        return Gpu(label, g["total_bytes"], g["context_bytes"])
+    starts = sorted({label for n, label in names.items() if key and n.startswith(key)})
+    if len(starts) > 1:
+        raise MemlintError(f"ambiguous GPU {name!r}: {', '.join(starts)} (name one, or a size in GiB)")
+    try:
+        gib = float(key.removesuffix("gib").removesuffix("gb"))
+    except ValueError:
+        import difflib
+
+        close = difflib.get_close_matches(key, list(names), n=3, cutoff=0.5)
+        hint = f" (did you mean {', '.join(dict.fromkeys(names[c] for c in close))}?)" if close else ""
+        raise MemlintError(f"unknown GPU {name!r}{hint}; known: {', '.join(table())} or a size in GiB (e.g. 24)") from None
+    if gib <= 0:
+        raise MemlintError("--gpu size must be positive")
+    return Gpu(f"{gib:g} GiB", int(gib * GIB), DEFAULT_CONTEXT)
+
+
+def common_gpus() -> list[Gpu]:
+    return [Gpu(label, g["total_bytes"], g["context_bytes"]) for label, g in table().items()]
+
+
+def needs(compute_dtype: str | None = None, attn: str | None = None) -> tuple[str, ...]:
+    """The capabilities a run needs of its GPU: bf16 compute, FlashAttention-2."""
+    out = []
+    if compute_dtype == "bf16":
+        out.append("bf16")
+    if attn == "flash_attention_2":
+        out.append("flash_attention_2")
+    return tuple(out)
+
+
+class Fit(NamedTuple):
+    """A peak against a GPU: `status` is fits | tight | over; `missing` the capabilities it lacks.
+    (A NamedTuple, not a dataclass: the warm path of `memlint check` builds no dataclass it can avoid.)"""
+
+    gpu: Gpu
+    peak: int
+    min_headroom: float = MIN_HEADROOM
+    missing: tuple[str, ...] = ()
+
+    @property
+    def free(self) -> int:
+        return self.gpu.total - self.peak
+
+    @property
+    def margin(self) -> int:
+        """The bytes the headroom asks to leave free."""
+        return int(self.min_headroom * self.gpu.total)
+
+    @property
+    def status(self) -> str:
+        if self.peak > self.gpu.total:
+            return "over"
+        return "tight" if self.free < self.margin else "fits"
+
+    @property
+    def ok(self) -> bool:
+        """Fits with the headroom on a GPU that can run it: what every front door calls "fits"."""
+        return self.status == "fits" and not self.missing
+
+    @property
+    def runs(self) -> bool:
+        """Fits at all (tight included) on a GPU that can run it."""
+        return self.status != "over" and not self.missing
+
+    def lacks(self) -> str:
+        """'T4 has no bf16' (empty when it has everything)."""
+        if not self.missing:
+            return ""
+        return f"{self.gpu.label} has no {' or '.join(CAPABILITIES[c] for c in self.missing)}"
+
+    def verdict(self) -> str:
+        """The words of a fit column: 'yes', 'tight', 'no' (and why when unsupported)."""
+        if self.missing:
+            return f"no ({self.lacks()})"
+        return {"fits": "yes", "tight": "tight", "over": "no"}[self.status]
+
+    def text(self, places: int | None = None) -> str:
+        """A sentence: 'fits, 6.2 GiB to spare' (`places`: GiB with that many decimals, as a table shows them)."""
+        def size(n: int) -> str:
+            return size_text(n) if places is None else f"{gib(n, places)} GiB"
+
+        if self.missing:
+            return f"not supported: {self.lacks()}"
+        if self.status == "over":
+            return f"does not fit, {size(-self.free)} over"
+        if self.status == "tight":
+            return (f"tight: {size(self.free)} ({self.free / self.gpu.total:.0%}) to spare, under the "
+                    f"{self.min_headroom:.0%} headroom")
+        return f"fits, {size(self.free)} to spare"
+
+
+def fit(peak: int, gpu: Gpu | tuple, min_headroom: float = MIN_HEADROOM, compute_dtype: str | None = None,
+        attn: str | None = None) -> Fit:
+    """The verdict for `peak` bytes on `gpu`, the run computing in `compute_dtype` with `attn`."""
+    g = gpu if isinstance(gpu, Gpu) else Gpu(*gpu)
+    missing = tuple(c for c in needs(compute_dtype, attn) if g.supports(c) is False)
+    return Fit(g, peak, float(min_headroom), missing)
+
+
+def fit_of(est, gpu: Gpu | tuple, min_headroom: float = MIN_HEADROOM) -> Fit:
+    """`fit` for an Estimate (anything with `.peak` and a `.setup`)."""
+    s = est.setup
+    return fit(est.peak, gpu, min_headroom, getattr(s, "compute_dtype", None), getattr(s, "attn", None))
