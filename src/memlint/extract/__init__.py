@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from memlint.errors import MemlintError
-from memlint.files import Target
+from memlint.files import Refused, Target, read_bytes
 from memlint.plan import Diagnostic, Span, TrainingPlan
 from memlint.vocab import CONFIG_SUFFIXES
 
@@ -89,7 +89,9 @@ def read_target(target: Target) -> tuple[TrainingPlan | None, list[str], list[in
     that is not a training file."""
     path, shown = target.path, target.shown
     try:
-        raw = path.read_bytes()
+        raw = read_bytes(path)
+    except Refused as exc:
+        return unreadable(shown, exc.why), [], []
     except IsADirectoryError:
         return unreadable(shown, "is a directory"), [], []
     except OSError as exc:

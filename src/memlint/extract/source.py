@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from memlint.errors import MemlintError
+from memlint.files import Refused, read_bytes
 
 # Cell magics whose body is Python that IPython runs; any other cell magic's body is data.
 _PYTHON_CELL_MAGICS = {"capture", "time", "timeit", "prun", "debug"}
@@ -20,7 +21,9 @@ _CELL_MARKER = re.compile(r"^\s*#\s*(%%|In\s*\[)")
 def read_source(path: Path) -> str:
     """The Python text to analyse for `path` (.py or .ipynb); raises MemlintError on bad input."""
     try:
-        raw = path.read_bytes()
+        raw = read_bytes(path)
+    except Refused as exc:
+        raise MemlintError(f"{path}: {exc.why}") from None
     except FileNotFoundError:
         raise MemlintError(f"{path}: no such file") from None
     except IsADirectoryError:
