@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from memlint.extract import budget
 from memlint.extract.interp import _BUILTIN_CALLS, BoundStr, BoundUnknown
 from memlint.extract.objects import (
     Accelerator, Accumulate, ArgNamespace, ArgParser, ArgSpec, Autocast, AutocastCall, Collator, DataclassInstance,
@@ -402,6 +403,8 @@ class Handlers:
         args = c.args
         if not (args and all(isinstance(a, Const) and isinstance(a.value, str) for a in args)):
             return Unknown("a path")
+        if sum(len(a.value) for a in args) > budget.MAX_STR:
+            return c.it.over()
         value = posixpath.join(*(a.value for a in args))
         base = next((a for a in args if a.source != "literal"), args[0])
         return Const(value, weakest(*(a.source for a in args)), base.line, base.chain, base.file)
@@ -435,7 +438,8 @@ class Handlers:
         if name == "vars":
             return Dict({}, open=True)
         if name in _BUILTIN_CALLS:
-            return self._pure_builtin(name, args, line)
+            out = self._pure_builtin(name, args, line)
+            return it.over() if isinstance(out, Unknown) and out.why == budget.OVER else out
         return Unknown(f"{name}()")
 
     def _getattr_builtin(self, it: Any, args: list) -> Any:
@@ -475,8 +479,11 @@ class Handlers:
             value = fn(*(v.value for v in vals)) if name not in ("min", "max", "sum") or len(vals) > 1 else fn(vals[0].value)
         except Exception:
             return Unknown(f"{name}() that would raise")
+        if not budget.fits(value):
+            return Unknown(budget.OVER)
         lead = next((v for v in vals if v.source != "literal"), vals[0])
-        return Const(value, weakest(*(v.source for v in vals)), lead.line, lead.chain + (f"{name}(…) = {value!r}",), lead.file)
+        return Const(value, weakest(*(v.source for v in vals)), lead.line,
+                     budget.capped(lead.chain + (f"{name}(…) = {budget.shown(value)}",)), lead.file)
 
     def str_method(self, it: Any, f: BoundStr, args: list, kwargs: dict, node: Any) -> Any:
         if f.attr not in _STR_METHODS:
@@ -497,10 +504,14 @@ class Handlers:
             if not isinstance(v, Const):
                 return Unknown("a string method over non-constants")
             kw[k] = v.value
+        if not _str_method_fits(f.base.value, f.attr, vals, kw):
+            return it.over()
         try:
             value = getattr(f.base.value, f.attr)(*vals, **kw)
         except Exception:
             return Unknown("a string method that would raise")
+        if not budget.fits(value):
+            return it.over()
         if isinstance(value, list):
             return Seq([f.base.with_value(x) for x in value])
         return f.base.with_value(value, f".{f.attr}(…)")
@@ -709,6 +720,18 @@ class Handlers:
         if isinstance(action, Const) and action.value in ("store_true", "store_false"):
             return Const(action.value == "store_false", "argparse-default", spec.line, (how,), spec.file)
         return Const(None, "argparse-default", spec.line, (how,), spec.file)
+
+
+def _str_method_fits(s: str, attr: str, vals: list, kw: dict) -> bool:
+    """str.join, .replace and .format within the budget, decided before they run."""
+    if attr == "join" and vals and isinstance(vals[0], (list, tuple)):
+        return budget.join_fits(s, list(vals[0]))
+    if attr == "replace" and len(vals) >= 2 and isinstance(vals[0], str) and isinstance(vals[1], str):
+        count = vals[2] if len(vals) > 2 and isinstance(vals[2], int) else kw.get("count", -1)
+        return budget.replace_fits(s, vals[0], vals[1], count if isinstance(count, int) else -1)
+    if attr == "format":
+        return budget.format_fits(s, vals, kw)
+    return True
 
 
 _PASS = object()  # a handler's answer for "this call is not mine": the call falls through
