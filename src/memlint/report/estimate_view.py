@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from memlint.estimate import GIB, Estimate, estimate, find_gpu, gpus, max_batch, max_seq
+from memlint.report import markup
 from memlint.vocab import gib
 
 
@@ -68,15 +69,15 @@ def render(est: Estimate, targets, console, extra: Mapping[str, int] | None = No
     from rich.table import Table
 
     m = est.setup.model
-    console.print(f"[bold]{m.id}[/bold]  {m.params:,} params, {est.trainable_params:,} trainable "
+    console.print(f"[bold]{markup(m.id)}[/bold]  {m.params:,} params, {est.trainable_params:,} trainable "
                   f"([dim]{m.source}[/dim])")
-    console.print(f"{describe(est)}  [dim]accounting: {est.accounting}[/dim]")
+    console.print(f"{markup(describe(est))}  [dim]accounting: {est.accounting}[/dim]")
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     table.add_column("component")
     table.add_column("GiB / GPU" if est.ranks == 1 else f"GiB per GPU (rank) of {est.ranks}", justify="right")
     table.add_column("how", overflow="fold")
     for name, c in est.components.items():
-        table.add_row(name, gib(c.bytes), c.formula)
+        table.add_row(name, gib(c.bytes), markup(c.formula))
     if est.paged_optimizer:
         table.add_row("[dim]paged optimizer[/dim]", f"[dim]{gib(est.paged_optimizer)}[/dim]",
                       "[dim]unified memory, not in the peak[/dim]")
@@ -93,10 +94,10 @@ def render(est: Estimate, targets, console, extra: Mapping[str, int] | None = No
     if len(targets) == 1:
         rows.add_column(f"max seq at batch {est.setup.batch}", justify="right")
     for label, total, ctx in targets:
-        cells = [label, gib(total), "[green]yes[/green]" if fit[label] else "[red]no[/red]", str(best[label])]
+        cells = [markup(label), gib(total), "[green]yes[/green]" if fit[label] else "[red]no[/red]", str(best[label])]
         if len(targets) == 1:
             cells.append(str(max_seq(est.setup, est.accounting, total, ctx)))
         rows.add_row(*cells)
     console.print(rows)
     for note in est.assumptions:
-        console.print(f"[dim]- {note}[/dim]")
+        console.print(f"[dim]- {markup(note)}[/dim]")
