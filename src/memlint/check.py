@@ -72,9 +72,15 @@ def context_for(plan: TrainingPlan, settings: Settings, gpu: str | None = None, 
     if plan.diagnostics and any(d.kind in ("syntax-error", "unreadable") for d in plan.diagnostics):
         return ctx
     try:
-        ctx.planned = setup_from_plan(plan, extra)
+        with files.refusals() as refused:
+            ctx.planned = setup_from_plan(plan, extra)
     except MemlintError as exc:  # the model id is not known offline
-        ctx.model_error = str(exc)
+        if refused:  # its config.json was not read (too large, a FIFO): a MEM001 note on that file
+            from memlint.extract import not_read
+
+            ctx.plan = not_read(ctx.plan, refused)
+        else:
+            ctx.model_error = str(exc)
         return ctx
     dist = plan.value("distributed")
     if ctx.planned.setup is not None and dist not in (None, "none"):
@@ -170,17 +176,38 @@ def check_paths(paths: Sequence[str], settings: Settings, *, gpu: str | None = N
                 assume: Sequence[str] = ()) -> list[FileResult]:
     results = []
     seen: set[tuple] = set()  # a config's findings in a file it follows (its DeepSpeed JSON) are that file's too
-    for target in collect(paths, settings):
+    with files.size_limit(settings.max_file_size):
+        for target in collect(paths, settings):
+            result = check_target(target, settings, gpu=gpu, gpus=gpus, assume=assume)
+            if result is None:
+                continue
+            keys = [(f.span.path, f.span.line, f.span.col, f.code, f.message) for f in result.findings]
+            result.findings = [f for f, k in zip(result.findings, keys) if k not in seen]
+            seen.update(keys)
+            results.append(result)
+    return results
+
+
+def check_target(target: Target, settings: Settings, *, merge=None, **kw) -> FileResult | None:
+    """One file's result (None: not a training file), whatever the file holds: a file memlint
+    fails on is a MEM001 note naming the error, and the files after it are still checked."""
+    try:
         plan, lines, cells = read_target(target)
         if plan is None:
-            continue
-        result = check_plan(plan, lines=lines, settings=settings, gpu=gpu, gpus=gpus, assume=assume)
-        result.cells = cells
-        keys = [(f.span.path, f.span.line, f.span.col, f.code, f.message) for f in result.findings]
-        result.findings = [f for f, k in zip(result.findings, keys) if k not in seen]
-        seen.update(keys)
-        results.append(result)
-    return results
+            return None
+        if merge is not None and plan.kind in ("python", "notebook"):
+            plan = merge(plan)
+        result = check_plan(plan, lines=lines, settings=settings, **kw)
+    except MemlintError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a bug met on one file must not lose the others' reports
+        if os.environ.get("MEMLINT_DEBUG"):
+            raise
+        why = f"memlint could not analyse this file (internal error: {type(exc).__name__}: {str(exc)[:200]})"
+        plan, lines, cells = unreadable(target.shown, why), [], []
+        result = check_plan(plan, settings=settings, **kw)
+    result.cells = cells
+    return result
 
 
 def failing(results: Sequence[FileResult], fail_on: str) -> int:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from memlint.errors import MemlintError
+from memlint.files import MAX_FILE_SIZE, Refused, read_bytes
 
 SEVERITY_ORDER = {"note": 0, "warning": 1, "error": 2}
 CONFIG_FILES = (".memlint.toml", "memlint.toml", "pyproject.toml")  # first found in a directory wins
@@ -31,6 +32,7 @@ class Settings:
     exclude: tuple[str, ...] = ()
     accounting: str = "real"
     max_increase: str | None = None                 # `memlint diff` budget: "2GiB" or "10%"
+    max_file_size: int = MAX_FILE_SIZE              # bytes: a larger script or config is a MEM001 note
     path: str | None = None                         # the file these came from
     root: str | None = None                         # its directory (per-file-ignores are relative to it)
 
@@ -50,7 +52,7 @@ class Settings:
     def show(self) -> str:
         lines = [f"config file: {self.path or '(none: defaults)'}"]
         for name in ("gpu", "gpus", "select", "extend_select", "ignore", "per_file_ignores", "fail_on",
-                     "assume", "rule_options", "exclude", "accounting", "max_increase"):
+                     "assume", "rule_options", "exclude", "accounting", "max_increase", "max_file_size"):
             lines.append(f"{name.replace('_', '-')} = {getattr(self, name)!r}")
         return "\n".join(lines)
 
@@ -75,7 +77,18 @@ def parse_budget(text: str, where: str = "--max-increase") -> tuple[str, float]:
 
 
 KEYS = {"gpu", "gpus", "select", "extend-select", "ignore", "per-file-ignores", "fail-on", "assume", "options",
-        "exclude", "accounting", "max-increase"}
+        "exclude", "accounting", "max-increase", "max-file-size"}
+
+
+def parse_size(value: Any, where: str) -> int:
+    """`max-file-size`: bytes, or a size with a unit ("2MB", "512KiB")."""
+    if isinstance(value, str):
+        kind, amount = parse_budget(value, where)
+        if kind == "bytes" and amount < 1 << 40:
+            return int(amount)
+    elif isinstance(value, int) and not isinstance(value, bool) and 0 < value < 1 << 40:
+        return value
+    raise MemlintError(f"{where}: `max-file-size` must be a size in bytes or with a unit (2MB, 512KiB), not {value!r:.40}")
 
 
 def find_config(start: Path) -> Path | None:
@@ -91,12 +104,16 @@ def find_config(start: Path) -> Path | None:
             if name != "pyproject.toml":
                 return p
             try:
-                data = tomllib.loads(p.read_text(encoding="utf-8"))
+                data = tomllib.loads(read_bytes(p).decode("utf-8"))
             except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
                 raise MemlintError(f"{p}: invalid TOML: {exc}") from None
+            except RecursionError:
+                raise MemlintError(f"{p}: invalid TOML: nested too deeply") from None
+            except Refused as exc:
+                raise MemlintError(str(exc)) from None
             except OSError as exc:
-                raise MemlintError(f"{p}: cannot read: {exc.strerror}") from None
-            if "memlint" in data.get("tool", {}):
+                raise MemlintError(f"{p}: cannot read: {exc.strerror or exc}") from None
+            if isinstance(data.get("tool"), dict) and "memlint" in data["tool"]:
                 return p
     return None
 
@@ -125,7 +142,7 @@ def parse_settings(table: Mapping[str, Any], where: str) -> dict[str, Any]:
         find_gpu(str(table["gpu"]))  # an unknown GPU is a config error now, not at the first capacity rule
         out["gpu"] = str(table["gpu"])
     if "gpus" in table:
-        if not isinstance(table["gpus"], int) or table["gpus"] < 1:
+        if not isinstance(table["gpus"], int) or isinstance(table["gpus"], bool) or table["gpus"] < 1:
             raise MemlintError(f"{where}: `gpus` must be a positive integer")
         out["gpus"] = table["gpus"]
     if "select" in table:
@@ -141,7 +158,7 @@ def parse_settings(table: Mapping[str, Any], where: str) -> dict[str, Any]:
         out["per_file_ignores"] = {g: tuple(check_selectors(_strs(c, f"per-file-ignores.{g}", where), where))
                                    for g, c in pfi.items()}
     if "fail-on" in table:
-        if table["fail-on"] not in SEVERITY_ORDER:
+        if not isinstance(table["fail-on"], str) or table["fail-on"] not in SEVERITY_ORDER:
             raise MemlintError(f"{where}: `fail-on` must be one of {', '.join(SEVERITY_ORDER)}")
         out["fail_on"] = table["fail-on"]
     if "assume" in table:
@@ -169,17 +186,24 @@ def parse_settings(table: Mapping[str, Any], where: str) -> dict[str, Any]:
                 default = rule.options[opt]
                 if isinstance(default, (int, float)) and (isinstance(val, bool) or not isinstance(val, (int, float))):
                     raise MemlintError(f"{where}: option `{opt}` of {rule.code} must be a number")
+                least = 1 if isinstance(default, int) else 0  # a length or a byte count; a fraction or a ratio
+                if isinstance(default, (int, float)) and not least <= val <= 1 << 53:  # NaN and inf fail too
+                    raise MemlintError(f"{where}: option `{opt}` of {rule.code} must be a number from {least} to 2**53")
             parsed[rule.code] = dict(values)
         out["rule_options"] = parsed
     if "exclude" in table:
         out["exclude"] = _strs(table["exclude"], "exclude", where)
     if "accounting" in table:
-        if table["accounting"] not in ("real", "textbook"):
+        if not isinstance(table["accounting"], str) or table["accounting"] not in ("real", "textbook"):
             raise MemlintError(f"{where}: `accounting` must be real or textbook")
         out["accounting"] = table["accounting"]
     if "max-increase" in table:
+        if not isinstance(table["max-increase"], (str, int, float)) or isinstance(table["max-increase"], bool):
+            raise MemlintError(f"{where}: `max-increase` must be a size (2GiB) or a percentage (10%)")
         parse_budget(str(table["max-increase"]), where)
         out["max_increase"] = str(table["max-increase"])
+    if "max-file-size" in table:
+        out["max_file_size"] = parse_size(table["max-file-size"], where)
     return out
 
 
@@ -189,14 +213,21 @@ def load_settings(start: str | Path = ".", config: str | Path | None = None) -> 
     if path is None:
         return Settings()
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(read_bytes(path).decode("utf-8"))
     except FileNotFoundError:
         raise MemlintError(f"{path}: no such config file") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise MemlintError(f"{path}: invalid TOML: {exc}") from None
+    except RecursionError:
+        raise MemlintError(f"{path}: invalid TOML: nested too deeply") from None
+    except Refused as exc:
+        raise MemlintError(str(exc)) from None
     except OSError as exc:
-        raise MemlintError(f"{path}: cannot read: {exc.strerror}") from None
-    table = data.get("tool", {}).get("memlint", {}) if path.name == "pyproject.toml" else data
+        raise MemlintError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    tool = data.get("tool", {}) if path.name == "pyproject.toml" else {}
+    if path.name == "pyproject.toml" and not isinstance(tool, dict):
+        raise MemlintError(f"{path}: [tool] must be a table")
+    table = tool.get("memlint", {}) if path.name == "pyproject.toml" else data
     if not isinstance(table, dict):
         raise MemlintError(f"{path}: [tool.memlint] must be a table")
     kwargs = parse_settings(table, str(path))

@@ -334,6 +334,11 @@ def max_file_size() -> int:
     return _limit[-1]
 
 
+def configure(limit: int | None) -> None:
+    """The limit for this run (a command's settings); None puts the default back."""
+    _limit[0] = MAX_FILE_SIZE if limit is None else limit
+
+
 @contextmanager
 def size_limit(limit: int | None) -> Iterator[None]:
     """Reads inside the block refuse files larger than `limit` bytes (None: the default)."""
@@ -370,8 +375,9 @@ _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat
           (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
 
 
-def read_bytes(path: str | os.PathLike, limit: int | None = None) -> bytes:
-    """The content of a regular file of at most `limit` bytes (default: max-file-size).
+def read_bytes(path: str | os.PathLike, limit: int | None = None, what: str = "max-file-size") -> bytes:
+    """The content of a regular file of at most `limit` bytes (default: max-file-size; `what`
+    names the limit in the refusal).
 
     Opened without blocking and checked on the open descriptor, so a FIFO or /dev/zero named
     `train.py` is refused, not read forever. Raises Refused (an OSError) or OSError."""
@@ -383,7 +389,7 @@ def read_bytes(path: str | os.PathLike, limit: int | None = None) -> bytes:
             kind = next((k for test, k in _KINDS if test(st.st_mode)), "not a regular file")
             raise _refuse(path, f"not read: {kind}, not a regular file")
         if st.st_size > limit:
-            raise _refuse(path, f"not read: {_mb(st.st_size)}, over the max-file-size of {_mb(limit)}")
+            raise _refuse(path, f"not read: {_mb(st.st_size)}, over the {what} of {_mb(limit)}")
         chunks, got = [], 0
         while got <= limit:
             chunk = os.read(fd, min(1 << 20, limit + 1 - got))
@@ -392,15 +398,16 @@ def read_bytes(path: str | os.PathLike, limit: int | None = None) -> bytes:
             chunks.append(chunk)
             got += len(chunk)
         if got > limit:
-            raise _refuse(path, f"not read: over the max-file-size of {_mb(limit)}")
+            raise _refuse(path, f"not read: over the {what} of {_mb(limit)}")
         return b"".join(chunks)
     finally:
         os.close(fd)
 
 
-def read_text(path: str | os.PathLike, limit: int | None = None, encoding: str = "utf-8") -> str:
+def read_text(path: str | os.PathLike, limit: int | None = None, encoding: str = "utf-8",
+              what: str = "max-file-size") -> str:
     """read_bytes, decoded (UnicodeDecodeError on bad bytes, as Path.read_text)."""
-    return read_bytes(path, limit).decode(encoding)
+    return read_bytes(path, limit, what).decode(encoding)
 
 
 def collect(paths: Sequence[str], exclude: Sequence[str] = ()) -> list[Target]:

@@ -105,12 +105,13 @@ def _launch(plans_cfg: str | None):
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from memlint.check import check_paths, check_plan, check_source, collect, failing
-    from memlint.extract import read_target
+    from memlint import files
+    from memlint.check import check_paths, check_plan, check_source, check_target, collect, failing
     from memlint.report.check_view import fit_summary
     from memlint.report.formats import summary, write_results, write_statistics
 
     settings = resolve_settings(args)
+    files.configure(settings.max_file_size)
     if args.show_settings:
         print(settings.show())
         return 0
@@ -124,8 +125,11 @@ def run_check(args: argparse.Namespace) -> int:
 
     if from_stdin:
         name = args.stdin_filename or "<stdin>"
+        raw = sys.stdin.buffer.read(settings.max_file_size + 1)
+        if len(raw) > settings.max_file_size:
+            raise MemlintError(f"{name}: over the max-file-size of {settings.max_file_size:,} bytes")
         try:
-            source = sys.stdin.buffer.read().decode("utf-8-sig")
+            source = raw.decode("utf-8-sig")
         except UnicodeDecodeError as exc:
             raise MemlintError(f"{name}: not UTF-8 text (invalid byte at offset {exc.start})") from None
         result = check_source(source, name, settings=settings, **kw)
@@ -139,32 +143,33 @@ def run_check(args: argparse.Namespace) -> int:
     else:
         results = []
         for target in collect(paths, settings):
-            plan, lines, cells = read_target(target)
-            if plan is None:
-                continue
-            if merge is not None and plan.kind in ("python", "notebook"):
-                plan = merge(plan)
-            result = check_plan(plan, lines=lines, settings=settings, **kw)
-            result.cells = cells
-            results.append(result)
+            result = check_target(target, settings, merge=merge, **kw)
+            if result is not None:
+                results.append(result)
         if args.fix or args.diff:
             results, code = _fix_files(results, settings, args, kw)
             if args.diff:
                 return code
 
     out: TextIO
-    out = open(args.output_file, "w", encoding="utf-8") if args.output_file else sys.stdout
     try:
-        color = _color(args, out) and not args.output_file
-        if args.statistics:
-            from memlint.report.formats import statistics
+        out = open(args.output_file, "w", encoding="utf-8") if args.output_file else sys.stdout
+        try:
+            color = _color(args, out) and not args.output_file
+            if args.statistics:
+                from memlint.report.formats import statistics
 
-            write_statistics(statistics(results), out, fmt, color=color)
-        else:
-            write_results(results, fmt, out, color=color, show_fixes=args.unsafe_fixes)
-    finally:
-        if args.output_file:
-            out.close()
+                write_statistics(statistics(results), out, fmt, color=color)
+            else:
+                write_results(results, fmt, out, color=color, show_fixes=args.unsafe_fixes)
+        finally:
+            if args.output_file:
+                out.close()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:  # a missing folder, a full disk
+        where = f"-o {args.output_file}" if args.output_file else "stdout"
+        raise MemlintError(f"{where}: cannot write the report ({exc.strerror or exc})") from None
     if not args.quiet:
         sys.stdout.flush()
         sys.stderr.write(summary(results, show_fixes=args.unsafe_fixes))

@@ -69,8 +69,8 @@ def find_gpu(name: str) -> tuple[str, int, int]:
         gib = float(key.removesuffix("gib").removesuffix("gb"))
     except ValueError:
         raise MemlintError(f"unknown GPU {name!r}; known: {', '.join(gpus())} or a size in GiB (e.g. 24)") from None
-    if gib <= 0:
-        raise MemlintError("--gpu size must be positive")
+    if not 0 < gib <= 1 << 20:  # NaN, inf and 1e999 included
+        raise MemlintError(f"--gpu {name!r}: a size is a number of GiB above 0, at most {1 << 20:,}")
     return f"{gib:g} GiB", int(gib * GIB), DEFAULT_CONTEXT
 
 

@@ -154,8 +154,8 @@ class Deadline:
 
     __slots__ = ("end",)
 
-    def __init__(self, seconds: float = MAX_SECONDS) -> None:
-        self.end = time.monotonic() + seconds
+    def __init__(self, seconds: float | None = None) -> None:
+        self.end = time.monotonic() + (MAX_SECONDS if seconds is None else seconds)
 
     def passed(self) -> bool:
         return time.monotonic() > self.end

@@ -515,6 +515,7 @@ class Builder:
         Read by the same DeepSpeed reader as framework configs, so both agree on stage and offload."""
         from memlint.extract.configs.document import Document, load_text
         from memlint.extract.configs.launchers import deepspeed_facts
+        from memlint.files import read_text
 
         if isinstance(v, Dict):
             v = to_python(v)
@@ -527,7 +528,7 @@ class Builder:
                 if p.is_file():
                     shown = os.path.normpath(os.path.join(os.path.dirname(self.path), cfg)) if base == self.script.parent else str(p)
                     try:
-                        doc = load_text(p.read_text(encoding="utf-8"), shown, is_json=p.suffix.lower() == ".json")
+                        doc = load_text(read_text(p), shown, is_json=p.suffix.lower() == ".json")
                     except (OSError, UnicodeDecodeError):
                         return v.with_value("deepspeed", f"{cfg}: unreadable, stage unknown")
                     break
@@ -873,9 +874,12 @@ def _may_be_4bit(bits: Any) -> bool:
 
 
 def _int(v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (_INF, -_INF) or v != int(v):
         raise _Unconvertible(f"{v!r} is not an integer")
     return int(v)
+
+
+_INF = float("inf")
 
 
 def _number(v: Any) -> Any:
