@@ -679,3 +679,69 @@ def test_generated_local_config_files_are_answered(gen_dir, capsys):
         _answered(*run(capsys, "check", str(gen_dir / "local.py"), "--gpu", "24"))
 
     answered()
+
+
+# ---- output cannot be spoofed: control characters escaped in every human format -------------------
+
+SPOOF = "\x1b]0;TITLE\x07\x1b[2J[bold]x\u202e"
+SPOOF_SCRIPT = SCRIPT.replace('"Qwen/Qwen2.5-0.5B"', repr(SPOOF))
+
+
+def _clean(text: str) -> None:
+    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text, text
+    assert "\\x1b]0;TITLE\\x07\\x1b[2J" in text, text
+
+
+@pytest.mark.parametrize("argv", [
+    ["check", "--output-format", "concise"], ["check", "--output-format", "full"], ["check", "--output-format", "github"],
+    ["check", "--statistics", "--select", "ALL"], ["plan"],
+])
+def test_a_model_id_with_escape_bytes_is_printed_escaped(tmp_path, capsys, argv):
+    (tmp_path / "train.py").write_text(SPOOF_SCRIPT)
+    code, out, err = run(capsys, *argv, str(tmp_path / "train.py"), *(["--exit-zero"] if argv[0] == "check" else []))
+    assert code == 0, err
+    if "--statistics" in argv:  # counts and rule names only: nothing from the file, nothing to escape
+        assert "\x1b" not in out + err
+        return
+    _clean(out + err)
+
+
+def test_a_file_name_with_escapes_and_a_newline_cannot_forge_a_line(tmp_path, capsys):
+    name = "x\x1b[31m.py\nfake.py:1:1: MEM101 forged.py"
+    (tmp_path / name).write_text(SCRIPT.replace("per_device_train_batch_size=2", "per_device_train_batch_size=64"))
+    for fmt in ("concise", "full"):
+        code, out, err = run(capsys, "check", str(tmp_path), "--output-format", fmt, "--exit-zero")
+        assert code == 0 and "\x1b" not in out + err
+        assert not any(line.startswith("fake.py") for line in (out + err).splitlines())
+        assert "x\\x1b[31m.py\\nfake.py" in out + err
+
+
+def test_the_estimate_table_and_the_stderr_summary_escape_the_model_id(tmp_path, capsys):
+    d = tmp_path / f"model{SPOOF}"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(LLAMA_CFG))
+    code, out, err = run(capsys, "estimate", "--model", str(d))
+    assert code == 0, err
+    _clean(out.replace("\n", ""))  # rich wraps the long title
+    (tmp_path / "train.py").write_text(SCRIPT.replace("Qwen/Qwen2.5-0.5B", str(d)))
+    code, out, err = run(capsys, "check", str(tmp_path / "train.py"), "--output-format", "full", "--exit-zero")
+    assert code == 0
+    _clean(out)  # the estimate table under the findings names the model
+    assert "\x1b" not in err
+
+
+@needs_git
+def test_diff_output_escapes_paths_and_values(tmp_path, capsys, monkeypatch):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _safe_git(repo, "init", "-q", "-b", "main")
+    name = "t\x1b[2J.py"
+    (repo / name).write_text(SCRIPT)
+    _safe_git(repo, "add", ".")
+    _safe_git(repo, "commit", "-qm", "base")
+    (repo / name).write_text(SCRIPT.replace('"Qwen/Qwen2.5-0.5B"', repr("Qwen/Qwen2.5-0.5B\x1b]0;T\x07")))
+    monkeypatch.chdir(repo)
+    for fmt in ("concise", "markdown", "github"):
+        code, out, err = run(capsys, "diff", "HEAD", "--format", fmt)
+        assert code == 0, err
+        assert "\x1b" not in out + err and "t\\x1b[2J.py" in out, (fmt, out)
