@@ -745,3 +745,178 @@ def test_diff_output_escapes_paths_and_values(tmp_path, capsys, monkeypatch):
         code, out, err = run(capsys, "diff", "HEAD", "--format", fmt)
         assert code == 0, err
         assert "\x1b" not in out + err and "t\\x1b[2J.py" in out, (fmt, out)
+
+
+# ---- %memcheck keeps the user's state, also when interrupted --------------------------------------
+
+def _tiny_model():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(**{k: v for k, v in LLAMA_CFG.items() if k != "model_type"},
+                                         tie_word_embeddings=False))
+    ids = torch.randint(0, 1000, (1, 8))
+    model(input_ids=ids, labels=ids).loss.backward()  # gradients the user has not stepped yet
+    return model
+
+
+def _grads(model):
+    return [(p, p.grad, p.grad.clone()) for p in model.parameters() if p.grad is not None]
+
+
+def _same_grads(saved) -> bool:
+    return all(p.grad is g and bool((g == copy).all()) for p, g, copy in saved)
+
+
+@pytest.mark.parametrize("failure", [KeyboardInterrupt, lambda: RuntimeError("DefaultCPUAllocator: can't allocate")])
+def test_a_snapshot_interrupted_midway_loses_no_gradient(monkeypatch, failure):
+    from memlint.notebook import confirm
+
+    model = _tiny_model()
+    saved = _grads(model)
+    n_params = sum(1 for p in model.parameters() if p.requires_grad)
+    real, calls = confirm._to_host, []
+
+    def flaky(t):
+        calls.append(1)
+        if len(calls) == n_params + 3:  # the data is copied, the third gradient is on its way
+            raise failure()
+        return real(t)
+
+    monkeypatch.setattr(confirm, "_to_host", flaky)
+    with pytest.raises((KeyboardInterrupt, RuntimeError)):
+        confirm.StateSnapshot(model)
+    assert len(calls) == n_params + 3 and saved and _same_grads(saved)
+
+
+def test_a_restore_interrupted_midway_still_puts_everything_back(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from memlint.notebook import confirm
+
+    model = _tiny_model()
+    model.eval()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    snap = confirm.StateSnapshot(model)
+    assert all(p.grad is None for p in model.parameters())  # moved off for the step
+    model.train()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    real, calls = confirm._to_device, []
+
+    def flaky(saved, device):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(saved, device)
+
+    monkeypatch.setattr(confirm, "_to_device", flaky)
+    with pytest.raises(KeyboardInterrupt):  # the interrupt still reaches the user, after the restore
+        snap.restore()
+    assert not model.training
+    for n, p in model.named_parameters():
+        assert torch.equal(p, before[n]) and torch.equal(p.grad, grads[n]), n
+
+
+def test_an_interrupted_step_restores_the_model_and_reraises():
+    torch = pytest.importorskip("torch")
+    from memlint.notebook import confirm, live
+
+    model = _tiny_model()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    saved = {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    def interrupted(setup, device, steps, model):
+        with torch.no_grad():
+            next(model.parameters()).mul_(0)
+        raise KeyboardInterrupt
+
+    lp = live.from_model(model, batch=1, seq=8)
+    with pytest.raises(KeyboardInterrupt):
+        confirm.confirm(lp, device="cpu", measure_fn=interrupted)
+    for n, p in model.named_parameters():
+        assert torch.equal(p, before[n]) and torch.equal(p.grad, saved[n]), n
+
+
+def test_a_cpu_step_too_big_for_ram_is_the_does_not_fit_answer():
+    torch = pytest.importorskip("torch")
+    from memlint.notebook import confirm, live
+
+    model = _tiny_model()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+
+    class Loss:
+        def backward(self):
+            raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: "
+                               "you tried to allocate 1099511627776 bytes. Error code 12 (Cannot allocate memory)")
+
+    def too_big(setup, device, steps, model):
+        loss = Loss()
+        loss.backward()  # the phase is read off this line
+
+    c = confirm.confirm(live.from_model(model, batch=1, seq=8), device="cpu", measure_fn=too_big)
+    assert c.measurement is None
+    assert c.oom.startswith("does not fit in host memory: the CPU step ran out of memory in the backward phase")
+    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
+
+    def a_bug(setup, device, steps, model):
+        raise RuntimeError("shape mismatch")  # not an allocation failure: still an error
+
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        confirm.confirm(live.from_model(model, batch=1, seq=8), device="cpu", measure_fn=a_bug)
+
+
+@pytest.fixture
+def shell():
+    pytest.importorskip("IPython")
+    from IPython.core.interactiveshell import InteractiveShell
+
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "memlint")
+    return ip
+
+
+@pytest.mark.parametrize("line, message", [
+    ("model --seq 8 --batch 0", "--batch must be at least 1"),
+    ("model --seq 0", "--seq must be at least 1"),
+    ("model.model --seq 8", "LlamaModel has no language-model head"),
+    ("model --seq 8 --gpu nan", "a size is a number of GiB"),
+])
+def test_memcheck_refuses_what_it_cannot_answer(shell, line, message):
+    from IPython.core.error import UsageError
+
+    shell.user_ns["model"] = _tiny_model()
+    with pytest.raises(UsageError, match=message):
+        shell.run_line_magic("memcheck", line + " --no-confirm -q")
+
+
+def test_the_first_memcheck_leaves_pythons_random_state_alone(tmp_path):
+    pytest.importorskip("IPython")
+    pytest.importorskip("transformers")
+    control = subprocess.run([sys.executable, "-c", "import random; random.seed(7); s = random.getstate(); "
+                              "import rich.style; print(random.getstate() == s)"], capture_output=True, text=True)
+    assert control.stdout.strip() == "False"  # rich's import draws from `random`: the check below can fail
+    code = f"""
+import random, sys, warnings
+warnings.simplefilter("ignore")
+sys.path.insert(0, {str(ROOT / 'src')!r})
+from transformers import LlamaConfig, LlamaForCausalLM
+from IPython.core.interactiveshell import InteractiveShell
+model = LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2, vocab_size=1000))
+ip = InteractiveShell.instance()
+ip.user_ns["model"] = model
+random.seed(7)
+state = random.getstate()
+assert "rich.style" not in sys.modules
+ip.run_line_magic("load_ext", "memlint")
+loaded = random.getstate() == state
+ip.run_line_magic("memcheck", "model --seq 8 --device trace")
+print(loaded, random.getstate() == state, "rich.style" in sys.modules)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "True True True", proc.stdout
