@@ -199,6 +199,68 @@ def test_a_fifo_or_a_device_named_on_the_command_line_is_refused_not_read(tmp_pa
     assert code == 2 and err.count("\n") == 1 and "a FIFO" in err
 
 
+# ---- nothing runs: linted code, remote code, the network ------------------------------------------
+
+TRAP = """import os, socket
+open({pwned!r} + "-script", "w").write("ran")
+os.system("touch " + {pwned!r} + "-system")
+import helpers
+exec("open(" + repr({pwned!r} + "-exec") + ", 'w')")
+""" + SCRIPT
+
+
+def test_linted_code_never_runs(tmp_path, capsys, monkeypatch):
+    pwned = str(tmp_path / "PWNED")
+    (tmp_path / "train.py").write_text(TRAP.format(pwned=pwned))
+    (tmp_path / "helpers.py").write_text(f"open({pwned!r} + '-sibling', 'w').write('ran')\n")
+    (tmp_path / "nb.ipynb").write_text(json.dumps({"cells": [{"cell_type": "code", "source": TRAP.format(
+        pwned=pwned)}, {"cell_type": "code", "source": f"!touch {pwned}-shell"}], "metadata": {}, "nbformat": 4}))
+    monkeypatch.chdir(tmp_path)
+    for argv in (["check", ".", "--exit-zero"], ["plan", "train.py", "nb.ipynb"], ["check", "-", "--exit-zero"]):
+        monkeypatch.setattr(sys, "stdin", type("In", (), {"buffer": __import__("io").BytesIO(TRAP.format(
+            pwned=pwned).encode())})())
+        code, out, err = run(capsys, *argv)
+        assert code == 0, err
+        assert "train.py" in out + err or argv[1] == "-"
+    assert not list(tmp_path.glob("PWNED*"))
+
+
+def test_the_lint_path_opens_no_socket(tmp_path):
+    (tmp_path / "train.py").write_text(SCRIPT.replace("Qwen/Qwen2.5-0.5B", "some-org/not-in-the-catalog"))
+    code = f"""
+import socket, sys
+sys.path.insert(0, {str(ROOT / 'src')!r})
+tried = []
+class NoNetwork(socket.socket):
+    def __init__(self, *a, **k):
+        tried.append(a)
+        raise OSError("the network is off limits")
+socket.socket = NoNetwork
+socket.create_connection = lambda *a, **k: tried.append(a) or (_ for _ in ()).throw(OSError("off limits"))
+from memlint.cli import main
+rc = [main(argv) for argv in (["check", {str(tmp_path)!r}, "--exit-zero", "-q"], ["check", {str(ROOT / 'fixtures')!r},
+      "--exit-zero", "-q", "--output-format", "json"], ["plan", {str(tmp_path / 'train.py')!r}])]
+print(rc, tried)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.stdout.strip().splitlines()[-1] == "[0, 0, 0] []", proc.stdout[-500:] + proc.stderr[-2000:]
+
+
+def test_remote_code_named_by_a_local_config_is_never_run(tmp_path, capsys):
+    pytest.importorskip("transformers")
+    d = tmp_path / "remote"
+    d.mkdir()
+    pwned = tmp_path / "PWNED"
+    (d / "configuration_evil.py").write_text(f"open({str(pwned)!r}, 'w').write('ran')\n")
+    (d / "modeling_evil.py").write_text(f"open({str(pwned)!r}, 'w').write('ran')\n")
+    (d / "config.json").write_text(json.dumps({"model_type": "evil", "auto_map": {
+        "AutoConfig": "configuration_evil.EvilConfig", "AutoModelForCausalLM": "modeling_evil.EvilModel"},
+        "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100}))
+    code, _, err = run(capsys, "estimate", "--model", str(d))
+    _one_line_error(code, err)
+    assert "'evil'" in err and not pwned.exists()
+
+
 # ---- nothing explodes: every value, file and script has a budget ---------------------------------
 
 def _model_from(body: str) -> str:
@@ -920,3 +982,11 @@ print(loaded, random.getstate() == state, "rich.style" in sys.modules)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "True True True", proc.stdout
+
+
+def test_memcheck_text_and_html_escape_what_the_files_say(shell, tmp_path):
+    (tmp_path / "train.py").write_text(SPOOF_SCRIPT)
+    r = shell.run_line_magic("memcheck", f"{tmp_path / 'train.py'} -q")
+    text, page = repr(r), r._repr_html_()
+    _clean(text.replace("\n", "").replace(" ", ""))
+    assert "\x1b" not in page and "\\x1b]0;TITLE\\x07" in page
