@@ -184,6 +184,28 @@ _PHASE_MARKERS = (
 )
 
 
+def _oom_answer(exc: BaseException, mode: str) -> str | None:
+    """The "does not fit" answer an out-of-memory error gives (None for any other error): a CUDA
+    OOM, or the in-place CPU step asking the host for more than it has."""
+    import re
+    import traceback
+
+    import torch
+
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        tried = re.search(r"Tried to allocate ([0-9.]+ [KMGT]?i?B)", str(exc))
+        peak = torch.cuda.max_memory_allocated() if mode == "cuda" else 0
+        answer = (f"does not fit: OOM in the {oom_phase(exc.__traceback__)} phase after {peak / (1 << 30):.2f} GiB "
+                  "allocated" + (f" (tried to allocate {tried.group(1)} more)" if tried else ""))
+    elif mode == "cpu" and _host_oom(exc):
+        answer = (f"does not fit in host memory: the CPU step ran out of memory in the {oom_phase(exc.__traceback__)} "
+                  f"phase ({' '.join(str(exc).split())[:160] or type(exc).__name__})")
+    else:
+        return None
+    traceback.clear_frames(exc.__traceback__)  # the frames hold the step's tensors
+    return answer
+
+
 def _host_oom(exc: BaseException) -> bool:
     """torch's CPU allocator refusing a tensor ("DefaultCPUAllocator: can't allocate memory"), or Python's."""
     text = str(exc)
@@ -272,27 +294,10 @@ def confirm(lp: LivePlan, *, device: str = "auto", steps: int = 2, measure_fn: A
     measurement = oom = None
     try:
         measurement = measure_fn(setup, device=mode, steps=steps, model=model)
-    except torch.cuda.OutOfMemoryError as exc:
-        phase = oom_phase(exc.__traceback__)
-        import re
-
-        tried = re.search(r"Tried to allocate ([0-9.]+ [KMGT]?i?B)", str(exc))
-        peak = torch.cuda.max_memory_allocated() if mode == "cuda" else 0
-        oom = (f"does not fit: OOM in the {phase} phase after {peak / (1 << 30):.2f} GiB allocated"
-               + (f" (tried to allocate {tried.group(1)} more)" if tried else ""))
-        import traceback
-
-        traceback.clear_frames(exc.__traceback__)  # the frames hold the step's tensors
-        del exc
-    except (RuntimeError, MemoryError) as exc:
-        if mode != "cpu" or not _host_oom(exc):
+    except (RuntimeError, MemoryError) as exc:  # torch.cuda.OutOfMemoryError is a RuntimeError
+        oom = _oom_answer(exc, mode)
+        if oom is None:
             raise
-        # the in-place CPU step asked the host for more than it has: the answer, as a CUDA OOM is
-        oom = (f"does not fit in host memory: the CPU step ran out of memory in the {oom_phase(exc.__traceback__)} "
-               f"phase ({' '.join(str(exc).split())[:160] or type(exc).__name__})")
-        import traceback
-
-        traceback.clear_frames(exc.__traceback__)
         del exc
     finally:
         restored = snapshot.restore()
