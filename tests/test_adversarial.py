@@ -976,7 +976,7 @@ state = random.getstate()
 assert "rich.style" not in sys.modules
 ip.run_line_magic("load_ext", "memlint")
 loaded = random.getstate() == state
-ip.run_line_magic("memcheck", "model --seq 8 --device trace")
+ip.run_line_magic("memcheck", "model --seq 8 --no-confirm")
 print(loaded, random.getstate() == state, "rich.style" in sys.modules)
 """
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300)

@@ -244,7 +244,10 @@ def _git_dir(folder: Path) -> Path | None:
 
 def _repo_levels(top: Path) -> list[Level]:
     """A repository's own rules below any .gitignore: $GIT_DIR/info/exclude, then the top's .gitignore."""
-    gd = _git_dir(top)
+    try:
+        gd = _git_dir(top)
+    except OSError:
+        gd = None
     levels: list[Level] = [("", _read_ignore_file(gd / "info" / "exclude"))] if gd is not None else []
     return levels + [("", _read_ignore_file(top / ".gitignore"))]
 
@@ -252,7 +255,7 @@ def _repo_levels(top: Path) -> list[Level]:
 def _find_top(root: Path) -> Path | None:
     d = root.resolve()
     for folder in (d, *d.parents):
-        if (folder / ".git").exists():
+        if os.path.lexists(folder / ".git"):
             return folder
     return None
 
