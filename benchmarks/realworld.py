@@ -64,6 +64,11 @@ def agree(field: str, label, got: dict | None, labels: dict) -> bool | None:
 def run_entry(entry: dict, use_command: bool, memlint: list[str]) -> tuple[dict | None, int, str]:
     root = Path(entry["root"])
     command = entry.get("command") if use_command else None
+    if command:
+        # a command documented as "run from examples/" names its script relative to that folder
+        script = next((w for w in _split(command) if w.endswith(".py")), None)
+        if script and not command.lstrip().startswith("cd ") and not (root / script).exists() and (root / Path(entry["path"]).parent / script).exists():
+            root = root / Path(entry["path"]).parent
     argv = [*memlint, "plan", "--format", "json"]
     argv += ["--", *_split(command)] if command else [entry["path"]]
     try:

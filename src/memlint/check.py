@@ -24,7 +24,9 @@ _FILE_NOQA = re.compile(r"#\s*memlint\s*:\s*noqa\b", re.I)
 
 
 def collect(paths: Sequence[str], settings: Settings) -> list[Target]:
-    return files.collect(paths, settings.exclude)
+    from memlint.extract import expand_launchers
+
+    return expand_launchers(files.collect(paths, settings.exclude), paths)
 
 
 def noqa_codes(lines: Sequence[str], line: int) -> set[str] | None:
@@ -68,7 +70,8 @@ def context_for(plan: TrainingPlan, settings: Settings, gpu: str | None = None, 
         extra["gpus"] = gpus
     gpu = gpu if gpu is not None else settings.gpu
     target = find_gpu(gpu) if gpu else None
-    ctx = Context(plan, accounting=settings.accounting, gpu=target, extra=extra)
+    ctx = Context(plan, accounting=settings.accounting, gpu=target, extra=extra,
+                  require_estimate=settings.require_estimate)
     if plan.diagnostics and any(d.kind in ("syntax-error", "unreadable") for d in plan.diagnostics):
         return ctx
     try:
@@ -81,6 +84,7 @@ def context_for(plan: TrainingPlan, settings: Settings, gpu: str | None = None, 
             ctx.plan = not_read(ctx.plan, refused)
         else:
             ctx.model_error = str(exc)
+            ctx.conditional = _conditional(plan, extra, target, settings)
         return ctx
     dist = plan.value("distributed")
     if ctx.planned.setup is not None and dist not in (None, "none"):
@@ -96,7 +100,19 @@ def context_for(plan: TrainingPlan, settings: Settings, gpu: str | None = None, 
             ctx.estimate = estimate(ctx.planned.setup, settings.accounting, target[2] if target else None)
         except MemlintError as exc:  # a combination the estimator rejects (e.g. fp4 with full training)
             ctx.model_error = str(exc)
+    elif plan.get("trainer").known:
+        ctx.conditional = _conditional(plan, extra, target, settings)
     return ctx
+
+
+def _conditional(plan: TrainingPlan, extra, target, settings: Settings):
+    """The answer conditional on what is unknown (the longest sequence that fits, or common checkpoints)."""
+    from memlint.estimate.conditional import conditional
+
+    try:
+        return conditional(plan, extra, target, settings.accounting)
+    except MemlintError:
+        return None
 
 
 def run_rules(ctx: Context, rules: Sequence[type[Rule]], settings: Settings) -> list[Finding]:
@@ -174,10 +190,17 @@ def check_source(source: str, path: str = "<stdin>", **kwargs) -> FileResult:
 
 def check_paths(paths: Sequence[str], settings: Settings, *, gpu: str | None = None, gpus: int | None = None,
                 assume: Sequence[str] = ()) -> list[FileResult]:
+    with files.size_limit(settings.max_file_size):  # a launcher the walk expands is read within it too
+        targets = collect(paths, settings)
+    return check_targets(targets, settings, gpu=gpu, gpus=gpus, assume=assume)
+
+
+def check_targets(targets: Sequence[Target], settings: Settings, *, gpu: str | None = None, gpus: int | None = None,
+                  assume: Sequence[str] = ()) -> list[FileResult]:
     results = []
     seen: set[tuple] = set()  # a config's findings in a file it follows (its DeepSpeed JSON) are that file's too
     with files.size_limit(settings.max_file_size):
-        for target in collect(paths, settings):
+        for target in targets:
             result = check_target(target, settings, gpu=gpu, gpus=gpus, assume=assume)
             if result is None:
                 continue

@@ -36,11 +36,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # `memlint check -- torchrun ... train.py --lr 1e-4`: everything after `--` is the launch command
+    launch_words: list[str] | None = None
+    if "--" in argv:
+        i = argv.index("--")
+        argv, launch_words = argv[:i], argv[i + 1:]
     # `memlint train.py` is shorthand for `memlint check train.py` (Ruff's `ruff check`).
-    if argv and argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version"):
+    if (argv and argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version")) or (not argv and launch_words):
         argv = ["check", *argv]
     parser = build_parser()
     args = parser.parse_args(argv)
+    if launch_words is not None:
+        if getattr(args, "command", None) not in ("check", "plan"):
+            parser.error("a launch command after -- is read by `memlint check` and `memlint plan`")
+        if not launch_words:
+            parser.error("nothing after --: give the launch command (torchrun ... train.py --lr 1e-4)")
+    args.launch_words = launch_words
     if not getattr(args, "command", None):
         parser.print_help(sys.stderr)
         return 2

@@ -33,6 +33,7 @@ class Settings:
     accounting: str = "real"
     max_increase: str | None = None                 # `memlint diff` budget: "2GiB" or "10%"
     max_file_size: int = MAX_FILE_SIZE              # bytes: a larger script or config is a MEM001 note
+    require_estimate: bool = False                  # a training script memlint cannot size fails the run
     path: str | None = None                         # the file these came from
     root: str | None = None                         # its directory (per-file-ignores are relative to it)
 
@@ -52,7 +53,8 @@ class Settings:
     def show(self) -> str:
         lines = [f"config file: {self.path or '(none: defaults)'}"]
         for name in ("gpu", "gpus", "select", "extend_select", "ignore", "per_file_ignores", "fail_on",
-                     "assume", "rule_options", "exclude", "accounting", "max_increase", "max_file_size"):
+                     "assume", "rule_options", "exclude", "accounting", "max_increase", "require_estimate",
+                     "max_file_size"):
             lines.append(f"{name.replace('_', '-')} = {getattr(self, name)!r}")
         return "\n".join(lines)
 
@@ -77,7 +79,7 @@ def parse_budget(text: str, where: str = "--max-increase") -> tuple[str, float]:
 
 
 KEYS = {"gpu", "gpus", "select", "extend-select", "ignore", "per-file-ignores", "fail-on", "assume", "options",
-        "exclude", "accounting", "max-increase", "max-file-size"}
+        "exclude", "accounting", "max-increase", "require-estimate", "max-file-size"}
 
 
 def parse_size(value: Any, where: str) -> int:
@@ -180,15 +182,7 @@ def parse_settings(table: Mapping[str, Any], where: str) -> dict[str, Any]:
             if not isinstance(values, dict):
                 raise MemlintError(f"{where}: `options.{key}` must be a table")
             for opt, val in values.items():
-                if opt not in rule.options:
-                    known = ", ".join(rule.options) or "none"
-                    raise MemlintError(f"{where}: unknown option `{opt}` for {rule.code} ({rule.name}); options: {known}")
-                default = rule.options[opt]
-                if isinstance(default, (int, float)) and (isinstance(val, bool) or not isinstance(val, (int, float))):
-                    raise MemlintError(f"{where}: option `{opt}` of {rule.code} must be a number")
-                least = 1 if isinstance(default, int) else 0  # a length or a byte count; a fraction or a ratio
-                if isinstance(default, (int, float)) and not least <= val <= 1 << 53:  # NaN and inf fail too
-                    raise MemlintError(f"{where}: option `{opt}` of {rule.code} must be a number from {least} to 2**53")
+                _check_option(rule, opt, val, where)
             parsed[rule.code] = dict(values)
         out["rule_options"] = parsed
     if "exclude" in table:
@@ -198,13 +192,27 @@ def parse_settings(table: Mapping[str, Any], where: str) -> dict[str, Any]:
             raise MemlintError(f"{where}: `accounting` must be real or textbook")
         out["accounting"] = table["accounting"]
     if "max-increase" in table:
-        if not isinstance(table["max-increase"], (str, int, float)) or isinstance(table["max-increase"], bool):
-            raise MemlintError(f"{where}: `max-increase` must be a size (2GiB) or a percentage (10%)")
         parse_budget(str(table["max-increase"]), where)
         out["max_increase"] = str(table["max-increase"])
+    if "require-estimate" in table:
+        if not isinstance(table["require-estimate"], bool):
+            raise MemlintError(f"{where}: `require-estimate` must be true or false")
+        out["require_estimate"] = table["require-estimate"]
     if "max-file-size" in table:
         out["max_file_size"] = parse_size(table["max-file-size"], where)
     return out
+
+
+def _check_option(rule: Any, opt: str, val: Any, where: str) -> None:
+    if opt not in rule.options:
+        known = ", ".join(rule.options) or "none"
+        raise MemlintError(f"{where}: unknown option `{opt}` for {rule.code} ({rule.name}); options: {known}")
+    default = rule.options[opt]
+    if isinstance(default, (int, float)) and (isinstance(val, bool) or not isinstance(val, (int, float))):
+        raise MemlintError(f"{where}: option `{opt}` of {rule.code} must be a number")
+    least = 1 if isinstance(default, int) else 0  # a length or a byte count; a fraction or a ratio
+    if isinstance(default, (int, float)) and not least <= val <= 1 << 53:  # NaN and inf fail too
+        raise MemlintError(f"{where}: option `{opt}` of {rule.code} must be a number from {least} to 2**53")
 
 
 def load_settings(start: str | Path = ".", config: str | Path | None = None) -> Settings:

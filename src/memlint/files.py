@@ -15,10 +15,10 @@ import stat
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, NamedTuple, Sequence
+from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 
 from memlint.errors import MemlintError
-from memlint.vocab import READABLE_SUFFIXES
+from memlint.vocab import LAUNCHER_NAMES, LAUNCHER_SUFFIXES, READABLE_SUFFIXES
 
 _SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", "node_modules", ".venv", "venv", ".tox", ".nox",
               ".mypy_cache", ".pytest_cache", ".ruff_cache", "build", "dist", "site-packages", ".ipynb_checkpoints"}
@@ -29,6 +29,7 @@ class Target:
     path: Path
     shown: str       # as the user named it (relative), for output
     explicit: bool   # named on the command line, not found by a walk
+    launch: Any = None  # the command that runs it (extract.launch.Launch), when one is known
 
 
 # ---- .gitignore, as git's dir.c and wildmatch.c read it ---------------------------------------
@@ -228,7 +229,7 @@ def _git_dir(folder: Path) -> Path | None:
     if not dot.is_file():
         return None
     try:
-        first = dot.read_text(encoding="utf-8", errors="replace")[:4096].splitlines()[0]
+        first = read_bytes(dot, 4096).decode("utf-8", "replace").splitlines()[0]
     except (OSError, IndexError):
         return None
     if not first.startswith("gitdir:"):
@@ -236,7 +237,7 @@ def _git_dir(folder: Path) -> Path | None:
     gd = Path(first[7:].strip())
     gd = gd if gd.is_absolute() else folder / gd
     try:
-        common = (gd / "commondir").read_text(encoding="utf-8", errors="replace").strip()
+        common = read_bytes(gd / "commondir", 4096).decode("utf-8", "replace").strip()
     except OSError:
         return gd
     return gd / common if common else gd
@@ -312,7 +313,8 @@ def walk(root: Path, exclude: Sequence[str] = ()) -> Iterable[Path]:
                     stack.append((p, "", _repo_levels(p)))
                 else:
                     stack.append((p, repo_rel, levels + [(repo_rel, _read_ignore_file(p / ".gitignore"))]))
-            elif is_file and p.suffix in READABLE_SUFFIXES and not ignored(repo_rel, False, levels):
+            elif is_file and (p.suffix in READABLE_SUFFIXES or p.suffix in LAUNCHER_SUFFIXES
+                              or p.name in LAUNCHER_NAMES) and not ignored(repo_rel, False, levels):
                 yield p
 
 

@@ -14,10 +14,12 @@ from typing import Any, Mapping
 SOURCES = (
     "literal",            # written at the use site: r=16
     "constant",           # a module constant, arithmetic or f-string over literals
+    "command-line",       # given by the launch command: train.py --lr 1e-4, torchrun --nproc_per_node 8
     "argparse-default",   # add_argument(default=...) reached through args.x
     "click-default",      # @click.option(default=...)
     "dataclass-default",  # field(default=...) read through HfArgumentParser
     "function-default",   # fire-style keyword default of the entry function
+    "environment-default",  # os.environ.get("X", default): the default, unless the environment sets X
     "library-default",    # the library's default for an argument the script leaves out
     "assumed",            # given by the user: --assume key=value
     "unknown",            # cannot be known statically
@@ -128,6 +130,7 @@ class TrainingPlan:
     notes: tuple[str, ...] = ()  # extraction notes: what could not be resolved and why
     diagnostics: tuple[Diagnostic, ...] = ()
     kind: str = "python"  # python | notebook | axolotl | llama-factory | trl-recipe | torchtune | deepspeed | accelerate
+    via: str | None = None  # the launcher this plan runs the script with: "scripts/finetune_7b.sh:12"
 
     def __post_init__(self) -> None:
         unknown = set(self.fields) - set(PLAN_FIELDS)
@@ -146,7 +149,12 @@ class TrainingPlan:
     def with_values(self, **values: Value) -> "TrainingPlan":
         merged = dict(self.fields)
         merged.update(values)
-        return TrainingPlan(self.path, merged, self.notes, self.diagnostics, self.kind)
+        return TrainingPlan(self.path, merged, self.notes, self.diagnostics, self.kind, self.via)
+
+    @property
+    def shown(self) -> str:
+        """How reports name the plan: `train.py`, or `train.py via scripts/finetune_7b.sh:12`."""
+        return f"{self.path} via {self.via}" if self.via else self.path
 
     def to_json(self) -> dict:
         return {name: self.get(name).to_json(self.path) for name in PLAN_FIELDS}

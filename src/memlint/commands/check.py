@@ -108,7 +108,7 @@ def run_check(args: argparse.Namespace) -> int:
     from memlint import files
     from memlint.check import check_paths, check_plan, check_source, check_target, collect, failing
     from memlint.report.check_view import fit_summary
-    from memlint.report.formats import summary, write_results, write_statistics
+    from memlint.report.formats import summary
 
     settings = resolve_settings(args)
     files.configure(settings.max_file_size)
@@ -138,6 +138,15 @@ def run_check(args: argparse.Namespace) -> int:
         if args.fix or args.diff:
             return _fix_stdin(source, result, name, args)
         results = [result]
+    elif getattr(args, "launch_words", None):
+        from memlint.check import check_targets
+        from memlint.extract.launch import command_target
+
+        results = check_targets([command_target(args.launch_words), *(collect(args.paths, settings) if args.paths else [])],
+                                settings, **kw)
+        if merge is not None:
+            results = [check_plan(merge(r.plan), lines=r.lines, settings=settings, **kw) if r.plan.kind in ("python", "notebook")
+                       else r for r in results]
     elif merge is None and not (args.fix or args.diff):
         results = check_paths(paths, settings, **kw)
     else:
@@ -151,25 +160,7 @@ def run_check(args: argparse.Namespace) -> int:
             if args.diff:
                 return code
 
-    out: TextIO
-    try:
-        out = open(args.output_file, "w", encoding="utf-8") if args.output_file else sys.stdout
-        try:
-            color = _color(args, out) and not args.output_file
-            if args.statistics:
-                from memlint.report.formats import statistics
-
-                write_statistics(statistics(results), out, fmt, color=color)
-            else:
-                write_results(results, fmt, out, color=color, show_fixes=args.unsafe_fixes)
-        finally:
-            if args.output_file:
-                out.close()
-    except BrokenPipeError:
-        raise
-    except OSError as exc:  # a missing folder, a full disk
-        where = f"-o {args.output_file}" if args.output_file else "stdout"
-        raise MemlintError(f"{where}: cannot write the report ({exc.strerror or exc})") from None
+    _write_report(results, fmt, args)
     if not args.quiet:
         sys.stdout.flush()
         sys.stderr.write(summary(results, show_fixes=args.unsafe_fixes))
@@ -178,6 +169,30 @@ def run_check(args: argparse.Namespace) -> int:
     if args.exit_zero:
         return 0
     return 1 if failing(results, settings.fail_on) else 0
+
+
+def _write_report(results, fmt: str, args: argparse.Namespace) -> None:
+    """The report to stdout or -o; a file that cannot be written (a missing folder, a full
+    disk) is one line, exit 2."""
+    from memlint.report.formats import statistics, write_results, write_statistics
+
+    out: TextIO
+    try:
+        out = open(args.output_file, "w", encoding="utf-8") if args.output_file else sys.stdout
+        try:
+            color = _color(args, out) and not args.output_file
+            if args.statistics:
+                write_statistics(statistics(results), out, fmt, color=color)
+            else:
+                write_results(results, fmt, out, color=color, show_fixes=args.unsafe_fixes)
+        finally:
+            if args.output_file:
+                out.close()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        where = f"-o {args.output_file}" if args.output_file else "stdout"
+        raise MemlintError(f"{where}: cannot write the report ({exc.strerror or exc})") from None
 
 
 def _fixable(results, args) -> dict:

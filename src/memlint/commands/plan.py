@@ -24,6 +24,12 @@ def _estimate_json(plan: TrainingPlan, extra, gpu: str | None, accounting: str) 
     return doc, (planned, est, targets)
 
 
+def _named(paths: list[str]) -> list:
+    from memlint.files import collect
+
+    return collect(paths) if paths else []
+
+
 def run(args) -> int:
     from memlint.commands.common import check_chart_flags, console, emit_chart
     from memlint.estimate.from_plan import apply_assumptions
@@ -31,8 +37,16 @@ def run(args) -> int:
     from memlint.report.plan_view import render_plan
 
     check_chart_flags(args)
-    plans = extract_paths(args.paths)
+    if getattr(args, "launch_words", None):
+        from memlint.extract import extract_targets
+        from memlint.extract.launch import command_target
+
+        plans = extract_targets([command_target(args.launch_words), *_named(args.paths)])
+    else:
+        plans = extract_paths(args.paths)
     if not plans:
+        if not args.paths and not getattr(args, "launch_words", None):
+            raise MemlintError("give a script, a config or a folder (or -- LAUNCH COMMAND)")
         raise MemlintError("no Python scripts or notebooks found in the given paths")
     out = console()
     docs = []
@@ -49,10 +63,24 @@ def run(args) -> int:
             est_doc, detail = None, exc
         if est_doc is not None:
             charted.append((plan.path, detail[1]))
+        cond = None
+        if est_doc is None and plan.get("trainer").known:
+            from memlint.estimate import find_gpu
+            from memlint.estimate.conditional import conditional
+
+            try:
+                cond = conditional(plan, extra, find_gpu(args.gpu) if args.gpu else None, args.accounting)
+            except MemlintError:
+                cond = None
         if args.format == "json":
-            docs.append({"path": plan.path, "plan": plan.to_json(), "estimate": est_doc})
+            doc = {"path": plan.path, "plan": plan.to_json(), "estimate": est_doc}
+            if plan.via:
+                doc["via"] = plan.via
+            if est_doc is None:
+                doc["conditional"] = cond.to_json() if cond is not None else None
+            docs.append(doc)
             continue
-        render_plan(plan, est_doc, detail, out)
+        render_plan(plan, est_doc, detail, out, cond)
     if args.format == "json":
         print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=2))
     emit_chart(args, charted, out, terminal=args.format != "json")
@@ -63,7 +91,8 @@ def add_parser(sub) -> None:
     from memlint.commands.common import add_chart_flags
 
     pl = sub.add_parser("plan", help="show the training plan read from scripts, and its estimate")
-    pl.add_argument("paths", nargs="+", metavar="PATH")
+    pl.add_argument("paths", nargs="*", metavar="PATH",
+                    help="scripts, configs or folders; or `-- COMMAND` (the launch command, read with its arguments)")
     pl.add_argument("--assume", action="append", default=[], metavar="KEY=VALUE",
                     help="value for a field the script leaves unknown (repeatable)")
     pl.add_argument("--gpu", metavar="NAME|GiB")

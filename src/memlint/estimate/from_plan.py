@@ -254,15 +254,27 @@ def _precision(get, dtype: str, notes: list[str]) -> tuple[str, str]:
     return dtype, precision
 
 
-def _targets(get, method: str, notes: list[str]) -> tuple[str, ...] | str:
+def _targets(get, method: str, spec: Any, notes: list[str]) -> tuple[str, ...] | str:
+    from memlint.estimate.model_state import lora_modules
+    from memlint.library.defaults import lora_default_targets
+
     targets = get("lora_targets").value
     if method == "full":
         return "all-linear"
     if targets is None:
-        notes.append("target_modules not set: peft's default for Llama-style models (q_proj, v_proj)")
-        return ("q_proj", "v_proj")
+        default = lora_default_targets(spec.model_type)
+        if default is None:
+            notes.append(f"target_modules not set and peft has no default for model_type {spec.model_type!r} "
+                         "(LoraConfig raises at get_peft_model): estimated with every linear layer adapted")
+            return "all-linear"
+        notes.append(f"target_modules not set: {default.why}")
+        targets = default.value
     if isinstance(targets, (list, tuple)):
-        return tuple(targets)
+        targets = tuple(targets)
+    if not lora_modules(spec, targets):
+        notes.append(f"target_modules {targets!r} match no linear layer of {spec.id} (peft raises "
+                     "'Target modules ... not found in the base model'): estimated with every linear layer adapted")
+        return "all-linear"
     return targets
 
 
@@ -304,7 +316,7 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
     if optim not in optimizers():
         notes.append(f"optimizer {optim!r} is not in memlint's table: estimated as adamw_torch")
         optim = "adamw_torch"
-    targets = _targets(get, method, notes)
+    targets = _targets(get, method, spec, notes)
     recompute_v = get("gradient_checkpointing")
     recompute = _worst(recompute_v, pick=min) if recompute_v.known else False
     attn = get("attn_implementation").value or "sdpa"

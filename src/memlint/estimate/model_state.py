@@ -220,7 +220,7 @@ def optimizer_step_temporaries(s: Setup, accounting: str) -> int:
     spec = s.optimizer
     pbytes = _state_param_bytes(s, accounting)
     tensors = full_tensors(s.model) if s.method == "full" else lora_tensors(s.model, s.lora_r, s.lora_targets)
-    largest = max(t.numel for t in tensors)
+    largest = max((t.numel for t in tensors), default=0)
     if spec["impl"] == "foreach" and spec["states"] == 2:
         return sum(t.numel * t.count for t in tensors) * pbytes
     if spec["states"] == "factored":

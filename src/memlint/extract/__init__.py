@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from memlint.errors import MemlintError
 from memlint.files import Refused, Target, read_bytes, refusals
@@ -23,19 +24,21 @@ SYNTAX_ERROR_NOTE = "syntax error"  # notes of a plan that could not be parsed s
 FRAMEWORK_WORDS = re.compile(rb"\b(torch|transformers|trl|peft|accelerate|unsloth|deepspeed|bitsandbytes)\b")
 
 
-def extract_file(path: str | Path) -> TrainingPlan:
-    """The training plan of one script, notebook or framework config (.yaml/.yml/.json)."""
+def extract_file(path: str | Path, launch: Any = None, shown: str | None = None) -> TrainingPlan:
+    """The training plan of one script, notebook or framework config (.yaml/.yml/.json);
+    `launch` (extract.launch.Launch) is the command the script is run with."""
     p = Path(path)
     if p.suffix.lower() in CONFIG_SUFFIXES:
         from memlint.extract.configs import read_config
 
-        return read_config(p, shown=str(path))
+        return read_config(p, shown=shown or str(path))
     from memlint.extract.source import read_source
 
-    return extract_source(read_source(p), p, shown=str(path))
+    return extract_source(read_source(p), p, shown=shown or str(path), launch=launch)
 
 
-def extract_source(source: str, path: str | Path = "<string>", shown: str | None = None) -> TrainingPlan:
+def extract_source(source: str, path: str | Path = "<string>", shown: str | None = None,
+                   launch: Any = None) -> TrainingPlan:
     """The training plan of Python source text (already IPython-transformed for notebooks)."""
     import libcst as cst
 
@@ -62,11 +65,29 @@ def extract_source(source: str, path: str | Path = "<string>", shown: str | None
     except (ValueError, RecursionError, MemoryError) as err:  # NUL bytes, nesting beyond the recursion limit
         return _syntax_error_plan(name, 1, 1, f"cannot parse: {type(err).__name__}: {err}")
     try:
-        interp = Interpreter(p, source, Handlers())
+        interp = Interpreter(p, source, Handlers(), launch)
     except cst.ParserSyntaxError as exc:  # syntax CPython accepts and libcst does not (yet)
         return _syntax_error_plan(name, exc.raw_line, exc.raw_column + 1, exc.message)
-    facts = interp.run()
-    return Builder(name, p, facts).build()
+    try:
+        facts = interp.run()
+        from memlint.extract.xtuner import xtuner_plan
+
+        plan = xtuner_plan(name, interp.main.env.vars)  # an xtuner (mmengine) config: dict(type=...) trees, no trainer call
+        return plan if plan is not None else Builder(name, p, facts, launch).build()
+    except RecursionError:
+        return _unreadable_plan(name, "too deeply nested to follow")
+    except MemlintError:
+        raise
+    except Exception as exc:  # a reader bug must cost one file its plan, not the run: say so, and where
+        import traceback
+
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        return _unreadable_plan(name, f"memlint could not read this script ({type(exc).__name__}: {exc} at "
+                                      f"{Path(where.filename).name}:{where.lineno}); please report it")
+
+
+def _unreadable_plan(name: str, why: str) -> TrainingPlan:
+    return TrainingPlan(name, {}, (why,), (Diagnostic("unreadable", why, Span(name, 1, 1)),))
 
 
 def _syntax_error_plan(name: str, line: int, col: int, msg: str) -> TrainingPlan:
@@ -81,9 +102,34 @@ def extract_paths(paths: list[str] | list[Path]) -> list[TrainingPlan]:
     training files a walk of each folder finds, the same files `memlint check` reads."""
     from memlint.files import collect
 
+    return extract_targets(expand_launchers(collect([str(p) for p in paths]), paths))
+
+
+def expand_launchers(targets: list[Target], roots: Any = ()) -> list[Target]:
+    """Shell launchers a walk found (scripts/*.sh, Makefiles) become one target per training command
+    they run: (script, launch) pairs, read with the command's arguments, after the files themselves."""
+    from memlint.extract.shell import is_launcher, launcher_targets
+
+    plain = [t for t in targets if not is_launcher(t.path)]
+    walked = [Path(r) for r in roots if Path(r).is_dir()]
+    pairs: list[Target] = []
+    seen: set = set()
+    for t in targets:
+        if not is_launcher(t.path):
+            continue
+        for pair in launcher_targets(t.path, t.shown, [*walked, Path.cwd()]):
+            key = (str(pair.path.resolve()), pair.launch.origin, pair.launch.line)
+            if key not in seen:
+                seen.add(key)
+                pairs.append(pair)
+    return plain + pairs
+
+
+def extract_targets(targets: list[Target]) -> list[TrainingPlan]:
+    """Plans of `targets` (files.collect, or a launch command's target)."""
     plans = []
-    for target in collect([str(p) for p in paths]):
-        plan = extract_file(target.path) if target.explicit else read_target(target)[0]
+    for target in targets:
+        plan = extract_file(target.path, target.launch, target.shown) if target.explicit else read_target(target)[0]
         if plan is not None:
             plans.append(plan)
     return plans
@@ -144,7 +190,7 @@ def _read_target(target: Target) -> tuple[TrainingPlan | None, list[str], list[i
             lines, cells = notebook_cells(text, path)
         else:
             lines = text.splitlines()
-        plan = extract_source(transform_lines(lines, cells=cells or None), path, shown=shown)
+        plan = extract_source(transform_lines(lines, cells=cells or None), path, shown=shown, launch=target.launch)
     except MemlintError as exc:
         return unreadable(shown, str(exc).removeprefix(f"{path}: ")), [], []
     except RecursionError:

@@ -16,7 +16,8 @@ from memlint.extract import extract_file, extract_paths
 
 # The library versions golden files are written against, so they do not drift with the venv.
 GOLDEN_VERSIONS = {"transformers": "5.24.0", "torch": "2.13.0", "peft": "0.21.2", "trl": None, "unsloth": None,
-                   "axolotl": None, "llamafactory": None, "torchtune": None, "deepspeed": None, "accelerate": None}
+                   "axolotl": None, "llamafactory": None, "torchtune": None, "deepspeed": None, "accelerate": None,
+                   "litgpt": None, "llm-foundry": None, "oumi": None, "xtuner": None, "llm-toolkit": None}
 
 
 def fixture_scripts(root: Path) -> list[Path]:

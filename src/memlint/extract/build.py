@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from memlint.extract.objects import (
-    Accelerator, Collator, DataLoader, DtypeName, Method, Model, Obj, Optimizer, Params, PeftConfig, QuantConfig,
+    Accelerator, Collator, DataLoader, DeepSpeedEngine, DtypeName, LightningTrainer, Method, Model, Obj, Optimizer, Params,
+    PeftConfig, QuantConfig,
     Trainer, TrainingArgs, dtype_of, field_value,
 )
 from memlint.extract.values import Alts, Const, Dict, Ref, Seq, Unknown, flatten, to_python
@@ -35,19 +36,25 @@ _WORST = {
     # a second model in memory costs the most; precomputed log-probs the least
     "ref_model": ["model", "auto", "precomputed"],
 }
+# trainer values of loops the script drives itself (no Trainer deciding checkpointing)
+_LOOPS = ("custom-loop", "deepspeed-engine", "lightning", "lightning-fabric")
+
+
 class _Unconvertible(Exception):
     pass
 
 
 class Builder:
-    def __init__(self, path: str, script: Path, facts: Any) -> None:
+    def __init__(self, path: str, script: Path, facts: Any, launch: Any = None) -> None:
         self.path = path
         self.script = script
         self.facts = facts
+        self.launch = launch
         self.fields: dict[str, Value] = {}
         self.notes: list[str] = list(facts.notes)
         self.maybe: dict[str, list[str]] = {}
         self.ds_offload: list[Const] = []  # offload read from a followed DeepSpeed config
+        self.ds_optimizer: list[Value] = []  # a followed DeepSpeed config's own optimizer
 
     # ---- values ----------------------------------------------------------------------------
 
@@ -109,9 +116,10 @@ class Builder:
 
     def build(self) -> TrainingPlan:
         objs = self.facts.objects
-        trainers = [o for o in objs if isinstance(o, Trainer)]
-        trainer = (self.facts.trained or trainers or [None])[-1]
-        if len({id(t) for t in self.facts.trained}) > 1:
+        trainers = self.facts.first("objects", Trainer)
+        trained = [t for t in self.facts.trained if isinstance(t, Trainer)]
+        trainer = (trained or trainers or [None])[-1]
+        if len({id(t) for t in trained}) > 1:
             self.notes.append("more than one trainer is trained; the plan follows the last one")
         model: Any = None
         args: Any = None
@@ -126,8 +134,10 @@ class Builder:
             model_objs += self.string_models(trainer, model, args)
         if trainer is not None and not model_objs:
             # `model = helper(model)` through a function memlint cannot follow loses the
-            # object; the model the script loaded last is still the best reading.
-            loaded = self.loop_model(objs)
+            # object; the model the script loaded last before building the trainer is still the
+            # best reading (one loaded after training is for inference).
+            before = objs[: next((i for i, o in enumerate(objs) if o is trainer), len(objs))]
+            loaded = self.loop_model(before) or self.loop_model(objs)
             if isinstance(loaded, Model):
                 model_objs = [loaded]
                 why = next((u.why for u in flatten(model) if isinstance(u, Unknown) and u.why), "a value memlint cannot follow")
@@ -146,14 +156,28 @@ class Builder:
         self.activation_offloading_note()
         for why, names in self.maybe.items():
             self.notes.append(f"{', '.join(names)}: on some paths {why}; the plan shows the values memlint can read")
-        return TrainingPlan(self.path, self.fields, tuple(dict.fromkeys(self.notes)), kind="notebook" if self.script.suffix == ".ipynb" else "python")
+        if self.script.suffix == ".ipynb" and not self.fields.get("num_gpus", Value(None, "unknown")).known:
+            self.fields["num_gpus"] = Value(1, "library-default", None, ("a notebook runs one process (one GPU)",))
+        plan = TrainingPlan(self.path, self.fields, tuple(dict.fromkeys(self.notes)), kind="notebook" if self.script.suffix == ".ipynb" else "python")
+        if self.launch is not None:
+            from memlint.extract.launched import apply_launcher
+
+            plan = apply_launcher(plan, self.launch, self.script)
+        return plan
 
     def loop_model(self, objs: list) -> Any:
-        for opt in [o for o in objs if isinstance(o, Optimizer)]:
+        for eng in self.facts.first("objects", DeepSpeedEngine):
+            if isinstance(eng.model, Model):
+                return eng.model
+        early = self.facts.first("objects", object)
+        opts = [o for o in objs if isinstance(o, Optimizer) and any(o is e for e in early)] or \
+            [o for o in objs if isinstance(o, Optimizer)]
+        for opt in opts:
             for p in flatten(opt.kwargs.get("params")):
                 if isinstance(p, Params):
                     return p.model
-        models = [o for o in objs if isinstance(o, Model)]
+        models = [o for o in objs if isinstance(o, Model) and any(o is e for e in early)] or \
+            [o for o in objs if isinstance(o, Model)]
         wrapped = {id(o.base) for o in models}
         tops = [m for m in models if id(m) not in wrapped]
         return tops[-1] if tops else None
@@ -392,6 +416,9 @@ class Builder:
                 gbl.append(a.get("group_by_length") if a.get("group_by_length") is not None else field_value(a, "group_by_length"))
         self.put("group_by_length", _alts(gbl), _bool, line)
         self.distributed_from(arg_objs)
+        if self.ds_optimizer and not opt_objs:  # the DeepSpeed config's optimizer section wins over optim=
+            v = self.ds_optimizer[0]
+            self.fields["optimizer"] = Value(v.value, v.source, v.span, v.chain + ("a DeepSpeed config's optimizer replaces the Trainer's optim",))
         self.padding_and_length(trainer, arg_objs, models, unsloth)
         if api.trainer(name) is not None and api.trainer(name).reference:
             self.reference_field(trainer, arg_objs)
@@ -513,42 +540,60 @@ class Builder:
         """distributed from TrainingArguments(deepspeed=...); the config's offload is kept for `offload`.
 
         Read by the same DeepSpeed reader as framework configs, so both agree on stage and offload."""
-        from memlint.extract.configs.document import Document, load_text
-        from memlint.extract.configs.launchers import deepspeed_facts
-        from memlint.files import read_text
-
-        if isinstance(v, Dict):
-            v = to_python(v)
-        if not isinstance(v, Const):
-            return Unknown("a deepspeed config memlint could not follow") if not isinstance(v, Unknown) else v
-        cfg = v.value
-        if isinstance(cfg, str):
-            for base in (self.script.parent, Path.cwd()):
-                p = base / cfg
-                if p.is_file():
-                    shown = os.path.normpath(os.path.join(os.path.dirname(self.path), cfg)) if base == self.script.parent else str(p)
-                    try:
-                        doc = load_text(read_text(p), shown, is_json=p.suffix.lower() == ".json")
-                    except (OSError, UnicodeDecodeError):
-                        return v.with_value("deepspeed", f"{cfg}: unreadable, stage unknown")
-                    break
-            else:
-                return v.with_value("deepspeed", f"{cfg}: not found next to the script, stage unknown")
-        elif isinstance(cfg, dict):
-            doc = Document(self.path, cfg)
-        else:
-            return Unknown("a deepspeed value memlint could not read")
-        if not doc.ok:
-            return v.with_value("deepspeed", f"{cfg}: unreadable, stage unknown")
-        facts = deepspeed_facts(doc)
+        facts, v = self.deepspeed_config(v)
+        if facts is None:
+            return v
         dist, off = facts.fields["distributed"], facts.fields["offload"]
         if off.span is not None:
             self.ds_offload.append(Const(off.value, off.source, off.span.line, off.chain, off.span.path))
         else:
             self.ds_offload.append(Const(off.value, off.source, v.line, v.chain + off.chain, v.file))
+        if facts.optimizer is not None:
+            self.ds_optimizer.append(facts.optimizer)
         if dist.value == "deepspeed" or dist.source == "library-default" and dist.value != "none":
             return v.with_value("deepspeed", "no integer zero_optimization.stage")
         return v.with_value(dist.value, dist.chain[0] if dist.chain else None)
+
+    def deepspeed_config(self, v: Any) -> tuple[Any, Any]:
+        """(LaunchFacts of the DeepSpeed config `v` names or builds, the value), or (None, why not)."""
+        from memlint.extract.configs.document import Document, load_text
+        from memlint.extract.configs.launchers import deepspeed_facts
+        from memlint.files import read_text
+
+        if isinstance(v, Dict):
+            v = Const(_known_python(v), "literal", None, ("a DeepSpeed config dict built in the script",))
+        if not isinstance(v, Const):
+            return None, Unknown("a deepspeed config memlint could not follow") if not isinstance(v, Unknown) else v
+        cfg = v.value
+        if isinstance(cfg, str):
+            found = self._find_file(cfg)
+            if found is None:
+                return None, v.with_value("deepspeed", f"{cfg}: not found next to the script, stage unknown")
+            p, shown = found
+            try:
+                doc = load_text(read_text(p), shown, is_json=p.suffix.lower() in (".json", ".conf"))
+            except (OSError, UnicodeDecodeError):
+                return None, v.with_value("deepspeed", f"{cfg}: unreadable, stage unknown")
+        elif isinstance(cfg, dict):
+            doc = Document(self.path, cfg)
+        else:
+            return None, Unknown("a deepspeed value memlint could not read")
+        if not doc.ok:
+            return None, v.with_value("deepspeed", f"{cfg}: unreadable, stage unknown")
+        return deepspeed_facts(doc), v
+
+    def _find_file(self, ref: str) -> tuple[Path, str] | None:
+        """A file the script names by a relative path: beside it, in the working directory, in the launch folder."""
+        bases = [self.script.parent, Path.cwd()]
+        if self.launch is not None and self.launch.cwd:
+            bases.insert(1, Path.cwd() / self.launch.cwd)
+        for base in bases:
+            p = base / os.path.expanduser(ref)
+            if p.is_file():
+                shown = os.path.normpath(os.path.join(os.path.dirname(self.path), ref)) if base == self.script.parent \
+                    else os.path.relpath(p)
+                return p, shown
+        return None
 
     def padding_and_length(self, trainer: Obj, arg_objs: list[Obj] | None, models: list[Obj], unsloth: bool) -> None:
         name = trainer.cls
@@ -560,6 +605,8 @@ class Builder:
                 p = trainer.kwargs.get("packing", a.get("packing"))
                 packs.append(p if p is not None else field_value(a, "packing"))
                 ml = trainer.kwargs.get("max_seq_length", a.get("max_length", a.get("max_seq_length")))
+                if isinstance(ml, Const) and ml.value is None and "max_seq_length" in trainer.kwargs:
+                    ml = None  # SFTTrainer(max_seq_length=None) (TRL < 0.20): the trainer's default applies
                 if ml is None and unsloth:
                     ml = self.unsloth_length(models)
                 if ml is None:
@@ -612,15 +659,17 @@ class Builder:
 
     def data_padding(self, collator: Any, tokenizer_given: bool, line: int | None) -> None:
         facts = self.facts
-        if facts.chunking:
-            size, cline = facts.chunking[0].size, facts.chunking[0].line
+        chunking = facts.first("chunking")
+        reached_calls = facts.first("tokenizer_calls")
+        if chunking and (facts.reached.get("chunking", 1) or not facts.reached.get("tokenizer_calls")):
+            size, cline = chunking[0].size, chunking[0].line
             self.put("packing", Const(True, "literal", cline, ("token stream cut into fixed blocks: t[i : i + n] for i in range(0, total, n)",)), _bool, cline)
             self.fields["padding"] = Value("packing", "literal", Span(self.path, cline), ("fixed-length blocks, no padding",))
             self.put("max_length", size, _length, cline)
             return
         self.put("packing", Const(False, "library-default", line, ("no packing found",)), _bool, line)
         calls = []
-        for entry in facts.tokenizer_calls:
+        for entry in reached_calls:
             kw, cl, tok = entry.kwargs, entry.line, entry.tokenizer
             t = kw.get("tokenize")
             if isinstance(t, Const) and t.value is False:
@@ -655,6 +704,11 @@ class Builder:
                     pads.append((kind, p, c.line))
                 if c.get("max_length") is not None:
                     lengths.append(c.get("max_length"))
+        for hp in facts.first("hand_pads"):
+            c = hp.length if isinstance(hp.length, Const) else None
+            pads.append((hp.kind, Const(hp.kind, "literal", hp.line, ("padding written in the script's own collate code",), hp.file), hp.line))
+            if c is not None:
+                lengths.append(c)
         if not pads and collator is None and tokenizer_given:
             pads.append(("longest", Const(True, "library-default", line, ("Trainer pads with DataCollatorWithPadding when given a tokenizer",)), line))
         best = next((p for p in pads if p[0] == "max_length"), None) or next((p for p in pads if p[0] == "longest"), None)
@@ -669,9 +723,17 @@ class Builder:
     # ---- hand-written loops ----------------------------------------------------------------
 
     def loop_fields(self, objs: list, models: list[Obj]) -> None:
-        opts = [o for o in objs if isinstance(o, Optimizer)]
-        steps = self.facts.steps
-        accs = [o for o in objs if isinstance(o, Accelerator)]
+        opts = self.facts.first("objects", Optimizer)
+        steps = self.facts.first("steps")
+        accs = self.facts.first("objects", Accelerator)
+        engines = self.facts.first("objects", DeepSpeedEngine)
+        if engines:
+            self.engine_fields(engines[-1])
+            return
+        lightning = [o for o in self.facts.first("objects", LightningTrainer) if o.cls in ("lightning.Trainer", "lightning.Fabric")]
+        if lightning:
+            self.lightning_fields(lightning[-1], objs)
+            return
         if not opts and not steps and not self.facts.backward:
             for f in ("trainer", "per_device_batch", "grad_accum", "optimizer", "precision", "padding", "max_length"):
                 self.put(f, Unknown("no trainer or training loop found"))
@@ -680,7 +742,7 @@ class Builder:
         line = (opts or [None])[0].line if opts else (self.facts.backward or [None])[0]
         self.fields["trainer"] = Value("custom-loop", "literal", Span(self.path, line) if line else None, ("optimizer.step() in the script's own loop",))
         self.args_gc = None
-        dls = [o for o in objs if isinstance(o, DataLoader)]
+        dls = self.facts.first("objects", DataLoader)
         train_dl = next((d for d in dls if isinstance(d.get("shuffle"), Const) and d.get("shuffle").value), dls[0] if dls else None)
         if train_dl is not None:
             bs = train_dl.get("batch_size")
@@ -713,6 +775,12 @@ class Builder:
                         dist.append(st.with_value(f"zero{st.value}"))
                     else:
                         dist.append(Const(label, "literal", plug.line))
+        for m in models:
+            for mm in self.chain(m):
+                if mm.shard is not None:
+                    dist.append(mm.shard.value)
+        if self.facts.offloads:
+            self.put("offload", _alts(self.facts.offloads))
         if dist:
             self.put("distributed", _alts(dist))
         else:
@@ -722,6 +790,116 @@ class Builder:
                 self.notes.append("distributed: an `accelerate launch` config may shard the model; pass --assume distributed=... if it does")
         collate = train_dl.get("collate_fn") if train_dl is not None else None
         self.data_padding(collate, False, line)
+
+    def lightning_fields(self, tr: LightningTrainer, objs: list) -> None:
+        """A Lightning Trainer (or Fabric): precision, accumulation, strategy and devices are its
+        arguments (with Lightning's defaults), the micro-batch the DataLoader's, the optimizer the
+        module's configure_optimizers' (or the one the script builds for Fabric)."""
+        line = tr.line
+        fabric = tr.cls == "lightning.Fabric"
+        self.fields["trainer"] = Value("lightning-fabric" if fabric else "lightning", "literal", Span(self.path, line),
+                                       (f"{tr.cls.split('.')[-1]}(...) (line {line})",))
+        self.args_gc = None
+        prec = tr.get("precision")
+        if prec is None:
+            self.put("precision", Const("fp32", "library-default", line, ("lightning's default precision: 32-true",)), line=line)
+        else:
+            self.put("precision", prec, lambda v: api.lightning_precision(v) or _unconvertible(f"precision {v!r}"), line)
+        if not fabric:
+            acc = tr.get("accumulate_grad_batches")
+            self.put("grad_accum", acc if acc is not None else Const(1, "library-default", line, ("accumulate_grad_batches default 1",)), _int, line)
+        else:
+            steps = self.facts.first("steps")
+            acc = [s.accumulation for s in steps if s.accumulation is not None]
+            self.put("grad_accum", _alts(acc) if acc else Const(1, "literal", line, ("an optimizer step every micro-batch",)), _int, line)
+        self.lightning_strategy(tr, line)
+        dev = tr.get("devices")
+        nodes = tr.get("num_nodes")
+        if dev is not None:
+            self.put("num_gpus", dev, lambda v: _device_count(v, nodes), line)
+        dls = self.facts.first("objects", DataLoader)
+        train_dl = next((d for d in dls if isinstance(d.get("shuffle"), Const) and d.get("shuffle").value), dls[0] if dls else None)
+        if train_dl is not None:
+            bs = train_dl.get("batch_size")
+            self.put("per_device_batch", bs if bs is not None else _libc("torch.utils.data.DataLoader", "batch_size", train_dl.line), _int, train_dl.line)
+        else:
+            self.put("per_device_batch", Unknown("no DataLoader found"), line=line)
+        opts = self.facts.first("objects", Optimizer)
+        if opts:
+            self.optimizer_from(opts[-1:])
+        else:
+            self.put("optimizer", Unknown("no optimizer found (configure_optimizers)"), line=line)
+        self.put("group_by_length", Const(False, "library-default", line, ("DataLoader samples without length grouping",)), _bool)
+        self.data_padding(train_dl.get("collate_fn") if train_dl is not None else None, False, line)
+
+    def lightning_strategy(self, tr: LightningTrainer, line: int) -> None:
+        strat = tr.get("strategy")
+        vals, offload = [], []
+        for s in flatten(strat) if strat is not None else [Const("auto", "library-default", line, ("strategy default 'auto'",))]:
+            if isinstance(s, Const) and isinstance(s.value, str):
+                name = api.lightning_strategy(s.value)
+                vals.append(s.with_value(name) if name else Unknown(f"lightning strategy {s.value!r}"))
+                if "offload" in s.value:
+                    offload.append(s.with_value("params" if "stage_3" in s.value or "fsdp" in s.value else "optimizer"))
+            elif isinstance(s, LightningTrainer) and s.cls == "lightning.DeepSpeedStrategy":
+                st = s.get("stage")
+                vals.append(st.with_value(f"zero{st.value}") if isinstance(st, Const) and st.value in (1, 2, 3)
+                            else Const("deepspeed", "literal", s.line, ("DeepSpeedStrategy",)))
+                for key, what in (("offload_parameters", "params"), ("offload_optimizer", "optimizer")):
+                    v = s.get(key)
+                    if isinstance(v, Const) and v.value:
+                        offload.append(v.with_value(what))
+                        break
+            elif isinstance(s, LightningTrainer) and s.cls == "lightning.FSDPStrategy":
+                vals.append(Const("fsdp", "literal", s.line, ("FSDPStrategy",)))
+                co = s.get("cpu_offload")
+                if isinstance(co, Const) and co.value:
+                    offload.append(co.with_value("params"))
+            elif isinstance(s, LightningTrainer):
+                vals.append(Const("none", "literal", s.line, (f"{s.cls.split('.')[-1]}",)))
+            else:
+                vals.append(s if isinstance(s, Unknown) else Unknown("a lightning strategy"))
+        self.put("distributed", _alts(vals), line=line)
+        if offload:
+            self.put("offload", _alts(offload), line=line)
+
+    def engine_fields(self, eng: DeepSpeedEngine) -> None:
+        """A loop driven by a DeepSpeed engine: micro-batch, accumulation, precision, ZeRO stage, offload
+        and the optimizer come from its config (a DataLoader's batch_size is the micro-batch when there is one)."""
+        line = eng.line
+        self.fields["trainer"] = Value("deepspeed-engine", "literal", Span(self.path, line), (f"deepspeed.initialize (line {line})",))
+        self.args_gc = None
+        facts, why = self.deepspeed_config(eng.config) if eng.config is not None else (None, Unknown("no DeepSpeed config given"))
+        soft = facts.soft if facts is not None else {}
+        dls = self.facts.first("objects", DataLoader)
+        train_dl = next((d for d in dls if d.get("batch_size") is not None), None)
+        if train_dl is not None:
+            self.put("per_device_batch", train_dl.get("batch_size"), _int, train_dl.line)
+        elif "per_device_batch" in soft:
+            self.fields["per_device_batch"] = soft["per_device_batch"]
+        else:
+            self.put("per_device_batch", Unknown("no train_micro_batch_size_per_gpu in the DeepSpeed config"), line=line)
+        if "grad_accum" in soft:
+            self.fields["grad_accum"] = soft["grad_accum"]
+        else:
+            self.put("grad_accum", Const(1, "library-default", line, ("DeepSpeed's gradient_accumulation_steps default: 1",)), _int)
+        prec = soft.get("precision")
+        self.fields["precision"] = prec if prec is not None else Value("fp32", "library-default", Span(self.path, line),
+                                                                         ("no fp16/bf16 section in the DeepSpeed config",))
+        if facts is not None:
+            for name in ("distributed", "offload"):
+                self.fields[name] = facts.fields[name]
+            self.notes.extend(facts.notes)
+        else:
+            self.put("distributed", why, line=line)
+        if isinstance(eng.optimizer, Optimizer):
+            self.optimizer_from([eng.optimizer])
+        elif facts is not None and facts.optimizer is not None:
+            self.fields["optimizer"] = facts.optimizer
+        else:
+            self.put("optimizer", Unknown("the engine's optimizer is not in its config"), line=line)
+        self.put("group_by_length", Const(False, "library-default", line, ("DataLoader samples without length grouping",)), _bool)
+        self.data_padding(train_dl.get("collate_fn") if train_dl is not None else None, False, line)
 
     def loop_precision(self, accs: list, line: int | None) -> None:
         vals = []
@@ -740,6 +918,10 @@ class Builder:
                 vals.append(_map_dtype_to_amp(dtype, aline))
         if not vals and self.facts.scalers:
             vals.append(Const("amp-fp16", "literal", self.facts.scalers[0], ("GradScaler implies fp16 autocast",)))
+        dt = self.fields.get("torch_dtype")
+        if not vals and dt is not None and dt.value == "bf16":  # bf16 weights trained without autocast
+            vals.append(Const("pure-bf16", dt.source, dt.line, dt.chain + ("bf16 weights and no autocast: pure bf16",),
+                              dt.span.path if dt.span and dt.span.path != self.path else None))
         if not vals:
             vals.append(Const("fp32", "library-default", line, ("no autocast or mixed_precision found",)))
         self.put("precision", _alts(vals), line=line)
@@ -781,7 +963,7 @@ class Builder:
                 per_model.append(args_gc)
             elif resolved:
                 per_model.append(_alts(resolved))
-            elif self.fields.get("trainer") is not None and self.fields["trainer"].value == "custom-loop":
+            elif self.fields.get("trainer") is not None and self.fields["trainer"].value in _LOOPS:
                 line = self.fields["trainer"].line
                 per_model.append(Const(False, "library-default", line, ("models load without gradient checkpointing",)))
             else:
@@ -821,6 +1003,38 @@ def _libc(cls: str, attr: str, line: int | None) -> Any:
     if d is None:
         return Unknown(f"no library default for {cls}.{attr}")
     return Const(d.value, "library-default", line, (d.why,))
+
+
+def _unconvertible(why: str) -> Any:
+    raise _Unconvertible(why)
+
+
+def _device_count(v: Any, nodes: Any) -> int:
+    """Lightning's devices= (an int, a list of ids, "0,1", -1/"auto") times num_nodes."""
+    n_nodes = nodes.value if isinstance(nodes, Const) and isinstance(nodes.value, int) else 1
+    if isinstance(v, bool):
+        raise _Unconvertible("devices")
+    if isinstance(v, int) and v > 0:
+        return v * n_nodes
+    if isinstance(v, (list, tuple)):
+        return len(v) * n_nodes
+    if isinstance(v, str) and v.replace(",", "").strip().isdigit():
+        parts = [p for p in v.split(",") if p.strip()]
+        return (len(parts) if "," in v else int(v)) * n_nodes
+    raise _Unconvertible(f"devices={v!r}: the GPUs the machine has")
+
+
+def _known_python(d: Dict) -> dict:
+    """A dict's entries that are known, as plain data (unknown entries left out: the reader's defaults apply)."""
+    out = {}
+    for k, x in d.items.items():
+        if isinstance(x, Dict):
+            out[k] = _known_python(x)
+            continue
+        p = to_python(x)
+        if isinstance(p, Const):
+            out[k] = p.value
+    return out
 
 
 def _map_const(v: Any, fn: Callable) -> Any:

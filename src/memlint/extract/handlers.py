@@ -14,14 +14,16 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from memlint.extract import budget
-from memlint.extract.interp import _BUILTIN_CALLS, BoundStr, BoundUnknown
+from memlint.extract.interp import _BUILTIN_CALLS, SPREAD, BoundStr, BoundUnknown
 from memlint.extract.objects import (
-    Accelerator, Accumulate, ArgNamespace, ArgParser, ArgSpec, Autocast, AutocastCall, Collator, DataclassInstance,
+    Accelerator, Accumulate, ArgNamespace, ArgParser, ArgSpec, Autocast, AutocastCall, BoundMethod, Collator, DataclassInstance,
+    DeepSpeedEngine, DictMethod, Fields, Instance, LightningTrainer, Namespace, OpenFile,
     DataLoader, Dataset, DtypeName, HfConfig, HfParser, LigerPatch, Method, Model, Obj, Optimizer, OptimizerStep,
     Params, Partial, PeftConfig, Plugin, QuantConfig, Range, Scaler, Setting, Tokenizer, TokenizerCall, Trainer,
     TrainingArgs, dtype_of, field_value,
 )
-from memlint.extract.values import Alts, Class, Const, Dict, Func, Ref, Seq, Unknown, flatten, weakest
+from memlint.extract.values import Alts, Class, Const, Dict, Func, RaisedBy, Ref, Seq, Unknown, flatten, weakest
+from memlint.extract.values import insert_fits
 from memlint.library import api
 
 _MODEL_CLASS = re.compile(r"^(Auto(Peft)?Model\w*|\w+For[A-Z]\w*|\w+(LM|Model|LMHeadModel))$")
@@ -108,6 +110,8 @@ class Handlers:
         if not isinstance(callee, Ref):
             return None
         name = _last(callee.qual)
+        if callee.qual == "hydra.main":
+            return self.hydra_main(it, f, deco, env)
         if name in ("option", "argument") and callee.qual.split(".")[0] in ("click", "option", "argument") or (
                 name in ("option", "argument") and "click" in callee.qual):
             decls = [a.value for a in deco.args if a.keyword is None]
@@ -136,6 +140,35 @@ class Handlers:
             f.default_source[param] = ("click-default", how, dline, it.cur_file())
         return None
 
+    @staticmethod
+    def hydra_main(it: Any, f: Func, deco: Any, env: Any) -> None:
+        """@hydra.main(config_path=, config_name=): the entry's first parameter is the composed config."""
+        from memlint.extract.hydra import hydra_config
+
+        args = {"config_path": None, "config_name": None}
+        positional = [a for a in deco.args if a.keyword is None]
+        for key, a in zip(("config_path", "config_name"), positional):
+            args[key] = it.ev(a.value, env)
+        for a in deco.args:
+            if a.keyword is not None and a.keyword.value in args:
+                args[a.keyword.value] = it.ev(a.value, env)
+        vals = {k: v.value if isinstance(v, Const) and isinstance(v.value, str) else None for k, v in args.items()}
+        params = [*f.node.params.posonly_params, *f.node.params.params]
+        if not params:
+            return None
+        here = it.mod.path.parent if it.mod is not None else it.dir
+        value, notes = hydra_config(here, vals["config_path"], vals["config_name"], it.launch)
+        for n in notes:
+            it.facts.note(n)
+        if not isinstance(value, Unknown):
+            it.facts.note(f"the Hydra config {vals['config_path']}/{vals['config_name']} composed as @hydra.main would "
+                          "(defaults list, overrides, interpolations)")
+        param = params[0].name.value
+        f.defaults[param] = value
+        f.default_source[param] = ("literal", f"@hydra.main(config_name={vals['config_name']!r})", it.line_of(deco),
+                                   it.cur_file())
+        return None
+
     # ---- calls -----------------------------------------------------------------------------
 
     def call(self, it: Any, f: Any, args: list, kwargs: dict, open_kw: bool, line: int | None, node: Any) -> Any:
@@ -149,6 +182,12 @@ class Handlers:
             return self.unknown_method(it, f, args, kwargs, line)
         if isinstance(f, Tokenizer):
             return self.tokenize(it, f, args, kwargs, line)
+        if isinstance(f, OpenFile):
+            return f  # f.read(): the content, read where it is parsed
+        if isinstance(f, DtypeName):  # getattr(torch.optim, config.optimizer)(params): the class it names
+            f = f.ref
+        if isinstance(f, DictMethod):
+            return self.dict_method(f.dict, f.name, args, kwargs)
         if isinstance(f, Partial):
             if isinstance(f.func, Func):
                 return it.call_function(f.func, f.args + args, {**f.kwargs, **kwargs}, line)
@@ -172,6 +211,8 @@ class Handlers:
         if c.head == "liger_kernel" and c.name.startswith("apply_liger_kernel_to_"):
             c.it.facts.liger_calls.append(LigerPatch(c.qual, c.kwargs, c.line))
             return Const(None, "literal", c.line)
+        if c.head in ("pytorch_lightning", "lightning", "lightning_fabric") and c.name in _LIGHTNING:
+            return c.new(LightningTrainer, _LIGHTNING[c.name])
         handler = _QUALIFIED.get(c.qual) or _BY_NAME.get(c.name) or self._data_handler(c.name)
         if handler is not None:
             out = handler(self, c)
@@ -379,8 +420,23 @@ class Handlers:
             return _PASS
         for t in flatten(c.arg(0, "component")):
             if isinstance(t, Func):
-                return c.it.call_function(t, [], {}, c.line, entry=True)
+                args, kwargs = self.fire_arguments(c.it, t) if c.it.launch is not None else ([], {})
+                return c.it.call_function(t, args, kwargs, c.line, entry=True)
         return Unknown("fire.Fire")
+
+    def fire_arguments(self, it: Any, f: Func) -> tuple[list, dict]:
+        """fire's reading of the command's words for `f`: `--name value`, `--name=value`, `--flag` (True),
+        `--noflag` (False), bare words for the positional parameters; values as Python literals."""
+        from memlint.extract.cli_args import literal, match_fields
+
+        p = f.node.params
+        names = [q.name.value for q in [*p.posonly_params, *p.params, *p.kwonly_params]]
+        bools = {n for n, d in f.defaults.items() if isinstance(d, Const) and isinstance(d.value, bool)}
+        matched = match_fields(it.launch.argv, names, bools, accept_any=p.star_kwarg is not None)
+        kwargs = {k: self.cli_const(it, literal(v) if isinstance(v, str) else v, f"{matched.flags[k]} {v!r}")
+                  for k, v in matched.values.items() if not isinstance(v, list)}
+        args = [self.cli_const(it, literal(w), f"positional {w!r}") for w in matched.rest if not w.startswith("-")]
+        return args, kwargs
 
     def partial(self, c: Call) -> Any:
         if c.head != "functools":
@@ -391,11 +447,9 @@ class Handlers:
         if not ("environ" in c.qual or c.qual.startswith("os.")):
             return _PASS
         key = c.args[0] if c.args else None
-        dflt = c.arg(1, "default")
-        k = key.value if isinstance(key, Const) else "?"
-        shown = f" (default {dflt.value!r})" if isinstance(dflt, Const) else ""
-        c.it.facts.note(f"a value comes from the environment variable {k}{shown}; memlint treats it as unknown")
-        return Unknown(f"environment variable {k}{shown}")
+        if not (isinstance(key, Const) and isinstance(key.value, str)):
+            return Unknown("an environment variable")
+        return self.env_value(c.it, key.value, c.arg(1, "default"), c.line)
 
     def path_join(self, c: Call) -> Any:
         import posixpath
@@ -409,17 +463,183 @@ class Handlers:
         base = next((a for a in args if a.source != "literal"), args[0])
         return Const(value, weakest(*(a.source for a in args)), base.line, base.chain, base.file)
 
+    def namespace(self, c: Call) -> Any:
+        """argparse.Namespace(**vars(a), **vars(b), x=1) / types.SimpleNamespace(...)."""
+        if c.head not in ("argparse", "types"):
+            return _PASS
+        kw = {k: v for k, v in c.kwargs.items() if k != SPREAD}
+        return Namespace(c.qual, c.line or 0, kw, {}, False, sources=list(c.kwargs.get(SPREAD, [])))
+
+    def deepspeed_initialize(self, c: Call) -> Any:
+        """deepspeed.initialize(args, model, optimizer, ..., config=/config_params=): (engine, optimizer, loader, scheduler)."""
+        if c.head != "deepspeed":
+            return _PASS
+        args_obj = c.arg(0, "args")
+        cfg = c.kwargs.get("config", c.kwargs.get("config_params"))
+        if cfg is None and isinstance(args_obj, ArgNamespace):  # deepspeed.add_config_arguments: --deepspeed_config
+            cfg = self.arg_default(args_obj, "deepspeed_config")
+        opt = c.arg(2, "optimizer")
+        eng = DeepSpeedEngine("deepspeed.initialize", c.line or 0, dict(c.kwargs), model=c.arg(1, "model"),
+                              optimizer=opt, config=cfg)
+        c.it.facts.objects.append(eng)
+        return Seq([eng, opt if opt is not None else Unknown("DeepSpeed's optimizer"), Unknown("a data loader"),
+                    Unknown("a scheduler")], "tuple")
+
+    def deepspeed_arguments(self, c: Call) -> Any:
+        """deepspeed.add_config_arguments(parser): --deepspeed and --deepspeed_config on the script's parser."""
+        if c.head != "deepspeed":
+            return _PASS
+        p = c.args[0] if c.args else None
+        if isinstance(p, ArgParser):
+            p.args.setdefault("deepspeed", ArgSpec({"action": Const("store_true", "literal", c.line)}, c.line, "--deepspeed",
+                                                   None, ("--deepspeed",)))
+            p.args.setdefault("deepspeed_config", ArgSpec({}, c.line, "--deepspeed_config", None, ("--deepspeed_config",)))
+        return p
+
+    def parallel_wrap(self, c: Call) -> Any:
+        """FullyShardedDataParallel(model, sharding_strategy=..., cpu_offload=...) / fully_shard(model) /
+        DistributedDataParallel(model): the same model, sharded (or replicated) across the processes."""
+        if c.head not in ("torch", "FSDP") and "distributed" not in c.qual and c.name != "fully_shard":
+            return _PASS
+        model = c.arg(0, "module")
+        if c.name == "DistributedDataParallel":
+            kind: Any = Const("none", "literal", c.line, ("DistributedDataParallel: every rank holds the whole model",))
+        else:
+            strat = c.kwargs.get("sharding_strategy")
+            text = " ".join(str(x.value if isinstance(x, Const) else x.qual if isinstance(x, Ref) else "")
+                            for x in flatten(strat)) if strat is not None else ""
+            if "SHARD_GRAD_OP" in text or "_HYBRID_SHARD_ZERO2" in text:
+                value = "fsdp_shard_grad_op"
+            elif "NO_SHARD" in text:
+                value = "none"
+            else:
+                value = "fsdp"
+            kind = Const(value, "literal", c.line, (f"{c.name}(...) (line {c.line})",))
+            off = c.kwargs.get("cpu_offload") or c.kwargs.get("offload_policy")
+            if isinstance(off, Obj) and (off.get("offload_params") is not None or "CPUOffload" in off.cls):
+                op = off.get("offload_params")
+                if isinstance(op, Const) and op.value or "CPUOffloadPolicy" in off.cls:
+                    c.it.facts.offloads.append(Const("params", "literal", c.line, ("FSDP cpu_offload=CPUOffload(offload_params=True)",)))
+        mp = c.kwargs.get("mixed_precision") or c.kwargs.get("mp_policy")
+        for p in flatten(mp) if mp is not None else ():
+            if isinstance(p, Obj) and p.get("param_dtype") is not None:
+                # FSDP keeps fp32 shards and computes in param_dtype: bf16/fp16 autocast's accounting
+                c.it.facts.autocasts.append(AutocastCall(p.get("param_dtype"), Const("cuda", "literal", c.line), None, c.line))
+        out = None
+        for m in flatten(model):
+            if isinstance(m, Model):
+                w = Model(m.cls, c.line or 0, base=m, shard=Setting(kind, c.line, f"{c.name}(...)"))
+                c.it.facts.objects.append(w)
+                r: Any = w
+            else:
+                r = m
+            out = r if out is None else Alts((out, r))
+        return out if out is not None else Unknown("a wrapped model")
+
+    def offload_policy(self, c: Call) -> Any:
+        return Obj(c.qual, c.line or 0, dict(c.kwargs))
+
+    def activation_checkpointing(self, c: Call) -> Any:
+        """torch's apply_activation_checkpointing(model, ...) / checkpoint_wrapper: the model recomputes."""
+        for m in flatten(c.arg(0, "model")):
+            if isinstance(m, Model):
+                m.gc.append(Setting(Const(True, "literal", c.line), c.line, f"{c.name}(model, ...)"))
+        return Const(None, "literal", c.line)
+
+    def chat_format(self, c: Call) -> Any:
+        """trl.setup_chat_format / clone_chat_template(model, tokenizer): the same model (its embeddings
+        resized to the new special tokens) and tokenizer."""
+        return Seq([c.arg(0, "model", Unknown("a model")), c.arg(1, "tokenizer", Unknown("a tokenizer"))], "tuple")
+
     def cast(self, c: Call) -> Any:
         # a type-checker hint: cast(T, x) is x at run time
         return c.args[1] if len(c.args) > 1 else c.kwargs.get("val", Unknown("typing.cast()"))
+
+    def fsdp_mixed_precision(self, c: Call) -> Any:
+        """torch.distributed.fsdp.MixedPrecision(param_dtype=...) / MixedPrecisionPolicy (fully_shard)."""
+        if "fsdp" not in c.qual and "distributed" not in c.qual:
+            return _PASS
+        return c.new(Obj, c.qual, ("param_dtype", "reduce_dtype", "buffer_dtype"))
+
+    def mp_spawn(self, c: Call) -> Any:
+        """torch.multiprocessing.spawn(fn, args=(...), nprocs=N): each process runs fn(rank, *args)."""
+        fn = c.arg(0, "fn")
+        args = c.arg(1, "args")
+        extra = list(args.items) if isinstance(args, Seq) else []
+        if isinstance(fn, Func):
+            c.it.call_function(fn, [Unknown("the process rank"), *extra], {}, c.line)
+        return Const(None, "literal", c.line)
+
+    def literal_eval(self, c: Call) -> Any:
+        """ast.literal_eval of a known string: the literal it spells (a safe parse, never an eval);
+        a string that is no literal raises, which RaisedBy tells the enclosing try."""
+        import ast
+
+        src = c.arg(0, "node_or_string")
+        if not (isinstance(src, Const) and isinstance(src.value, str)):
+            return Unknown("ast.literal_eval() of an unknown string")
+        try:
+            return src.with_value(ast.literal_eval(src.value), "literal_eval()")
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            return RaisedBy("ast.literal_eval() of a string that is no literal")
 
     def bf16_supported(self, c: Call) -> Any:
         return Unknown("whether the GPU supports bf16 (hardware)")
 
     def data_file(self, c: Call) -> Any:
-        if c.head not in ("json", "yaml"):
+        """json.load(f) / json.loads(text) / yaml.safe_load(f) / OmegaConf.load(path) / toml.load(f):
+        the file the script opened, read statically."""
+        from memlint.extract import runtime_config
+
+        if c.head not in ("json", "yaml", "omegaconf", "OmegaConf", "toml", "tomllib", "tomli", "ruamel") \
+                and c.owner != "OmegaConf":
             return _PASS
+        src = c.arg(0, "stream" if c.head == "yaml" else "fp")
+        if src is None:
+            src = next(iter(c.kwargs.values()), None)
+        if isinstance(src, OpenFile):
+            return runtime_config.read(c.it, src.path, f"{c.qual}()")
+        if c.owner == "OmegaConf" or c.name in ("load", "safe_load", "full_load") and isinstance(src, Const):
+            return runtime_config.read(c.it, src, f"{c.qual}()")
+        if isinstance(src, Dict):  # yaml.safe_load of a dict a test put together, json.loads(json.dumps(d))
+            return src
         return Unknown("a config file read at run time")
+
+    def omegaconf(self, c: Call) -> Any:
+        """OmegaConf.create(d) is d; OmegaConf.merge(a, b) is b over a; to_container/to_object are the same data."""
+        if c.owner != "OmegaConf":
+            return _PASS
+        if c.name in ("create", "to_container", "to_object", "structured"):
+            return c.args[0] if c.args else Dict({}, open=True)
+        merged = Dict({})
+        for a in c.args:
+            for d in flatten(a):
+                if isinstance(d, Dict):
+                    _deep_update(merged, d)
+                else:
+                    merged.open = True
+        return merged
+
+    def open_file(self, c: Call) -> Any:
+        return OpenFile(c.arg(0, "file"))
+
+    def path_value(self, c: Call) -> Any:
+        """pathlib.Path(a, b) / os.path.dirname(p) / abspath / expanduser / basename: the path as a string."""
+        import os
+        import posixpath
+
+        vals = [a for a in c.args if isinstance(a, Const) and isinstance(a.value, str)]
+        if len(vals) != len(c.args) or not vals:
+            return Unknown("a path")
+        fn = {"Path": lambda *a: posixpath.join(*a), "PurePath": lambda *a: posixpath.join(*a),
+              "dirname": posixpath.dirname, "basename": posixpath.basename, "abspath": lambda p: p,
+              "realpath": lambda p: p, "normpath": posixpath.normpath, "expanduser": os.path.expanduser,
+              "join": lambda *a: posixpath.join(*a)}.get(c.name)
+        if fn is None or (c.name in ("dirname", "basename", "abspath", "realpath", "normpath", "expanduser") and len(vals) != 1):
+            return Unknown("a path")
+        value = fn(*(v.value for v in vals))
+        base = next((a for a in vals if a.source != "literal"), vals[0])
+        return Const(value, weakest(*(a.source for a in vals)), base.line, base.chain, base.file)
 
     # ---- builtins ----------------------------------------------------------------------------
 
@@ -428,18 +648,77 @@ class Handlers:
             return self._getattr_builtin(it, args)
         if name == "input":
             return Unknown("input() at run time")
+        if name == "open":
+            return OpenFile(args[0] if args else kwargs.get("file"))
         if name == "range":
             return Range("range", line or 0)
         if name == "dict":
+            base = args[0] if len(args) == 1 else None
+            if isinstance(base, Dict):  # dict(cfg): a shallow copy
+                return Dict({**base.items, **kwargs}, base.open)
+            if isinstance(base, Const) and isinstance(base.value, dict):
+                return Dict({**{k: base.with_value(v, f"[{k!r}]") for k, v in base.value.items()}, **kwargs})
             d = Dict(dict(kwargs))
             if args:
                 d.open = True
             return d
         if name == "vars":
+            if args and isinstance(args[0], Obj):
+                return Fields(args[0])
             return Dict({}, open=True)
+        if name in ("isinstance", "hasattr", "setattr", "type") and args:
+            return self._object_builtin(it, name, args, line)
         if name in _BUILTIN_CALLS:
             out = self._pure_builtin(name, args, line)
             return it.over() if isinstance(out, Unknown) and out.why == budget.OVER else out
+        return Unknown(f"{name}()")
+
+    def _object_builtin(self, it: Any, name: str, args: list, line: int | None) -> Any:
+        """isinstance / hasattr / setattr / type over the objects memlint knows (a config dataclass
+        updated field by field from **kwargs, `isinstance(config, (tuple, list))`)."""
+        obj = args[0]
+        if name == "type":
+            cls = getattr(obj, "user_class", None)
+            return cls if isinstance(cls, Class) else Unknown("a type")
+        if name == "isinstance" and len(args) > 1:
+            kinds = {x.name if isinstance(x, Ref) else x.name if isinstance(x, Class) else None
+                     for x in (args[1].items if isinstance(args[1], Seq) else [args[1]])}
+            if isinstance(obj, Seq):
+                return Const(bool(kinds & {"tuple", "list", "Sequence", "Iterable"}) and
+                             (obj.kind in kinds or "Sequence" in kinds or "Iterable" in kinds), "literal", line)
+            if isinstance(obj, Dict):
+                return Const(bool(kinds & {"dict", "Mapping", "MutableMapping"}), "literal", line)
+            if isinstance(obj, Const):
+                pyname = type(obj.value).__name__
+                return Const(pyname in kinds or (pyname == "bool" and "int" in kinds), "literal", line)
+            uc = getattr(obj, "user_class", None)
+            if isinstance(obj, Obj) and isinstance(uc, Class):
+                names = set()
+                stack = [uc]
+                while stack and len(names) < 20:
+                    c = stack.pop()
+                    if isinstance(c, Class):
+                        names.add(c.name)
+                        stack.extend(c.bases)
+                return Const(bool(kinds & names) or None in kinds and False, "literal", line) if kinds - {None} else Unknown("isinstance")
+            return Unknown("isinstance")
+        key = args[1] if len(args) > 1 else None
+        if not (isinstance(key, Const) and isinstance(key.value, str)):
+            return Unknown(f"{name}() with an unknown name")
+        attr = key.value
+        if name == "hasattr":
+            if not isinstance(obj, Obj):
+                return Unknown("hasattr")
+            uc = getattr(obj, "user_class", None)
+            declared = attr in obj.kwargs or attr in obj.attrs or attr in getattr(obj, "cli", {}) or (
+                isinstance(uc, Class) and uc.lookup(attr) is not None)
+            if declared or isinstance(uc, Class):
+                return Const(bool(declared), "literal", line)
+            return Unknown("hasattr of a library object")
+        if name == "setattr" and len(args) > 2 and isinstance(obj, Obj):
+            obj.attrs[attr] = args[2]
+            self.on_setattr(it, obj, attr, args[2], line)
+            return Const(None, "literal", line)
         return Unknown(f"{name}()")
 
     def _getattr_builtin(self, it: Any, args: list) -> Any:
@@ -485,7 +764,48 @@ class Handlers:
         return Const(value, weakest(*(v.source for v in vals)), lead.line,
                      budget.capped(lead.chain + (f"{name}(…) = {budget.shown(value)}",)), lead.file)
 
+    @staticmethod
+    def dict_method(d: Dict, name: str, args: list, kwargs: dict) -> Any:
+        key = args[0] if args else None
+        k = key.value if isinstance(key, Const) and _hashable(key.value) else _NOKEY
+        if name in ("get", "setdefault", "pop"):
+            dflt = args[1] if len(args) > 1 else kwargs.get("default", Const(None, "literal", None))
+            if k is not _NOKEY and k in d.items:
+                return d.items.pop(k) if name == "pop" else d.items[k]
+            if d.open or k is _NOKEY:
+                return Unknown("a key memlint cannot see")
+            if name == "setdefault":
+                if insert_fits(d, dflt):  # within the budget, and no cycle (extract/budget.py)
+                    d.items[k] = dflt
+                else:
+                    d.open = True
+            return dflt
+        if name == "items":
+            return Seq([Seq([Const(kk, "literal", None), v], "tuple") for kk, v in d.items.items()]) if not d.open \
+                else Unknown("the items of a dict with unknown keys")
+        if name == "keys":
+            return Seq([Const(kk, "literal", None) for kk in d.items]) if not d.open else Unknown("unknown keys")
+        if name == "values":
+            return Seq(list(d.items.values())) if not d.open else Unknown("unknown values")
+        if name == "copy":
+            return Dict(dict(d.items), d.open)
+        if name == "update":
+            for a in [*args, Dict(dict(kwargs))]:
+                if isinstance(a, Dict):
+                    for kk, v in a.items.items():
+                        if insert_fits(d, v):
+                            d.items[kk] = v
+                        else:
+                            d.open = True
+                    d.open |= a.open
+                else:
+                    d.open = True
+            return Const(None, "literal", None)
+        return Unknown(f"dict.{name}()")
+
     def str_method(self, it: Any, f: BoundStr, args: list, kwargs: dict, node: Any) -> Any:
+        if f.attr in ("read_text", "open", "read_bytes"):  # pathlib.Path(p).read_text()
+            return OpenFile(f.base)
         if f.attr not in _STR_METHODS:
             return Unknown("a string method")
         vals = []
@@ -534,7 +854,11 @@ class Handlers:
             return self.trainer(Call(c.it, base, c.args, c.kwargs, c.open, c.line), user=cls)
         if cls.is_dataclass:
             return c.new(DataclassInstance, cls.name, tuple(cls.fields), user_class=cls)
-        return Unknown(f"an instance of {cls.name}")
+        inst = Instance(cls.name, c.line or 0, {}, {}, c.open, user_class=cls)
+        init = cls.lookup("__init__")
+        if init is not None and init[0] == "method":
+            c.it.call_function(init[1], [inst, *c.args], dict(c.kwargs), c.line)
+        return inst
 
     # ---- method calls ----------------------------------------------------------------------
 
@@ -551,20 +875,61 @@ class Handlers:
         if isinstance(obj, Tokenizer) and name in _TOKENIZE_METHODS:
             return self.tokenize(it, obj, args, kwargs, line)
         if isinstance(obj, Optimizer) and name == "step":
-            it.facts.steps.append(OptimizerStep(obj, it.accum[-1] if it.accum else None, line))
+            it.facts.steps.append(OptimizerStep(obj, it.accum[-1] if it.accum else it.micro_accum, line))
             return Const(None, "literal", line)
         if isinstance(obj, Accelerator):
             return self.accelerator_method(it, name, args, line)
+        if isinstance(obj, LightningTrainer):
+            return self.lightning_method(it, obj, name, args, kwargs, line)
+        if isinstance(obj, DeepSpeedEngine):
+            if name == "backward":
+                it.facts.backward.append(line)
+                return Const(None, "literal", line)
+            if name in ("step", "train", "eval", "save_checkpoint", "load_checkpoint", "zero_grad"):
+                return Const(None, "literal", line)
+            if isinstance(obj.model, Model):
+                return self.model_method(it, obj.model, name, args, kwargs, line)
+            return Unknown(f"engine.{name}()")
         if isinstance(obj, Scaler) and name == "step":
             opt = args[0] if args else None
             if isinstance(opt, Optimizer):
-                it.facts.steps.append(OptimizerStep(opt, it.accum[-1] if it.accum else None, line))
+                it.facts.steps.append(OptimizerStep(opt, it.accum[-1] if it.accum else it.micro_accum, line))
             return Const(None, "literal", line)
         if isinstance(obj, Dataset) and name in ("map", "filter", "with_transform", "set_transform"):
             return obj
         if name == "parameters" or name == "named_parameters":
             return Params("parameters", line or 0, model=obj)
         return Unknown(f"the result of .{name}()")
+
+    def lightning_method(self, it: Any, trainer: LightningTrainer, name: str, args: list, kwargs: dict, line: int | None) -> Any:
+        """Trainer.fit(module, datamodule=...) runs the module's hooks (configure_optimizers, training_step,
+        train_dataloader) and the datamodule's; Fabric.setup / setup_dataloaders pass their arguments through."""
+        if name == "fit":
+            it.facts.trained.append(trainer)
+            for target in [*args, *kwargs.values()]:
+                for x in flatten(target):
+                    self.run_hooks(it, x, ("setup", "configure_model", "configure_optimizers", "train_dataloader",
+                                           "training_step"), line)
+            return Unknown("training output")
+        if name in ("setup", "setup_module", "setup_dataloaders"):
+            return args[0] if len(args) == 1 else Seq(list(args), "tuple")
+        if name == "backward":
+            it.facts.backward.append(line)
+        if name == "launch":
+            return Const(None, "literal", line)
+        return Unknown(f"lightning.{name}()")
+
+    def run_hooks(self, it: Any, obj: Any, names: tuple[str, ...], line: int | None) -> None:
+        """Call the hooks a library calls on an instance of the script's own class, self bound."""
+        uc = getattr(obj, "user_class", None)
+        if not isinstance(uc, Class):
+            return
+        for name in names:
+            hit = uc.lookup(name)
+            if hit is not None and hit[0] == "method" and isinstance(hit[1], Func):
+                out = it.call_function(hit[1], [obj], {}, line)
+                if name == "configure_optimizers":
+                    obj.attrs.setdefault("__optimizers__", out)
 
     def accelerator_method(self, it: Any, name: str, args: list, line: int | None) -> Any:
         if name == "prepare":
@@ -621,7 +986,8 @@ class Handlers:
                 if pick is None:
                     return Const(None, "literal", line)
                 key = pick.lstrip("-").replace("-", "_")
-            table[key] = ArgSpec(kwargs, line, flags[0] if flags else key, it.cur_file())
+            table[key] = ArgSpec(kwargs, line, flags[0] if flags else key, it.cur_file(),
+                                 tuple(f for f in flags if f.startswith("-")))
             p.order.append(key)
             return Const(None, "literal", line)
         if name in ("add_argument_group", "add_mutually_exclusive_group"):
@@ -634,13 +1000,75 @@ class Handlers:
         if name in ("parse_args", "parse_known_args", "parse_intermixed_args"):
             given = bool(args) and not (isinstance(args[0], Const) and args[0].value is None)
             ns = ArgNamespace(p.cls, line or 0, parser=p, given=given)
+            if not given and it.launch is not None:
+                ns.cli = self.argparse_cli(it, p)
             return ns if name != "parse_known_args" else Seq([ns, Unknown("remaining arguments")], "tuple")
         return Unknown(f"parser.{name}()")
 
+    def argparse_cli(self, it: Any, p: ArgParser) -> dict:
+        """dest -> the value the launch command's words give it, as argparse would parse them."""
+        from memlint.extract.cli_args import Option, match_argparse
+
+        options = []
+        for dest, spec in p.args.items():
+            kw = spec.kwargs
+            action = kw.get("action")
+            act = action.value if isinstance(action, Const) and isinstance(action.value, str) else "store"
+            if isinstance(action, Ref) and action.name == "BooleanOptionalAction":
+                act = "boolean_optional"
+            nargs = kw.get("nargs")
+            const = kw.get("const")
+            options.append(Option(dest, spec.flags, act.replace("-", "_"), nargs.value if isinstance(nargs, Const) else None,
+                                  const.value if isinstance(const, Const) else (True if act == "store_const" else None)))
+        matched = match_argparse(options, it.launch.argv)
+        out = {}
+        for dest, raw in matched.values.items():
+            spec = p.args[dest]
+            out[dest] = self.convert_cli(it, raw, spec.kwargs.get("type"), spec.kwargs.get("default"),
+                                         f"{matched.flags.get(dest, dest)} {raw!r}")
+        return out
+
+    def convert_cli(self, it: Any, raw: Any, conv: Any, default: Any, how: str) -> Any:
+        """A command-line word through the argument's type= (a builtin or the script's own function)."""
+        from memlint.extract.cli_args import literal
+
+        if isinstance(raw, list):
+            return Seq([self.convert_cli(it, r, conv, None, how) for r in raw])
+        if not isinstance(raw, str):
+            return self.cli_const(it, raw, how)
+        if isinstance(conv, Func):
+            out = it.call_function(conv, [self.cli_const(it, raw, how)], {}, None)
+            return out
+        if isinstance(conv, Ref) and conv.qual in ("builtins.int", "builtins.float", "builtins.str", "builtins.bool"):
+            fn = {"builtins.int": int, "builtins.float": float, "builtins.str": str, "builtins.bool": bool}[conv.qual]
+            try:
+                return self.cli_const(it, fn(raw), how)
+            except ValueError:
+                return Unknown(f"{how}: not a {conv.name}")
+        like = default.value if isinstance(default, Const) else None
+        return self.cli_const(it, literal(raw, like) if conv is None else raw, how)
+
     def hfparser_method(self, it: Any, p: HfParser, name: str, args: list, kwargs: dict, line: int | None) -> Any:
+        from memlint.extract import runtime_config
+
         from_file = name in ("parse_json_file", "parse_yaml_file", "parse_dict")
         if name.startswith("parse_"):
-            out = [self.dataclass_instance(it, c, line, from_file, name) for c in p.classes]
+            data = None
+            if from_file:
+                src = args[0] if args else kwargs.get("json_file", kwargs.get("yaml_file", kwargs.get("args")))
+                data = src if isinstance(src, Dict) else runtime_config.read(it, src, f"{p.cls.rsplit('.', 1)[-1]}.{name}()")
+            read = isinstance(data, Dict) and not data.open
+            out = [self.dataclass_instance(it, c, line, from_file and not read, name) for c in p.classes]
+            objs = [o for o in out if isinstance(o, (TrainingArgs, DataclassInstance))]
+            if read:
+                self.dataclass_values(objs, data.items)
+            elif isinstance(data, Unknown) and data.why:
+                it.facts.note(data.why)
+            if not from_file and it.launch is not None and name in ("parse_args_into_dataclasses", "parse_args_and_config",
+                                                                    "parse_args", "parse_known_args"):
+                if name == "parse_args_and_config":  # TrlParser: `--config recipe.yaml`, then the flags over it
+                    self.trl_config_file(it, objs)
+                self.dataclass_cli(it, objs)
             # HfArgumentParser.parse_args_into_dataclasses and TrlParser.parse_args_and_config
             # both take (args, return_remaining_strings, ...) and then append the leftovers.
             rest = kwargs.get("return_remaining_strings", args[1] if len(args) > 1 else None)
@@ -648,6 +1076,72 @@ class Handlers:
                 out.append(Unknown("remaining strings"))
             return Seq(out, "tuple")
         return Unknown(f"parser.{name}()")
+
+    @staticmethod
+    def _declared(objs: list) -> list[tuple[Obj, dict]]:
+        """Each dataclass instance with the fields its class (and user-class bases) declares."""
+        declared: list[tuple[Obj, dict]] = []
+        for o in objs:
+            fields: dict = {}
+            c = o.user_class
+            seen = 0
+            while isinstance(c, Class) and seen < 20:
+                seen += 1
+                for k, v in c.fields.items():
+                    fields.setdefault(k, v)
+                nxt = [b for b in c.bases if isinstance(b, Class)]
+                c = nxt[0] if nxt else None
+            declared.append((o, fields))
+        return declared
+
+    def dataclass_values(self, objs: list, values: dict) -> None:
+        """Values (a config file's, already abstract) dispatched to the dataclass that declares each key,
+        an undeclared key to the training arguments, as HfArgumentParser.parse_dict does."""
+        declared = self._declared(objs)
+        targs = next((o for o in objs if isinstance(o, TrainingArgs)), None)
+        for key, v in values.items():
+            owner = next((o for o, f in declared if key in f), targs)
+            if owner is not None and isinstance(key, str):
+                owner.cli[key] = v
+
+    def trl_config_file(self, it: Any, objs: list) -> None:
+        from memlint.extract import runtime_config
+        from memlint.extract.cli_args import match_fields
+
+        m = match_fields(it.launch.argv, {"config"})
+        ref = m.values.get("config")
+        if isinstance(ref, str):
+            data = runtime_config.read(it, self.cli_const(it, ref, f"--config {ref}"), "TrlParser --config")
+            if isinstance(data, Dict):
+                self.dataclass_values(objs, data.items)
+
+    def dataclass_cli(self, it: Any, objs: list) -> None:
+        """HfArgumentParser's matching of the launch command's words to the dataclasses' fields: each
+        `--field value` goes to the dataclass that declares the field, an undeclared one to the
+        training arguments (TrainingArguments declares more fields than memlint lists)."""
+        from memlint.extract.cli_args import literal, match_fields, str_to_bool
+
+        declared = self._declared(objs)
+        names = {k for _, f in declared for k in f}
+        bools = {k for _, f in declared for k, v in f.items() if isinstance(v, Const) and isinstance(v.value, bool)}
+        bools |= set(api.bool_fields())
+        targs = next((o for o in objs if isinstance(o, TrainingArgs)), None)
+        matched = match_fields(it.launch.argv, names, bools, accept_any=targs is not None)
+        for key, raw in matched.values.items():
+            owner = next((o for o, f in declared if key in f), targs)
+            if owner is None:
+                continue
+            default = next((f[key] for o, f in declared if o is owner and key in f), None)
+            like = default.value if isinstance(default, Const) else (True if key in bools else None)
+            how = f"{matched.flags[key]} {raw!r}"
+            if isinstance(raw, list):
+                owner.cli[key] = Seq([self.cli_const(it, literal(r), how) for r in raw])
+            elif isinstance(raw, bool):
+                owner.cli[key] = self.cli_const(it, raw, how)
+            elif key in bools and str_to_bool(raw) is not None:
+                owner.cli[key] = self.cli_const(it, str_to_bool(raw), how)
+            else:
+                owner.cli[key] = self.cli_const(it, literal(raw, like), how)
 
     def dataclass_instance(self, it: Any, c: Any, line: int | None, from_file: bool, how: str) -> Any:
         targs = api.training_arguments()
@@ -667,6 +1161,45 @@ class Handlers:
         it.facts.objects.append(o)
         return o
 
+    # ---- the launch command: sys.argv, the environment ---------------------------------------
+
+    @staticmethod
+    def cli_const(it: Any, value: Any, how: str) -> Const:
+        """A value the launch command gives: source command-line, at the launcher's line when it has one."""
+        launch = it.launch
+        file = launch.origin if launch is not None and launch.line else None
+        where = launch.where() if launch is not None else "the command line"
+        return Const(value, "command-line", launch.line_of(how) if launch is not None else None, (f"{how} ({where})",), file)
+
+    def module_attribute(self, it: Any, qual: str, attr: str, node: Any) -> Any:
+        """Attributes of imported modules that stand for run-time state: sys.argv."""
+        if qual == "sys" and attr == "argv":
+            if it.launch is None:
+                return Unknown("the command-line arguments (sys.argv)")
+            words = [it.launch.script or it.launch.module or "script", *it.launch.argv]
+            return Seq([self.cli_const(it, w, f"sys.argv[{i}] = {w!r}") for i, w in enumerate(words)])
+        return None
+
+    def ref_item(self, it: Any, ref: Ref, key: Any, line: int | None) -> Any:
+        if ref.qual in ("os.environ", "environ") and isinstance(key, Const) and isinstance(key.value, str):
+            return self.env_value(it, key.value, None, line)
+        return Unknown(f"an item of {ref.qual}")
+
+    def env_value(self, it: Any, name: str, dflt: Any, line: int | None) -> Any:
+        """An environment variable: the launch command's value, else the default the code gives."""
+        launch = it.launch
+        env = dict(getattr(launch, "env", {}) or {})
+        if launch is not None and launch.gpus and launch.launcher in ("torchrun", "accelerate", "deepspeed", "composer"):
+            env.setdefault("WORLD_SIZE", str(launch.gpus))  # what the launcher sets for every rank
+            env.setdefault("LOCAL_WORLD_SIZE", str(launch.processes or launch.gpus))
+        if name in env:
+            return self.cli_const(it, env[name], f"{name}={env[name]}")
+        if isinstance(dflt, Const):
+            how = f"os.environ.get({name!r}, {dflt.value!r}): {name} unset, its default"
+            return Const(dflt.value, "environment-default", dflt.line or line, dflt.chain + (how,), dflt.file)
+        it.facts.note(f"a value comes from the environment variable {name}; memlint treats it as unknown")
+        return Unknown(f"environment variable {name}")
+
     # ---- attributes ------------------------------------------------------------------------
 
     def getattr(self, it: Any, obj: Obj, attr: str, line: int | None) -> Any:
@@ -674,6 +1207,8 @@ class Handlers:
             return obj.attrs[attr]
         if isinstance(obj, ArgNamespace):
             return self.arg_default(obj, attr)
+        if isinstance(obj, Namespace):
+            return self.namespace_attr(it, obj, attr, line)
         if isinstance(obj, (TrainingArgs, DataclassInstance)):
             return field_value(obj, attr)
         if isinstance(obj, (PeftConfig, QuantConfig, Collator, DataLoader, Accelerator, Tokenizer, HfConfig, Plugin)):
@@ -681,7 +1216,30 @@ class Handlers:
                 return obj.kwargs[attr]
         if isinstance(obj, Model) and attr == "config":
             return HfConfig("config", line or 0)
+        if isinstance(obj, DeepSpeedEngine) and attr == "module":
+            return obj.model
+        if isinstance(obj, Instance) and obj.user_class is not None:
+            hit = obj.user_class.lookup(attr)
+            if hit is not None:
+                return BoundMethod(hit[1], obj) if hit[0] == "method" else hit[1]
+            return Unknown(f"{obj.cls}.{attr}")
         return Method(obj, attr)
+
+    def namespace_attr(self, it: Any, ns: Namespace, attr: str, line: int | None) -> Any:
+        if attr in ns.kwargs:
+            return ns.kwargs[attr]
+        for src in ns.sources:
+            if attr in src.attrs or attr in src.kwargs or attr in getattr(src, "cli", {}):
+                return self.getattr(it, src, attr, line)
+            uc = getattr(src, "user_class", None)
+            if isinstance(uc, Class) and uc.lookup(attr) is not None:
+                return self.getattr(it, src, attr, line)
+            if isinstance(src, ArgNamespace) and src.parser is not None and attr in src.parser.args:
+                return self.arg_default(src, attr)
+        targs = next((s for s in ns.sources if isinstance(s, TrainingArgs)), None)
+        if targs is not None:
+            return field_value(targs, attr)
+        return Unknown(f"{attr} of a namespace memlint could not follow")
 
     def getitem(self, it: Any, obj: Obj, key: Const, line: int | None) -> Any:
         return Unknown(f"an item of {obj.cls}")
@@ -694,6 +1252,8 @@ class Handlers:
         spec = ns.parser.args.get(attr) if ns.parser is not None else None
         if spec is None:
             return Unknown(f"args.{attr} (no add_argument for it)")
+        if attr in ns.cli:
+            return ns.cli[attr]
         kw = spec.kwargs
         how = f"add_argument({spec.flag!r}, …) (line {spec.line})"
         if ns.given:
@@ -735,10 +1295,34 @@ def _str_method_fits(s: str, attr: str, vals: list, kw: dict) -> bool:
 
 
 _PASS = object()  # a handler's answer for "this call is not mine": the call falls through
+# lightning classes that train, and the strategy classes whose options say how
+_LIGHTNING = {"Trainer": "lightning.Trainer", "Fabric": "lightning.Fabric", "DeepSpeedStrategy": "lightning.DeepSpeedStrategy",
+              "FSDPStrategy": "lightning.FSDPStrategy", "DDPStrategy": "lightning.DDPStrategy"}
+_NOKEY = object()
+
+
+def _hashable(v: Any) -> bool:
+    try:
+        hash(v)
+    except TypeError:
+        return False
+    return True
 
 # Library calls by qualified name, then by their last component.
+def _deep_update(into: Dict, other: Dict) -> None:
+    for k, v in other.items.items():
+        cur = into.items.get(k)
+        if isinstance(cur, Dict) and isinstance(v, Dict):
+            _deep_update(cur, v)
+        else:
+            into.items[k] = v
+    into.open |= other.open
+
+
 _QUALIFIED: dict[str, Callable[[Handlers, Call], Any]] = {
     "typing.cast": Handlers.cast,
+    "ast.literal_eval": Handlers.literal_eval,
+    "torch.multiprocessing.spawn": Handlers.mp_spawn,
     "typing_extensions.cast": Handlers.cast,
     "os.path.join": Handlers.path_join,
     "posixpath.join": Handlers.path_join,
@@ -764,6 +1348,20 @@ _BY_NAME: dict[str, Callable[[Handlers, Call], Any]] = {
     "TrlParser": Handlers.hfparser,
     "Fire": Handlers.fire,
     "partial": Handlers.partial,
+    "Namespace": Handlers.namespace,
+    "setup_chat_format": Handlers.chat_format,
+    "FullyShardedDataParallel": Handlers.parallel_wrap,
+    "fully_shard": Handlers.parallel_wrap,
+    "MixedPrecision": Handlers.fsdp_mixed_precision,
+    "MixedPrecisionPolicy": Handlers.fsdp_mixed_precision,
+    "DistributedDataParallel": Handlers.parallel_wrap,
+    "CPUOffload": Handlers.offload_policy,
+    "CPUOffloadPolicy": Handlers.offload_policy,
+    "apply_activation_checkpointing": Handlers.activation_checkpointing,
+    "initialize": Handlers.deepspeed_initialize,
+    "add_config_arguments": Handlers.deepspeed_arguments,
+    "clone_chat_template": Handlers.chat_format,
+    "SimpleNamespace": Handlers.namespace,
     "get": Handlers.environ,
     "getenv": Handlers.environ,
     "load_dataset": Handlers.dataset,
@@ -772,4 +1370,19 @@ _BY_NAME: dict[str, Callable[[Handlers, Call], Any]] = {
     "is_bf16_supported": Handlers.bf16_supported,
     "load": Handlers.data_file,
     "loads": Handlers.data_file,
+    "safe_load": Handlers.data_file,
+    "full_load": Handlers.data_file,
+    "create": Handlers.omegaconf,
+    "merge": Handlers.omegaconf,
+    "to_container": Handlers.omegaconf,
+    "to_object": Handlers.omegaconf,
+    "structured": Handlers.omegaconf,
+    "Path": Handlers.path_value,
+    "PurePath": Handlers.path_value,
+    "dirname": Handlers.path_value,
+    "basename": Handlers.path_value,
+    "abspath": Handlers.path_value,
+    "realpath": Handlers.path_value,
+    "normpath": Handlers.path_value,
+    "expanduser": Handlers.path_value,
 }

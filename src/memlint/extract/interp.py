@@ -17,16 +17,25 @@ import libcst as cst
 from memlint.extract import budget
 from memlint.extract.parsed import parse
 
-from memlint.extract.objects import Chunking, Obj, Partial, Range
+from memlint.extract.objects import BoundMethod, Chunking, DictMethod, Fields, Obj, OpenFile, Partial, Range
+
+_DICT_METHODS = {"get", "items", "keys", "values", "copy", "update", "setdefault", "pop"}
+
+SPREAD = "**"  # kwargs key of the objects a call spreads with **vars(obj)
 from memlint.files import max_file_size, read_text
-from memlint.extract.values import Alts, Class, Const, Dict, Func, ModuleVal, Ref, Seq, Unknown, flatten, merge, weakest
+from memlint.extract.values import Alts, Class, Const, Dict, Func, ModuleVal, RaisedBy, Ref, Seq, Unknown, flatten, merge, to_python, weakest
 from memlint.extract.values import insert_fits, weigh
 
 MAX_DEPTH = 12
 MAX_ALTS = 16
-MAX_SIBLINGS = 8            # sibling modules walked per script
-MAX_SIBLING_BYTES = 64_000
+MAX_SIBLINGS = 48           # modules of the checkout walked per script (imports followed)
+MAX_SIBLING_BYTES = 300_000
+_PLAIN_SMALL = (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.Pass)
+MAX_EXEC_DEPTH = 4        # exec(open(f).read()) inside an exec'd file, at most this deep
+_CHECKOUT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 MAX_CALLS_PER_FUNC = 16     # inlined walks of one function; later calls give unknown
+MAX_UNROLL = 32             # a for loop over a known sequence this short runs once per item
+MAX_RECURSION = 2           # a function calling itself (a helper walking a tuple of configs) goes this deep
 MAX_STEPS = 200_000         # statements walked per script, all calls included
 
 _BINOPS = {
@@ -41,6 +50,10 @@ _CMPOPS = {
     "In": lambda a, b: a in b, "NotIn": lambda a, b: a not in b,
     "Is": operator.is_, "IsNot": operator.is_not,
 }
+# Builtins that take a value without calling back into it (a user object passed to one is not "handed to the library")
+_NO_CALLBACK = frozenset({"super", "isinstance", "issubclass", "hasattr", "getattr", "setattr", "type", "print", "len",
+                          "vars", "id", "repr", "str", "callable", "dir"})
+
 _BUILTIN_CALLS = {
     "int": int, "float": float, "str": str, "bool": bool, "abs": abs, "round": round,
     "min": min, "max": max, "len": len, "sum": sum, "list": list, "tuple": tuple, "sorted": sorted,
@@ -84,11 +97,23 @@ class Facts:
     tokenizer_calls: list = field(default_factory=list)  # TokenizerCall
     liger_calls: list = field(default_factory=list)      # LigerPatch: liger_kernel's apply_liger_kernel_to_*()
     chunking: list = field(default_factory=list)         # Chunking: t[i : i + n] for i in range(0, _, n)
+    hand_pads: list = field(default_factory=list)        # HandPad: padding the script writes itself
+    offloads: list = field(default_factory=list)         # Const offload kinds a wrapper's options set (FSDP CPUOffload)
     autocasts: list = field(default_factory=list)        # AutocastCall
     steps: list = field(default_factory=list)            # OptimizerStep
     backward: list = field(default_factory=list)         # lines of loss.backward()
     scalers: list = field(default_factory=list)          # GradScaler lines
     notes: list = field(default_factory=list)
+    reached: dict = field(default_factory=dict)          # list name -> its length when the script's own run ended
+
+    def first(self, name: str, kind: Any = object) -> list:
+        """The entries of list `name` the script's run reached; the ones found only by walking
+        functions nothing called (another entry point, a task the configuration does not take) when
+        the run reached none of `kind`."""
+        entries = getattr(self, name)
+        n = self.reached.get(name, len(entries))
+        early = [e for e in entries[:n] if isinstance(e, kind)]
+        return early if early else [e for e in entries if isinstance(e, kind)]
 
     def note(self, text: str) -> None:
         if text not in self.notes:
@@ -102,8 +127,10 @@ class _Return(Exception):
 class Interpreter:
     """Walks one script (and the sibling modules it imports) and fills `facts`."""
 
-    def __init__(self, path: Path, source: str, handlers: Any) -> None:
+    def __init__(self, path: Path, source: str, handlers: Any, launch: Any = None) -> None:
         self.path = path
+        self.launch = launch         # extract.launch.Launch: the command the script is run with, or None
+        self.pad_counts: dict[str, cst.CSTNode] = {}  # name = n - len(ids): the count of a hand padding
         self.dir = path.parent
         self.handlers = handlers
         self.facts = Facts()
@@ -113,11 +140,13 @@ class Interpreter:
         self.entry_line: int | None = None  # the script's line that called into a sibling module
         self.returns: list[list] = []
         self.accum: list[Any] = []   # `if step % N == 0:` blocks we are inside
+        self.micro_accum: Any = None  # N of the last `for _ in range(N): ... backward()` loop
         self.funcs: list[Func] = []
         self.star_imports: list[str] = []
         self.steps = 0
         self.deadline = budget.Deadline()
         self.timed_out = False
+        self.exec_depth = 0
         self.main = self._load(path, source, "__main__", is_main=True)
 
     # ---- modules ---------------------------------------------------------------------------
@@ -131,6 +160,9 @@ class Interpreter:
 
     def run(self) -> Facts:
         self._exec_module(self.main)
+        self.facts.reached = {name: len(getattr(self.facts, name)) for name in
+                              ("objects", "tokenizer_calls", "chunking", "hand_pads", "steps", "autocasts", "liger_calls",
+                               "backward")}
         # Functions nothing called (entry points of other launchers, helpers passed by name)
         # still say how the script trains: walk them once, their parameters at their defaults.
         for f in list(self.funcs):
@@ -147,13 +179,50 @@ class Interpreter:
         finally:
             self.mod = prev
 
-    def sibling(self, dotted: str, level: int = 0) -> Module | None:
-        """A module in the script's own folder, walked once for its names."""
-        base = self.dir
+    def import_roots(self) -> list[Path]:
+        """Where an absolute import of the script's own code is found: the script's folder (Python's
+        sys.path[0]), the launch command's folder, then each folder up to the checkout's root (a
+        .git, pyproject.toml or setup.py) and its src/ (an installed package of the checkout)."""
+        if getattr(self, "_roots", None) is None:
+            roots = [self.dir]
+            if self.launch is not None and self.launch.module:
+                roots.append(Path.cwd())
+            cur = self.dir
+            for _ in range(8):
+                if any((cur / m).exists() for m in _CHECKOUT_MARKERS):
+                    roots += [cur, cur / "src"]
+                    break
+                if cur.parent == cur:
+                    break
+                cur = cur.parent
+                roots.append(cur)
+            else:
+                roots = [self.dir]
+            if len(roots) > 1 and not any((r / m).exists() for r in roots for m in _CHECKOUT_MARKERS):
+                roots = [self.dir]  # no checkout around the script: only its own folder
+            self._roots = list(dict.fromkeys(roots))
+        return self._roots
+
+    def find_module(self, dotted: str, level: int) -> Path | None:
         parts = dotted.split(".") if dotted else []
-        cand = base.joinpath(*parts).with_suffix(".py") if parts else None
-        pkg = base.joinpath(*parts, "__init__.py") if parts else None
-        target = cand if cand and cand.is_file() else pkg if pkg and pkg.is_file() else None
+        if level:
+            here = (self.mod.path if self.mod is not None else self.path).parent
+            for _ in range(level - 1):
+                here = here.parent
+            roots = [here]
+        else:
+            roots = self.import_roots()
+        for base in roots:
+            cand = base.joinpath(*parts).with_suffix(".py") if parts else None
+            pkg = base.joinpath(*parts, "__init__.py")
+            target = cand if cand is not None and cand.is_file() else pkg if pkg.is_file() else None
+            if target is not None and (parts or level):
+                return target
+        return None
+
+    def sibling(self, dotted: str, level: int = 0) -> Module | None:
+        """A module of the script's checkout (its folder, its package, the repository), walked once for its names."""
+        target = self.find_module(dotted, level)
         if target is None or target.resolve() == self.path.resolve():
             return None
         key = target.resolve()
@@ -186,11 +255,10 @@ class Interpreter:
             return None
 
     def cur_file(self) -> str | None:
-        return None if (self.mod is None or self.mod.is_main) else str(self.mod.path)
+        return None if (self.mod is None or self.mod.is_main) else _shown(self.mod.path)
 
     def const(self, value: Any, node: cst.CSTNode | None, source: str = "literal", chain: tuple = ()) -> Const:
-        file = None if (self.mod is None or self.mod.is_main) else str(self.mod.path)
-        return Const(value, source, self.line_of(node) if node is not None else None, chain, file)
+        return Const(value, source, self.line_of(node) if node is not None else None, chain, self.cur_file())
 
     def code(self, node: cst.CSTNode) -> str:
         try:
@@ -327,19 +395,59 @@ class Interpreter:
         return all(leaves for leaves, _ in results)
 
     def exec_loop(self, node: cst.For | cst.While, env: Env) -> None:
+        micro = self.micro_batch_count(node, env)
+        self._exec_loop(node, env)
+        if micro is not None:
+            self.micro_accum = micro  # the optimizer step after it accumulates `micro` backward passes
+
+    def micro_batch_count(self, node: cst.For | cst.While, env: Env) -> Any:
+        """N of `for i in range(N): ... loss.backward()` with no optimizer step inside: a loop over
+        micro-batches whose gradients the step after it applies at once (gradient accumulation)."""
+        if not (isinstance(node, cst.For) and isinstance(node.iter, cst.Call) and self.dotted(node.iter.func) == "range"
+                and len(node.iter.args) == 1):
+            return None
+        called = {n.func.attr.value for n in _walk(node.body) if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)}
+        if "backward" not in called or "step" in called:
+            return None
+        n = self.ev(node.iter.args[0].value, env)
+        return n if isinstance(n, (Const, Alts)) else None
+
+    def _exec_loop(self, node: cst.For | cst.While, env: Env) -> None:
+        if isinstance(node, cst.For):
+            it = self.ev(node.iter, env)
+            known = self.known_items(it)
+            if known is not None:  # a loop over a known, short sequence runs once per item, in order
+                for item in known:
+                    self.assign(node.target, item, env, node)
+                    if self.exec_block(node.body.body, env):
+                        break
+                if node.orelse is not None:
+                    self.exec_block(node.orelse.body.body, env)
+                return
+            if isinstance(node.iter, cst.Call) and self.dotted(node.iter.func) == "range" and len(node.iter.args) == 3 \
+                    and isinstance(node.target, cst.Name):
+                self.chunk_idiom(node.body, node.target.value, node.iter.args[2].value, env)
+
         def body(e: Env) -> bool:
             if isinstance(node, cst.For):
                 items = self.iter_items(self.ev(node.iter, e))
                 self.assign(node.target, items, e, node)
             self.exec_block(node.body.body, e)
             return False
-        if isinstance(node, cst.For):
-            self.ev(node.iter, env)
-        else:
+        if not isinstance(node, cst.For):
             self.ev(node.test, env)
         self.branches(env, [body], exhaustive=False)
         if node.orelse is not None:
             self.exec_block(node.orelse.body.body, env)
+
+    @staticmethod
+    def known_items(it: Any) -> list | None:
+        """The items of a sequence known item by item (at most MAX_UNROLL), else None."""
+        if isinstance(it, Seq) and len(it.items) <= MAX_UNROLL and not any(isinstance(x, Unknown) for x in it.items):
+            return list(it.items)
+        if isinstance(it, Const) and isinstance(it.value, (list, tuple)) and len(it.value) <= MAX_UNROLL:
+            return [it.with_value(x) for x in it.value]
+        return None
 
     def iter_items(self, it: Any) -> Any:
         opts = []
@@ -369,11 +477,23 @@ class Interpreter:
         self.exec_block(node.body.body, env)
 
     def exec_try(self, node: cst.Try | cst.TryStar, env: Env) -> None:
-        runs = [lambda e: self.exec_block(node.body.body, e)]
-        for h in node.handlers:
-            runs.append(lambda e, h=h: self.exec_block(h.body.body, e))
-        self.branches(env, runs, exhaustive=True)
-        if node.orelse is not None:
+        handlers = [lambda e, h=h: self.exec_block(h.body.body, e) for h in node.handlers]
+        raised = False
+        if handlers and all(isinstance(st, cst.SimpleStatementLine) and all(isinstance(x, _PLAIN_SMALL) for x in st.body)
+                            for st in node.body.body):
+            # A body of plain assignments is walked once: a call in it that raises (RaisedBy) runs the
+            # handlers; a body that binds only constants raised nothing; otherwise either may have run.
+            before = dict(env.vars)
+            self.exec_block(node.body.body, env)
+            bound = [v for k, v in env.vars.items() if before.get(k) is not v]
+            raised = any(isinstance(x, RaisedBy) for v in bound for x in flatten(v))
+            if raised:
+                self.branches(env, handlers, exhaustive=True)
+            elif not all(isinstance(x, Const) for v in bound for x in flatten(v)):
+                self.branches(env, handlers, exhaustive=False)
+        else:
+            self.branches(env, [lambda e: self.exec_block(node.body.body, e), *handlers], exhaustive=True)
+        if node.orelse is not None and not raised:
             self.exec_block(node.orelse.body.body, env)
         if node.finalbody is not None:
             self.exec_block(node.finalbody.body.body, env)
@@ -381,6 +501,8 @@ class Interpreter:
     # ---- binding ---------------------------------------------------------------------------
 
     def assign(self, target: cst.CSTNode, value: Any, env: Env, stmt: cst.CSTNode) -> None:
+        if isinstance(target, cst.Name) and getattr(stmt, "value", None) is not None:
+            self.pad_counts[target.value] = stmt.value  # the expression a name was last bound to
         if isinstance(target, cst.Name):
             if type(value) is Ref:
                 value = Ref(value.qual, self.line_of(stmt), "constant")
@@ -412,6 +534,8 @@ class Interpreter:
                         b.items[key.value] = value
                     else:
                         b.open = True
+                elif isinstance(b, GlobalsView) and isinstance(key, Const) and isinstance(key.value, str):
+                    b.env.vars[key.value] = value
 
     def unpack(self, value: Any, i: int, n: int) -> Any:
         out = None
@@ -451,9 +575,12 @@ class Interpreter:
             if sib is not None:
                 v = sib.env.vars.get(name)
                 if v is None:
-                    subm = self.sibling(f"{dotted}.{name}" if dotted else name)
+                    subm = self.sibling(f"{dotted}.{name}" if dotted else name, level)
                     v = ModuleVal(name, subm.env) if subm else Unknown(f"{name} from {dotted}")
                 env.vars[bound] = v
+            elif level:  # a relative import from a folder without __init__.py: a module beside this one
+                subm = self.sibling(f"{dotted}.{name}" if dotted else name, level)
+                env.vars[bound] = ModuleVal(name, subm.env) if subm else Unknown(f"{name} from a relative import")
             else:
                 env.vars[bound] = Ref(f"{dotted}.{name}" if dotted else name)
 
@@ -486,7 +613,17 @@ class Interpreter:
         fields: dict[str, Any] = {}
         lines: dict[str, int | None] = {}
         cls_env = Env(env)
+        methods: dict[str, Func] = {}
         for stmt in node.body.body:
+            if isinstance(stmt, cst.FunctionDef):
+                f = Func(stmt, env, self.mod, f"{node.name.value}.{stmt.name.value}")
+                p = stmt.params
+                for param in [*p.posonly_params, *p.params, *p.kwonly_params]:
+                    if param.default is not None:
+                        f.defaults[param.name.value] = self.ev(param.default, env)
+                        f.default_source[param.name.value] = ("function-default", f"def {stmt.name.value}({param.name.value}={self.code(param.default)})", self.line_of(param), self.cur_file())
+                methods[stmt.name.value] = f
+                continue
             if isinstance(stmt, cst.SimpleStatementLine):
                 for small in stmt.body:
                     if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):
@@ -499,7 +636,10 @@ class Interpreter:
                         if not is_dc:
                             fields[name] = cls_env.vars[name]
                             lines[name] = self.line_of(small)
-        env.vars[node.name.value] = Class(node.name.value, bases, fields, lines, self.line_of(node), is_dc, self.cur_file())
+        cls = Class(node.name.value, bases, fields, lines, self.line_of(node), is_dc, self.cur_file(), methods)
+        for f in methods.values():
+            f.owner = cls
+        env.vars[node.name.value] = cls
 
     def field_default(self, value: cst.CSTNode, env: Env) -> Any:
         if isinstance(value, cst.Call) and self.dotted(value.func).split(".")[-1] == "field":
@@ -514,7 +654,8 @@ class Interpreter:
     # ---- calls into the script's own functions ---------------------------------------------
 
     def call_function(self, f: Func, args: list, kwargs: dict, line: int | None, entry: bool = False) -> Any:
-        if f in self.stack or len(self.stack) >= MAX_DEPTH or f.calls >= MAX_CALLS_PER_FUNC or self.steps > MAX_STEPS:
+        if self.stack.count(f) >= MAX_RECURSION or len(self.stack) >= MAX_DEPTH or f.calls >= MAX_CALLS_PER_FUNC \
+                or self.steps > MAX_STEPS:
             if self.steps > MAX_STEPS:
                 self.facts.note("the script is too large to follow every call; some values may be unknown")
             return Unknown(f"the result of {f.qual}()")
@@ -563,6 +704,11 @@ class Interpreter:
         out = rets[0]
         for r in rets[1:]:
             out = merge(out, r)
+        if (isinstance(out, (Unknown, Seq, Alts)) or isinstance(out, Const) and isinstance(out.value, (list, tuple, set))) \
+                and not isinstance(node, cst.Lambda) and _lists_linear_names(node):
+            return self.const("all-linear", node, "constant",
+                              (f"{f.qual}(): the names of every Linear of model.named_modules() but lm_head "
+                               "(peft's all-linear)",))
         return out
 
     def param_default(self, f: Func, name: str) -> Any:
@@ -635,6 +781,8 @@ class Interpreter:
         if t is cst.Call:
             return self.call(node, env)
         if t is cst.BinaryOperation:
+            if type(node.operator) is cst.Multiply:
+                self.hand_pad_idiom(node, env)
             return self.binop(type(node.operator).__name__, self.ev(node.left, env), self.ev(node.right, env), node)
         if t is cst.UnaryOperation:
             return self.unary(node, self.ev(node.expression, env))
@@ -727,17 +875,37 @@ class Interpreter:
                 out = v if out is None else merge(out, v)
             return out
         if isinstance(base, Ref):
-            return Ref(f"{base.qual}.{attr}")
+            if attr == "__name__":  # AutoModelForCausalLM.__name__: registries keyed by class name
+                return self.const(base.name, node)
+            special = self.handlers.module_attribute(self, base.qual, attr, node)
+            return special if special is not None else Ref(f"{base.qual}.{attr}")
         if isinstance(base, ModuleVal):
             v = base.env.vars.get(attr)
             return v if v is not None else Unknown(f"{base.name}.{attr}")
         if isinstance(base, Obj):
             return self.handlers.getattr(self, base, attr, self.line_of(node))
+        if isinstance(base, SuperOf):
+            for b in base.cls.bases:
+                hit = b.lookup(attr) if isinstance(b, Class) else None
+                if hit is not None:
+                    return BoundMethod(hit[1], base.instance) if hit[0] == "method" else hit[1]
+            # a library base (nn.Module, Dataset, Trainer): its __init__ and methods do nothing memlint follows
+            return Ref("builtins.object") if attr == "__init__" else Unknown(f"super().{attr}")
         if isinstance(base, Class):
-            v = base.fields.get(attr)
-            return v if v is not None else Unknown(f"{base.name}.{attr}")
+            if attr == "__name__":
+                return self.const(base.name, node)
+            hit = base.lookup(attr)
+            return hit[1] if hit is not None else Unknown(f"{base.name}.{attr}")
         if isinstance(base, Const) and isinstance(base.value, str):
             return BoundStr(base, attr)
+        if isinstance(base, Dict):
+            if attr in base.items:  # OmegaConf DictConfig, EasyDict, munch: keys as attributes
+                return base.items[attr]
+            if attr in _DICT_METHODS:
+                return DictMethod(base, attr)
+            return Unknown(f"{attr} of a config memlint read" if not base.open else f"{attr} (a key memlint cannot see)")
+        if isinstance(base, OpenFile):
+            return base if attr in ("read", "read_text", "readlines", "__enter__") else Unknown(f"file.{attr}")
         if isinstance(base, Unknown):
             return BoundUnknown(base.why or "something unknown", base.line, attr)
         return Unknown(f"attribute {attr}")
@@ -747,8 +915,34 @@ class Interpreter:
             return Unknown("a slice")
         return self.ev(node.slice[0].slice.value, env)
 
+    def slice_of(self, base: Any, node: cst.Subscript, env: Env) -> Any:
+        """seq[a:b] over a known sequence or string with constant bounds."""
+        sl = node.slice[0].slice
+        bounds = []
+        for part in (sl.lower, sl.upper, sl.step):
+            if part is None:
+                bounds.append(None)
+                continue
+            v = self.ev(part, env)
+            if not (isinstance(v, Const) and (v.value is None or isinstance(v.value, int))):
+                return Unknown("a slice with unknown bounds")
+            bounds.append(v.value)
+        s = slice(*bounds)
+        out = None
+        for b in flatten(base):
+            if isinstance(b, Seq):
+                v: Any = Seq(b.items[s], b.kind)
+            elif isinstance(b, Const) and isinstance(b.value, (str, list, tuple)):
+                v = b.with_value(b.value[s], "[…]")
+            else:
+                v = b if isinstance(b, Unknown) else Unknown("a slice")
+            out = v if out is None else merge(out, v)
+        return out
+
     def subscript(self, node: cst.Subscript, env: Env) -> Any:
         base = self.ev(node.value, env)
+        if len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Slice):
+            return self.slice_of(base, node, env)
         key = self.subscript_key(node, env)
         out = None
         for b in flatten(base):
@@ -759,6 +953,8 @@ class Interpreter:
                 v = b.items[key.value]
             elif isinstance(b, Dict) and _hashable(key.value) and key.value in b.items:
                 v = b.items[key.value]
+            elif isinstance(b, GlobalsView) and isinstance(key.value, str) and key.value in b.env.vars:
+                v = b.env.vars[key.value]
             elif isinstance(b, Const) and isinstance(b.value, (list, tuple, dict, str)):
                 try:
                     v = b.with_value(b.value[key.value], f"[{key.value!r}]")
@@ -766,6 +962,8 @@ class Interpreter:
                     v = Unknown("an item")
             elif isinstance(b, Obj):
                 v = self.handlers.getitem(self, b, key, self.line_of(node))
+            elif isinstance(b, Ref):
+                v = self.handlers.ref_item(self, b, key, self.line_of(node))
             else:
                 v = Unknown("an item")
             out = v if out is None else merge(out, v)
@@ -852,6 +1050,12 @@ class Interpreter:
         for ct in node.comparisons:
             right = self.ev(ct.comparator, env)
             op = type(ct.operator).__name__
+            if op in ("In", "NotIn") and isinstance(right, (Dict, GlobalsView)) and isinstance(left, Const) \
+                    and _hashable(left.value) and not getattr(right, "open", False):
+                keys = right.items if isinstance(right, Dict) else right.env.vars  # membership needs only the keys
+                right = self.const(list(keys), ct.comparator)
+            elif op in ("In", "NotIn") and isinstance(right, (Seq, Dict)):
+                right = to_python(right)  # `x in ("yes", "true")`: a container of constants
             if isinstance(left, Const) and isinstance(right, Const) and op in _CMPOPS:
                 try:
                     r = self._combine(bool(_CMPOPS[op](left.value, right.value)), node, left, right)
@@ -904,7 +1108,11 @@ class Interpreter:
         return self._combine(text, node, *consts)
 
     def comprehension(self, node: Any, env: Env) -> Any:
-        """Walk the element once with the loop names bound; spots the chunking idiom."""
+        """A comprehension over a known short sequence (one `for`, no `if`) is evaluated item by item;
+        any other is walked once with the loop names bound. Spots the chunking idiom."""
+        exact = self.exact_comprehension(node, env)
+        if exact is not None:
+            return exact
         inner = Env(env)
         comp = node.for_in
         ranges = []
@@ -921,6 +1129,64 @@ class Interpreter:
             self.ev(elt, inner)
         return Unknown("a comprehension")
 
+    def exact_comprehension(self, node: Any, env: Env) -> Any:
+        comp = node.for_in
+        if comp.inner_for_in is not None or isinstance(node, cst.DictComp):
+            return None
+        items = self.known_items(self.ev(comp.iter, env))
+        if items is None:
+            return None
+        out = []
+        for item in items:
+            inner = Env(env)
+            self.assign(comp.target, item, inner, node)
+            keep = True
+            for cond in comp.ifs:
+                truth = self.truth(self.ev(cond.test, inner))
+                if truth is None:
+                    return None
+                keep = keep and truth
+            if keep:
+                out.append(self.ev(node.elt, inner))
+        return Seq(out, "tuple" if isinstance(node, cst.GeneratorExp) else "list")
+
+    def hand_pad_idiom(self, node: cst.BinaryOperation, env: Env) -> None:
+        """`[pad] * (n - len(ids))`: padding to n. n written as min(max(lengths), cap) pads to the
+        batch's longest, capped; a known n pads every sample to it."""
+        for lst, count in ((node.left, node.right), (node.right, node.left)):
+            if not (isinstance(lst, cst.List) and len(lst.elements) == 1):
+                continue
+            if isinstance(count, cst.Name) and count.value in self.pad_counts:
+                count = self.pad_counts[count.value]  # padding_len = max_len - len(ids); [pad] * padding_len
+            if not (isinstance(count, cst.BinaryOperation) and isinstance(count.operator, cst.Subtract)):
+                continue
+            right = count.right
+            if not (isinstance(right, cst.Call) and self.dotted(right.func) in ("len",) or "size" in self.code(right)
+                    or "shape" in self.code(right) or "len(" in self.code(right)):
+                continue
+            self.record_pad(count.left, self.line_of(node), env)
+            return
+
+    def record_pad(self, target: cst.CSTNode, line: int | None, env: Env) -> None:
+        from memlint.extract.objects import HandPad
+
+        for _ in range(3):  # batch_max_len = min(max(lengths), max_len); pad_len = batch_max_len - len(ids)
+            if isinstance(target, cst.Name) and target.value in self.pad_counts:
+                target = self.pad_counts[target.value]
+        code = self.code(target)
+        value = self.ev(target, env)
+        if isinstance(value, Const) and isinstance(value.value, int):
+            self.facts.hand_pads.append(HandPad("max_length", value, line, self.cur_file()))
+            return
+        cap = None
+        if isinstance(target, cst.Call) and self.dotted(target.func) == "min":
+            for a in target.args:
+                v = self.ev(a.value, env)
+                if isinstance(v, Const) and isinstance(v.value, int):
+                    cap = v
+        kind = "longest" if ("max(" in code or cap is not None or "longest" in code) else "max_length"
+        self.facts.hand_pads.append(HandPad(kind, cap if cap is not None else value, line, self.cur_file()))
+
     def chunk_idiom(self, elt: cst.CSTNode, var: str, step: cst.CSTNode, env: Env) -> None:
         """`t[i : i + n] for i in range(0, total, n)`: fixed-length blocks of n tokens."""
         step_code = self.code(step)
@@ -936,6 +1202,10 @@ class Interpreter:
     # ---- calls -----------------------------------------------------------------------------
 
     def call(self, node: cst.Call, env: Env) -> Any:
+        if isinstance(node.func, cst.Name) and node.func.value in ("exec", "globals") and env.lookup(node.func.value) is None:
+            return self.exec_or_globals(node, env)
+        if isinstance(node.func, cst.Name) and node.func.value == "super" and env.lookup("super") is None:
+            return self.super_of(node, env)
         func = self.ev(node.func, env)
         args: list = []
         kwargs: dict = {}
@@ -950,7 +1220,9 @@ class Interpreter:
             elif a.star == "**":
                 v = self.ev(a.value, env)
                 for d in flatten(v):
-                    if isinstance(d, Dict):
+                    if isinstance(d, Fields):
+                        kwargs.setdefault(SPREAD, []).append(d.obj)
+                    elif isinstance(d, Dict):
                         kwargs.update(d.items)
                         open_kwargs |= d.open
                     elif isinstance(d, Const) and isinstance(d.value, dict):
@@ -968,13 +1240,77 @@ class Interpreter:
             out = r if out is None else merge(out, r)
         return out
 
+    def super_of(self, node: cst.Call, env: Env) -> Any:
+        """super() / super(C, self) in a method: the bases of its class, bound to the instance."""
+        args = [self.ev(a.value, env) for a in node.args]
+        if len(args) == 2 and isinstance(args[0], Class):
+            cls, inst = args[0], args[1]
+        else:
+            f = self.stack[-1] if self.stack else None
+            params = [*f.node.params.posonly_params, *f.node.params.params] if f is not None and \
+                isinstance(f.node, cst.FunctionDef) else []
+            cls = f.owner if f is not None else None
+            inst = env.lookup(params[0].name.value) if params else None
+        if not isinstance(cls, Class) or inst is None:
+            return Unknown("super()")
+        return SuperOf(cls, inst)
+
+    def exec_or_globals(self, node: cst.Call, env: Env) -> Any:
+        """`globals()`: the module's namespace, read and written like a dict. `exec(open(path).read())`
+        (nanoGPT's configurator and the config files it runs): the file the script names is parsed and
+        walked in the calling namespace, as Python runs it; nothing is executed."""
+        root = env
+        while root.parent is not None:
+            root = root.parent
+        if node.func.value == "globals":
+            return GlobalsView(root)
+        src = self.ev(node.args[0].value, env) if node.args else None
+        path = src.path if isinstance(src, OpenFile) else None
+        if not (isinstance(path, Const) and isinstance(path.value, str)):
+            self.facts.note("the script exec()s code memlint cannot find; what it sets is unknown")
+            return Const(None, "literal", self.line_of(node))
+        from memlint.extract import runtime_config
+
+        found = runtime_config.find(self, path.value)
+        if found is None or self.exec_depth >= MAX_EXEC_DEPTH:
+            self.facts.note(f"exec() of {path.value}: not found in the checkout; what it sets is unknown")
+            return Const(None, "literal", self.line_of(node))
+        try:
+            if found.stat().st_size > MAX_SIBLING_BYTES:
+                raise OSError("too large")
+            text = read_text(found, min(MAX_SIBLING_BYTES, max_file_size()), what="sibling-module budget")
+            mod = self._load(found, text, "__exec__", is_main=False)
+        except (OSError, UnicodeDecodeError, cst.ParserSyntaxError):
+            self.facts.note(f"exec() of {path.value}: unreadable; what it sets is unknown")
+            return Const(None, "literal", self.line_of(node))
+        mod.env = root
+        prev, self.mod = self.mod, mod
+        prev_entry = self.entry_line
+        self.entry_line = self.entry_line or self.line_of(node)
+        self.exec_depth += 1
+        try:
+            self.exec_block(mod.tree.body, env)
+        except _Return:
+            pass
+        finally:
+            self.exec_depth -= 1
+            self.mod, self.entry_line = prev, prev_entry
+        return Const(None, "literal", self.line_of(node))
+
     def call_value(self, f: Any, args: list, kwargs: dict, open_kwargs: bool, line: int | None, node: cst.Call) -> Any:
+        if SPREAD in kwargs and not (isinstance(f, Ref) and f.name in ("Namespace", "SimpleNamespace")):
+            kwargs = {k: v for k, v in kwargs.items() if k != SPREAD}
+            open_kwargs = True
         if isinstance(f, Func):
             return self.call_function(f, args, kwargs, line)
+        if isinstance(f, BoundMethod):
+            return self.call_function(f.func, [f.instance, *args], kwargs, line)
         # Objects built inside a sibling module are placed at the script's call into it: their
         # lines are reported against the script (values keep their own file and line).
         at = line if self.cur_file() is None else (self.entry_line or line)
         result = self.handlers.call(self, f, args, kwargs, open_kwargs, at, node)
+        if isinstance(f, Ref) and f.name.removeprefix("builtins.") in _NO_CALLBACK:
+            return result  # super(C, self), isinstance(x, C), print(x): nothing calls x back
         # A function handed to something memlint does not model (dataset.map(tokenize),
         # trainer callbacks) may still run: walk it once with unknown arguments.
         for v in [*args, *kwargs.values()]:
@@ -984,7 +1320,30 @@ class Interpreter:
                 elif isinstance(x, Partial):
                     if isinstance(x.func, Func) and not x.func.ran:
                         self.call_function(x.func, x.args, dict(x.kwargs), line)
+                elif isinstance(x, Obj) and getattr(x, "user_class", None) is not None and not getattr(x, "_protocols_ran", False):
+                    # a collator, dataset or model of the script's own class handed to the library: the
+                    # library calls its __call__ / __getitem__ / __iter__, with this instance as self
+                    x._protocols_ran = True
+                    for name in ("__call__", "__getitem__", "__iter__"):
+                        hit = x.user_class.lookup(name)
+                        if hit is not None and hit[0] == "method" and isinstance(hit[1], Func):
+                            self.call_function(hit[1], [x], {}, line)
         return result
+
+
+@dataclass(eq=False)
+class SuperOf:
+    """super() inside a method of `cls`: attribute lookups start at its bases, bound to `instance`."""
+
+    cls: Class
+    instance: Any
+
+
+@dataclass(eq=False)
+class GlobalsView:
+    """globals(): the module namespace (an Env), read and written by key."""
+
+    env: Env
 
 
 @dataclass(frozen=True)
@@ -1000,6 +1359,32 @@ class BoundUnknown(Unknown):
     """A method or attribute of something unknown: dataset.map, loss.backward."""
 
     attr: str = ""
+
+
+def _lists_linear_names(node: cst.FunctionDef) -> bool:
+    """The find_all_linear_names idiom (QLoRA and its forks): a function that walks
+    `model.named_modules()`, keeps the names of modules that are `isinstance` of a Linear class
+    (nn.Linear, bnb's Linear4bit/Linear8bitLt) and drops lm_head: peft's all-linear, by hand."""
+    walks = tests = drops_head = False
+    for n in _walk(node):
+        if isinstance(n, cst.Attribute) and n.attr.value == "named_modules":
+            walks = True
+        elif isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == "isinstance":
+            tests = True
+        elif isinstance(n, cst.SimpleString) and "lm_head" in n.value:
+            drops_head = True
+    if not (walks and tests and drops_head):
+        return False
+    return any(isinstance(n, cst.Name) and "Linear" in n.value or isinstance(n, cst.Attribute) and "Linear" in n.attr.value
+               for n in _walk(node))
+
+
+def _shown(path: Path) -> str:
+    """A module's path as findings show it: relative to the working directory when it is inside it."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except (ValueError, OSError):
+        return str(path)
 
 
 def _string_value(node: cst.SimpleString) -> Any:

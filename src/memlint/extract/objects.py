@@ -57,6 +57,7 @@ class Model(Obj):
     peft: Any = None               # the PEFT config (or adapter) applied here
     gc: list[Setting] = field(default_factory=list)       # gradient checkpointing turned on/off
     dtypes: list[Setting] = field(default_factory=list)   # later casts: .to(dtype), .half()
+    shard: Setting | None = None   # a wrapper's data parallelism: FSDP(model) / fully_shard / DDP
 
 
 @dataclass(eq=False)
@@ -89,6 +90,12 @@ class TrainingArgs(Obj):
     user_class: Class | None = None   # the script's subclass, whose field defaults come first
     from_parser: str | None = None    # the HfArgumentParser method that produced it
     from_file: bool = False           # parsed from a config file given at run time
+    cli: dict = field(default_factory=dict)   # field -> the value the launch command (or a config file it names) gives it
+
+    def get(self, name: str, default: Any = None) -> Any:
+        if name in self.attrs:
+            return self.attrs[name]
+        return self.kwargs.get(name, self.cli.get(name, default))
 
 
 @dataclass(eq=False)
@@ -99,6 +106,12 @@ class DataclassInstance(Obj):
     library: str | None = None        # a library dataclass whose defaults are data
     from_parser: str | None = None
     from_file: bool = False
+    cli: dict = field(default_factory=dict)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        if name in self.attrs:
+            return self.attrs[name]
+        return self.kwargs.get(name, self.cli.get(name, default))
 
 
 @dataclass(eq=False)
@@ -132,6 +145,20 @@ class Dataset(Obj):
 
 class Accelerator(Obj):
     pass
+
+
+class LightningTrainer(Obj):
+    """lightning's Trainer(precision=..., strategy=..., devices=..., accumulate_grad_batches=...) or
+    Fabric(...): `cls` says which."""
+
+
+@dataclass(eq=False)
+class DeepSpeedEngine(Obj):
+    """deepspeed.initialize(model=..., optimizer=..., config=...): the engine that trains the model."""
+
+    model: Any = None
+    optimizer: Any = None
+    config: Any = None                # the config dict, or the path of its JSON
 
 
 class Accumulate(Obj):
@@ -168,6 +195,7 @@ class ArgSpec(NamedTuple):
     line: int | None
     flag: str
     file: str | None = None
+    flags: tuple = ()                 # every option string ("--lr", "-l"); () for a positional
 
 
 @dataclass(eq=False)
@@ -176,6 +204,7 @@ class ArgNamespace(Obj):
 
     parser: ArgParser | None = None
     given: bool = False               # parsed from an explicit list memlint cannot read
+    cli: dict = field(default_factory=dict)   # dest -> the value the launch command gives it
 
 
 @dataclass(eq=False)
@@ -195,6 +224,50 @@ class Partial(Obj):
 
 class Range(Obj):
     pass
+
+
+@dataclass(eq=False)
+class Instance(Obj):
+    """An instance of a class the script defines (not a dataclass): its `__init__` ran, its methods run."""
+
+    user_class: Class | None = None
+
+
+@dataclass(eq=False)
+class OpenFile:
+    """open(path) / Path(path).read_text(): a file the script reads, by the path it names."""
+
+    path: Any                         # the abstract path value (a Const string when known)
+
+
+@dataclass(eq=False)
+class DictMethod:
+    """d.get / d.items / d.update ... of a known dict (or OmegaConf / EasyDict config)."""
+
+    dict: Any
+    name: str
+
+
+@dataclass(eq=False)
+class Fields:
+    """vars(obj) / obj.__dict__: an object's fields as a mapping, for `**vars(obj)`."""
+
+    obj: Obj
+
+
+@dataclass(eq=False)
+class Namespace(Obj):
+    """argparse.Namespace(**vars(model_args), **vars(training_args)): attributes read the merged objects."""
+
+    sources: list = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class BoundMethod:
+    """instance.method: the script's own function with `self` bound."""
+
+    func: Any
+    instance: Obj
 
 
 @dataclass(eq=False)
@@ -241,6 +314,17 @@ class LigerPatch(NamedTuple):
     line: int | None
 
 
+class HandPad(NamedTuple):
+    """`ids + [pad] * (n - len(ids))`, `F.pad(x, (0, n - x.size(-1)))`, `pad_sequence(...)`: padding the
+    script writes itself. `kind` is max_length (to a fixed n) or longest (to the batch's longest,
+    `length` then its cap, when one is written: min(max(lengths), max_len))."""
+
+    kind: str
+    length: Any
+    line: int | None
+    file: str | None = None           # set when written in another module of the checkout
+
+
 class Chunking(NamedTuple):
     """`t[i : i + n] for i in range(0, total, n)`: fixed blocks of n tokens."""
 
@@ -276,6 +360,9 @@ def field_value(obj: TrainingArgs | DataclassInstance | Obj, attr: str) -> Any:
     """A field of a config/dataclass instance: set in the call, else class default, else library."""
     if attr in obj.kwargs:
         return obj.kwargs[attr]
+    cli = getattr(obj, "cli", None)
+    if cli and attr in cli:
+        return cli[attr]
     if obj.open:
         return Unknown(f"{attr} may be set by **kwargs")
     if getattr(obj, "from_file", False):

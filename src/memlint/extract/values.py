@@ -51,6 +51,11 @@ class Unknown:
 
 
 @dataclass(frozen=True)
+class RaisedBy(Unknown):
+    """The value of a call that raises here (ast.literal_eval of a non-literal): a try around it runs its handler."""
+
+
+@dataclass(frozen=True)
 class Alts:
     """Every value a name may hold when branches disagree."""
 
@@ -92,6 +97,7 @@ class Func:
     default_source: dict = field(default_factory=dict)  # param name -> provenance of its default
     ran: bool = False
     calls: int = 0
+    owner: Any = None              # the Class whose method this is
 
 
 @dataclass(eq=False)
@@ -103,6 +109,23 @@ class Class:
     line: int
     is_dataclass: bool
     file: str | None = None        # set when defined in a sibling module
+    methods: dict = field(default_factory=dict)  # name -> Func (the class's own `def`s)
+
+    def lookup(self, name: str) -> tuple[str, Any] | None:
+        """("field"|"method", value) of `name` on this class or its user-class bases (MRO order)."""
+        seen = 0
+        stack: list = [self]
+        while stack and seen < 20:
+            seen += 1
+            c = stack.pop(0)
+            if not isinstance(c, Class):
+                continue
+            if name in c.fields:
+                return "field", c.fields[name]
+            if name in c.methods:
+                return "method", c.methods[name]
+            stack.extend(c.bases)
+        return None
 
 
 @dataclass(eq=False)

@@ -93,3 +93,22 @@ def attention_name(text: str) -> str | None:
     if key in attention():
         return key
     return _doc()["attention_aliases"].get(key)
+
+
+@data.derived
+def bool_fields() -> frozenset[str]:
+    """TrainingArguments' bool fields: `--bf16` alone means True, `--no_x` False (HfArgumentParser)."""
+    return frozenset(_doc()["training_arguments_bool_fields"])
+
+
+def deepspeed_optimizer(kind: str) -> str | None:
+    """A DeepSpeed config's optimizer.type -> the optim name memlint estimates."""
+    return _doc()["deepspeed_optimizers"].get(str(kind).lower())
+
+
+def lightning_precision(text: str) -> str | None:
+    return _doc()["lightning_precision"].get(str(text).strip().lower())
+
+
+def lightning_strategy(text: str) -> str | None:
+    return _doc()["lightning_strategies"].get(str(text).strip().lower())

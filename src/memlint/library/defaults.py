@@ -42,3 +42,20 @@ def default(cls: str, field: str) -> Default | None:
             return Default(cand["value"], f"{cls}.{field} default in {shown}: {cand.get('ref', '')}".rstrip(": "))
         cls = entry.get("inherits")
     return None
+
+
+def lora_default_targets(model_type: str) -> Default | None:
+    """peft's target_modules for a LoraConfig that leaves them out, for a base model of `model_type`
+    (None: peft has no default for it and raises)."""
+    table = data.load("library_defaults.json")["lora_default_targets"]
+    version = installed_version(table["package"])
+    for entry in table["entries"]:
+        if not in_range(version, entry.get("versions")):
+            continue
+        targets = entry["targets"].get(model_type)
+        if targets is None:
+            return None
+        shown = f"peft {version}" if version else "peft (not installed: newest known)"
+        value = tuple(targets) if isinstance(targets, list) else targets
+        return Default(value, f"peft's default target_modules for {model_type} in {shown}: {entry['ref']}")
+    return None

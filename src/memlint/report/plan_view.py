@@ -15,13 +15,13 @@ def _fmt(value: Any) -> str:
     return "—" if value is None else str(value)
 
 
-def render_plan(plan: TrainingPlan, est_doc, detail, console) -> None:
+def render_plan(plan: TrainingPlan, est_doc, detail, console, conditional=None) -> None:
     """One plan as `memlint plan` prints it: the fields, the notes, then the estimate or why there is none."""
     from rich.table import Table
 
     from memlint.report.estimate_view import render
 
-    console.print(f"[bold]{markup(plan.path)}[/bold]")
+    console.print(f"[bold]{markup(plan.shown)}[/bold]")
     table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
     for col in ("field", "value", "source", "line"):
         table.add_column(col)
@@ -37,7 +37,9 @@ def render_plan(plan: TrainingPlan, est_doc, detail, console) -> None:
     elif est_doc is None:
         keys = " ".join(f"--assume {k}=…" for k in detail.missing)
         console.print(f"[yellow]no estimate: unknown {', '.join(detail.missing)}; pass {keys}[/yellow]")
-    else:
+    if est_doc is None and conditional is not None:
+        console.print(f"[yellow]conditional answer: {markup(conditional.text())}[/yellow]")
+    elif est_doc is not None:
         planned, est, targets = detail
         for note in planned.notes:
             console.print(f"[dim]- {markup(note)}[/dim]")

@@ -173,6 +173,8 @@ class Context:
     accounting: str = "real"
     extra: Mapping[str, Any] = field(default_factory=dict)
     lines: Sequence[str] = ()
+    conditional: Any = None       # estimate.conditional.Conditional: the answer when the plan cannot be sized
+    require_estimate: bool = False  # [tool.memlint] require-estimate: an unsized training script is an error
 
     @property
     def setup(self):

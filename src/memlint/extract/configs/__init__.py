@@ -1,12 +1,15 @@
 """Framework config files (YAML/JSON) read into a TrainingPlan, never executed.
 
 Formats are told apart by their keys (and, for a file that does not parse, by its name):
-axolotl, LLaMA-Factory, TRL recipes, torchtune, DeepSpeed JSON and accelerate config YAML.
+axolotl, LLaMA-Factory, TRL recipes, torchtune, LitGPT, llm-foundry (Composer), oumi,
+LLM-Finetuning-Toolkit (llmtune), DeepSpeed JSON and accelerate config YAML. (xtuner's configs
+are Python: extract/xtuner.py reads them.)
 `merge_launch_config` lays a DeepSpeed or accelerate config over a script's plan.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from memlint.errors import MemlintError
@@ -15,7 +18,7 @@ from memlint.plan import TrainingPlan
 __all__ = ["CONFIG_SUFFIXES", "FORMATS", "detect", "detect_file", "read_config", "merge_launch_config"]
 
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
-FORMATS = ("axolotl", "llama-factory", "trl-recipe", "torchtune", "deepspeed", "accelerate")
+FORMATS = ("axolotl", "llama-factory", "trl-recipe", "torchtune", "litgpt", "llm-foundry", "oumi", "llmtune", "deepspeed", "accelerate")
 _LAUNCHERS = ("deepspeed", "accelerate")
 
 _AXOLOTL = {"adapter", "micro_batch_size", "sequence_len", "sample_packing", "lora_target_linear", "num_epochs",
@@ -25,6 +28,16 @@ _TRL = {"per_device_train_batch_size", "use_peft", "max_seq_length", "max_length
         "learning_rate", "lora_r", "load_in_4bit", "dataset_mixture", "dataset_name", "bf16", "num_train_epochs"}
 _DEEPSPEED = {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size"}
 _ACCELERATE = {"distributed_type", "compute_environment"}
+_LITGPT = {"lora_r", "lora_alpha", "lora_dropout", "lora_query", "lora_key", "lora_value", "lora_projection", "lora_mlp", "lora_head",
+           "quantize", "logger_name", "num_nodes", "train.micro_batch_size", "train.global_batch_size"}
+_FOUNDRY = {"max_duration", "global_train_batch_size", "device_train_microbatch_size", "device_train_batch_size"}
+_LLMTUNE = {"ablation", "qa", "inference", "save_dir"}
+_OUMI = {"training.trainer_type", "training.use_peft", "training.enable_gradient_checkpointing", "training.mixed_precision_dtype",
+         "model.torch_dtype_str", "model.model_max_length", "peft.q_lora", "fsdp.enable_fsdp"}
+# the same "section.key" markers for a file not yet parsed (a walk's prefilter sees only the text)
+_LITGPT_TEXT = re.compile(r"^[ \t]+(?:micro|global)_batch_size[ \t]*:", re.M)
+_OUMI_TEXT = re.compile(r"^[ \t]+(?:trainer_type|use_peft|enable_gradient_checkpointing|torch_dtype_str|model_max_length)[ \t]*:", re.M)
+_OUMI_MODEL = re.compile(r"^[ \t]+model_name[ \t]*:", re.M)
 
 
 def detect(top_keys: tuple[str, ...] | set[str], name: str = "", text: str = "") -> str | None:
@@ -43,6 +56,16 @@ def detect(top_keys: tuple[str, ...] | set[str], name: str = "", text: str = "")
             return "llama-factory"
         if keys & _TRL:
             return "trl-recipe"
+    if ("checkpoint_dir" in keys or ("model_name" in keys and keys & {"initial_checkpoint_dir", "tokenizer_dir"})) and (
+            keys & _LITGPT or _LITGPT_TEXT.search(text)):
+        return "litgpt"
+    if "train_loader" in keys and keys & _FOUNDRY:
+        return "llm-foundry"
+    if "model.hf_model_ckpt" in keys or ({"model", "lora", "training"} <= keys and keys & _LLMTUNE):
+        return "llmtune"
+    if {"model", "training"} <= keys and (("model.model_name" in keys and keys & _OUMI)
+                                          or (_OUMI_MODEL.search(text) and _OUMI_TEXT.search(text))):
+        return "oumi"
     lower = name.lower()
     if lower.endswith(".json") and any(w in lower for w in ("deepspeed", "ds_config", "zero")):
         return "deepspeed"
@@ -75,8 +98,12 @@ def _load(path: Path, shown: str, text: str | None = None):
         raise MemlintError(f"{shown}: not read: over the max-file-size of {max_file_size():,} bytes")
     doc = load_text(text, shown, is_json=path.suffix.lower() == ".json")
     keys = set(doc.top_keys)
-    if doc.ok and any(isinstance(v, dict) and "_component_" in v for v in doc.data.values()):
-        keys.add("_component_")
+    if doc.ok:  # "section.key" markers (model.model_name, model.hf_model_ckpt) and torchtune's nested _component_
+        for k, v in doc.data.items():
+            if isinstance(v, dict):
+                keys.update(f"{k}.{kk}" for kk in v if isinstance(kk, str))
+                if "_component_" in v:
+                    keys.add("_component_")
     return doc, detect(keys, path.name, text if not doc.ok else "")
 
 
@@ -95,7 +122,7 @@ def read_config(path: str | Path, shown: str | None = None, *, text: str | None 
     A file of no format memlint reads is a MemlintError when named explicitly, and None
     (skipped) when met in a directory walk."""
     from memlint.extract.configs.launchers import accelerate_facts, deepspeed_facts, launch_plan_fields
-    from memlint.extract.configs.readers import READERS
+    from memlint.extract.configs.registry import READERS
 
     p = Path(path)
     name = shown if shown is not None else str(path)
@@ -112,7 +139,8 @@ def read_config(path: str | Path, shown: str | None = None, *, text: str | None 
             return None
         if doc.diagnostics and not doc.ok:  # broken YAML of no recognisable format: still a finding
             return TrainingPlan(name, {}, (f"{doc.diagnostics[0].message}",), tuple(doc.diagnostics), "config")
-        raise MemlintError(f"{name}: not a config memlint reads (axolotl, LLaMA-Factory, TRL recipe, torchtune, DeepSpeed or accelerate)")
+        raise MemlintError(f"{name}: not a config memlint reads (axolotl, LLaMA-Factory, TRL recipe, torchtune, LitGPT, llm-foundry, "
+                           "oumi, LLM-Finetuning-Toolkit, DeepSpeed or accelerate)")
     if not doc.ok:
         notes = tuple(d.message for d in doc.diagnostics if d.kind == "syntax-error")
         if not doc.diagnostics:
@@ -158,4 +186,4 @@ def merge_launch_config(plan: TrainingPlan, path: str | Path) -> TrainingPlan:
     fields, notes, diags = apply_launch(dict(plan.fields), facts, str(path))
     extra_diags = [d for d in doc.diagnostics if d not in diags]
     return TrainingPlan(plan.path, fields, tuple(dict.fromkeys(plan.notes + tuple(notes))),
-                        plan.diagnostics + tuple(extra_diags) + tuple(diags), plan.kind)
+                        plan.diagnostics + tuple(extra_diags) + tuple(diags), plan.kind, plan.via)

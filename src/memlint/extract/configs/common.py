@@ -34,6 +34,7 @@ class Reader:
         self.fields: dict[str, Value] = {}
         self.notes: list[str] = []
         self.diagnostics: list[Diagnostic] = list(doc.diagnostics)
+        self.unread: dict[tuple, str] = {}  # key paths whose value could not be read, and why (an unresolved ${...})
 
     # ---- values ----------------------------------------------------------------------------
 
@@ -63,7 +64,7 @@ class Reader:
     # ---- typed reads -----------------------------------------------------------------------
 
     def _refused(self, path: tuple) -> None:
-        if tuple(path) in self.doc.refused:  # already reported where the tag is
+        if tuple(path) in self.doc.refused or tuple(path) in self.unread:  # already reported
             raise Bad()
 
     def int_at(self, *path: Any) -> int | None:
@@ -98,7 +99,7 @@ class Reader:
         try:
             v = self.int_at(*path)
         except Bad:
-            why = "not read (a refused YAML tag)" if tuple(path) in self.doc.refused else "is not an integer"
+            why = self.unread.get(tuple(path)) or ("not read (a refused YAML tag)" if tuple(path) in self.doc.refused else "is not an integer")
             self.unknown(name, f"{'.'.join(map(str, path))} {why}", *path)
             return None
         if v is not None:
@@ -108,12 +109,13 @@ class Reader:
             return self.fw(name, default_key)
         return None
 
-    def checked_keys(self, known: Any = None, misplaced: dict | None = None, prefix: tuple = (), where: str = "") -> None:
+    def checked_keys(self, known: Any = None, misplaced: dict | None = None, prefix: tuple = (), where: str = "",
+                     policy: str | None = None) -> None:
         section = self.doc.get(*prefix) if prefix else self.doc.data
         if not isinstance(section, dict):
             return
         keys = [(k, self.doc.span(*prefix, k)) for k in section]
-        self.diagnostics.extend(frameworks.check_keys(self.kind, keys, known, misplaced, where))
+        self.diagnostics.extend(frameworks.check_keys(self.kind, keys, known, misplaced, where, policy))
 
     # ---- result ----------------------------------------------------------------------------
 
@@ -140,3 +142,16 @@ def near(config: Path, ref: str) -> list[tuple[Path, str]]:
 
 def shown_near(shown: str, ref: str) -> str:
     return os.path.normpath(os.path.join(os.path.dirname(shown), ref))
+
+
+_OPTIMIZER_FAMILIES = {"torch": "torch", "bitsandbytes": "bnb", "bnb": "bnb", "transformers": "transformers"}
+
+
+def optimizer_of_class(path: str) -> str | None:
+    """The Trainer `optim` name of an optimizer class path (torch.optim.AdamW -> adamw_torch), from
+    library_api.json; None for a class memlint does not know."""
+    from memlint.library import api
+
+    module, _, cls = path.strip().rpartition(".")
+    family = _OPTIMIZER_FAMILIES.get(module.split(".")[0]) if module else None
+    return api.optimizer_class(family, cls) if family else None

@@ -44,13 +44,18 @@ def substitution(name: str, key: str) -> tuple[Any, str]:
 
 
 def check_keys(name: str, keys: Iterable[tuple[str, Span | None]], known: Iterable[str] | None = None,
-               misplaced: dict[str, str] | None = None, where: str = "") -> list[Diagnostic]:
-    """unknown-key diagnostics for keys the framework ignores that look like a mistake."""
+               misplaced: dict[str, str] | None = None, where: str = "", policy: str | None = None) -> list[Diagnostic]:
+    """unknown-key diagnostics for keys the framework ignores that look like a mistake.
+
+    `policy` overrides the framework's for one section: "full" (the framework refuses any other
+    key), "closed" (it silently drops any other key: pydantic models) or "close-match"."""
     fw = framework(name)
     known_set = set(known if known is not None else fw["keys"])
     moved = fw.get("misplaced", {}) if misplaced is None else misplaced
     label = f"{name} {where}key".replace("  ", " ")
-    strict = fw.get("key_policy") == "full" and not where  # nested sections keep the tolerant policy
+    if policy is None:  # nested sections keep the tolerant policy unless the framework says otherwise
+        policy = fw.get("key_policy") if not where else fw.get("nested_policy", "close-match")
+    strict = policy in ("full", "closed")
     out = []
     for key, span in keys:
         if not isinstance(key, str) or key in known_set:
@@ -62,5 +67,6 @@ def check_keys(name: str, keys: Iterable[tuple[str, Span | None]], known: Iterab
         if close:
             out.append(Diagnostic("unknown-key", f"unknown {label} '{key}' (did you mean '{close[0]}'?)", span))
         elif strict:
-            out.append(Diagnostic("unknown-key", f"unknown {label} '{key}': {name} refuses to start with it", span))
+            why = "refuses to start with it" if policy == "full" else "ignores it (no such field in its config model)"
+            out.append(Diagnostic("unknown-key", f"unknown {label} '{key}': {name} {why}", span))
     return out

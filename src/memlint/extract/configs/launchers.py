@@ -26,6 +26,7 @@ class LaunchFacts:
     soft: dict[str, Value] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    optimizer: Value | None = None   # a DeepSpeed config's optimizer section: the engine's own optimizer
 
 
 def read_json_doc(shown: str, path: Path) -> Document:
@@ -108,6 +109,13 @@ def deepspeed_facts(doc: Document) -> LaunchFacts:
             break
         if enabled == "auto":
             facts.notes.append(f"{key}.enabled: \"auto\" follows the training arguments' {key}")
+    opt_type = doc.get("optimizer", "type")
+    if isinstance(opt_type, str):
+        from memlint.library.api import deepspeed_optimizer
+
+        name = deepspeed_optimizer(opt_type)
+        if name is not None:  # the engine builds this optimizer (and HF Trainer defers to it)
+            facts.optimizer = Value(name, "literal", doc.span("optimizer", "type"), (f"optimizer.type: {opt_type}",))
     r.checked_keys()
     r.checked_keys(frameworks.framework("deepspeed")["zero_keys"], {}, ("zero_optimization",), "zero_optimization ")
     facts.diagnostics.extend(r.diagnostics)

@@ -1,0 +1,126 @@
+"""An answer for a plan memlint cannot size exactly, conditional on what it does not know (never a guess):
+
+- the maximum sequence length is unknown (no truncation, data-dependent): the longest sequence per
+  sample that fits on the target GPU(s) at the script's micro-batch;
+- the model is unknown (from the command line, a private checkpoint): what the rest of the plan costs
+  on common checkpoints (and the catalog ids closest to the one the script names).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from memlint import data
+from memlint.errors import MemlintError
+from memlint.plan import TrainingPlan, Value
+from memlint.vocab import gib
+
+_SEQ_STEP = 128
+
+
+@dataclass(frozen=True)
+class Row:
+    model: str
+    gpu: str | None
+    peak: int | None = None       # bytes per GPU, when the sequence length is known
+    fits: bool | None = None
+    max_seq: int | None = None    # the longest sequence that fits, when it is not
+
+
+@dataclass(frozen=True)
+class Conditional:
+    unknown: tuple[str, ...]
+    kind: str                     # max_seq | checkpoints
+    batch: int
+    seq: int | None
+    rows: tuple[Row, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"unknown": list(self.unknown), "answer": {
+            "kind": self.kind, "micro_batch": self.batch, "seq": self.seq,
+            "rows": [{k: v for k, v in r.__dict__.items() if v is not None} for r in self.rows]}}
+
+    def text(self) -> str:
+        """One line: what the plan costs, conditional on the unknowns."""
+        if self.kind == "max_seq":
+            parts = [f"{r.max_seq:,} tokens on {r.gpu}" if r.max_seq else f"not even {_SEQ_STEP} tokens on {r.gpu}"
+                     for r in self.rows]
+            return f"longest sequence per sample that fits at micro-batch {self.batch}: " + ", ".join(parts)
+        on = f" on {self.rows[0].gpu}" if self.rows and self.rows[0].gpu else ""
+        parts = []
+        for r in self.rows:
+            name = r.model.rsplit("/", 1)[-1]
+            if r.peak is not None:
+                verdict = "" if r.fits is None else (" fits" if r.fits else " does not fit")
+                parts.append(f"{name} {gib(r.peak, 1)} GiB{verdict}")
+            else:
+                parts.append(f"{name} up to {r.max_seq:,} tokens" if r.max_seq else f"{name} does not fit")
+        return f"with this plan{on}, conditional on the model: " + ", ".join(parts)
+
+
+def _targets(gpu: tuple[str, int, int] | None) -> list[tuple[str, int, int]]:
+    from memlint.estimate.core import find_gpu
+
+    if gpu is not None:
+        return [gpu]
+    return [find_gpu(g) for g in data.load("conditional.json")["gpus"]]
+
+
+def _with(plan: TrainingPlan, **values: Any) -> TrainingPlan:
+    return plan.with_values(**{k: Value(v, "assumed", chain=(f"conditional: {k}={v}",)) for k, v in values.items()})
+
+
+def conditional(plan: TrainingPlan, extra: Mapping[str, Any] | None = None, gpu: tuple[str, int, int] | None = None,
+                accounting: str = "real") -> Conditional | None:
+    """The conditional answer for `plan`, or None when it can be sized (or too much is unknown)."""
+    from memlint.catalog import closest_ids
+    from memlint.estimate.core import estimate, max_seq
+    from memlint.estimate.from_plan import setup_from_plan
+
+    extra = dict(extra or {})
+    try:
+        planned = setup_from_plan(plan, extra)
+        model_known = True
+    except MemlintError:  # the model id is not one memlint can resolve offline
+        planned, model_known = None, False
+    missing = set(planned.missing) if planned is not None else {"model_id"}
+    if planned is not None and planned.setup is not None:
+        return None
+    if not model_known or "model_id" in missing:
+        missing.add("model_id")
+    if "per_device_batch" in missing or missing - {"model_id", "max_length"}:
+        return None  # an unknown micro-batch (or sharding) leaves nothing to condition on
+    batch = plan.value("per_device_batch")
+    seq = None if "max_length" in missing else plan.value("max_length")
+    batch = max(batch) if isinstance(batch, list) else batch
+    if "model_id" not in missing:
+        rows = []
+        for label, total, ctx in _targets(gpu):
+            s = setup_from_plan(_with(plan, max_length=_SEQ_STEP), extra).setup
+            rows.append(Row(plan.value("model_id"), label, max_seq=max_seq(s, accounting, total, ctx, _SEQ_STEP)))
+        return Conditional(("max_length",), "max_seq", int(batch), None, tuple(rows))
+    cfg = data.load("conditional.json")
+    named = plan.value("model_id")
+    ids = list(closest_ids(str(named), cfg["closest"])) if isinstance(named, str) else []
+    ids = list(dict.fromkeys([*ids, *cfg["checkpoints"]]))
+    target = gpu if gpu is not None else None
+    rows = []
+    for mid in ids:
+        try:
+            p = _with(plan, model_id=mid, **({"max_length": _SEQ_STEP} if seq is None else {}))
+            s = setup_from_plan(p, extra).setup
+        except MemlintError:
+            continue
+        if s is None:
+            continue
+        if seq is None:
+            label, total, ctx = target or _targets(None)[0]
+            rows.append(Row(mid, label, max_seq=max_seq(s, accounting, total, ctx, _SEQ_STEP)))
+        else:
+            est = estimate(s, accounting, target[2] if target else None)
+            rows.append(Row(mid, target[0] if target else None, peak=est.peak,
+                            fits=(est.peak <= target[1]) if target else None))
+    if not rows:
+        return None
+    return Conditional(tuple(sorted(missing)), "checkpoints", int(batch), seq, tuple(rows))

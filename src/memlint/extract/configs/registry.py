@@ -1,0 +1,11 @@
+"""Every framework config reader, by format name (configs/__init__.py detect() names the format)."""
+
+from __future__ import annotations
+
+from memlint.extract.configs.foundry import Foundry
+from memlint.extract.configs.litgpt import LitGPT
+from memlint.extract.configs.llmtune import LlmTune
+from memlint.extract.configs.oumi import Oumi
+from memlint.extract.configs.readers import READERS as _BASE
+
+READERS = {**_BASE, "litgpt": LitGPT, "llm-foundry": Foundry, "oumi": Oumi, "llmtune": LlmTune}

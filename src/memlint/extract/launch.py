@@ -1,0 +1,349 @@
+"""A launch command read statically: which script (or module, or framework config) it runs, the
+arguments the script sees, the environment it sets and how many processes the launcher starts.
+
+`memlint check -- torchrun --nproc_per_node 8 train.py --bf16 True` and the command lines of shell
+launchers (`scripts/finetune.sh`) go through `parse_command`. Nothing is run: the tokens are read.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from memlint.errors import MemlintError
+
+# Wrappers that run the rest of the line as it is.
+_WRAPPERS = {"nohup", "time", "exec", "env", "stdbuf", "nice", "sudo", "srun", "mpirun", "command", "xargs"}
+_RUNNERS = {("uv", "run"), ("poetry", "run"), ("pipenv", "run"), ("conda", "run"), ("pdm", "run"), ("hatch", "run")}
+_PYTHON = re.compile(r"^(?:.*/)?python(?:\d+(?:\.\d+)*)?$")
+_ENV = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+
+# Launcher options that take a value (the next token, or `--opt=value`), by launcher.
+_TAKES_VALUE = {
+    "torchrun": {"--nproc_per_node", "--nproc-per-node", "--nnodes", "--node_rank", "--node-rank", "--master_addr",
+                 "--master-addr", "--master_port", "--master-port", "--rdzv_backend", "--rdzv-backend", "--rdzv_endpoint",
+                 "--rdzv-endpoint", "--rdzv_id", "--rdzv-id", "--rdzv_conf", "--rdzv-conf", "--max_restarts",
+                 "--max-restarts", "--monitor_interval", "--monitor-interval", "--start_method", "--start-method",
+                 "--role", "--log_dir", "--log-dir", "-r", "--redirects", "-t", "--tee", "--local_addr", "--local-addr",
+                 "--logs_specs", "--logs-specs", "--local-ranks-filter", "--local_ranks_filter"},
+    "accelerate": {"--config_file", "--config-file", "--num_processes", "--num-processes", "--num_machines",
+                   "--num-machines", "--machine_rank", "--machine-rank", "--main_process_ip", "--main-process-ip",
+                   "--main_process_port", "--main-process-port", "--mixed_precision", "--mixed-precision",
+                   "--gpu_ids", "--gpu-ids", "--dynamo_backend", "--dynamo-backend", "--deepspeed_config_file",
+                   "--deepspeed-config-file", "--zero_stage", "--zero-stage", "--offload_optimizer_device",
+                   "--offload-optimizer-device", "--offload_param_device", "--offload-param-device",
+                   "--gradient_accumulation_steps", "--gradient-accumulation-steps", "--gradient_clipping",
+                   "--gradient-clipping", "--deepspeed_multinode_launcher", "--deepspeed-multinode-launcher",
+                   "--deepspeed_hostfile", "--deepspeed-hostfile", "--fsdp_sharding_strategy",
+                   "--fsdp-sharding-strategy", "--fsdp_version", "--fsdp-version", "--fsdp_offload_params",
+                   "--fsdp-offload-params", "--fsdp_auto_wrap_policy", "--fsdp_transformer_layer_cls_to_wrap",
+                   "--fsdp_backward_prefetch", "--fsdp_state_dict_type", "--fsdp_activation_checkpointing",
+                   "--fsdp_reshard_after_forward", "--num_cpu_threads_per_process", "--rdzv_backend", "--rdzv_conf",
+                   "--max_restarts", "--monitor_interval", "--same_network", "--tpu_name", "--tpu_zone", "--module"},
+    "deepspeed": {"--num_gpus", "--num-gpus", "--num_nodes", "--num-nodes", "-H", "--hostfile", "-i", "--include",
+                  "-e", "--exclude", "--master_port", "--master-port", "--master_addr", "--master-addr", "--launcher",
+                  "--launcher_args", "--ssh_port", "--node_rank", "--elastic_training", "--min_elastic_nodes",
+                  "--max_elastic_nodes"},
+    "composer": {"-n", "--nproc", "--world_size", "--base_rank", "--node_rank", "--master_addr", "--master_port",
+                 "--stdout", "--stderr"},
+    "lightning": {"--accelerator", "--strategy", "--devices", "--num-nodes", "--num_nodes", "--node-rank",
+                  "--node_rank", "--main-address", "--main_address", "--main-port", "--main_port", "--precision"},
+}
+# Framework command-line tools that train from a config file: tool -> (subcommands that train, config flags)
+FRAMEWORK_CLIS = {
+    "oumi": ({"train"}, ("-c", "--config")),
+    "llmtune": ({"run"}, ()),
+    "xtuner": ({"train"}, ()),
+    "litgpt": ({"finetune", "finetune_lora", "finetune_full", "finetune_adapter", "finetune_adapter_v2", "pretrain"},
+               ("--config",)),
+    "axolotl": ({"train"}, ()),
+    "llamafactory-cli": ({"train"}, ()),
+    "tune": ({"run"}, ("--config",)),
+}
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What a launch command says, as the script will see it."""
+
+    argv: tuple[str, ...]               # sys.argv[1:] of the script (or the framework tool's arguments)
+    script: str | None = None           # the script path as written (relative to `cwd`)
+    module: str | None = None           # `python -m pkg.mod` / `deepspeed --module pkg.mod`
+    launcher: str = "python"            # python | torchrun | accelerate | deepspeed | composer | lightning | <framework tool>
+    env: dict[str, str] = field(default_factory=dict)
+    processes: int | None = None        # processes the launcher starts on this node (GPUs per node)
+    nodes: int | None = None
+    options: dict[str, str] = field(default_factory=dict)  # the launcher's own options (accelerate --mixed_precision ...)
+    subcommand: str | None = None       # a framework tool's subcommand (litgpt finetune_lora, oumi train)
+    origin: str = "the command line"    # where the command was written: "scripts/train.sh"
+    line: int | None = None             # its line there
+    cwd: str | None = None              # a `cd DIR &&` before the command, relative to where it is read
+    flag_lines: tuple[tuple[str, int], ...] = ()  # (--flag, its own line) when the command spans lines
+
+    def line_of(self, how: str) -> int | None:
+        """The line a value given as `how` ("--flag value") was written on: the flag's own line of a
+        command continued over several lines, else the command's line."""
+        flag = how.split(" ", 1)[0].split("=", 1)[0]
+        return dict(self.flag_lines).get(flag, self.line)
+
+    @property
+    def gpus(self) -> int | None:
+        """GPUs the run spans: processes per node × nodes (None when the launcher does not say)."""
+        if self.processes is None:
+            return None
+        return self.processes * (self.nodes or 1)
+
+    def where(self) -> str:
+        return f"{self.origin}:{self.line}" if self.line else self.origin
+
+
+def _positive(text: str | None) -> int | None:
+    try:
+        n = int(str(text))
+    except (TypeError, ValueError):
+        return None
+    return n if n >= 1 else None
+
+
+def _visible_devices(env: dict[str, str]) -> int | None:
+    value = env.get("CUDA_VISIBLE_DEVICES")
+    if value is None or not value.strip() or "$" in value:
+        return None
+    return len([d for d in value.split(",") if d.strip()])
+
+
+def tokens(command: str) -> list[str]:
+    """A shell command line split into words (comments dropped, quotes removed)."""
+    try:
+        return shlex.split(command, comments=True, posix=True)
+    except ValueError as exc:
+        raise MemlintError(f"cannot read the command: {exc}") from None
+
+
+def parse_command(words: Sequence[str], origin: str = "the command line", line: int | None = None) -> Launch:
+    """The Launch of one command (already split into words). Raises MemlintError when it runs no
+    Python script memlint can read (a shell builtin, an unknown tool)."""
+    words = list(words)
+    env: dict[str, str] = {}
+    cwd: str | None = None
+    # `cd DIR && cmd`, `VAR=1 cmd`, wrappers (`nohup`, `uv run`)
+    while words:
+        w = words[0]
+        if w == "cd" and len(words) >= 3 and words[2] in ("&&", ";"):
+            cwd = words[1] if cwd is None else f"{cwd}/{words[1]}"
+            words = words[3:]
+        elif _ENV.match(w):
+            k, v = _ENV.match(w).groups()
+            env[k] = v
+            words = words[1:]
+        elif w in _WRAPPERS:
+            words = words[1:]
+            while words and words[0].startswith("-") and w in ("env", "nice", "stdbuf", "srun", "mpirun"):
+                words = words[1:]
+        elif len(words) >= 2 and (w, words[1]) in _RUNNERS:
+            words = words[2:]
+        else:
+            break
+    for sep in ("&&", "||", ";", "|", "&", ">", ">>", "2>&1", "1>", "2>"):
+        if sep in words:
+            words = words[: words.index(sep)]
+    if not words:
+        raise MemlintError("the command runs nothing")
+    head = Path(words[0]).name
+    rest = words[1:]
+    base = {"env": env, "origin": origin, "line": line, "cwd": cwd}
+    if _PYTHON.match(words[0]):
+        return _python(rest, base)
+    if head in ("torchrun", "torch.distributed.run"):
+        return _launcher("torchrun", rest, base)
+    if head == "accelerate" and rest[:1] == ["launch"]:
+        return _launcher("accelerate", rest[1:], base)
+    if head == "deepspeed":
+        return _launcher("deepspeed", rest, base)
+    if head == "composer":
+        return _launcher("composer", rest, base)
+    if head == "lightning" and rest[:2] == ["run", "model"]:
+        return _launcher("lightning", rest[2:], base)
+    if head in FRAMEWORK_CLIS:
+        subs, _ = FRAMEWORK_CLIS[head]
+        if rest and rest[0] in subs:
+            return Launch(tuple(rest[1:]), launcher=head, subcommand=rest[0], processes=_visible_devices(env), **base)
+        raise MemlintError(f"`{head} {rest[0] if rest else ''}` does not train (memlint reads `{head} "
+                           f"{'|'.join(sorted(subs))}`)")
+    if words[0].endswith(".py"):
+        return Launch(tuple(rest), script=words[0], processes=_visible_devices(env), **base)
+    raise MemlintError(f"{words[0]}: not a Python launcher memlint reads (python, torchrun, accelerate launch, "
+                       f"deepspeed, composer, lightning run model, or a framework CLI)")
+
+
+def _python(rest: list[str], base: dict) -> Launch:
+    """`python [-u] [-X opt] script.py args` or `python -m module args` (torch.distributed.run and
+    accelerate.commands.launch are launchers)."""
+    i = 0
+    while i < len(rest) and rest[i].startswith("-") and rest[i] != "-m":
+        i += 2 if rest[i] in ("-X", "-W") else 1
+    if i < len(rest) and rest[i] == "-m" and i + 1 < len(rest):
+        module = rest[i + 1]
+        args = rest[i + 2:]
+        if module in ("torch.distributed.run", "torch.distributed.launch"):
+            return _launcher("torchrun", args, base)
+        if module in ("accelerate.commands.launch", "accelerate"):
+            return _launcher("accelerate", args[1:] if module == "accelerate" and args[:1] == ["launch"] else args, base)
+        if module == "deepspeed":
+            return _launcher("deepspeed", args, base)
+        return Launch(tuple(args), module=module, processes=_visible_devices(base["env"]), **base)
+    if i >= len(rest):
+        raise MemlintError("`python` without a script")
+    return Launch(tuple(rest[i + 1:]), script=rest[i], processes=_visible_devices(base["env"]), **base)
+
+
+def _launcher(name: str, rest: list[str], base: dict) -> Launch:
+    takes = _TAKES_VALUE[name]
+    options: dict[str, str] = {}
+    module = None
+    i = 0
+    while i < len(rest):
+        w = rest[i]
+        if w == "--":
+            i += 1
+            break
+        if not w.startswith("-"):
+            break
+        if "=" in w and w.startswith("--"):
+            k, v = w.split("=", 1)
+            options[k.replace("-", "_").lstrip("_")] = v
+            i += 1
+            continue
+        key = w.lstrip("-").replace("-", "_")
+        if w in ("-m", "--module") and name != "accelerate":
+            if name == "deepspeed" or name == "torchrun":
+                if i + 1 < len(rest) and not rest[i + 1].startswith("-") and not rest[i + 1].endswith(".py"):
+                    module = rest[i + 1]
+                    i += 2
+                    break
+            options[key] = "true"
+            i += 1
+            continue
+        if w in takes and i + 1 < len(rest):
+            options[key] = rest[i + 1]
+            i += 2
+            continue
+        options[key] = "true"
+        i += 1
+    if module is None and name == "accelerate" and options.get("module") not in (None, "true"):
+        module = options.pop("module")
+    script = None
+    if module is None:
+        if i >= len(rest):
+            raise MemlintError(f"`{name}` without a script")
+        script, i = rest[i], i + 1
+    processes, nodes = _processes(name, options, base["env"])
+    return Launch(tuple(rest[i:]), script=script, module=module, launcher=name, processes=processes, nodes=nodes,
+                  options=options, **base)
+
+
+def _processes(name: str, options: dict[str, str], env: dict[str, str]) -> tuple[int | None, int | None]:
+    """(processes per node, nodes) from the launcher's options (None where it leaves it to the machine)."""
+    raw_nodes = options.get("nnodes") or options.get("num_machines") or options.get("num_nodes")
+    nodes = _positive(raw_nodes.split(":")[-1] if raw_nodes else None)
+    if name == "torchrun":
+        n = options.get("nproc_per_node")
+        if n is None:  # torchrun's default: one process
+            return 1, nodes
+        if n in ("gpu", "auto"):
+            return _visible_devices(env), nodes
+        return _positive(n), nodes
+    if name == "accelerate":
+        total = _positive(options.get("num_processes"))
+        if total is not None and nodes:
+            return max(total // nodes, 1), nodes
+        return total, nodes
+    if name == "deepspeed":
+        n = _positive(options.get("num_gpus"))
+        if n is None and options.get("include", "").count(":"):
+            n = len(options["include"].split(":")[-1].split(","))
+        return n or _visible_devices(env), nodes
+    if name == "composer":
+        return _positive(options.get("n") or options.get("nproc")), nodes
+    if name == "lightning":
+        return _positive(options.get("devices")), nodes
+    return None, nodes
+
+
+def _config_arg(launch: Launch) -> str | None:
+    """The config file a framework CLI trains from: `oumi train -c X`, `llmtune run X`, `litgpt finetune_lora --config X`."""
+    _, flags = FRAMEWORK_CLIS[launch.launcher]
+    words = list(launch.argv)
+    for i, w in enumerate(words):
+        for f in flags:
+            if w == f and i + 1 < len(words):
+                return words[i + 1]
+            if w.startswith(f + "="):
+                return w.split("=", 1)[1]
+    free = [w for w in words if not w.startswith("-")]
+    if launch.launcher == "litgpt":
+        return None
+    return free[0] if free else None
+
+
+def resolve_module(module: str, roots: Sequence[Path]) -> Path | None:
+    """The file `python -m pkg.mod` runs, looked up under each root (and its src/ folder)."""
+    parts = module.split(".")
+    for root in roots:
+        for base in (root, root / "src"):
+            for cand in (base.joinpath(*parts).with_suffix(".py"), base.joinpath(*parts, "__main__.py")):
+                if cand.is_file():
+                    return cand
+    return None
+
+
+def command_target(words: Sequence[str], cwd: Path | None = None):
+    """The file a launch command runs (a script, a module, or a framework config) as a files.Target
+    carrying the Launch, so it is read with the command's arguments."""
+    import os
+
+    from memlint.files import Target
+
+    cwd = cwd or Path.cwd()
+    launch = parse_command(words)
+    base = cwd / launch.cwd if launch.cwd else cwd
+    if launch.script:
+        path = base / os.path.expanduser(launch.script)
+        shown = os.path.normpath(os.path.join(launch.cwd or "", launch.script))
+    elif launch.module:
+        path = resolve_module(launch.module, [base, *base.parents][:6])
+        if path is None:
+            raise MemlintError(f"-m {launch.module}: no such module under {base}")
+        shown = os.path.relpath(path, cwd)
+    else:
+        ref = _config_arg(launch)
+        if ref is None:
+            raise MemlintError(f"`{launch.launcher} {launch.subcommand}`: no config file in the command")
+        path = base / ref
+        if not path.is_file() and launch.launcher == "xtuner":  # `xtuner train NAME`: a config of the package
+            hits = sorted(base.glob(f"**/configs/**/{ref}.py"))
+            path = hits[0] if hits else path
+        shown = os.path.relpath(path, cwd) if path.is_absolute() else os.path.normpath(os.path.join(launch.cwd or "", ref))
+    if not path.is_file():
+        raise MemlintError(f"{shown}: no such file (the command's {'script' if launch.script else 'config'})")
+    framework_config = _framework_config(launch, base)
+    if framework_config is not None:
+        path, shown = framework_config, os.path.normpath(os.path.join(launch.cwd or "", os.path.relpath(framework_config, base)))
+    return Target(path, shown, True, launch)
+
+
+def _framework_config(launch: Launch, base: Path) -> Path | None:
+    """A script whose first argument is a framework config memlint reads (llm-foundry's `composer
+    train.py yamls/x.yaml`): the run is that config."""
+    if not launch.script:
+        return None
+    free = [w for w in launch.argv if not w.startswith("-")]
+    if not free or not free[0].lower().endswith((".yaml", ".yml")):
+        return None
+    from memlint.extract.configs import detect_file
+
+    cand = base / free[0]
+    return cand if cand.is_file() and detect_file(cand) is not None else None

@@ -1,0 +1,90 @@
+"""What the launcher itself says about a run, laid over the script's plan: how many GPUs, and the
+sharding, precision and accumulation `accelerate launch` / `deepspeed` options or config files set.
+
+The script's own arguments were already applied while it was read (extract/cli_args.py); this is
+the part of the command the script never sees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from memlint.errors import MemlintError
+from memlint.plan import Span, TrainingPlan, Value
+
+_ZERO = {"0": "none", "1": "zero1", "2": "zero2", "3": "zero3"}
+_PRECISION = {"bf16": "amp-bf16", "fp16": "amp-fp16", "no": "fp32", "fp8": "amp-bf16"}
+
+
+def _value(launch: Any, value: Any, how: str) -> Value:
+    span = Span(launch.origin, launch.line_of(how)) if launch.line else None
+    return Value(value, "command-line", span, (f"{how} ({launch.where()})",))
+
+
+def apply_launcher(plan: TrainingPlan, launch: Any, script: Path) -> TrainingPlan:
+    fields: dict[str, Value] = {}
+    opts = launch.options
+    if launch.gpus:
+        how = {"torchrun": "torchrun --nproc_per_node", "accelerate": "accelerate launch --num_processes",
+               "deepspeed": "deepspeed --num_gpus", "composer": "composer -n", "lightning": "lightning --devices",
+               }.get(launch.launcher, "CUDA_VISIBLE_DEVICES")
+        nodes = f" × {launch.nodes} nodes" if launch.nodes and launch.nodes > 1 else ""
+        fields["num_gpus"] = _value(launch, launch.gpus, f"{how} {launch.processes}{nodes}")
+    elif launch.launcher == "python" and not plan.get("num_gpus").known:
+        fields["num_gpus"] = _value(launch, 1, "python: one process")
+    if launch.launcher == "accelerate":
+        fields.update(_accelerate(plan, launch, opts))
+    cur = plan.get("distributed")
+    if launch.launcher in ("torchrun", "accelerate", "deepspeed") and launch.gpus and launch.gpus > 1 \
+            and cur.value == "none" and cur.source == "library-default" and "distributed" not in fields:
+        fields["distributed"] = _value(launch, "none", f"{launch.launcher}: {launch.gpus} data-parallel processes (DDP)")
+    plan = plan.with_values(**fields)
+    if launch.line:
+        plan = replace(plan, via=launch.where())
+    cfg = opts.get("config_file")
+    if launch.launcher == "accelerate" and cfg:
+        plan = _accelerate_config(plan, launch, cfg, script)
+    return plan
+
+
+def _accelerate(plan: TrainingPlan, launch: Any, opts: dict[str, str]) -> dict[str, Value]:
+    """accelerate launch's own flags: --use_deepspeed --zero_stage / --deepspeed_config_file, --use_fsdp,
+    --mixed_precision (which an Accelerator() without mixed_precision= reads from the environment)."""
+    out: dict[str, Value] = {}
+    if opts.get("use_deepspeed") == "true" or "deepspeed_config_file" in opts or "zero_stage" in opts:
+        stage = opts.get("zero_stage")
+        if stage in _ZERO:
+            out["distributed"] = _value(launch, _ZERO[stage], f"accelerate launch --use_deepspeed --zero_stage {stage}")
+        elif "deepspeed_config_file" not in opts:
+            out["distributed"] = _value(launch, "deepspeed", "accelerate launch --use_deepspeed (stage not given)")
+        for key, what in (("offload_param_device", "params"), ("offload_optimizer_device", "optimizer")):
+            if opts.get(key) in ("cpu", "nvme"):
+                out["offload"] = _value(launch, what, f"accelerate launch --{key} {opts[key]}")
+                break
+    elif opts.get("use_fsdp") == "true":
+        strat = str(opts.get("fsdp_sharding_strategy", "FULL_SHARD")).upper()
+        out["distributed"] = _value(launch, "fsdp_shard_grad_op" if "GRAD_OP" in strat or strat == "2" else "fsdp",
+                                    f"accelerate launch --use_fsdp ({strat})")
+    mp = opts.get("mixed_precision")
+    prec = plan.get("precision")
+    if mp in _PRECISION and plan.get("trainer").value == "custom-loop" and prec.source in ("library-default", "unknown"):
+        out["precision"] = _value(launch, _PRECISION[mp], f"accelerate launch --mixed_precision {mp}")
+    ga = opts.get("gradient_accumulation_steps")
+    if ga and ga.isdigit() and plan.get("grad_accum").source in ("library-default", "unknown"):
+        out["grad_accum"] = _value(launch, int(ga), f"accelerate launch --gradient_accumulation_steps {ga}")
+    return out
+
+
+def _accelerate_config(plan: TrainingPlan, launch: Any, cfg: str, script: Path) -> TrainingPlan:
+    from memlint.extract.configs import merge_launch_config
+
+    base = Path(launch.origin).parent if launch.line else Path.cwd()
+    for cand in (base / cfg, Path.cwd() / cfg, script.parent / cfg):
+        if cand.is_file():
+            try:
+                return merge_launch_config(plan, cand)
+            except MemlintError as exc:
+                return replace(plan, notes=plan.notes + (f"accelerate --config_file {cfg}: {exc}",))
+    return replace(plan, notes=plan.notes + (f"accelerate --config_file {cfg}: not found; its sharding is unknown",))

@@ -1,0 +1,147 @@
+"""Config files a script reads at run time (`yaml.safe_load(open("config.yaml"))`, `json.load`,
+`OmegaConf.load`, `HfArgumentParser.parse_json_file`), read statically into abstract values.
+
+The file is found the way the script would find it (relative to the working directory, which is
+the launch folder or the checkout, else beside the script), read with the safe loader that keeps
+each key's line, and every value becomes a Const pointing at its key. OmegaConf/hydra-style
+`${a.b}` interpolations are resolved within the file; `${oc.env:X,default}` takes the default.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from memlint.extract.values import Const, Dict, Seq, Unknown
+
+MAX_CONFIG_BYTES = 2_000_000
+_WHOLE = re.compile(r"^\$\{([^{}]+)\}$")
+_PART = re.compile(r"\$\{([^{}]+)\}")
+
+
+def candidates(it: Any, ref: str) -> list[Path]:
+    """Where a relative path written in the script is looked for, in order."""
+    p = Path(ref).expanduser()
+    if p.is_absolute():
+        return [p]
+    out = []
+    launch = getattr(it, "launch", None)
+    if launch is not None and launch.cwd:
+        out.append(Path.cwd() / launch.cwd / p)
+    out += [Path.cwd() / p, it.dir / p]
+    roots = it.import_roots() if hasattr(it, "import_roots") else []
+    out += [r / p for r in roots]
+    return list(dict.fromkeys(out))
+
+
+def find(it: Any, ref: str) -> Path | None:
+    for cand in candidates(it, ref):
+        try:
+            if cand.is_file():
+                return cand
+        except OSError:
+            continue
+    return None
+
+
+def read(it: Any, path_value: Any, how: str) -> Any:
+    """The abstract value of the data file `path_value` names (a Const string), or an Unknown saying why."""
+    if not (isinstance(path_value, Const) and isinstance(path_value.value, str)):
+        why = path_value.why if isinstance(path_value, Unknown) and path_value.why else "a path memlint cannot read"
+        return Unknown(f"a config file read at run time ({why})")
+    ref = path_value.value
+    found = find(it, ref)
+    if found is None:
+        return Unknown(f"{ref}: a config file read at run time, not found in the checkout")
+    from memlint.files import read_text
+
+    try:
+        if found.stat().st_size > MAX_CONFIG_BYTES:
+            return Unknown(f"{ref}: larger than {MAX_CONFIG_BYTES // 1_000_000} MB; not read")
+        text = read_text(found, encoding="utf-8-sig")  # a regular file within max-file-size
+    except (OSError, UnicodeDecodeError):
+        return Unknown(f"{ref}: unreadable")
+    from memlint.extract.configs.document import load_text
+
+    shown = _shown(it, found)
+    doc = load_text(text, shown, is_json=found.suffix.lower() == ".json")
+    if doc.data is None and not doc.ok and doc.diagnostics:
+        return Unknown(f"{ref}: {doc.diagnostics[0].message}")
+    it.facts.note(f"values read from {shown} ({how}) as the script would read it at run time")
+    record = getattr(it, "read_files", None)
+    if record is not None:
+        record.append(str(found))
+    return convert(doc.data, doc, shown, (), doc.data)
+
+
+def _shown(it: Any, path: Path) -> str:
+    import os
+
+    try:
+        return os.path.relpath(path, Path.cwd())
+    except ValueError:
+        return str(path)
+
+
+def convert(data: Any, doc: Any, shown: str, path: tuple, root: Any) -> Any:
+    """Plain data -> Dict / Seq / Const, each Const at its key's line in `shown`."""
+    if isinstance(data, dict):
+        return Dict({k: convert(v, doc, shown, path + (k,), root) for k, v in data.items()})
+    if isinstance(data, list):
+        return Seq([convert(v, doc, shown, path + (i,), root) for i, v in enumerate(data)])
+    span = doc.span(*path) if path else None
+    if isinstance(data, str) and "${" in data:
+        data = interpolate(data, root)
+        if isinstance(data, Unknown):
+            return data
+    key = ".".join(str(p) for p in path)
+    return Const(data, "literal", span.line if span else None, (f"{key}: {data!r} ({shown})",), shown)
+
+
+def lookup(root: Any, dotted: str) -> Any:
+    cur = root
+    for part in dotted.split("."):
+        if isinstance(cur, dict) and part in cur:
+            cur = cur[part]
+        elif isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
+            cur = cur[int(part)]
+        else:
+            return _MISSING
+    return cur
+
+
+_MISSING = object()
+
+
+def interpolate(text: str, root: Any, depth: int = 0) -> Any:
+    """OmegaConf's `${a.b}` (and `${oc.env:X,default}`) within one document."""
+    if depth > 8:
+        return Unknown(f"{text}: interpolation too deep")
+    m = _WHOLE.match(text)
+    if m:
+        v = _resolve(m.group(1), root)
+        if v is _MISSING:
+            return Unknown(f"{text}: interpolation memlint cannot resolve")
+        return interpolate(v, root, depth + 1) if isinstance(v, str) and "${" in v else v
+
+    def sub(mm: re.Match) -> str:
+        v = _resolve(mm.group(1), root)
+        if v is _MISSING:
+            raise KeyError(mm.group(1))
+        return str(v)
+
+    try:
+        return _PART.sub(sub, text)
+    except KeyError:
+        return Unknown(f"{text}: interpolation memlint cannot resolve")
+
+
+def _resolve(expr: str, root: Any) -> Any:
+    expr = expr.strip()
+    if expr.startswith("oc.env:"):
+        parts = expr[len("oc.env:"):].split(",", 1)
+        return parts[1].strip() if len(parts) > 1 else _MISSING
+    if ":" in expr:  # another resolver (oc.select, eval, ...)
+        return _MISSING
+    return lookup(root, expr)
