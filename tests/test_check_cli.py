@@ -158,9 +158,9 @@ def test_noqa_and_file_level_noqa(tmp_path, capsys):
 def test_pyproject_settings_per_file_ignores_and_options(tmp_path, capsys, monkeypatch):
     from memlint.rules.samples import script
 
-    (tmp_path / "train.py").write_text(script(batch=4, recompute=False))
+    (tmp_path / "train.py").write_text(script(batch=3, recompute=False))
     (tmp_path / "sub").mkdir()
-    (tmp_path / "sub" / "other.py").write_text(script(batch=4, recompute=False))
+    (tmp_path / "sub" / "other.py").write_text(script(batch=3, recompute=False))
     (tmp_path / "pyproject.toml").write_text(
         '[tool.memlint]\ngpu = "RTX4090"\nignore = ["MEM305"]\n'
         '[tool.memlint.per-file-ignores]\n"sub/*.py" = ["MEM1"]\n'

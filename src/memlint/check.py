@@ -79,10 +79,16 @@ def context_for(plan: TrainingPlan, settings: Settings, gpu: str | None = None, 
     if plan.diagnostics and any(d.kind in ("syntax-error", "unreadable") for d in plan.diagnostics):
         return ctx
     try:
-        ctx.planned = setup_from_plan(plan, extra)
+        with files.refusals() as refused:
+            ctx.planned = setup_from_plan(plan, extra)
     except MemlintError as exc:  # the model id is not known offline
-        ctx.model_error = str(exc)
-        ctx.conditional = _conditional(plan, extra, target, settings)
+        if refused:  # its config.json was not read (too large, a FIFO): a MEM001 note on that file
+            from memlint.extract import not_read
+
+            ctx.plan = not_read(ctx.plan, refused)
+        else:
+            ctx.model_error = str(exc)
+            ctx.conditional = _conditional(plan, extra, target, settings)
         return ctx
     dist = plan.value("distributed")
     if ctx.planned.setup is not None and dist not in (None, "none"):
@@ -191,27 +197,39 @@ def check_source(source: str, path: str = "<stdin>", **kwargs) -> FileResult:
 def check_target(target: Target, settings: Settings, gpu: str | None = None, gpus: int | None = None,
                  assume: Sequence[str] = (), merge=None) -> FileResult | None:
     """One file of a walk: read, checked, its notebook cells placed in the raw JSON (None: not a
-    training file); `merge` applies a launch config to a script's plan. A process pool's worker,
-    so everything it takes (but `merge`) and returns pickles."""
-    plan, lines, cells = read_target(target)
-    if plan is None:
-        return None
-    if merge is not None and plan.kind in ("python", "notebook"):
-        plan = merge(plan)
-    result = check_plan(plan, lines=lines, settings=settings, gpu=gpu, gpus=gpus, assume=assume, cells=cells)
-    if cells:
-        from memlint.extract.ipynb import raw_positions
-
+    training file); `merge` applies a launch config to a script's plan. Whatever the file holds,
+    a file memlint fails on is a MEM001 note naming the error, and the files after it are still
+    checked. A process pool's worker, so everything it takes (but `merge`) and returns pickles."""
+    kw = dict(settings=settings, gpu=gpu, gpus=gpus, assume=assume)
+    with files.size_limit(settings.max_file_size):
         try:
-            result.raw_positions = raw_positions(target.path.read_text(encoding="utf-8-sig"))
-        except (OSError, UnicodeDecodeError):
-            pass
+            plan, lines, cells = read_target(target)
+            if plan is None:
+                return None
+            if merge is not None and plan.kind in ("python", "notebook"):
+                plan = merge(plan)
+            result = check_plan(plan, lines=lines, cells=cells, **kw)
+        except MemlintError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a bug met on one file must not lose the others' reports
+            if os.environ.get("MEMLINT_DEBUG"):
+                raise
+            why = f"memlint could not analyse this file (internal error: {type(exc).__name__}: {str(exc)[:200]})"
+            return check_plan(unreadable(target.shown, why), **kw)
+        if cells:
+            from memlint.extract.ipynb import raw_positions
+
+            try:
+                result.raw_positions = raw_positions(files.read_text(target.path).lstrip("\ufeff"))
+            except (OSError, UnicodeDecodeError):
+                pass
     return result
 
 
-def _content(path: Path) -> bytes | None:
+def _content(path: Path, limit: int | None) -> bytes | None:
+    """The bytes a cache entry is keyed by (None: not readable as a regular file within the budget)."""
     try:
-        return path.read_bytes()
+        return files.read_bytes(path, limit)
     except OSError:
         return None
 
@@ -242,7 +260,9 @@ def _run(targets: Sequence[Target], jobs: int, settings: Settings, args: tuple) 
 
 def check_paths(paths: Sequence[str], settings: Settings, *, gpu: str | None = None, gpus: int | None = None,
                 assume: Sequence[str] = (), cache: "Cache | None" = None, jobs: int = 1) -> list[FileResult]:
-    return check_targets(collect(paths, settings), settings, gpu=gpu, gpus=gpus, assume=assume, cache=cache, jobs=jobs)
+    with files.size_limit(settings.max_file_size):  # a launcher the walk expands is read within it too
+        targets = collect(paths, settings)
+    return check_targets(targets, settings, gpu=gpu, gpus=gpus, assume=assume, cache=cache, jobs=jobs)
 
 
 def check_targets(targets: Sequence[Target], settings: Settings, *, gpu: str | None = None, gpus: int | None = None,
@@ -255,7 +275,7 @@ def check_targets(targets: Sequence[Target], settings: Settings, *, gpu: str | N
     out: list[FileResult | None] = [None] * len(targets)
     todo: list[tuple[int, bytes | None]] = []
     for i, target in enumerate(targets):
-        content = _content(target.path) if cache is not None and target.launch is None else None
+        content = _content(target.path, settings.max_file_size) if cache is not None and target.launch is None else None
         hit = cache.get(target.shown, target.explicit, content) if content is not None else MISS
         if hit is MISS:
             todo.append((i, content))

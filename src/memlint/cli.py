@@ -7,6 +7,7 @@ torch or transformers.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Sequence
 
@@ -55,12 +56,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help(sys.stderr)
         return 2
+    from memlint import files
+    from memlint.vocab import printable
+
+    files.configure(None)  # each run starts from the default limits (main may be called again in-process)
     try:
         return args.func(args)
     except MemlintError as exc:
-        print(f"memlint: error: {exc}", file=sys.stderr)
+        print(f"memlint: error: {printable(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # noqa: BLE001 - exit 2 and one line, as the contract says
+        if os.environ.get("MEMLINT_DEBUG"):
+            raise
+        text = printable(" ".join(str(exc).split())[:300])
+        print(f"memlint: internal error: {type(exc).__name__}: {text} (MEMLINT_DEBUG=1 shows the traceback)",
+              file=sys.stderr)
+        return 2

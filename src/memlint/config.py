@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from memlint.errors import MemlintError
+from memlint.files import MAX_FILE_SIZE, Refused, read_bytes
 
 SEVERITY_ORDER = {"note": 0, "warning": 1, "error": 2}
 CONFIG_FILES = (".memlint.toml", "memlint.toml", "pyproject.toml")  # first found in a directory wins
@@ -30,6 +31,7 @@ class Settings:
     exclude: tuple[str, ...] = ()
     accounting: str = "real"
     max_increase: str | None = None                 # `memlint diff` budget: "2GiB" or "10%"
+    max_file_size: int = MAX_FILE_SIZE              # bytes: a larger script or config is a MEM001 note
     require_estimate: bool = False                  # a training script memlint cannot size fails the run
     docs_url: str | None = None                     # where the rule pages live (json `url`, SARIF `helpUri`)
     path: str | None = None                         # the file these came from
@@ -59,7 +61,7 @@ class Settings:
         lines = [f"config file: {self.path or '(none: defaults)'}"]
         for name in ("gpu", "gpus", "select", "extend_select", "ignore", "per_file_ignores", "fail_on",
                      "assume", "rule_options", "exclude", "accounting", "max_increase", "require_estimate",
-                     "docs_url"):
+                     "docs_url", "max_file_size"):
             lines.append(f"{name.replace('_', '-')} = {getattr(self, name)!r}")
         return "\n".join(lines)
 
@@ -84,7 +86,18 @@ def parse_budget(text: str, where: str = "--max-increase") -> tuple[str, float]:
 
 
 KEYS = {"gpu", "gpus", "select", "extend-select", "ignore", "per-file-ignores", "fail-on", "assume", "options",
-        "exclude", "accounting", "max-increase", "require-estimate", "docs-url"}
+        "exclude", "accounting", "max-increase", "require-estimate", "docs-url", "max-file-size"}
+
+
+def parse_size(value: Any, where: str) -> int:
+    """`max-file-size`: bytes, or a size with a unit ("2MB", "512KiB")."""
+    if isinstance(value, str):
+        kind, amount = parse_budget(value, where)
+        if kind == "bytes" and amount < 1 << 40:
+            return int(amount)
+    elif isinstance(value, int) and not isinstance(value, bool) and 0 < value < 1 << 40:
+        return value
+    raise MemlintError(f"{where}: `max-file-size` must be a size in bytes or with a unit (2MB, 512KiB), not {value!r:.40}")
 
 
 def find_config(start: Path) -> Path | None:
@@ -100,11 +113,15 @@ def find_config(start: Path) -> Path | None:
             if name != "pyproject.toml":
                 return p
             try:
-                text = p.read_text(encoding="utf-8")
+                text = read_bytes(p).decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise MemlintError(f"{p}: invalid TOML: {exc}") from None
+            except RecursionError:
+                raise MemlintError(f"{p}: invalid TOML: nested too deeply") from None
+            except Refused as exc:
+                raise MemlintError(str(exc)) from None
             except OSError as exc:
-                raise MemlintError(f"{p}: cannot read: {exc.strerror}") from None
+                raise MemlintError(f"{p}: cannot read: {exc.strerror or exc}") from None
             if "memlint" not in text:
                 continue  # no [tool.memlint] without the word: not worth parsing (or importing tomllib)
             import tomllib
@@ -113,7 +130,9 @@ def find_config(start: Path) -> Path | None:
                 data = tomllib.loads(text)
             except tomllib.TOMLDecodeError as exc:
                 raise MemlintError(f"{p}: invalid TOML: {exc}") from None
-            if "memlint" in data.get("tool", {}):
+            except RecursionError:
+                raise MemlintError(f"{p}: invalid TOML: nested too deeply") from None
+            if isinstance(data.get("tool"), dict) and "memlint" in data["tool"]:
                 return p
     return None
 
@@ -142,7 +161,7 @@ def parse_settings(table: Mapping[str, Any], where: str) -> dict[str, Any]:
         find_gpu(str(table["gpu"]))  # an unknown GPU is a config error now, not at the first capacity rule
         out["gpu"] = str(table["gpu"])
     if "gpus" in table:
-        if not isinstance(table["gpus"], int) or table["gpus"] < 1:
+        if not isinstance(table["gpus"], int) or isinstance(table["gpus"], bool) or table["gpus"] < 1:
             raise MemlintError(f"{where}: `gpus` must be a positive integer")
         out["gpus"] = table["gpus"]
     if "select" in table:
@@ -158,7 +177,7 @@ def parse_settings(table: Mapping[str, Any], where: str) -> dict[str, Any]:
         out["per_file_ignores"] = {g: tuple(check_selectors(_strs(c, f"per-file-ignores.{g}", where), where))
                                    for g, c in pfi.items()}
     if "fail-on" in table:
-        if table["fail-on"] not in SEVERITY_ORDER:
+        if not isinstance(table["fail-on"], str) or table["fail-on"] not in SEVERITY_ORDER:
             raise MemlintError(f"{where}: `fail-on` must be one of {', '.join(SEVERITY_ORDER)}")
         out["fail_on"] = table["fail-on"]
     if "assume" in table:
@@ -175,7 +194,7 @@ def parse_settings(table: Mapping[str, Any], where: str) -> dict[str, Any]:
     if "exclude" in table:
         out["exclude"] = _strs(table["exclude"], "exclude", where)
     if "accounting" in table:
-        if table["accounting"] not in ("real", "textbook"):
+        if not isinstance(table["accounting"], str) or table["accounting"] not in ("real", "textbook"):
             raise MemlintError(f"{where}: `accounting` must be real or textbook")
         out["accounting"] = table["accounting"]
     if "docs-url" in table:
@@ -190,6 +209,8 @@ def parse_settings(table: Mapping[str, Any], where: str) -> dict[str, Any]:
         if not isinstance(table["require-estimate"], bool):
             raise MemlintError(f"{where}: `require-estimate` must be true or false")
         out["require_estimate"] = table["require-estimate"]
+    if "max-file-size" in table:
+        out["max_file_size"] = parse_size(table["max-file-size"], where)
     return out
 
 
@@ -205,14 +226,21 @@ def _rule_options(opts: Any, where: str) -> dict[str, dict]:
         if not isinstance(values, dict):
             raise MemlintError(f"{where}: `options.{key}` must be a table")
         for opt, val in values.items():
-            if opt not in rule.options:
-                known = ", ".join(rule.options) or "none"
-                raise MemlintError(f"{where}: unknown option `{opt}` for {rule.code} ({rule.name}); options: {known}")
-            default = rule.options[opt]
-            if isinstance(default, (int, float)) and (isinstance(val, bool) or not isinstance(val, (int, float))):
-                raise MemlintError(f"{where}: option `{opt}` of {rule.code} must be a number")
+            _check_option(rule, opt, val, where)
         parsed[rule.code] = dict(values)
     return parsed
+
+
+def _check_option(rule: Any, opt: str, val: Any, where: str) -> None:
+    if opt not in rule.options:
+        known = ", ".join(rule.options) or "none"
+        raise MemlintError(f"{where}: unknown option `{opt}` for {rule.code} ({rule.name}); options: {known}")
+    default = rule.options[opt]
+    if isinstance(default, (int, float)) and (isinstance(val, bool) or not isinstance(val, (int, float))):
+        raise MemlintError(f"{where}: option `{opt}` of {rule.code} must be a number")
+    least = 1 if isinstance(default, int) else 0  # a length or a byte count; a fraction or a ratio
+    if isinstance(default, (int, float)) and not least <= val <= 1 << 53:  # NaN and inf fail too
+        raise MemlintError(f"{where}: option `{opt}` of {rule.code} must be a number from {least} to 2**53")
 
 
 def load_settings(start: str | Path = ".", config: str | Path | None = None) -> Settings:
@@ -223,14 +251,21 @@ def load_settings(start: str | Path = ".", config: str | Path | None = None) -> 
     import tomllib
 
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(read_bytes(path).decode("utf-8"))
     except FileNotFoundError:
         raise MemlintError(f"{path}: no such config file") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise MemlintError(f"{path}: invalid TOML: {exc}") from None
+    except RecursionError:
+        raise MemlintError(f"{path}: invalid TOML: nested too deeply") from None
+    except Refused as exc:
+        raise MemlintError(str(exc)) from None
     except OSError as exc:
-        raise MemlintError(f"{path}: cannot read: {exc.strerror}") from None
-    table = data.get("tool", {}).get("memlint", {}) if path.name == "pyproject.toml" else data
+        raise MemlintError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    tool = data.get("tool", {}) if path.name == "pyproject.toml" else {}
+    if path.name == "pyproject.toml" and not isinstance(tool, dict):
+        raise MemlintError(f"{path}: [tool] must be a table")
+    table = tool.get("memlint", {}) if path.name == "pyproject.toml" else data
     if not isinstance(table, dict):
         raise MemlintError(f"{path}: [tool.memlint] must be a table")
     kwargs = parse_settings(table, str(path))

@@ -1,8 +1,8 @@
 """`memlint diff`: what a change does to memory. Each changed training script or config is
 read at a base commit and in the working tree, estimated twice, and the plan fields that moved are named.
 
-git is read with plain `git` subprocess calls; the base version of a file is read from
-`git show`, never checked out, imported or run.
+git is read with `git` subprocess calls with every config-driven command switched off (`git`); the
+base version of a file is read from `git cat-file`, never checked out, imported or run.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from memlint.errors import MemlintError
+from memlint.files import Refused, max_file_size, read_bytes
 from memlint.plan import PLAN_FIELDS, TrainingPlan, Value
 
 READABLE = (".py", ".ipynb", ".yaml", ".yml", ".json")
@@ -120,9 +121,48 @@ class DiffResult:
 # ---------------------------------------------------------------------------- git
 
 
+# Every setting through which a repository's own config makes git run a command, switched off:
+# memlint diff reads history, and a .git/config (core.fsmonitor, hooks, external diffs,
+# textconv and clean filters) must not get to run anything on the way.
+_SAFE = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c", "core.pager=cat",
+         "-c", "diff.external=", "-c", "core.untrackedCache=false", "-c", "core.splitIndex=false",
+         "-c", "core.sshCommand=", "-c", "core.askPass=", "-c", "credential.helper=", "-c", "protocol.allow=never",
+         "-c", "core.attributesFile=/dev/null", "-c", "color.ui=false", "-c", "diff.noprefix=false")
+_NO_CONVERT = {"diff": ("--no-ext-diff", "--no-textconv")}
+_filters: dict[str, tuple[str, ...]] = {}
+
+
+def git_env() -> dict[str, str]:
+    """The environment without GIT_* variables (GIT_DIR, GIT_CONFIG_*, GIT_EXTERNAL_DIFF, ...
+    point git elsewhere or at commands), no pager, no prompt."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_PAGER="cat", PAGER="cat", GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0")
+    return env
+
+
+def _filter_overrides(cwd: str | Path) -> tuple[str, ...]:
+    """`-c filter.NAME.clean=` (and smudge, process) for every filter driver the config defines:
+    git diff runs a working-tree file through its clean filter. `git config` runs nothing."""
+    key = str(Path(cwd).resolve())
+    if key not in _filters:
+        try:
+            r = subprocess.run(["git", *_SAFE, "config", "--null", "--get-regexp", r"^filter\."], cwd=cwd,
+                               capture_output=True, check=False, env=git_env(), stdin=subprocess.DEVNULL, timeout=60)
+            names = {e.split("\n", 1)[0].rsplit(".", 1)[0][len("filter."):] for e in
+                     r.stdout.decode("utf-8", "replace").split("\0") if e.startswith("filter.")}
+        except (OSError, subprocess.SubprocessError):
+            names = set()
+        _filters[key] = tuple(a for n in sorted(names) for a in (
+            "-c", f"filter.{n}.clean=", "-c", f"filter.{n}.smudge=", "-c", f"filter.{n}.process=",
+            "-c", f"filter.{n}.required=false"))
+    return _filters[key]
+
+
 def git(args: Sequence[str], cwd: str | Path, *, binary: bool = False) -> Any:
+    args = [*args[:1], *_NO_CONVERT.get(args[0], ()), *args[1:]] if args else list(args)
     try:
-        r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, check=False)
+        r = subprocess.run(["git", *_SAFE, *_filter_overrides(cwd), "--no-pager", *args], cwd=cwd,
+                           capture_output=True, check=False, env=git_env(), stdin=subprocess.DEVNULL)
     except FileNotFoundError:
         raise MemlintError("memlint diff needs git on PATH") from None
     if r.returncode != 0:
@@ -385,8 +425,8 @@ def run_diff(items: Sequence[str] = (), *, cwd: str | Path = ".", gpu: str | Non
         if Path(new).suffix not in READABLE:
             continue
         try:
-            before_text = None if status == "added" else _decode(git(["show", f"{base}:{old}"], root, binary=True), old)
-            after_text = None if status == "deleted" else _decode((root / new).read_bytes(), new)
+            before_text = None if status == "added" else _decode(_blob(root, base, old), old)
+            after_text = None if status == "deleted" else _decode(read_bytes(root / new), new)
             before = plan_of(before_text, old, root) if before_text is not None else None
             after = plan_of(after_text, new, root) if after_text is not None else None
         except (MemlintError, OSError) as exc:
@@ -411,6 +451,13 @@ def run_diff(items: Sequence[str] = (), *, cwd: str | Path = ".", gpu: str | Non
                               worse_fit(b_side if before is not None else None, a_side, target, min_headroom)))
     return DiffResult(str(root), base, base_name, target, accounting, budget, tuple(files), tuple(skipped),
                       min_headroom)
+
+
+def _blob(root: Path, base: str, path: str) -> bytes:
+    raw = git(["cat-file", "blob", f"{base}:{path}"], root, binary=True)
+    if len(raw) > max_file_size():
+        raise Refused(path, f"not read at {base[:12]}: over the max-file-size")
+    return raw
 
 
 def _decode(raw: bytes, path: str) -> str:

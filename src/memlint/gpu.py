@@ -75,8 +75,8 @@ def find_gpu(name: str) -> Gpu:
         close = difflib.get_close_matches(key, list(names), n=3, cutoff=0.5)
         hint = f" (did you mean {', '.join(dict.fromkeys(names[c] for c in close))}?)" if close else ""
         raise MemlintError(f"unknown GPU {name!r}{hint}; known: {', '.join(table())} or a size in GiB (e.g. 24)") from None
-    if gib <= 0:
-        raise MemlintError("--gpu size must be positive")
+    if not 0 < gib <= 1 << 20:  # NaN, inf and 1e999 included
+        raise MemlintError(f"--gpu {name!r}: a size is a number of GiB above 0, at most {1 << 20:,}")
     return Gpu(f"{gib:g} GiB", int(gib * GIB), DEFAULT_CONTEXT)
 
 

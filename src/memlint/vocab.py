@@ -6,6 +6,8 @@ fixed vocabulary of memlint's own.
 
 from __future__ import annotations
 
+import re
+
 # Per-GPU memory components, in the order every table shows them. Multi-GPU estimates add
 # "buffers" (communication buckets, staging) before "overhead".
 COMPONENTS = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
@@ -50,3 +52,29 @@ def size_text(n: int | float) -> str:
     if abs(n) < GIB:
         return f"{n / (1 << 20):,.0f} MiB"
     return f"{n / GIB:.1f} GiB"
+
+
+# What a terminal acts on instead of printing: C0 and C1 controls (ESC starts a title change or a
+# screen clear, CR and newline forge lines), DEL, bidirectional overrides (text that reads one
+# way and runs another) and lone surrogates (a file name that is not UTF-8). Tab stays.
+_UNPRINTABLE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+                          "\ud800-\udfff]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\x1b": "\\x1b"}
+
+
+def _escape(m: re.Match) -> str:
+    c = m.group()
+    n = ord(c)
+    if c in _NAMED:
+        return _NAMED[c]
+    if 0xDC80 <= n <= 0xDCFF:  # a byte os.fsdecode could not decode
+        return f"\\x{n - 0xDC00:02x}"
+    return f"\\x{n:02x}" if n <= 0xFF else f"\\u{n:04x}"
+
+
+def printable(text: object) -> str:
+    """`text` safe to print on a terminal: every control character (ESC, BEL, CR, newline), bidi
+    override and undecodable byte written as an escape (\\x1b, \\n, \\u202e). File names, model ids
+    and source lines come from the files under review; every human format prints them through this."""
+    s = text if isinstance(text, str) else str(text)
+    return _UNPRINTABLE.sub(_escape, s) if _UNPRINTABLE.search(s) else s

@@ -13,6 +13,7 @@ from pathlib import Path
 from memlint.catalog.local import spec_from_config_file
 from memlint.catalog.spec import Linear, ModelSpec, catalog_entry, closest_ids, entries, known_ids
 from memlint.errors import MemlintError
+from memlint.files import read_bytes
 
 __all__ = ["Linear", "ModelSpec", "catalog_entry", "closest_ids", "entries", "known_ids", "resolve"]
 
@@ -25,32 +26,55 @@ def _hf_cache_dirs() -> list[Path]:
     return [home / "hub"]
 
 
+def _hf_cache_dirs_or_none() -> list[Path]:
+    try:
+        return _hf_cache_dirs()
+    except RuntimeError:  # no home directory to find the cache in
+        return []
+
+
 def _cached_config(model_id: str) -> Path | None:
     if "/" not in model_id:
         return None
     folder = "models--" + model_id.replace("/", "--")
-    for hub in _hf_cache_dirs():
-        snaps = hub / folder / "snapshots"
-        if not snaps.is_dir():
+    for hub in _hf_cache_dirs_or_none():
+        try:  # a cache is shared and may be half-written: broken links and unreadable folders are skipped
+            snaps = hub / folder / "snapshots"
+            if not snaps.is_dir():
+                continue
+            ref = hub / folder / "refs" / "main"
+            candidates = [snaps / read_bytes(ref, 4096).decode("utf-8", "replace").strip()] if ref.is_file() else []
+            candidates += sorted(snaps.iterdir(), key=_mtime, reverse=True)
+        except OSError:
             continue
-        ref = hub / folder / "refs" / "main"
-        candidates = [snaps / ref.read_text().strip()] if ref.is_file() else []
-        candidates += sorted(snaps.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)
         for snap in candidates:
             if (snap / "config.json").is_file():
                 return snap / "config.json"
     return None
 
 
+def _mtime(p: Path) -> float:
+    try:
+        return p.stat().st_mtime
+    except OSError:  # a broken link
+        return 0.0
+
+
 def resolve(model: str) -> ModelSpec:
     """A model id or a local path -> its ModelSpec, never touching the network."""
-    path = Path(model).expanduser()
-    if path.is_dir():
+    if len(model) > 1000:
+        raise MemlintError(f"unknown model {model[:60]!r}…: {len(model):,} characters is no model id or path")
+    try:
+        path = Path(model).expanduser()
+        is_dir, is_json = path.is_dir(), path.is_file() and path.name.endswith(".json")
+    except (OSError, RuntimeError, ValueError):  # ~nosuchuser, a name too long for the file system
+        path, is_dir, is_json = Path(model), False, False
+    if is_dir:
         cfg = path / "config.json"
         if not cfg.is_file():
             raise MemlintError(f"{model}: directory has no config.json")
         return spec_from_config_file(cfg, str(path), source="local")
-    if path.is_file() and path.name.endswith(".json"):
+    if is_json:
         return spec_from_config_file(path, str(path), source="local")
     cached = _cached_config(model)
     if cached is not None:

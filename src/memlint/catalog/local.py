@@ -16,6 +16,7 @@ from typing import Any, Mapping
 from memlint.catalog.families import arch_facts, closed_form, family, linear_role
 from memlint.catalog.spec import entries, spec_from_entry
 from memlint.errors import MemlintError
+from memlint.files import Refused, read_bytes
 
 # Config keys that change parameter counts or activation shapes.
 SHAPE_KEYS = (
@@ -27,23 +28,58 @@ SHAPE_KEYS = (
 
 
 
+# Shape keys that are counts: an integer (null where transformers computes it), at most this much.
+# A config with "hidden_size": "4096", NaN, 10**400 or -32 layers is refused, not counted.
+_COUNT_KEYS = {k: 1 << 31 for k in SHAPE_KEYS if k not in ("tie_word_embeddings", "new_decoder_architecture",
+                                                            "multi_query")}
+_COUNT_KEYS.update(num_hidden_layers=4096, n_layer=4096, num_local_experts=1 << 16, num_experts=1 << 16,
+                   num_experts_per_tok=1 << 16, n_inner=1 << 31, n_positions=1 << 40, max_position_embeddings=1 << 40)
+_AT_LEAST_ONE = ("hidden_size", "n_embd", "num_hidden_layers", "n_layer", "num_attention_heads", "n_head",
+                 "vocab_size", "intermediate_size")
+# What the closed form reads; a family counted by transformers needs the same few.
+_REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
+
+
 def _load(path: Path) -> dict[str, Any]:
     try:
-        raw = path.read_bytes().decode("utf-8")
+        raw = read_bytes(path).decode("utf-8")
         cfg = json.loads(raw)
     except UnicodeDecodeError:
         raise MemlintError(f"{path}: config.json is not UTF-8") from None
     except json.JSONDecodeError as exc:
         raise MemlintError(f"{path}: broken config.json ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise MemlintError(f"{path}: broken config.json (nested too deeply)") from None
+    except Refused as exc:
+        raise MemlintError(f"{path}: {exc.why}") from None
     except OSError as exc:
-        raise MemlintError(f"{path}: cannot read config.json ({exc.strerror})") from None
+        raise MemlintError(f"{path}: cannot read config.json ({exc.strerror or exc})") from None
     if not isinstance(cfg, dict) or "model_type" not in cfg:
         raise MemlintError(f"{path}: config.json has no model_type")
-    if isinstance(cfg.get("text_config"), dict):  # multimodal: count the text tower
+    if isinstance(cfg.get("text_config"), dict) and isinstance(cfg["model_type"], str):  # multimodal: the text tower
         text = dict(cfg["text_config"])
         text.setdefault("model_type", cfg["model_type"] + "_text")
         text["_text_only"] = True
-        return text
+        cfg = text
+    return _checked(cfg, path)
+
+
+def _checked(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The config, its shape values checked: what is counted must be a count."""
+    mt = cfg.get("model_type")
+    if not isinstance(mt, str) or not mt or len(mt) > 100:
+        raise MemlintError(f"{path}: model_type must be a model family name, not {str(mt)[:40]!r}")
+    for key, most in _COUNT_KEYS.items():
+        v = cfg.get(key)
+        if v is None:
+            continue
+        low = 1 if key in _AT_LEAST_ONE else 0
+        if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= most:
+            shown = repr(v) if not isinstance(v, int) or abs(v) < 1 << 64 else "an integer of " + f"{v.bit_length()} bits"
+            raise MemlintError(f"{path}: {key} must be a whole number from {low} to {most:,}, not {shown[:60]}")
+    for key in ("tie_word_embeddings", "new_decoder_architecture", "multi_query"):
+        if cfg.get(key) is not None and not isinstance(cfg[key], bool):
+            raise MemlintError(f"{path}: {key} must be true or false, not {cfg[key]!r:.60}")
     return cfg
 
 
@@ -67,8 +103,11 @@ def spec_from_config_file(path: Path, model_id: str, source: str):
             spec = spec_from_entry(model_id, entry, source=source)
             return spec
     if closed_form(cfg["model_type"]):
+        missing = [k for k in _REQUIRED if cfg.get(k) is None]
+        if missing:
+            raise MemlintError(f"{path}: config.json has no {', '.join(missing)} (a {cfg['model_type']} config names them)")
         entry = count_llama_like(cfg)
-        entry["config"] = {k: v for k, v in cfg.items() if not k.startswith("_")}
+        entry["config"] = _config_of(cfg)
         return spec_from_entry(model_id, entry, source=source)
     return _count_with_transformers(cfg, model_id, source, path)
 
@@ -151,7 +190,17 @@ def _count_with_transformers(cfg: Mapping[str, Any], model_id: str, source: str,
         ) from None
     from memlint.catalog.meta import count_on_meta
 
-    entry = count_on_meta(cfg["model_type"], {k: v for k, v in cfg.items() if not k.startswith("_")})
+    try:
+        entry = count_on_meta(cfg["model_type"], _config_of(cfg))
+    except Exception as exc:  # transformers judging an untrusted config: any error is the config's
+        why = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise MemlintError(f"{path}: transformers cannot build a {cfg['model_type']!r} model from this config "
+                           f"({why})") from None
     entry.update(family=cfg["model_type"], model_type=cfg["model_type"],
-                 torch_dtype=cfg.get("torch_dtype") or "float32", config=dict(cfg))
+                 torch_dtype=cfg.get("torch_dtype") or "float32", config=_config_of(cfg))
     return spec_from_entry(model_id, entry, source=source)
+
+
+def _config_of(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """What AutoConfig.for_model(model_type, **config) takes: model_type is its first argument."""
+    return {k: v for k, v in cfg.items() if not k.startswith("_") and k != "model_type"}

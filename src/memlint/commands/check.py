@@ -114,11 +114,13 @@ def _launch(plans_cfg: str | None):
 
 
 def run_check(args: argparse.Namespace) -> int:
+    from memlint import files
     from memlint.check import check_paths, check_plan, check_source, check_target, collect, failing
     from memlint.report.check_view import fit_summary
-    from memlint.report.formats import summary, write_results, write_statistics
+    from memlint.report.formats import summary
 
     settings = resolve_settings(args)
+    files.configure(settings.max_file_size)
     if args.show_settings:
         print(settings.show())
         return 0
@@ -137,8 +139,11 @@ def run_check(args: argparse.Namespace) -> int:
 
     if from_stdin:
         name = args.stdin_filename or "<stdin>"
+        raw = sys.stdin.buffer.read(settings.max_file_size + 1)
+        if len(raw) > settings.max_file_size:
+            raise MemlintError(f"{name}: over the max-file-size of {settings.max_file_size:,} bytes")
         try:
-            source = sys.stdin.buffer.read().decode("utf-8-sig")
+            source = raw.decode("utf-8-sig")
         except UnicodeDecodeError as exc:
             raise MemlintError(f"{name}: not UTF-8 text (invalid byte at offset {exc.start})") from None
         result = check_source(source, name, settings=settings, **kw)
@@ -168,20 +173,7 @@ def run_check(args: argparse.Namespace) -> int:
             if args.diff:
                 return code
 
-    out: TextIO
-    out = open(args.output_file, "w", encoding="utf-8") if args.output_file else sys.stdout
-    try:
-        color = _color(args, out) and not args.output_file
-        if args.statistics:
-            from memlint.report.formats import statistics
-
-            write_statistics(statistics(results), out, fmt, color=color)
-        else:
-            write_results(results, fmt, out, color=color, show_fixes=args.unsafe_fixes, docs_url=settings.docs_url,
-                          width=_width(out) if not args.output_file else None)
-    finally:
-        if args.output_file:
-            out.close()
+    _write_report(results, fmt, args, settings)
     if not args.quiet:
         sys.stdout.flush()
         sys.stderr.write(summary(results, show_fixes=args.unsafe_fixes))
@@ -233,6 +225,31 @@ def _add_noqa(results, args) -> int:
         for where, why in skipped:
             sys.stderr.write(f"memlint: no noqa added at {where}: {why}\n")
     return 0
+
+
+def _write_report(results, fmt: str, args: argparse.Namespace, settings) -> None:
+    """The report to stdout or -o; a file that cannot be written (a missing folder, a full
+    disk) is one line, exit 2."""
+    from memlint.report.formats import statistics, write_results, write_statistics
+
+    out: TextIO
+    try:
+        out = open(args.output_file, "w", encoding="utf-8") if args.output_file else sys.stdout
+        try:
+            color = _color(args, out) and not args.output_file
+            if args.statistics:
+                write_statistics(statistics(results), out, fmt, color=color)
+            else:
+                write_results(results, fmt, out, color=color, show_fixes=args.unsafe_fixes, docs_url=settings.docs_url,
+                              width=_width(out) if not args.output_file else None)
+        finally:
+            if args.output_file:
+                out.close()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        where = f"-o {args.output_file}" if args.output_file else "stdout"
+        raise MemlintError(f"{where}: cannot write the report ({exc.strerror or exc})") from None
 
 
 def _fixable(results, args) -> dict:

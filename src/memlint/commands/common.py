@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 def console():
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=False)
+    return Console(highlight=False, soft_wrap=False, emoji=False)
 
 
 def min_headroom() -> float:

@@ -50,6 +50,7 @@ def run(args) -> int:
     from memlint.config import load_settings
     from memlint.diff import repo_root, run_diff
     from memlint.report.diff_view import write_diff
+    from memlint.vocab import printable
 
     cwd = Path.cwd()
     repo_root(cwd)  # a non-git directory is the first thing to say
@@ -61,7 +62,7 @@ def run(args) -> int:
     )
     write_diff(result, args.format, sys.stdout)
     for path, why in result.skipped:
-        print(f"memlint diff: skipped {path}: {why}", file=sys.stderr)
+        print(printable(f"memlint diff: skipped {path}: {why}"), file=sys.stderr)
     n = len(result.files)
     print(f"memlint diff: {n} training script{'s' if n != 1 else ''} changed against {result.base[:10]} "
           f"({result.base_name})" + (_why_failing(result) if result.exceeded else ""), file=sys.stderr)

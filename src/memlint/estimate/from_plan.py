@@ -6,6 +6,7 @@ settle becomes a note telling the user which `--assume key=value` to pass.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Mapping
@@ -22,6 +23,13 @@ ASSUME_ALIASES = {"model": "model_id", "seq": "max_length", "max_seq_length": "m
                   "attn": "attn_implementation"}
 # Not plan fields: how many GPUs (ranks) the run spans, over how many nodes (fsdp_hybrid).
 EXTRA_ASSUMPTIONS = ("gpus", "nodes")
+# What the estimate counts with: whole numbers from 1 (a script's 1e999 or "abc" is unknown, not
+# a crash); and what it reads as names.
+COUNT_FIELDS = ("per_device_batch", "eval_batch", "grad_accum", "max_length", "lora_r", "num_gpus", "quant_bits",
+                "gpus", "nodes")
+NAME_FIELDS = ("model_id", "torch_dtype", "method", "quant_type", "compute_dtype", "optimizer", "precision",
+               "attn_implementation", "distributed", "offload", "trainer", "ref_model", "padding")
+MAX_COUNT = 1 << 31
 
 
 
@@ -50,13 +58,67 @@ def apply_assumptions(plan: TrainingPlan, assume: list[str]) -> tuple[TrainingPl
             raise MemlintError(f"--assume {item!r}: expected KEY=VALUE")
         key, raw = item.split("=", 1)
         key = ASSUME_ALIASES.get(key.strip(), key.strip())
-        if key in EXTRA_ASSUMPTIONS:
-            extra[key] = _parse(raw)
-            continue
-        if key not in PLAN_FIELDS:
+        if key not in PLAN_FIELDS and key not in EXTRA_ASSUMPTIONS:
             raise MemlintError(f"--assume {key!r}: not a plan field; fields: {', '.join(PLAN_FIELDS)}, gpus")
-        values[key] = Value(_parse(raw), "assumed", chain=(f"--assume {item}",))
-    return plan.with_values(**values), extra
+        value = _parse(raw)
+        if key in COUNT_FIELDS and whole(value) is None:
+            raise MemlintError(f"--assume {item}: {key} must be a whole number from 1 to {MAX_COUNT:,}")
+        if key in EXTRA_ASSUMPTIONS:
+            extra[key] = value
+            continue
+        values[key] = Value(value, "assumed", chain=(f"--assume {item}",))
+    return checked(plan.with_values(**values)), extra
+
+
+def whole(v: Any) -> int | None:
+    """`v` as a whole number from 1 to MAX_COUNT, else None: bools, NaN, inf, 2.5, "abc", 0."""
+    if isinstance(v, str) and 0 < len(v.strip()) <= 12 and v.strip().isdigit():
+        v = int(v)
+    if isinstance(v, float) and math.isfinite(v) and v == int(v):
+        v = int(v)
+    return v if type(v) is int and 1 <= v <= MAX_COUNT else None
+
+
+def _shown(v: Any) -> str:
+    text = repr(v) if not isinstance(v, int) or v.bit_length() < 64 else f"an integer of {v.bit_length()} bits"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def checked(plan: TrainingPlan) -> TrainingPlan:
+    """The plan with every value the estimate cannot count with made unknown, and a note saying
+    why: a micro-batch of 1e999 (or "abc", or a list) is not estimated, and never a crash."""
+    bad: dict[str, Value] = {}
+    notes: list[str] = []
+    for name, v in plan.fields.items():
+        if not v.known:
+            continue
+        vals = [c for c in (v.candidates or (v.value,)) if c is not None]
+        if name in COUNT_FIELDS:
+            wrong = next((c for c in vals if whole(c) is None), None)
+            ok = wrong is None and all(type(c) is int for c in vals)
+            why = f"{name} = {_shown(wrong)} is not a whole number from 1 to {MAX_COUNT:,}"
+        elif name in NAME_FIELDS:
+            wrong = next((c for c in vals if not isinstance(c, str) or len(c) > 1000), None)
+            ok = wrong is None
+            why = f"{name} = {_shown(wrong)} is not a name"
+        elif name == "lora_targets":
+            wrong = next((c for c in vals if not isinstance(c, str) and not (
+                isinstance(c, (list, tuple)) and all(isinstance(t, str) for t in c))), None)
+            ok = wrong is None
+            why = f"lora_targets = {_shown(wrong)} is not a module name or a list of them"
+        else:
+            continue
+        if wrong is not None:
+            bad[name] = Value(None, "unknown", v.span, v.chain + (why,))
+            notes.append(f"{why}: it is unknown")
+        elif not ok:  # "4" from a YAML or an argparse default: the number it spells
+            bad[name] = Value(whole(v.value) if v.value is not None else None, v.source, v.span, v.chain,
+                              tuple(whole(c) for c in v.candidates))
+    if not bad:
+        return plan
+    out = plan.with_values(**bad)
+    return TrainingPlan(out.path, out.fields, tuple(dict.fromkeys(plan.notes + tuple(notes))), out.diagnostics,
+                        out.kind)
 
 
 def _worst(v: Value, pick=max) -> Any:
@@ -230,6 +292,7 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
     extra = dict(extra or {})
     notes: list[str] = []
     missing: list[str] = []
+    plan = checked(plan)
     get = plan.get
 
     model_id = _worst(get("model_id"), pick=lambda c: c[-1])

@@ -7,13 +7,14 @@ notes say so (a finding, not a crash).
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from memlint.errors import MemlintError
-from memlint.files import Target
+from memlint.files import Refused, Target, read_bytes, refusals
 from memlint.plan import Diagnostic, Span, TrainingPlan
 from memlint.vocab import CONFIG_SUFFIXES
 
@@ -49,8 +50,16 @@ def extract_source(source: str, path: str | Path = "<string>", shown: str | None
     from memlint.extract.handlers import Handlers
     from memlint.extract.interp import Interpreter
 
+    from memlint.extract import budget
+
     p = Path(path)
     name = shown if shown is not None else str(path)
+    lines = source.count("\n")
+    if len(source) > budget.MAX_SCRIPT_BYTES or lines > budget.MAX_SCRIPT_LINES:
+        why = (f"not analysed: {lines:,} lines, over memlint's budget of {budget.MAX_SCRIPT_LINES:,} lines for one script"
+               if lines > budget.MAX_SCRIPT_LINES else f"not analysed: {len(source):,} characters of Python, over "
+               f"memlint's budget of {budget.MAX_SCRIPT_BYTES:,} for one script")
+        return unreadable(name, why)
     try:
         # CPython's parser first: it words errors better, and it refuses nesting deep
         # enough to overflow libcst's native parser (which would crash the process).
@@ -144,10 +153,31 @@ def unreadable(shown: str, why: str) -> TrainingPlan:
 
 def read_target(target: Target) -> tuple[TrainingPlan | None, list[str], list[int]]:
     """The plan of one file, its lines and (notebooks) where each cell starts; None for a file
-    that is not a training file."""
+    that is not a training file. A file it follows and memlint refused (too large, a FIFO) is a
+    MEM001 note of its own."""
+    with refusals() as refused:
+        plan, lines, cells = _read_target(target)
+    if plan is not None and refused:
+        plan = not_read(plan, refused, target.path)
+    return plan, lines, cells
+
+
+def not_read(plan: TrainingPlan, refused: list[tuple[str, str]], own: str | os.PathLike | None = None) -> TrainingPlan:
+    """`plan` with a "not-read" diagnostic for each file it follows that was refused (files.Refused)."""
+    own_key = os.path.abspath(own) if own is not None else None
+    diags = [Diagnostic("not-read", f"{why} (followed from {plan.path})", Span(os.path.normpath(path), 1, 1))
+             for path, why in dict.fromkeys(refused) if os.path.abspath(path) != own_key]
+    if not diags:
+        return plan
+    return TrainingPlan(plan.path, plan.fields, plan.notes, plan.diagnostics + tuple(diags), plan.kind)
+
+
+def _read_target(target: Target) -> tuple[TrainingPlan | None, list[str], list[int]]:
     path, shown = target.path, target.shown
     try:
-        raw = path.read_bytes()
+        raw = read_bytes(path)
+    except Refused as exc:
+        return unreadable(shown, exc.why), [], []
     except IsADirectoryError:
         return unreadable(shown, "is a directory"), [], []
     except OSError as exc:

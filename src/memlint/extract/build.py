@@ -559,6 +559,7 @@ class Builder:
         """(LaunchFacts of the DeepSpeed config `v` names or builds, the value), or (None, why not)."""
         from memlint.extract.configs.document import Document, load_text
         from memlint.extract.configs.launchers import deepspeed_facts
+        from memlint.files import read_text
 
         if isinstance(v, Dict):
             v = Const(_known_python(v), "literal", None, ("a DeepSpeed config dict built in the script",))
@@ -572,7 +573,7 @@ class Builder:
             p, shown = found
             self.read_files.append(str(p))
             try:
-                doc = load_text(p.read_text(encoding="utf-8"), shown, is_json=p.suffix.lower() in (".json", ".conf"))
+                doc = load_text(read_text(p), shown, is_json=p.suffix.lower() in (".json", ".conf"))
             except (OSError, UnicodeDecodeError):
                 return None, v.with_value("deepspeed", f"{cfg}: unreadable, stage unknown")
         elif isinstance(cfg, dict):
@@ -1093,9 +1094,12 @@ def _may_be_4bit(bits: Any) -> bool:
 
 
 def _int(v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (_INF, -_INF) or v != int(v):
         raise _Unconvertible(f"{v!r} is not an integer")
     return int(v)
+
+
+_INF = float("inf")
 
 
 def _number(v: Any) -> Any:

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from memlint.extract import budget
 from memlint.extract.interp import _BUILTIN_CALLS, SPREAD, BoundStr, BoundUnknown
 from memlint.extract.objects import (
     Accelerator, Accumulate, ArgNamespace, ArgParser, ArgSpec, Autocast, AutocastCall, BoundMethod, Collator, DataclassInstance,
@@ -22,6 +23,7 @@ from memlint.extract.objects import (
     TrainingArgs, dtype_of, field_value,
 )
 from memlint.extract.values import Alts, Class, Const, Dict, Func, RaisedBy, Ref, Seq, Unknown, flatten, weakest
+from memlint.extract.values import insert_fits
 from memlint.library import api
 
 _MODEL_CLASS = re.compile(r"^(Auto(Peft)?Model\w*|\w+For[A-Z]\w*|\w+(LM|Model|LMHeadModel))$")
@@ -495,6 +497,8 @@ class Handlers:
         args = c.args
         if not (args and all(isinstance(a, Const) and isinstance(a.value, str) for a in args)):
             return Unknown("a path")
+        if sum(len(a.value) for a in args) > budget.MAX_STR:
+            return c.it.over()
         value = posixpath.join(*(a.value for a in args))
         base = next((a for a in args if a.source != "literal"), args[0])
         return Const(value, weakest(*(a.source for a in args)), base.line, base.chain, base.file)
@@ -705,7 +709,8 @@ class Handlers:
         if name in ("isinstance", "hasattr", "setattr", "type") and args:
             return self._object_builtin(it, name, args, line)
         if name in _BUILTIN_CALLS:
-            return self._pure_builtin(name, args, line)
+            out = self._pure_builtin(name, args, line)
+            return it.over() if isinstance(out, Unknown) and out.why == budget.OVER else out
         return Unknown(f"{name}()")
 
     def _object_builtin(self, it: Any, name: str, args: list, line: int | None) -> Any:
@@ -793,8 +798,11 @@ class Handlers:
             value = fn(*(v.value for v in vals)) if name not in ("min", "max", "sum") or len(vals) > 1 else fn(vals[0].value)
         except Exception:
             return Unknown(f"{name}() that would raise")
+        if not budget.fits(value):
+            return Unknown(budget.OVER)
         lead = next((v for v in vals if v.source != "literal"), vals[0])
-        return Const(value, weakest(*(v.source for v in vals)), lead.line, lead.chain + (f"{name}(…) = {value!r}",), lead.file)
+        return Const(value, weakest(*(v.source for v in vals)), lead.line,
+                     budget.capped(lead.chain + (f"{name}(…) = {budget.shown(value)}",)), lead.file)
 
     @staticmethod
     def dict_method(d: Dict, name: str, args: list, kwargs: dict) -> Any:
@@ -807,7 +815,10 @@ class Handlers:
             if d.open or k is _NOKEY:
                 return Unknown("a key memlint cannot see")
             if name == "setdefault":
-                d.items[k] = dflt
+                if insert_fits(d, dflt):  # within the budget, and no cycle (extract/budget.py)
+                    d.items[k] = dflt
+                else:
+                    d.open = True
             return dflt
         if name == "items":
             return Seq([Seq([Const(kk, "literal", None), v], "tuple") for kk, v in d.items.items()]) if not d.open \
@@ -821,7 +832,11 @@ class Handlers:
         if name == "update":
             for a in [*args, Dict(dict(kwargs))]:
                 if isinstance(a, Dict):
-                    d.items.update(a.items)
+                    for kk, v in a.items.items():
+                        if insert_fits(d, v):
+                            d.items[kk] = v
+                        else:
+                            d.open = True
                     d.open |= a.open
                 else:
                     d.open = True
@@ -849,10 +864,14 @@ class Handlers:
             if not isinstance(v, Const):
                 return Unknown("a string method over non-constants")
             kw[k] = v.value
+        if not _str_method_fits(f.base.value, f.attr, vals, kw):
+            return it.over()
         try:
             value = getattr(f.base.value, f.attr)(*vals, **kw)
         except Exception:
             return Unknown("a string method that would raise")
+        if not budget.fits(value):
+            return it.over()
         if isinstance(value, list):
             return Seq([f.base.with_value(x) for x in value])
         return f.base.with_value(value, f".{f.attr}(…)")
@@ -1312,6 +1331,18 @@ class Handlers:
         if isinstance(action, Const) and action.value in ("store_true", "store_false"):
             return Const(action.value == "store_false", "argparse-default", spec.line, (how,), spec.file)
         return Const(None, "argparse-default", spec.line, (how,), spec.file)
+
+
+def _str_method_fits(s: str, attr: str, vals: list, kw: dict) -> bool:
+    """str.join, .replace and .format within the budget, decided before they run."""
+    if attr == "join" and vals and isinstance(vals[0], (list, tuple)):
+        return budget.join_fits(s, list(vals[0]))
+    if attr == "replace" and len(vals) >= 2 and isinstance(vals[0], str) and isinstance(vals[1], str):
+        count = vals[2] if len(vals) > 2 and isinstance(vals[2], int) else kw.get("count", -1)
+        return budget.replace_fits(s, vals[0], vals[1], count if isinstance(count, int) else -1)
+    if attr == "format":
+        return budget.format_fits(s, vals, kw)
+    return True
 
 
 _PASS = object()  # a handler's answer for "this call is not mine": the call falls through

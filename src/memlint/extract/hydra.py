@@ -189,12 +189,13 @@ class Composer:
 
     def _read(self, path: Path) -> tuple[dict, list, str | None] | None:
         from memlint.extract.configs.document import load_text
+        from memlint.files import read_text
 
         try:
             if path.stat().st_size > MAX_CONFIG_BYTES:
                 self.notes.append(f"hydra: {path.name} is too large to read")
                 return None
-            text = path.read_text(encoding="utf-8-sig")
+            text = read_text(path, encoding="utf-8-sig")  # a regular file within max-file-size
         except (OSError, UnicodeDecodeError):
             self.notes.append(f"hydra: {path.name} not found or unreadable; its keys are unknown")
             return None

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import libcst as cst
+from memlint.extract import budget
 from memlint.extract.parsed import parse
 
 from memlint.extract.objects import BoundMethod, Chunking, DictMethod, Fields, Obj, OpenFile, Partial, Range
@@ -22,7 +23,9 @@ from memlint.extract.objects import BoundMethod, Chunking, DictMethod, Fields, O
 _DICT_METHODS = {"get", "items", "keys", "values", "copy", "update", "setdefault", "pop"}
 
 SPREAD = "**"  # kwargs key of the objects a call spreads with **vars(obj)
+from memlint.files import max_file_size, read_text
 from memlint.extract.values import Alts, Class, Const, Dict, Func, ModuleVal, RaisedBy, Ref, Seq, Unknown, flatten, merge, to_python, weakest
+from memlint.extract.values import insert_fits, weigh
 
 MAX_DEPTH = 12
 MAX_ALTS = 16
@@ -142,6 +145,8 @@ class Interpreter:
         self.funcs: list[Func] = []
         self.star_imports: list[str] = []
         self.steps = 0
+        self.deadline = budget.Deadline()
+        self.timed_out = False
         self.exec_depth = 0
         self.main = self._load(path, source, "__main__", is_main=True)
 
@@ -225,11 +230,11 @@ class Interpreter:
         if key in self.modules:
             return self.modules[key]
         self.modules[key] = None  # import cycles see nothing
-        if len(self.modules) > MAX_SIBLINGS or target.stat().st_size > MAX_SIBLING_BYTES:
+        if len(self.modules) > MAX_SIBLINGS:
             self.facts.note(f"did not read sibling module {target.name} (too many or too large); its names are unknown")
             return None
         try:
-            text = target.read_text(encoding="utf-8")
+            text = read_text(target, min(MAX_SIBLING_BYTES, max_file_size()), what="sibling-module budget")
             mod = self._load(target, text, dotted, is_main=False)
         except (OSError, UnicodeDecodeError, cst.ParserSyntaxError):
             self.facts.note(f"could not read sibling module {target.name}; its names are unknown")
@@ -259,6 +264,26 @@ class Interpreter:
     def code(self, node: cst.CSTNode) -> str:
         return _code_for(self.main.tree, node)
 
+    # ---- budgets (extract/budget.py) -----------------------------------------------------
+
+    def out_of_time(self) -> bool:
+        """Past the file's time budget: no statement or call is walked any more."""
+        if self.deadline.passed():
+            self.timed_out = True
+            self.steps = MAX_STEPS + 1
+            self.facts.note(f"stopped reading after {budget.MAX_SECONDS:g} s (memlint's time budget for one "
+                            "file); values set later in the file are unknown")
+        return self.timed_out
+
+    def over(self) -> Unknown:
+        self.facts.note(f"{budget.OVER} (a string over {budget.MAX_STR:,} characters, a list over "
+                        f"{budget.MAX_ITEMS:,} items or an integer over {budget.MAX_INT_BITS:,} bits) is unknown")
+        return Unknown(budget.OVER)
+
+    def sized(self, container: Any, items: Any) -> Any:
+        """A list or dict built from `items`, or Unknown when it holds more than the budget."""
+        return weigh(container, items) or self.over()
+
     # ---- statements ------------------------------------------------------------------------
 
     def exec_block(self, stmts: Any, env: Env) -> bool:
@@ -270,6 +295,8 @@ class Interpreter:
 
     def exec_stmt(self, stmt: cst.CSTNode, env: Env) -> bool:
         self.steps += 1
+        if self.timed_out or (not self.steps & 1023 and self.out_of_time()):
+            return False
         if isinstance(stmt, cst.SimpleStatementLine):
             for small in stmt.body:
                 if self.exec_small(small, env):
@@ -431,6 +458,8 @@ class Interpreter:
                 opts.append(Unknown("an item of a loop"))
         if not opts:
             return Unknown("an item of a loop")
+        if len(opts) > budget.MAX_LOOP_ITEMS:
+            return Unknown("an item of a loop over many values")
         out = opts[0]
         for o in opts[1:]:
             out = merge(out, o)
@@ -497,7 +526,7 @@ class Interpreter:
             key = self.subscript_key(target, env)
             for b in flatten(base):
                 if isinstance(b, Dict):
-                    if isinstance(key, Const):
+                    if isinstance(key, Const) and insert_fits(b, value):
                         b.items[key.value] = value
                     else:
                         b.open = True
@@ -646,7 +675,7 @@ class Interpreter:
             name = param.name.value
             env.vars[name] = kwargs[name] if name in kwargs else self.param_default(f, name)
         if isinstance(params.star_arg, cst.Param):
-            env.vars[params.star_arg.name.value] = Seq(list(args[len(positional):]), "tuple")
+            env.vars[params.star_arg.name.value] = self.sized(Seq(list(args[len(positional):]), "tuple"), args)
         if params.star_kwarg is not None:
             known = {p.name.value for p in [*positional, *params.kwonly_params]}
             env.vars[params.star_kwarg.name.value] = Dict({k: v for k, v in kwargs.items() if k not in known})
@@ -693,7 +722,7 @@ class Interpreter:
         if isinstance(v, Alts):
             return Alts(tuple(self._via(o, source, how, line, file) for o in v.options))
         if isinstance(v, Seq):
-            return Seq([self._via(x, source, how, line, file) for x in v.items], v.kind)
+            return self.sized(Seq([self._via(x, source, how, line, file) for x in v.items], v.kind), v.items)
         return v
 
     # ---- expressions -----------------------------------------------------------------------
@@ -803,7 +832,7 @@ class Interpreter:
                     continue
                 return Unknown("a starred list")
             items.append(self.ev(el.value, env))
-        return Seq(items, "tuple" if type(node) is cst.Tuple else "list")
+        return self.sized(Seq(items, "tuple" if type(node) is cst.Tuple else "list"), items)
 
     def dict_display(self, node: cst.Dict, env: Env) -> Dict:
         d = Dict({})
@@ -821,7 +850,7 @@ class Interpreter:
                 d.items[k.value] = self.ev(el.value, env)
             else:
                 d.open = True
-        return d
+        return self.sized(d, d.items.values())
 
     def name(self, node: cst.Name, env: Env) -> Any:
         n = node.value
@@ -954,13 +983,11 @@ class Interpreter:
 
     def _binop1(self, op: str, a: Any, b: Any, node: cst.CSTNode) -> Any:
         if isinstance(a, Const) and isinstance(b, Const) and op in _BINOPS:
+            if not budget.binop_fits(op, a.value, b.value):
+                return self.over()
             try:
                 if op == "Power" and isinstance(b.value, (int, float)) and abs(b.value) > 64:
                     return Unknown("a large power")
-                if op == "Multiply" and (isinstance(a.value, (str, list)) or isinstance(b.value, (str, list))):
-                    n = b.value if isinstance(a.value, (str, list)) else a.value
-                    if isinstance(n, int) and n > 10000:
-                        return Unknown("a large repetition")
                 if op == "Modulo" and isinstance(a.value, str):
                     value = a.value % b.value
                 else:
@@ -969,21 +996,23 @@ class Interpreter:
                 return Unknown("an expression that would raise")
             return self._combine(value, node, a, b)
         if isinstance(a, Seq) and isinstance(b, Seq) and op == "Add":
-            return Seq(a.items + b.items, a.kind)
+            return self.sized(Seq(a.items + b.items, a.kind), (a, b))
         if isinstance(a, Dict) and isinstance(b, Dict) and op == "BitOr":
-            return Dict({**a.items, **b.items}, a.open or b.open)
+            return self.sized(Dict({**a.items, **b.items}, a.open or b.open), (a, b))
         for x in (a, b):
             if isinstance(x, Unknown):
                 return x
         return Unknown("an expression over non-constants")
 
     def _combine(self, value: Any, node: cst.CSTNode, *parts: Const) -> Const:
+        if not budget.fits(value):
+            return self.over()
         src = weakest(*(p.source for p in parts))
         if src == "literal":
             return self.const(value, node)
         lead = next(p for p in parts if p.source != "literal")
         chain = tuple(c for p in parts for c in p.chain)
-        return Const(value, src, lead.line, chain + (f"{self.code(node)} = {value!r}",), lead.file)
+        return Const(value, src, lead.line, budget.capped(chain + (f"{self.code(node)} = {budget.shown(value)}",)), lead.file)
 
     def unary(self, node: cst.UnaryOperation, v: Any) -> Any:
         op = type(node.operator).__name__
@@ -1046,6 +1075,7 @@ class Interpreter:
     def fstring(self, node: cst.FormattedString, env: Env) -> Any:
         parts: list[str] = []
         consts: list[Const] = []
+        total = 0
         for part in node.parts:
             if isinstance(part, cst.FormattedStringText):
                 parts.append(part.value)
@@ -1058,6 +1088,8 @@ class Interpreter:
                 if not all(isinstance(s, cst.FormattedStringText) for s in part.format_spec):
                     return Unknown("an f-string with a computed format")
                 spec = "".join(s.value for s in part.format_spec)
+            if not budget.spec_fits(spec):
+                return self.over()
             try:
                 val = v.value
                 if part.conversion == "r":
@@ -1067,6 +1099,9 @@ class Interpreter:
                 parts.append(format(val, spec))
             except Exception:
                 return Unknown("an f-string that would raise")
+            total += len(parts[-1])
+            if total > budget.MAX_STR:
+                return self.over()
             consts.append(v)
         text = "".join(parts)
         if not consts:
@@ -1254,7 +1289,8 @@ class Interpreter:
         try:
             if found.stat().st_size > MAX_SIBLING_BYTES:
                 raise OSError("too large")
-            mod = self._load(found, found.read_text(encoding="utf-8"), "__exec__", is_main=False)
+            text = read_text(found, min(MAX_SIBLING_BYTES, max_file_size()), what="sibling-module budget")
+            mod = self._load(found, text, "__exec__", is_main=False)
         except (OSError, UnicodeDecodeError, cst.ParserSyntaxError):
             self.facts.note(f"exec() of {path.value}: unreadable; what it sets is unknown")
             return Const(None, "literal", self.line_of(node))
@@ -1392,16 +1428,22 @@ def _string_value(node: cst.SimpleString) -> Any:
         return None
 
 
-def _named(v: Any, how: str) -> Any:
+def _named(v: Any, how: str, memo: set | None = None) -> Any:
     """A literal bound to a name becomes a constant, inside containers too."""
     if isinstance(v, Const):
         return v.named(how) if v.source == "literal" else v
     # containers keep their identity: `node = root; node[k] = v` changes root, as in Python
-    if isinstance(v, Seq):
-        v.items[:] = [_named(x, how) for x in v.items]
-    elif isinstance(v, Dict):
-        for k, x in list(v.items.items()):
-            v.items[k] = _named(x, how)
+    # (each container visited once: a list shared twice is not walked twice, a cycle ends)
+    if isinstance(v, (Seq, Dict)):
+        memo = set() if memo is None else memo
+        if id(v) in memo:
+            return v
+        memo.add(id(v))
+        if isinstance(v, Seq):
+            v.items[:] = [_named(x, how, memo) for x in v.items]
+        else:
+            for k, x in list(v.items.items()):
+                v.items[k] = _named(x, how, memo)
     return v
 
 

@@ -54,10 +54,12 @@ def read(it: Any, path_value: Any, how: str) -> Any:
     found = find(it, ref)
     if found is None:
         return Unknown(f"{ref}: a config file read at run time, not found in the checkout")
+    from memlint.files import read_text
+
     try:
         if found.stat().st_size > MAX_CONFIG_BYTES:
             return Unknown(f"{ref}: larger than {MAX_CONFIG_BYTES // 1_000_000} MB; not read")
-        text = found.read_text(encoding="utf-8-sig")
+        text = read_text(found, encoding="utf-8-sig")  # a regular file within max-file-size
     except (OSError, UnicodeDecodeError):
         return Unknown(f"{ref}: unreadable")
     from memlint.extract.configs.document import load_text

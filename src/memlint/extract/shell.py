@@ -69,10 +69,12 @@ def _unquote(value: str) -> str:
 
 def launches(path: Path, shown: str) -> list[Launch]:
     """The training launches a shell script or Makefile runs, with their line numbers."""
+    from memlint.files import read_bytes
+
     try:
         if path.stat().st_size > _MAX_BYTES:
             return []
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = read_bytes(path).decode("utf-8", errors="replace")  # a regular file within max-file-size
     except OSError:
         return []
     make = path.name in LAUNCHER_NAMES

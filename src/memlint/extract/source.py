@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from memlint.errors import MemlintError
+from memlint.files import Refused, read_bytes
 
 # Cell magics whose body is Python that IPython runs; any other cell magic's body is data.
 _PYTHON_CELL_MAGICS = {"capture", "time", "timeit", "prun", "debug"}
@@ -20,7 +21,9 @@ _CELL_MARKER = re.compile(r"^\s*#\s*(%%|In\s*\[)")
 def read_source(path: Path) -> str:
     """The Python text to analyse for `path` (.py or .ipynb); raises MemlintError on bad input."""
     try:
-        raw = path.read_bytes()
+        raw = read_bytes(path)
+    except Refused as exc:
+        raise MemlintError(f"{path}: {exc.why}") from None
     except FileNotFoundError:
         raise MemlintError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -50,14 +53,21 @@ def notebook_cells(text: str, path: Path) -> tuple[list[str], list[int]]:
         raise MemlintError(f"{path}: not a notebook (invalid JSON at line {exc.lineno})") from None
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         raise MemlintError(f"{path}: not a notebook (no cells)")
+    from memlint.extract.budget import MAX_NOTEBOOK_CELLS
+
     lines: list[str] = []
     starts: list[int] = []
     for cell in nb["cells"]:
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
-        src = cell.get("source", "")
-        if isinstance(src, list):
+        if len(starts) == MAX_NOTEBOOK_CELLS:
+            raise MemlintError(f"{path}: not analysed: more than {MAX_NOTEBOOK_CELLS:,} code cells, over memlint's "
+                               "budget for one notebook")
+        src = cell.get("source") or ""  # null: an empty cell
+        if isinstance(src, list) and all(isinstance(x, str) for x in src):
             src = "".join(src)
+        if not isinstance(src, str):
+            raise MemlintError(f"{path}: not a notebook (a code cell's source is {type(src).__name__}, not text)")
         starts.append(len(lines))
         lines.extend(src.splitlines() or [""])
     return lines, starts

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from memlint.extract import budget
 from memlint.plan import SOURCES
 
 _RANK = {s: i for i, s in enumerate(SOURCES)}
@@ -134,6 +135,60 @@ class ModuleVal:
     env: Any
 
 
+# ---- sizes: what walking a list or dict costs (extract/budget.py has the limits) -----------
+
+def weight(v: Any) -> int:
+    """How many values an abstract list or dict holds, nested ones counted as often as they
+    appear: what walking it costs. Kept on the container (`_weight`), so the check is an
+    attribute read; a container built without `weigh` is weighed on first use."""
+    w = getattr(v, "_weight", None)
+    if w is not None:
+        return w
+    if type(v) is Seq or type(v) is Dict:
+        w = 1
+        for x in (v.items.values() if type(v) is Dict else v.items):
+            w += weight(x)
+            if w > budget.MAX_ITEMS:
+                break
+        v._weight = w
+        return w
+    return 1
+
+
+def weigh(container: Any, items: Any) -> Any:
+    """Set `container`'s weight from its items; None when it is over the budget."""
+    w = 1
+    for x in items:
+        w += weight(x)
+    if w > budget.MAX_ITEMS:
+        return None
+    container._weight = w
+    return container
+
+
+def insert_fits(container: Any, value: Any) -> bool:
+    """`d[k] = value` on an abstract dict: within the budget, and not a cycle (`d["self"] = d`)."""
+    w = weight(value)
+    if weight(container) + w > budget.MAX_ITEMS:
+        return False
+    if (type(value) is Seq or type(value) is Dict) and _holds(value, container):
+        return False
+    container._weight = weight(container) + w
+    return True
+
+
+def _holds(v: Any, target: Any) -> bool:
+    stack, seen = [v], set()
+    while stack:
+        x = stack.pop()
+        if x is target:
+            return True
+        if (type(x) is Seq or type(x) is Dict) and id(x) not in seen:
+            seen.add(id(x))
+            stack.extend(x.items.values() if type(x) is Dict else x.items)
+    return False
+
+
 def weakest(*sources: str) -> str:
     return max(sources, key=lambda s: _RANK.get(s, 0)) if sources else "literal"
 
@@ -156,6 +211,8 @@ def merge(a: Any, b: Any) -> Any:
         if any(_same(o, p) for p in opts):
             continue
         opts.append(o)
+    if len(opts) > budget.MAX_ALTERNATIVES:
+        return Unknown("one of too many alternatives")
     return opts[0] if len(opts) == 1 else Alts(tuple(opts))
 
 

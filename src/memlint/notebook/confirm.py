@@ -23,12 +23,45 @@ class Confirmation:
     notes: list[str] = field(default_factory=list)
 
 
+def _to_host(t: Any) -> Any:
+    """A copy of one tensor in host memory (the tests inject a failure here)."""
+    return t.detach().to("cpu", copy=True)
+
+
+def _to_device(saved: Any, device: Any) -> Any:
+    return saved.to(device)
+
+
+def _run_all(actions: list) -> None:
+    """Run every action even when one is interrupted: an action that raises (a Ctrl-C, a
+    transient error) is run once more, and after all of them the first KeyboardInterrupt, or
+    an error that happened twice, is raised. A restore half done would lose the user's state."""
+    interrupt: BaseException | None = None
+    failed: BaseException | None = None
+    for act in actions:
+        for attempt in (1, 2):
+            try:
+                act()
+                break
+            except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt included, by design
+                if isinstance(exc, KeyboardInterrupt):
+                    interrupt = interrupt or exc
+                elif attempt == 2:
+                    failed = failed or exc
+    if interrupt is not None or failed is not None:
+        raise interrupt or failed  # type: ignore[misc]
+
+
 class StateSnapshot:
     """The user's state a training step can change, saved and put back bit for bit:
     trainable parameters and buffers (copied to host memory, so the GPU is not charged
     twice), gradients (moved off the device for the step), requires_grad flags, every
     module's attributes and hooks (train/eval mode, gradient-checkpointing switches,
-    enable_input_require_grads hooks), and the torch CPU/CUDA, Python and numpy RNGs."""
+    enable_input_require_grads hooks), and the torch CPU/CUDA, Python and numpy RNGs.
+
+    Transactional: everything is copied before anything is changed, so a Ctrl-C or a host OOM
+    during the copy leaves the model as it was (the gradients are cleared only once all are
+    on the host, all or none); `restore` puts back every piece even when interrupted."""
 
     def __init__(self, model: Any) -> None:
         import torch
@@ -36,43 +69,57 @@ class StateSnapshot:
         self.model = model
         self.params = unique_named(model)
         with torch.no_grad():
-            self.data = {id(p): p.detach().to("cpu", copy=True) for _, p in self.params if p.requires_grad}
-            self.buffers = [(b, b.detach().to("cpu", copy=True)) for b in model.buffers()]
+            data = {id(p): _to_host(p) for _, p in self.params if p.requires_grad}
+            buffers = [(b, _to_host(b)) for b in model.buffers()]
+            grads = {id(p): (p.grad.device, _to_host(p.grad)) for _, p in self.params if p.grad is not None}
+        self.data, self.buffers, self.grads = data, buffers, grads
         self.requires_grad = {id(p): p.requires_grad for _, p in self.params}
-        self.grads = {}
-        for _, p in self.params:
-            if p.grad is not None:
-                self.grads[id(p)] = (p.grad.device, p.grad.detach().to("cpu", copy=True))
-                p.grad = None
         self.modules = [(m, dict(m.__dict__), {k: dict(v) for k, v in m.__dict__.items() if _is_hook_dict(k, v)})
                         for m in model.modules()]
         self.rng = RngSnapshot()
+        live = [(p, p.grad) for _, p in self.params if id(p) in grads]
+        try:  # the one change before the step: the gradients leave the device
+            for p, _ in live:
+                p.grad = None
+        except BaseException:
+            for p, g in live:
+                p.grad = g
+            raise
 
     def restore(self) -> tuple[str, ...]:
         import torch
 
-        with torch.no_grad():
-            for _, p in self.params:
-                saved = self.data.get(id(p))
-                if saved is not None:
-                    p.data.copy_(saved.to(p.device))
-            for b, saved in self.buffers:
-                b.copy_(saved.to(b.device))
+        actions: list = []
         for _, p in self.params:
-            p.requires_grad_(self.requires_grad[id(p)])
-            g = self.grads.get(id(p))
-            p.grad = None if g is None else g[1].to(g[0])
-        for module, attrs, hooks in self.modules:
-            for k in [k for k in module.__dict__ if k not in attrs]:
-                del module.__dict__[k]
-            for k, v in attrs.items():
-                module.__dict__[k] = v
-            for k, saved in hooks.items():
-                live = module.__dict__[k]
-                live.clear()
-                live.update(saved)
+            saved = self.data.get(id(p))
+            if saved is not None:
+                actions.append(lambda p=p, saved=saved: p.data.copy_(_to_device(saved, p.device)))
+        actions += [lambda b=b, saved=saved: b.copy_(_to_device(saved, b.device)) for b, saved in self.buffers]
+        for _, p in self.params:
+            actions.append(lambda p=p: _put_grad(p, self.requires_grad[id(p)], self.grads.get(id(p))))
+        actions += [lambda m=m, a=a, h=h: _put_module(m, a, h) for m, a, h in self.modules]
+        rng: list[str] = []
+        actions.append(lambda: rng.extend(self.rng.restore()))
+        with torch.no_grad():
+            _run_all(actions)
         return ("trainable parameters", "buffers", "gradients", "requires_grad", "train/eval mode",
-                "gradient checkpointing", "hooks", *self.rng.restore())
+                "gradient checkpointing", "hooks", *rng)
+
+
+def _put_grad(p: Any, requires_grad: bool, saved: Any) -> None:
+    p.requires_grad_(requires_grad)
+    p.grad = None if saved is None else _to_device(saved[1], saved[0])
+
+
+def _put_module(module: Any, attrs: dict, hooks: dict) -> None:
+    for k in [k for k in module.__dict__ if k not in attrs]:
+        del module.__dict__[k]
+    for k, v in attrs.items():
+        module.__dict__[k] = v
+    for k, saved in hooks.items():
+        live = module.__dict__[k]
+        live.clear()
+        live.update(saved)
 
 
 def _is_hook_dict(key: str, value: Any) -> bool:
@@ -135,6 +182,34 @@ _PHASE_MARKERS = (
     ("model build", ("_build_model(", "_apply_lora(", "_quantize(", "._apply(")),
     ("forward", ("model(",)),  # after the build markers: "_build_model(" holds "model("
 )
+
+
+def _oom_answer(exc: BaseException, mode: str) -> str | None:
+    """The "does not fit" answer an out-of-memory error gives (None for any other error): a CUDA
+    OOM, or the in-place CPU step asking the host for more than it has."""
+    import re
+    import traceback
+
+    import torch
+
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        tried = re.search(r"Tried to allocate ([0-9.]+ [KMGT]?i?B)", str(exc))
+        peak = torch.cuda.max_memory_allocated() if mode == "cuda" else 0
+        answer = (f"does not fit: OOM in the {oom_phase(exc.__traceback__)} phase after {peak / (1 << 30):.2f} GiB "
+                  "allocated" + (f" (tried to allocate {tried.group(1)} more)" if tried else ""))
+    elif mode == "cpu" and _host_oom(exc):
+        answer = (f"does not fit in host memory: the CPU step ran out of memory in the {oom_phase(exc.__traceback__)} "
+                  f"phase ({' '.join(str(exc).split())[:160] or type(exc).__name__})")
+    else:
+        return None
+    traceback.clear_frames(exc.__traceback__)  # the frames hold the step's tensors
+    return answer
+
+
+def _host_oom(exc: BaseException) -> bool:
+    """torch's CPU allocator refusing a tensor ("DefaultCPUAllocator: can't allocate memory"), or Python's."""
+    text = str(exc)
+    return isinstance(exc, MemoryError) or "can't allocate memory" in text or "not enough memory" in text
 
 
 def oom_phase(tb: Any) -> str:
@@ -219,17 +294,10 @@ def confirm(lp: LivePlan, *, device: str = "auto", steps: int = 2, measure_fn: A
     measurement = oom = None
     try:
         measurement = measure_fn(setup, device=mode, steps=steps, model=model)
-    except torch.cuda.OutOfMemoryError as exc:
-        phase = oom_phase(exc.__traceback__)
-        import re
-
-        tried = re.search(r"Tried to allocate ([0-9.]+ [KMGT]?i?B)", str(exc))
-        peak = torch.cuda.max_memory_allocated() if mode == "cuda" else 0
-        oom = (f"does not fit: OOM in the {phase} phase after {peak / (1 << 30):.2f} GiB allocated"
-               + (f" (tried to allocate {tried.group(1)} more)" if tried else ""))
-        import traceback
-
-        traceback.clear_frames(exc.__traceback__)  # the frames hold the step's tensors
+    except (RuntimeError, MemoryError) as exc:  # torch.cuda.OutOfMemoryError is a RuntimeError
+        oom = _oom_answer(exc, mode)
+        if oom is None:
+            raise
         del exc
     finally:
         restored = snapshot.restore()

@@ -192,6 +192,11 @@ def read_model(model: Any) -> dict[str, Any]:
     if not hasattr(model, "named_parameters") or not hasattr(model, "config"):
         raise MemlintError(f"{type(model).__name__} is not a transformers/peft model (no .config)")
     base = base_model(model)
+    head = getattr(base, "get_output_embeddings", None)
+    if callable(head) and head() is None:
+        raise MemlintError(f"{type(base).__name__} has no language-model head (get_output_embeddings() is None): "
+                           "%memcheck sizes a causal-LM training step; pass the model with its head "
+                           "(the …ForCausalLM, not its .model)")
     params = trainable = 0
     dtypes: dict[str, int] = {}
     for n, p in unique_named(model):

@@ -7,6 +7,7 @@ Load with `%load_ext memlint`. IPython, torch and transformers are imported in m
 from __future__ import annotations
 
 import os
+import random
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -57,6 +58,19 @@ class MemcheckMagics(Magics):
         usage = "usage: " + " ".join(self.memcheck.parser.format_usage().replace("::", " ").split())
         if args.steps is not None and not 1 <= args.steps <= 3:
             raise UsageError(f"--steps must be 1, 2 or 3\n{usage}")
+        for flag in ("batch", "seq"):
+            if getattr(args, flag) is not None and getattr(args, flag) < 1:
+                raise UsageError(f"--{flag} must be at least 1\n{usage}")
+        rng = random.getstate()  # memlint's own work (its imports included) leaves `random` as it was
+        try:
+            result = self._memcheck(args, usage, cell)
+        finally:
+            random.setstate(rng)
+        if cell is not None and args.run:
+            self.shell.run_cell(cell)
+        return result
+
+    def _memcheck(self, args: Any, usage: str, cell: str | None) -> MemcheckResult:
         try:
             if cell is not None:
                 if args.target is not None:
@@ -78,8 +92,6 @@ class MemcheckMagics(Magics):
 
             display(result)
             result._shown_in = ip.execution_count
-        if cell is not None and args.run:
-            ip.run_cell(cell)
         return result
 
     # ---- settings ---------------------------------------------------------------------
@@ -205,5 +217,14 @@ def _known_gpu(name: str) -> bool:
 
 
 def load_ipython_extension(ip: Any) -> None:
-    """`%load_ext memlint`: register %memcheck / %%memcheck."""
+    """`%load_ext memlint`: register %memcheck / %%memcheck. rich is imported here, with the
+    global `random` state put back: rich.style draws getrandbits(24) on import, and the first
+    %memcheck must not move the user's seeded sequence."""
+    state = random.getstate()
+    try:
+        import rich.console  # noqa: F401
+        import rich.style  # noqa: F401
+        import rich.table  # noqa: F401
+    finally:
+        random.setstate(state)
     ip.register_magics(MemcheckMagics)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from memlint.vocab import gib
+from memlint.vocab import gib, printable
 
 
 def fit_summary(results, out: TextIO, min_headroom: float | None = None) -> None:
@@ -23,6 +23,6 @@ def fit_summary(results, out: TextIO, min_headroom: float | None = None) -> None
         else:
             where = "fits none of the common GPUs"
         per = f" per GPU of {est.setup.gpus}" if est.setup.gpus > 1 else ""
-        out.write(f"{r.plan.shown}: peak {gib(est.peak, 1)} GiB{per}; {where} (pass --gpu to check one)\n")
+        out.write(f"{printable(r.plan.shown)}: peak {gib(est.peak, 1)} GiB{per}; {where} (pass --gpu to check one)\n")
     if len(shown) > 10:
         out.write(f"… and {len(shown) - 10} more files with an estimate (pass --gpu to check them)\n")

@@ -7,7 +7,7 @@ import json
 from typing import Any, TextIO
 
 from memlint.diff import DiffResult, FieldChange, FileDiff
-from memlint.vocab import GIB, gib, signed_gib
+from memlint.vocab import GIB, gib, printable, signed_gib
 
 # A component change smaller than this (bytes) is noise in a review: 0.01 GiB.
 _SHOWN = GIB // 100
@@ -212,7 +212,20 @@ def markdown(r: DiffResult, out: TextIO) -> None:
         out.write(f"\nBudget: a script's peak may grow by at most {r.budget} ({verdict}).\n")
 
 
+class _Printable:
+    """A stream whose lines are written through vocab.printable: paths, keys and values come
+    from the repository under review."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    def write(self, text: str) -> int:
+        return self.out.write("\n".join(printable(part) for part in text.split("\n")))
+
+
 def write_diff(r: DiffResult, fmt: str, out: TextIO) -> None:
+    if fmt != "json":
+        out = _Printable(out)  # type: ignore[assignment]
     if fmt == "json":
         out.write(json.dumps(to_json(r), indent=2) + "\n")
     elif fmt == "github":

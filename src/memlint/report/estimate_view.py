@@ -7,6 +7,7 @@ from typing import Any, Mapping
 from memlint.estimate import Estimate
 from memlint.estimate.levers import largest_batch, longest_seq
 from memlint.gpu import MIN_HEADROOM, Fit, Gpu, common_gpus, find_gpu, fit_of
+from memlint.report import markup
 from memlint.vocab import gib
 
 
@@ -76,15 +77,15 @@ def render(est: Estimate, targets, console, extra: Mapping[str, int] | None = No
     from rich.table import Table
 
     m = est.setup.model
-    console.print(f"[bold]{m.id}[/bold]  {m.params:,} params, {est.trainable_params:,} trainable "
+    console.print(f"[bold]{markup(m.id)}[/bold]  {m.params:,} params, {est.trainable_params:,} trainable "
                   f"([dim]{m.source}[/dim])")
-    console.print(f"{describe(est)}  [dim]accounting: {est.accounting}[/dim]")
+    console.print(f"{markup(describe(est))}  [dim]accounting: {est.accounting}[/dim]")
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     table.add_column("component")
     table.add_column("GiB / GPU" if est.ranks == 1 else f"GiB per GPU (rank) of {est.ranks}", justify="right")
     table.add_column("how", overflow="fold")
     for name, c in est.components.items():
-        table.add_row(name, gib(c.bytes), c.formula)
+        table.add_row(name, gib(c.bytes), markup(c.formula))
     if est.paged_optimizer:
         table.add_row("[dim]paged optimizer[/dim]", f"[dim]{gib(est.paged_optimizer)}[/dim]",
                       "[dim]unified memory, not in the peak[/dim]")
@@ -108,7 +109,7 @@ def render(est: Estimate, targets, console, extra: Mapping[str, int] | None = No
     for g in targets:
         f = fit[g.label]
         word = f.verdict()
-        cells = [g.label, gib(g.total), f"[{colour.get(word, 'red')}]{word}[/]", gib(f.free), str(best[g.label])]
+        cells = [markup(g.label), gib(g.total), f"[{colour.get(word, 'red')}]{word}[/]", gib(f.free), str(best[g.label])]
         if len(targets) == 1:
             cells.append(str(longest_seq(est.setup, g, est.accounting, min_headroom) if not f.missing else 0))
         rows.add_row(*cells)
@@ -116,4 +117,4 @@ def render(est: Estimate, targets, console, extra: Mapping[str, int] | None = No
     console.print(f"[dim]fits: at least {min_headroom:.0%} of the GPU free (tight: less; no: over, or a capability "
                   "the GPU lacks)[/dim]")
     for note in est.assumptions:
-        console.print(f"[dim]- {note}[/dim]")
+        console.print(f"[dim]- {markup(note)}[/dim]")

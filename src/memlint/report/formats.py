@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping, Sequence, TextIO
 from memlint.errors import MemlintError
 from memlint.plan import Span
 from memlint.rules.base import FileResult, Finding, Rule
-from memlint.vocab import COMPONENTS, GIB, gib
+from memlint.vocab import COMPONENTS, GIB, gib, printable
 
 FORMATS = ("concise", "full", "json", "json-lines", "github", "gitlab", "junit", "sarif")
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -154,8 +154,8 @@ def _head(f: Finding, paint: _Paint, show_fixes: bool, r: FileResult | None = No
     mark = f"{paint('[', 'bold')}{paint('*', 'cyan')}{paint(']', 'bold')} " if _fixable(f, show_fixes) else ""
     cell, row = r.position(s.line) if r is not None and s.path == r.path else (None, s.line)
     where = f"cell {cell}{sep}{row}" if cell is not None else str(row)  # Ruff's notebook form
-    return (f"{paint(s.path, 'bold')}{sep}{where}{sep}{s.col}{sep} "
-            f"{paint(f.code, 'red', 'bold')} {mark}{f.message}")
+    return (f"{paint(printable(s.path), 'bold')}{sep}{where}{sep}{s.col}{sep} "
+            f"{paint(f.code, 'red', 'bold')} {mark}{printable(f.message)}")
 
 
 # ---- concise --------------------------------------------------------------------------
@@ -219,7 +219,7 @@ def _snippet(r: FileResult, f: Finding, paint: _Paint, width: int | None = None)
         gutter = paint(" " * gw + " |", "blue", "bold")
         rows.append(gutter)
         for n in range(lo, hi + 1):
-            line = r.lines[n - 1].rstrip("\r\n")
+            line = printable(r.lines[n - 1].rstrip("\r\n"))
             rows.append(f"{paint(str(r.position(n)[1]).rjust(gw) + ' |', 'blue', 'bold')}{' ' + line if line else ''}")
             if n == s.line:
                 carets = "^" * (_end_col(text, s.col) - s.col)
@@ -233,12 +233,12 @@ def _snippet(r: FileResult, f: Finding, paint: _Paint, width: int | None = None)
         where = f"{rel.span.path}:{f'cell {cell}:' if cell is not None else ''}{row}:{rel.span.col}"
         src = _line_text(r, rel.span)
         tail = f": {src.strip()}" if src and src.strip() else ""
-        rows.append(f"{pad} {paint('=', 'blue', 'bold')} {rel.label}: {where}{tail}")
+        rows.append(f"{pad} {paint('=', 'blue', 'bold')} {printable(f'{rel.label}: {where}{tail}')}")
     if f.fix is not None:
-        rows.append(f"{pad} {paint('=', 'blue', 'bold')} {paint('fix', 'cyan', 'bold')}: {f.fix.title}"
+        rows.append(f"{pad} {paint('=', 'blue', 'bold')} {paint('fix', 'cyan', 'bold')}: {printable(f.fix.title)}"
                     f" ({f.fix.applicability})")
     if f.hint:
-        hint = _wrap(f.hint, width, len(pad) + 9, len(pad) + 9) if width else f.hint
+        hint = _wrap(printable(f.hint), width, len(pad) + 9, len(pad) + 9) if width else printable(f.hint)
         rows.append(f"{pad} {paint('=', 'blue', 'bold')} {paint('help', 'cyan', 'bold')}: {hint}")
     return "".join(row + "\n" for row in rows)
 
@@ -251,11 +251,12 @@ def estimate_table(r: FileResult, paint: _Paint | None = None) -> str:
     paint = paint or _Paint(False)
     ctx = r.context
     est = getattr(ctx, "estimate", None)
-    title = paint(f"{r.path}: estimate", "bold")
+    title = paint(f"{printable(r.path)}: estimate", "bold")
     if est is None:
-        return f"{title}: none, {_why_no_estimate(ctx)}\n"
+        return f"{title}: none, {printable(_why_no_estimate(ctx))}\n"
     setup = getattr(est, "setup", None)
     model = getattr(getattr(setup, "model", None), "id", None)
+    model = printable(model) if model else model
     shape = f", micro-batch {setup.batch} × {setup.seq}" if setup is not None else ""
     gpus = getattr(setup, "gpus", 1) or 1
     if gpus > 1:  # sharded or data-parallel: every number is one rank's
@@ -362,12 +363,12 @@ def _github(results: Sequence[FileResult], out: TextIO) -> None:
         level = GITHUB_LEVELS.get(f.severity, "warning")
         props = ",".join([
             f"title={escape_property(f'memlint ({f.code})')}",
-            f"file={escape_property(s.path)}",
+            f"file={printable(escape_property(s.path))}",
             f"line={line}", f"col={col}", f"endLine={end_line}", f"endColumn={end_col}",
         ])
         cell, row = r.position(s.line) if s.path == r.path else (None, s.line)
         where = f"cell {cell}:{row}" if cell is not None else str(row)
-        out.write(f"::{level} {props}::{escape_data(f'{s.path}:{where}:{s.col}: {f.code} {f.message}')}\n")
+        out.write(f"::{level} {props}::{printable(escape_data(f'{s.path}:{where}:{s.col}: {f.code} {f.message}'))}\n")
 
 
 # ---- gitlab ---------------------------------------------------------------------------
@@ -454,11 +455,12 @@ def _uri(path: str) -> tuple[str, str | None]:
     if os.path.isabs(path):
         rel = os.path.relpath(path)
         if rel.startswith(".."):
-            return "file://" + quote(p if p.startswith("/") else "/" + p, safe="/:"), None
+            return "file://" + quote((p if p.startswith("/") else "/" + p).encode("utf-8", "surrogateescape"),
+                                     safe="/:"), None
         p = rel.replace(os.sep, "/")
     if p.startswith("./"):
         p = p[2:]
-    return quote(p, safe="/"), "%SRCROOT%"
+    return quote(p.encode("utf-8", "surrogateescape"), safe="/"), "%SRCROOT%"
 
 
 def _physical(span: Span, end: tuple[int, int] | None = None, r: FileResult | None = None) -> dict[str, Any]:
@@ -575,7 +577,7 @@ def write_statistics(stats: Sequence[tuple[str, str, int, bool]], out: TextIO, f
     for code, name, n, fx in stats:
         mark = (f"[{paint('*', 'cyan')}] " if fx else "[ ] ") if any_fix else ""
         out.write(f"{paint(str(n).rjust(count_w), 'bold')}\t{paint(code.ljust(code_w), 'red', 'bold')}"
-                  f"\t{mark}{name}\n")
+                  f"\t{mark}{printable(name)}\n")
 
 
 def summary(results: Sequence[FileResult], show_fixes: bool = False) -> str:

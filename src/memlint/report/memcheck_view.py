@@ -10,7 +10,7 @@ import io
 from dataclasses import dataclass, field
 from typing import Any
 
-from memlint.vocab import COMPONENTS, GIB
+from memlint.vocab import COMPONENTS, GIB, printable
 
 
 def _gib(n: int | None, unit: int = GIB) -> str:
@@ -28,9 +28,14 @@ class Section:
 
 
 def sections(r: Any) -> list[Section]:
-    if r.kind in ("file", "cell"):
-        return static_sections(r)
-    return live_sections(r)
+    """The report's sections, every string through vocab.printable (paths, model ids and
+    messages come from the user's files and objects): the text and the HTML show the same."""
+    out = static_sections(r) if r.kind in ("file", "cell") else live_sections(r)
+    for s in out:
+        s.title = printable(s.title)
+        s.lines = [printable(x) for x in s.lines]
+        s.rows = [tuple(printable(c) for c in row) for row in s.rows]
+    return out
 
 
 def live_sections(r: Any) -> list[Section]:
@@ -209,7 +214,7 @@ def rich_parts(sections: list[Section]) -> list[Any]:
                 t.add_column(col, justify="right" if col.endswith(("GiB", "MiB")) or col == "error" else "left",
                              overflow="fold")
             for row in s.rows:
-                t.add_row(*row)
+                t.add_row(*(Text(c) for c in row))  # a cell is text, never rich markup
             out.append(t)
     return out
 

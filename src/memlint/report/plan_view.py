@@ -6,6 +6,7 @@ from typing import Any
 
 from memlint.errors import MemlintError
 from memlint.plan import PLAN_FIELDS, TrainingPlan
+from memlint.report import markup
 
 
 def _fmt(value: Any) -> str:
@@ -20,27 +21,27 @@ def render_plan(plan: TrainingPlan, est_doc, detail, console, conditional=None) 
 
     from memlint.report.estimate_view import render
 
-    console.print(f"[bold]{plan.shown}[/bold]")
+    console.print(f"[bold]{markup(plan.shown)}[/bold]")
     table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
     for col in ("field", "value", "source", "line"):
         table.add_column(col)
     for name in PLAN_FIELDS:
         v = plan.get(name)
         style = "dim" if v.source in ("unknown", "library-default") else ""
-        table.add_row(name, _fmt(v.value), v.source, str(v.line or ""), style=style)
+        table.add_row(name, markup(_fmt(v.value)), v.source, str(v.line or ""), style=style)
     console.print(table)
     for note in plan.notes:
-        console.print(f"[dim]- {note}[/dim]")
+        console.print(f"[dim]- {markup(note)}[/dim]")
     if isinstance(detail, MemlintError):
-        console.print(f"[yellow]no estimate: {detail}[/yellow]")
+        console.print(f"[yellow]no estimate: {markup(detail)}[/yellow]")
     elif est_doc is None:
         keys = " ".join(f"--assume {k}=…" for k in detail.missing)
         console.print(f"[yellow]no estimate: unknown {', '.join(detail.missing)}; pass {keys}[/yellow]")
     if est_doc is None and conditional is not None:
-        console.print(f"[yellow]conditional answer: {conditional.text()}[/yellow]")
+        console.print(f"[yellow]conditional answer: {markup(conditional.text())}[/yellow]")
     elif est_doc is not None:
         planned, est, targets = detail
         for note in planned.notes:
-            console.print(f"[dim]- {note}[/dim]")
+            console.print(f"[dim]- {markup(note)}[/dim]")
         render(est, targets, console, min_headroom=est_doc["min_headroom"])
     console.print()

@@ -12,7 +12,9 @@ class SyntaxErrorRule(Rule):
     """
     ## What it does
     Reports a file that memlint could not parse (a syntax error in a script or a
-    notebook cell, broken YAML or JSON in a config), at the position the parser stopped.
+    notebook cell, broken YAML or JSON in a config), at the position the parser stopped,
+    and a file it did not read: not a regular file (a FIFO, a device), or over a budget
+    (`max-file-size`, a script's size), also when a script or config follows it.
 
     ## Why is this bad?
     Nothing in the file can be checked: no plan, no estimate, no other finding. A broken
@@ -41,7 +43,7 @@ class SyntaxErrorRule(Rule):
 
     def check(self, ctx: Context) -> Iterator[Finding]:
         for d in ctx.plan.diagnostics:
-            if d.kind in ("syntax-error", "unreadable"):
+            if d.kind in ("syntax-error", "unreadable", "not-read"):  # not-read: a file it follows, refused
                 yield self.finding(ctx, d.message, d.span)
 
 

@@ -21,7 +21,6 @@ __all__ = ["CONFIG_SUFFIXES", "FORMATS", "detect", "detect_file", "read_config",
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
 FORMATS = ("axolotl", "llama-factory", "trl-recipe", "torchtune", "litgpt", "llm-foundry", "oumi", "llmtune", "deepspeed", "accelerate")
 _LAUNCHERS = ("deepspeed", "accelerate")
-_MAX_BYTES = 2_000_000  # a training config is a few kB; anything this large is data, not a config
 
 _AXOLOTL = {"adapter", "micro_batch_size", "sequence_len", "sample_packing", "lora_target_linear", "num_epochs",
             "pad_to_sequence_len", "flash_attention", "val_set_size", "load_in_4bit", "load_in_8bit", "datasets"}
@@ -77,12 +76,14 @@ def detect(top_keys: tuple[str, ...] | set[str], name: str = "", text: str = "")
 
 
 def _read_text(path: Path, shown: str) -> str:
+    from memlint.files import Refused, read_text
+
     try:
-        if path.stat().st_size > _MAX_BYTES:
-            raise MemlintError(f"{shown}: larger than {_MAX_BYTES // 1_000_000} MB; not a training config")
-        return path.read_text(encoding="utf-8-sig")
+        return read_text(path, encoding="utf-8-sig")
     except UnicodeDecodeError:
         raise MemlintError(f"{shown}: not UTF-8 text") from None
+    except Refused as exc:
+        raise MemlintError(f"{shown}: {exc.why}") from None
     except OSError as exc:
         raise MemlintError(f"{shown}: cannot read ({exc.strerror or exc.__class__.__name__})") from None
 
@@ -90,10 +91,12 @@ def _read_text(path: Path, shown: str) -> str:
 def _load(path: Path, shown: str, text: str | None = None):
     from memlint.extract.configs.document import load_text
 
+    from memlint.files import max_file_size
+
     if text is None:
         text = _read_text(path, shown)
-    elif len(text) > _MAX_BYTES:
-        raise MemlintError(f"{shown}: larger than {_MAX_BYTES // 1_000_000} MB; not a training config")
+    elif len(text) > max_file_size():
+        raise MemlintError(f"{shown}: not read: over the max-file-size of {max_file_size():,} bytes")
     doc = load_text(text, shown, is_json=path.suffix.lower() == ".json")
     keys = set(doc.top_keys)
     if doc.ok:  # "section.key" markers (model.model_name, model.hf_model_ckpt) and torchtune's nested _component_

@@ -118,6 +118,20 @@ class _TooBig(Exception):
     pass
 
 
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _too_deep(text: str) -> bool:
+    """Flow brackets nested past _MAX_DEPTH: refused before PyYAML recurses into them (a 5,000-deep
+    `[[[…]]]` took seconds to reach the recursion limit). Brackets in quoted strings count too."""
+    depth = 0
+    for m in _BRACKETS.finditer(text):
+        depth += 1 if m.group() in "[{" else -1
+        if depth > _MAX_DEPTH:
+            return True
+    return False
+
+
 def top_keys(text: str, is_json: bool) -> tuple[str, ...]:
     """Top-level keys, cheaply: json.loads (C-fast) for JSON, a line scan for YAML and broken JSON;
     enough to tell the format, also of a file that does not parse."""
@@ -148,6 +162,10 @@ def load_text(text: str, shown: str, is_json: bool = False) -> Document:
         # YAML reads JSON for the key positions; tabs are only legal between JSON tokens, and
         # YAML refuses them there, so spaces take their place (columns stay the same).
         text = text.replace("\t", " ")
+    if _too_deep(text):
+        doc.diagnostics.append(Diagnostic("unreadable", f"nested more than {_MAX_DEPTH} levels deep: not read",
+                                          Span(shown, 1, 1)))
+        return doc
     loader = _Loader(text)
     try:
         try:
@@ -162,6 +180,9 @@ def load_text(text: str, shown: str, is_json: bool = False) -> Document:
             return doc
         except yaml.YAMLError as exc:
             doc.diagnostics.append(Diagnostic("syntax-error", f"YAML: {exc}", Span(shown, 1, 1)))
+            return doc
+        except RecursionError:  # PyYAML composes recursively: block nesting deep enough to exhaust the stack
+            doc.diagnostics.append(Diagnostic("unreadable", "nested too deeply to read", Span(shown, 1, 1)))
             return doc
         if node is None:
             doc.data = {} if not is_json else json_data

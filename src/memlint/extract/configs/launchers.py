@@ -11,6 +11,7 @@ from pathlib import Path
 from memlint.extract.configs import frameworks
 from memlint.extract.configs.common import Bad, Reader, near, shown_near
 from memlint.extract.configs.document import Document, load_text
+from memlint.files import read_text
 from memlint.plan import Diagnostic, Span, Value
 
 _OFFLOAD_DEVICES = ("cpu", "nvme")
@@ -29,7 +30,7 @@ class LaunchFacts:
 
 
 def read_json_doc(shown: str, path: Path) -> Document:
-    return load_text(path.read_text(encoding="utf-8"), shown, is_json=True)
+    return load_text(read_text(path), shown, is_json=True)
 
 
 def find_deepspeed(config: Path, shown_config: str, ref: str) -> tuple[Document | None, str]:
