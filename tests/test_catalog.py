@@ -10,10 +10,10 @@ from memlint.errors import MemlintError
 from conftest import needs_torch
 
 
-def test_catalog_covers_forty_models_across_twelve_families():
+def test_catalog_covers_150_models_across_forty_families():
     fams = {resolve(i).family.split("-")[0] for i in known_ids()}
-    assert len(known_ids()) >= 40
-    assert len(fams) >= 12
+    assert len(known_ids()) >= 150
+    assert len(fams) >= 40
 
 
 def test_llama_31_8b_has_the_exact_parameter_count():
@@ -321,9 +321,23 @@ def test_a_remote_config_that_maps_inexactly_is_refused(tmp_path):
 
 
 def test_entries_added_for_real_scripts_cite_their_configs():
-    new_types = {"gpt_bigcode", "starcoder2", "mpt", "dbrx", "qwen", "chatglm", "baichuan", "internlm2"}
+    new_types = {"gpt_bigcode", "starcoder2", "mpt", "dbrx", "qwen", "chatglm", "baichuan", "internlm2", "olmo"}
     cited = [e for i, e in entries().items() if e["model_type"] in new_types or i.startswith(("01-ai/", "lmsys/", "bigscience/bloom-"))]
-    assert len(cited) >= 25 and all("huggingface.co" in e.get("ref", "") for e in cited)
+    assert len(cited) >= 30 and all("huggingface.co" in e.get("ref", "") for e in cited)
+    # Only the first catalog's entries (copied from the official repositories) go without a link.
+    assert sum("huggingface.co" in e.get("ref", "") for e in entries().values()) >= 104
+
+
+def test_new_families_carry_their_shape_facts():
+    olmo = resolve("allenai/OLMo-1B-hf")  # OLMo's LayerNorm has no parameters
+    assert olmo.groups["norms"] == 0 and olmo.tied_embeddings and olmo.arch["mlp"] == "gated"
+    mix = resolve("mistralai/Mixtral-8x22B-v0.1")
+    assert mix.groups["experts"] == 56 * 8 * 3 * 6144 * 16384 and mix.arch["experts_per_token"] == 2
+    assert resolve("mistralai/Mixtral-8x22B-Instruct-v0.1").vocab == 32768
+    mpt = resolve("mosaicml/mpt-7b")
+    assert (mpt.intermediate, mpt.tied_embeddings, mpt.arch["max_position_embeddings"]) == (4 * 4096, True, 2048)
+    assert resolve("bigcode/starcoderbase-1b").kv_heads == 1  # multi-query attention
+    assert resolve("databricks/dbrx-instruct").intermediate == 10752
 
 
 @needs_torch
