@@ -10,10 +10,10 @@ from memlint.errors import MemlintError
 from conftest import needs_torch
 
 
-def test_catalog_covers_forty_models_across_twelve_families():
+def test_catalog_covers_150_models_across_forty_families():
     fams = {resolve(i).family.split("-")[0] for i in known_ids()}
-    assert len(known_ids()) >= 40
-    assert len(fams) >= 12
+    assert len(known_ids()) >= 150
+    assert len(fams) >= 40
 
 
 def test_llama_31_8b_has_the_exact_parameter_count():
@@ -97,7 +97,8 @@ def test_directory_without_config_is_an_error(tmp_path):
 
 @needs_torch
 @pytest.mark.parametrize("model_id", ["meta-llama/Llama-3.1-8B", "Qwen/Qwen2.5-0.5B", "openai-community/gpt2",
-                                      "EleutherAI/pythia-160m", "google/gemma-2-2b"])
+                                      "EleutherAI/pythia-160m", "google/gemma-2-2b", "Qwen/Qwen-7B",
+                                      "THUDM/chatglm-6b", "bigcode/starcoderbase-1b"])
 def test_catalog_entries_rederive_with_transformers(model_id):
     from memlint.catalog.meta import count_on_meta
 
@@ -191,6 +192,159 @@ def test_family_facts_are_fields_of_each_entry(model_id):
     from memlint.catalog.families import arch_facts, linear_role
 
     entry = entries()[model_id]
-    facts = arch_facts(entry["model_type"])
+    # A remote-code family carries the facts and roles of the transformers family it is counted as,
+    # each real projection the role of the transformers projections it fuses (catalog/remote.py).
+    facts = arch_facts(entry.get("counted_as", entry["model_type"]))
     assert {k: entry["arch"][k] for k in facts} == facts
-    assert {n: d["role"] for n, d in entry["linear_modules"].items()} == {n: linear_role(n) for n in entry["linear_modules"]}
+    parts = entry.get("module_names", {})
+    assert {n: d["role"] for n, d in entry["linear_modules"].items()} == {
+        n: linear_role(parts.get(n, [n])[0]) for n in entry["linear_modules"]}
+
+
+# Published totals the counts must reproduce. calflops' README (github.com/MrYxJ/calculate-flops.pytorch,
+# "Large Language Model" table, Params(Total) column) lists the counts of the loaded checkpoints, the
+# remote-code ones among them; BLOOM-7B1's model card gives its total and its embedding parameters.
+@pytest.mark.parametrize("model_id,params", [
+    ("bigscience/bloom-7b1", 7_069_016_064), ("bigscience/bloom-1b7", 1_722_408_960),
+    ("Qwen/Qwen-7B", 7_721_324_544), ("THUDM/chatglm2-6b", 6_243_584_000),
+    ("THUDM/chatglm-6b", 6_173_286_400), ("baichuan-inc/Baichuan-7B", 7_000_559_616),
+])
+def test_new_entries_match_published_totals(model_id, params):
+    assert resolve(model_id).params == params
+
+
+def test_bloom_7b1_embeddings_and_yi_6b_match_their_published_figures():
+    assert resolve("bigscience/bloom-7b1").groups["embeddings"] == 1_027_604_480  # model card
+    assert round(resolve("01-ai/Yi-6B").params / 1e9, 3) == 6.061  # Open LLM Leaderboard's request file
+    dbrx = resolve("databricks/dbrx-instruct")  # model card: 132B total, 16 experts, 4 chosen
+    assert round(dbrx.params / 1e9) == 132 and (dbrx.arch["num_experts"], dbrx.arch["experts_per_token"]) == (16, 4)
+
+
+@pytest.mark.parametrize("model_id,names", [
+    ("Qwen/Qwen-7B", {"attn.c_attn": (4096, 3 * 4096, True), "attn.c_proj": (4096, 4096, False),
+                      "mlp.w1": (4096, 11008, False), "mlp.w2": (4096, 11008, False), "mlp.c_proj": (11008, 4096, False)}),
+    ("baichuan-inc/Baichuan2-7B-Base", {"self_attn.W_pack": (4096, 3 * 4096, False), "self_attn.o_proj": (4096, 4096, False),
+                                        "mlp.gate_proj": (4096, 11008, False), "mlp.up_proj": (4096, 11008, False),
+                                        "mlp.down_proj": (11008, 4096, False)}),
+    ("THUDM/chatglm2-6b", {"self_attention.query_key_value": (4096, 4096 + 2 * 2 * 128, True),
+                           "self_attention.dense": (4096, 4096, False), "mlp.dense_h_to_4h": (4096, 2 * 13696, False),
+                           "mlp.dense_4h_to_h": (13696, 4096, False)}),
+    ("THUDM/chatglm-6b", {"attention.query_key_value": (4096, 3 * 4096, True), "attention.dense": (4096, 4096, True),
+                          "mlp.dense_h_to_4h": (4096, 16384, True), "mlp.dense_4h_to_h": (16384, 4096, True)}),
+    ("internlm/internlm2-chat-7b", {"attention.wqkv": (4096, 4096 + 2 * 8 * 128, False), "attention.wo": (4096, 4096, False),
+                                    "feed_forward.w1": (4096, 14336, False), "feed_forward.w3": (4096, 14336, False),
+                                    "feed_forward.w2": (14336, 4096, False)}),
+])
+def test_remote_code_models_keep_their_real_linear_names(model_id, names):
+    spec = resolve(model_id)
+    assert spec.counted_as is not None
+    assert {l.name: (l.in_features, l.out_features, l.bias) for l in spec.layer_linears()} == names
+
+
+def test_remote_code_roles_follow_what_each_projection_reads():
+    # Qwen's mlp.w2 is the gate (w1(x) * silu(w2(x))): it reads the normed residual, unlike a Mixtral w2.
+    roles = {l.name: l.role for l in resolve("Qwen/Qwen-7B").linears}
+    assert roles == {"attn.c_attn": "attn_in", "attn.c_proj": "attn_out", "mlp.w1": "mlp_in", "mlp.w2": "mlp_in",
+                     "mlp.c_proj": "mlp_out", "lm_head": "head"}
+    assert {l.name: l.role for l in resolve("internlm/internlm2-chat-7b").layer_linears()}["feed_forward.w2"] == "mlp_out"
+
+
+@pytest.mark.parametrize("model_id,targets,hit", [
+    ("baichuan-inc/Baichuan2-13B-Base", ("W_pack",), "self_attn.W_pack"),
+    ("Qwen/Qwen-7B-Chat", ("c_attn",), "attn.c_attn"),
+    ("THUDM/chatglm3-6b", ("query_key_value",), "self_attention.query_key_value"),
+    ("internlm/internlm2-7b", ("wqkv",), "attention.wqkv"),
+    ("mosaicml/mpt-7b", ("Wqkv",), "attn.Wqkv"),
+    ("bigcode/starcoderbase-1b", ("c_attn",), "attn.c_attn"),
+])
+def test_lora_targets_in_real_scripts_hit_the_fused_projections(model_id, targets, hit):
+    from memlint.estimate.model_state import lora_modules, lora_params
+
+    spec = resolve(model_id)
+    mods = lora_modules(spec, targets)
+    assert [m.name for m in mods] == [hit]
+    m = mods[0]
+    assert lora_params(spec, 8, targets) == 8 * (m.in_features + m.out_features) * spec.layers
+
+
+def test_peft_default_targets_follow_the_remote_model_type():
+    from memlint.library.defaults import lora_default_targets
+
+    assert resolve("THUDM/chatglm2-6b").model_type == "chatglm"
+    assert lora_default_targets("chatglm").value == ("query_key_value",)
+    assert lora_default_targets("qwen") is None  # peft has no default for Qwen v1: it raises
+
+
+@pytest.mark.parametrize("alias,canonical", [
+    ("lmsys/vicuna-7b-v1.5", "meta-llama/Llama-2-7b-hf"), ("lmsys/vicuna-13b-v1.5", "meta-llama/Llama-2-13b-hf"),
+    ("PY007/TinyLlama-1.1B-intermediate-step-240k-503b", "TinyLlama/TinyLlama-1.1B-Chat-v1.0"),
+    ("01-ai/Yi-6B-Chat", "01-ai/Yi-6B"), ("Qwen/Qwen-7B-Chat", "Qwen/Qwen-7B"), ("bigcode/starcoder", "bigcode/starcoderbase"),
+    ("THUDM/chatglm3-6b", "THUDM/chatglm3-6b-32k"), ("baichuan-inc/Baichuan2-7B-Chat", "baichuan-inc/Baichuan2-7B-Base"),
+    ("internlm/internlm2-7b", "internlm/internlm2-chat-7b"), ("mosaicml/mpt-7b-instruct", "mosaicml/mpt-7b"),
+])
+def test_new_aliases_resolve_to_their_canonical_counts(alias, canonical):
+    spec = resolve(alias)
+    assert spec.id == alias and spec.params == resolve(canonical).params
+
+
+@pytest.mark.parametrize("model_id", [i for i in sorted(entries()) if entries()[i].get("counted_as")
+                                      and closed_form(entries()[i]["counted_as"])])
+def test_remote_code_closed_form_equals_the_meta_instantiation(model_id):
+    from memlint.catalog.local import count_remote
+
+    entry = entries()[model_id]
+    got = count_remote({"model_type": entry["model_type"], **entry["config"]})
+    assert (got["params"], got["groups"], got["linear_modules"]) == (entry["params"], entry["groups"], entry["linear_modules"])
+
+
+def test_local_remote_code_configs_are_counted_without_running_their_code(tmp_path):
+    entry = entries()["THUDM/chatglm2-6b"]
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "chatglm", **entry["config"]}))
+    assert resolve(str(tmp_path)).params == entry["params"]  # the catalog's shapes
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "chatglm", **entry["config"], "num_layers": 2}))
+    small = resolve(str(tmp_path))
+    assert small.layers == 2 and small.counted_as == "qwen2" and small.model_type == "chatglm"
+    assert "self_attention.query_key_value" in {l.name for l in small.linears}
+    # InternLM2's first configs kept InternLM's model_type; their architecture says which code runs.
+    il2 = entries()["internlm/internlm2-chat-7b"]
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "internlm", "architectures": ["InternLM2ForCausalLM"],
+                                                      **il2["config"]}))
+    spec = resolve(str(tmp_path))
+    assert spec.params == il2["params"] and spec.model_type == "internlm2"
+
+
+def test_a_remote_config_that_maps_inexactly_is_refused(tmp_path):
+    cfg = {**entries()["Qwen/Qwen-7B"]["config"], "model_type": "qwen", "kv_channels": 64}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(MemlintError, match="kv_channels"):
+        resolve(str(tmp_path))
+
+
+def test_entries_added_for_real_scripts_cite_their_configs():
+    new_types = {"gpt_bigcode", "starcoder2", "mpt", "dbrx", "qwen", "chatglm", "baichuan", "internlm2", "olmo"}
+    cited = [e for i, e in entries().items() if e["model_type"] in new_types or i.startswith(("01-ai/", "lmsys/", "bigscience/bloom-"))]
+    assert len(cited) >= 30 and all("huggingface.co" in e.get("ref", "") for e in cited)
+    # Only the first catalog's entries (copied from the official repositories) go without a link.
+    assert sum("huggingface.co" in e.get("ref", "") for e in entries().values()) >= 104
+
+
+def test_new_families_carry_their_shape_facts():
+    olmo = resolve("allenai/OLMo-1B-hf")  # OLMo's LayerNorm has no parameters
+    assert olmo.groups["norms"] == 0 and olmo.tied_embeddings and olmo.arch["mlp"] == "gated"
+    mix = resolve("mistralai/Mixtral-8x22B-v0.1")
+    assert mix.groups["experts"] == 56 * 8 * 3 * 6144 * 16384 and mix.arch["experts_per_token"] == 2
+    assert resolve("mistralai/Mixtral-8x22B-Instruct-v0.1").vocab == 32768
+    mpt = resolve("mosaicml/mpt-7b")
+    assert (mpt.intermediate, mpt.tied_embeddings, mpt.arch["max_position_embeddings"]) == (4 * 4096, True, 2048)
+    assert resolve("bigcode/starcoderbase-1b").kv_heads == 1  # multi-query attention
+    assert resolve("databricks/dbrx-instruct").intermediate == 10752
+
+
+@needs_torch
+def test_family_tie_defaults_are_transformers_defaults():
+    from transformers import AutoConfig
+
+    from memlint.catalog.families import _doc, family
+
+    for mt in _doc()["families"]:
+        assert family(mt)["tie_word_embeddings"] == AutoConfig.for_model(mt).tie_word_embeddings, mt

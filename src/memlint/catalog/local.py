@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
+from memlint.catalog import remote
 from memlint.catalog.families import arch_facts, closed_form, family, linear_role
 from memlint.catalog.spec import entries, spec_from_entry
 from memlint.errors import MemlintError
@@ -24,6 +25,13 @@ SHAPE_KEYS = (
     "num_attention_heads", "n_head", "num_key_value_heads", "num_kv_heads", "head_dim",
     "vocab_size", "tie_word_embeddings", "num_local_experts", "num_experts",
     "moe_intermediate_size", "word_embed_proj_dim", "new_decoder_architecture", "multi_query",
+)
+# The keys other families spell their shapes with (MPT, DBRX, gpt_bigcode, the remote-code
+# families), compared where the catalog entry records them.
+RECORDED_SHAPE_KEYS = (
+    "d_model", "n_layers", "n_heads", "expansion_ratio", "n_inner",
+    "attn_config", "ffn_config", "num_layers", "padded_vocab_size", "ffn_hidden_size",
+    "multi_query_group_num", "multi_query_attention", "kv_channels", "inner_hidden_size", "bias",
 )
 
 
@@ -93,7 +101,8 @@ def _matches(cfg: Mapping[str, Any], entry: Mapping[str, Any]) -> bool:
         return False
     ref = {**_defaults(entry["model_type"]), **entry["config"]}
     got = {**_defaults(cfg["model_type"]), **cfg}
-    return all(got.get(k) == ref.get(k) for k in SHAPE_KEYS if k in ref or k in got)
+    return (all(got.get(k) == ref.get(k) for k in SHAPE_KEYS if k in ref or k in got)
+            and all(got.get(k) == ref[k] for k in RECORDED_SHAPE_KEYS if k in ref))
 
 
 def spec_from_config_file(path: Path, model_id: str, source: str):
@@ -102,6 +111,11 @@ def spec_from_config_file(path: Path, model_id: str, source: str):
         if _matches(cfg, entry):
             spec = spec_from_entry(model_id, entry, source=source)
             return spec
+    stand_in = remote.mapping(cfg)
+    if stand_in is not None:
+        entry = count_remote(cfg, stand_in)
+        entry["config"] = {k: v for k, v in cfg.items() if not k.startswith("_")}
+        return spec_from_entry(model_id, entry, source=source)
     if closed_form(cfg["model_type"]):
         missing = [k for k in _REQUIRED if cfg.get(k) is None]
         if missing:
@@ -110,6 +124,22 @@ def spec_from_config_file(path: Path, model_id: str, source: str):
         entry["config"] = _config_of(cfg)
         return spec_from_entry(model_id, entry, source=source)
     return _count_with_transformers(cfg, model_id, source, path)
+
+
+def count_remote(cfg: Mapping[str, Any], stand_in: "remote.Remote | None" = None) -> dict[str, Any]:
+    """A remote-code config counted as its transformers stand-in (remote.py): in closed form where
+    the stand-in's family has one, else on the meta device; the remote code's names put back."""
+    stand_in = stand_in or remote.mapping(cfg)
+    if closed_form(stand_in.counted_as):
+        counted = count_llama_like({"model_type": stand_in.counted_as, **stand_in.config})
+    else:
+        from memlint.catalog.meta import count_on_meta  # needs the 'catalog' extra
+
+        counted = count_on_meta(stand_in.counted_as, stand_in.config)
+    entry = remote.apply(stand_in, counted)
+    entry.update(family=stand_in.model_type, model_type=stand_in.model_type,
+                 torch_dtype=cfg.get("torch_dtype") or cfg.get("dtype") or "float32")
+    return entry
 
 
 def count_llama_like(cfg: Mapping[str, Any]) -> dict[str, Any]:

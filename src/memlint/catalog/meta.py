@@ -25,6 +25,11 @@ def _normalise_arch(model_type: str, cfg) -> dict:
         kv = 1 if getattr(cfg, "multi_query", False) else heads
     head_dim = get("head_dim", default=None) or hidden // heads
     inter = get("intermediate_size", "ffn_dim", "n_inner", default=None)
+    ffn = getattr(cfg, "ffn_config", None)  # DBRX keeps its (expert) MLP shape in ffn_config
+    if inter is None and getattr(ffn, "ffn_hidden_size", None):
+        inter = ffn.ffn_hidden_size
+    if inter is None and getattr(cfg, "expansion_ratio", None):  # MPT: d_model * expansion_ratio
+        inter = int(cfg.expansion_ratio * hidden)
     if inter is None:
         inter = 4 * hidden
     arch = {
@@ -36,14 +41,17 @@ def _normalise_arch(model_type: str, cfg) -> dict:
         "num_kv_heads": kv,
         "head_dim": head_dim,
         "vocab_size": cfg.vocab_size,
-        "max_position_embeddings": get("max_position_embeddings", "n_positions"),
+        "max_position_embeddings": get("max_position_embeddings", "n_positions", "max_seq_len", "seq_length"),
         **arch_facts(model_type),
         "tie_word_embeddings": bool(getattr(cfg, "tie_word_embeddings", False)),
     }
     experts = get("num_local_experts", "num_experts", default=None)
+    per_token = get("num_experts_per_tok")
+    if experts is None and getattr(ffn, "moe_num_experts", None):
+        experts, per_token = ffn.moe_num_experts, ffn.moe_top_k
     if experts:
         arch["num_experts"] = experts
-        arch["experts_per_token"] = get("num_experts_per_tok")
+        arch["experts_per_token"] = per_token
         arch["moe_intermediate_size"] = get("moe_intermediate_size", default=inter)
     if getattr(cfg, "final_logit_softcapping", None):
         arch["final_logit_softcapping"] = cfg.final_logit_softcapping
@@ -51,6 +59,17 @@ def _normalise_arch(model_type: str, cfg) -> dict:
 
 
 def count_on_meta(model_type: str, config: dict) -> dict:
+    """Exact counts of `config`; a remote-code family (remote.py) is counted as its transformers
+    stand-in, with its own linear names put back."""
+    from memlint.catalog import remote
+
+    stand_in = remote.mapping({"model_type": model_type, **config})
+    if stand_in is not None:
+        return remote.apply(stand_in, _count_on_meta(stand_in.counted_as, stand_in.config))
+    return _count_on_meta(model_type, config)
+
+
+def _count_on_meta(model_type: str, config: dict) -> dict:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.pytorch_utils import Conv1D

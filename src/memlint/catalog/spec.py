@@ -47,6 +47,8 @@ class ModelSpec:
     torch_dtype: str = "float32"
     source: str = "catalog"  # catalog | local | hf-cache
     text_only: bool = False
+    # remote-code families (catalog/remote.py): the transformers architecture counted in its place
+    counted_as: str | None = None
 
     # Convenience views over `arch`, named as the formulas name them.
     @property
@@ -109,6 +111,7 @@ def spec_from_entry(model_id: str, entry: Mapping[str, Any], source: str = "cata
         torch_dtype=entry.get("torch_dtype", "float32"),
         source=source,
         text_only=entry.get("text_only", False),
+        counted_as=entry.get("counted_as"),
     )
 
 

@@ -164,11 +164,13 @@ def _build_model(setup: Setup, build_device: str, attn: str) -> Any:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
 
     spec = setup.model
+    if spec.counted_as:
+        raise MemlintError(f"{spec.id}: model_type {spec.model_type!r} runs remote code (trust_remote_code), "
+                           "which memlint measure never builds; its estimate counts it as "
+                           f"{spec.counted_as!r}, whose parameters have the same shapes")
     try:
         cfg = AutoConfig.for_model(spec.model_type, **dict(spec.config))
     except Exception as exc:  # transformers judging a local config.json: the config's error, in one line
-        from memlint.errors import MemlintError
-
         raise MemlintError(f"{spec.id}: transformers cannot build this config ({str(exc).splitlines()[0][:200]})") from None
     cfg.use_cache = False  # training: no KV cache (what Trainer+gradient checkpointing/TRL set)
     dtype = getattr(torch, _TORCH_DTYPES[setup.dtype])
