@@ -3,7 +3,9 @@
 import pytest
 
 from memlint.catalog import resolve
-from memlint.estimate import Setup, estimate, find_gpu, max_batch, max_seq
+from memlint.estimate import Setup, estimate, find_gpu
+from memlint.estimate.levers import largest_batch, longest_seq
+from memlint.gpu import fit_of
 from memlint.estimate.model_state import lora_params
 from memlint.errors import MemlintError
 
@@ -124,19 +126,19 @@ def test_paged_state_is_outside_the_peak(llama):
 
 
 def test_max_batch_is_the_largest_that_fits(llama):
-    label, total, ctx = find_gpu("A100-80GB")
+    gpu = find_gpu("A100-80GB")
     s = Setup(llama, method="lora", recompute=True)
-    b = max_batch(s, "real", total, ctx)
+    b = largest_batch(s, gpu)
     assert b >= 1
-    assert estimate(s.with_(batch=b), "real", ctx).peak <= total < estimate(s.with_(batch=b + 1), "real", ctx).peak
+    assert fit_of(estimate(s.with_(batch=b)), gpu).ok and not fit_of(estimate(s.with_(batch=b + 1)), gpu).ok
 
 
 def test_max_seq_is_a_multiple_of_128_that_fits(llama):
-    label, total, ctx = find_gpu("24")
+    gpu = find_gpu("24")
     s = Setup(llama, method="qlora", quant="nf4", recompute=True)
-    n = max_seq(s, "real", total, ctx)
+    n = longest_seq(s, gpu)
     assert n % 128 == 0 and n > 0
-    assert estimate(s.with_(seq=n), "real", ctx).peak <= total < estimate(s.with_(seq=n + 128), "real", ctx).peak
+    assert fit_of(estimate(s.with_(seq=n)), gpu).ok and not fit_of(estimate(s.with_(seq=n + 128)), gpu).ok
 
 
 @pytest.mark.parametrize("kw,msg", [

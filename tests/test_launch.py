@@ -1018,3 +1018,56 @@ def test_zero_on_one_gpu_keeps_the_fp32_master_copy():
               "trainer": Value("deepspeed-engine", "literal")}
     planned = setup_from_plan(TrainingPlan("t.py", fields))
     assert planned.setup.precision == "master-fp32" and planned.setup.shard == "none"
+
+
+def test_a_collate_function_in_the_scripts_own_package_pads_tensors_by_hand(tmp_path, monkeypatch):
+    # New2World/pretrained-LLM-practice myutils/data.py: torch.full((1, longest - l), pad) in a
+    # collate_fn the script imports and passes through functools.partial (never called in the script)
+    root = _write(tmp_path, {
+        "myutils/__init__.py": "",
+        "myutils/data.py": """
+            import torch
+            import torch.nn.functional as F
+
+            def collate(batch, pad_token_id):
+                longest = max(x["input_ids"].size(-1) for x in batch)
+                ids = []
+                for i in range(len(batch)):
+                    l = batch[i]["input_ids"].size(-1)
+                    ids.append(torch.concat([batch[i]["input_ids"], torch.full((1, longest - l), pad_token_id)], dim=-1))
+                return {"input_ids": torch.concat(ids)}
+
+            def collate_fixed(batch):
+                return [F.pad(x, (0, 512 - x.size(-1)), value=0) for x in batch]
+            """,
+        "train.py": """
+            from functools import partial
+            import torch
+            from torch.utils.data import DataLoader
+            from transformers import AutoModelForCausalLM
+            from myutils.data import {name}
+
+            model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+            dl = DataLoader([], batch_size=2, collate_fn={fn})
+            opt = torch.optim.AdamW(model.parameters())
+            for batch in dl:
+                model(**batch).loss.backward()
+                opt.step()
+            """.replace("{name}", "collate").replace("{fn}", "partial(collate, pad_token_id=0)"),
+        "fixed.py": """
+            import torch
+            from torch.utils.data import DataLoader
+            from transformers import AutoModelForCausalLM
+            from myutils.data import collate_fixed
+
+            model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+            opt = torch.optim.AdamW(model.parameters())
+            for batch in DataLoader([], batch_size=2, collate_fn=collate_fixed):
+                model(**batch).loss.backward()
+                opt.step()
+            """,
+    })
+    plan = _plan(root, "python train.py", monkeypatch)
+    assert plan.value("padding") == "longest" and plan.get("padding").span.path.endswith("data.py")
+    plan = _plan(root, "python fixed.py", monkeypatch)
+    assert plan.value("padding") == "max_length" and plan.value("max_length") == 512

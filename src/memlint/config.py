@@ -112,29 +112,37 @@ def find_config(start: Path) -> Path | None:
                 continue
             if name != "pyproject.toml":
                 return p
-            try:
-                text = read_bytes(p).decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise MemlintError(f"{p}: invalid TOML: {exc}") from None
-            except RecursionError:
-                raise MemlintError(f"{p}: invalid TOML: nested too deeply") from None
-            except Refused as exc:
-                raise MemlintError(str(exc)) from None
-            except OSError as exc:
-                raise MemlintError(f"{p}: cannot read: {exc.strerror or exc}") from None
-            if "memlint" not in text:
-                continue  # no [tool.memlint] without the word: not worth parsing (or importing tomllib)
-            import tomllib
-
-            try:
-                data = tomllib.loads(text)
-            except tomllib.TOMLDecodeError as exc:
-                raise MemlintError(f"{p}: invalid TOML: {exc}") from None
-            except RecursionError:
-                raise MemlintError(f"{p}: invalid TOML: nested too deeply") from None
+            data = _read_toml(p, only_if="memlint")  # no [tool.memlint] without the word: not worth parsing
+            if data is None:
+                continue
             if isinstance(data.get("tool"), dict) and "memlint" in data["tool"]:
                 return p
     return None
+
+
+def _read_toml(path: Path, only_if: str | None = None) -> dict | None:
+    """A TOML file's table; any failure is one line (MemlintError). With `only_if`, a file whose
+    text lacks that word is None, unparsed (and tomllib not imported)."""
+    try:
+        text = read_bytes(path).decode("utf-8")
+    except FileNotFoundError:
+        raise MemlintError(f"{path}: no such config file") from None
+    except UnicodeDecodeError as exc:
+        raise MemlintError(f"{path}: invalid TOML: {exc}") from None
+    except Refused as exc:
+        raise MemlintError(str(exc)) from None
+    except OSError as exc:
+        raise MemlintError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if only_if is not None and only_if not in text:
+        return None
+    import tomllib
+
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise MemlintError(f"{path}: invalid TOML: {exc}") from None
+    except RecursionError:
+        raise MemlintError(f"{path}: invalid TOML: nested too deeply") from None
 
 
 def _strs(value: Any, key: str, where: str) -> tuple[str, ...]:
@@ -248,20 +256,7 @@ def load_settings(start: str | Path = ".", config: str | Path | None = None) -> 
     path = Path(config) if config is not None else find_config(Path(start))
     if path is None:
         return Settings()
-    import tomllib
-
-    try:
-        data = tomllib.loads(read_bytes(path).decode("utf-8"))
-    except FileNotFoundError:
-        raise MemlintError(f"{path}: no such config file") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise MemlintError(f"{path}: invalid TOML: {exc}") from None
-    except RecursionError:
-        raise MemlintError(f"{path}: invalid TOML: nested too deeply") from None
-    except Refused as exc:
-        raise MemlintError(str(exc)) from None
-    except OSError as exc:
-        raise MemlintError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    data = _read_toml(path)
     tool = data.get("tool", {}) if path.name == "pyproject.toml" else {}
     if path.name == "pyproject.toml" and not isinstance(tool, dict):
         raise MemlintError(f"{path}: [tool] must be a table")

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memlint.extract.runtime_config import MISSING, lookup
 from memlint.extract.values import Const, Dict, Seq, Unknown
 
 MAX_CONFIGS = 512            # config files one composition loads (each file is parsed once)
@@ -280,18 +281,6 @@ def _deep_merge(into: dict, new: dict) -> None:
             into[k] = v
 
 
-def _lookup(tree: Any, dotted: str) -> Any:
-    cur = tree
-    for part in dotted.split("."):
-        if isinstance(cur, dict) and part in cur:
-            cur = cur[part]
-        elif isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
-            cur = cur[int(part)]
-        else:
-            return None
-    return cur
-
-
 def _resolve_leaf(leaf: Leaf, tree: dict, depth: int = 0) -> Any:
     """A Leaf with ${...} resolved against the composed tree, or an Unknown naming what is missing."""
     text = leaf.value
@@ -331,7 +320,8 @@ def _target(expr: str, tree: dict) -> Any:
         return Leaf(_cli_value(bits[1].strip()), None, None) if len(bits) > 1 else None
     if ":" in expr or expr.startswith("."):
         return None  # a resolver, or a relative reference (resolved only absolutely here)
-    return _lookup(tree, expr)
+    found = lookup(tree, expr)
+    return None if found is MISSING else found
 
 
 def _resolve_tree(node: Any, tree: dict, notes: list[str]) -> None:

@@ -39,6 +39,9 @@ MAX_UNROLL = 256             # a for loop over a known sequence this short runs 
 MAX_RECURSION = 4           # a function calling itself (a helper walking a tuple of configs) goes this deep
 MAX_STEPS = 200_000         # statements walked per script, all calls included
 
+# tensors built to pad a sample by hand: torch.full((1, n - l), pad), F.pad(x, (0, n - len(x)))
+_TENSOR_PADS = {"torch.full", "torch.nn.functional.pad", "numpy.full", "numpy.pad"}
+
 _BINOPS = {
     "Add": operator.add, "Subtract": operator.sub, "Multiply": operator.mul,
     "Divide": operator.truediv, "FloorDivide": operator.floordiv, "Modulo": operator.mod,
@@ -166,8 +169,10 @@ class Interpreter:
                                "backward")}
         # Functions nothing called (entry points of other launchers, helpers passed by name)
         # still say how the script trains: walk them once, their parameters at their defaults.
+        # Those the script imports by name from its own modules count too (a collate_fn in utils/).
+        imported = {id(v) for v in self.main.env.vars.values() if type(v) is Func}
         for f in list(self.funcs):
-            if not f.ran and f.module is self.main:
+            if not f.ran and (f.module is self.main or id(f) in imported):
                 self.call_function(f, [], {}, self.line_of(f.node), entry=True)
         return self.facts
 
@@ -1171,12 +1176,27 @@ class Interpreter:
                 count = self.pad_counts[count.value]  # padding_len = max_len - len(ids); [pad] * padding_len
             if not (isinstance(count, cst.BinaryOperation) and isinstance(count.operator, cst.Subtract)):
                 continue
-            right = count.right
-            if not (isinstance(right, cst.Call) and self.dotted(right.func) in ("len",) or "size" in self.code(right)
-                    or "shape" in self.code(right) or "len(" in self.code(right)):
+            if not self.is_length(count.right):
                 continue
             self.record_pad(count.left, self.line_of(node), env)
             return
+
+    def is_length(self, node: cst.CSTNode) -> bool:
+        """`len(ids)`, `x.size(-1)`, `x.shape[1]`, or a name bound to one (`l = x.size(-1)`)."""
+        if isinstance(node, cst.Name) and node.value in self.pad_counts:
+            node = self.pad_counts[node.value]
+        code = self.code(node)
+        return "len(" in code or "size" in code or "shape" in code
+
+    def tensor_pad_idiom(self, node: cst.Call, env: Env) -> None:
+        """`torch.full((1, n - l), pad)`, `F.pad(x, (0, n - x.size(-1)), value=pad)`: a tensor
+        padded by hand to n (n the batch's longest when it is a max over the batch)."""
+        for a in node.args:
+            for sub in _walk(a.value):
+                if isinstance(sub, cst.BinaryOperation) and isinstance(sub.operator, cst.Subtract) \
+                        and self.is_length(sub.right):
+                    self.record_pad(sub.left, self.line_of(node), env)
+                    return
 
     def record_pad(self, target: cst.CSTNode, line: int | None, env: Env) -> None:
         from memlint.extract.objects import HandPad
@@ -1218,6 +1238,8 @@ class Interpreter:
         if isinstance(node.func, cst.Name) and node.func.value == "super" and env.lookup("super") is None:
             return self.super_of(node, env)
         func = self.ev(node.func, env)
+        if type(func) is Ref and func.qual in _TENSOR_PADS:
+            self.tensor_pad_idiom(node, env)
         args: list = []
         kwargs: dict = {}
         open_kwargs = False

@@ -107,11 +107,11 @@ def lookup(root: Any, dotted: str) -> Any:
         elif isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
             cur = cur[int(part)]
         else:
-            return _MISSING
+            return MISSING
     return cur
 
 
-_MISSING = object()
+MISSING = object()
 
 
 def interpolate(text: str, root: Any, depth: int = 0) -> Any:
@@ -121,13 +121,13 @@ def interpolate(text: str, root: Any, depth: int = 0) -> Any:
     m = _WHOLE.match(text)
     if m:
         v = _resolve(m.group(1), root)
-        if v is _MISSING:
+        if v is MISSING:
             return Unknown(f"{text}: interpolation memlint cannot resolve")
         return interpolate(v, root, depth + 1) if isinstance(v, str) and "${" in v else v
 
     def sub(mm: re.Match) -> str:
         v = _resolve(mm.group(1), root)
-        if v is _MISSING:
+        if v is MISSING:
             raise KeyError(mm.group(1))
         return str(v)
 
@@ -141,7 +141,7 @@ def _resolve(expr: str, root: Any) -> Any:
     expr = expr.strip()
     if expr.startswith("oc.env:"):
         parts = expr[len("oc.env:"):].split(",", 1)
-        return parts[1].strip() if len(parts) > 1 else _MISSING
+        return parts[1].strip() if len(parts) > 1 else MISSING
     if ":" in expr:  # another resolver (oc.select, eval, ...)
-        return _MISSING
+        return MISSING
     return lookup(root, expr)
