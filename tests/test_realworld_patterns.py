@@ -363,3 +363,50 @@ SFTTrainer(model=model, args=SFTConfig(output_dir="o", per_device_train_batch_si
     assert sum(n.startswith('gradient_checkpointing: "unsloth" offloads') for n in plan.notes) == 1
     plain = extract_source(src.replace('"unsloth"', "True"), "train.py")
     assert not any("offloads" in n for n in plain.notes)
+
+
+def test_a_length_read_from_model_config_is_the_published_configs():
+    # databrickslabs/dolly training/trainer.py: max_length from model.config under one of several names
+    src = '''from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+
+model = AutoModelForCausalLM.from_pretrained("EleutherAI/pythia-6.9b")
+tokenizer = AutoTokenizer.from_pretrained("EleutherAI/pythia-6.9b")
+max_length = None
+for length_setting in ["n_positions", "max_position_embeddings", "seq_length"]:
+    max_length = getattr(model.config, length_setting, None)
+    if max_length:
+        break
+if not max_length:
+    max_length = 1024
+ds = [].map(lambda b: tokenizer(b["text"], max_length=max_length, truncation=True))
+Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=6), train_dataset=ds).train()
+'''
+    plan = extract_source(src, "train.py")
+    assert plan.value("max_length") == 2048
+    assert any("config.json: max_position_embeddings = 2048" in c for c in plan.get("max_length").chain)
+    # a model the catalog does not know: the config's value stays unknown, nothing is guessed
+    plan = extract_source(src.replace("EleutherAI/pythia-6.9b", "someone/unknown-model"), "train.py")
+    assert plan.value("max_length") != 2048
+
+
+def test_a_partial_handed_to_dataset_map_runs_with_its_bound_arguments():
+    # databrickslabs/dolly training/trainer.py: partial(preprocess_batch, max_length=..., tokenizer=...)
+    # passed to dataset.map; building the partial does not call the function
+    src = '''from functools import partial
+from datasets import load_dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+
+def preprocess_batch(batch, tokenizer, max_length):
+    return tokenizer(batch["text"], max_length=max_length, truncation=True)
+
+def preprocess_dataset(tokenizer, max_length):
+    dataset = load_dataset("x")["train"]
+    fn = partial(preprocess_batch, max_length=max_length, tokenizer=tokenizer)
+    return dataset.map(fn, batched=True)
+
+model = AutoModelForCausalLM.from_pretrained("EleutherAI/pythia-6.9b")
+tokenizer = AutoTokenizer.from_pretrained("EleutherAI/pythia-6.9b")
+ds = preprocess_dataset(tokenizer=tokenizer, max_length=1536)
+Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=6), train_dataset=ds).train()
+'''
+    assert extract_source(src, "train.py").value("max_length") == 1536

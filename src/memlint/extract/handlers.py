@@ -1257,8 +1257,16 @@ class Handlers:
         if isinstance(obj, (PeftConfig, QuantConfig, Collator, DataLoader, Accelerator, Tokenizer, HfConfig, Plugin)):
             if attr in obj.kwargs:
                 return obj.kwargs[attr]
+        if isinstance(obj, HfConfig):
+            published = _published_config_value(obj.kwargs.get("model_id"), attr, line, it.cur_file())
+            if published is not None:
+                return published
         if isinstance(obj, Model) and attr == "config":
-            return HfConfig("config", line or 0)
+            root = obj
+            while root.base is not None:
+                root = root.base
+            return HfConfig("config", line or 0, {"model_id": root.kwargs.get("pretrained_model_name_or_path",
+                                                                             root.kwargs.get("model_name"))})
         if isinstance(obj, DeepSpeedEngine) and attr == "module":
             return obj.model
         if isinstance(obj, Instance) and obj.user_class is not None:
@@ -1439,3 +1447,22 @@ _BY_NAME: dict[str, Callable[[Handlers, Call], Any]] = {
     "normpath": Handlers.path_value,
     "expanduser": Handlers.path_value,
 }
+
+
+def _published_config_value(model_id: Any, attr: str, line: int | None, file: str | None) -> Const | None:
+    """`model.config.max_position_embeddings` for a model memlint's catalog has: the value its
+    published config.json holds (the catalog keeps it, cited). None for a key the catalog does not
+    keep or a model it does not know: the config class may still set it."""
+    if not (isinstance(model_id, Const) and isinstance(model_id.value, str)):
+        return None
+    from memlint.catalog import resolve
+    from memlint.errors import MemlintError
+
+    try:
+        spec = resolve(model_id.value)
+    except MemlintError:
+        return None
+    if attr not in spec.config or isinstance(spec.config[attr], (dict, list)):
+        return None
+    value = spec.config[attr]
+    return Const(value, "library-default", line, model_id.chain + (f"{spec.id}'s config.json: {attr} = {value!r}",), file)

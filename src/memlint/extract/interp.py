@@ -1342,8 +1342,10 @@ class Interpreter:
         # lines are reported against the script (values keep their own file and line).
         at = line if self.cur_file() is None else (self.entry_line or line)
         result = self.handlers.call(self, f, args, kwargs, open_kwargs, at, node)
-        if isinstance(f, Ref) and f.name.removeprefix("builtins.") in _NO_CALLBACK:
-            return result  # super(C, self), isinstance(x, C), print(x): nothing calls x back
+        if isinstance(f, Ref) and (f.name.removeprefix("builtins.") in _NO_CALLBACK or f.qual == "functools.partial"):
+            # super(C, self), isinstance(x, C), print(x): nothing calls x back; partial(f, k=v) binds
+            # f's arguments, and whatever calls the partial later runs f with them
+            return result
         # A function handed to something memlint does not model (dataset.map(tokenize),
         # trainer callbacks) may still run: walk it once with unknown arguments.
         for v in [*args, *kwargs.values()]:
