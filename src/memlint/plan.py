@@ -36,6 +36,7 @@ PLAN_FIELDS = (
     "quant_type",
     "double_quant",
     "compute_dtype",
+    "kbit_prep",
     "per_device_batch",
     "eval_batch",
     "grad_accum",

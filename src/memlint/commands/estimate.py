@@ -21,8 +21,9 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--quant", choices=("none", "nf4", "fp4", "int8"), default=None,
                    help="base weight quantization (default: nf4 for qlora, none otherwise)")
     g.add_argument("--double-quant", action=argparse.BooleanOptionalAction, default=True)
-    g.add_argument("--kbit-prep", action=argparse.BooleanOptionalAction, default=True,
-                   help="prepare_model_for_kbit_training upcasts non-quantized weights to fp32 (default on)")
+    g.add_argument("--kbit-prep", action=argparse.BooleanOptionalAction, default=None,
+                   help="prepare_model_for_kbit_training upcasts non-quantized weights to fp32 (default: what the "
+                        "--objective's TRL trainer does at the installed TRL version; SFT no longer calls it from 0.26)")
     g.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="bf16", help="dtype the weights are loaded in")
     g.add_argument("--precision", choices=("fp32", "amp-bf16", "amp-fp16", "pure-bf16", "master-fp32"), default=None,
                    help="default: amp-bf16 (amp-fp16 for --dtype fp16)")
@@ -70,10 +71,22 @@ def setup_from_args(args: argparse.Namespace):
         lora_dropout=args.lora_dropout, quant=quant, double_quant=args.double_quant, dtype=args.dtype,
         precision=precision, optim=args.optim, batch=args.batch, seq=args.seq, grad_accum=args.grad_accum,
         recompute=args.recompute, attn=args.attn, gpus=args.gpus, shard=args.shard, offload=args.offload,
-        nodes=args.nodes, kbit_prep=args.kbit_prep, fused_loss=args.fused_loss,
+        nodes=args.nodes, kbit_prep=_kbit_prep(args, quant), fused_loss=args.fused_loss,
         offload_activations=args.offload_activations,
         objective=args.objective, ref_model=args.ref_model, trl_version=args.trl_version or installed_version("trl"),
     )
+
+
+_OBJECTIVE_TRAINERS = {"sft": "SFTTrainer", "dpo": "DPOTrainer", "kto": "KTOTrainer", "orpo": "ORPOTrainer",
+                       "cpo": "CPOTrainer", "reward": "RewardTrainer"}
+
+
+def _kbit_prep(args: argparse.Namespace, quant: str) -> bool:
+    if args.kbit_prep is not None:
+        return args.kbit_prep
+    from memlint.library.api import kbit_prep
+
+    return kbit_prep(_OBJECTIVE_TRAINERS.get(args.objective))[0]
 
 
 def target_flags(p: argparse.ArgumentParser, accounting: str | None = "real") -> None:

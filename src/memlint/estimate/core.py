@@ -207,6 +207,9 @@ def _real_notes(s: Setup, tmp: int) -> list[str]:
                      if s.precision != "pure-bf16" else "adapters kept in bf16 (pure-bf16)")
     if s.quant != "none" and s.kbit_prep:
         notes.append("prepare_model_for_kbit_training casts embeddings, norms and lm_head to fp32")
+    elif s.quant != "none":
+        notes.append("no prepare_model_for_kbit_training upcast: embeddings, norms and lm_head stay in the load dtype "
+                     "(TRL's SFT/GRPO/Reward trainers stopped calling it at 0.26; --kbit-prep counts it)")
     if s.model.arch.get("num_experts"):
         notes.append("MoE: activations use the routed top-k experts per token; expert weights are not quantized")
     return notes

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 from memlint.errors import MemlintError
 from memlint.library.api import attention
+from memlint.library.api import kbit_prep as kbit_prep_of
 from memlint.vocab import dtype_name
 from memlint.plan import PLAN_FIELDS, TrainingPlan, Value
 
@@ -340,11 +341,26 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
     if fused and objective != "sft":
         fused = False
         notes.append(f"fused_loss with {get('trainer').value}: the preference loss is estimated on full logits")
+    kbit_prep = _kbit_prep(get, quant, notes)
     setup = Setup(
         model=spec, method=method, lora_r=int(get("lora_r").value or 8), lora_targets=targets, quant=quant,
         double_quant=double_quant, dtype=dtype, precision=precision, optim=optim, batch=int(batch),
         seq=int(seq), grad_accum=int(_worst(get("grad_accum")) or 1), recompute=bool(recompute), attn=attn,
         gpus=gpus, shard=shard, nodes=nodes, offload=offload, fused_loss=fused,
         objective=objective, ref_model=ref_model, trl_version=installed_version("trl") if objective != "sft" else None,
+        kbit_prep=kbit_prep,
     )
     return PlannedSetup(setup, (), tuple(notes))
+
+
+def _kbit_prep(get, quant: str, notes: list[str]) -> bool:
+    """Does the run upcast a quantized base's other weights to fp32? The script's own
+    prepare_model_for_kbit_training call says yes; else its trainer, at the installed version."""
+    v = get("kbit_prep")
+    if v.known:
+        return bool(v.value)
+    # the trainer's behaviour even on an unquantized plan: a QLoRA lever applied to it upcasts as the run would
+    calls, why = kbit_prep_of(get("trainer").value if get("trainer").known else None)
+    if quant != "none":
+        notes.append(why)
+    return calls

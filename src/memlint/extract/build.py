@@ -252,6 +252,10 @@ class Builder:
             self.put("quant_type", q["type"], _quant_type, self.root(models[0]).line)
             self.put("double_quant", q["double"], _bool, self.root(models[0]).line)
             self.put("compute_dtype", q["compute"], _dtype_strict, self.root(models[0]).line)
+        prepared = next((m.kbit_line for m in self.chain(models[0]) if isinstance(m, Model) and m.kbit_line), None)
+        if prepared is not None:  # else the trainer decides (library/api.kbit_prep, by installed version)
+            self.fields["kbit_prep"] = Value(True, "literal", Span(self.path, prepared),
+                                             ("prepare_model_for_kbit_training(model): non-quantized weights upcast to fp32",))
 
     def quant_of(self, root: Obj) -> dict:
         kw = root.kwargs

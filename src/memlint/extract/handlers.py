@@ -390,7 +390,11 @@ class Handlers:
         gc = c.kwargs.get("use_gradient_checkpointing", c.args[1] if len(c.args) > 1 else None)
         if gc is None:
             gc = ("library-default", "peft.prepare_model_for_kbit_training", "use_gradient_checkpointing")
-        return self.wrap_model(c.it, c.arg(0, "model"), c.line, gc=Setting(gc, c.line, f"{c.name}(...)"))
+        out = self.wrap_model(c.it, c.arg(0, "model"), c.line, gc=Setting(gc, c.line, f"{c.name}(...)"))
+        for m in flatten(out):
+            if isinstance(m, Model):
+                m.kbit_line = c.line
+        return out
 
     def unsloth_peft(self, c: Call) -> Any:
         cfg = PeftConfig("unsloth.FastLanguageModel.get_peft_model", c.line or 0, dict(c.kwargs))

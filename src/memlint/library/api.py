@@ -112,3 +112,21 @@ def lightning_precision(text: str) -> str | None:
 
 def lightning_strategy(text: str) -> str | None:
     return _doc()["lightning_strategies"].get(str(text).strip().lower())
+
+
+def kbit_prep(trainer: str | None) -> tuple[bool, str]:
+    """Whether `trainer` (a class name as the plan names it, or None for a plain loop) calls
+    peft.prepare_model_for_kbit_training on a quantized model at the installed version of its
+    package (not installed: the newest behaviour), and why, for the estimate's assumptions."""
+    from memlint.library.versions import in_range, installed_version
+
+    name = (trainer or "").rsplit(".", 1)[-1]
+    entry = _doc()["kbit_prep"]["trainers"].get(name)
+    if entry is None:
+        return False, (f"{name or 'the training loop'} does not call prepare_model_for_kbit_training: "
+                       "the non-quantized weights stay in their load dtype")
+    version = installed_version(entry["package"])
+    calls = in_range(version, entry["calls"])
+    at = f"{entry['package']} {version}" if version else f"the newest {entry['package']}"
+    return calls, (f"{name} {'calls' if calls else 'no longer calls'} prepare_model_for_kbit_training at {at} "
+                   f"({'embeddings, norms and lm_head upcast to fp32' if calls else 'no fp32 upcast'}; {entry['ref']})")

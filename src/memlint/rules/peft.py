@@ -51,7 +51,7 @@ class NoDoubleQuantRule(Rule):
     VALID = (Sample(script(bnb="load_in_4bit=True, bnb_4bit_quant_type='nf4', bnb_4bit_use_double_quant=True",
                            lora=_LORA)),
              Sample(script(bnb="load_in_4bit=True, bnb_4bit_quant_type='nf4'", lora=_LORA), gpu="RTX4090"))
-    INVALID = (Sample(script(bnb="load_in_4bit=True, bnb_4bit_quant_type='nf4'", lora=_LORA), gpu="6.5",
+    INVALID = (Sample(script(bnb="load_in_4bit=True, bnb_4bit_quant_type='nf4'", lora=_LORA), gpu="5.5",
                       at="BitsAndBytesConfig("),
                Sample(script(bnb="load_in_4bit=True, bnb_4bit_quant_type='nf4'", lora=_LORA),
                       at="BitsAndBytesConfig(", severity="note"))

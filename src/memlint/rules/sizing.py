@@ -24,6 +24,12 @@ class UnsizedRule(Rule):
     ## Why is this bad?
     A script memlint cannot size gets no capacity finding: a run that cannot fit goes unreported.
 
+    ## When it fires
+    On a training script (a trainer or a training loop was found) that has no estimate because
+    its model, its maximum length or its micro-batch is unknown; with or without a GPU configured
+    (without one, the answer names common GPUs). A note, or an error with `require-estimate`. It
+    says nothing about fit itself: the conditional answer is what to compare with your GPU.
+
     ## Example
     ```python
     model = AutoModelForCausalLM.from_pretrained(sys.argv[1])
