@@ -70,3 +70,59 @@ def test_an_assumption_overrides_it():
     with pinned_versions({"trl": "0.26"}):
         plan, _ = apply_assumptions(extract_source(_SCRIPT.replace("PREP", ""), "train.py"), ["kbit_prep=true"])
         assert setup_from_plan(plan).setup.kbit_prep
+
+
+# ---- the adapters' dtype (peft's autocast_adapter_dtype) ------------------------------------------
+
+_LOOP = '''import torch
+from transformers import AutoModelForCausalLM
+from peft import LoraConfig, get_peft_model
+model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B", torch_dtype=torch.bfloat16)
+model = get_peft_model(model, LoraConfig(r=16, target_modules=["q_proj", "v_proj"])CALL)
+CAST
+opt = torch.optim.AdamW(model.parameters())
+for batch in loader:
+    batch = tokenizer(batch, max_length=512, truncation=True, padding="max_length", return_tensors="pt")
+    model(**batch).loss.backward()
+    opt.step()
+'''
+
+
+def _loop(call: str = "", cast: str = ""):
+    from memlint.estimate.from_plan import apply_assumptions
+
+    plan = extract_source(_LOOP.replace("CALL", call).replace("CAST", cast), "train.py")
+    plan, _ = apply_assumptions(plan, ["per_device_batch=2"])
+    return plan, setup_from_plan(plan).setup
+
+
+def test_a_plain_bf16_loop_keeps_peft_adapters_in_fp32():
+    plan, s = _loop()
+    assert plan.value("precision") == "pure-bf16" and not plan.get("adapter_dtype").known
+    assert s.adapter_dtype == "fp32"
+
+
+def test_the_script_can_keep_them_in_the_base_dtype():
+    plan, s = _loop(cast="model = model.to(torch.bfloat16)")
+    assert plan.value("adapter_dtype") == "bf16" and plan.get("adapter_dtype").span.line == 6
+    assert s.adapter_dtype == "bf16"
+    plan, s = _loop(call=", autocast_adapter_dtype=False")
+    assert plan.value("adapter_dtype") == "bf16" and s.adapter_dtype == "bf16"
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(recompute=True), dict(lora_dropout=0.0), dict(batch=2, seq=256)],
+                         ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()) or "default")
+def test_fp32_adapters_without_autocast_match_peft_s_own_trace(kw):
+    """The trace runs peft's get_peft_model with its default autocast_adapter_dtype=True on a bf16
+    model and no autocast: the casts are peft's, not memlint's idea of them."""
+    pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    from memlint.catalog import resolve
+    from memlint.estimate import Setup, estimate
+    from memlint.measure import measure
+
+    s = Setup(resolve("Qwen/Qwen2.5-0.5B"), method="lora", precision="pure-bf16", adapter_dtype="fp32",
+              **{"seq": 512, **kw})
+    measured = measure(s, device="trace").to_json()
+    assert estimate(s).allocated_peak == pytest.approx(measured["measured_peak"], rel=0.03)
+    assert estimate(s).bytes("gradients") == pytest.approx(measured["components"]["gradients"], rel=0.001)

@@ -88,7 +88,11 @@ def _linear_inputs(s: Setup, a: int, inter: int) -> int:
     if s.method == "full":
         return a * (size["attn_in"] + size["mlp_in"] + size["mlp_out"])
     autocast = s.precision in ("amp-bf16", "amp-fp16")
-    own = autocast or s.lora_dropout > 0
+    # fp32 adapters on a half base without autocast: peft casts each adapter's input to fp32, and
+    # that fp32 copy is what the adapter keeps (lora_A's input, and lora_B's r-wide input in fp32)
+    upcast = not autocast and s.adapter_dtype == "fp32" and s.dtype in ("bf16", "fp16")
+    own = autocast or s.lora_dropout > 0 or upcast
+    ab = 4 if upcast else a
     total = 0
     shared: set[str] = set()
     for l in lora_modules(m, s.lora_targets):
@@ -97,9 +101,9 @@ def _linear_inputs(s: Setup, a: int, inter: int) -> int:
         per_layer = l.count / m.layers
         g = l.role
         fin = size["mlp_out"] if g == "mlp_out" else l.in_features
-        keep = a * s.lora_r
+        keep = ab * s.lora_r
         if own:
-            keep += a * fin + (fin if s.lora_dropout > 0 else 0)
+            keep += ab * fin + (fin if s.lora_dropout > 0 else 0)
         elif g != "attn_out":
             shared.add(g)
         total += int(keep * per_layer)

@@ -203,8 +203,9 @@ def _real_notes(s: Setup, tmp: int) -> list[str]:
     if tmp:
         notes.append(f"optimizer step temporaries: {tmp / GIB:.2f} GiB ({s.optimizer['impl']} kernel)")
     if s.method != "full":
+        fp32 = s.adapter_dtype == "fp32" if s.adapter_dtype is not None else s.precision != "pure-bf16"
         notes.append("peft keeps LoRA adapters in fp32 on a half-precision base (autocast_adapter_dtype)"
-                     if s.precision != "pure-bf16" else "adapters kept in bf16 (pure-bf16)")
+                     if fp32 else f"adapters kept in {s.adapter_dtype or 'bf16'} ({s.precision})")
     if s.quant != "none" and s.kbit_prep:
         notes.append("prepare_model_for_kbit_training casts embeddings, norms and lm_head to fp32")
     elif s.quant != "none":

@@ -342,15 +342,32 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
         fused = False
         notes.append(f"fused_loss with {get('trainer').value}: the preference loss is estimated on full logits")
     kbit_prep = _kbit_prep(get, quant, notes)
+    adapter_dtype = _adapter_dtype(get, method, dtype, precision, plan.kind, notes)
     setup = Setup(
         model=spec, method=method, lora_r=int(get("lora_r").value or 8), lora_targets=targets, quant=quant,
         double_quant=double_quant, dtype=dtype, precision=precision, optim=optim, batch=int(batch),
         seq=int(seq), grad_accum=int(_worst(get("grad_accum")) or 1), recompute=bool(recompute), attn=attn,
         gpus=gpus, shard=shard, nodes=nodes, offload=offload, fused_loss=fused,
         objective=objective, ref_model=ref_model, trl_version=installed_version("trl") if objective != "sft" else None,
-        kbit_prep=kbit_prep,
+        kbit_prep=kbit_prep, adapter_dtype=adapter_dtype,
     )
     return PlannedSetup(setup, (), tuple(notes))
+
+
+def _adapter_dtype(get, method: str, dtype: str, precision: str, kind: str, notes: list[str]) -> str | None:
+    """The adapters' dtype: the script's (a cast after get_peft_model, autocast_adapter_dtype=False),
+    else peft's default where it differs from the precision's: fp32 adapters on a half base that
+    trains without autocast (a plain bf16 loop or Trainer without bf16=True). None: the precision's."""
+    if method == "full":
+        return None
+    v = get("adapter_dtype")
+    if v.known and v.value in ("fp32", "bf16", "fp16"):
+        return v.value
+    if precision == "pure-bf16" and dtype in ("bf16", "fp16") and kind in ("python", "notebook"):
+        notes.append("peft's autocast_adapter_dtype=True keeps the adapters in fp32 on the half-precision base "
+                     "without autocast: each adapter keeps an fp32 copy of its input")
+        return "fp32"
+    return None
 
 
 def _kbit_prep(get, quant: str, notes: list[str]) -> bool:

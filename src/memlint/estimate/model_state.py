@@ -98,6 +98,8 @@ def trainable_dtype(s: Setup, accounting: str) -> str:
         return "fp32" if s.precision == "fp32" else "bf16"
     if s.method == "full":
         return s.dtype
+    if s.adapter_dtype is not None:
+        return s.adapter_dtype
     # peft >= 0.12 autocasts adapters to fp32 on a half base (autocast_adapter_dtype=True);
     # pure-bf16 recipes (torchtune, litgpt) keep them bf16.
     return "bf16" if s.precision == "pure-bf16" else "fp32"

@@ -76,6 +76,10 @@ class Setup:
     # peft.prepare_model_for_kbit_training (called by TRL for quantized models) casts
     # every non-quantized parameter (embeddings, norms, lm_head) to fp32.
     kbit_prep: bool = True
+    # The LoRA adapters' dtype: None follows the precision (fp32 on a half base under autocast or
+    # fp32 weights, bf16 for pure-bf16 recipes such as torchtune's and LitGPT's); "fp32" on a half
+    # base without autocast is peft's default (autocast_adapter_dtype=True) in a plain bf16 loop.
+    adapter_dtype: str | None = None
     # A fused linear cross-entropy (Liger, Cut Cross-Entropy) computes the loss chunk by
     # chunk and never holds the full-vocabulary logits.
     fused_loss: bool = False

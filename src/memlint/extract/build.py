@@ -313,6 +313,25 @@ class Builder:
             "compute": _libc(cls, "bnb_4bit_compute_dtype", line),
         }
 
+    def adapter_dtype(self, models: list[Obj]) -> None:
+        """The adapters' dtype where the script decides it: a cast of the peft model after
+        get_peft_model (it casts the adapters too), or autocast_adapter_dtype=False (the adapters
+        stay in the base's dtype). Else unknown: peft's default applies (estimate/from_plan)."""
+        if not models:
+            return
+        chain = self.chain(models[0])
+        at = next((i for i, m in enumerate(chain) if isinstance(m, Model) and m.peft is not None), None)
+        if at is None:
+            return
+        after = [d for m in reversed(chain[: at + 1]) for d in m.dtypes]
+        cast = chain[at].adapter_cast
+        if after:
+            self.put("adapter_dtype", after[-1].value, _dtype, after[-1].line)
+        elif isinstance(cast, Const) and cast.value is False and "torch_dtype" in self.fields:
+            base = self.fields["torch_dtype"]
+            self.fields["adapter_dtype"] = Value(base.value, base.source, Span(self.path, cast.line or chain[at].line),
+                                                 ("get_peft_model(..., autocast_adapter_dtype=False): adapters in the base dtype",))
+
     def peft_fields(self, models: list[Obj], trainer: Obj | None) -> None:
         cfgs: list = []
         for m in models:
@@ -345,6 +364,7 @@ class Builder:
         q4 = "qlora" in methods
         cands = tuple(methods) if len(methods) > 1 else ()
         self.fields["method"] = Value(method, "literal", Span(self.path, lora.line), (f"{lora.cls.rsplit('.', 1)[-1]} (line {lora.line}) applied" + (" on a 4-bit base" if q4 else ""),), cands)
+        self.adapter_dtype(models)
         if lora.adapter:
             for f in ("lora_r", "lora_alpha", "lora_targets"):
                 self.put(f, Unknown("read from a saved adapter at run time"), line=lora.line)

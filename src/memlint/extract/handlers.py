@@ -382,7 +382,12 @@ class Handlers:
     def get_peft_model(self, c: Call) -> Any:
         if c.owner in api.unsloth_loaders():
             return self.unsloth_peft(c)
-        return self.wrap_model(c.it, c.arg(0, "model"), c.line, peft=c.arg(1, "peft_config"))
+        out = self.wrap_model(c.it, c.arg(0, "model"), c.line, peft=c.arg(1, "peft_config"))
+        cast = c.kwargs.get("autocast_adapter_dtype")
+        for m in flatten(out) if cast is not None else ():
+            if isinstance(m, Model):
+                m.adapter_cast = cast
+        return out
 
     def kbit_prep(self, c: Call) -> Any:
         # peft kept prepare_model_for_int8_training as a deprecated alias of the kbit one

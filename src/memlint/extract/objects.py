@@ -58,7 +58,8 @@ class Model(Obj):
     gc: list[Setting] = field(default_factory=list)       # gradient checkpointing turned on/off
     dtypes: list[Setting] = field(default_factory=list)   # later casts: .to(dtype), .half()
     shard: Setting | None = None   # a wrapper's data parallelism: FSDP(model) / fully_shard / DDP
-    kbit_line: int | None = None   # the line of prepare_model_for_kbit_training(model) that made this wrapper
+    kbit_line: int | None = None
+    adapter_cast: Any = None       # get_peft_model(..., autocast_adapter_dtype=...) as given   # the line of prepare_model_for_kbit_training(model) that made this wrapper
 
 
 @dataclass(eq=False)

@@ -304,9 +304,10 @@ def _apply_lora(model: Any, setup: Setup, dropout: float) -> Any:
     config = LoraConfig(r=setup.lora_r, lora_alpha=2 * setup.lora_r, target_modules=targets,
                         lora_dropout=dropout,
                         task_type="SEQ_CLS" if setup.objective == "reward" else "CAUSAL_LM")
-    # peft's default autocast_adapter_dtype=True keeps fp16/bf16 adapters in fp32;
-    # pure bf16 training keeps them bf16.
-    return get_peft_model(model, config, autocast_adapter_dtype=setup.precision != "pure-bf16")
+    # peft's default autocast_adapter_dtype=True keeps fp16/bf16 adapters in fp32 (a plain bf16
+    # loop, adapter_dtype "fp32"); pure-bf16 recipes that keep them bf16 ask peft not to.
+    bf16_adapters = setup.adapter_dtype in ("bf16", "fp16") or (setup.adapter_dtype is None and setup.precision == "pure-bf16")
+    return get_peft_model(model, config, autocast_adapter_dtype=not bf16_adapters)
 
 
 
