@@ -407,11 +407,12 @@ def _build(model: Any, rows: int, cols: int, *, grad_accum: int, optim: str, bf1
             dtype = compute
     dtype, precision = _precision(dtype, bf16, fp16, notes)
     run_precision = precision  # what the training loop really does, for the confirmation
+    adapter_dtype = None
     if precision == "pure-bf16" and lora is not None and lora["dtype"] == "fp32":
-        # peft's autocast_adapter_dtype keeps adapters fp32 and computes them in fp32: not
-        # pure bf16 (all bf16); bf16 autocast is what the estimator has for it
-        precision = "amp-bf16"
-        notes.append("fp32 LoRA adapters on a bf16 base without autocast: estimated as bf16 autocast")
+        # peft's autocast_adapter_dtype keeps adapters fp32 and computes them in fp32, each
+        # adapter keeping an fp32 copy of its input: the estimator's adapter_dtype "fp32"
+        adapter_dtype = "fp32"
+        notes.append("fp32 LoRA adapters on a bf16 base without autocast (peft's autocast_adapter_dtype)")
     if optim not in optimizers():
         notes.append(f"optimizer {optim!r} is not in memlint's table: estimated as adamw_torch")
         optim = "adamw_torch"
@@ -428,7 +429,8 @@ def _build(model: Any, rows: int, cols: int, *, grad_accum: int, optim: str, bf1
         kw.update(lora_r=lora["r"], lora_targets=lora["targets"], lora_dropout=lora["dropout"])
     setup = Setup(model=spec, method=method, quant=quant if quant != "none" else "none",
                   double_quant=info["double_quant"], dtype=dtype, precision=precision, optim=optim, batch=rows,
-                  seq=cols, grad_accum=grad_accum, recompute=recompute, attn=attn, kbit_prep=kbit_prep, **kw)
+                  seq=cols, grad_accum=grad_accum, recompute=recompute, attn=attn, kbit_prep=kbit_prep,
+                  adapter_dtype=adapter_dtype, **kw)
     from memlint.estimate.model_state import trainable_params
 
     if trainable_params(setup) != info["trainable"] and method != "full":
