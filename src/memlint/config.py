@@ -48,14 +48,9 @@ class Settings:
         return float(self.rule_options.get("MEM102", {}).get("min-headroom", MIN_HEADROOM))
 
     def assume_list(self) -> list[str]:
-        out = []
-        for k, v in self.assume.items():
-            if isinstance(v, bool):
-                v = str(v).lower()
-            elif isinstance(v, (list, tuple)):
-                v = ",".join(map(str, v))
-            out.append(f"{k}={v}")
-        return out
+        from memlint.plan import assume_args
+
+        return assume_args(self.assume)
 
     def show(self) -> str:
         lines = [f"config file: {self.path or '(none: defaults)'}"]

@@ -163,3 +163,15 @@ class TrainingPlan:
 
     def to_json(self) -> dict:
         return {name: self.get(name).to_json(self.path) for name in PLAN_FIELDS}
+
+
+def assume_args(values: Mapping[str, Any]) -> list[str]:
+    """Plan values as `--assume key=value` arguments (booleans lower-case, lists comma-joined)."""
+    out = []
+    for k, v in values.items():
+        if isinstance(v, bool):
+            v = str(v).lower()
+        elif isinstance(v, (list, tuple)):
+            v = ",".join(map(str, v))
+        out.append(f"{k}={v}")
+    return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from memlint.gpu import MIN_HEADROOM, Fit
+from memlint.plan import assume_args
 from memlint.rules.base import Context, Finding, Rule, Sample
 from memlint.rules.samples import script
 from memlint.vocab import size_text
@@ -141,14 +142,7 @@ def _config_words(ctx: Context, st, span) -> str:
 
 def assumptions(plan: dict) -> list[str]:
     """Plan values as `--assume key=value` arguments (what the suggestion is, in plan terms)."""
-    out = []
-    for k, v in plan.items():
-        if isinstance(v, bool):
-            v = str(v).lower()
-        elif isinstance(v, (list, tuple)):
-            v = ",".join(map(str, v))
-        out.append(f"{k}={v}")
-    return out
+    return assume_args(plan)
 
 
 class LowHeadroomRule(Rule):
