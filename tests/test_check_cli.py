@@ -100,7 +100,7 @@ def test_without_a_gpu_the_fit_on_common_gpus_goes_to_stderr(capsys, monkeypatch
     monkeypatch.chdir(ROOT)
     code, out, err = run(capsys, "check", "fixtures/scripts/trl_sft_qlora.py")
     assert "MEM101" not in out
-    assert "fixtures/scripts/trl_sft_qlora.py: peak 19.6 GiB; smallest common GPU that fits: A10G" in err
+    assert "fixtures/scripts/trl_sft_qlora.py: peak 15.7 GiB; smallest common GPU that fits: A10G" in err
 
 
 def test_json_output_has_ruff_keys_and_numbers(capsys, monkeypatch):
