@@ -77,16 +77,12 @@ def setup_from_args(args: argparse.Namespace):
     )
 
 
-_OBJECTIVE_TRAINERS = {"sft": "SFTTrainer", "dpo": "DPOTrainer", "kto": "KTOTrainer", "orpo": "ORPOTrainer",
-                       "cpo": "CPOTrainer", "reward": "RewardTrainer"}
-
-
 def _kbit_prep(args: argparse.Namespace, quant: str) -> bool:
     if args.kbit_prep is not None:
         return args.kbit_prep
-    from memlint.library.api import kbit_prep
+    from memlint.library.api import kbit_prep, trl_trainer
 
-    return kbit_prep(_OBJECTIVE_TRAINERS.get(args.objective))[0]
+    return kbit_prep(trl_trainer(args.objective))[0]
 
 
 def target_flags(p: argparse.ArgumentParser, accounting: str | None = "real") -> None:

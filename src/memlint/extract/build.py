@@ -313,6 +313,17 @@ class Builder:
             "compute": _libc(cls, "bnb_4bit_compute_dtype", line),
         }
 
+    def loader_batch(self, line: int | None) -> DataLoader | None:
+        """per_device_batch from the training DataLoader (the shuffled one, else the first); the loader."""
+        dls = self.facts.first("objects", DataLoader)
+        train_dl = next((d for d in dls if isinstance(d.get("shuffle"), Const) and d.get("shuffle").value), dls[0] if dls else None)
+        if train_dl is not None:
+            bs = train_dl.get("batch_size")
+            self.put("per_device_batch", bs if bs is not None else _libc("torch.utils.data.DataLoader", "batch_size", train_dl.line), _int, train_dl.line)
+        else:
+            self.put("per_device_batch", Unknown("no DataLoader found"), line=line)
+        return train_dl
+
     def adapter_dtype(self, models: list[Obj]) -> None:
         """The adapters' dtype where the script decides it: a cast of the peft model after
         get_peft_model (it casts the adapters too), or autocast_adapter_dtype=False (the adapters
@@ -768,13 +779,7 @@ class Builder:
         line = (opts or [None])[0].line if opts else (self.facts.backward or [None])[0]
         self.fields["trainer"] = Value("custom-loop", "literal", Span(self.path, line) if line else None, ("optimizer.step() in the script's own loop",))
         self.args_gc = None
-        dls = self.facts.first("objects", DataLoader)
-        train_dl = next((d for d in dls if isinstance(d.get("shuffle"), Const) and d.get("shuffle").value), dls[0] if dls else None)
-        if train_dl is not None:
-            bs = train_dl.get("batch_size")
-            self.put("per_device_batch", bs if bs is not None else _libc("torch.utils.data.DataLoader", "batch_size", train_dl.line), _int, train_dl.line)
-        else:
-            self.put("per_device_batch", Unknown("no DataLoader found"))
+        train_dl = self.loader_batch(None)
         acc = [s.accumulation for s in steps if s.accumulation is not None]
         acc_kw = [a.get("gradient_accumulation_steps") for a in accs if a.get("gradient_accumulation_steps") is not None]
         for a in accs:  # Accelerator(gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=N))
@@ -847,13 +852,7 @@ class Builder:
         nodes = tr.get("num_nodes")
         if dev is not None:
             self.put("num_gpus", dev, lambda v: _device_count(v, nodes), line)
-        dls = self.facts.first("objects", DataLoader)
-        train_dl = next((d for d in dls if isinstance(d.get("shuffle"), Const) and d.get("shuffle").value), dls[0] if dls else None)
-        if train_dl is not None:
-            bs = train_dl.get("batch_size")
-            self.put("per_device_batch", bs if bs is not None else _libc("torch.utils.data.DataLoader", "batch_size", train_dl.line), _int, train_dl.line)
-        else:
-            self.put("per_device_batch", Unknown("no DataLoader found"), line=line)
+        train_dl = self.loader_batch(line)
         opts = self.facts.first("objects", Optimizer)
         if opts:
             self.optimizer_from(opts[-1:])

@@ -9,6 +9,8 @@ classes, collators and optimizers is data (memlint.library.api).
 
 from __future__ import annotations
 
+import functools
+
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -1464,14 +1466,21 @@ def _published_config_value(model_id: Any, attr: str, line: int | None, file: st
     keep or a model it does not know: the config class may still set it."""
     if not (isinstance(model_id, Const) and isinstance(model_id.value, str)):
         return None
+    spec = _catalogued(model_id.value)
+    if spec is None or attr not in spec.config or isinstance(spec.config[attr], (dict, list)):
+        return None
+    value = spec.config[attr]
+    return Const(value, "library-default", line, model_id.chain + (f"{spec.id}'s config.json: {attr} = {value!r}",), file)
+
+
+@functools.lru_cache(maxsize=64)
+def _catalogued(model_id: str) -> Any:
+    """The catalog's ModelSpec for `model_id`, or None (resolved once per id: a loop over config keys
+    asks again and again, and resolving stats the file system)."""
     from memlint.catalog import resolve
     from memlint.errors import MemlintError
 
     try:
-        spec = resolve(model_id.value)
+        return resolve(model_id)
     except MemlintError:
         return None
-    if attr not in spec.config or isinstance(spec.config[attr], (dict, list)):
-        return None
-    value = spec.config[attr]
-    return Const(value, "library-default", line, model_id.chain + (f"{spec.id}'s config.json: {attr} = {value!r}",), file)

@@ -46,6 +46,11 @@ def trainer(name: str) -> TrainerFacts | None:
     return trainers().get(name)
 
 
+def trl_trainer(objective: str) -> str | None:
+    """The TRL trainer class that trains `objective` (sft: SFTTrainer), the first listed."""
+    return next((t.name for t in trainers().values() if t.objective == objective and t.arguments.startswith("trl.")), None)
+
+
 @data.derived
 def peft_configs() -> frozenset[str]:
     return frozenset(_doc()["peft_configs"])
