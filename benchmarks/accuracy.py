@@ -30,11 +30,20 @@ from memlint.estimate import GIB, Setup, estimate  # noqa: E402
 LLAMA, QWEN, MISTRAL = "meta-llama/Llama-3.1-8B", "Qwen/Qwen2.5-0.5B", "mistralai/Mistral-7B-v0.1"
 
 
+def pinned(kw: dict) -> dict:
+    """A configuration with the choices the matrix was traced with spelled out, so that a change of
+    memlint's defaults (data/library_defaults.json run_defaults) does not change what a stored row means."""
+    base = {"optim": "adamw_torch"}
+    if kw.get("method", "full") != "full":
+        base.update(lora_r=16, lora_dropout=0.05)
+    return {**base, **kw}
+
+
 def matrix() -> list[tuple[str, dict]]:
     rows: list[tuple[str, dict]] = []
 
     def add(model, **kw):
-        rows.append((model, kw))
+        rows.append((model, pinned(kw)))
 
     for model in (LLAMA, QWEN, MISTRAL):
         add(model, method="full")

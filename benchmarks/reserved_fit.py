@@ -66,12 +66,13 @@ OPT_KEYS = ("activations", "largest_optimizer")
 
 
 def trace_extra(out: Path) -> None:
-    from accuracy import label  # benchmarks/accuracy.py
+    from accuracy import label, pinned  # benchmarks/accuracy.py
 
     from memlint.measure import measure
 
     rows = []
     for model, kw in EXTRA:
+        kw = pinned(kw)
         s = Setup(resolve(model), **kw)
         m = measure(s, device="trace").to_json()
         rows.append({"config": label(model, kw), "model": model,

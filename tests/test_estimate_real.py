@@ -38,7 +38,7 @@ def test_master_fp32_adds_a_4_byte_copy(llama):
 
 
 def test_lora_adapters_are_fp32_on_a_bf16_base(llama):
-    e = real(llama, method="lora")
+    e = real(llama, method="lora", lora_r=16)
     n = lora_params(llama, 16, "all-linear")
     assert e.trainable_params == n
     assert e.bytes("gradients") == 4 * n
@@ -46,7 +46,7 @@ def test_lora_adapters_are_fp32_on_a_bf16_base(llama):
 
 
 def test_adamw_8bit_states_are_one_byte_plus_block_absmax(llama):
-    e = real(llama, method="lora", optim="adamw_bnb_8bit")
+    e = real(llama, method="lora", lora_r=16, optim="adamw_bnb_8bit")
     n = lora_params(llama, 16, "all-linear")
     assert 2 * n < e.bytes("optimizer") < 2 * n * 1.02
 
@@ -68,7 +68,7 @@ def test_nf4_layout_is_half_a_byte_plus_absmax(llama):
 
 
 def test_peak_is_the_largest_phase_plus_overhead(llama):
-    e = real(llama)
+    e = real(llama, optim="adamw_torch")
     assert e.peak_phase in ("forward", "backward", "optimizer")
     assert e.peak == max(e.phases.values()) + e.bytes("overhead")
     # the optimizer step sees weights, gradients, state and foreach temporaries, but no activations
@@ -151,3 +151,33 @@ def test_max_seq_is_a_multiple_of_128_that_fits(llama):
 def test_invalid_combinations_are_refused(llama, kw, msg):
     with pytest.raises(MemlintError, match=msg):
         Setup(llama, **kw)
+
+
+def test_a_trained_tied_embedding_sums_its_two_gradients_out_of_place():
+    """lm_head's gradient, then the embedding's, then their sum: two V·h beside every gradient."""
+    from memlint.catalog import resolve
+
+    qwen = resolve("Qwen/Qwen2.5-0.5B")  # tied
+    assert qwen.tied_embeddings
+    e = real(qwen, seq=128, optim="adamw_torch_fused")
+    w, g, o = e.bytes("weights"), e.bytes("gradients"), e.bytes("optimizer")
+    assert e.phases["backward"] == w + o + g + 2 * qwen.vocab * qwen.hidden * 2
+    from memlint.estimate.core import tied_accumulation
+
+    assert tied_accumulation(Setup(qwen, method="lora")) == 0  # the frozen embedding gets no gradient
+    assert tied_accumulation(Setup(resolve("meta-llama/Llama-3.1-8B"))) == 0  # untied: one gradient each
+
+
+def test_defaults_are_the_shared_table(llama):
+    """Setup, `estimate` and `plan` take one table (data/library_defaults.json run_defaults)."""
+    from memlint.library.defaults import run_default
+    from memlint.library.versions import pinned_versions
+
+    s = Setup(llama)
+    for name in ("optim", "recompute", "grad_accum", "lora_r", "lora_dropout", "attn", "batch", "seq"):
+        assert getattr(s, name) == run_default(name).value
+    with pinned_versions({"transformers": "5.24.0", "torch": "2.13.0"}):
+        assert Setup(llama).optim == "adamw_torch_fused"
+    with pinned_versions({"transformers": "4.40.0"}):
+        assert Setup(llama).optim == "adamw_torch"
+    assert "transformers" in run_default("optim").why

@@ -32,6 +32,7 @@ PLAN_FIELDS = (
     "lora_r",
     "lora_alpha",
     "lora_targets",
+    "lora_dropout",
     "adapter_dtype",
     "quant_bits",
     "quant_type",

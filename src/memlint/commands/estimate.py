@@ -11,28 +11,40 @@ from memlint.errors import MemlintError
 def setup_flags(p: argparse.ArgumentParser) -> None:
     """The training configuration flags `estimate` and `measure` share."""
     from memlint.library.api import attention
+    from memlint.library.defaults import run_default
 
-    g = p.add_argument_group("training configuration")
+    def dflt(name: str) -> dict:
+        """A flag's default from the table estimate, plan and %memcheck share, with where it comes from."""
+        d = run_default(name)
+        shown = {True: "on", False: "off"}.get(d.value, d.value) if isinstance(d.value, bool) else d.value
+        return {"default": d.value, "help_default": f"default: {shown}; {d.why}".replace("%", "%%")}
+
+    def flag(*names: str, key: str, help: str = "", **kw) -> None:
+        d = dflt(key)
+        g.add_argument(*names, default=d["default"], help=f"{help} ({d['help_default']})".lstrip(), **kw)
+
+    g = p.add_argument_group("training configuration", "defaults: one table (data/library_defaults.json run_defaults) "
+                             "that plan and %%memcheck also take, library defaults at the installed versions")
     g.add_argument("--model", required=True, help="model id (catalog, HF cache) or a local directory with config.json")
     g.add_argument("--method", choices=("full", "lora", "qlora"), default="full")
-    g.add_argument("--lora-r", type=int, default=16, metavar="N")
-    g.add_argument("--lora-targets", default="all-linear", metavar="all-linear|q_proj,v_proj,…")
-    g.add_argument("--lora-dropout", type=float, default=0.05, metavar="P")
+    flag("--lora-r", key="lora_r", type=int, metavar="N")
+    flag("--lora-targets", key="lora_targets", metavar="all-linear|q_proj,v_proj,…")
+    flag("--lora-dropout", key="lora_dropout", type=float, metavar="P")
     g.add_argument("--quant", choices=("none", "nf4", "fp4", "int8"), default=None,
                    help="base weight quantization (default: nf4 for qlora, none otherwise)")
     g.add_argument("--double-quant", action=argparse.BooleanOptionalAction, default=True)
     g.add_argument("--kbit-prep", action=argparse.BooleanOptionalAction, default=None,
                    help="prepare_model_for_kbit_training upcasts non-quantized weights to fp32 (default: what the "
                         "--objective's TRL trainer does at the installed TRL version; SFT no longer calls it from 0.26)")
-    g.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="bf16", help="dtype the weights are loaded in")
+    flag("--dtype", key="dtype", choices=("fp32", "bf16", "fp16"), help="dtype the weights are loaded in")
     g.add_argument("--precision", choices=("fp32", "amp-bf16", "amp-fp16", "pure-bf16", "master-fp32"), default=None,
-                   help="default: amp-bf16 (amp-fp16 for --dtype fp16)")
-    g.add_argument("--optim", default="adamw_torch", metavar="NAME", help="HF Trainer optim name")
-    g.add_argument("--batch", type=int, default=1, metavar="N", help="micro-batch per GPU")
-    g.add_argument("--seq", type=int, default=2048, metavar="N", help="longest sequence in a micro-batch")
-    g.add_argument("--grad-accum", type=int, default=1, metavar="N")
-    g.add_argument("--recompute", action=argparse.BooleanOptionalAction, default=False, help="gradient checkpointing")
-    g.add_argument("--attn", choices=tuple(attention()), default="sdpa")
+                   help=f"({dflt('precision')['help_default']})")
+    flag("--optim", key="optim", metavar="NAME", help="HF Trainer optim name")
+    flag("--batch", key="batch", type=int, metavar="N", help="micro-batch per GPU")
+    flag("--seq", key="seq", type=int, metavar="N", help="longest sequence in a micro-batch")
+    flag("--grad-accum", key="grad_accum", type=int, metavar="N")
+    flag("--recompute", key="recompute", action=argparse.BooleanOptionalAction, help="gradient checkpointing")
+    flag("--attn", key="attn", choices=tuple(attention()))
     g.add_argument("--fused-loss", action=argparse.BooleanOptionalAction, default=False,
                    help="fused/chunked linear cross-entropy (Liger, Cut Cross-Entropy): no full-vocabulary logits")
     g.add_argument("--offload-activations", action=argparse.BooleanOptionalAction, default=False,
@@ -53,18 +65,22 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
 def setup_from_args(args: argparse.Namespace):
     from memlint.catalog import resolve
     from memlint.estimate.setup import Setup
+    from memlint.library.defaults import run_default
     from memlint.library.versions import installed_version
 
     quant = args.quant
     if quant is None:
         quant = "nf4" if args.method == "qlora" else "none"
-    precision = args.precision or ("amp-fp16" if args.dtype == "fp16" else "amp-bf16")
+    precision = args.precision or run_default("precision").value
+    if args.precision is None and args.dtype == "fp16" and precision == "amp-bf16":
+        precision = "amp-fp16"  # autocast in the weights' half format
     targets: tuple[str, ...] | str = args.lora_targets
     if targets != "all-linear":
         targets = tuple(t.strip() for t in args.lora_targets.split(",") if t.strip())
         if not targets:
             raise MemlintError("--lora-targets is empty")
-    if args.method == "full" and (args.lora_targets != "all-linear" or args.lora_r != 16):
+    if args.method == "full" and (args.lora_targets != run_default("lora_targets").value
+                                  or args.lora_r != run_default("lora_r").value):
         raise MemlintError("--lora-r/--lora-targets need --method lora or qlora")
     return Setup(
         model=resolve(args.model), method=args.method, lora_r=args.lora_r, lora_targets=targets,

@@ -10,7 +10,7 @@ from memlint.estimate import model_state as ms
 from memlint.estimate import reserved
 from memlint import data
 from memlint.library.api import attention
-from memlint.vocab import COMPONENTS, GIB  # noqa: F401 - re-exported by memlint.estimate
+from memlint.vocab import COMPONENTS, DTYPE_BYTES, GIB  # noqa: F401 - re-exported by memlint.estimate
 from memlint.estimate import sharding
 from memlint.estimate.setup import PARAM_SHARDS, Setup
 from memlint.gpu import DEFAULT_CONTEXT, find_gpu  # noqa: F401 - re-exported by memlint.estimate
@@ -191,9 +191,20 @@ def _real_phases(s: Setup, lay, a, w: int, g: int, o: int, tmp: int, gath: int, 
     fwd = w + gath + o + g_fwd + keep + a.body + a.logits_forward
     transient = a.per_layer if s.recompute else 0
     bwd = w + gath_b + o + keep + lay.backward + max(a.body + a.logits_backward + g_fwd, a.body + transient + g_fwd,
-                                                   g + transient + lay.backward_tail)
+                                                   g + transient + lay.backward_tail, g + tied_accumulation(s))
     opt = w + g + o + tmp + keep
     return {"forward": fwd, "backward": bwd, "optimizer": opt}
+
+
+def tied_accumulation(s: Setup) -> int:
+    """A trained tied embedding gets two gradients, lm_head's first and the embedding's last in
+    backward; autograd's input buffer sums them out of place (aten::add, seen in the trace and in
+    torch.profiler on plain tensors), so the embedding's own gradient and the sum are alive beside
+    every other gradient for a moment: two V·h tensors in the gradient dtype."""
+    m = s.model
+    if s.method != "full" or not m.tied_embeddings:
+        return 0
+    return 2 * m.vocab * m.hidden * DTYPE_BYTES[ms.trainable_dtype(s, "real")]
 
 
 def _real_notes(s: Setup, tmp: int) -> list[str]:

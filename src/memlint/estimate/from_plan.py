@@ -288,7 +288,7 @@ class PlannedSetup:
 
 def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) -> PlannedSetup:
     from memlint.catalog import resolve
-    from memlint.estimate.setup import Setup, optimizers
+    from memlint.estimate.setup import Setup, known_optim
 
     extra = dict(extra or {})
     notes: list[str] = []
@@ -313,14 +313,11 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
     dtype = _load_dtype(get, spec, notes)
     method, quant, double_quant = _method(get, notes)
     dtype, precision = _precision(get, dtype, notes)
-    optim = get("optimizer").value or "adamw_torch"
-    if optim not in optimizers():
-        notes.append(f"optimizer {optim!r} is not in memlint's table: estimated as adamw_torch")
-        optim = "adamw_torch"
+    optim = known_optim(get("optimizer").value or _run_default("optim", notes, "optimizer"), notes)
     targets = _targets(get, method, spec, notes)
     recompute_v = get("gradient_checkpointing")
-    recompute = _worst(recompute_v, pick=min) if recompute_v.known else False
-    attn = get("attn_implementation").value or "sdpa"
+    recompute = _worst(recompute_v, pick=min) if recompute_v.known else _run_default("recompute", notes, "gradient checkpointing")
+    attn = get("attn_implementation").value or _run_default("attn", notes, "attn_implementation")
     if attn not in attention():
         notes.append(f"attn_implementation {attn!r} is not in memlint's table: estimated as sdpa")
         attn = "sdpa"
@@ -344,14 +341,37 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
     kbit_prep = _kbit_prep(get, quant, notes)
     adapter_dtype = _adapter_dtype(get, method, dtype, precision, plan.kind, notes)
     setup = Setup(
-        model=spec, method=method, lora_r=int(get("lora_r").value or 8), lora_targets=targets, quant=quant,
+        model=spec, method=method, lora_targets=targets,
+        lora_r=int(get("lora_r").value or (_run_default("lora_r", notes, "LoRA r") if method != "full" else 8)),
+        lora_dropout=_dropout(get, method, notes), quant=quant,
         double_quant=double_quant, dtype=dtype, precision=precision, optim=optim, batch=int(batch),
-        seq=int(seq), grad_accum=int(_worst(get("grad_accum")) or 1), recompute=bool(recompute), attn=attn,
+        seq=int(seq), grad_accum=int(_worst(get("grad_accum")) or _run_default("grad_accum", notes, "gradient accumulation")), recompute=bool(recompute), attn=attn,
         gpus=gpus, shard=shard, nodes=nodes, offload=offload, fused_loss=fused,
         objective=objective, ref_model=ref_model, trl_version=installed_version("trl") if objective != "sft" else None,
         kbit_prep=kbit_prep, adapter_dtype=adapter_dtype,
     )
     return PlannedSetup(setup, (), tuple(notes))
+
+
+def _dropout(get, method: str, notes: list[str]) -> float:
+    """LoRA dropout: the plan's (a float, or the worst of its candidates), else the shared default.
+    It matters because each adapter with dropout > 0 keeps its own dropped copy of its input."""
+    v = get("lora_dropout")
+    if method == "full":
+        return 0.0
+    if v.known and isinstance(_worst(v), (int, float)):
+        return float(_worst(v))
+    return float(_run_default("lora_dropout", notes, "lora_dropout"))
+
+
+def _run_default(name: str, notes: list[str], what: str) -> Any:
+    """The shared default (data/library_defaults.json run_defaults) for a choice the plan leaves
+    unknown, said in `notes`."""
+    from memlint.library.defaults import run_default
+
+    d = run_default(name)
+    notes.append(f"{what} not known: {d.value} ({d.why})")
+    return d.value
 
 
 def _adapter_dtype(get, method: str, dtype: str, precision: str, kind: str, notes: list[str]) -> str | None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memlint import data
 from memlint.catalog import ModelSpec
 from memlint.errors import MemlintError
 from memlint.library.api import attention
+from memlint.library.defaults import run_default
 from memlint.vocab import DTYPE_BYTES
 METHODS = ("full", "lora", "qlora")
 QUANTS = ("none", "nf4", "fp4", "int8")
@@ -25,6 +26,20 @@ OBJECTIVES = ("sft", "dpo", "orpo", "cpo", "kto", "reward")
 # second copy of the weights, the peft model run with its adapters disabled, or log-probs
 # computed before training (precompute_ref_log_probs=True).
 REF_MODELS = ("auto", "none", "copy", "adapter-disabled", "precomputed")
+
+
+def _default(name: str) -> Any:
+    """A Setup field's default: data/library_defaults.json "run_defaults", the table `estimate`,
+    `plan` and `%memcheck` share."""
+    return field(default_factory=lambda: run_default(name).value)
+
+
+def known_optim(name: str, notes: list[str]) -> str:
+    """`name` when memlint's optimizer table has it, else adamw_torch, saying so in `notes`."""
+    if name in optimizers():
+        return name
+    notes.append(f"optimizer {name!r} is not in memlint's table: estimated as adamw_torch")
+    return "adamw_torch"
 
 
 def optimizers() -> dict[str, dict[str, Any]]:
@@ -56,19 +71,19 @@ class Setup:
 
     model: ModelSpec
     method: str = "full"
-    lora_r: int = 16
-    lora_targets: tuple[str, ...] | str = "all-linear"
-    lora_dropout: float = 0.05
+    lora_r: int = _default("lora_r")
+    lora_targets: tuple[str, ...] | str = _default("lora_targets")
+    lora_dropout: float = _default("lora_dropout")
     quant: str = "none"
     double_quant: bool = True
-    dtype: str = "bf16"
-    precision: str = "amp-bf16"
-    optim: str = "adamw_torch"
-    batch: int = 1
-    seq: int = 2048
-    grad_accum: int = 1
-    recompute: bool = False
-    attn: str = "sdpa"
+    dtype: str = _default("dtype")
+    precision: str = _default("precision")
+    optim: str = _default("optim")
+    batch: int = _default("batch")
+    seq: int = _default("seq")
+    grad_accum: int = _default("grad_accum")
+    recompute: bool = _default("recompute")
+    attn: str = _default("attn")
     gpus: int = 1             # ranks in the whole run (N), one GPU each
     shard: str = "none"
     nodes: int = 1            # M: fsdp_hybrid shards within a node of N / M GPUs, replicates across nodes

@@ -377,11 +377,12 @@ class Builder:
         self.fields["method"] = Value(method, "literal", Span(self.path, lora.line), (f"{lora.cls.rsplit('.', 1)[-1]} (line {lora.line}) applied" + (" on a 4-bit base" if q4 else ""),), cands)
         self.adapter_dtype(models)
         if lora.adapter:
-            for f in ("lora_r", "lora_alpha", "lora_targets"):
+            for f in ("lora_r", "lora_alpha", "lora_targets", "lora_dropout"):
                 self.put(f, Unknown("read from a saved adapter at run time"), line=lora.line)
             return
         cls = lora.cls if lora.cls.startswith("unsloth") else "peft.LoraConfig"
-        for field, arg in (("lora_r", "r"), ("lora_alpha", "lora_alpha"), ("lora_targets", "target_modules")):
+        for field, arg in (("lora_r", "r"), ("lora_alpha", "lora_alpha"), ("lora_targets", "target_modules"),
+                           ("lora_dropout", "lora_dropout")):
             v = lora.get(arg)
             if v is None:
                 v = Unknown(f"{arg} may be set by **kwargs") if lora.open else _libc(cls, arg, lora.line)

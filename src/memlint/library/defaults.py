@@ -59,3 +59,21 @@ def lora_default_targets(model_type: str) -> Default | None:
         value = tuple(targets) if isinstance(targets, list) else targets
         return Default(value, f"peft's default target_modules for {model_type} in {shown}: {entry['ref']}")
     return None
+
+
+def run_default(name: str) -> Default:
+    """What the estimator takes for training choice `name` (a Setup field) when nobody made it
+    (data/library_defaults.json "run_defaults"): a library default at the installed versions, or
+    memlint's own stated choice. One table for `estimate`, `plan` and `%memcheck`."""
+    entry = data.load("library_defaults.json")["run_defaults"][name]
+    if "from" in entry:
+        cls, field = entry["from"]
+        found = default(cls, field)
+        if found is None:  # the table names a default it does not hold: a data bug, caught by the tests
+            raise KeyError(f"run_defaults.{name}: no {cls}.{field} default")
+        return found
+    return Default(entry["value"], f"memlint's default: {entry['ref']}")
+
+
+def run_default_names() -> tuple[str, ...]:
+    return tuple(k for k in data.load("library_defaults.json")["run_defaults"] if not k.startswith("_"))

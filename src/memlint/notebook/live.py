@@ -320,10 +320,10 @@ def _precision(dtype: str, bf16: bool, fp16: bool, notes: list[str]) -> tuple[st
 
 
 def _default_optim() -> str:
-    from transformers import TrainingArguments
+    """The optimizer of a bare model: the default estimate and plan take too (run_defaults)."""
+    from memlint.library.defaults import run_default
 
-    default = TrainingArguments.__dataclass_fields__["optim"].default
-    return getattr(default, "value", default)
+    return run_default("optim").value
 
 
 def from_trainer(trainer: Any, *, batch: int | None = None, seq: int | None = None) -> LivePlan:
@@ -378,7 +378,7 @@ def from_model(model: Any, *, batch: int, seq: int, optim: str | None = None, pr
 def _build(model: Any, rows: int, cols: int, *, grad_accum: int, optim: str, bf16: bool, fp16: bool,
            recompute_args: bool, padding: str | None, multiple: int | None, lengths: Lengths | None,
            batch_asked: int, notes: list[str], kind: str, group_by_length: bool) -> LivePlan:
-    from memlint.estimate.setup import Setup, optimizers
+    from memlint.estimate.setup import Setup, known_optim
 
     info = read_model(model)
     spec = model_spec(model)
@@ -413,9 +413,7 @@ def _build(model: Any, rows: int, cols: int, *, grad_accum: int, optim: str, bf1
         # adapter keeping an fp32 copy of its input: the estimator's adapter_dtype "fp32"
         adapter_dtype = "fp32"
         notes.append("fp32 LoRA adapters on a bf16 base without autocast (peft's autocast_adapter_dtype)")
-    if optim not in optimizers():
-        notes.append(f"optimizer {optim!r} is not in memlint's table: estimated as adamw_torch")
-        optim = "adamw_torch"
+    optim = known_optim(optim, notes)
     recompute = info["recompute"] or recompute_args
     recompute_from = ("TrainingArguments(gradient_checkpointing=True)" if recompute_args
                       else "the model (gradient_checkpointing_enable / prepare_model_for_kbit_training)"

@@ -95,6 +95,25 @@ class Reader:
         self.bad(f"{'.'.join(map(str, path))} should be true or false, not {v!r}", *path)
         raise Bad()
 
+    def number_field(self, name: str, *path: Any, default_key: str | None = None) -> float | None:
+        """A numeric plan field (a probability, a rate): literal from the file, else the framework default."""
+        self._refused(path)
+        v = self.doc.get(*path)
+        if isinstance(v, str):
+            try:
+                v = float(v)
+            except ValueError:
+                pass
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            self.unknown(name, f"{'.'.join(map(str, path))} is not a number: {v!r}", *path)
+            return None
+        if v is not None:
+            self.lit(name, v, *path)
+            return v
+        if default_key:
+            return self.fw(name, default_key)
+        return None
+
     def int_field(self, name: str, *path: Any, default_key: str | None = None) -> int | None:
         """An integer plan field: literal from the file, else the framework default."""
         try:

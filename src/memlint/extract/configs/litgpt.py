@@ -171,6 +171,7 @@ class LitGPT(FrameworkReader):
         d = self.doc
         for name, key in (("lora_r", "lora_r"), ("lora_alpha", "lora_alpha")):
             self.int_field(name, key, default_key=key)
+        self.number_field("lora_dropout", "lora_dropout", default_key="lora_dropout")
         names, ref = self._sub("lora_targets")
         on: dict[str, bool] = {}
         for key in ("lora_query", "lora_key", "lora_value", "lora_projection", "lora_mlp", "lora_head"):

@@ -248,6 +248,7 @@ class Axolotl(FrameworkReader):
                 self.lit(name, v, key)
             else:
                 self.unknown(name, f"{key} not set (axolotl passes None to peft)", *((key,) if d.has(key) else ()))
+        self.number_field("lora_dropout", "lora_dropout", default_key="lora_dropout")
         if d.get("lora_target_linear") is True:
             self.lit("lora_targets", "all-linear", "lora_target_linear")
         elif isinstance(d.get("lora_target_modules"), (list, str)) and d.get("lora_target_modules"):
@@ -432,6 +433,7 @@ class LlamaFactory(FrameworkReader):
             self.fw("quant_bits", "quantization_bit")
         if self.fields.get("method") is not None and self.fields["method"].value in ("lora", "qlora"):
             rank = self.int_field("lora_r", "lora_rank", default_key="lora_rank")
+            self.number_field("lora_dropout", "lora_dropout", default_key="lora_dropout")
             try:
                 alpha = self.int_at("lora_alpha")
             except Bad:
@@ -534,6 +536,7 @@ class TrlRecipe(FrameworkReader):
             self.lit("method", "qlora" if b4 else "lora", "use_peft")
             for name, key in (("lora_r", "lora_r"), ("lora_alpha", "lora_alpha")):
                 self.int_field(name, key, default_key=key)
+            self.number_field("lora_dropout", "lora_dropout", default_key="lora_dropout")
             t = d.get("lora_target_modules")
             if isinstance(t, (list, str)) and t:
                 self.lit("lora_targets", "all-linear" if t == "all-linear" else ([t] if isinstance(t, str) else [str(x) for x in t]), "lora_target_modules")
@@ -680,6 +683,7 @@ class Torchtune(FrameworkReader):
         if method in ("lora", "qlora"):
             self.int_field("lora_r", "model", "lora_rank", default_key="lora_rank")
             self.int_field("lora_alpha", "model", "lora_alpha", default_key="lora_alpha")
+            self.number_field("lora_dropout", "model", "lora_dropout", default_key="lora_dropout")
             self.lora_targets()
         if method == "qlora":
             sub, ref = frameworks.substitution(self.kind, "qlora_nf4")
