@@ -801,7 +801,8 @@ class Handlers:
         for a in args:
             fa = flatten(a)
             if len(fa) != 1 or not isinstance(fa[0], Const):
-                return Unknown(fa[0].why if fa and isinstance(fa[0], Unknown) else f"{name}() of non-constants")
+                bound = _min_bound(args) if name == "min" else None
+                return bound or Unknown(fa[0].why if fa and isinstance(fa[0], Unknown) else f"{name}() of non-constants")
             vals.append(fa[0])
         if not vals:
             return Unknown(f"{name}()")
@@ -891,7 +892,7 @@ class Handlers:
         if f.attr == "backward":
             it.facts.backward.append(line)
         if ("padding" in kwargs or "truncation" in kwargs) and f.attr in _TOKENIZE_METHODS:
-            it.facts.tokenizer_calls.append(TokenizerCall(kwargs, line))
+            it.facts.tokenizer_calls.append(TokenizerCall(kwargs, line, None, f.attr))
         return Unknown(f"the result of ….{f.attr}()")
 
     # ---- the script's own classes ------------------------------------------------------------
@@ -927,7 +928,7 @@ class Handlers:
             it.facts.trained.append(obj)
             return Unknown("training output")
         if isinstance(obj, Tokenizer) and name in _TOKENIZE_METHODS:
-            return self.tokenize(it, obj, args, kwargs, line)
+            return self.tokenize(it, obj, args, kwargs, line, name)
         if isinstance(obj, Optimizer) and name == "step":
             it.facts.steps.append(OptimizerStep(obj, it.accum[-1] if it.accum else it.micro_accum, line))
             return Const(None, "literal", line)
@@ -1023,8 +1024,8 @@ class Handlers:
             return Unknown(f".{name}()")
         return Unknown(f"the result of model.{name}()")
 
-    def tokenize(self, it: Any, tok: Tokenizer, args: list, kwargs: dict, line: int | None) -> Any:
-        it.facts.tokenizer_calls.append(TokenizerCall(dict(kwargs), line, tok))
+    def tokenize(self, it: Any, tok: Tokenizer, args: list, kwargs: dict, line: int | None, name: str = "__call__") -> Any:
+        it.facts.tokenizer_calls.append(TokenizerCall(dict(kwargs), line, tok, name))
         return Unknown("token ids")
 
     def argparse_method(self, it: Any, p: ArgParser, name: str, args: list, kwargs: dict, line: int | None) -> Any:
@@ -1350,6 +1351,23 @@ class Handlers:
         if isinstance(action, Const) and action.value in ("store_true", "store_false"):
             return Const(action.value == "store_false", "argparse-default", spec.line, (how,), spec.file)
         return Const(None, "argparse-default", spec.line, (how,), spec.file)
+
+
+def _min_bound(args: list) -> Const | None:
+    """min(128, tokenizer.model_max_length) with the second unknown: at most 128. The known bound is the
+    worst case memlint sizes (a longer sequence, a larger batch never fits in less), said in the chain."""
+    known, unknown = [], []
+    for a in args:
+        fa = flatten(a)
+        if fa and all(isinstance(x, Const) and type(x.value) in (int, float) for x in fa):
+            known.append(max(fa, key=lambda x: x.value))  # an argument with alternatives: its largest
+        else:
+            unknown.append(next((x.why for x in fa if isinstance(x, Unknown)), "a value memlint cannot read"))
+    if not known or not unknown:
+        return None
+    lead = min(known, key=lambda x: x.value)
+    return lead.with_value(lead.value, f"min(…) ≤ {lead.value!r}: the other argument is unknown ({unknown[0]}); "
+                                       "memlint sizes the bound")
 
 
 def _str_method_fits(s: str, attr: str, vals: list, kw: dict) -> bool:

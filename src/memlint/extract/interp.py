@@ -24,6 +24,7 @@ _DICT_METHODS = {"get", "items", "keys", "values", "copy", "update", "setdefault
 
 SPREAD = "**"  # kwargs key of the objects a call spreads with **vars(obj)
 from memlint.files import max_file_size, read_text
+from memlint.library import api
 from memlint.extract.values import Alts, Class, Const, Dict, Func, ModuleVal, RaisedBy, Ref, Seq, Unknown, flatten, merge, to_python, weakest
 from memlint.extract.values import insert_fits, weigh
 
@@ -193,7 +194,7 @@ class Interpreter:
             roots = [self.dir]
             if self.launch is not None and self.launch.module:
                 roots.append(Path.cwd())
-            cur = self.dir
+            cur = self.dir.absolute()  # a relative "." has no parent to walk up to
             for _ in range(8):
                 if any((cur / m).exists() for m in _CHECKOUT_MARKERS):
                     roots += [cur, cur / "src"]
@@ -216,6 +217,8 @@ class Interpreter:
             for _ in range(level - 1):
                 here = here.parent
             roots = [here]
+        elif parts and parts[0] in api.modelled_packages():
+            return None  # the library (its calls are modelled), even where its source is in the script's checkout
         else:
             roots = self.import_roots()
         for base in roots:
@@ -1206,15 +1209,17 @@ class Interpreter:
                 target = self.pad_counts[target.value]
         code = self.code(target)
         value = self.ev(target, env)
-        if isinstance(value, Const) and isinstance(value.value, int):
-            self.facts.hand_pads.append(HandPad("max_length", value, line, self.cur_file()))
-            return
-        cap = None
-        if isinstance(target, cst.Call) and self.dotted(target.func) == "min":
+        cap, data_dependent = None, False
+        if isinstance(target, cst.Call) and self.dotted(target.func) == "min":  # min(max(lengths), max_len)
             for a in target.args:
                 v = self.ev(a.value, env)
                 if isinstance(v, Const) and isinstance(v.value, int):
                     cap = v
+                else:
+                    data_dependent = True
+        if isinstance(value, Const) and isinstance(value.value, int) and not data_dependent:
+            self.facts.hand_pads.append(HandPad("max_length", value, line, self.cur_file()))
+            return
         kind = "longest" if ("max(" in code or cap is not None or "longest" in code) else "max_length"
         self.facts.hand_pads.append(HandPad(kind, cap if cap is not None else value, line, self.cur_file()))
 

@@ -295,6 +295,7 @@ class TokenizerCall(NamedTuple):
     kwargs: dict
     line: int | None
     tokenizer: Tokenizer | None = None
+    method: str = "__call__"  # "pad": tokenizer.pad(), which pads and never truncates
 
 
 class OptimizerStep(NamedTuple):
