@@ -109,3 +109,33 @@ for batch in loader:
     assert plan.fields["max_length"].source == "unknown"
     assert any("model_max_length" in n for n in plan.notes if n.startswith("max_length"))
 
+
+def test_a_missing_checkpoint_folder_named_like_a_catalogued_checkpoint_is_sized_as_it_and_says_so():
+    # FastChat's and alpaca's READMEs: --model_name_or_path ~/model_weights/llama-7b (the user's own conversion)
+    from memlint.catalog import resolve
+
+    spec = resolve("~/no-such-dir-memlint/llama-7b")
+    assert (spec.id, spec.source, spec.assumed_from) == ("huggyllama/llama-7b", "folder-name", "~/no-such-dir-memlint/llama-7b")
+    assert resolve("./ckpt/Llama-2-7b-hf/").id == "meta-llama/Llama-2-7b-hf"
+    for named in ("someorg/llama-7b", "/path_of_model_folder/70B", "<your_path_to_hf_converted_llama_ckpt>", "llama-7b"):
+        try:
+            got = resolve(named)
+        except Exception:
+            continue
+        raise AssertionError(f"{named!r} resolved to {got.id}")
+
+
+def test_an_estimate_on_a_checkpoint_assumed_from_its_folder_name_says_the_assumption():
+    from memlint.check import check_source
+
+    src = '''from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+model = AutoModelForCausalLM.from_pretrained("~/no-such-dir-memlint/llama-7b", torch_dtype="bfloat16")
+Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=1, bf16=True),
+        data_collator=None).train()
+'''
+    res = check_source(src, "train.py", assume=["max_length=512"])
+    ctx = res.context
+    assert ctx.estimate is not None and ctx.estimate.setup.model.id == "huggyllama/llama-7b"
+    assert any("not on this machine" in a and "assumption" in a for a in ctx.planned.notes)
+    notes = [f for f in res.findings if f.code == "MEM002"]
+    assert notes and "huggyllama/llama-7b" in notes[0].message and "assumption" in notes[0].message
