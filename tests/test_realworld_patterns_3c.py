@@ -6,6 +6,11 @@ from pathlib import Path
 
 from memlint.extract import extract_file, extract_source
 
+
+def _fields(src: str, *names: str) -> dict:
+    plan = extract_source(src, "train.py")
+    return {n: plan.fields[n].value for n in names}
+
 _LOOP = '''import torch
 from torch.optim import AdamW
 from torch.utils.data import DataLoader
@@ -139,3 +144,126 @@ Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=1, 
     assert any("not on this machine" in a and "assumption" in a for a in ctx.planned.notes)
     notes = [f for f in res.findings if f.code == "MEM002"]
     assert notes and "huggyllama/llama-7b" in notes[0].message and "assumption" in notes[0].message
+
+
+def test_a_buffer_cut_into_blocks_in_a_while_loop_is_packing():
+    # llama-cookbook data/concatenator.py ConcatDataset(chunk_size=train_config.context_length)
+    src = '''from torch.utils.data import DataLoader, Dataset
+from transformers import AutoModelForCausalLM
+from torch.optim import AdamW
+
+class Concat(Dataset):
+    def __init__(self, dataset, chunk_size=4096):
+        self.chunk_size = chunk_size
+        self.samples = []
+        buffer = {"input_ids": [], "labels": []}
+        for sample in dataset:
+            buffer = {k: v + sample[k] for k, v in buffer.items()}
+            while len(next(iter(buffer.values()))) > self.chunk_size:
+                self.samples.append({k: v[:self.chunk_size] for k, v in buffer.items()})
+                buffer = {k: v[self.chunk_size:] for k, v in buffer.items()}
+
+model = AutoModelForCausalLM.from_pretrained("gpt2")
+loader = DataLoader(Concat(load(), chunk_size=1024), batch_size=4)
+optimizer = AdamW(model.parameters())
+for batch in loader:
+    model(**batch).loss.backward()
+    optimizer.step()
+'''
+    got = _fields(src, "packing", "padding", "max_length", "per_device_batch")
+    assert got == {"packing": True, "padding": "packing", "max_length": 1024, "per_device_batch": 4}
+
+
+_COOKBOOK_CONFIGS = '''import fire
+from dataclasses import asdict, dataclass
+from peft import LoraConfig, PrefixTuningConfig, get_peft_model
+from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments
+
+@dataclass
+class train_config:
+    quantization: str = None
+    enable_fsdp: bool = False
+    peft_method: str = "lora"
+
+@dataclass
+class lora_config:
+    r: int = 8
+    lora_alpha: int = 32
+
+@dataclass
+class prefix_config:
+    num_virtual_tokens: int = 30
+
+@dataclass
+class quantization_config:
+    quant_type: str = "fp4"
+
+    def create_bnb_config(self, quantization):
+        if quantization == "4bit":
+            return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=self.quant_type)
+        return BitsAndBytesConfig(load_in_8bit=True)
+
+def update_config(config, **kwargs):
+    for k, v in kwargs.items():
+        if hasattr(config, k):
+            setattr(config, k, v)
+
+def main(**kwargs):
+    cfg = train_config()
+    update_config(cfg, **kwargs)
+    if cfg.quantization:
+        if type(cfg.quantization) == type(True):
+            cfg.quantization = "8bit"
+        if cfg.quantization == "8bit" and cfg.enable_fsdp:
+            raise ValueError("8bit quantization is not supported with FSDP")
+        bnb = quantization_config().create_bnb_config(cfg.quantization)
+    configs = (lora_config, prefix_config)
+    names = tuple(c.__name__.rstrip("_config") for c in configs)
+    config = configs[names.index(cfg.peft_method)]()
+    peft_config = (LoraConfig, PrefixTuningConfig)[names.index(cfg.peft_method)](**asdict(config))
+    model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-2-7b-hf", quantization_config=bnb)
+    model = get_peft_model(model, peft_config)
+    Trainer(model=model, args=TrainingArguments("o")).train()
+
+if __name__ == "__main__":
+    fire.Fire(main)
+'''
+
+
+def test_config_dataclasses_picked_by_name_and_a_method_that_builds_the_quantization_config(tmp_path: Path):
+    # llama-cookbook finetuning.py: type(x) == type(True), an attribute set under an unknown test, a raise on
+    # the other path, names.index(...), asdict(config) into LoraConfig, quant_config.create_bnb_config(...)
+    from memlint.extract import extract_targets
+    from memlint.extract.launch import command_target
+
+    (tmp_path / "train.py").write_text(_COOKBOOK_CONFIGS)
+    import os
+
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        plans = extract_targets([command_target(["python", "train.py", "--enable_fsdp", "--quantization", "4bit"])])
+    finally:
+        os.chdir(cwd)
+    got = {n: plans[0].fields[n].value for n in ("model_id", "method", "lora_r", "quant_bits", "quant_type")}
+    assert got == {"model_id": "meta-llama/Llama-2-7b-hf", "method": "qlora", "lora_r": 8, "quant_bits": 4, "quant_type": "fp4"}
+
+
+def test_an_attribute_set_under_an_unknown_test_keeps_both_values():
+    src = '''from dataclasses import dataclass
+from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+import os
+
+@dataclass
+class Cfg:
+    batch: int = 4
+
+cfg = Cfg()
+if os.environ.get("BIG"):
+    cfg.batch = 16
+model = AutoModelForCausalLM.from_pretrained("gpt2")
+Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=cfg.batch)).train()
+'''
+    plan = extract_source(src, "train.py")
+    v = plan.fields["per_device_batch"]
+    assert sorted([v.value, *v.candidates]) == [4, 16] or set(v.candidates) >= {4, 16}

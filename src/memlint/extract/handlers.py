@@ -21,7 +21,7 @@ from memlint.extract.objects import (
     Accelerator, Accumulate, ArgNamespace, ArgParser, ArgSpec, Autocast, AutocastCall, BoundMethod, Collator, DataclassInstance,
     DeepSpeedEngine, DictMethod, Fields, Instance, LightningTrainer, Namespace, OpenFile,
     DataLoader, Dataset, DtypeName, HfConfig, HfParser, LigerPatch, Method, Model, Obj, Optimizer, OptimizerStep,
-    Params, Partial, PeftConfig, Plugin, QuantConfig, Range, Scaler, Setting, Tokenizer, TokenizerCall, Trainer,
+    Params, Partial, PeftConfig, Plugin, QuantConfig, Range, Scaler, SeqMethod, Setting, Tokenizer, TokenizerCall, Trainer,
     TrainingArgs, dtype_of, field_value,
 )
 from memlint.extract.values import Alts, Class, Const, Dict, Func, RaisedBy, Ref, Seq, Unknown, flatten, weakest
@@ -230,6 +230,8 @@ class Handlers:
             f = f.ref
         if isinstance(f, DictMethod):
             return self.dict_method(f.dict, f.name, args, kwargs)
+        if isinstance(f, SeqMethod):  # names.index("lora"), names.count(x) of a known sequence
+            return _seq_method(f.seq, f.name, args, line)
         if isinstance(f, Partial):
             if isinstance(f.func, Func):
                 return it.call_function(f.func, f.args + args, {**f.kwargs, **kwargs}, line)
@@ -602,6 +604,21 @@ class Handlers:
         resized to the new special tokens) and tokenizer."""
         return Seq([c.arg(0, "model", Unknown("a model")), c.arg(1, "tokenizer", Unknown("a tokenizer"))], "tuple")
 
+    def asdict(self, c: Call) -> Any:
+        """dataclasses.asdict(cfg) of the script's own dataclass: its fields (bases first) as a dict."""
+        obj = c.args[0] if c.args else None
+        uc = getattr(obj, "user_class", None)
+        if not isinstance(obj, Obj) or not isinstance(uc, Class) or not uc.is_dataclass or obj.open:
+            return Unknown("the result of dataclasses.asdict()")
+        chain, stack = [], [uc]
+        while stack and len(chain) < 20:
+            k = stack.pop()
+            if isinstance(k, Class) and k not in chain:
+                chain.append(k)
+                stack.extend(k.bases)
+        names = list(dict.fromkeys(n for k in reversed(chain) for n in k.fields))
+        return Dict({n: self.getattr(c.it, obj, n, c.line) for n in names})
+
     def cast(self, c: Call) -> Any:
         # a type-checker hint: cast(T, x) is x at run time
         return c.args[1] if len(c.args) > 1 else c.kwargs.get("val", Unknown("typing.cast()"))
@@ -730,6 +747,8 @@ class Handlers:
         obj = args[0]
         if name == "type":
             cls = getattr(obj, "user_class", None)
+            if isinstance(obj, Const) and type(obj.value) in (bool, int, float, str, type(None), list, tuple, dict):
+                return Ref(f"builtins.{type(obj.value).__name__}")  # compared with type(True), bool, ... by name
             return cls if isinstance(cls, Class) else Unknown("a type")
         if name == "isinstance" and len(args) > 1:
             kinds = {x.name if isinstance(x, Ref) else x.name if isinstance(x, Class) else None
@@ -767,7 +786,7 @@ class Handlers:
                 return Const(bool(declared), "literal", line)
             return Unknown("hasattr of a library object")
         if name == "setattr" and len(args) > 2 and isinstance(obj, Obj):
-            obj.attrs[attr] = args[2]
+            it.write(obj.attrs, attr, args[2], obj)
             self.on_setattr(it, obj, attr, args[2], line)
             return Const(None, "literal", line)
         return Unknown(f"{name}()")
@@ -1265,6 +1284,10 @@ class Handlers:
         if isinstance(obj, Namespace):
             return self.namespace_attr(it, obj, attr, line)
         if isinstance(obj, (TrainingArgs, DataclassInstance)):
+            uc = obj.user_class
+            hit = uc.lookup(attr) if isinstance(uc, Class) and attr not in obj.kwargs else None
+            if hit is not None and hit[0] == "method" and isinstance(hit[1], Func) and not _is_property(hit[1]):
+                return BoundMethod(hit[1], obj)  # cfg.create_bnb_config("4bit"): a method of the script's dataclass
             return field_value(obj, attr)
         if isinstance(obj, (PeftConfig, QuantConfig, Collator, DataLoader, Accelerator, Tokenizer, HfConfig, Plugin)):
             if attr in obj.kwargs:
@@ -1353,6 +1376,25 @@ class Handlers:
         return Const(None, "argparse-default", spec.line, (how,), spec.file)
 
 
+def _is_property(f: Func) -> bool:
+    return any(getattr(d.decorator, "value", None) in ("property", "cached_property") or
+               getattr(getattr(d.decorator, "attr", None), "value", None) in ("cached_property", "setter")
+               for d in f.node.decorators)
+
+
+def _seq_method(seq: Seq, name: str, args: list, line: int | None) -> Any:
+    """list/tuple .index(x) and .count(x) when x and every item are constants."""
+    items = [flatten(x) for x in seq.items]
+    if len(args) != 1 or not isinstance(args[0], Const) or not all(len(i) == 1 and isinstance(i[0], Const) for i in items):
+        return Unknown(f".{name}() of a sequence memlint cannot read item by item")
+    values = [i[0].value for i in items]
+    if name == "count":
+        return args[0].with_value(values.count(args[0].value), f".count({args[0].value!r})")
+    if args[0].value not in values:
+        return RaisedBy(f".index({args[0].value!r}): not in the sequence (ValueError)")
+    return args[0].with_value(values.index(args[0].value), f".index({args[0].value!r})")
+
+
 def _min_bound(args: list) -> Const | None:
     """min(128, tokenizer.model_max_length) with the second unknown: at most 128. The known bound is the
     worst case memlint sizes (a longer sequence, a larger batch never fits in less), said in the chain."""
@@ -1409,6 +1451,7 @@ def _deep_update(into: Dict, other: Dict) -> None:
 
 _QUALIFIED: dict[str, Callable[[Handlers, Call], Any]] = {
     "typing.cast": Handlers.cast,
+    "dataclasses.asdict": Handlers.asdict,
     "ast.literal_eval": Handlers.literal_eval,
     "torch.multiprocessing.spawn": Handlers.mp_spawn,
     "typing_extensions.cast": Handlers.cast,

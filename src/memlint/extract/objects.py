@@ -251,6 +251,14 @@ class DictMethod:
 
 
 @dataclass(eq=False)
+class SeqMethod:
+    """seq.index / seq.count of a known list or tuple."""
+
+    seq: Any
+    name: str
+
+
+@dataclass(eq=False)
 class Fields:
     """vars(obj) / obj.__dict__: an object's fields as a mapping, for `**vars(obj)`."""
 
