@@ -267,3 +267,20 @@ Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=cfg
     plan = extract_source(src, "train.py")
     v = plan.fields["per_device_batch"]
     assert sorted([v.value, *v.candidates]) == [4, 16] or set(v.candidates) >= {4, 16}
+
+
+def test_a_collator_subclassing_a_library_collator_pads_as_its_base():
+    # databrickslabs/dolly training/trainer.py: class DataCollatorForCompletionOnlyLM(DataCollatorForLanguageModeling)
+    src = '''from transformers import AutoModelForCausalLM, AutoTokenizer, DataCollatorForLanguageModeling, Trainer, TrainingArguments
+
+class CompletionOnly(DataCollatorForLanguageModeling):
+    def torch_call(self, examples):
+        batch = super().torch_call(examples)
+        return batch
+
+tokenizer = AutoTokenizer.from_pretrained("gpt2")
+model = AutoModelForCausalLM.from_pretrained("gpt2")
+collator = CompletionOnly(tokenizer=tokenizer, mlm=False, return_tensors="pt", pad_to_multiple_of=8)
+Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=2), data_collator=collator).train()
+'''
+    assert _fields(src, "padding")["padding"] == "longest"

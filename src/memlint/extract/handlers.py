@@ -926,6 +926,9 @@ class Handlers:
         base = library_base(cls, _SUBCLASSED_PARSERS)
         if base:  # class ArgumentParserPlus(HfArgumentParser): parses as its library base does
             return _BY_NAME[base](self, Call(c.it, base, c.args, c.kwargs, c.open, c.line))
+        base = library_base(cls, api.collators())
+        if base:  # class CompletionCollator(DataCollatorForLanguageModeling): it pads as its library base
+            return self.collator(Call(c.it, base, c.args, c.kwargs, c.open, c.line))
         if cls.is_dataclass:
             return c.new(DataclassInstance, cls.name, tuple(cls.fields), user_class=cls)
         inst = Instance(cls.name, c.line or 0, {}, {}, c.open, user_class=cls)

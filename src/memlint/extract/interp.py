@@ -147,7 +147,7 @@ class Interpreter:
         self.mod: Module | None = None
         self.entry_line: int | None = None  # the script's line that called into a sibling module
         self.returns: list[list] = []
-        self.writes: list[dict] = []  # per branch being walked: the attributes and dict keys it assigned (branches())
+        self.writes: list[dict] = []  # per branch being walked: the object attributes it assigned (branches())
         self.accum: list[Any] = []   # `if step % N == 0:` blocks we are inside
         self.micro_accum: Any = None  # N of the last `for _ in range(N): ... backward()` loop
         self.funcs: list[Func] = []
@@ -386,8 +386,8 @@ class Interpreter:
 
     def branches(self, env: Env, runs: list, exhaustive: bool) -> bool:
         """Run each branch on its own copy of the scope and merge what they bind: names, and the
-        attributes and dict keys they assign in place (`cfg.quantization = "8bit"` under an unknown test
-        is one value on one path, the old one on the other)."""
+        attributes they assign in place (`cfg.quantization = "8bit"` under an unknown test is one value
+        on one path, the old one on the other)."""
         before = dict(env.vars)
         results = []
         touched: dict = {}
@@ -411,7 +411,7 @@ class Interpreter:
         return all(r[0] for r in results)
 
     def write(self, mapping: dict, key: Any, value: Any, owner: Any) -> None:
-        """mapping[key] = value (an object's attrs, a Dict's items), remembered by the branch being walked."""
+        """mapping[key] = value (an object's attrs), remembered by the branch being walked."""
         if self.writes:
             self.writes[-1].setdefault((id(mapping), key), (mapping, key, key in mapping, mapping.get(key), owner))
         mapping[key] = value
@@ -581,7 +581,8 @@ class Interpreter:
             for b in flatten(base):
                 if isinstance(b, Dict):
                     if isinstance(key, Const) and insert_fits(b, value):
-                        self.write(b.items, key.value, value, b)
+                        # a dict item keeps its last write (readers of built config dicts take one value)
+                        b.items[key.value] = value
                     else:
                         b.open = True
                 elif isinstance(b, GlobalsView) and isinstance(key, Const) and isinstance(key.value, str):
