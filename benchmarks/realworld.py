@@ -104,7 +104,7 @@ def main() -> int:
     right: Counter = Counter()
     scored: Counter = Counter()
     misses: dict[str, list[str]] = defaultdict(list)
-    with_estimate = with_answer = tracebacks = exit2 = 0
+    with_estimate = with_answer = tracebacks = exit2 = folder_named = 0
     unsized: list[str] = []
     repos = set()
     for e in entries:
@@ -122,6 +122,7 @@ def main() -> int:
         plan = doc.get("plan", {}) if doc else {}
         if doc and doc.get("estimate") is not None:
             with_estimate += 1
+            folder_named += "assumed_from" in doc["estimate"].get("model", {})
         elif doc:
             with_answer += doc.get("conditional") is not None
             unsized.append(f"{e['id']}: {doc.get('no_estimate')}")
@@ -138,7 +139,8 @@ def main() -> int:
     print(f"{len(entries)} files from {len(repos)} repositories"
           + (" (files alone, no launch commands)" if args.no_command else ""))
     print(f"plan fields right: {total_r}/{total_s} = {total_r / max(total_s, 1):.1%}")
-    print(f"files with an estimate and no --assume: {with_estimate}/{len(entries)} = {with_estimate / len(entries):.1%}")
+    print(f"files with an estimate and no --assume: {with_estimate}/{len(entries)} = {with_estimate / len(entries):.1%}"
+          f" (of which {folder_named} sized on the checkpoint a missing folder's name names, said as an assumption)")
     print(f"files with an estimate or a conditional answer: {with_estimate + with_answer}/{len(entries)} = "
           f"{(with_estimate + with_answer) / len(entries):.1%}")
     print(f"exit 2: {exit2}, tracebacks: {tracebacks}")

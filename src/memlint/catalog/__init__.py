@@ -1,7 +1,9 @@
 """Model facts: exact parameter counts and shapes, from the bundled catalog or a local config.
 
 Resolution order: a local directory with config.json -> the local Hugging Face cache
-(offline) -> the bundled catalog -> a clear error naming the closest known ids.
+(offline) -> the bundled catalog -> a local path not on this machine whose folder name is a
+catalogued checkpoint's (marked as assumed: `ModelSpec.assumed_from`) -> a clear error naming
+the closest known ids.
 Never the network, never trust_remote_code, never torch on this path.
 """
 
@@ -11,7 +13,7 @@ import os
 from pathlib import Path
 
 from memlint.catalog.local import spec_from_config_file
-from memlint.catalog.spec import Linear, ModelSpec, catalog_entry, closest_ids, entries, known_ids
+from memlint.catalog.spec import Linear, ModelSpec, catalog_entry, closest_ids, entries, known_ids, named_by_folder
 from memlint.errors import MemlintError
 from memlint.files import read_bytes
 
@@ -79,7 +81,7 @@ def resolve(model: str) -> ModelSpec:
     cached = _cached_config(model)
     if cached is not None:
         return spec_from_config_file(cached, model, source="hf-cache")
-    spec = catalog_entry(model)
+    spec = catalog_entry(model) or named_by_folder(model)
     if spec is not None:
         return spec
     close = closest_ids(model)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from typing import Any, Mapping
@@ -45,7 +45,9 @@ class ModelSpec:
     arch: Mapping[str, Any]
     config: Mapping[str, Any] = field(default_factory=dict)
     torch_dtype: str = "float32"
-    source: str = "catalog"  # catalog | local | hf-cache
+    source: str = "catalog"  # catalog | local | hf-cache | folder-name
+    # folder-name: the path the script names, not on this machine, whose last component is this checkpoint's name
+    assumed_from: str | None = None
     text_only: bool = False
     # remote-code families (catalog/remote.py): the transformers architecture counted in its place
     counted_as: str | None = None
@@ -163,6 +165,29 @@ def catalog_entry(model_id: str) -> ModelSpec | None:
     # Report the id the user named (an -Instruct alias is not its base), spelled as published.
     shown = next(a for a in [canonical, *entry.get("aliases", [])] if a.lower() == key)
     return spec_from_entry(shown, entry)
+
+
+_HUB_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
+
+
+def named_by_folder(path: str) -> ModelSpec | None:
+    """A local checkpoint path that is not on this machine (`~/model_weights/llama-7b`, `/data/vicuna-7b-v1.5-16k`)
+    whose last component is, letter for letter (case aside), the name of exactly one catalogued checkpoint: that
+    checkpoint's spec, marked as assumed from the folder name. A hub id (`org/name`) is never read this way: another
+    organisation's `name` may be any model; a placeholder (`<your_path>`, `/path/to/70B`) names none."""
+    text = path.strip()
+    if _HUB_ID.match(text) and not text.startswith("."):
+        return None
+    name = text.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1].lower()
+    if not name or name in (".", "..", "~"):
+        return None
+    hits = {c for k, c in _index().items() if k.rsplit("/", 1)[-1] == name}
+    if len(hits) != 1:
+        return None
+    canonical = hits.pop()
+    entry = entries()[canonical]
+    shown = next(a for a in [canonical, *entry.get("aliases", [])] if a.lower().rsplit("/", 1)[-1] == name)
+    return replace(spec_from_entry(shown, entry, source="folder-name"), assumed_from=text)
 
 
 def closest_ids(model_id: str, n: int = 3) -> list[str]:

@@ -279,6 +279,12 @@ def _targets(get, method: str, spec: Any, notes: list[str]) -> tuple[str, ...] |
     return targets
 
 
+def assumed_model_note(spec: Any) -> str:
+    """What an estimate sized on a checkpoint named by a folder that is not on this machine says, every time."""
+    return (f"model {spec.assumed_from!r} is not on this machine: sized as {spec.id}, the catalogued checkpoint its "
+            f"folder name names (an assumption: a local config.json or --assume model_id= confirms or corrects it)")
+
+
 @dataclass(frozen=True)
 class PlannedSetup:
     setup: Any | None          # Setup, or None when a required field is unknown
@@ -310,6 +316,8 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
         return PlannedSetup(None, tuple(missing), tuple(notes))
 
     spec = resolve(str(model_id))
+    if spec.assumed_from is not None:
+        notes.append(assumed_model_note(spec))
     dtype = _load_dtype(get, spec, notes)
     method, quant, double_quant = _method(get, notes)
     dtype, precision = _precision(get, dtype, notes)

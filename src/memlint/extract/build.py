@@ -712,10 +712,10 @@ class Builder:
             t = kw.get("tokenize")
             if isinstance(t, Const) and t.value is False:
                 continue
-            calls.append((kw, cl, tok))
+            calls.append((kw, cl, tok, entry.method))
         pads: list = []
         lengths: list = []
-        for kw, cl, tok in calls:
+        for kw, cl, tok, method in calls:
             p = kw.get("padding")
             kind = None
             if isinstance(p, Const):
@@ -724,13 +724,7 @@ class Builder:
                 kind = "unknown"
             if kind:
                 pads.append((kind, p if isinstance(p, Const) else Unknown("padding"), cl))
-            trunc = kw.get("truncation")
-            ml = kw.get("max_length")
-            if ml is not None:
-                lengths.append(ml)
-            elif (isinstance(trunc, Const) and trunc.value) or kind == "max_length":
-                mml = tok.get("model_max_length") if isinstance(tok, Obj) else None
-                lengths.append(mml if mml is not None else Unknown("the tokenizer's model_max_length"))
+            lengths += _call_lengths(kw, kind, tok, method)
         for c in flatten(collator) if collator is not None else []:
             if isinstance(c, Collator):
                 cname = c.cls.rsplit(".", 1)[-1]
@@ -1020,6 +1014,22 @@ def _jsonable(v: Any) -> Any:
         return list(v)
     return v
 
+
+
+def _call_lengths(kw: dict, kind: str | None, tok: Any, method: str) -> list:
+    """The lengths one tokenizer call caps its rows at. tokenizer.pad() never truncates: its max_length only
+    counts under padding="max_length". max_length=None (or missing) under truncation is the tokenizer's
+    model_max_length."""
+    trunc = kw.get("truncation")
+    ml = kw.get("max_length")
+    if method == "pad" and kind != "max_length":
+        return []
+    if ml is not None and not all(isinstance(x, Const) and x.value is None for x in flatten(ml)):
+        return [ml]
+    if (isinstance(trunc, Const) and trunc.value) or kind == "max_length":
+        mml = tok.get("model_max_length") if isinstance(tok, Obj) else None
+        return [mml if mml is not None else Unknown("the tokenizer's model_max_length (max_length=None truncates there)")]
+    return [ml] if ml is not None else []
 
 def _alts(vals: list) -> Any:
     vals = [v for v in vals if v is not None]

@@ -21,7 +21,7 @@ from memlint.extract.objects import (
     Accelerator, Accumulate, ArgNamespace, ArgParser, ArgSpec, Autocast, AutocastCall, BoundMethod, Collator, DataclassInstance,
     DeepSpeedEngine, DictMethod, Fields, Instance, LightningTrainer, Namespace, OpenFile,
     DataLoader, Dataset, DtypeName, HfConfig, HfParser, LigerPatch, Method, Model, Obj, Optimizer, OptimizerStep,
-    Params, Partial, PeftConfig, Plugin, QuantConfig, Range, Scaler, Setting, Tokenizer, TokenizerCall, Trainer,
+    Params, Partial, PeftConfig, Plugin, QuantConfig, Range, Scaler, SeqMethod, Setting, Tokenizer, TokenizerCall, Trainer,
     TrainingArgs, dtype_of, field_value,
 )
 from memlint.extract.values import Alts, Class, Const, Dict, Func, RaisedBy, Ref, Seq, Unknown, flatten, weakest
@@ -230,6 +230,8 @@ class Handlers:
             f = f.ref
         if isinstance(f, DictMethod):
             return self.dict_method(f.dict, f.name, args, kwargs)
+        if isinstance(f, SeqMethod):  # names.index("lora"), names.count(x) of a known sequence
+            return _seq_method(f.seq, f.name, args, line)
         if isinstance(f, Partial):
             if isinstance(f.func, Func):
                 return it.call_function(f.func, f.args + args, {**f.kwargs, **kwargs}, line)
@@ -602,6 +604,21 @@ class Handlers:
         resized to the new special tokens) and tokenizer."""
         return Seq([c.arg(0, "model", Unknown("a model")), c.arg(1, "tokenizer", Unknown("a tokenizer"))], "tuple")
 
+    def asdict(self, c: Call) -> Any:
+        """dataclasses.asdict(cfg) of the script's own dataclass: its fields (bases first) as a dict."""
+        obj = c.args[0] if c.args else None
+        uc = getattr(obj, "user_class", None)
+        if not isinstance(obj, Obj) or not isinstance(uc, Class) or not uc.is_dataclass or obj.open:
+            return Unknown("the result of dataclasses.asdict()")
+        chain, stack = [], [uc]
+        while stack and len(chain) < 20:
+            k = stack.pop()
+            if isinstance(k, Class) and k not in chain:
+                chain.append(k)
+                stack.extend(k.bases)
+        names = list(dict.fromkeys(n for k in reversed(chain) for n in k.fields))
+        return Dict({n: self.getattr(c.it, obj, n, c.line) for n in names})
+
     def cast(self, c: Call) -> Any:
         # a type-checker hint: cast(T, x) is x at run time
         return c.args[1] if len(c.args) > 1 else c.kwargs.get("val", Unknown("typing.cast()"))
@@ -730,6 +747,8 @@ class Handlers:
         obj = args[0]
         if name == "type":
             cls = getattr(obj, "user_class", None)
+            if isinstance(obj, Const) and type(obj.value) in (bool, int, float, str, type(None), list, tuple, dict):
+                return Ref(f"builtins.{type(obj.value).__name__}")  # compared with type(True), bool, ... by name
             return cls if isinstance(cls, Class) else Unknown("a type")
         if name == "isinstance" and len(args) > 1:
             kinds = {x.name if isinstance(x, Ref) else x.name if isinstance(x, Class) else None
@@ -767,7 +786,7 @@ class Handlers:
                 return Const(bool(declared), "literal", line)
             return Unknown("hasattr of a library object")
         if name == "setattr" and len(args) > 2 and isinstance(obj, Obj):
-            obj.attrs[attr] = args[2]
+            it.write(obj.attrs, attr, args[2], obj)
             self.on_setattr(it, obj, attr, args[2], line)
             return Const(None, "literal", line)
         return Unknown(f"{name}()")
@@ -801,7 +820,8 @@ class Handlers:
         for a in args:
             fa = flatten(a)
             if len(fa) != 1 or not isinstance(fa[0], Const):
-                return Unknown(fa[0].why if fa and isinstance(fa[0], Unknown) else f"{name}() of non-constants")
+                bound = _min_bound(args) if name == "min" else None
+                return bound or Unknown(fa[0].why if fa and isinstance(fa[0], Unknown) else f"{name}() of non-constants")
             vals.append(fa[0])
         if not vals:
             return Unknown(f"{name}()")
@@ -891,7 +911,7 @@ class Handlers:
         if f.attr == "backward":
             it.facts.backward.append(line)
         if ("padding" in kwargs or "truncation" in kwargs) and f.attr in _TOKENIZE_METHODS:
-            it.facts.tokenizer_calls.append(TokenizerCall(kwargs, line))
+            it.facts.tokenizer_calls.append(TokenizerCall(kwargs, line, None, f.attr))
         return Unknown(f"the result of ….{f.attr}()")
 
     # ---- the script's own classes ------------------------------------------------------------
@@ -906,6 +926,9 @@ class Handlers:
         base = library_base(cls, _SUBCLASSED_PARSERS)
         if base:  # class ArgumentParserPlus(HfArgumentParser): parses as its library base does
             return _BY_NAME[base](self, Call(c.it, base, c.args, c.kwargs, c.open, c.line))
+        base = library_base(cls, api.collators())
+        if base:  # class CompletionCollator(DataCollatorForLanguageModeling): it pads as its library base
+            return self.collator(Call(c.it, base, c.args, c.kwargs, c.open, c.line))
         if cls.is_dataclass:
             return c.new(DataclassInstance, cls.name, tuple(cls.fields), user_class=cls)
         inst = Instance(cls.name, c.line or 0, {}, {}, c.open, user_class=cls)
@@ -927,7 +950,7 @@ class Handlers:
             it.facts.trained.append(obj)
             return Unknown("training output")
         if isinstance(obj, Tokenizer) and name in _TOKENIZE_METHODS:
-            return self.tokenize(it, obj, args, kwargs, line)
+            return self.tokenize(it, obj, args, kwargs, line, name)
         if isinstance(obj, Optimizer) and name == "step":
             it.facts.steps.append(OptimizerStep(obj, it.accum[-1] if it.accum else it.micro_accum, line))
             return Const(None, "literal", line)
@@ -1023,8 +1046,8 @@ class Handlers:
             return Unknown(f".{name}()")
         return Unknown(f"the result of model.{name}()")
 
-    def tokenize(self, it: Any, tok: Tokenizer, args: list, kwargs: dict, line: int | None) -> Any:
-        it.facts.tokenizer_calls.append(TokenizerCall(dict(kwargs), line, tok))
+    def tokenize(self, it: Any, tok: Tokenizer, args: list, kwargs: dict, line: int | None, name: str = "__call__") -> Any:
+        it.facts.tokenizer_calls.append(TokenizerCall(dict(kwargs), line, tok, name))
         return Unknown("token ids")
 
     def argparse_method(self, it: Any, p: ArgParser, name: str, args: list, kwargs: dict, line: int | None) -> Any:
@@ -1264,6 +1287,10 @@ class Handlers:
         if isinstance(obj, Namespace):
             return self.namespace_attr(it, obj, attr, line)
         if isinstance(obj, (TrainingArgs, DataclassInstance)):
+            uc = obj.user_class
+            hit = uc.lookup(attr) if isinstance(uc, Class) and attr not in obj.kwargs else None
+            if hit is not None and hit[0] == "method" and isinstance(hit[1], Func) and not _is_property(hit[1]):
+                return BoundMethod(hit[1], obj)  # cfg.create_bnb_config("4bit"): a method of the script's dataclass
             return field_value(obj, attr)
         if isinstance(obj, (PeftConfig, QuantConfig, Collator, DataLoader, Accelerator, Tokenizer, HfConfig, Plugin)):
             if attr in obj.kwargs:
@@ -1352,6 +1379,42 @@ class Handlers:
         return Const(None, "argparse-default", spec.line, (how,), spec.file)
 
 
+def _is_property(f: Func) -> bool:
+    return any(getattr(d.decorator, "value", None) in ("property", "cached_property") or
+               getattr(getattr(d.decorator, "attr", None), "value", None) in ("cached_property", "setter")
+               for d in f.node.decorators)
+
+
+def _seq_method(seq: Seq, name: str, args: list, line: int | None) -> Any:
+    """list/tuple .index(x) and .count(x) when x and every item are constants."""
+    items = [flatten(x) for x in seq.items]
+    if len(args) != 1 or not isinstance(args[0], Const) or not all(len(i) == 1 and isinstance(i[0], Const) for i in items):
+        return Unknown(f".{name}() of a sequence memlint cannot read item by item")
+    values = [i[0].value for i in items]
+    if name == "count":
+        return args[0].with_value(values.count(args[0].value), f".count({args[0].value!r})")
+    if args[0].value not in values:
+        return RaisedBy(f".index({args[0].value!r}): not in the sequence (ValueError)")
+    return args[0].with_value(values.index(args[0].value), f".index({args[0].value!r})")
+
+
+def _min_bound(args: list) -> Const | None:
+    """min(128, tokenizer.model_max_length) with the second unknown: at most 128. The known bound is the
+    worst case memlint sizes (a longer sequence, a larger batch never fits in less), said in the chain."""
+    known, unknown = [], []
+    for a in args:
+        fa = flatten(a)
+        if fa and all(isinstance(x, Const) and type(x.value) in (int, float) for x in fa):
+            known.append(max(fa, key=lambda x: x.value))  # an argument with alternatives: its largest
+        else:
+            unknown.append(next((x.why for x in fa if isinstance(x, Unknown)), "a value memlint cannot read"))
+    if not known or not unknown:
+        return None
+    lead = min(known, key=lambda x: x.value)
+    return lead.with_value(lead.value, f"min(…) ≤ {lead.value!r}: the other argument is unknown ({unknown[0]}); "
+                                       "memlint sizes the bound")
+
+
 def _str_method_fits(s: str, attr: str, vals: list, kw: dict) -> bool:
     """str.join, .replace and .format within the budget, decided before they run."""
     if attr == "join" and vals and isinstance(vals[0], (list, tuple)):
@@ -1391,6 +1454,7 @@ def _deep_update(into: Dict, other: Dict) -> None:
 
 _QUALIFIED: dict[str, Callable[[Handlers, Call], Any]] = {
     "typing.cast": Handlers.cast,
+    "dataclasses.asdict": Handlers.asdict,
     "ast.literal_eval": Handlers.literal_eval,
     "torch.multiprocessing.spawn": Handlers.mp_spawn,
     "typing_extensions.cast": Handlers.cast,

@@ -18,12 +18,13 @@ import libcst as cst
 from memlint.extract import budget
 from memlint.extract.parsed import parse
 
-from memlint.extract.objects import BoundMethod, Chunking, DictMethod, Fields, Obj, OpenFile, Partial, Range
+from memlint.extract.objects import BoundMethod, Chunking, DictMethod, Fields, Obj, OpenFile, Partial, Range, SeqMethod
 
 _DICT_METHODS = {"get", "items", "keys", "values", "copy", "update", "setdefault", "pop"}
 
 SPREAD = "**"  # kwargs key of the objects a call spreads with **vars(obj)
 from memlint.files import max_file_size, read_text
+from memlint.library import api
 from memlint.extract.values import Alts, Class, Const, Dict, Func, ModuleVal, RaisedBy, Ref, Seq, Unknown, flatten, merge, to_python, weakest
 from memlint.extract.values import insert_fits, weigh
 
@@ -124,6 +125,9 @@ class Facts:
             self.notes.append(text)
 
 
+_ABSENT = object()  # a key a branch left unassigned
+
+
 class _Return(Exception):
     pass
 
@@ -143,6 +147,7 @@ class Interpreter:
         self.mod: Module | None = None
         self.entry_line: int | None = None  # the script's line that called into a sibling module
         self.returns: list[list] = []
+        self.writes: list[dict] = []  # per branch being walked: the object attributes it assigned (branches())
         self.accum: list[Any] = []   # `if step % N == 0:` blocks we are inside
         self.micro_accum: Any = None  # N of the last `for _ in range(N): ... backward()` loop
         self.funcs: list[Func] = []
@@ -193,7 +198,7 @@ class Interpreter:
             roots = [self.dir]
             if self.launch is not None and self.launch.module:
                 roots.append(Path.cwd())
-            cur = self.dir
+            cur = self.dir.absolute()  # a relative "." has no parent to walk up to
             for _ in range(8):
                 if any((cur / m).exists() for m in _CHECKOUT_MARKERS):
                     roots += [cur, cur / "src"]
@@ -216,6 +221,8 @@ class Interpreter:
             for _ in range(level - 1):
                 here = here.parent
             roots = [here]
+        elif parts and parts[0] in api.modelled_packages():
+            return None  # the library (its calls are modelled), even where its source is in the script's checkout
         else:
             roots = self.import_roots()
         for base in roots:
@@ -378,22 +385,63 @@ class Interpreter:
         return self.branches(env, [run_body, run_else], exhaustive=True)
 
     def branches(self, env: Env, runs: list, exhaustive: bool) -> bool:
-        """Run each branch on its own copy of the scope and merge what they bind."""
+        """Run each branch on its own copy of the scope and merge what they bind: names, and the
+        attributes they assign in place (`cfg.quantization = "8bit"` under an unknown test is one value
+        on one path, the old one on the other)."""
         before = dict(env.vars)
         results = []
+        touched: dict = {}
         for run in runs:
             env.vars = dict(before)
-            leaves = run(env)
-            results.append((leaves, env.vars))
+            self.writes.append({})
+            try:
+                leaves = run(env)
+            finally:
+                log = self.writes.pop()
+            results.append((leaves, env.vars, self._undo_writes(log, touched)))
         if not exhaustive:
-            results.append((False, before))
-        live = [v for leaves, v in results if not leaves] or [v for _, v in results]
+            results.append((False, before, {}))
+        live = [r for r in results if not r[0]] or results
         merged: dict[str, Any] = {}
-        for vars_ in live:
+        for _, vars_, _ in live:
             for k, v in vars_.items():
                 merged[k] = merge(merged[k], v) if k in merged else v
         env.vars = merged
-        return all(leaves for leaves, _ in results)
+        self._merge_writes(touched, [r[2] for r in live])
+        return all(r[0] for r in results)
+
+    def write(self, mapping: dict, key: Any, value: Any, owner: Any) -> None:
+        """mapping[key] = value (an object's attrs), remembered by the branch being walked."""
+        if self.writes:
+            self.writes[-1].setdefault((id(mapping), key), (mapping, key, key in mapping, mapping.get(key), owner))
+        mapping[key] = value
+
+    @staticmethod
+    def _undo_writes(log: dict, touched: dict) -> dict:
+        """What one branch assigned in place, put back as it was before the branch (the next starts there)."""
+        final = {}
+        for k, (mapping, key, had, old, owner) in log.items():
+            touched.setdefault(k, (mapping, key, had, old, owner))
+            final[k] = mapping.get(key, _ABSENT)
+            if had:
+                mapping[key] = old
+            else:
+                mapping.pop(key, None)
+        return final
+
+    def _merge_writes(self, touched: dict, finals: list[dict]) -> None:
+        for k, (mapping, key, had, old, owner) in touched.items():
+            vals = [f.get(k, old if had else _ABSENT) for f in finals]
+            if all(v is _ABSENT for v in vals):
+                continue
+            if any(v is _ABSENT for v in vals) and isinstance(owner, Obj):
+                unset = self.handlers.getattr(self, owner, key, None)  # read with the attribute unassigned
+                vals = [unset if v is _ABSENT else v for v in vals]
+            out = None
+            for v in vals:
+                if v is not _ABSENT:
+                    out = v if out is None else merge(out, v)
+            self.write(mapping, key, out, owner)
 
     def exec_loop(self, node: cst.For | cst.While, env: Env) -> None:
         micro = self.micro_batch_count(node, env)
@@ -437,6 +485,7 @@ class Interpreter:
             return False
         if not isinstance(node, cst.For):
             self.ev(node.test, env)
+            self.buffer_chunk_idiom(node, env)
         self.branches(env, [body], exhaustive=False)
         if node.orelse is not None:
             self.exec_block(node.orelse.body.body, env)
@@ -524,7 +573,7 @@ class Interpreter:
             base = self.ev(target.value, env)
             for b in flatten(base):
                 if isinstance(b, Obj):
-                    b.attrs[target.attr.value] = value
+                    self.write(b.attrs, target.attr.value, value, b)
                     self.handlers.on_setattr(self, b, target.attr.value, value, self.line_of(stmt))
         elif isinstance(target, cst.Subscript):
             base = self.ev(target.value, env)
@@ -532,6 +581,7 @@ class Interpreter:
             for b in flatten(base):
                 if isinstance(b, Dict):
                     if isinstance(key, Const) and insert_fits(b, value):
+                        # a dict item keeps its last write (readers of built config dicts take one value)
                         b.items[key.value] = value
                     else:
                         b.open = True
@@ -910,6 +960,8 @@ class Interpreter:
             if attr in _DICT_METHODS:
                 return DictMethod(base, attr)
             return Unknown(f"{attr} of a config memlint read" if not base.open else f"{attr} (a key memlint cannot see)")
+        if isinstance(base, Seq) and attr in ("index", "count"):
+            return SeqMethod(base, attr)
         if isinstance(base, OpenFile):
             return base if attr in ("read", "read_text", "readlines", "__enter__") else Unknown(f"file.{attr}")
         if isinstance(base, Unknown):
@@ -1069,6 +1121,8 @@ class Interpreter:
                     return Unknown("a comparison that would raise")
             elif op in ("Is", "IsNot") and isinstance(right, Const) and right.value is None and isinstance(left, (Obj, Func, Class, Seq, Dict)):
                 r = self.const(op == "IsNot", node)
+            elif op in ("Equal", "NotEqual", "Is", "IsNot") and _builtin_type(left) and _builtin_type(right):
+                r = self.const((left.qual == right.qual) == (op in ("Equal", "Is")), node)  # type(x) == type(True)
             else:
                 return Unknown(left.why if isinstance(left, Unknown) else "a comparison")
             if result is not None and not result.value:
@@ -1206,17 +1260,38 @@ class Interpreter:
                 target = self.pad_counts[target.value]
         code = self.code(target)
         value = self.ev(target, env)
-        if isinstance(value, Const) and isinstance(value.value, int):
-            self.facts.hand_pads.append(HandPad("max_length", value, line, self.cur_file()))
-            return
-        cap = None
-        if isinstance(target, cst.Call) and self.dotted(target.func) == "min":
+        cap, data_dependent = None, False
+        if isinstance(target, cst.Call) and self.dotted(target.func) == "min":  # min(max(lengths), max_len)
             for a in target.args:
                 v = self.ev(a.value, env)
                 if isinstance(v, Const) and isinstance(v.value, int):
                     cap = v
+                else:
+                    data_dependent = True
+        if isinstance(value, Const) and isinstance(value.value, int) and not data_dependent:
+            self.facts.hand_pads.append(HandPad("max_length", value, line, self.cur_file()))
+            return
         kind = "longest" if ("max(" in code or cap is not None or "longest" in code) else "max_length"
         self.facts.hand_pads.append(HandPad(kind, cap if cap is not None else value, line, self.cur_file()))
+
+    def buffer_chunk_idiom(self, node: cst.While, env: Env) -> None:
+        """`while len(buf) > n: blocks.append(buf[:n]); buf = buf[n:]`: a token buffer cut into blocks of n
+        (a packing dataset's __init__). The same n bounds the loop and both slices."""
+        heads, tails = {}, set()
+        for sub in _walk(node.body):
+            if isinstance(sub, cst.Subscript) and len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Slice):
+                sl = sub.slice[0].slice
+                if sl.step is not None:
+                    continue
+                if sl.lower is None and sl.upper is not None:
+                    heads.setdefault(self.code(sl.upper), (sl.upper, sub))
+                elif sl.upper is None and sl.lower is not None:
+                    tails.add(self.code(sl.lower))
+        test = self.code(node.test)
+        for code, (expr, sub) in heads.items():
+            if code in tails and "len(" in test and code in test:
+                self.facts.chunking.append(Chunking(self.ev(expr, env), self.line_of(sub)))
+                return
 
     def chunk_idiom(self, elt: cst.CSTNode, var: str, step: cst.CSTNode, env: Env) -> None:
         """`t[i : i + n] for i in range(0, total, n)`: fixed-length blocks of n tokens."""
@@ -1413,6 +1488,15 @@ def _lists_linear_names(node: cst.FunctionDef) -> bool:
         return False
     return any(isinstance(n, cst.Name) and "Linear" in n.value or isinstance(n, cst.Attribute) and "Linear" in n.attr.value
                for n in _walk(node))
+
+
+_SCALAR_TYPES = frozenset({"builtins.bool", "builtins.int", "builtins.float", "builtins.str", "builtins.NoneType",
+                           "builtins.list", "builtins.tuple", "builtins.dict"})
+
+
+def _builtin_type(v: Any) -> bool:
+    """type(x) of a known constant, or a builtin type named in the script (bool, int, str)."""
+    return type(v) is Ref and v.qual in _SCALAR_TYPES
 
 
 @functools.lru_cache(maxsize=8192)

@@ -251,6 +251,14 @@ class DictMethod:
 
 
 @dataclass(eq=False)
+class SeqMethod:
+    """seq.index / seq.count of a known list or tuple."""
+
+    seq: Any
+    name: str
+
+
+@dataclass(eq=False)
 class Fields:
     """vars(obj) / obj.__dict__: an object's fields as a mapping, for `**vars(obj)`."""
 
@@ -295,6 +303,7 @@ class TokenizerCall(NamedTuple):
     kwargs: dict
     line: int | None
     tokenizer: Tokenizer | None = None
+    method: str = "__call__"  # "pad": tokenizer.pad(), which pads and never truncates
 
 
 class OptimizerStep(NamedTuple):

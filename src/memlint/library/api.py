@@ -135,3 +135,9 @@ def kbit_prep(trainer: str | None) -> tuple[bool, str]:
     at = f"{entry['package']} {version}" if version else f"the newest {entry['package']}"
     return calls, (f"{name} {'calls' if calls else 'no longer calls'} prepare_model_for_kbit_training at {at} "
                    f"({'embeddings, norms and lm_head upcast to fp32' if calls else 'no fp32 upcast'}; {entry['ref']})")
+
+
+@data.derived
+def modelled_packages() -> frozenset[str]:
+    """Top-level packages memlint models as libraries: their source is never walked as a script's own code."""
+    return frozenset(_doc()["modelled_packages"])

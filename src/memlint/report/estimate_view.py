@@ -32,7 +32,8 @@ def to_json(est: Estimate, targets, min_headroom: float = MIN_HEADROOM) -> dict[
     fit, best = verdicts(est, targets, min_headroom)
     doc = {
         "model": {"id": est.setup.model.id, "params": est.setup.model.params,
-                  "trainable_params": est.trainable_params},
+                  "trainable_params": est.trainable_params,
+                  **({"assumed_from": est.setup.model.assumed_from} if est.setup.model.assumed_from else {})},
         "components": {name: c.bytes for name, c in est.components.items()},  # + "buffers" on many GPUs
         "peak": est.peak,
         "allocated_peak": est.allocated_peak,  # torch.cuda.max_memory_allocated()
@@ -77,8 +78,9 @@ def render(est: Estimate, targets, console, extra: Mapping[str, int] | None = No
     from rich.table import Table
 
     m = est.setup.model
+    source = f"catalog, assumed from the folder name of {m.assumed_from}" if m.assumed_from else m.source
     console.print(f"[bold]{markup(m.id)}[/bold]  {m.params:,} params, {est.trainable_params:,} trainable "
-                  f"([dim]{m.source}[/dim])")
+                  f"([dim]{markup(source)}[/dim])")
     console.print(f"{markup(describe(est))}  [dim]accounting: {est.accounting}[/dim]")
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     table.add_column("component")

@@ -60,7 +60,9 @@ class UnknownModelRule(Rule):
 
     ## When it fires
     The model id resolves nowhere offline. A note: without the model there is no estimate,
-    so no capacity finding either way.
+    so no capacity finding either way. Also a note when the script names a local checkpoint
+    folder that is not on this machine (`~/model_weights/llama-7b`) whose name is a catalogued
+    checkpoint's: the estimate is sized on that checkpoint, and the note says it assumes so.
 
     ## Example
     ```python
@@ -84,6 +86,13 @@ class UnknownModelRule(Rule):
         if ctx.model_error:
             yield self.finding(ctx, f"no estimate: {ctx.model_error}", "model_id",
                                hint="pass --assume model_id=<a catalog id of the same architecture>")
+            return
+        model = ctx.setup.model if ctx.setup is not None else None
+        if model is not None and model.assumed_from:
+            from memlint.estimate.from_plan import assumed_model_note
+
+            yield self.finding(ctx, assumed_model_note(model), "model_id",
+                               hint=f"pass --assume model_id={model.id} to say so, or a local path with config.json")
 
 
 class UnknownValueRule(Rule):
