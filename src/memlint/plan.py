@@ -50,6 +50,7 @@ PLAN_FIELDS = (
     "precision",
     "attn_implementation",
     "fused_loss",
+    "optimizer_in_bwd",
     "distributed",
     "num_gpus",
     "offload",

@@ -37,6 +37,8 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
                    help="fused/chunked linear cross-entropy (Liger, Cut Cross-Entropy): no full-vocabulary logits")
     g.add_argument("--offload-activations", action=argparse.BooleanOptionalAction, default=False,
                    help="activation offloading (TRL's activation_offloading): saved activations copied to CPU")
+    g.add_argument("--optimizer-in-bwd", action=argparse.BooleanOptionalAction, default=False,
+                   help="optimizer step fused into backward (torchtune's optimizer_in_bwd): no full gradient buffer")
     g.add_argument("--objective", choices=("sft", "dpo", "orpo", "cpo", "kto", "reward"), default="sft",
                    help="TRL trainer objective: preference trainers stack chosen+rejected rows, DPO/KTO add a reference pass")
     g.add_argument("--ref-model", choices=("auto", "none", "copy", "adapter-disabled", "precomputed"), default="auto",
@@ -72,7 +74,7 @@ def setup_from_args(args: argparse.Namespace):
         precision=precision, optim=args.optim, batch=args.batch, seq=args.seq, grad_accum=args.grad_accum,
         recompute=args.recompute, attn=args.attn, gpus=args.gpus, shard=args.shard, offload=args.offload,
         nodes=args.nodes, kbit_prep=_kbit_prep(args, quant), fused_loss=args.fused_loss,
-        offload_activations=args.offload_activations,
+        offload_activations=args.offload_activations, optimizer_in_bwd=args.optimizer_in_bwd,
         objective=args.objective, ref_model=args.ref_model, trl_version=args.trl_version or installed_version("trl"),
     )
 

@@ -342,11 +342,17 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
         fused = False
         notes.append(f"fused_loss with {get('trainer').value}: the preference loss is estimated on full logits")
     kbit_prep = _kbit_prep(get, quant, notes)
+    in_bwd = _optimizer_in_bwd(get)
+    accum = int(_worst(get("grad_accum")) or 1)
+    if in_bwd and accum > 1:
+        notes.append(f"the optimizer steps in backward: each of the {accum} micro-batches steps on its own gradients "
+                     "(nothing accumulates); estimated with gradient accumulation 1")
+        accum = 1
     adapter_dtype = _adapter_dtype(get, method, dtype, precision, plan.kind, notes)
     setup = Setup(
         model=spec, method=method, lora_r=int(get("lora_r").value or 8), lora_targets=targets, quant=quant,
         double_quant=double_quant, dtype=dtype, precision=precision, optim=optim, batch=int(batch),
-        seq=int(seq), grad_accum=int(_worst(get("grad_accum")) or 1), recompute=bool(recompute), attn=attn,
+        seq=int(seq), grad_accum=accum, recompute=bool(recompute), attn=attn, optimizer_in_bwd=in_bwd,
         gpus=gpus, shard=shard, nodes=nodes, offload=offload, fused_loss=fused,
         objective=objective, ref_model=ref_model, trl_version=installed_version("trl") if objective != "sft" else None,
         kbit_prep=kbit_prep, adapter_dtype=adapter_dtype,
@@ -381,3 +387,14 @@ def _kbit_prep(get, quant: str, notes: list[str]) -> bool:
     if quant != "none":
         notes.append(why)
     return calls
+
+
+def _optimizer_in_bwd(get) -> bool:
+    """The optimizer step fused into backward (torchtune's optimizer_in_bwd, a stepping
+    post-accumulate-grad hook). Unknown: the usual step after backward (it holds more)."""
+    v = get("optimizer_in_bwd")
+    if not v.known or not v.value:
+        return False
+    if v.candidates and False in v.candidates:
+        return False  # a path without it holds every gradient: the worst case
+    return True

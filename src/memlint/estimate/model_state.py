@@ -198,7 +198,7 @@ def optimizer_bytes(s: Setup, accounting: str) -> tuple[int, str]:
         per = master + moments
         return n * per, f"{n:,} trainable × {per} B ({'fp32 master + ' if master else ''}{spec['states']} moment(s))"
     pbytes = _state_param_bytes(s, accounting)
-    tensors = full_tensors(s.model) if s.method == "full" else lora_tensors(s.model, s.lora_r, s.lora_targets)
+    tensors = trainable_tensors(s)
     state = sum(_state_bytes_per_tensor(t, spec, pbytes) for t in tensors)
     formula = {
         "param": f"{spec['states']} state(s) × {pbytes} B (parameter dtype)",
@@ -221,7 +221,7 @@ def optimizer_step_temporaries(s: Setup, accounting: str) -> int:
         return 0
     spec = s.optimizer
     pbytes = _state_param_bytes(s, accounting)
-    tensors = full_tensors(s.model) if s.method == "full" else lora_tensors(s.model, s.lora_r, s.lora_targets)
+    tensors = trainable_tensors(s)
     largest = max((t.numel for t in tensors), default=0)
     if spec["impl"] == "foreach" and spec["states"] == 2:
         return sum(t.numel * t.count for t in tensors) * pbytes
@@ -230,6 +230,31 @@ def optimizer_step_temporaries(s: Setup, accounting: str) -> int:
     if spec["impl"] == "forloop":
         return largest * pbytes
     return 0
+
+
+def trainable_tensors(s: Setup) -> list[Tensor]:
+    return full_tensors(s.model) if s.method == "full" else lora_tensors(s.model, s.lora_r, s.lora_targets)
+
+
+def in_backward_step(s: Setup, accounting: str) -> tuple[int, int, str]:
+    """The optimizer step fused into backward (torchtune's optimizer_in_bwd): each parameter's
+    gradient lives from its accumulation to its own optimizer's step and zero_grad, so at most one
+    parameter's gradient, the largest, is alive with that one step's temporaries. Returns
+    (gradient bytes, step temporaries, formula)."""
+    tensors = trainable_tensors(s)
+    largest = max((t.numel for t in tensors), default=0)
+    gb = DTYPE_BYTES[trainable_dtype(s, accounting)]
+    spec = s.optimizer
+    # optimizer_step_temporaries over a one-parameter optimizer: foreach AdamW's sqrt list and the
+    # for-loop kernel hold one parameter's worth, Adafactor four fp32 copies, fused kernels nothing
+    tmp = 0
+    if accounting == "real" and spec["states"] == "factored":
+        tmp = largest * 4 * 4
+    elif accounting == "real" and (spec["impl"] == "forloop" or (spec["impl"] == "foreach" and spec["states"] == 2)):
+        tmp = largest * _state_param_bytes(s, accounting)
+    formula = (f"optimizer in backward: each gradient is freed by its parameter's own step; at most the largest, "
+               f"{largest:,} × {gb} B, is alive")
+    return largest * gb, tmp, formula
 
 
 # --------------------------------------------------------------------------- reward model

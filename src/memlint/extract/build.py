@@ -154,6 +154,7 @@ class Builder:
             self.loop_fields(objs, model_objs)
         self.gc_field(model_objs)
         self.fused_loss_field(model_objs)
+        self.optimizer_in_bwd_field()
         self.activation_offloading_note()
         for why, names in self.maybe.items():
             self.notes.append(f"{', '.join(names)}: on some paths {why}; the plan shows the values memlint can read")
@@ -544,6 +545,22 @@ class Builder:
             self.notes.append("fused_loss: Liger's fused linear cross-entropy replaces the loss only for the model families "
                               "liger_kernel patches (Llama, Mistral, Qwen2, Gemma, ...); memlint trusts the flag")
 
+    def optimizer_in_bwd_field(self) -> None:
+        """optimizer_in_bwd: a post-accumulate-grad hook that steps an optimizer (PyTorch's "fuse the
+        optimizer step into the backward pass" tutorial, torchtune's register_optim_in_bwd_hooks).
+        Unknown stays quiet: the estimate then counts the usual step after backward, the worst case."""
+        hooks = self.facts.first("grad_hooks")
+        stepping = [h for h in hooks if h.steps]
+        if stepping:
+            h = stepping[0]
+            self.fields["optimizer_in_bwd"] = Value(True, "literal", Span(self.path, h.line) if h.line else None, (
+                "p.register_post_accumulate_grad_hook(fn): fn calls an optimizer's .step() as each gradient is "
+                "accumulated (the optimizer step fused into backward)",))
+        elif any(h.steps is None for h in hooks):
+            h = next(h for h in hooks if h.steps is None)
+            self.notes.append(f"register_post_accumulate_grad_hook at line {h.line}: a hook memlint cannot read; if it "
+                              "steps the optimizer, pass --assume optimizer_in_bwd=true")
+
     def activation_offloading_note(self) -> None:
         """TRL's SFTConfig(activation_offloading=True) moves the saved activations to CPU memory;
         the estimate still counts them on the GPU, so the plan says so."""
@@ -792,6 +809,10 @@ class Builder:
             self.put("grad_accum", _alts(acc), _int, steps[0].line)
         elif steps:
             self.put("grad_accum", Const(1, "literal", steps[0].line, ("optimizer.step() after every micro-batch",)), _int)
+        elif any(h.steps for h in self.facts.first("grad_hooks")):
+            hook = next(h for h in self.facts.first("grad_hooks") if h.steps)
+            self.put("grad_accum", Const(1, "literal", hook.line, ("a post-accumulate-grad hook steps each parameter in "
+                                                                   "every backward",)), _int)
         else:
             self.put("grad_accum", Unknown("no optimizer.step() found"))
         if opts:

@@ -467,12 +467,11 @@ def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = 
         details["trainable_bytes"] = sum(p.numel() * p.element_size() for p in trainable)
         details["param_dtypes"] = _dtype_census(model)
 
-        from memlint.measure.optim import build_optimizer
-
-        optimizer, onotes = build_optimizer(setup.optim, model, master_fp32=setup.precision == "master-fp32",
-                                            fake=mode == "trace")
+        optimizer, onotes = _step_optimizer(setup, model, mode)
         notes += onotes
         step_results, comp, paged_bytes = run.steps(model, ref, trainable, optimizer, meter, tracker, steps)
+        if setup.optimizer_in_bwd:
+            optimizer.remove()  # the hooks of a model the caller passed in stay its own
         if paged_bytes:
             details["paged_optimizer_bytes"] = paged_bytes
         overhead = 0
@@ -491,6 +490,20 @@ def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = 
 
     return Measurement(components=components, steps=step_results, device=dev_name, method=method,
                        notes=notes, details=details, runtime_s=time.perf_counter() - t0, reserved=reserved)
+
+
+def _step_optimizer(setup: Setup, model: Any, mode: str) -> tuple[Any, list[str]]:
+    """The optimizer as Trainer builds it, or, for the optimizer step fused into backward, one optimizer per
+    parameter stepped by its post-accumulate-grad hook; (optimizer, notes)."""
+    from memlint.measure.optim import InBackward, build_optimizer
+
+    master = setup.precision == "master-fp32"
+    if not setup.optimizer_in_bwd:
+        return build_optimizer(setup.optim, model, master_fp32=master, fake=mode == "trace")
+    optimizer = InBackward(setup.optim, model, master_fp32=master, fake=mode == "trace")
+    return optimizer, optimizer.notes + [
+        "optimizer in backward: one optimizer per parameter, stepped and zeroed by its post-accumulate-grad hook "
+        "(torchtune's register_optim_in_bwd_hooks); no gradient clipping (torchtune refuses it)"]
 
 
 def _per_step(values: dict[Any, int], steps: int) -> list[dict[str, int]]:
@@ -763,7 +776,8 @@ class _Run:
         meter.reset_peak_memory_stats()
         if scaler is not None:
             scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(trainable, 1.0, foreach=True)  # CUDA's default: foreach
+        if not self.setup.optimizer_in_bwd:  # torchtune refuses clip_grad_norm with the optimizer in backward
+            torch.nn.utils.clip_grad_norm_(trainable, 1.0, foreach=True)  # CUDA's default: foreach
         if scaler is not None:
             scaler.step(optimizer)
             scaler.update()

@@ -761,8 +761,34 @@ class Torchtune(FrameworkReader):
             self.lit("optimizer", comp, "optimizer", "_component_", chain=(f"{comp}: not in memlint's torchtune optimizer table",))
         else:
             self.lit("optimizer", name, "optimizer", "_component_", chain=(f"optimizer._component_: {comp}",))
-        if d.get("optimizer_in_bwd") is True:
-            self.notes.append("optimizer_in_bwd: true steps each parameter during backward, so gradients are not all held at once (memlint counts them all)")
+        self.optimizer_in_bwd()
+
+    def optimizer_in_bwd(self) -> None:
+        """optimizer_in_bwd: the full-finetune recipes step each parameter in backward (one optimizer per
+        parameter, a post-accumulate-grad hook); the LoRA recipes never read the key."""
+        d = self.doc
+        try:
+            v = self.bool_at("optimizer_in_bwd")
+        except Bad:
+            self.unknown("optimizer_in_bwd", "optimizer_in_bwd is not true/false", "optimizer_in_bwd")
+            return
+        method = self.fields.get("method")
+        if v and method is not None and method.value in ("lora", "qlora"):
+            self.lib("optimizer_in_bwd", False, "torchtune's LoRA/QLoRA recipes do not read optimizer_in_bwd")
+            self.notes.append("optimizer_in_bwd: true has no effect in torchtune's LoRA recipes: estimated with the "
+                              "usual optimizer step")
+            return
+        if v is None:
+            self.fw("optimizer_in_bwd", "optimizer_in_bwd")
+            return
+        _, ref = frameworks.substitution(self.kind, "optimizer_in_bwd")
+        self.lit("optimizer_in_bwd", v, "optimizer_in_bwd", chain=(f"optimizer_in_bwd: {str(v).lower()}", ref))
+        if v and (d.get("gradient_accumulation_steps") or 1) != 1:
+            self.bad("optimizer_in_bwd: true with gradient_accumulation_steps > 1: torchtune refuses to start "
+                     "(Gradient accumulation is not supported with optimizer in bwd)", "optimizer_in_bwd")
+        if v and d.get("clip_grad_norm") is not None:
+            self.bad("optimizer_in_bwd: true with clip_grad_norm: torchtune refuses to start (Gradient clipping is not "
+                     "supported with optimizer in bwd)", "optimizer_in_bwd")
 
     def sharding(self) -> None:
         d = self.doc
