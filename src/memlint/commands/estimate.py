@@ -18,6 +18,8 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--lora-r", type=int, default=16, metavar="N")
     g.add_argument("--lora-targets", default="all-linear", metavar="all-linear|q_proj,v_proj,…")
     g.add_argument("--lora-dropout", type=float, default=0.05, metavar="P")
+    g.add_argument("--use-dora", action=argparse.BooleanOptionalAction, default=False,
+                   help="DoRA (LoraConfig(use_dora=True)): a magnitude vector per adapted layer, the weight norm every forward")
     g.add_argument("--quant", choices=("none", "nf4", "fp4", "int8"), default=None,
                    help="base weight quantization (default: nf4 for qlora, none otherwise)")
     g.add_argument("--double-quant", action=argparse.BooleanOptionalAction, default=True)
@@ -66,11 +68,11 @@ def setup_from_args(args: argparse.Namespace):
         targets = tuple(t.strip() for t in args.lora_targets.split(",") if t.strip())
         if not targets:
             raise MemlintError("--lora-targets is empty")
-    if args.method == "full" and (args.lora_targets != "all-linear" or args.lora_r != 16):
-        raise MemlintError("--lora-r/--lora-targets need --method lora or qlora")
+    if args.method == "full" and (args.lora_targets != "all-linear" or args.lora_r != 16 or args.use_dora):
+        raise MemlintError("--lora-r/--lora-targets/--use-dora need --method lora or qlora")
     return Setup(
         model=resolve(args.model), method=args.method, lora_r=args.lora_r, lora_targets=targets,
-        lora_dropout=args.lora_dropout, quant=quant, double_quant=args.double_quant, dtype=args.dtype,
+        lora_dropout=args.lora_dropout, use_dora=args.use_dora, quant=quant, double_quant=args.double_quant, dtype=args.dtype,
         precision=precision, optim=args.optim, batch=args.batch, seq=args.seq, grad_accum=args.grad_accum,
         recompute=args.recompute, attn=args.attn, gpus=args.gpus, shard=args.shard, offload=args.offload,
         nodes=args.nodes, kbit_prep=_kbit_prep(args, quant), fused_loss=args.fused_loss,

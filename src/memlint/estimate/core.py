@@ -190,8 +190,8 @@ def _real_phases(s: Setup, lay, a, w: int, g: int, o: int, tmp: int, gath: int, 
     optimizer step (its temporaries)."""
     g_fwd = g if s.grad_accum > 1 else 0
     keep = lay.persistent
-    fwd = w + gath + o + g_fwd + keep + a.body + a.logits_forward
-    transient = a.per_layer if s.recompute else 0
+    fwd = w + gath + o + g_fwd + keep + a.body + max(a.logits_forward, a.transient)
+    transient = (a.per_layer + a.transient) if s.recompute else 0
     if s.optimizer_in_bwd:
         # g is one parameter's gradient and tmp its step's temporaries, alive while backward still holds the
         # activations; nothing is left for a step after backward

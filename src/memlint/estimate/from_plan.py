@@ -355,7 +355,8 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
         seq=int(seq), grad_accum=accum, recompute=bool(recompute), attn=attn, optimizer_in_bwd=in_bwd,
         gpus=gpus, shard=shard, nodes=nodes, offload=offload, fused_loss=fused,
         objective=objective, ref_model=ref_model, trl_version=installed_version("trl") if objective != "sft" else None,
-        kbit_prep=kbit_prep, adapter_dtype=adapter_dtype,
+        kbit_prep=kbit_prep, adapter_dtype=adapter_dtype, use_dora=_use_dora(get, method),
+        offload_activations=_offload_activations(get),
     )
     return PlannedSetup(setup, (), tuple(notes))
 
@@ -398,3 +399,16 @@ def _optimizer_in_bwd(get) -> bool:
     if v.candidates and False in v.candidates:
         return False  # a path without it holds every gradient: the worst case
     return True
+
+
+def _use_dora(get, method: str) -> bool:
+    """DoRA (LoraConfig(use_dora=True)) on an adapter; a path with it is the worst case."""
+    v = get("use_dora")
+    return method != "full" and v.known and any(c is True for c in (v.candidates or (v.value,)))
+
+
+def _offload_activations(get) -> bool:
+    """Saved activations offloaded to CPU (TRL / axolotl activation_offloading, torchtune
+    enable_activation_offloading, unsloth's offloaded checkpointing); a path without it is the worst case."""
+    v = get("offload_activations")
+    return v.known and all(c is True for c in (v.candidates or (v.value,)))

@@ -51,14 +51,18 @@ def lora_modules(model: ModelSpec, targets: tuple[str, ...] | str) -> tuple[Line
     return tuple(l for l in model.linears if any(_matches(t, l.name) for t in targets))
 
 
-def lora_params(model: ModelSpec, r: int, targets) -> int:
-    return sum((l.in_features + l.out_features) * r * l.count for l in lora_modules(model, targets))
+def lora_params(model: ModelSpec, r: int, targets, dora: bool = False) -> int:
+    """A and B of every adapted linear; DoRA adds its magnitude vector (out_features) per layer."""
+    return sum(((l.in_features + l.out_features) * r + (l.out_features if dora else 0)) * l.count
+               for l in lora_modules(model, targets))
 
 
-def lora_tensors(model: ModelSpec, r: int, targets) -> list[Tensor]:
+def lora_tensors(model: ModelSpec, r: int, targets, dora: bool = False) -> list[Tensor]:
     out = []
     for l in lora_modules(model, targets):
         out += [Tensor(r, l.in_features, l.count), Tensor(l.out_features, r, l.count)]
+        if dora:  # peft's lora_magnitude_vector: one trainable value per output feature
+            out.append(Tensor(l.out_features, 1, l.count))
     return out
 
 
@@ -89,7 +93,7 @@ def full_tensors(model: ModelSpec) -> list[Tensor]:
 def trainable_params(s: Setup) -> int:
     if s.method == "full":
         return s.model.params
-    return lora_params(s.model, s.lora_r, s.lora_targets)
+    return lora_params(s.model, s.lora_r, s.lora_targets, s.use_dora)
 
 
 def trainable_dtype(s: Setup, accounting: str) -> str:
@@ -137,10 +141,10 @@ def weight_bytes(s: Setup, accounting: str) -> tuple[int, str]:
     wb = 2 if accounting == "textbook" and s.precision != "fp32" else s.weight_bytes
     if s.method == "full":
         return m.params * wb, f"{m.params:,} params × {wb} B"
-    n_lora = lora_params(m, s.lora_r, s.lora_targets)
+    n_lora = lora_params(m, s.lora_r, s.lora_targets, s.use_dora)
     ab = DTYPE_BYTES[trainable_dtype(s, accounting)]
     if s.quant == "none":
-        return m.params * wb + n_lora * ab, f"{m.params:,} frozen × {wb} B + {n_lora:,} LoRA × {ab} B"
+        return m.params * wb + n_lora * ab, f"{m.params:,} frozen × {wb} B + {n_lora:,} {'DoRA' if s.use_dora else 'LoRA'} × {ab} B"
     q = quantized_linear_bytes(m, s.quant, s.double_quant, accounting)
     rest = m.params - m.quantizable_params
     rb = 4 if (accounting == "real" and s.kbit_prep) else wb
@@ -233,7 +237,7 @@ def optimizer_step_temporaries(s: Setup, accounting: str) -> int:
 
 
 def trainable_tensors(s: Setup) -> list[Tensor]:
-    return full_tensors(s.model) if s.method == "full" else lora_tensors(s.model, s.lora_r, s.lora_targets)
+    return full_tensors(s.model) if s.method == "full" else lora_tensors(s.model, s.lora_r, s.lora_targets, s.use_dora)
 
 
 def in_backward_step(s: Setup, accounting: str) -> tuple[int, int, str]:

@@ -59,6 +59,9 @@ class Setup:
     lora_r: int = 16
     lora_targets: tuple[str, ...] | str = "all-linear"
     lora_dropout: float = 0.05
+    # DoRA (LoraConfig(use_dora=True)): a trainable magnitude vector per adapted layer, and the
+    # weight norm of W + scale·B·A computed in every forward.
+    use_dora: bool = False
     quant: str = "none"
     double_quant: bool = True
     dtype: str = "bf16"
@@ -122,6 +125,8 @@ class Setup:
             raise MemlintError(f"--objective {self.objective} needs a reference: --ref-model copy, adapter-disabled or precomputed")
         if self.fused_loss and self.objective != "sft":
             raise MemlintError("--fused-loss models a fused SFT cross-entropy; not with a preference objective")
+        if self.use_dora and self.method == "full":
+            raise MemlintError("--use-dora is a LoRA variant: use --method lora or qlora")
         if self.optimizer_in_bwd and self.grad_accum > 1:
             raise MemlintError("--optimizer-in-bwd steps each parameter as its gradient arrives: gradient accumulation "
                                "cannot be combined with it (torchtune refuses it): use --grad-accum 1")

@@ -302,7 +302,7 @@ def _apply_lora(model: Any, setup: Setup, dropout: float) -> Any:
 
     targets = "all-linear" if setup.lora_targets == "all-linear" else list(setup.lora_targets)
     config = LoraConfig(r=setup.lora_r, lora_alpha=2 * setup.lora_r, target_modules=targets,
-                        lora_dropout=dropout,
+                        lora_dropout=dropout, use_dora=setup.use_dora,
                         task_type="SEQ_CLS" if setup.objective == "reward" else "CAUSAL_LM")
     # peft's default autocast_adapter_dtype=True keeps fp16/bf16 adapters in fp32 (a plain bf16
     # loop, adapter_dtype "fp32"); pure-bf16 recipes that keep them bf16 ask peft not to.
@@ -567,6 +567,9 @@ def _traced_attention(setup: Setup, mode: str, notes: list[str]) -> str:
 def _refuse_unsupported(setup: Setup, model: Any) -> None:
     if setup.quant == "int8":
         raise MemlintError("an 8-bit (LLM.int8) base is not supported by memlint.measure yet")
+    if setup.use_dora and setup.quant != "none":
+        raise MemlintError("memlint.measure traces DoRA on an unquantized base only (peft dequantizes a bitsandbytes "
+                           "weight in every DoRA forward, which memlint's 4-bit stand-in does not model)")
     if setup.objective == "kto":
         raise MemlintError("memlint.measure does not trace KTO's step (its KL pass) yet")
     if setup.objective in ("dpo",):
