@@ -320,9 +320,11 @@ def test_the_handbook_qlora_adapter_resolves_to_its_base_shapes():
     assert resolve("alignment-handbook/zephyr-7b-sft-qlora").params == resolve("mistralai/Mistral-7B-v0.1").params
 
 
-def test_activation_offloading_is_said_for_scripts_trl_recipes_and_torchtune(tmp_path):
+def test_activation_offloading_is_read_from_scripts_trl_recipes_axolotl_torchtune_and_unsloth(tmp_path):
     # huggingface/trl examples/notebooks/sft_trl_lora_qlora.ipynb: SFTConfig(activation_offloading=True)
-    # on a T4; the estimate counts the offloaded activations on the GPU, so the plan must say so
+    # on a T4: the estimate keeps only the layers in flight on the GPU
+    from memlint.estimate.from_plan import setup_from_plan
+
     src = '''from transformers import AutoModelForCausalLM
 from trl import SFTConfig, SFTTrainer
 
@@ -330,15 +332,27 @@ model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen3-8B")
 args = SFTConfig(output_dir="o", max_length=1024, activation_offloading=True, gradient_checkpointing=True)
 SFTTrainer(model=model, args=args).train()
 '''
-    assert any(n.startswith("activation_offloading: saved activations move to CPU") for n in extract_source(src, "train.py").notes)
+    plan = extract_source(src, "train.py")
+    v = plan.get("offload_activations")
+    assert (v.value, v.source, v.span.line) == (True, "literal", 5)
+    assert setup_from_plan(plan).setup.offload_activations
     plan = _config(tmp_path, "recipe.yaml", "model_name_or_path: Qwen/Qwen3-8B\nbf16: true\nmax_length: 1024\n"
                                             "per_device_train_batch_size: 2\nactivation_offloading: true\n")
-    assert any(n.startswith("activation_offloading: saved activations move") for n in plan.notes)
+    assert plan.get("offload_activations").value is True and setup_from_plan(plan).setup.offload_activations
     plan = _config(tmp_path, "tt.yaml", "model:\n  _component_: torchtune.models.qwen3.qwen3_8b_instruct\n"
                                         "batch_size: 2\ndtype: bf16\nenable_activation_offloading: True\n")
-    assert any(n.startswith("enable_activation_offloading: saved activations move") for n in plan.notes)
+    assert plan.get("offload_activations").value is True
     off = extract_source(src.replace("activation_offloading=True", "activation_offloading=False"), "train.py")
-    assert not any("activation_offloading" in n for n in off.notes)
+    assert off.get("offload_activations").value is False and not setup_from_plan(off).setup.offload_activations
+    assert not extract_source(src.replace(", activation_offloading=True", ""), "train.py").get("offload_activations").known
+    unsloth = '''from unsloth import FastLanguageModel
+from trl import SFTConfig, SFTTrainer
+model, tok = FastLanguageModel.from_pretrained("unsloth/Llama-3.2-1B", max_seq_length=2048, load_in_4bit=True)
+model = FastLanguageModel.get_peft_model(model, r=16, use_gradient_checkpointing="unsloth")
+SFTTrainer(model=model, args=SFTConfig(output_dir="o", per_device_train_batch_size=2)).train()
+'''
+    assert extract_source(unsloth, "train.py").get("offload_activations").value is True
+    assert not extract_source(unsloth.replace('"unsloth"', "True"), "train.py").get("offload_activations").known
 
 
 def test_an_unsloth_prequantized_mirror_has_the_shapes_of_the_checkpoint_it_quantizes():
@@ -355,9 +369,9 @@ def test_an_unsloth_prequantized_mirror_has_the_shapes_of_the_checkpoint_it_quan
         resolve("unsloth/some-model-7b-bnb-4bit")
 
 
-def test_unsloth_gradient_checkpointing_says_it_offloads_to_cpu():
+def test_unsloth_gradient_checkpointing_offloads_to_cpu():
     # unslothai/notebooks python_scripts/Llama3_(8B)-ORPO.py: get_peft_model(use_gradient_checkpointing="unsloth")
-    # keeps the checkpointed layer inputs in CPU memory; the estimate counts them on the GPU
+    # keeps the checkpointed layer inputs in CPU memory: the plan field offload_activations
     src = '''from unsloth import FastLanguageModel
 from trl import SFTConfig, SFTTrainer
 
@@ -367,9 +381,10 @@ SFTTrainer(model=model, args=SFTConfig(output_dir="o", per_device_train_batch_si
 '''
     plan = extract_source(src, "train.py")
     assert plan.fields["gradient_checkpointing"].value is True
-    assert sum(n.startswith('gradient_checkpointing: "unsloth" offloads') for n in plan.notes) == 1
+    v = plan.get("offload_activations")
+    assert v.value is True and v.span.line == 5 and "offloads the checkpointed layer inputs" in v.chain[-1]
     plain = extract_source(src.replace('"unsloth"', "True"), "train.py")
-    assert not any("offloads" in n for n in plain.notes)
+    assert not plain.get("offload_activations").known
 
 
 def test_a_length_read_from_model_config_is_the_published_configs():
@@ -417,3 +432,11 @@ ds = preprocess_dataset(tokenizer=tokenizer, max_length=1536)
 Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=6), train_dataset=ds).train()
 '''
     assert extract_source(src, "train.py").value("max_length") == 1536
+
+
+def test_axolotl_activation_offloading_and_offloaded_checkpointing(tmp_path):
+    base = "base_model: meta-llama/Llama-3.2-1B\nmicro_batch_size: 2\nsequence_len: 1024\n"
+    for extra, on in (("activation_offloading: true\n", True), ("activation_offloading: legacy\n", True),
+                      ("gradient_checkpointing: offload\n", True), ("gradient_checkpointing: true\n", False), ("", False)):
+        plan = _config(tmp_path, "axolotl.yml", base + extra)
+        assert plan.get("offload_activations").value is on, extra

@@ -30,6 +30,8 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
     flag("--lora-r", key="lora_r", type=int, metavar="N")
     flag("--lora-targets", key="lora_targets", metavar="all-linear|q_proj,v_proj,…")
     flag("--lora-dropout", key="lora_dropout", type=float, metavar="P")
+    g.add_argument("--use-dora", action=argparse.BooleanOptionalAction, default=False,
+                   help="DoRA (LoraConfig(use_dora=True)): a magnitude vector per adapted layer, the weight norm every forward")
     g.add_argument("--quant", choices=("none", "nf4", "fp4", "int8"), default=None,
                    help="base weight quantization (default: nf4 for qlora, none otherwise)")
     g.add_argument("--double-quant", action=argparse.BooleanOptionalAction, default=True)
@@ -49,6 +51,8 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
                    help="fused/chunked linear cross-entropy (Liger, Cut Cross-Entropy): no full-vocabulary logits")
     g.add_argument("--offload-activations", action=argparse.BooleanOptionalAction, default=False,
                    help="activation offloading (TRL's activation_offloading): saved activations copied to CPU")
+    g.add_argument("--optimizer-in-bwd", action=argparse.BooleanOptionalAction, default=False,
+                   help="optimizer step fused into backward (torchtune's optimizer_in_bwd): no full gradient buffer")
     g.add_argument("--objective", choices=("sft", "dpo", "orpo", "cpo", "kto", "reward"), default="sft",
                    help="TRL trainer objective: preference trainers stack chosen+rejected rows, DPO/KTO add a reference pass")
     g.add_argument("--ref-model", choices=("auto", "none", "copy", "adapter-disabled", "precomputed"), default="auto",
@@ -80,15 +84,15 @@ def setup_from_args(args: argparse.Namespace):
         if not targets:
             raise MemlintError("--lora-targets is empty")
     if args.method == "full" and (args.lora_targets != run_default("lora_targets").value
-                                  or args.lora_r != run_default("lora_r").value):
-        raise MemlintError("--lora-r/--lora-targets need --method lora or qlora")
+                                  or args.lora_r != run_default("lora_r").value or args.use_dora):
+        raise MemlintError("--lora-r/--lora-targets/--use-dora need --method lora or qlora")
     return Setup(
         model=resolve(args.model), method=args.method, lora_r=args.lora_r, lora_targets=targets,
-        lora_dropout=args.lora_dropout, quant=quant, double_quant=args.double_quant, dtype=args.dtype,
+        lora_dropout=args.lora_dropout, use_dora=args.use_dora, quant=quant, double_quant=args.double_quant, dtype=args.dtype,
         precision=precision, optim=args.optim, batch=args.batch, seq=args.seq, grad_accum=args.grad_accum,
         recompute=args.recompute, attn=args.attn, gpus=args.gpus, shard=args.shard, offload=args.offload,
         nodes=args.nodes, kbit_prep=_kbit_prep(args, quant), fused_loss=args.fused_loss,
-        offload_activations=args.offload_activations,
+        offload_activations=args.offload_activations, optimizer_in_bwd=args.optimizer_in_bwd,
         objective=args.objective, ref_model=args.ref_model, trl_version=args.trl_version or installed_version("trl"),
     )
 

@@ -10,7 +10,7 @@ fake-tensor trace of `memlint measure`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from memlint.estimate.model_state import lora_modules
 from memlint.library.api import attention
@@ -27,6 +27,7 @@ class ActivationTerms:
     logits_backward: int  # extra live bytes at the start of backward (logits grads)
     formula: str
     logits_formula: str
+    transient: int = 0   # forward working memory next to the saved body (DoRA's weight norm of its largest layer)
 
 
 def textbook(s: Setup) -> ActivationTerms:
@@ -146,16 +147,70 @@ def _per_token_layer_bytes(s: Setup) -> tuple[int, int, int]:
     core = x if s.quant != "none" else a
     total += (3 if gated else 1) * core * inter
     total += _linear_inputs(s, a, inter)
+    if s.use_dora and s.method != "full":
+        total += _dora_saved_per_token(s, a, core)
     # Once per model: token ids, the rotary cos/sin, and the final norm.
     once = 8 + 2 * a * m.head_dim + norm
     return total, x * h, once
+
+
+def _dora_dtypes(s: Setup) -> tuple[int, int, int]:
+    """(adapter bytes, bytes the adapters' matmuls run in, the base weight's bytes) for peft's DoRA layer:
+    peft casts the layer input to the adapter dtype (x), autocast runs the adapter matmuls in half."""
+    from memlint.estimate.model_state import trainable_dtype
+
+    ad = DTYPE_BYTES[trainable_dtype(s, "real")]
+    mm = DTYPE_BYTES[s.compute_dtype] if s.precision in ("amp-bf16", "amp-fp16") else ad
+    wd = DTYPE_BYTES[s.compute_dtype] if s.quant != "none" else DTYPE_BYTES[s.dtype]  # bitsandbytes dequantizes to it
+    return ad, mm, wd
+
+
+def _dora_saved_per_token(s: Setup, a: int, base_out: int) -> int:
+    """peft's DoRA output (mag_norm_scale - 1) * base_result + mag_norm_scale * lora_result * scaling keeps
+    both products' token-sized operands for the magnitude's gradient: the base layer's output (in its
+    dtype) and the adapter's output (in the adapters' matmul dtype), per adapted layer and token."""
+    _, mm, _ = _dora_dtypes(s)
+    m = s.model
+    return int(sum(l.out_features * (base_out + mm) * l.count / m.layers
+                   for l in lora_modules(m, s.lora_targets) if l.name != "lm_head"))
+
+
+def _dora_per_layer(s: Setup) -> int:
+    """Bytes per decoder layer, whatever the tokens: with lora_dropout > 0 peft's DoRA recomputes the base
+    output as F.linear(dropout(x), W.to(x.dtype)), which saves that weight copy (the matmul dtype's)."""
+    if not (s.use_dora and s.method != "full" and s.lora_dropout > 0):
+        return 0
+    _, mm, _ = _dora_dtypes(s)
+    m = s.model
+    return int(sum(l.in_features * l.out_features * mm * l.count / m.layers
+                   for l in lora_modules(m, s.lora_targets) if l.name != "lm_head"))
+
+
+def dora_transient(s: Setup) -> int:
+    """The forward working memory of peft's DoRA layer (tuners/lora/dora.py), its largest adapted linear:
+    the weight norm ||W + scale·B·A|| is recomputed every forward from lora_weight = B(A(eye(in))) (an
+    in × in identity in the adapter dtype, its half copy under autocast, a weight-sized product), W cast
+    to the input's dtype, scale·lora_weight and the sum; then the output's products in the magnitude's
+    dtype, token-sized. The largest of those moments."""
+    ad, mm, wd = _dora_dtypes(s)
+    tokens = s.seq * s.batch * (preference()["objectives"][s.objective]["rows"])
+    worst = 0
+    for l in lora_modules(s.model, s.lora_targets):
+        i, o, r = l.in_features, l.out_features, s.lora_r
+        eye_copy = i * i * mm if mm != ad else 0
+        eye_step = i * i * ad + eye_copy + i * r * mm + i * o * mm
+        saved_eye = eye_copy or i * i * ad
+        norm_step = saved_eye + i * r * mm + i * o * (ad + (ad if wd != ad else 0) + 2 * ad)
+        out_step = tokens * o * 3 * max(ad, DTYPE_BYTES[s.compute_dtype])
+        worst = max(worst, eye_step, norm_step, out_step)
+    return worst
 
 
 def real(s: Setup) -> ActivationTerms:
     m = s.model
     sb = s.seq * s.batch
     per_tok, inp_tok, once = _per_token_layer_bytes(s)
-    per_layer = per_tok * sb
+    per_layer = per_tok * sb + _dora_per_layer(s)
     inputs = inp_tok * sb * m.layers
     if s.recompute:
         # At the end of forward only the checkpointed inputs are alive; one layer's
@@ -166,6 +221,8 @@ def real(s: Setup) -> ActivationTerms:
     else:
         body = per_layer * m.layers + once * sb
         formula = f"{per_tok:,} B/token/layer saved (norms, q/k/v, SDPA, MLP{', LoRA inputs' if s.method != 'full' else ''}) × s·b·L"
+        if _dora_per_layer(s):
+            formula += f" + DoRA's dropout path: {_dora_per_layer(s):,} B/layer of weight copies"
     if s.offload_activations:
         body, formula = offloaded(body, per_layer, inp_tok * sb, once * sb, s.recompute, formula)
     a = DTYPE_BYTES[s.compute_dtype]
@@ -233,8 +290,13 @@ def _fused(s: Setup, body: int, per_layer: int, formula: str, copies_head: int) 
 
 def activations(s: Setup, accounting: str) -> ActivationTerms:
     if s.objective != "sft":
-        return preference_terms(s, accounting)
-    return textbook(s) if accounting == "textbook" else real(s)
+        out = preference_terms(s, accounting)
+    else:
+        out = textbook(s) if accounting == "textbook" else real(s)
+    if s.use_dora and s.method != "full" and accounting == "real":
+        out = replace(out, transient=dora_transient(s),
+                      formula=out.formula + " (DoRA: + base and adapter outputs per adapted layer)")
+    return out
 
 
 def preference_terms(s: Setup, accounting: str) -> ActivationTerms:

@@ -88,6 +88,8 @@ def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = Non
 
     lay = sharding.layout(s, accounting, w, g)
     notes += lay.notes
+    if s.optimizer_in_bwd:  # no gradient buffer: one parameter's gradient and one parameter's step at a time
+        g, tmp, g_f = ms.in_backward_step(s, accounting)
     (w, w_f), (g, g_f), (o, o_f), tmp = _per_rank(s, lay, (w, w_f), (g, g_f), (o, o_f), tmp, notes)
     dw = lay.divisors[0]
     ref_w, ref_f = _reference_weights(s, accounting)
@@ -188,8 +190,14 @@ def _real_phases(s: Setup, lay, a, w: int, g: int, o: int, tmp: int, gath: int, 
     optimizer step (its temporaries)."""
     g_fwd = g if s.grad_accum > 1 else 0
     keep = lay.persistent
-    fwd = w + gath + o + g_fwd + keep + a.body + a.logits_forward
-    transient = a.per_layer if s.recompute else 0
+    fwd = w + gath + o + g_fwd + keep + a.body + max(a.logits_forward, a.transient)
+    transient = (a.per_layer + a.transient) if s.recompute else 0
+    if s.optimizer_in_bwd:
+        # g is one parameter's gradient and tmp its step's temporaries, alive while backward still holds the
+        # activations; nothing is left for a step after backward
+        bwd = w + gath_b + o + keep + lay.backward + max(a.body + a.logits_backward, a.body + transient + g + tmp,
+                                                       g + tmp + transient + lay.backward_tail)
+        return {"forward": fwd, "backward": bwd, "optimizer": w + o + keep}
     bwd = w + gath_b + o + keep + lay.backward + max(a.body + a.logits_backward + g_fwd, a.body + transient + g_fwd,
                                                    g + transient + lay.backward_tail, g + tied_accumulation(s))
     opt = w + g + o + tmp + keep
@@ -211,7 +219,12 @@ def _real_notes(s: Setup, tmp: int) -> list[str]:
     notes = []
     if s.grad_accum > 1:
         notes.append("gradient accumulation: gradients stay alive through the next micro-batch's forward")
-    if tmp:
+    if s.optimizer_in_bwd:
+        notes.append("optimizer in backward (torchtune optimizer_in_bwd / register_post_accumulate_grad_hook): one "
+                     "optimizer per parameter steps as its gradient arrives; the largest gradient and one step's "
+                     f"temporaries ({tmp / GIB:.2f} GiB) are counted next to all of backward's activations (an upper "
+                     "bound: that gradient may arrive later); step 1 creates the optimizer state during backward")
+    elif tmp:
         notes.append(f"optimizer step temporaries: {tmp / GIB:.2f} GiB ({s.optimizer['impl']} kernel)")
     if s.method != "full":
         fp32 = s.adapter_dtype == "fp32" if s.adapter_dtype is not None else s.precision != "pure-bf16"

@@ -347,16 +347,23 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
         fused = False
         notes.append(f"fused_loss with {get('trainer').value}: the preference loss is estimated on full logits")
     kbit_prep = _kbit_prep(get, quant, notes)
+    in_bwd = _optimizer_in_bwd(get)
+    accum = int(_worst(get("grad_accum")) or _run_default("grad_accum", notes, "gradient accumulation"))
+    if in_bwd and accum > 1:
+        notes.append(f"the optimizer steps in backward: each of the {accum} micro-batches steps on its own gradients "
+                     "(nothing accumulates); estimated with gradient accumulation 1")
+        accum = 1
     adapter_dtype = _adapter_dtype(get, method, dtype, precision, plan.kind, notes)
     setup = Setup(
         model=spec, method=method, lora_targets=targets,
         lora_r=int(get("lora_r").value or (_run_default("lora_r", notes, "LoRA r") if method != "full" else 8)),
         lora_dropout=_dropout(get, method, notes), quant=quant,
         double_quant=double_quant, dtype=dtype, precision=precision, optim=optim, batch=int(batch),
-        seq=int(seq), grad_accum=int(_worst(get("grad_accum")) or _run_default("grad_accum", notes, "gradient accumulation")), recompute=bool(recompute), attn=attn,
+        seq=int(seq), grad_accum=accum, recompute=bool(recompute), attn=attn, optimizer_in_bwd=in_bwd,
         gpus=gpus, shard=shard, nodes=nodes, offload=offload, fused_loss=fused,
         objective=objective, ref_model=ref_model, trl_version=installed_version("trl") if objective != "sft" else None,
-        kbit_prep=kbit_prep, adapter_dtype=adapter_dtype,
+        kbit_prep=kbit_prep, adapter_dtype=adapter_dtype, use_dora=_use_dora(get, method),
+        offload_activations=_offload_activations(get),
     )
     return PlannedSetup(setup, (), tuple(notes))
 
@@ -409,3 +416,27 @@ def _kbit_prep(get, quant: str, notes: list[str]) -> bool:
     if quant != "none":
         notes.append(why)
     return calls
+
+
+def _optimizer_in_bwd(get) -> bool:
+    """The optimizer step fused into backward (torchtune's optimizer_in_bwd, a stepping
+    post-accumulate-grad hook). Unknown: the usual step after backward (it holds more)."""
+    v = get("optimizer_in_bwd")
+    if not v.known or not v.value:
+        return False
+    if v.candidates and False in v.candidates:
+        return False  # a path without it holds every gradient: the worst case
+    return True
+
+
+def _use_dora(get, method: str) -> bool:
+    """DoRA (LoraConfig(use_dora=True)) on an adapter; a path with it is the worst case."""
+    v = get("use_dora")
+    return method != "full" and v.known and any(c is True for c in (v.candidates or (v.value,)))
+
+
+def _offload_activations(get) -> bool:
+    """Saved activations offloaded to CPU (TRL / axolotl activation_offloading, torchtune
+    enable_activation_offloading, unsloth's offloaded checkpointing); a path without it is the worst case."""
+    v = get("offload_activations")
+    return v.known and all(c is True for c in (v.candidates or (v.value,)))

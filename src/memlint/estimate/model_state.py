@@ -51,14 +51,18 @@ def lora_modules(model: ModelSpec, targets: tuple[str, ...] | str) -> tuple[Line
     return tuple(l for l in model.linears if any(_matches(t, l.name) for t in targets))
 
 
-def lora_params(model: ModelSpec, r: int, targets) -> int:
-    return sum((l.in_features + l.out_features) * r * l.count for l in lora_modules(model, targets))
+def lora_params(model: ModelSpec, r: int, targets, dora: bool = False) -> int:
+    """A and B of every adapted linear; DoRA adds its magnitude vector (out_features) per layer."""
+    return sum(((l.in_features + l.out_features) * r + (l.out_features if dora else 0)) * l.count
+               for l in lora_modules(model, targets))
 
 
-def lora_tensors(model: ModelSpec, r: int, targets) -> list[Tensor]:
+def lora_tensors(model: ModelSpec, r: int, targets, dora: bool = False) -> list[Tensor]:
     out = []
     for l in lora_modules(model, targets):
         out += [Tensor(r, l.in_features, l.count), Tensor(l.out_features, r, l.count)]
+        if dora:  # peft's lora_magnitude_vector: one trainable value per output feature
+            out.append(Tensor(l.out_features, 1, l.count))
     return out
 
 
@@ -89,7 +93,7 @@ def full_tensors(model: ModelSpec) -> list[Tensor]:
 def trainable_params(s: Setup) -> int:
     if s.method == "full":
         return s.model.params
-    return lora_params(s.model, s.lora_r, s.lora_targets)
+    return lora_params(s.model, s.lora_r, s.lora_targets, s.use_dora)
 
 
 def trainable_dtype(s: Setup, accounting: str) -> str:
@@ -137,10 +141,10 @@ def weight_bytes(s: Setup, accounting: str) -> tuple[int, str]:
     wb = 2 if accounting == "textbook" and s.precision != "fp32" else s.weight_bytes
     if s.method == "full":
         return m.params * wb, f"{m.params:,} params × {wb} B"
-    n_lora = lora_params(m, s.lora_r, s.lora_targets)
+    n_lora = lora_params(m, s.lora_r, s.lora_targets, s.use_dora)
     ab = DTYPE_BYTES[trainable_dtype(s, accounting)]
     if s.quant == "none":
-        return m.params * wb + n_lora * ab, f"{m.params:,} frozen × {wb} B + {n_lora:,} LoRA × {ab} B"
+        return m.params * wb + n_lora * ab, f"{m.params:,} frozen × {wb} B + {n_lora:,} {'DoRA' if s.use_dora else 'LoRA'} × {ab} B"
     q = quantized_linear_bytes(m, s.quant, s.double_quant, accounting)
     rest = m.params - m.quantizable_params
     rb = 4 if (accounting == "real" and s.kbit_prep) else wb
@@ -198,7 +202,7 @@ def optimizer_bytes(s: Setup, accounting: str) -> tuple[int, str]:
         per = master + moments
         return n * per, f"{n:,} trainable × {per} B ({'fp32 master + ' if master else ''}{spec['states']} moment(s))"
     pbytes = _state_param_bytes(s, accounting)
-    tensors = full_tensors(s.model) if s.method == "full" else lora_tensors(s.model, s.lora_r, s.lora_targets)
+    tensors = trainable_tensors(s)
     state = sum(_state_bytes_per_tensor(t, spec, pbytes) for t in tensors)
     formula = {
         "param": f"{spec['states']} state(s) × {pbytes} B (parameter dtype)",
@@ -221,7 +225,7 @@ def optimizer_step_temporaries(s: Setup, accounting: str) -> int:
         return 0
     spec = s.optimizer
     pbytes = _state_param_bytes(s, accounting)
-    tensors = full_tensors(s.model) if s.method == "full" else lora_tensors(s.model, s.lora_r, s.lora_targets)
+    tensors = trainable_tensors(s)
     largest = max((t.numel for t in tensors), default=0)
     if spec["impl"] == "foreach" and spec["states"] == 2:
         return sum(t.numel * t.count for t in tensors) * pbytes
@@ -230,6 +234,31 @@ def optimizer_step_temporaries(s: Setup, accounting: str) -> int:
     if spec["impl"] == "forloop":
         return largest * pbytes
     return 0
+
+
+def trainable_tensors(s: Setup) -> list[Tensor]:
+    return full_tensors(s.model) if s.method == "full" else lora_tensors(s.model, s.lora_r, s.lora_targets, s.use_dora)
+
+
+def in_backward_step(s: Setup, accounting: str) -> tuple[int, int, str]:
+    """The optimizer step fused into backward (torchtune's optimizer_in_bwd): each parameter's
+    gradient lives from its accumulation to its own optimizer's step and zero_grad, so at most one
+    parameter's gradient, the largest, is alive with that one step's temporaries. Returns
+    (gradient bytes, step temporaries, formula)."""
+    tensors = trainable_tensors(s)
+    largest = max((t.numel for t in tensors), default=0)
+    gb = DTYPE_BYTES[trainable_dtype(s, accounting)]
+    spec = s.optimizer
+    # optimizer_step_temporaries over a one-parameter optimizer: foreach AdamW's sqrt list and the
+    # for-loop kernel hold one parameter's worth, Adafactor four fp32 copies, fused kernels nothing
+    tmp = 0
+    if accounting == "real" and spec["states"] == "factored":
+        tmp = largest * 4 * 4
+    elif accounting == "real" and (spec["impl"] == "forloop" or (spec["impl"] == "foreach" and spec["states"] == 2)):
+        tmp = largest * _state_param_bytes(s, accounting)
+    formula = (f"optimizer in backward: each gradient is freed by its parameter's own step; at most the largest, "
+               f"{largest:,} × {gb} B, is alive")
+    return largest * gb, tmp, formula
 
 
 # --------------------------------------------------------------------------- reward model

@@ -74,6 +74,9 @@ class Setup:
     lora_r: int = _default("lora_r")
     lora_targets: tuple[str, ...] | str = _default("lora_targets")
     lora_dropout: float = _default("lora_dropout")
+    # DoRA (LoraConfig(use_dora=True)): a trainable magnitude vector per adapted layer, and the
+    # weight norm of W + scale·B·A computed in every forward.
+    use_dora: bool = False
     quant: str = "none"
     double_quant: bool = True
     dtype: str = _default("dtype")
@@ -101,6 +104,10 @@ class Setup:
     # Activation offloading (TRL's activation_offloading, torchtune's OffloadActivations): saved
     # activations are copied to CPU in forward and back in backward, a layer ahead.
     offload_activations: bool = False
+    # The optimizer step fused into backward (torchtune's optimizer_in_bwd, PyTorch's
+    # register_post_accumulate_grad_hook tutorial): one optimizer per parameter steps, and frees the
+    # gradient, as soon as that gradient is accumulated; no full gradient buffer exists.
+    optimizer_in_bwd: bool = False
     # TRL's objective and reference model. "auto" is what TRL does without a ref_model (see
     # `reference`): a frozen copy for a full fine-tune, the adapters disabled for peft.
     objective: str = "sft"
@@ -133,6 +140,11 @@ class Setup:
             raise MemlintError(f"--objective {self.objective} needs a reference: --ref-model copy, adapter-disabled or precomputed")
         if self.fused_loss and self.objective != "sft":
             raise MemlintError("--fused-loss models a fused SFT cross-entropy; not with a preference objective")
+        if self.use_dora and self.method == "full":
+            raise MemlintError("--use-dora is a LoRA variant: use --method lora or qlora")
+        if self.optimizer_in_bwd and self.grad_accum > 1:
+            raise MemlintError("--optimizer-in-bwd steps each parameter as its gradient arrives: gradient accumulation "
+                               "cannot be combined with it (torchtune refuses it): use --grad-accum 1")
         if self.reference == "adapter-disabled" and self.method == "full":
             raise MemlintError("--ref-model adapter-disabled needs peft adapters: use --method lora/qlora")
         if self.optim not in optimizers():

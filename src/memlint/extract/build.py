@@ -33,6 +33,9 @@ _WORST = {
     "attn_implementation": None,  # data/library_api.json lists them worst first
     # the full-vocabulary logits of a plain loss cost more than a fused one's chunk
     "fused_loss": [False, "liger", "cce"],
+    # DoRA's magnitude products and weight norm cost more than plain LoRA
+    "offload_activations": [False, True],
+    "use_dora": [True, False],
     # a second model in memory costs the most; precomputed log-probs the least
     "ref_model": ["model", "auto", "precomputed"],
 }
@@ -154,7 +157,8 @@ class Builder:
             self.loop_fields(objs, model_objs)
         self.gc_field(model_objs)
         self.fused_loss_field(model_objs)
-        self.activation_offloading_note()
+        self.optimizer_in_bwd_field()
+        self.offload_activations_field()
         for why, names in self.maybe.items():
             self.notes.append(f"{', '.join(names)}: on some paths {why}; the plan shows the values memlint can read")
         if self.script.suffix == ".ipynb" and not self.fields.get("num_gpus", Value(None, "unknown")).known:
@@ -388,10 +392,21 @@ class Builder:
                 v = Unknown(f"{arg} may be set by **kwargs") if lora.open else _libc(cls, arg, lora.line)
             conv = _targets if field == "lora_targets" else (_int if field == "lora_r" else _number)
             self.put(field, v, conv, lora.line)
+        self.dora_field(lora, cls)
         t = self.fields.get("lora_targets")
         if t is not None and t.source == "library-default" and t.value is None:
             self.notes.append("lora_targets: peft picks target modules by architecture when target_modules is None "
                               "(q_proj and v_proj for Llama-family models); pass --assume lora_targets=... to be exact")
+
+    def dora_field(self, lora: PeftConfig, cls: str) -> None:
+        """use_dora: LoraConfig(use_dora=True) (unsloth's get_peft_model takes the same keyword)."""
+        v = lora.get("use_dora")
+        if v is None and lora.open:
+            return  # **kwargs may set it; unknown stays quiet (plain LoRA holds less)
+        if v is None:
+            d = library_default("peft.LoraConfig", "use_dora")
+            v = Const(False if d is None else d.value, "library-default", lora.line, (d.why if d else "LoraConfig",))
+        self.put("use_dora", v, _bool, lora.line)
 
     # ---- HF/TRL trainers -------------------------------------------------------------------
 
@@ -545,15 +560,37 @@ class Builder:
             self.notes.append("fused_loss: Liger's fused linear cross-entropy replaces the loss only for the model families "
                               "liger_kernel patches (Llama, Mistral, Qwen2, Gemma, ...); memlint trusts the flag")
 
-    def activation_offloading_note(self) -> None:
-        """TRL's SFTConfig(activation_offloading=True) moves the saved activations to CPU memory;
-        the estimate still counts them on the GPU, so the plan says so."""
+    def optimizer_in_bwd_field(self) -> None:
+        """optimizer_in_bwd: a post-accumulate-grad hook that steps an optimizer (PyTorch's "fuse the
+        optimizer step into the backward pass" tutorial, torchtune's register_optim_in_bwd_hooks).
+        Unknown stays quiet: the estimate then counts the usual step after backward, the worst case."""
+        hooks = self.facts.first("grad_hooks")
+        stepping = [h for h in hooks if h.steps]
+        if stepping:
+            h = stepping[0]
+            self.fields["optimizer_in_bwd"] = Value(True, "literal", Span(self.path, h.line) if h.line else None, (
+                "p.register_post_accumulate_grad_hook(fn): fn calls an optimizer's .step() as each gradient is "
+                "accumulated (the optimizer step fused into backward)",))
+        elif any(h.steps is None for h in hooks):
+            h = next(h for h in hooks if h.steps is None)
+            self.notes.append(f"register_post_accumulate_grad_hook at line {h.line}: a hook memlint cannot read; if it "
+                              "steps the optimizer, pass --assume optimizer_in_bwd=true")
+
+    def offload_activations_field(self) -> None:
+        """offload_activations: TRL's SFTConfig(activation_offloading=True) moves the saved activations to CPU
+        memory, unsloth's use_gradient_checkpointing="unsloth" the checkpointed layer inputs. Unknown stays
+        quiet: the estimate then keeps them on the GPU, the worst case."""
+        vals: list[Any] = []
+        line = None
         for a in getattr(self, "args", []):
             v = a.get("activation_offloading")
-            if v is not None and any(isinstance(x, Const) and x.value is True for x in flatten(v)):
-                self.notes.append("activation_offloading: saved activations move to CPU memory during the step; "
-                                  "memlint counts them on the GPU (the activations component is an overestimate)")
-                return
+            if v is not None:
+                vals.append(v)
+                line = line or a.line
+        if getattr(self, "unsloth_offload", None) is not None:
+            vals.append(self.unsloth_offload)
+        if vals:
+            self.put("offload_activations", _alts(vals), _bool, line)
 
     def distributed_from(self, arg_objs: list[Obj]) -> None:
         vals = []
@@ -787,6 +824,10 @@ class Builder:
             self.put("grad_accum", _alts(acc), _int, steps[0].line)
         elif steps:
             self.put("grad_accum", Const(1, "literal", steps[0].line, ("optimizer.step() after every micro-batch",)), _int)
+        elif any(h.steps for h in self.facts.first("grad_hooks")):
+            hook = next(h for h in self.facts.first("grad_hooks") if h.steps)
+            self.put("grad_accum", Const(1, "literal", hook.line, ("a post-accumulate-grad hook steps each parameter in "
+                                                                   "every backward",)), _int)
         else:
             self.put("grad_accum", Unknown("no optimizer.step() found"))
         if opts:
@@ -974,9 +1015,9 @@ class Builder:
                         v = Const(d.value, "library-default", line, (d.why,)) if d else Unknown(how)
                     for x in flatten(v):
                         if isinstance(x, Const):
-                            if x.value == "unsloth":  # notes are deduplicated when the plan is built
-                                self.notes.append("gradient_checkpointing: \"unsloth\" offloads the checkpointed layer inputs to CPU "
-                                                  "memory; memlint counts them on the GPU (the activations component is an overestimate)")
+                            if x.value == "unsloth":  # offloaded checkpointing: the checkpointed inputs go to CPU
+                                self.unsloth_offload = x.with_value(True, how + ': "unsloth" offloads the checkpointed '
+                                                                    "layer inputs to CPU memory")
                             resolved.append(x.with_value(bool(x.value) if not isinstance(x.value, str) else True, how))
                         else:
                             resolved.append(x)

@@ -20,7 +20,7 @@ from memlint.extract.interp import _BUILTIN_CALLS, SPREAD, BoundStr, BoundUnknow
 from memlint.extract.objects import (
     Accelerator, Accumulate, ArgNamespace, ArgParser, ArgSpec, Autocast, AutocastCall, BoundMethod, Collator, DataclassInstance,
     DeepSpeedEngine, DictMethod, Fields, Instance, LightningTrainer, Namespace, OpenFile,
-    DataLoader, Dataset, DtypeName, HfConfig, HfParser, LigerPatch, Method, Model, Obj, Optimizer, OptimizerStep,
+    DataLoader, Dataset, DtypeName, GradHook, HfConfig, HfParser, LigerPatch, Method, Model, Obj, Optimizer, OptimizerStep,
     Params, Partial, PeftConfig, Plugin, QuantConfig, Range, Scaler, SeqMethod, Setting, Tokenizer, TokenizerCall, Trainer,
     TrainingArgs, dtype_of, field_value,
 )
@@ -910,6 +910,8 @@ class Handlers:
     def unknown_method(self, it: Any, f: BoundUnknown, args: list, kwargs: dict, line: int | None) -> Any:
         if f.attr == "backward":
             it.facts.backward.append(line)
+        if f.attr == "register_post_accumulate_grad_hook":
+            it.facts.grad_hooks.append(GradHook(_steps_an_optimizer(args[0] if args else kwargs.get("hook")), line))
         if ("padding" in kwargs or "truncation" in kwargs) and f.attr in _TOKENIZE_METHODS:
             it.facts.tokenizer_calls.append(TokenizerCall(kwargs, line, None, f.attr))
         return Unknown(f"the result of ….{f.attr}()")
@@ -976,6 +978,8 @@ class Handlers:
             return obj
         if name == "parameters" or name == "named_parameters":
             return Params("parameters", line or 0, model=obj)
+        if name == "register_post_accumulate_grad_hook":
+            it.facts.grad_hooks.append(GradHook(_steps_an_optimizer(args[0] if args else kwargs.get("hook")), line))
         return Unknown(f"the result of .{name}()")
 
     def lightning_method(self, it: Any, trainer: LightningTrainer, name: str, args: list, kwargs: dict, line: int | None) -> Any:
@@ -1548,3 +1552,16 @@ def _catalogued(model_id: str) -> Any:
         return resolve(model_id)
     except MemlintError:
         return None
+
+
+def _steps_an_optimizer(fn: Any) -> bool | None:
+    """Does a gradient hook call `<something>.step()`? (PyTorch's "fuse the optimizer step into the
+    backward pass" tutorial and torchtune's register_optim_in_bwd_hooks: `optimizer_dict[p].step()`.)
+    None when the hook is not the script's own function."""
+    import libcst.matchers as m
+
+    node = fn.node if isinstance(fn, Func) else None
+    if node is None:
+        return None
+    step = m.Call(func=m.Attribute(attr=m.Name("step")))
+    return bool(m.findall(node, step))

@@ -108,6 +108,7 @@ class Facts:
     steps: list = field(default_factory=list)            # OptimizerStep
     backward: list = field(default_factory=list)         # lines of loss.backward()
     scalers: list = field(default_factory=list)          # GradScaler lines
+    grad_hooks: list = field(default_factory=list)       # GradHook: p.register_post_accumulate_grad_hook(fn)
     notes: list = field(default_factory=list)
     reached: dict = field(default_factory=dict)          # list name -> its length when the script's own run ended
 
@@ -171,7 +172,7 @@ class Interpreter:
         self._exec_module(self.main)
         self.facts.reached = {name: len(getattr(self.facts, name)) for name in
                               ("objects", "tokenizer_calls", "chunking", "hand_pads", "steps", "autocasts", "liger_calls",
-                               "backward")}
+                               "backward", "grad_hooks")}
         # Functions nothing called (entry points of other launchers, helpers passed by name)
         # still say how the script trains: walk them once, their parameters at their defaults.
         # Those the script imports by name from its own modules count too (a collate_fn in utils/).

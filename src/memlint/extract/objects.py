@@ -319,6 +319,14 @@ class AutocastCall(NamedTuple):
     line: int | None
 
 
+class GradHook(NamedTuple):
+    """`p.register_post_accumulate_grad_hook(fn)`: `steps` says whether fn calls an optimizer's
+    `.step()` (the optimizer fused into backward), None when fn is not the script's own function."""
+
+    steps: bool | None
+    line: int | None
+
+
 class LigerPatch(NamedTuple):
     qual: str
     kwargs: dict

@@ -302,7 +302,7 @@ def _apply_lora(model: Any, setup: Setup, dropout: float) -> Any:
 
     targets = "all-linear" if setup.lora_targets == "all-linear" else list(setup.lora_targets)
     config = LoraConfig(r=setup.lora_r, lora_alpha=2 * setup.lora_r, target_modules=targets,
-                        lora_dropout=dropout,
+                        lora_dropout=dropout, use_dora=setup.use_dora,
                         task_type="SEQ_CLS" if setup.objective == "reward" else "CAUSAL_LM")
     # peft's default autocast_adapter_dtype=True keeps fp16/bf16 adapters in fp32 (a plain bf16
     # loop, adapter_dtype "fp32"); pure-bf16 recipes that keep them bf16 ask peft not to.
@@ -467,12 +467,11 @@ def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = 
         details["trainable_bytes"] = sum(p.numel() * p.element_size() for p in trainable)
         details["param_dtypes"] = _dtype_census(model)
 
-        from memlint.measure.optim import build_optimizer
-
-        optimizer, onotes = build_optimizer(setup.optim, model, master_fp32=setup.precision == "master-fp32",
-                                            fake=mode == "trace")
+        optimizer, onotes = _step_optimizer(setup, model, mode)
         notes += onotes
         step_results, comp, paged_bytes = run.steps(model, ref, trainable, optimizer, meter, tracker, steps)
+        if setup.optimizer_in_bwd:
+            optimizer.remove()  # the hooks of a model the caller passed in stay its own
         if paged_bytes:
             details["paged_optimizer_bytes"] = paged_bytes
         overhead = 0
@@ -491,6 +490,20 @@ def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = 
 
     return Measurement(components=components, steps=step_results, device=dev_name, method=method,
                        notes=notes, details=details, runtime_s=time.perf_counter() - t0, reserved=reserved)
+
+
+def _step_optimizer(setup: Setup, model: Any, mode: str) -> tuple[Any, list[str]]:
+    """The optimizer as Trainer builds it, or, for the optimizer step fused into backward, one optimizer per
+    parameter stepped by its post-accumulate-grad hook; (optimizer, notes)."""
+    from memlint.measure.optim import InBackward, build_optimizer
+
+    master = setup.precision == "master-fp32"
+    if not setup.optimizer_in_bwd:
+        return build_optimizer(setup.optim, model, master_fp32=master, fake=mode == "trace")
+    optimizer = InBackward(setup.optim, model, master_fp32=master, fake=mode == "trace")
+    return optimizer, optimizer.notes + [
+        "optimizer in backward: one optimizer per parameter, stepped and zeroed by its post-accumulate-grad hook "
+        "(torchtune's register_optim_in_bwd_hooks); no gradient clipping (torchtune refuses it)"]
 
 
 def _per_step(values: dict[Any, int], steps: int) -> list[dict[str, int]]:
@@ -554,6 +567,9 @@ def _traced_attention(setup: Setup, mode: str, notes: list[str]) -> str:
 def _refuse_unsupported(setup: Setup, model: Any) -> None:
     if setup.quant == "int8":
         raise MemlintError("an 8-bit (LLM.int8) base is not supported by memlint.measure yet")
+    if setup.use_dora and setup.quant != "none":
+        raise MemlintError("memlint.measure traces DoRA on an unquantized base only (peft dequantizes a bitsandbytes "
+                           "weight in every DoRA forward, which memlint's 4-bit stand-in does not model)")
     if setup.objective == "kto":
         raise MemlintError("memlint.measure does not trace KTO's step (its KL pass) yet")
     if setup.objective in ("dpo",):
@@ -763,7 +779,8 @@ class _Run:
         meter.reset_peak_memory_stats()
         if scaler is not None:
             scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(trainable, 1.0, foreach=True)  # CUDA's default: foreach
+        if not self.setup.optimizer_in_bwd:  # torchtune refuses clip_grad_norm with the optimizer in backward
+            torch.nn.utils.clip_grad_norm_(trainable, 1.0, foreach=True)  # CUDA's default: foreach
         if scaler is not None:
             scaler.step(optimizer)
             scaler.update()

@@ -77,10 +77,11 @@ class MasterWeights(torch.optim.Optimizer):
 
 
 def build_optimizer(name: str, model: torch.nn.Module, *, master_fp32: bool = False,
-                    fake: bool = False) -> tuple[torch.optim.Optimizer, list[str]]:
-    """The optimizer Trainer would build for `optim=name`; returns it and notes."""
+                    fake: bool = False, params: list | None = None) -> tuple[torch.optim.Optimizer, list[str]]:
+    """The optimizer Trainer would build for `optim=name`; returns it and notes. `params`: an
+    optimizer over these parameters only (one group), as torchtune builds one per parameter."""
     notes: list[str] = []
-    groups = param_groups(model)
+    groups = param_groups(model) if params is None else [{"params": list(params), "weight_decay": 0.0}]
     if not groups:
         raise MemlintError("no trainable parameters: nothing for the optimizer to update")
 
@@ -158,3 +159,44 @@ def paged_state_tensors(optimizer: torch.optim.Optimizer) -> Iterable[torch.Tens
             v = state.get(key)
             if isinstance(v, torch.Tensor):
                 yield v
+
+
+class InBackward:
+    """The optimizer step fused into backward, the way torchtune runs `optimizer_in_bwd: True`
+    (torchtune/training/memory.py register_optim_in_bwd_hooks, after PyTorch's "How to save memory
+    by fusing the optimizer step into the backward pass" tutorial): one optimizer per trainable
+    parameter, and a post-accumulate-grad hook on each parameter that steps its optimizer and
+    zeroes (frees) its gradient. The step after backward has nothing left to do."""
+
+    def __init__(self, name: str, model: torch.nn.Module, *, master_fp32: bool = False, fake: bool = False) -> None:
+        if master_fp32:
+            raise MemlintError("--precision master-fp32 with the optimizer in backward is not supported by memlint.measure")
+        self.optim_dict: dict[Any, torch.optim.Optimizer] = {}
+        self.notes: list[str] = []
+        for p in model.parameters():  # model.parameters() yields a tied weight once, as torchtune's dict does
+            if p.requires_grad:
+                self.optim_dict[p], notes = build_optimizer(name, model, fake=fake, params=[p])
+                self.notes = self.notes or notes
+        if not self.optim_dict:
+            raise MemlintError("no trainable parameters: nothing for the optimizer to update")
+        optim_dict = self.optim_dict
+
+        def optim_step(param: Any) -> None:
+            optim_dict[param].step()
+            optim_dict[param].zero_grad()
+
+        self.handles = [p.register_post_accumulate_grad_hook(optim_step) for p in optim_dict]
+
+    @property
+    def state(self) -> dict[Any, Any]:
+        return {p: st for opt in self.optim_dict.values() for p, st in opt.state.items()}
+
+    def step(self) -> None:
+        """Every parameter was stepped in backward."""
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Every gradient was freed by its hook."""
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()

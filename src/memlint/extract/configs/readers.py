@@ -82,12 +82,23 @@ class FrameworkReader(Reader):
         self.notes.extend(notes)
         self.diagnostics.extend(diags)
 
-    def offload_note(self, key: str) -> None:
-        """A note when `key` (TRL activation_offloading, torchtune enable_activation_offloading) moves
-        the saved activations to CPU memory: the estimate still counts them on the GPU."""
-        if self.doc.get(key) not in (None, False):  # axolotl also takes "legacy" / "disk"
-            self.notes.append(f"{key}: saved activations move to CPU memory during the step; memlint counts them "
-                              "on the GPU (the activations component is an overestimate)")
+    def offload_activations(self, key: str) -> None:
+        """offload_activations from `key` (TRL activation_offloading, axolotl activation_offloading,
+        torchtune enable_activation_offloading): the saved activations move to CPU memory in forward."""
+        v = self.doc.get(key)
+        if v is None:
+            self.lib("offload_activations", False, f"{key} not set")
+        elif isinstance(v, str) and v.strip().lower() in ("legacy", "disk"):  # axolotl's other offloading modes
+            self.lit("offload_activations", True, key, chain=(f"{key}: {v} (axolotl offloads the activations)",))
+            if v.strip().lower() == "disk":
+                self.notes.append(f"{key}: disk offloads to disk rather than CPU memory; the GPU side is the same")
+        else:
+            try:
+                on = self.bool_at(key)
+            except Bad:
+                self.unknown("offload_activations", f"{key} is not true/false", key)
+                return
+            self.lit("offload_activations", bool(on), key)
 
     def fused_flag(self, key: str, name: str, why_unset: str) -> None:
         """fused_loss from one boolean key: `name` ("liger" / "cce") when true."""
@@ -102,6 +113,19 @@ class FrameworkReader(Reader):
         if v:
             self.notes.append(f"fused_loss: {key} replaces the loss only for the model families the kernel patches "
                               "(Llama, Mistral, Qwen2, Gemma, ...); memlint trusts the flag")
+
+    def dora(self, *path: str, why_unset: str) -> None:
+        """use_dora from the framework's key (axolotl peft_use_dora, LLaMA-Factory / TRL use_dora, torchtune
+        model.use_dora): each passes it to peft's LoraConfig(use_dora=...) or builds its own DoRA layers."""
+        try:
+            v = self.bool_at(*path)
+        except Bad:
+            self.unknown("use_dora", f"{'.'.join(path)} is not true/false", *path)
+            return
+        if v is None:
+            self.lib("use_dora", False, why_unset)
+        else:
+            self.lit("use_dora", v, *path)
 
     def ta_int(self, name: str, key: str, cls: str) -> None:
         """An integer TrainingArguments field: literal, else the library's default (library_defaults.json)."""
@@ -148,9 +172,11 @@ class Axolotl(FrameworkReader):
             self.fw("gradient_checkpointing", "gradient_checkpointing")
         else:
             self.lit("gradient_checkpointing", bool(gc) and str(gc).lower() != "false", "gradient_checkpointing")
-            if isinstance(gc, str) and gc.lower().startswith("offload"):
-                self.notes.append(f"gradient_checkpointing: {gc} keeps checkpointed layer inputs in CPU memory; memlint counts them on the GPU")
-        self.offload_note("activation_offloading")
+        self.offload_activations("activation_offloading")
+        if isinstance(gc, str) and gc.lower().startswith("offload") and not self.fields["offload_activations"].value:
+            # axolotl's gradient_checkpointing: offload checkpoints with the layer inputs in CPU memory
+            self.lit("offload_activations", True, "gradient_checkpointing",
+                     chain=(f"gradient_checkpointing: {gc} keeps the checkpointed layer inputs in CPU memory",))
         unfrozen = d.get("unfrozen_parameters")
         if isinstance(unfrozen, list) and unfrozen:
             self.notes.append(f"unfrozen_parameters: only parameters matching its {len(unfrozen)} pattern(s) train; memlint counts "
@@ -256,6 +282,7 @@ class Axolotl(FrameworkReader):
             self.lit("lora_targets", [t] if isinstance(t, str) else [str(x) for x in t], "lora_target_modules")
         else:
             self.unknown("lora_targets", "neither lora_target_modules nor lora_target_linear")
+        self.dora("peft_use_dora", why_unset="axolotl: peft_use_dora not set (LoraConfig's use_dora=False)")
         if adapter == "qlora":
             if not b4:
                 self.bad("adapter: qlora requires load_in_4bit: true (axolotl refuses to start without it)", "adapter")
@@ -442,6 +469,7 @@ class LlamaFactory(FrameworkReader):
                 self.lit("lora_alpha", alpha, "lora_alpha")
             elif rank is not None:
                 self.lib("lora_alpha", rank * 2, "llamafactory hparams/finetuning_args.py: lora_alpha None -> lora_rank * 2")
+            self.dora("use_dora", why_unset="LLaMA-Factory hparams/finetuning_args.py: use_dora False")
             t = d.get("lora_target")
             if t is None:
                 t = self.fw("lora_targets", "lora_target")
@@ -512,7 +540,7 @@ class TrlRecipe(FrameworkReader):
 
     def read(self) -> None:
         self.model_id("model_name_or_path")
-        self.offload_note("activation_offloading")
+        self.offload_activations("activation_offloading")
         self._model()
         cls = self._config_class()
         self._training(cls)
@@ -542,6 +570,7 @@ class TrlRecipe(FrameworkReader):
                 self.lit("lora_targets", "all-linear" if t == "all-linear" else ([t] if isinstance(t, str) else [str(x) for x in t]), "lora_target_modules")
             else:
                 self.lib("lora_targets", None, "trl ModelConfig.lora_target_modules None: peft picks the architecture's defaults")
+            self.dora("use_dora", why_unset="trl ModelConfig.use_dora False (get_peft_config passes it to LoraConfig)")
         else:
             src = "use_peft" if d.has("use_peft") else None
             if src:
@@ -654,7 +683,7 @@ class Torchtune(FrameworkReader):
     def read(self) -> None:
         d = self.doc
         fw = frameworks.framework(self.kind)
-        self.offload_note("enable_activation_offloading")
+        self.offload_activations("enable_activation_offloading")
         comp = d.get("model", "_component_")
         method = None
         if isinstance(comp, str) and "." in comp:
@@ -681,6 +710,10 @@ class Torchtune(FrameworkReader):
             dtype = self.fw("torch_dtype", "dtype")
             self.lib("precision", "fp32", "dtype not set: fp32 training")
         if method in ("lora", "qlora"):
+            self.dora("model", "use_dora", why_unset="torchtune lora builders: use_dora=False")
+            if self.fields["use_dora"].value:
+                self.notes.append("model.use_dora: torchtune's own DoRALinear is estimated with peft's DoRA layout "
+                                  "(magnitude vector, weight norm every forward)")
             self.int_field("lora_r", "model", "lora_rank", default_key="lora_rank")
             self.int_field("lora_alpha", "model", "lora_alpha", default_key="lora_alpha")
             self.number_field("lora_dropout", "model", "lora_dropout", default_key="lora_dropout")
@@ -765,8 +798,34 @@ class Torchtune(FrameworkReader):
             self.lit("optimizer", comp, "optimizer", "_component_", chain=(f"{comp}: not in memlint's torchtune optimizer table",))
         else:
             self.lit("optimizer", name, "optimizer", "_component_", chain=(f"optimizer._component_: {comp}",))
-        if d.get("optimizer_in_bwd") is True:
-            self.notes.append("optimizer_in_bwd: true steps each parameter during backward, so gradients are not all held at once (memlint counts them all)")
+        self.optimizer_in_bwd()
+
+    def optimizer_in_bwd(self) -> None:
+        """optimizer_in_bwd: the full-finetune recipes step each parameter in backward (one optimizer per
+        parameter, a post-accumulate-grad hook); the LoRA recipes never read the key."""
+        d = self.doc
+        try:
+            v = self.bool_at("optimizer_in_bwd")
+        except Bad:
+            self.unknown("optimizer_in_bwd", "optimizer_in_bwd is not true/false", "optimizer_in_bwd")
+            return
+        method = self.fields.get("method")
+        if v and method is not None and method.value in ("lora", "qlora"):
+            self.lib("optimizer_in_bwd", False, "torchtune's LoRA/QLoRA recipes do not read optimizer_in_bwd")
+            self.notes.append("optimizer_in_bwd: true has no effect in torchtune's LoRA recipes: estimated with the "
+                              "usual optimizer step")
+            return
+        if v is None:
+            self.fw("optimizer_in_bwd", "optimizer_in_bwd")
+            return
+        _, ref = frameworks.substitution(self.kind, "optimizer_in_bwd")
+        self.lit("optimizer_in_bwd", v, "optimizer_in_bwd", chain=(f"optimizer_in_bwd: {str(v).lower()}", ref))
+        if v and (d.get("gradient_accumulation_steps") or 1) != 1:
+            self.bad("optimizer_in_bwd: true with gradient_accumulation_steps > 1: torchtune refuses to start "
+                     "(Gradient accumulation is not supported with optimizer in bwd)", "optimizer_in_bwd")
+        if v and d.get("clip_grad_norm") is not None:
+            self.bad("optimizer_in_bwd: true with clip_grad_norm: torchtune refuses to start (Gradient clipping is not "
+                     "supported with optimizer in bwd)", "optimizer_in_bwd")
 
     def sharding(self) -> None:
         d = self.doc
