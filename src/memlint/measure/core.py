@@ -192,6 +192,22 @@ def _expected_base_params(setup: Setup) -> int:
     return reward_spec(setup.model).params if setup.objective == "reward" else setup.model.params
 
 
+def _prepare_for_kbit(model: Any) -> None:
+    """peft.prepare_model_for_kbit_training itself, on the quantized base, as a script calls it before
+    get_peft_model: its casts are peft's, at the installed version. The trace adds the adapters first
+    (on the meta model), so what the call does to them is undone: they are created after it in a real
+    run (trainable, in peft's adapter dtype). Checkpointing stays the Setup's (use_gradient_checkpointing=False)."""
+    from peft import prepare_model_for_kbit_training
+
+    adapters = [(p, p.dtype) for p in model.parameters() if p.requires_grad]
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    prepare_model_for_kbit_training(base, use_gradient_checkpointing=False)
+    for p, dtype in adapters:
+        if p.dtype != dtype:
+            p.data = p.data.to(dtype)
+        p.requires_grad_(True)
+
+
 def _selective_log_softmax(logits: Any, index: Any) -> Any:
     """Per-token log-probs of `index`, as trl.trainer.utils.selective_log_softmax does without
     Triton: fp32 logits by gather - logsumexp row by row, half ones by log_softmax per row (the
@@ -653,17 +669,11 @@ class _Run:
         return model, ref
 
     def _quantize(self, model: Any) -> None:
-        import torch
-
         self.details["quantized_linears"] = _quantize(model, self.setup, use_bnb_matmul=self.mode == "cuda")
         if self.setup.kbit_prep:
-            # peft.prepare_model_for_kbit_training: every fp16/bf16 parameter that is
-            # not a Params4bit (embeddings, norms, lm_head) becomes fp32.
-            for p in _unique_params(model):
-                if p.dtype in (torch.float16, torch.bfloat16):
-                    p.data = p.data.to(torch.float32)
-            self.notes.append("kbit_prep: prepare_model_for_kbit_training casts embeddings, norms and lm_head "
-                              "to fp32")
+            _prepare_for_kbit(model)
+            self.notes.append("kbit_prep: peft's own prepare_model_for_kbit_training cast the base's fp16/bf16 "
+                              "parameters (embeddings, norms, lm_head) to fp32")
         else:
             self.notes.append("QLoRA base: embeddings, norms and lm_head stay in the compute dtype "
                               "(no prepare_model_for_kbit_training)")
