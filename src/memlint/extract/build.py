@@ -226,6 +226,8 @@ class Builder:
             root = self.root(m)
             kw = root.kwargs
             mid = kw.get("pretrained_model_name_or_path", kw.get("model_name"))
+            if root.loader == "script-class" and root.shape is not None and root.shape.config is None:
+                mid = Unknown(root.shape.why)  # the script's own class, its shape unread: nothing to size
             ids.append(mid if mid is not None else Unknown("the model id"))
             line = root.line
             # dtype: the load argument, then any later .to(dtype)/.half()

@@ -983,6 +983,8 @@ class Handlers:
             outer.embeddings += layers.embeddings
             outer.files |= layers.files
             return model
+        if not layers.embeddings:  # no token embedding: a loss, a head or a block, not a language model
+            return Instance(cls.name, c.line or 0, {}, model.attrs, c.open, user_class=cls)
         where = f"{Path(cls.file).stem if cls.file else Path(str(c.it.path)).stem}.{cls.name}"
         cfg = custom_model.config_arg(c.args, c.kwargs)
         tied = custom_model.ties_weights(init[1].node if init is not None and init[0] == "method" else None)
