@@ -87,6 +87,9 @@ class Value:
     span: Span | None = None
     chain: tuple[str, ...] = ()
     candidates: tuple[Any, ...] = ()
+    # model_id only: a model class of the script's own checkout, as the (key, value) pairs of the
+    # Hugging Face config.json it counts as (extract/custom_model.py); () for a checkpoint id
+    shape: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
@@ -108,6 +111,8 @@ class Value:
             out["path"] = os.path.relpath(self.span.path, os.path.dirname(script) or ".")
         if self.candidates:
             out["candidates"] = list(self.candidates)
+        if self.shape:
+            out["shape"] = dict(self.shape)
         return out
 
 

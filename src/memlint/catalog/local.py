@@ -106,7 +106,22 @@ def _matches(cfg: Mapping[str, Any], entry: Mapping[str, Any]) -> bool:
 
 
 def spec_from_config_file(path: Path, model_id: str, source: str):
-    cfg = _load(path)
+    return spec_from_config(_load(path), path, model_id, source)
+
+
+def spec_from_shape(shape: Mapping[str, Any], model_id: str):
+    """A model class of the script's own checkout, as the HF-style config extract/ read from it
+    (`model_type` gpt2 or llama): counted as that config.json would be (source "script-class")."""
+    where = Path(f"the shape of {model_id[:80]}")
+    cfg = _checked(dict(shape), where)
+    if cfg["model_type"] == "gpt2" and cfg.get("bias") is False:
+        entry = count_gpt2_like(cfg)  # nanoGPT's bias=False has no HF spelling: counted in closed form
+        entry["config"] = _config_of(cfg)
+        return spec_from_entry(model_id, entry, source="script-class")
+    return spec_from_config(cfg, where, model_id, "script-class")
+
+
+def spec_from_config(cfg: dict[str, Any], path: Path, model_id: str, source: str):
     for cid, entry in entries().items():
         if _matches(cfg, entry):
             spec = spec_from_entry(model_id, entry, source=source)
@@ -208,6 +223,31 @@ def count_llama_like(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "torch_dtype": cfg.get("torch_dtype") or cfg.get("dtype") or "float32",
         "text_only": bool(cfg.get("_text_only")),
     }
+
+
+def count_gpt2_like(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """GPT-2's parameters in closed form (GPT2LMHeadModel: wte, wpe, c_attn/c_proj/c_fc/c_proj per
+    layer, two LayerNorms per layer and ln_f, lm_head tied to wte), with nanoGPT's `bias=False`
+    (no Linear or LayerNorm bias). Equals the catalog's meta-device counts for the four GPT-2s."""
+    h, L, heads, V, P = cfg["n_embd"], cfg["n_layer"], cfg["n_head"], cfg["vocab_size"], cfg.get("n_positions") or 1024
+    inter = cfg.get("n_inner") or 4 * h
+    bias = cfg.get("bias", True) is not False
+    tied = cfg.get("tie_word_embeddings", True)
+    lin = {name: {"in": i, "out": o, "bias": bias, "count": L, "role": linear_role(name)}
+           for name, i, o in (("attn.c_attn", h, 3 * h), ("attn.c_proj", h, h), ("mlp.c_fc", h, inter),
+                              ("mlp.c_proj", inter, h))}
+    linear = sum((d["in"] * d["out"] + (d["out"] if bias else 0)) * L for d in lin.values())
+    norms = (2 * L + 1) * h * (2 if bias else 1)
+    if not tied:
+        lin["lm_head"] = {"in": h, "out": V, "bias": False, "count": 1, "role": "head"}
+    groups = {"embeddings": V * h + P * h, "lm_head": 0 if tied else V * h, "norms": norms, "linear": linear,
+              "experts": 0, "other": 0}
+    arch = {"model_type": "gpt2", "hidden_size": h, "intermediate_size": inter, "num_layers": L, "num_heads": heads,
+            "num_kv_heads": heads, "head_dim": h // heads, "vocab_size": V, "max_position_embeddings": P,
+            **arch_facts("gpt2"), "tie_word_embeddings": tied}
+    return {"family": "gpt2", "model_type": "gpt2", "params": sum(groups.values()), "groups": groups,
+            "tied_embeddings": tied, "linear_modules": lin, "arch": arch,
+            "torch_dtype": cfg.get("torch_dtype") or "float32", "text_only": False}
 
 
 def _count_with_transformers(cfg: Mapping[str, Any], model_id: str, source: str, path: Path):

@@ -45,7 +45,7 @@ class ModelSpec:
     arch: Mapping[str, Any]
     config: Mapping[str, Any] = field(default_factory=dict)
     torch_dtype: str = "float32"
-    source: str = "catalog"  # catalog | local | hf-cache | folder-name
+    source: str = "catalog"  # catalog | local | hf-cache | folder-name | script-class (extract/custom_model.py)
     # folder-name: the path the script names, not on this machine, whose last component is this checkpoint's name
     assumed_from: str | None = None
     text_only: bool = False

@@ -285,6 +285,28 @@ def assumed_model_note(spec: Any) -> str:
             f"folder name names (an assumption: a local config.json or --assume model_id= confirms or corrects it)")
 
 
+def _spec(v: Value, model_id: str, notes: list[str]) -> Any:
+    """The model's spec: a script class's shape (the plan's model_id carries it), else resolve(id)."""
+    from memlint.catalog import resolve
+
+    if v.shape and v.source != "assumed":
+        from memlint.catalog.local import spec_from_shape
+
+        spec = spec_from_shape(dict(v.shape), model_id)
+        notes.append(script_class_note(spec, dict(v.shape)))
+        return spec
+    return resolve(model_id)
+
+
+def script_class_note(spec: Any, shape: Mapping[str, Any]) -> str:
+    """What an estimate of a model class of the script's own checkout says, every time."""
+    arch = {"gpt2": "GPT-2 (GPT2LMHeadModel)", "llama": "Llama (LlamaForCausalLM)"}.get(spec.model_type, spec.model_type)
+    extra = ", without biases (bias=False)" if shape.get("bias") is False else ""
+    return (f"the model is the script's own class {spec.id}: its shape is read from the script's code and counted "
+            f"with Hugging Face {arch}'s accounting{extra} ({spec.params:,} parameters); the class's own layers may "
+            "differ from HF's in details memlint does not see")
+
+
 @dataclass(frozen=True)
 class PlannedSetup:
     setup: Any | None          # Setup, or None when a required field is unknown
@@ -293,7 +315,6 @@ class PlannedSetup:
 
 
 def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) -> PlannedSetup:
-    from memlint.catalog import resolve
     from memlint.estimate.setup import Setup, known_optim
 
     extra = dict(extra or {})
@@ -315,7 +336,7 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
     if missing:
         return PlannedSetup(None, tuple(missing), tuple(notes))
 
-    spec = resolve(str(model_id))
+    spec = _spec(get("model_id"), str(model_id), notes)
     if spec.assumed_from is not None:
         notes.append(assumed_model_note(spec))
     dtype = _load_dtype(get, spec, notes)

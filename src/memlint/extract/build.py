@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
+from memlint.extract import custom_model
 from memlint.extract.objects import (
     Accelerator, Collator, DataLoader, DeepSpeedEngine, DtypeName, LightningTrainer, Method, Model, Obj, Optimizer, Params,
     PeftConfig, QuantConfig,
@@ -225,6 +226,8 @@ class Builder:
             root = self.root(m)
             kw = root.kwargs
             mid = kw.get("pretrained_model_name_or_path", kw.get("model_name"))
+            if root.loader == "script-class" and root.shape is not None and root.shape.config is None:
+                mid = Unknown(root.shape.why)  # the script's own class, its shape unread: nothing to size
             ids.append(mid if mid is not None else Unknown("the model id"))
             line = root.line
             # dtype: the load argument, then any later .to(dtype)/.half()
@@ -234,13 +237,16 @@ class Builder:
                 dtypes.append(later[-1].value)
             elif dt is not None and not (isinstance(dt, Const) and dt.value is None):
                 dtypes.append(dt)
+            elif root.loader == "script-class":
+                dtypes.append(Const("float32", "constant", line, (f"{root.cls}(…): the script's own nn.Module creates its "
+                                                                  "parameters in float32",)))
             elif root.loader == "unsloth":
                 dtypes.append(_libc("unsloth.FastLanguageModel.from_pretrained", "dtype", line))
             elif root.open:
                 dtypes.append(Unknown("dtype may be set by **kwargs"))
             else:
                 dtypes.append(_libc("transformers.from_pretrained", "dtype", line))
-            attn = kw.get("attn_implementation")
+            attn = kw.get("attn_implementation", root.shape.attention if root.loader == "script-class" else None)
             if attn is None and isinstance(kw.get("use_flash_attention_2"), Const) and kw["use_flash_attention_2"].value:
                 attn = kw["use_flash_attention_2"].with_value("flash_attention_2")
             if attn is None or (isinstance(attn, Const) and attn.value is None):
@@ -248,6 +254,10 @@ class Builder:
             attns.append(attn)
             quants.append(self.quant_of(root))
         self.put("model_id", _alts(ids), _model_id, models[0].line)
+        shape = self.root(models[0]).shape
+        if shape is not None and self.fields["model_id"].known:
+            self.fields["model_id"] = custom_model.with_shape(self.fields["model_id"], shape)
+            self.notes.extend(shape.notes)
         self.put("torch_dtype", _alts(dtypes), _dtype, self.root(models[0]).line)
         self.put("attn_implementation", _alts(attns), _attn, self.root(models[0]).line)
         q = {k: _alts([x[k] for x in quants]) for k in ("bits", "type", "double", "compute")}

@@ -12,10 +12,11 @@ from __future__ import annotations
 import functools
 
 import re
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from memlint.extract import budget
+from memlint.extract import budget, custom_model
 from memlint.extract.interp import _BUILTIN_CALLS, SPREAD, BoundStr, BoundUnknown
 from memlint.extract.objects import (
     Accelerator, Accumulate, ArgNamespace, ArgParser, ArgSpec, Autocast, AutocastCall, BoundMethod, Collator, DataclassInstance,
@@ -56,6 +57,24 @@ def library_base(v: Any, names: Any) -> str | None:
         if isinstance(x, Class):
             stack.extend(x.bases)
     return None
+
+
+def _record_layer(c: Call) -> None:
+    """nn.Linear(in, out, bias=) / nn.Embedding(n, d) built inside a script model's __init__."""
+    vals = [a.value if isinstance(a, Const) else None for a in c.args[:2]]
+    names = ("in_features", "out_features") if c.name == "Linear" else ("num_embeddings", "embedding_dim")
+    for i, n in enumerate(names):
+        if i >= len(vals):
+            vals.append(None)
+        if n in c.kwargs and isinstance(c.kwargs[n], Const):
+            vals[i] = c.kwargs[n].value
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
+        return
+    if c.name == "Linear":
+        c.it.layers.linears.append((vals[0], vals[1], (c.it.cur_file(), c.it.call_line)))
+        c.it.layers.files.add(c.it.cur_file() or str(c.it.path))
+    else:
+        c.it.layers.embeddings.append((vals[0], vals[1]))
 
 
 def _vendored_trainer(cls: Class, names: Any) -> str | None:
@@ -250,6 +269,8 @@ class Handlers:
 
     def call_ref(self, c: Call, f: Ref) -> Any:
         """A library call: the qualified rules first, then the name table, then optimizer classes."""
+        if c.it.layers is not None and c.head == "torch" and c.name in ("Linear", "Embedding"):
+            _record_layer(c)
         if c.qual.startswith("builtins."):
             return self.builtin(c.it, c.name, c.args, c.kwargs, c.line)
         if c.head == "liger_kernel" and c.name.startswith("apply_liger_kernel_to_"):
@@ -932,12 +953,47 @@ class Handlers:
         if base:  # class CompletionCollator(DataCollatorForLanguageModeling): it pads as its library base
             return self.collator(Call(c.it, base, c.args, c.kwargs, c.open, c.line))
         if cls.is_dataclass:
-            return c.new(DataclassInstance, cls.name, tuple(cls.fields), user_class=cls)
+            inst = c.new(DataclassInstance, cls.name, tuple(cls.fields), user_class=cls)
+            post = cls.lookup("__post_init__")
+            if post is not None and post[0] == "method" and isinstance(post[1], Func):
+                c.it.call_function(post[1], [inst], {}, c.line)  # padded_vocab_size = find_multiple(...)
+            return inst
+        if custom_model.is_module_class(cls, library_base):
+            return self.script_model(c, cls)
         inst = Instance(cls.name, c.line or 0, {}, {}, c.open, user_class=cls)
         init = cls.lookup("__init__")
         if init is not None and init[0] == "method":
             c.it.call_function(init[1], [inst, *c.args], dict(c.kwargs), c.line)
         return inst
+
+    def script_model(self, c: Call, cls: Class) -> Any:
+        """`GPT(config)`, a model class of the script's checkout: its __init__ runs (the layers it builds
+        recorded), and the model is a Model whose shape is read from the config (extract/custom_model.py)."""
+        outer = c.it.layers
+        layers = c.it.layers = custom_model.Layers()
+        model = Model(cls.name, c.line or 0, {}, {}, c.open, loader="script-class", user_class=cls)
+        init = cls.lookup("__init__")
+        try:
+            if init is not None and init[0] == "method":
+                c.it.call_function(init[1], [model, *c.args], dict(c.kwargs), c.line)
+        finally:
+            c.it.layers = outer
+        if outer is not None:  # a module built inside another's __init__: its layers are the outer one's
+            outer.linears += layers.linears
+            outer.embeddings += layers.embeddings
+            outer.files |= layers.files
+            return model
+        if not layers.embeddings:  # no token embedding: a loss, a head or a block, not a language model
+            return Instance(cls.name, c.line or 0, {}, model.attrs, c.open, user_class=cls)
+        where = f"{Path(cls.file).stem if cls.file else Path(str(c.it.path)).stem}.{cls.name}"
+        cfg = custom_model.config_arg(c.args, c.kwargs)
+        tied = custom_model.ties_weights(init[1].node if init is not None and init[0] == "method" else None)
+        model.shape = custom_model.shape_of(where, cfg, layers, tied)
+        model.kwargs["pretrained_model_name_or_path"] = Const(
+            model.shape.described, "constant", c.line, (f"{cls.name}(…) at line {c.line}: the script's own model class "
+                                                        f"({cls.file or 'the script'}:{cls.line})",))
+        c.it.facts.objects.append(model)
+        return model
 
     # ---- method calls ----------------------------------------------------------------------
 
@@ -1311,6 +1367,10 @@ class Handlers:
                                                                              root.kwargs.get("model_name"))})
         if isinstance(obj, DeepSpeedEngine) and attr == "module":
             return obj.model
+        if isinstance(obj, Model) and obj.user_class is not None:  # the script's nn.Module: its own methods run
+            hit = obj.user_class.lookup(attr)
+            if hit is not None and hit[0] == "method" and isinstance(hit[1], Func) and not _is_property(hit[1]):
+                return BoundMethod(hit[1], obj)
         if isinstance(obj, Instance) and obj.user_class is not None:
             hit = obj.user_class.lookup(attr)
             if hit is not None:

@@ -157,6 +157,8 @@ class Interpreter:
         self.deadline = budget.Deadline()
         self.timed_out = False
         self.exec_depth = 0
+        self.layers: Any = None  # custom_model.Layers while a script model's __init__ runs
+        self.call_line: int | None = None
         self.main = self._load(path, source, "__main__", is_main=True)
 
     # ---- modules ---------------------------------------------------------------------------
@@ -949,6 +951,8 @@ class Interpreter:
             if attr == "__name__":
                 return self.const(base.name, node)
             hit = base.lookup(attr)
+            if hit is not None and hit[0] == "method" and isinstance(hit[1], Func) and _is_classmethod(hit[1]):
+                return BoundMethod(hit[1], base)  # Config.from_name("7B"): `cls` is the class
             return hit[1] if hit is not None else Unknown(f"{base.name}.{attr}")
         if isinstance(base, Const) and isinstance(base.value, str):
             return BoundStr(base, attr)
@@ -1417,6 +1421,7 @@ class Interpreter:
         # Objects built inside a sibling module are placed at the script's call into it: their
         # lines are reported against the script (values keep their own file and line).
         at = line if self.cur_file() is None else (self.entry_line or line)
+        self.call_line = line  # the call's own line in its own file (the layers a script model builds)
         result = self.handlers.call(self, f, args, kwargs, open_kwargs, at, node)
         if isinstance(f, Ref) and (f.name.removeprefix("builtins.") in _NO_CALLBACK or f.qual == "functools.partial"):
             # super(C, self), isinstance(x, C), print(x): nothing calls x back; partial(f, k=v) binds
@@ -1493,6 +1498,12 @@ def _lists_linear_names(node: cst.FunctionDef) -> bool:
 
 _SCALAR_TYPES = frozenset({"builtins.bool", "builtins.int", "builtins.float", "builtins.str", "builtins.NoneType",
                            "builtins.list", "builtins.tuple", "builtins.dict"})
+
+
+def _is_classmethod(f: Func) -> bool:
+    node = f.node
+    return isinstance(node, cst.FunctionDef) and any(
+        isinstance(d.decorator, cst.Name) and d.decorator.value == "classmethod" for d in node.decorators)
 
 
 def _builtin_type(v: Any) -> bool:

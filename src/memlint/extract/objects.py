@@ -60,6 +60,8 @@ class Model(Obj):
     shard: Setting | None = None   # a wrapper's data parallelism: FSDP(model) / fully_shard / DDP
     kbit_line: int | None = None
     adapter_cast: Any = None       # get_peft_model(..., autocast_adapter_dtype=...) as given   # the line of prepare_model_for_kbit_training(model) that made this wrapper
+    user_class: Any = None         # loader "script-class": the script's own nn.Module class
+    shape: Any = None              # its custom_model.Shape (the HF-style config it counts as, or why not)
 
 
 @dataclass(eq=False)

@@ -1,0 +1,204 @@
+"""A model class of the script's own checkout (`class GPT(nn.Module)`), read as a shape.
+
+When a script builds its own `nn.Module` from a config object whose values the interpreter
+reads (nanoGPT's `GPT(GPTConfig(n_layer=12, ...))`, lit-llama's `LLaMA(LLaMAConfig.from_name("7B"))`,
+lit_gpt's `GPT(Config.from_name(name))`), the shape is put in the words of a Hugging Face
+config.json (`model_type` gpt2 or llama), so the catalog counts it as it counts a local
+checkpoint. What decides the family is read, not guessed: the config's keys, and the
+`nn.Linear` / `nn.Embedding` layers the interpreter saw the class's `__init__` build (the MLP's
+inner width is the Linear pair hidden -> m -> hidden; two Linears into m: a gated MLP). A shape
+that cannot be read stays unknown, with the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from memlint.extract.objects import DataclassInstance, Instance, Obj, field_value
+from memlint.extract.values import Const, Dict, Unknown, flatten
+from memlint.plan import Value
+
+# config key spellings, first found wins
+_KEYS = {
+    "layers": ("n_layer", "num_hidden_layers", "n_layers", "num_layers"),
+    "heads": ("n_head", "num_attention_heads", "n_heads"),
+    "hidden": ("n_embd", "hidden_size", "dim", "d_model"),
+    "kv": ("n_kv_heads", "n_query_groups", "num_key_value_heads", "n_kv_head"),
+    "inter": ("intermediate_size", "ffn_dim", "hidden_dim"),
+    "vocab": ("padded_vocab_size", "vocab_size"),
+    "positions": ("block_size", "max_position_embeddings", "n_positions", "max_seq_len"),
+    "bias": ("bias",),
+}
+
+
+@dataclass
+class Layers:
+    """The layers a script's own module built while its __init__ ran: (in, out, bias) and embeddings."""
+
+    linears: list[tuple[int, int, Any]] = field(default_factory=list)  # (in, out, the call's file and line)
+    embeddings: list[tuple[int, int]] = field(default_factory=list)
+    files: set = field(default_factory=set)  # the files whose code built them
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the script's class is: its description (`model.GPT(GPTConfig(n_layer=12, ...))`), the
+    HF-style config it counts as (None: unknown), why not, and the line of the config."""
+
+    described: str
+    config: dict | None
+    why: str = ""
+    family_how: str = ""
+    attention: Any = None          # a Const: the attention the class's files call (sdpa, flash-attn, xformers)
+    notes: tuple[str, ...] = ()
+
+
+def with_shape(v: Value, shape: Shape) -> Value:
+    """The plan's model_id Value carrying the HF-style config (or, unknown, the reason in its chain)."""
+    if shape.config is None:
+        return replace(v, chain=v.chain + (f"not sized: {shape.why}",))
+    return replace(v, chain=v.chain + (f"shape read from the script's own class: {shape.family_how}",),
+                   shape=tuple(shape.config.items()))
+
+
+def ties_weights(init_node: Any) -> bool:
+    """`self.transformer.wte.weight = self.lm_head.weight` in the class's __init__: tied embeddings."""
+    import libcst as cst
+
+    def walk(n: Any):
+        yield n
+        for c in n.children:
+            yield from walk(c)
+
+    for n in walk(init_node) if init_node is not None else ():
+        if isinstance(n, cst.Assign) and isinstance(n.value, cst.Attribute) and n.value.attr.value == "weight" and \
+                any(isinstance(t.target, cst.Attribute) and t.target.attr.value == "weight" for t in n.targets):
+            return True
+    return False
+
+
+def is_module_class(cls: Any, base_of) -> bool:
+    return base_of(cls, ("Module",)) == "Module"
+
+
+def _read(cfg: Any, names: tuple[str, ...], notes: list[str]) -> tuple[str, Any] | None:
+    """(key, value) of the first spelling the config has; of several candidates the largest (the worst case)."""
+    for name in names:
+        opts = flatten(_get(cfg, name))
+        known = [o.value for o in opts if isinstance(o, Const) and o.value is not None
+                 and not isinstance(o.value, (list, dict))]
+        if not known:
+            continue
+        nums = [x for x in known if isinstance(x, int) and not isinstance(x, bool)]
+        pick = max(nums) if nums and len(nums) == len(known) else known[0]
+        unknown = [o.why for o in opts if isinstance(o, Unknown)]
+        if unknown or len(set(map(repr, known))) > 1:
+            notes.append(f"{name} of the script's model config: {pick!r} of {sorted(set(map(repr, known)))}"
+                         + (f", or a value memlint cannot read ({unknown[0]})" if unknown else "")
+                         + "; sized with the largest")
+        return name, pick
+    return None
+
+
+def _get(cfg: Any, name: str) -> Any:
+    if isinstance(cfg, Dict):
+        return cfg.items.get(name)
+    if isinstance(cfg, Obj):
+        if name in cfg.attrs:
+            return cfg.attrs[name]
+        if isinstance(cfg, (DataclassInstance, Instance)) or name in cfg.kwargs:
+            return field_value(cfg, name) if not isinstance(cfg, Instance) else cfg.kwargs.get(name)
+    return None
+
+
+def config_arg(args: list, kwargs: dict) -> Any:
+    """The config object a model class is built from: its first argument, or `config=`."""
+    for v in [kwargs.get("config"), *(args[:1])]:
+        for o in flatten(v):
+            if isinstance(o, (DataclassInstance, Instance, Dict)):
+                return o
+    return None
+
+
+def shape_of(where: str, cfg: Any, layers: Layers, tied: bool) -> Shape:
+    """The HF-style config of a script's model class built from `cfg`, the attention its files call."""
+    notes: list[str] = []
+    shape = _shape(where, cfg, layers, tied, notes)
+    return replace(shape, attention=_attention(layers.files, where), notes=tuple(notes))
+
+
+def _shape(where: str, cfg: Any, layers: Layers, tied: bool, notes: list[str]) -> Shape:
+    vals = {k: _read(cfg, names, notes) for k, names in _KEYS.items()} if cfg is not None else {}
+    cfg_name = getattr(cfg, "cls", "a config") if cfg is not None else None
+    shown = ", ".join(f"{v[0]}={v[1]!r}" for k, v in vals.items() if v is not None)
+    described = f"{where}({cfg_name}({shown}))" if cfg is not None else f"{where}(…)"
+    if cfg is None:
+        return Shape(described, None, f"{where} is the script's own model class, built from no config memlint can read")
+    missing = [_KEYS[k][0] for k in ("layers", "heads", "hidden", "vocab") if vals.get(k) is None]
+    if missing:
+        return Shape(described, None, f"{where} is the script's own model class; its {', '.join(missing)} cannot be read statically")
+    L, heads, h, V = (vals[k][1] for k in ("layers", "heads", "hidden", "vocab"))
+    if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in (L, heads, h, V)):
+        return Shape(described, None, f"{where}: its shape values are not whole numbers")
+    pos = vals["positions"][1] if vals.get("positions") else None
+    bias = vals["bias"][1] if vals.get("bias") else None
+    inner, gated = _mlp_width(layers, h)
+    learned_positions = pos is not None and (pos, h) in layers.embeddings
+    if learned_positions and not gated:
+        if inner not in (None, 4 * h):
+            return Shape(described, None, f"{where}: a GPT-2 layout with an MLP of width {inner}, not 4 × {h}")
+        config = {"model_type": "gpt2", "n_layer": L, "n_head": heads, "n_embd": h, "n_positions": pos,
+                  "vocab_size": V, "tie_word_embeddings": tied}
+        if bias is False:
+            config["bias"] = False  # nanoGPT's bias=False: no bias in its Linears and LayerNorms
+        return Shape(described, config, family_how="learned position embeddings (block_size × n_embd), a 4 × n_embd "
+                     "GELU MLP: counted as HF GPT-2 (GPT2LMHeadModel)")
+    if gated:
+        inter = vals["inter"][1] if vals.get("inter") and isinstance(vals["inter"][1], int) else inner
+        if not isinstance(inter, int):
+            return Shape(described, None, f"{where}: the MLP width of a gated MLP cannot be read")
+        kv = vals["kv"][1] if vals.get("kv") and isinstance(vals["kv"][1], int) else heads
+        config = {"model_type": "llama", "num_hidden_layers": L, "num_attention_heads": heads, "hidden_size": h,
+                  "num_key_value_heads": kv, "intermediate_size": inter, "vocab_size": V,
+                  "max_position_embeddings": pos, "tie_word_embeddings": tied}
+        return Shape(described, config, family_how=f"a gated MLP (two Linears {h} -> {inter}, one back) and no learned "
+                     "position embeddings: counted as HF Llama (LlamaForCausalLM)")
+    return Shape(described, None, f"{where}: the script's own model class is neither a GPT-2 nor a Llama layout memlint "
+                 "recognises from the layers its __init__ builds")
+
+
+def _mlp_width(layers: Layers, h: int) -> tuple[int | None, bool]:
+    """m of the Linear pair h -> m -> h (m != h), and whether two Linears (two lines of code) go
+    into m: a gated MLP (SwiGLU's w1 and w3)."""
+    sites: dict[tuple[int, int], set] = {}
+    for i, o, site in layers.linears:
+        sites.setdefault((i, o), set()).add(site)
+    for (i, o) in sites:
+        if o == h and i != h and (h, i) in sites:
+            return i, len(sites[(h, i)]) >= 2
+    return None, False
+
+
+# what a model's forward calls for attention, in the order checked (the first found decides)
+_ATTENTION = (("flash_attn_func", "flash_attention_2"), ("flash_attn_varlen", "flash_attention_2"),
+              ("memory_efficient_attention", "xformers"), ("scaled_dot_product_attention", "sdpa"))
+
+
+def _attention(files: set, where: str) -> Any:
+    """The attention kernel the model's own files call: flash-attn, xformers, SDPA; none of them: eager."""
+    from memlint.files import read_text
+
+    for f in sorted(str(x) for x in files if x):
+        try:
+            text = read_text(Path(f), 2_000_000, what="model source")
+        except Exception:  # noqa: BLE001 - unreadable: nothing learnt
+            continue
+        for call, kind in _ATTENTION:
+            if call + "(" in text:
+                line = text[: text.index(call + "(")].count("\n") + 1
+                return Const(kind, "constant", None, (f"{Path(f).name}:{line} calls {call}() in {where}'s code",), f)
+    if files:
+        return Const("eager", "constant", None, (f"{where}'s code calls no fused attention kernel",))
+    return Unknown(f"the attention {where} uses")
