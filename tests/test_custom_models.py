@@ -239,3 +239,37 @@ def test_a_module_built_from_no_readable_config_stays_unknown_with_the_reason(tm
     mid = plan.get("model_id")
     assert not mid.shape
     assert any("not sized" in c for c in mid.chain) or not mid.known
+
+
+def test_random_windows_of_one_token_stream_are_a_packed_micro_batch():
+    # karpathy/nanoGPT train.py get_batch: B windows of block_size tokens at random offsets
+    from memlint.extract import extract_source
+
+    src = '''import numpy as np
+import torch
+batch_size = 12
+block_size = 1024
+
+def get_batch(split):
+    data = np.memmap("train.bin", dtype=np.uint16, mode="r")
+    ix = torch.randint(len(data) - block_size, (batch_size,))
+    x = torch.stack([torch.from_numpy((data[i:i+block_size]).astype(np.int64)) for i in ix])
+    y = torch.stack([torch.from_numpy((data[i+1:i+1+block_size]).astype(np.int64)) for i in ix])
+    return x, y
+
+from transformers import AutoModelForCausalLM
+model = AutoModelForCausalLM.from_pretrained("openai-community/gpt2")
+optimizer = torch.optim.AdamW(model.parameters())
+X, Y = get_batch("train")
+model(X, labels=Y).loss.backward()
+optimizer.step()
+'''
+    plan = extract_source(src, "train.py")
+    got = {f: plan.fields[f].value for f in ("per_device_batch", "max_length", "packing", "padding")}
+    assert got == {"per_device_batch": 12, "max_length": 1024, "packing": True, "padding": "packing"}
+    assert plan.fields["per_device_batch"].span.line == 3  # batch_size = 12, where the value is set
+    # numpy's randint(low, high, size) and a window that is not data[i : i + n] say nothing
+    other = src.replace("torch.randint(len(data) - block_size, (batch_size,))", "np.random.randint(0, len(data) - block_size, batch_size)")
+    assert extract_source(other, "train.py").fields["per_device_batch"].value == 12
+    shifted = src.replace("data[i:i+block_size]", "data[i]").replace("data[i+1:i+1+block_size]", "data[i + 1]")
+    assert extract_source(shifted, "train.py").fields["max_length"].value is None

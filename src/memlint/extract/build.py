@@ -331,9 +331,12 @@ class Builder:
         """per_device_batch from the training DataLoader (the shuffled one, else the first); the loader."""
         dls = self.facts.first("objects", DataLoader)
         train_dl = next((d for d in dls if isinstance(d.get("shuffle"), Const) and d.get("shuffle").value), dls[0] if dls else None)
+        windows = self.facts.first("windows")
         if train_dl is not None:
             bs = train_dl.get("batch_size")
             self.put("per_device_batch", bs if bs is not None else _libc("torch.utils.data.DataLoader", "batch_size", train_dl.line), _int, train_dl.line)
+        elif windows:  # nanoGPT's get_batch: torch.stack([data[i : i + n] for i in torch.randint(_, (B,))])
+            self.put("per_device_batch", windows[0].rows, _int, windows[0].line)
         else:
             self.put("per_device_batch", Unknown("no DataLoader found"), line=line)
         return train_dl
@@ -751,6 +754,13 @@ class Builder:
             self.put("packing", Const(True, "literal", cline, ("token stream cut into fixed blocks: t[i : i + n] for i in range(0, total, n)",)), _bool, cline)
             self.fields["padding"] = Value("packing", "literal", Span(self.path, cline), ("fixed-length blocks, no padding",))
             self.put("max_length", size, _length, cline)
+            return
+        windows = facts.first("windows")
+        if windows and not facts.first("objects", DataLoader):
+            size, wline = windows[0].size, windows[0].line
+            self.put("packing", Const(True, "literal", wline, ("windows cut at random offsets of one token stream: data[i : i + n] for i in randint(...)",)), _bool, wline)
+            self.fields["padding"] = Value("packing", "literal", Span(self.path, wline), ("fixed-length windows, no padding",))
+            self.put("max_length", size, _length, wline)
             return
         self.put("packing", Const(False, "library-default", line, ("no packing found",)), _bool, line)
         calls = []

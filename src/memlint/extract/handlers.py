@@ -22,7 +22,7 @@ from memlint.extract.objects import (
     Accelerator, Accumulate, ArgNamespace, ArgParser, ArgSpec, Autocast, AutocastCall, BoundMethod, Collator, DataclassInstance,
     DeepSpeedEngine, DictMethod, Fields, Instance, LightningTrainer, Namespace, OpenFile,
     DataLoader, Dataset, DtypeName, GradHook, HfConfig, HfParser, LigerPatch, Method, Model, Obj, Optimizer, OptimizerStep,
-    Params, Partial, PeftConfig, Plugin, QuantConfig, Range, Scaler, SeqMethod, Setting, Tokenizer, TokenizerCall, Trainer,
+    Params, Partial, PeftConfig, Plugin, QuantConfig, RandomOffsets, Range, Scaler, SeqMethod, Setting, Tokenizer, TokenizerCall, Trainer,
     TrainingArgs, dtype_of, field_value,
 )
 from memlint.extract.values import Alts, Class, Const, Dict, Func, RaisedBy, Ref, Seq, Unknown, flatten, weakest
@@ -624,6 +624,19 @@ class Handlers:
         """trl.setup_chat_format / clone_chat_template(model, tokenizer): the same model (its embeddings
         resized to the new special tokens) and tokenizer."""
         return Seq([c.arg(0, "model", Unknown("a model")), c.arg(1, "tokenizer", Unknown("a tokenizer"))], "tuple")
+
+    def random_offsets(self, c: Call) -> Any:
+        """torch.randint([low,] high, (B,)) / numpy.random.randint(low, high, size=B): B offsets into
+        a token stream (the size's first entry; a scalar size for numpy)."""
+        if c.qual.startswith("torch"):
+            size = c.kwargs.get("size", c.args[-1] if len(c.args) >= 2 else None)
+        else:
+            size = c.kwargs.get("size", c.args[2] if len(c.args) > 2 else None)
+        if isinstance(size, Seq) and size.items:
+            size = size.items[0]
+        if size is None:
+            return Unknown("random integers")
+        return RandomOffsets(size, c.line)
 
     def asdict(self, c: Call) -> Any:
         """dataclasses.asdict(cfg) of the script's own dataclass: its fields (bases first) as a dict."""
@@ -1517,6 +1530,8 @@ def _deep_update(into: Dict, other: Dict) -> None:
 
 
 _QUALIFIED: dict[str, Callable[[Handlers, Call], Any]] = {
+    "torch.randint": Handlers.random_offsets,
+    "numpy.random.randint": Handlers.random_offsets,
     "typing.cast": Handlers.cast,
     "dataclasses.asdict": Handlers.asdict,
     "ast.literal_eval": Handlers.literal_eval,

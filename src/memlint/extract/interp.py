@@ -18,7 +18,8 @@ import libcst as cst
 from memlint.extract import budget
 from memlint.extract.parsed import parse
 
-from memlint.extract.objects import BoundMethod, Chunking, DictMethod, Fields, Obj, OpenFile, Partial, Range, SeqMethod
+from memlint.extract.objects import (BoundMethod, Chunking, DictMethod, Fields, Obj, OpenFile, Partial, RandomOffsets, Range,
+                                     SeqMethod, Window)
 
 _DICT_METHODS = {"get", "items", "keys", "values", "copy", "update", "setdefault", "pop"}
 
@@ -102,6 +103,7 @@ class Facts:
     tokenizer_calls: list = field(default_factory=list)  # TokenizerCall
     liger_calls: list = field(default_factory=list)      # LigerPatch: liger_kernel's apply_liger_kernel_to_*()
     chunking: list = field(default_factory=list)         # Chunking: t[i : i + n] for i in range(0, _, n)
+    windows: list = field(default_factory=list)          # Window: data[i : i + n] for i in <B random offsets>
     hand_pads: list = field(default_factory=list)        # HandPad: padding the script writes itself
     offloads: list = field(default_factory=list)         # Const offload kinds a wrapper's options set (FSDP CPUOffload)
     autocasts: list = field(default_factory=list)        # AutocastCall
@@ -173,7 +175,7 @@ class Interpreter:
     def run(self) -> Facts:
         self._exec_module(self.main)
         self.facts.reached = {name: len(getattr(self.facts, name)) for name in
-                              ("objects", "tokenizer_calls", "chunking", "hand_pads", "steps", "autocasts", "liger_calls",
+                              ("objects", "tokenizer_calls", "chunking", "windows", "hand_pads", "steps", "autocasts", "liger_calls",
                                "backward", "grad_hooks")}
         # Functions nothing called (entry points of other launchers, helpers passed by name)
         # still say how the script trains: walk them once, their parameters at their defaults.
@@ -1180,17 +1182,22 @@ class Interpreter:
             return exact
         inner = Env(env)
         comp = node.for_in
-        ranges = []
+        ranges, offsets = [], []
         while comp is not None:
             it = comp.iter
             if isinstance(it, cst.Call) and self.dotted(it.func) == "range" and len(it.args) == 3 and isinstance(comp.target, cst.Name):
                 ranges.append((comp.target.value, it.args[2].value))
-            self.assign(comp.target, self.iter_items(self.ev(comp.iter, inner)), inner, node)
+            items = self.ev(comp.iter, inner)
+            if isinstance(items, RandomOffsets) and isinstance(comp.target, cst.Name):
+                offsets.append((comp.target.value, items))
+            self.assign(comp.target, self.iter_items(items), inner, node)
             comp = comp.inner_for_in
         elt = node.value if isinstance(node, cst.DictComp) else getattr(node, "elt", None)
         if elt is not None:
             for var, step in ranges:
                 self.chunk_idiom(elt, var, step, inner)
+            for var, ro in offsets:
+                self.window_idiom(elt, var, ro, inner)
             self.ev(elt, inner)
         return Unknown("a comprehension")
 
@@ -1297,6 +1304,17 @@ class Interpreter:
             if code in tails and "len(" in test and code in test:
                 self.facts.chunking.append(Chunking(self.ev(expr, env), self.line_of(sub)))
                 return
+
+    def window_idiom(self, elt: cst.CSTNode, var: str, offsets: RandomOffsets, env: Env) -> None:
+        """`data[i : i + n] for i in ix` with ix = B random offsets: B windows of n tokens."""
+        for sub in _walk(elt):
+            if isinstance(sub, cst.Subscript) and len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Slice):
+                sl = sub.slice[0].slice
+                if (sl.lower is not None and self.code(sl.lower) == var and sl.upper is not None
+                        and isinstance(sl.upper, cst.BinaryOperation) and isinstance(sl.upper.operator, cst.Add)
+                        and self.code(sl.upper.left) == var):
+                    self.facts.windows.append(Window(offsets.count, self.ev(sl.upper.right, env), self.line_of(sub)))
+                    return
 
     def chunk_idiom(self, elt: cst.CSTNode, var: str, step: cst.CSTNode, env: Env) -> None:
         """`t[i : i + n] for i in range(0, total, n)`: fixed-length blocks of n tokens."""

@@ -346,6 +346,22 @@ class HandPad(NamedTuple):
     file: str | None = None           # set when written in another module of the checkout
 
 
+class RandomOffsets(NamedTuple):
+    """torch.randint(high, (B,)) / np.random.randint(high, size=B): B random start offsets."""
+
+    count: Any
+    line: int | None
+
+
+class Window(NamedTuple):
+    """`torch.stack([data[i : i + n] for i in ix])` over B random offsets: a micro-batch of B
+    windows of n tokens cut from one token stream (nanoGPT's get_batch): packed, no padding."""
+
+    rows: Any
+    size: Any
+    line: int | None
+
+
 class Chunking(NamedTuple):
     """`t[i : i + n] for i in range(0, total, n)`: fixed blocks of n tokens."""
 
