@@ -76,3 +76,16 @@ def test_trl_recipe_lora_dropout_defaults_to_model_config_s():
         plan = read_config(p)
     v = plan.fields["lora_dropout"]
     assert (v.value, v.source) == (0.05, "library-default")
+
+
+def test_pure_bf16_training_converts_fp32_created_weights():
+    """Lightning's / LitGPT's "bf16-true" on a model created in fp32 (an nn.Module of the script's own):
+    the precision plugin converts the weights, so the estimate is of bf16 weights, not an invalid Setup."""
+    from memlint.plan import TrainingPlan, Value
+
+    fields = {"model_id": Value("Qwen/Qwen2.5-0.5B", "literal"), "torch_dtype": Value("fp32", "library-default"),
+              "precision": Value("pure-bf16", "literal"), "method": Value("full", "literal"),
+              "per_device_batch": Value(2, "literal"), "max_length": Value(256, "literal")}
+    planned = setup_from_plan(TrainingPlan("train.py", fields), {})
+    assert planned.setup.dtype == "bf16" and planned.setup.precision == "pure-bf16"
+    assert any("converts the fp32 weights to bf16" in n for n in planned.notes)

@@ -284,3 +284,40 @@ collator = CompletionOnly(tokenizer=tokenizer, mlm=False, return_tensors="pt", p
 Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=2), data_collator=collator).train()
 '''
     assert _fields(src, "padding")["padding"] == "longest"
+
+
+def test_the_script_s_own_length_argument_caps_the_length_when_no_tokenizer_call_is_followed():
+    # allenai/open-instruct finetune.py: transform_fn_args = [{"max_seq_length": args.max_seq_length}, {}]
+    # handed to a registry of dataset transforms memlint does not follow
+    from memlint.extract import extract_source
+
+    src = '''import argparse
+from transformers import AutoModelForCausalLM
+from accelerate import Accelerator
+from torch.utils.data import DataLoader
+from mydata import get_cached_dataset
+
+p = argparse.ArgumentParser()
+p.add_argument("--max_seq_length", type=int, default=2048)
+p.add_argument("--batch_size", type=int, default=4)
+args = p.parse_args()
+accelerator = Accelerator()
+transform_fn_args = [{"max_seq_length": args.max_seq_length}, {}]
+ds = get_cached_dataset(transform_fn_args=transform_fn_args)
+model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+loader = DataLoader(ds, batch_size=args.batch_size, shuffle=True)
+opt = torch.optim.AdamW(model.parameters())
+for batch in loader:
+    accelerator.backward(model(**batch).loss)
+    opt.step()
+'''
+    plan = extract_source(src, "train.py")
+    v = plan.fields["max_length"]
+    assert v.value == 2048 and any("length argument .max_seq_length" in c for c in v.chain)
+    # a tokenizer call the script makes wins over the argument
+    with_call = src.replace("ds = get_cached_dataset(transform_fn_args=transform_fn_args)",
+                            "ds = raw.map(lambda e: tok(e['text'], truncation=True, max_length=512))")
+    assert extract_source(with_call, "train.py").fields["max_length"].value == 512
+    # an argument left at None caps nothing
+    none = src.replace('default=2048', 'default=None')
+    assert extract_source(none, "train.py").fields["max_length"].value is None

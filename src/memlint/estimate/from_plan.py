@@ -244,6 +244,11 @@ def _load_dtype(get, spec, notes: list[str]) -> str:
 def _precision(get, dtype: str, notes: list[str]) -> tuple[str, str]:
     """(dtype, precision mode) as the Trainer's bf16/fp16 flags meet the loaded dtype."""
     precision = get("precision").value or "fp32"
+    if precision == "pure-bf16" and dtype != "bf16":
+        # Lightning's / LitGPT's "bf16-true", torchtune's dtype: bf16: the precision plugin converts the
+        # module's weights to bf16 whatever they were created in
+        notes.append(f"pure bf16 training converts the {dtype} weights to bf16")
+        dtype = "bf16"
     if precision == "fp32" and dtype != "fp32":
         precision = "pure-bf16" if dtype == "bf16" else "amp-fp16"
     if precision == "amp-fp16" and dtype == "bf16":

@@ -807,7 +807,20 @@ class Builder:
             kind, src, pl = best
             c = src if isinstance(src, Const) else Const(kind, "literal", pl)
             self.fields["padding"] = Value(kind, c.source, Span(c.file or self.path, c.line or pl or 1), c.chain)
+        if not lengths:
+            lengths = self.length_argument()
         self.put("max_length", _alts(lengths) if lengths else Unknown("no max_length in tokenizer calls or collators"), _length, line)
+
+    def length_argument(self) -> list:
+        """The script's own length argument (args.max_seq_length, cfg.cutoff_len) when no tokenizer call
+        or collator memlint follows says the length: it caps every sequence wherever it is applied."""
+        for la in self.facts.first("length_args"):
+            v = la.value
+            if isinstance(v, Const) and isinstance(v.value, int) and not isinstance(v.value, bool) and v.value > 0:
+                why = (f"the script's own length argument .{la.name} (line {la.line}), read where it is passed on: "
+                       "memlint did not follow the data pipeline that applies it (truncation or a length filter)")
+                return [Const(v.value, v.source, v.line, v.chain + (why,), v.file)]
+        return []
 
     # ---- hand-written loops ----------------------------------------------------------------
 

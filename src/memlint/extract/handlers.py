@@ -22,7 +22,7 @@ from memlint.extract.objects import (
     Accelerator, Accumulate, ArgNamespace, ArgParser, ArgSpec, Autocast, AutocastCall, BoundMethod, Collator, DataclassInstance,
     DeepSpeedEngine, DictMethod, Fields, Instance, LightningTrainer, Namespace, OpenFile,
     DataLoader, Dataset, DtypeName, GradHook, HfConfig, HfParser, LigerPatch, Method, Model, Obj, Optimizer, OptimizerStep,
-    Params, Partial, PeftConfig, Plugin, QuantConfig, RandomOffsets, Range, Scaler, SeqMethod, Setting, Tokenizer, TokenizerCall, Trainer,
+    LengthArg, Params, Partial, PeftConfig, Plugin, QuantConfig, RandomOffsets, Range, Scaler, SeqMethod, Setting, Tokenizer, TokenizerCall, Trainer,
     TrainingArgs, dtype_of, field_value,
 )
 from memlint.extract.values import Alts, Class, Const, Dict, Func, RaisedBy, Ref, Seq, Unknown, flatten, weakest
@@ -1353,6 +1353,13 @@ class Handlers:
     # ---- attributes ------------------------------------------------------------------------
 
     def getattr(self, it: Any, obj: Obj, attr: str, line: int | None) -> Any:
+        value = self._getattr(it, obj, attr, line)
+        if (attr in api.length_arguments() and isinstance(obj, (ArgNamespace, Namespace, DataclassInstance))
+                and not isinstance(obj, TrainingArgs)):
+            it.facts.length_args.append(LengthArg(attr, value, line))
+        return value
+
+    def _getattr(self, it: Any, obj: Obj, attr: str, line: int | None) -> Any:
         if attr in obj.attrs:
             return obj.attrs[attr]
         if isinstance(obj, ArgNamespace):

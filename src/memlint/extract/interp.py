@@ -104,6 +104,7 @@ class Facts:
     liger_calls: list = field(default_factory=list)      # LigerPatch: liger_kernel's apply_liger_kernel_to_*()
     chunking: list = field(default_factory=list)         # Chunking: t[i : i + n] for i in range(0, _, n)
     windows: list = field(default_factory=list)          # Window: data[i : i + n] for i in <B random offsets>
+    length_args: list = field(default_factory=list)      # LengthArg: args.max_seq_length read from the script's arguments
     hand_pads: list = field(default_factory=list)        # HandPad: padding the script writes itself
     offloads: list = field(default_factory=list)         # Const offload kinds a wrapper's options set (FSDP CPUOffload)
     autocasts: list = field(default_factory=list)        # AutocastCall
@@ -175,7 +176,7 @@ class Interpreter:
     def run(self) -> Facts:
         self._exec_module(self.main)
         self.facts.reached = {name: len(getattr(self.facts, name)) for name in
-                              ("objects", "tokenizer_calls", "chunking", "windows", "hand_pads", "steps", "autocasts", "liger_calls",
+                              ("objects", "tokenizer_calls", "chunking", "windows", "length_args", "hand_pads", "steps", "autocasts", "liger_calls",
                                "backward", "grad_hooks")}
         # Functions nothing called (entry points of other launchers, helpers passed by name)
         # still say how the script trains: walk them once, their parameters at their defaults.

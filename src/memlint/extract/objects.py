@@ -346,6 +346,15 @@ class HandPad(NamedTuple):
     file: str | None = None           # set when written in another module of the checkout
 
 
+class LengthArg(NamedTuple):
+    """The script read its own length argument (args.max_seq_length, cfg.cutoff_len): a cap on the
+    sequence length wherever it is applied (truncation or a filter)."""
+
+    name: str
+    value: Any
+    line: int | None
+
+
 class RandomOffsets(NamedTuple):
     """torch.randint(high, (B,)) / np.random.randint(high, size=B): B random start offsets."""
 

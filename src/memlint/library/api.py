@@ -63,6 +63,12 @@ def collators() -> Mapping[str, str]:
 
 
 @data.derived
+def length_arguments() -> frozenset[str]:
+    """Names of a script's own sequence-length argument (args.max_seq_length, cfg.cutoff_len)."""
+    return frozenset(_doc()["length_arguments"]["names"])
+
+
+@data.derived
 def unsloth_loaders() -> frozenset[str]:
     return frozenset(_doc()["unsloth_loaders"])
 
