@@ -53,6 +53,8 @@ PLAN_FIELDS = (
     "attn_implementation",
     "fused_loss",
     "optimizer_in_bwd",
+    "galore_rank",
+    "galore_targets",
     "offload_activations",
     "distributed",
     "num_gpus",

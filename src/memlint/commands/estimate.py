@@ -42,6 +42,9 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--precision", choices=("fp32", "amp-bf16", "amp-fp16", "pure-bf16", "master-fp32"), default=None,
                    help=f"({dflt('precision')['help_default']})")
     flag("--optim", key="optim", metavar="NAME", help="HF Trainer optim name")
+    flag("--galore-rank", key="galore_rank", type=int, metavar="R", help="GaLore's projection rank (galore_* optim)")
+    g.add_argument("--galore-targets", default=None, metavar="attn,mlp|all-linear|REGEX",
+                   help=f"GaLore's optim_target_modules (default: {','.join(run_default('galore_targets').value)})")
     flag("--batch", key="batch", type=int, metavar="N", help="micro-batch per GPU")
     flag("--seq", key="seq", type=int, metavar="N", help="longest sequence in a micro-batch")
     flag("--grad-accum", key="grad_accum", type=int, metavar="N")
@@ -93,8 +96,21 @@ def setup_from_args(args: argparse.Namespace):
         recompute=args.recompute, attn=args.attn, gpus=args.gpus, shard=args.shard, offload=args.offload,
         nodes=args.nodes, kbit_prep=_kbit_prep(args, quant), fused_loss=args.fused_loss,
         offload_activations=args.offload_activations, optimizer_in_bwd=args.optimizer_in_bwd,
+        galore_rank=args.galore_rank, galore_targets=_galore_targets(args.galore_targets),
         objective=args.objective, ref_model=args.ref_model, trl_version=args.trl_version or installed_version("trl"),
     )
+
+
+def _galore_targets(text: str | None) -> tuple[str, ...] | str:
+    """--galore-targets: "all-linear", a regex (one entry with regex characters), or names matched as transformers does."""
+    from memlint.library.defaults import run_default
+
+    if text is None:
+        return tuple(run_default("galore_targets").value)
+    names = tuple(t.strip() for t in text.split(",") if t.strip())
+    if not names:
+        raise MemlintError("--galore-targets is empty")
+    return names[0] if len(names) == 1 and (names[0] == "all-linear" or any(c in names[0] for c in ".*[(|")) else names
 
 
 def _kbit_prep(args: argparse.Namespace, quant: str) -> bool:

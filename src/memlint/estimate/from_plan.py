@@ -386,6 +386,7 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
         lora_dropout=_dropout(get, method, notes), quant=quant,
         double_quant=double_quant, dtype=dtype, precision=precision, optim=optim, batch=int(batch),
         seq=int(seq), grad_accum=accum, recompute=bool(recompute), attn=attn, optimizer_in_bwd=in_bwd,
+        **_galore(get, optim, method, notes),
         gpus=gpus, shard=shard, nodes=nodes, offload=offload, fused_loss=fused,
         objective=objective, ref_model=ref_model, trl_version=installed_version("trl") if objective != "sft" else None,
         kbit_prep=kbit_prep, adapter_dtype=adapter_dtype, use_dora=_use_dora(get, method),
@@ -403,6 +404,21 @@ def _dropout(get, method: str, notes: list[str]) -> float:
     if v.known and isinstance(_worst(v), (int, float)):
         return float(_worst(v))
     return float(_run_default("lora_dropout", notes, "lora_dropout"))
+
+
+def _galore(get, optim: str, method: str, notes: list[str]) -> dict[str, Any]:
+    """GaLore's rank and target modules from the plan (TrainingArguments' optim_args and
+    optim_target_modules), for a galore_* optimizer; the shared defaults where the plan has none."""
+    if not optim.startswith("galore") or method != "full":
+        return {}
+    kw: dict[str, Any] = {}
+    rank, targets = get("galore_rank"), get("galore_targets")
+    kw["galore_rank"] = int(rank.value) if rank.known and isinstance(rank.value, int) else _run_default("galore_rank", notes, "GaLore rank")
+    if targets.known and isinstance(targets.value, (str, list, tuple)):
+        kw["galore_targets"] = targets.value if isinstance(targets.value, str) else tuple(targets.value)
+    else:
+        kw["galore_targets"] = tuple(_run_default("galore_targets", notes, "optim_target_modules"))
+    return kw
 
 
 def _run_default(name: str, notes: list[str], what: str) -> Any:

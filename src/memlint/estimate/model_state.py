@@ -191,10 +191,48 @@ def _state_param_bytes(s: Setup, accounting: str) -> int:
     return 4 if s.precision == "master-fp32" else DTYPE_BYTES[trainable_dtype(s, accounting)]
 
 
+def galore_match(s: Setup, name: str) -> bool:
+    """Is the linear `name` (self_attn.q_proj, lm_head) a GaLore target? transformers' check_target_module_exists
+    on the module's full name: a string is a regex full match ("all-linear": every linear), a list matches by
+    equality, substring or regex full match."""
+    import re
+
+    full = name if name == "lm_head" else f"model.layers.0.{name}"
+    t = s.galore_targets
+    if isinstance(t, str):
+        return t.replace("_", "-") == "all-linear" or re.fullmatch(t, full) is not None
+    return any(k == full or k in full or re.fullmatch(k, full) is not None for k in t)
+
+
+def galore_split(s: Setup) -> tuple[list[Tensor], list[Tensor]]:
+    """(the projected weights as (rows, cols) shapes, every other trainable tensor) of a GaLore run."""
+    targets = [l for l in s.model.linears if galore_match(s, l.name)]
+    rest = [t for t in full_tensors(s.model)]
+    for l in targets:
+        rest.remove(Tensor(l.out_features, l.in_features, l.count))
+    return [Tensor(l.out_features, l.in_features, l.count) for l in targets], rest
+
+
+def _galore_state(s: Setup, spec: dict, pbytes: int) -> tuple[int, str]:
+    """GaLoreProjector: the moments of the rank-r projected gradient (r x max(m, n); r is capped at min(m, n)
+    by the thin SVD) and the projection matrix itself (r x min(m, n), cast back to the parameter dtype)."""
+    targets, rest = galore_split(s)
+    state = sum(_state_bytes_per_tensor(t, spec, pbytes) for t in rest)
+    for t in targets:
+        r = min(s.galore_rank, t.rows, t.cols)
+        state += _state_bytes_per_tensor(Tensor(r, max(t.rows, t.cols), t.count), spec, pbytes)
+        state += r * min(t.rows, t.cols) * t.count * pbytes
+    return state, (f"GaLore rank {s.galore_rank} on {sum(t.count for t in targets):,} linear weights: the moments of "
+                   f"the projected gradient and the projection; full states on the other parameters")
+
+
 def optimizer_bytes(s: Setup, accounting: str) -> tuple[int, str]:
     """State bytes, master copy included where one is kept."""
     spec = s.optimizer
     n = trainable_params(s)
+    if spec.get("galore") and accounting == "real":
+        state, formula = _galore_state(s, spec, _state_param_bytes(s, accounting))
+        return state, f"{n:,} trainable: {formula}"
     if accounting == "textbook":
         # The article: fp32 master (mixed precision only) + fp32 moments.
         master = 0 if s.precision == "fp32" else 4
@@ -227,6 +265,8 @@ def optimizer_step_temporaries(s: Setup, accounting: str) -> int:
     pbytes = _state_param_bytes(s, accounting)
     tensors = trainable_tensors(s)
     largest = max((t.numel for t in tensors), default=0)
+    if spec["impl"] == "galore":
+        return galore_step_temporaries(s, spec, pbytes)
     if spec["impl"] == "foreach" and spec["states"] == 2:
         return sum(t.numel * t.count for t in tensors) * pbytes
     if spec["states"] == "factored":
@@ -234,6 +274,29 @@ def optimizer_step_temporaries(s: Setup, accounting: str) -> int:
     if spec["impl"] == "forloop":
         return largest * pbytes
     return 0
+
+
+def galore_step_temporaries(s: Setup, spec: dict, pbytes: int) -> int:
+    """galore_torch steps parameter by parameter. A projected weight (m x n) first refreshes its projection
+    (step 1 and every update_proj_gap steps): the thin SVD of an fp32 copy of its gradient, U m x k, S, Vh
+    k x n with k = min(m, n); then the projected gradient, sqrt(v) + eps and m / that (r x max(m, n) each) and
+    the update projected back to m x n. Any other parameter: AdamW's sqrt(v) + eps and m / that
+    (two parameter-sized tensors), Adafactor's four fp32 copies, bitsandbytes' 8-bit kernel nothing."""
+    targets, rest = galore_split(s)
+    most = 0
+    for t in targets:
+        m, n = t.rows, t.cols
+        k = min(m, n)
+        r = min(s.galore_rank, k)
+        svd = (0 if pbytes == 4 else m * n * 4) + (m * k + k + k * n) * 4
+        update = (3 * r * max(m, n) + m * n) * pbytes
+        most = max(most, svd, update)
+    largest = max((t.numel for t in rest), default=0)
+    if spec["states"] == "factored":
+        most = max(most, largest * 4 * 4)
+    elif spec["state_dtype"] != "int8":
+        most = max(most, 2 * largest * pbytes)
+    return most
 
 
 def trainable_tensors(s: Setup) -> list[Tensor]:
@@ -252,7 +315,9 @@ def in_backward_step(s: Setup, accounting: str) -> tuple[int, int, str]:
     # optimizer_step_temporaries over a one-parameter optimizer: foreach AdamW's sqrt list and the
     # for-loop kernel hold one parameter's worth, Adafactor four fp32 copies, fused kernels nothing
     tmp = 0
-    if accounting == "real" and spec["states"] == "factored":
+    if accounting == "real" and spec["impl"] == "galore":
+        tmp = galore_step_temporaries(s, spec, _state_param_bytes(s, accounting))
+    elif accounting == "real" and spec["states"] == "factored":
         tmp = largest * 4 * 4
     elif accounting == "real" and (spec["impl"] == "forloop" or (spec["impl"] == "foreach" and spec["states"] == 2)):
         tmp = largest * _state_param_bytes(s, accounting)

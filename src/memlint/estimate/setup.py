@@ -108,6 +108,10 @@ class Setup:
     # register_post_accumulate_grad_hook tutorial): one optimizer per parameter steps, and frees the
     # gradient, as soon as that gradient is accumulated; no full gradient buffer exists.
     optimizer_in_bwd: bool = False
+    # GaLore (optim galore_*): the rank of the projected gradient and the optim_target_modules whose
+    # nn.Linear weights are projected (substring or full-name match, as transformers matches them).
+    galore_rank: int = _default("galore_rank")
+    galore_targets: tuple[str, ...] | str = field(default_factory=lambda: tuple(run_default("galore_targets").value))
     # TRL's objective and reference model. "auto" is what TRL does without a ref_model (see
     # `reference`): a frozen copy for a full fine-tune, the adapters disabled for peft.
     objective: str = "sft"
@@ -149,6 +153,11 @@ class Setup:
             raise MemlintError("--ref-model adapter-disabled needs peft adapters: use --method lora/qlora")
         if self.optim not in optimizers():
             raise MemlintError(f"unknown optimizer {self.optim!r}; known: {', '.join(sorted(optimizers()))}")
+        if self.optimizer.get("galore") and self.method != "full":
+            raise MemlintError(f"--optim {self.optim} projects full-rank gradients: it needs --method full")
+        if self.optimizer.get("in_backward") and self.grad_accum > 1:
+            raise MemlintError(f"--optim {self.optim} steps each parameter in backward: no gradient accumulation "
+                               "(transformers refuses it)")
         for name in ("batch", "seq", "gpus", "nodes", "lora_r", "grad_accum"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise MemlintError(f"--{name.replace('_', '-')} must be a positive integer")
@@ -182,6 +191,11 @@ class Setup:
         if self.ref_model == "auto":
             return default_ref_model(self.objective, self.method)
         return self.ref_model
+
+    @property
+    def steps_in_backward(self) -> bool:
+        """Each parameter is stepped by its post-accumulate-grad hook: optimizer_in_bwd, or a layerwise optim."""
+        return self.optimizer_in_bwd or bool(self.optimizer.get("in_backward"))
 
     @property
     def shard_group(self) -> int:

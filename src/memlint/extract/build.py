@@ -341,6 +341,20 @@ class Builder:
             self.put("per_device_batch", Unknown("no DataLoader found"), line=line)
         return train_dl
 
+    def galore_fields(self, each: Any, line: int | None) -> None:
+        """GaLore's optim_target_modules and optim_args' rank, when the Trainer's optim is a galore_* name."""
+        optim = self.fields.get("optimizer")
+        if optim is None or not isinstance(optim.value, str) or not optim.value.startswith("galore"):
+            return
+        self.put("galore_targets", each("optim_target_modules"), _targets, line)
+        args = each("optim_args")
+        if isinstance(args, Const) and isinstance(args.value, str):
+            ranks = [kv.split("=", 1)[1].strip() for kv in args.value.replace(" ", "").split(",") if kv.startswith("rank=")]
+            if ranks and ranks[0].isdigit():
+                self.put("galore_rank", Const(int(ranks[0]), args.source, args.line, args.chain + ("optim_args rank=",), args.file), _int, line)
+                return
+        self.put("galore_rank", _libc("transformers.galore_optim_args", "rank", line), _int, line)
+
     def adapter_dtype(self, models: list[Obj]) -> None:
         """The adapters' dtype where the script decides it: a cast of the peft model after
         get_peft_model (it casts the adapters too), or autocast_adapter_dtype=False (the adapters
@@ -471,6 +485,7 @@ class Builder:
             self.optimizer_from(opt_objs)
         else:
             self.put("optimizer", each("optim"), _optim, line)
+            self.galore_fields(each, line)
         self.precision_from(arg_objs)
         gbl = []
         for a in arg_objs:

@@ -514,6 +514,10 @@ def _step_optimizer(setup: Setup, model: Any, mode: str) -> tuple[Any, list[str]
     from memlint.measure.optim import InBackward, build_optimizer
 
     master = setup.precision == "master-fp32"
+    if setup.optimizer.get("galore"):
+        from memlint.measure.optim import build_galore
+
+        return build_galore(setup.optim, model, setup.galore_rank, setup.galore_targets, fake=mode == "trace")
     if not setup.optimizer_in_bwd:
         return build_optimizer(setup.optim, model, master_fp32=master, fake=mode == "trace")
     optimizer = InBackward(setup.optim, model, master_fp32=master, fake=mode == "trace")

@@ -76,6 +76,42 @@ class MasterWeights(torch.optim.Optimizer):
                 p.grad = None
 
 
+def build_galore(name: str, model: torch.nn.Module, rank: int, targets: Any,
+                 fake: bool = False) -> tuple[torch.optim.Optimizer, list[str]]:
+    """GaLore as transformers' Trainer builds it: Trainer.get_optimizer_cls_and_kwargs with the run's
+    TrainingArguments (optim, optim_target_modules, optim_args) picks galore_torch's class and the parameter
+    groups itself (_setup_low_rank_optimizer), and create_optimizer passes its `params`; the layerwise
+    variants register transformers' own post-accumulate-grad hooks."""
+    import tempfile
+
+    from transformers import Trainer, TrainingArguments
+
+    if "8bit" in name and fake:
+        raise MemlintError(f"optim {name!r}: bitsandbytes' 8-bit GaLore step reads tensor values (.item()), which a "
+                           "fake-tensor trace cannot; measure it with --device cpu or on a GPU")
+    try:
+        import galore_torch  # noqa: F401
+    except ImportError as exc:
+        raise MemlintError(f"optim {name!r} needs galore-torch (pip install galore-torch): {exc}") from exc
+    with tempfile.TemporaryDirectory() as out:
+        args = TrainingArguments(output_dir=out, optim=name, learning_rate=LR, report_to=[],
+                                 optim_target_modules=targets if isinstance(targets, str) else list(targets),
+                                 optim_args=f"rank={rank}")
+    if fake:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        with unset_fake_temporarily():
+            cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(args, model)
+    else:
+        cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(args, model)
+    params = kwargs.pop("params")
+    if "optimizer_dict" in kwargs:  # Trainer.create_optimizer: the layerwise dummy takes the per-parameter dict
+        params = kwargs.pop("optimizer_dict")
+    notes = [f"GaLore: transformers' {cls.__name__} over its own parameter groups (rank {rank}, "
+             f"optim_target_modules {targets!r})"]
+    return cls(params, **kwargs), notes
+
+
 def build_optimizer(name: str, model: torch.nn.Module, *, master_fp32: bool = False,
                     fake: bool = False, params: list | None = None) -> tuple[torch.optim.Optimizer, list[str]]:
     """The optimizer Trainer would build for `optim=name`; returns it and notes. `params`: an
