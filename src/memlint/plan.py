@@ -37,6 +37,7 @@ PLAN_FIELDS = (
     "adapter_dtype",
     "quant_bits",
     "quant_type",
+    "quant_group_size",
     "double_quant",
     "compute_dtype",
     "kbit_prep",

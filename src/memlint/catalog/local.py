@@ -106,7 +106,18 @@ def _matches(cfg: Mapping[str, Any], entry: Mapping[str, Any]) -> bool:
 
 
 def spec_from_config_file(path: Path, model_id: str, source: str):
+    """The config's exact counts, and a GPTQ / AWQ checkpoint's quantization_config (loaded quantized)."""
+    from dataclasses import replace
+
+    from memlint.catalog.spec import prequantized
+
     cfg = _load(path)
+    spec = _spec_from_config(cfg, path, model_id, source)
+    quant = prequantized(cfg.get("quantization_config"))
+    return replace(spec, quantization=quant) if quant else spec
+
+
+def _spec_from_config(cfg: dict[str, Any], path: Path, model_id: str, source: str):
     for cid, entry in entries().items():
         if _matches(cfg, entry):
             spec = spec_from_entry(model_id, entry, source=source)
