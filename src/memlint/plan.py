@@ -53,6 +53,7 @@ PLAN_FIELDS = (
     "precision",
     "attn_implementation",
     "fused_loss",
+    "chunked_loss",
     "optimizer_in_bwd",
     "offload_activations",
     "distributed",

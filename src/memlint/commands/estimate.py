@@ -52,6 +52,8 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
     flag("--attn", key="attn", choices=tuple(attention()))
     g.add_argument("--fused-loss", action=argparse.BooleanOptionalAction, default=False,
                    help="fused/chunked linear cross-entropy (Liger, Cut Cross-Entropy): no full-vocabulary logits")
+    g.add_argument("--chunked-loss", type=int, default=0, metavar="K",
+                   help="torchtune's CEWithChunkedOutputLoss: K bf16 logit chunks, each upcast to fp32 in turn (0: off)")
     g.add_argument("--offload-activations", action=argparse.BooleanOptionalAction, default=False,
                    help="activation offloading (TRL's activation_offloading): saved activations copied to CPU")
     g.add_argument("--optimizer-in-bwd", action=argparse.BooleanOptionalAction, default=False,
@@ -97,7 +99,7 @@ def setup_from_args(args: argparse.Namespace):
         lora_dropout=args.lora_dropout, use_dora=args.use_dora, quant=quant, double_quant=args.double_quant, dtype=args.dtype,
         precision=precision, optim=args.optim, batch=args.batch, seq=args.seq, grad_accum=args.grad_accum,
         recompute=args.recompute, attn=args.attn, gpus=args.gpus, shard=args.shard, offload=args.offload,
-        nodes=args.nodes, kbit_prep=_kbit_prep(args, quant), fused_loss=args.fused_loss,
+        nodes=args.nodes, kbit_prep=_kbit_prep(args, quant), fused_loss=args.fused_loss, chunked_loss=args.chunked_loss,
         offload_activations=args.offload_activations, optimizer_in_bwd=args.optimizer_in_bwd,
         objective=args.objective, ref_model=args.ref_model, trl_version=args.trl_version or installed_version("trl"),
     )

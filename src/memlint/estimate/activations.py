@@ -257,6 +257,8 @@ def real(s: Setup) -> ActivationTerms:
     copies_body, copies_head = autocast_weight_copies(s)
     if s.fused_loss:
         return _fused(s, body, per_layer, formula, copies_head)
+    if s.chunked_loss:
+        return _chunked_ce(s, body + copies_body, per_layer, formula, copies_head)
     body += copies_body
     if copies_body:
         formula += " + autocast's half copies of the fp32 linear weights"
@@ -269,6 +271,26 @@ def real(s: Setup) -> ActivationTerms:
     return ActivationTerms(
         body, per_layer, fwd, bwd, formula,
         f"s·b·V × ({a}+{up}+4) B: logits{', fp32 upcast' if up else ''}, log-softmax; +{a} B for their gradient in backward{head}",
+    )
+
+
+def _chunked_ce(s: Setup, body: int, per_layer: int, formula: str, copies_head: int) -> ActivationTerms:
+    """torchtune's CEWithChunkedOutputLoss (modules/loss/ce_chunked_output_loss.py, 0.6): the model returns
+    [output(chunk) for chunk in h.chunk(k, dim=1)], k chunks of logits in the compute dtype, all alive until the
+    recipe's `del logits` after the loss; the loss runs F.cross_entropy(chunk.float()) chunk by chunk, so one fp32
+    upcast exists at a time, but each chunk's log-softmax output (fp32, eager; what log_softmax saves) stays for
+    backward. Backward, the half chunks gone: the saved log-softmax outputs and one chunk's fp32 gradients (nll's and
+    log_softmax's) and its half cast."""
+    a = DTYPE_BYTES[s.compute_dtype]
+    n = s.seq * s.batch * s.model.vocab
+    k = s.chunked_loss
+    up = 4 if a != 4 else 0
+    fwd = copies_head + a * n + 4 * n + (up * n) // k
+    bwd = copies_head + 4 * n + (8 * n) // k  # nll's and log_softmax's fp32 chunk gradients (the half cast comes after)
+    return ActivationTerms(
+        body, per_layer, fwd, bwd, formula,
+        f"chunked cross-entropy (torchtune, {k} chunks): s·b·V × {a} B logit chunks + s·b·V × 4 B saved log-softmax "
+        f"+ one chunk's fp32 upcast; backward: the saved log-softmax + one chunk's gradients",
     )
 
 

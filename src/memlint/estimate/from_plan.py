@@ -376,7 +376,7 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
         gpus=gpus, shard=shard, nodes=nodes, offload=offload, fused_loss=fused,
         objective=objective, ref_model=ref_model, trl_version=installed_version("trl") if objective != "sft" else None,
         kbit_prep=kbit_prep, adapter_dtype=adapter_dtype, use_dora=_use_dora(get, method),
-        offload_activations=_offload_activations(get),
+        offload_activations=_offload_activations(get), chunked_loss=0 if fused or objective != "sft" else _chunked(get),
     )
     return PlannedSetup(setup, (), tuple(notes))
 
@@ -446,6 +446,15 @@ def _use_dora(get, method: str) -> bool:
     """DoRA (LoraConfig(use_dora=True)) on an adapter; a path with it is the worst case."""
     v = get("use_dora")
     return method != "full" and v.known and any(c is True for c in (v.candidates or (v.value,)))
+
+
+def _chunked(get) -> int:
+    """torchtune's CEWithChunkedOutputLoss chunks; a path without it (the full logits) is the worst case."""
+    v = get("chunked_loss")
+    cands = v.candidates or (v.value,)
+    if not v.known or any(not isinstance(c, int) or isinstance(c, bool) or c < 1 for c in cands):
+        return 0
+    return int(min(cands))
 
 
 def _offload_activations(get) -> bool:

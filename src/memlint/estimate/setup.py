@@ -106,6 +106,9 @@ class Setup:
     # A fused linear cross-entropy (Liger, Cut Cross-Entropy) computes the loss chunk by
     # chunk and never holds the full-vocabulary logits.
     fused_loss: bool = False
+    # torchtune's CEWithChunkedOutputLoss (num_output_chunks): the output projection yields the logits as this many
+    # token chunks in the compute dtype, all alive until the loss, each upcast to fp32 by the loss one at a time; 0: off.
+    chunked_loss: int = 0
     # Activation offloading (TRL's activation_offloading, torchtune's OffloadActivations): saved
     # activations are copied to CPU in forward and back in backward, a layer ahead.
     offload_activations: bool = False
@@ -145,6 +148,11 @@ class Setup:
             raise MemlintError(f"--objective {self.objective} needs a reference: --ref-model copy, adapter-disabled or precomputed")
         if self.fused_loss and self.objective != "sft":
             raise MemlintError("--fused-loss models a fused SFT cross-entropy; not with a preference objective")
+        if self.chunked_loss and (self.fused_loss or self.objective != "sft"):
+            raise MemlintError("--chunked-loss models torchtune's chunked SFT cross-entropy: not with --fused-loss or a "
+                               "preference objective")
+        if not isinstance(self.chunked_loss, int) or self.chunked_loss < 0:
+            raise MemlintError("--chunked-loss is a number of chunks (torchtune's num_output_chunks, 8), or 0")
         if self.use_dora and self.method == "full":
             raise MemlintError("--use-dora is a LoRA variant: use --method lora or qlora")
         if self.optimizer_in_bwd and self.grad_accum > 1:
