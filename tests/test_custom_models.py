@@ -108,7 +108,10 @@ def test_a_gpt_of_the_checkout_is_read_as_its_gpt2_shape(tmp_path: Path):
     assert plan.value("method") == "full"
     assert plan.value("optimizer") == "adamw_torch"  # the class's own configure_optimizers ran
     planned = setup_from_plan(plan.with_values(), {})
-    assert planned.missing == ("max_length", "per_device_batch") or "max_length" in planned.missing
+    # the model's block_size, read from its config where the class builds its position embeddings, caps the
+    # length (no sequence can be longer); the batch is the script's to say
+    assert plan.value("max_length") == 256
+    assert planned.missing == ("per_device_batch",)
 
 
 def test_the_shape_is_sized_with_gpt2_accounting_and_said_so(tmp_path: Path):

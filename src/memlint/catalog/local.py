@@ -106,7 +106,15 @@ def _matches(cfg: Mapping[str, Any], entry: Mapping[str, Any]) -> bool:
 
 
 def spec_from_config_file(path: Path, model_id: str, source: str):
-    return spec_from_config(_load(path), path, model_id, source)
+    """The config's exact counts, and a GPTQ / AWQ checkpoint's quantization_config (loaded quantized)."""
+    from dataclasses import replace
+
+    from memlint.catalog.spec import prequantized
+
+    cfg = _load(path)
+    spec = spec_from_config(cfg, path, model_id, source)
+    quant = prequantized(cfg.get("quantization_config"))
+    return replace(spec, quantization=quant) if quant else spec
 
 
 def spec_from_shape(shape: Mapping[str, Any], model_id: str):

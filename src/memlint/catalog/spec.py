@@ -51,6 +51,8 @@ class ModelSpec:
     text_only: bool = False
     # remote-code families (catalog/remote.py): the transformers architecture counted in its place
     counted_as: str | None = None
+    # a pre-quantized checkpoint's config.json quantization_config (GPTQ / AWQ): quant_method, bits, group_size, desc_act
+    quantization: Mapping[str, Any] | None = None
 
     # Convenience views over `arch`, named as the formulas name them.
     @property
@@ -114,7 +116,20 @@ def spec_from_entry(model_id: str, entry: Mapping[str, Any], source: str = "cata
         source=source,
         text_only=entry.get("text_only", False),
         counted_as=entry.get("counted_as"),
+        quantization=prequantized(entry.get("quantization") or entry.get("config", {}).get("quantization_config")),
     )
+
+
+def prequantized(qc: Any) -> dict[str, Any] | None:
+    """The memory-relevant keys of a checkpoint's quantization_config when it is a GPTQ or AWQ one (transformers
+    loads such a checkpoint quantized whatever the script asks); None otherwise."""
+    if not isinstance(qc, Mapping) or str(qc.get("quant_method", "")).lower() not in ("gptq", "awq"):
+        return None
+    out = {"quant_method": str(qc["quant_method"]).lower(), "bits": qc.get("bits", qc.get("w_bit", 4)),
+           "group_size": qc.get("group_size", qc.get("q_group_size", 128))}
+    if "desc_act" in qc:
+        out["desc_act"] = qc["desc_act"]
+    return out
 
 
 @lru_cache(maxsize=1)

@@ -32,8 +32,11 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
     flag("--lora-dropout", key="lora_dropout", type=float, metavar="P")
     g.add_argument("--use-dora", action=argparse.BooleanOptionalAction, default=False,
                    help="DoRA (LoraConfig(use_dora=True)): a magnitude vector per adapted layer, the weight norm every forward")
-    g.add_argument("--quant", choices=("none", "nf4", "fp4", "int8"), default=None,
-                   help="base weight quantization (default: nf4 for qlora, none otherwise)")
+    g.add_argument("--quant", choices=("none", "nf4", "fp4", "int8", "gptq", "awq"), default=None,
+                   help="base weight quantization: bitsandbytes nf4/fp4/int8, or a GPTQ / AWQ int4 checkpoint "
+                        "(default: the checkpoint's quantization_config, else nf4 for qlora, none otherwise)")
+    g.add_argument("--group-size", type=int, default=None, metavar="G",
+                   help="GPTQ / AWQ weights per fp16 scale, -1: per column (default: the checkpoint's, else 128)")
     g.add_argument("--double-quant", action=argparse.BooleanOptionalAction, default=True)
     g.add_argument("--kbit-prep", action=argparse.BooleanOptionalAction, default=None,
                    help="prepare_model_for_kbit_training upcasts non-quantized weights to fp32 (default: what the "
@@ -52,6 +55,8 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
     flag("--attn", key="attn", choices=tuple(attention()))
     g.add_argument("--fused-loss", action=argparse.BooleanOptionalAction, default=False,
                    help="fused/chunked linear cross-entropy (Liger, Cut Cross-Entropy): no full-vocabulary logits")
+    g.add_argument("--chunked-loss", type=int, default=0, metavar="K",
+                   help="torchtune's CEWithChunkedOutputLoss: K bf16 logit chunks, each upcast to fp32 in turn (0: off)")
     g.add_argument("--offload-activations", action=argparse.BooleanOptionalAction, default=False,
                    help="activation offloading (TRL's activation_offloading): saved activations copied to CPU")
     g.add_argument("--optimizer-in-bwd", action=argparse.BooleanOptionalAction, default=False,
@@ -75,9 +80,12 @@ def setup_from_args(args: argparse.Namespace):
     from memlint.library.defaults import run_default
     from memlint.library.versions import installed_version
 
-    quant = args.quant
+    model = resolve(args.model)
+    pre = (model.quantization or {}) if args.quant is None else {}
+    quant = args.quant or pre.get("quant_method")
     if quant is None:
         quant = "nf4" if args.method == "qlora" else "none"
+    group = args.group_size or pre.get("group_size") or 128
     precision = args.precision or run_default("precision").value
     if args.precision is None and args.dtype == "fp16" and precision == "amp-bf16":
         precision = "amp-fp16"  # autocast in the weights' half format
@@ -90,11 +98,11 @@ def setup_from_args(args: argparse.Namespace):
                                   or args.lora_r != run_default("lora_r").value or args.use_dora):
         raise MemlintError("--lora-r/--lora-targets/--use-dora need --method lora or qlora")
     return Setup(
-        model=resolve(args.model), method=args.method, lora_r=args.lora_r, lora_targets=targets,
+        model=model, method=args.method, quant_group_size=group, lora_r=args.lora_r, lora_targets=targets,
         lora_dropout=args.lora_dropout, use_dora=args.use_dora, quant=quant, double_quant=args.double_quant, dtype=args.dtype,
         precision=precision, optim=args.optim, batch=args.batch, seq=args.seq, grad_accum=args.grad_accum,
         recompute=args.recompute, attn=args.attn, gpus=args.gpus, shard=args.shard, offload=args.offload,
-        nodes=args.nodes, kbit_prep=_kbit_prep(args, quant), fused_loss=args.fused_loss,
+        nodes=args.nodes, kbit_prep=_kbit_prep(args, quant), fused_loss=args.fused_loss, chunked_loss=args.chunked_loss,
         offload_activations=args.offload_activations, optimizer_in_bwd=args.optimizer_in_bwd,
         galore_rank=args.galore_rank, galore_targets=_galore_targets(args.galore_targets),
         objective=args.objective, ref_model=args.ref_model, trl_version=args.trl_version or installed_version("trl"),

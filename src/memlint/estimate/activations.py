@@ -55,7 +55,7 @@ def residual_bytes(s: Setup) -> int:
     """Bytes per element of the residual stream: fp32 when the embeddings are fp32 (fp32
     weights under autocast, or prepare_model_for_kbit_training's upcast), else the
     weight dtype."""
-    if s.dtype == "fp32" or (s.quant != "none" and s.kbit_prep):
+    if s.dtype == "fp32" or s.upcasts_kbit:
         return 4
     return DTYPE_BYTES[s.dtype]
 
@@ -72,7 +72,7 @@ def autocast_weight_copies(s: Setup) -> tuple[int, int]:
     if s.dtype == "fp32":
         body = sum(l.in_features * l.out_features * l.count for l in m.layer_linears()) * a
         return body, head
-    if s.quant != "none" and s.kbit_prep:
+    if s.upcasts_kbit:
         return 0, head  # lm_head was upcast to fp32
     return 0, 0
 
@@ -186,6 +186,31 @@ def _dora_per_layer(s: Setup) -> int:
                    for l in lora_modules(m, s.lora_targets) if l.name != "lm_head"))
 
 
+def dequant_bytes(s: Setup) -> int:
+    """Bytes per element of a GPTQ / AWQ layer's dequantized weight: gptqmodel's torch kernels cast it to the input's
+    dtype (weights.to(x.dtype)); autocast then runs the matmul on (and saves) a compute-dtype copy."""
+    return DTYPE_BYTES[s.compute_dtype] if s.precision in ("amp-bf16", "amp-fp16") else residual_bytes(s)
+
+
+def gptq_saved_per_layer(s: Setup) -> int:
+    """GPTQ trains through gptqmodel's torch kernel (TorchLinear; TritonV2Linear falls back to it in training, Marlin
+    and ExLlama cannot train): forward dequantizes the packed weight and runs torch.matmul(x, W) on it, so autograd
+    saves W (in x out in the input's dtype) for the input's gradient, per quantized linear, until that layer's backward."""
+    if s.quant != "gptq":
+        return 0
+    m = s.model
+    return int(sum(l.in_features * l.out_features * l.count for l in m.layer_linears()) * dequant_bytes(s) / m.layers)
+
+
+def awq_transient(s: Setup) -> int:
+    """AWQ's GEMM layer (gptqmodel AwqGemmFn, autoawq's WQLinearMMFunction) is an autograd Function that saves only
+    the packed qweight/qzeros/scales; forward (and backward again) dequantizes the weight for one matmul: the
+    largest quantized linear's in x out, a transient."""
+    if s.quant != "awq":
+        return 0
+    return max((l.in_features * l.out_features for l in s.model.layer_linears()), default=0) * dequant_bytes(s)
+
+
 def dora_transient(s: Setup) -> int:
     """The forward working memory of peft's DoRA layer (tuners/lora/dora.py), its largest adapted linear:
     the weight norm ||W + scale·B·A|| is recomputed every forward from lora_weight = B(A(eye(in))) (an
@@ -210,7 +235,7 @@ def real(s: Setup) -> ActivationTerms:
     m = s.model
     sb = s.seq * s.batch
     per_tok, inp_tok, once = _per_token_layer_bytes(s)
-    per_layer = per_tok * sb + _dora_per_layer(s)
+    per_layer = per_tok * sb + _dora_per_layer(s) + gptq_saved_per_layer(s)
     inputs = inp_tok * sb * m.layers
     if s.recompute:
         # At the end of forward only the checkpointed inputs are alive; one layer's
@@ -223,6 +248,8 @@ def real(s: Setup) -> ActivationTerms:
         formula = f"{per_tok:,} B/token/layer saved (norms, q/k/v, SDPA, MLP{', LoRA inputs' if s.method != 'full' else ''}) × s·b·L"
         if _dora_per_layer(s):
             formula += f" + DoRA's dropout path: {_dora_per_layer(s):,} B/layer of weight copies"
+        if gptq_saved_per_layer(s):
+            formula += f" + GPTQ's dequantized weights saved by torch.matmul: {gptq_saved_per_layer(s):,} B/layer"
     if s.offload_activations:
         body, formula = offloaded(body, per_layer, inp_tok * sb, once * sb, s.recompute, formula)
     a = DTYPE_BYTES[s.compute_dtype]
@@ -230,6 +257,8 @@ def real(s: Setup) -> ActivationTerms:
     copies_body, copies_head = autocast_weight_copies(s)
     if s.fused_loss:
         return _fused(s, body, per_layer, formula, copies_head)
+    if s.chunked_loss:
+        return _chunked_ce(s, body + copies_body, per_layer, formula, copies_head)
     body += copies_body
     if copies_body:
         formula += " + autocast's half copies of the fp32 linear weights"
@@ -242,6 +271,26 @@ def real(s: Setup) -> ActivationTerms:
     return ActivationTerms(
         body, per_layer, fwd, bwd, formula,
         f"s·b·V × ({a}+{up}+4) B: logits{', fp32 upcast' if up else ''}, log-softmax; +{a} B for their gradient in backward{head}",
+    )
+
+
+def _chunked_ce(s: Setup, body: int, per_layer: int, formula: str, copies_head: int) -> ActivationTerms:
+    """torchtune's CEWithChunkedOutputLoss (modules/loss/ce_chunked_output_loss.py, 0.6): the model returns
+    [output(chunk) for chunk in h.chunk(k, dim=1)], k chunks of logits in the compute dtype, all alive until the
+    recipe's `del logits` after the loss; the loss runs F.cross_entropy(chunk.float()) chunk by chunk, so one fp32
+    upcast exists at a time, but each chunk's log-softmax output (fp32, eager; what log_softmax saves) stays for
+    backward. Backward, the half chunks gone: the saved log-softmax outputs and one chunk's fp32 gradients (nll's and
+    log_softmax's) and its half cast."""
+    a = DTYPE_BYTES[s.compute_dtype]
+    n = s.seq * s.batch * s.model.vocab
+    k = s.chunked_loss
+    up = 4 if a != 4 else 0
+    fwd = copies_head + a * n + 4 * n + (up * n) // k
+    bwd = copies_head + 4 * n + (8 * n) // k  # nll's and log_softmax's fp32 chunk gradients (the half cast comes after)
+    return ActivationTerms(
+        body, per_layer, fwd, bwd, formula,
+        f"chunked cross-entropy (torchtune, {k} chunks): s·b·V × {a} B logit chunks + s·b·V × 4 B saved log-softmax "
+        f"+ one chunk's fp32 upcast; backward: the saved log-softmax + one chunk's gradients",
     )
 
 
@@ -296,6 +345,8 @@ def activations(s: Setup, accounting: str) -> ActivationTerms:
     if s.use_dora and s.method != "full" and accounting == "real":
         out = replace(out, transient=dora_transient(s),
                       formula=out.formula + " (DoRA: + base and adapter outputs per adapted layer)")
+    if s.quant == "awq" and accounting == "real":
+        out = replace(out, transient=max(out.transient, awq_transient(s)))
     return out
 
 

@@ -237,7 +237,11 @@ def _real_notes(s: Setup, tmp: int) -> list[str]:
         fp32 = s.adapter_dtype == "fp32" if s.adapter_dtype is not None else s.precision != "pure-bf16"
         notes.append("peft keeps LoRA adapters in fp32 on a half-precision base (autocast_adapter_dtype)"
                      if fp32 else f"adapters kept in {s.adapter_dtype or 'bf16'} ({s.precision})")
-    if s.quant != "none" and s.kbit_prep:
+    if s.quant in ("gptq", "awq"):
+        notes.append(quant_kernel_note(s))
+    if s.quant == "gptq" and s.kbit_prep:
+        notes.append("prepare_model_for_kbit_training leaves a GPTQ model's weights in their dtype (peft skips the upcast)")
+    elif s.upcasts_kbit:
         notes.append("prepare_model_for_kbit_training casts embeddings, norms and lm_head to fp32")
     elif s.quant != "none":
         notes.append("no prepare_model_for_kbit_training upcast: embeddings, norms and lm_head stay in the load dtype "
@@ -245,6 +249,19 @@ def _real_notes(s: Setup, tmp: int) -> list[str]:
     if s.model.arch.get("num_experts"):
         notes.append("MoE: activations use the routed top-k experts per token; expert weights are not quantized")
     return notes
+
+
+def quant_kernel_note(s: Setup) -> str:
+    """What a GPTQ / AWQ estimate assumes about the kernel that trains it (not validated by a trace)."""
+    from memlint.estimate.activations import awq_transient, gptq_saved_per_layer
+
+    if s.quant == "gptq":
+        return (f"GPTQ int4 base (group {s.quant_group_size}) trained through gptqmodel's torch kernel, which saves each "
+                f"quantized linear's dequantized weight for backward ({gptq_saved_per_layer(s) / GIB:.2f} GiB per layer"
+                f"{', one layer at a time under recompute' if s.recompute else ''}); not validated by a trace")
+    return (f"AWQ int4 base (group {s.quant_group_size}) through the GEMM kernel (saves only the packed weight; "
+            f"{awq_transient(s) / GIB:.2f} GiB dequantized weight in forward); the torch fallback kernel would save "
+            "it per layer like GPTQ; not validated by a trace")
 
 
 def _setup_notes(s: Setup, accounting: str) -> list[str]:

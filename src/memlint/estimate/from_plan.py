@@ -209,12 +209,25 @@ def _objective(get, method: str, notes: list[str]) -> tuple[str, str]:
     return objective, ref
 
 
-def _method(get, notes: list[str]) -> tuple[str, str, bool]:
-    """(method, quant, double_quant): a 4-bit base trains only through adapters (QLoRA), an 8-bit one
-    through LoRA."""
+def _method(get, notes: list[str], spec: Any = None) -> tuple[str, str, bool, int]:
+    """(method, quant, double_quant, group size): a 4-bit base trains only through adapters (QLoRA), an 8-bit one
+    through LoRA. A pre-quantized GPTQ / AWQ checkpoint (its config.json's quantization_config) is loaded quantized
+    whatever the script passes, so it decides the base."""
     method = get("method").value or "full"
     quant = "none"
     bits = get("quant_bits").value
+    group = get("quant_group_size").value if get("quant_group_size").known else None
+    pre = getattr(spec, "quantization", None)
+    if pre:
+        quant, bits, group = pre["quant_method"], pre.get("bits", 4), pre.get("group_size", 128)
+        notes.append(f"{spec.id} is a pre-quantized {quant.upper()} checkpoint (config.json quantization_config: "
+                     f"bits {bits}, group_size {group}): loaded quantized")
+        if bits != 4:
+            notes.append(f"{quant.upper()} {bits}-bit: estimated with memlint's 4-bit layout")
+        if method == "full":
+            notes.append(f"a {quant.upper()} base cannot be fully fine-tuned (transformers refuses training a purely "
+                         "quantized model): estimated as LoRA on it")
+        return "qlora", quant, False, int(group or 128)
     if bits == 4:
         quant = get("quant_type").value or "fp4"
         method = "qlora"  # a 4-bit base only trains through adapters
@@ -227,7 +240,7 @@ def _method(get, notes: list[str]) -> tuple[str, str, bool]:
         quant = "nf4"
         notes.append("qlora without a visible quantization config: assumed NF4")
     double_quant = bool(get("double_quant").value) if get("double_quant").known else False
-    return method, quant, double_quant
+    return method, quant, double_quant, int(group or 128)
 
 
 def _load_dtype(get, spec, notes: list[str]) -> str:
@@ -345,7 +358,7 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
     if spec.assumed_from is not None:
         notes.append(assumed_model_note(spec))
     dtype = _load_dtype(get, spec, notes)
-    method, quant, double_quant = _method(get, notes)
+    method, quant, double_quant, group = _method(get, notes, spec)
     dtype, precision = _precision(get, dtype, notes)
     optim = known_optim(get("optimizer").value or _run_default("optim", notes, "optimizer"), notes)
     targets = _targets(get, method, spec, notes)
@@ -383,14 +396,14 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
     setup = Setup(
         model=spec, method=method, lora_targets=targets,
         lora_r=int(get("lora_r").value or (_run_default("lora_r", notes, "LoRA r") if method != "full" else 8)),
-        lora_dropout=_dropout(get, method, notes), quant=quant,
+        lora_dropout=_dropout(get, method, notes), quant=quant, quant_group_size=group,
         double_quant=double_quant, dtype=dtype, precision=precision, optim=optim, batch=int(batch),
         seq=int(seq), grad_accum=accum, recompute=bool(recompute), attn=attn, optimizer_in_bwd=in_bwd,
         **_galore(get, optim, method, notes),
         gpus=gpus, shard=shard, nodes=nodes, offload=offload, fused_loss=fused,
         objective=objective, ref_model=ref_model, trl_version=installed_version("trl") if objective != "sft" else None,
         kbit_prep=kbit_prep, adapter_dtype=adapter_dtype, use_dora=_use_dora(get, method),
-        offload_activations=_offload_activations(get),
+        offload_activations=_offload_activations(get), chunked_loss=0 if fused or objective != "sft" else _chunked(get),
     )
     return PlannedSetup(setup, (), tuple(notes))
 
@@ -475,6 +488,15 @@ def _use_dora(get, method: str) -> bool:
     """DoRA (LoraConfig(use_dora=True)) on an adapter; a path with it is the worst case."""
     v = get("use_dora")
     return method != "full" and v.known and any(c is True for c in (v.candidates or (v.value,)))
+
+
+def _chunked(get) -> int:
+    """torchtune's CEWithChunkedOutputLoss chunks; a path without it (the full logits) is the worst case."""
+    v = get("chunked_loss")
+    cands = v.candidates or (v.value,)
+    if not v.known or any(not isinstance(c, int) or isinstance(c, bool) or c < 1 for c in cands):
+        return 0
+    return int(min(cands))
 
 
 def _offload_activations(get) -> bool:

@@ -112,17 +112,36 @@ def trainable_dtype(s: Setup, accounting: str) -> str:
 # --------------------------------------------------------------------------- weights
 
 
-def quantized_linear_bytes(model: ModelSpec, quant: str, double_quant: bool, accounting: str) -> int:
-    """Bytes of the block Linear weights after bitsandbytes quantization."""
+def packed_int4_bytes(quant: str, fin: int, fout: int, group_size: int) -> int:
+    """One GPTQ / AWQ 4-bit linear (fin x fout) as gptqmodel registers it (nn_modules/qlinear/__init__.py, 7.7;
+    auto-gptq's QuantLinear and autoawq's WQLinear_GEMM have the same shapes), int32 words of 8 weights:
+    GPTQ qweight [fin/8, fout], qzeros [fin/g, fout/8], fp16 scales [fin/g, fout], int32 g_idx [fin];
+    AWQ qweight [fin, fout/8], qzeros [fin/g, fout/8], fp16 scales [fin/g, fout] (AWQ keeps no g_idx)."""
+    g = fin if group_size == -1 else group_size
+    groups = math.ceil(fin / g) if quant == "gptq" else fin // g
+    if quant == "gptq":
+        return 4 * math.ceil(fin * 4 / 32) * fout + 4 * groups * math.ceil(fout * 4 / 32) + 2 * groups * fout + 4 * fin
+    return 4 * fin * math.ceil(fout * 4 / 32) + 4 * groups * math.ceil(fout * 4 / 32) + 2 * groups * fout
+
+
+def quantized_linear_bytes(model: ModelSpec, quant: str, double_quant: bool, accounting: str,
+                           group_size: int = 128) -> int:
+    """Bytes of the block Linear weights after quantization: bitsandbytes (nf4, fp4, int8) or a GPTQ / AWQ
+    checkpoint's packed int4 layers."""
     if accounting == "textbook":
         if quant == "int8":
             return model.quantizable_params
+        if quant in ("gptq", "awq"):  # 4 bits + an fp16 scale and a 4-bit zero per group
+            g = group_size if group_size > 0 else max(1, model.hidden)
+            return round(model.quantizable_params * (4 + 20 / g) / 8)
         bits = 4 + (8 / NF4_BLOCK + 32 / (NF4_BLOCK * DQ_BLOCK) if double_quant else 32 / NF4_BLOCK)
         return round(model.quantizable_params * bits / 8)
     total = 0
     for l in model.layer_linears():
         n = l.in_features * l.out_features
-        if quant == "int8":
+        if quant in ("gptq", "awq"):
+            per = packed_int4_bytes(quant, l.in_features, l.out_features, group_size)
+        elif quant == "int8":
             per = n + 4 * l.out_features  # int8 weight + fp32 row scales (SCB)
         else:
             blocks = math.ceil(n / NF4_BLOCK)
@@ -145,11 +164,13 @@ def weight_bytes(s: Setup, accounting: str) -> tuple[int, str]:
     ab = DTYPE_BYTES[trainable_dtype(s, accounting)]
     if s.quant == "none":
         return m.params * wb + n_lora * ab, f"{m.params:,} frozen × {wb} B + {n_lora:,} {'DoRA' if s.use_dora else 'LoRA'} × {ab} B"
-    q = quantized_linear_bytes(m, s.quant, s.double_quant, accounting)
+    q = quantized_linear_bytes(m, s.quant, s.double_quant, accounting, s.quant_group_size)
     rest = m.params - m.quantizable_params
-    rb = 4 if (accounting == "real" and s.kbit_prep) else wb
-    label = {"nf4": "NF4", "fp4": "FP4", "int8": "int8"}[s.quant]
-    dq = (" + double-quant" if s.double_quant else "") if s.quant != "int8" else ""
+    rb = 4 if (accounting == "real" and s.upcasts_kbit) else wb
+    label = {"nf4": "NF4", "fp4": "FP4", "int8": "int8", "gptq": "GPTQ int4", "awq": "AWQ int4"}[s.quant]
+    dq = (" + double-quant" if s.double_quant else "") if s.quant in ("nf4", "fp4") else ""
+    if s.quant in ("gptq", "awq"):
+        dq = f" (group {s.quant_group_size}, fp16 scales)"
     return (
         q + rest * rb + n_lora * ab,
         f"{m.quantizable_params:,} {label}{dq} + {rest:,} unquantized × {rb} B + {n_lora:,} LoRA × {ab} B",

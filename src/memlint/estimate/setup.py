@@ -12,7 +12,10 @@ from memlint.library.api import attention
 from memlint.library.defaults import run_default
 from memlint.vocab import DTYPE_BYTES
 METHODS = ("full", "lora", "qlora")
-QUANTS = ("none", "nf4", "fp4", "int8")
+QUANTS = ("none", "nf4", "fp4", "int8", "gptq", "awq")
+# 4-bit bases LoRA trains on (method "qlora"): bitsandbytes NF4/FP4, and pre-quantized GPTQ / AWQ checkpoints
+# (int4 packed in int32 with fp16 group scales, loaded through gptqmodel at transformers >= 5; peft wraps their layers).
+FOUR_BIT = ("nf4", "fp4", "gptq", "awq")
 PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "pure-bf16", "master-fp32")
 SHARDS = ("none", "zero1", "zero2", "zero3", "fsdp", "fsdp_shard_grad_op", "fsdp_hybrid")
 # Shardings that partition the parameters themselves (and can offload them).
@@ -79,6 +82,8 @@ class Setup:
     use_dora: bool = False
     quant: str = "none"
     double_quant: bool = True
+    # GPTQ / AWQ: weights per fp16 scale (GPTQConfig / AwqConfig group_size; -1: one group per column).
+    quant_group_size: int = 128
     dtype: str = _default("dtype")
     precision: str = _default("precision")
     optim: str = _default("optim")
@@ -101,6 +106,9 @@ class Setup:
     # A fused linear cross-entropy (Liger, Cut Cross-Entropy) computes the loss chunk by
     # chunk and never holds the full-vocabulary logits.
     fused_loss: bool = False
+    # torchtune's CEWithChunkedOutputLoss (num_output_chunks): the output projection yields the logits as this many
+    # token chunks in the compute dtype, all alive until the loss, each upcast to fp32 by the loss one at a time; 0: off.
+    chunked_loss: int = 0
     # Activation offloading (TRL's activation_offloading, torchtune's OffloadActivations): saved
     # activations are copied to CPU in forward and back in backward, a layer ahead.
     offload_activations: bool = False
@@ -144,6 +152,11 @@ class Setup:
             raise MemlintError(f"--objective {self.objective} needs a reference: --ref-model copy, adapter-disabled or precomputed")
         if self.fused_loss and self.objective != "sft":
             raise MemlintError("--fused-loss models a fused SFT cross-entropy; not with a preference objective")
+        if self.chunked_loss and (self.fused_loss or self.objective != "sft"):
+            raise MemlintError("--chunked-loss models torchtune's chunked SFT cross-entropy: not with --fused-loss or a "
+                               "preference objective")
+        if not isinstance(self.chunked_loss, int) or self.chunked_loss < 0:
+            raise MemlintError("--chunked-loss is a number of chunks (torchtune's num_output_chunks, 8), or 0")
         if self.use_dora and self.method == "full":
             raise MemlintError("--use-dora is a LoRA variant: use --method lora or qlora")
         if self.optimizer_in_bwd and self.grad_accum > 1:
@@ -161,12 +174,15 @@ class Setup:
         for name in ("batch", "seq", "gpus", "nodes", "lora_r", "grad_accum"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise MemlintError(f"--{name.replace('_', '-')} must be a positive integer")
-        if self.method == "qlora" and self.quant not in ("nf4", "fp4"):
-            raise MemlintError("--method qlora needs a 4-bit base: --quant nf4 or --quant fp4")
+        if self.method == "qlora" and self.quant not in FOUR_BIT:
+            raise MemlintError("--method qlora needs a 4-bit base (adapters on a quantized base): --quant nf4, fp4 "
+                               "(bitsandbytes), gptq or awq (a pre-quantized checkpoint)")
         if self.method == "full" and self.quant != "none":
             raise MemlintError("a quantized base cannot be fully fine-tuned: use --method lora/qlora or --quant none")
-        if self.method == "lora" and self.quant in ("nf4", "fp4"):
-            raise MemlintError("LoRA on a 4-bit base is --method qlora")
+        if self.method == "lora" and self.quant in FOUR_BIT:
+            raise MemlintError(f"LoRA on a 4-bit base (--quant {self.quant}) is --method qlora")
+        if self.quant_group_size != -1 and (not isinstance(self.quant_group_size, int) or self.quant_group_size < 1):
+            raise MemlintError("--group-size must be a positive integer or -1 (one group per column)")
         if self.precision == "fp32" and self.dtype != "fp32":
             raise MemlintError("--precision fp32 needs --dtype fp32 (bf16 weights without autocast is --precision pure-bf16)")
         if self.precision in ("pure-bf16", "master-fp32") and self.dtype != "bf16":
@@ -196,6 +212,12 @@ class Setup:
     def steps_in_backward(self) -> bool:
         """Each parameter is stepped by its post-accumulate-grad hook: optimizer_in_bwd, or a layerwise optim."""
         return self.optimizer_in_bwd or bool(self.optimizer.get("in_backward"))
+
+    @property
+    def upcasts_kbit(self) -> bool:
+        """prepare_model_for_kbit_training casts the non-quantized weights to fp32: it runs (kbit_prep) and the base is
+        one it upcasts (peft skips a GPTQ model: utils/other.py `is_gptq_quantized`)."""
+        return self.kbit_prep and self.quant not in ("none", "gptq")
 
     @property
     def shard_group(self) -> int:

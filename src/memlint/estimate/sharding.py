@@ -57,7 +57,7 @@ def _root_params(s: Setup) -> int:
 
 def _root_weight_bytes(s: Setup) -> int:
     """Bytes per root parameter as loaded: fp32 after kbit prep on a quantized base."""
-    if s.quant != "none" and s.kbit_prep:
+    if s.upcasts_kbit:
         return 4
     return s.weight_bytes
 

@@ -260,12 +260,15 @@ class Builder:
             self.notes.extend(shape.notes)
         self.put("torch_dtype", _alts(dtypes), _dtype, self.root(models[0]).line)
         self.put("attn_implementation", _alts(attns), _attn, self.root(models[0]).line)
-        q = {k: _alts([x[k] for x in quants]) for k in ("bits", "type", "double", "compute")}
+        q = {k: _alts([x.get(k) for x in quants]) for k in ("bits", "type", "double", "compute", "group")}
         self.put("quant_bits", q["bits"], _bits, self.root(models[0]).line)
         if self.fields["quant_bits"].value in (4,) or any(c == 4 for c in self.fields["quant_bits"].candidates):
             self.put("quant_type", q["type"], _quant_type, self.root(models[0]).line)
-            self.put("double_quant", q["double"], _bool, self.root(models[0]).line)
-            self.put("compute_dtype", q["compute"], _dtype_strict, self.root(models[0]).line)
+            if any(isinstance(x.get("group"), Const) for x in quants):
+                self.put("quant_group_size", q["group"], _int, self.root(models[0]).line)
+            if not all(isinstance(x.get("group"), Const) for x in quants):  # bitsandbytes' keys (GPTQ/AWQ have none)
+                self.put("double_quant", q["double"], _bool, self.root(models[0]).line)
+                self.put("compute_dtype", q["compute"], _dtype_strict, self.root(models[0]).line)
         prepared = next((m.kbit_line for m in self.chain(models[0]) if isinstance(m, Model) and m.kbit_line), None)
         if prepared is not None:  # else the trainer decides (library/api.kbit_prep, by installed version)
             self.fields["kbit_prep"] = Value(True, "literal", Span(self.path, prepared),
@@ -287,13 +290,15 @@ class Builder:
         qc = kw.get("quantization_config")
         if qc is not None:
             opts = [self.quant_of_config(o, root) for o in flatten(qc)]
-            return {k: _alts([o[k] for o in opts]) for k in ("bits", "type", "double", "compute")}
+            return {k: _alts([o.get(k) for o in opts]) for k in ("bits", "type", "double", "compute", "group")}
         return self.quant_of_config(None, root)
 
     def quant_of_config(self, b: Any, root: Obj) -> dict:
         kw = root.kwargs
         line = root.line
         cls = "transformers.BitsAndBytesConfig"
+        if isinstance(b, QuantConfig) and b.cls in ("transformers.GPTQConfig", "transformers.AwqConfig"):
+            return _int4_config(b)
         if isinstance(b, QuantConfig):
             def field(name: str) -> Any:
                 v = b.get(name)
@@ -1212,6 +1217,15 @@ def _bits_from(b4: Any, b8: Any, line: int | None) -> Any:
     return _alts(out)
 
 
+def _int4_config(b: QuantConfig) -> dict:
+    """GPTQConfig / AwqConfig: bits (GPTQ requires it, AWQ defaults to 4), the method as the quant type, group_size."""
+    kind = "gptq" if b.cls.endswith("GPTQConfig") else "awq"
+    bits = b.get("bits") or _libc(b.cls, "bits", b.line)
+    group = b.get("group_size") or _libc(b.cls, "group_size", b.line)
+    return {"bits": bits, "type": Const(kind, "literal", b.line, (f"{b.cls.split('.')[-1]}(...)",)),
+            "double": None, "compute": None, "group": group}
+
+
 def _may_be_4bit(bits: Any) -> bool:
     return any(not isinstance(x, Const) or x.value == 4 for x in flatten(bits))
 
@@ -1280,7 +1294,7 @@ def _attn(v: Any) -> str:
 
 
 def _quant_type(v: Any) -> str:
-    if v in ("nf4", "fp4"):
+    if v in ("nf4", "fp4", "gptq", "awq"):
         return v
     raise _Unconvertible(f"quant type {v!r}")
 

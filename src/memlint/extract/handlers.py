@@ -331,6 +331,10 @@ class Handlers:
     def bnb_config(self, c: Call) -> Any:
         return c.new(QuantConfig, "transformers.BitsAndBytesConfig")
 
+    def int4_config(self, c: Call) -> Any:
+        """GPTQConfig(bits=4, group_size=128, ...) / AwqConfig(...): a GPTQ / AWQ base (build.quant_of_config)."""
+        return c.new(QuantConfig, f"transformers.{c.name}")
+
     def dataloader(self, c: Call) -> Any:
         return c.new(DataLoader, "torch.utils.data.DataLoader", ("dataset", "batch_size"))
 
@@ -1558,6 +1562,8 @@ _BY_NAME: dict[str, Callable[[Handlers, Call], Any]] = {
     "get_peft_config": Handlers.trl_config_of,
     "get_quantization_config": Handlers.trl_config_of,
     "BitsAndBytesConfig": Handlers.bnb_config,
+    "GPTQConfig": Handlers.int4_config,
+    "AwqConfig": Handlers.int4_config,
     "DataLoader": Handlers.dataloader,
     "Accelerator": Handlers.accelerator,
     "DeepSpeedPlugin": Handlers.plugin,

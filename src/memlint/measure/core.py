@@ -587,6 +587,10 @@ def _traced_attention(setup: Setup, mode: str, notes: list[str]) -> str:
 def _refuse_unsupported(setup: Setup, model: Any) -> None:
     if setup.quant == "int8":
         raise MemlintError("an 8-bit (LLM.int8) base is not supported by memlint.measure yet")
+    if setup.quant in ("gptq", "awq"):
+        raise MemlintError(f"memlint.measure does not trace a {setup.quant.upper()} base: its training kernels live in "
+                           "gptqmodel (transformers >= 5), which needs torch >= 2.14 and its own stack; the estimate "
+                           "is read off gptqmodel's source (docs/accounting.md)")
     if setup.use_dora and setup.quant != "none":
         raise MemlintError("memlint.measure traces DoRA on an unquantized base only (peft dequantizes a bitsandbytes "
                            "weight in every DoRA forward, which memlint's 4-bit stand-in does not model)")

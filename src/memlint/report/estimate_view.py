@@ -59,7 +59,8 @@ def describe(est: Estimate) -> str:
         t = s.lora_targets if isinstance(s.lora_targets, str) else ",".join(s.lora_targets)
         parts.append(f"r={s.lora_r} on {t}")
     if s.quant != "none":
-        parts.append(s.quant + (" double-quant" if s.double_quant and s.quant != "int8" else ""))
+        parts.append(s.quant + (" double-quant" if s.double_quant and s.quant in ("nf4", "fp4") else "")
+                     + (f" group {s.quant_group_size}" if s.quant in ("gptq", "awq") else ""))
     parts += [f"{s.dtype} weights", s.precision, s.optim, f"micro-batch {s.batch} × {s.seq}"]
     if s.grad_accum > 1:
         parts.append(f"accumulation {s.grad_accum}")

@@ -709,6 +709,7 @@ class Torchtune(FrameworkReader):
         else:
             dtype = self.fw("torch_dtype", "dtype")
             self.lib("precision", "fp32", "dtype not set: fp32 training")
+        self.chunked_loss()
         if method in ("lora", "qlora"):
             self.dora("model", "use_dora", why_unset="torchtune lora builders: use_dora=False")
             if self.fields["use_dora"].value:
@@ -799,6 +800,24 @@ class Torchtune(FrameworkReader):
         else:
             self.lit("optimizer", name, "optimizer", "_component_", chain=(f"optimizer._component_: {comp}",))
         self.optimizer_in_bwd()
+
+    def chunked_loss(self) -> None:
+        """loss._component_ CEWithChunkedOutputLoss: the recipe calls model.set_num_output_chunks(num_output_chunks)."""
+        comp = self.doc.get("loss", "_component_")
+        if not isinstance(comp, str):
+            self.lib("chunked_loss", 0, "no loss._component_")
+            return
+        if not comp.endswith("CEWithChunkedOutputLoss"):
+            self.lit("chunked_loss", 0, "loss", "_component_", chain=(f"loss: {comp}",))
+            return
+        k = self.doc.get("loss", "num_output_chunks")
+        ref = "torchtune modules/loss/ce_chunked_output_loss.py: num_output_chunks=8"
+        if k is None:
+            self.lit("chunked_loss", 8, "loss", "_component_", chain=(f"loss: {comp}", ref))
+        elif isinstance(k, int) and not isinstance(k, bool) and k > 0:
+            self.lit("chunked_loss", k, "loss", "num_output_chunks", chain=(f"loss: {comp}",))
+        else:
+            self.unknown("chunked_loss", "loss.num_output_chunks is not a positive integer", "loss", "num_output_chunks")
 
     def optimizer_in_bwd(self) -> None:
         """optimizer_in_bwd: the full-finetune recipes step each parameter in backward (one optimizer per
