@@ -55,6 +55,7 @@ PLAN_FIELDS = (
     "fused_loss",
     "chunked_loss",
     "optimizer_in_bwd",
+    "recompute_every",
     "galore_rank",
     "galore_targets",
     "offload_activations",

@@ -52,6 +52,9 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
     flag("--seq", key="seq", type=int, metavar="N", help="longest sequence in a micro-batch")
     flag("--grad-accum", key="grad_accum", type=int, metavar="N")
     flag("--recompute", key="recompute", action=argparse.BooleanOptionalAction, help="gradient checkpointing")
+    g.add_argument("--recompute-every", type=int, default=1, metavar="N",
+                   help="with --recompute, checkpoint only every Nth decoder layer (torchtune ac_mode: selective, "
+                        "ac_option: N; default: 1, every layer)")
     flag("--attn", key="attn", choices=tuple(attention()))
     g.add_argument("--fused-loss", action=argparse.BooleanOptionalAction, default=False,
                    help="fused/chunked linear cross-entropy (Liger, Cut Cross-Entropy): no full-vocabulary logits")
@@ -104,7 +107,7 @@ def setup_from_args(args: argparse.Namespace):
         recompute=args.recompute, attn=args.attn, gpus=args.gpus, shard=args.shard, offload=args.offload,
         nodes=args.nodes, kbit_prep=_kbit_prep(args, quant), fused_loss=args.fused_loss, chunked_loss=args.chunked_loss,
         offload_activations=args.offload_activations, optimizer_in_bwd=args.optimizer_in_bwd,
-        galore_rank=args.galore_rank, galore_targets=_galore_targets(args.galore_targets),
+        recompute_every=args.recompute_every, galore_rank=args.galore_rank, galore_targets=_galore_targets(args.galore_targets),
         objective=args.objective, ref_model=args.ref_model, trl_version=args.trl_version or installed_version("trl"),
     )
 

@@ -237,7 +237,14 @@ def real(s: Setup) -> ActivationTerms:
     per_tok, inp_tok, once = _per_token_layer_bytes(s)
     per_layer = per_tok * sb + _dora_per_layer(s) + gptq_saved_per_layer(s)
     inputs = inp_tok * sb * m.layers
-    if s.recompute:
+    if s.recompute and s.recompute_every > 1:
+        # torchtune's selective checkpointing by layers: layers N, 2N, ... (counted from 1) are
+        # checkpointed, the others keep everything they save
+        k = m.layers // s.recompute_every
+        body = inp_tok * sb * k + per_layer * (m.layers - k) + once * sb
+        formula = (f"every {s.recompute_every}th layer checkpointed: {k} × {inp_tok // m.hidden}·s·b·h inputs + "
+                   f"{m.layers - k} layers × {per_tok:,} B/token saved; one checkpointed layer comes back in backward")
+    elif s.recompute:
         # At the end of forward only the checkpointed inputs are alive; one layer's
         # activations come back during backward (ActivationTerms.per_layer).
         body = inputs + once * sb

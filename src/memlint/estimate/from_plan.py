@@ -399,7 +399,7 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
         lora_dropout=_dropout(get, method, notes), quant=quant, quant_group_size=group,
         double_quant=double_quant, dtype=dtype, precision=precision, optim=optim, batch=int(batch),
         seq=int(seq), grad_accum=accum, recompute=bool(recompute), attn=attn, optimizer_in_bwd=in_bwd,
-        **_galore(get, optim, method, notes),
+        **_galore(get, optim, method, notes), recompute_every=_every(get, bool(recompute)),
         gpus=gpus, shard=shard, nodes=nodes, offload=offload, fused_loss=fused,
         objective=objective, ref_model=ref_model, trl_version=installed_version("trl") if objective != "sft" else None,
         kbit_prep=kbit_prep, adapter_dtype=adapter_dtype, use_dora=_use_dora(get, method),
@@ -417,6 +417,12 @@ def _dropout(get, method: str, notes: list[str]) -> float:
     if v.known and isinstance(_worst(v), (int, float)):
         return float(_worst(v))
     return float(_run_default("lora_dropout", notes, "lora_dropout"))
+
+
+def _every(get, recompute: bool) -> int:
+    """Checkpoint every Nth layer (torchtune's selective checkpointing), 1 for every layer."""
+    v = get("recompute_every")
+    return int(v.value) if recompute and v.known and isinstance(v.value, int) and v.value > 1 else 1
 
 
 def _galore(get, optim: str, method: str, notes: list[str]) -> dict[str, Any]:

@@ -116,6 +116,9 @@ class Setup:
     # register_post_accumulate_grad_hook tutorial): one optimizer per parameter steps, and frees the
     # gradient, as soon as that gradient is accumulated; no full gradient buffer exists.
     optimizer_in_bwd: bool = False
+    # Selective activation checkpointing by layers (torchtune ac_mode: selective, ac_option: N): with
+    # recompute, only every Nth decoder layer is checkpointed; the others keep their activations.
+    recompute_every: int = 1
     # GaLore (optim galore_*): the rank of the projected gradient and the optim_target_modules whose
     # nn.Linear weights are projected (substring or full-name match, as transformers matches them).
     galore_rank: int = _default("galore_rank")
@@ -171,6 +174,10 @@ class Setup:
         if self.optimizer.get("in_backward") and self.grad_accum > 1:
             raise MemlintError(f"--optim {self.optim} steps each parameter in backward: no gradient accumulation "
                                "(transformers refuses it)")
+        if not isinstance(self.recompute_every, int) or self.recompute_every < 1:
+            raise MemlintError("--recompute-every must be a positive integer")
+        if self.recompute_every > 1 and not self.recompute:
+            raise MemlintError("--recompute-every N checkpoints every Nth layer: it needs --recompute")
         for name in ("batch", "seq", "gpus", "nodes", "lora_r", "grad_accum"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise MemlintError(f"--{name.replace('_', '-')} must be a positive integer")

@@ -192,6 +192,19 @@ def _expected_base_params(setup: Setup) -> int:
     return reward_spec(setup.model).params if setup.objective == "reward" else setup.model.params
 
 
+def _every_nth_layer(model: Any, n: int) -> None:
+    """torchtune's selective checkpointing by layers (training/activations.py apply_selective_activation_checkpointing:
+    a counter from 1 wraps layer i when i % n == 0): transformers' decoder layers checkpoint themselves when their
+    own `gradient_checkpointing` flag is set, so the other layers' flags are cleared."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    if not layers:
+        raise MemlintError("--recompute-every: the model has no transformers GradientCheckpointingLayer decoder layers")
+    for i, layer in enumerate(layers, start=1):
+        layer.gradient_checkpointing = i % n == 0
+
+
 def _prepare_for_kbit(model: Any) -> None:
     """peft.prepare_model_for_kbit_training itself, on the quantized base, as a script calls it before
     get_peft_model: its casts are peft's, at the installed version. The trace adds the adapters first
@@ -638,6 +651,8 @@ class _Run:
             stack.enter_context(_cuda_dropout())
         if self.setup.recompute:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if self.setup.recompute_every > 1:
+                _every_nth_layer(model, self.setup.recompute_every)
             if self.setup.method in ("lora", "qlora"):
                 model.enable_input_require_grads()
         model.train()

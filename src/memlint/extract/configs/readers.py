@@ -740,6 +740,7 @@ class Torchtune(FrameworkReader):
             self.lit("gradient_checkpointing", v, "enable_activation_checkpointing")
         else:
             self.fw("gradient_checkpointing", "enable_activation_checkpointing")
+        self.selective_checkpointing(v)
         self.lib("group_by_length", False, "torchtune samples without length grouping")
         self.optimizer()
         self.lib("attn_implementation", "sdpa", "torchtune's attention calls torch scaled_dot_product_attention")
@@ -763,6 +764,21 @@ class Torchtune(FrameworkReader):
         if d.get("model", "apply_lora_to_output") is True:
             out.extend(names["output"])
         self.lit("lora_targets", out, "model", "lora_attn_modules", chain=(f"lora_attn_modules: {mods}", f"apply_lora_to_mlp: {d.get('model', 'apply_lora_to_mlp')}", ref))
+
+    def selective_checkpointing(self, enabled: Any) -> None:
+        """torchtune's ac_mode: selective with ac_option: N (full_finetune_distributed, when
+        enable_activation_checkpointing is off): every Nth layer checkpointed; ac_option "op" (op-level
+        selective checkpointing) is not modelled."""
+        d = self.doc
+        if enabled is True or d.get("ac_mode") != "selective":
+            return
+        n = d.get("ac_option")
+        if isinstance(n, int) and not isinstance(n, bool) and n >= 1:
+            self.lit("gradient_checkpointing", True, "ac_mode", chain=(f"ac_mode: selective, ac_option: {n}",))
+            self.lit("recompute_every", n, "ac_option")
+        else:
+            self.notes.append(f"ac_mode: selective with ac_option {n!r}: op-level selective checkpointing is not "
+                              "modelled (estimated without checkpointing)")
 
     def seq_and_packing(self) -> None:
         d = self.doc
