@@ -45,3 +45,99 @@ def test_a_launcher_that_cds_into_the_script_folder_first(tmp_path: Path):
         assert target.path.resolve() == (root / "finetune/sft/main.py").resolve(), name
         plan = extract_file(target.path, launch=target.launch)
         assert plan.fields["model_id"].value == "/base_model", name
+
+
+_TYPER = '''import functools
+from typing import Annotated
+import ruamel.yaml as yaml
+import typer
+from pathlib import Path
+from peft import get_peft_config, get_peft_model
+from transformers import AutoModelForCausalLM, Seq2SeqTrainer, Seq2SeqTrainingArguments, DataCollatorForSeq2Seq
+from datasets import load_dataset
+
+app = typer.Typer()
+
+
+def _parser():
+    parser = yaml.YAML(typ="safe", pure=True)
+    parser.indent(mapping=2)
+    return parser
+
+
+def process(batch, tokenizer, max_input_length, max_output_length):
+    out = []
+    for ids in batch["ids"]:
+        max_length = max_input_length + max_output_length + 1
+        out.append(ids[:max_length])
+    return {"input_ids": out}
+
+
+@app.command()
+def main(
+    data_dir: Annotated[str, typer.Argument(help="")],
+    model_dir: Annotated[str, typer.Argument(help="")],
+    config_file: Annotated[str, typer.Argument(help="")],
+    resume: str = typer.Argument(default=""),
+):
+    cfg = _parser().load(Path(config_file).expanduser().resolve())
+    model = AutoModelForCausalLM.from_pretrained(model_dir, trust_remote_code=True)
+    model = get_peft_model(model, get_peft_config(cfg["peft_config"]))
+    ds = load_dataset("json", data_dir=data_dir)
+    ds = ds.map(functools.partial(process, tokenizer=None, max_input_length=cfg["max_input_length"],
+                                  max_output_length=cfg["max_output_length"]), batched=True)
+    args = Seq2SeqTrainingArguments(**cfg["training_args"])
+    trainer = Seq2SeqTrainer(model=model, args=args, train_dataset=ds["train"],
+                             data_collator=DataCollatorForSeq2Seq(tokenizer=None, padding="longest"))
+    trainer.train()
+
+
+if __name__ == "__main__":
+    app()
+'''
+_TYPER_YAML = '''max_input_length: 128
+max_output_length: 256
+training_args:
+  output_dir: ./output
+  per_device_train_batch_size: 4
+peft_config:
+  peft_type: LORA
+  task_type: CAUSAL_LM
+  r: 8
+  lora_alpha: 32
+'''
+
+
+def test_a_typer_command_its_yaml_config_and_a_partial_mapped_over_the_dataset(tmp_path: Path, monkeypatch):
+    # typer positional arguments (Annotated[str, typer.Argument()]), a ruamel YAML(typ="safe").load(path),
+    # peft.get_peft_config(dict with peft_type), ds.map(functools.partial(fn, max_len=...)) where fn
+    # truncates by slicing ids[:max_length]
+    from memlint.extract.launch import parse_command
+
+    _write(tmp_path, {"finetune.py": _TYPER, "configs/lora.yaml": _TYPER_YAML})
+    monkeypatch.chdir(tmp_path)
+    launch = parse_command(["python", "finetune.py", "data/", "THUDM/chatglm3-6b", "configs/lora.yaml"])
+    plan = extract_file(tmp_path / "finetune.py", launch=launch)
+    got = {n: plan.fields[n].value for n in ("model_id", "method", "lora_r", "per_device_batch", "max_length", "trainer")}
+    assert got == {"model_id": "THUDM/chatglm3-6b", "method": "lora", "lora_r": 8, "per_device_batch": 4,
+                   "max_length": 385, "trainer": "Seq2SeqTrainer"}
+    # without the command, the positional model directory stays unknown
+    assert extract_file(tmp_path / "finetune.py").fields["model_id"].value is None
+
+
+def test_a_function_mapped_with_fn_kwargs_runs_with_them():
+    # ds.map(tokenize_fn, batched=True, fn_kwargs={"tokenizer": tokenizer}): the tokenizer call inside
+    # reads tokenizer.model_max_length, set by from_pretrained(model_max_length=...)
+    src = '''from datasets import load_dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+
+def tokenize_fn(examples, tokenizer):
+    return tokenizer(examples["text"], padding="longest", max_length=tokenizer.model_max_length, truncation=True)
+
+tokenizer = AutoTokenizer.from_pretrained("gpt2", model_max_length=1024)
+model = AutoModelForCausalLM.from_pretrained("gpt2")
+ds = load_dataset("json", data_files="x.json", split="train")
+ds = ds.map(tokenize_fn, batched=True, fn_kwargs={"tokenizer": tokenizer})
+Trainer(model=model, args=TrainingArguments(output_dir="o"), train_dataset=ds).train()
+'''
+    assert _fields(src, "max_length", "padding") == {"max_length": 1024, "padding": "longest"}
