@@ -141,3 +141,78 @@ ds = ds.map(tokenize_fn, batched=True, fn_kwargs={"tokenizer": tokenizer})
 Trainer(model=model, args=TrainingArguments(output_dir="o"), train_dataset=ds).train()
 '''
     assert _fields(src, "max_length", "padding") == {"max_length": 1024, "padding": "longest"}
+
+
+def test_a_collator_of_a_sibling_module_that_pads_with_pad_sequence(tmp_path: Path):
+    # from build_dataset import DataCollatorForSupervisedDataset: its __call__ pads with
+    # torch.nn.utils.rnn.pad_sequence, i.e. to the longest sample of the batch
+    coll = '''from dataclasses import dataclass
+import torch
+
+
+@dataclass
+class DataCollatorForSupervisedDataset(object):
+    tokenizer: object
+
+    def __call__(self, instances):
+        input_ids = [instance["input_ids"] for instance in instances]
+        input_ids = torch.nn.utils.rnn.pad_sequence(input_ids, batch_first=True, padding_value=0)
+        return dict(input_ids=input_ids)
+'''
+    train = '''from build_dataset import DataCollatorForSupervisedDataset
+from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+tokenizer = AutoTokenizer.from_pretrained("gpt2")
+model = AutoModelForCausalLM.from_pretrained("gpt2")
+collator = DataCollatorForSupervisedDataset(tokenizer=tokenizer)
+Trainer(model=model, args=TrainingArguments(output_dir="o"), train_dataset=None, data_collator=collator).train()
+'''
+    _write(tmp_path, {"build_dataset.py": coll, "train.py": train})
+    assert extract_file(tmp_path / "train.py").fields["padding"].value == "longest"
+
+
+def test_a_script_that_reads_its_yaml_and_the_flags_after_it(tmp_path: Path, monkeypatch):
+    # `torchrun train.py config.yaml --deepspeed=ds.json`: the script calls parser.parse_yaml_file(argv[1])
+    # or parser.parse_yaml_and_args(argv[1], argv[2:]) itself, so the script (with the YAML and the flags
+    # over it) is read, not the YAML alone as a recipe
+    from memlint.extract.launch import command_target
+
+    script = '''import os
+import sys
+from dataclasses import dataclass, field
+from transformers import AutoModelForCausalLM, HfArgumentParser, Trainer, TrainingArguments
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str = field(default=None)
+
+
+class MyParser(HfArgumentParser):
+    def parse_yaml_and_args(self, yaml_arg, other_args=None):
+        return self.parse_yaml_file(yaml_arg)
+
+
+def main():
+    parser = MyParser((ModelArguments, TrainingArguments))
+    if len(sys.argv) == 2 and sys.argv[1].endswith(".yaml"):
+        model_args, training_args = parser.parse_yaml_file(os.path.abspath(sys.argv[1]))
+    elif len(sys.argv) > 2 and sys.argv[1].endswith(".yaml"):
+        model_args, training_args = parser.parse_yaml_and_args(os.path.abspath(sys.argv[1]), sys.argv[2:])
+    else:
+        model_args, training_args = parser.parse_args_into_dataclasses()
+    model = AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path)
+    Trainer(model=model, args=training_args, train_dataset=None).train()
+
+
+if __name__ == "__main__":
+    main()
+'''
+    yaml = "model_name_or_path: gpt2\nper_device_train_batch_size: 4\ngradient_accumulation_steps: 8\nbf16: true\noutput_dir: out\n"
+    ds = '{"bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 3}}'
+    _write(tmp_path, {"train.py": script, "config.yaml": yaml, "ds.json": ds})
+    monkeypatch.chdir(tmp_path)
+    target = command_target(["torchrun", "--nproc_per_node=8", "train.py", "config.yaml", "--deepspeed=ds.json"])
+    assert target.path.name == "train.py"
+    plan = extract_file(target.path, launch=target.launch)
+    got = {n: plan.fields[n].value for n in ("model_id", "per_device_batch", "grad_accum", "distributed", "trainer")}
+    assert got == {"model_id": "gpt2", "per_device_batch": 4, "grad_accum": 8, "distributed": "zero3", "trainer": "Trainer"}

@@ -1335,7 +1335,7 @@ class Handlers:
     def hfparser_method(self, it: Any, p: HfParser, name: str, args: list, kwargs: dict, line: int | None) -> Any:
         from memlint.extract import runtime_config
 
-        from_file = name in ("parse_json_file", "parse_yaml_file", "parse_dict")
+        from_file = name in ("parse_json_file", "parse_yaml_file", "parse_dict", "parse_yaml_and_args")
         if name.startswith("parse_"):
             data = None
             if from_file:
@@ -1348,6 +1348,8 @@ class Handlers:
                 self.dataclass_values(objs, data.items)
             elif isinstance(data, Unknown) and data.why:
                 it.facts.note(data.why)
+            if name == "parse_yaml_and_args" and it.launch is not None:  # the YAML, then `--key=value` words over it
+                self.dataclass_cli(it, objs)
             if not from_file and it.launch is not None and name in ("parse_args_into_dataclasses", "parse_args_and_config",
                                                                     "parse_args", "parse_known_args"):
                 if name == "parse_args_and_config":  # TrlParser: `--config recipe.yaml`, then the flags over it

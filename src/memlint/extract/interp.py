@@ -1356,6 +1356,10 @@ class Interpreter:
         func = self.ev(node.func, env)
         if type(func) is Ref and func.qual in _TENSOR_PADS:
             self.tensor_pad_idiom(node, env)
+        if type(func) is Ref and func.qual.endswith("nn.utils.rnn.pad_sequence"):  # pads to the batch's longest
+            from memlint.extract.objects import HandPad
+
+            self.facts.hand_pads.append(HandPad("longest", None, self.line_of(node), self.cur_file()))
         args: list = []
         kwargs: dict = {}
         open_kwargs = False
