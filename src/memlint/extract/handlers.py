@@ -31,6 +31,7 @@ from memlint.library import api
 
 _MODEL_CLASS = re.compile(r"^(Auto(Peft)?Model\w*|\w+For[A-Z]\w*|\w+(LM|Model|LMHeadModel))$")
 _NOT_MODEL = re.compile(r"Tokenizer|Config|Processor|Extractor|ImageProcessor")
+_PATH_SAME = {"resolve", "absolute", "expanduser"}  # pathlib methods that name the same file (a path is a string here)
 _STR_METHODS = {"split", "rsplit", "lower", "upper", "strip", "replace", "format", "join", "startswith", "endswith", "rstrip", "lstrip"}
 _TOKENIZE_METHODS = {"__call__", "encode", "encode_plus", "batch_encode_plus", "apply_chat_template", "pad"}
 _TORCH_DTYPES = ("float16", "bfloat16", "float32", "half", "float")
@@ -134,6 +135,62 @@ class Call:
         return o
 
 
+def _is_typer_command(callee: Any) -> bool:
+    """`app.command` of `app = typer.Typer(...)` (memlint does not model the Typer object itself)."""
+    return isinstance(callee, BoundUnknown) and callee.attr == "command" and "typer.Typer" in callee.why
+
+
+def _typer_call(node: Any) -> tuple[str, Any] | None:
+    """("Argument" | "Option", the call) when `node` is typer.Argument(...) / typer.Option(...)."""
+    import libcst as cst
+
+    if isinstance(node, cst.Call):
+        func = node.func
+        name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+        if name in ("Argument", "Option"):
+            return name, node
+    return None
+
+
+def _typer_marker(q: Any) -> tuple[str, Any] | None:
+    """The typer.Argument/Option call a parameter is declared with: its default, or the metadata of
+    `Annotated[T, typer.Argument(...)]`."""
+    import libcst as cst
+
+    found = _typer_call(q.default) if q.default is not None else None
+    ann = q.annotation.annotation if q.annotation is not None else None
+    if found is None and isinstance(ann, cst.Subscript):
+        for el in ann.slice[1:]:
+            if isinstance(el.slice, cst.Index) and _typer_call(el.slice.value):
+                found = _typer_call(el.slice.value)
+    return found
+
+
+def _typer_kind(it: Any, q: Any) -> str:
+    found = _typer_marker(q)
+    if found is not None:
+        return found[0]
+    return "Argument" if q.default is None else "Option"  # typer: a parameter without a default is an argument
+
+
+def _typer_default(it: Any, f: Func, q: Any) -> Any:
+    """A typer parameter's default: `default=` or the first positional of typer.Argument/Option(...)
+    written as the parameter's default (typer's older style), else what follows `=`."""
+    found = _typer_call(q.default) if q.default is not None else None
+    if found is None:
+        return it.param_default(f, q.name.value)
+    call = found[1]
+    for a in call.args:
+        if a.keyword is not None and a.keyword.value == "default":
+            return it.ev(a.value, f.env)
+    first = next((a for a in call.args if a.keyword is None), None)
+    if first is not None:
+        v = it.ev(first.value, f.env)
+        if not (isinstance(v, Const) and isinstance(v.value, str) and v.value.startswith("-")):
+            return v
+    return Unknown(f"typer parameter {q.name.value} has no default and the command does not give it")
+
+
 class Handlers:
     """Stateless: the interpreter passes itself in."""
 
@@ -145,6 +202,9 @@ class Handlers:
         if not isinstance(deco, cst.Call):
             return None
         callee = it.ev(deco.func, env)
+        if _is_typer_command(callee):
+            f.typer = True
+            return None
         if not isinstance(callee, Ref):
             return None
         name = _last(callee.qual)
@@ -200,6 +260,28 @@ class Handlers:
             else:
                 out[param] = it.param_default(f, param)
         return out
+
+    def typer_arguments(self, it: Any, f: Func) -> tuple[list, dict]:
+        """What typer passes an @app.command() function: the command's bare words to its
+        typer.Argument parameters in order, `--name value` / `--name-with-dashes value` / `--flag` /
+        `--no-flag` to the others (options); a parameter the command leaves out keeps the default
+        written in its typer.Argument(...) / typer.Option(...) or after `=`."""
+        from memlint.extract.cli_args import literal, match_fields
+
+        p = f.node.params
+        params = [*p.posonly_params, *p.params, *p.kwonly_params]
+        positional = [q.name.value for q in params if _typer_kind(it, q) == "Argument"]
+        defaults = {q.name.value: _typer_default(it, f, q) for q in params}
+        bools = {n for n, d in defaults.items() if isinstance(d, Const) and isinstance(d.value, bool)}
+        matched = match_fields(it.launch.argv if it.launch is not None else [], [q.name.value for q in params], bools)
+        kwargs = {k: self.cli_const(it, literal(v, getattr(defaults.get(k), "value", None)) if isinstance(v, str) else v,
+                                    f"{matched.flags[k]} {v!r}") for k, v in matched.values.items() if not isinstance(v, list)}
+        words = [w for w in matched.rest if not w.startswith("-")]
+        for name, w in zip(positional, words):
+            kwargs.setdefault(name, self.cli_const(it, literal(w), f"positional {w!r}"))
+        for name, d in defaults.items():
+            kwargs.setdefault(name, d)
+        return [], kwargs
 
     @staticmethod
     def hydra_main(it: Any, f: Func, deco: Any, env: Any) -> None:
@@ -463,6 +545,8 @@ class Handlers:
     def trl_config_of(self, c: Call) -> Any:
         """TRL's get_peft_config / get_quantization_config(model_args): a LoraConfig when
         use_peft, a BitsAndBytesConfig when load_in_4bit/8bit, else None (trl utils.py)."""
+        if c.head == "peft" and c.name == "get_peft_config":
+            return self.peft_config_of_dict(c)
         if c.head != "trl":
             return _PASS
         m = c.arg(0, "model_args")
@@ -490,6 +574,26 @@ class Handlers:
                 return o
             off = off or on
         return Const(None, off.source, off.line, off.chain + (f"trl.{c.name}() returns None",), off.file)
+
+    def peft_config_of_dict(self, c: Call) -> Any:
+        """peft.get_peft_config(d): the config class d["peft_type"] names (LORA -> LoraConfig), built
+        with d's other entries (a `peft_config:` block of a YAML file)."""
+        d = c.arg(0, "config_dict")
+        if not isinstance(d, Dict):
+            return Unknown("peft.get_peft_config() of a dict memlint cannot read")
+        kind = d.items.get("peft_type")
+        if not (isinstance(kind, Const) and isinstance(kind.value, str)):
+            return Unknown("peft.get_peft_config(): peft_type is unknown")
+        names = {"LORA": "LoraConfig", "ADALORA": "AdaLoraConfig", "IA3": "IA3Config", "LOHA": "LoHaConfig",
+                 "LOKR": "LoKrConfig", "PREFIX_TUNING": "PrefixTuningConfig", "PROMPT_TUNING": "PromptTuningConfig",
+                 "P_TUNING": "PromptEncoderConfig"}
+        cls = names.get(kind.value.upper())
+        if cls is None:
+            return Unknown(f"peft.get_peft_config(): peft_type {kind.value!r}")
+        o = PeftConfig(f"peft.{cls}", c.line or 0, {k: v for k, v in d.items.items() if k != "peft_type"}, open=d.open)
+        o.attrs["peft_type"] = Const(kind.value.upper(), kind.source, kind.line, kind.chain, kind.file)
+        c.it.facts.objects.append(o)
+        return o
 
     # ---- plumbing: fire, partial, the environment, paths, data files -------------------------
 
@@ -915,6 +1019,8 @@ class Handlers:
     def str_method(self, it: Any, f: BoundStr, args: list, kwargs: dict, node: Any) -> Any:
         if f.attr in ("read_text", "open", "read_bytes"):  # pathlib.Path(p).read_text()
             return OpenFile(f.base)
+        if f.attr in _PATH_SAME and not args and not kwargs:  # Path(p).expanduser().resolve(): the same file
+            return f.base
         if f.attr not in _STR_METHODS:
             return Unknown("a string method")
         vals = []
@@ -952,7 +1058,34 @@ class Handlers:
             it.facts.grad_hooks.append(GradHook(_steps_an_optimizer(args[0] if args else kwargs.get("hook")), line))
         if ("padding" in kwargs or "truncation" in kwargs) and f.attr in _TOKENIZE_METHODS:
             it.facts.tokenizer_calls.append(TokenizerCall(kwargs, line, None, f.attr))
+        if f.attr in ("map", "filter"):
+            self.mapped_function(it, args, kwargs, line)
+        if f.attr == "load" and f.why.startswith("the result of ruamel.yaml.YAML(") and args:
+            from memlint.extract import runtime_config  # ruamel: yaml.YAML(typ="safe").load(path)
+
+            src = args[0]
+            if isinstance(src, OpenFile):
+                return runtime_config.read(it, src.path, "ruamel.yaml.YAML().load()")
+            if isinstance(src, Const) and isinstance(src.value, str):
+                return runtime_config.read(it, src, "ruamel.yaml.YAML().load()")
         return Unknown(f"the result of ….{f.attr}()")
+
+    @staticmethod
+    def mapped_function(it: Any, args: list, kwargs: dict, line: int | None) -> None:
+        """datasets' `ds.map(fn, fn_kwargs={...})` / `ds.map(functools.partial(fn, max_len=n))`: fn runs
+        once on an example memlint does not know, with the arguments the call binds (the walk of
+        uncalled functions would see only their defaults)."""
+        fn = args[0] if args else kwargs.get("function")
+        extra = kwargs.get("fn_kwargs")
+        if isinstance(fn, Partial) and isinstance(fn.func, Func):
+            fn_args, fn_kw, target = list(fn.args), dict(fn.kwargs), fn.func
+        elif isinstance(fn, Func) and isinstance(extra, Dict):
+            fn_args, fn_kw, target = [], {}, fn
+        else:
+            return
+        if isinstance(extra, Dict):
+            fn_kw.update({k: v for k, v in extra.items.items() if isinstance(k, str)})
+        it.call_function(target, [Unknown("a dataset example"), *fn_args], fn_kw, line)
 
     # ---- the script's own classes ------------------------------------------------------------
 
@@ -1048,6 +1181,7 @@ class Handlers:
                 it.facts.steps.append(OptimizerStep(opt, it.accum[-1] if it.accum else it.micro_accum, line))
             return Const(None, "literal", line)
         if isinstance(obj, Dataset) and name in ("map", "filter", "with_transform", "set_transform"):
+            self.mapped_function(it, args, kwargs, line)
             return obj
         if name == "parameters" or name == "named_parameters":
             return Params("parameters", line or 0, model=obj)
@@ -1205,7 +1339,7 @@ class Handlers:
     def hfparser_method(self, it: Any, p: HfParser, name: str, args: list, kwargs: dict, line: int | None) -> Any:
         from memlint.extract import runtime_config
 
-        from_file = name in ("parse_json_file", "parse_yaml_file", "parse_dict")
+        from_file = name in ("parse_json_file", "parse_yaml_file", "parse_dict", "parse_yaml_and_args")
         if name.startswith("parse_"):
             data = None
             if from_file:
@@ -1218,6 +1352,8 @@ class Handlers:
                 self.dataclass_values(objs, data.items)
             elif isinstance(data, Unknown) and data.why:
                 it.facts.note(data.why)
+            if name == "parse_yaml_and_args" and it.launch is not None:  # the YAML, then `--key=value` words over it
+                self.dataclass_cli(it, objs)
             if not from_file and it.launch is not None and name in ("parse_args_into_dataclasses", "parse_args_and_config",
                                                                     "parse_args", "parse_known_args"):
                 if name == "parse_args_and_config":  # TrlParser: `--config recipe.yaml`, then the flags over it

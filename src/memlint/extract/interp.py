@@ -720,6 +720,8 @@ class Interpreter:
         f.calls += 1
         if f.click and not args and not kwargs:  # a @click.command entry: click supplies every option
             kwargs = self.handlers.click_arguments(self, f)
+        elif f.typer and not args and not kwargs:  # an @app.command() entry: typer fills it from the command
+            args, kwargs = self.handlers.typer_arguments(self, f)
         env = Env(f.env)
         node = f.node
         params = node.params
@@ -993,6 +995,7 @@ class Interpreter:
             if not (isinstance(v, Const) and (v.value is None or isinstance(v.value, int))):
                 return Unknown("a slice with unknown bounds")
             bounds.append(v.value)
+        self._slice_cap(sl, bounds, env)
         s = slice(*bounds)
         out = None
         for b in flatten(base):
@@ -1004,6 +1007,20 @@ class Interpreter:
                 v = b if isinstance(b, Unknown) else Unknown("a slice")
             out = v if out is None else merge(out, v)
         return out
+
+    def _slice_cap(self, sl: cst.Slice, bounds: list, env: Env) -> None:
+        """`ids[:max_length]`: a hand truncation to the script's own length (a name the length
+        vocabulary knows, data/library_api.json) is the script's length argument too."""
+        from memlint.extract.objects import LengthArg
+        from memlint.library import api
+
+        lower, upper, step = bounds
+        name = sl.upper.value if isinstance(sl.upper, cst.Name) else sl.upper.attr.value if isinstance(sl.upper, cst.Attribute) else None
+        if name in api.length_arguments() and lower in (None, 0) and step is None and isinstance(upper, int) \
+                and not isinstance(upper, bool) and upper > 0:
+            v = self.ev(sl.upper, env)
+            line = self.line_of(sl.upper)
+            self.facts.length_args.append(LengthArg(name, v.with_value(upper, f"truncates by slicing [:{name}] (line {line})"), line))
 
     def subscript(self, node: cst.Subscript, env: Env) -> Any:
         base = self.ev(node.value, env)
@@ -1339,6 +1356,10 @@ class Interpreter:
         func = self.ev(node.func, env)
         if type(func) is Ref and func.qual in _TENSOR_PADS:
             self.tensor_pad_idiom(node, env)
+        if type(func) is Ref and func.qual.endswith("nn.utils.rnn.pad_sequence"):  # pads to the batch's longest
+            from memlint.extract.objects import HandPad
+
+            self.facts.hand_pads.append(HandPad("longest", None, self.line_of(node), self.cur_file()))
         args: list = []
         kwargs: dict = {}
         open_kwargs = False

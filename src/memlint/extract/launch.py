@@ -348,4 +348,19 @@ def _framework_config(launch: Launch, base: Path) -> Path | None:
     from memlint.extract.configs import detect_file
 
     cand = base / free[0]
-    return cand if cand.is_file() and detect_file(cand) is not None else None
+    kind = detect_file(cand) if cand.is_file() else None
+    if kind == "trl-recipe" and _parses_yaml_itself(base / launch.script):
+        return None  # HfArgumentParser arguments the script reads itself (parse_yaml_file(sys.argv[1]))
+    return cand if kind is not None else None
+
+
+def _parses_yaml_itself(script: Path) -> bool:
+    """Whether the script hands a YAML file to its HfArgumentParser itself (then the script, with the
+    rest of the command over the YAML, says more than the YAML read alone)."""
+    from memlint.files import read_bytes
+
+    try:
+        text = read_bytes(script).decode("utf-8", errors="replace")
+    except (OSError, MemlintError):
+        return False
+    return "parse_yaml_file(" in text or "parse_yaml_and_args(" in text

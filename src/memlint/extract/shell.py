@@ -20,6 +20,10 @@ _MAX_BYTES = 256_000
 _ASSIGN = re.compile(r"^\s*(?:export\s+|local\s+|readonly\s+|declare\s+(?:-\w+\s+)*)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 _MAKE_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s*(?:\?|:|::|\+)?=\s*(.*)$")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-=])([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+# the launcher's own folder: `$(dirname "${BASH_SOURCE[0]}")`, `$(dirname $0)`, `$(cd "$(dirname "$0")" && pwd)`
+_SELF_DIR = re.compile(r"""\$\(\s*dirname\s+["']?(?:\$\{BASH_SOURCE(?:\[0\])?\}|\$BASH_SOURCE|\$\{0\}|\$0)["']?\s*\)"""
+                       r"""|`\s*dirname\s+["']?(?:\$\{BASH_SOURCE(?:\[0\])?\}|\$BASH_SOURCE|\$0)["']?\s*`""")
+_SELF_DIR_PWD = re.compile(r"""\$\(\s*cd\s+["']?\.["']?\s*(?:&&|;)\s*pwd\s*\)""")
 _LAUNCH_WORD = re.compile(r"(?:^|[\s;&|(])(?:python\d*(?:\.\d+)*|torchrun|accelerate|deepspeed|composer|lightning)\b")
 
 
@@ -67,6 +71,22 @@ def _unquote(value: str) -> str:
     return value.split(" #", 1)[0].strip()
 
 
+def _self_dir(text: str) -> str:
+    """`$(dirname "${BASH_SOURCE[0]}")` and its spellings as `.`: the launcher's own folder (the folder
+    relative paths of a launcher are read from)."""
+    return _SELF_DIR_PWD.sub(".", _SELF_DIR.sub(".", text))
+
+
+def _cd(words: list[str], cwd: str | None) -> str | None:
+    """The folder a standalone `cd DIR` line (or `cd DIR || exit 1`) moves the launcher to, relative to
+    the launcher's folder; None when the line is not one."""
+    if len(words) < 2 or words[0] != "cd" or (len(words) > 2 and words[2] != "||") or "$" in words[1]:
+        return None
+    if words[1].startswith(("/", "~")):
+        return words[1]
+    return os.path.normpath(os.path.join(cwd or "", words[1]))
+
+
 def launches(path: Path, shown: str) -> list[Launch]:
     """The training launches a shell script or Makefile runs, with their line numbers."""
     from memlint.files import read_bytes
@@ -80,8 +100,9 @@ def launches(path: Path, shown: str) -> list[Launch]:
     make = path.name in LAUNCHER_NAMES
     env: dict[str, str] = {}
     out: list[Launch] = []
+    cwd: str | None = None  # where standalone `cd DIR` lines have moved the launcher
     for line_no, line, flag_lines in _logical_lines(text):
-        stripped = line.strip()
+        stripped = _self_dir(line.strip())
         if not stripped or stripped.startswith("#"):
             continue
         if make:
@@ -100,6 +121,12 @@ def launches(path: Path, shown: str) -> list[Launch]:
                 if quoted or " " not in val:  # `VAR=value` alone; `VAR=1 python train.py` is a command
                     env[m.group(1)] = _unquote(_expand(val, env))
                     continue
+        if stripped.startswith("cd ") and not make:
+            try:
+                moved = _cd(tokens(_expand(stripped, env)), cwd)
+            except MemlintError:
+                moved = None
+            cwd = moved if moved is not None else cwd
         if not _LAUNCH_WORD.search(stripped):
             continue
         try:
@@ -112,6 +139,8 @@ def launches(path: Path, shown: str) -> list[Launch]:
             launch = parse_command(words, origin=shown, line=line_no)
         except MemlintError:
             continue
+        if cwd and cwd != ".":
+            launch = replace(launch, cwd=os.path.normpath(os.path.join(cwd, launch.cwd)) if launch.cwd else cwd)
         out.append(replace(launch, flag_lines=flag_lines) if flag_lines else launch)
     return out
 

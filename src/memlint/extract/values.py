@@ -99,6 +99,7 @@ class Func:
     calls: int = 0
     owner: Any = None              # the Class whose method this is
     click: list = field(default_factory=list)  # (param, flags, is_flag, type name) of its @click.option decorators
+    typer: bool = False            # an @app.command() of a typer.Typer app: typer fills its parameters from the command
 
 
 @dataclass(eq=False)
