@@ -93,3 +93,22 @@ def test_matches_torchtune_s_own_loss(k, dtype):
     assert bwd - grad_h == pytest.approx(terms.logits_backward, rel=0.02)
     print(f"k={k} {dtype}: forward traced {fwd} estimated {terms.logits_forward}; backward traced {bwd - grad_h} "
           f"estimated {terms.logits_backward}")
+
+
+def test_the_fused_loss_lever_replaces_the_chunked_loss():
+    """A torchtune config with the chunked loss, checked without --gpu: the what-ifs (the smallest GPU that fits,
+    MEM205's fused cross-entropy) swap the chunked loss for the fused one instead of combining them (exit 2 before)."""
+    from pathlib import Path
+
+    from memlint.cli import main
+    from memlint.estimate import Setup, estimate
+    from memlint.estimate.levers import _fused
+
+    fixture = Path(__file__).resolve().parent.parent / "fixtures" / "configs" / "torchtune_llama3_1_8B_qlora_single_device.yaml"
+    assert main(["check", str(fixture), "--exit-zero", "-q"]) == 0
+    from memlint.catalog import resolve
+
+    s = Setup(resolve("meta-llama/Llama-3.1-8B"), method="lora", chunked_loss=8)
+    step = _fused(s)
+    fused = estimate(s.with_(**step.changes))
+    assert fused.setup.fused_loss and not fused.setup.chunked_loss

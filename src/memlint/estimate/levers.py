@@ -55,7 +55,8 @@ def _step(lever: str, changes: Mapping[str, Any], plan: Mapping[str, Any] | None
 def _fused(s: Setup) -> Step | None:
     if s.fused_loss or s.objective != "sft":
         return None
-    return _step("fused-loss", {"fused_loss": True}, {"fused_loss": True}, "use_liger_kernel=True")
+    # a fused loss replaces torchtune's chunked one
+    return _step("fused-loss", {"fused_loss": True, "chunked_loss": 0}, {"fused_loss": True}, "use_liger_kernel=True")
 
 
 def _double_quant(s: Setup) -> Step | None:

@@ -344,6 +344,8 @@ class LargeLogitsRule(Rule):
             return
         dt = s.compute_dtype
         what = f"{dt} logits, their fp32 upcast and log-softmax" if dt != "fp32" else "fp32 logits and log-softmax"
+        if s.chunked_loss:
+            what = f"torchtune's chunked cross-entropy: {s.chunked_loss} {dt} logit chunks and their fp32 log-softmax"
         if s.objective != "sft":
             rows = "chosen + rejected rows" if s.objective in ("dpo", "orpo", "cpo") else "rows"
             amp = s.precision in ("amp-bf16", "amp-fp16")
@@ -354,7 +356,7 @@ class LargeLogitsRule(Rule):
             what += f", autocast's {size_text(head_copy)} copy of the fp32 lm_head"
         saving = ""
         if s.objective == "sft":
-            peak_fused, fit_fused = refit(ctx, fused_loss=True)
+            peak_fused, fit_fused = refit(ctx, fused_loss=True, chunked_loss=0)
             saving = f"; a fused cross-entropy saves {size_text(est.peak - peak_fused)}"
             if fit_fused is not None and fit_fused.ok and not ctx.fit.ok:
                 saving += f" and fits on {ctx.gpu[0]}"
