@@ -107,12 +107,7 @@ class Reader:
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
             self.unknown(name, f"{'.'.join(map(str, path))} is not a number: {v!r}", *path)
             return None
-        if v is not None:
-            self.lit(name, v, *path)
-            return v
-        if default_key:
-            return self.fw(name, default_key)
-        return None
+        return self._literal_or_default(name, v, path, default_key)
 
     def int_field(self, name: str, *path: Any, default_key: str | None = None) -> int | None:
         """An integer plan field: literal from the file, else the framework default."""
@@ -122,6 +117,10 @@ class Reader:
             why = self.unread.get(tuple(path)) or ("not read (a refused YAML tag)" if tuple(path) in self.doc.refused else "is not an integer")
             self.unknown(name, f"{'.'.join(map(str, path))} {why}", *path)
             return None
+        return self._literal_or_default(name, v, path, default_key)
+
+    def _literal_or_default(self, name: str, v: Any, path: tuple, default_key: str | None) -> Any:
+        """The file's value as a literal, else the framework's default for `default_key` (None: neither)."""
         if v is not None:
             self.lit(name, v, *path)
             return v
