@@ -82,7 +82,11 @@ def run_entry(entry: dict, use_command: bool, memlint: list[str]) -> tuple[dict 
         except json.JSONDecodeError:
             return None, proc.returncode, "not JSON: " + proc.stdout[:200]
         if isinstance(doc, list):  # a launcher that runs several scripts: the entry's own file
-            doc = next((d for d in doc if d.get("path", "").endswith(entry["path"])), doc[0] if doc else None)
+            # a notebook that trains by running a script (`!python train.py ...`): the script it launches
+            launched = [d for d in doc if (d.get("via") or "").rsplit(":", 1)[0].endswith(entry["path"])]
+            own = next((d for d in doc if d.get("path", "").endswith(entry["path"])), None)
+            untrained = own is not None and (own.get("plan", {}).get("trainer") or {}).get("source", "unknown") == "unknown"
+            doc = launched[0] if launched and (own is None or untrained) else own or (doc[0] if doc else None)
     return doc, proc.returncode, proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
 
 

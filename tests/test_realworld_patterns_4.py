@@ -216,3 +216,27 @@ if __name__ == "__main__":
     plan = extract_file(target.path, launch=target.launch)
     got = {n: plan.fields[n].value for n in ("model_id", "per_device_batch", "grad_accum", "distributed", "trainer")}
     assert got == {"model_id": "gpt2", "per_device_batch": 4, "grad_accum": 8, "distributed": "zero3", "trainer": "Trainer"}
+
+
+def test_a_notebook_that_runs_a_script_is_its_launcher(tmp_path):
+    # THUDM/ChatGLM3 finetune_demo/lora_finetune.ipynb: `!CUDA_VISIBLE_DEVICES=0 python finetune_hf.py data/ MODEL configs/lora.yaml`
+    import json
+
+    from memlint.extract import extract_paths
+
+    (tmp_path / "train.py").write_text(
+        "import argparse\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+        "p = argparse.ArgumentParser()\np.add_argument('--model', default='gpt2')\np.add_argument('--bs', type=int, default=8)\n"
+        "a = p.parse_args()\nmodel = AutoModelForCausalLM.from_pretrained(a.model)\n"
+        "Trainer(model=model, args=TrainingArguments('o', per_device_train_batch_size=a.bs)).train()\n")
+    cells = [{"cell_type": "code", "source": ["!pip install -q transformers\n", "import os"]},
+             {"cell_type": "markdown", "source": ["# train"]},
+             {"cell_type": "code", "source": ["!CUDA_VISIBLE_DEVICES=0 python train.py --model Qwen/Qwen2.5-0.5B --bs 2"]}]
+    nb = tmp_path / "run.ipynb"
+    nb.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    plans = extract_paths([nb])
+    assert [p.path.endswith("run.ipynb") for p in plans] == [True, False]
+    launched = plans[1]
+    assert launched.via.endswith("run.ipynb:3")  # the notebook's code-cell line
+    assert launched.value("model_id") == "Qwen/Qwen2.5-0.5B" and launched.value("per_device_batch") == 2
+    assert launched.get("model_id").source == "command-line"

@@ -127,7 +127,8 @@ def expand_launchers(targets: list[Target], roots: Any = ()) -> list[Target]:
     pairs: list[Target] = []
     seen: set = set()
     for t in targets:
-        if not is_launcher(t.path):
+        # a notebook is read as Python and, for its `!python train.py ...` lines, as a launcher too
+        if not is_launcher(t.path) and t.path.suffix != ".ipynb":
             continue
         for pair in launcher_targets(t.path, t.shown, [*walked, Path.cwd()]):
             key = (str(pair.path.resolve()), pair.launch.origin, pair.launch.line)

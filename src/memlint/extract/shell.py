@@ -87,14 +87,34 @@ def _cd(words: list[str], cwd: str | None) -> str | None:
     return os.path.normpath(os.path.join(cwd or "", words[1]))
 
 
+def notebook_shell(path: Path) -> str:
+    """A notebook's shell lines (`!python train.py ...`, `%cd dir`) as a shell script, every other line of
+    its code cells blank, so line numbers are the notebook's (its code cells' lines, counted in order)."""
+    from memlint.extract.source import notebook_cells
+    from memlint.files import read_bytes
+
+    try:
+        lines, _ = notebook_cells(read_bytes(path).decode("utf-8", errors="replace"), path)
+    except (MemlintError, OSError):
+        return ""
+    out = []
+    for line in lines:
+        s = line.strip()
+        out.append(s[1:] if s.startswith("!") else "cd " + s[4:] if s.startswith("%cd ") else "")
+    return "\n".join(out)
+
+
 def launches(path: Path, shown: str) -> list[Launch]:
-    """The training launches a shell script or Makefile runs, with their line numbers."""
+    """The training launches a shell script, Makefile or notebook (its `!` lines) runs, with their line numbers."""
     from memlint.files import read_bytes
 
     try:
         if path.stat().st_size > _MAX_BYTES:
             return []
-        text = read_bytes(path).decode("utf-8", errors="replace")  # a regular file within max-file-size
+        if path.suffix == ".ipynb":
+            text = notebook_shell(path)
+        else:
+            text = read_bytes(path).decode("utf-8", errors="replace")  # a regular file within max-file-size
     except OSError:
         return []
     make = path.name in LAUNCHER_NAMES
