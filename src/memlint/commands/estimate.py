@@ -117,7 +117,7 @@ def _galore_targets(text: str | None) -> tuple[str, ...] | str:
     from memlint.library.defaults import run_default
 
     if text is None:
-        return tuple(run_default("galore_targets").value)
+        return tuple(run_default("galore_targets").value)  # Setup's default, as a tuple
     names = tuple(t.strip() for t in text.split(",") if t.strip())
     if not names:
         raise MemlintError("--galore-targets is empty")

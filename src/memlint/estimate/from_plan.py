@@ -395,7 +395,7 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
     adapter_dtype = _adapter_dtype(get, method, dtype, precision, plan.kind, notes)
     setup = Setup(
         model=spec, method=method, lora_targets=targets,
-        lora_r=int(get("lora_r").value or (_run_default("lora_r", notes, "LoRA r") if method != "full" else 8)),
+        **({} if method == "full" else {"lora_r": int(get("lora_r").value or _run_default("lora_r", notes, "LoRA r"))}),
         lora_dropout=_dropout(get, method, notes), quant=quant, quant_group_size=group,
         double_quant=double_quant, dtype=dtype, precision=precision, optim=optim, batch=int(batch),
         seq=int(seq), grad_accum=accum, recompute=bool(recompute), attn=attn, optimizer_in_bwd=in_bwd,
@@ -428,7 +428,9 @@ def _every(get, recompute: bool) -> int:
 def _galore(get, optim: str, method: str, notes: list[str]) -> dict[str, Any]:
     """GaLore's rank and target modules from the plan (TrainingArguments' optim_args and
     optim_target_modules), for a galore_* optimizer; the shared defaults where the plan has none."""
-    if not optim.startswith("galore") or method != "full":
+    from memlint.estimate.setup import optimizers
+
+    if not optimizers()[optim].get("galore") or method != "full":
         return {}
     kw: dict[str, Any] = {}
     rank, targets = get("galore_rank"), get("galore_targets")
@@ -436,7 +438,7 @@ def _galore(get, optim: str, method: str, notes: list[str]) -> dict[str, Any]:
     if targets.known and isinstance(targets.value, (str, list, tuple)):
         kw["galore_targets"] = targets.value if isinstance(targets.value, str) else tuple(targets.value)
     else:
-        kw["galore_targets"] = tuple(_run_default("galore_targets", notes, "optim_target_modules"))
+        _run_default("galore_targets", notes, "optim_target_modules")  # said; the Setup's default is the same
     return kw
 
 

@@ -34,7 +34,11 @@ REF_MODELS = ("auto", "none", "copy", "adapter-disabled", "precomputed")
 def _default(name: str) -> Any:
     """A Setup field's default: data/library_defaults.json "run_defaults", the table `estimate`,
     `plan` and `%memcheck` share."""
-    return field(default_factory=lambda: run_default(name).value)
+    def value() -> Any:
+        v = run_default(name).value
+        return tuple(v) if isinstance(v, list) else v  # a frozen Setup holds tuples
+
+    return field(default_factory=value)
 
 
 def known_optim(name: str, notes: list[str]) -> str:
@@ -122,7 +126,7 @@ class Setup:
     # GaLore (optim galore_*): the rank of the projected gradient and the optim_target_modules whose
     # nn.Linear weights are projected (substring or full-name match, as transformers matches them).
     galore_rank: int = _default("galore_rank")
-    galore_targets: tuple[str, ...] | str = field(default_factory=lambda: tuple(run_default("galore_targets").value))
+    galore_targets: tuple[str, ...] | str = _default("galore_targets")
     # TRL's objective and reference model. "auto" is what TRL does without a ref_model (see
     # `reference`): a frozen copy for a full fine-tune, the adapters disabled for peft.
     objective: str = "sft"

@@ -349,7 +349,7 @@ class Builder:
     def galore_fields(self, each: Any, line: int | None) -> None:
         """GaLore's optim_target_modules and optim_args' rank, when the Trainer's optim is a galore_* name."""
         optim = self.fields.get("optimizer")
-        if optim is None or not isinstance(optim.value, str) or not optim.value.startswith("galore"):
+        if optim is None or not isinstance(optim.value, str) or not api.galore_optimizer(optim.value):
             return
         self.put("galore_targets", each("optim_target_modules"), _targets, line)
         args = each("optim_args")

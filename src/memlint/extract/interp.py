@@ -1325,26 +1325,26 @@ class Interpreter:
 
     def window_idiom(self, elt: cst.CSTNode, var: str, offsets: RandomOffsets, env: Env) -> None:
         """`data[i : i + n] for i in ix` with ix = B random offsets: B windows of n tokens."""
-        for sub in _walk(elt):
-            if isinstance(sub, cst.Subscript) and len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Slice):
-                sl = sub.slice[0].slice
-                if (sl.lower is not None and self.code(sl.lower) == var and sl.upper is not None
-                        and isinstance(sl.upper, cst.BinaryOperation) and isinstance(sl.upper.operator, cst.Add)
-                        and self.code(sl.upper.left) == var):
-                    self.facts.windows.append(Window(offsets.count, self.ev(sl.upper.right, env), self.line_of(sub)))
-                    return
+        hit = self._offset_slice(elt, var)
+        if hit is not None:
+            self.facts.windows.append(Window(offsets.count, self.ev(hit[1], env), self.line_of(hit[0])))
 
     def chunk_idiom(self, elt: cst.CSTNode, var: str, step: cst.CSTNode, env: Env) -> None:
         """`t[i : i + n] for i in range(0, total, n)`: fixed-length blocks of n tokens."""
-        step_code = self.code(step)
+        hit = self._offset_slice(elt, var, self.code(step))
+        if hit is not None:
+            self.facts.chunking.append(Chunking(self.ev(step, env), self.line_of(hit[0])))
+
+    def _offset_slice(self, elt: cst.CSTNode, var: str, n: str | None = None) -> tuple[cst.Subscript, cst.CSTNode] | None:
+        """The first `x[var : var + n]` in `elt` (n written as `n` when given): (the subscript, n)."""
         for sub in _walk(elt):
             if isinstance(sub, cst.Subscript) and len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Slice):
                 sl = sub.slice[0].slice
-                if (sl.lower is not None and self.code(sl.lower) == var and sl.upper is not None
-                        and isinstance(sl.upper, cst.BinaryOperation) and self.code(sl.upper.left) == var
-                        and self.code(sl.upper.right) == step_code):
-                    self.facts.chunking.append(Chunking(self.ev(step, env), self.line_of(sub)))
-                    return
+                if (sl.lower is not None and self.code(sl.lower) == var and isinstance(sl.upper, cst.BinaryOperation)
+                        and isinstance(sl.upper.operator, cst.Add) and self.code(sl.upper.left) == var
+                        and (n is None or self.code(sl.upper.right) == n)):
+                    return sub, sl.upper.right
+        return None
 
     # ---- calls -----------------------------------------------------------------------------
 

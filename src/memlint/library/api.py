@@ -62,6 +62,11 @@ def collators() -> Mapping[str, str]:
     return {name: e["padding"] for name, e in _doc()["collators"].items()}
 
 
+def galore_optimizer(name: str) -> bool:
+    """Is `name` one of the Trainer's GaLore optims (data/optimizers.json "galore")?"""
+    return bool(data.load("optimizers.json")["optimizers"].get(name, {}).get("galore"))
+
+
 @data.derived
 def length_arguments() -> frozenset[str]:
     """Names of a script's own sequence-length argument (args.max_seq_length, cfg.cutoff_len)."""
