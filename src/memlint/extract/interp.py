@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import libcst as cst
-from memlint.extract import budget
+from memlint.extract import budget, slicing
 from memlint.extract.parsed import parse
 
 from memlint.extract.objects import (BoundMethod, Chunking, DictMethod, Fields, Obj, OpenFile, Partial, RandomOffsets, Range,
@@ -92,6 +92,7 @@ class Module:
     pos: Any
     env: Env
     is_main: bool
+    only: frozenset[str] | None = None  # a module imported from by name: the names walked (extract/slicing.py)
 
 
 @dataclass
@@ -147,6 +148,7 @@ class Interpreter:
         self.handlers = handlers
         self.facts = Facts()
         self.modules: dict[Path, Module | None] = {}
+        self.retired: list[Module] = []  # modules read in part, then again for more of their names
         self.stack: list[Func] = []
         self.mod: Module | None = None
         self.entry_line: int | None = None  # the script's line that called into a sibling module
@@ -239,24 +241,35 @@ class Interpreter:
                 return target
         return None
 
-    def sibling(self, dotted: str, level: int = 0) -> Module | None:
-        """A module of the script's checkout (its folder, its package, the repository), walked once for its names."""
+    def sibling(self, dotted: str, level: int = 0, names: frozenset[str] | None = None) -> Module | None:
+        """A module of the script's checkout (its folder, its package, the repository), walked once for its names;
+        with `names` (`from m import a, b`), only the statements those names need (extract/slicing.py)."""
         target = self.find_module(dotted, level)
         if target is None or target.resolve() == self.path.resolve():
             return None
         key = target.resolve()
         if key in self.modules:
-            return self.modules[key]
-        self.modules[key] = None  # import cycles see nothing
-        if len(self.modules) > MAX_SIBLINGS:
+            known = self.modules[key]
+            if known is None or known.only is None or (names is not None and names <= known.only):
+                return known
+            names = known.only | names if names is not None else None  # more of it is needed now
+            self.retired.append(known)
+        elif len(self.modules) >= MAX_SIBLINGS:
+            self.modules[key] = None
             self.facts.note(f"did not read sibling module {target.name} (too many or too large); its names are unknown")
             return None
+        if self.out_of_time():
+            return None
+        self.modules[key] = None  # import cycles see nothing
         try:
             text = read_text(target, min(MAX_SIBLING_BYTES, max_file_size()), what="sibling-module budget")
-            mod = self._load(target, text, dotted, is_main=False)
+            part = slicing.needed_source(text, names) if names is not None else None
+            mod = self._load(target, part if part is not None else text, dotted, is_main=False)
         except (OSError, UnicodeDecodeError, cst.ParserSyntaxError):
             self.facts.note(f"could not read sibling module {target.name}; its names are unknown")
             return None
+        if part is not None:
+            mod.only = names
         self.modules[key] = mod
         self._exec_module(mod)
         return mod
@@ -268,7 +281,7 @@ class Interpreter:
         try:
             return mod.pos[node].start.line if mod else None
         except KeyError:
-            for m in [self.main, *[x for x in self.modules.values() if x]]:
+            for m in [self.main, *[x for x in self.modules.values() if x], *self.retired]:
                 if node in m.pos:
                     return m.pos[node].start.line
             return None
@@ -619,8 +632,10 @@ class Interpreter:
     def do_import_from(self, node: cst.ImportFrom, env: Env) -> None:
         dotted = self.dotted(node.module) if node.module is not None else ""
         level = len(node.relative)
-        sib = self.sibling(dotted, level) if (level or dotted) else None
-        if isinstance(node.names, cst.ImportStar):
+        star = isinstance(node.names, cst.ImportStar)
+        wanted = None if star else frozenset(self.dotted(a.name) for a in node.names)
+        sib = self.sibling(dotted, level, wanted) if (level or dotted) else None
+        if star:
             if sib:
                 env.vars.update({k: v for k, v in sib.env.vars.items() if not k.startswith("_")})
             else:
