@@ -425,6 +425,11 @@ class Builder:
             conv = _targets if field == "lora_targets" else (_int if field == "lora_r" else _number)
             self.put(field, v, conv, lora.line)
         self.dora_field(lora, cls)
+        if lora.cls.endswith("(LoRA written in the checkout)") and not self.facts.lora_freezes:
+            self.notes.append(f"{lora.cls.split(' ', 1)[0]} (line {lora.line}) without "
+                              f"{'/'.join(sorted(api.checkout_lora_freeze()))}(model): the base's other parameters "
+                              "(embeddings, norms, lm_head, linears it does not convert) stay trainable; memlint counts "
+                              "only the LoRA parameters as trained, so the estimate is a lower bound")
         t = self.fields.get("lora_targets")
         if t is not None and t.source == "library-default" and t.value is None:
             self.notes.append("lora_targets: peft picks target modules by architecture when target_modules is None "

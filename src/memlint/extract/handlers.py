@@ -490,6 +490,40 @@ class Handlers:
         c.it.facts.objects.append(model)
         return model
 
+    def checkout_lora(self, it: Any, f: Any, name: str, args: list, kwargs: dict, line: int | None) -> Any:
+        """A LoRA helper of the script's own checkout (library_api.json "checkout_lora"): DeepSpeed-Chat's
+        convert_linear_layer_to_lora(model, part_module_name, lora_dim, ...) replaces every nn.Linear whose name
+        contains the part name with its own LoRA layer; read as a LoraConfig on those linears. Its `freeze`
+        function (only_optimize_lora_parameters) returns the model unchanged but says only LoRA trains."""
+        params = f.node.params
+        names = [p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]]
+
+        def arg(key: str, pos: int) -> Any:
+            if key in kwargs:
+                return kwargs[key]
+            at = names.index(key) if key in names else pos
+            if at < len(args):
+                return args[at]
+            return it.param_default(f, key) if key in names else Unknown(f"{key} of {f.qual}()")
+
+        if name in api.checkout_lora_freeze():
+            it.facts.lora_freezes.append(line)
+            return args[0] if args else kwargs.get("model", Unknown(f"the result of {f.qual}()"))
+        spec = api.checkout_lora()[name]
+        part = arg(*spec["targets"])
+        targets: Any = part
+        if isinstance(part, Const) and isinstance(part.value, str):
+            last = part.value.rstrip(".").rsplit(".", 1)[-1]
+            every = part.value.endswith(".") or last in ("layers", "layer", "h", "blocks", "decoder", "encoder", "model")
+            # a path prefix ("decoder.layers.", "layers.") names every linear under it: peft's all-linear
+            targets = part.with_value("all-linear" if every else [part.value],
+                                      f"nn.Linear modules whose name contains {part.value!r}")
+        cfg = PeftConfig(f"{name} (LoRA written in the checkout)", line or 0,
+                         {"r": arg(*spec["r"]), "lora_alpha": arg(*spec["alpha"]), "target_modules": targets,
+                          "lora_dropout": arg(*spec["dropout"])})
+        it.facts.objects.append(cfg)
+        return self.wrap_model(it, arg(*spec["model"]), line, peft=cfg)
+
     def get_peft_model(self, c: Call) -> Any:
         if c.owner in api.unsloth_loaders():
             return self.unsloth_peft(c)

@@ -113,6 +113,7 @@ class Facts:
     backward: list = field(default_factory=list)         # lines of loss.backward()
     scalers: list = field(default_factory=list)          # GradScaler lines
     grad_hooks: list = field(default_factory=list)       # GradHook: p.register_post_accumulate_grad_hook(fn)
+    lora_freezes: list = field(default_factory=list)     # lines of the checkout's only_optimize_lora_parameters(model)
     notes: list = field(default_factory=list)
     reached: dict = field(default_factory=dict)          # list name -> its length when the script's own run ended
 
@@ -1470,6 +1471,10 @@ class Interpreter:
             kwargs = {k: v for k, v in kwargs.items() if k != SPREAD}
             open_kwargs = True
         if isinstance(f, Func):
+            name = f.qual.rsplit(".", 1)[-1]
+            if name in api.checkout_lora() or name in api.checkout_lora_freeze():
+                f.ran = True  # modelled: its body (a walk over named_modules()) is not followed
+                return self.handlers.checkout_lora(self, f, name, args, kwargs, line)
             return self.call_function(f, args, kwargs, line)
         if isinstance(f, BoundMethod):
             return self.call_function(f.func, [f.instance, *args], kwargs, line)

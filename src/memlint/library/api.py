@@ -4,7 +4,7 @@ classes and attention implementations, for extract/, fix/ and estimate/ alike.""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 from memlint import data
 
@@ -74,6 +74,15 @@ def length_arguments() -> frozenset[str]:
 
 
 @data.derived
+def checkout_lora() -> Mapping[str, Any]:
+    """LoRA helpers written in training checkouts (DeepSpeed-Chat's convert_linear_layer_to_lora), by function name."""
+    return _doc()["checkout_lora"]["functions"]
+
+
+def checkout_lora_freeze() -> frozenset[str]:
+    return frozenset(_doc()["checkout_lora"]["freeze"])
+
+
 def unsloth_loaders() -> frozenset[str]:
     return frozenset(_doc()["unsloth_loaders"])
 
