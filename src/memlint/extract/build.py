@@ -714,18 +714,30 @@ class Builder:
         data = api.trainer(name).data if api.trainer(name) is not None else "collator"
         if data == "sft" or (name in ("Trainer",) and unsloth and arg_objs and arg_objs[0].cls == "trl.SFTConfig"):
             packs, lengths = [], []
+
+            def sft_field(a: Obj, attr: str) -> Any:
+                v = field_value(a, attr)
+                if isinstance(v, Unknown) and data == "sft" and a.cls.endswith("TrainingArguments"):
+                    # SFTTrainer(args=TrainingArguments(...)) rebuilds it as SFTConfig(**args.to_dict()):
+                    # the fields TrainingArguments lacks take SFTConfig's defaults
+                    d = library_default("trl.SFTConfig", attr)
+                    if d is not None:
+                        return Const(d.value, "library-default", a.line or None,
+                                     (f"{d.why}; {name} turns a TrainingArguments into an SFTConfig",))
+                return v
+
             for a in arg_objs or []:
                 p = trainer.kwargs.get("packing", a.get("packing"))
-                packs.append(p if p is not None else field_value(a, "packing"))
+                packs.append(p if p is not None else sft_field(a, "packing"))
                 ml = trainer.kwargs.get("max_seq_length", a.get("max_length", a.get("max_seq_length")))
                 if isinstance(ml, Const) and ml.value is None and "max_seq_length" in trainer.kwargs:
                     ml = None  # SFTTrainer(max_seq_length=None) (TRL < 0.20): the trainer's default applies
                 if ml is None and unsloth:
                     ml = self.unsloth_length(models)
                 if ml is None:
-                    ml = field_value(a, "max_length")
+                    ml = sft_field(a, "max_length")
                     if isinstance(ml, Unknown):
-                        ml = field_value(a, "max_seq_length")
+                        ml = sft_field(a, "max_seq_length")
                 lengths.append(ml)
             pack = _alts(packs) if packs else Unknown("packing")
             self.put("packing", pack, _bool, line)
@@ -832,8 +844,10 @@ class Builder:
             kind, src, pl = best
             c = src if isinstance(src, Const) else Const(kind, "literal", pl)
             self.fields["padding"] = Value(kind, c.source, Span(c.file or self.path, c.line or pl or 1), c.chain)
-        if not lengths:
-            lengths = self.length_argument()
+        if not any(isinstance(v, (Const, Alts)) for v in lengths):
+            # no length read (none, or only calls whose max_length memlint cannot follow, such as a helper's
+            # `max_length=tokenizer.model_max_length` of a tokenizer parameter): the script's own length argument
+            lengths = self.length_argument() or lengths
         self.put("max_length", _alts(lengths) if lengths else Unknown("no max_length in tokenizer calls or collators"), _length, line)
 
     def length_argument(self) -> list:

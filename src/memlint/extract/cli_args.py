@@ -183,13 +183,16 @@ def literal(text: str, like: Any = None) -> Any:
 
 
 def match_fields(words: Sequence[str], known: Iterable[str], bools: Iterable[str] = (),
-                 accept_any: bool = False) -> Matched:
+                 accept_any: bool = False, abbrev: Iterable[str] | None = None) -> Matched:
     """HfArgumentParser / fire / typer style `--name value` words: `--name=value`, `--name value`,
     a bool `--name` alone (True) or `--no_name` / `--noname` (False). `known` are the declared field
     names; with `accept_any`, undeclared `--name value` pairs are kept too (a TrainingArguments
     field memlint has no list of)."""
     known = set(known)
     bools = set(bools)
+    # argparse (HfArgumentParser included) takes an unambiguous prefix of a long option (allow_abbrev):
+    # `--max_seq_len 2048` is `--max_seq_length`; `abbrev` lists every option name that could clash
+    every = None if abbrev is None else known | set(abbrev)
     out = Matched()
     i = 0
     words = list(words)
@@ -201,6 +204,10 @@ def match_fields(words: Sequence[str], known: Iterable[str], bools: Iterable[str
             continue
         name, inline = (w[2:].split("=", 1) + [None])[:2] if "=" in w else (w[2:], None)
         key = name.replace("-", "_")
+        if every is not None and key not in every and len(key) >= 3:
+            cands = [k for k in every if k.startswith(key)]
+            if len(cands) == 1 and cands[0] in known:
+                key = cands[0]
         negated = None
         for prefix in ("no_", "no"):
             if key not in known and key.startswith(prefix) and key[len(prefix):] in bools:

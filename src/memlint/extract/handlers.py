@@ -462,6 +462,8 @@ class Handlers:
             adapter = PeftConfig("peft.PeftModel.from_pretrained", c.line or 0, {}, {}, True,
                                  adapter=c.arg(1, "model_id"))
             return self.wrap_model(c.it, c.arg(0, "model"), c.line, peft=adapter)
+        if owner == "PeftConfig" or owner in api.peft_configs():
+            return self.peft_config_of_folder(c)
         if owner == "AutoConfig" or owner.endswith("Config"):
             return HfConfig(c.qual, c.line or 0, {"model_id": c.arg(0, "pretrained_model_name_or_path")})
         if "Tokenizer" in owner or "Processor" in owner:
@@ -609,21 +611,37 @@ class Handlers:
             off = off or on
         return Const(None, off.source, off.line, off.chain + (f"trl.{c.name}() returns None",), off.file)
 
-    def peft_config_of_dict(self, c: Call) -> Any:
+    def peft_config_of_folder(self, c: Call) -> Any:
+        """PeftConfig.from_pretrained("configs/lora") / LoraConfig.from_pretrained(dir): the
+        adapter_config.json of that folder of the checkout, as peft reads it."""
+        from memlint.extract import runtime_config
+
+        ref = c.arg(0, "pretrained_model_name_or_path")
+        if not (isinstance(ref, Const) and isinstance(ref.value, str)):
+            return Unknown(f"{c.owner}.from_pretrained() of a folder memlint cannot read")
+        path = ref.value.rstrip("/")
+        if not path.endswith(".json"):
+            path += "/adapter_config.json"
+        d = runtime_config.read(c.it, Const(path, ref.source, ref.line, ref.chain, ref.file), f"{c.owner}.from_pretrained()")
+        if not isinstance(d, Dict):
+            return d if isinstance(d, Unknown) else Unknown(f"{path}: not a JSON object")
+        return self.peft_config_of_dict(c, d, f"{c.owner}.from_pretrained()")
+
+    def peft_config_of_dict(self, c: Call, d: Any = None, how: str = "peft.get_peft_config()") -> Any:
         """peft.get_peft_config(d): the config class d["peft_type"] names (LORA -> LoraConfig), built
         with d's other entries (a `peft_config:` block of a YAML file)."""
-        d = c.arg(0, "config_dict")
+        d = c.arg(0, "config_dict") if d is None else d
         if not isinstance(d, Dict):
             return Unknown("peft.get_peft_config() of a dict memlint cannot read")
         kind = d.items.get("peft_type")
         if not (isinstance(kind, Const) and isinstance(kind.value, str)):
-            return Unknown("peft.get_peft_config(): peft_type is unknown")
+            return Unknown(f"{how}: peft_type is unknown")
         names = {"LORA": "LoraConfig", "ADALORA": "AdaLoraConfig", "IA3": "IA3Config", "LOHA": "LoHaConfig",
                  "LOKR": "LoKrConfig", "PREFIX_TUNING": "PrefixTuningConfig", "PROMPT_TUNING": "PromptTuningConfig",
                  "P_TUNING": "PromptEncoderConfig"}
         cls = names.get(kind.value.upper())
         if cls is None:
-            return Unknown(f"peft.get_peft_config(): peft_type {kind.value!r}")
+            return Unknown(f"{how}: peft_type {kind.value!r}")
         o = PeftConfig(f"peft.{cls}", c.line or 0, {k: v for k, v in d.items.items() if k != "peft_type"}, open=d.open)
         o.attrs["peft_type"] = Const(kind.value.upper(), kind.source, kind.line, kind.chain, kind.file)
         c.it.facts.objects.append(o)
@@ -1415,6 +1433,13 @@ class Handlers:
                     fields.setdefault(k, v)
                 nxt = [b for b in c.bases if isinstance(b, Class)]
                 c = nxt[0] if nxt else None
+            lib = getattr(o, "library", None)
+            if lib and not fields:  # trl.ModelConfig: its field names are data
+                from memlint.library.defaults import declared_fields, default as library_default
+
+                for k in sorted(declared_fields(lib)):
+                    d = library_default(lib, k)
+                    fields[k] = Const(d.value, "library-default", None, (d.why,)) if d is not None else Unknown(f"{lib}.{k}")
             declared.append((o, fields))
         return declared
 
@@ -1450,7 +1475,8 @@ class Handlers:
         bools = {k for _, f in declared for k, v in f.items() if isinstance(v, Const) and isinstance(v.value, bool)}
         bools |= set(api.bool_fields())
         targs = next((o for o in objs if isinstance(o, TrainingArgs)), None)
-        matched = match_fields(it.launch.argv, names, bools, accept_any=targs is not None)
+        matched = match_fields(it.launch.argv, names, bools, accept_any=targs is not None,
+                               abbrev=_option_names() | bools)
         for key, raw in matched.values.items():
             owner = next((o for o, f in declared if key in f), targs)
             if owner is None:
@@ -1528,8 +1554,10 @@ class Handlers:
 
     def getattr(self, it: Any, obj: Obj, attr: str, line: int | None) -> Any:
         value = self._getattr(it, obj, attr, line)
-        if (attr in api.length_arguments() and isinstance(obj, (ArgNamespace, Namespace, DataclassInstance))
-                and not isinstance(obj, TrainingArgs)):
+        if attr in api.length_arguments() and (
+                isinstance(obj, (ArgNamespace, Namespace, DataclassInstance)) and not isinstance(obj, TrainingArgs)
+                or isinstance(obj, TrainingArgs) and _declares(obj.user_class, attr)):
+            # a TrainingArguments subclass's own field (`model_max_length: int = field(...)`) is the script's too
             it.facts.length_args.append(LengthArg(attr, value, line))
         return value
 
@@ -1721,6 +1749,27 @@ _QUALIFIED: dict[str, Callable[[Handlers, Call], Any]] = {
     "os.path.join": Handlers.path_join,
     "posixpath.join": Handlers.path_join,
 }
+def _declares(c: Any, attr: str) -> bool:
+    """Whether the script's class `c` (or one of its script bases) declares field `attr`."""
+    seen = 0
+    while isinstance(c, Class) and seen < 20:
+        seen += 1
+        if attr in c.fields:
+            return True
+        nxt = [b for b in c.bases if isinstance(b, Class)]
+        c = nxt[0] if nxt else None
+    return False
+
+
+@functools.lru_cache(maxsize=1)
+def _option_names() -> frozenset[str]:
+    """The training-argument field names memlint knows (TrainingArguments and the TRL configs): an
+    abbreviated `--flag` that is a prefix of one of these as well as of a script field is ambiguous."""
+    from memlint.library.defaults import declared_fields
+
+    return frozenset().union(*(declared_fields(c) for c in set(api.training_arguments().values())))
+
+
 _SUBCLASSED_PARSERS = ("HfArgumentParser", "TrlParser", "ArgumentParser")
 _BY_NAME: dict[str, Callable[[Handlers, Call], Any]] = {
     "from_pretrained": Handlers.from_pretrained,

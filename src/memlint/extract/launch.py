@@ -342,12 +342,14 @@ def _framework_config(launch: Launch, base: Path) -> Path | None:
     train.py yamls/x.yaml`): the run is that config."""
     if not launch.script:
         return None
-    free = [w for w in launch.argv if not w.startswith("-")]
-    if not free or not free[0].lower().endswith((".yaml", ".yml")):
+    # the script's first argument (`train.py recipe.yaml`, read as sys.argv[1]); the value of a flag
+    # (`sft.py --config recipe.yaml`) is the script's own parser's business (TrlParser reads it)
+    first = launch.argv[0] if launch.argv else ""
+    if first.startswith("-") or not first.lower().endswith((".yaml", ".yml")):
         return None
     from memlint.extract.configs import detect_file
 
-    cand = base / free[0]
+    cand = base / first
     kind = detect_file(cand) if cand.is_file() else None
     if kind == "trl-recipe" and _parses_yaml_itself(base / launch.script):
         return None  # HfArgumentParser arguments the script reads itself (parse_yaml_file(sys.argv[1]))

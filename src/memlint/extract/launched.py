@@ -46,6 +46,8 @@ def apply_launcher(plan: TrainingPlan, launch: Any, script: Path) -> TrainingPla
     cfg = opts.get("config_file")
     if launch.launcher == "accelerate" and cfg:
         plan = _accelerate_config(plan, launch, cfg, script)
+        if "num_gpus" in fields:  # `--num_processes=3` on the command line wins over the config file's num_processes
+            plan = plan.with_values(num_gpus=fields["num_gpus"])
     return plan
 
 

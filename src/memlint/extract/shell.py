@@ -24,6 +24,13 @@ _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-=])([^}]*))?\}|\$([A-Za-
 _SELF_DIR = re.compile(r"""\$\(\s*dirname\s+["']?(?:\$\{BASH_SOURCE(?:\[0\])?\}|\$BASH_SOURCE|\$\{0\}|\$0)["']?\s*\)"""
                        r"""|`\s*dirname\s+["']?(?:\$\{BASH_SOURCE(?:\[0\])?\}|\$BASH_SOURCE|\$0)["']?\s*`""")
 _SELF_DIR_PWD = re.compile(r"""\$\(\s*cd\s+["']?\.["']?\s*(?:&&|;)\s*pwd\s*\)""")
+_ARRAY_KEY = "[@]"  # env key of a bash array `A=(x y)` (its words joined by NUL)
+_ARRAY_DEF = re.compile(r"^\s*(?:local\s+|declare\s+-a\s+)?([A-Za-z_][A-Za-z0-9_]*)=\((.*)\)\s*(?:#.*)?$")
+_ARRAY_REF = re.compile(r"\$\{(#?)([A-Za-z_][A-Za-z0-9_]*)\[(@|\*|\d+)\]\}")
+_SUBST = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(//?)([^/}]*)/([^}]*)\}")
+_DEFAULT_HEAD = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:?[-=])")
+_POSITIONAL = re.compile(r"""^["']?\$(?:\{\d+\}|\d)["']?$""")
+_ARITH = re.compile(r"\$\(\((.*?)\)\)")
 _LAUNCH_WORD = re.compile(r"(?:^|[\s;&|(])(?:python\d*(?:\.\d+)*|torchrun|accelerate|deepspeed|composer|lightning)\b")
 
 
@@ -46,11 +53,35 @@ def _logical_lines(text: str) -> Iterator[tuple[int, str, tuple[tuple[str, int],
         if line.endswith("\\"):
             buf += line[:-1] + " "
             continue
+        if _open_quote(buf + line) and i - start < 50:  # `ARGS="` ... `"`: a quoted value over several lines
+            buf += line + " "
+            continue
         buf += line
         yield start, buf, tuple(flags) if i > start else ()
         buf = ""
     if buf:
         yield start, buf, tuple(flags)
+
+
+def _open_quote(line: str) -> bool:
+    """Whether `line` ends inside a quoted string (outside a comment)."""
+    q = None
+    i = 0
+    while i < len(line):
+        c = line[i]
+        if q is None:
+            if c == "#" and (i == 0 or line[i - 1] in " \t"):
+                return False
+            if c in "'\"":
+                q = c
+            elif c == "\\":
+                i += 1
+        elif c == q:
+            q = None
+        elif c == "\\" and q == '"':
+            i += 1
+        i += 1
+    return q is not None
 
 
 def _expand(text: str, env: dict[str, str]) -> str:
@@ -61,14 +92,116 @@ def _expand(text: str, env: dict[str, str]) -> str:
         if m.group(2) and m.group(3) is not None:  # ${X:-default}
             return _expand(m.group(3), env)
         return m.group(0)
-    return _VAR.sub(sub, text)
+
+    def array(m: re.Match) -> str:  # ${#A[@]} (its length), ${A[@]} (its words), ${A[0]}
+        items = env.get(m.group(2) + _ARRAY_KEY)
+        if items is None:
+            return m.group(0)
+        words = items.split("\x00") if items else []
+        if m.group(1):
+            return str(len(words))
+        if m.group(3) in ("@", "*"):
+            return " ".join(words)
+        i = int(m.group(3))
+        return words[i] if i < len(words) else ""
+
+    def replace_all(m: re.Match) -> str:  # ${X//,/ } and ${X/a/b}: bash's substitution of a literal pattern
+        if m.group(1) not in env or any(c in m.group(3) for c in "*?["):
+            return m.group(0)
+        return env[m.group(1)].replace(m.group(3), m.group(4), -1 if m.group(2) == "//" else 1)
+
+    text = _defaults(_ARRAY_REF.sub(array, _SUBST.sub(replace_all, text)), env)
+    return _ARITH.sub(_arith, _VAR.sub(sub, text))
+
+
+def _defaults(text: str, env: dict[str, str]) -> str:
+    """`${X:-default}` / `${X-default}` whose default holds `${...}` itself (the regex stops at the first `}`)."""
+    out, i = [], 0
+    while True:
+        j = text.find("${", i)
+        if j < 0:
+            return "".join(out) + text[i:]
+        m = _DEFAULT_HEAD.match(text, j)
+        depth, k = 1, j + 2
+        while m and k < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[k], 0) if text[k - 1] != "\\" else 0
+            k += 1
+        if not m or depth or "${" not in text[m.end():k - 1]:
+            out.append(text[i:j + 2])
+            i = j + 2
+            continue
+        name, op = m.group(1), m.group(2)
+        val = env.get(name)
+        use_default = val is None or (op.startswith(":") and val == "")
+        if op.endswith("="):  # ${X:=v} also assigns
+            if use_default:
+                env[name] = _expand(text[m.end():k - 1], env)
+        out.append(text[i:j])
+        out.append(_expand(text[m.end():k - 1], env) if use_default else val)
+        i = k
+
+
+def _arith(m: re.Match) -> str:
+    """$(( 1024 / 8 / 4 )) once its variables are expanded: integer + - * / % and parentheses, as bash
+    computes them (division truncates); anything else stays as written."""
+    import ast
+
+    expr = m.group(1).strip()
+    if not re.fullmatch(r"[\d\s+\-*/%()]+", expr):
+        return m.group(0)
+
+    def ev(n: ast.AST) -> int:
+        if isinstance(n, ast.Constant) and type(n.value) is int:
+            return n.value
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd)):
+            return -ev(n.operand) if isinstance(n.op, ast.USub) else ev(n.operand)
+        if isinstance(n, ast.BinOp):
+            a, b = ev(n.left), ev(n.right)
+            if isinstance(n.op, ast.Add):
+                return a + b
+            if isinstance(n.op, ast.Sub):
+                return a - b
+            if isinstance(n.op, ast.Mult):
+                return a * b
+            if isinstance(n.op, (ast.Div, ast.FloorDiv, ast.Mod)) and b != 0:
+                q = abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1)  # C division: toward zero
+                return q if not isinstance(n.op, ast.Mod) else a - q * b
+        raise ValueError(expr)
+
+    try:
+        return str(ev(ast.parse(expr, mode="eval").body))
+    except (SyntaxError, ValueError, RecursionError):
+        return m.group(0)
 
 
 def _unquote(value: str) -> str:
     value = value.strip()
+    if len(value) >= 2 and value[0] in "'\"":
+        end = _closing_quote(value)
+        if end is not None and (not value[end + 1:].strip() or value[end + 1:].strip().startswith("#")):
+            return value[1:end]  # `X="v" # a comment "with quotes"`
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
         return value[1:-1]
     return value.split(" #", 1)[0].strip()
+
+
+def _closing_quote(value: str) -> int | None:
+    """Where the quote opening `value` closes (a backslash escapes inside double quotes)."""
+    q, i = value[0], 1
+    while i < len(value):
+        if value[i] == "\\" and q == '"':
+            i += 2
+            continue
+        if value[i] == q:
+            return i
+        i += 1
+    return None
+
+
+def _quoted_alone(value: str) -> bool:
+    """A quoted value, perhaps followed by a comment: one word however many spaces it holds."""
+    end = _closing_quote(value) if len(value) >= 2 and value[0] in "'\"" else None
+    return end is not None and (not value[end + 1:].strip() or value[end + 1:].strip().startswith("#"))
 
 
 def _self_dir(text: str) -> str:
@@ -134,11 +267,26 @@ def launches(path: Path, shown: str) -> list[Launch]:
                 continue
             stripped = stripped.lstrip("@-+ ")
         else:
+            arr = _ARRAY_DEF.match(stripped)
+            if arr:  # `CUDAs=(${TOT_CUDA//,/ })`: a bash array of the expanded words
+                try:
+                    env[arr.group(1) + _ARRAY_KEY] = "\x00".join(tokens(_expand(arr.group(2), env)))
+                except MemlintError:
+                    pass
+                continue
             m = _ASSIGN.match(stripped)
             if m:
                 val = m.group(2).strip()
-                quoted = len(val) >= 2 and val[0] in "'\"" and val.endswith(val[0])
-                if quoted or " " not in val:  # `VAR=value` alone; `VAR=1 python train.py` is a command
+                if _POSITIONAL.match(val):  # `X=${1}`: the launcher's own argument, unknown here (X stays unset,
+                    continue                # so a later `${X:-default}` is the default it documents)
+                if val.startswith("$(") and val.endswith(")"):  # `X=$((A / B))` computed, `X=$(nvidia-smi ...)` unknown:
+                    got = _expand(val, env)                     # X stays unset unless it came out a number
+                    if re.fullmatch(r"-?\d+", got):
+                        env[m.group(1)] = got
+                    else:
+                        env.pop(m.group(1), None)
+                    continue
+                if _quoted_alone(val) or " " not in val.split(" #", 1)[0].strip():  # `VAR=value` alone; `VAR=1 python train.py` is a command
                     env[m.group(1)] = _unquote(_expand(val, env))
                     continue
         if stripped.startswith("cd ") and not make:
@@ -172,7 +320,16 @@ def launcher_targets(path: Path, shown: str, roots: list[Path]) -> list:
 
     out = []
     for launch in launches(path, shown):
-        bases = [path.parent, *roots]
+        # beside the launcher, then the folders above it up to the checkout (`bash scripts/train.sh` run from
+        # the folder that holds train.py), then the roots
+        ups = [a for a in path.parent.resolve().parents][:4]
+        stop = [r.resolve() for r in roots]
+        bases = [path.parent]
+        for a in ups:
+            bases.append(a)
+            if a in stop:
+                break
+        bases += [r for r in roots if r.resolve() not in {b.resolve() for b in bases}]
         if launch.cwd:
             bases = [b / launch.cwd for b in bases] + bases
         target = None

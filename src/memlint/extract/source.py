@@ -95,11 +95,17 @@ def transform_lines(lines: list[str], cells: list[int] | None) -> str:
     state = _LineState()
     cell_starts = set(cells or ())
     drop_body = False  # inside a non-Python cell magic (%%bash, %%writefile)
+    skip = 0  # continuation lines of a `!` / `%` line already joined into it (blank, so line numbers hold)
     for i, line in enumerate(lines):
         at_cell_start = i in cell_starts or (cells is None and bool(_CELL_MARKER.match(line)))
         if at_cell_start:
             drop_body = False
             state = _LineState()
+            skip = 0
+        if skip:
+            skip -= 1
+            out.append("")
+            continue
         if drop_body:
             if cells is None and not line.strip():
                 drop_body = False  # an exported script has no cell ends: a blank line ends the body
@@ -112,6 +118,12 @@ def transform_lines(lines: list[str], cells: list[int] | None) -> str:
                 if stripped.startswith("%%"):
                     name = stripped[2:].split(" ", 1)[0]
                     drop_body = name not in _PYTHON_CELL_MAGICS
+                else:  # `%pip install \` / `!python train.py \`: IPython joins the backslash-continued lines
+                    j = i
+                    while stripped.endswith("\\") and j + 1 < len(lines) and (j + 1) not in cell_starts:
+                        j += 1
+                        stripped = stripped[:-1].rstrip() + " " + lines[j].strip()
+                    skip = j - i
                 out.append(indent + _magic_call(stripped))
                 continue
             m = _ASSIGN_MAGIC.match(stripped)

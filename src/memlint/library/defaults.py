@@ -44,6 +44,15 @@ def default(cls: str, field: str) -> Default | None:
     return None
 
 
+def declared_fields(cls: str) -> frozenset[str]:
+    """Every field name library dataclass `cls` declares that memlint knows of, in any version
+    (its defaults and its `declared` list): where HfArgumentParser sends a config key."""
+    entry = _table().get(cls)
+    if entry is None:
+        return frozenset()
+    return frozenset(entry["fields"]) | frozenset(entry.get("declared", ()))
+
+
 def lora_default_targets(model_type: str) -> Default | None:
     """peft's target_modules for a LoraConfig that leaves them out, for a base model of `model_type`
     (None: peft has no default for it and raises)."""
