@@ -33,6 +33,7 @@ PLAN_FIELDS = (
     "lora_alpha",
     "lora_targets",
     "lora_dropout",
+    "lora_modules_to_save",
     "use_dora",
     "adapter_dtype",
     "quant_bits",

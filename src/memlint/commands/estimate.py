@@ -30,6 +30,9 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
     flag("--lora-r", key="lora_r", type=int, metavar="N")
     flag("--lora-targets", key="lora_targets", metavar="all-linear|q_proj,v_proj,…")
     flag("--lora-dropout", key="lora_dropout", type=float, metavar="P")
+    g.add_argument("--modules-to-save", default="", metavar="NAMES",
+                   help="peft's modules_to_save, comma-separated (embed_tokens,lm_head): each a trained full copy of "
+                        "that module beside the adapters")
     g.add_argument("--use-dora", action=argparse.BooleanOptionalAction, default=False,
                    help="DoRA (LoraConfig(use_dora=True)): a magnitude vector per adapted layer, the weight norm every forward")
     g.add_argument("--quant", choices=("none", "nf4", "fp4", "int8", "gptq", "awq"), default=None,
@@ -102,7 +105,8 @@ def setup_from_args(args: argparse.Namespace):
         raise MemlintError("--lora-r/--lora-targets/--use-dora need --method lora or qlora")
     return Setup(
         model=model, method=args.method, quant_group_size=group, lora_r=args.lora_r, lora_targets=targets,
-        lora_dropout=args.lora_dropout, use_dora=args.use_dora, quant=quant, double_quant=args.double_quant, dtype=args.dtype,
+        lora_dropout=args.lora_dropout, use_dora=args.use_dora,
+        modules_to_save=tuple(t.strip() for t in args.modules_to_save.split(",") if t.strip()), quant=quant, double_quant=args.double_quant, dtype=args.dtype,
         precision=precision, optim=args.optim, batch=args.batch, seq=args.seq, grad_accum=args.grad_accum,
         recompute=args.recompute, attn=args.attn, gpus=args.gpus, shard=args.shard, offload=args.offload,
         nodes=args.nodes, kbit_prep=_kbit_prep(args, quant), fused_loss=args.fused_loss, chunked_loss=args.chunked_loss,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from memlint.estimate.model_state import lora_modules
+from memlint.estimate.model_state import lora_modules, trains_lm_head_copy
 from memlint.library.api import attention
 from memlint.estimate.setup import DTYPE_BYTES, Setup, preference
 
@@ -151,6 +151,9 @@ def _per_token_layer_bytes(s: Setup) -> tuple[int, int, int]:
         total += _dora_saved_per_token(s, a, core)
     # Once per model: token ids, the rotary cos/sin, and the final norm.
     once = 8 + 2 * a * m.head_dim + norm
+    if trains_lm_head_copy(s):
+        # a trained lm_head (modules_to_save) keeps its input for its weight gradient; a frozen one does not
+        once += (a if s.precision in ("amp-bf16", "amp-fp16") else x) * h
     return total, x * h, once
 
 

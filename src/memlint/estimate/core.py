@@ -272,6 +272,15 @@ def _setup_notes(s: Setup, accounting: str) -> list[str]:
         notes.append(attn_note)
     if s.model.text_only:
         notes.append(f"{s.model.id}: multimodal checkpoint counted as its text tower")
+    if s.modules_to_save:
+        from memlint.estimate.model_state import saved_copies, unsized_saved
+
+        if saved_copies(s):
+            notes.append("modules_to_save: peft's ModulesToSaveWrapper keeps each frozen original and trains a full copy "
+                         "in the base's dtype (weights, gradients and optimizer state of the copy counted)"
+                         + ("; with tied embeddings the copy is counted untied (not trace-validated)" if s.model.tied_embeddings else ""))
+        if unsized_saved(s):
+            notes.append(f"modules_to_save {', '.join(unsized_saved(s))}: not sized; their copies are not counted")
     if s.objective != "sft":
         obj = data.load("preference.json")["objectives"][s.objective]
         notes.append(f"{obj['trainer']}: " + {

@@ -403,6 +403,7 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
         gpus=gpus, shard=shard, nodes=nodes, offload=offload, fused_loss=fused,
         objective=objective, ref_model=ref_model, trl_version=installed_version("trl") if objective != "sft" else None,
         kbit_prep=kbit_prep, adapter_dtype=adapter_dtype, use_dora=_use_dora(get, method),
+        modules_to_save=_modules_to_save(get, method, notes),
         offload_activations=_offload_activations(get), chunked_loss=0 if fused or objective != "sft" else _chunked(get),
     )
     return PlannedSetup(setup, (), tuple(notes))
@@ -490,6 +491,25 @@ def _optimizer_in_bwd(get) -> bool:
     if v.candidates and False in v.candidates:
         return False  # a path without it holds every gradient: the worst case
     return True
+
+
+def _modules_to_save(get, method: str, notes: list[str]) -> tuple[str, ...]:
+    """peft's modules_to_save: the names the plan gives (each a trained full copy of that module); an
+    unknown value is counted as none, and said."""
+    v = get("lora_modules_to_save")
+    if method == "full" or v.value is None and v.known:
+        return ()
+    if not v.known or not isinstance(v.value, (list, tuple)):
+        notes.append("lora_modules_to_save is unknown: no trained module copies counted")
+        return ()
+    from memlint.estimate.model_state import _saved_kind
+
+    names = tuple(str(x) for x in v.value)
+    other = [n for n in names if _saved_kind(n) is None]
+    if other:
+        notes.append(f"modules_to_save {', '.join(other)}: not sized by memlint (only the input embeddings and "
+                     "lm_head are); their trained copies are not counted")
+    return names
 
 
 def _use_dora(get, method: str) -> bool:

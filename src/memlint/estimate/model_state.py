@@ -93,7 +93,42 @@ def full_tensors(model: ModelSpec) -> list[Tensor]:
 def trainable_params(s: Setup) -> int:
     if s.method == "full":
         return s.model.params
-    return lora_params(s.model, s.lora_r, s.lora_targets, s.use_dora)
+    return lora_params(s.model, s.lora_r, s.lora_targets, s.use_dora) + sum(t.numel * t.count for t in saved_copies(s))
+
+
+# The module names transformers' causal LMs give their input embeddings and lm_head: what peft's
+# modules_to_save matches (by the last component of the module's name) when runs name them.
+_INPUT_EMBEDDINGS = ("embed_tokens", "wte", "word_embeddings", "embed_in", "tok_embeddings")
+_OUTPUT_EMBEDDINGS = ("lm_head", "embed_out")
+
+
+def _saved_kind(name: str) -> str | None:
+    last = name.rsplit(".", 1)[-1]
+    return "input" if last in _INPUT_EMBEDDINGS else "output" if last in _OUTPUT_EMBEDDINGS else None
+
+
+def saved_copies(s: Setup) -> list[Tensor]:
+    """The trained copies peft's ModulesToSaveWrapper makes of the modules_to_save it can size (the input
+    embeddings, lm_head: vocab x hidden each, untied from each other); the frozen originals stay."""
+    if s.method == "full":
+        return []
+    kinds = dict.fromkeys(k for k in map(_saved_kind, s.modules_to_save) if k)
+    return [Tensor(s.model.vocab, s.model.hidden) for _ in kinds]
+
+
+def unsized_saved(s: Setup) -> list[str]:
+    """modules_to_save names memlint does not size (a classifier head, a norm): their copies are not counted."""
+    return [n for n in s.modules_to_save if _saved_kind(n) is None]
+
+
+def trains_lm_head_copy(s: Setup) -> bool:
+    return s.method != "full" and any(_saved_kind(n) == "output" for n in s.modules_to_save)
+
+
+def saved_copy_bytes(s: Setup) -> int:
+    """Bytes per element of those copies: the base module's dtype (peft casts only adapter layers to fp32),
+    fp32 where prepare_model_for_kbit_training upcast the embeddings and lm_head first."""
+    return 4 if s.upcasts_kbit else s.weight_bytes
 
 
 def trainable_dtype(s: Setup, accounting: str) -> str:
@@ -162,8 +197,11 @@ def weight_bytes(s: Setup, accounting: str) -> tuple[int, str]:
         return m.params * wb, f"{m.params:,} params × {wb} B"
     n_lora = lora_params(m, s.lora_r, s.lora_targets, s.use_dora)
     ab = DTYPE_BYTES[trainable_dtype(s, accounting)]
+    n_copy, cb = sum(t.numel for t in saved_copies(s)), saved_copy_bytes(s)
+    copies = f" + {n_copy:,} modules_to_save copies × {cb} B" if n_copy else ""
     if s.quant == "none":
-        return m.params * wb + n_lora * ab, f"{m.params:,} frozen × {wb} B + {n_lora:,} {'DoRA' if s.use_dora else 'LoRA'} × {ab} B"
+        return (m.params * wb + n_lora * ab + n_copy * cb,
+                f"{m.params:,} frozen × {wb} B + {n_lora:,} {'DoRA' if s.use_dora else 'LoRA'} × {ab} B{copies}")
     q = quantized_linear_bytes(m, s.quant, s.double_quant, accounting, s.quant_group_size)
     rest = m.params - m.quantizable_params
     rb = 4 if (accounting == "real" and s.upcasts_kbit) else wb
@@ -172,8 +210,8 @@ def weight_bytes(s: Setup, accounting: str) -> tuple[int, str]:
     if s.quant in ("gptq", "awq"):
         dq = f" (group {s.quant_group_size}, fp16 scales)"
     return (
-        q + rest * rb + n_lora * ab,
-        f"{m.quantizable_params:,} {label}{dq} + {rest:,} unquantized × {rb} B + {n_lora:,} LoRA × {ab} B",
+        q + rest * rb + n_lora * ab + n_copy * cb,
+        f"{m.quantizable_params:,} {label}{dq} + {rest:,} unquantized × {rb} B + {n_lora:,} LoRA × {ab} B{copies}",
     )
 
 
@@ -183,6 +221,10 @@ def weight_bytes(s: Setup, accounting: str) -> tuple[int, str]:
 def gradient_bytes(s: Setup, accounting: str) -> tuple[int, str]:
     n = trainable_params(s)
     b = DTYPE_BYTES[trainable_dtype(s, accounting)]
+    n_copy = sum(t.numel for t in saved_copies(s))
+    if n_copy:
+        cb = saved_copy_bytes(s)
+        return (n - n_copy) * b + n_copy * cb, f"{n - n_copy:,} adapter params × {b} B + {n_copy:,} modules_to_save × {cb} B"
     return n * b, f"{n:,} trainable × {b} B"
 
 
@@ -263,6 +305,8 @@ def optimizer_bytes(s: Setup, accounting: str) -> tuple[int, str]:
     pbytes = _state_param_bytes(s, accounting)
     tensors = trainable_tensors(s)
     state = sum(_state_bytes_per_tensor(t, spec, pbytes) for t in tensors)
+    cbytes = 4 if s.precision == "master-fp32" else saved_copy_bytes(s)
+    state += sum(_state_bytes_per_tensor(t, spec, cbytes) for t in saved_copies(s))
     formula = {
         "param": f"{spec['states']} state(s) × {pbytes} B (parameter dtype)",
         "fp32": f"{spec['states']} fp32 state(s)",
@@ -273,6 +317,8 @@ def optimizer_bytes(s: Setup, accounting: str) -> tuple[int, str]:
     if s.precision == "master-fp32":
         state += n * 4
         formula = "fp32 master copy + " + formula
+    if saved_copies(s) and spec["state_dtype"] == "param" and cbytes != pbytes:
+        formula += f"; the modules_to_save copies' states in their {cbytes} B dtype"
     return state, f"{n:,} trainable: {formula}"
 
 
@@ -285,11 +331,16 @@ def optimizer_step_temporaries(s: Setup, accounting: str) -> int:
     spec = s.optimizer
     pbytes = _state_param_bytes(s, accounting)
     tensors = trainable_tensors(s)
-    largest = max((t.numel for t in tensors), default=0)
+    copies = saved_copies(s)
+    largest = max((t.numel for t in [*tensors, *copies]), default=0)
     if spec["impl"] == "galore":
         return galore_step_temporaries(s, spec, pbytes)
     if spec["impl"] == "foreach" and spec["states"] == 2:
-        return sum(t.numel * t.count for t in tensors) * pbytes
+        # foreach steps each (device, dtype) group in turn: bf16 copies beside fp32 adapters are a group of their own
+        cbytes = 4 if s.precision == "master-fp32" else saved_copy_bytes(s)
+        own = sum(t.numel * t.count for t in tensors) * pbytes
+        cps = sum(t.numel for t in copies) * cbytes
+        return own + cps if cbytes == pbytes else max(own, cps)
     if spec["states"] == "factored":
         return largest * 4 * 4  # fp32 copies of grad, grad², update and param of one tensor
     if spec["impl"] == "forloop":

@@ -127,6 +127,10 @@ class Setup:
     # nn.Linear weights are projected (substring or full-name match, as transformers matches them).
     galore_rank: int = _default("galore_rank")
     galore_targets: tuple[str, ...] | str = _default("galore_targets")
+    # peft's modules_to_save (LoraConfig(modules_to_save=[...]), axolotl lora_modules_to_save, LLaMA-Factory
+    # additional_target): each named module keeps its frozen original and gains a trained full copy
+    # (ModulesToSaveWrapper), in the base's dtype: the input embeddings and lm_head are what runs name.
+    modules_to_save: tuple[str, ...] = ()
     # TRL's objective and reference model. "auto" is what TRL does without a ref_model (see
     # `reference`): a frozen copy for a full fine-tune, the adapters disabled for peft.
     objective: str = "sft"
@@ -164,6 +168,8 @@ class Setup:
                                "preference objective")
         if not isinstance(self.chunked_loss, int) or self.chunked_loss < 0:
             raise MemlintError("--chunked-loss is a number of chunks (torchtune's num_output_chunks, 8), or 0")
+        if self.modules_to_save and self.method == "full":
+            raise MemlintError("--modules-to-save trains full copies of modules beside LoRA adapters: use --method lora or qlora")
         if self.use_dora and self.method == "full":
             raise MemlintError("--use-dora is a LoRA variant: use --method lora or qlora")
         if self.optimizer_in_bwd and self.grad_accum > 1:

@@ -332,6 +332,7 @@ def _apply_lora(model: Any, setup: Setup, dropout: float) -> Any:
     targets = "all-linear" if setup.lora_targets == "all-linear" else list(setup.lora_targets)
     config = LoraConfig(r=setup.lora_r, lora_alpha=2 * setup.lora_r, target_modules=targets,
                         lora_dropout=dropout, use_dora=setup.use_dora,
+                        modules_to_save=list(setup.modules_to_save) or None,
                         task_type="SEQ_CLS" if setup.objective == "reward" else "CAUSAL_LM")
     # peft's default autocast_adapter_dtype=True keeps fp16/bf16 adapters in fp32 (a plain bf16
     # loop, adapter_dtype "fp32"); pure-bf16 recipes that keep them bf16 ask peft not to.
@@ -598,6 +599,9 @@ def _traced_attention(setup: Setup, mode: str, notes: list[str]) -> str:
 
 
 def _refuse_unsupported(setup: Setup, model: Any) -> None:
+    if setup.modules_to_save and setup.model.tied_embeddings:
+        raise MemlintError("memlint.measure does not trace modules_to_save on a model with tied embeddings (peft's copy "
+                           "of a tied module unties it; memlint counts an untied copy, not trace-validated)")
     if setup.quant == "int8":
         raise MemlintError("an 8-bit (LLM.int8) base is not supported by memlint.measure yet")
     if setup.quant in ("gptq", "awq"):

@@ -127,6 +127,19 @@ class FrameworkReader(Reader):
         else:
             self.lit("use_dora", v, *path)
 
+    def modules_to_save(self, key: str, why_unset: str) -> None:
+        """peft's modules_to_save from the framework's key (axolotl / TRL lora_modules_to_save, a list;
+        LLaMA-Factory additional_target, comma-separated): each passes it to LoraConfig(modules_to_save=...)."""
+        v = self.doc.get(key)
+        if v is None:
+            self.lib("lora_modules_to_save", None, why_unset)
+        elif isinstance(v, str) and v.strip():
+            self.lit("lora_modules_to_save", [x.strip() for x in v.split(",") if x.strip()], key)
+        elif isinstance(v, list) and all(isinstance(x, str) for x in v):
+            self.lit("lora_modules_to_save", list(v), key)
+        else:
+            self.unknown("lora_modules_to_save", f"{key} is not a list of module names", key)
+
     def ta_int(self, name: str, key: str, cls: str) -> None:
         """An integer TrainingArguments field: literal, else the library's default (library_defaults.json)."""
         if self.doc.has(key):
@@ -283,6 +296,7 @@ class Axolotl(FrameworkReader):
         else:
             self.unknown("lora_targets", "neither lora_target_modules nor lora_target_linear")
         self.dora("peft_use_dora", why_unset="axolotl: peft_use_dora not set (LoraConfig's use_dora=False)")
+        self.modules_to_save("lora_modules_to_save", "axolotl: lora_modules_to_save not set (LoraConfig's modules_to_save=None)")
         if adapter == "qlora":
             if not b4:
                 self.bad("adapter: qlora requires load_in_4bit: true (axolotl refuses to start without it)", "adapter")
@@ -470,6 +484,7 @@ class LlamaFactory(FrameworkReader):
             elif rank is not None:
                 self.lib("lora_alpha", rank * 2, "llamafactory hparams/finetuning_args.py: lora_alpha None -> lora_rank * 2")
             self.dora("use_dora", why_unset="LLaMA-Factory hparams/finetuning_args.py: use_dora False")
+            self.modules_to_save("additional_target", "LLaMA-Factory hparams/finetuning_args.py: additional_target None")
             t = d.get("lora_target")
             if t is None:
                 t = self.fw("lora_targets", "lora_target")
@@ -571,6 +586,7 @@ class TrlRecipe(FrameworkReader):
             else:
                 self.lib("lora_targets", None, "trl ModelConfig.lora_target_modules None: peft picks the architecture's defaults")
             self.dora("use_dora", why_unset="trl ModelConfig.use_dora False (get_peft_config passes it to LoraConfig)")
+            self.modules_to_save("lora_modules_to_save", "trl ModelConfig.lora_modules_to_save None")
         else:
             src = "use_peft" if d.has("use_peft") else None
             if src:
