@@ -53,6 +53,9 @@ class ModelSpec:
     counted_as: str | None = None
     # a pre-quantized checkpoint's config.json quantization_config (GPTQ / AWQ): quant_method, bits, group_size, desc_act
     quantization: Mapping[str, Any] | None = None
+    # an encoder (arch["encoder"]): what each task head adds, counted on transformers' own head classes
+    # (catalog/meta.py _count_encoder): fixed + per_label parameters, the head's linears, a tied decoder
+    task_heads: Mapping[str, Any] | None = None
 
     # Convenience views over `arch`, named as the formulas name them.
     @property
@@ -84,7 +87,8 @@ class ModelSpec:
         return self.arch["intermediate_size"]
 
     def layer_linears(self) -> tuple[Linear, ...]:
-        return tuple(l for l in self.linears if l.name != "lm_head")
+        """The linears inside the layers: not lm_head, nor an encoder's task-head linears (role "head")."""
+        return tuple(l for l in self.linears if l.name != "lm_head" and l.role != "head")
 
     @property
     def lm_head(self) -> Linear | None:
@@ -117,6 +121,7 @@ def spec_from_entry(model_id: str, entry: Mapping[str, Any], source: str = "cata
         text_only=entry.get("text_only", False),
         counted_as=entry.get("counted_as"),
         quantization=prequantized(entry.get("quantization") or entry.get("config", {}).get("quantization_config")),
+        task_heads=entry.get("heads"),
     )
 
 
