@@ -210,8 +210,21 @@ def named_by_folder(path: str) -> ModelSpec | None:
     return replace(spec_from_entry(shown, entry, source="folder-name"), assumed_from=text)
 
 
+_NAME = re.compile(r"[a-z]+")
+
+
+def _family_word(model_id: str) -> str:
+    """The leading word of a checkpoint's name (its last path component): llama, qwen, bert, dbrx ..."""
+    m = _NAME.match(model_id.lower().rsplit("/", 1)[-1])
+    return m.group(0) if m else ""
+
+
 def closest_ids(model_id: str, n: int = 3) -> list[str]:
-    names = list(_index())
+    """Catalogued ids spelled like `model_id`, and of its family: a similar string of another family
+    (bert-base-uncased against databricks/dbrx-base: its last component dbrx-base, difflib ratio 0.54) is no
+    suggestion."""
+    word = _family_word(model_id)
+    names = [k for k in _index() if _family_word(k) == word] if word else []
     key = model_id.lower()
     hits = difflib.get_close_matches(key, names, n=n, cutoff=0.4)
     if not hits:  # match on the last path component: "llama-3.1-8b" vs "meta-llama/llama-3.1-8b"

@@ -74,6 +74,12 @@ def length_arguments() -> frozenset[str]:
 
 
 @data.derived
+def task_head(model_class: str) -> str | None:
+    """The output head a model class loads (data/library_api.json "task_heads", by the end of its name)."""
+    heads = {k: v for k, v in _doc()["task_heads"].items() if not k.startswith("_")}
+    return next((v for k, v in heads.items() if model_class.endswith(k)), None)
+
+
 def unsloth_loaders() -> frozenset[str]:
     return frozenset(_doc()["unsloth_loaders"])
 
