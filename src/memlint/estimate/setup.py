@@ -160,19 +160,7 @@ class Setup:
         check("objective", OBJECTIVES)
         check("ref_model", REF_MODELS)
         check("task_head", TASK_HEADS)
-        if not isinstance(self.num_labels, int) or self.num_labels < 1:
-            raise MemlintError("--num-labels must be a positive integer")
-        if self.encoder:
-            if self.head == "causal-lm":
-                raise MemlintError(f"{self.model.id} is an encoder: --head sequence-classification, "
-                                   "token-classification or masked-lm (it has no causal-LM head)")
-            if self.method != "full" or self.objective != "sft" or self.fused_loss or self.chunked_loss:
-                raise MemlintError(f"{self.model.id}: memlint accounts for encoders fully fine-tuned with their task "
-                                   "head (--method full, no preference objective or fused/chunked loss); "
-                                   "LoRA on an encoder is not modelled yet")
-        elif self.head != "causal-lm":
-            raise MemlintError(f"--head {self.head}: memlint models task heads on encoders (BERT, RoBERTa, XLM-RoBERTa); "
-                               f"{self.model.id} is a decoder (its reward head: --objective reward)")
+        self._validate_head()
         needs_ref = preference()["objectives"][self.objective]["reference"]
         if not needs_ref and self.ref_model not in ("auto", "none"):
             raise MemlintError(f"--objective {self.objective} has no reference model: use --ref-model none")
@@ -239,6 +227,22 @@ class Setup:
         if self.ref_model == "auto":
             return default_ref_model(self.objective, self.method)
         return self.ref_model
+
+    def _validate_head(self) -> None:
+        """The task head: an encoder's classification / masked-LM head, fully fine-tuned; a decoder's LM head."""
+        if not isinstance(self.num_labels, int) or self.num_labels < 1:
+            raise MemlintError("--num-labels must be a positive integer")
+        if self.encoder:
+            if self.head == "causal-lm":
+                raise MemlintError(f"{self.model.id} is an encoder: --head sequence-classification, "
+                                   "token-classification or masked-lm (it has no causal-LM head)")
+            if self.method != "full" or self.objective != "sft" or self.fused_loss or self.chunked_loss:
+                raise MemlintError(f"{self.model.id}: memlint accounts for encoders fully fine-tuned with their task "
+                                   "head (--method full, no preference objective or fused/chunked loss); "
+                                   "LoRA on an encoder is not modelled yet")
+        elif self.head != "causal-lm":
+            raise MemlintError(f"--head {self.head}: memlint models task heads on encoders (BERT, RoBERTa, XLM-RoBERTa); "
+                               f"{self.model.id} is a decoder (its reward head: --objective reward)")
 
     @property
     def encoder(self) -> bool:
