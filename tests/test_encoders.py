@@ -181,3 +181,15 @@ def test_unknown_model_suggestions_are_close_names():
     # another family's similar string is no suggestion (bert-base-uncased used to get databricks/dbrx-base)
     assert closest_ids("electra-base-discriminator") == [] and closest_ids("t5-base") == []
     assert closest_ids("llama-3.1-8b")[:2] == ["unsloth/Llama-3.1-8B", "meta-llama/Llama-3.1-8B"]
+
+
+def test_real_cpu_tensors_run_the_encoder_step():
+    """device="cpu" (real tensors): the CPU SDPA refuses dropout in its flash kernel, so the math path runs
+    (no stand-in); the step completes and counts the head's parameters."""
+    pytest.importorskip("torch")
+    from memlint.measure import measure
+
+    m = tiny("bert", hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2)
+    s = Setup(m, dtype="fp32", precision="fp32", batch=1, seq=32, optim="adamw_torch", num_labels=3)
+    r = measure(s, device="cpu", steps=1)
+    assert r.details["trainable_params"] == encoder_spec(m, "sequence-classification", 3).params

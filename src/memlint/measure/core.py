@@ -661,7 +661,7 @@ class _Run:
         if self.mode != "cuda":
             stack.enter_context(_cuda_dropout())
             if self.setup.encoder:
-                stack.enter_context(_cuda_encoder_kernels())
+                stack.enter_context(_cuda_encoder_kernels(flash_dropout=fake_mode is not None))
         if self.setup.recompute:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             if self.setup.recompute_every > 1:
@@ -871,12 +871,13 @@ def _encoder_head(model: Any) -> Any:
 
 
 @contextlib.contextmanager
-def _cuda_encoder_kernels():
+def _cuda_encoder_kernels(flash_dropout: bool = True):
     """What CUDA runs for an encoder's step that the CPU would run otherwise:
 
     - SDPA with dropout (training, no mask): CUDA's flash / memory-efficient kernels take dropout_p and save the
       output and an fp32 logsumexp (no score matrix); the CPU falls back to the math path, which materialises the
-      s x s scores. Run the CPU flash kernel (the same saved tensors) with the dropout.
+      s x s scores. Run the CPU flash kernel (the same saved tensors) with the dropout: on fake tensors only
+      (`flash_dropout`; the real CPU kernel refuses dropout, so real CPU tensors keep the math path).
     - autocast: CUDA casts softmax and layer_norm inputs to fp32 (their fp32 op list); CPU's autocast runs them in
       half. Cast as CUDA does."""
     import torch
@@ -886,7 +887,7 @@ def _cuda_encoder_kernels():
 
     def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                                      enable_gqa=False):
-        if dropout_p > 0 and attn_mask is None and not enable_gqa:
+        if flash_dropout and dropout_p > 0 and attn_mask is None and not enable_gqa:
             return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
                 query, key, value, dropout_p, is_causal, scale=scale)[0]
         return sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
