@@ -65,6 +65,8 @@ PLAN_FIELDS = (
     "offload",
     "trainer",
     "ref_model",
+    "task_head",
+    "num_labels",
 )
 
 METHODS = ("full", "lora", "qlora")

@@ -41,4 +41,11 @@ def linear_role(name: str) -> str:
 def arch_facts(model_type: str) -> dict[str, Any]:
     """The family facts a ModelSpec's `arch` carries."""
     f = family(model_type)
-    return {"mlp": f["mlp"], "norm": f["norm"], "norms_per_layer": f["norms_per_layer"]}
+    out = {"mlp": f["mlp"], "norm": f["norm"], "norms_per_layer": f["norms_per_layer"]}
+    if f["encoder"]:  # only encoders carry the key: decoder entries stay as they were
+        out["encoder"] = True
+    return out
+
+
+def encoder(model_type: str) -> bool:
+    return bool(family(model_type)["encoder"])

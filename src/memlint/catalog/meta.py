@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from memlint.catalog.families import arch_facts, linear_role
+from memlint.catalog.families import arch_facts, encoder, linear_role
 
 _LAYER_INDEX = re.compile(r"^(?:.*\.)?(?:layers|h|blocks|layer)\.(\d+)\.(.+)$")
 
@@ -69,7 +69,62 @@ def count_on_meta(model_type: str, config: dict) -> dict:
     return _count_on_meta(model_type, config)
 
 
+# The task heads an encoder is fine-tuned with: transformers' Auto class for each (the script's choice).
+ENCODER_HEADS = {
+    "sequence-classification": "AutoModelForSequenceClassification",
+    "token-classification": "AutoModelForTokenClassification",
+    "masked-lm": "AutoModelForMaskedLM",
+}
+
+
+def _count_encoder(model_type: str, config: dict) -> dict:
+    """An encoder's exact counts without a head (the base model, no pooler: the pooler belongs to the heads that
+    use it), and, per task head, what the head class adds, read off transformers' own classes built on the meta
+    device with 1 and 2 labels: `fixed` parameters plus `per_label` for each label, and the head's own linears."""
+    import torch
+    import transformers
+    from transformers import AutoConfig, AutoModel
+
+    cfg = AutoConfig.for_model(model_type, **config)
+    with torch.device("meta"):
+        base = AutoModel.from_config(cfg, add_pooling_layer=False)
+    counted = _count_module(model_type, cfg, base, out_emb=None)
+    base_total = counted["params"]
+    heads = {}
+    for head, auto in ENCODER_HEADS.items():
+        totals, linears, tied = [], {}, False
+        for labels in (1, 2):
+            hcfg = AutoConfig.for_model(model_type, **{**config, "num_labels": labels})
+            with torch.device("meta"):
+                model = getattr(transformers, auto).from_config(hcfg)
+            totals.append(sum(p.numel() for p in model.parameters()))
+            prefix = model.base_model_prefix
+            if labels == 2:
+                out = model.get_output_embeddings()
+                tied = out is not None and out.weight is model.get_input_embeddings().weight
+                for name, mod in model.named_modules():
+                    if isinstance(mod, torch.nn.Linear) and not name.startswith(prefix + "."):
+                        if mod is out and tied:
+                            continue  # the tied decoder is the word embedding matrix (its bias is counted)
+                        linears[name] = {"in": mod.in_features, "out": mod.out_features,
+                                         "bias": mod.bias is not None, "labels": head != "masked-lm"
+                                         and mod.out_features == 2}
+                pooler = getattr(getattr(model, prefix), "pooler", None)
+                pooled = pooler is not None
+                if pooled:  # BERT's pooler: inside the base model, used (and counted) by this head only
+                    dense = pooler.dense
+                    linears[f"{prefix}.pooler.dense"] = {"in": dense.in_features, "out": dense.out_features,
+                                                         "bias": dense.bias is not None, "labels": False}
+        per_label = totals[1] - totals[0] if head != "masked-lm" else 0
+        heads[head] = {"class": auto.replace("AutoModelFor", ""), "fixed": totals[0] - per_label - base_total,
+                       "per_label": per_label, "linears": linears, "tied_decoder": tied, "pooler": pooled}
+    counted["heads"] = heads
+    return counted
+
+
 def _count_on_meta(model_type: str, config: dict) -> dict:
+    if encoder(model_type):
+        return _count_encoder(model_type, config)
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.pytorch_utils import Conv1D
@@ -77,7 +132,13 @@ def _count_on_meta(model_type: str, config: dict) -> dict:
     cfg = AutoConfig.for_model(model_type, **config)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(cfg)
-    out_emb = model.get_output_embeddings()
+    return _count_module(model_type, cfg, model, model.get_output_embeddings())
+
+
+def _count_module(model_type: str, cfg, model, out_emb) -> dict:
+    import torch
+    from transformers.pytorch_utils import Conv1D
+
     in_emb = model.get_input_embeddings()
     tied = out_emb is not None and out_emb.weight is in_emb.weight
 

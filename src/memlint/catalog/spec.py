@@ -53,6 +53,9 @@ class ModelSpec:
     counted_as: str | None = None
     # a pre-quantized checkpoint's config.json quantization_config (GPTQ / AWQ): quant_method, bits, group_size, desc_act
     quantization: Mapping[str, Any] | None = None
+    # an encoder (arch["encoder"]): what each task head adds, counted on transformers' own head classes
+    # (catalog/meta.py _count_encoder): fixed + per_label parameters, the head's linears, a tied decoder
+    task_heads: Mapping[str, Any] | None = None
 
     # Convenience views over `arch`, named as the formulas name them.
     @property
@@ -84,7 +87,8 @@ class ModelSpec:
         return self.arch["intermediate_size"]
 
     def layer_linears(self) -> tuple[Linear, ...]:
-        return tuple(l for l in self.linears if l.name != "lm_head")
+        """The linears inside the layers: not lm_head, nor an encoder's task-head linears (role "head")."""
+        return tuple(l for l in self.linears if l.name != "lm_head" and l.role != "head")
 
     @property
     def lm_head(self) -> Linear | None:
@@ -117,6 +121,7 @@ def spec_from_entry(model_id: str, entry: Mapping[str, Any], source: str = "cata
         text_only=entry.get("text_only", False),
         counted_as=entry.get("counted_as"),
         quantization=prequantized(entry.get("quantization") or entry.get("config", {}).get("quantization_config")),
+        task_heads=entry.get("heads"),
     )
 
 
@@ -205,8 +210,21 @@ def named_by_folder(path: str) -> ModelSpec | None:
     return replace(spec_from_entry(shown, entry, source="folder-name"), assumed_from=text)
 
 
+_NAME = re.compile(r"[a-z]+")
+
+
+def _family_word(model_id: str) -> str:
+    """The leading word of a checkpoint's name (its last path component): llama, qwen, bert, dbrx ..."""
+    m = _NAME.match(model_id.lower().rsplit("/", 1)[-1])
+    return m.group(0) if m else ""
+
+
 def closest_ids(model_id: str, n: int = 3) -> list[str]:
-    names = list(_index())
+    """Catalogued ids spelled like `model_id`, and of its family: a similar string of another family
+    (bert-base-uncased against databricks/dbrx-base: its last component dbrx-base, difflib ratio 0.54) is no
+    suggestion."""
+    word = _family_word(model_id)
+    names = [k for k in _index() if _family_word(k) == word] if word else []
     key = model_id.lower()
     hits = difflib.get_close_matches(key, names, n=n, cutoff=0.4)
     if not hits:  # match on the last path component: "llama-3.1-8b" vs "meta-llama/llama-3.1-8b"

@@ -73,6 +73,10 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
                    help="reference for dpo/kto (default: a frozen copy for a full fine-tune, adapters disabled for peft)")
     g.add_argument("--trl-version", default=None, metavar="X.Y",
                    help="TRL version whose step layout to model (default: the installed one, else the newest known)")
+    g.add_argument("--head", choices=("auto", "causal-lm", "sequence-classification", "token-classification", "masked-lm"),
+                   default="auto", help="the output head, the class the script loads (auto: causal-lm for a decoder, "
+                   "sequence-classification for an encoder such as BERT / RoBERTa)")
+    flag("--num-labels", key="num_labels", type=int, metavar="N", help="labels of a classification head")
     g.add_argument("--gpus", type=int, default=1, metavar="N")
     g.add_argument("--shard", choices=("none", "zero1", "zero2", "zero3", "fsdp", "fsdp_shard_grad_op", "fsdp_hybrid"),
                    default="none")
@@ -113,6 +117,7 @@ def setup_from_args(args: argparse.Namespace):
         offload_activations=args.offload_activations, optimizer_in_bwd=args.optimizer_in_bwd,
         recompute_every=args.recompute_every, galore_rank=args.galore_rank, galore_targets=_galore_targets(args.galore_targets),
         objective=args.objective, ref_model=args.ref_model, trl_version=args.trl_version or installed_version("trl"),
+        task_head=args.head, num_labels=args.num_labels,
     )
 
 

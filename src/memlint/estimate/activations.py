@@ -28,6 +28,7 @@ class ActivationTerms:
     formula: str
     logits_formula: str
     transient: int = 0   # forward working memory next to the saved body (DoRA's weight norm of its largest layer)
+    forward_transient: int = 0  # forward-only working memory next to the saved body (an encoder layer's own)
 
 
 def textbook(s: Setup) -> ActivationTerms:
@@ -49,6 +50,25 @@ def textbook(s: Setup) -> ActivationTerms:
         body, formula = offloaded(body, per_layer, 2 * sb * m.hidden, per_layer if s.recompute else 0, s.recompute, formula)
     logits = sb * m.vocab * 4
     return ActivationTerms(body, per_layer, logits, 0, formula, "s·b·V × 4 B (fp32 logits)")
+
+
+def _head_outputs(s: Setup) -> tuple[int, str]:
+    """(elements, formula) of an encoder head's logits: b x num_labels (sequence classification), s·b x
+    num_labels (token classification), s·b x V (masked LM)."""
+    sb = s.seq * s.batch
+    if s.head == "sequence-classification":
+        return s.batch * s.num_labels, "b·labels"
+    if s.head == "token-classification":
+        return sb * s.num_labels, "s·b·labels"
+    return sb * s.model.vocab, "s·b·V"
+
+
+def textbook_encoder(s: Setup) -> ActivationTerms:
+    """The article's count for the encoder layers (34·s·b·h per layer, + 5·a·s²·b eager) and the head's fp32
+    logits."""
+    t = textbook(s)
+    n, f = _head_outputs(s)
+    return ActivationTerms(t.body, t.per_layer, n * 4, 0, t.formula, f"{f} × 4 B (fp32 logits)")
 
 
 def residual_bytes(s: Setup) -> int:
@@ -348,6 +368,8 @@ def _fused(s: Setup, body: int, per_layer: int, formula: str, copies_head: int) 
 
 
 def activations(s: Setup, accounting: str) -> ActivationTerms:
+    if s.encoder:
+        return textbook_encoder(s) if accounting == "textbook" else encoder_terms(s)
     if s.objective != "sft":
         out = preference_terms(s, accounting)
     else:
@@ -483,3 +505,177 @@ def logps_layout(s: Setup) -> dict:
                         "ref": preference()["objectives"][s.objective]["ref"]}
             return entry
     raise AssertionError("preference.json covers every version")
+
+
+# --------------------------------------------------------------------------- encoders
+
+
+def _encoder_layer_bytes(s: Setup) -> tuple[int, int, str]:
+    """(bytes per token, bytes per token and head per key position) that one post-LN encoder layer (transformers'
+    BertLayer / RobertaLayer / XLMRobertaLayer, 5.x) saves for backward, read off the layer's code:
+
+    attention: query/key/value read the layer input (one shared tensor; under autocast each linear casts its own
+    half copy), their outputs q, k, v; SDPA (CUDA's flash / memory-efficient kernel, dropout inside) keeps its output
+    (the output dense's input, read in place) and an fp32 logsumexp per head; eager attention keeps q, k, v, the
+    output copy the dense reads, and per head and key position the softmax output (fp32 under CUDA's autocast), the
+    dropout's bool mask and the dropped-out probabilities (the matmul's half cast under autocast);
+    then dropout (bool mask), the residual add and LayerNorm (its input and mean/rstd); the MLP: the intermediate
+    dense's input (the LayerNorm output, or its half cast), GELU's input and output (the output dense's input),
+    dropout's mask, the second LayerNorm's input and statistics."""
+    m = s.model
+    a = DTYPE_BYTES[s.compute_dtype]
+    x = residual_bytes(s)
+    h, i = m.hidden, m.intermediate
+    amp = s.precision in ("amp-bf16", "amp-fp16")
+    attn_in = 3 * a * h if amp else x * h
+    mlp_in = a * h if amp else x * h
+    ln = x * h + 8
+    per_tok = attn_in + 3 * a * h + a * h + h + ln + mlp_in + 2 * a * i + h + ln
+    per_key = 0
+    if attention()[s.attn].kernel == "eager":
+        sm = 4 if amp else a
+        per_key = m.heads * (sm + 1 + a)
+        parts = f"eager attention + {m.heads}·s × ({sm}+1+{a}) B probabilities, mask and dropped copy"
+    else:
+        per_tok += 4 * m.heads
+        parts = "SDPA (out + fp32 logsumexp)"
+    return per_tok, per_key, parts
+
+
+def _encoder_once_bytes(s: Setup) -> tuple[int, int]:
+    """(saved, forward-only) bytes per token once per model: the embedding sum's LayerNorm (input + statistics)
+    and dropout mask, RoBERTa's position ids (made from input_ids: 8 B), and the encoder's output and the
+    embedding output. Without autocast the head's first linear keeps the encoder output (BERT's pooler a view of
+    it) and the first layer its input; under autocast both keep half casts only, so the two full-width tensors
+    live through forward alone (the embedding output as the base model's local `embedding_output`)."""
+    x = residual_bytes(s)
+    h = s.model.hidden
+    pos_ids = 8 if s.model.arch.get("model_type") in ("roberta", "xlm-roberta") else 0
+    saved = x * h + 8 + h + pos_ids
+    if s.precision in ("amp-bf16", "amp-fp16"):
+        return saved, 2 * x * h
+    return saved + x * h, 0
+
+
+def _encoder_once_per_row(s: Setup) -> int:
+    """Bytes saved once per sequence position, whatever the batch: the token-type ids the embeddings gather from
+    their all-zero buffer ([1, s] int64), which token_type_embeddings keeps."""
+    return 8 * s.seq
+
+
+def _encoder_head_bytes(s: Setup) -> tuple[int, int, str]:
+    """(forward, backward) bytes after the encoder's last layer: the head's saved tensors, its logits and the
+    cross-entropy (CUDA's autocast runs it in fp32: a copy and the log-softmax output), and in backward their
+    gradients."""
+    m = s.model
+    sb = s.seq * s.batch
+    a = DTYPE_BYTES[s.compute_dtype]
+    x = residual_bytes(s)
+    h = m.hidden
+    amp = s.precision in ("amp-bf16", "amp-fp16")
+    n, f = _head_outputs(s)
+    up = 4 if a != 4 else 0
+    loss = (a + up + 4) * n
+    if amp and s.dtype == "fp32":  # autocast's half copies of the head's own linear weights
+        loss += sum(l.in_features * l.out_features for l in m.linears if l.role == "head") * a
+    if s.head == "sequence-classification":
+        # the first token only: the head's few b x h tensors (pooler/dense input cast, tanh, dropout)
+        fwd = s.batch * h * (3 * a + 2) + loss
+        return fwd, fwd + (a + 4) * n, f"{f} logits + the first token's b·h head tensors"
+    if s.head == "token-classification":
+        # dropout over every token (bool mask + its output; the classifier's half cast under autocast)
+        fwd = sb * h * (1 + x + (a if amp else 0)) + loss
+        return fwd, fwd + (a + 4) * n, f"dropout s·b·h × (1+{x}{'+' + str(a) if amp else ''}) B + {f} logits × ({a}+{up}+4) B"
+    # masked LM: transform dense (input cast), GELU (input), LayerNorm (fp32 input under CUDA's autocast),
+    # decoder input (cast), the s·b·V logits, their fp32 copy and log-softmax
+    ln_in = 4 if amp else a
+    body = sb * h * ((a if amp else 0) + a + ln_in + (a if amp else x)) + 8 * sb
+    copies = m.vocab * h * a if amp and s.dtype == "fp32" else 0  # autocast's half copy of the tied decoder
+    fwd = body + copies + loss
+    bwd = body + copies + (a + up + 4 + a) * n
+    return fwd, bwd, (f"MLM head s·b·h tensors + {f} × ({a}+{up}+4) B logits, fp32 copy, log-softmax"
+                      + (f" + autocast's {a}-byte copy of the tied decoder" if copies else ""))
+
+
+def _encoder_layer_backward(s: Setup) -> int:
+    """The largest working set of the last layer's backward beyond what it saved: the output dense's backward
+    makes the gradient of its s·b·i input (compute dtype) and of its weight (i·h, the parameter dtype) while the
+    incoming s·b·h gradient is alive and the second LayerNorm's input and the dropout mask are already freed;
+    with eager attention the gradients of the probabilities (s² per head, two of them)."""
+    from memlint.estimate.model_state import trainable_dtype
+
+    m = s.model
+    sb = s.seq * s.batch
+    a = DTYPE_BYTES[s.compute_dtype]
+    x = residual_bytes(s)
+    amp = s.precision in ("amp-bf16", "amp-fp16")
+    # under autocast the half gradient of the dense's output is a copy beside the fp32 residual gradient, and the
+    # weight's gradient exists in half before autocast's cast accumulates it into the fp32 .grad
+    mlp = (sb * (a * m.intermediate + (m.hidden if amp else -m.hidden))
+           + m.intermediate * m.hidden * (DTYPE_BYTES[trainable_dtype(s, "real")] + (a if amp else 0)))
+    attn = 0
+    if attention()[s.attn].kernel == "eager":
+        # by the attention's backward the layer's MLP tensors (GELU's input and output, both LayerNorm inputs,
+        # the masks) are freed; two s² gradients per head are alive at a time
+        amp = s.precision in ("amp-bf16", "amp-fp16")
+        sm = 4 if amp else a
+        # (under autocast the half and fp32 gradients of the cast overlap: ~1 B more per element, measured)
+        attn = sb * (m.heads * s.seq * (sm + a + (1 if amp else 0)) - 2 * a * m.intermediate - 3 * x * m.hidden
+                     - 2 * m.hidden)
+    return max(mlp, attn)
+
+
+def encoder_terms(s: Setup) -> ActivationTerms:
+    """An encoder's step (transformers' BERT / RoBERTa / XLM-RoBERTa with its task head)."""
+    m = s.model
+    sb = s.seq * s.batch
+    per_tok, per_key, parts = _encoder_layer_bytes(s)
+    per_layer = (per_tok + per_key * s.seq) * sb
+    once_tok, fwd_only_tok = _encoder_once_bytes(s)
+    once = once_tok * sb + _encoder_once_per_row(s)
+    fwd_only = fwd_only_tok * sb
+    x = residual_bytes(s)
+    copies = 0
+    if s.precision in ("amp-bf16", "amp-fp16") and s.dtype == "fp32":
+        copies = sum(l.in_features * l.out_features * l.count for l in m.layer_linears()) * DTYPE_BYTES[s.compute_dtype]
+    if s.recompute:
+        body = x * m.hidden * sb * m.layers + once + copies
+        formula = (f"{x}·s·b·h·L checkpointed layer inputs; one layer ({per_tok:,} B/token"
+                   f"{f' + {per_key:,} B/token/key' if per_key else ''}) comes back in backward")
+    else:
+        body = per_layer * m.layers + once + copies
+        formula = (f"{per_tok:,} B/token/layer{f' + {per_key:,}·s B/token/layer' if per_key else ''} saved "
+                   f"(post-LN encoder layer, {parts}, dropout masks) × s·b·L + embeddings")
+    if copies:
+        formula += " + autocast's half copies of the fp32 linear weights"
+    fwd, bwd, head_f = _encoder_head_bytes(s)
+    if s.recompute:
+        fwd_only //= 2  # the embedding output is the first checkpointed input (in the body)
+    fwd += fwd_only
+    layer_bwd = _encoder_layer_backward(s)
+    a = DTYPE_BYTES[s.compute_dtype]
+    amp = s.precision in ("amp-bf16", "amp-fp16")
+    if s.recompute:
+        # a checkpointed layer's forward keeps nothing, but its MLP's s·b·i input and GELU output exist together,
+        # beside the first LayerNorm's output (the residual) and its half cast; the embedding output is a
+        # checkpointed input already, the encoder output comes after; in backward one recomputed layer
+        # (per_layer) is alive with its own backward's working set
+        inside = (2 * a * m.intermediate + ((x + a) * m.hidden if amp else 0)) * sb
+        if attention()[s.attn].kernel == "eager":
+            # the unsaved s² tensors of a checkpointed eager attention: the softmax output, the dropout's output
+            # and mask exist together (approximate: beside q, k, v)
+            sm = 4 if amp else a
+            inside = max(inside, sb * (m.heads * s.seq * (2 * sm + 1) + 3 * a * m.hidden * (2 if amp else 1)))
+        return ActivationTerms(body, per_layer, fwd, bwd, formula, head_f, transient=layer_bwd,
+                               forward_transient=inside)
+    # forward: inside each layer the dropped-out MLP output stays alive while LayerNorm makes the layer's output;
+    # under autocast the first LayerNorm's fp32 output (the MLP's residual) is not saved but alive, and the
+    # layer's fp32 output is new (the next layer keeps only half casts of it), and its fp32 input is the layer's
+    # and the encoder loop's local
+    inside = (a + 3 * x) * m.hidden * sb if amp else a * m.hidden * sb
+    if amp and attention()[s.attn].kernel == "eager":
+        # eager attention returns its fp32 dropped-out probabilities (attn_weights), which the layer holds (`_`)
+        # to its end; only their half cast is saved
+        inside += 4 * m.heads * s.seq * sb
+    return ActivationTerms(body, per_layer, fwd, max(bwd, layer_bwd), formula, head_f,
+                           forward_transient=inside + fwd_only // 2)

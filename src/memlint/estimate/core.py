@@ -76,9 +76,11 @@ def _reference_weights(s: Setup, accounting: str) -> tuple[int, str]:
 
 def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = None) -> Estimate:
     notes: list[str] = []
+    s_in = s
     if s.objective == "reward":
-        s_in = s
         s = s.with_(model=ms.reward_spec(s.model))
+    if s.encoder:  # the encoder with the head the script loads (its parameters are the head class's)
+        s = s.with_(model=ms.encoder_spec(s.model, s.head, s.num_labels))
     w, w_f = ms.weight_bytes(s, accounting)
     g, g_f = ms.gradient_bytes(s, accounting)
     o, o_f = ms.optimizer_bytes(s, accounting)
@@ -127,8 +129,7 @@ def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = Non
                 f"(reserved − allocated: {frag_f})")
         notes += _real_notes(s, tmp)
     notes += _setup_notes(s, accounting)
-    if s.objective == "reward":
-        s = s_in
+    s = s_in
 
     comps = {
         "weights": Component("weights", w + gath, w_f),
@@ -190,7 +191,7 @@ def _real_phases(s: Setup, lay, a, w: int, g: int, o: int, tmp: int, gath: int, 
     optimizer step (its temporaries)."""
     g_fwd = g if s.grad_accum > 1 else 0
     keep = lay.persistent
-    fwd = w + gath + o + g_fwd + keep + a.body + max(a.logits_forward, a.transient)
+    fwd = w + gath + o + g_fwd + keep + a.body + max(a.logits_forward, a.transient, a.forward_transient)
     transient = (a.per_layer + a.transient) if s.recompute else 0
     if s.steps_in_backward:
         # g is one parameter's gradient and tmp its step's temporaries, alive while backward still holds the
@@ -270,6 +271,12 @@ def _setup_notes(s: Setup, accounting: str) -> list[str]:
     attn_note = attention()[s.attn].note
     if attn_note and accounting == "real":
         notes.append(attn_note)
+    if s.encoder:
+        cls = (s.model.task_heads or {})[s.head]["class"]
+        labels = f", {s.num_labels} labels" if s.head != "masked-lm" else ""
+        notes.append(f"encoder with transformers' {s.model.model_type}'s {cls} head{labels}"
+                     + (" (the head assumed: --head)" if s.task_head == "auto" else "")
+                     + "; dropout 0.1 in every layer (CUDA's fused dropout keeps a 1-byte mask)")
     if s.model.text_only:
         notes.append(f"{s.model.id}: multimodal checkpoint counted as its text tower")
     if s.modules_to_save:

@@ -405,8 +405,27 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
         kbit_prep=kbit_prep, adapter_dtype=adapter_dtype, use_dora=_use_dora(get, method),
         modules_to_save=_modules_to_save(get, method, notes),
         offload_activations=_offload_activations(get), chunked_loss=0 if fused or objective != "sft" else _chunked(get),
+        **_head(get, spec, notes),
     )
     return PlannedSetup(setup, (), tuple(notes))
+
+
+def _head(get, spec, notes: list[str]) -> dict[str, Any]:
+    """The output head the script's model class loads (plan task_head) and its num_labels; an encoder's
+    classification head without a known num_labels takes transformers' default (said)."""
+    v = get("task_head")
+    head = v.value if v.known and v.value in ("causal-lm", "sequence-classification", "token-classification",
+                                              "masked-lm") else "auto"
+    if not spec.arch.get("encoder"):
+        return {}  # a decoder: its LM head (TRL's reward head is the objective's)
+    out: dict[str, Any] = {"task_head": head}
+    if head in ("auto", "sequence-classification", "token-classification"):
+        n = get("num_labels")
+        if n.known and isinstance(_worst(n), int) and _worst(n) >= 1:
+            out["num_labels"] = int(_worst(n))
+        else:
+            out["num_labels"] = int(_run_default("num_labels", notes, "num_labels"))
+    return out
 
 
 def _dropout(get, method: str, notes: list[str]) -> float:

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 from memlint.catalog import Linear, ModelSpec
+from memlint.errors import MemlintError
 from memlint.estimate.setup import DTYPE_BYTES, Setup
 
 NF4_BLOCK = 64          # bitsandbytes 4-bit blocksize
@@ -76,6 +77,14 @@ def full_tensors(model: ModelSpec) -> list[Tensor]:
     g = model.groups
     out.append(Tensor(model.vocab, model.hidden))  # input embeddings (lm_head listed above when untied)
     rest = g["embeddings"] - model.vocab * model.hidden
+    if rest and model.arch.get("encoder") and rest % model.hidden == 0:
+        # an encoder's position and token-type embeddings: 2-D tables of hidden-wide rows
+        pos = model.arch.get("max_position_embeddings") or 0
+        if 0 < pos * model.hidden < rest:
+            out.append(Tensor(pos, model.hidden))
+            rest -= pos * model.hidden
+        out.append(Tensor(rest // model.hidden, model.hidden))
+        rest = 0
     if rest:
         out.append(Tensor(rest, 1))  # position embeddings etc., counted as one block
     if g["norms"]:
@@ -396,6 +405,33 @@ def in_backward_step(s: Setup, accounting: str) -> tuple[int, int, str]:
     formula = (f"optimizer in backward: each gradient is freed by its parameter's own step; at most the largest, "
                f"{largest:,} × {gb} B, is alive")
     return largest * gb, tmp, formula
+
+
+# --------------------------------------------------------------------------- encoder heads
+
+
+def encoder_spec(model: ModelSpec, head: str, num_labels: int) -> ModelSpec:
+    """An encoder with the task head the script loads (transformers' ...ForSequenceClassification,
+    ...ForTokenClassification, ...ForMaskedLM), counted from the catalog's head facts (catalog/meta.py): the
+    head's linears (BERT's pooler and classifier, RoBERTa's dense + out_proj, the MLM transform) with
+    `num_labels` outputs where they are the label layer; the rest of the head (the MLM head's LayerNorm and
+    vocabulary bias) under `other`. A masked-LM decoder is the word-embedding matrix (tied)."""
+    from dataclasses import replace
+
+    facts = (model.task_heads or {}).get(head)
+    if facts is None:
+        raise MemlintError(f"{model.id}: no {head} head facts in its catalog entry (regenerate the catalog)")
+    linears = []
+    for name, d in facts["linears"].items():
+        out = num_labels if d["labels"] else d["out"]
+        linears.append(Linear(name, d["in"], out, d["bias"], 1, "head"))
+    total = facts["fixed"] + facts["per_label"] * num_labels
+    lin = sum(l.params for l in linears)
+    groups = dict(model.groups)
+    groups["linear"] = groups.get("linear", 0) + lin
+    groups["other"] = groups.get("other", 0) + total - lin
+    return replace(model, params=model.params + total, groups=groups, linears=model.linears + tuple(linears),
+                   tied_embeddings=bool(facts["tied_decoder"]))
 
 
 # --------------------------------------------------------------------------- reward model

@@ -60,6 +60,8 @@ def features(s: Setup, terms) -> Features:
         obj = preference()["objectives"][s.objective]
         rows *= obj["rows"]
         vocab_logits = obj["head"] != "scalar"
+    if s.encoder:  # an encoder's head: vocabulary logits only for masked LM
+        vocab_logits = s.head == "masked-lm"
     tokens = rows * s.seq
     half = c < 4 and not s.fused_loss and vocab_logits
     tensors = ms.full_tensors(m) if s.method == "full" else ms.lora_tensors(m, s.lora_r, s.lora_targets, s.use_dora)

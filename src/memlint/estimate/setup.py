@@ -29,6 +29,10 @@ OBJECTIVES = ("sft", "dpo", "orpo", "cpo", "kto", "reward")
 # second copy of the weights, the peft model run with its adapters disabled, or log-probs
 # computed before training (precompute_ref_log_probs=True).
 REF_MODELS = ("auto", "none", "copy", "adapter-disabled", "precomputed")
+# The model's output head, the class the script loads (AutoModelForCausalLM, AutoModelForSequenceClassification,
+# BertForTokenClassification, AutoModelForMaskedLM ...); "auto": the causal-LM head of a decoder, the
+# sequence-classification head of an encoder (catalog/families.json `encoder`).
+TASK_HEADS = ("auto", "causal-lm", "sequence-classification", "token-classification", "masked-lm")
 
 
 def _default(name: str) -> Any:
@@ -137,6 +141,9 @@ class Setup:
     ref_model: str = "auto"
     # The TRL version whose step layout to model (data/preference.json); None: the newest known.
     trl_version: str | None = None
+    # The output head (TASK_HEADS) and, for the classification heads, its labels (the model's num_labels).
+    task_head: str = "auto"
+    num_labels: int = _default("num_labels")
 
     def __post_init__(self) -> None:
         self.validate()
@@ -156,6 +163,8 @@ class Setup:
         check("offload", OFFLOADS)
         check("objective", OBJECTIVES)
         check("ref_model", REF_MODELS)
+        check("task_head", TASK_HEADS)
+        self._validate_head()
         needs_ref = preference()["objectives"][self.objective]["reference"]
         if not needs_ref and self.ref_model not in ("auto", "none"):
             raise MemlintError(f"--objective {self.objective} has no reference model: use --ref-model none")
@@ -224,6 +233,33 @@ class Setup:
         if self.ref_model == "auto":
             return default_ref_model(self.objective, self.method)
         return self.ref_model
+
+    def _validate_head(self) -> None:
+        """The task head: an encoder's classification / masked-LM head, fully fine-tuned; a decoder's LM head."""
+        if not isinstance(self.num_labels, int) or self.num_labels < 1:
+            raise MemlintError("--num-labels must be a positive integer")
+        if self.encoder:
+            if self.head == "causal-lm":
+                raise MemlintError(f"{self.model.id} is an encoder: --head sequence-classification, "
+                                   "token-classification or masked-lm (it has no causal-LM head)")
+            if self.method != "full" or self.objective != "sft" or self.fused_loss or self.chunked_loss:
+                raise MemlintError(f"{self.model.id}: memlint accounts for encoders fully fine-tuned with their task "
+                                   "head (--method full, no preference objective or fused/chunked loss); "
+                                   "LoRA on an encoder is not modelled yet")
+        elif self.head != "causal-lm":
+            raise MemlintError(f"--head {self.head}: memlint models task heads on encoders (BERT, RoBERTa, XLM-RoBERTa); "
+                               f"{self.model.id} is a decoder (its reward head: --objective reward)")
+
+    @property
+    def encoder(self) -> bool:
+        return bool(self.model.arch.get("encoder"))
+
+    @property
+    def head(self) -> str:
+        """The output head, "auto" resolved: an encoder's sequence-classification head, a decoder's LM head."""
+        if self.task_head == "auto":
+            return "sequence-classification" if self.encoder else "causal-lm"
+        return self.task_head
 
     @property
     def steps_in_backward(self) -> bool:

@@ -13,7 +13,8 @@ from typing import Any, Callable
 
 from memlint.extract import custom_model
 from memlint.extract.objects import (
-    Accelerator, Collator, DataLoader, DeepSpeedEngine, DtypeName, LightningTrainer, Method, Model, Obj, Optimizer, Params,
+    Accelerator, Collator, DataLoader, DeepSpeedEngine, DtypeName, HfConfig, LightningTrainer, Method, Model, Obj, Optimizer,
+    Params,
     PeftConfig, QuantConfig,
     Trainer, TrainingArgs, dtype_of, field_value,
 )
@@ -221,10 +222,11 @@ class Builder:
             why = next((u.why for u in flatten(given) if isinstance(u, Unknown) and u.why), None)
             self.put("model_id", Unknown(f"the trainer's model is {why}" if why else "no model load found"))
             return
-        ids, dtypes, attns, quants = [], [], [], []
+        ids, dtypes, attns, quants, heads, labels = [], [], [], [], [], []
         for m in models:
             root = self.root(m)
             kw = root.kwargs
+            self.head_of(root, heads, labels)
             mid = kw.get("pretrained_model_name_or_path", kw.get("model_name"))
             if root.loader == "script-class" and root.shape is not None and root.shape.config is None:
                 mid = Unknown(root.shape.why)  # the script's own class, its shape unread: nothing to size
@@ -254,6 +256,10 @@ class Builder:
             attns.append(attn)
             quants.append(self.quant_of(root))
         self.put("model_id", _alts(ids), _model_id, models[0].line)
+        if heads:  # the class names its head (AutoModelForSequenceClassification, BertForTokenClassification ...)
+            self.put("task_head", _alts(heads), str, self.root(models[0]).line)
+        if labels:
+            self.put("num_labels", _alts(labels), _int, self.root(models[0]).line)
         shape = self.root(models[0]).shape
         if shape is not None and self.fields["model_id"].known:
             self.fields["model_id"] = custom_model.with_shape(self.fields["model_id"], shape)
@@ -273,6 +279,23 @@ class Builder:
         if prepared is not None:  # else the trainer decides (library/api.kbit_prep, by installed version)
             self.fields["kbit_prep"] = Value(True, "literal", Span(self.path, prepared),
                                              ("prepare_model_for_kbit_training(model): non-quantized weights upcast to fp32",))
+
+    def head_of(self, root: Obj, heads: list, labels: list) -> None:
+        """The output head the loaded class carries (data/library_api.json task_heads) and, for a classification
+        head, num_labels= of the load or of the config it is given (else transformers' default, two)."""
+        if root.loader != "transformers":
+            return
+        name = next((p for p in root.cls.split(".") if p[:1].isupper()), root.cls)
+        head = api.task_head(name)
+        if head is None:
+            return
+        heads.append(Const(head, "literal", root.line, (f"{name}: the {head} head",)))
+        if head in ("sequence-classification", "token-classification"):
+            cfg = root.kwargs.get("config")
+            n = root.kwargs.get("num_labels")
+            if n is None and isinstance(cfg, HfConfig):
+                n = cfg.kwargs.get("num_labels")
+            labels.append(n if n is not None else _libc("transformers.PretrainedConfig", "num_labels", root.line))
 
     def quant_of(self, root: Obj) -> dict:
         kw = root.kwargs

@@ -465,7 +465,10 @@ class Handlers:
         if owner == "PeftConfig" or owner in api.peft_configs():
             return self.peft_config_of_folder(c)
         if owner == "AutoConfig" or owner.endswith("Config"):
-            return HfConfig(c.qual, c.line or 0, {"model_id": c.arg(0, "pretrained_model_name_or_path")})
+            kw = {"model_id": c.arg(0, "pretrained_model_name_or_path")}
+            if "num_labels" in c.kwargs:
+                kw["num_labels"] = c.kwargs["num_labels"]
+            return HfConfig(c.qual, c.line or 0, kw)
         if "Tokenizer" in owner or "Processor" in owner:
             kw = dict(c.kwargs)
             if c.args:

@@ -79,10 +79,19 @@ def checkout_lora() -> Mapping[str, Any]:
     return _doc()["checkout_lora"]["functions"]
 
 
+@data.derived
 def checkout_lora_freeze() -> frozenset[str]:
     return frozenset(_doc()["checkout_lora"]["freeze"])
 
 
+@data.derived
+def task_head(model_class: str) -> str | None:
+    """The output head a model class loads (data/library_api.json "task_heads", by the end of its name)."""
+    heads = {k: v for k, v in _doc()["task_heads"].items() if not k.startswith("_")}
+    return next((v for k, v in heads.items() if model_class.endswith(k)), None)
+
+
+@data.derived
 def unsloth_loaders() -> frozenset[str]:
     return frozenset(_doc()["unsloth_loaders"])
 

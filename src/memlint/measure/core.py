@@ -175,7 +175,15 @@ def _build_model(setup: Setup, build_device: str, attn: str) -> Any:
     cfg.use_cache = False  # training: no KV cache (what Trainer+gradient checkpointing/TRL set)
     dtype = getattr(torch, _TORCH_DTYPES[setup.dtype])
     auto = AutoModelForCausalLM
-    if setup.objective == "reward":
+    if setup.encoder:
+        # the head class the script loads: transformers' Auto class for the task head (catalog/meta.py)
+        import transformers
+
+        from memlint.catalog.meta import ENCODER_HEADS
+
+        cfg.num_labels = setup.num_labels
+        auto = getattr(transformers, ENCODER_HEADS[setup.head])
+    elif setup.objective == "reward":
         # TRL's RewardTrainer: AutoModelForSequenceClassification with num_labels=1
         cfg.num_labels = 1
         cfg.pad_token_id = cfg.pad_token_id if cfg.pad_token_id is not None else 0
@@ -186,9 +194,12 @@ def _build_model(setup: Setup, build_device: str, attn: str) -> Any:
 
 
 def _expected_base_params(setup: Setup) -> int:
-    """The catalog's parameter count, with a reward model's score head (h x 1) in place of lm_head."""
-    from memlint.estimate.model_state import reward_spec
+    """The catalog's parameter count, with a reward model's score head (h x 1) in place of lm_head, or an
+    encoder's task head."""
+    from memlint.estimate.model_state import encoder_spec, reward_spec
 
+    if setup.encoder:
+        return encoder_spec(setup.model, setup.head, setup.num_labels).params
     return reward_spec(setup.model).params if setup.objective == "reward" else setup.model.params
 
 
@@ -653,6 +664,8 @@ class _Run:
             stack.enter_context(_unpacked_sequences_on_fake())
         if self.mode != "cuda":
             stack.enter_context(_cuda_dropout())
+            if self.setup.encoder:
+                stack.enter_context(_cuda_encoder_kernels(flash_dropout=fake_mode is not None))
         if self.setup.recompute:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             if self.setup.recompute_every > 1:
@@ -684,6 +697,8 @@ class _Run:
                 ref._apply(lambda t: torch.empty_like(t, device="cpu"))
         if tied and not _is_tied(model):
             _retie(model)  # materialising on fake storages silently unties them
+        if setup.encoder and fake_mode is not None:
+            model.tie_weights()  # and a masked-LM decoder's bias from the head's `bias`
         if ref is not None and tied and not _is_tied(ref):
             _retie(ref)
         base_params = sum(p.numel() for n, p in unique_named_parameters(model)
@@ -746,7 +761,10 @@ class _Run:
         """Run the steps; (per-step peaks, the last step's components, paged optimizer bytes)."""
         autocast, scaler = self._precision()
         setup = self.setup
-        head = model.get_output_embeddings() if setup.objective != "reward" else _score_head(model)
+        if setup.encoder:
+            head = _encoder_head(model)
+        else:
+            head = model.get_output_embeddings() if setup.objective != "reward" else _score_head(model)
         marks, handle = mark_head(head, meter)
         step_results: list[StepMeasurement] = []
         comp: dict[str, int] = {}
@@ -778,6 +796,10 @@ class _Run:
             marks.clear()
             input_ids = torch.randint(0, setup.model.vocab, (rows, setup.seq), device=self.dev)
             labels = input_ids
+            if setup.encoder and setup.head == "sequence-classification":
+                labels = torch.randint(0, setup.num_labels, (rows,), device=self.dev)
+            elif setup.encoder and setup.head == "token-classification":
+                labels = torch.randint(0, setup.num_labels, (rows, setup.seq), device=self.dev)
 
             # forward (+ loss), as Trainer.compute_loss: only the loss survives
             meter.begin_phase((step, "forward"))
@@ -838,6 +860,63 @@ def _rows(setup: Setup) -> int:
     from memlint.estimate.setup import preference
 
     return preference()["objectives"][setup.objective]["rows"]
+
+
+def _encoder_head(model: Any) -> Any:
+    """The first module after an encoder's last layer: BERT's pooler, RoBERTa's classification head, the
+    token-classification dropout, the masked-LM head (what `mark_head` splits activations from logits at)."""
+    base = getattr(model, model.base_model_prefix)
+    if getattr(base, "pooler", None) is not None:
+        return base.pooler
+    for name in ("cls", "lm_head", "dropout", "classifier"):  # MLM heads; token classification's dropout first
+        if getattr(model, name, None) is not None:
+            return getattr(model, name)
+    raise MemlintError("no task head found on the encoder")
+
+
+@contextlib.contextmanager
+def _cuda_encoder_kernels(flash_dropout: bool = True):
+    """What CUDA runs for an encoder's step that the CPU would run otherwise:
+
+    - SDPA with dropout (training, no mask): CUDA's flash / memory-efficient kernels take dropout_p and save the
+      output and an fp32 logsumexp (no score matrix); the CPU falls back to the math path, which materialises the
+      s x s scores. Run the CPU flash kernel (the same saved tensors) with the dropout: on fake tensors only
+      (`flash_dropout`; the real CPU kernel refuses dropout, so real CPU tensors keep the math path).
+    - autocast: CUDA casts softmax and layer_norm inputs to fp32 (their fp32 op list); CPU's autocast runs them in
+      half. Cast as CUDA does."""
+    import torch
+    import torch.nn.functional as F
+
+    sdpa, softmax, layer_norm = F.scaled_dot_product_attention, F.softmax, F.layer_norm
+
+    def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                                     enable_gqa=False):
+        if flash_dropout and dropout_p > 0 and attn_mask is None and not enable_gqa:
+            return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                query, key, value, dropout_p, is_causal, scale=scale)[0]
+        return sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+                    enable_gqa=enable_gqa)
+
+    def half(t: Any) -> bool:
+        return torch.is_autocast_enabled("cpu") and t.dtype in (torch.float16, torch.bfloat16)
+
+    def softmax_(input, dim=None, _stacklevel=3, dtype=None):
+        if half(input):
+            with torch.autocast("cpu", enabled=False):
+                return softmax(input.float(), dim=dim, dtype=dtype)
+        return softmax(input, dim=dim, _stacklevel=_stacklevel, dtype=dtype)
+
+    def layer_norm_(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+        if half(input):
+            with torch.autocast("cpu", enabled=False):
+                return layer_norm(input.float(), normalized_shape, weight, bias, eps)
+        return layer_norm(input, normalized_shape, weight, bias, eps)
+
+    F.scaled_dot_product_attention, F.softmax, F.layer_norm = scaled_dot_product_attention, softmax_, layer_norm_
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention, F.softmax, F.layer_norm = sdpa, softmax, layer_norm
 
 
 def _score_head(model: Any) -> Any:

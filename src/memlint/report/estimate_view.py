@@ -80,7 +80,12 @@ def render(est: Estimate, targets, console, extra: Mapping[str, int] | None = No
 
     m = est.setup.model
     source = f"catalog, assumed from the folder name of {m.assumed_from}" if m.assumed_from else m.source
-    console.print(f"[bold]{markup(m.id)}[/bold]  {m.params:,} params, {est.trainable_params:,} trainable "
+    params = m.params
+    if est.setup.encoder:  # with the task head the script loads
+        from memlint.estimate.model_state import encoder_spec
+
+        params = encoder_spec(m, est.setup.head, est.setup.num_labels).params
+    console.print(f"[bold]{markup(m.id)}[/bold]  {params:,} params, {est.trainable_params:,} trainable "
                   f"([dim]{markup(source)}[/dim])")
     console.print(f"{markup(describe(est))}  [dim]accounting: {est.accounting}[/dim]")
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
