@@ -157,6 +157,17 @@ def test_big_shapes_take_the_quantized_path_or_the_fallback(name, shape):
         assert real < 2 * n * 2  # quantized (bitsandbytes pads the last block)
 
 
+def test_the_torchao_step_counts_the_largest_quantized_parameter(spec):
+    from memlint.estimate.model_state import optimizer_step_temporaries
+
+    # the 32001 x 320 embedding and lm_head are no multiple of 256: the largest quantized tensor is gate/up (864 x 320)
+    s = Setup(spec, method="full", dtype="bf16", optim="adamw_torch_8bit")
+    assert optimizer_step_temporaries(s, "real") == 864 * 320 * 8
+    assert optimizer_step_temporaries(s.with_(optim="ao_adamw_fp8"), "real") == 0
+    # 4-bit (torchao's own 128 block): 32001 x 320 is no multiple of 128 either
+    assert optimizer_step_temporaries(s.with_(optim="ao_adamw_4bit"), "real") == 864 * 320 * 26
+    assert any("not traced on a GPU" in n for n in estimate(s).assumptions)
+
 def test_transformers_builds_torchao_with_a_256_block():
     pytest.importorskip("torchao")
     torch = pytest.importorskip("torch")
@@ -340,11 +351,49 @@ def test_the_cli_accepts_the_new_names(capsys):
     assert "block-quantized 4-bit" in out and "no optimizer state" in out
 
 
-if __name__ == "__main__":  # the figures in docs/accounting.md: python tests/test_lowbit_optimizers.py
+def _compiled_step_peak(name: str, compiled: bool = True) -> tuple[int, int]:
+    """(peak bytes allocated on CPU during step 2, elements) of torchao's optimizer `name` on one 2048 x 2048 bf16
+    parameter: torch.profiler's allocation records (profile_memory) in time order, from the step's start."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    import torchao.optim as ao
+
+    p = torch.nn.Parameter(torch.randn(2048, 2048, dtype=torch.bfloat16))
+    opt = getattr(ao, name)([p])
+    p.grad = torch.randn_like(p)
+    opt.step()  # step 1: the state, and the compile
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        opt.step()
+    allocs = []
+
+    def walk(n):
+        t = n.typed
+        if isinstance(t, tuple) and len(t) > 1 and type(t[1]).__name__.endswith("Allocation"):
+            allocs.append((n.start_time_ns, t[1].alloc_size, t[1].total_allocated))
+        for c in n.children:
+            walk(c)
+
+    for r in prof.profiler.kineto_results.experimental_event_tree():
+        walk(r)
+    allocs.sort()
+    base = allocs[0][2] - allocs[0][1] if allocs else 0
+    return max((a[2] for a in allocs), default=base) - base, p.numel()
+
+
+if __name__ == "__main__":  # the figures in docs/accounting.md: python tests/test_lowbit_optimizers.py [--step]
+    import sys
     import tempfile
     from pathlib import Path
 
     import torch
+
+    if "--step" in sys.argv:  # torchao's compiled step (minutes: one compile per optimizer)
+        for name in ("AdamW8bit", "AdamW4bit", "AdamWFp8"):
+            peak, n = _compiled_step_peak(name)
+            print(f"  {name:10s} compiled step on CPU: peak {peak:,} B over a {n:,}-element bf16 parameter = "
+                  f"{peak / n:.2f} B per element")
+        sys.exit(0)
 
     torch.compile = lambda fn=None, **kw: fn if fn is not None else (lambda f: f)  # as the _eager fixture
     with tempfile.TemporaryDirectory() as d:

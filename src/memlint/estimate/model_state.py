@@ -332,7 +332,7 @@ def optimizer_step_temporaries(s: Setup, accounting: str) -> int:
     if spec["impl"] == "galore":
         return galore_step_temporaries(s, spec, pbytes)
     if spec["impl"] == "ao":
-        return 0  # torchao's torch.compile'd single_param_adam: one fused kernel per parameter (see docs/accounting.md)
+        return ao_step_temporaries(spec, tensors)
     if spec["impl"] == "foreach" and spec["states"] == 2:
         return sum(t.numel * t.count for t in tensors) * pbytes
     if spec["states"] == "factored":
@@ -340,6 +340,18 @@ def optimizer_step_temporaries(s: Setup, accounting: str) -> int:
     if spec["impl"] == "forloop":
         return largest * pbytes
     return 0
+
+
+def ao_step_temporaries(spec: dict, tensors: list[Tensor]) -> int:
+    """torchao's step: torch.compile(single_param_adam) one parameter at a time; what the compiled update holds
+    per element of a quantized parameter (the fp32 moments it requantizes block by block) is the table's
+    step_bytes_per_element, measured on CPU; an unquantized (fallback) parameter's update fuses into one kernel."""
+    q = state_layout(spec["state_dtype"])
+    per = q.get("step_bytes_per_element", 0)
+    bs = spec.get("blocksize", INT8_OPT_BLOCK)
+    quantized_sizes = [t.numel for t in tensors
+                       if t.numel >= spec.get("min_8bit_size", 4096) and (not q["divisible"] or t.numel % bs == 0)]
+    return max(quantized_sizes, default=0) * per
 
 
 def galore_step_temporaries(s: Setup, spec: dict, pbytes: int) -> int:
