@@ -227,7 +227,13 @@ def _real_notes(s: Setup, tmp: int) -> list[str]:
                          "the Adafactor variant measured 8-17 % above this estimate on small models)")
     if s.grad_accum > 1:
         notes.append("gradient accumulation: gradients stay alive through the next micro-batch's forward")
-    if s.steps_in_backward:
+    if s.optimizer.get("step_note"):  # what the table knows about the step of this optimizer but no trace checked
+        notes.append(f"{s.optim}: {s.optimizer['step_note']}")
+    if s.steps_in_backward and s.optimizer.get("tensor_hook") and not s.optimizer_in_bwd:
+        notes.append(f"{s.optim} updates inside backward (a Tensor hook per parameter): the arriving gradient and the "
+                     f"previous one, and one update's fp32 copies ({tmp / GIB:.2f} GiB), are counted next to all of "
+                     "backward's activations (an upper bound); no gradient survives backward")
+    elif s.steps_in_backward:
         notes.append("optimizer in backward (torchtune optimizer_in_bwd / register_post_accumulate_grad_hook): one "
                      "optimizer per parameter steps as its gradient arrives; the largest gradient and one step's "
                      f"temporaries ({tmp / GIB:.2f} GiB) are counted next to all of backward's activations (an upper "

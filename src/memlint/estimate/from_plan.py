@@ -333,7 +333,7 @@ class PlannedSetup:
 
 
 def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) -> PlannedSetup:
-    from memlint.estimate.setup import Setup, known_optim
+    from memlint.estimate.setup import Setup, known_optim, optimizers
 
     extra = dict(extra or {})
     notes: list[str] = []
@@ -391,6 +391,10 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
     if in_bwd and accum > 1:
         notes.append(f"the optimizer steps in backward: each of the {accum} micro-batches steps on its own gradients "
                      "(nothing accumulates); estimated with gradient accumulation 1")
+        accum = 1
+    elif optimizers()[optim].get("every_micro_batch") and accum > 1:
+        notes.append(f"{optim} updates the weights inside every backward: the {accum} micro-batches accumulate nothing; "
+                     "estimated with gradient accumulation 1")
         accum = 1
     adapter_dtype = _adapter_dtype(get, method, dtype, precision, plan.kind, notes)
     setup = Setup(

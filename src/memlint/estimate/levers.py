@@ -83,7 +83,7 @@ def _adam(name: str) -> bool:
 
 def _eight_bit(s: Setup) -> Step | None:
     o = s.optimizer
-    if o["state_dtype"] == "int8" or o["states"] in (0, "factored"):
+    if o["state_dtype"] not in ("param", "fp32") or o["states"] in (0, "factored"):  # already block-quantized
         return None
     new = _EIGHT_BIT.get(s.optim) or ("adamw_bnb_8bit" if _adam(s.optim) else None)
     if new is None:

@@ -240,20 +240,48 @@ def gradient_bytes(s: Setup, accounting: str) -> tuple[int, str]:
 # --------------------------------------------------------------------------- optimizer
 
 
-def _state_bytes_per_tensor(t: Tensor, spec: dict, pbytes: int) -> int:
+def state_layout(name: str) -> dict | None:
+    """A block-quantized state layout of data/optimizers.json `state_dtypes` (int8, ao_int8, ao_int4, ao_fp8);
+    None for the unquantized 'param' and 'fp32'."""
+    from memlint import data
+
+    return data.load("optimizers.json").get("state_dtypes", {}).get(name)
+
+
+def quantized(spec: dict) -> bool:
+    return state_layout(spec["state_dtype"]) is not None
+
+
+def _quantized_state(n: int, spec: dict, q: dict, pbytes: int) -> int:
+    """One state tensor of n elements in a block-quantized layout: codes, a scale per block and the state's own
+    lookup table; the unquantized fallback (bitsandbytes: fp32 under min_8bit_size; torchao: the parameter's dtype
+    under 4096 elements or when n is no multiple of the block size)."""
+    bs = spec.get("blocksize", INT8_OPT_BLOCK)
+    if n >= spec.get("min_8bit_size", 4096) and (not q["divisible"] or n % bs == 0):
+        return math.ceil(n * q["code_bits"] / 8) + q["scale_bytes"] * math.ceil(n / bs) + 4 * q["qmap_entries"]
+    return n * (4 if q["fallback"] == "fp32" else pbytes)
+
+
+def state_count(spec: dict, pbytes: int) -> int | str:
+    """States per parameter: the table's, plus torch-optimi's Kahan buffer on a bf16/fp16 parameter."""
     states = spec["states"]
+    if spec.get("kahan_low_precision") and pbytes == 2 and isinstance(states, int):
+        return states + 1
+    return states
+
+
+def _state_bytes_per_tensor(t: Tensor, spec: dict, pbytes: int) -> int:
+    states = state_count(spec, pbytes)
     dt = spec["state_dtype"]
-    if states == "factored":  # Adafactor: row + column second moments for matrices
-        per = (t.rows + t.cols) * pbytes if t.cols > 1 else t.numel * pbytes
+    if states == "factored":  # Adafactor: row + column second moments for matrices (AdaLomo: always fp32)
+        b = 4 if dt == "fp32" else pbytes
+        per = (t.rows + t.cols) * b if t.cols > 1 else t.numel * b
         return per * t.count
     if states == 0:
         return 0
-    if dt == "int8":
-        if t.numel >= spec.get("min_8bit_size", 4096):
-            per = t.numel + 4 * math.ceil(t.numel / spec.get("blocksize", INT8_OPT_BLOCK))
-        else:
-            per = t.numel * 4
-        return states * per * t.count
+    q = state_layout(dt)
+    if q is not None:
+        return states * _quantized_state(t.numel, spec, q, pbytes) * t.count
     b = 4 if dt == "fp32" else pbytes
     return states * t.numel * b * t.count
 
@@ -308,21 +336,36 @@ def optimizer_bytes(s: Setup, accounting: str) -> tuple[int, str]:
     if accounting == "textbook":
         # The article: fp32 master (mixed precision only) + fp32 moments.
         master = 0 if s.precision == "fp32" else 4
-        moments = {0: 0, 1: 4, 2: 8}.get(spec["states"], 4) if spec["state_dtype"] != "int8" else {1: 1, 2: 2}[spec["states"]]
+        q = state_layout(spec["state_dtype"])
+        k = spec["states"] if isinstance(spec["states"], int) else 1  # Adafactor: about one state's worth
+        moments = k * q["code_bits"] / 8 if q is not None else 4 * k
         per = master + moments
-        return n * per, f"{n:,} trainable × {per} B ({'fp32 master + ' if master else ''}{spec['states']} moment(s))"
+        per = int(per) if float(per).is_integer() else per
+        return round(n * per), f"{n:,} trainable × {per} B ({'fp32 master + ' if master else ''}{spec['states']} moment(s))"
     pbytes = _state_param_bytes(s, accounting)
     tensors = trainable_tensors(s)
     state = sum(_state_bytes_per_tensor(t, spec, pbytes) for t in tensors)
     cbytes = 4 if s.precision == "master-fp32" else saved_copy_bytes(s)
     state += sum(_state_bytes_per_tensor(t, spec, cbytes) for t in saved_copies(s))
-    formula = {
-        "param": f"{spec['states']} state(s) × {pbytes} B (parameter dtype)",
-        "fp32": f"{spec['states']} fp32 state(s)",
-        "int8": f"{spec['states']} blockwise 8-bit state(s) (+ fp32 absmax per {spec.get('blocksize', 256)})",
-    }[spec["state_dtype"]]
+    k = state_count(spec, pbytes)
+    q = state_layout(spec["state_dtype"])
+    if q is not None:
+        fb = "fp32" if q["fallback"] == "fp32" else f"{pbytes} B (parameter dtype)"
+        small = f"< {spec.get('min_8bit_size', 4096)} elements" + (
+            f" or not a multiple of {spec.get('blocksize', 256)}" if q["divisible"] else "")
+        formula = (f"{k} block-quantized {q['code_bits']}-bit state(s) ({spec['state_dtype']}: + {q['scale_bytes']} B scale "
+                   f"per {spec.get('blocksize', 256)}" + (f" + a {q['qmap_entries']}-entry fp32 qmap per state" if q["qmap_entries"] else "")
+                   + f"; tensors {small} keep {fb} states)")
+    elif spec["state_dtype"] == "fp32":
+        formula = f"{k} fp32 state(s)"
+    else:
+        formula = f"{k} state(s) × {pbytes} B (parameter dtype)"
+    if spec.get("kahan_low_precision") and k != spec["states"]:
+        formula += " (incl. the Kahan-summation buffer on a 16-bit parameter)"
     if spec["states"] == "factored":
-        formula = "Adafactor row + column second moments"
+        formula = "Adafactor row + column second moments" + (" (fp32)" if spec["state_dtype"] == "fp32" else "")
+    if spec["states"] == 0:
+        formula = "no optimizer state"
     if s.precision == "master-fp32":
         state += n * 4
         formula = "fp32 master copy + " + formula
@@ -344,6 +387,8 @@ def optimizer_step_temporaries(s: Setup, accounting: str) -> int:
     largest = max((t.numel for t in [*tensors, *copies]), default=0)
     if spec["impl"] == "galore":
         return galore_step_temporaries(s, spec, pbytes)
+    if spec["impl"] == "ao":
+        return ao_step_temporaries(spec, [*tensors, *copies])
     if spec["impl"] == "foreach" and spec["states"] == 2:
         # foreach steps each (device, dtype) group in turn: bf16 copies beside fp32 adapters are a group of their own
         cbytes = 4 if s.precision == "master-fp32" else saved_copy_bytes(s)
@@ -355,6 +400,18 @@ def optimizer_step_temporaries(s: Setup, accounting: str) -> int:
     if spec["impl"] == "forloop":
         return largest * pbytes
     return 0
+
+
+def ao_step_temporaries(spec: dict, tensors: list[Tensor]) -> int:
+    """torchao's step: torch.compile(single_param_adam) one parameter at a time; what the compiled update holds
+    per element of a quantized parameter (the fp32 moments it requantizes block by block) is the table's
+    step_bytes_per_element, measured on CPU; an unquantized (fallback) parameter's update fuses into one kernel."""
+    q = state_layout(spec["state_dtype"])
+    per = q.get("step_bytes_per_element", 0)
+    bs = spec.get("blocksize", INT8_OPT_BLOCK)
+    quantized_sizes = [t.numel for t in tensors
+                       if t.numel >= spec.get("min_8bit_size", 4096) and (not q["divisible"] or t.numel % bs == 0)]
+    return max(quantized_sizes, default=0) * per
 
 
 def galore_step_temporaries(s: Setup, spec: dict, pbytes: int) -> int:
@@ -396,6 +453,15 @@ def in_backward_step(s: Setup, accounting: str) -> tuple[int, int, str]:
     # optimizer_step_temporaries over a one-parameter optimizer: foreach AdamW's sqrt list and the
     # for-loop kernel hold one parameter's worth, Adafactor four fp32 copies, fused kernels nothing
     tmp = 0
+    if accounting == "real" and spec.get("tensor_hook"):
+        # LOMO / AdaLomo: a Tensor.register_hook fires before the arriving gradient is accumulated and updates the
+        # parameters whose .grad is already set, so the previous gradient and the arriving one are alive together;
+        # the update holds `step_fp32_copies` fp32 tensors of one parameter (the fp32 grad, the update, the fp32
+        # parameter; an fp32 parameter's own .to(float32) copies are no copies)
+        copies = spec.get("step_fp32_copies", 0) - (spec.get("fp32_aliases", 0) if gb == 4 else 0)
+        formula = (f"update in backward (a tensor hook per parameter): every gradient is set to None by the update; at "
+                   f"most two, 2 × {largest:,} × {gb} B, are alive")
+        return 2 * largest * gb, max(0, copies) * largest * 4, formula
     if accounting == "real" and spec["impl"] == "galore":
         tmp = galore_step_temporaries(s, spec, _state_param_bytes(s, accounting))
     elif accounting == "real" and spec["states"] == "factored":

@@ -190,6 +190,9 @@ class Setup:
             raise MemlintError(f"unknown optimizer {self.optim!r}; known: {', '.join(sorted(optimizers()))}")
         if self.optimizer.get("galore") and self.method != "full":
             raise MemlintError(f"--optim {self.optim} projects full-rank gradients: it needs --method full")
+        if self.optimizer.get("every_micro_batch") and self.grad_accum > 1:
+            raise MemlintError(f"--optim {self.optim} updates the weights inside every backward: nothing accumulates, "
+                               "so the peak is that of --grad-accum 1: use --grad-accum 1")
         if self.optimizer.get("in_backward") and self.grad_accum > 1:
             raise MemlintError(f"--optim {self.optim} steps each parameter in backward: no gradient accumulation "
                                "(transformers refuses it)")

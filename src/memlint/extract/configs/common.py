@@ -164,7 +164,8 @@ def shown_near(shown: str, ref: str) -> str:
     return os.path.normpath(os.path.join(os.path.dirname(shown), ref))
 
 
-_OPTIMIZER_FAMILIES = {"torch": "torch", "bitsandbytes": "bnb", "bnb": "bnb", "transformers": "transformers"}
+_OPTIMIZER_FAMILIES = {"torch": "torch", "bitsandbytes": "bnb", "bnb": "bnb", "transformers": "transformers",
+                       "torchao": "torchao", "schedulefree": "schedulefree", "optimi": "optimi", "lomo_optim": "lomo_optim"}
 
 
 def optimizer_of_class(path: str) -> str | None:

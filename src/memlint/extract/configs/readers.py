@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from memlint.extract.configs import frameworks
-from memlint.extract.configs.common import Bad, Reader, dtype_name
+from memlint.extract.configs.common import Bad, Reader, dtype_name, optimizer_of_class
 from memlint.extract.configs.document import Document
 from memlint.extract.configs.launchers import apply_launch, deepspeed_facts, find_deepspeed
 from memlint.library.defaults import default as library_default
@@ -824,7 +824,7 @@ class Torchtune(FrameworkReader):
         if not isinstance(comp, str):
             self.unknown("optimizer", "no optimizer._component_")
             return
-        name = table.get(comp)
+        name = table.get(comp) or optimizer_of_class(comp)  # torchtune's own table, then the library classes
         if name == "adamw_torch" and d.get("optimizer", "fused") is True:
             name = "adamw_torch_fused"
         if name is None:
