@@ -74,8 +74,10 @@ def full_tensors(model: ModelSpec) -> list[Tensor]:
         if l.bias:
             out.append(Tensor(l.out_features, 1, l.count))
     g = model.groups
-    out.append(Tensor(model.vocab, model.hidden))  # input embeddings (lm_head listed above when untied)
-    rest = g["embeddings"] - model.vocab * model.hidden
+    # input embeddings (lm_head listed above when untied); a tensor-parallel rank's model may hold a vocabulary shard
+    rows = model.arch.get("embedding_rows", model.vocab)
+    out.append(Tensor(rows, model.hidden))
+    rest = g["embeddings"] - rows * model.hidden
     if rest:
         out.append(Tensor(rest, 1))  # position embeddings etc., counted as one block
     if g["norms"]:

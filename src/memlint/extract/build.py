@@ -20,7 +20,7 @@ from memlint.extract.objects import (
 from memlint.extract.values import Alts, Const, Dict, Ref, Seq, Unknown, flatten, to_python
 from memlint.library import api
 from memlint.library.defaults import default as library_default
-from memlint.plan import Span, TrainingPlan, Value
+from memlint.plan import SOURCES, Span, TrainingPlan, Value
 
 _NUMERIC = {"lora_r", "lora_alpha", "per_device_batch", "eval_batch", "grad_accum", "max_length", "num_gpus"}
 # When branches disagree, `value` is the candidate that costs the most memory.
@@ -260,6 +260,7 @@ class Builder:
             self.notes.extend(shape.notes)
         self.put("torch_dtype", _alts(dtypes), _dtype, self.root(models[0]).line)
         self.put("attn_implementation", _alts(attns), _attn, self.root(models[0]).line)
+        self.tp_fields(models)
         q = {k: _alts([x.get(k) for x in quants]) for k in ("bits", "type", "double", "compute", "group")}
         self.put("quant_bits", q["bits"], _bits, self.root(models[0]).line)
         if self.fields["quant_bits"].value in (4,) or any(c == 4 for c in self.fields["quant_bits"].candidates):
@@ -273,6 +274,26 @@ class Builder:
         if prepared is not None:  # else the trainer decides (library/api.kbit_prep, by installed version)
             self.fields["kbit_prep"] = Value(True, "literal", Span(self.path, prepared),
                                              ("prepare_model_for_kbit_training(model): non-quantized weights upcast to fp32",))
+
+    def tp_fields(self, models: list) -> None:
+        """from_pretrained(..., tp_plan="auto"): transformers splits the model by its config's base_model_tp_plan
+        over every rank of the launcher's world (tp_size "world"), or over `tp_size=` ranks when given."""
+        for m in models:
+            root = self.root(m)
+            plan = root.kwargs.get("tp_plan")
+            if not (isinstance(plan, Const) and plan.value not in (None, False)):
+                continue
+            size = root.kwargs.get("tp_size")
+            if isinstance(size, Const) and isinstance(size.value, int) and not isinstance(size.value, bool):
+                self.put("tp_size", size, _int, root.line)
+            else:
+                self.fields["tp_size"] = Value("world", plan.source if plan.source in SOURCES else "literal",
+                                               Span(self.path, plan.line or root.line),
+                                               (f"from_pretrained(tp_plan={plan.value!r}): the model split over every rank "
+                                                "(WORLD_SIZE, the launcher's process count)",))
+            self.fields["tp_stack"] = Value("transformers", "library-default", None,
+                                            ("transformers' tp_plan: the config class's base_model_tp_plan",))
+            return
 
     def quant_of(self, root: Obj) -> dict:
         kw = root.kwargs
