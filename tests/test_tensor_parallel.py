@@ -142,3 +142,69 @@ def test_two_tp_ranks_match_the_per_rank_estimate():
             assert r.peak == pytest.approx(e.allocated_peak, rel=0.06)
         # what TP buys on this model: every rank holds well under the single GPU's state
         assert ranks[0].components["weights"] < 0.6 * single.bytes("weights")
+
+
+# --------------------------------------------------------------------------- plan fields from scripts and configs
+
+SCRIPT = '''
+import torch
+from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-3.1-8B", dtype=torch.bfloat16{tp})
+args = TrainingArguments(output_dir="out", per_device_train_batch_size=1, bf16=True)
+Trainer(model=model, args=args).train()
+'''
+
+
+def _launched(tmp_path, monkeypatch, command, tp=', tp_plan="auto"', files=None):
+    from memlint.extract import extract_targets
+    from memlint.extract.launch import command_target, tokens
+
+    (tmp_path / "train.py").write_text(SCRIPT.format(tp=tp))
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    for name, text in (files or {}).items():
+        (tmp_path / name).write_text(text)
+    monkeypatch.chdir(tmp_path)
+    [plan] = extract_targets([command_target(tokens(command), tmp_path)])
+    return plan
+
+
+def test_from_pretrained_tp_plan_auto_splits_over_the_launchers_world(tmp_path, monkeypatch):
+    from memlint.estimate.from_plan import apply_assumptions, setup_from_plan
+
+    plan = _launched(tmp_path, monkeypatch, "torchrun --nproc_per_node 4 train.py")
+    assert (plan.get("tp_size").value, plan.get("tp_size").line) == ("world", 5)
+    assert plan.get("tp_stack").value == "transformers"
+    plan, extra = apply_assumptions(plan, ["max_length=4096"])
+    s = setup_from_plan(plan, extra).setup
+    assert (s.gpus, s.tp, s.dp, s.tp_stack) == (4, 4, 1, "transformers")
+    # without tp_plan the same launch is 4 DDP ranks
+    plain = _launched(tmp_path, monkeypatch, "torchrun --nproc_per_node 4 train.py", tp="")
+    assert not plain.get("tp_size").known
+
+
+def test_megatron_arguments_on_the_command_line(tmp_path, monkeypatch):
+    plan = _launched(tmp_path, monkeypatch, "torchrun --nproc_per_node 8 train.py --tensor-model-parallel-size 4 "
+                     "--sequence-parallel --context-parallel-size=2", tp="")
+    assert [plan.get(k).value for k in ("tp_size", "sequence_parallel", "cp_size", "tp_stack")] == [4, True, 2, "megatron"]
+    assert plan.get("tp_size").source == "command-line"
+
+
+def test_accelerate_parallelism_config_and_deepspeed_autotp(tmp_path, monkeypatch):
+    from memlint.estimate.from_plan import apply_assumptions, setup_from_plan
+
+    acc = ("distributed_type: FSDP\nnum_processes: 8\nfsdp_config:\n  fsdp_version: 2\n  fsdp_reshard_after_forward: true\n"
+           "parallelism_config:\n  parallelism_config_dp_shard_size: 4\n  parallelism_config_tp_size: 2\n"
+           "  parallelism_config_cp_size: 1\nmixed_precision: bf16\n")
+    plan = _launched(tmp_path, monkeypatch, "accelerate launch --config_file acc.yaml train.py", tp="",
+                     files={"acc.yaml": acc})
+    assert (plan.get("tp_size").value, plan.get("cp_size").value, plan.get("distributed").value) == (2, 1, "fsdp")
+    plan, extra = apply_assumptions(plan, ["max_length=2048"])
+    s = setup_from_plan(plan, extra).setup
+    assert (s.gpus, s.dp, s.tp, s.shard, s.shard_group) == (8, 4, 2, "fsdp", 4)
+
+    from memlint.extract.configs import read_config
+
+    (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 1}, "tensor_parallel": {"autotp_size": 2}}')
+    ds = read_config(tmp_path / "ds.json")
+    assert (ds.get("tp_size").value, ds.get("distributed").value) == (2, "zero1")
