@@ -94,7 +94,10 @@ def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = Non
     if s.cp > 1:  # context parallel: the rank's ⌈s/c⌉ tokens, and ring attention's K/V chunks in flight
         a = replace(a, transient=a.transient + tp.cp_transient(s),
                     formula=a.formula + f" (context parallel: ⌈s/{s.cp}⌉ tokens per rank)")
-    n_train = ms.trainable_params(s)
+    n_train = ms.trainable_params(s if s.tp == 1 else s_in if s_in.objective != "reward" else
+                                   s_in.with_(model=ms.reward_spec(s_in.model)))  # the whole model's, not a TP rank's
+    if s.tp > 1:
+        w_f, g_f, o_f = (f"TP rank's share (1/{s.tp} of the split linears): {f}" for f in (w_f, g_f, o_f))
 
     lay = sharding.layout(s, accounting, w, g)
     notes += lay.notes
