@@ -287,6 +287,10 @@ def real(s: Setup) -> ActivationTerms:
     per_layer = (per_tok - sp_layer) * sb + sp_layer * sb_sp + _dora_per_layer(s) + gptq_saved_per_layer(s)
     inputs = ((inp_tok - sp_inp) * sb + sp_inp * sb_sp) * m.layers
     once_b = (once - sp_once) * sb + sp_once * sb_sp
+    if sp_layer and tp.stack(s)["sp_saves_gathered_input"]:
+        # lm_head (ColwiseParallel(input_layouts=Shard(1))) all-gathers the sequence-sharded final norm output
+        # and its matmul saves the whole s·b·h for the weight gradient, beside the norm's own shard
+        once_b += sb * m.hidden * DTYPE_BYTES[s.compute_dtype]
     if s.recompute and s.recompute_every > 1:
         # torchtune's selective checkpointing by layers: layers N, 2N, ... (counted from 1) are
         # checkpointed, the others keep everything they save

@@ -14,7 +14,7 @@ from typing import Any, Callable
 from memlint.extract import custom_model
 from memlint.extract.objects import (
     Accelerator, Collator, DataLoader, DeepSpeedEngine, DtypeName, LightningTrainer, Method, Model, Obj, Optimizer, Params,
-    PeftConfig, QuantConfig,
+    PeftConfig, Plugin, QuantConfig,
     Trainer, TrainingArgs, dtype_of, field_value,
 )
 from memlint.extract.values import Alts, Const, Dict, Ref, Seq, Unknown, flatten, to_python
@@ -275,6 +275,24 @@ class Builder:
             self.fields["kbit_prep"] = Value(True, "literal", Span(self.path, prepared),
                                              ("prepare_model_for_kbit_training(model): non-quantized weights upcast to fp32",))
 
+    def parallelism_fields(self, configs: list) -> None:
+        """accelerate's ParallelismConfig(tp_size=N, cp_size=N, ...) (accelerate >= 1.10), given to
+        TrainingArguments(parallelism_config=...) or Accelerator(parallelism_config=...): the tensor- and
+        context-parallel degrees; accelerate's TP applies the model's transformers tp_plan."""
+        for pc in configs:
+            for o in flatten(pc) if pc is not None else []:
+                if not (isinstance(o, Plugin) and o.cls == "ParallelismConfig"):
+                    continue
+                for key in ("tp_size", "cp_size"):
+                    if o.get(key) is not None:
+                        self.put(key, o.get(key), _int, o.line)
+                tp = self.fields.get("tp_size")
+                if tp is not None and tp.known and tp.value != 1:
+                    self.fields["tp_stack"] = Value("transformers", "library-default", None,
+                                                    ("accelerate's ParallelismConfig(tp_size=...) applies the model's "
+                                                     "tp_plan (transformers)",))
+                return
+
     def tp_fields(self, models: list) -> None:
         """from_pretrained(..., tp_plan="auto"): transformers splits the model by its config's base_model_tp_plan
         over every rank of the launcher's world (tp_size "world"), or over `tp_size=` ranks when given."""
@@ -512,6 +530,7 @@ class Builder:
         else:
             self.put("optimizer", each("optim"), _optim, line)
             self.galore_fields(each, line)
+        self.parallelism_fields([a.get("parallelism_config") for a in arg_objs])
         self.precision_from(arg_objs)
         gbl = []
         for a in arg_objs:
@@ -933,6 +952,7 @@ class Builder:
             self.put("distributed", Const("none", "library-default", line, (why,)))
             if accs:
                 self.notes.append("distributed: an `accelerate launch` config may shard the model; pass --assume distributed=... if it does")
+        self.parallelism_fields([a.get("parallelism_config") for a in accs])
         collate = train_dl.get("collate_fn") if train_dl is not None else None
         self.data_padding(collate, False, line)
 

@@ -69,8 +69,9 @@ def measure_ranks(setup: Setup, *, engine: str = "fsdp", ranks: int = 2, nodes: 
         raise MemlintError(f"unknown engine {engine!r}; expected one of: {', '.join(ENGINES)}")
     if engine == "none" and ranks != 1:
         raise MemlintError("engine 'none' runs one rank")
-    if engine == "tp" and (ranks != setup.tp or setup.cp != 1):
-        raise MemlintError("engine 'tp' runs one tensor-parallel group: ranks == setup.tp, no context parallelism")
+    if engine == "tp" and (ranks != setup.gpus or setup.cp != 1 or setup.shard not in ("none", "fsdp")):
+        raise MemlintError("engine 'tp' runs setup.gpus ranks: tensor parallel, with FSDP full shard over the "
+                           "data-parallel ranks when setup.shard is fsdp; no context parallelism")
     if ranks < 1 or nodes < 1 or ranks % nodes:
         raise MemlintError("ranks must be a positive multiple of nodes")
     if setup.quant != "none":
@@ -186,7 +187,24 @@ def _wrap(model: Any, engine: str, ranks: int, nodes: int, setup: Setup | None =
     if engine == "tp":
         from torch.distributed.tensor.parallel import parallelize_module
 
-        return parallelize_module(model, init_device_mesh("cpu", (ranks,)), tp_plan(setup))
+        if setup.dp == 1:
+            return parallelize_module(model, init_device_mesh("cpu", (ranks,)), tp_plan(setup))
+        # 2-D: TP within each group of setup.tp ranks, FSDP2 over the data-parallel ranks (torchtitan's order:
+        # parallelize first, then fully_shard each decoder layer and the root on the dp mesh)
+        mesh = init_device_mesh("cpu", (setup.dp, setup.tp), mesh_dim_names=("dp", "tp"))
+        model = parallelize_module(model, mesh["tp"], tp_plan(setup))
+        if setup.shard == "fsdp":
+            from torch.distributed.fsdp import fully_shard
+
+            blocks = set()
+            for m in model.modules():
+                blocks |= set(getattr(m, "_no_split_modules", None) or ())
+            for layer in [m for m in model.modules() if type(m).__name__ in blocks]:
+                fully_shard(layer, mesh=mesh["dp"])
+            fully_shard(model, mesh=mesh["dp"])
+        else:
+            raise MemlintError("engine 'tp' with data parallelism measures FSDP (setup.shard fsdp) only")
+        return model
 
     if engine == "ddp":
         from torch.nn.parallel import DistributedDataParallel
@@ -237,7 +255,7 @@ def _worker(rank: int, ranks: int, nodes: int, port: int, setup: Setup, engine: 
         with contextlib.ExitStack() as stack:
             stack.enter_context(tracker)
             tracker.track_all(list(model.parameters()) + list(model.buffers()))
-            if engine.startswith("fsdp"):
+            if engine.startswith("fsdp") or (engine == "tp" and setup.shard == "fsdp"):
                 stack.enter_context(_fsdp_storage_hooks(tracker))
             if engine != "none":
                 model = _wrap(model, engine, ranks, nodes, setup)
