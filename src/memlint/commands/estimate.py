@@ -82,6 +82,16 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
                    default="none")
     g.add_argument("--nodes", type=int, default=1, metavar="M", help="nodes the GPUs span (fsdp_hybrid shards within one)")
     g.add_argument("--offload", choices=("none", "optimizer", "params"), default="none")
+    g.add_argument("--tp", type=int, default=1, metavar="N",
+                   help="tensor-parallel degree: attention and MLP linears split N ways (data parallel over GPUs / (N × CP))")
+    g.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=False,
+                   help="sequence parallelism with TP: norms and residual stream split by the sequence (Megatron --sequence-parallel)")
+    g.add_argument("--cp", type=int, default=1, metavar="N",
+                   help="context-parallel degree: the sequence split over N ranks, ring attention (approximate)")
+    g.add_argument("--tp-stack", choices=("transformers", "torchtitan", "megatron"), default="transformers",
+                   help="whose TP plan: which of embeddings / lm_head / loss are vocab-parallel (default: transformers' tp_plan='auto')")
+    g.add_argument("--loss-parallel", action=argparse.BooleanOptionalAction, default=None,
+                   help="vocab-parallel loss over the TP ranks (default: the stack's; torchtitan and Megatron on)")
 
 
 def setup_from_args(args: argparse.Namespace):
@@ -118,6 +128,8 @@ def setup_from_args(args: argparse.Namespace):
         recompute_every=args.recompute_every, galore_rank=args.galore_rank, galore_targets=_galore_targets(args.galore_targets),
         objective=args.objective, ref_model=args.ref_model, trl_version=args.trl_version or installed_version("trl"),
         task_head=args.head, num_labels=args.num_labels,
+        tp=args.tp, sequence_parallel=args.sequence_parallel, cp=args.cp, tp_stack=args.tp_stack,
+        loss_parallel=args.loss_parallel,
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from memlint.estimate import tensor_parallel as tp
 from memlint.estimate.model_state import lora_modules, trains_lm_head_copy
 from memlint.library.api import attention
 from memlint.estimate.setup import DTYPE_BYTES, Setup, preference
@@ -34,12 +35,25 @@ class ActivationTerms:
 def textbook(s: Setup) -> ActivationTerms:
     m = s.model
     sb = s.seq * s.batch
-    per_layer = 34 * sb * m.hidden
-    formula = "34·s·b·h per layer"
+    t = s.tp
+    sp = tp.sequence_parallel(s)
+    # Korthikanti et al. 2022, eq. 2-4: 34·s·b·h per layer; under TP over t ranks sbh(10 + 24/t), the
+    # 10·sbh outside the parallel regions (norms, residual, dropout masks) shared unless sequence
+    # parallelism divides it too: 34·sbh/t. (m is the rank's model: m.heads is a/t already.)
+    if t == 1:
+        per_layer = 34 * sb * m.hidden
+        formula = "34·s·b·h per layer"
+    elif sp:
+        per_layer = 34 * sb * m.hidden // t
+        formula = f"34·s·b·h/t per layer (t = {t}, sequence parallel)"
+    else:
+        per_layer = 10 * sb * m.hidden + 24 * sb * m.hidden // t
+        formula = f"s·b·h·(10 + 24/t) per layer (t = {t})"
     if attention()[s.attn].kernel == "eager":
         per_layer += 5 * m.heads * s.seq * sb
-        formula = "(34·s·b·h + 5·a·s²·b) per layer"
-    inputs = 2 * sb * m.hidden * m.layers
+        formula = ("(34·s·b·h + 5·a·s²·b) per layer" if t == 1 else
+                   formula.replace(" per layer", "") + " + 5·a·s²·b/t per layer")
+    inputs = 2 * sb * m.hidden * m.layers // (t if sp else 1)
     if s.recompute:
         body = inputs + per_layer
         formula = f"2·s·b·h·L layer inputs + one layer of {formula.replace(' per layer', '')}"
@@ -48,8 +62,16 @@ def textbook(s: Setup) -> ActivationTerms:
         formula += " × L"
     if s.offload_activations:
         body, formula = offloaded(body, per_layer, 2 * sb * m.hidden, per_layer if s.recompute else 0, s.recompute, formula)
-    logits = sb * m.vocab * 4
-    return ActivationTerms(body, per_layer, logits, 0, formula, "s·b·V × 4 B (fp32 logits)")
+    V = logits_vocab(s)
+    logits = sb * V * 4
+    return ActivationTerms(body, per_layer, logits, 0, formula,
+                           "s·b·V × 4 B (fp32 logits)" if V == m.vocab else "s·b·V/t × 4 B (fp32 logits, loss parallel)")
+
+
+def logits_vocab(s: Setup) -> int:
+    """The vocabulary columns of the logits one rank holds: all of them, unless the loss is
+    vocab-parallel over the tensor-parallel ranks."""
+    return -(-s.model.vocab // s.tp) if tp.loss_parallel(s) else s.model.vocab
 
 
 def _head_outputs(s: Setup) -> tuple[int, str]:
@@ -87,7 +109,7 @@ def autocast_weight_copies(s: Setup) -> tuple[int, int]:
         return 0, 0
     m = s.model
     a = DTYPE_BYTES[s.compute_dtype]
-    head = m.vocab * m.hidden * a
+    head = (m.lm_head.out_features if m.lm_head else m.arch.get("embedding_rows", m.vocab)) * m.hidden * a
     body = 0
     if s.dtype == "fp32":
         body = sum(l.in_features * l.out_features * l.count for l in m.layer_linears()) * a
@@ -131,23 +153,47 @@ def _linear_inputs(s: Setup, a: int, inter: int) -> int:
     return total + a * sum(size[g] for g in shared)
 
 
+def tp_sequence_shards(s: Setup) -> tuple[int, int, int]:
+    """Bytes per token of (one layer, one layer's input, once per model) that sequence parallelism
+    splits by the sequence over the TP ranks: the norms (input, rsqrt, normalised copy), the residual
+    stream at each layer's input and the final norm; in Megatron also q/k/v's and gate/up's shared
+    input (it saves the sequence shard and all-gathers it again in backward; torch's DTensor styles
+    save the all-gathered input)."""
+    if not tp.sequence_parallel(s):
+        return 0, 0, 0
+    m = s.model
+    x = residual_bytes(s)
+    norm = _norm_bytes(s)
+    layer = m.arch["norms_per_layer"] * norm
+    if not tp.stack(s)["sp_saves_gathered_input"] and s.method == "full":
+        layer += DTYPE_BYTES[s.compute_dtype] * 2 * m.hidden
+    return layer, x * m.hidden, norm
+
+
+def _norm_bytes(s: Setup) -> int:
+    """RMSNorm keeps its fp32 upcast input and rsqrt, plus the normalised copy in the input dtype
+    when its weight trains. LayerNorm keeps its input and (mean, rstd)."""
+    h, x = s.model.hidden, residual_bytes(s)
+    if s.model.arch.get("norm") == "rmsnorm":
+        return 4 * h + 4 + (x * h if s.method == "full" else 0)
+    return x * h + 8
+
+
 def _per_token_layer_bytes(s: Setup) -> tuple[int, int, int]:
     """Bytes saved per token: (one decoder layer, one layer's input, once per model).
 
     Term by term what HF's decoder layers save for backward (read off autograd's saved
-    tensors; see docs/accounting.md)."""
+    tensors; see docs/accounting.md). Under tensor parallelism s.model is the rank's model
+    (tensor_parallel.rank_spec), so the terms inside the TP regions are already the rank's; the
+    parts sequence parallelism shards are `tp_sequence_shards`."""
     m = s.model
     a = DTYPE_BYTES[s.compute_dtype]
     x = residual_bytes(s)
     h, i = m.hidden, m.intermediate
     q = m.heads * m.head_dim
     kv = m.kv_heads * m.head_dim
-    full = s.method == "full"
-    rms = m.arch.get("norm") == "rmsnorm"
 
-    # RMSNorm keeps its fp32 upcast input and rsqrt, plus the normalised copy in the
-    # input dtype when its weight trains. LayerNorm keeps its input and (mean, rstd).
-    norm = (4 * h + 4 + (x * h if full else 0)) if rms else (x * h + 8)
+    norm = _norm_bytes(s)
     total = m.arch["norms_per_layer"] * norm
     # Attention: rotated q and k, v, and SDPA's output (which o_proj reads in place) and
     # fp32 logsumexp.
@@ -258,32 +304,42 @@ def real(s: Setup) -> ActivationTerms:
     m = s.model
     sb = s.seq * s.batch
     per_tok, inp_tok, once = _per_token_layer_bytes(s)
-    per_layer = per_tok * sb + _dora_per_layer(s) + gptq_saved_per_layer(s)
-    inputs = inp_tok * sb * m.layers
+    # sequence parallelism: these parts are saved for ⌈s/t⌉·b tokens per rank, not s·b
+    sp_layer, sp_inp, sp_once = tp_sequence_shards(s)
+    sb_sp = -(-s.seq // s.tp) * s.batch
+    per_layer = (per_tok - sp_layer) * sb + sp_layer * sb_sp + _dora_per_layer(s) + gptq_saved_per_layer(s)
+    inputs = ((inp_tok - sp_inp) * sb + sp_inp * sb_sp) * m.layers
+    once_b = (once - sp_once) * sb + sp_once * sb_sp
+    if sp_layer and tp.stack(s)["sp_saves_gathered_input"]:
+        # lm_head (ColwiseParallel(input_layouts=Shard(1))) all-gathers the sequence-sharded final norm output
+        # and its matmul saves the whole s·b·h for the weight gradient, beside the norm's own shard
+        once_b += sb * m.hidden * DTYPE_BYTES[s.compute_dtype]
     if s.recompute and s.recompute_every > 1:
         # torchtune's selective checkpointing by layers: layers N, 2N, ... (counted from 1) are
         # checkpointed, the others keep everything they save
         k = m.layers // s.recompute_every
-        body = inp_tok * sb * k + per_layer * (m.layers - k) + once * sb
+        body = inputs // m.layers * k + per_layer * (m.layers - k) + once_b
         formula = (f"every {s.recompute_every}th layer checkpointed: {k} × {inp_tok // m.hidden}·s·b·h inputs + "
                    f"{m.layers - k} layers × {per_tok:,} B/token saved; one checkpointed layer comes back in backward")
     elif s.recompute:
         # At the end of forward only the checkpointed inputs are alive; one layer's
         # activations come back during backward (ActivationTerms.per_layer).
-        body = inputs + once * sb
+        body = inputs + once_b
         formula = (f"{inp_tok // m.hidden}·s·b·h·L checkpointed layer inputs; one layer "
                    f"({per_tok:,} B/token) comes back while it is recomputed in backward")
     else:
-        body = per_layer * m.layers + once * sb
+        body = per_layer * m.layers + once_b
         formula = f"{per_tok:,} B/token/layer saved (norms, q/k/v, SDPA, MLP{', LoRA inputs' if s.method != 'full' else ''}) × s·b·L"
         if _dora_per_layer(s):
             formula += f" + DoRA's dropout path: {_dora_per_layer(s):,} B/layer of weight copies"
         if gptq_saved_per_layer(s):
             formula += f" + GPTQ's dequantized weights saved by torch.matmul: {gptq_saved_per_layer(s):,} B/layer"
     if s.offload_activations:
-        body, formula = offloaded(body, per_layer, inp_tok * sb, once * sb, s.recompute, formula)
+        body, formula = offloaded(body, per_layer, inputs // m.layers, once_b, s.recompute, formula)
+    if sp_layer:
+        formula += f" (sequence parallel: norms and residual stream for ⌈s/{s.tp}⌉·b tokens)"
     a = DTYPE_BYTES[s.compute_dtype]
-    V = m.vocab
+    V = logits_vocab(s)
     copies_body, copies_head = autocast_weight_copies(s)
     if s.fused_loss:
         return _fused(s, body, per_layer, formula, copies_head)
@@ -298,6 +354,10 @@ def real(s: Setup) -> ActivationTerms:
     fwd = copies_head + (a + up + 4) * V * sb
     bwd = copies_head + (a + up + 4 + a) * V * sb
     head = f" + autocast's {a}-byte copy of the fp32 lm_head ({copies_head:,} B)" if copies_head else ""
+    shard = tp.gathered_logits_shard(s)
+    if shard:  # tensor parallel, logits all-gathered: the rank's own vocabulary shard is alive beside them
+        fwd += shard * a
+        head += f" + the rank's s·b·V/{s.tp} logits shard beside the all-gathered logits ({shard * a:,} B)"
     return ActivationTerms(
         body, per_layer, fwd, bwd, formula,
         f"s·b·V × ({a}+{up}+4) B: logits{', fp32 upcast' if up else ''}, log-softmax; +{a} B for their gradient in backward{head}",

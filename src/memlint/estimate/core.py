@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from memlint.estimate import activations as act
@@ -12,6 +12,7 @@ from memlint import data
 from memlint.library.api import attention
 from memlint.vocab import COMPONENTS, DTYPE_BYTES, GIB  # noqa: F401 - re-exported by memlint.estimate
 from memlint.estimate import sharding
+from memlint.estimate import tensor_parallel as tp
 from memlint.estimate.setup import PARAM_SHARDS, Setup
 from memlint.gpu import DEFAULT_CONTEXT, find_gpu  # noqa: F401 - re-exported by memlint.estimate
 from memlint.gpu import table as gpus  # noqa: F401 - re-exported by memlint.estimate
@@ -81,12 +82,24 @@ def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = Non
         s = s.with_(model=ms.reward_spec(s.model))
     if s.encoder:  # the encoder with the head the script loads (its parameters are the head class's)
         s = s.with_(model=ms.encoder_spec(s.model, s.head, s.num_labels))
+    if s.tp > 1:  # everything below is counted on the model one tensor-parallel rank holds
+        s = s.with_(model=tp.rank_spec(s))
     w, w_f = ms.weight_bytes(s, accounting)
     g, g_f = ms.gradient_bytes(s, accounting)
+    extra_g = tp.embedding_grad_extra(s, DTYPE_BYTES[ms.trainable_dtype(s, accounting)]) if accounting == "real" else 0
+    if extra_g:
+        g += extra_g
+        g_f += f" + the vocab-parallel embedding's gradient kept at full V × h ({extra_g:,} B more; torch RowwiseParallel)"
     o, o_f = ms.optimizer_bytes(s, accounting)
     tmp = ms.optimizer_step_temporaries(s, accounting)
-    a = act.activations(s, accounting)
-    n_train = ms.trainable_params(s)
+    a = act.activations(s if s.cp == 1 else s.with_(seq=-(-s.seq // s.cp)), accounting)
+    if s.cp > 1:  # context parallel: the rank's ⌈s/c⌉ tokens, and ring attention's K/V chunks in flight
+        a = replace(a, transient=a.transient + tp.cp_transient(s),
+                    formula=a.formula + f" (context parallel: ⌈s/{s.cp}⌉ tokens per rank)")
+    n_train = ms.trainable_params(s if s.tp == 1 else s_in if s_in.objective != "reward" else
+                                   s_in.with_(model=ms.reward_spec(s_in.model)))  # the whole model's, not a TP rank's
+    if s.tp > 1:
+        w_f, g_f, o_f = (f"TP rank's share (1/{s.tp} of the split linears): {f}" for f in (w_f, g_f, o_f))
 
     lay = sharding.layout(s, accounting, w, g)
     notes += lay.notes
@@ -128,6 +141,7 @@ def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = Non
         ov_f = (f"CUDA context {ctx / GIB:.2f} GiB + caching-allocator slack {frag / GIB:.2f} GiB "
                 f"(reserved − allocated: {frag_f})")
         notes += _real_notes(s, tmp)
+    notes += tp.notes(s)
     notes += _setup_notes(s, accounting)
     s = s_in
 
@@ -213,7 +227,7 @@ def tied_accumulation(s: Setup) -> int:
     m = s.model
     if s.method != "full" or not m.tied_embeddings:
         return 0
-    return 2 * m.vocab * m.hidden * DTYPE_BYTES[ms.trainable_dtype(s, "real")]
+    return 2 * m.arch.get("embedding_rows", m.vocab) * m.hidden * DTYPE_BYTES[ms.trainable_dtype(s, "real")]
 
 
 def _real_notes(s: Setup, tmp: int) -> list[str]:

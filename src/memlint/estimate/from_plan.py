@@ -29,7 +29,7 @@ EXTRA_ASSUMPTIONS = ("gpus", "nodes")
 COUNT_FIELDS = ("per_device_batch", "eval_batch", "grad_accum", "max_length", "lora_r", "num_gpus", "quant_bits",
                 "gpus", "nodes")
 NAME_FIELDS = ("model_id", "torch_dtype", "method", "quant_type", "compute_dtype", "optimizer", "precision",
-               "attn_implementation", "distributed", "offload", "trainer", "ref_model", "padding")
+               "attn_implementation", "distributed", "offload", "trainer", "ref_model", "padding", "tp_stack")
 MAX_COUNT = 1 << 31
 
 
@@ -369,6 +369,16 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
         notes.append(f"attn_implementation {attn!r} is not in memlint's table: estimated as sdpa")
         attn = "sdpa"
     shard, gpus, nodes, offload = _distributed(get, extra, notes)
+    parallel = _parallel(get, spec, gpus, notes)
+    ddp = f"{gpus} GPUs without sharding (DDP): every rank holds the full model state"
+    if parallel and ddp in notes:
+        dp = gpus // (parallel["tp"] * parallel["cp"])
+        notes[notes.index(ddp)] = (f"{dp} data-parallel ranks without sharding (DDP) over the tensor/context-parallel "
+                                   "groups" if dp > 1 else f"{gpus} GPUs: one tensor/context-parallel group, no data parallelism")
+    if parallel and shard != "none" and gpus // (parallel["tp"] * parallel["cp"]) < 2:
+        notes.append(f"{shard} over {gpus // (parallel['tp'] * parallel['cp'])} data-parallel rank(s) once tensor/context "
+                     "parallelism takes its share: estimated unsharded")
+        shard, offload = "none", "none"
     engine = get("distributed").value
     if engine in ("zero1", "zero2", "zero3") and precision != "fp32":  # also on one GPU: the engine is the same
         # DeepSpeed's ZeRO optimizers keep fp32 partitions of the weights (master) and of the
@@ -404,7 +414,7 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
         double_quant=double_quant, dtype=dtype, precision=precision, optim=optim, batch=int(batch),
         seq=int(seq), grad_accum=accum, recompute=bool(recompute), attn=attn, optimizer_in_bwd=in_bwd,
         **_galore(get, optim, method, notes), recompute_every=_every(get, bool(recompute)),
-        gpus=gpus, shard=shard, nodes=nodes, offload=offload, fused_loss=fused,
+        gpus=gpus, shard=shard, nodes=nodes, offload=offload, fused_loss=fused, **parallel,
         objective=objective, ref_model=ref_model, trl_version=installed_version("trl") if objective != "sft" else None,
         kbit_prep=kbit_prep, adapter_dtype=adapter_dtype, use_dora=_use_dora(get, method),
         modules_to_save=_modules_to_save(get, method, notes),
@@ -429,6 +439,42 @@ def _head(get, spec, notes: list[str]) -> dict[str, Any]:
             out["num_labels"] = int(_worst(n))
         else:
             out["num_labels"] = int(_run_default("num_labels", notes, "num_labels"))
+    return out
+
+
+def _parallel(get, spec, gpus: int, notes: list[str]) -> dict[str, Any]:
+    """Tensor / sequence / context parallelism from the plan: tp_size ("world": every rank, as
+    from_pretrained(tp_plan="auto") splits the model over the launcher's world size), sequence_parallel,
+    cp_size and the stack whose TP plan it is. {} when none is set or it cannot apply."""
+    from memlint.estimate import tensor_parallel as tpm
+    from memlint.estimate.setup import Setup
+
+    def count(name: str) -> int:
+        v = get(name)
+        if not v.known:
+            return 1
+        w = _worst(v, pick=min)  # the fewest ranks splitting the model is the worst case
+        return gpus if w == "world" else (_positive(w) or 1)
+
+    tp, cp = count("tp_size"), count("cp_size")
+    if tp == 1 and cp == 1:
+        return {}
+    stack = get("tp_stack").value if get("tp_stack").known and get("tp_stack").value in tpm.stacks() else "transformers"
+    sp = bool(get("sequence_parallel").value) if get("sequence_parallel").known else False
+    if tp == 1:
+        sp = False
+    if gpus % (tp * cp):
+        notes.append(f"tensor × context parallel {tp} × {cp} does not divide {gpus} GPUs: estimated without them "
+                     "(pass --gpus N or --assume gpus=N)")
+        return {}
+    if sp and tpm.facts()["stacks"][stack]["sequence_parallel"] == "never":
+        sp = False
+    out = dict(tp=tp, cp=cp, sequence_parallel=sp, tp_stack=stack)
+    try:
+        tpm.validate(Setup(spec, gpus=gpus, **out))
+    except MemlintError as exc:
+        notes.append(f"tensor/context parallelism not applied: {exc}")
+        return {}
     return out
 
 

@@ -75,8 +75,10 @@ def full_tensors(model: ModelSpec) -> list[Tensor]:
         if l.bias:
             out.append(Tensor(l.out_features, 1, l.count))
     g = model.groups
-    out.append(Tensor(model.vocab, model.hidden))  # input embeddings (lm_head listed above when untied)
-    rest = g["embeddings"] - model.vocab * model.hidden
+    # input embeddings (lm_head listed above when untied); a tensor-parallel rank's model may hold a vocabulary shard
+    rows = model.arch.get("embedding_rows", model.vocab)
+    out.append(Tensor(rows, model.hidden))
+    rest = g["embeddings"] - rows * model.hidden
     if rest and model.arch.get("encoder") and rest % model.hidden == 0:
         # an encoder's position and token-type embeddings: 2-D tables of hidden-wide rows
         pos = model.arch.get("max_position_embeddings") or 0

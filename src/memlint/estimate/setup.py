@@ -104,6 +104,16 @@ class Setup:
     shard: str = "none"
     nodes: int = 1            # M: fsdp_hybrid shards within a node of N / M GPUs, replicates across nodes
     offload: str = "none"
+    # Tensor parallelism (Megatron-style column/row-parallel linears) over `tp` ranks, with sequence parallelism
+    # (norms, residual stream and dropout sharded by the sequence between the TP regions) or not; context
+    # parallelism (the sequence split over `cp` ranks, ring attention). Data parallel (and ZeRO/FSDP) runs over
+    # the remaining gpus // (tp * cp) ranks. `tp_stack` names whose TP plan: which of embeddings, lm_head and the
+    # loss are vocab-parallel (data/distributed.json "tensor_parallel"); `loss_parallel` None takes the stack's.
+    tp: int = 1
+    sequence_parallel: bool = False
+    cp: int = 1
+    tp_stack: str = "transformers"
+    loss_parallel: bool | None = None
     # peft.prepare_model_for_kbit_training (called by TRL for quantized models) casts
     # every non-quantized parameter (embeddings, norms, lm_head) to fp32.
     kbit_prep: bool = True
@@ -200,6 +210,7 @@ class Setup:
             raise MemlintError("--recompute-every must be a positive integer")
         if self.recompute_every > 1 and not self.recompute:
             raise MemlintError("--recompute-every N checkpoints every Nth layer: it needs --recompute")
+        self._validate_parallel()
         for name in ("batch", "seq", "gpus", "nodes", "lora_r", "grad_accum"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise MemlintError(f"--{name.replace('_', '-')} must be a positive integer")
@@ -218,8 +229,10 @@ class Setup:
             raise MemlintError(f"--precision {self.precision} keeps bf16 weights: use --dtype bf16")
         if self.precision == "amp-fp16" and self.dtype == "bf16":
             raise MemlintError("--precision amp-fp16 with --dtype bf16 mixes half formats; use amp-bf16 or --dtype fp16/fp32")
-        if self.shard != "none" and self.gpus < 2:
-            raise MemlintError(f"--shard {self.shard} needs --gpus 2 or more")
+        if self.shard != "none" and self.dp < 2:
+            raise MemlintError(f"--shard {self.shard} needs --gpus 2 or more" if self.tp * self.cp == 1 else
+                               f"--shard {self.shard} needs 2 or more data-parallel ranks: --gpus {self.gpus} over "
+                               f"--tp {self.tp} × --cp {self.cp} leaves {self.dp}")
         if self.offload == "params" and self.shard not in PARAM_SHARDS:
             raise MemlintError("--offload params needs --shard zero3, fsdp or fsdp_hybrid")
         if self.gpus % self.nodes:
@@ -228,6 +241,16 @@ class Setup:
             raise MemlintError("--offload needs a sharded (DeepSpeed / FSDP) run")
         if isinstance(self.lora_targets, str) and self.lora_targets != "all-linear":
             raise MemlintError("lora_targets is 'all-linear' or a tuple of module names")
+
+    def _validate_parallel(self) -> None:
+        from memlint.estimate.tensor_parallel import validate
+
+        validate(self)
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel ranks: the GPUs left once tensor and context parallelism are taken out."""
+        return max(1, self.gpus // (self.tp * self.cp))
 
     @property
     def reference(self) -> str:
@@ -280,7 +303,7 @@ class Setup:
         """Ranks one copy of the sharded state is split over (1 when nothing is sharded)."""
         if self.shard == "none":
             return 1
-        return self.gpus // self.nodes if self.shard == "fsdp_hybrid" else self.gpus
+        return max(1, self.dp // self.nodes) if self.shard == "fsdp_hybrid" else self.dp
 
     @property
     def weight_bytes(self) -> int:

@@ -67,12 +67,13 @@ def layout(s: Setup, accounting: str, weights: int, gradients: int) -> Layout:
     n = s.shard_group
     split = SPLITS[s.shard]
     divisors = tuple(n if on else 1 for on in split)
-    if accounting == "textbook" or s.gpus == 1:
+    if accounting == "textbook" or s.dp == 1:
         return Layout(divisors)  # type: ignore[arg-type]
 
     f = facts()
     notes: list[str] = [f"per rank of {s.gpus}: activations and logits are not sharded (each rank runs its own "
-                        f"micro-batch of {s.batch})"]
+                        f"micro-batch of {s.batch})" if s.tp * s.cp == 1 else
+                        f"over the {s.dp} data-parallel ranks: each runs its own micro-batch of {s.batch}"]
     if s.shard == "fsdp_hybrid":
         notes.append(f"hybrid shard: states split over the {n} GPUs of a node, replicated over {s.nodes} nodes")
     grad_bytes = gradients // max(1, _trainable_elems(s)) if gradients else DTYPE_BYTES[s.dtype]

@@ -14,14 +14,13 @@ from typing import Any, Callable
 from memlint.extract import custom_model
 from memlint.extract.objects import (
     Accelerator, Collator, DataLoader, DeepSpeedEngine, DtypeName, HfConfig, LightningTrainer, Method, Model, Obj, Optimizer,
-    Params,
-    PeftConfig, QuantConfig,
+    Params, PeftConfig, Plugin, QuantConfig,
     Trainer, TrainingArgs, dtype_of, field_value,
 )
 from memlint.extract.values import Alts, Const, Dict, Ref, Seq, Unknown, flatten, to_python
 from memlint.library import api
 from memlint.library.defaults import default as library_default
-from memlint.plan import Span, TrainingPlan, Value
+from memlint.plan import SOURCES, Span, TrainingPlan, Value
 
 _NUMERIC = {"lora_r", "lora_alpha", "per_device_batch", "eval_batch", "grad_accum", "max_length", "num_gpus"}
 # When branches disagree, `value` is the candidate that costs the most memory.
@@ -266,6 +265,7 @@ class Builder:
             self.notes.extend(shape.notes)
         self.put("torch_dtype", _alts(dtypes), _dtype, self.root(models[0]).line)
         self.put("attn_implementation", _alts(attns), _attn, self.root(models[0]).line)
+        self.tp_fields(models)
         q = {k: _alts([x.get(k) for x in quants]) for k in ("bits", "type", "double", "compute", "group")}
         self.put("quant_bits", q["bits"], _bits, self.root(models[0]).line)
         if self.fields["quant_bits"].value in (4,) or any(c == 4 for c in self.fields["quant_bits"].candidates):
@@ -296,6 +296,44 @@ class Builder:
             if n is None and isinstance(cfg, HfConfig):
                 n = cfg.kwargs.get("num_labels")
             labels.append(n if n is not None else _libc("transformers.PretrainedConfig", "num_labels", root.line))
+
+    def parallelism_fields(self, configs: list) -> None:
+        """accelerate's ParallelismConfig(tp_size=N, cp_size=N, ...) (accelerate >= 1.10), given to
+        TrainingArguments(parallelism_config=...) or Accelerator(parallelism_config=...): the tensor- and
+        context-parallel degrees; accelerate's TP applies the model's transformers tp_plan."""
+        for pc in configs:
+            for o in flatten(pc) if pc is not None else []:
+                if not (isinstance(o, Plugin) and o.cls == "ParallelismConfig"):
+                    continue
+                for key in ("tp_size", "cp_size"):
+                    if o.get(key) is not None:
+                        self.put(key, o.get(key), _int, o.line)
+                tp = self.fields.get("tp_size")
+                if tp is not None and tp.known and tp.value != 1:
+                    self.fields["tp_stack"] = Value("transformers", "library-default", None,
+                                                    ("accelerate's ParallelismConfig(tp_size=...) applies the model's "
+                                                     "tp_plan (transformers)",))
+                return
+
+    def tp_fields(self, models: list) -> None:
+        """from_pretrained(..., tp_plan="auto"): transformers splits the model by its config's base_model_tp_plan
+        over every rank of the launcher's world (tp_size "world"), or over `tp_size=` ranks when given."""
+        for m in models:
+            root = self.root(m)
+            plan = root.kwargs.get("tp_plan")
+            if not (isinstance(plan, Const) and plan.value not in (None, False)):
+                continue
+            size = root.kwargs.get("tp_size")
+            if isinstance(size, Const) and isinstance(size.value, int) and not isinstance(size.value, bool):
+                self.put("tp_size", size, _int, root.line)
+            else:
+                self.fields["tp_size"] = Value("world", plan.source if plan.source in SOURCES else "literal",
+                                               Span(self.path, plan.line or root.line),
+                                               (f"from_pretrained(tp_plan={plan.value!r}): the model split over every rank "
+                                                "(WORLD_SIZE, the launcher's process count)",))
+            self.fields["tp_stack"] = Value("transformers", "library-default", None,
+                                            ("transformers' tp_plan: the config class's base_model_tp_plan",))
+            return
 
     def quant_of(self, root: Obj) -> dict:
         kw = root.kwargs
@@ -519,6 +557,7 @@ class Builder:
         else:
             self.put("optimizer", each("optim"), _optim, line)
             self.galore_fields(each, line)
+        self.parallelism_fields([a.get("parallelism_config") for a in arg_objs])
         self.precision_from(arg_objs)
         gbl = []
         for a in arg_objs:
@@ -954,6 +993,7 @@ class Builder:
             self.put("distributed", Const("none", "library-default", line, (why,)))
             if accs:
                 self.notes.append("distributed: an `accelerate launch` config may shard the model; pass --assume distributed=... if it does")
+        self.parallelism_fields([a.get("parallelism_config") for a in accs])
         collate = train_dl.get("collate_fn") if train_dl is not None else None
         self.data_padding(collate, False, line)
 

@@ -1791,6 +1791,7 @@ _BY_NAME: dict[str, Callable[[Handlers, Call], Any]] = {
     "DeepSpeedPlugin": Handlers.plugin,
     "GradientAccumulationPlugin": Handlers.plugin,
     "FullyShardedDataParallelPlugin": Handlers.plugin,
+    "ParallelismConfig": Handlers.plugin,
     "autocast": Handlers.autocast,
     "GradScaler": Handlers.scaler,
     "ArgumentParser": Handlers.argparser,

@@ -36,6 +36,7 @@ def apply_launcher(plan: TrainingPlan, launch: Any, script: Path) -> TrainingPla
         fields["num_gpus"] = _value(launch, 1, "python: one process")
     if launch.launcher == "accelerate":
         fields.update(_accelerate(plan, launch, opts))
+    fields.update(_megatron(launch))
     cur = plan.get("distributed")
     if launch.launcher in ("torchrun", "accelerate", "deepspeed") and launch.gpus and launch.gpus > 1 \
             and cur.value == "none" and cur.source == "library-default" and "distributed" not in fields:
@@ -49,6 +50,30 @@ def apply_launcher(plan: TrainingPlan, launch: Any, script: Path) -> TrainingPla
         if "num_gpus" in fields:  # `--num_processes=3` on the command line wins over the config file's num_processes
             plan = plan.with_values(num_gpus=fields["num_gpus"])
     return plan
+
+
+_MEGATRON_SIZES = {"--tensor-model-parallel-size": "tp_size", "--context-parallel-size": "cp_size"}
+
+
+def _megatron(launch: Any) -> dict[str, Value]:
+    """Megatron-LM's parallelism arguments on the script's command line (pretrain_gpt.py and the scripts
+    built on megatron.training's argument parser): --tensor-model-parallel-size N, --sequence-parallel,
+    --context-parallel-size N (megatron/training/arguments.py; underscores accepted as argparse does not,
+    but as NeMo's launchers write them)."""
+    out: dict[str, Value] = {}
+    argv = list(launch.argv)
+    for i, arg in enumerate(argv):
+        flag, _, inline = arg.partition("=")
+        flag = "--" + flag[2:].replace("_", "-") if flag.startswith("--") else flag
+        if flag in _MEGATRON_SIZES:
+            text = inline or (argv[i + 1] if i + 1 < len(argv) else "")
+            if text.isdigit() and int(text) >= 1:
+                out[_MEGATRON_SIZES[flag]] = _value(launch, int(text), f"{flag} {text}")
+        elif flag == "--sequence-parallel":
+            out["sequence_parallel"] = _value(launch, True, "--sequence-parallel")
+    if out:
+        out["tp_stack"] = _value(launch, "megatron", "Megatron-LM parallelism arguments")
+    return out
 
 
 def _accelerate(plan: TrainingPlan, launch: Any, opts: dict[str, str]) -> dict[str, Value]:

@@ -26,7 +26,7 @@ from memlint.errors import MemlintError
 from memlint.estimate.setup import Setup
 from memlint.library.api import attention
 
-ENGINES = ("none", "ddp", "fsdp", "fsdp_shard_grad_op", "fsdp_hybrid")
+ENGINES = ("none", "ddp", "fsdp", "fsdp_shard_grad_op", "fsdp_hybrid", "tp")
 PHASES = ("forward", "backward", "optimizer")
 
 
@@ -69,6 +69,9 @@ def measure_ranks(setup: Setup, *, engine: str = "fsdp", ranks: int = 2, nodes: 
         raise MemlintError(f"unknown engine {engine!r}; expected one of: {', '.join(ENGINES)}")
     if engine == "none" and ranks != 1:
         raise MemlintError("engine 'none' runs one rank")
+    if engine == "tp" and (ranks != setup.gpus or setup.cp != 1 or setup.shard not in ("none", "fsdp")):
+        raise MemlintError("engine 'tp' runs setup.gpus ranks: tensor parallel, with FSDP full shard over the "
+                           "data-parallel ranks when setup.shard is fsdp; no context parallelism")
     if ranks < 1 or nodes < 1 or ranks % nodes:
         raise MemlintError("ranks must be a positive multiple of nodes")
     if setup.quant != "none":
@@ -137,8 +140,71 @@ def _local(t: Any) -> Any:
     return t._local_tensor if isinstance(t, DTensor) else t
 
 
-def _wrap(model: Any, engine: str, ranks: int, nodes: int) -> Any:
+def tp_plan(setup: Setup) -> dict[str, Any]:
+    """torch's own tensor-parallel styles for an HF Llama-like model, as the setup's stack lays them out.
+
+    transformers: its LlamaConfig.base_model_tp_plan (q/k/v/gate/up ColwiseParallel, o/down
+    RowwiseParallel, embeddings and norms left replicated) and LlamaForCausalLM._tp_plan
+    lm_head 'colwise_gather_output' (ColwiseParallel(output_layouts=Replicate())).
+    torchtitan (always sequence parallel): its apply_tp: embeddings RowwiseParallel(output Shard(1)),
+    every norm SequenceParallel, attention / MLP inputs all-gathered from Shard(1) by PrepareModuleInput,
+    o/down RowwiseParallel(output Shard(1)), lm_head ColwiseParallel(input Shard(1)), its output
+    Shard(-1) under loss parallelism (the loss then runs inside `loss_parallel()`), else Replicate."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                                   SequenceParallel)
+
+    from memlint.estimate import tensor_parallel as tpf
+
+    plan: dict[str, Any] = {}
+    sp = tpf.sequence_parallel(setup)
+    for p in ("q_proj", "k_proj", "v_proj"):
+        plan[f"model.layers.*.self_attn.{p}"] = ColwiseParallel()
+    for p in ("gate_proj", "up_proj"):
+        plan[f"model.layers.*.mlp.{p}"] = ColwiseParallel()
+    rowwise = (lambda: RowwiseParallel(output_layouts=Shard(1))) if sp else RowwiseParallel
+    plan["model.layers.*.self_attn.o_proj"] = rowwise()
+    plan["model.layers.*.mlp.down_proj"] = rowwise()
+    if tpf.stack(setup)["embeddings"] == "vocab":
+        plan["model.embed_tokens"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1) if sp else Replicate())
+    loss_par = tpf.loss_parallel(setup)
+    out = Shard(-1) if loss_par else Replicate()
+    plan["lm_head"] = ColwiseParallel(input_layouts=Shard(1) if sp else Replicate(), output_layouts=out,
+                                      use_local_output=not loss_par)
+    if sp:
+        for n in ("input_layernorm", "post_attention_layernorm"):
+            plan[f"model.layers.*.{n}"] = SequenceParallel()
+        plan["model.norm"] = SequenceParallel()
+        plan["model.layers.*.self_attn"] = PrepareModuleInput(input_kwarg_layouts={"hidden_states": Shard(1)},
+                                                              desired_input_kwarg_layouts={"hidden_states": Replicate()})
+        plan["model.layers.*.mlp"] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+    return plan
+
+
+def _wrap(model: Any, engine: str, ranks: int, nodes: int, setup: Setup | None = None) -> Any:
     from torch.distributed.device_mesh import init_device_mesh
+
+    if engine == "tp":
+        from torch.distributed.tensor.parallel import parallelize_module
+
+        if setup.dp == 1:
+            return parallelize_module(model, init_device_mesh("cpu", (ranks,)), tp_plan(setup))
+        # 2-D: TP within each group of setup.tp ranks, FSDP2 over the data-parallel ranks (torchtitan's order:
+        # parallelize first, then fully_shard each decoder layer and the root on the dp mesh)
+        mesh = init_device_mesh("cpu", (setup.dp, setup.tp), mesh_dim_names=("dp", "tp"))
+        model = parallelize_module(model, mesh["tp"], tp_plan(setup))
+        if setup.shard == "fsdp":
+            from torch.distributed.fsdp import fully_shard
+
+            blocks = set()
+            for m in model.modules():
+                blocks |= set(getattr(m, "_no_split_modules", None) or ())
+            for layer in [m for m in model.modules() if type(m).__name__ in blocks]:
+                fully_shard(layer, mesh=mesh["dp"])
+            fully_shard(model, mesh=mesh["dp"])
+        else:
+            raise MemlintError("engine 'tp' with data parallelism measures FSDP (setup.shard fsdp) only")
+        return model
 
     if engine == "ddp":
         from torch.nn.parallel import DistributedDataParallel
@@ -189,10 +255,10 @@ def _worker(rank: int, ranks: int, nodes: int, port: int, setup: Setup, engine: 
         with contextlib.ExitStack() as stack:
             stack.enter_context(tracker)
             tracker.track_all(list(model.parameters()) + list(model.buffers()))
-            if engine.startswith("fsdp"):
+            if engine.startswith("fsdp") or (engine == "tp" and setup.shard == "fsdp"):
                 stack.enter_context(_fsdp_storage_hooks(tracker))
             if engine != "none":
-                model = _wrap(model, engine, ranks, nodes)
+                model = _wrap(model, engine, ranks, nodes, setup)
             stack.enter_context(_cuda_dropout())
             if setup.recompute:
                 inner = model.module if engine == "ddp" else model
@@ -204,7 +270,8 @@ def _worker(rank: int, ranks: int, nodes: int, port: int, setup: Setup, engine: 
             weights = storage_bytes(_local(p) for p in params)
             buffers_after_wrap = tracker.memory_allocated() - weights
             trainable = [p for p in params if p.requires_grad]
-            optimizer, onotes = build_optimizer(setup.optim, model.module if engine == "ddp" else model)
+            optimizer, onotes = build_optimizer(setup.optim, model.module if engine == "ddp" else model,
+                                                split_dtensors=engine == "tp")
             notes += onotes
             if setup.precision in ("amp-bf16", "amp-fp16"):
                 amp = torch.bfloat16 if setup.precision == "amp-bf16" else torch.float16
@@ -213,7 +280,8 @@ def _worker(rank: int, ranks: int, nodes: int, port: int, setup: Setup, engine: 
                 autocast = contextlib.nullcontext
             inner = model.module if engine == "ddp" else model
             marks, handle = mark_head(inner.get_output_embeddings(), tracker)
-            phases, comp = _rank_steps(model, setup, trainable, optimizer, tracker, marks, autocast, steps, seed)
+            phases, comp = _rank_steps(model, setup, trainable, optimizer, tracker, marks, autocast, steps, seed,
+                                       engine)
             comp = {"weights": weights, "buffers": buffers_after_wrap, **comp}
             handle.remove()
         phase = max(PHASES, key=lambda k: phases[k])
@@ -225,8 +293,20 @@ def _worker(rank: int, ranks: int, nodes: int, port: int, setup: Setup, engine: 
             dist.destroy_process_group()
 
 
+def _loss_context(setup: Setup, engine: str) -> Any:
+    """torch's loss_parallel() around the loss and its backward when the logits stay vocab-sharded."""
+    if engine == "tp":
+        from memlint.estimate import tensor_parallel as tpf
+
+        if tpf.loss_parallel(setup):
+            from torch.distributed.tensor.parallel import loss_parallel
+
+            return loss_parallel()
+    return contextlib.nullcontext()
+
+
 def _rank_steps(model: Any, setup: Setup, trainable: list, optimizer: Any, tracker: Any, marks: dict,
-                autocast: Any, steps: int, seed: int) -> tuple[dict[str, int], dict[str, int]]:
+                autocast: Any, steps: int, seed: int, engine: str = "fsdp") -> tuple[dict[str, int], dict[str, int]]:
     """One rank's training steps: (the last step's phase peaks, its gradients, optimizer state,
     activations and logits)."""
     import torch
@@ -245,21 +325,27 @@ def _rank_steps(model: Any, setup: Setup, trainable: list, optimizer: Any, track
             ids = torch.randint(0, setup.model.vocab, (setup.batch, setup.seq), generator=gen)
             tracker.reset_peak_memory_stats()
             start = tracker.memory_allocated()
-            with autocast():
-                loss = model(input_ids=ids, labels=ids).loss
-            if setup.grad_accum > 1:
-                loss = loss / setup.grad_accum
-            after = tracker.max_memory_allocated()
-            phases["forward"] = max(phases["forward"], marks.get("pre_head_peak", 0), after)
-            activations = max(activations, marks["head"] - start)
-            logits = max(logits, after - marks["head"])
-            tracker.reset_peak_memory_stats()
-            loss.backward()
+            kw: dict = {}
+            if engine == "tp":
+                # every TP rank runs the same micro-batch; under sequence parallelism the embeddings hand each
+                # rank a sequence shard, so the positions (and the causal mask) are given for the whole sequence
+                kw["position_ids"] = torch.arange(setup.seq).unsqueeze(0)
+            with autocast(), _loss_context(setup, engine):
+                loss = model(input_ids=ids, labels=ids, **kw).loss
+                if setup.grad_accum > 1:
+                    loss = loss / setup.grad_accum
+                after = tracker.max_memory_allocated()
+                phases["forward"] = max(phases["forward"], marks.get("pre_head_peak", 0), after)
+                activations = max(activations, marks["head"] - start)
+                logits = max(logits, after - marks["head"])
+                tracker.reset_peak_memory_stats()
+                loss.backward()
             del loss, ids
             phases["backward"] = max(phases["backward"], tracker.max_memory_allocated())
         grads = storage_bytes(_local(p.grad) for p in trainable if p.grad is not None)
         tracker.reset_peak_memory_stats()
-        torch.nn.utils.clip_grad_norm_(trainable, 1.0, foreach=True)
+        if engine != "tp":  # TP mixes DTensor and replicated plain parameters, which one foreach norm cannot take
+            torch.nn.utils.clip_grad_norm_(trainable, 1.0, foreach=True)
         optimizer.step()
         state = storage_bytes(_local(t) for t in state_tensors(optimizer))
         optimizer.zero_grad(set_to_none=True)

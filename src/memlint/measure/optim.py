@@ -113,11 +113,20 @@ def build_galore(name: str, model: torch.nn.Module, rank: int, targets: Any,
 
 
 def build_optimizer(name: str, model: torch.nn.Module, *, master_fp32: bool = False,
-                    fake: bool = False, params: list | None = None) -> tuple[torch.optim.Optimizer, list[str]]:
+                    fake: bool = False, params: list | None = None,
+                    split_dtensors: bool = False) -> tuple[torch.optim.Optimizer, list[str]]:
     """The optimizer Trainer would build for `optim=name`; returns it and notes. `params`: an
-    optimizer over these parameters only (one group), as torchtune builds one per parameter."""
+    optimizer over these parameters only (one group), as torchtune builds one per parameter.
+    `split_dtensors`: each group split into its DTensor and its plain parameters (a tensor-parallel
+    model keeps both; one foreach kernel cannot take a mix)."""
     notes: list[str] = []
     groups = param_groups(model) if params is None else [{"params": list(params), "weight_decay": 0.0}]
+    if split_dtensors:
+        from torch.distributed.tensor import DTensor
+
+        groups = [{**g, "params": ps} for g in groups
+                  for ps in ([p for p in g["params"] if isinstance(p, DTensor)],
+                             [p for p in g["params"] if not isinstance(p, DTensor)]) if ps]
     if not groups:
         raise MemlintError("no trainable parameters: nothing for the optimizer to update")
 

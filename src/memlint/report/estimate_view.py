@@ -47,8 +47,11 @@ def to_json(est: Estimate, targets, min_headroom: float = MIN_HEADROOM) -> dict[
         "assumptions": list(est.assumptions),
     }
     if est.ranks > 1:  # every figure above is per GPU (rank)
-        doc["per_rank"] = {"gpus": est.ranks, "nodes": est.setup.nodes, "shard": est.setup.shard,
-                           "offload": est.setup.offload}
+        s = est.setup
+        doc["per_rank"] = {"gpus": est.ranks, "nodes": s.nodes, "shard": s.shard, "offload": s.offload}
+        if s.tp * s.cp > 1:
+            doc["per_rank"].update(dp=s.dp, tp=s.tp, sequence_parallel=s.sequence_parallel, cp=s.cp,
+                                   tp_stack=s.tp_stack)
     return doc
 
 
@@ -67,7 +70,12 @@ def describe(est: Estimate) -> str:
     parts.append("recompute" if s.recompute else "no recompute")
     parts.append(s.attn)
     if s.gpus > 1:
-        engine = "DDP" if s.shard == "none" else s.shard
+        engine = ("DDP" if s.dp > 1 else "no data parallel") if s.shard == "none" else s.shard
+        if s.tp > 1:
+            engine += f", TP {s.tp}" + (" + SP" if s.sequence_parallel or s.tp_stack == "torchtitan" else "") \
+                + f" ({s.tp_stack})"
+        if s.cp > 1:
+            engine += f", CP {s.cp}"
         nodes = f" over {s.nodes} nodes" if s.nodes > 1 else ""
         offload = f" offload {s.offload}" if s.offload != "none" else ""
         parts.append(f"per GPU (rank) of {s.gpus}{nodes}, {engine}{offload}")

@@ -73,6 +73,7 @@ def deepspeed_facts(doc: Document) -> LaunchFacts:
         value = f"zero{stage}" if stage else "none"
         facts.fields["distributed"] = Value(value, "literal", doc.span("zero_optimization", "stage"), (f"zero_optimization.stage: {stage}",))
 
+    deepspeed_tp(doc, facts)
     offload, span, why = "none", None, "no offload_optimizer / offload_param device"
     if isinstance(zero, dict):
         legacy = zero.get("cpu_offload") is True
@@ -154,6 +155,7 @@ def accelerate_facts(doc: Document, file: Path | None = None) -> LaunchFacts:
     else:
         facts.fields["distributed"] = Value(None, "unknown", span, (f"distributed_type {dtype} is not one memlint models",))
         facts.notes.append(f"distributed is unknown (distributed_type {dtype}); pass --assume distributed=...")
+    _accelerate_parallelism(doc, facts)
     _accelerate_precision(r, doc, facts)
     r.checked_keys()
     facts.diagnostics.extend(r.diagnostics)
@@ -212,6 +214,36 @@ def _accelerate_deepspeed(r: Reader, doc: Document, facts: LaunchFacts, span: Sp
     if ga is not None:
         facts.soft["grad_accum"] = Value(ga, "literal", doc.span("deepspeed_config", "gradient_accumulation_steps"), (f"deepspeed_config.gradient_accumulation_steps: {ga}",))
     r.checked_keys(_ACCELERATE_DS_KEYS, {}, ("deepspeed_config",), "deepspeed_config ")
+
+
+def _accelerate_parallelism(doc: Document, facts: LaunchFacts) -> None:
+    """accelerate >= 1.10's parallelism_config (accelerate config writes parallelism_config_tp_size,
+    _cp_size, _dp_shard_size, _dp_replicate_size under it; `accelerate launch` exports them as
+    PARALLELISM_CONFIG_TP_SIZE ..., ParallelismConfig reads them): the tensor- and context-parallel
+    degrees. accelerate's TP applies the model's transformers tp_plan."""
+    pc = doc.get("parallelism_config")
+    if not isinstance(pc, dict):
+        return
+    for key, name in (("parallelism_config_tp_size", "tp_size"), ("parallelism_config_cp_size", "cp_size")):
+        v = pc.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v >= 1:
+            facts.fields[name] = Value(v, "literal", doc.span("parallelism_config", key), (f"parallelism_config.{key}: {v}",))
+    if facts.fields.get("tp_size") and facts.fields["tp_size"].value > 1:
+        facts.fields["tp_stack"] = Value("transformers", "library-default", None,
+                                         ("accelerate's tensor parallelism applies the model's tp_plan (transformers)",))
+
+
+def deepspeed_tp(doc: Document, facts: LaunchFacts) -> None:
+    """DeepSpeed AutoTP training (0.16.4+): "tensor_parallel": {"autotp_size": N} splits the linears like
+    transformers' tp_plan (counted with that plan; approximate)."""
+    tpc = doc.get("tensor_parallel")
+    if not isinstance(tpc, dict):
+        return
+    v = tpc.get("autotp_size")
+    if isinstance(v, int) and not isinstance(v, bool) and v >= 1:
+        facts.fields["tp_size"] = Value(v, "literal", doc.span("tensor_parallel", "autotp_size"), (f"tensor_parallel.autotp_size: {v}",))
+        facts.fields["tp_stack"] = Value("transformers", "library-default", None,
+                                         ("DeepSpeed AutoTP: linears split like transformers' tp_plan (approximate)",))
 
 
 def _accelerate_fsdp(r: Reader, doc: Document, facts: LaunchFacts) -> None:
