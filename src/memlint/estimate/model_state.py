@@ -90,10 +90,25 @@ def full_tensors(model: ModelSpec) -> list[Tensor]:
 # --------------------------------------------------------------------------- counts
 
 
+def setup_lora_tensors(s: Setup) -> list[Tensor]:
+    """The adapters' tensors the setup trains: peft's on transformers' modules, or LitGPT's own (estimate/litgpt.py)."""
+    if s.model_code == "litgpt":
+        from memlint.estimate import litgpt
+
+        return litgpt.lora_tensors(s)
+    return lora_tensors(s.model, s.lora_r, s.lora_targets, s.use_dora)
+
+
+def setup_lora_params(s: Setup) -> int:
+    if s.model_code == "litgpt":
+        return sum(t.numel * t.count for t in setup_lora_tensors(s))
+    return lora_params(s.model, s.lora_r, s.lora_targets, s.use_dora)
+
+
 def trainable_params(s: Setup) -> int:
     if s.method == "full":
         return s.model.params
-    return lora_params(s.model, s.lora_r, s.lora_targets, s.use_dora)
+    return setup_lora_params(s)
 
 
 def trainable_dtype(s: Setup, accounting: str) -> str:
@@ -144,15 +159,19 @@ def quantized_linear_bytes(model: ModelSpec, quant: str, double_quant: bool, acc
         elif quant == "int8":
             per = n + 4 * l.out_features  # int8 weight + fp32 row scales (SCB)
         else:
-            blocks = math.ceil(n / NF4_BLOCK)
-            per = math.ceil(n / 2)
-            if double_quant:
-                # uint8 absmax per block + fp32 absmax per 256 blocks + 256-entry fp32 code + offset
-                per += blocks + 4 * math.ceil(blocks / DQ_BLOCK) + 256 * 4 + 4
-            else:
-                per += 4 * blocks
+            per = bnb_linear_bytes(n, double_quant)
         total += per * l.count
     return total
+
+
+def bnb_linear_bytes(n: int, double_quant: bool) -> int:
+    """One bitsandbytes 4-bit weight of n elements: packed uint8 (n/2) + fp32 absmax per 64, or with double
+    quantization uint8 absmax per block + fp32 absmax per 256 blocks + the 256-entry fp32 code + offset."""
+    blocks = math.ceil(n / NF4_BLOCK)
+    per = math.ceil(n / 2)
+    if double_quant:
+        return per + blocks + 4 * math.ceil(blocks / DQ_BLOCK) + 256 * 4 + 4
+    return per + 4 * blocks
 
 
 def weight_bytes(s: Setup, accounting: str) -> tuple[int, str]:
@@ -160,12 +179,17 @@ def weight_bytes(s: Setup, accounting: str) -> tuple[int, str]:
     wb = 2 if accounting == "textbook" and s.precision != "fp32" else s.weight_bytes
     if s.method == "full":
         return m.params * wb, f"{m.params:,} params × {wb} B"
-    n_lora = lora_params(m, s.lora_r, s.lora_targets, s.use_dora)
+    n_lora = setup_lora_params(s)
     ab = DTYPE_BYTES[trainable_dtype(s, accounting)]
     if s.quant == "none":
         return m.params * wb + n_lora * ab, f"{m.params:,} frozen × {wb} B + {n_lora:,} {'DoRA' if s.use_dora else 'LoRA'} × {ab} B"
     q = quantized_linear_bytes(m, s.quant, s.double_quant, accounting, s.quant_group_size)
     rest = m.params - m.quantizable_params
+    head4 = ""
+    if s.model_code == "litgpt" and accounting == "real" and not m.tied_embeddings:
+        # Fabric's BitsandbytesPrecision replaces every nn.Linear, lm_head included (no ignore_modules)
+        hq = bnb_linear_bytes(m.hidden * m.vocab, s.double_quant)
+        q, rest, head4 = q + hq, rest - m.hidden * m.vocab, " (lm_head 4-bit too: Fabric's BitsandbytesPrecision)"
     rb = 4 if (accounting == "real" and s.upcasts_kbit) else wb
     label = {"nf4": "NF4", "fp4": "FP4", "int8": "int8", "gptq": "GPTQ int4", "awq": "AWQ int4"}[s.quant]
     dq = (" + double-quant" if s.double_quant else "") if s.quant in ("nf4", "fp4") else ""
@@ -173,7 +197,7 @@ def weight_bytes(s: Setup, accounting: str) -> tuple[int, str]:
         dq = f" (group {s.quant_group_size}, fp16 scales)"
     return (
         q + rest * rb + n_lora * ab,
-        f"{m.quantizable_params:,} {label}{dq} + {rest:,} unquantized × {rb} B + {n_lora:,} LoRA × {ab} B",
+        f"{m.quantizable_params:,} {label}{dq}{head4} + {rest:,} unquantized × {rb} B + {n_lora:,} LoRA × {ab} B",
     )
 
 
@@ -321,7 +345,7 @@ def galore_step_temporaries(s: Setup, spec: dict, pbytes: int) -> int:
 
 
 def trainable_tensors(s: Setup) -> list[Tensor]:
-    return full_tensors(s.model) if s.method == "full" else lora_tensors(s.model, s.lora_r, s.lora_targets, s.use_dora)
+    return full_tensors(s.model) if s.method == "full" else setup_lora_tensors(s)
 
 
 def in_backward_step(s: Setup, accounting: str) -> tuple[int, int, str]:

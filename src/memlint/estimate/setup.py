@@ -29,6 +29,9 @@ OBJECTIVES = ("sft", "dpo", "orpo", "cpo", "kto", "reward")
 # second copy of the weights, the peft model run with its adapters disabled, or log-probs
 # computed before training (precompute_ref_log_probs=True).
 REF_MODELS = ("auto", "none", "copy", "adapter-disabled", "precomputed")
+# Whose model code runs the step: transformers' modules (with peft, the HF loss), or LitGPT's own GPT (fused qkv
+# `attn`, LoRAQKVLinear, chunked lm_head + chunked cross-entropy; data/litgpt.json).
+MODEL_CODES = ("transformers", "litgpt")
 
 
 def _default(name: str) -> Any:
@@ -133,6 +136,10 @@ class Setup:
     ref_model: str = "auto"
     # The TRL version whose step layout to model (data/preference.json); None: the newest known.
     trl_version: str | None = None
+    # The model code the step runs (MODEL_CODES) and, for LitGPT, the version whose code to model
+    # (data/litgpt.json); None: the newest known.
+    model_code: str = "transformers"
+    litgpt_version: str | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -152,6 +159,9 @@ class Setup:
         check("offload", OFFLOADS)
         check("objective", OBJECTIVES)
         check("ref_model", REF_MODELS)
+        check("model_code", MODEL_CODES)
+        if self.model_code == "litgpt":
+            self._validate_litgpt()
         needs_ref = preference()["objectives"][self.objective]["reference"]
         if not needs_ref and self.ref_model not in ("auto", "none"):
             raise MemlintError(f"--objective {self.objective} has no reference model: use --ref-model none")
@@ -210,6 +220,27 @@ class Setup:
             raise MemlintError("--offload needs a sharded (DeepSpeed / FSDP) run")
         if isinstance(self.lora_targets, str) and self.lora_targets != "all-linear":
             raise MemlintError("lora_targets is 'all-linear' or a tuple of module names")
+
+    def _validate_litgpt(self) -> None:
+        """What memlint's LitGPT accounting covers (data/litgpt.json)."""
+        if self.precision not in ("pure-bf16", "fp32"):
+            raise MemlintError(f"--model-code litgpt models LitGPT's bf16-true (--precision pure-bf16) and 32-true "
+                               f"(--precision fp32), not --precision {self.precision}")
+        if self.quant not in ("none", "nf4", "fp4"):
+            raise MemlintError(f"--model-code litgpt quantizes with bitsandbytes (--quantize bnb.nf4/bnb.fp4): "
+                               f"not --quant {self.quant}")
+        if self.method != "full":
+            from memlint.estimate.litgpt import targets
+
+            try:
+                targets(self)
+            except ValueError as exc:
+                raise MemlintError(f"--model-code litgpt: {exc}") from None
+        for name, bad in (("objective", self.objective != "sft"), ("recompute", self.recompute),
+                          ("use_dora", self.use_dora), ("fused_loss", self.fused_loss),
+                          ("chunked_loss", bool(self.chunked_loss)), ("offload_activations", self.offload_activations)):
+            if bad:
+                raise MemlintError(f"--model-code litgpt: {name.replace('_', '-')} is not modelled for LitGPT's code")
 
     @property
     def reference(self) -> str:
