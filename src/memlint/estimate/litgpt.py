@@ -54,6 +54,14 @@ def loop() -> dict[str, Any]:
     return data.load("litgpt.json")["loop"]
 
 
+def rope_cache_bytes(s: Setup) -> int:
+    """GPT's cos/sin buffers: finetune/lora.py sets model.max_seq_length to the longest sample, outside
+    fabric.init_module, so build_rope_cache makes them (seq × rope_n_elem) in fp32."""
+    cfg = s.model.config
+    pct = cfg.get("rotary_pct") or cfg.get("partial_rotary_factor") or 1.0
+    return 2 * s.seq * int(s.model.head_dim * pct) * 4
+
+
 def _norm_bytes(s: Setup, a: int, rms_fp32: bool) -> tuple[int, int]:
     """(what one norm saves per token, what of that is its input: shared by a second norm on the same x)."""
     h = s.model.hidden
@@ -193,11 +201,34 @@ def per_token_layer(s: Setup) -> tuple[int, dict[str, int]]:
 
 
 def once_per_token(s: Setup) -> int:
-    """ln_f's saved input (and lm_head's input where lm_head trains or is a 4-bit layer that keeps it)."""
+    """ln_f's saved input (and lm_head's input where lm_head trains or is a 4-bit layer that keeps it), the token
+    ids where the embedding trains; less what layer 0 does not save when the embedding is frozen: its input needs
+    no gradient, so norm_1 keeps nothing, dropout no mask, a 4-bit qkv no input, and a parallel block's MLP
+    (which reads that input too) nothing at all."""
     a = DTYPE_BYTES[s.compute_dtype]
-    one, _ = _norm_bytes(s, a, facts(s)["rmsnorm_compute"] == "fp32")
-    head_in = s.method == "full" or (s.quant in ("nf4", "fp4") and facts(s)["bnb_keeps_input"])
-    return one + (a * s.model.hidden if head_in else 0) + 8
+    h = s.model.hidden
+    f = facts(s)
+    one, _ = _norm_bytes(s, a, f["rmsnorm_compute"] == "fp32")
+    full = s.method == "full"
+    keeps = s.quant in ("nf4", "fp4") and f["bnb_keeps_input"]
+    total = one + (a * h if (full or keeps) else 0)
+    if full:
+        return total + 8
+    drop = s.lora_dropout > 0
+    _, parts = per_token_layer(s)
+    b = block(s)
+    qkv = bool(_lora_on(s)["qkv"])
+    # norm_1 (and a parallel block's norm_2) read the frozen embedding's output
+    layer0 = parts["norms"] if b["parallel_residual"] else one
+    if qkv and drop:
+        layer0 += h  # dropout's mask
+    if keeps and (drop or not qkv):
+        layer0 += a * h  # the 4-bit qkv's input
+    if b["parallel_residual"]:  # the MLP reads the embedding too: no gradient reaches it, it saves nothing
+        layer0 += parts["mlp"]
+        if keeps:
+            layer0 += (0 if b["shared_attention_norm"] else a * h) + a * s.model.intermediate
+    return total - layer0
 
 
 def terms(s: Setup) -> ActivationTerms:
@@ -208,14 +239,20 @@ def terms(s: Setup) -> ActivationTerms:
     a = DTYPE_BYTES[s.compute_dtype]
     n = sb * m.vocab
     chunk = min(loop()["lm_head_chunk_size"], s.seq) * s.batch * m.vocab
-    fwd = 2 * a * n
-    bwd = 2 * a * n + 2 * a * chunk + a * sb * m.hidden
+    # while lm_head runs: the new chunks, the previous step's chunks (still bound to `logits`) and ln_f's output
+    fwd = 2 * a * n + a * sb * m.hidden
+    # backward starts with the chunks and the saved log-softmax outputs and adds one chunk's nll and log_softmax
+    # gradients; then, the log-softmax outputs freed, the last Block's MLP backward holds the hidden-state gradient
+    # and the MLP's input gradients (proj's, and for LLaMAMLP silu·fc_2's two: 3 × s·b·i; GptNeoxMLP: 2)
+    k = 3 if m.arch.get("mlp") == "gated" else 2
+    bwd = max(2 * a * n + 2 * a * chunk, a * n + a * sb * m.hidden + k * a * sb * m.intermediate)
     f = facts(s)
     names = ", ".join(f"{k} {v:,}" for k, v in parts.items())
     return ActivationTerms(
         body, per_tok * sb, fwd, bwd,
         f"LitGPT's Block ({f['name']}): {per_tok:,} B/token/layer saved ({names}) × s·b·L",
-        f"LitGPT's chunked lm_head + chunked cross-entropy: s·b·V × {a} B logit chunks (kept bound by the loop) "
-        f"+ s·b·V × {a} B saved log-softmax; backward + one 128-token chunk's two gradients + the hidden-state "
-        "gradient",
+        f"LitGPT's chunked lm_head + chunked cross-entropy: 2 × s·b·V × {a} B (the logit chunks, bound to `logits` "
+        f"by the loop until the next step's arrive, then the saved log-softmax) + ln_f's output s·b·h × {a} B while "
+        "lm_head runs; backward: the chunks, the saved log-softmax and one 128-token chunk's two gradients, or the "
+        "last Block's MLP gradients (the larger)",
     )

@@ -175,6 +175,16 @@ def bnb_linear_bytes(n: int, double_quant: bool) -> int:
 
 
 def weight_bytes(s: Setup, accounting: str) -> tuple[int, str]:
+    w, f = _weight_bytes(s, accounting)
+    if s.model_code == "litgpt" and accounting == "real":
+        from memlint.estimate import litgpt
+
+        rope = litgpt.rope_cache_bytes(s)
+        w, f = w + rope, f + f" + LitGPT's rope cache {rope:,} B (cos, sin: fp32 × longest sample × rope_n_elem)"
+    return w, f
+
+
+def _weight_bytes(s: Setup, accounting: str) -> tuple[int, str]:
     m = s.model
     wb = 2 if accounting == "textbook" and s.precision != "fp32" else s.weight_bytes
     if s.method == "full":
