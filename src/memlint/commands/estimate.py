@@ -70,6 +70,13 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
                    help="reference for dpo/kto (default: a frozen copy for a full fine-tune, adapters disabled for peft)")
     g.add_argument("--trl-version", default=None, metavar="X.Y",
                    help="TRL version whose step layout to model (default: the installed one, else the newest known)")
+    g.add_argument("--model-code", choices=("transformers", "litgpt"), default="transformers",
+                   help="whose model code runs the step: transformers' modules (peft, the HF loss), or LitGPT's GPT "
+                        "(fused qkv, LoRAQKVLinear, chunked lm_head + chunked cross-entropy; bf16-true: --precision "
+                        "pure-bf16 --dtype bf16; its QLoRA uses PagedAdamW: --optim paged_adamw_32bit)")
+    g.add_argument("--litgpt-version", default=None, metavar="X.Y.Z",
+                   help="with --model-code litgpt, the LitGPT version whose code to model (default: the installed "
+                        "one, else the newest known; 0.1.0 is lit-gpt of 2023)")
     g.add_argument("--gpus", type=int, default=1, metavar="N")
     g.add_argument("--shard", choices=("none", "zero1", "zero2", "zero3", "fsdp", "fsdp_shard_grad_op", "fsdp_hybrid"),
                    default="none")
@@ -109,6 +116,8 @@ def setup_from_args(args: argparse.Namespace):
         offload_activations=args.offload_activations, optimizer_in_bwd=args.optimizer_in_bwd,
         recompute_every=args.recompute_every, galore_rank=args.galore_rank, galore_targets=_galore_targets(args.galore_targets),
         objective=args.objective, ref_model=args.ref_model, trl_version=args.trl_version or installed_version("trl"),
+        model_code=args.model_code,
+        litgpt_version=(args.litgpt_version or installed_version("litgpt")) if args.model_code == "litgpt" else None,
     )
 
 
@@ -127,6 +136,8 @@ def _galore_targets(text: str | None) -> tuple[str, ...] | str:
 def _kbit_prep(args: argparse.Namespace, quant: str) -> bool:
     if args.kbit_prep is not None:
         return args.kbit_prep
+    if getattr(args, "model_code", "transformers") == "litgpt":
+        return False  # LitGPT quantizes through Fabric's BitsandbytesPrecision: no peft upcast
     from memlint.library.api import kbit_prep, trl_trainer
 
     return kbit_prep(trl_trainer(args.objective))[0]

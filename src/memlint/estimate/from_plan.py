@@ -405,7 +405,24 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
         kbit_prep=kbit_prep, adapter_dtype=adapter_dtype, use_dora=_use_dora(get, method),
         offload_activations=_offload_activations(get), chunked_loss=0 if fused or objective != "sft" else _chunked(get),
     )
+    setup = _model_code(setup, get, notes)
     return PlannedSetup(setup, (), tuple(notes))
+
+
+def _model_code(setup: Setup, get, notes: list[str]) -> Setup:
+    """A plan from a LitGPT config (trainer "litgpt") runs LitGPT's own GPT: its accounting (estimate/litgpt.py,
+    data/litgpt.json) where it covers the configuration, else transformers' modules, said in the notes."""
+    trainer = get("trainer").value if get("trainer").known else None
+    if trainer != "litgpt":
+        return setup
+    from memlint.library.versions import installed_version
+
+    try:
+        return setup.with_(model_code="litgpt", kbit_prep=False, litgpt_version=installed_version("litgpt"))
+    except MemlintError as exc:
+        notes.append(f"LitGPT's own model code is not accounted for in this configuration ({exc}); estimated with "
+                     "transformers' modules and loss")
+        return setup
 
 
 def _dropout(get, method: str, notes: list[str]) -> float:

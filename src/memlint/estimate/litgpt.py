@@ -73,12 +73,16 @@ def _norm_bytes(s: Setup, a: int, rms_fp32: bool) -> tuple[int, int]:
     return a * h + 8, a * h  # LayerNorm: input + fp32 mean and rstd
 
 
-# LitGPT's LoRA switches (lora_query, lora_key, lora_value, lora_projection, lora_mlp, lora_head); the Hugging Face
-# module names a transformers-style target list uses map onto them
+# LitGPT's LoRA switches (lora_query, lora_key, lora_value, lora_projection, lora_mlp, lora_head). A target list in
+# Hugging Face module names (what a LitGPT config's plan carries) maps back onto them through the table the LitGPT
+# config reader uses (data/frameworks.json litgpt lora_targets); its fused-qkv names stand for whichever of q/k/v is on.
 TARGETS = ("query", "key", "value", "projection", "mlp", "head")
-_HF = {"q_proj": "query", "k_proj": "key", "v_proj": "value", "o_proj": "projection", "dense": "projection",
-       "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp", "fc1": "mlp", "fc2": "mlp", "lm_head": "head",
-       "query_key_value": ("query", "key", "value")}
+
+
+def _hf_names() -> tuple[dict[str, str], set[str]]:
+    table = data.load("frameworks.json")["frameworks"]["litgpt"]["substitutions"]["lora_targets"]["value"]
+    names = {n: key.removeprefix("lora_") for key, ns in table.items() if key != "fused_qkv" for n in ns}
+    return names, set(table.get("fused_qkv", ()))
 
 
 def targets(s: Setup) -> tuple[str, ...]:
@@ -89,15 +93,18 @@ def targets(s: Setup) -> tuple[str, ...]:
         return TARGETS[:5]
     if isinstance(s.lora_targets, str):
         raise ValueError("LitGPT's LoRA takes switches (query, key, value, projection, mlp, head), not a regex")
+    names, fused = _hf_names()
     out: list[str] = []
     for t in s.lora_targets:
-        leaf = t.rsplit(".", 1)[-1]
-        hit = leaf if leaf in TARGETS else _HF.get(leaf)
+        hit = t if t in TARGETS else names.get(t, names.get(t.rsplit(".", 1)[-1]))
+        if hit is None and (t in fused or t.rsplit(".", 1)[-1] in fused):
+            continue
         if hit is None:
             raise ValueError(f"LoRA target {t!r} is not one of LitGPT's: {', '.join(TARGETS)}")
-        for h in (hit if isinstance(hit, tuple) else (hit,)):
-            if h not in out:
-                out.append(h)
+        if hit not in out:
+            out.append(hit)
+    if not out:
+        raise ValueError(f"LoRA targets {', '.join(s.lora_targets)} name the fused qkv but none of query, key, value")
     return tuple(out)
 
 
@@ -231,6 +238,24 @@ def once_per_token(s: Setup) -> int:
     return total - layer0
 
 
+def _full_logits(s: Setup, body: int, per_tok: int, parts: dict, a: int, n: int, sb: int) -> ActivationTerms:
+    """finetune/full.py: `logits = model(input_ids)` (no lm_head chunks: the whole s·b·V in the compute dtype, bound
+    by the loop), chunked_cross_entropy(logits[..., :-1, :]) reshapes the shifted view (a copy when b > 1) and
+    saves each 128-row chunk's log-softmax; backward concatenates the chunks' gradients into one s·b·V tensor and
+    the shift's backward writes it into a zero s·b·V gradient of the logits."""
+    m = s.model
+    copy = a * n if s.batch > 1 else 0
+    fwd = 2 * a * n + max(a * sb * m.hidden, copy)
+    bwd = 3 * a * n
+    names = ", ".join(f"{k} {v:,}" for k, v in parts.items())
+    return ActivationTerms(
+        body, per_tok * sb, fwd, bwd,
+        f"LitGPT's Block ({facts(s)['name']}): {per_tok:,} B/token/layer saved ({names}) × s·b·L",
+        f"LitGPT finetune/full.py: s·b·V × {a} B logits (bound by the loop; the previous step's until lm_head returns) "
+        f"+ s·b·V × {a} B saved log-softmax (+ the shifted copy when b > 1); backward: 3 × s·b·V × {a} B",
+    )
+
+
 def terms(s: Setup) -> ActivationTerms:
     m = s.model
     sb = s.seq * s.batch
@@ -239,6 +264,8 @@ def terms(s: Setup) -> ActivationTerms:
     a = DTYPE_BYTES[s.compute_dtype]
     n = sb * m.vocab
     chunk = min(loop()["lm_head_chunk_size"], s.seq) * s.batch * m.vocab
+    if s.method == "full":
+        return _full_logits(s, body, per_tok, parts, a, n, sb)
     # while lm_head runs: the new chunks, the previous step's chunks (still bound to `logits`) and ln_f's output
     fwd = 2 * a * n + a * sb * m.hidden
     # backward starts with the chunks and the saved log-softmax outputs and adds one chunk's nll and log_softmax

@@ -10,7 +10,8 @@ checkout (`--source`: a directory holding `litgpt/` or, for Lit-GPT of 2023, `li
 `Config.from_name`, its `GPT` (or `lora.GPT` with its LoRA config, `mark_only_lora_as_trainable`),
 the training loop of `finetune/lora.py` -- `model(input_ids, lm_head_chunk_size=128)`, the
 last chunk shifted, `chunked_cross_entropy(logits, targets[..., 1:])` (chunk_size 128),
-`backward`, optimizer step, `zero_grad()` -- and what Lightning Fabric does around it:
+`backward`, optimizer step, `zero_grad()` -- or of `finetune/full.py` (`model(input_ids)`, full
+logits, `chunked_cross_entropy(logits[..., :-1, :], ...)`), and what Lightning Fabric does around it:
 `--precision bf16-true` builds the model with the default dtype bf16 and runs forward under it;
 `bf16-mixed` keeps fp32 weights and runs forward under bf16 autocast; `--quantize bnb.*`
 replaces every `nn.Linear` (lm_head and LoRA's base layers included: Fabric's
@@ -57,7 +58,7 @@ class LitStep:
     # 0.4.x): MatMul4Bit keeps each 4-bit layer's input for backward (bitsandbytes#1270 removed it)
     bnb_keeps_input: bool = False
     steps: int = 2
-    lm_head_chunk_size: int = 128
+    lm_head_chunk_size: int | None = None  # None: what the script passes (128 in finetune/lora.py, none in full.py)
     config: dict[str, Any] = field(default_factory=dict)  # Config(**config) when name is None
 
 
@@ -168,6 +169,8 @@ def trace(step: LitStep, source: str | None = None) -> dict[str, Any]:
 
         handle = model.lm_head.register_forward_pre_hook(pre_head)
         ctx = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if mixed else (lambda: default_dtype(true_dtype))
+        chunk = step.lm_head_chunk_size if step.lm_head_chunk_size is not None else (128 if step.lora_r else 0)
+        out["lm_head_chunk_size"] = chunk
         for n in range(1, step.steps + 1):
             marks.clear()
             phases: dict[str, int] = {}
@@ -176,12 +179,13 @@ def trace(step: LitStep, source: str | None = None) -> dict[str, Any]:
             tracker.reset_peak_memory_stats()
             start = tracker.live
             with ctx():
-                if step.lm_head_chunk_size:
-                    logits = model(ids, lm_head_chunk_size=step.lm_head_chunk_size)
+                if chunk:  # finetune/lora.py
+                    logits = model(ids, lm_head_chunk_size=chunk)
                     logits[-1] = logits[-1][..., :-1, :]
-                else:
-                    logits = model(ids)[..., :-1, :]
-                loss = lit.utils.chunked_cross_entropy(logits, targets[..., 1:])
+                    loss = lit.utils.chunked_cross_entropy(logits, targets[..., 1:])
+                else:  # finetune/full.py
+                    logits = model(ids)
+                    loss = lit.utils.chunked_cross_entropy(logits[..., :-1, :], targets[..., 1:])
             phases["forward"] = tracker.peak
             activations, logits_bytes = marks["head"] - start, tracker.live - marks["head"]
             tracker.begin_phase((n, "backward"))
