@@ -448,7 +448,17 @@ def render(rows: list[dict], fits: list[dict], skipped: list[tuple], allocated: 
               "  model was loaded.",
               "- The 4-bit blog's LoRA settings were not published with the table (r=8 on q,v assumed).",
               "- Every trace allocates the weights in parameter order before step 1; a real run's loading (and",
-              "  bitsandbytes' quantization on the GPU) leaves its own cached blocks behind."]
+              "  bitsandbytes' quantization on the GPU) leaves its own cached blocks behind.",
+              "- LitGPT: the published figure is 'Memory used', `max_memory_allocated()` over the whole run",
+              "  (validation and a 100-token sample generation with its KV cache included); the estimate and the",
+              "  trace are one training step at the longest sample (the resource tables' runs force the longest",
+              "  Alpaca sample into the first batch; the config hub's max_seq_length 512 is assumed reached).",
+              "  The traces run LitGPT's code at the point's commit with PyTorch 2.13 on CPU fake tensors (the runs",
+              "  had PyTorch 2.1 on A100s; SDPA's CPU flash kernel stands in for CUDA's); 4-bit layers are memlint's",
+              "  stand-in for bitsandbytes' (measure/quant.py), keeping their inputs as bitsandbytes 0.41/0.42 did.",
+              "- LitGPT config hub: the point file marks the QLoRA rows (confighub-4, -5) and the full fine-tune",
+              "  (confighub-6: 1.24 B parameters × 8 B of weights, gradients and AdamW states exceed the published",
+              "  8.70 GB on one GPU) as suspect."]
     return "\n".join(lines) + "\n"
 
 

@@ -125,3 +125,22 @@ def test_litgpt_refuses_what_it_does_not_model(tmp_path):
         _setup(spec, 1, 128, targets=("embed_tokens",))
     with pytest.raises(MemlintError, match="model_code"):
         Setup(spec, model_code="megatron")
+    pytest.importorskip("torch")
+    from memlint.measure import measure
+
+    with pytest.raises(MemlintError, match="memlint.measure.litgpt"):  # memlint measure runs transformers' modules
+        measure(_setup(spec, 1, 128), device="trace")
+
+
+def test_a_litgpt_config_plan_is_estimated_with_litgpt_accounting():
+    from pathlib import Path
+
+    from memlint.estimate.from_plan import setup_from_plan
+    from memlint.extract import extract_file
+
+    root = Path(__file__).resolve().parent.parent / "fixtures" / "configs"
+    planned = setup_from_plan(extract_file(root / "litgpt_llama3_qlora.yaml"))
+    s = planned.setup
+    assert s.model_code == "litgpt" and not s.kbit_prep and s.precision == "pure-bf16"
+    assert lit.targets(s) == ("query", "key", "value", "projection")  # lora_query/key/value/projection: true
+    assert "LitGPT's Block" in estimate(s, "real").components["activations"].formula

@@ -598,6 +598,9 @@ def _traced_attention(setup: Setup, mode: str, notes: list[str]) -> str:
 
 
 def _refuse_unsupported(setup: Setup, model: Any) -> None:
+    if setup.model_code == "litgpt":
+        raise MemlintError("memlint measure runs transformers' modules; LitGPT's own code is traced by "
+                           "`python -m memlint.measure.litgpt --name <LitGPT config> --batch B --seq S ...`")
     if setup.quant == "int8":
         raise MemlintError("an 8-bit (LLM.int8) base is not supported by memlint.measure yet")
     if setup.quant in ("gptq", "awq"):
