@@ -272,7 +272,14 @@ def terms(s: Setup) -> ActivationTerms:
     # gradients; then, the log-softmax outputs freed, the last Block's MLP backward holds the hidden-state gradient
     # and the MLP's input gradients (proj's, and for LLaMAMLP silu·fc_2's two: 3 × s·b·i; GptNeoxMLP: 2)
     k = 3 if m.arch.get("mlp") == "gated" else 2
-    bwd = max(2 * a * n + 2 * a * chunk, a * n + a * sb * m.hidden + k * a * sb * m.intermediate)
+    # a 4-bit lm_head (and MLP) dequantizes its weight to the compute dtype for each chunk's matmul, forward and
+    # backward: a transient next to everything else
+    four = s.quant in ("nf4", "fp4")
+    dq_head = a * m.vocab * m.hidden if four and not m.tied_embeddings else 0
+    dq_mlp = a * m.intermediate * m.hidden if four else 0
+    fwd += dq_head
+    bwd = max(2 * a * n + 2 * a * chunk + dq_head,
+              a * n + a * sb * m.hidden + k * a * sb * m.intermediate + dq_mlp)
     f = facts(s)
     names = ", ".join(f"{k} {v:,}" for k, v in parts.items())
     return ActivationTerms(
@@ -281,5 +288,5 @@ def terms(s: Setup) -> ActivationTerms:
         f"LitGPT's chunked lm_head + chunked cross-entropy: 2 × s·b·V × {a} B (the logit chunks, bound to `logits` "
         f"by the loop until the next step's arrive, then the saved log-softmax) + ln_f's output s·b·h × {a} B while "
         "lm_head runs; backward: the chunks, the saved log-softmax and one 128-token chunk's two gradients, or the "
-        "last Block's MLP gradients (the larger)",
+        "last Block's MLP gradients (the larger)" + ("; + the 4-bit lm_head's weight dequantized for each chunk" if dq_head else ""),
     )
