@@ -54,6 +54,12 @@ def loop() -> dict[str, Any]:
     return data.load("litgpt.json")["loop"]
 
 
+def untied_head(s: Setup) -> int:
+    """Parameters LitGPT has beyond the checkpoint's count: GPT keeps lm_head and wte as two weights (no tying in
+    model.py at 00af8b0; finetune/full.py refuses train.tie_embeddings), so a tied checkpoint gains V·h."""
+    return s.model.vocab * s.model.hidden if s.model.tied_embeddings and not data.load("litgpt.json")["ties_embeddings"] else 0
+
+
 def rope_cache_bytes(s: Setup) -> int:
     """GPT's cos/sin buffers: finetune/lora.py sets model.max_seq_length to the longest sample, outside
     fabric.init_module, so build_rope_cache makes them (seq × rope_n_elem) in fp32."""
@@ -246,13 +252,15 @@ def _full_logits(s: Setup, body: int, per_tok: int, parts: dict, a: int, n: int,
     m = s.model
     copy = a * n if s.batch > 1 else 0
     fwd = 2 * a * n + max(a * sb * m.hidden, copy)
-    bwd = 3 * a * n
+    # lm_head's weight gradient (V·h in the weight dtype) arrives while the logits' gradients are alive
+    bwd = 3 * a * n + m.vocab * m.hidden * DTYPE_BYTES[s.dtype]
     names = ", ".join(f"{k} {v:,}" for k, v in parts.items())
     return ActivationTerms(
         body, per_tok * sb, fwd, bwd,
         f"LitGPT's Block ({facts(s)['name']}): {per_tok:,} B/token/layer saved ({names}) × s·b·L",
         f"LitGPT finetune/full.py: s·b·V × {a} B logits (bound by the loop; the previous step's until lm_head returns) "
-        f"+ s·b·V × {a} B saved log-softmax (+ the shifted copy when b > 1); backward: 3 × s·b·V × {a} B",
+        f"+ s·b·V × {a} B saved log-softmax (+ the shifted copy when b > 1); backward: 3 × s·b·V × {a} B + lm_head's "
+        "gradient",
     )
 
 
@@ -275,7 +283,7 @@ def terms(s: Setup) -> ActivationTerms:
     # a 4-bit lm_head (and MLP) dequantizes its weight to the compute dtype for each chunk's matmul, forward and
     # backward: a transient next to everything else
     four = s.quant in ("nf4", "fp4")
-    dq_head = a * m.vocab * m.hidden if four and not m.tied_embeddings else 0
+    dq_head = a * m.vocab * m.hidden if four else 0  # LitGPT's lm_head is its own (4-bit) layer
     dq_mlp = a * m.intermediate * m.hidden if four else 0
     fwd += dq_head
     bwd = max(2 * a * n + 2 * a * chunk + dq_head,

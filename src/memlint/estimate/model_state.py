@@ -107,6 +107,10 @@ def setup_lora_params(s: Setup) -> int:
 
 def trainable_params(s: Setup) -> int:
     if s.method == "full":
+        if s.model_code == "litgpt":
+            from memlint.estimate import litgpt
+
+            return s.model.params + litgpt.untied_head(s)
         return s.model.params
     return setup_lora_params(s)
 
@@ -179,6 +183,9 @@ def weight_bytes(s: Setup, accounting: str) -> tuple[int, str]:
     if s.model_code == "litgpt" and accounting == "real":
         from memlint.estimate import litgpt
 
+        untied = litgpt.untied_head(s)
+        if untied and s.quant == "none":
+            w, f = w + untied * s.weight_bytes, f + f" + LitGPT's own lm_head {untied:,} × {s.weight_bytes} B (untied)"
         rope = litgpt.rope_cache_bytes(s)
         w, f = w + rope, f + f" + LitGPT's rope cache {rope:,} B (cos, sin: fp32 × longest sample × rope_n_elem)"
     return w, f
@@ -196,10 +203,13 @@ def _weight_bytes(s: Setup, accounting: str) -> tuple[int, str]:
     q = quantized_linear_bytes(m, s.quant, s.double_quant, accounting, s.quant_group_size)
     rest = m.params - m.quantizable_params
     head4 = ""
-    if s.model_code == "litgpt" and accounting == "real" and not m.tied_embeddings:
-        # Fabric's BitsandbytesPrecision replaces every nn.Linear, lm_head included (no ignore_modules)
+    if s.model_code == "litgpt" and accounting == "real":
+        # Fabric's BitsandbytesPrecision replaces every nn.Linear, lm_head included (no ignore_modules); LitGPT's
+        # lm_head is its own weight even where the checkpoint ties it (the embedding stays in the compute dtype)
         hq = bnb_linear_bytes(m.hidden * m.vocab, s.double_quant)
-        q, rest, head4 = q + hq, rest - m.hidden * m.vocab, " (lm_head 4-bit too: Fabric's BitsandbytesPrecision)"
+        q, head4 = q + hq, " (lm_head 4-bit too: Fabric's BitsandbytesPrecision)"
+        if not m.tied_embeddings:
+            rest -= m.hidden * m.vocab
     rb = 4 if (accounting == "real" and s.upcasts_kbit) else wb
     label = {"nf4": "NF4", "fp4": "FP4", "int8": "int8", "gptq": "GPTQ int4", "awq": "AWQ int4"}[s.quant]
     dq = (" + double-quant" if s.double_quant else "") if s.quant in ("nf4", "fp4") else ""
@@ -355,6 +365,8 @@ def galore_step_temporaries(s: Setup, spec: dict, pbytes: int) -> int:
 
 
 def trainable_tensors(s: Setup) -> list[Tensor]:
+    if s.method == "full" and s.model_code == "litgpt" and s.model.tied_embeddings:
+        return full_tensors(s.model) + [Tensor(s.model.vocab, s.model.hidden)]  # LitGPT's own lm_head
     return full_tensors(s.model) if s.method == "full" else setup_lora_tensors(s)
 
 
