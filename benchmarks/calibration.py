@@ -1,6 +1,7 @@
 """memlint against peak memory that other projects published (../shared/calibration).
 
     python benchmarks/calibration.py [--points PATH] [--out docs/calibration.md] [--reuse]
+        [--litgpt-src DIR]   # DIR/<commit>: `git archive <commit>` of Lightning-AI/litgpt (8641822, 00af8b0)
 
 Compares like with like:
 
@@ -10,7 +11,9 @@ Compares like with like:
   allocation sequence replayed through `memlint.measure.allocator` (a FakeTensorMode trace on
   CPU: `memlint measure`'s trace for the decoder points, a trace of the same Trainer step for the
   BERT points, which the estimator cannot express);
-- a published fit/OOM boundary with the fit verdict on that GPU.
+- a published fit/OOM boundary with the fit verdict on that GPU;
+- a published LitGPT `max_memory_allocated` with `memlint estimate --model-code litgpt`'s allocated peak and
+  with a trace of LitGPT's own code at the point's commit (memlint.measure.litgpt, one process per point).
 
 Every point is listed: compared, or with the reason memlint cannot express it. Writes
 docs/calibration.md (the shares at the top are computed here, not typed) and docs/calibration.json
