@@ -77,6 +77,13 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
                    default="auto", help="the output head, the class the script loads (auto: causal-lm for a decoder, "
                    "sequence-classification for an encoder such as BERT / RoBERTa)")
     flag("--num-labels", key="num_labels", type=int, metavar="N", help="labels of a classification head")
+    g.add_argument("--model-code", choices=("transformers", "litgpt"), default="transformers",
+                   help="whose model code runs the step: transformers' modules (peft, the HF loss), or LitGPT's GPT "
+                        "(fused qkv, LoRAQKVLinear, chunked lm_head + chunked cross-entropy; bf16-true: --precision "
+                        "pure-bf16 --dtype bf16; its QLoRA uses PagedAdamW: --optim paged_adamw_32bit)")
+    g.add_argument("--litgpt-version", default=None, metavar="X.Y.Z",
+                   help="with --model-code litgpt, the LitGPT version whose code to model (default: the installed "
+                        "one, else the newest known; 0.1.0 is lit-gpt of 2023)")
     g.add_argument("--gpus", type=int, default=1, metavar="N")
     g.add_argument("--shard", choices=("none", "zero1", "zero2", "zero3", "fsdp", "fsdp_shard_grad_op", "fsdp_hybrid"),
                    default="none")
@@ -130,6 +137,8 @@ def setup_from_args(args: argparse.Namespace):
         task_head=args.head, num_labels=args.num_labels,
         tp=args.tp, sequence_parallel=args.sequence_parallel, cp=args.cp, tp_stack=args.tp_stack,
         loss_parallel=args.loss_parallel,
+        model_code=args.model_code,
+        litgpt_version=(args.litgpt_version or installed_version("litgpt")) if args.model_code == "litgpt" else None,
     )
 
 
@@ -148,6 +157,8 @@ def _galore_targets(text: str | None) -> tuple[str, ...] | str:
 def _kbit_prep(args: argparse.Namespace, quant: str) -> bool:
     if args.kbit_prep is not None:
         return args.kbit_prep
+    if getattr(args, "model_code", "transformers") == "litgpt":
+        return False  # LitGPT quantizes through Fabric's BitsandbytesPrecision: no peft upcast
     from memlint.library.api import kbit_prep, trl_trainer
 
     return kbit_prep(trl_trainer(args.objective))[0]

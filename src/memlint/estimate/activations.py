@@ -301,6 +301,10 @@ def dora_transient(s: Setup) -> int:
 
 
 def real(s: Setup) -> ActivationTerms:
+    if s.model_code == "litgpt":  # LitGPT's own Block and chunked loss (estimate/litgpt.py)
+        from memlint.estimate import litgpt
+
+        return litgpt.terms(s)
     m = s.model
     sb = s.seq * s.batch
     per_tok, inp_tok, once = _per_token_layer_bytes(s)

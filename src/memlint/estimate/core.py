@@ -225,7 +225,7 @@ def tied_accumulation(s: Setup) -> int:
     torch.profiler on plain tensors), so the embedding's own gradient and the sum are alive beside
     every other gradient for a moment: two V·h tensors in the gradient dtype."""
     m = s.model
-    if s.method != "full" or not m.tied_embeddings:
+    if s.method != "full" or not m.tied_embeddings or s.model_code == "litgpt":  # LitGPT keeps them untied
         return 0
     return 2 * m.arch.get("embedding_rows", m.vocab) * m.hidden * DTYPE_BYTES[ms.trainable_dtype(s, "real")]
 

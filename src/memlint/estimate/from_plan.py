@@ -421,6 +421,7 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
         offload_activations=_offload_activations(get), chunked_loss=0 if fused or objective != "sft" else _chunked(get),
         **_head(get, spec, notes),
     )
+    setup = _model_code(setup, get, notes)
     return PlannedSetup(setup, (), tuple(notes))
 
 
@@ -476,6 +477,22 @@ def _parallel(get, spec, gpus: int, notes: list[str]) -> dict[str, Any]:
         notes.append(f"tensor/context parallelism not applied: {exc}")
         return {}
     return out
+
+
+def _model_code(setup: Setup, get, notes: list[str]) -> Setup:
+    """A plan from a LitGPT config (trainer "litgpt") runs LitGPT's own GPT: its accounting (estimate/litgpt.py,
+    data/litgpt.json) where it covers the configuration, else transformers' modules, said in the notes."""
+    trainer = get("trainer").value if get("trainer").known else None
+    if trainer != "litgpt":
+        return setup
+    from memlint.library.versions import installed_version
+
+    try:
+        return setup.with_(model_code="litgpt", kbit_prep=False, litgpt_version=installed_version("litgpt"))
+    except MemlintError as exc:
+        notes.append(f"LitGPT's own model code is not accounted for in this configuration ({exc}); estimated with "
+                     "transformers' modules and loss")
+        return setup
 
 
 def _dropout(get, method: str, notes: list[str]) -> float:

@@ -101,10 +101,29 @@ def full_tensors(model: ModelSpec) -> list[Tensor]:
 # --------------------------------------------------------------------------- counts
 
 
+def setup_lora_tensors(s: Setup) -> list[Tensor]:
+    """The adapters' tensors the setup trains: peft's on transformers' modules, or LitGPT's own (estimate/litgpt.py)."""
+    if s.model_code == "litgpt":
+        from memlint.estimate import litgpt
+
+        return litgpt.lora_tensors(s)
+    return lora_tensors(s.model, s.lora_r, s.lora_targets, s.use_dora)
+
+
+def setup_lora_params(s: Setup) -> int:
+    if s.model_code == "litgpt":
+        return sum(t.numel * t.count for t in setup_lora_tensors(s))
+    return lora_params(s.model, s.lora_r, s.lora_targets, s.use_dora)
+
+
 def trainable_params(s: Setup) -> int:
     if s.method == "full":
+        if s.model_code == "litgpt":
+            from memlint.estimate import litgpt
+
+            return s.model.params + litgpt.untied_head(s)
         return s.model.params
-    return lora_params(s.model, s.lora_r, s.lora_targets, s.use_dora) + sum(t.numel * t.count for t in saved_copies(s))
+    return setup_lora_params(s) + sum(t.numel * t.count for t in saved_copies(s))
 
 
 # The module names transformers' causal LMs give their input embeddings and lm_head: what peft's
@@ -190,23 +209,40 @@ def quantized_linear_bytes(model: ModelSpec, quant: str, double_quant: bool, acc
         elif quant == "int8":
             per = n + 4 * l.out_features  # int8 weight + fp32 row scales (SCB)
         else:
-            blocks = math.ceil(n / NF4_BLOCK)
-            per = math.ceil(n / 2)
-            if double_quant:
-                # uint8 absmax per block + fp32 absmax per 256 blocks + 256-entry fp32 code + offset
-                per += blocks + 4 * math.ceil(blocks / DQ_BLOCK) + 256 * 4 + 4
-            else:
-                per += 4 * blocks
+            per = bnb_linear_bytes(n, double_quant)
         total += per * l.count
     return total
 
 
+def bnb_linear_bytes(n: int, double_quant: bool) -> int:
+    """One bitsandbytes 4-bit weight of n elements: packed uint8 (n/2) + fp32 absmax per 64, or with double
+    quantization uint8 absmax per block + fp32 absmax per 256 blocks + the 256-entry fp32 code + offset."""
+    blocks = math.ceil(n / NF4_BLOCK)
+    per = math.ceil(n / 2)
+    if double_quant:
+        return per + blocks + 4 * math.ceil(blocks / DQ_BLOCK) + 256 * 4 + 4
+    return per + 4 * blocks
+
+
 def weight_bytes(s: Setup, accounting: str) -> tuple[int, str]:
+    w, f = _weight_bytes(s, accounting)
+    if s.model_code == "litgpt" and accounting == "real":
+        from memlint.estimate import litgpt
+
+        untied = litgpt.untied_head(s)
+        if untied and s.quant == "none":
+            w, f = w + untied * s.weight_bytes, f + f" + LitGPT's own lm_head {untied:,} × {s.weight_bytes} B (untied)"
+        rope = litgpt.rope_cache_bytes(s)
+        w, f = w + rope, f + f" + LitGPT's rope cache {rope:,} B (cos, sin: fp32 × longest sample × rope_n_elem)"
+    return w, f
+
+
+def _weight_bytes(s: Setup, accounting: str) -> tuple[int, str]:
     m = s.model
     wb = 2 if accounting == "textbook" and s.precision != "fp32" else s.weight_bytes
     if s.method == "full":
         return m.params * wb, f"{m.params:,} params × {wb} B"
-    n_lora = lora_params(m, s.lora_r, s.lora_targets, s.use_dora)
+    n_lora = setup_lora_params(s)
     ab = DTYPE_BYTES[trainable_dtype(s, accounting)]
     n_copy, cb = sum(t.numel for t in saved_copies(s)), saved_copy_bytes(s)
     copies = f" + {n_copy:,} modules_to_save copies × {cb} B" if n_copy else ""
@@ -215,6 +251,14 @@ def weight_bytes(s: Setup, accounting: str) -> tuple[int, str]:
                 f"{m.params:,} frozen × {wb} B + {n_lora:,} {'DoRA' if s.use_dora else 'LoRA'} × {ab} B{copies}")
     q = quantized_linear_bytes(m, s.quant, s.double_quant, accounting, s.quant_group_size)
     rest = m.params - m.quantizable_params
+    head4 = ""
+    if s.model_code == "litgpt" and accounting == "real":
+        # Fabric's BitsandbytesPrecision replaces every nn.Linear, lm_head included (no ignore_modules); LitGPT's
+        # lm_head is its own weight even where the checkpoint ties it (the embedding stays in the compute dtype)
+        hq = bnb_linear_bytes(m.hidden * m.vocab, s.double_quant)
+        q, head4 = q + hq, " (lm_head 4-bit too: Fabric's BitsandbytesPrecision)"
+        if not m.tied_embeddings:
+            rest -= m.hidden * m.vocab
     rb = 4 if (accounting == "real" and s.upcasts_kbit) else wb
     label = {"nf4": "NF4", "fp4": "FP4", "int8": "int8", "gptq": "GPTQ int4", "awq": "AWQ int4"}[s.quant]
     dq = (" + double-quant" if s.double_quant else "") if s.quant in ("nf4", "fp4") else ""
@@ -222,7 +266,7 @@ def weight_bytes(s: Setup, accounting: str) -> tuple[int, str]:
         dq = f" (group {s.quant_group_size}, fp16 scales)"
     return (
         q + rest * rb + n_lora * ab + n_copy * cb,
-        f"{m.quantizable_params:,} {label}{dq} + {rest:,} unquantized × {rb} B + {n_lora:,} LoRA × {ab} B{copies}",
+        f"{m.quantizable_params:,} {label}{dq}{head4} + {rest:,} unquantized × {rb} B + {n_lora:,} LoRA × {ab} B{copies}",
     )
 
 
@@ -440,7 +484,9 @@ def galore_step_temporaries(s: Setup, spec: dict, pbytes: int) -> int:
 
 
 def trainable_tensors(s: Setup) -> list[Tensor]:
-    return full_tensors(s.model) if s.method == "full" else lora_tensors(s.model, s.lora_r, s.lora_targets, s.use_dora)
+    if s.method == "full" and s.model_code == "litgpt" and s.model.tied_embeddings:
+        return full_tensors(s.model) + [Tensor(s.model.vocab, s.model.hidden)]  # LitGPT's own lm_head
+    return full_tensors(s.model) if s.method == "full" else setup_lora_tensors(s)
 
 
 def in_backward_step(s: Setup, accounting: str) -> tuple[int, int, str]:

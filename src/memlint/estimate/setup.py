@@ -33,6 +33,9 @@ REF_MODELS = ("auto", "none", "copy", "adapter-disabled", "precomputed")
 # BertForTokenClassification, AutoModelForMaskedLM ...); "auto": the causal-LM head of a decoder, the
 # sequence-classification head of an encoder (catalog/families.json `encoder`).
 TASK_HEADS = ("auto", "causal-lm", "sequence-classification", "token-classification", "masked-lm")
+# Whose model code runs the step: transformers' modules (with peft, the HF loss), or LitGPT's own GPT (fused qkv
+# `attn`, LoRAQKVLinear, chunked lm_head + chunked cross-entropy; data/litgpt.json).
+MODEL_CODES = ("transformers", "litgpt")
 
 
 def _default(name: str) -> Any:
@@ -154,6 +157,10 @@ class Setup:
     # The output head (TASK_HEADS) and, for the classification heads, its labels (the model's num_labels).
     task_head: str = "auto"
     num_labels: int = _default("num_labels")
+    # The model code the step runs (MODEL_CODES) and, for LitGPT, the version whose code to model
+    # (data/litgpt.json); None: the newest known.
+    model_code: str = "transformers"
+    litgpt_version: str | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -175,6 +182,9 @@ class Setup:
         check("ref_model", REF_MODELS)
         check("task_head", TASK_HEADS)
         self._validate_head()
+        check("model_code", MODEL_CODES)
+        if self.model_code == "litgpt":
+            self._validate_litgpt()
         needs_ref = preference()["objectives"][self.objective]["reference"]
         if not needs_ref and self.ref_model not in ("auto", "none"):
             raise MemlintError(f"--objective {self.objective} has no reference model: use --ref-model none")
@@ -251,6 +261,29 @@ class Setup:
     def dp(self) -> int:
         """Data-parallel ranks: the GPUs left once tensor and context parallelism are taken out."""
         return max(1, self.gpus // (self.tp * self.cp))
+
+
+    def _validate_litgpt(self) -> None:
+        """What memlint's LitGPT accounting covers (data/litgpt.json)."""
+        if self.precision not in ("pure-bf16", "fp32"):
+            raise MemlintError(f"--model-code litgpt models LitGPT's bf16-true (--precision pure-bf16) and 32-true "
+                               f"(--precision fp32), not --precision {self.precision}")
+        if self.quant not in ("none", "nf4", "fp4"):
+            raise MemlintError(f"--model-code litgpt quantizes with bitsandbytes (--quantize bnb.nf4/bnb.fp4): "
+                               f"not --quant {self.quant}")
+        if self.method != "full":
+            from memlint.estimate.litgpt import targets
+
+            try:
+                targets(self)
+            except ValueError as exc:
+                raise MemlintError(f"--model-code litgpt: {exc}") from None
+        for name, bad in (("objective", self.objective != "sft"), ("recompute", self.recompute),
+                          ("use_dora", self.use_dora), ("fused_loss", self.fused_loss),
+                          ("chunked_loss", bool(self.chunked_loss)), ("offload_activations", self.offload_activations),
+                          ("modules_to_save", bool(self.modules_to_save)), ("tp", self.tp > 1)):
+            if bad:
+                raise MemlintError(f"--model-code litgpt: {name.replace('_', '-')} is not modelled for LitGPT's code")
 
     @property
     def reference(self) -> str:

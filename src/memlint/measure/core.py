@@ -613,6 +613,9 @@ def _refuse_unsupported(setup: Setup, model: Any) -> None:
     if setup.modules_to_save and setup.model.tied_embeddings:
         raise MemlintError("memlint.measure does not trace modules_to_save on a model with tied embeddings (peft's copy "
                            "of a tied module unties it; memlint counts an untied copy, not trace-validated)")
+    if setup.model_code == "litgpt":
+        raise MemlintError("memlint measure runs transformers' modules; LitGPT's own code is traced by "
+                           "`python -m memlint.measure.litgpt --name <LitGPT config> --batch B --seq S ...`")
     if setup.quant == "int8":
         raise MemlintError("an 8-bit (LLM.int8) base is not supported by memlint.measure yet")
     if setup.quant in ("gptq", "awq"):

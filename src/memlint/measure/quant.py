@@ -40,24 +40,26 @@ class _MatMul4Bit(torch.autograd.Function):
     """bnb.autograd._functions.MatMul4Bit, CUDA fallback path, spelled in visible ops."""
 
     @staticmethod
-    def forward(ctx, A, packed, bias, state):  # type: ignore[override]
+    def forward(ctx, A, packed, bias, state, keep_input=False):  # type: ignore[override]
         W = _dequant(packed, state, A.dtype)
         out = F.linear(A, W, bias)
         ctx.state = state
         ctx.dtype_bias = None if bias is None else bias.dtype
-        ctx.save_for_backward(packed)  # bnb keeps (None, B): the packed weight only
+        # bnb >= 0.43.2 keeps (None, B): the packed weight only; before (bitsandbytes#1270) it kept
+        # ctx.tensors = (A, B), the layer's input too, whenever an input needed a gradient
+        ctx.save_for_backward(packed, A) if keep_input else ctx.save_for_backward(packed)
         return out
 
     @staticmethod
     def backward(ctx, grad_output):  # type: ignore[override]
-        (packed,) = ctx.saved_tensors
+        packed = ctx.saved_tensors[0]
         grad_A = grad_bias = None
         if ctx.needs_input_grad[2]:
             grad_bias = grad_output.sum(0, dtype=ctx.dtype_bias)
         if ctx.needs_input_grad[0]:
             W = _dequant(packed, ctx.state, ctx.state.dtype).to(grad_output.dtype)
             grad_A = torch.matmul(grad_output, W)
-        return grad_A, None, grad_bias, None
+        return grad_A, None, grad_bias, None, None
 
 
 def _prefill_dynamic_map(device: torch.device) -> None:
@@ -76,8 +78,9 @@ class Linear4bit(torch.nn.Module):
     """Frozen 4-bit linear: packed weight + QuantState buffers, compute in `compute_dtype`."""
 
     def __init__(self, linear: torch.nn.Linear, quant_type: str, double_quant: bool,
-                 compute_dtype: torch.dtype, use_bnb_matmul: bool = False) -> None:
+                 compute_dtype: torch.dtype, use_bnb_matmul: bool = False, keep_input: bool = False) -> None:
         super().__init__()
+        self.keep_input = keep_input  # bitsandbytes < 0.43.2: MatMul4Bit keeps its input for backward
         import bitsandbytes.functional as bnbF
 
         self.in_features = linear.in_features
@@ -114,7 +117,7 @@ class Linear4bit(torch.nn.Module):
 
             out = bnb.matmul_4bit(x, self.weight, bias=bias, quant_state=self.quant_state)
         else:
-            out = _MatMul4Bit.apply(x, self.weight, bias, self.quant_state)
+            out = _MatMul4Bit.apply(x, self.weight, bias, self.quant_state, self.keep_input)
         return out.to(inp_dtype)
 
     def extra_repr(self) -> str:

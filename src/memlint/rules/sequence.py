@@ -203,6 +203,8 @@ class RecomputeOffRule(Rule):
         level = self.advice_severity(ctx)
         if est is None or level is None or s.recompute or not ctx.known("gradient_checkpointing"):
             return
+        if s.model_code == "litgpt":  # LitGPT has no such setting on one device (it checkpoints Blocks under FSDP)
+            return
         peak_on, fit_on = refit(ctx, recompute=True)
         saved = est.peak - peak_on
         rescues = fit_on is not None and fit_on.ok

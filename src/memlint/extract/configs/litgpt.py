@@ -38,8 +38,10 @@ class LitGPT(FrameworkReader):
         self._optimizer()
         self.lib("attn_implementation", "sdpa", self._sub("attention")[1])
         self.lib("fused_loss", False, "litgpt computes no fused loss")
-        self.notes.append("litgpt applies lm_head and the cross-entropy in chunks of 128 tokens (lm_head_chunk_size=128, "
-                          "chunked_cross_entropy); memlint counts the full logits, an overestimate of the logits component")
+        self.notes.append("litgpt runs its own GPT (fused qkv, LoRAQKVLinear) and applies lm_head and the cross-entropy in "
+                          "chunks of 128 tokens (finetune_lora: lm_head_chunk_size=128 and chunked_cross_entropy; "
+                          "finetune_full: the cross-entropy only): the estimate uses memlint's LitGPT accounting "
+                          "(model_code litgpt) where it covers the configuration, else transformers' (said below)")
         self.lib("group_by_length", False, "litgpt's data modules do not group by length")
         self.trainer("litgpt", f"litgpt finetune_{self.script or '*'} (Lightning Fabric)")
         self._check_keys()
