@@ -32,11 +32,15 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
     flag("--lora-dropout", key="lora_dropout", type=float, metavar="P")
     g.add_argument("--use-dora", action=argparse.BooleanOptionalAction, default=False,
                    help="DoRA (LoraConfig(use_dora=True)): a magnitude vector per adapted layer, the weight norm every forward")
-    g.add_argument("--quant", choices=("none", "nf4", "fp4", "int8", "gptq", "awq"), default=None,
-                   help="base weight quantization: bitsandbytes nf4/fp4/int8, or a GPTQ / AWQ int4 checkpoint "
+    g.add_argument("--quant", choices=("none", "nf4", "fp4", "int8", "gptq", "awq", "hqq"), default=None,
+                   help="base weight quantization: bitsandbytes nf4/fp4/int8, a GPTQ / AWQ int4 checkpoint, or HQQ "
+                        "(HqqConfig, quantized on load; --bits) "
                         "(default: the checkpoint's quantization_config, else nf4 for qlora, none otherwise)")
     g.add_argument("--group-size", type=int, default=None, metavar="G",
-                   help="GPTQ / AWQ weights per fp16 scale, -1: per column (default: the checkpoint's, else 128)")
+                   help="GPTQ / AWQ weights per fp16 scale, HQQ weights per scale and zero; -1: per column "
+                        "(default: the checkpoint's, else 64 for hqq, 128 otherwise)")
+    g.add_argument("--bits", type=int, default=4, metavar="N",
+                   help="HQQ bits per weight (HqqConfig nbits: 8, 6, 5, 4, 3, 2, 1; default 4)")
     g.add_argument("--double-quant", action=argparse.BooleanOptionalAction, default=True)
     g.add_argument("--kbit-prep", action=argparse.BooleanOptionalAction, default=None,
                    help="prepare_model_for_kbit_training upcasts non-quantized weights to fp32 (default: what the "
@@ -88,7 +92,9 @@ def setup_from_args(args: argparse.Namespace):
     quant = args.quant or pre.get("quant_method")
     if quant is None:
         quant = "nf4" if args.method == "qlora" else "none"
-    group = args.group_size or pre.get("group_size") or 128
+    group = args.group_size or pre.get("group_size") or (64 if quant == "hqq" else 128)
+    if args.bits != 4 and quant != "hqq":
+        raise MemlintError("--bits sets HQQ's nbits: it needs --quant hqq")
     precision = args.precision or run_default("precision").value
     if args.precision is None and args.dtype == "fp16" and precision == "amp-bf16":
         precision = "amp-fp16"  # autocast in the weights' half format
@@ -101,7 +107,7 @@ def setup_from_args(args: argparse.Namespace):
                                   or args.lora_r != run_default("lora_r").value or args.use_dora):
         raise MemlintError("--lora-r/--lora-targets/--use-dora need --method lora or qlora")
     return Setup(
-        model=model, method=args.method, quant_group_size=group, lora_r=args.lora_r, lora_targets=targets,
+        model=model, method=args.method, quant_group_size=group, quant_bits=args.bits, lora_r=args.lora_r, lora_targets=targets,
         lora_dropout=args.lora_dropout, use_dora=args.use_dora, quant=quant, double_quant=args.double_quant, dtype=args.dtype,
         precision=precision, optim=args.optim, batch=args.batch, seq=args.seq, grad_accum=args.grad_accum,
         recompute=args.recompute, attn=args.attn, gpus=args.gpus, shard=args.shard, offload=args.offload,

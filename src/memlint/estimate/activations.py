@@ -108,7 +108,21 @@ def _linear_inputs(s: Setup, a: int, inter: int) -> int:
         elif g != "attn_out":
             shared.add(g)
         total += int(keep * per_layer)
-    return total + a * sum(size[g] for g in shared)
+    return total + a * sum(size[g] for g in shared) + _hqq_inputs(s, a, size, shared)
+
+
+def _hqq_inputs(s: Setup, a: int, size: dict[str, int], shared: set[str]) -> int:
+    """hqq's default backend (HQQMatmulNoCacheMul, core/quantize.py) saves every quantized linear's input x
+    (ctx.save_for_backward(x, bias)) although its backward only uses the weight: per token the normed hidden state
+    q/k/v read and the one gate/up read (residual dtype), and down_proj's input (the MLP product), unless an adapter
+    already keeps that same tensor. o_proj's input is SDPA's output, already counted. Checked against a trace of
+    hqq's own HQQLinear (tests/test_hqq.py)."""
+    if s.quant != "hqq":
+        return 0
+    x = residual_bytes(s)
+    mlp = a if s.precision in ("amp-bf16", "amp-fp16") else x
+    byte = {"attn_in": x, "mlp_in": x, "mlp_out": mlp}
+    return sum(byte[g] * size[g] for g in ("attn_in", "mlp_in", "mlp_out") if g not in shared)
 
 
 def _per_token_layer_bytes(s: Setup) -> tuple[int, int, int]:
@@ -209,6 +223,19 @@ def awq_transient(s: Setup) -> int:
     if s.quant != "awq":
         return 0
     return max((l.in_features * l.out_features for l in s.model.layer_linears()), default=0) * dequant_bytes(s)
+
+
+def hqq_transient(s: Setup) -> int:
+    """hqq's HQQLinear.dequantize, forward and again in backward (HQQMatmulNoCacheMul keeps no weight): the unpacked
+    values, (W_r - zero) and its product with scale, three weight-sized tensors in the layer's compute_dtype (the load
+    dtype), plus autocast's half copy for the matmul when that dtype is not the autocast one; the largest quantized
+    linear."""
+    if s.quant != "hqq":
+        return 0
+    n = max((l.in_features * l.out_features for l in s.model.layer_linears()), default=0)
+    c = DTYPE_BYTES[s.dtype]
+    cast = DTYPE_BYTES[s.compute_dtype] if s.precision in ("amp-bf16", "amp-fp16") and s.compute_dtype != s.dtype else 0
+    return n * (3 * c + cast)
 
 
 def dora_transient(s: Setup) -> int:
@@ -354,6 +381,8 @@ def activations(s: Setup, accounting: str) -> ActivationTerms:
                       formula=out.formula + " (DoRA: + base and adapter outputs per adapted layer)")
     if s.quant == "awq" and accounting == "real":
         out = replace(out, transient=max(out.transient, awq_transient(s)))
+    if s.quant == "hqq" and accounting == "real":
+        out = replace(out, transient=max(out.transient, hqq_transient(s)))
     return out
 
 

@@ -239,8 +239,11 @@ def _real_notes(s: Setup, tmp: int) -> list[str]:
                      if fp32 else f"adapters kept in {s.adapter_dtype or 'bf16'} ({s.precision})")
     if s.quant in ("gptq", "awq"):
         notes.append(quant_kernel_note(s))
-    if s.quant == "gptq" and s.kbit_prep:
-        notes.append("prepare_model_for_kbit_training leaves a GPTQ model's weights in their dtype (peft skips the upcast)")
+    if s.quant == "hqq":
+        notes.append(hqq_note(s))
+    if s.quant in ("gptq", "hqq") and s.kbit_prep:
+        notes.append(f"prepare_model_for_kbit_training leaves a {s.quant.upper()} model's weights in their dtype "
+                     "(peft skips the upcast)")
     elif s.upcasts_kbit:
         notes.append("prepare_model_for_kbit_training casts embeddings, norms and lm_head to fp32")
     elif s.quant != "none":
@@ -249,6 +252,17 @@ def _real_notes(s: Setup, tmp: int) -> list[str]:
     if s.model.arch.get("num_experts"):
         notes.append("MoE: activations use the routed top-k experts per token; expert weights are not quantized")
     return notes
+
+
+def hqq_note(s: Setup) -> str:
+    """What an HQQ estimate assumes (hqq 0.2.x HQQLinear through transformers 4.x's HqqConfig)."""
+    from memlint.estimate.activations import hqq_transient
+
+    return (f"HQQ {s.quant_bits}-bit base (group {s.quant_group_size}, axis 1; hqq's HQQLinear, scale and zero in "
+            f"{s.dtype}); its default backend (HQQMatmulNoCacheMul) saves each quantized linear's input and "
+            f"dequantizes the weight again in backward ({hqq_transient(s) / GIB:.2f} GiB transient); transformers "
+            "quantizes on load with HqqConfig at 4.x only (5.x raises NotImplementedError); peft's all-linear does "
+            "not match HQQLinear (name the modules)")
 
 
 def quant_kernel_note(s: Setup) -> str:

@@ -262,7 +262,9 @@ class Builder:
         self.put("attn_implementation", _alts(attns), _attn, self.root(models[0]).line)
         q = {k: _alts([x.get(k) for x in quants]) for k in ("bits", "type", "double", "compute", "group")}
         self.put("quant_bits", q["bits"], _bits, self.root(models[0]).line)
-        if self.fields["quant_bits"].value in (4,) or any(c == 4 for c in self.fields["quant_bits"].candidates):
+        hqq = any(isinstance(x.get("type"), Const) and x["type"].value == "hqq" for x in quants)
+        if (self.fields["quant_bits"].value in (4,) or any(c == 4 for c in self.fields["quant_bits"].candidates)
+                or hqq):
             self.put("quant_type", q["type"], _quant_type, self.root(models[0]).line)
             if any(isinstance(x.get("group"), Const) for x in quants):
                 self.put("quant_group_size", q["group"], _int, self.root(models[0]).line)
@@ -299,6 +301,8 @@ class Builder:
         cls = "transformers.BitsAndBytesConfig"
         if isinstance(b, QuantConfig) and b.cls in ("transformers.GPTQConfig", "transformers.AwqConfig"):
             return _int4_config(b)
+        if isinstance(b, QuantConfig) and b.cls == "transformers.HqqConfig":
+            return _hqq_config(b)
         if isinstance(b, QuantConfig):
             def field(name: str) -> Any:
                 v = b.get(name)
@@ -1226,6 +1230,15 @@ def _int4_config(b: QuantConfig) -> dict:
             "double": None, "compute": None, "group": group}
 
 
+def _hqq_config(b: QuantConfig) -> dict:
+    """HqqConfig(nbits=4, group_size=64, axis=..., skip_modules=['lm_head']): quantized on load by hqq; nbits any of
+    8/6/5/4/3/2/1 (a dynamic_config per layer tag is not followed: the first value is the model's)."""
+    bits = b.get("nbits") or _libc(b.cls, "nbits", b.line)
+    group = b.get("group_size") or _libc(b.cls, "group_size", b.line)
+    return {"bits": bits, "type": Const("hqq", "literal", b.line, ("HqqConfig(...)",)),
+            "double": None, "compute": None, "group": group}
+
+
 def _may_be_4bit(bits: Any) -> bool:
     return any(not isinstance(x, Const) or x.value == 4 for x in flatten(bits))
 
@@ -1260,7 +1273,7 @@ def _bool(v: Any) -> bool:
 
 
 def _bits(v: Any) -> Any:
-    if v not in (4, 8, None):
+    if v not in (4, 8, None, 1, 2, 3, 5, 6):  # bitsandbytes 4/8; HQQ also 1/2/3/5/6
         raise _Unconvertible(f"{v!r} bits")
     return v
 
@@ -1294,7 +1307,7 @@ def _attn(v: Any) -> str:
 
 
 def _quant_type(v: Any) -> str:
-    if v in ("nf4", "fp4", "gptq", "awq"):
+    if v in ("nf4", "fp4", "gptq", "awq", "hqq"):
         return v
     raise _Unconvertible(f"quant type {v!r}")
 

@@ -414,7 +414,8 @@ class Handlers:
         return c.new(QuantConfig, "transformers.BitsAndBytesConfig")
 
     def int4_config(self, c: Call) -> Any:
-        """GPTQConfig(bits=4, group_size=128, ...) / AwqConfig(...): a GPTQ / AWQ base (build.quant_of_config)."""
+        """GPTQConfig(bits=4, group_size=128, ...) / AwqConfig(...) / HqqConfig(nbits=4, group_size=64): a GPTQ / AWQ /
+        HQQ base (build.quant_of_config)."""
         return c.new(QuantConfig, f"transformers.{c.name}")
 
     def dataloader(self, c: Call) -> Any:
@@ -1700,6 +1701,7 @@ _BY_NAME: dict[str, Callable[[Handlers, Call], Any]] = {
     "BitsAndBytesConfig": Handlers.bnb_config,
     "GPTQConfig": Handlers.int4_config,
     "AwqConfig": Handlers.int4_config,
+    "HqqConfig": Handlers.int4_config,
     "DataLoader": Handlers.dataloader,
     "Accelerator": Handlers.accelerator,
     "DeepSpeedPlugin": Handlers.plugin,

@@ -447,7 +447,16 @@ class LlamaFactory(FrameworkReader):
         else:
             dflt = frameworks.default(self.kind, "finetuning_type")
             self.lib("method", "qlora" if bits == 4 else dflt.value, dflt.why)
-        if bits is not None:
+        hqq = d.get("quantization_method") == "hqq"
+        if bits is not None and hqq:
+            # model/model_utils/quantization.py: HqqConfig(nbits=quantization_bit, quant_zero=False, quant_scale=False,
+            # axis=0), group_size HqqConfig's default
+            self.lit("quant_bits", bits, "quantization_bit")
+            self.lit("quant_type", "hqq", "quantization_method")
+            dd = library_default("transformers.HqqConfig", "group_size")
+            self.lib("quant_group_size", dd.value if dd else 64, (dd.why if dd else "HqqConfig group_size")
+                     + "; LLaMA-Factory passes only nbits (and axis=0)")
+        elif bits is not None:
             self.lit("quant_bits", bits, "quantization_bit")
             if bits == 4:
                 for name, key in (("quant_type", "quantization_type"), ("double_quant", "double_quantization")):
