@@ -64,6 +64,9 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
                    help="fused/chunked linear cross-entropy (Liger, Cut Cross-Entropy): no full-vocabulary logits")
     g.add_argument("--chunked-loss", type=int, default=0, metavar="K",
                    help="torchtune's CEWithChunkedOutputLoss: K bf16 logit chunks, each upcast to fp32 in turn (0: off)")
+    g.add_argument("--float8", choices=("none", "all", "layers"), default="none",
+                   help="torchao float8 training (convert_to_float8_training / accelerate fp8): the linears made "
+                        "Float8Linear, every one (all) or the decoder's (layers: lm_head kept)")
     g.add_argument("--offload-activations", action=argparse.BooleanOptionalAction, default=False,
                    help="activation offloading (TRL's activation_offloading): saved activations copied to CPU")
     g.add_argument("--optimizer-in-bwd", action=argparse.BooleanOptionalAction, default=False,
@@ -112,7 +115,7 @@ def setup_from_args(args: argparse.Namespace):
         precision=precision, optim=args.optim, batch=args.batch, seq=args.seq, grad_accum=args.grad_accum,
         recompute=args.recompute, attn=args.attn, gpus=args.gpus, shard=args.shard, offload=args.offload,
         nodes=args.nodes, kbit_prep=_kbit_prep(args, quant), fused_loss=args.fused_loss, chunked_loss=args.chunked_loss,
-        offload_activations=args.offload_activations, optimizer_in_bwd=args.optimizer_in_bwd,
+        offload_activations=args.offload_activations, optimizer_in_bwd=args.optimizer_in_bwd, float8=args.float8,
         recompute_every=args.recompute_every, galore_rank=args.galore_rank, galore_targets=_galore_targets(args.galore_targets),
         objective=args.objective, ref_model=args.ref_model, trl_version=args.trl_version or installed_version("trl"),
     )

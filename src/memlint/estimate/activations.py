@@ -28,6 +28,7 @@ class ActivationTerms:
     formula: str
     logits_formula: str
     transient: int = 0   # forward working memory next to the saved body (DoRA's weight norm of its largest layer)
+    backward_transient: int = 0  # backward working memory of one layer next to what is still saved (float8 casts)
 
 
 def textbook(s: Setup) -> ActivationTerms:
@@ -70,8 +71,10 @@ def autocast_weight_copies(s: Setup) -> tuple[int, int]:
     head = m.vocab * m.hidden * a
     body = 0
     if s.dtype == "fp32":
-        body = sum(l.in_features * l.out_features * l.count for l in m.layer_linears()) * a
-        return body, head
+        # torchao's Float8Linear saves its fp32 weight itself (weight_hp_t) and casts it to float8 directly: no
+        # autocast half copy for the linears it converted
+        body = 0 if s.float8 != "none" else sum(l.in_features * l.out_features * l.count for l in m.layer_linears()) * a
+        return body, 0 if s.float8 == "all" else head
     if s.upcasts_kbit:
         return 0, head  # lm_head was upcast to fp32
     return 0, 0
@@ -238,6 +241,41 @@ def hqq_transient(s: Setup) -> int:
     return n * (3 * c + cast)
 
 
+def float8_linears(s: Setup) -> list[tuple[int, int, int]]:
+    """(in, out, count) of the linears torchao swaps for Float8Linear: the decoder's, and lm_head for "all"."""
+    if s.float8 == "none":
+        return []
+    m = s.model
+    out = [(l.in_features, l.out_features, l.count) for l in m.layer_linears()]
+    if s.float8 == "all":
+        out.append((m.hidden, m.vocab, 1))
+    return out
+
+
+_CAST = 9  # eager hp -> float8 cast of N elements: x.to(float32) * scale (4 N B), its clamp (4 N) and the float8 result (N)
+
+
+def float8_transients(s: Setup) -> tuple[int, int]:
+    """(forward, backward) working memory of torchao's matmul_with_hp_or_float8_args (float8/float8_linear.py,
+    dynamic tensorwise scaling, eager) for the worst converted linear, T tokens: each hp -> float8 cast
+    (_ToFloat8ConstrFunc: tensor.to(float32) * scale, to_fp8_saturated's clamp, .to(float8)) peaks at 9 B per element
+    and leaves 1 B per element. Forward casts the input (T·in) then the weight (in·out). Backward, next to the incoming
+    grad_output (T·out in the compute dtype) and the saved input, keeps every float8 copy it makes until it returns:
+    grad_output (T·out) and the weight (in·out) for grad_input, then grad_output again and the input for grad_weight.
+    The matmul outputs are the tensors a bf16 linear makes too. Approximate: eager PyTorch's op order (checked against
+    traces, tests/test_float8.py); torch.compile (torchtitan, torchao's recommendation) fuses the casts."""
+    fwd = bwd = 0
+    tokens = s.seq * s.batch * (preference()["objectives"][s.objective]["rows"])
+    c = DTYPE_BYTES[s.compute_dtype]
+    for i, o, _ in float8_linears(s):
+        ti, to, w = tokens * i, tokens * o, i * o
+        fwd = max(fwd, _CAST * ti, ti + _CAST * w)
+        held = c * to + c * ti  # grad_output and the saved input
+        bwd = max(bwd, held + _CAST * to, held + to + _CAST * w, held + to + w + c * ti + _CAST * to,
+                  held + 2 * to + w + c * ti + _CAST * ti)
+    return fwd, bwd
+
+
 def dora_transient(s: Setup) -> int:
     """The forward working memory of peft's DoRA layer (tuners/lora/dora.py), its largest adapted linear:
     the weight norm ||W + scale·B·A|| is recomputed every forward from lora_weight = B(A(eye(in))) (an
@@ -383,6 +421,9 @@ def activations(s: Setup, accounting: str) -> ActivationTerms:
         out = replace(out, transient=max(out.transient, awq_transient(s)))
     if s.quant == "hqq" and accounting == "real":
         out = replace(out, transient=max(out.transient, hqq_transient(s)))
+    if s.float8 != "none" and accounting == "real":
+        f, b = float8_transients(s)
+        out = replace(out, transient=max(out.transient, f), backward_transient=b)
     return out
 
 

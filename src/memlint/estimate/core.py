@@ -199,6 +199,7 @@ def _real_phases(s: Setup, lay, a, w: int, g: int, o: int, tmp: int, gath: int, 
                                                        g + tmp + transient + lay.backward_tail)
         return {"forward": fwd, "backward": bwd, "optimizer": w + o + keep}
     bwd = w + gath_b + o + keep + lay.backward + max(a.body + a.logits_backward + g_fwd, a.body + transient + g_fwd,
+                                                   a.body + a.backward_transient + g_fwd,
                                                    g + transient + lay.backward_tail, g + tied_accumulation(s))
     opt = w + g + o + tmp + keep
     return {"forward": fwd, "backward": bwd, "optimizer": opt}
@@ -241,6 +242,15 @@ def _real_notes(s: Setup, tmp: int) -> list[str]:
         notes.append(quant_kernel_note(s))
     if s.quant == "hqq":
         notes.append(hqq_note(s))
+    if s.float8 != "none":
+        from memlint.estimate.activations import float8_transients
+
+        f, b = float8_transients(s)
+        notes.append(f"float8 training (torchao Float8Linear on {'every linear' if s.float8 == 'all' else 'the decoder linears'}"
+                     "; dynamic tensorwise scaling): weights, gradients, optimizer state and saved activations as in "
+                     f"high precision (it saves the hp input and weight); eager float8 casts add {f / GIB:.2f} GiB in "
+                     f"forward and {b / GIB:.2f} GiB in backward (approximate: torch.compile fuses them; FSDP2's float8 "
+                     "all-gather is not modelled)")
     if s.quant in ("gptq", "hqq") and s.kbit_prep:
         notes.append(f"prepare_model_for_kbit_training leaves a {s.quant.upper()} model's weights in their dtype "
                      "(peft skips the upcast)")

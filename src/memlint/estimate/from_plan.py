@@ -409,7 +409,7 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
         gpus=gpus, shard=shard, nodes=nodes, offload=offload, fused_loss=fused,
         objective=objective, ref_model=ref_model, trl_version=installed_version("trl") if objective != "sft" else None,
         kbit_prep=kbit_prep, adapter_dtype=adapter_dtype, use_dora=_use_dora(get, method),
-        offload_activations=_offload_activations(get), chunked_loss=0 if fused or objective != "sft" else _chunked(get),
+        offload_activations=_offload_activations(get), float8=_float8(get, method, quant, notes), chunked_loss=0 if fused or objective != "sft" else _chunked(get),
     )
     return PlannedSetup(setup, (), tuple(notes))
 
@@ -511,6 +511,19 @@ def _chunked(get) -> int:
     if not v.known or any(not isinstance(c, int) or isinstance(c, bool) or c < 1 for c in cands):
         return 0
     return int(min(cands))
+
+
+def _float8(get, method: str, quant: str, notes: list[str]) -> str:
+    """float8_training: torchao Float8Linear on the decoder's linears ("layers") or every linear ("all"); the worst
+    case of branches that disagree is the more converted (their saved activations are the same, the casts add)."""
+    v = get("float8_training")
+    cands = [c for c in (v.candidates or (v.value,)) if c in ("all", "layers")] if v.known else []
+    if not cands:
+        return "none"
+    if method != "full" or quant != "none":
+        notes.append("float8 training on adapters or a quantized base is not modelled: estimated without it")
+        return "none"
+    return "all" if "all" in cands else "layers"
 
 
 def _offload_activations(get) -> bool:

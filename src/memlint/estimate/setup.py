@@ -19,6 +19,7 @@ FOUR_BIT = ("nf4", "fp4", "gptq", "awq")
 # HQQ (transformers' HqqConfig / hqq's HQQLinear): quantized on load to nbits in HQQ_BITS with a scale and a zero in the
 # compute dtype per group; LoRA on it is "qlora" at <= 4 bits, "lora" at more (either is accepted).
 HQQ_BITS = (8, 6, 5, 4, 3, 2, 1)
+FLOAT8S = ("none", "all", "layers")
 PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "pure-bf16", "master-fp32")
 SHARDS = ("none", "zero1", "zero2", "zero3", "fsdp", "fsdp_shard_grad_op", "fsdp_hybrid")
 # Shardings that partition the parameters themselves (and can offload them).
@@ -132,6 +133,11 @@ class Setup:
     # nn.Linear weights are projected (substring or full-name match, as transformers matches them).
     galore_rank: int = _default("galore_rank")
     galore_targets: tuple[str, ...] | str = _default("galore_targets")
+    # float8 training (torchao convert_to_float8_training; accelerate mixed_precision="fp8" with the AO backend;
+    # torchtitan [float8]): the nn.Linear layers torchao swaps for Float8Linear. "all": every linear, lm_head too
+    # (convert_to_float8_training without a filter); "layers": the decoder's linears only (torchtitan's
+    # filter_fqns=["output"], accelerate's first/last-linear filter).
+    float8: str = "none"
     # TRL's objective and reference model. "auto" is what TRL does without a ref_model (see
     # `reference`): a frozen copy for a full fine-tune, the adapters disabled for peft.
     objective: str = "sft"
@@ -190,6 +196,10 @@ class Setup:
         for name in ("batch", "seq", "gpus", "nodes", "lora_r", "grad_accum"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise MemlintError(f"--{name.replace('_', '-')} must be a positive integer")
+        if self.float8 not in FLOAT8S:
+            raise MemlintError(f"--float8 {self.float8!r}: one of {', '.join(FLOAT8S)}")
+        if self.float8 != "none" and (self.method != "full" or self.quant != "none"):
+            raise MemlintError("float8 training (--float8) is modelled for full fine-tuning of an unquantized model")
         if self.quant == "hqq":
             if self.quant_bits not in HQQ_BITS:
                 raise MemlintError(f"--bits {self.quant_bits}: HQQ quantizes to {', '.join(map(str, HQQ_BITS))} bits")

@@ -160,6 +160,7 @@ class Builder:
         self.fused_loss_field(model_objs)
         self.optimizer_in_bwd_field()
         self.offload_activations_field()
+        self.float8_field()
         for why, names in self.maybe.items():
             self.notes.append(f"{', '.join(names)}: on some paths {why}; the plan shows the values memlint can read")
         if self.script.suffix == ".ipynb" and not self.fields.get("num_gpus", Value(None, "unknown")).known:
@@ -613,6 +614,18 @@ class Builder:
             self.notes.append(f"register_post_accumulate_grad_hook at line {h.line}: a hook memlint cannot read; if it "
                               "steps the optimizer, pass --assume optimizer_in_bwd=true")
 
+    def float8_field(self) -> None:
+        """float8_training: torchao's convert_to_float8_training(model) ("all": every linear; "layers" with a
+        module_filter_fn), or Accelerator(mixed_precision="fp8"), whose default AO backend converts every linear but
+        the first and the last (accelerate utils/ao.py convert_model_to_fp8_ao)."""
+        vals: list[Any] = list(self.facts.float8_calls)
+        for a in self.facts.first("objects", Accelerator):
+            mp = a.get("mixed_precision")
+            if isinstance(mp, Const) and mp.value == "fp8":
+                vals.append(mp.with_value("layers", "Accelerator(mixed_precision='fp8'): torchao Float8Linear, first and last linear kept"))
+        if vals:
+            self.put("float8_training", _alts(vals), _float8, vals[0].line)
+
     def offload_activations_field(self) -> None:
         """offload_activations: TRL's SFTConfig(activation_offloading=True) moves the saved activations to CPU
         memory, unsloth's use_gradient_checkpointing="unsloth" the checkpointed layer inputs. Unknown stays
@@ -1028,7 +1041,8 @@ class Builder:
         for a in accs:
             mp = a.get("mixed_precision")
             if mp is not None:
-                vals.append(_map_const(mp, lambda s: {"bf16": "amp-bf16", "fp16": "amp-fp16", "no": "fp32", None: "fp32"}.get(s, "fp32")))
+                vals.append(_map_const(mp, lambda s: {"bf16": "amp-bf16", "fp16": "amp-fp16", "fp8": "amp-bf16", "no": "fp32",
+                                                     None: "fp32"}.get(s, "fp32")))  # fp8: bf16 autocast around Float8Linear
         for ac in self.facts.autocasts:
             dtype, device, enabled, aline = ac.dtype, ac.device, ac.enabled, ac.line
             if isinstance(enabled, Const) and not enabled.value:
@@ -1304,6 +1318,12 @@ def _attn(v: Any) -> str:
     if isinstance(v, str) and v in api.attention():
         return v
     raise _Unconvertible(f"attn_implementation {v!r}")
+
+
+def _float8(v: Any) -> str:
+    if v in ("all", "layers", "none"):
+        return v
+    raise _Unconvertible(f"float8 training {v!r}")
 
 
 def _quant_type(v: Any) -> str:

@@ -358,6 +358,13 @@ class Handlers:
         if c.head == "liger_kernel" and c.name.startswith("apply_liger_kernel_to_"):
             c.it.facts.liger_calls.append(LigerPatch(c.qual, c.kwargs, c.line))
             return Const(None, "literal", c.line)
+        if c.head == "torchao" and c.name == "convert_to_float8_training":
+            # torchao.float8: every nn.Linear becomes Float8Linear unless module_filter_fn says otherwise (a filter
+            # memlint cannot read: counted as the decoder's linears, lm_head kept, as torchtitan and accelerate do)
+            scope = "layers" if "module_filter_fn" in c.kwargs else "all"
+            c.it.facts.float8_calls.append(Const(scope, "literal", c.line, (
+                f"convert_to_float8_training(...){' with module_filter_fn' if scope == 'layers' else ''} (line {c.line})",)))
+            return Const(None, "literal", c.line)
         if c.head in ("pytorch_lightning", "lightning", "lightning_fabric") and c.name in _LIGHTNING:
             return c.new(LightningTrainer, _LIGHTNING[c.name])
         handler = _QUALIFIED.get(c.qual) or _BY_NAME.get(c.name) or self._data_handler(c.name)

@@ -598,6 +598,9 @@ def _traced_attention(setup: Setup, mode: str, notes: list[str]) -> str:
 
 
 def _refuse_unsupported(setup: Setup, model: Any) -> None:
+    if setup.float8 != "none" and setup.precision in ("amp-bf16", "amp-fp16"):
+        raise MemlintError("memlint.measure traces float8 training without autocast only: Float8Linear reads CUDA's "
+                           "autocast state (torch.is_autocast_enabled()), which the CPU trace does not set")
     if setup.quant == "hqq" and setup.use_dora:
         raise MemlintError("memlint.measure does not trace DoRA on an HQQ base")
     if setup.quant == "int8":
@@ -647,6 +650,8 @@ class _Run:
                 model._apply(lambda t: torch.empty_like(t, device="cpu"))
                 if tied and not _is_tied(model):
                     _retie(model)
+        if self.setup.float8 != "none":
+            self._float8(model)
         if fake_mode is not None:
             stack.enter_context(_unpacked_sequences_on_fake())
         if self.mode != "cuda":
@@ -696,6 +701,25 @@ class _Run:
         if setup.method == "qlora" and setup.quant != "hqq":
             self._quantize(model)
         return model, ref
+
+    def _float8(self, model: Any) -> None:
+        """torchao's own convert_to_float8_training (default Float8LinearConfig: dynamic tensorwise scaling, e4m3
+        input/weight, e5m2 grad_output); "layers" keeps lm_head in high precision as torchtitan and accelerate do.
+        torch._scaled_mm has a fake kernel, so the trace runs the real (not emulated) float8 path."""
+        try:
+            from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+        except ImportError:
+            raise MemlintError("memlint.measure traces float8 training with torchao's Float8Linear: pip install torchao") from None
+        head = model.get_output_embeddings()
+        keep = {id(head)} if self.setup.float8 == "layers" and head is not None else set()
+        convert_to_float8_training(model, config=Float8LinearConfig(),
+                                   module_filter_fn=lambda mod, fqn: id(mod) not in keep)
+        from torchao.float8.float8_linear import Float8Linear
+
+        n = sum(isinstance(m, Float8Linear) for m in model.modules())
+        self.details["float8_linears"] = n
+        self.notes.append(f"float8 training: torchao's convert_to_float8_training swapped {n} linears for Float8Linear"
+                          + (" (lm_head kept)" if keep else ""))
 
     def _check_params(self, model: Any) -> None:
         setup = self.setup

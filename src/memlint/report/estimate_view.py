@@ -63,6 +63,8 @@ def describe(est: Estimate) -> str:
                      + (f" group {s.quant_group_size}" if s.quant in ("gptq", "awq") else "")
                      + (f" {s.quant_bits}-bit group {s.quant_group_size}" if s.quant == "hqq" else ""))
     parts += [f"{s.dtype} weights", s.precision, s.optim, f"micro-batch {s.batch} × {s.seq}"]
+    if s.float8 != "none":
+        parts.append(f"float8 linears ({s.float8})")
     if s.grad_accum > 1:
         parts.append(f"accumulation {s.grad_accum}")
     parts.append("recompute" if s.recompute else "no recompute")

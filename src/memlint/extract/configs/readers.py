@@ -224,6 +224,8 @@ class Axolotl(FrameworkReader):
             why_src = None
         pure_bf16, pure_fp16 = d.get("bfloat16") is True, d.get("float16") is True
         fp16 = d.get("fp16") is True
+        if d.get("fp8") is True:  # accelerate mixed_precision="fp8", torchao's AO backend: first and last linear kept
+            self.lit("float8_training", "layers", "fp8")
         bf16_on = bf16 is True or (isinstance(bf16, str) and bf16.lower() in ("auto", "true"))
         ref = "axolotl utils/config normalize_config: cfg.torch_dtype from bf16/bfloat16, else load_in_8bit/fp16/float16, else float32"
         if pure_bf16 or bf16_on:
@@ -416,6 +418,9 @@ class LlamaFactory(FrameworkReader):
 
     def _precision(self) -> None:
         d = self.doc
+        if d.get("fp8") is True and str(d.get("fp8_backend") or "auto").lower() in ("auto", "torchao"):
+            # train/fp8_utils.py: accelerate's AORecipeKwargs with a filter that keeps embeddings and lm_head
+            self.lit("float8_training", "layers", "fp8")
         bf16, fp16, pure = d.get("bf16") is True, d.get("fp16") is True, d.get("pure_bf16") is True
         ref = frameworks.substitution(self.kind, "compute_dtype")[1]
         if pure or bf16:
