@@ -172,3 +172,17 @@ def test_the_estimate_matches_a_trace_of_hqqs_own_layers():
     e = estimate(s)
     assert e.components["weights"].bytes == pytest.approx(m["components"]["weights"], rel=1e-5)
     assert e.allocated_peak == pytest.approx(m["measured_peak"], rel=0.01)
+
+
+@pytest.mark.parametrize("version,works", [("4.46.3", True), ("4.41.0", True), ("4.40.2", False), ("5.24.0", False),
+                                           (None, False)])
+def test_transformers_quantizes_hqq_on_load_at_4x_only(version, works):
+    from memlint.library.api import quantize_on_load
+    from memlint.library.versions import pinned_versions
+
+    with pinned_versions({"transformers": version}):
+        got, why = quantize_on_load("hqq")
+        note = next(n for n in estimate(Setup(resolve(LLAMA), method="qlora", quant="hqq")).assumptions
+                    if n.startswith("HQQ"))
+    assert got is works
+    assert ("from_pretrained raises" in note) is not works and "HQQLinear" in why

@@ -267,12 +267,14 @@ def _real_notes(s: Setup, tmp: int) -> list[str]:
 def hqq_note(s: Setup) -> str:
     """What an HQQ estimate assumes (hqq 0.2.x HQQLinear through transformers 4.x's HqqConfig)."""
     from memlint.estimate.activations import hqq_transient
+    from memlint.library.api import quantize_on_load
 
+    works, why = quantize_on_load("hqq")
     return (f"HQQ {s.quant_bits}-bit base (group {s.quant_group_size}, axis 1; hqq's HQQLinear, scale and zero in "
             f"{s.dtype}); its default backend (HQQMatmulNoCacheMul) saves each quantized linear's input and "
-            f"dequantizes the weight again in backward ({hqq_transient(s) / GIB:.2f} GiB transient); transformers "
-            "quantizes on load with HqqConfig at 4.x only (5.x raises NotImplementedError); peft's all-linear does "
-            "not match HQQLinear (name the modules)")
+            f"dequantizes the weight again in backward ({hqq_transient(s) / GIB:.2f} GiB transient); peft's all-linear "
+            "does not match HQQLinear (name the modules); HqqConfig: "
+            + (why if works else why + ": from_pretrained raises, the estimate is of transformers 4.x"))
 
 
 def quant_kernel_note(s: Setup) -> str:
