@@ -60,6 +60,7 @@ PLAN_FIELDS = (
     "galore_rank",
     "galore_targets",
     "offload_activations",
+    "float8_training",
     "distributed",
     "num_gpus",
     "tp_size",

@@ -35,11 +35,15 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
                         "that module beside the adapters")
     g.add_argument("--use-dora", action=argparse.BooleanOptionalAction, default=False,
                    help="DoRA (LoraConfig(use_dora=True)): a magnitude vector per adapted layer, the weight norm every forward")
-    g.add_argument("--quant", choices=("none", "nf4", "fp4", "int8", "gptq", "awq"), default=None,
-                   help="base weight quantization: bitsandbytes nf4/fp4/int8, or a GPTQ / AWQ int4 checkpoint "
+    g.add_argument("--quant", choices=("none", "nf4", "fp4", "int8", "gptq", "awq", "hqq"), default=None,
+                   help="base weight quantization: bitsandbytes nf4/fp4/int8, a GPTQ / AWQ int4 checkpoint, or HQQ "
+                        "(HqqConfig, quantized on load; --bits) "
                         "(default: the checkpoint's quantization_config, else nf4 for qlora, none otherwise)")
     g.add_argument("--group-size", type=int, default=None, metavar="G",
-                   help="GPTQ / AWQ weights per fp16 scale, -1: per column (default: the checkpoint's, else 128)")
+                   help="GPTQ / AWQ weights per fp16 scale, HQQ weights per scale and zero; -1: per column "
+                        "(default: the checkpoint's, else 64 for hqq, 128 otherwise)")
+    g.add_argument("--bits", type=int, default=4, metavar="N",
+                   help="HQQ bits per weight (HqqConfig nbits: 8, 6, 5, 4, 3, 2, 1; default 4)")
     g.add_argument("--double-quant", action=argparse.BooleanOptionalAction, default=True)
     g.add_argument("--kbit-prep", action=argparse.BooleanOptionalAction, default=None,
                    help="prepare_model_for_kbit_training upcasts non-quantized weights to fp32 (default: what the "
@@ -63,6 +67,9 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
                    help="fused/chunked linear cross-entropy (Liger, Cut Cross-Entropy): no full-vocabulary logits")
     g.add_argument("--chunked-loss", type=int, default=0, metavar="K",
                    help="torchtune's CEWithChunkedOutputLoss: K bf16 logit chunks, each upcast to fp32 in turn (0: off)")
+    g.add_argument("--float8", choices=("none", "all", "layers"), default="none",
+                   help="torchao float8 training (convert_to_float8_training / accelerate fp8): the linears made "
+                        "Float8Linear, every one (all) or the decoder's (layers: lm_head kept)")
     g.add_argument("--offload-activations", action=argparse.BooleanOptionalAction, default=False,
                    help="activation offloading (TRL's activation_offloading): saved activations copied to CPU")
     g.add_argument("--optimizer-in-bwd", action=argparse.BooleanOptionalAction, default=False,
@@ -112,7 +119,9 @@ def setup_from_args(args: argparse.Namespace):
     quant = args.quant or pre.get("quant_method")
     if quant is None:
         quant = "nf4" if args.method == "qlora" else "none"
-    group = args.group_size or pre.get("group_size") or 128
+    group = args.group_size or pre.get("group_size") or (64 if quant == "hqq" else 128)
+    if args.bits != 4 and quant != "hqq":
+        raise MemlintError("--bits sets HQQ's nbits: it needs --quant hqq")
     precision = args.precision or run_default("precision").value
     if args.precision is None and args.dtype == "fp16" and precision == "amp-bf16":
         precision = "amp-fp16"  # autocast in the weights' half format
@@ -125,13 +134,13 @@ def setup_from_args(args: argparse.Namespace):
                                   or args.lora_r != run_default("lora_r").value or args.use_dora):
         raise MemlintError("--lora-r/--lora-targets/--use-dora need --method lora or qlora")
     return Setup(
-        model=model, method=args.method, quant_group_size=group, lora_r=args.lora_r, lora_targets=targets,
+        model=model, method=args.method, quant_group_size=group, quant_bits=args.bits, lora_r=args.lora_r, lora_targets=targets,
         lora_dropout=args.lora_dropout, use_dora=args.use_dora,
         modules_to_save=tuple(t.strip() for t in args.modules_to_save.split(",") if t.strip()), quant=quant, double_quant=args.double_quant, dtype=args.dtype,
         precision=precision, optim=args.optim, batch=args.batch, seq=args.seq, grad_accum=args.grad_accum,
         recompute=args.recompute, attn=args.attn, gpus=args.gpus, shard=args.shard, offload=args.offload,
         nodes=args.nodes, kbit_prep=_kbit_prep(args, quant), fused_loss=args.fused_loss, chunked_loss=args.chunked_loss,
-        offload_activations=args.offload_activations, optimizer_in_bwd=args.optimizer_in_bwd,
+        offload_activations=args.offload_activations, optimizer_in_bwd=args.optimizer_in_bwd, float8=args.float8,
         recompute_every=args.recompute_every, galore_rank=args.galore_rank, galore_targets=_galore_targets(args.galore_targets),
         objective=args.objective, ref_model=args.ref_model, trl_version=args.trl_version or installed_version("trl"),
         task_head=args.head, num_labels=args.num_labels,

@@ -30,6 +30,7 @@ class ActivationTerms:
     logits_formula: str
     transient: int = 0   # forward working memory next to the saved body (DoRA's weight norm of its largest layer)
     forward_transient: int = 0  # forward-only working memory next to the saved body (an encoder layer's own)
+    backward_transient: int = 0  # backward working memory of one layer next to what is still saved (float8 casts)
 
 
 def textbook(s: Setup) -> ActivationTerms:
@@ -112,8 +113,10 @@ def autocast_weight_copies(s: Setup) -> tuple[int, int]:
     head = (m.lm_head.out_features if m.lm_head else m.arch.get("embedding_rows", m.vocab)) * m.hidden * a
     body = 0
     if s.dtype == "fp32":
-        body = sum(l.in_features * l.out_features * l.count for l in m.layer_linears()) * a
-        return body, head
+        # torchao's Float8Linear saves its fp32 weight itself (weight_hp_t) and casts it to float8 directly: no
+        # autocast half copy for the linears it converted
+        body = 0 if s.float8 != "none" else sum(l.in_features * l.out_features * l.count for l in m.layer_linears()) * a
+        return body, 0 if s.float8 == "all" else head
     if s.upcasts_kbit:
         return 0, head  # lm_head was upcast to fp32
     return 0, 0
@@ -150,7 +153,21 @@ def _linear_inputs(s: Setup, a: int, inter: int) -> int:
         elif g != "attn_out":
             shared.add(g)
         total += int(keep * per_layer)
-    return total + a * sum(size[g] for g in shared)
+    return total + a * sum(size[g] for g in shared) + _hqq_inputs(s, a, size, shared)
+
+
+def _hqq_inputs(s: Setup, a: int, size: dict[str, int], shared: set[str]) -> int:
+    """hqq's default backend (HQQMatmulNoCacheMul, core/quantize.py) saves every quantized linear's input x
+    (ctx.save_for_backward(x, bias)) although its backward only uses the weight: per token the normed hidden state
+    q/k/v read and the one gate/up read (residual dtype), and down_proj's input (the MLP product), unless an adapter
+    already keeps that same tensor. o_proj's input is SDPA's output, already counted. Checked against a trace of
+    hqq's own HQQLinear (tests/test_hqq.py)."""
+    if s.quant != "hqq":
+        return 0
+    x = residual_bytes(s)
+    mlp = a if s.precision in ("amp-bf16", "amp-fp16") else x
+    byte = {"attn_in": x, "mlp_in": x, "mlp_out": mlp}
+    return sum(byte[g] * size[g] for g in ("attn_in", "mlp_in", "mlp_out") if g not in shared)
 
 
 def tp_sequence_shards(s: Setup) -> tuple[int, int, int]:
@@ -278,6 +295,54 @@ def awq_transient(s: Setup) -> int:
     if s.quant != "awq":
         return 0
     return max((l.in_features * l.out_features for l in s.model.layer_linears()), default=0) * dequant_bytes(s)
+
+
+def hqq_transient(s: Setup) -> int:
+    """hqq's HQQLinear.dequantize, forward and again in backward (HQQMatmulNoCacheMul keeps no weight): the unpacked
+    values, (W_r - zero) and its product with scale, three weight-sized tensors in the layer's compute_dtype (the load
+    dtype), plus autocast's half copy for the matmul when that dtype is not the autocast one; the largest quantized
+    linear."""
+    if s.quant != "hqq":
+        return 0
+    n = max((l.in_features * l.out_features for l in s.model.layer_linears()), default=0)
+    c = DTYPE_BYTES[s.dtype]
+    cast = DTYPE_BYTES[s.compute_dtype] if s.precision in ("amp-bf16", "amp-fp16") and s.compute_dtype != s.dtype else 0
+    return n * (3 * c + cast)
+
+
+def float8_linears(s: Setup) -> list[tuple[int, int, int]]:
+    """(in, out, count) of the linears torchao swaps for Float8Linear: the decoder's, and lm_head for "all"."""
+    if s.float8 == "none":
+        return []
+    m = s.model
+    out = [(l.in_features, l.out_features, l.count) for l in m.layer_linears()]
+    if s.float8 == "all":
+        out.append((m.hidden, m.vocab, 1))
+    return out
+
+
+_CAST = 9  # eager hp -> float8 cast of N elements: x.to(float32) * scale (4 N B), its clamp (4 N) and the float8 result (N)
+
+
+def float8_transients(s: Setup) -> tuple[int, int]:
+    """(forward, backward) working memory of torchao's matmul_with_hp_or_float8_args (float8/float8_linear.py,
+    dynamic tensorwise scaling, eager) for the worst converted linear, T tokens: each hp -> float8 cast
+    (_ToFloat8ConstrFunc: tensor.to(float32) * scale, to_fp8_saturated's clamp, .to(float8)) peaks at 9 B per element
+    and leaves 1 B per element. Forward casts the input (T·in) then the weight (in·out). Backward, next to the incoming
+    grad_output (T·out in the compute dtype) and the saved input, keeps every float8 copy it makes until it returns:
+    grad_output (T·out) and the weight (in·out) for grad_input, then grad_output again and the input for grad_weight.
+    The matmul outputs are the tensors a bf16 linear makes too. Approximate: eager PyTorch's op order (checked against
+    traces, tests/test_float8.py); torch.compile (torchtitan, torchao's recommendation) fuses the casts."""
+    fwd = bwd = 0
+    tokens = s.seq * s.batch * (preference()["objectives"][s.objective]["rows"])
+    c = DTYPE_BYTES[s.compute_dtype]
+    for i, o, _ in float8_linears(s):
+        ti, to, w = tokens * i, tokens * o, i * o
+        fwd = max(fwd, _CAST * ti, ti + _CAST * w)
+        held = c * to + c * ti  # grad_output and the saved input
+        bwd = max(bwd, held + _CAST * to, held + to + _CAST * w, held + to + w + c * ti + _CAST * to,
+                  held + 2 * to + w + c * ti + _CAST * ti)
+    return fwd, bwd
 
 
 def dora_transient(s: Setup) -> int:
@@ -443,6 +508,11 @@ def activations(s: Setup, accounting: str) -> ActivationTerms:
                       formula=out.formula + " (DoRA: + base and adapter outputs per adapted layer)")
     if s.quant == "awq" and accounting == "real":
         out = replace(out, transient=max(out.transient, awq_transient(s)))
+    if s.quant == "hqq" and accounting == "real":
+        out = replace(out, transient=max(out.transient, hqq_transient(s)))
+    if s.float8 != "none" and accounting == "real":
+        f, b = float8_transients(s)
+        out = replace(out, transient=max(out.transient, f), backward_transient=b)
     return out
 
 

@@ -214,6 +214,7 @@ def _real_phases(s: Setup, lay, a, w: int, g: int, o: int, tmp: int, gath: int, 
                                                        g + tmp + transient + lay.backward_tail)
         return {"forward": fwd, "backward": bwd, "optimizer": w + o + keep}
     bwd = w + gath_b + o + keep + lay.backward + max(a.body + a.logits_backward + g_fwd, a.body + transient + g_fwd,
+                                                   a.body + a.backward_transient + g_fwd,
                                                    g + transient + lay.backward_tail, g + tied_accumulation(s))
     opt = w + g + o + tmp + keep
     return {"forward": fwd, "backward": bwd, "optimizer": opt}
@@ -260,8 +261,20 @@ def _real_notes(s: Setup, tmp: int) -> list[str]:
                      if fp32 else f"adapters kept in {s.adapter_dtype or 'bf16'} ({s.precision})")
     if s.quant in ("gptq", "awq"):
         notes.append(quant_kernel_note(s))
-    if s.quant == "gptq" and s.kbit_prep:
-        notes.append("prepare_model_for_kbit_training leaves a GPTQ model's weights in their dtype (peft skips the upcast)")
+    if s.quant == "hqq":
+        notes.append(hqq_note(s))
+    if s.float8 != "none":
+        from memlint.estimate.activations import float8_transients
+
+        f, b = float8_transients(s)
+        notes.append(f"float8 training (torchao Float8Linear on {'every linear' if s.float8 == 'all' else 'the decoder linears'}"
+                     "; dynamic tensorwise scaling): weights, gradients, optimizer state and saved activations as in "
+                     f"high precision (it saves the hp input and weight); eager float8 casts add {f / GIB:.2f} GiB in "
+                     f"forward and {b / GIB:.2f} GiB in backward (approximate: torch.compile fuses them; FSDP2's float8 "
+                     "all-gather is not modelled)")
+    if s.quant in ("gptq", "hqq") and s.kbit_prep:
+        notes.append(f"prepare_model_for_kbit_training leaves a {s.quant.upper()} model's weights in their dtype "
+                     "(peft skips the upcast)")
     elif s.upcasts_kbit:
         notes.append("prepare_model_for_kbit_training casts embeddings, norms and lm_head to fp32")
     elif s.quant != "none":
@@ -270,6 +283,19 @@ def _real_notes(s: Setup, tmp: int) -> list[str]:
     if s.model.arch.get("num_experts"):
         notes.append("MoE: activations use the routed top-k experts per token; expert weights are not quantized")
     return notes
+
+
+def hqq_note(s: Setup) -> str:
+    """What an HQQ estimate assumes (hqq 0.2.x HQQLinear through transformers 4.x's HqqConfig)."""
+    from memlint.estimate.activations import hqq_transient
+    from memlint.library.api import quantize_on_load
+
+    works, why = quantize_on_load("hqq")
+    return (f"HQQ {s.quant_bits}-bit base (group {s.quant_group_size}, axis 1; hqq's HQQLinear, scale and zero in "
+            f"{s.dtype}); its default backend (HQQMatmulNoCacheMul) saves each quantized linear's input and "
+            f"dequantizes the weight again in backward ({hqq_transient(s) / GIB:.2f} GiB transient); peft's all-linear "
+            "does not match HQQLinear (name the modules); HqqConfig: "
+            + (why if works else why + ": from_pretrained raises, the estimate is of transformers 4.x"))
 
 
 def quant_kernel_note(s: Setup) -> str:

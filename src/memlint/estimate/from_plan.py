@@ -209,8 +209,8 @@ def _objective(get, method: str, notes: list[str]) -> tuple[str, str]:
     return objective, ref
 
 
-def _method(get, notes: list[str], spec: Any = None) -> tuple[str, str, bool, int]:
-    """(method, quant, double_quant, group size): a 4-bit base trains only through adapters (QLoRA), an 8-bit one
+def _method(get, notes: list[str], spec: Any = None) -> tuple[str, str, bool, int, int]:
+    """(method, quant, double_quant, group size, HQQ bits): a 4-bit base trains only through adapters (QLoRA), an 8-bit one
     through LoRA. A pre-quantized GPTQ / AWQ checkpoint (its config.json's quantization_config) is loaded quantized
     whatever the script passes, so it decides the base."""
     method = get("method").value or "full"
@@ -227,7 +227,13 @@ def _method(get, notes: list[str], spec: Any = None) -> tuple[str, str, bool, in
         if method == "full":
             notes.append(f"a {quant.upper()} base cannot be fully fine-tuned (transformers refuses training a purely "
                          "quantized model): estimated as LoRA on it")
-        return "qlora", quant, False, int(group or 128)
+        return "qlora", quant, False, int(group or 128), 4
+    if get("quant_type").value == "hqq":
+        # HqqConfig (transformers 4.x quantizes on load; LLaMA-Factory quantization_method: hqq; axolotl use_hqq)
+        nbits = int(bits or 4)
+        if method == "full":
+            notes.append("an HQQ base cannot be fully fine-tuned: estimated as LoRA on it")
+        return ("qlora" if nbits <= 4 else "lora"), "hqq", False, int(group or 64), nbits
     if bits == 4:
         quant = get("quant_type").value or "fp4"
         method = "qlora"  # a 4-bit base only trains through adapters
@@ -240,7 +246,7 @@ def _method(get, notes: list[str], spec: Any = None) -> tuple[str, str, bool, in
         quant = "nf4"
         notes.append("qlora without a visible quantization config: assumed NF4")
     double_quant = bool(get("double_quant").value) if get("double_quant").known else False
-    return method, quant, double_quant, int(group or 128)
+    return method, quant, double_quant, int(group or 128), 4
 
 
 def _load_dtype(get, spec, notes: list[str]) -> str:
@@ -358,7 +364,7 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
     if spec.assumed_from is not None:
         notes.append(assumed_model_note(spec))
     dtype = _load_dtype(get, spec, notes)
-    method, quant, double_quant, group = _method(get, notes, spec)
+    method, quant, double_quant, group, qbits = _method(get, notes, spec)
     dtype, precision = _precision(get, dtype, notes)
     optim = known_optim(get("optimizer").value or _run_default("optim", notes, "optimizer"), notes)
     targets = _targets(get, method, spec, notes)
@@ -410,7 +416,7 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
     setup = Setup(
         model=spec, method=method, lora_targets=targets,
         **({} if method == "full" else {"lora_r": int(get("lora_r").value or _run_default("lora_r", notes, "LoRA r"))}),
-        lora_dropout=_dropout(get, method, notes), quant=quant, quant_group_size=group,
+        lora_dropout=_dropout(get, method, notes), quant=quant, quant_group_size=group, quant_bits=qbits,
         double_quant=double_quant, dtype=dtype, precision=precision, optim=optim, batch=int(batch),
         seq=int(seq), grad_accum=accum, recompute=bool(recompute), attn=attn, optimizer_in_bwd=in_bwd,
         **_galore(get, optim, method, notes), recompute_every=_every(get, bool(recompute)),
@@ -418,7 +424,7 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
         objective=objective, ref_model=ref_model, trl_version=installed_version("trl") if objective != "sft" else None,
         kbit_prep=kbit_prep, adapter_dtype=adapter_dtype, use_dora=_use_dora(get, method),
         modules_to_save=_modules_to_save(get, method, notes),
-        offload_activations=_offload_activations(get), chunked_loss=0 if fused or objective != "sft" else _chunked(get),
+        offload_activations=_offload_activations(get), float8=_float8(get, method, quant, notes), chunked_loss=0 if fused or objective != "sft" else _chunked(get),
         **_head(get, spec, notes),
     )
     setup = _model_code(setup, get, notes)
@@ -611,6 +617,19 @@ def _chunked(get) -> int:
     if not v.known or any(not isinstance(c, int) or isinstance(c, bool) or c < 1 for c in cands):
         return 0
     return int(min(cands))
+
+
+def _float8(get, method: str, quant: str, notes: list[str]) -> str:
+    """float8_training: torchao Float8Linear on the decoder's linears ("layers") or every linear ("all"); the worst
+    case of branches that disagree is the more converted (their saved activations are the same, the casts add)."""
+    v = get("float8_training")
+    cands = [c for c in (v.candidates or (v.value,)) if c in ("all", "layers")] if v.known else []
+    if not cands:
+        return "none"
+    if method != "full" or quant != "none":
+        notes.append("float8 training on adapters or a quantized base is not modelled: estimated without it")
+        return "none"
+    return "all" if "all" in cands else "layers"
 
 
 def _offload_activations(get) -> bool:

@@ -189,11 +189,35 @@ def packed_int4_bytes(quant: str, fin: int, fout: int, group_size: int) -> int:
     return 4 * fin * math.ceil(fout * 4 / 32) + 4 * groups * math.ceil(fout * 4 / 32) + 2 * groups * fout
 
 
+HQQ_PER_BYTE = {8: 1, 6: 1, 5: 1, 4: 2, 2: 4, 1: 8}  # hqq Quantizer.bit_to_packing: 8/6/5 -> 8bit_u8, 4bit_u8, ...
+
+
+def hqq_linear_bytes(fin: int, fout: int, bits: int, group_size: int, meta_bytes: int, axis: int = 1) -> int:
+    """One HQQLinear (hqq 0.2.x core/quantize.py, Quantizer.quantize + BitPack): the fout x fin weight is grouped as
+    [fout·fin/g, g] (axis 1, transformers' HqqConfig default) or [g, fout·fin/g] (axis 0, LLaMA-Factory); W_q packs
+    along the first dimension: uint8 with 1 (8/6/5 bits), 2 (4), 4 (2) or 8 (1) values a byte, or int32 with ten 3-bit
+    values a word, that dimension padded to a multiple of 10 (pack_3bit_32); scale and zero are one value each per
+    group in the layer's compute_dtype (HQQLinear.cuda casts the meta tensors to it). group_size -1 (None): one group
+    per row (axis 1) or column (axis 0)."""
+    n = fin * fout
+    g = (fin if axis == 1 else fout) if group_size == -1 else group_size
+    groups = n // g
+    rows, cols = (groups, g) if axis == 1 else (g, groups)
+    if bits == 3:
+        packed = 4 * math.ceil(rows / 10) * cols
+    else:
+        packed = rows // HQQ_PER_BYTE[bits] * cols
+    return packed + 2 * groups * meta_bytes
+
+
 def quantized_linear_bytes(model: ModelSpec, quant: str, double_quant: bool, accounting: str,
-                           group_size: int = 128) -> int:
-    """Bytes of the block Linear weights after quantization: bitsandbytes (nf4, fp4, int8) or a GPTQ / AWQ
-    checkpoint's packed int4 layers."""
+                           group_size: int = 128, bits: int = 4, meta_bytes: int = 2) -> int:
+    """Bytes of the block Linear weights after quantization: bitsandbytes (nf4, fp4, int8), a GPTQ / AWQ
+    checkpoint's packed int4 layers, or HQQ's (bits, group_size, scale and zero in `meta_bytes`)."""
     if accounting == "textbook":
+        if quant == "hqq":  # nbits + a 16-bit scale and zero per group
+            g = group_size if group_size > 0 else max(1, model.hidden)
+            return round(model.quantizable_params * (bits + 32 / g) / 8)
         if quant == "int8":
             return model.quantizable_params
         if quant in ("gptq", "awq"):  # 4 bits + an fp16 scale and a 4-bit zero per group
@@ -206,6 +230,8 @@ def quantized_linear_bytes(model: ModelSpec, quant: str, double_quant: bool, acc
         n = l.in_features * l.out_features
         if quant in ("gptq", "awq"):
             per = packed_int4_bytes(quant, l.in_features, l.out_features, group_size)
+        elif quant == "hqq":
+            per = hqq_linear_bytes(l.in_features, l.out_features, bits, group_size, meta_bytes)
         elif quant == "int8":
             per = n + 4 * l.out_features  # int8 weight + fp32 row scales (SCB)
         else:
@@ -249,7 +275,7 @@ def _weight_bytes(s: Setup, accounting: str) -> tuple[int, str]:
     if s.quant == "none":
         return (m.params * wb + n_lora * ab + n_copy * cb,
                 f"{m.params:,} frozen × {wb} B + {n_lora:,} {'DoRA' if s.use_dora else 'LoRA'} × {ab} B{copies}")
-    q = quantized_linear_bytes(m, s.quant, s.double_quant, accounting, s.quant_group_size)
+    q = quantized_linear_bytes(m, s.quant, s.double_quant, accounting, s.quant_group_size, s.quant_bits, s.weight_bytes)
     rest = m.params - m.quantizable_params
     head4 = ""
     if s.model_code == "litgpt" and accounting == "real":
@@ -260,10 +286,13 @@ def _weight_bytes(s: Setup, accounting: str) -> tuple[int, str]:
         if not m.tied_embeddings:
             rest -= m.hidden * m.vocab
     rb = 4 if (accounting == "real" and s.upcasts_kbit) else wb
-    label = {"nf4": "NF4", "fp4": "FP4", "int8": "int8", "gptq": "GPTQ int4", "awq": "AWQ int4"}[s.quant]
+    label = {"nf4": "NF4", "fp4": "FP4", "int8": "int8", "gptq": "GPTQ int4", "awq": "AWQ int4",
+             "hqq": f"HQQ {s.quant_bits}-bit"}[s.quant]
     dq = (" + double-quant" if s.double_quant else "") if s.quant in ("nf4", "fp4") else ""
     if s.quant in ("gptq", "awq"):
         dq = f" (group {s.quant_group_size}, fp16 scales)"
+    if s.quant == "hqq":
+        dq = f" (group {s.quant_group_size}, {s.weight_bytes}-byte scale and zero)"
     return (
         q + rest * rb + n_lora * ab + n_copy * cb,
         f"{m.quantizable_params:,} {label}{dq}{head4} + {rest:,} unquantized × {rb} B + {n_lora:,} LoRA × {ab} B{copies}",

@@ -12,10 +12,14 @@ from memlint.library.api import attention
 from memlint.library.defaults import run_default
 from memlint.vocab import DTYPE_BYTES
 METHODS = ("full", "lora", "qlora")
-QUANTS = ("none", "nf4", "fp4", "int8", "gptq", "awq")
+QUANTS = ("none", "nf4", "fp4", "int8", "gptq", "awq", "hqq")
 # 4-bit bases LoRA trains on (method "qlora"): bitsandbytes NF4/FP4, and pre-quantized GPTQ / AWQ checkpoints
 # (int4 packed in int32 with fp16 group scales, loaded through gptqmodel at transformers >= 5; peft wraps their layers).
 FOUR_BIT = ("nf4", "fp4", "gptq", "awq")
+# HQQ (transformers' HqqConfig / hqq's HQQLinear): quantized on load to nbits in HQQ_BITS with a scale and a zero in the
+# compute dtype per group; LoRA on it is "qlora" at <= 4 bits, "lora" at more (either is accepted).
+HQQ_BITS = (8, 6, 5, 4, 3, 2, 1)
+FLOAT8S = ("none", "all", "layers")
 PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "pure-bf16", "master-fp32")
 SHARDS = ("none", "zero1", "zero2", "zero3", "fsdp", "fsdp_shard_grad_op", "fsdp_hybrid")
 # Shardings that partition the parameters themselves (and can offload them).
@@ -95,6 +99,8 @@ class Setup:
     double_quant: bool = True
     # GPTQ / AWQ: weights per fp16 scale (GPTQConfig / AwqConfig group_size; -1: one group per column).
     quant_group_size: int = 128
+    # HQQ: bits per weight (HqqConfig nbits; 8, 6, 5 are stored one per byte, 4/2/1 packed in uint8, 3 ten per int32).
+    quant_bits: int = 4
     dtype: str = _default("dtype")
     precision: str = _default("precision")
     optim: str = _default("optim")
@@ -148,6 +154,11 @@ class Setup:
     # additional_target): each named module keeps its frozen original and gains a trained full copy
     # (ModulesToSaveWrapper), in the base's dtype: the input embeddings and lm_head are what runs name.
     modules_to_save: tuple[str, ...] = ()
+    # float8 training (torchao convert_to_float8_training; accelerate mixed_precision="fp8" with the AO backend;
+    # torchtitan [float8]): the nn.Linear layers torchao swaps for Float8Linear. "all": every linear, lm_head too
+    # (convert_to_float8_training without a filter); "layers": the decoder's linears only (torchtitan's
+    # filter_fqns=["output"], accelerate's first/last-linear filter).
+    float8: str = "none"
     # TRL's objective and reference model. "auto" is what TRL does without a ref_model (see
     # `reference`): a frozen copy for a full fine-tune, the adapters disabled for peft.
     objective: str = "sft"
@@ -224,9 +235,18 @@ class Setup:
         for name in ("batch", "seq", "gpus", "nodes", "lora_r", "grad_accum"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise MemlintError(f"--{name.replace('_', '-')} must be a positive integer")
-        if self.method == "qlora" and self.quant not in FOUR_BIT:
+        if self.float8 not in FLOAT8S:
+            raise MemlintError(f"--float8 {self.float8!r}: one of {', '.join(FLOAT8S)}")
+        if self.float8 != "none" and (self.method != "full" or self.quant != "none"):
+            raise MemlintError("float8 training (--float8) is modelled for full fine-tuning of an unquantized model")
+        if self.quant == "hqq":
+            if self.quant_bits not in HQQ_BITS:
+                raise MemlintError(f"--bits {self.quant_bits}: HQQ quantizes to {', '.join(map(str, HQQ_BITS))} bits")
+            if self.method == "full":
+                raise MemlintError("a quantized base cannot be fully fine-tuned: use --method lora/qlora or --quant none")
+        elif self.method == "qlora" and self.quant not in FOUR_BIT:
             raise MemlintError("--method qlora needs a 4-bit base (adapters on a quantized base): --quant nf4, fp4 "
-                               "(bitsandbytes), gptq or awq (a pre-quantized checkpoint)")
+                               "(bitsandbytes), gptq or awq (a pre-quantized checkpoint), hqq")
         if self.method == "full" and self.quant != "none":
             raise MemlintError("a quantized base cannot be fully fine-tuned: use --method lora/qlora or --quant none")
         if self.method == "lora" and self.quant in FOUR_BIT:
@@ -328,8 +348,8 @@ class Setup:
     @property
     def upcasts_kbit(self) -> bool:
         """prepare_model_for_kbit_training casts the non-quantized weights to fp32: it runs (kbit_prep) and the base is
-        one it upcasts (peft skips a GPTQ model: utils/other.py `is_gptq_quantized`)."""
-        return self.kbit_prep and self.quant not in ("none", "gptq")
+        one it upcasts (peft skips GPTQ and HQQ models: utils/other.py `is_gptq_quantized`, `is_hqq_quantized`)."""
+        return self.kbit_prep and self.quant not in ("none", "gptq", "hqq")
 
     @property
     def shard_group(self) -> int:

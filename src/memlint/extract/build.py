@@ -160,6 +160,7 @@ class Builder:
         self.fused_loss_field(model_objs)
         self.optimizer_in_bwd_field()
         self.offload_activations_field()
+        self.float8_field()
         for why, names in self.maybe.items():
             self.notes.append(f"{', '.join(names)}: on some paths {why}; the plan shows the values memlint can read")
         if self.script.suffix == ".ipynb" and not self.fields.get("num_gpus", Value(None, "unknown")).known:
@@ -268,7 +269,9 @@ class Builder:
         self.tp_fields(models)
         q = {k: _alts([x.get(k) for x in quants]) for k in ("bits", "type", "double", "compute", "group")}
         self.put("quant_bits", q["bits"], _bits, self.root(models[0]).line)
-        if self.fields["quant_bits"].value in (4,) or any(c == 4 for c in self.fields["quant_bits"].candidates):
+        hqq = any(isinstance(x.get("type"), Const) and x["type"].value == "hqq" for x in quants)
+        if (self.fields["quant_bits"].value in (4,) or any(c == 4 for c in self.fields["quant_bits"].candidates)
+                or hqq):
             self.put("quant_type", q["type"], _quant_type, self.root(models[0]).line)
             if any(isinstance(x.get("group"), Const) for x in quants):
                 self.put("quant_group_size", q["group"], _int, self.root(models[0]).line)
@@ -360,6 +363,8 @@ class Builder:
         cls = "transformers.BitsAndBytesConfig"
         if isinstance(b, QuantConfig) and b.cls in ("transformers.GPTQConfig", "transformers.AwqConfig"):
             return _int4_config(b)
+        if isinstance(b, QuantConfig) and b.cls == "transformers.HqqConfig":
+            return _hqq_config(b)
         if isinstance(b, QuantConfig):
             def field(name: str) -> Any:
                 v = b.get(name)
@@ -675,6 +680,18 @@ class Builder:
             h = next(h for h in hooks if h.steps is None)
             self.notes.append(f"register_post_accumulate_grad_hook at line {h.line}: a hook memlint cannot read; if it "
                               "steps the optimizer, pass --assume optimizer_in_bwd=true")
+
+    def float8_field(self) -> None:
+        """float8_training: torchao's convert_to_float8_training(model) ("all": every linear; "layers" with a
+        module_filter_fn), or Accelerator(mixed_precision="fp8"), whose default AO backend converts every linear but
+        the first and the last (accelerate utils/ao.py convert_model_to_fp8_ao)."""
+        vals: list[Any] = list(self.facts.float8_calls)
+        for a in self.facts.first("objects", Accelerator):
+            mp = a.get("mixed_precision")
+            if isinstance(mp, Const) and mp.value == "fp8":
+                vals.append(mp.with_value("layers", "Accelerator(mixed_precision='fp8'): torchao Float8Linear, first and last linear kept"))
+        if vals:
+            self.put("float8_training", _alts(vals), _float8, vals[0].line)
 
     def offload_activations_field(self) -> None:
         """offload_activations: TRL's SFTConfig(activation_offloading=True) moves the saved activations to CPU
@@ -1106,7 +1123,8 @@ class Builder:
         for a in accs:
             mp = a.get("mixed_precision")
             if mp is not None:
-                vals.append(_map_const(mp, lambda s: {"bf16": "amp-bf16", "fp16": "amp-fp16", "no": "fp32", None: "fp32"}.get(s, "fp32")))
+                vals.append(_map_const(mp, lambda s: {"bf16": "amp-bf16", "fp16": "amp-fp16", "fp8": "amp-bf16", "no": "fp32",
+                                                     None: "fp32"}.get(s, "fp32")))  # fp8: bf16 autocast around Float8Linear
         for ac in self.facts.autocasts:
             dtype, device, enabled, aline = ac.dtype, ac.device, ac.enabled, ac.line
             if isinstance(enabled, Const) and not enabled.value:
@@ -1308,6 +1326,15 @@ def _int4_config(b: QuantConfig) -> dict:
             "double": None, "compute": None, "group": group}
 
 
+def _hqq_config(b: QuantConfig) -> dict:
+    """HqqConfig(nbits=4, group_size=64, axis=..., skip_modules=['lm_head']): quantized on load by hqq; nbits any of
+    8/6/5/4/3/2/1 (a dynamic_config per layer tag is not followed: the first value is the model's)."""
+    bits = b.get("nbits") or _libc(b.cls, "nbits", b.line)
+    group = b.get("group_size") or _libc(b.cls, "group_size", b.line)
+    return {"bits": bits, "type": Const("hqq", "literal", b.line, ("HqqConfig(...)",)),
+            "double": None, "compute": None, "group": group}
+
+
 def _may_be_4bit(bits: Any) -> bool:
     return any(not isinstance(x, Const) or x.value == 4 for x in flatten(bits))
 
@@ -1342,7 +1369,7 @@ def _bool(v: Any) -> bool:
 
 
 def _bits(v: Any) -> Any:
-    if v not in (4, 8, None):
+    if v not in (4, 8, None, 1, 2, 3, 5, 6):  # bitsandbytes 4/8; HQQ also 1/2/3/5/6
         raise _Unconvertible(f"{v!r} bits")
     return v
 
@@ -1375,8 +1402,14 @@ def _attn(v: Any) -> str:
     raise _Unconvertible(f"attn_implementation {v!r}")
 
 
+def _float8(v: Any) -> str:
+    if v in ("all", "layers", "none"):
+        return v
+    raise _Unconvertible(f"float8 training {v!r}")
+
+
 def _quant_type(v: Any) -> str:
-    if v in ("nf4", "fp4", "gptq", "awq"):
+    if v in ("nf4", "fp4", "gptq", "awq", "hqq"):
         return v
     raise _Unconvertible(f"quant type {v!r}")
 

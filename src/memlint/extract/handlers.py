@@ -358,6 +358,13 @@ class Handlers:
         if c.head == "liger_kernel" and c.name.startswith("apply_liger_kernel_to_"):
             c.it.facts.liger_calls.append(LigerPatch(c.qual, c.kwargs, c.line))
             return Const(None, "literal", c.line)
+        if c.head == "torchao" and c.name == "convert_to_float8_training":
+            # torchao.float8: every nn.Linear becomes Float8Linear unless module_filter_fn says otherwise (a filter
+            # memlint cannot read: counted as the decoder's linears, lm_head kept, as torchtitan and accelerate do)
+            scope = "layers" if "module_filter_fn" in c.kwargs else "all"
+            c.it.facts.float8_calls.append(Const(scope, "literal", c.line, (
+                f"convert_to_float8_training(...){' with module_filter_fn' if scope == 'layers' else ''} (line {c.line})",)))
+            return Const(None, "literal", c.line)
         if c.head in ("pytorch_lightning", "lightning", "lightning_fabric") and c.name in _LIGHTNING:
             return c.new(LightningTrainer, _LIGHTNING[c.name])
         handler = _QUALIFIED.get(c.qual) or _BY_NAME.get(c.name) or self._data_handler(c.name)
@@ -414,7 +421,8 @@ class Handlers:
         return c.new(QuantConfig, "transformers.BitsAndBytesConfig")
 
     def int4_config(self, c: Call) -> Any:
-        """GPTQConfig(bits=4, group_size=128, ...) / AwqConfig(...): a GPTQ / AWQ base (build.quant_of_config)."""
+        """GPTQConfig(bits=4, group_size=128, ...) / AwqConfig(...) / HqqConfig(nbits=4, group_size=64): a GPTQ / AWQ /
+        HQQ base (build.quant_of_config)."""
         return c.new(QuantConfig, f"transformers.{c.name}")
 
     def dataloader(self, c: Call) -> Any:
@@ -1786,6 +1794,7 @@ _BY_NAME: dict[str, Callable[[Handlers, Call], Any]] = {
     "BitsAndBytesConfig": Handlers.bnb_config,
     "GPTQConfig": Handlers.int4_config,
     "AwqConfig": Handlers.int4_config,
+    "HqqConfig": Handlers.int4_config,
     "DataLoader": Handlers.dataloader,
     "Accelerator": Handlers.accelerator,
     "DeepSpeedPlugin": Handlers.plugin,

@@ -166,6 +166,17 @@ def kbit_prep(trainer: str | None) -> tuple[bool, str]:
                    f"({'embeddings, norms and lm_head upcast to fp32' if calls else 'no fp32 upcast'}; {entry['ref']})")
 
 
+def quantize_on_load(method: str) -> tuple[bool, str]:
+    """Whether the installed transformers quantizes a `method` config (hqq) in from_pretrained, and why."""
+    from memlint.library.versions import in_range, installed_version
+
+    entry = _doc()["quantize_on_load"][method]
+    version = installed_version(entry["package"])
+    works = in_range(version, entry["works"])
+    at = f"{entry['package']} {version}" if version else f"the newest {entry['package']}"
+    return works, f"{at} {'quantizes' if works else 'does not quantize'} it on load ({entry['works']} does; {entry['ref']})"
+
+
 @data.derived
 def modelled_packages() -> frozenset[str]:
     """Top-level packages memlint models as libraries: their source is never walked as a script's own code."""

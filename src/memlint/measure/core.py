@@ -616,6 +616,11 @@ def _refuse_unsupported(setup: Setup, model: Any) -> None:
     if setup.model_code == "litgpt":
         raise MemlintError("memlint measure runs transformers' modules; LitGPT's own code is traced by "
                            "`python -m memlint.measure.litgpt --name <LitGPT config> --batch B --seq S ...`")
+    if setup.float8 != "none" and setup.precision in ("amp-bf16", "amp-fp16"):
+        raise MemlintError("memlint.measure traces float8 training without autocast only: Float8Linear reads CUDA's "
+                           "autocast state (torch.is_autocast_enabled()), which the CPU trace does not set")
+    if setup.quant == "hqq" and setup.use_dora:
+        raise MemlintError("memlint.measure does not trace DoRA on an HQQ base")
     if setup.quant == "int8":
         raise MemlintError("an 8-bit (LLM.int8) base is not supported by memlint.measure yet")
     if setup.quant in ("gptq", "awq"):
@@ -663,6 +668,8 @@ class _Run:
                 model._apply(lambda t: torch.empty_like(t, device="cpu"))
                 if tied and not _is_tied(model):
                     _retie(model)
+        if self.setup.float8 != "none":
+            self._float8(model)
         if fake_mode is not None:
             stack.enter_context(_unpacked_sequences_on_fake())
         if self.mode != "cuda":
@@ -691,11 +698,18 @@ class _Run:
             ref = _build_model(setup.with_(method="full", objective="sft", ref_model="none"), build_device, attn)
             ref.requires_grad_(False)
             ref.eval()
-        if setup.method in ("lora", "qlora"):
+        if setup.quant == "hqq":  # quantized first, then peft wraps the HQQLinear layers (dispatch_hqq)
+            self._check_params(model)
+            model = self._quantize_hqq(model, dropout, build_device == "meta")
+        elif setup.method in ("lora", "qlora"):
             model = _apply_lora(model, setup, dropout)
         if fake_mode is not None:
             stack.enter_context(fake_mode)
             model._apply(lambda t: torch.empty_like(t, device="cpu"))
+            if setup.quant == "hqq":
+                from memlint.measure.quant import hqq_repoint
+
+                hqq_repoint(model)
             if ref is not None:
                 ref._apply(lambda t: torch.empty_like(t, device="cpu"))
         if tied and not _is_tied(model):
@@ -704,14 +718,71 @@ class _Run:
             model.tie_weights()  # and a masked-LM decoder's bias from the head's `bias`
         if ref is not None and tied and not _is_tied(ref):
             _retie(ref)
+        if setup.quant != "hqq":
+            self._check_params(model)
+        if setup.method == "qlora" and setup.quant != "hqq":
+            self._quantize(model)
+        return model, ref
+
+    def _float8(self, model: Any) -> None:
+        """torchao's own convert_to_float8_training (default Float8LinearConfig: dynamic tensorwise scaling, e4m3
+        input/weight, e5m2 grad_output); "layers" keeps lm_head in high precision as torchtitan and accelerate do.
+        torch._scaled_mm has a fake kernel, so the trace runs the real (not emulated) float8 path."""
+        try:
+            from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+        except ImportError:
+            raise MemlintError("memlint.measure traces float8 training with torchao's Float8Linear: pip install torchao") from None
+        head = model.get_output_embeddings()
+        keep = {id(head)} if self.setup.float8 == "layers" and head is not None else set()
+        convert_to_float8_training(model, config=Float8LinearConfig(),
+                                   module_filter_fn=lambda mod, fqn: id(mod) not in keep)
+        from torchao.float8.float8_linear import Float8Linear
+
+        n = sum(isinstance(m, Float8Linear) for m in model.modules())
+        self.details["float8_linears"] = n
+        self.notes.append(f"float8 training: torchao's convert_to_float8_training swapped {n} linears for Float8Linear"
+                          + (" (lm_head kept)" if keep else ""))
+
+    def _check_params(self, model: Any) -> None:
+        setup = self.setup
         base_params = sum(p.numel() for n, p in unique_named_parameters(model)
                           if "lora_" not in n and "modules_to_save" not in n)
         if base_params != _expected_base_params(setup):
             raise MemlintError(f"built {setup.model.id} has {base_params:,} parameters, "
                                f"catalog says {_expected_base_params(setup):,}")
-        if setup.method == "qlora":
-            self._quantize(model)
-        return model, ref
+
+    def _quantize_hqq(self, model: Any, dropout: float, meta: bool) -> Any:
+        import torch
+
+        from memlint.measure.quant import hqq_quantize
+
+        try:
+            import hqq.core.quantize  # noqa: F401
+        except ImportError:
+            raise MemlintError("memlint.measure traces an HQQ base with hqq's own HQQLinear: pip install hqq") from None
+        compute = getattr(torch, _TORCH_DTYPES[self.setup.dtype])
+        self.details["quantized_linears"] = hqq_quantize(model, self.setup.quant_bits, self.setup.quant_group_size,
+                                                         compute, "meta" if meta else self.dev, meta)
+        model.quantization_method = "hqq"  # what transformers' quantizer sets (peft reads it)
+        if self.setup.kbit_prep:
+            from peft import prepare_model_for_kbit_training
+
+            prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+            self.notes.append("kbit_prep: peft's prepare_model_for_kbit_training ran on the HQQ base (it skips the "
+                              "fp32 upcast for is_hqq_quantized)")
+        self.notes.append(f"HQQ {self.setup.quant_bits}-bit base: hqq's HQQLinear (group {self.setup.quant_group_size}"
+                          f"{', optimize=False on the meta device' if meta else ''}), LoRA through peft's HqqLoraLinear")
+        setup = self.setup
+        if setup.lora_targets == "all-linear":
+            # peft's all-linear matches nn.Linear / Conv1D only, and HQQLinear is neither: a real run must name the
+            # modules; the trace names every quantized one
+            from hqq.core.quantize import HQQLinear
+
+            names = sorted({n.rpartition(".")[2] for n, m in model.named_modules() if isinstance(m, HQQLinear)})
+            setup = setup.with_(lora_targets=tuple(names))
+            self.notes.append("peft's all-linear does not match HQQLinear (not an nn.Linear); the adapters target "
+                              f"{', '.join(names)} by name")
+        return _apply_lora(model, setup, dropout)
 
     def _quantize(self, model: Any) -> None:
         self.details["quantized_linears"] = _quantize(model, self.setup, use_bnb_matmul=self.mode == "cuda")

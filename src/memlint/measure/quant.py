@@ -123,3 +123,44 @@ class Linear4bit(torch.nn.Module):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"quant_type={self.quant_state.quant_type}, nested={self.quant_state.nested}")
+
+
+def hqq_quantize(model: Any, bits: int, group_size: int, compute_dtype: torch.dtype, device: str,
+                 meta: bool) -> int:
+    """Replace every Linear inside the decoder (not lm_head: HqqConfig's skip_modules default) by hqq's own
+    `HQQLinear`, as transformers' HQQ quantizer (4.x create_quantized_param) does: HQQLinear(module,
+    BaseQuantizeConfig(nbits, group_size, axis=1), compute_dtype=<the load dtype>, del_orig=True), default backend
+    (HQQBackend.PYTORCH: HQQMatmulNoCacheMul). scale and zero live in the layer's `meta` dict, which
+    `model.buffers()` does not see: they are registered as non-persistent buffers (the same storages) so the
+    meter counts them. On the meta device (the trace quantizes there, then materialises fake tensors) the proximal
+    optimiser's early stop (`if current_error < best_error`) cannot be decided, so the layer is quantized with
+    `optimize=False`: the same tensors, shapes and dtypes, only the values are not refined."""
+    from hqq.core.quantize import BaseQuantizeConfig, HQQLinear
+
+    out_emb = model.get_output_embeddings()
+    cfg = BaseQuantizeConfig(nbits=bits, group_size=None if group_size == -1 else group_size, axis=1)
+    if meta:
+        cfg["weight_quant_params"]["optimize"] = False
+    plain = [(n, m) for n, m in model.named_modules() if type(m) is torch.nn.Linear and m is not out_emb]
+    for name, module in plain:
+        module.requires_grad_(False)
+        layer = HQQLinear(module, cfg, del_orig=True, compute_dtype=compute_dtype, device=device)
+        for key in ("scale", "zero"):
+            if isinstance(layer.meta.get(key), torch.Tensor):
+                layer.register_buffer(f"hqq_{key}", layer.meta[key], persistent=False)
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, layer)
+    return len(plain)
+
+
+def hqq_repoint(model: Any) -> None:
+    """After the model's tensors were materialised (model._apply), point each HQQLinear's meta dict at its new
+    scale / zero buffers again (the dict still holds the meta-device originals)."""
+    from hqq.core.quantize import HQQLinear
+
+    for m in model.modules():
+        if isinstance(m, HQQLinear):
+            for key in ("scale", "zero"):
+                if hasattr(m, f"hqq_{key}"):
+                    m.meta[key] = getattr(m, f"hqq_{key}")

@@ -63,8 +63,11 @@ def describe(est: Estimate) -> str:
         parts.append(f"r={s.lora_r} on {t}")
     if s.quant != "none":
         parts.append(s.quant + (" double-quant" if s.double_quant and s.quant in ("nf4", "fp4") else "")
-                     + (f" group {s.quant_group_size}" if s.quant in ("gptq", "awq") else ""))
+                     + (f" group {s.quant_group_size}" if s.quant in ("gptq", "awq") else "")
+                     + (f" {s.quant_bits}-bit group {s.quant_group_size}" if s.quant == "hqq" else ""))
     parts += [f"{s.dtype} weights", s.precision, s.optim, f"micro-batch {s.batch} × {s.seq}"]
+    if s.float8 != "none":
+        parts.append(f"float8 linears ({s.float8})")
     if s.grad_accum > 1:
         parts.append(f"accumulation {s.grad_accum}")
     parts.append("recompute" if s.recompute else "no recompute")

@@ -286,6 +286,12 @@ def _accelerate_precision(r: Reader, doc: Document, facts: LaunchFacts) -> None:
             r.bad(f"mixed_precision should be no, fp16, bf16 or fp8, not {mp!r}", "mixed_precision")
         else:
             facts.soft["precision"] = Value(prec, "literal", doc.span("mixed_precision"), (f"mixed_precision: {mp}",))
+            backend = str((doc.get("fp8_config") or {}).get("backend", "AO") if isinstance(doc.get("fp8_config"), dict) else "AO").upper()
+            if mp.lower() == "fp8" and backend == "AO":
+                # accelerate's AO recipe (the default backend with torchao installed): convert_model_to_fp8_ao keeps
+                # the first and last linear
+                facts.soft["float8_training"] = Value("layers", "literal", doc.span("mixed_precision"),
+                                                      ("mixed_precision: fp8 (accelerate AO backend: torchao Float8Linear)",))
     elif mp is False:  # YAML reads an unquoted `no` as false
         facts.soft["precision"] = Value("fp32", "literal", doc.span("mixed_precision"), ("mixed_precision: no",))
 

@@ -237,6 +237,8 @@ class Axolotl(FrameworkReader):
             why_src = None
         pure_bf16, pure_fp16 = d.get("bfloat16") is True, d.get("float16") is True
         fp16 = d.get("fp16") is True
+        if d.get("fp8") is True:  # accelerate mixed_precision="fp8", torchao's AO backend: first and last linear kept
+            self.lit("float8_training", "layers", "fp8")
         bf16_on = bf16 is True or (isinstance(bf16, str) and bf16.lower() in ("auto", "true"))
         ref = "axolotl utils/config normalize_config: cfg.torch_dtype from bf16/bfloat16, else load_in_8bit/fp16/float16, else float32"
         if pure_bf16 or bf16_on:
@@ -430,6 +432,9 @@ class LlamaFactory(FrameworkReader):
 
     def _precision(self) -> None:
         d = self.doc
+        if d.get("fp8") is True and str(d.get("fp8_backend") or "auto").lower() in ("auto", "torchao"):
+            # train/fp8_utils.py: accelerate's AORecipeKwargs with a filter that keeps embeddings and lm_head
+            self.lit("float8_training", "layers", "fp8")
         bf16, fp16, pure = d.get("bf16") is True, d.get("fp16") is True, d.get("pure_bf16") is True
         ref = frameworks.substitution(self.kind, "compute_dtype")[1]
         if pure or bf16:
@@ -461,7 +466,16 @@ class LlamaFactory(FrameworkReader):
         else:
             dflt = frameworks.default(self.kind, "finetuning_type")
             self.lib("method", "qlora" if bits == 4 else dflt.value, dflt.why)
-        if bits is not None:
+        hqq = d.get("quantization_method") == "hqq"
+        if bits is not None and hqq:
+            # model/model_utils/quantization.py: HqqConfig(nbits=quantization_bit, quant_zero=False, quant_scale=False,
+            # axis=0), group_size HqqConfig's default
+            self.lit("quant_bits", bits, "quantization_bit")
+            self.lit("quant_type", "hqq", "quantization_method")
+            dd = library_default("transformers.HqqConfig", "group_size")
+            self.lib("quant_group_size", dd.value if dd else 64, (dd.why if dd else "HqqConfig group_size")
+                     + "; LLaMA-Factory passes only nbits (and axis=0)")
+        elif bits is not None:
             self.lit("quant_bits", bits, "quantization_bit")
             if bits == 4:
                 for name, key in (("quant_type", "quantization_type"), ("double_quant", "double_quantization")):
