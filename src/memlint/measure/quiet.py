@@ -29,6 +29,10 @@ def quiet() -> Iterator[None]:
     os.environ["TRANSFORMERS_NO_ADVISORY_WARNINGS"] = "1"
     for lg in loggers.values():
         lg.setLevel(logging.ERROR)
+    # and below ERROR nothing is logged at all while the block runs: a library imported inside it can reset the
+    # levels above (torch._logging re-initialises "torch" when torchao, imported by transformers, registers types)
+    disabled = logging.root.manager.disable
+    logging.disable(logging.WARNING)
     try:
         with warnings.catch_warnings():
             for name in LIBRARIES:
@@ -37,6 +41,7 @@ def quiet() -> Iterator[None]:
                 warnings.filterwarnings("ignore", category=category)
             yield
     finally:
+        logging.disable(disabled)
         for name, level in saved.items():
             loggers[name].setLevel(level)
         for k, v in env.items():
