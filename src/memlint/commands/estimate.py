@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 import json
 
 from memlint.errors import MemlintError
@@ -80,6 +81,13 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
                    help="reference for dpo/kto (default: a frozen copy for a full fine-tune, adapters disabled for peft)")
     g.add_argument("--trl-version", default=None, metavar="X.Y",
                    help="TRL version whose step layout to model (default: the installed one, else the newest known)")
+    _model_code_flags(g, flag)
+    _parallel_flags(g)
+
+
+
+def _model_code_flags(g: Any, flag: Any) -> None:
+    """Which model class and whose model code: the output head (encoders), transformers' modules or LitGPT's."""
     g.add_argument("--head", choices=("auto", "causal-lm", "sequence-classification", "token-classification", "masked-lm"),
                    default="auto", help="the output head, the class the script loads (auto: causal-lm for a decoder, "
                    "sequence-classification for an encoder such as BERT / RoBERTa)")
@@ -91,6 +99,10 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--litgpt-version", default=None, metavar="X.Y.Z",
                    help="with --model-code litgpt, the LitGPT version whose code to model (default: the installed "
                         "one, else the newest known; 0.1.0 is lit-gpt of 2023)")
+
+
+def _parallel_flags(g: Any) -> None:
+    """How the run is spread over GPUs: data parallelism with ZeRO/FSDP sharding, tensor and context parallelism."""
     g.add_argument("--gpus", type=int, default=1, metavar="N")
     g.add_argument("--shard", choices=("none", "zero1", "zero2", "zero3", "fsdp", "fsdp_shard_grad_op", "fsdp_hybrid"),
                    default="none")

@@ -10,27 +10,13 @@ fake-tensor trace of `memlint measure`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from memlint.estimate import tensor_parallel as tp
 from memlint.estimate.model_state import lora_modules, trains_lm_head_copy
 from memlint.library.api import attention
 from memlint.estimate.setup import DTYPE_BYTES, Setup, preference
-
-
-@dataclass(frozen=True)
-class ActivationTerms:
-    """Bytes per micro-batch, split the way the phases need them."""
-
-    body: int            # saved by all decoder layers at the end of forward
-    per_layer: int       # saved by one layer (what recompute re-creates at a time)
-    logits_forward: int  # extra live bytes around the loss in forward
-    logits_backward: int  # extra live bytes at the start of backward (logits grads)
-    formula: str
-    logits_formula: str
-    transient: int = 0   # forward working memory next to the saved body (DoRA's weight norm of its largest layer)
-    forward_transient: int = 0  # forward-only working memory next to the saved body (an encoder layer's own)
-    backward_transient: int = 0  # backward working memory of one layer next to what is still saved (float8 casts)
+from memlint.estimate.terms import ActivationTerms  # noqa: F401 (re-exported: activations.ActivationTerms)
 
 
 def textbook(s: Setup) -> ActivationTerms:

@@ -78,28 +78,7 @@ def _reference_weights(s: Setup, accounting: str) -> tuple[int, str]:
 def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = None) -> Estimate:
     notes: list[str] = []
     s_in = s
-    if s.objective == "reward":
-        s = s.with_(model=ms.reward_spec(s.model))
-    if s.encoder:  # the encoder with the head the script loads (its parameters are the head class's)
-        s = s.with_(model=ms.encoder_spec(s.model, s.head, s.num_labels))
-    if s.tp > 1:  # everything below is counted on the model one tensor-parallel rank holds
-        s = s.with_(model=tp.rank_spec(s))
-    w, w_f = ms.weight_bytes(s, accounting)
-    g, g_f = ms.gradient_bytes(s, accounting)
-    extra_g = tp.embedding_grad_extra(s, DTYPE_BYTES[ms.trainable_dtype(s, accounting)]) if accounting == "real" else 0
-    if extra_g:
-        g += extra_g
-        g_f += f" + the vocab-parallel embedding's gradient kept at full V × h ({extra_g:,} B more; torch RowwiseParallel)"
-    o, o_f = ms.optimizer_bytes(s, accounting)
-    tmp = ms.optimizer_step_temporaries(s, accounting)
-    a = act.activations(s if s.cp == 1 else s.with_(seq=-(-s.seq // s.cp)), accounting)
-    if s.cp > 1:  # context parallel: the rank's ⌈s/c⌉ tokens, and ring attention's K/V chunks in flight
-        a = replace(a, transient=a.transient + tp.cp_transient(s),
-                    formula=a.formula + f" (context parallel: ⌈s/{s.cp}⌉ tokens per rank)")
-    n_train = ms.trainable_params(s if s.tp == 1 else s_in if s_in.objective != "reward" else
-                                   s_in.with_(model=ms.reward_spec(s_in.model)))  # the whole model's, not a TP rank's
-    if s.tp > 1:
-        w_f, g_f, o_f = (f"TP rank's share (1/{s.tp} of the split linears): {f}" for f in (w_f, g_f, o_f))
+    s, (w, w_f), (g, g_f), (o, o_f), tmp, a, n_train = _model_terms(s, accounting)
 
     lay = sharding.layout(s, accounting, w, g)
     notes += lay.notes
@@ -167,6 +146,36 @@ def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = Non
         assumptions=tuple(notes),
         context=ctx,
     )
+
+
+def _model_terms(s_in: Setup, accounting: str) -> tuple:
+    """(the setup counted: the reward / encoder-head / TP rank's model, weights, gradients, optimizer state, step
+    temporaries, activation terms, trainable parameters of the whole model) before sharding over data parallelism."""
+    s = s_in
+    if s.objective == "reward":
+        s = s.with_(model=ms.reward_spec(s.model))
+    if s.encoder:  # the encoder with the head the script loads (its parameters are the head class's)
+        s = s.with_(model=ms.encoder_spec(s.model, s.head, s.num_labels))
+    if s.tp > 1:  # everything below is counted on the model one tensor-parallel rank holds
+        s = s.with_(model=tp.rank_spec(s))
+    w, w_f = ms.weight_bytes(s, accounting)
+    g, g_f = ms.gradient_bytes(s, accounting)
+    extra_g = tp.embedding_grad_extra(s, DTYPE_BYTES[ms.trainable_dtype(s, accounting)]) if accounting == "real" else 0
+    if extra_g:
+        g += extra_g
+        g_f += f" + the vocab-parallel embedding's gradient kept at full V × h ({extra_g:,} B more; torch RowwiseParallel)"
+    o, o_f = ms.optimizer_bytes(s, accounting)
+    tmp = ms.optimizer_step_temporaries(s, accounting)
+    a = act.activations(s if s.cp == 1 else s.with_(seq=-(-s.seq // s.cp)), accounting)
+    if s.cp > 1:  # context parallel: the rank's ⌈s/c⌉ tokens, and ring attention's K/V chunks in flight
+        a = replace(a, transient=a.transient + tp.cp_transient(s),
+                    formula=a.formula + f" (context parallel: ⌈s/{s.cp}⌉ tokens per rank)")
+    n_train = ms.trainable_params(s if s.tp == 1 else s_in if s_in.objective != "reward" else
+                                   s_in.with_(model=ms.reward_spec(s_in.model)))  # the whole model's, not a TP rank's
+    if s.tp > 1:
+        w_f, g_f, o_f = (f"TP rank's share (1/{s.tp} of the split linears): {f}" for f in (w_f, g_f, o_f))
+
+    return s, (w, w_f), (g, g_f), (o, o_f), tmp, a, n_train
 
 
 def _per_rank(s: Setup, lay, w: tuple[int, str], g: tuple[int, str], o: tuple[int, str], tmp: int,

@@ -375,22 +375,8 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
         notes.append(f"attn_implementation {attn!r} is not in memlint's table: estimated as sdpa")
         attn = "sdpa"
     shard, gpus, nodes, offload = _distributed(get, extra, notes)
-    parallel = _parallel(get, spec, gpus, notes)
-    ddp = f"{gpus} GPUs without sharding (DDP): every rank holds the full model state"
-    if parallel and ddp in notes:
-        dp = gpus // (parallel["tp"] * parallel["cp"])
-        notes[notes.index(ddp)] = (f"{dp} data-parallel ranks without sharding (DDP) over the tensor/context-parallel "
-                                   "groups" if dp > 1 else f"{gpus} GPUs: one tensor/context-parallel group, no data parallelism")
-    if parallel and shard != "none" and gpus // (parallel["tp"] * parallel["cp"]) < 2:
-        notes.append(f"{shard} over {gpus // (parallel['tp'] * parallel['cp'])} data-parallel rank(s) once tensor/context "
-                     "parallelism takes its share: estimated unsharded")
-        shard, offload = "none", "none"
-    engine = get("distributed").value
-    if engine in ("zero1", "zero2", "zero3") and precision != "fp32":  # also on one GPU: the engine is the same
-        # DeepSpeed's ZeRO optimizers keep fp32 partitions of the weights (master) and of the
-        # Adam moments whatever the 16-bit training dtype; the engine casts the module to it.
-        notes.append("DeepSpeed ZeRO with bf16/fp16: 16-bit weights, fp32 master copy and fp32 optimizer states")
-        dtype, precision = "bf16", "master-fp32"
+    parallel, shard, offload = _parallel_and_shard(get, spec, gpus, shard, offload, notes)
+    dtype, precision = _zero_precision(get, dtype, precision, notes)
     if padding == "longest":
         notes.append(f"padding to the longest sample: worst case is a micro-batch whose longest sample is {seq}")
     fused_v = get("fused_loss")
@@ -429,6 +415,30 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
     )
     setup = _model_code(setup, get, notes)
     return PlannedSetup(setup, (), tuple(notes))
+
+
+def _zero_precision(get, dtype: str, precision: str, notes: list[str]) -> tuple[str, str]:
+    """DeepSpeed's ZeRO optimizers keep fp32 partitions of the weights (master) and of the Adam moments whatever
+    the 16-bit training dtype; the engine casts the module to it (also on one GPU: the engine is the same)."""
+    if get("distributed").value in ("zero1", "zero2", "zero3") and precision != "fp32":
+        notes.append("DeepSpeed ZeRO with bf16/fp16: 16-bit weights, fp32 master copy and fp32 optimizer states")
+        return "bf16", "master-fp32"
+    return dtype, precision
+
+
+def _parallel_and_shard(get, spec, gpus: int, shard: str, offload: str, notes: list[str]) -> tuple[dict, str, str]:
+    """Tensor/context parallelism, and the ZeRO/FSDP sharding left to the data-parallel ranks beside it."""
+    parallel = _parallel(get, spec, gpus, notes)
+    ddp = f"{gpus} GPUs without sharding (DDP): every rank holds the full model state"
+    if parallel and ddp in notes:
+        dp = gpus // (parallel["tp"] * parallel["cp"])
+        notes[notes.index(ddp)] = (f"{dp} data-parallel ranks without sharding (DDP) over the tensor/context-parallel "
+                                   "groups" if dp > 1 else f"{gpus} GPUs: one tensor/context-parallel group, no data parallelism")
+    if parallel and shard != "none" and gpus // (parallel["tp"] * parallel["cp"]) < 2:
+        notes.append(f"{shard} over {gpus // (parallel['tp'] * parallel['cp'])} data-parallel rank(s) once tensor/context "
+                     "parallelism takes its share: estimated unsharded")
+        shard, offload = "none", "none"
+    return parallel, shard, offload
 
 
 def _head(get, spec, notes: list[str]) -> dict[str, Any]:

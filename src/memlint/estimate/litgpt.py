@@ -32,8 +32,8 @@ from __future__ import annotations
 from typing import Any
 
 from memlint import data
-from memlint.estimate.activations import ActivationTerms
-from memlint.estimate.setup import DTYPE_BYTES, Setup
+from memlint.estimate.terms import ActivationTerms, Tensor
+from memlint.vocab import DTYPE_BYTES
 from memlint.library.versions import in_range
 
 
@@ -128,8 +128,6 @@ def _mlp_linears(s: Setup) -> list[tuple[int, int]]:
 def lora_tensors(s: Setup) -> list[Any]:
     """LitGPT's LoRA parameters (lora.py): LoRAQKVLinear's one lora_A (r·enabled × h) and one lora_B
     (enabled widths × r) on the fused qkv; LoRALinear's (r × in, out × r) on proj, the MLP, lm_head."""
-    from memlint.estimate.model_state import Tensor
-
     m, r, on = s.model, s.lora_r, targets(s)
     L = m.layers
     out = []

@@ -10,28 +10,16 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+
 
 from memlint.catalog import Linear, ModelSpec
 from memlint.errors import MemlintError
 from memlint.estimate.setup import DTYPE_BYTES, Setup
+from memlint.estimate.terms import Tensor  # noqa: F401 (re-exported: model_state.Tensor)
 
 NF4_BLOCK = 64          # bitsandbytes 4-bit blocksize
 DQ_BLOCK = 256          # double quantization: 8-bit absmax, one fp32 constant per 256 blocks
 INT8_OPT_BLOCK = 256    # bitsandbytes blockwise 8-bit optimizer
-
-
-@dataclass(frozen=True)
-class Tensor:
-    """A trainable tensor's shape, enough for per-tensor optimizer rules."""
-
-    rows: int
-    cols: int  # 1 for vectors
-    count: int = 1
-
-    @property
-    def numel(self) -> int:
-        return self.rows * self.cols
 
 
 # --------------------------------------------------------------------------- LoRA

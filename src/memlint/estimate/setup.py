@@ -235,6 +235,22 @@ class Setup:
         for name in ("batch", "seq", "gpus", "nodes", "lora_r", "grad_accum"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise MemlintError(f"--{name.replace('_', '-')} must be a positive integer")
+        self._validate_base()
+        if self.shard != "none" and self.dp < 2:
+            raise MemlintError(f"--shard {self.shard} needs --gpus 2 or more" if self.tp * self.cp == 1 else
+                               f"--shard {self.shard} needs 2 or more data-parallel ranks: --gpus {self.gpus} over "
+                               f"--tp {self.tp} × --cp {self.cp} leaves {self.dp}")
+        if self.offload == "params" and self.shard not in PARAM_SHARDS:
+            raise MemlintError("--offload params needs --shard zero3, fsdp or fsdp_hybrid")
+        if self.gpus % self.nodes:
+            raise MemlintError(f"--gpus {self.gpus} is not a multiple of --nodes {self.nodes}")
+        if self.offload != "none" and self.method != "full" and self.shard == "none":
+            raise MemlintError("--offload needs a sharded (DeepSpeed / FSDP) run")
+        if isinstance(self.lora_targets, str) and self.lora_targets != "all-linear":
+            raise MemlintError("lora_targets is 'all-linear' or a tuple of module names")
+
+    def _validate_base(self) -> None:
+        """The base's quantization and the precision its weights are trained in."""
         if self.float8 not in FLOAT8S:
             raise MemlintError(f"--float8 {self.float8!r}: one of {', '.join(FLOAT8S)}")
         if self.float8 != "none" and (self.method != "full" or self.quant != "none"):
@@ -259,18 +275,6 @@ class Setup:
             raise MemlintError(f"--precision {self.precision} keeps bf16 weights: use --dtype bf16")
         if self.precision == "amp-fp16" and self.dtype == "bf16":
             raise MemlintError("--precision amp-fp16 with --dtype bf16 mixes half formats; use amp-bf16 or --dtype fp16/fp32")
-        if self.shard != "none" and self.dp < 2:
-            raise MemlintError(f"--shard {self.shard} needs --gpus 2 or more" if self.tp * self.cp == 1 else
-                               f"--shard {self.shard} needs 2 or more data-parallel ranks: --gpus {self.gpus} over "
-                               f"--tp {self.tp} × --cp {self.cp} leaves {self.dp}")
-        if self.offload == "params" and self.shard not in PARAM_SHARDS:
-            raise MemlintError("--offload params needs --shard zero3, fsdp or fsdp_hybrid")
-        if self.gpus % self.nodes:
-            raise MemlintError(f"--gpus {self.gpus} is not a multiple of --nodes {self.nodes}")
-        if self.offload != "none" and self.method != "full" and self.shard == "none":
-            raise MemlintError("--offload needs a sharded (DeepSpeed / FSDP) run")
-        if isinstance(self.lora_targets, str) and self.lora_targets != "all-linear":
-            raise MemlintError("lora_targets is 'all-linear' or a tuple of module names")
 
     def _validate_parallel(self) -> None:
         from memlint.estimate.tensor_parallel import validate

@@ -31,7 +31,6 @@ from memlint.vocab import DTYPE_BYTES
 
 if TYPE_CHECKING:  # pragma: no cover
     from memlint.catalog import ModelSpec
-    from memlint.estimate.setup import Setup
 
 
 def facts() -> dict:

@@ -35,7 +35,13 @@ def extract_file(path: str | Path, launch: Any = None, shown: str | None = None)
     if p.suffix.lower() in CONFIG_SUFFIXES or tool_run:
         from memlint.extract.configs import read_config
 
-        return read_config(p if p.is_file() or not tool_run else None, shown=shown or str(path), launch=launch)
+        plan = read_config(p if p.is_file() or not tool_run else None, shown=shown or str(path), launch=launch)
+        if plan is not None and launch is not None and not tool_run and launch.launcher not in TOOLS and launch.script:
+            # `accelerate launch --config_file X train.py recipe.yaml`: the launcher's GPUs and sharding too
+            from memlint.extract.launched import apply_launcher
+
+            plan = apply_launcher(plan, launch, Path(launch.cwd or ".") / launch.script)
+        return plan
     from memlint.extract.source import read_source
 
     return extract_source(read_source(p), p, shown=shown or str(path), launch=launch)

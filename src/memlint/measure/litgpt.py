@@ -112,13 +112,51 @@ def _config(lit: types.SimpleNamespace, step: LitStep) -> Any:
     return cls(**given, **extra)
 
 
+@contextlib.contextmanager
+def _default_dtype(dtype: Any) -> Any:
+    import torch
+
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+def _forward_loss(lit: Any, model: Any, ids: Any, targets: Any, chunk: int) -> tuple[Any, Any]:
+    """The forward and loss as LitGPT's fine-tuning loops run them: finetune/lora.py with chunked lm_head
+    output, finetune/full.py with the full logits; chunked_cross_entropy either way."""
+    if chunk:
+        logits = model(ids, lm_head_chunk_size=chunk)
+        logits[-1] = logits[-1][..., :-1, :]
+        return logits, lit.utils.chunked_cross_entropy(logits, targets[..., 1:])
+    logits = model(ids)
+    return logits, lit.utils.chunked_cross_entropy(logits[..., :-1, :], targets[..., 1:])
+
+
+def _optimizer_phase(tracker: Any, optimizer: Any) -> tuple[int, int]:
+    """(the step's peak, the optimizer state's bytes on the device): PagedAdamW's paged state lives outside it."""
+    from memlint.measure.optim import paged_state_tensors, state_tensors
+    from memlint.measure.tracker import storage_bytes
+
+    tracker.reset_peak_memory_stats()
+    optimizer.step()
+    paged = list(paged_state_tensors(optimizer))
+    opt_bytes = storage_bytes(state_tensors(optimizer)) - storage_bytes(paged)
+    for t in paged:
+        tracker.exclude(t)
+    optimizer.zero_grad()
+    return tracker.peak, opt_bytes
+
+
 def trace(step: LitStep, source: str | None = None) -> dict[str, Any]:
     """One LitGPT training step on fake tensors: per-step peaks by phase and the components."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from memlint.measure.core import _cuda_dropout
-    from memlint.measure.optim import build_optimizer, paged_state_tensors, state_tensors
+    from memlint.measure.optim import build_optimizer
     from memlint.measure.tracker import LiveBytes, storage_bytes
 
     t0 = time.perf_counter()
@@ -129,22 +167,13 @@ def trace(step: LitStep, source: str | None = None) -> dict[str, Any]:
     mixed = step.precision.endswith("-mixed")
     gpt_cls = lit.lora.GPT if step.lora_r else lit.model.GPT
 
-    @contextlib.contextmanager
-    def default_dtype(dtype: Any):
-        old = torch.get_default_dtype()
-        torch.set_default_dtype(dtype)
-        try:
-            yield
-        finally:
-            torch.set_default_dtype(old)
-
     tracker = LiveBytes()
     out: dict[str, Any] = {"litgpt": lit.pkg, "source": source or lit.path, "config": cfg.name, "steps": []}
-    with torch.device("meta"), default_dtype(true_dtype):  # fabric.init_module()
+    with torch.device("meta"), _default_dtype(true_dtype):  # fabric.init_module()
         model = gpt_cls(cfg)
     with contextlib.ExitStack() as stack:
         fake = stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
-        with default_dtype(true_dtype):
+        with _default_dtype(true_dtype):
             model._apply(lambda t: torch.empty_like(t, device="cpu"))
         # finetune/lora.py sets it (the longest sample) outside fabric.init_module: the rope cache is rebuilt
         # in the default dtype, fp32
@@ -168,7 +197,7 @@ def trace(step: LitStep, source: str | None = None) -> dict[str, Any]:
             marks.setdefault("head", tracker.live)
 
         handle = model.lm_head.register_forward_pre_hook(pre_head)
-        ctx = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if mixed else (lambda: default_dtype(true_dtype))
+        ctx = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if mixed else (lambda: _default_dtype(true_dtype))
         chunk = step.lm_head_chunk_size if step.lm_head_chunk_size is not None else (128 if step.lora_r else 0)
         out["lm_head_chunk_size"] = chunk
         for n in range(1, step.steps + 1):
@@ -179,13 +208,7 @@ def trace(step: LitStep, source: str | None = None) -> dict[str, Any]:
             tracker.reset_peak_memory_stats()
             start = tracker.live
             with ctx():
-                if chunk:  # finetune/lora.py
-                    logits = model(ids, lm_head_chunk_size=chunk)
-                    logits[-1] = logits[-1][..., :-1, :]
-                    loss = lit.utils.chunked_cross_entropy(logits, targets[..., 1:])
-                else:  # finetune/full.py
-                    logits = model(ids)
-                    loss = lit.utils.chunked_cross_entropy(logits[..., :-1, :], targets[..., 1:])
+                logits, loss = _forward_loss(lit, model, ids, targets, chunk)
             phases["forward"] = tracker.peak
             activations, logits_bytes = marks["head"] - start, tracker.live - marks["head"]
             tracker.begin_phase((n, "backward"))
@@ -196,14 +219,7 @@ def trace(step: LitStep, source: str | None = None) -> dict[str, Any]:
             phases["backward"] = tracker.peak
             grads = storage_bytes(p.grad for p in trainable if p.grad is not None)
             tracker.begin_phase((n, "optimizer"))
-            tracker.reset_peak_memory_stats()
-            optimizer.step()
-            paged = list(paged_state_tensors(optimizer))
-            opt_bytes = storage_bytes(state_tensors(optimizer)) - storage_bytes(paged)
-            for t in paged:
-                tracker.exclude(t)
-            optimizer.zero_grad()
-            phases["optimizer"] = tracker.peak
+            phases["optimizer"], opt_bytes = _optimizer_phase(tracker, optimizer)
             phase = max(phases, key=phases.get)
             out["steps"].append({"step": n, "peak": phases[phase], "phase": phase, "phases": phases})
             out["components"] = {"weights": out["weights"], "gradients": grads, "optimizer": opt_bytes,

@@ -126,10 +126,6 @@ def read_config(path: str | Path, shown: str | None = None, *, text: str | None 
 
         if launch.launcher in TOOLS:
             plan = mark(plan, launch)
-        elif launch.script:  # `accelerate launch --config_file X train.py recipe.yaml`: the launcher's GPUs and sharding too
-            from memlint.extract.launched import apply_launcher
-
-            plan = apply_launcher(plan, launch, Path(launch.cwd or ".") / launch.script)
     return plan
 
 

@@ -1,0 +1,35 @@
+"""The shapes the accounting modules hand each other: a trainable tensor (model_state) and one micro-batch's
+activation terms (activations, and the model-code variants in litgpt). Here, below all of them, so the
+model-code modules use them without importing the modules that dispatch to them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A trainable tensor's shape, enough for per-tensor optimizer rules."""
+
+    rows: int
+    cols: int  # 1 for vectors
+    count: int = 1
+
+    @property
+    def numel(self) -> int:
+        return self.rows * self.cols
+
+
+@dataclass(frozen=True)
+class ActivationTerms:
+    """Bytes per micro-batch, split the way the phases need them."""
+
+    body: int            # saved by all decoder layers at the end of forward
+    per_layer: int       # saved by one layer (what recompute re-creates at a time)
+    logits_forward: int  # extra live bytes around the loss in forward
+    logits_backward: int  # extra live bytes at the start of backward (logits grads)
+    formula: str
+    logits_formula: str
+    transient: int = 0   # forward working memory next to the saved body (DoRA's weight norm of its largest layer)
+    forward_transient: int = 0  # forward-only working memory next to the saved body (an encoder layer's own)
+    backward_transient: int = 0  # backward working memory of one layer next to what is still saved (float8 casts)
