@@ -123,8 +123,8 @@ NAMES = ["adamw_torch_8bit", "adamw_torch_4bit", "ao_adamw_8bit", "ao_adamw_4bit
          "schedule_free_adamw", "schedule_free_radam", "schedule_free_sgd", "stable_adamw"]
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_the_state_term_matches_the_library_on_a_tiny_llama(name, spec):
+def _one_step(name: str, spec) -> tuple:
+    """(the tiny model, the bytes the library's optimizer keeps after one real step, memlint's state term)."""
     model = _model()
     ids = __import__("torch").randint(0, CFG["vocab_size"], (1, 16))
     opt = _build(name, model.parameters(), model)
@@ -132,8 +132,12 @@ def test_the_state_term_matches_the_library_on_a_tiny_llama(name, spec):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         opt.step()
-    real = _state_bytes(opt)
-    est = optimizer_bytes(Setup(spec, method="full", dtype="bf16", optim=name), "real")[0]
+    return model, _state_bytes(opt), optimizer_bytes(Setup(spec, method="full", dtype="bf16", optim=name), "real")[0]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_state_term_matches_the_library_on_a_tiny_llama(name, spec):
+    model, real, est = _one_step(name, spec)
     assert spec.params == sum(p.numel() for p in model.parameters())
     assert est == pytest.approx(real, rel=0.01), (name, est, real)
 
@@ -401,15 +405,7 @@ if __name__ == "__main__":  # the figures in docs/accounting.md: python tests/te
         m = resolve(d)
         print(f"tiny Llama ({m.params:,} bf16 parameters): optimizer state after one step, library vs memlint")
         for name in NAMES:
-            model = _model()
-            ids = torch.randint(0, CFG["vocab_size"], (1, 16))
-            opt = _build(name, model.parameters(), model)
-            model(input_ids=ids, labels=ids).loss.backward()
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                opt.step()
-            real = _state_bytes(opt)
-            est = optimizer_bytes(Setup(m, method="full", dtype="bf16", optim=name), "real")[0]
+            _, real, est = _one_step(name, m)
             print(f"  {name:22s} {real:>12,} B  memlint {est:>12,} B  {100 * (est - real) / real:+.4f} %")
     for shape in BIG:
         for name in ("adamw_torch_8bit", "adamw_torch_4bit", "ao_adamw_4bit", "ao_adamw_fp8", "ademamix_8bit",
