@@ -95,3 +95,21 @@ def test_a_second_import_of_more_names_reads_more_of_the_module(tmp_path: Path):
         plan = extract_file(script)
     assert plan.get("model_id").value == "gpt2" and plan.get("model_id").line == 1
     assert plan.get("per_device_batch").value == 6
+
+
+def test_a_table_filled_by_calls_at_module_level_keeps_those_calls():
+    text = textwrap.dedent('''\
+        TEMPLATES = dict()
+
+        def register_template(name, fmt):
+            TEMPLATES[name] = fmt
+
+        def unrelated():
+            return 1
+
+        register_template("default", "{x}")
+        register_template("qwen", "<|im_start|>{x}")
+    ''')
+    part = needed_source(text, {"TEMPLATES"})
+    assert part is not None and 'register_template("qwen"' in part and "def register_template" in part
+    assert "def unrelated" not in part

@@ -39,6 +39,35 @@ def _bound(stmt: ast.stmt) -> set[str]:
     return out
 
 
+_MUTATORS = frozenset({"append", "extend", "update", "insert", "add", "setdefault", "register", "__setitem__"})
+
+
+def _root(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _written(stmt: ast.stmt) -> set[str]:
+    """The module-level names a function or class changes when it runs: `global x`, `REGISTRY[k] = v`,
+    `cfg.x = v`, `TABLE.append(...)`/`.update(...)` (a `register_template(...)` call at module level fills a
+    table another module imports)."""
+    if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return set()
+    out: set[str] = set()
+    for n in ast.walk(stmt):
+        if isinstance(n, ast.Global):
+            out.update(n.names)
+        elif isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                if isinstance(t, (ast.Subscript, ast.Attribute)) and (r := _root(t)):
+                    out.add(r)
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _MUTATORS:
+            if r := _root(n.func.value):
+                out.add(r)
+    return out
+
+
 def _start(stmt: ast.stmt) -> int:
     decos = getattr(stmt, "decorator_list", None) or []
     return min([stmt.lineno, *(d.lineno for d in decos)])
@@ -55,7 +84,8 @@ def needed_source(text: str, names: Iterable[str]) -> str | None:
     body = tree.body
     if not body:
         return None
-    bound = [_bound(s) for s in body]
+    # a function that fills a needed table is needed too, so the module-level calls that run it are kept
+    bound = [_bound(s) | _written(s) for s in body]
     mentioned = [_mentioned(s) for s in body]
     needed = set(names) | {"__all__"}
     keep: set[int] = set()
@@ -65,8 +95,7 @@ def needed_source(text: str, names: Iterable[str]) -> str | None:
         for i in range(len(body)):
             if i not in keep and bound[i] & needed:
                 keep.add(i)
-                if not mentioned[i] <= needed:
-                    needed |= mentioned[i]
+                needed |= mentioned[i] | bound[i]  # a kept def's own name too: the calls that run it
                 grown = True
     if len(keep) == len(body):
         return None
