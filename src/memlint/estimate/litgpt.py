@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from memlint import data
+# `Setup` in the annotations below is estimate.setup's, named only (setup imports this module to validate)
 from memlint.estimate.terms import ActivationTerms, Tensor
 from memlint.vocab import DTYPE_BYTES
 from memlint.library.versions import in_range
@@ -242,6 +243,11 @@ def once_per_token(s: Setup) -> int:
     return total - layer0
 
 
+def _block_formula(s: Setup, per_tok: int, parts: dict) -> str:
+    names = ", ".join(f"{k} {v:,}" for k, v in parts.items())
+    return f"LitGPT's Block ({facts(s)['name']}): {per_tok:,} B/token/layer saved ({names}) × s·b·L"
+
+
 def _full_logits(s: Setup, body: int, per_tok: int, parts: dict, a: int, n: int, sb: int) -> ActivationTerms:
     """finetune/full.py: `logits = model(input_ids)` (no lm_head chunks: the whole s·b·V in the compute dtype, bound
     by the loop), chunked_cross_entropy(logits[..., :-1, :]) reshapes the shifted view (a copy when b > 1) and
@@ -252,10 +258,8 @@ def _full_logits(s: Setup, body: int, per_tok: int, parts: dict, a: int, n: int,
     fwd = 2 * a * n + max(a * sb * m.hidden, copy)
     # lm_head's weight gradient (V·h in the weight dtype) arrives while the logits' gradients are alive
     bwd = 3 * a * n + m.vocab * m.hidden * DTYPE_BYTES[s.dtype]
-    names = ", ".join(f"{k} {v:,}" for k, v in parts.items())
     return ActivationTerms(
-        body, per_tok * sb, fwd, bwd,
-        f"LitGPT's Block ({facts(s)['name']}): {per_tok:,} B/token/layer saved ({names}) × s·b·L",
+        body, per_tok * sb, fwd, bwd, _block_formula(s, per_tok, parts),
         f"LitGPT finetune/full.py: s·b·V × {a} B logits (bound by the loop; the previous step's until lm_head returns) "
         f"+ s·b·V × {a} B saved log-softmax (+ the shifted copy when b > 1); backward: 3 × s·b·V × {a} B + lm_head's "
         "gradient",
@@ -286,11 +290,8 @@ def terms(s: Setup) -> ActivationTerms:
     fwd += dq_head
     bwd = max(2 * a * n + 2 * a * chunk + dq_head,
               a * n + a * sb * m.hidden + k * a * sb * m.intermediate + dq_mlp)
-    f = facts(s)
-    names = ", ".join(f"{k} {v:,}" for k, v in parts.items())
     return ActivationTerms(
-        body, per_tok * sb, fwd, bwd,
-        f"LitGPT's Block ({f['name']}): {per_tok:,} B/token/layer saved ({names}) × s·b·L",
+        body, per_tok * sb, fwd, bwd, _block_formula(s, per_tok, parts),
         f"LitGPT's chunked lm_head + chunked cross-entropy: 2 × s·b·V × {a} B (the logit chunks, bound to `logits` "
         f"by the loop until the next step's arrive, then the saved log-softmax) + ln_f's output s·b·h × {a} B while "
         "lm_head runs; backward: the chunks, the saved log-softmax and one 128-token chunk's two gradients, or the "

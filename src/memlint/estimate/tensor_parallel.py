@@ -106,8 +106,6 @@ def _role(name: str) -> str | None:
 def rank_spec(s: "Setup") -> "ModelSpec":
     """The model one TP rank holds. Parameter counts are exact for the shapes (ceil where torch's
     Shard placement splits unevenly); `arch["tp"]` marks it, so it is never split twice."""
-    from memlint.catalog.spec import Linear
-
     m = s.model
     t = s.tp
     if t == 1 or m.arch.get("tp"):

@@ -36,7 +36,7 @@ def extract_file(path: str | Path, launch: Any = None, shown: str | None = None)
         from memlint.extract.configs import read_config
 
         plan = read_config(p if p.is_file() or not tool_run else None, shown=shown or str(path), launch=launch)
-        if plan is not None and launch is not None and not tool_run and launch.launcher not in TOOLS and launch.script:
+        if plan is not None and launch is not None and launch.launcher not in TOOLS and launch.script:
             # `accelerate launch --config_file X train.py recipe.yaml`: the launcher's GPUs and sharding too
             from memlint.extract.launched import apply_launcher
 
