@@ -6,7 +6,7 @@ the settings (and the command-line values that act like settings), the installed
 the libraries whose defaults memlint reads, and the models in the Hugging Face cache; it stays
 valid while every other file it was read from (sibling modules, a DeepSpeed JSON it follows, a
 local model's config.json: TrainingPlan.sources) has the content it had. A warm hit imports
-neither libcst nor the estimator: the cached result is plain data that the formats render as
+neither the extractor nor the estimator: the cached result is plain data that the formats render as
 they render a fresh one.
 """
 

@@ -244,7 +244,7 @@ def _run(targets: Sequence[Target], jobs: int, settings: Settings, args: tuple) 
         n = len(targets)
         context = None
         if "fork" in multiprocessing.get_all_start_methods():
-            # Workers forked after the heavy imports share them instead of importing libcst and the
+            # Workers forked after the heavy imports share them instead of importing the extractor and the
             # estimator once each.
             import memlint.estimate.from_plan  # noqa: F401
             import memlint.extract.build  # noqa: F401

@@ -1,7 +1,7 @@
 """The training plan: what a script says it will do, each value with its provenance.
 
 Plain frozen data. `extract/` produces it, `estimate/` and `rules/` read it; nothing
-here knows about libcst or torch.
+here knows about syntax trees or torch.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Static extraction: read a training script or notebook into a TrainingPlan, never running it.
 
-The only package that imports libcst. `extract_file` takes one .py/.ipynb or a framework config
+`extract_file` takes one .py/.ipynb or a framework config
 (extract/configs, YAML/JSON); `extract_paths` expands folders. Unreadable input raises MemlintError; a syntax error gives a plan whose
 notes say so (a finding, not a crash).
 """
@@ -50,7 +50,7 @@ def extract_file(path: str | Path, launch: Any = None, shown: str | None = None)
 def extract_source(source: str, path: str | Path = "<string>", shown: str | None = None,
                    launch: Any = None) -> TrainingPlan:
     """The training plan of Python source text (already IPython-transformed for notebooks)."""
-    import libcst as cst
+    from memlint.extract import syntax as cst
 
     from memlint.extract.build import Builder
     from memlint.extract.handlers import Handlers
@@ -67,17 +67,11 @@ def extract_source(source: str, path: str | Path = "<string>", shown: str | None
                f"memlint's budget of {budget.MAX_SCRIPT_BYTES:,} for one script")
         return unreadable(name, why)
     try:
-        # CPython's parser first: it words errors better, and it refuses nesting deep
-        # enough to overflow libcst's native parser (which would crash the process).
-        compile(source, name, "exec", flags=0x400, dont_inherit=True)  # ast.PyCF_ONLY_AST
-    except SyntaxError as err:
-        return _syntax_error_plan(name, err.lineno or 1, err.offset or 1, err.msg)
-    except (ValueError, RecursionError, MemoryError) as err:  # NUL bytes, nesting beyond the recursion limit
-        return _syntax_error_plan(name, 1, 1, f"cannot parse: {type(err).__name__}: {err}")
-    try:
-        interp = Interpreter(p, source, Handlers(), launch)
-    except cst.ParserSyntaxError as exc:  # syntax CPython accepts and libcst does not (yet)
+        interp = Interpreter(p, source, Handlers(), launch)  # parses with CPython's parser (extract/syntax.py)
+    except cst.ParserSyntaxError as exc:
         return _syntax_error_plan(name, exc.raw_line, exc.raw_column + 1, exc.message)
+    except RecursionError:
+        return _unreadable_plan(name, "too deeply nested to parse")
     try:
         facts = interp.run()
         from memlint.extract.xtuner import xtuner_plan

@@ -1,4 +1,4 @@
-"""An abstract interpreter over a libcst tree: walks statements in order, never runs them.
+"""An abstract interpreter over a syntax tree (extract/syntax.py: libcst's shapes, built from ast): walks statements in order, never runs them.
 
 It binds names to constants (with where they were written), to objects built by calls it
 knows (configs, models, trainers, parsers) and to unknowns, inlines calls to the script's own
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import libcst as cst
+from memlint.extract import syntax as cst
 from memlint.extract import budget, slicing
 from memlint.extract.parsed import parse
 
@@ -295,7 +295,10 @@ class Interpreter:
         return Const(value, source, self.line_of(node) if node is not None else None, chain, self.cur_file())
 
     def code(self, node: cst.CSTNode) -> str:
-        return _code_for(self.main.tree, node)
+        for m in (self.mod, self.main, *self.modules.values(), *self.retired):
+            if m is not None and node in m.pos:
+                return _code_for(m.tree, node)
+        return "…"
 
     # ---- budgets (extract/budget.py) -----------------------------------------------------
 
@@ -1575,9 +1578,8 @@ def _builtin_type(v: Any) -> bool:
 @functools.lru_cache(maxsize=8192)
 def _code_for(tree: cst.Module, node: cst.CSTNode) -> str:
     """A node's source on one line, at most 80 characters (the same node is shown many times)."""
-    try:
-        text = tree.code_for_node(node)
-    except Exception:
+    text = cst.code_for(tree, node)
+    if text is None:
         return "…"
     text = " ".join(text.split())
     return text if len(text) <= 80 else text[:77] + "..."

@@ -4,9 +4,9 @@
 the importer sees: memlint walks only the top-level statements those names need (their definitions,
 and transitively whatever those mention), and blanks the rest line for line, so every kept statement
 keeps its line numbers. On real checkouts the imported modules are often the largest files (a
-3,000-line utils.py for two helpers), and parsing them with libcst was most of a script's time.
+3,000-line utils.py for two helpers), and parsing them (with libcst, then) was most of a script's time.
 
-Found with the standard library's `ast` (a C parser, some 20 times faster than libcst's); it is
+Found with the standard library's `ast` (a C parser, which extract/syntax.py now uses for every parse); it is
 conservative: a statement is kept when it binds or merely mentions a needed name (`parser.add_argument`
 mutates `parser`; `update_config(cfg, ...)` mutates `cfg`), and a function or class is kept with every
 name its body mentions. Nothing is executed.
@@ -76,7 +76,7 @@ def _start(stmt: ast.stmt) -> int:
 def needed_source(text: str, names: Iterable[str]) -> str | None:
     """`text` with only the top-level statements that `names` need, the others blanked (each of their lines
     an empty line, so line numbers are unchanged); None when every statement is needed or `ast` cannot parse
-    the text (the caller then reads the whole module, and libcst reports a syntax error as it does today)."""
+    the text (the caller then reads the whole module, and reports a syntax error as it does today)."""
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):

@@ -1,6 +1,6 @@
 """Abstract values the interpreter computes: constants with provenance, objects, unknowns.
 
-Nothing here is libcst-shaped except the function and class bodies kept for later calls.
+Nothing here is syntax-tree-shaped except the function and class bodies kept for later calls.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ class Ref:
 
 @dataclass(eq=False)
 class Func:
-    node: Any                      # libcst FunctionDef
+    node: Any                      # syntax.FunctionDef (extract/syntax.py)
     env: Any                       # the Env it closes over
     module: Any                    # the Module state it was defined in
     qual: str

@@ -1,7 +1,7 @@
 """`memlint check --fix`: apply the rewrites that rules declare (Fix.codemod) to a script's text,
 keeping its formatting and comments; `unified_diff` shows them for `--diff`.
 
-Like extract/, this package imports libcst; nothing else in the lint path does.
+Fixes are located in the tree of extract/syntax.py, as the extraction reads it.
 """
 
 from __future__ import annotations
@@ -33,8 +33,7 @@ class FixResult:
 def _plan(source: str, finding: Finding, line: int | None = None):
     """(Planned, None) or (None, reason) for one finding's fix against `source` (at `line`, where
     earlier fixes moved the finding's line)."""
-    import libcst as cst
-
+    from memlint.extract import syntax as cst
     from memlint.fix.codemods import CODEMODS
     from memlint.fix.doc import Doc, Skip
 

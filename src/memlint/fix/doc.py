@@ -1,4 +1,4 @@
-"""One parsed source file as the fixes see it: libcst nodes with their positions, import aliases,
+"""One parsed source file as the fixes see it: syntax nodes (extract/syntax.py: libcst's shapes) with their positions, import aliases,
 bindings and uses of names, and text edits that keep every other character as it was.
 
 Fixes are text edits located through the CST (as Ruff's are), so formatting and comments
@@ -14,7 +14,7 @@ from functools import lru_cache
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
-import libcst as cst
+from memlint.extract import syntax as cst
 
 from memlint.extract.parsed import parse
 
@@ -68,7 +68,7 @@ def dotted(node: cst.BaseExpression) -> str | None:
 
 
 class Doc:
-    """A parsed file. Raises libcst.ParserSyntaxError when the text does not parse.
+    """A parsed file. Raises syntax.ParserSyntaxError when the text does not parse.
 
     Read-only once built: `Doc.of` hands the same one to every fix located in one text.
     """
@@ -249,7 +249,7 @@ def add_keyword(doc: Doc, call: cst.Call, name: str, value: str) -> list[Edit]:
             equals = between if between.strip() == "=" and "\n" not in between else "="
     text = f"{name}{equals}{value}"
     close = doc.end(call) - 1
-    if src[close] != ")":  # pragma: no cover - libcst calls always end with ")"
+    if src[close] != ")":  # pragma: no cover - calls always end with ")"
         raise Skip("could not find the call's closing parenthesis")
     if not call.args:
         return [Edit(close, close, text)]

@@ -1,4 +1,4 @@
-"""What a rule is and what it yields: plain data, no libcst, no torch.
+"""What a rule is and what it yields: plain data, no syntax trees, no torch.
 
 A rule is a small class over the plan and the estimate (not over CST nodes). Its class
 attributes are its identity and documentation; `check(ctx)` yields Findings that point at
@@ -38,7 +38,7 @@ class Related:
 
 @dataclass(frozen=True)
 class Fix:
-    """A rewrite a rule offers. `codemod` names a function in memlint.fix (libcst lives there)."""
+    """A rewrite a rule offers. `codemod` names a function in memlint.fix (the syntax tree lives there)."""
 
     title: str
     applicability: str  # "safe" | "unsafe" (as in Ruff: unsafe may change behaviour)
