@@ -67,11 +67,12 @@ def test_the_estimate_flag():
     assert act(sac) > act(full)
 
 
-@pytest.mark.parametrize("model, method, seq", [
-    ("HuggingFaceTB/SmolLM2-135M", "lora", 512),   # a Llama; LoRA's A/B matmuls shift the mm count
-    ("Qwen/Qwen2.5-0.5B", "lora", 256),            # biased q/k/v: addmm, neither counted nor saved by v0.2.2's list
+@pytest.mark.parametrize("model, method, seq, phase", [
+    ("HuggingFaceTB/SmolLM2-135M", "lora", 512, "backward"),  # a Llama; LoRA's A/B matmuls shift the mm count
+    ("Qwen/Qwen2.5-0.5B", "lora", 256, "backward"),           # biased q/k/v: addmm, neither counted nor kept by v0.2.2
+    ("HuggingFaceTB/SmolLM2-135M", "full", 512, "optimizer"),  # torchtitan's case: every parameter trains
 ])
-def test_the_estimate_matches_a_trace_of_torchtitans_policy(model, method, seq):
+def test_the_estimate_matches_a_trace_of_torchtitans_policy(model, method, seq, phase):
     pytest.importorskip("torch")
     from memlint.measure import measure
 
@@ -80,7 +81,7 @@ def test_the_estimate_matches_a_trace_of_torchtitans_policy(model, method, seq):
     t_sac, t_full = (measure(x, device="trace").to_json() for x in (s, full))
     e_sac, e_full = estimate(s), estimate(full)
     assert any("op-level SAC" in n for n in t_sac["notes"])
-    assert t_sac["phase"] == "backward"
+    assert t_sac["phase"] == phase
     assert e_sac.allocated_peak == pytest.approx(t_sac["measured_peak"], rel=0.01)
     # what the policy keeps beyond full recompute, in the saved activations
     kept_traced = t_sac["components"]["activations"] - t_full["components"]["activations"]
@@ -106,3 +107,32 @@ def test_a_context_fn_in_gradient_checkpointing_kwargs_is_said(tmp_path):
     assert any("context_fn" in n and "recompute_policy=op-sac" in n for n in plan.notes)
     p.write_text(p.read_text().replace("'context_fn': functools.partial(create_selective_checkpoint_contexts, print)", ""))
     assert not any("context_fn" in n for n in extract_file(p).notes)
+
+
+def test_a_plan_with_op_sac_and_offloading_estimates_full_recompute():
+    from memlint.estimate.from_plan import setup_from_plan
+    from memlint.plan import TrainingPlan, Value
+
+    lit = lambda v: Value(v, "literal")
+    plan = TrainingPlan("x.yaml", {"model_id": lit("HuggingFaceTB/SmolLM2-135M"), "per_device_batch": lit(1),
+                                   "max_length": lit(512), "gradient_checkpointing": lit(True),
+                                   "recompute_policy": lit("op-sac"), "offload_activations": lit(True)})
+    planned = setup_from_plan(plan)
+    assert planned.setup.recompute_policy == "full" and any("offloading is not modelled" in n for n in planned.notes)
+
+
+if __name__ == "__main__":  # python tests/test_sac.py MODEL METHOD SEQ BATCH: the figures of docs/accounting.md
+    from memlint.measure import measure
+
+    model, method, seq, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    rows = {}
+    for policy in ("full", "op-sac"):
+        s = Setup(resolve(model), method=method, recompute=True, recompute_policy=policy, seq=seq, batch=batch,
+                  optim="adamw_torch")
+        t, e = measure(s, device="trace").to_json(), estimate(s)
+        rows[policy] = (e.bytes("activations"), t["components"]["activations"])
+        print(f"{policy}: allocated peak estimate {e.allocated_peak:,} trace {t['measured_peak']:,} ({t['phase']}) "
+              f"{(e.allocated_peak - t['measured_peak']) / t['measured_peak']:+.4%}; activations estimate "
+              f"{e.bytes('activations'):,} trace {t['components']['activations']:,}")
+    print(f"kept beyond full recompute: estimate {rows['op-sac'][0] - rows['full'][0]:,} "
+          f"trace {rows['op-sac'][1] - rows['full'][1]:,}")

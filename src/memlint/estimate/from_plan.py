@@ -533,6 +533,10 @@ def _recompute_policy(get, recompute: bool, notes: list[str]) -> str:
         notes.append("recompute_policy op-sac with recompute_every > 1: estimated as op-level SAC on every layer")
     from memlint.estimate.setup import RECOMPUTE_POLICIES
 
+    if v.value == "op-sac" and _offload_activations(get):
+        notes.append("op-level selective checkpointing with activation offloading is not modelled: estimated as full "
+                     "recompute with offloading")
+        return "full"
     return v.value if v.value in RECOMPUTE_POLICIES else "full"
 
 
