@@ -62,7 +62,8 @@ def test_llama3_8b_job(tmp_path):
     assert (v("model_id"), v("method"), v("per_device_batch"), v("max_length")) == ("meta-llama/Llama-3.1-8B", "full", 1, 8192)
     assert (v("gradient_checkpointing"), v("recompute_policy"), v("recompute_every")) == (True, "op-sac", None)
     assert (v("optimizer"), v("precision"), v("distributed"), v("tp_size"), v("cp_size")) == \
-        ("adamw_torch_fused", "amp-bf16", "fsdp", 1, 1)
+        ("adamw_torch_fused", "master-fp32", "fsdp", 1, 1)
+    assert v("torch_dtype") == "bf16"  # fp32 shards + bf16 compute: bf16 weights + fp32 master, the same bytes
     assert v("float8_training") == "none"  # the section configures; only model.converters turns float8 on
     assert plan.fields["per_device_batch"].span.line == 14
     assert v("num_gpus") is None and any("--gpus" in n for n in plan.notes)
@@ -129,6 +130,22 @@ def test_parallelism_gives_the_ranks_and_accumulation(tmp_path):
     plan = _plan(tmp_path, text)
     v = plan.value
     assert (v("num_gpus"), v("tp_size"), v("sequence_parallel"), v("tp_stack"), v("grad_accum")) == (8, 2, True, "torchtitan", 4)
+
+
+@pytest.mark.parametrize("parallel, expect", [
+    ({}, ("master-fp32", "bf16")),                                                  # FSDP2 MixedPrecisionPolicy
+    ({"data_parallel_shard_degree = -1": "data_parallel_shard_degree = 1"}, ("amp-bf16", "fp32")),  # autocast
+    ({"data_parallel_shard_degree = -1": "data_parallel_shard_degree = 1",
+      "tensor_parallel_degree = 1": "tensor_parallel_degree = 2"}, ("fp32", "fp32")),  # TP without FSDP: none
+])
+def test_mixed_precision_follows_maybe_enable_amp(tmp_path, parallel, expect):
+    text = LLAMA3_8B
+    for a, b in parallel.items():
+        text = text.replace(a, b)
+    plan = _plan(tmp_path, text)
+    assert (plan.value("precision"), plan.value("torch_dtype")) == expect
+    text = text.replace("seq_len = 8192", 'seq_len = 8192\nmixed_precision_param = "float32"')
+    assert _plan(tmp_path, text).value("precision") == "fp32"
 
 
 @pytest.mark.parametrize("model, flavor, expect", [

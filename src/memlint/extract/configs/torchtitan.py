@@ -33,7 +33,7 @@ class Torchtitan(FrameworkReader):
         self._float8()
         self._compile()
         self.trainer(*frameworks.substitution(self.kind, "trainer"))
-        for name in ("method", "torch_dtype", "padding"):
+        for name in ("method", "padding"):
             self.lib(name, *frameworks.substitution(self.kind, name))
         self.lib("packing", True, frameworks.substitution(self.kind, "padding")[1])
         self.lib("group_by_length", False, "torchtitan's dataloader does not group by length")
@@ -126,20 +126,7 @@ class Torchtitan(FrameworkReader):
                 self.local = None
                 self.unknown("per_device_batch", f"{'.'.join(path)} is not an integer", *path)
         self._scalar("max_length", "training", "seq_len", int)
-        mp = self._scalar(None, "training", "mixed_precision_param", str)
-        where = ("training", "mixed_precision_param")
-        prec = {"bfloat16": "amp-bf16", "float32": "fp32"}.get(mp) if isinstance(mp, str) else None
-        if prec is None:
-            if mp is not None:
-                self.bad(f"training.mixed_precision_param should be bfloat16 or float32, not {mp!r}", *where)
-            self.unknown("precision", "training.mixed_precision_param", *where)
-        else:
-            chain = (f"mixed_precision_param = {mp!r}: FSDP2 MixedPrecisionPolicy(param_dtype={mp}, reduce_dtype=float32) "
-                     "over fp32 sharded parameters",)
-            if self.doc.has(*where):
-                self.lit("precision", prec, *where, chain=chain)
-            else:
-                self.lib("precision", prec, self._default("training.mixed_precision_param").why)
+        self.mp = self._scalar(None, "training", "mixed_precision_param", str)
         if self.doc.get("training", "enable_cpu_offload") is True:
             self.lit("offload", "params", "training", "enable_cpu_offload",
                      chain=("training.enable_cpu_offload: FSDP2 CPUOffloadPolicy (parameters, gradients, optimizer on CPU)",))
@@ -176,6 +163,38 @@ class Torchtitan(FrameworkReader):
             self.notes.append("data_parallel_shard_degree = -1 shards over every rank torchrun starts, which the config does "
                               "not say: pass --gpus N (or --assume gpus=N)")
         self._accumulation(shard, rep)
+        self._precision(shard != 1 or (isinstance(cp, int) and cp > 1), tp, pp)
+
+    def _precision(self, fsdp: bool, tp: Any, pp: Any) -> None:
+        """torchtitan's mixed precision (distributed/utils.py maybe_enable_amp, parallelize's fully_shard): under
+        FSDP (shard degree other than 1, or context parallelism) MixedPrecisionPolicy(param_dtype=mixed_precision_param,
+        reduce_dtype=float32) over fp32 sharded parameters, no autocast; without FSDP, autocast for DDP or one device,
+        and no mixed precision at all under TP or PP."""
+        mp, where = self.mp, ("training", "mixed_precision_param")
+        if mp not in ("bfloat16", "float32"):
+            if mp is not None:
+                self.bad(f"training.mixed_precision_param should be bfloat16 or float32, not {mp!r}", *where)
+            self.unknown("precision", "training.mixed_precision_param", *where)
+            self.lib("torch_dtype", "fp32", frameworks.substitution(self.kind, "torch_dtype")[1])
+            return
+        if mp == "float32":
+            prec, dtype, how = "fp32", "fp32", "fp32 throughout"
+        elif fsdp:
+            # fp32 shard + bf16 compute: counted as bf16 weights with an fp32 master copy (the same 4 + 4 + 8 B per
+            # sharded parameter as fp32 weights, fp32 gradients and AdamW), no autocast copies
+            prec, dtype, how = "master-fp32", "bf16", ("FSDP2 MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32) "
+                                                       "over fp32 sharded parameters, no autocast (counted as bf16 weights "
+                                                       "+ an fp32 master copy: the same bytes per sharded parameter)")
+        elif (isinstance(tp, int) and tp > 1) or (isinstance(pp, int) and pp > 1):
+            prec, dtype, how = "fp32", "fp32", "without FSDP, TP/PP disable mixed precision (maybe_enable_amp)"
+        else:
+            prec, dtype, how = "amp-bf16", "fp32", "without FSDP: torch.autocast(bfloat16) over fp32 weights (DDP or one device)"
+        chain = (f"mixed_precision_param = {mp!r}: {how}",)
+        if self.doc.has(*where):
+            self.lit("precision", prec, *where, chain=chain)
+        else:
+            self.lib("precision", prec, self._default("training.mixed_precision_param").why + "; " + how)
+        self.lib("torch_dtype", dtype, frameworks.substitution(self.kind, "torch_dtype")[1] + "; " + how)
 
     def _accumulation(self, shard: Any, rep: Any) -> None:
         g = self.doc.get("training", "global_batch_size")
