@@ -42,7 +42,7 @@ def test_manifest_declares_one_memlint_hook_for_python_jupyter_and_configs():
     assert hook["name"] == "memlint"
     assert hook["entry"] == "memlint check"
     assert hook["language"] == "python"
-    assert hook["types_or"] == ["python", "jupyter", "yaml", "json"]
+    assert hook["types_or"] == ["python", "jupyter", "yaml", "json", "toml"]
     assert hook["require_serial"] is False
 
 

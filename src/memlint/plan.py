@@ -57,6 +57,7 @@ PLAN_FIELDS = (
     "chunked_loss",
     "optimizer_in_bwd",
     "recompute_every",
+    "recompute_policy",
     "galore_rank",
     "galore_targets",
     "offload_activations",

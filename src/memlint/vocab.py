@@ -15,7 +15,7 @@ COMPONENTS = ("weights", "gradients", "optimizer", "activations", "logits", "ove
 GIB = 1 << 30  # bytes inside, GiB only at the edge
 
 PY_SUFFIXES = (".py", ".ipynb")
-CONFIG_SUFFIXES = (".yaml", ".yml", ".json")  # read only when their keys say which framework they belong to
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml")  # read only when their keys say which framework they belong to
 READABLE_SUFFIXES = PY_SUFFIXES + CONFIG_SUFFIXES
 # Shell launchers: a folder walk reads the training commands they run (extract/shell.py)
 LAUNCHER_SUFFIXES = (".sh", ".bash")

@@ -11,6 +11,7 @@ from memlint.errors import MemlintError
 
 def setup_flags(p: argparse.ArgumentParser) -> None:
     """The training configuration flags `estimate` and `measure` share."""
+    from memlint.estimate.setup import RECOMPUTE_POLICIES
     from memlint.library.api import attention
     from memlint.library.defaults import run_default
 
@@ -63,6 +64,10 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--recompute-every", type=int, default=1, metavar="N",
                    help="with --recompute, checkpoint only every Nth decoder layer (torchtune ac_mode: selective, "
                         "ac_option: N; default: 1, every layer)")
+    g.add_argument("--recompute-policy", choices=RECOMPUTE_POLICIES, default="full",
+                   help="with --recompute, what a checkpointed layer keeps: full (only its input; default) or op-sac "
+                        "(torchtitan's op-level selective checkpointing: every second mm output and the attention "
+                        "output and logsumexp kept, the rest recomputed)")
     flag("--attn", key="attn", choices=tuple(attention()))
     g.add_argument("--fused-loss", action=argparse.BooleanOptionalAction, default=False,
                    help="fused/chunked linear cross-entropy (Liger, Cut Cross-Entropy): no full-vocabulary logits")
@@ -153,7 +158,7 @@ def setup_from_args(args: argparse.Namespace):
         recompute=args.recompute, attn=args.attn, gpus=args.gpus, shard=args.shard, offload=args.offload,
         nodes=args.nodes, kbit_prep=_kbit_prep(args, quant), fused_loss=args.fused_loss, chunked_loss=args.chunked_loss,
         offload_activations=args.offload_activations, optimizer_in_bwd=args.optimizer_in_bwd, float8=args.float8,
-        recompute_every=args.recompute_every, galore_rank=args.galore_rank, galore_targets=_galore_targets(args.galore_targets),
+        recompute_every=args.recompute_every, recompute_policy=args.recompute_policy, galore_rank=args.galore_rank, galore_targets=_galore_targets(args.galore_targets),
         objective=args.objective, ref_model=args.ref_model, trl_version=args.trl_version or installed_version("trl"),
         task_head=args.head, num_labels=args.num_labels,
         tp=args.tp, sequence_parallel=args.sequence_parallel, cp=args.cp, tp_stack=args.tp_stack,

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from memlint import data
 from memlint.estimate import tensor_parallel as tp
+from memlint.library.versions import in_range, installed_version
 from memlint.estimate.model_state import lora_modules, trains_lm_head_copy
 from memlint.library.api import attention
 from memlint.estimate.setup import DTYPE_BYTES, Setup, preference
@@ -369,7 +371,17 @@ def real(s: Setup) -> ActivationTerms:
         # lm_head (ColwiseParallel(input_layouts=Shard(1))) all-gathers the sequence-sharded final norm output
         # and its matmul saves the whole s·b·h for the weight gradient, beside the norm's own shard
         once_b += sb * m.hidden * DTYPE_BYTES[s.compute_dtype]
-    if s.recompute and s.recompute_every > 1:
+    if s.recompute and s.recompute_policy == "op-sac":
+        # op-level selective checkpointing: each layer keeps its input and what the policy saves; in
+        # backward the rest of one layer comes back (what it saves, less what the policy kept of it)
+        kept_tok, kept_why = op_sac_kept_per_token(s)
+        kept = kept_tok * sb
+        body = inputs + kept * m.layers + once_b
+        per_layer = max(per_layer - kept, 0)
+        formula = (f"op-level selective checkpointing: {inp_tok // m.hidden}·s·b·h·L layer inputs + "
+                   f"{kept_tok:,} B/token/layer kept by the policy ({kept_why}); the rest of one layer "
+                   f"({per_tok:,} B/token saved, less what was kept) comes back while it is recomputed")
+    elif s.recompute and s.recompute_every > 1:
         # torchtune's selective checkpointing by layers: layers N, 2N, ... (counted from 1) are
         # checkpointed, the others keep everything they save
         k = m.layers // s.recompute_every
@@ -417,6 +429,64 @@ def real(s: Setup) -> ActivationTerms:
         body, per_layer, fwd, bwd, formula,
         f"s·b·V × ({a}+{up}+4) B: logits{', fp32 upcast' if up else ''}, log-softmax; +{a} B for their gradient in backward{head}",
     )
+
+
+@data.derived
+def _op_sac_policies() -> tuple[dict, ...]:
+    return tuple(data.load("checkpointing.json")["policies"]["op-sac"]["versions"])
+
+
+def op_sac_policy() -> dict:
+    """The op-level SAC rule (data/checkpointing.json) for the installed torchtitan; not installed, the rule of
+    v0.2.2, the last release configured by the job TOML files memlint reads (selective_ac_option = "op")."""
+    version = installed_version("torchtitan")
+    if version is None:
+        return _op_sac_policies()[0]
+    for entry in _op_sac_policies():
+        if in_range(version, entry["versions"]):
+            return entry
+    return _op_sac_policies()[-1]
+
+
+def op_sac_kept_per_token(s: Setup) -> tuple[int, str]:
+    """Bytes per token and decoder layer that torchtitan's op-level SAC policy keeps, and which tensors.
+
+    The policy sees the aten ops of one layer's forward: a bias-free nn.Linear (and each LoRA A and B
+    matmul peft adds after its base layer) is one aten.mm, counted per layer from 1, and only the odd-
+    numbered mm outputs (s·b·out in the compute dtype) are kept; a biased linear is an addmm, kept or not
+    by the version's save list and never counted; the attention kernel keeps its output (heads·head_dim)
+    and fp32 logsumexp (heads) per token. The mms are taken in the order the layer's linears are
+    registered, which is their call order in Llama/Mistral/Qwen-style decoder layers."""
+    pol = op_sac_policy()
+    m = s.model
+    a = DTYPE_BYTES[s.compute_dtype]
+    adapted = {l.name for l in lora_modules(m, s.lora_targets)} if s.method != "full" else set()
+    count = kept = 0
+    names: list[str] = []
+
+    def mm(out: int, name: str, per: float) -> None:
+        nonlocal count, kept
+        count += 1
+        if pol["mm_save"] != "odd" or count % 2 == 1:
+            kept += int(out * a * per)
+            names.append(name)
+
+    for l in m.layer_linears():
+        per = l.count / m.layers  # 1 for a linear every layer has
+        if l.bias:
+            if pol["biased_linear_saved"]:
+                kept += int(l.out_features * a * per)
+                names.append(l.name.rsplit(".", 1)[-1])
+        else:
+            mm(l.out_features, l.name.rsplit(".", 1)[-1], per)
+        if l.name in adapted:
+            mm(s.lora_r, f"{l.name.rsplit('.', 1)[-1]}.lora_A", per)
+            mm(l.out_features, f"{l.name.rsplit('.', 1)[-1]}.lora_B", per)
+    if attention()[s.attn].kernel == "eager":  # torch.matmul on 4-D q·kᵀ and p·v: aten.bmm, saved only where listed
+        att = a * m.heads * (s.seq + m.head_dim) if "aten.bmm" in pol["saved_ops"] else 0
+    else:
+        att = a * m.heads * m.head_dim + 4 * m.heads
+    return kept + att, f"mm outputs of {', '.join(names)}; the attention output and its fp32 logsumexp"
 
 
 def _chunked_ce(s: Setup, body: int, per_layer: int, formula: str, copies_head: int) -> ActivationTerms:

@@ -352,4 +352,10 @@ def _setup_notes(s: Setup, accounting: str) -> list[str]:
         }.get(s.objective, "chosen and rejected stacked (2 × micro-batch rows); no reference model"))
         if s.objective == "kto":
             notes.append("KTO's KL pass is counted like a reference pass; not validated by a trace")
+    if s.recompute and s.recompute_policy == "op-sac" and accounting == "real":
+        from memlint.estimate.activations import op_sac_policy
+
+        notes.append("op-level selective checkpointing as torchtitan's policy (" + op_sac_policy()["ref"].split(" torchtitan/")[0]
+                     + "): mms counted in the order the layer's linears are registered, eager (uncompiled) ops, no "
+                     "float8 amax, no MoE router; one layer comes back in backward; checked by a CPU trace only")
     return notes

@@ -406,6 +406,7 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
         double_quant=double_quant, dtype=dtype, precision=precision, optim=optim, batch=int(batch),
         seq=int(seq), grad_accum=accum, recompute=bool(recompute), attn=attn, optimizer_in_bwd=in_bwd,
         **_galore(get, optim, method, notes), recompute_every=_every(get, bool(recompute)),
+        recompute_policy=_recompute_policy(get, bool(recompute), notes),
         gpus=gpus, shard=shard, nodes=nodes, offload=offload, fused_loss=fused, **parallel,
         objective=objective, ref_model=ref_model, trl_version=installed_version("trl") if objective != "sft" else None,
         kbit_prep=kbit_prep, adapter_dtype=adapter_dtype, use_dora=_use_dora(get, method),
@@ -522,9 +523,28 @@ def _dropout(get, method: str, notes: list[str]) -> float:
     return float(_run_default("lora_dropout", notes, "lora_dropout"))
 
 
+def _recompute_policy(get, recompute: bool, notes: list[str]) -> str:
+    """What a checkpointed layer keeps: "full" (its input) or "op-sac" (torchtitan's op-level policy)."""
+    v = get("recompute_policy")
+    if not (recompute and v.known):
+        return "full"
+    if v.value == "op-sac" and get("recompute_every").known and isinstance(get("recompute_every").value, int) \
+            and get("recompute_every").value > 1:
+        notes.append("recompute_policy op-sac with recompute_every > 1: estimated as op-level SAC on every layer")
+    from memlint.estimate.setup import RECOMPUTE_POLICIES
+
+    if v.value == "op-sac" and _offload_activations(get):
+        notes.append("op-level selective checkpointing with activation offloading is not modelled: estimated as full "
+                     "recompute with offloading")
+        return "full"
+    return v.value if v.value in RECOMPUTE_POLICIES else "full"
+
+
 def _every(get, recompute: bool) -> int:
     """Checkpoint every Nth layer (torchtune's selective checkpointing), 1 for every layer."""
     v = get("recompute_every")
+    if get("recompute_policy").known and get("recompute_policy").value == "op-sac":
+        return 1
     return int(v.value) if recompute and v.known and isinstance(v.value, int) and v.value > 1 else 1
 
 

@@ -32,6 +32,7 @@ OBJECTIVES = ("sft", "dpo", "orpo", "cpo", "kto", "reward")
 # Where the reference log-probs come from: no reference (sft, orpo, cpo, reward), a frozen
 # second copy of the weights, the peft model run with its adapters disabled, or log-probs
 # computed before training (precompute_ref_log_probs=True).
+RECOMPUTE_POLICIES = ("full", "op-sac")
 REF_MODELS = ("auto", "none", "copy", "adapter-disabled", "precomputed")
 # The model's output head, the class the script loads (AutoModelForCausalLM, AutoModelForSequenceClassification,
 # BertForTokenClassification, AutoModelForMaskedLM ...); "auto": the causal-LM head of a decoder, the
@@ -146,6 +147,11 @@ class Setup:
     # Selective activation checkpointing by layers (torchtune ac_mode: selective, ac_option: N): with
     # recompute, only every Nth decoder layer is checkpointed; the others keep their activations.
     recompute_every: int = 1
+    # Which checkpointing policy runs inside each checkpointed layer: "full" recomputes everything from the
+    # layer's input; "op-sac" is torchtitan's op-level selective checkpointing (activation_checkpoint.mode
+    # "selective", selective_ac_option "op"): the outputs of its save list (every second mm, the attention
+    # kernel's output and logsumexp) are kept, the rest recomputed (data/checkpointing.json).
+    recompute_policy: str = "full"
     # GaLore (optim galore_*): the rank of the projected gradient and the optim_target_modules whose
     # nn.Linear weights are projected (substring or full-name match, as transformers matches them).
     galore_rank: int = _default("galore_rank")
@@ -231,6 +237,16 @@ class Setup:
             raise MemlintError("--recompute-every must be a positive integer")
         if self.recompute_every > 1 and not self.recompute:
             raise MemlintError("--recompute-every N checkpoints every Nth layer: it needs --recompute")
+        if self.recompute_policy not in RECOMPUTE_POLICIES:
+            raise MemlintError(f"unknown --recompute-policy {self.recompute_policy!r}; known: {', '.join(RECOMPUTE_POLICIES)}")
+        if self.recompute_policy != "full":
+            if not self.recompute:
+                raise MemlintError(f"--recompute-policy {self.recompute_policy} is a checkpointing policy: it needs --recompute")
+            if self.recompute_every > 1:
+                raise MemlintError(f"--recompute-policy {self.recompute_policy} and --recompute-every N exclude each other "
+                                   "(torchtitan's selective_ac_option is 'op' or a layer frequency)")
+            if self.offload_activations:
+                raise MemlintError(f"--recompute-policy {self.recompute_policy} with activation offloading is not modelled")
         self._validate_parallel()
         for name in ("batch", "seq", "gpus", "nodes", "lora_r", "grad_accum"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:

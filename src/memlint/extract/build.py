@@ -553,6 +553,14 @@ class Builder:
                 v = a.get("activation_checkpointing")
             gc.append(v if v is not None else field_value(a, "gradient_checkpointing"))
         self.args_gc = _alts(gc)
+        for a in arg_objs:
+            kw = a.get("gradient_checkpointing_kwargs")
+            if isinstance(kw, Dict) and "context_fn" in kw.items:
+                # transformers passes these to torch.utils.checkpoint.checkpoint: a context_fn is a selective
+                # checkpointing policy (create_selective_checkpoint_contexts), the script's own code
+                self.notes.append(f"gradient_checkpointing_kwargs (line {a.line}) sets a context_fn, a selective "
+                                  "checkpointing policy memlint does not read: estimated as full recompute, which keeps "
+                                  "less than any selective policy; torchtitan's op policy: --assume recompute_policy=op-sac")
         optims = trainer.kwargs.get("optimizers")
         opt_objs = []
         if isinstance(optims, Seq) and optims.items:

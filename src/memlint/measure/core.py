@@ -677,7 +677,16 @@ class _Run:
             if self.setup.encoder:
                 stack.enter_context(_cuda_encoder_kernels(flash_dropout=fake_mode is not None))
         if self.setup.recompute:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            kwargs: dict[str, Any] = {"use_reentrant": False}
+            if self.setup.recompute_policy == "op-sac":
+                # torchtitan's op-level policy (measure/sac.py) through transformers' gradient_checkpointing_kwargs:
+                # torch.utils.checkpoint.checkpoint(layer, ..., context_fn=...) for every decoder layer
+                from memlint.measure.sac import context_fn
+
+                kwargs["context_fn"] = context_fn(cpu_stand_in=self.mode != "cuda")
+                self.notes.append("op-level SAC: torchtitan v0.2.2's policy (73a0e69) in torch's create_selective_checkpoint_"
+                                  "contexts" + ("; CPU's flash SDPA kernel saved in place of CUDA's" if self.mode != "cuda" else ""))
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
             if self.setup.recompute_every > 1:
                 _every_nth_layer(model, self.setup.recompute_every)
             if self.setup.method in ("lora", "qlora"):

@@ -70,7 +70,9 @@ def describe(est: Estimate) -> str:
         parts.append(f"float8 linears ({s.float8})")
     if s.grad_accum > 1:
         parts.append(f"accumulation {s.grad_accum}")
-    parts.append("recompute" if s.recompute else "no recompute")
+    parts.append(("recompute" + (" (op-level SAC)" if s.recompute_policy == "op-sac" else
+                                 f" every {s.recompute_every}th layer" if s.recompute_every > 1 else ""))
+                 if s.recompute else "no recompute")
     parts.append(s.attn)
     if s.gpus > 1:
         engine = ("DDP" if s.dp > 1 else "no data parallel") if s.shard == "none" else s.shard

@@ -2,7 +2,7 @@
 
 Formats are told apart by their keys (and, for a file that does not parse, by its name):
 axolotl, LLaMA-Factory, TRL recipes, torchtune, LitGPT, llm-foundry (Composer), oumi,
-LLM-Finetuning-Toolkit (llmtune), DeepSpeed JSON and accelerate config YAML. (xtuner's configs
+LLM-Finetuning-Toolkit (llmtune), torchtitan job TOML, DeepSpeed JSON and accelerate config YAML. (xtuner's configs
 are Python: extract/xtuner.py reads them.)
 `merge_launch_config` lays a DeepSpeed or accelerate config over a script's plan.
 """
@@ -18,8 +18,9 @@ from memlint.plan import TrainingPlan
 
 __all__ = ["CONFIG_SUFFIXES", "FORMATS", "detect", "detect_file", "read_config", "merge_launch_config"]
 
-CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
-FORMATS = ("axolotl", "llama-factory", "trl-recipe", "torchtune", "litgpt", "llm-foundry", "oumi", "llmtune", "deepspeed", "accelerate")
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml")
+FORMATS = ("axolotl", "llama-factory", "trl-recipe", "torchtune", "litgpt", "llm-foundry", "oumi", "llmtune", "torchtitan",
+           "deepspeed", "accelerate")
 _LAUNCHERS = ("deepspeed", "accelerate")
 
 _AXOLOTL = {"adapter", "micro_batch_size", "sequence_len", "sample_packing", "lora_target_linear", "num_epochs",
@@ -33,12 +34,20 @@ _LITGPT = {"lora_r", "lora_alpha", "lora_dropout", "lora_query", "lora_key", "lo
            "quantize", "logger_name", "num_nodes", "train.micro_batch_size", "train.global_batch_size"}
 _FOUNDRY = {"max_duration", "global_train_batch_size", "device_train_microbatch_size", "device_train_batch_size"}
 _LLMTUNE = {"ablation", "qa", "inference", "save_dir"}
+# torchtitan's JobConfig sections beside [model] flavor (a job TOML names its model by name + flavor)
+_TORCHTITAN = {"job", "parallelism", "activation_checkpoint", "lr_scheduler", "float8", "quantize", "compile", "checkpoint"}
 _OUMI = {"training.trainer_type", "training.use_peft", "training.enable_gradient_checkpointing", "training.mixed_precision_dtype",
          "model.torch_dtype_str", "model.model_max_length", "peft.q_lora", "fsdp.enable_fsdp"}
 # the same "section.key" markers for a file not yet parsed (a walk's prefilter sees only the text)
 _LITGPT_TEXT = re.compile(r"^[ \t]+(?:micro|global)_batch_size[ \t]*:", re.M)
 _OUMI_TEXT = re.compile(r"^[ \t]+(?:trainer_type|use_peft|enable_gradient_checkpointing|torch_dtype_str|model_max_length)[ \t]*:", re.M)
 _OUMI_MODEL = re.compile(r"^[ \t]+model_name[ \t]*:", re.M)
+
+
+def _torchtitan_sections(top_keys: tuple[str, ...]) -> bool:
+    """A TOML file's tables look like a torchtitan job file's (also when it does not parse)."""
+    keys = set(top_keys)
+    return {"model", "training"} <= keys and bool(keys & _TORCHTITAN)
 
 
 def detect(top_keys: tuple[str, ...] | set[str], name: str = "", text: str = "") -> str | None:
@@ -62,6 +71,8 @@ def detect(top_keys: tuple[str, ...] | set[str], name: str = "", text: str = "")
         return "litgpt"
     if "train_loader" in keys and keys & _FOUNDRY:
         return "llm-foundry"
+    if "model.flavor" in keys and "training" in keys and keys & _TORCHTITAN:
+        return "torchtitan"
     if "model.hf_model_ckpt" in keys or ({"model", "lora", "training"} <= keys and keys & _LLMTUNE):
         return "llmtune"
     if {"model", "training"} <= keys and (("model.model_name" in keys and keys & _OUMI)
@@ -97,7 +108,14 @@ def _load(path: Path, shown: str, text: str | None = None):
         text = _read_text(path, shown)
     elif len(text) > max_file_size():
         raise MemlintError(f"{shown}: not read: over the max-file-size of {max_file_size():,} bytes")
-    doc = load_text(text, shown, is_json=path.suffix.lower() == ".json")
+    if path.suffix.lower() == ".toml":
+        from memlint.extract.configs.document import load_toml
+
+        doc = load_toml(text, shown)
+        if not doc.ok and _torchtitan_sections(doc.top_keys):  # a broken job file: its syntax error is a finding
+            return doc, "torchtitan"
+    else:
+        doc = load_text(text, shown, is_json=path.suffix.lower() == ".json")
     keys = set(doc.top_keys)
     if doc.ok:  # "section.key" markers (model.model_name, model.hf_model_ckpt) and torchtune's nested _component_
         for k, v in doc.data.items():
@@ -145,7 +163,12 @@ def _read_config(path: str | Path | None, shown: str | None = None, *, text: str
 
         if text is None:
             text = _read_text(p, name)
-        if detect(top_keys(text, p.suffix.lower() == ".json"), p.name, text) is None:
+        if p.suffix.lower() == ".toml":  # TOML's keys need the parse: [model] flavor tells torchtitan's job files
+            from memlint.extract.configs.document import toml_top_keys
+
+            if not _torchtitan_sections(toml_top_keys(text)) or _load(p, name, text)[1] is None:
+                return None
+        elif detect(top_keys(text, p.suffix.lower() == ".json"), p.name, text) is None:
             return None
     from memlint.extract.configs.overrides import TOOLS
 
@@ -168,7 +191,7 @@ def _read_config(path: str | Path | None, shown: str | None = None, *, text: str
         if doc.diagnostics and not doc.ok:  # broken YAML of no recognisable format: still a finding
             return TrainingPlan(name, {}, (f"{doc.diagnostics[0].message}",), tuple(doc.diagnostics), "config")
         raise MemlintError(f"{name}: not a config memlint reads (axolotl, LLaMA-Factory, TRL recipe, torchtune, LitGPT, llm-foundry, "
-                           "oumi, LLM-Finetuning-Toolkit, DeepSpeed or accelerate)")
+                           "oumi, LLM-Finetuning-Toolkit, torchtitan, DeepSpeed or accelerate)")
     if not doc.ok:
         notes = tuple(d.message for d in doc.diagnostics if d.kind == "syntax-error")
         if not doc.diagnostics:

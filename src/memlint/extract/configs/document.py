@@ -146,6 +146,71 @@ def top_keys(text: str, is_json: bool) -> tuple[str, ...]:
     return tuple(dict.fromkeys(found))
 
 
+_TOML_TABLE = re.compile(r"^[ \t]*\[\[?[ \t]*([A-Za-z0-9_.\-\" \t]+?)[ \t]*\]\]?", re.M)
+_TOML_KEY = re.compile(r"^[ \t]*([A-Za-z0-9_\-]+|\"[^\"\n]*\")[ \t]*=")
+
+
+def _toml_path(header: str) -> tuple[str, ...]:
+    return tuple(part.strip().strip('"') for part in header.split("."))
+
+
+def toml_top_keys(text: str) -> tuple[str, ...]:
+    """Top-level keys of a TOML file by a line scan: bare keys before the first table, then every table's
+    first name; enough to tell the format, also of a file that does not parse."""
+    found: list[str] = []
+    in_table = False
+    for line in text.splitlines():
+        t = _TOML_TABLE.match(line)
+        if t:
+            in_table = True
+            found.append(_toml_path(t.group(1))[0])
+        elif not in_table:
+            k = _TOML_KEY.match(line)
+            if k:
+                found.append(k.group(1).strip('"'))
+    return tuple(dict.fromkeys(found))
+
+
+def _toml_keys(text: str, shown: str) -> dict[Path_, Span]:
+    """The position of every table header and `key =` line (dotted keys and inline tables are placed at their
+    line's first key): tomllib keeps none."""
+    keys: dict[Path_, Span] = {}
+    table: tuple[str, ...] = ()
+    for n, line in enumerate(text.splitlines(), start=1):
+        t = _TOML_TABLE.match(line)
+        if t:
+            table = _toml_path(t.group(1))
+            for i in range(1, len(table) + 1):
+                keys.setdefault(table[:i], Span(shown, n, line.find(table[i - 1]) + 1 if table[i - 1] in line else 1))
+            continue
+        k = _TOML_KEY.match(line)
+        if k:
+            keys.setdefault(table + (k.group(1).strip('"'),), Span(shown, n, k.start(1) + 1))
+    return keys
+
+
+def load_toml(text: str, shown: str) -> Document:
+    """Read TOML text with the standard library's tomllib; never raises on bad input."""
+    import tomllib
+
+    doc = Document(shown, top_keys=toml_top_keys(text))
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+        msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc)) or "not valid TOML"
+        doc.diagnostics.append(Diagnostic("syntax-error", f"TOML: {msg}",
+                                          Span(shown, int(m.group(1)), int(m.group(2))) if m else Span(shown, 1, 1)))
+        return doc
+    except RecursionError:
+        doc.diagnostics.append(Diagnostic("unreadable", "TOML nested too deeply", Span(shown, 1, 1)))
+        return doc
+    doc.data = data
+    doc.keys = _toml_keys(text, shown)
+    doc.top_keys = tuple(str(k) for k in data)
+    return doc
+
+
 def load_text(text: str, shown: str, is_json: bool = False) -> Document:
     """Read YAML (or JSON) text; never raises on bad input."""
     doc = Document(shown, top_keys=top_keys(text, is_json))

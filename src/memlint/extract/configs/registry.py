@@ -7,5 +7,6 @@ from memlint.extract.configs.litgpt import LitGPT
 from memlint.extract.configs.llmtune import LlmTune
 from memlint.extract.configs.oumi import Oumi
 from memlint.extract.configs.readers import READERS as _BASE
+from memlint.extract.configs.torchtitan import Torchtitan
 
-READERS = {**_BASE, "litgpt": LitGPT, "llm-foundry": Foundry, "oumi": Oumi, "llmtune": LlmTune}
+READERS = {**_BASE, "litgpt": LitGPT, "llm-foundry": Foundry, "oumi": Oumi, "llmtune": LlmTune, "torchtitan": Torchtitan}
