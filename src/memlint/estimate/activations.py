@@ -650,9 +650,18 @@ def _encoder_layer_bytes(s: Setup) -> tuple[int, int, str]:
     attn_in = 3 * a * h if amp else x * h
     mlp_in = a * h if amp else x * h
     ln = x * h + 8
-    per_tok = attn_in + 3 * a * h + a * h + h + ln + mlp_in + 2 * a * i + h + ln
+    attn_drop = h if _fam(s, "attn_out_dropout") else 0  # DistilBERT adds out_lin's output without a dropout
+    per_tok = attn_in + 3 * a * h + a * h + attn_drop + ln + mlp_in + 2 * a * i + h + ln
     per_key = 0
-    if attention()[s.attn].kernel == "eager":
+    if _fam(s, "disentangled"):
+        # DeBERTa's DisentangledSelfAttention (eager only): q·(k/scale) keeps the scaled key copy too, and
+        # masked_fill its inverted bool mask ([b, 1, s, s]: 1 B per token and key, shared by the heads)
+        sm = 4 if amp else a
+        per_tok += a * h
+        per_key = m.heads * (sm + 1 + a) + 1
+        parts = (f"disentangled attention + {m.heads}·s × ({sm}+1+{a}) B probabilities, mask and dropped copy, "
+                 "the scaled key and the inverted mask")
+    elif attention()[s.attn].kernel == "eager":
         sm = 4 if amp else a
         per_key = m.heads * (sm + 1 + a)
         parts = f"eager attention + {m.heads}·s × ({sm}+1+{a}) B probabilities, mask and dropped copy"
@@ -677,10 +686,61 @@ def _encoder_once_bytes(s: Setup) -> tuple[int, int]:
     return saved + x * h, 0
 
 
+def rel_span(s: Setup) -> int:
+    """DeBERTa's relative-position span: 2 x att_span rows of rel_embeddings, att_span = position_buckets, else
+    max_relative_positions, else max_position_embeddings (DisentangledSelfAttention.pos_ebd_size)."""
+    c = s.model.config
+    span = c.get("position_buckets") or -1
+    if span <= 0:
+        span = c.get("max_relative_positions", -1)
+        if span is None or span < 1:
+            span = c.get("max_position_embeddings", 512)
+    return 2 * span
+
+
+def _rel_kinds(s: Setup) -> int:
+    """How many of c2p / p2c the config's pos_att_type names (DeBERTa-v3: both)."""
+    kinds = s.model.config.get("pos_att_type") or []
+    if isinstance(kinds, str):
+        kinds = kinds.lower().split("|")
+    return sum(k in kinds for k in ("c2p", "p2c"))
+
+
+def _disentangled_layer_bytes(s: Setup) -> tuple[int, str]:
+    """(bytes, formula) a DeBERTa layer saves beyond its per-token terms, from transformers' 5.x
+    disentangled_attention_bias with share_att_key: per c2p / p2c term the content-to-position scores before the
+    gather ([b·heads, s, 2k], the gather keeps its input), the gather's int64 index ([1, s, s]) and the position
+    projection repeated over the batch ([b·heads, 2k, d], kept by the bmm); once per layer the dropped-out
+    relative embeddings (2k x h: their fp32 output read by query_proj/key_proj, under autocast each linear's half
+    cast) and its dropout mask."""
+    m = s.model
+    if not _fam(s, "disentangled"):
+        return 0, ""
+    a = DTYPE_BYTES[s.compute_dtype]
+    amp = s.precision in ("amp-bf16", "amp-fp16")
+    k2 = rel_span(s)
+    n = _rel_kinds(s)
+    scores = n * s.batch * m.heads * s.seq * k2 * a
+    index = n * 8 * s.seq * s.seq
+    pos = n * s.batch * k2 * m.hidden * a
+    rel = k2 * m.hidden * ((2 * a if amp else 4) + 1) if n else 0
+    return (scores + index + pos + rel,
+            f"{n} disentangled term(s): b·heads·s·{k2}×{a} B scores + 8·s² index + b·{k2}·h×{a} B positions; "
+            f"{k2}·h relative embeddings")
+
+
+def _fam(s: Setup, fact: str):
+    """A family fact of the encoder (catalog/families.json): attn_out_dropout, token_type_ids, disentangled."""
+    from memlint.catalog.families import family
+
+    return family(s.model.arch.get("model_type", ""))[fact]
+
+
 def _encoder_once_per_row(s: Setup) -> int:
     """Bytes saved once per sequence position, whatever the batch: the token-type ids the embeddings gather from
-    their all-zero buffer ([1, s] int64), which token_type_embeddings keeps."""
-    return 8 * s.seq
+    their all-zero buffer ([1, s] int64), which token_type_embeddings keeps (none in DistilBERT, nor in DeBERTa-v3
+    with type_vocab_size 0)."""
+    return 8 * s.seq if _fam(s, "token_type_ids") else 0
 
 
 def _encoder_head_bytes(s: Setup) -> tuple[int, int, str]:
@@ -750,7 +810,10 @@ def encoder_terms(s: Setup) -> ActivationTerms:
     m = s.model
     sb = s.seq * s.batch
     per_tok, per_key, parts = _encoder_layer_bytes(s)
-    per_layer = (per_tok + per_key * s.seq) * sb
+    rel, rel_f = _disentangled_layer_bytes(s)
+    per_layer = (per_tok + per_key * s.seq) * sb + rel
+    if rel_f:
+        parts += f"; {rel_f}"
     once_tok, fwd_only_tok = _encoder_once_bytes(s)
     once = once_tok * sb + _encoder_once_per_row(s)
     fwd_only = fwd_only_tok * sb
@@ -772,6 +835,8 @@ def encoder_terms(s: Setup) -> ActivationTerms:
     if s.recompute:
         fwd_only //= 2  # the embedding output is the first checkpointed input (in the body)
     fwd += fwd_only
+    if _fam(s, "disentangled"):
+        fwd += 8 * s.batch * s.seq * s.seq  # DeBERTa's int64 [b, 1, s, s] attention mask, held through forward
     layer_bwd = _encoder_layer_backward(s)
     a = DTYPE_BYTES[s.compute_dtype]
     amp = s.precision in ("amp-bf16", "amp-fp16")
@@ -786,6 +851,9 @@ def encoder_terms(s: Setup) -> ActivationTerms:
             # and mask exist together (approximate: beside q, k, v)
             sm = 4 if amp else a
             inside = max(inside, sb * (m.heads * s.seq * (2 * sm + 1) + 3 * a * m.hidden * (2 if amp else 1)))
+        # DeBERTa's position scores, indices and repeated projections exist inside a checkpointed layer's forward
+        # too (approximate: counted together, beside the probabilities)
+        inside += rel
         return ActivationTerms(body, per_layer, fwd, bwd, formula, head_f, transient=layer_bwd,
                                forward_transient=inside)
     # forward: inside each layer the dropped-out MLP output stays alive while LayerNorm makes the layer's output;

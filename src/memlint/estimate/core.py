@@ -75,6 +75,10 @@ def _reference_weights(s: Setup, accounting: str) -> tuple[int, str]:
     return n, f" + frozen reference copy {n / GIB:.2f} GiB (the quantized base again)"
 
 
+# encoders whose attention is their own eager code in transformers 5.x (no SDPA / flash path)
+_EAGER_ONLY = ("deberta-v2",)
+
+
 def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = None) -> Estimate:
     notes: list[str] = []
     s_in = s
@@ -156,6 +160,8 @@ def _model_terms(s_in: Setup, accounting: str) -> tuple:
         s = s.with_(model=ms.reward_spec(s.model))
     if s.encoder:  # the encoder with the head the script loads (its parameters are the head class's)
         s = s.with_(model=ms.encoder_spec(s.model, s.head, s.num_labels))
+        if s.model.arch.get("model_type") in _EAGER_ONLY:  # DeBERTa's own attention, whatever attn_implementation
+            s = s.with_(attn="eager")
     if s.tp > 1:  # everything below is counted on the model one tensor-parallel rank holds
         s = s.with_(model=tp.rank_spec(s))
     w, w_f = ms.weight_bytes(s, accounting)
@@ -332,6 +338,9 @@ def _setup_notes(s: Setup, accounting: str) -> list[str]:
         notes.append(f"encoder with transformers' {s.model.model_type}'s {cls} head{labels}"
                      + (" (the head assumed: --head)" if s.task_head == "auto" else "")
                      + "; dropout 0.1 in every layer (CUDA's fused dropout keeps a 1-byte mask)")
+        if s.model.arch.get("model_type") in _EAGER_ONLY:
+            notes.append(f"{s.model.model_type}: disentangled attention (c2p/p2c) runs its own eager code: the "
+                         "s x s scores per head and the s x 2k position scores are kept, whatever --attn says")
     if s.model.text_only:
         notes.append(f"{s.model.id}: multimodal checkpoint counted as its text tower")
     if s.modules_to_save:

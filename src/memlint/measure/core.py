@@ -182,6 +182,10 @@ def _build_model(setup: Setup, build_device: str, attn: str) -> Any:
         from memlint.catalog.meta import ENCODER_HEADS
 
         cfg.num_labels = setup.num_labels
+        if setup.head == "sequence-classification" and setup.num_labels > 1:
+            # what the heads infer from integer labels; DeBERTa's inference path selects the labelled rows with
+            # nonzero() (a data-dependent shape fake tensors cannot trace; b x labels logits gathered, a few bytes)
+            cfg.problem_type = "single_label_classification"
         auto = getattr(transformers, ENCODER_HEADS[setup.head])
     elif setup.objective == "reward":
         # TRL's RewardTrainer: AutoModelForSequenceClassification with num_labels=1
@@ -598,6 +602,8 @@ def _reserved(mode: str, meter: Any, tracker: Any, steps: int, alloc_conf: str |
 def _traced_attention(setup: Setup, mode: str, notes: list[str]) -> str:
     """The attention implementation the step runs: a kernel the CPU lacks runs as its stand-in."""
     attn = setup.attn
+    if setup.encoder and setup.model.arch.get("model_type") == "deberta-v2":
+        return "eager"  # DisentangledSelfAttention: its own eager code (transformers has no SDPA path for it)
     trace_as = attention()[attn].trace_as
     if attn != trace_as and mode != "cuda":
         attn = trace_as
@@ -942,7 +948,10 @@ def _encoder_head(model: Any) -> Any:
     base = getattr(model, model.base_model_prefix)
     if getattr(base, "pooler", None) is not None:
         return base.pooler
-    for name in ("cls", "lm_head", "dropout", "classifier"):  # MLM heads; token classification's dropout first
+    # DeBERTa's ContextPooler, DistilBERT's pre_classifier; the MLM heads (BERT's cls, RoBERTa's lm_head,
+    # DistilBERT's vocab_transform); token classification's dropout before its classifier
+    for name in ("pooler", "pre_classifier", "cls", "lm_predictions", "lm_head", "vocab_transform", "dropout",
+                 "classifier"):
         if getattr(model, name, None) is not None:
             return getattr(model, name)
     raise MemlintError("no task head found on the encoder")
