@@ -162,6 +162,12 @@ def _model_terms(s_in: Setup, accounting: str) -> tuple:
         s = s.with_(model=ms.encoder_spec(s.model, s.head, s.num_labels))
         if s.model.arch.get("model_type") in _EAGER_ONLY:  # DeBERTa's own attention, whatever attn_implementation
             s = s.with_(attn="eager")
+        task = {"sequence-classification": "SEQ_CLS", "token-classification": "TOKEN_CLS"}.get(s.head)
+        if s.method != "full" and task:
+            # LoRA with LoraConfig(task_type=SEQ_CLS/TOKEN_CLS): peft adds the classifier to modules_to_save
+            from memlint.library.defaults import peft_task_modules_to_save
+
+            s = s.with_(modules_to_save=tuple(dict.fromkeys(s.modules_to_save + peft_task_modules_to_save(task))))
     if s.tp > 1:  # everything below is counted on the model one tensor-parallel rank holds
         s = s.with_(model=tp.rank_spec(s))
     w, w_f = ms.weight_bytes(s, accounting)

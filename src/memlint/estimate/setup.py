@@ -325,10 +325,13 @@ class Setup:
             if self.head == "causal-lm":
                 raise MemlintError(f"{self.model.id} is an encoder: --head sequence-classification, "
                                    "token-classification or masked-lm (it has no causal-LM head)")
-            if self.method != "full" or self.objective != "sft" or self.fused_loss or self.chunked_loss:
-                raise MemlintError(f"{self.model.id}: memlint accounts for encoders fully fine-tuned with their task "
-                                   "head (--method full, no preference objective or fused/chunked loss); "
-                                   "LoRA on an encoder is not modelled yet")
+            if self.method == "qlora" or self.objective != "sft" or self.fused_loss or self.chunked_loss:
+                raise MemlintError(f"{self.model.id}: memlint accounts for encoders fully fine-tuned or with LoRA, "
+                                   "with their task head (--method full or lora, no preference objective or "
+                                   "fused/chunked loss); QLoRA on an encoder is not modelled yet")
+            if self.method == "lora" and (self.use_dora or self.head == "masked-lm" or self.recompute):
+                raise MemlintError(f"{self.model.id}: LoRA on an encoder is modelled for the classification heads, "
+                                   "without DoRA or gradient checkpointing")
         elif self.head != "causal-lm":
             raise MemlintError(f"--head {self.head}: memlint models task heads on encoders (BERT, RoBERTa, XLM-RoBERTa); "
                                f"{self.model.id} is a decoder (its reward head: --objective reward)")

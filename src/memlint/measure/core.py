@@ -341,6 +341,14 @@ def _preference_loss(model: Any, ref: Any, setup: Setup, ids: Any, autocast: Any
     return loss
 
 
+def _peft_task_type(setup: Setup) -> str | None:
+    """peft's task_type for the model: an encoder's head (SEQ_CLS / TOKEN_CLS add the classifier to
+    modules_to_save as scripts get it from LoraConfig(task_type=...)), a reward model's SEQ_CLS, else CAUSAL_LM."""
+    if setup.encoder:
+        return {"sequence-classification": "SEQ_CLS", "token-classification": "TOKEN_CLS"}.get(setup.head)
+    return "SEQ_CLS" if setup.objective == "reward" else "CAUSAL_LM"
+
+
 def _apply_lora(model: Any, setup: Setup, dropout: float) -> Any:
     from peft import LoraConfig, get_peft_model
 
@@ -348,7 +356,7 @@ def _apply_lora(model: Any, setup: Setup, dropout: float) -> Any:
     config = LoraConfig(r=setup.lora_r, lora_alpha=2 * setup.lora_r, target_modules=targets,
                         lora_dropout=dropout, use_dora=setup.use_dora,
                         modules_to_save=list(setup.modules_to_save) or None,
-                        task_type="SEQ_CLS" if setup.objective == "reward" else "CAUSAL_LM")
+                        task_type=_peft_task_type(setup))
     # peft's default autocast_adapter_dtype=True keeps fp16/bf16 adapters in fp32 (a plain bf16
     # loop, adapter_dtype "fp32"); pure-bf16 recipes that keep them bf16 ask peft not to.
     bf16_adapters = setup.adapter_dtype in ("bf16", "fp16") or (setup.adapter_dtype is None and setup.precision == "pure-bf16")
