@@ -154,6 +154,10 @@ class Setup:
     # additional_target): each named module keeps its frozen original and gains a trained full copy
     # (ModulesToSaveWrapper), in the base's dtype: the input embeddings and lm_head are what runs name.
     modules_to_save: tuple[str, ...] = ()
+    # peft's task_type (LoraConfig(task_type=...)): SEQ_CLS / TOKEN_CLS add the classifier to modules_to_save; None:
+    # a plain PeftModel (an encoder's classifier stays frozen); "auto": the encoder's classification head's
+    # (SEQ_CLS / TOKEN_CLS), as peft's docs and run_glue-style LoRA scripts set it.
+    peft_task_type: str | None = "auto"
     # float8 training (torchao convert_to_float8_training; accelerate mixed_precision="fp8" with the AO backend;
     # torchtitan [float8]): the nn.Linear layers torchao swaps for Float8Linear. "all": every linear, lm_head too
     # (convert_to_float8_training without a filter); "layers": the decoder's linears only (torchtitan's
@@ -335,6 +339,14 @@ class Setup:
         elif self.head != "causal-lm":
             raise MemlintError(f"--head {self.head}: memlint models task heads on encoders (BERT, RoBERTa, XLM-RoBERTa); "
                                f"{self.model.id} is a decoder (its reward head: --objective reward)")
+
+    @property
+    def lora_task(self) -> str | None:
+        """peft's task_type, "auto" resolved (an encoder's classification head's, else None)."""
+        if self.peft_task_type != "auto":
+            return self.peft_task_type
+        return {"sequence-classification": "SEQ_CLS", "token-classification": "TOKEN_CLS"}.get(self.head) \
+            if self.encoder else None
 
     @property
     def encoder(self) -> bool:

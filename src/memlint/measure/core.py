@@ -345,7 +345,7 @@ def _peft_task_type(setup: Setup) -> str | None:
     """peft's task_type for the model: an encoder's head (SEQ_CLS / TOKEN_CLS add the classifier to
     modules_to_save as scripts get it from LoraConfig(task_type=...)), a reward model's SEQ_CLS, else CAUSAL_LM."""
     if setup.encoder:
-        return {"sequence-classification": "SEQ_CLS", "token-classification": "TOKEN_CLS"}.get(setup.head)
+        return setup.lora_task
     return "SEQ_CLS" if setup.objective == "reward" else "CAUSAL_LM"
 
 
