@@ -131,6 +131,8 @@ def test_validation():
         Setup(m, method="qlora")
     with pytest.raises(MemlintError, match="classification heads"):
         Setup(m, method="lora", task_head="masked-lm")
+    with pytest.raises(MemlintError, match="--peft-task-type"):
+        Setup(m, method="lora", peft_task_type="SEQ_CLASSIFICATION")
     e = estimate(Setup(m, dtype="fp32", precision="fp32", attn="sdpa"))
     assert any("disentangled attention" in n for n in e.assumptions)  # eager whatever --attn says
 

@@ -36,6 +36,9 @@ REF_MODELS = ("auto", "none", "copy", "adapter-disabled", "precomputed")
 # The model's output head, the class the script loads (AutoModelForCausalLM, AutoModelForSequenceClassification,
 # BertForTokenClassification, AutoModelForMaskedLM ...); "auto": the causal-LM head of a decoder, the
 # sequence-classification head of an encoder (catalog/families.json `encoder`).
+# peft's TaskType values (peft/utils/peft_types.py), "auto" and None (no task_type)
+PEFT_TASK_TYPES = ("auto", None, "SEQ_CLS", "TOKEN_CLS", "CAUSAL_LM", "SEQ_2_SEQ_LM", "QUESTION_ANS",
+                   "FEATURE_EXTRACTION")
 TASK_HEADS = ("auto", "causal-lm", "sequence-classification", "token-classification", "masked-lm")
 # Whose model code runs the step: transformers' modules (with peft, the HF loss), or LitGPT's own GPT (fused qkv
 # `attn`, LoRAQKVLinear, chunked lm_head + chunked cross-entropy; data/litgpt.json).
@@ -196,6 +199,9 @@ class Setup:
         check("objective", OBJECTIVES)
         check("ref_model", REF_MODELS)
         check("task_head", TASK_HEADS)
+        if self.peft_task_type not in PEFT_TASK_TYPES:
+            raise MemlintError(f"--peft-task-type {self.peft_task_type}: one of auto, none, "
+                               + ", ".join(t for t in PEFT_TASK_TYPES if t not in ("auto", None)))
         self._validate_head()
         check("model_code", MODEL_CODES)
         if self.model_code == "litgpt":
