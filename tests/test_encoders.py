@@ -70,8 +70,8 @@ def test_head_choice_and_validation():
     assert estimate(s.with_(task_head="token-classification", num_labels=9)).trainable_params == m.params + 9 * 1025
     with pytest.raises(MemlintError, match="is an encoder"):
         Setup(m, task_head="causal-lm")
-    with pytest.raises(MemlintError, match="LoRA on an encoder"):
-        Setup(m, method="lora")
+    with pytest.raises(MemlintError, match="QLoRA on an encoder"):
+        Setup(m, method="qlora")
     with pytest.raises(MemlintError, match="is a decoder"):
         Setup(resolve("HuggingFaceTB/SmolLM2-135M"), task_head="masked-lm")
     with pytest.raises(MemlintError, match="--num-labels"):

@@ -34,6 +34,7 @@ PLAN_FIELDS = (
     "lora_targets",
     "lora_dropout",
     "lora_modules_to_save",
+    "lora_task_type",
     "use_dora",
     "adapter_dtype",
     "quant_bits",

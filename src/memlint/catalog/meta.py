@@ -85,9 +85,15 @@ def _count_encoder(model_type: str, config: dict) -> dict:
     import transformers
     from transformers import AutoConfig, AutoModel
 
+    import inspect
+
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING
+
     cfg = AutoConfig.for_model(model_type, **config)
+    # BERT-like base classes build a pooler unless told not to; DistilBERT / DeBERTa have none in the base model
+    pooled_base = "add_pooling_layer" in inspect.signature(MODEL_MAPPING[type(cfg)].__init__).parameters
     with torch.device("meta"):
-        base = AutoModel.from_config(cfg, add_pooling_layer=False)
+        base = AutoModel.from_config(cfg, **({"add_pooling_layer": False} if pooled_base else {}))
     counted = _count_module(model_type, cfg, base, out_emb=None)
     base_total = counted["params"]
     heads = {}

@@ -35,6 +35,9 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--modules-to-save", default="", metavar="NAMES",
                    help="peft's modules_to_save, comma-separated (embed_tokens,lm_head): each a trained full copy of "
                         "that module beside the adapters")
+    g.add_argument("--peft-task-type", default="auto", metavar="TYPE",
+                   help="peft's LoraConfig task_type: SEQ_CLS / TOKEN_CLS train an encoder's classifier as a "
+                        "modules_to_save copy, none leaves it frozen (default auto: the encoder head's)")
     g.add_argument("--use-dora", action=argparse.BooleanOptionalAction, default=False,
                    help="DoRA (LoraConfig(use_dora=True)): a magnitude vector per adapted layer, the weight norm every forward")
     g.add_argument("--quant", choices=("none", "nf4", "fp4", "int8", "gptq", "awq", "hqq"), default=None,
@@ -153,7 +156,9 @@ def setup_from_args(args: argparse.Namespace):
     return Setup(
         model=model, method=args.method, quant_group_size=group, quant_bits=args.bits, lora_r=args.lora_r, lora_targets=targets,
         lora_dropout=args.lora_dropout, use_dora=args.use_dora,
-        modules_to_save=tuple(t.strip() for t in args.modules_to_save.split(",") if t.strip()), quant=quant, double_quant=args.double_quant, dtype=args.dtype,
+        modules_to_save=tuple(t.strip() for t in args.modules_to_save.split(",") if t.strip()),
+        peft_task_type=None if args.peft_task_type.lower() == "none" else (
+            "auto" if args.peft_task_type == "auto" else args.peft_task_type.upper()), quant=quant, double_quant=args.double_quant, dtype=args.dtype,
         precision=precision, optim=args.optim, batch=args.batch, seq=args.seq, grad_accum=args.grad_accum,
         recompute=args.recompute, attn=args.attn, gpus=args.gpus, shard=args.shard, offload=args.offload,
         nodes=args.nodes, kbit_prep=_kbit_prep(args, quant), fused_loss=args.fused_loss, chunked_loss=args.chunked_loss,

@@ -720,9 +720,18 @@ def _encoder_layer_bytes(s: Setup) -> tuple[int, int, str]:
     attn_in = 3 * a * h if amp else x * h
     mlp_in = a * h if amp else x * h
     ln = x * h + 8
-    per_tok = attn_in + 3 * a * h + a * h + h + ln + mlp_in + 2 * a * i + h + ln
+    attn_drop = h if _fam(s, "attn_out_dropout") else 0  # DistilBERT adds out_lin's output without a dropout
+    per_tok = attn_in + 3 * a * h + a * h + attn_drop + ln + mlp_in + 2 * a * i + h + ln
     per_key = 0
-    if attention()[s.attn].kernel == "eager":
+    if _fam(s, "disentangled"):
+        # DeBERTa's DisentangledSelfAttention (eager only): q·(k/scale) keeps the scaled key copy too, and
+        # masked_fill its inverted bool mask ([b, 1, s, s]: 1 B per token and key, shared by the heads)
+        sm = 4 if amp else a
+        per_tok += a * h
+        per_key = m.heads * (sm + 1 + a) + 1
+        parts = (f"disentangled attention + {m.heads}·s × ({sm}+1+{a}) B probabilities, mask and dropped copy, "
+                 "the scaled key and the inverted mask")
+    elif attention()[s.attn].kernel == "eager":
         sm = 4 if amp else a
         per_key = m.heads * (sm + 1 + a)
         parts = f"eager attention + {m.heads}·s × ({sm}+1+{a}) B probabilities, mask and dropped copy"
@@ -747,10 +756,109 @@ def _encoder_once_bytes(s: Setup) -> tuple[int, int]:
     return saved + x * h, 0
 
 
+def rel_span(s: Setup) -> int:
+    """DeBERTa's relative-position span: 2 x att_span rows of rel_embeddings, att_span = position_buckets, else
+    max_relative_positions, else max_position_embeddings (DisentangledSelfAttention.pos_ebd_size)."""
+    c = s.model.config
+    span = c.get("position_buckets") or -1
+    if span <= 0:
+        span = c.get("max_relative_positions", -1)
+        if span is None or span < 1:
+            span = c.get("max_position_embeddings", 512)
+    return 2 * span
+
+
+def _rel_kinds(s: Setup) -> int:
+    """How many of c2p / p2c the config's pos_att_type names (DeBERTa-v3: both)."""
+    kinds = s.model.config.get("pos_att_type") or []
+    if isinstance(kinds, str):
+        kinds = kinds.lower().split("|")
+    return sum(k in kinds for k in ("c2p", "p2c"))
+
+
+def _disentangled_layer_bytes(s: Setup) -> tuple[int, str]:
+    """(bytes, formula) a DeBERTa layer saves beyond its per-token terms, from transformers' 5.x
+    disentangled_attention_bias with share_att_key: per c2p / p2c term the content-to-position scores before the
+    gather ([b·heads, s, 2k], the gather keeps its input), the gather's int64 index ([1, s, s]) and the position
+    projection repeated over the batch ([b·heads, 2k, d], kept by the bmm); once per layer the dropped-out
+    relative embeddings (2k x h: their fp32 output read by query_proj/key_proj, under autocast each linear's half
+    cast) and its dropout mask."""
+    m = s.model
+    if not _fam(s, "disentangled"):
+        return 0, ""
+    a = DTYPE_BYTES[s.compute_dtype]
+    amp = s.precision in ("amp-bf16", "amp-fp16")
+    k2 = rel_span(s)
+    n = _rel_kinds(s)
+    scores = n * s.batch * m.heads * s.seq * k2 * a
+    index = n * 8 * s.seq * s.seq
+    pos = n * s.batch * k2 * m.hidden * a
+    rel = k2 * m.hidden * ((2 * a if amp else 4) + 1) if n else 0
+    return (scores + index + pos + rel,
+            f"{n} disentangled term(s): b·heads·s·{k2}×{a} B scores + 8·s² index + b·{k2}·h×{a} B positions; "
+            f"{k2}·h relative embeddings")
+
+
+def _encoder_lora_bytes(s: Setup, rel: int) -> tuple[int, int, int, str]:
+    """LoRA on a frozen encoder (peft's Linear wrapping query/value or the script's targets): (per-token bytes
+    to add to the full fine-tune's layer, the DeBERTa per-layer term, the once-per-model bytes, formula).
+
+    Frozen linears keep no input (their weight needs no gradient): the query/key/value input and the
+    intermediate dense's input are not saved, nor GELU's output (the frozen output dense's input); instead each
+    adapter keeps its input (the layer input, shared when lora_dropout is 0; its dropout's output and mask per
+    adapter otherwise; under autocast each lora_A's half cast) and lora_B its r-wide input. The frozen embeddings
+    save nothing; the encoder output is kept only by a trained head linear that reads every token's storage
+    (DistilBERT's pre_classifier copy, its input a view of it). DeBERTa: the dropped-out relative embeddings
+    need no gradient (no mask); an adapted query_proj's lora_A keeps them (2k x h) instead."""
+    from memlint.estimate.model_state import encoder_head_copies, lora_modules
+
+    m = s.model
+    a = DTYPE_BYTES[s.compute_dtype]
+    x = residual_bytes(s)
+    h, i = m.hidden, m.intermediate
+    amp = s.precision in ("amp-bf16", "amp-fp16")
+    adapted = [l for l in lora_modules(m, s.lora_targets) if l.role != "head"]
+    per_layer = [l for l in adapted if l.count == m.layers] or adapted
+    reads_input = [l for l in per_layer if l.role == "attn_in"]
+    drop = s.lora_dropout > 0
+    removed = (3 * a * h if amp else x * h) + (a * h if amp else x * h) + a * i
+    if amp:
+        lora_in = sum(a * l.in_features + (l.in_features if drop else 0) for l in per_layer)
+    else:
+        shared = x * h if reads_input and not drop else 0
+        lora_in = shared + sum((x * l.in_features + l.in_features) if drop else
+                               (0 if l.role == "attn_in" else x * l.in_features) for l in per_layer)
+    lora_b = sum(s.lora_r * (a if amp else 4) for l in per_layer)
+    once = 0
+    if not amp and any(l.name == "pre_classifier" for l in m.linears if l.role == "head") and encoder_head_copies(s):
+        once = x * h * s.seq * s.batch
+    if rel:
+        k2 = rel_span(s)
+        q_adapted = any(l.name.endswith("query_proj") for l in per_layer)
+        rel -= k2 * h * ((2 * a if amp else 4) + 1)
+        rel += (k2 * h * (a if amp else x) + k2 * s.lora_r * (a if amp else 4)) if q_adapted else 0
+        # the first layer: its key needs no gradient (frozen key_proj on the frozen embeddings' output), so no
+        # matmul keeps q for it (q·kᵀ and c2p keep only the key side), nor the position queries p2c multiplies
+        # with it; spread over the layers as a per-layer term
+        first = s.batch * s.seq * a * h + (s.batch * k2 * h * a if _rel_kinds(s) == 2 else 0)
+        rel -= first // m.layers
+    f = (f"LoRA on {len(per_layer)} linears per layer: frozen linears keep no input (−{removed:,} B/token), "
+         f"the adapters' inputs ({lora_in:,} B/token) and r-wide lora_B inputs ({lora_b:,} B/token)")
+    return lora_in + lora_b - removed, rel, once, f
+
+
+def _fam(s: Setup, fact: str):
+    """A family fact of the encoder (catalog/families.json): attn_out_dropout, token_type_ids, disentangled."""
+    from memlint.catalog.families import family
+
+    return family(s.model.arch.get("model_type", ""))[fact]
+
+
 def _encoder_once_per_row(s: Setup) -> int:
     """Bytes saved once per sequence position, whatever the batch: the token-type ids the embeddings gather from
-    their all-zero buffer ([1, s] int64), which token_type_embeddings keeps."""
-    return 8 * s.seq
+    their all-zero buffer ([1, s] int64), which token_type_embeddings keeps (none in DistilBERT, nor in DeBERTa-v3
+    with type_vocab_size 0)."""
+    return 8 * s.seq if _fam(s, "token_type_ids") else 0
 
 
 def _encoder_head_bytes(s: Setup) -> tuple[int, int, str]:
@@ -803,6 +911,10 @@ def _encoder_layer_backward(s: Setup) -> int:
     # weight's gradient exists in half before autocast's cast accumulates it into the fp32 .grad
     mlp = (sb * (a * m.intermediate + (m.hidden if amp else -m.hidden))
            + m.intermediate * m.hidden * (DTYPE_BYTES[trainable_dtype(s, "real")] + (a if amp else 0)))
+    if s.method != "full":
+        # LoRA: the frozen output dense makes no weight gradient; its s·b·i input gradient and GELU's input
+        # gradient exist together (fitted on the trace: 2·c·s·b·i less one s·b·h gradient)
+        mlp = sb * (2 * a * m.intermediate - a * m.hidden)
     attn = 0
     if attention()[s.attn].kernel == "eager":
         # by the attention's backward the layer's MLP tensors (GELU's input and output, both LayerNorm inputs,
@@ -820,14 +932,26 @@ def encoder_terms(s: Setup) -> ActivationTerms:
     m = s.model
     sb = s.seq * s.batch
     per_tok, per_key, parts = _encoder_layer_bytes(s)
-    per_layer = (per_tok + per_key * s.seq) * sb
+    rel, rel_f = _disentangled_layer_bytes(s)
     once_tok, fwd_only_tok = _encoder_once_bytes(s)
     once = once_tok * sb + _encoder_once_per_row(s)
+    if s.method != "full":
+        lora_tok, rel, once, lora_f = _encoder_lora_bytes(s, rel)
+        per_tok += lora_tok
+        parts += f"; {lora_f}"
+    per_layer = (per_tok + per_key * s.seq) * sb + rel
+    if rel_f:
+        parts += f"; {rel_f}"
     fwd_only = fwd_only_tok * sb
     x = residual_bytes(s)
     copies = 0
     if s.precision in ("amp-bf16", "amp-fp16") and s.dtype == "fp32":
         copies = sum(l.in_features * l.out_features * l.count for l in m.layer_linears()) * DTYPE_BYTES[s.compute_dtype]
+        if s.method != "full":
+            # a frozen linear keeps its half weight cast for the input gradient where its input needs one: not
+            # the first layer's base query/key/value (the frozen embeddings' output needs no gradient)
+            copies -= sum(l.in_features * l.out_features for l in m.layer_linears()
+                          if l.role == "attn_in") * DTYPE_BYTES[s.compute_dtype]
     if s.recompute:
         body = x * m.hidden * sb * m.layers + once + copies
         formula = (f"{x}·s·b·h·L checkpointed layer inputs; one layer ({per_tok:,} B/token"
@@ -842,6 +966,8 @@ def encoder_terms(s: Setup) -> ActivationTerms:
     if s.recompute:
         fwd_only //= 2  # the embedding output is the first checkpointed input (in the body)
     fwd += fwd_only
+    if _fam(s, "disentangled"):
+        fwd += 8 * s.batch * s.seq * s.seq  # DeBERTa's int64 [b, 1, s, s] attention mask, held through forward
     layer_bwd = _encoder_layer_backward(s)
     a = DTYPE_BYTES[s.compute_dtype]
     amp = s.precision in ("amp-bf16", "amp-fp16")
@@ -856,6 +982,9 @@ def encoder_terms(s: Setup) -> ActivationTerms:
             # and mask exist together (approximate: beside q, k, v)
             sm = 4 if amp else a
             inside = max(inside, sb * (m.heads * s.seq * (2 * sm + 1) + 3 * a * m.hidden * (2 if amp else 1)))
+        # DeBERTa's position scores, indices and repeated projections exist inside a checkpointed layer's forward
+        # too (approximate: counted together, beside the probabilities)
+        inside += rel
         return ActivationTerms(body, per_layer, fwd, bwd, formula, head_f, transient=layer_bwd,
                                forward_transient=inside)
     # forward: inside each layer the dropped-out MLP output stays alive while LayerNorm makes the layer's output;
@@ -863,6 +992,9 @@ def encoder_terms(s: Setup) -> ActivationTerms:
     # layer's fp32 output is new (the next layer keeps only half casts of it), and its fp32 input is the layer's
     # and the encoder loop's local
     inside = (a + 3 * x) * m.hidden * sb if amp else a * m.hidden * sb
+    if s.method != "full":
+        # LoRA: GELU's s·b·i output is not saved (the output dense is frozen) but alive until that dense is done
+        inside = max(inside, a * m.intermediate * sb)
     if amp and attention()[s.attn].kernel == "eager":
         # eager attention returns its fp32 dropped-out probabilities (attn_weights), which the layer holds (`_`)
         # to its end; only their half cast is saved

@@ -75,6 +75,10 @@ def _reference_weights(s: Setup, accounting: str) -> tuple[int, str]:
     return n, f" + frozen reference copy {n / GIB:.2f} GiB (the quantized base again)"
 
 
+# encoders whose attention is their own eager code in transformers 5.x (no SDPA / flash path)
+_EAGER_ONLY = ("deberta-v2",)
+
+
 def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = None) -> Estimate:
     notes: list[str] = []
     s_in = s
@@ -156,6 +160,14 @@ def _model_terms(s_in: Setup, accounting: str) -> tuple:
         s = s.with_(model=ms.reward_spec(s.model))
     if s.encoder:  # the encoder with the head the script loads (its parameters are the head class's)
         s = s.with_(model=ms.encoder_spec(s.model, s.head, s.num_labels))
+        if s.model.arch.get("model_type") in _EAGER_ONLY:  # DeBERTa's own attention, whatever attn_implementation
+            s = s.with_(attn="eager")
+        if s.method != "full" and s.lora_task:
+            # LoRA with LoraConfig(task_type=SEQ_CLS/TOKEN_CLS): peft adds the classifier to modules_to_save
+            from memlint.library.defaults import peft_task_modules_to_save
+
+            s = s.with_(modules_to_save=tuple(dict.fromkeys(s.modules_to_save
+                                                            + peft_task_modules_to_save(s.lora_task))))
     if s.tp > 1:  # everything below is counted on the model one tensor-parallel rank holds
         s = s.with_(model=tp.rank_spec(s))
     w, w_f = ms.weight_bytes(s, accounting)
@@ -332,6 +344,15 @@ def _setup_notes(s: Setup, accounting: str) -> list[str]:
         notes.append(f"encoder with transformers' {s.model.model_type}'s {cls} head{labels}"
                      + (" (the head assumed: --head)" if s.task_head == "auto" else "")
                      + "; dropout 0.1 in every layer (CUDA's fused dropout keeps a 1-byte mask)")
+        if s.method != "full" and s.lora_task and s.peft_task_type == "auto":
+            notes.append(f"LoRA on {s.model.model_type}: peft's task_type {s.lora_task} assumed (the classifier "
+                         "trained as a modules_to_save copy; without task_type peft leaves it frozen)")
+        elif s.method != "full" and not s.lora_task:
+            notes.append(f"LoRA on {s.model.model_type} without task_type SEQ_CLS/TOKEN_CLS: peft trains no "
+                         "classifier copy (the randomly initialised head stays frozen)")
+        if s.model.arch.get("model_type") in _EAGER_ONLY:
+            notes.append(f"{s.model.model_type}: disentangled attention (c2p/p2c) runs its own eager code: the "
+                         "s x s scores per head and the s x 2k position scores are kept, whatever --attn says")
     if s.model.text_only:
         notes.append(f"{s.model.id}: multimodal checkpoint counted as its text tower")
     if s.modules_to_save:

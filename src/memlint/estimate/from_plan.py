@@ -410,7 +410,7 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
         gpus=gpus, shard=shard, nodes=nodes, offload=offload, fused_loss=fused, **parallel,
         objective=objective, ref_model=ref_model, trl_version=installed_version("trl") if objective != "sft" else None,
         kbit_prep=kbit_prep, adapter_dtype=adapter_dtype, use_dora=_use_dora(get, method),
-        modules_to_save=_modules_to_save(get, method, notes),
+        modules_to_save=_modules_to_save(get, method, notes), peft_task_type=_task_type(get, method),
         offload_activations=_offload_activations(get), float8=_float8(get, method, quant, notes), chunked_loss=0 if fused or objective != "sft" else _chunked(get),
         **_head(get, spec, notes),
     )
@@ -632,6 +632,14 @@ def _modules_to_save(get, method: str, notes: list[str]) -> tuple[str, ...]:
         notes.append(f"modules_to_save {', '.join(other)}: not sized by memlint (only the input embeddings and "
                      "lm_head are); their trained copies are not counted")
     return names
+
+
+def _task_type(get, method: str) -> str | None:
+    """peft's task_type the LoraConfig sets (None: a plain PeftModel); "auto" when the plan cannot say."""
+    v = get("lora_task_type")
+    if method == "full" or not v.known or v.candidates:
+        return "auto"
+    return None if v.value is None else str(v.value).upper()
 
 
 def _use_dora(get, method: str) -> bool:

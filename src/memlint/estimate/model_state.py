@@ -125,18 +125,42 @@ def _saved_kind(name: str) -> str | None:
     return "input" if last in _INPUT_EMBEDDINGS else "output" if last in _OUTPUT_EMBEDDINGS else None
 
 
+def _head_saved(name: str, targets) -> bool:
+    """Whether an encoder head's linear sits in a module peft wraps for modules_to_save: peft's _set_trainable
+    wraps every module whose name ends with a target (`key.endswith(target_key)`: DistilBERT's pre_classifier
+    ends with "classifier" too), the whole module with its children (RoBERTa's classifier head)."""
+    parts = name.split(".")
+    return any(".".join(parts[:i]).endswith(t) for t in targets for i in range(1, len(parts) + 1))
+
+
+def encoder_head_copies(s: Setup) -> list[Tensor]:
+    """The trained copies of an encoder head's linears that modules_to_save names (weight and bias)."""
+    if s.method == "full" or not s.model.arch.get("encoder"):
+        return []
+    out = []
+    for l in s.model.linears:
+        if l.role == "head" and _head_saved(l.name, s.modules_to_save):
+            out.append(Tensor(l.out_features, l.in_features))
+            if l.bias:
+                out.append(Tensor(l.out_features, 1))
+    return out
+
+
 def saved_copies(s: Setup) -> list[Tensor]:
     """The trained copies peft's ModulesToSaveWrapper makes of the modules_to_save it can size (the input
-    embeddings, lm_head: vocab x hidden each, untied from each other); the frozen originals stay."""
+    embeddings, lm_head: vocab x hidden each, untied from each other; an encoder head's linears); the frozen
+    originals stay."""
     if s.method == "full":
         return []
     kinds = dict.fromkeys(k for k in map(_saved_kind, s.modules_to_save) if k)
-    return [Tensor(s.model.vocab, s.model.hidden) for _ in kinds]
+    return [Tensor(s.model.vocab, s.model.hidden) for _ in kinds] + encoder_head_copies(s)
 
 
 def unsized_saved(s: Setup) -> list[str]:
-    """modules_to_save names memlint does not size (a classifier head, a norm): their copies are not counted."""
-    return [n for n in s.modules_to_save if _saved_kind(n) is None]
+    """modules_to_save names memlint does not size (a norm, a module it has no linears for): their copies are
+    not counted."""
+    heads = [l.name for l in s.model.linears if l.role == "head"] if s.model.arch.get("encoder") else []
+    return [n for n in s.modules_to_save if _saved_kind(n) is None and not any(_head_saved(h, (n,)) for h in heads)]
 
 
 def trains_lm_head_copy(s: Setup) -> bool:

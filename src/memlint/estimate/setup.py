@@ -37,6 +37,9 @@ REF_MODELS = ("auto", "none", "copy", "adapter-disabled", "precomputed")
 # The model's output head, the class the script loads (AutoModelForCausalLM, AutoModelForSequenceClassification,
 # BertForTokenClassification, AutoModelForMaskedLM ...); "auto": the causal-LM head of a decoder, the
 # sequence-classification head of an encoder (catalog/families.json `encoder`).
+# peft's TaskType values (peft/utils/peft_types.py), "auto" and None (no task_type)
+PEFT_TASK_TYPES = ("auto", None, "SEQ_CLS", "TOKEN_CLS", "CAUSAL_LM", "SEQ_2_SEQ_LM", "QUESTION_ANS",
+                   "FEATURE_EXTRACTION")
 TASK_HEADS = ("auto", "causal-lm", "sequence-classification", "token-classification", "masked-lm")
 # Whose model code runs the step: transformers' modules (with peft, the HF loss), or LitGPT's own GPT (fused qkv
 # `attn`, LoRAQKVLinear, chunked lm_head + chunked cross-entropy; data/litgpt.json).
@@ -160,6 +163,10 @@ class Setup:
     # additional_target): each named module keeps its frozen original and gains a trained full copy
     # (ModulesToSaveWrapper), in the base's dtype: the input embeddings and lm_head are what runs name.
     modules_to_save: tuple[str, ...] = ()
+    # peft's task_type (LoraConfig(task_type=...)): SEQ_CLS / TOKEN_CLS add the classifier to modules_to_save; None:
+    # a plain PeftModel (an encoder's classifier stays frozen); "auto": the encoder's classification head's
+    # (SEQ_CLS / TOKEN_CLS), as peft's docs and run_glue-style LoRA scripts set it.
+    peft_task_type: str | None = "auto"
     # float8 training (torchao convert_to_float8_training; accelerate mixed_precision="fp8" with the AO backend;
     # torchtitan [float8]): the nn.Linear layers torchao swaps for Float8Linear. "all": every linear, lm_head too
     # (convert_to_float8_training without a filter); "layers": the decoder's linears only (torchtitan's
@@ -198,6 +205,9 @@ class Setup:
         check("objective", OBJECTIVES)
         check("ref_model", REF_MODELS)
         check("task_head", TASK_HEADS)
+        if self.peft_task_type not in PEFT_TASK_TYPES:
+            raise MemlintError(f"--peft-task-type {self.peft_task_type}: one of auto, none, "
+                               + ", ".join(t for t in PEFT_TASK_TYPES if t not in ("auto", None)))
         self._validate_head()
         check("model_code", MODEL_CODES)
         if self.model_code == "litgpt":
@@ -341,13 +351,24 @@ class Setup:
             if self.head == "causal-lm":
                 raise MemlintError(f"{self.model.id} is an encoder: --head sequence-classification, "
                                    "token-classification or masked-lm (it has no causal-LM head)")
-            if self.method != "full" or self.objective != "sft" or self.fused_loss or self.chunked_loss:
-                raise MemlintError(f"{self.model.id}: memlint accounts for encoders fully fine-tuned with their task "
-                                   "head (--method full, no preference objective or fused/chunked loss); "
-                                   "LoRA on an encoder is not modelled yet")
+            if self.method == "qlora" or self.objective != "sft" or self.fused_loss or self.chunked_loss:
+                raise MemlintError(f"{self.model.id}: memlint accounts for encoders fully fine-tuned or with LoRA, "
+                                   "with their task head (--method full or lora, no preference objective or "
+                                   "fused/chunked loss); QLoRA on an encoder is not modelled yet")
+            if self.method == "lora" and (self.use_dora or self.head == "masked-lm" or self.recompute):
+                raise MemlintError(f"{self.model.id}: LoRA on an encoder is modelled for the classification heads, "
+                                   "without DoRA or gradient checkpointing")
         elif self.head != "causal-lm":
             raise MemlintError(f"--head {self.head}: memlint models task heads on encoders (BERT, RoBERTa, XLM-RoBERTa); "
                                f"{self.model.id} is a decoder (its reward head: --objective reward)")
+
+    @property
+    def lora_task(self) -> str | None:
+        """peft's task_type, "auto" resolved (an encoder's classification head's, else None)."""
+        if self.peft_task_type != "auto":
+            return self.peft_task_type
+        return {"sequence-classification": "SEQ_CLS", "token-classification": "TOKEN_CLS"}.get(self.head) \
+            if self.encoder else None
 
     @property
     def encoder(self) -> bool:

@@ -479,16 +479,18 @@ class Builder:
         self.fields["method"] = Value(method, "literal", Span(self.path, lora.line), (f"{lora.cls.rsplit('.', 1)[-1]} (line {lora.line}) applied" + (" on a 4-bit base" if q4 else ""),), cands)
         self.adapter_dtype(models)
         if lora.adapter:
-            for f in ("lora_r", "lora_alpha", "lora_targets", "lora_dropout", "lora_modules_to_save"):
+            for f in ("lora_r", "lora_alpha", "lora_targets", "lora_dropout", "lora_modules_to_save", "lora_task_type"):
                 self.put(f, Unknown("read from a saved adapter at run time"), line=lora.line)
             return
         cls = lora.cls if lora.cls.startswith("unsloth") else "peft.LoraConfig"
         for field, arg in (("lora_r", "r"), ("lora_alpha", "lora_alpha"), ("lora_targets", "target_modules"),
-                           ("lora_dropout", "lora_dropout"), ("lora_modules_to_save", "modules_to_save")):
+                           ("lora_dropout", "lora_dropout"), ("lora_modules_to_save", "modules_to_save"),
+                           ("lora_task_type", "task_type")):
             v = lora.get(arg)
             if v is None:
                 v = Unknown(f"{arg} may be set by **kwargs") if lora.open else _libc(cls, arg, lora.line)
-            conv = _targets if field in ("lora_targets", "lora_modules_to_save") else (_int if field == "lora_r" else _number)
+            conv = (_targets if field in ("lora_targets", "lora_modules_to_save") else _task_type
+                    if field == "lora_task_type" else (_int if field == "lora_r" else _number))
             self.put(field, v, conv, lora.line)
         self.dora_field(lora, cls)
         if lora.cls.endswith("(LoRA written in the checkout)") and not self.facts.lora_freezes:
@@ -1238,6 +1240,15 @@ def _alts(vals: list) -> Any:
     if not vals:
         return None
     return vals[0] if len(vals) == 1 else Alts(tuple(vals))
+
+
+def _task_type(v: Any) -> str | None:
+    """peft's task_type: a string ("SEQ_CLS") or TaskType.SEQ_CLS (the attribute's name, as the enum's value)."""
+    if v is None or isinstance(v, str):
+        return v
+    if isinstance(v, Ref) and v.qual.startswith("peft.") and ".TaskType." in f".{v.qual}":
+        return v.qual.rsplit(".", 1)[-1]
+    raise _Unconvertible("task_type")
 
 
 def _libc(cls: str, attr: str, line: int | None) -> Any:

@@ -70,6 +70,16 @@ def lora_default_targets(model_type: str) -> Default | None:
     return None
 
 
+def peft_task_modules_to_save(task_type: str | None) -> tuple[str, ...]:
+    """The module names peft adds to modules_to_save for `task_type` (SEQ_CLS, TOKEN_CLS: the classifier)."""
+    table = data.load("library_defaults.json")["peft_task_modules_to_save"]
+    version = installed_version(table["package"])
+    for entry in table["entries"]:
+        if in_range(version, entry.get("versions")):
+            return tuple(entry["names"].get(task_type or "", ()))
+    return ()
+
+
 def run_default(name: str) -> Default:
     """What the estimator takes for training choice `name` (a Setup field) when nobody made it
     (data/library_defaults.json "run_defaults"): a library default at the installed versions, or

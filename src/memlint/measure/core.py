@@ -182,6 +182,10 @@ def _build_model(setup: Setup, build_device: str, attn: str) -> Any:
         from memlint.catalog.meta import ENCODER_HEADS
 
         cfg.num_labels = setup.num_labels
+        if setup.head == "sequence-classification" and setup.num_labels > 1:
+            # what the heads infer from integer labels; DeBERTa's inference path selects the labelled rows with
+            # nonzero() (a data-dependent shape fake tensors cannot trace; b x labels logits gathered, a few bytes)
+            cfg.problem_type = "single_label_classification"
         auto = getattr(transformers, ENCODER_HEADS[setup.head])
     elif setup.objective == "reward":
         # TRL's RewardTrainer: AutoModelForSequenceClassification with num_labels=1
@@ -337,6 +341,14 @@ def _preference_loss(model: Any, ref: Any, setup: Setup, ids: Any, autocast: Any
     return loss
 
 
+def _peft_task_type(setup: Setup) -> str | None:
+    """peft's task_type for the model: an encoder's head (SEQ_CLS / TOKEN_CLS add the classifier to
+    modules_to_save as scripts get it from LoraConfig(task_type=...)), a reward model's SEQ_CLS, else CAUSAL_LM."""
+    if setup.encoder:
+        return setup.lora_task
+    return "SEQ_CLS" if setup.objective == "reward" else "CAUSAL_LM"
+
+
 def _apply_lora(model: Any, setup: Setup, dropout: float) -> Any:
     from peft import LoraConfig, get_peft_model
 
@@ -344,7 +356,7 @@ def _apply_lora(model: Any, setup: Setup, dropout: float) -> Any:
     config = LoraConfig(r=setup.lora_r, lora_alpha=2 * setup.lora_r, target_modules=targets,
                         lora_dropout=dropout, use_dora=setup.use_dora,
                         modules_to_save=list(setup.modules_to_save) or None,
-                        task_type="SEQ_CLS" if setup.objective == "reward" else "CAUSAL_LM")
+                        task_type=_peft_task_type(setup))
     # peft's default autocast_adapter_dtype=True keeps fp16/bf16 adapters in fp32 (a plain bf16
     # loop, adapter_dtype "fp32"); pure-bf16 recipes that keep them bf16 ask peft not to.
     bf16_adapters = setup.adapter_dtype in ("bf16", "fp16") or (setup.adapter_dtype is None and setup.precision == "pure-bf16")
@@ -598,6 +610,8 @@ def _reserved(mode: str, meter: Any, tracker: Any, steps: int, alloc_conf: str |
 def _traced_attention(setup: Setup, mode: str, notes: list[str]) -> str:
     """The attention implementation the step runs: a kernel the CPU lacks runs as its stand-in."""
     attn = setup.attn
+    if setup.encoder and setup.model.arch.get("model_type") == "deberta-v2":
+        return "eager"  # DisentangledSelfAttention: its own eager code (transformers has no SDPA path for it)
     trace_as = attention()[attn].trace_as
     if attn != trace_as and mode != "cuda":
         attn = trace_as
@@ -951,7 +965,10 @@ def _encoder_head(model: Any) -> Any:
     base = getattr(model, model.base_model_prefix)
     if getattr(base, "pooler", None) is not None:
         return base.pooler
-    for name in ("cls", "lm_head", "dropout", "classifier"):  # MLM heads; token classification's dropout first
+    # DeBERTa's ContextPooler, DistilBERT's pre_classifier; the MLM heads (BERT's cls, RoBERTa's lm_head,
+    # DistilBERT's vocab_transform); token classification's dropout before its classifier
+    for name in ("pooler", "pre_classifier", "cls", "lm_predictions", "lm_head", "vocab_transform", "dropout",
+                 "classifier"):
         if getattr(model, name, None) is not None:
             return getattr(model, name)
     raise MemlintError("no task head found on the encoder")
