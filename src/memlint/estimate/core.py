@@ -224,7 +224,8 @@ def _real_phases(s: Setup, lay, a, w: int, g: int, o: int, tmp: int, gath: int, 
         return {"forward": fwd, "backward": bwd, "optimizer": w + o + keep}
     bwd = w + gath_b + o + keep + lay.backward + max(a.body + a.logits_backward + g_fwd, a.body + transient + g_fwd,
                                                    a.body + a.backward_transient + g_fwd,
-                                                   g + transient + lay.backward_tail, g + tied_accumulation(s))
+                                                   g + transient + a.recompute_keep + lay.backward_tail,
+                                                   g + tied_accumulation(s))
     opt = w + g + o + tmp + keep
     return {"forward": fwd, "backward": bwd, "optimizer": opt}
 
