@@ -333,6 +333,16 @@ def _setup_notes(s: Setup, accounting: str) -> list[str]:
         notes.append(f"encoder with transformers' {s.model.model_type}'s {cls} head{labels}"
                      + (" (the head assumed: --head)" if s.task_head == "auto" else "")
                      + "; dropout 0.1 in every layer (CUDA's fused dropout keeps a 1-byte mask)")
+    if s.seq2seq:
+        notes.append(f"encoder-decoder: the encoder at the source length ({s.seq}), the decoder at the target length "
+                     + (f"({s.tgt})" if s.target_len is not None else
+                        f"assumed = the source length ({s.seq}; approximate: the target length is unknown, pass "
+                        "--target-len)")
+                     + "; dropout 0.1 in every layer (CUDA's fused dropout keeps a 1-byte mask)"
+                     + ("; bf16 weights not trace-validated (fp32 weights, with and without bf16 autocast, are)"
+                        if s.dtype != "fp32" else "")
+                     + ("; the backward of autocast with recompute measured up to 6 % above this estimate"
+                        if s.recompute and s.precision in ("amp-bf16", "amp-fp16") else ""))
     if s.model.text_only:
         notes.append(f"{s.model.id}: multimodal checkpoint counted as its text tower")
     if s.modules_to_save:
