@@ -166,7 +166,7 @@ def _count_seq2seq(model_type: str, config: dict) -> dict:
     arch.update({
         "hidden_size": cfg.d_model, "intermediate_size": cfg.d_ff, "num_layers": cfg.num_layers,
         "num_decoder_layers": cfg.num_decoder_layers, "num_heads": cfg.num_heads, "num_kv_heads": cfg.num_heads,
-        "head_dim": cfg.d_kv, "mlp": "gated" if cfg.is_gated_act else "plain", "norms_per_layer": 2,
+        "head_dim": cfg.d_kv, "gated_ffn": bool(cfg.is_gated_act),
         "relative_attention_num_buckets": cfg.relative_attention_num_buckets,
         "scale_decoder_outputs": bool(getattr(cfg, "scale_decoder_outputs", counted["tied_embeddings"])),
         "dropout_rate": cfg.dropout_rate, "activation": cfg.dense_act_fn,

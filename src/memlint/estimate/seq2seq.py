@@ -78,7 +78,7 @@ def _ffn_bytes(s: Setup, stack: str) -> int:
     fp32 pow promotes tanh, 1 + tanh, the GELU output and the gate product to fp32 (wo casts its input back), and
     wo's `.to(wo.weight.dtype)` keeps relu's dropout output in fp32 for wo to cast."""
     a, x, amp, _, _, f, _ = _sizes(s)
-    gated = s.model.arch.get("mlp") == "gated"
+    gated = bool(s.model.arch.get("gated_ffn"))
     fp = 4 if amp else a  # the gate product's dtype (fp32 under autocast)
     if gated:
         body = (4 + 4 + a + 4 + 4 + a + 1) if amp else 6 * a + 1
@@ -89,7 +89,7 @@ def _ffn_bytes(s: Setup, stack: str) -> int:
 
 
 def _ffn_in(s: Setup, stack: str) -> list[str]:
-    gated = s.model.arch.get("mlp") == "gated"
+    gated = bool(s.model.arch.get("gated_ffn"))
     return [f"{stack}.DenseReluDense.wi_0", f"{stack}.DenseReluDense.wi_1"] if gated else [f"{stack}.DenseReluDense.wi"]
 
 
