@@ -341,8 +341,10 @@ def _setup_notes(s: Setup, accounting: str) -> list[str]:
                      + "; dropout 0.1 in every layer (CUDA's fused dropout keeps a 1-byte mask)"
                      + ("; bf16 weights not trace-validated (fp32 weights, with and without bf16 autocast, are)"
                         if s.dtype != "fp32" else "")
-                     + ("; the backward of autocast with recompute measured up to 6 % above this estimate"
-                        if s.recompute and s.precision in ("amp-bf16", "amp-fp16") else ""))
+                     + ("; the backward of autocast with recompute measured up to 5 % above this estimate"
+                        if s.recompute and s.precision in ("amp-bf16", "amp-fp16") else "")
+                     + ("; the textbook accounting has no encoder-decoder formula: T5's real terms are used"
+                        if accounting == "textbook" else ""))
     if s.model.text_only:
         notes.append(f"{s.model.id}: multimodal checkpoint counted as its text tower")
     if s.modules_to_save:
