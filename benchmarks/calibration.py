@@ -139,7 +139,23 @@ WHY_NOT = {
                                  "memlint's LitGPT accounting covers one GPU without checkpointing",
     "litgpt-lora-stablelm3b": "LitGPT's bf16-mixed (fp32 weights under autocast): memlint's LitGPT accounting covers "
                               "bf16-true and 32-true",
-    "peft-readme-T0_3B": "encoder-decoder T5 (T0_3B): memlint's accounting and trace cover decoder-only LMs",
+    "peft-readme-T0_3B-3": "DeepSpeed ZeRO-3 with parameter and optimizer offload on one GPU: memlint's ZeRO "
+                           "accounting needs two or more ranks",
+}
+# peft-readme-T0_3B-*: peft's README table (commit 5de17518), its examples/pet_lora_seq2seq_accelerate_ds_zero3_offload.py:
+# bigscience/T0_3B, batch 8, fp32 (no mixed precision), torch.optim.AdamW, LoRA r=8 alpha 32 dropout 0.1 on peft's T5
+# default (q, v); tweets tokenized with truncation=True and padded to the longest in the batch (sources under ~100
+# tokens: 100 assumed), labels padded to target_max_length, the longest class label ("no complaint" + </s>: 4
+# assumed); transformers of December 2022 ran T5's eager attention, and torch 1.13's AdamW its for-loop step unless
+# given foreach=True (the foreach default on CUDA came with torch 2.0; not read from a fetched source: the foreach
+# estimate is 1.24x published for the full fine-tune). Published: TorchTracemalloc's peak
+# (torch.cuda.max_memory_allocated), so the estimate's allocated peak.
+T0_COMMON = dict(dtype="fp32", precision="fp32", optim="adamw_torch_forloop", batch=8, seq=100, target_len=4, attn="eager",
+                 grad_accum=1, recompute=False)
+T0_LORA = dict(method="lora", lora_r=8, lora_targets=("q", "v"), lora_dropout=0.1)
+T0 = {
+    "peft-readme-T0_3B-1": ("full fine-tune", dict(method="full")),
+    "peft-readme-T0_3B-2": ("LoRA", T0_LORA),
 }
 
 
@@ -222,7 +238,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     points = json.loads(Path(args.points).read_text())
     earlier = {r["id"]: r for r in json.loads(Path(args.json).read_text())} if args.reuse else {}
-    rows, fits, skipped, allocated = [], [], [], []
+    rows, fits, skipped, allocated, t5rows = [], [], [], [], []
     traced_new = False
     for p in points:
         pid = p["id"]
@@ -252,6 +268,12 @@ def main(argv=None) -> int:
             else:
                 rows.append(_reserved_row(pid, model, s, p, not args.no_trace and pid not in earlier))
                 rows[-1].update({k: earlier[pid][k] for k in ("replay", "live", "seconds") if k in earlier.get(pid, {})})
+        elif pid in T0:
+            run, kw = T0[pid]
+            e = estimate(Setup(resolve(p["model"]), **T0_COMMON, **kw), "real")
+            t5rows.append({"id": pid, "model": p["model"], "litgpt": "—", "config": f"b8 s100 t4 {run}",
+                           "statistic": "max_memory_allocated", "published": p["measured"]["bytes"],
+                           "estimate": e.allocated_peak})
         elif pid in BERT:
             # the estimate of the same step (reserved with reserved); the replay from the earlier run or a new trace
             row = dict(earlier[pid]) if pid in earlier else _bert_row(pid, p, trace=not args.no_trace)
@@ -263,7 +285,7 @@ def main(argv=None) -> int:
         else:
             skipped.append((pid, p.get("model"), p["measured"].get("metric", ""), why_not(pid)))
         print(pid, "done", flush=True)
-    Path(args.out).write_text(render(rows, fits, skipped, allocated))
+    Path(args.out).write_text(render(rows, fits, skipped, allocated, t5rows))
     if not args.reuse or traced_new:
         Path(args.json).write_text(json.dumps(rows + allocated, indent=1) + "\n")
     return 0
@@ -354,7 +376,8 @@ def _share(values: list[float], lo: float, hi: float) -> str:
     return f"{n} of {len(values)} ({n / len(values):.0%})"
 
 
-def render(rows: list[dict], fits: list[dict], skipped: list[tuple], allocated: list[dict]) -> str:
+def render(rows: list[dict], fits: list[dict], skipped: list[tuple], allocated: list[dict],
+           t5rows: list[dict] | None = None) -> str:
     lo, hi = RESERVED_BAND
     est = [ratio(r["estimate"], r["published"]) for r in rows if r.get("estimate")]
     rep = [ratio(r["replay"], r["published"]) for r in rows if r.get("replay")]
@@ -444,6 +467,24 @@ def render(rows: list[dict], fits: list[dict], skipped: list[tuple], allocated: 
                  f"{tr / 1e9:.2f}" if tr else "—", f"{ratio(tr, pub):.3f}" if tr else "—",
                  f"{ratio(est, tr):.3f}" if est and tr else "—"]
         lines.append("| " + " | ".join(cells) + " |")
+    if t5rows:
+        lines += [
+            "",
+            "## Allocated (T5, peft README)",
+            "",
+            "`estimate` = `memlint estimate`'s allocated peak of bigscience/T0_3B's step as peft's example runs it "
+            "(estimate/seq2seq.py: fp32, eager attention, for-loop AdamW, batch 8, source 100 and target 4 tokens "
+            "assumed); published "
+            "= TorchTracemalloc's peak (max_memory_allocated), read as GB = 1e9 B (were the README's GB thousands of "
+            "MiB, published would be 4.9 % higher).",
+            "",
+            "| point | model | run | published GB | estimate GB | estimate / published |",
+            "|---|---|---|---:|---:|---:|",
+        ]
+        for r in t5rows:
+            pub, est = r["published"], r["estimate"]
+            lines.append(f"| {r['id']} | {r['model']} | {r['config']} | {pub / 1e9:.2f} | {est / 1e9:.2f} | "
+                         f"{ratio(est, pub):.3f} |")
     lines += [
         "",
         "## Fit / OOM",

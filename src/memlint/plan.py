@@ -74,6 +74,7 @@ PLAN_FIELDS = (
     "ref_model",
     "task_head",
     "num_labels",
+    "target_len",
 )
 
 METHODS = ("full", "lora", "qlora")

@@ -44,8 +44,14 @@ def arch_facts(model_type: str) -> dict[str, Any]:
     out = {"mlp": f["mlp"], "norm": f["norm"], "norms_per_layer": f["norms_per_layer"]}
     if f["encoder"]:  # only encoders carry the key: decoder entries stay as they were
         out["encoder"] = True
+    if f["encoder_decoder"]:
+        out["encoder_decoder"] = True
     return out
 
 
 def encoder(model_type: str) -> bool:
     return bool(family(model_type)["encoder"])
+
+
+def encoder_decoder(model_type: str) -> bool:
+    return bool(family(model_type)["encoder_decoder"])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from memlint.catalog.families import arch_facts, encoder, linear_role
+from memlint.catalog.families import arch_facts, encoder, encoder_decoder, linear_role
 
 _LAYER_INDEX = re.compile(r"^(?:.*\.)?(?:layers|h|blocks|layer)\.(\d+)\.(.+)$")
 
@@ -128,9 +128,64 @@ def _count_encoder(model_type: str, config: dict) -> dict:
     return counted
 
 
+_T5_LINEAR = re.compile(r"^(encoder|decoder)\.block\.\d+\.layer\.\d+\.(.+)$")
+
+
+def build_seq2seq(model_type: str, config: dict, device: str = "meta", **kwargs):
+    """transformers' own encoder-decoder LM (AutoModelForSeq2SeqLM: T5ForConditionalGeneration) as a training run
+    has it. transformers 5.x's T5Config forces tie_word_embeddings=True, so from_config always ties lm_head to the
+    shared embedding, while from_pretrained keeps a checkpoint's own lm_head.weight untied when it differs from
+    `shared` (T5 v1.1 / Flan-T5 / T0 configs say tie_word_embeddings false and carry one); memlint unties lm_head
+    where the config says false, as loading such a checkpoint does (data/library_api.json seq2seq_untied_lm_head)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForSeq2SeqLM
+
+    cfg = AutoConfig.for_model(model_type, **config)
+    with torch.device(device):
+        model = AutoModelForSeq2SeqLM.from_config(cfg, **kwargs)
+        if config.get("tie_word_embeddings") is False and model.lm_head.weight is model.shared.weight:
+            model.lm_head.weight = torch.nn.Parameter(torch.empty_like(model.shared.weight))
+    return cfg, model
+
+
+def _count_seq2seq(model_type: str, config: dict) -> dict:
+    """An encoder-decoder's exact counts (T5ForConditionalGeneration on the meta device, lm_head untied where the
+    checkpoint's config says so); its linears keyed by stack (encoder./decoder.) and sub-layer, and the relative
+    attention bias tables (an Embedding of buckets x heads in each stack's first layer) under `other`."""
+    import torch
+
+    cfg, model = build_seq2seq(model_type, config)
+    counted = _count_module(model_type, cfg, model, model.get_output_embeddings())
+    linears = {k: v for k, v in counted["linear_modules"].items() if k == "lm_head"}
+    for name, mod in model.named_modules():
+        m = _T5_LINEAR.match(name)
+        if isinstance(mod, torch.nn.Linear) and m:
+            key = f"{m.group(1)}.{m.group(2)}"
+            slot = linears.setdefault(key, {"in": mod.in_features, "out": mod.out_features,
+                                            "bias": mod.bias is not None, "count": 0, "role": linear_role(key)})
+            slot["count"] += 1
+    rel = sum(p.numel() for n, p in model.named_parameters() if "relative_attention_bias" in n)
+    groups = dict(counted["groups"])
+    groups["embeddings"] -= rel
+    groups["other"] += rel
+    arch = counted["arch"]
+    arch.update({
+        "hidden_size": cfg.d_model, "intermediate_size": cfg.d_ff, "num_layers": cfg.num_layers,
+        "num_decoder_layers": cfg.num_decoder_layers, "num_heads": cfg.num_heads, "num_kv_heads": cfg.num_heads,
+        "head_dim": cfg.d_kv, "gated_ffn": bool(cfg.is_gated_act),
+        "relative_attention_num_buckets": cfg.relative_attention_num_buckets,
+        "scale_decoder_outputs": bool(getattr(cfg, "scale_decoder_outputs", counted["tied_embeddings"])),
+        "dropout_rate": cfg.dropout_rate, "activation": cfg.dense_act_fn,
+        "tie_word_embeddings": counted["tied_embeddings"],
+    })
+    return {**counted, "groups": groups, "linear_modules": linears, "arch": arch}
+
+
 def _count_on_meta(model_type: str, config: dict) -> dict:
     if encoder(model_type):
         return _count_encoder(model_type, config)
+    if encoder_decoder(model_type):
+        return _count_seq2seq(model_type, config)
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.pytorch_utils import Conv1D

@@ -100,6 +100,9 @@ def _model_code_flags(g: Any, flag: Any) -> None:
                    default="auto", help="the output head, the class the script loads (auto: causal-lm for a decoder, "
                    "sequence-classification for an encoder such as BERT / RoBERTa)")
     flag("--num-labels", key="num_labels", type=int, metavar="N", help="labels of a classification head")
+    g.add_argument("--target-len", type=int, default=None, metavar="N",
+                   help="an encoder-decoder's (T5's) target length, the decoder's tokens (default: the source length, "
+                   "--seq, assumed)")
     g.add_argument("--model-code", choices=("transformers", "litgpt"), default="transformers",
                    help="whose model code runs the step: transformers' modules (peft, the HF loss), or LitGPT's GPT "
                         "(fused qkv, LoRAQKVLinear, chunked lm_head + chunked cross-entropy; bf16-true: --precision "
@@ -165,7 +168,7 @@ def setup_from_args(args: argparse.Namespace):
         offload_activations=args.offload_activations, optimizer_in_bwd=args.optimizer_in_bwd, float8=args.float8,
         recompute_every=args.recompute_every, recompute_policy=args.recompute_policy, galore_rank=args.galore_rank, galore_targets=_galore_targets(args.galore_targets),
         objective=args.objective, ref_model=args.ref_model, trl_version=args.trl_version or installed_version("trl"),
-        task_head=args.head, num_labels=args.num_labels,
+        task_head=args.head, num_labels=args.num_labels, target_len=args.target_len,
         tp=args.tp, sequence_parallel=args.sequence_parallel, cp=args.cp, tp_stack=args.tp_stack,
         loss_parallel=args.loss_parallel,
         model_code=args.model_code,

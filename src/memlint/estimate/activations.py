@@ -553,6 +553,10 @@ def _fused(s: Setup, body: int, per_layer: int, formula: str, copies_head: int) 
 
 
 def activations(s: Setup, accounting: str) -> ActivationTerms:
+    if s.seq2seq:
+        from memlint.estimate.seq2seq import seq2seq_terms
+
+        return seq2seq_terms(s)
     if s.encoder:
         return textbook_encoder(s) if accounting == "textbook" else encoder_terms(s)
     if s.objective != "sft":

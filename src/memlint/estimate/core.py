@@ -236,7 +236,8 @@ def _real_phases(s: Setup, lay, a, w: int, g: int, o: int, tmp: int, gath: int, 
         return {"forward": fwd, "backward": bwd, "optimizer": w + o + keep}
     bwd = w + gath_b + o + keep + lay.backward + max(a.body + a.logits_backward + g_fwd, a.body + transient + g_fwd,
                                                    a.body + a.backward_transient + g_fwd,
-                                                   g + transient + lay.backward_tail, g + tied_accumulation(s))
+                                                   g + transient + a.recompute_keep + lay.backward_tail,
+                                                   g + tied_accumulation(s))
     opt = w + g + o + tmp + keep
     return {"forward": fwd, "backward": bwd, "optimizer": opt}
 
@@ -353,6 +354,18 @@ def _setup_notes(s: Setup, accounting: str) -> list[str]:
         if s.model.arch.get("model_type") in _EAGER_ONLY:
             notes.append(f"{s.model.model_type}: disentangled attention (c2p/p2c) runs its own eager code: the "
                          "s x s scores per head and the s x 2k position scores are kept, whatever --attn says")
+    if s.seq2seq:
+        notes.append(f"encoder-decoder: the encoder at the source length ({s.seq}), the decoder at the target length "
+                     + (f"({s.tgt})" if s.target_len is not None else
+                        f"assumed = the source length ({s.seq}; approximate: the target length is unknown, pass "
+                        "--target-len)")
+                     + "; dropout 0.1 in every layer (CUDA's fused dropout keeps a 1-byte mask)"
+                     + ("; bf16 weights not trace-validated (fp32 weights, with and without bf16 autocast, are)"
+                        if s.dtype != "fp32" else "")
+                     + ("; the backward of autocast with recompute measured up to 5 % above this estimate"
+                        if s.recompute and s.precision in ("amp-bf16", "amp-fp16") else "")
+                     + ("; the textbook accounting has no encoder-decoder formula: T5's real terms are used"
+                        if accounting == "textbook" else ""))
     if s.model.text_only:
         notes.append(f"{s.model.id}: multimodal checkpoint counted as its text tower")
     if s.modules_to_save:

@@ -412,7 +412,7 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
         kbit_prep=kbit_prep, adapter_dtype=adapter_dtype, use_dora=_use_dora(get, method),
         modules_to_save=_modules_to_save(get, method, notes), peft_task_type=_task_type(get, method),
         offload_activations=_offload_activations(get), float8=_float8(get, method, quant, notes), chunked_loss=0 if fused or objective != "sft" else _chunked(get),
-        **_head(get, spec, notes),
+        **_head(get, spec, notes), **_target(get, spec, int(seq), notes),
     )
     setup = _model_code(setup, get, notes)
     return PlannedSetup(setup, (), tuple(notes))
@@ -440,6 +440,19 @@ def _parallel_and_shard(get, spec, gpus: int, shard: str, offload: str, notes: l
                      "parallelism takes its share: estimated unsharded")
         shard, offload = "none", "none"
     return parallel, shard, offload
+
+
+def _target(get, spec, seq: int, notes: list[str]) -> dict[str, Any]:
+    """An encoder-decoder's target length (plan target_len: text_target='s max_length, args.max_target_length);
+    unknown: the estimate assumes the target as long as the source, and says so."""
+    if not spec.arch.get("encoder_decoder"):
+        return {}
+    v = get("target_len")
+    if v.known and isinstance(_worst(v), int) and _worst(v) >= 1:
+        return {"target_len": int(_worst(v))}
+    notes.append(f"target length unknown: the estimate assumes the target as long as the source ({seq} tokens; "
+                 "approximate: pass --assume target_len=N, or set max_length= on the labels' tokenizer call)")
+    return {}
 
 
 def _head(get, spec, notes: list[str]) -> dict[str, Any]:

@@ -110,6 +110,9 @@ class Setup:
     optim: str = _default("optim")
     batch: int = _default("batch")
     seq: int = _default("seq")
+    # An encoder-decoder's (T5's) target length: the decoder's tokens (labels), the encoder reading `seq`; None: the
+    # target assumed as long as the source (say so: the estimate is approximate then).
+    target_len: int | None = None
     grad_accum: int = _default("grad_accum")
     recompute: bool = _default("recompute")
     attn: str = _default("attn")
@@ -209,6 +212,7 @@ class Setup:
             raise MemlintError(f"--peft-task-type {self.peft_task_type}: one of auto, none, "
                                + ", ".join(t for t in PEFT_TASK_TYPES if t not in ("auto", None)))
         self._validate_head()
+        self._validate_seq2seq()
         check("model_code", MODEL_CODES)
         if self.model_code == "litgpt":
             self._validate_litgpt()
@@ -361,6 +365,36 @@ class Setup:
         elif self.head != "causal-lm":
             raise MemlintError(f"--head {self.head}: memlint models task heads on encoders (BERT, RoBERTa, XLM-RoBERTa); "
                                f"{self.model.id} is a decoder (its reward head: --objective reward)")
+
+    def _validate_seq2seq(self) -> None:
+        """An encoder-decoder (T5): full fine-tune or LoRA in fp32 / bf16 weights, with its LM head."""
+        if self.target_len is not None and (not isinstance(self.target_len, int) or self.target_len < 1):
+            raise MemlintError("--target-len must be a positive integer")
+        if not self.seq2seq:
+            return
+        unsupported = [name for name, on in (
+            ("a quantized base", self.quant != "none"), ("fp16 weights (transformers keeps T5's wo in fp32)", self.dtype == "fp16"),
+            ("a preference objective", self.objective != "sft"), ("a fused or chunked loss", self.fused_loss or self.chunked_loss),
+            ("tensor / context parallelism", self.tp > 1 or self.cp > 1), ("activation offloading", self.offload_activations),
+            ("DoRA", self.use_dora), ("float8", self.float8 != "none"), ("LitGPT's model code", self.model_code != "transformers"),
+            ("the optimizer in backward", self.steps_in_backward), ("GaLore", bool(self.optimizer.get("galore"))),
+            ("partial recompute", self.recompute_every > 1),
+            ("modules_to_save", bool(self.modules_to_save))) if on]
+        if unsupported:
+            raise MemlintError(f"{self.model.id} is an encoder-decoder: memlint accounts for its full fine-tune and LoRA "
+                               f"(fp32 or bf16 weights); {', '.join(unsupported)} not modelled for it yet")
+        if self.method not in ("full", "lora"):
+            raise MemlintError(f"{self.model.id} is an encoder-decoder: --method full or lora")
+
+    @property
+    def seq2seq(self) -> bool:
+        """An encoder-decoder LM (T5): the encoder reads `seq` tokens, the decoder `tgt`."""
+        return bool(self.model.arch.get("encoder_decoder"))
+
+    @property
+    def tgt(self) -> int:
+        """The decoder's length: target_len, else the source length (assumed)."""
+        return self.target_len if self.target_len is not None else self.seq
 
     @property
     def lora_task(self) -> str | None:

@@ -33,3 +33,4 @@ class ActivationTerms:
     transient: int = 0   # forward working memory next to the saved body (DoRA's weight norm of its largest layer)
     forward_transient: int = 0  # forward-only working memory next to the saved body (an encoder layer's own)
     backward_transient: int = 0  # backward working memory of one layer next to what is still saved (float8 casts)
+    recompute_keep: int = 0  # under recompute, saved bytes still alive beside the last gradients (T5's encoder part)

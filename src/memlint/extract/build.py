@@ -22,7 +22,7 @@ from memlint.library import api
 from memlint.library.defaults import default as library_default
 from memlint.plan import SOURCES, Span, TrainingPlan, Value
 
-_NUMERIC = {"lora_r", "lora_alpha", "per_device_batch", "eval_batch", "grad_accum", "max_length", "num_gpus"}
+_NUMERIC = {"lora_r", "lora_alpha", "per_device_batch", "eval_batch", "grad_accum", "max_length", "num_gpus", "target_len"}
 # When branches disagree, `value` is the candidate that costs the most memory.
 _WORST = {
     "quant_bits": [None, 8, 4],
@@ -871,10 +871,32 @@ class Builder:
 
     # ---- padding from tokenizer calls and collators ----------------------------------------
 
+    def target_length(self, calls: list, line: int | None) -> None:
+        """An encoder-decoder's target (labels) length: the max_length of a tokenizer call given text_target=
+        (`tokenizer(text_target=..., max_length=N)`, labels alone or with the source), else the script's own
+        target-length argument (args.max_target_length, data/library_api.json target_length_arguments)."""
+        lengths: list = []
+        for entry in calls:
+            if "text_target" in entry.kwargs:
+                kind = entry.kwargs.get("padding")
+                kind = "max_length" if isinstance(kind, Const) and kind.value == "max_length" else None
+                lengths += _call_lengths(entry.kwargs, kind, entry.tokenizer, entry.method)
+        if not any(isinstance(v, (Const, Alts)) for v in lengths):
+            for la in self.facts.first("target_length_args"):
+                v = la.value
+                if isinstance(v, Const) and isinstance(v.value, int) and not isinstance(v.value, bool) and v.value > 0:
+                    lengths = [Const(v.value, v.source, v.line, v.chain + (
+                        f"the script's own target-length argument .{la.name} (line {la.line})",), v.file)]
+                    break
+        if lengths:
+            self.put("target_len", _alts(lengths), _length, line)
+
     def data_padding(self, collator: Any, tokenizer_given: bool, line: int | None) -> None:
         facts = self.facts
         chunking = facts.first("chunking")
         reached_calls = facts.first("tokenizer_calls")
+        self.target_length(reached_calls, line)
+        reached_calls = [c for c in reached_calls if c.text]  # text_target= alone tokenizes the labels only
         if chunking and (facts.reached.get("chunking", 1) or not facts.reached.get("tokenizer_calls")):
             size, cline = chunking[0].size, chunking[0].line
             self.put("packing", Const(True, "literal", cline, ("token stream cut into fixed blocks: t[i : i + n] for i in range(0, total, n)",)), _bool, cline)

@@ -1321,7 +1321,8 @@ class Handlers:
         return Unknown(f"the result of model.{name}()")
 
     def tokenize(self, it: Any, tok: Tokenizer, args: list, kwargs: dict, line: int | None, name: str = "__call__") -> Any:
-        it.facts.tokenizer_calls.append(TokenizerCall(dict(kwargs), line, tok, name))
+        it.facts.tokenizer_calls.append(TokenizerCall(dict(kwargs), line, tok, name,
+                                                      bool(args) or "text" in kwargs or "text_target" not in kwargs))
         return Unknown("token ids")
 
     def argparse_method(self, it: Any, p: ArgParser, name: str, args: list, kwargs: dict, line: int | None) -> Any:
@@ -1570,6 +1571,8 @@ class Handlers:
                 or isinstance(obj, TrainingArgs) and _declares(obj.user_class, attr)):
             # a TrainingArguments subclass's own field (`model_max_length: int = field(...)`) is the script's too
             it.facts.length_args.append(LengthArg(attr, value, line))
+        if attr in api.target_length_arguments() and isinstance(obj, (ArgNamespace, Namespace, DataclassInstance)):
+            it.facts.target_length_args.append(LengthArg(attr, value, line))
         return value
 
     def _getattr(self, it: Any, obj: Obj, attr: str, line: int | None) -> Any:

@@ -107,6 +107,7 @@ class Facts:
     chunking: list = field(default_factory=list)         # Chunking: t[i : i + n] for i in range(0, _, n)
     windows: list = field(default_factory=list)          # Window: data[i : i + n] for i in <B random offsets>
     length_args: list = field(default_factory=list)      # LengthArg: args.max_seq_length read from the script's arguments
+    target_length_args: list = field(default_factory=list)  # LengthArg: args.max_target_length (a seq2seq's labels)
     hand_pads: list = field(default_factory=list)        # HandPad: padding the script writes itself
     offloads: list = field(default_factory=list)         # Const offload kinds a wrapper's options set (FSDP CPUOffload)
     autocasts: list = field(default_factory=list)        # AutocastCall
@@ -180,7 +181,7 @@ class Interpreter:
     def run(self) -> Facts:
         self._exec_module(self.main)
         self.facts.reached = {name: len(getattr(self.facts, name)) for name in
-                              ("objects", "tokenizer_calls", "chunking", "windows", "length_args", "hand_pads", "steps", "autocasts", "liger_calls",
+                              ("objects", "tokenizer_calls", "chunking", "windows", "length_args", "target_length_args", "hand_pads", "steps", "autocasts", "liger_calls",
                                "backward", "grad_hooks")}
         # Functions nothing called (entry points of other launchers, helpers passed by name)
         # still say how the script trains: walk them once, their parameters at their defaults.

@@ -306,6 +306,7 @@ class TokenizerCall(NamedTuple):
     line: int | None
     tokenizer: Tokenizer | None = None
     method: str = "__call__"  # "pad": tokenizer.pad(), which pads and never truncates
+    text: bool = True  # the call tokenizes source text (positional or text=); False: text_target= only (labels)
 
 
 class OptimizerStep(NamedTuple):

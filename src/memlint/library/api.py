@@ -68,6 +68,12 @@ def galore_optimizer(name: str) -> bool:
 
 
 @data.derived
+def target_length_arguments() -> frozenset[str]:
+    """Names of a script's own target-length argument (args.max_target_length): an encoder-decoder's labels cap."""
+    return frozenset(_doc()["target_length_arguments"]["names"])
+
+
+@data.derived
 def length_arguments() -> frozenset[str]:
     """Names of a script's own sequence-length argument (args.max_seq_length, cfg.cutoff_len)."""
     return frozenset(_doc()["length_arguments"]["names"])

@@ -174,6 +174,13 @@ def _build_model(setup: Setup, build_device: str, attn: str) -> Any:
         raise MemlintError(f"{spec.id}: transformers cannot build this config ({str(exc).splitlines()[0][:200]})") from None
     cfg.use_cache = False  # training: no KV cache (what Trainer+gradient checkpointing/TRL set)
     dtype = getattr(torch, _TORCH_DTYPES[setup.dtype])
+    if setup.seq2seq:
+        # transformers' AutoModelForSeq2SeqLM (T5ForConditionalGeneration), lm_head untied as from_pretrained
+        # loads a checkpoint whose config says tie_word_embeddings false (catalog/meta.py build_seq2seq)
+        from memlint.catalog.meta import build_seq2seq
+
+        return build_seq2seq(spec.model_type, {**dict(spec.config), "use_cache": False}, build_device,
+                             dtype=dtype, attn_implementation=attn)[1]
     auto = AutoModelForCausalLM
     if setup.encoder:
         # the head class the script loads: transformers' Auto class for the task head (catalog/meta.py)
@@ -346,7 +353,7 @@ def _peft_task_type(setup: Setup) -> str | None:
     modules_to_save as scripts get it from LoraConfig(task_type=...)), a reward model's SEQ_CLS, else CAUSAL_LM."""
     if setup.encoder:
         return setup.lora_task
-    return "SEQ_CLS" if setup.objective == "reward" else "CAUSAL_LM"
+    return "SEQ_CLS" if setup.objective == "reward" else "SEQ_2_SEQ_LM" if setup.seq2seq else "CAUSAL_LM"
 
 
 def _apply_lora(model: Any, setup: Setup, dropout: float) -> Any:
@@ -690,6 +697,8 @@ class _Run:
             stack.enter_context(_cuda_dropout())
             if self.setup.encoder:
                 stack.enter_context(_cuda_encoder_kernels(flash_dropout=fake_mode is not None))
+            if self.setup.seq2seq:
+                stack.enter_context(_cuda_seq2seq_kernels(fake=fake_mode is not None))
         if self.setup.recompute:
             kwargs: dict[str, Any] = {"use_reentrant": False}
             if self.setup.recompute_policy == "op-sac":
@@ -737,6 +746,11 @@ class _Run:
                 ref._apply(lambda t: torch.empty_like(t, device="cpu"))
         if tied and not _is_tied(model):
             _retie(model)  # materialising on fake storages silently unties them
+        if setup.seq2seq:  # and T5's stacks from the shared embedding they read
+            base = getattr(model, "base_model", model)
+            base = getattr(base, "model", base)
+            for stack in (base.encoder, base.decoder):
+                stack.embed_tokens.weight = base.shared.weight
         if setup.encoder and fake_mode is not None:
             model.tie_weights()  # and a masked-LM decoder's bias from the head's `bias`
         if ref is not None and tied and not _is_tied(ref):
@@ -860,6 +874,8 @@ class _Run:
         setup = self.setup
         if setup.encoder:
             head = _encoder_head(model)
+        elif setup.seq2seq:
+            head = model.get_output_embeddings()
         else:
             head = model.get_output_embeddings() if setup.objective != "reward" else _score_head(model)
         marks, handle = mark_head(head, meter)
@@ -893,6 +909,8 @@ class _Run:
             marks.clear()
             input_ids = torch.randint(0, setup.model.vocab, (rows, setup.seq), device=self.dev)
             labels = input_ids
+            if setup.seq2seq:  # the decoder's targets (T5 shifts them right into decoder_input_ids)
+                labels = torch.randint(0, setup.model.vocab, (rows, setup.tgt), device=self.dev)
             if setup.encoder and setup.head == "sequence-classification":
                 labels = torch.randint(0, setup.num_labels, (rows,), device=self.dev)
             elif setup.encoder and setup.head == "token-classification":
@@ -972,6 +990,56 @@ def _encoder_head(model: Any) -> Any:
         if getattr(model, name, None) is not None:
             return getattr(model, name)
     raise MemlintError("no task head found on the encoder")
+
+
+@contextlib.contextmanager
+def _cuda_seq2seq_kernels(fake: bool = True):
+    """What CUDA runs for T5's step that the CPU would run otherwise:
+
+    - autocast: CUDA casts softmax and pow inputs to fp32 (its fp32 op list: T5's eager softmax and NewGELU's
+      torch.pow(x, 3)); CPU's autocast runs them in half. Cast as CUDA does.
+    - SDPA with T5's position bias as a float attn_mask (and dropout in training): CUDA runs the memory-efficient
+      kernel (flash takes no mask), which saves q, k, v, its output, an fp32 logsumexp (b x heads x q, q rounded
+      up to 32) and the bias, and makes the bias's gradient in backward; the CPU falls back to the math path,
+      which materialises the scores. On fake tensors run the efficient kernel's own op (its meta kernel)."""
+    import torch
+    import torch.nn.functional as F
+
+    sdpa, softmax, pow_ = F.scaled_dot_product_attention, F.softmax, torch.pow
+
+    def half(t: Any) -> bool:
+        return torch.is_autocast_enabled("cpu") and isinstance(t, torch.Tensor) and t.dtype in (torch.float16, torch.bfloat16)
+
+    def softmax_(input, dim=None, _stacklevel=3, dtype=None):
+        if half(input):
+            with torch.autocast("cpu", enabled=False):
+                return softmax(input.float(), dim=dim, dtype=dtype)
+        return softmax(input, dim=dim, _stacklevel=_stacklevel, dtype=dtype)
+
+    def pow_fp32(input, exponent, *args, **kwargs):
+        if half(input):
+            with torch.autocast("cpu", enabled=False):
+                return pow_(input.float(), exponent, *args, **kwargs)
+        return pow_(input, exponent, *args, **kwargs)
+
+    def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                                     enable_gqa=False):
+        if fake and attn_mask is not None and attn_mask.dtype != torch.bool and not enable_gqa:
+            if torch.is_autocast_enabled("cpu"):  # SDPA is on CUDA's lower-precision list
+                dt = torch.get_autocast_dtype("cpu")
+                query, key, value = (t.to(dt) for t in (query, key, value))
+            bias = attn_mask.to(query.dtype).expand(query.shape[0], query.shape[1], query.shape[2], key.shape[2])
+            with torch.autocast("cpu", enabled=False):
+                return torch.ops.aten._scaled_dot_product_efficient_attention(
+                    query, key, value, bias, True, dropout_p, is_causal, scale=scale)[0]
+        return sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+                    enable_gqa=enable_gqa)
+
+    F.scaled_dot_product_attention, F.softmax, torch.pow = scaled_dot_product_attention, softmax_, pow_fp32
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention, F.softmax, torch.pow = sdpa, softmax, pow_
 
 
 @contextlib.contextmanager
