@@ -49,3 +49,8 @@ def arch_facts(model_type: str) -> dict[str, Any]:
 
 def encoder(model_type: str) -> bool:
     return bool(family(model_type)["encoder"])
+
+
+def vision(model_type: str) -> bool:
+    """A vision-language model: a decoder with a vision tower (families.json "vision")."""
+    return bool(family(model_type).get("vision"))
