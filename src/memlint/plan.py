@@ -72,6 +72,10 @@ PLAN_FIELDS = (
     "ref_model",
     "task_head",
     "num_labels",
+    "image_max_pixels",
+    "image_min_pixels",
+    "train_vision",
+    "train_projector",
 )
 
 METHODS = ("full", "lora", "qlora")

@@ -192,7 +192,8 @@ def _with_vision(s: Setup, a, accounting: str):
     v = vision.terms(s)
     if not v.formula:
         return a
-    return replace(a, body=a.body + v.body, per_layer=max(a.per_layer, v.per_block), formula=a.formula + "; " + v.formula)
+    return replace(a, body=a.body + v.body, per_layer=max(a.per_layer, v.per_block), end_of_backward=v.tail,
+                   formula=a.formula + "; " + v.formula)
 
 
 def _per_rank(s: Setup, lay, w: tuple[int, str], g: tuple[int, str], o: tuple[int, str], tmp: int,
@@ -241,7 +242,8 @@ def _real_phases(s: Setup, lay, a, w: int, g: int, o: int, tmp: int, gath: int, 
         return {"forward": fwd, "backward": bwd, "optimizer": w + o + keep}
     bwd = w + gath_b + o + keep + lay.backward + max(a.body + a.logits_backward + g_fwd, a.body + transient + g_fwd,
                                                    a.body + a.backward_transient + g_fwd,
-                                                   g + transient + lay.backward_tail, g + tied_accumulation(s))
+                                                   g + transient + lay.backward_tail + a.end_of_backward,
+                                                   g + tied_accumulation(s))
     opt = w + g + o + tmp + keep
     return {"forward": fwd, "backward": bwd, "optimizer": opt}
 

@@ -146,6 +146,7 @@ class VisionTerms:
     per_block: int   # one block's saved bytes over all patches (what recompute re-creates at a time)
     transient: int   # a frozen tower's forward working memory (before the text model's activations exist)
     formula: str
+    tail: int = 0    # alive beside every gradient when the tower's backward runs (last): ActivationTerms.end_of_backward
 
 
 def _norm(v, c: int, amp: bool, key: str = "norm") -> tuple[int, str]:
@@ -171,10 +172,10 @@ def grad_flows(s) -> bool:
             and in_range(installed_version(fact["package"]), fact["versions"]))
 
 
-def _frozen_norm(v, amp: bool) -> int:
+def _frozen_norm(v, amp: bool, key: str = "norm") -> int:
     """A frozen norm on a path that needs input gradients: its fp32 input (and mean/rstd, or rsqrt)."""
     E = v["embed_dim"]
-    return 4 * E + 8 if v["norm"] == "layernorm" else 4 * E + 4
+    return 4 * E + 8 if v[key] == "layernorm" else 4 * E + 4
 
 
 def block_bytes_per_patch(s, frozen: bool = False) -> int:
@@ -211,9 +212,14 @@ def terms(s) -> VisionTerms:
     k = v["in_channels"] * v["temporal_patch_size"] * v["patch_size"] ** 2
     pixels = P * k * 4  # the processor's fp32 pixel_values, on the GPU through the step
     tower, merger = trains(s)
-    parts = [f"{P:,} patches ({s.batch}×{s.images} images × {patches_per_image(s):,}): fp32 pixel values {pixels:,} B"]
-    body = pixels
+    # the model's output keeps the tower's outputs (MultimodalBaseModelOutputWithPast.image_outputs): its last hidden
+    # state over every patch and the merged image embeddings, alive through the text model's forward
+    outs = P * E * c + (P // m2) * v["out_hidden_size"] * c
+    parts = [f"{P:,} patches ({s.batch}×{s.images} images × {patches_per_image(s):,}): fp32 pixel values {pixels:,} B, "
+             f"the tower's outputs kept in the model output {outs:,} B"]
+    body = pixels + outs
     per_block = 0
+    merger_saved = 0
     if tower:
         blk = block_bytes_per_patch(s)
         per_block = blk * P
@@ -239,12 +245,27 @@ def terms(s) -> VisionTerms:
         M = v["merger_hidden"]
         mb = norm * P + 3 * c * M * (P // m2)  # ln_q over patches; linear 0's input and output, GELU's output
         body += mb
+        merger_saved = mb
         parts.append(f"merger {mb:,} B (ln_q, linear inputs, GELU)")
+    elif tower or grad_flows(s):
+        # a frozen merger on the gradient path: ln_q's fp32 input and statistics, GELU's input (the frozen linears keep
+        # no input)
+        mb = _frozen_norm(v, amp, "merger_norm") * P + c * v["merger_hidden"] * (P // m2)
+        body += mb
+        merger_saved = mb
+        parts.append(f"frozen merger on the gradient path {mb:,} B (ln_q's fp32 input, GELU's input)")
     if not tower and not merger and not grad_flows(s):
         parts.append("frozen tower and merger: nothing saved for backward")
     # a frozen tower's forward: the residual stream, and the MLP's fc1 output, 1.702·x / act and product of one block
     transient = 0 if tower else P * (c * E + c * E + 3 * c * I)
-    return VisionTerms(body, per_block, transient, "vision: " + "; ".join(parts))
+    tail = 0
+    if tower or grad_flows(s):
+        # the blocks' backward runs last: every gradient exists, the tower still holds what its blocks saved (its
+        # outputs in the model output and the merger's saved tensors are gone by then), and inside a block's MLP
+        # backward the gradient of its output (c·E) and, net of the saved product fc2's backward frees, one
+        # intermediate-sized gradient (c·I) are alive
+        tail = body - outs - merger_saved + (c * E + c * I) * P
+    return VisionTerms(body, per_block, transient, "vision: " + "; ".join(parts), tail)
 
 
 def notes(s) -> list[str]:
