@@ -162,13 +162,13 @@ def _norm(v, c: int, amp: bool, key: str = "norm") -> tuple[int, str]:
 
 
 def grad_flows(s) -> bool:
-    """Whether backward runs through a frozen tower: a peft model with gradient checkpointing gets
-    enable_input_require_grads, which at transformers >= 5 also hooks the tower's patch embedding (data/vision.json
-    input_require_grads), so the frozen blocks build the autograd graph."""
+    """Whether backward runs through a frozen tower: gradient checkpointing calls enable_input_require_grads, which
+    at transformers >= 5 also hooks the tower's patch embedding (data/vision.json input_require_grads), so the frozen
+    blocks build the autograd graph."""
     from memlint.library.versions import in_range, installed_version
 
     fact = data.load("vision.json")["input_require_grads"]
-    return (s.method != "full" and s.recompute and s.images > 0
+    return (s.recompute and s.images > 0 and not trains(s)[0]
             and in_range(installed_version(fact["package"]), fact["versions"]))
 
 
@@ -296,12 +296,13 @@ def notes(s) -> list[str]:
     if s.images and not tower:
         out.append("the frozen tower's forward working memory precedes the text model's activations (not at the peak)")
     if grad_flows(s):
-        out.append("peft + gradient checkpointing: enable_input_require_grads also hooks the vision tower's patch "
-                   "embedding (transformers >= 5), so backward runs through the frozen tower (its block inputs kept)")
+        out.append("gradient checkpointing calls enable_input_require_grads, which also hooks the vision tower's patch "
+                   "embedding (transformers >= 5): backward runs through the frozen tower (its block inputs kept); "
+                   "traced 3-7 % under the measured peak on a tiny model (not located)")
     if s.method != "full" and s.lora_targets == "all-linear":
-        out.append("peft's all-linear also adapts the vision tower's and merger's linears (it excludes only the output "
-                   "layer); memlint counts adapters on the text model's linears, as LLaMA-Factory targets them "
-                   "(name the text modules, or expect more adapters and a tower on the gradient path)")
+        out.append("LoRA on all linears: memlint counts adapters on the text model's linears, as LLaMA-Factory targets "
+                   "them (patch_target_modules); peft's own all-linear (TRL, a plain script) adapts the vision tower's "
+                   "and merger's linears too (it excludes only the output layer): more adapters, not counted")
     out.append("vision accounting traced on transformers 5.24's Qwen2-VL / Qwen2.5-VL code with SDPA "
                "(tests/test_vlm.py); flash-attention's varlen path and eager attention are not traced")
     return out
