@@ -22,6 +22,8 @@ OUTPUT = ROOT / "src" / "memlint" / "catalog" / "models.json"
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="regenerate one id and print it instead of writing")
+    ap.add_argument("--update", nargs="+", metavar="ID",
+                    help="regenerate these ids (new or changed sources) and keep every other entry as it is")
     args = ap.parse_args(argv)
     import transformers
 
@@ -31,7 +33,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(count_on_meta(entry["model_type"], entry["config"]), indent=1))
         return 0
     models = {}
+    kept = json.loads(OUTPUT.read_text())["models"] if args.update else {}
     for entry in sources:
+        if args.update and entry["id"] not in args.update:
+            models[entry["id"]] = kept[entry["id"]]
+            continue
         counted = count_on_meta(entry["model_type"], entry["config"])
         models[entry["id"]] = {
             "family": entry["family"],
@@ -47,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{entry['id']:45s} {counted['params']:>16,d}", file=sys.stderr)
     doc = {
         "_generated_by": "scripts/gen_catalog.py",
-        "_transformers": transformers.__version__,
+        "_transformers": json.loads(OUTPUT.read_text())["_transformers"] if args.update else transformers.__version__,
         "models": models,
     }
     OUTPUT.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")

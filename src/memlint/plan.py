@@ -75,6 +75,10 @@ PLAN_FIELDS = (
     "task_head",
     "num_labels",
     "target_len",
+    "image_max_pixels",
+    "image_min_pixels",
+    "train_vision",
+    "train_projector",
 )
 
 METHODS = ("full", "lora", "qlora")

@@ -55,3 +55,8 @@ def encoder(model_type: str) -> bool:
 
 def encoder_decoder(model_type: str) -> bool:
     return bool(family(model_type)["encoder_decoder"])
+
+
+def vision(model_type: str) -> bool:
+    """A vision-language model: a decoder with a vision tower (families.json "vision")."""
+    return bool(family(model_type).get("vision"))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from memlint.catalog.families import arch_facts, encoder, encoder_decoder, linear_role
+from memlint.catalog.families import arch_facts, encoder, encoder_decoder, linear_role, vision
 
 _LAYER_INDEX = re.compile(r"^(?:.*\.)?(?:layers|h|blocks|layer)\.(\d+)\.(.+)$")
 
@@ -181,11 +181,86 @@ def _count_seq2seq(model_type: str, config: dict) -> dict:
     return {**counted, "groups": groups, "linear_modules": linears, "arch": arch}
 
 
+def _count_vlm(model_type: str, config: dict) -> dict:
+    """A vision-language model (Qwen2-VL, Qwen2.5-VL) built as transformers builds it
+    (AutoModelForImageTextToText -> Qwen2VLForConditionalGeneration ...) on the meta device: the text model counted
+    as a decoder (groups, linears, arch, as any causal LM), the vision tower and its merger apart (groups["vision"] and
+    the `vision` facts read off the built modules: blocks, their linears, the merger, patch and merge sizes)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    cfg = AutoConfig.for_model(model_type, **config)
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(cfg)
+    visual = model.model.visual
+    counted = _count_module(model_type, cfg.text_config, model, model.get_output_embeddings(), skip=visual)
+    counted["arch"]["model_type"] = model_type
+    counted["arch"].update(arch_facts(model_type))
+    counted["arch"]["tie_word_embeddings"] = counted["tied_embeddings"]  # the top-level config's, not text_config's
+    counted["vision"] = _vision_facts(cfg, visual)
+    counted["architecture"] = type(model).__name__
+    return counted
+
+
+def _vision_facts(cfg, visual) -> dict:
+    """What the vision tower's accounting reads, off transformers' own modules."""
+    import torch
+
+    blocks = visual.blocks
+    b0 = blocks[0]
+    pe = visual.patch_embed
+    gated = hasattr(b0.mlp, "gate_proj")
+    inter = b0.mlp.gate_proj.out_features if gated else b0.mlp.fc1.out_features
+    merger = visual.merger
+    mlin = [m for m in merger.modules() if isinstance(m, torch.nn.Linear)]
+    linears: dict[str, dict] = {}
+    for name, mod in visual.named_modules():
+        if not isinstance(mod, torch.nn.Linear):
+            continue
+        m = _LAYER_INDEX.match(name)
+        key = m.group(2) if m else name
+        slot = linears.setdefault(key, {"in": mod.in_features, "out": mod.out_features, "bias": mod.bias is not None,
+                                        "count": 0, "block": bool(m)})
+        slot["count"] += 1
+    vc = cfg.vision_config
+    count = lambda mod: sum(p.numel() for p in mod.parameters())  # noqa: E731
+    out = {
+        "model_type": vc.model_type,
+        "depth": len(blocks),
+        "embed_dim": pe.embed_dim,
+        "num_heads": b0.attn.num_heads,
+        "head_dim": pe.embed_dim // b0.attn.num_heads,
+        "intermediate_size": inter,
+        "mlp": "gated" if gated else "plain",
+        "hidden_act": vc.hidden_act,
+        "norm": "layernorm" if isinstance(b0.norm1, torch.nn.LayerNorm) else "rmsnorm",
+        "merger_norm": "layernorm" if isinstance(merger.ln_q, torch.nn.LayerNorm) else "rmsnorm",
+        "patch_size": pe.patch_size,
+        "temporal_patch_size": pe.temporal_patch_size,
+        "in_channels": pe.in_channels,
+        "spatial_merge_size": visual.spatial_merge_size,
+        "merger_hidden": mlin[0].in_features,
+        "out_hidden_size": mlin[-1].out_features,
+        "params": count(visual),
+        "params_blocks": count(blocks),
+        "params_merger": count(merger),
+        "params_patch_embed": count(pe),
+        "linears": linears,
+        "image_token_id": cfg.image_token_id,
+    }
+    if getattr(visual, "window_size", None):  # Qwen2.5-VL: windowed attention except in the full-attention blocks
+        out["window_size"] = visual.window_size
+        out["fullatt_block_indexes"] = list(visual.fullatt_block_indexes)
+    return out
+
+
 def _count_on_meta(model_type: str, config: dict) -> dict:
     if encoder(model_type):
         return _count_encoder(model_type, config)
     if encoder_decoder(model_type):
         return _count_seq2seq(model_type, config)
+    if vision(model_type):
+        return _count_vlm(model_type, config)
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.pytorch_utils import Conv1D
@@ -196,7 +271,8 @@ def _count_on_meta(model_type: str, config: dict) -> dict:
     return _count_module(model_type, cfg, model, model.get_output_embeddings())
 
 
-def _count_module(model_type: str, cfg, model, out_emb) -> dict:
+def _count_module(model_type: str, cfg, model, out_emb, skip=None) -> dict:
+    """`skip`: a submodule counted apart (a VLM's vision tower), whose parameters go to groups["vision"]."""
     import torch
     from transformers.pytorch_utils import Conv1D
 
@@ -206,6 +282,9 @@ def _count_module(model_type: str, cfg, model, out_emb) -> dict:
     groups = {"embeddings": 0, "lm_head": 0, "norms": 0, "linear": 0, "experts": 0, "other": 0}
     linears: dict[str, dict] = {}
     seen: set[int] = set()
+    if skip is not None:
+        groups["vision"] = sum(p.numel() for p in skip.parameters())
+        seen.update(id(p) for p in skip.parameters())
     for name, module in model.named_modules():
         own = [p for p in module.parameters(recurse=False) if id(p) not in seen]
         if not own:

@@ -56,6 +56,10 @@ class ModelSpec:
     # an encoder (arch["encoder"]): what each task head adds, counted on transformers' own head classes
     # (catalog/meta.py _count_encoder): fixed + per_label parameters, the head's linears, a tied decoder
     task_heads: Mapping[str, Any] | None = None
+    # a vision-language model (Qwen2-VL, Qwen2.5-VL): its vision tower and merger, counted on transformers' own class
+    # (catalog/meta.py _count_vlm): depth, embed_dim, heads, MLP, patch / temporal patch / spatial merge sizes, the
+    # merger's widths, params (all in groups["vision"] and `params`; `linears` are the text model's only)
+    vision: Mapping[str, Any] | None = None
 
     # Convenience views over `arch`, named as the formulas name them.
     @property
@@ -122,6 +126,7 @@ def spec_from_entry(model_id: str, entry: Mapping[str, Any], source: str = "cata
         counted_as=entry.get("counted_as"),
         quantization=prequantized(entry.get("quantization") or entry.get("config", {}).get("quantization_config")),
         task_heads=entry.get("heads"),
+        vision=entry.get("vision"),
     )
 
 

@@ -60,6 +60,7 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
     flag("--galore-rank", key="galore_rank", type=int, metavar="R", help="GaLore's projection rank (galore_* optim)")
     g.add_argument("--galore-targets", default=None, metavar="attn,mlp|all-linear|REGEX",
                    help=f"GaLore's optim_target_modules (default: {','.join(run_default('galore_targets').value)})")
+    _vision_flags(g)
     flag("--batch", key="batch", type=int, metavar="N", help="micro-batch per GPU")
     flag("--seq", key="seq", type=int, metavar="N", help="longest sequence in a micro-batch")
     flag("--grad-accum", key="grad_accum", type=int, metavar="N")
@@ -131,6 +132,23 @@ def _parallel_flags(g: Any) -> None:
                    help="vocab-parallel loss over the TP ranks (default: the stack's; torchtitan and Megatron on)")
 
 
+def _vision_flags(g) -> None:
+    """A vision-language model's images and what of its tower trains (estimate/vision.py)."""
+    g.add_argument("--images", type=int, default=None, metavar="N",
+                   help="images per sample for a vision-language model (default: 1 for a VLM, said in the assumptions)")
+    g.add_argument("--image-size", default=None, metavar="HxW",
+                   help="each image's size before the processor's resize (default: the largest --image-max-pixels allows)")
+    g.add_argument("--image-max-pixels", type=int, default=None, metavar="PIXELS",
+                   help="the processor's max_pixels (LLaMA-Factory image_max_pixels; default: the processor's, "
+                        "data/vision.json)")
+    g.add_argument("--image-min-pixels", type=int, default=None, metavar="PIXELS", help="the processor's min_pixels")
+    g.add_argument("--train-vision", action=argparse.BooleanOptionalAction, default=False,
+                   help="a full fine-tune also trains the vision tower (LLaMA-Factory freeze_vision_tower: false; "
+                        "default: frozen, LLaMA-Factory's default)")
+    g.add_argument("--train-projector", action=argparse.BooleanOptionalAction, default=None,
+                   help="the merger / multi-modal projector trains (default: as --train-vision)")
+
+
 def setup_from_args(args: argparse.Namespace):
     from memlint.catalog import resolve
     from memlint.estimate.setup import Setup
@@ -156,7 +174,10 @@ def setup_from_args(args: argparse.Namespace):
     if args.method == "full" and (args.lora_targets != run_default("lora_targets").value
                                   or args.lora_r != run_default("lora_r").value or args.use_dora):
         raise MemlintError("--lora-r/--lora-targets/--use-dora need --method lora or qlora")
+    images = args.images if args.images is not None else (1 if model.vision else 0)
     return Setup(
+        images=images, image_size=_image_size(args.image_size), image_max_pixels=args.image_max_pixels,
+        image_min_pixels=args.image_min_pixels, train_vision=args.train_vision, train_projector=args.train_projector,
         model=model, method=args.method, quant_group_size=group, quant_bits=args.bits, lora_r=args.lora_r, lora_targets=targets,
         lora_dropout=args.lora_dropout, use_dora=args.use_dora,
         modules_to_save=tuple(t.strip() for t in args.modules_to_save.split(",") if t.strip()),
@@ -174,6 +195,18 @@ def setup_from_args(args: argparse.Namespace):
         model_code=args.model_code,
         litgpt_version=(args.litgpt_version or installed_version("litgpt")) if args.model_code == "litgpt" else None,
     )
+
+
+def _image_size(text: str | None) -> tuple[int, int] | None:
+    """--image-size HxW (448x448, 1280x720): height by width in pixels."""
+    if text is None:
+        return None
+    parts = text.lower().replace("×", "x").split("x")
+    try:
+        h, w = (int(p) for p in parts)
+    except ValueError:
+        raise MemlintError(f"--image-size {text!r}: expected HxW in pixels, e.g. 448x448") from None
+    return h, w
 
 
 def _galore_targets(text: str | None) -> tuple[str, ...] | str:

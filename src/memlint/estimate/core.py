@@ -179,6 +179,8 @@ def _model_terms(s_in: Setup, accounting: str) -> tuple:
     o, o_f = ms.optimizer_bytes(s, accounting)
     tmp = ms.optimizer_step_temporaries(s, accounting)
     a = act.activations(s if s.cp == 1 else s.with_(seq=-(-s.seq // s.cp)), accounting)
+    if s.model.vision:
+        a = _with_vision(s, a, accounting)
     if s.cp > 1:  # context parallel: the rank's ⌈s/c⌉ tokens, and ring attention's K/V chunks in flight
         a = replace(a, transient=a.transient + tp.cp_transient(s),
                     formula=a.formula + f" (context parallel: ⌈s/{s.cp}⌉ tokens per rank)")
@@ -188,6 +190,22 @@ def _model_terms(s_in: Setup, accounting: str) -> tuple:
         w_f, g_f, o_f = (f"TP rank's share (1/{s.tp} of the split linears): {f}" for f in (w_f, g_f, o_f))
 
     return s, (w, w_f), (g, g_f), (o, o_f), tmp, a, n_train
+
+
+def _with_vision(s: Setup, a, accounting: str):
+    """A vision-language model: the text model over its text and image tokens (estimate/vision.py), and the vision
+    tower's saved activations beside them; a recomputed vision block is counted like a recomputed decoder layer."""
+    from memlint.estimate import vision
+
+    seq = vision.text_seq(s)
+    if seq != s.seq:
+        a = act.activations(s.with_(seq=seq, images=0), accounting)
+        a = replace(a, formula=a.formula + f" (s = {seq:,}: {s.seq:,} text + {seq - s.seq:,} image tokens)")
+    v = vision.terms(s)
+    if not v.formula:
+        return a
+    return replace(a, body=a.body + v.body, per_layer=max(a.per_layer, v.per_block), end_of_backward=v.tail,
+                   formula=a.formula + "; " + v.formula)
 
 
 def _per_rank(s: Setup, lay, w: tuple[int, str], g: tuple[int, str], o: tuple[int, str], tmp: int,
@@ -236,7 +254,7 @@ def _real_phases(s: Setup, lay, a, w: int, g: int, o: int, tmp: int, gath: int, 
         return {"forward": fwd, "backward": bwd, "optimizer": w + o + keep}
     bwd = w + gath_b + o + keep + lay.backward + max(a.body + a.logits_backward + g_fwd, a.body + transient + g_fwd,
                                                    a.body + a.backward_transient + g_fwd,
-                                                   g + transient + a.recompute_keep + lay.backward_tail,
+                                                   g + transient + a.recompute_keep + lay.backward_tail + a.end_of_backward,
                                                    g + tied_accumulation(s))
     opt = w + g + o + tmp + keep
     return {"forward": fwd, "backward": bwd, "optimizer": opt}
@@ -368,6 +386,10 @@ def _setup_notes(s: Setup, accounting: str) -> list[str]:
                         if accounting == "textbook" else ""))
     if s.model.text_only:
         notes.append(f"{s.model.id}: multimodal checkpoint counted as its text tower")
+    if s.model.vision:
+        from memlint.estimate.vision import notes as vision_notes
+
+        notes += vision_notes(s)
     if s.modules_to_save:
         from memlint.estimate.model_state import saved_copies, unsized_saved
 

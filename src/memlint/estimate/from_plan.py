@@ -412,10 +412,37 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
         kbit_prep=kbit_prep, adapter_dtype=adapter_dtype, use_dora=_use_dora(get, method),
         modules_to_save=_modules_to_save(get, method, notes), peft_task_type=_task_type(get, method),
         offload_activations=_offload_activations(get), float8=_float8(get, method, quant, notes), chunked_loss=0 if fused or objective != "sft" else _chunked(get),
-        **_head(get, spec, notes), **_target(get, spec, int(seq), notes),
+        **_head(get, spec, notes), **_target(get, spec, int(seq), notes), **_vision(get, spec, method, notes),
     )
     setup = _model_code(setup, get, notes)
     return PlannedSetup(setup, (), tuple(notes))
+
+
+def _vision(get, spec, method: str, notes: list[str]) -> dict[str, Any]:
+    """A vision-language model's images and what of its tower trains (estimate/vision.py): the processor's
+    min/max pixels and LLaMA-Factory's freeze flags from the plan; one image per sample at the largest size
+    max_pixels allows, assumed (a dataset's images are not in the script); a full fine-tune without a freeze flag
+    trains the whole model (transformers leaves every parameter trainable)."""
+    if not spec.vision:
+        return {}
+    kw: dict[str, Any] = {"images": 1}
+    notes.append(f"{spec.id}: one image per sample assumed, as large as the processor's max_pixels allows "
+                 "(the dataset decides; `memlint estimate --images N --image-size HxW` for others)")
+    for name in ("image_max_pixels", "image_min_pixels"):
+        v = get(name)
+        if v.known and isinstance(v.value, int):
+            kw[name] = int(v.value)
+    if method == "full":
+        tv, tp = get("train_vision"), get("train_projector")
+        if tv.known:
+            kw["train_vision"] = bool(tv.value)
+            if tp.known:
+                kw["train_projector"] = bool(tp.value)
+        else:
+            kw["train_vision"] = True
+            notes.append("full fine-tune of a vision-language model with no freeze setting read: the vision tower and "
+                         "merger train too (a script's requires_grad_(False) on model.visual is not read)")
+    return kw
 
 
 def _zero_precision(get, dtype: str, precision: str, notes: list[str]) -> tuple[str, str]:

@@ -110,7 +110,7 @@ def trainable_params(s: Setup) -> int:
             from memlint.estimate import litgpt
 
             return s.model.params + litgpt.untied_head(s)
-        return s.model.params
+        return s.model.params - vision_frozen(s)
     return setup_lora_params(s) + sum(t.numel * t.count for t in saved_copies(s))
 
 
@@ -524,10 +524,29 @@ def galore_step_temporaries(s: Setup, spec: dict, pbytes: int) -> int:
     return most
 
 
+def vision_frozen(s: Setup) -> int:
+    """A vision-language model's vision parameters that do not train (estimate/vision.py)."""
+    if not s.model.vision:
+        return 0
+    from memlint.estimate.vision import frozen_params
+
+    return frozen_params(s)
+
+
+def full_setup_tensors(s: Setup) -> list[Tensor]:
+    """A full fine-tune's trained tensors: the (text) model's, and the vision tower's parts that train."""
+    out = full_tensors(s.model)
+    if s.model.vision:
+        from memlint.estimate.vision import trained_tensors
+
+        out += trained_tensors(s)
+    return out
+
+
 def trainable_tensors(s: Setup) -> list[Tensor]:
     if s.method == "full" and s.model_code == "litgpt" and s.model.tied_embeddings:
         return full_tensors(s.model) + [Tensor(s.model.vocab, s.model.hidden)]  # LitGPT's own lm_head
-    return full_tensors(s.model) if s.method == "full" else setup_lora_tensors(s)
+    return full_setup_tensors(s) if s.method == "full" else setup_lora_tensors(s)
 
 
 def in_backward_step(s: Setup, accounting: str) -> tuple[int, int, str]:

@@ -64,7 +64,7 @@ def features(s: Setup, terms) -> Features:
         vocab_logits = s.head == "masked-lm"
     tokens = rows * s.seq
     half = c < 4 and not s.fused_loss and vocab_logits
-    tensors = ms.full_tensors(m) if s.method == "full" else ms.setup_lora_tensors(s)
+    tensors = ms.full_setup_tensors(s) if s.method == "full" else ms.setup_lora_tensors(s)
     largest = max((t.numel for t in tensors), default=0) * DTYPE_BYTES[ms.trainable_dtype(s, "real")]
     return Features(logits_half=tokens * m.vocab * c if half else 0, hidden_states=m.layers * tokens * m.hidden * c,
                     activations=0 if s.recompute else terms.body, largest=largest)

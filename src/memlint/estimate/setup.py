@@ -188,6 +188,16 @@ class Setup:
     # (data/litgpt.json); None: the newest known.
     model_code: str = "transformers"
     litgpt_version: str | None = None
+    # A vision-language model (ModelSpec.vision): images per sample (row), each of image_size (H, W) before the
+    # processor's resize (None: the largest image_max_pixels allows), the processor's min/max pixels (None: its
+    # default, data/vision.json), and what trains in a full fine-tune: the vision tower (blocks and patch embedding)
+    # and the merger (None: as the tower). LoRA adapts the text model only (LLaMA-Factory's default targets).
+    images: int = 0
+    image_size: tuple[int, int] | None = None
+    image_max_pixels: int | None = None
+    image_min_pixels: int | None = None
+    train_vision: bool = False
+    train_projector: bool | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -266,6 +276,7 @@ class Setup:
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise MemlintError(f"--{name.replace('_', '-')} must be a positive integer")
         self._validate_base()
+        self._validate_vision()
         if self.shard != "none" and self.dp < 2:
             raise MemlintError(f"--shard {self.shard} needs --gpus 2 or more" if self.tp * self.cp == 1 else
                                f"--shard {self.shard} needs 2 or more data-parallel ranks: --gpus {self.gpus} over "
@@ -305,6 +316,33 @@ class Setup:
             raise MemlintError(f"--precision {self.precision} keeps bf16 weights: use --dtype bf16")
         if self.precision == "amp-fp16" and self.dtype == "bf16":
             raise MemlintError("--precision amp-fp16 with --dtype bf16 mixes half formats; use amp-bf16 or --dtype fp16/fp32")
+
+    def _validate_vision(self) -> None:
+        """Images and the vision tower's training: a vision-language model's (ModelSpec.vision) only."""
+        vis = bool(self.model.vision)
+        if not isinstance(self.images, int) or self.images < 0:
+            raise MemlintError("--images is a number of images per sample (0 or more)")
+        if not vis and (self.images or self.train_vision or self.train_projector or self.image_size):
+            raise MemlintError(f"--images / --image-size / --train-vision: {self.model.id} has no vision tower")
+        if vis and (self.train_vision or self.train_projector) and self.method != "full":
+            raise MemlintError("--train-vision / --train-projector train the vision tower's own weights: --method full "
+                               "(LoRA adapts the text model only)")
+        if vis and (self.tp > 1 or self.cp > 1 or self.model_code != "transformers" or self.objective == "reward"):
+            raise MemlintError(f"{self.model.id}: a vision-language model is estimated for transformers' model code on "
+                               "data-parallel ranks (no --tp/--cp, LitGPT or reward head)")
+        if self.image_size is not None:
+            if (len(self.image_size) != 2 or any(not isinstance(x, int) or x < 1 for x in self.image_size)):
+                raise MemlintError("--image-size is HxW in pixels (448x448)")
+        for name in ("image_max_pixels", "image_min_pixels"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or v < 1):
+                raise MemlintError(f"--{name.replace('_', '-')} must be a positive number of pixels")
+        if vis and self.images:
+            from memlint.estimate.vision import pixel_bounds
+
+            lo, hi = pixel_bounds(self)
+            if hi < lo:
+                raise MemlintError(f"image max_pixels {hi:,} is below min_pixels {lo:,}")
 
     def _validate_parallel(self) -> None:
         from memlint.estimate.tensor_parallel import validate

@@ -34,3 +34,6 @@ class ActivationTerms:
     forward_transient: int = 0  # forward-only working memory next to the saved body (an encoder layer's own)
     backward_transient: int = 0  # backward working memory of one layer next to what is still saved (float8 casts)
     recompute_keep: int = 0  # under recompute, saved bytes still alive beside the last gradients (T5's encoder part)
+    # alive beside every gradient at the end of backward, next to the recomputed layer: what a part whose backward runs
+    # last still holds (a vision-language model's tower: its saved inputs and activations, its gradient stream)
+    end_of_backward: int = 0

@@ -14,7 +14,7 @@ from typing import Any, Callable
 from memlint.extract import custom_model
 from memlint.extract.objects import (
     Accelerator, Collator, DataLoader, DeepSpeedEngine, DtypeName, HfConfig, LightningTrainer, Method, Model, Obj, Optimizer,
-    Params, PeftConfig, Plugin, QuantConfig,
+    Params, PeftConfig, Plugin, QuantConfig, Tokenizer,
     Trainer, TrainingArgs, dtype_of, field_value,
 )
 from memlint.extract.values import Alts, Const, Dict, Ref, Seq, Unknown, flatten, to_python
@@ -161,6 +161,7 @@ class Builder:
         self.optimizer_in_bwd_field()
         self.offload_activations_field()
         self.float8_field()
+        self.vision_fields()
         for why, names in self.maybe.items():
             self.notes.append(f"{', '.join(names)}: on some paths {why}; the plan shows the values memlint can read")
         if self.script.suffix == ".ipynb" and not self.fields.get("num_gpus", Value(None, "unknown")).known:
@@ -171,6 +172,16 @@ class Builder:
 
             plan = apply_launcher(plan, self.launch, self.script)
         return plan
+
+    def vision_fields(self) -> None:
+        """A vision-language model's image processor: min_pixels / max_pixels passed to AutoProcessor /
+        Qwen2VLProcessor / AutoImageProcessor.from_pretrained (Qwen2-VL's smart_resize bounds); left out, the
+        processor's own (estimate/vision.py, data/vision.json)."""
+        procs = [o for o in self.facts.objects if isinstance(o, Tokenizer) and "Processor" in o.cls]
+        for key, name in (("max_pixels", "image_max_pixels"), ("min_pixels", "image_min_pixels")):
+            vals = [p.get(key) for p in procs if p.get(key) is not None]
+            if vals:
+                self.put(name, _alts(vals), _int, procs[0].line)
 
     def loop_model(self, objs: list) -> Any:
         for eng in self.facts.first("objects", DeepSpeedEngine):

@@ -194,6 +194,11 @@ def _build_model(setup: Setup, build_device: str, attn: str) -> Any:
             # nonzero() (a data-dependent shape fake tensors cannot trace; b x labels logits gathered, a few bytes)
             cfg.problem_type = "single_label_classification"
         auto = getattr(transformers, ENCODER_HEADS[setup.head])
+    elif spec.vision:
+        # a vision-language model: transformers' image-text-to-text class (Qwen2VLForConditionalGeneration ...)
+        from transformers import AutoModelForImageTextToText
+
+        auto = AutoModelForImageTextToText
     elif setup.objective == "reward":
         # TRL's RewardTrainer: AutoModelForSequenceClassification with num_labels=1
         cfg.num_labels = 1
@@ -356,10 +361,41 @@ def _peft_task_type(setup: Setup) -> str | None:
     return "SEQ_CLS" if setup.objective == "reward" else "SEQ_2_SEQ_LM" if setup.seq2seq else "CAUSAL_LM"
 
 
+def _freeze_vision(model: Any, setup: Setup) -> list[str]:
+    """What of a vision-language model's tower trains: LLaMA-Factory's freeze_vision_tower (visual.patch_embed,
+    visual.blocks) and freeze_multi_modal_projector (visual.merger), by requires_grad as it sets them."""
+    from memlint.estimate.vision import trains
+
+    tower, merger = trains(setup)
+    visual = model.model.visual
+    if not tower:
+        visual.patch_embed.requires_grad_(False)
+        visual.blocks.requires_grad_(False)
+    if not merger:
+        visual.merger.requires_grad_(False)
+    return [f"vision tower {'trained' if tower else 'frozen'}, merger {'trained' if merger else 'frozen'}"]
+
+
+def _text_lora_targets(model: Any, setup: Setup) -> list[str]:
+    """The adapted modules of a vision-language model's LoRA: the text model's linears (all of them for all-linear,
+    else those named), by full name, as LLaMA-Factory's patch_target_modules passes them to peft."""
+    import torch
+
+    names = []
+    for name, mod in model.named_modules():
+        if not isinstance(mod, torch.nn.Linear) or ".visual." in f".{name}" or mod is model.get_output_embeddings():
+            continue
+        if setup.lora_targets == "all-linear" or any(name == t or name.endswith("." + t) for t in setup.lora_targets):
+            names.append(name)
+    return names
+
+
 def _apply_lora(model: Any, setup: Setup, dropout: float) -> Any:
     from peft import LoraConfig, get_peft_model
 
     targets = "all-linear" if setup.lora_targets == "all-linear" else list(setup.lora_targets)
+    if setup.model.vision:
+        targets = _text_lora_targets(model, setup)
     config = LoraConfig(r=setup.lora_r, lora_alpha=2 * setup.lora_r, target_modules=targets,
                         lora_dropout=dropout, use_dora=setup.use_dora,
                         modules_to_save=list(setup.modules_to_save) or None,
@@ -512,6 +548,10 @@ def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = 
     attn = _traced_attention(setup, mode, notes)
     dropout = setup.lora_dropout if lora_dropout is None else lora_dropout
     _refuse_unsupported(setup, model)
+    if mode == "trace" and setup.model.vision and setup.images:
+        raise MemlintError(f"{setup.model.id}: the vision tower's code reads image_grid_thw and cu_seqlens values "
+                           "(.tolist()), which fake tensors do not have: measure it on real tensors (device='cpu', a "
+                           "small config) or a GPU")
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True) if mode == "trace" else None
     tracker = LiveBytes() if mode != "cuda" else None
     run = _Run(setup, mode, "cuda" if mode == "cuda" else "cpu", notes, details)
@@ -695,7 +735,7 @@ class _Run:
             stack.enter_context(_unpacked_sequences_on_fake())
         if self.mode != "cuda":
             stack.enter_context(_cuda_dropout())
-            if self.setup.encoder:
+            if self.setup.encoder or self.setup.model.vision:  # the vision tower's LayerNorms, as CUDA autocast runs them
                 stack.enter_context(_cuda_encoder_kernels(flash_dropout=fake_mode is not None))
             if self.setup.seq2seq:
                 stack.enter_context(_cuda_seq2seq_kernels(fake=fake_mode is not None))
@@ -723,6 +763,8 @@ class _Run:
         setup = self.setup
         build_device = {"trace": "meta", "cpu": "cpu", "cuda": "cuda"}[self.mode]
         model = _build_model(setup, build_device, attn)
+        if setup.model.vision:
+            self.notes.extend(_freeze_vision(model, setup))
         tied = _is_tied(model)
         ref = None
         if setup.reference == "copy":
@@ -907,7 +949,12 @@ class _Run:
         activations = logits = 0
         for _micro in range(accum):
             marks.clear()
-            input_ids = torch.randint(0, setup.model.vocab, (rows, setup.seq), device=self.dev)
+            seq = setup.seq
+            if setup.model.vision:  # the text and image tokens (measure._vision_inputs puts the image tokens in)
+                from memlint.estimate.vision import text_seq
+
+                seq = text_seq(setup)
+            input_ids = torch.randint(0, setup.model.vocab, (rows, seq), device=self.dev)
             labels = input_ids
             if setup.seq2seq:  # the decoder's targets (T5 shifts them right into decoder_input_ids)
                 labels = torch.randint(0, setup.model.vocab, (rows, setup.tgt), device=self.dev)
@@ -916,13 +963,15 @@ class _Run:
             elif setup.encoder and setup.head == "token-classification":
                 labels = torch.randint(0, setup.num_labels, (rows, setup.seq), device=self.dev)
 
+            images = _vision_inputs(setup, input_ids, self.dev) if setup.model.vision and setup.images else {}
+
             # forward (+ loss), as Trainer.compute_loss: only the loss survives
             meter.begin_phase((step, "forward"))
             meter.reset_peak_memory_stats()
             start = meter.memory_allocated()
             if setup.objective == "sft":
                 with autocast():
-                    loss = model(input_ids=input_ids, labels=labels).loss
+                    loss = model(input_ids=input_ids, labels=labels, **images).loss
             else:
                 loss = _preference_loss(model, ref, setup, input_ids, autocast, amp)
             if accum > 1:
@@ -939,7 +988,7 @@ class _Run:
                 scaler.scale(loss).backward()
             else:
                 loss.backward()
-            del loss, input_ids, labels
+            del loss, input_ids, labels, images
             phases["backward"] = max(phases["backward"], meter.max_memory_allocated())
         return activations, logits
 
@@ -969,6 +1018,44 @@ class _Run:
         optimizer.zero_grad(set_to_none=True)
         phases["optimizer"] = meter.max_memory_allocated()
         return opt_state, paged_bytes
+
+
+def _vision_inputs(setup: Setup, input_ids: Any, dev: str) -> dict[str, Any]:
+    """What Qwen2-VL's processor hands the model for `setup.images` images per row: each row's text tokens with the
+    image tokens in place (written into `input_ids`, which then holds the text and image tokens: the text model's
+    sequence), fp32 pixel_values (patches x C·T·P·P) and image_grid_thw (1, grid_h, grid_w per image)."""
+    import torch
+
+    from memlint.estimate.vision import image_grid, image_tokens
+
+    v = setup.model.vision
+    gh, gw = image_grid(setup)
+    n_img = image_tokens(setup) * setup.images
+    rows = input_ids.shape[0]
+    specials = [t for t in (v["image_token_id"], setup.model.config.get("video_token_id"),
+                            setup.model.config.get("vision_start_token_id"), setup.model.config.get("vision_end_token_id"))
+                if t is not None]
+    for t in specials:  # random text ids must not read as image placeholders
+        input_ids.masked_fill_(input_ids == t, 0)
+    per = image_tokens(setup)
+    if setup.seq < 2 * setup.images + 1:
+        raise MemlintError(f"--seq {setup.seq}: too short for {setup.images} images between vision start/end tokens")
+    start, end = setup.model.config.get("vision_start_token_id"), setup.model.config.get("vision_end_token_id")
+    types = torch.zeros_like(input_ids)
+    p = 1
+    for _ in range(setup.images):  # <|vision_start|> <|image_pad|> x tokens <|vision_end|>, as the chat template writes it
+        if start is not None:
+            input_ids[:, p] = start
+        input_ids[:, p + 1:p + 1 + per] = v["image_token_id"]
+        types[:, p + 1:p + 1 + per] = 1
+        if end is not None:
+            input_ids[:, p + 1 + per] = end
+        p += per + 2
+    assert int((input_ids == v["image_token_id"]).sum()) == rows * n_img
+    k = v["in_channels"] * v["temporal_patch_size"] * v["patch_size"] ** 2
+    pixel_values = torch.randn(rows * setup.images * gh * gw, k, device=dev)
+    grid = torch.tensor([[1, gh, gw]] * (rows * setup.images), device=dev)
+    return {"pixel_values": pixel_values, "image_grid_thw": grid, "mm_token_type_ids": types}
 
 
 def _rows(setup: Setup) -> int:
@@ -1075,9 +1162,10 @@ def _cuda_encoder_kernels(flash_dropout: bool = True):
         return softmax(input, dim=dim, _stacklevel=_stacklevel, dtype=dtype)
 
     def layer_norm_(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-        if half(input):
+        if half(input):  # CUDA autocast casts every floating argument to fp32 (half weights too: a vision tower's)
+            up = lambda t: t.float() if t is not None and t.dtype in (torch.float16, torch.bfloat16) else t  # noqa: E731
             with torch.autocast("cpu", enabled=False):
-                return layer_norm(input.float(), normalized_shape, weight, bias, eps)
+                return layer_norm(input.float(), normalized_shape, up(weight), up(bias), eps)
         return layer_norm(input, normalized_shape, weight, bias, eps)
 
     F.scaled_dot_product_attention, F.softmax, F.layer_norm = scaled_dot_product_attention, softmax_, layer_norm_

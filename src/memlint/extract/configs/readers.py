@@ -423,12 +423,40 @@ class LlamaFactory(FrameworkReader):
         self._training(stage)
         self.fused_flag("enable_liger_kernel", "liger", frameworks.default(self.kind, "enable_liger_kernel").why)
         self.distributed(("fsdp",))
+        self._vision()
         self.trainer({"sft": "Seq2SeqTrainer", "pt": "Trainer", "dpo": "DPOTrainer", "kto": "KTOTrainer", "rm": "RewardTrainer", "ppo": "PPOTrainer"}.get(str(stage), str(stage)),
                      f"LLaMA-Factory stage: {stage}")
         for flag in ("use_galore", "use_badam", "use_apollo", "use_adam_mini", "use_muon"):
             if d.get(flag) is True:
                 self.notes.append(f"{flag}: LLaMA-Factory swaps in its own optimizer; memlint estimates the optimizer named by optim")
         self.checked_keys()
+
+    def _vision(self) -> None:
+        """A multimodal model's image size and what trains (hparams/model_args.py image_max_pixels / image_min_pixels,
+        hparams/finetuning_args.py freeze_vision_tower / freeze_multi_modal_projector; data/vision.json)."""
+        from memlint import data
+
+        fw = data.load("vision.json")["frameworks"]["llamafactory"]
+        for key in ("image_max_pixels", "image_min_pixels"):
+            try:
+                v = self.int_at(key)
+            except Bad:
+                self.unknown(key, f"{key} is not a number of pixels", key)
+                continue
+            if v is None:
+                self.lib(key, fw[key], f"LLaMA-Factory {key} default ({fw['ref'].split(';')[0]})")
+            else:
+                self.lit(key, v, key)
+        for key, name in (("freeze_vision_tower", "train_vision"), ("freeze_multi_modal_projector", "train_projector")):
+            try:
+                v = self.bool_at(key)
+            except Bad:
+                self.unknown(name, f"{key} is not true/false", key)
+                continue
+            if v is None:
+                self.lib(name, not fw[key], f"LLaMA-Factory {key}: {fw[key]} by default (hparams/finetuning_args.py)")
+            else:
+                self.lit(name, not v, key, chain=(f"{key}: {str(v).lower()}",))
 
     def _precision(self) -> None:
         d = self.doc

@@ -1,0 +1,308 @@
+"""Vision-language models (#15: Qwen2-VL, Qwen2.5-VL): the image tokens an image adds to the text model's sequence,
+what of the vision tower trains, and the tower's activations over every patch.
+
+Read off transformers 5.24's models/qwen2_vl and qwen2_5_vl (checked against `memlint measure`'s trace of the real
+step in tests/test_vlm.py):
+
+- an image of H x W is resized by the processor's smart_resize to multiples of patch_size * spatial_merge_size
+  within [min_pixels, max_pixels]; it becomes (H'/14)·(W'/14) patches of C·T·P·P values (T = temporal_patch_size: a
+  still image is repeated), and (H'/14)·(W'/14)/merge² image tokens in the text sequence;
+- the vision blocks run over all patches of the micro-batch (attention split per image, or per window in Qwen2.5-VL);
+  the merger concatenates merge² patches and projects them to the text model's width;
+- a frozen tower (LLaMA-Factory's freeze_vision_tower, default) keeps nothing for backward: no parameter and no input
+  of it needs a gradient.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from memlint import data
+from memlint.errors import MemlintError
+from memlint.estimate.terms import Tensor
+from memlint.vocab import DTYPE_BYTES
+
+
+def processor(model) -> dict:
+    """The image processor facts of the model's family (data/vision.json)."""
+    table = data.load("vision.json")["processors"]
+    entry = table.get(model.model_type)
+    if entry is None:
+        raise MemlintError(f"{model.id}: no image processor known for model_type {model.model_type!r}")
+    return entry
+
+
+def framework_defaults(name: str) -> dict:
+    return data.load("vision.json")["frameworks"].get(name, {})
+
+
+def pixel_bounds(s) -> tuple[int, int]:
+    p = processor(s.model)
+    lo = s.image_min_pixels if s.image_min_pixels is not None else p["min_pixels"]
+    hi = s.image_max_pixels if s.image_max_pixels is not None else p["max_pixels"]
+    return lo, hi
+
+
+def _factor(v) -> int:
+    return v["patch_size"] * v["spatial_merge_size"]
+
+
+def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    """transformers' models/qwen2_vl/image_processing_qwen2_vl.py smart_resize, as it is."""
+    if max(height, width) / min(height, width) > 200:
+        raise MemlintError(f"--image-size {height}x{width}: the processor refuses an aspect ratio over 200")
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+def image_grid(s) -> tuple[int, int]:
+    """(grid_h, grid_w): patches per side of one image. Without --image-size: the largest image max_pixels allows
+    (merge-sized tiles, floor(max_pixels / factor²) of them: an upper bound over aspect ratios)."""
+    v = s.model.vision
+    f = _factor(v)
+    m = v["spatial_merge_size"]
+    lo, hi = pixel_bounds(s)
+    if s.image_size is None:
+        tiles = max(1, hi // (f * f), -(-lo // (f * f)))
+        return tiles * m, m  # as a 1 x tiles strip of merge tiles: the count is what matters
+    h, w = smart_resize(s.image_size[0], s.image_size[1], f, lo, hi)
+    return h // v["patch_size"], w // v["patch_size"]
+
+
+def patches_per_image(s) -> int:
+    gh, gw = image_grid(s)
+    return gh * gw
+
+
+def image_tokens(s) -> int:
+    """Image tokens one image adds to the text sequence: its patches merged merge² to one."""
+    m = s.model.vision["spatial_merge_size"]
+    return patches_per_image(s) // (m * m)
+
+
+def text_seq(s) -> int:
+    """The text model's sequence: the text tokens plus every image's tokens (the processor expands each
+    <|image_pad|> into them)."""
+    if not s.model.vision or not s.images:
+        return s.seq
+    return s.seq + s.images * image_tokens(s)
+
+
+def trains(s) -> tuple[bool, bool]:
+    """(the tower's blocks and patch embedding train, the merger trains): only in a full fine-tune."""
+    if s.method != "full" or not s.model.vision:
+        return False, False
+    proj = s.train_vision if s.train_projector is None else s.train_projector
+    return s.train_vision, proj
+
+
+def frozen_params(s) -> int:
+    """Vision parameters that do not train (all of them under LoRA: adapters go on the text model)."""
+    v = s.model.vision
+    if not v:
+        return 0
+    tower, merger = trains(s)
+    return (0 if tower else v["params"] - v["params_merger"]) + (0 if merger else v["params_merger"])
+
+
+def trained_tensors(s) -> list[Tensor]:
+    """The vision tower's trained tensors, with their 2-D shapes (per-tensor optimizer rules)."""
+    v = s.model.vision
+    tower, merger = trains(s)
+    out: list[Tensor] = []
+    counted = 0
+    for name, l in v["linears"].items():
+        if (l["block"] and tower) or (not l["block"] and merger):
+            out.append(Tensor(l["out"], l["in"], l["count"]))
+            counted += l["in"] * l["out"] * l["count"]
+            if l["bias"]:
+                out.append(Tensor(l["out"], 1, l["count"]))
+                counted += l["out"] * l["count"]
+    if tower:
+        k = v["in_channels"] * v["temporal_patch_size"] * v["patch_size"] ** 2
+        out.append(Tensor(v["embed_dim"], k))  # the Conv3d patch embedding, bias-free
+        counted += v["embed_dim"] * k
+    rest = (v["params"] - v["params_merger"] if tower else 0) + (v["params_merger"] if merger else 0) - counted
+    if rest:  # the norms' weights (and LayerNorm biases): embed_dim-wide vectors
+        out.append(Tensor(v["embed_dim"], 1, max(1, rest // v["embed_dim"])))
+        if rest % v["embed_dim"]:
+            out.append(Tensor(rest % v["embed_dim"], 1))
+    return out
+
+
+@dataclass(frozen=True)
+class VisionTerms:
+    body: int        # saved for backward at the end of forward (and the patches' pixel values)
+    per_block: int   # one block's saved bytes over all patches (what recompute re-creates at a time)
+    transient: int   # a frozen tower's forward working memory (before the text model's activations exist)
+    formula: str
+    tail: int = 0    # alive beside every gradient when the tower's backward runs (last): ActivationTerms.end_of_backward
+
+
+def _norm(v, c: int, amp: bool, key: str = "norm") -> tuple[int, str]:
+    """Bytes one trained norm over embed_dim keeps per row, and the linear input after it."""
+    E = v["embed_dim"]
+    if v[key] == "layernorm":
+        # F.layer_norm saves its input and fp32 mean / rstd; autocast runs it in fp32 (an fp32 copy of the input),
+        # then the next linear casts the fp32 output back: that half copy is the linear's saved input
+        return (4 * E + 8 + c * E, "LayerNorm fp32 input + mean/rstd + the linear's half input") if amp else \
+               (c * E + 8 + c * E, "LayerNorm input + mean/rstd + output")
+    # RMSNorm: the fp32 upcast (saved by pow and mul), rsqrt, the normalised copy (its weight trains), the product
+    return 4 * E + 4 + 2 * c * E, "RMSNorm fp32 input + rsqrt + normalised copy + output"
+
+
+def grad_flows(s) -> bool:
+    """Whether backward runs through a frozen tower: gradient checkpointing calls enable_input_require_grads, which
+    at transformers >= 5 also hooks the tower's patch embedding (data/vision.json input_require_grads), so the frozen
+    blocks build the autograd graph."""
+    from memlint.library.versions import in_range, installed_version
+
+    fact = data.load("vision.json")["input_require_grads"]
+    return (s.recompute and s.images > 0 and not trains(s)[0]
+            and in_range(installed_version(fact["package"]), fact["versions"]))
+
+
+def _frozen_norm(v, amp: bool, key: str = "norm") -> int:
+    """A frozen norm on a path that needs input gradients: its fp32 input (and mean/rstd, or rsqrt)."""
+    E = v["embed_dim"]
+    return 4 * E + 8 if v[key] == "layernorm" else 4 * E + 4
+
+
+def block_bytes_per_patch(s, frozen: bool = False) -> int:
+    """What one vision block saves per patch: trained, or frozen with a gradient flowing through it (frozen linears
+    keep no input, a frozen norm only its fp32 input and statistics)."""
+    v = s.model.vision
+    c = DTYPE_BYTES[s.compute_dtype]
+    amp = s.precision in ("amp-bf16", "amp-fp16")
+    E, I, n = v["embed_dim"], v["intermediate_size"], v["num_heads"]
+    if frozen:
+        flash = s.attn.startswith("flash_attention")
+        mlp = (3 if v["mlp"] == "gated" else 2) * c * I  # the activation's input/output (and up), not the product
+        return 2 * _frozen_norm(v, amp) + (5 if flash else 6) * c * E + 4 * n + mlp
+    norm, _ = _norm(v, c, amp)
+    # qkv output (v is a view of it, saved by SDPA), rotated q and k, SDPA's output and fp32 logsumexp; SDPA runs per
+    # image (torch.split by cu_seqlens) and the outputs are concatenated: that copy is proj's saved input (flash
+    # attention's varlen kernel takes all images at once: no copy)
+    flash = s.attn.startswith("flash_attention")  # transformers' is_flash_attention_requested: the varlen call
+    attn = (6 if flash else 7) * c * E + 4 * n
+    mlp = (4 if v["mlp"] == "gated" else 3) * c * I  # gated: gate, act, up, product; quick_gelu: fc1, sigmoid, product
+    return 2 * norm + attn + mlp
+
+
+def terms(s) -> VisionTerms:
+    """The vision tower's activations for one micro-batch (s.batch rows of s.images images)."""
+    v = s.model.vision
+    if not v or not s.images:
+        return VisionTerms(0, 0, 0, "")
+    c = DTYPE_BYTES[s.compute_dtype]
+    amp = s.precision in ("amp-bf16", "amp-fp16")
+    E, I = v["embed_dim"], v["intermediate_size"]
+    m2 = v["spatial_merge_size"] ** 2
+    P = s.batch * s.images * patches_per_image(s)
+    k = v["in_channels"] * v["temporal_patch_size"] * v["patch_size"] ** 2
+    pixels = P * k * 4  # the processor's fp32 pixel_values, on the GPU through the step
+    tower, merger = trains(s)
+    # the model's output keeps the tower's outputs (MultimodalBaseModelOutputWithPast.image_outputs): its last hidden
+    # state over every patch and the merged image embeddings, alive through the text model's forward
+    outs = P * E * c + (P // m2) * v["out_hidden_size"] * c
+    parts = [f"{P:,} patches ({s.batch}×{s.images} images × {patches_per_image(s):,}): fp32 pixel values {pixels:,} B, "
+             f"the tower's outputs kept in the model output {outs:,} B"]
+    body = pixels + outs
+    per_block = 0
+    merger_saved = 0
+    if tower:
+        blk = block_bytes_per_patch(s)
+        per_block = blk * P
+        rope = 2 * 4 * v["head_dim"] * P  # the rotary cos and sin (fp32), shared by every block
+        embed = c * k * P  # Conv3d's input cast to the weights' dtype, saved for its weight gradient
+        if s.recompute:  # transformers checkpoints every Qwen2VLVisionBlock (GradientCheckpointingLayer)
+            body += v["depth"] * c * E * P + rope + embed
+            parts.append(f"{v['depth']} checkpointed block inputs {c}·E per patch; one block ({blk:,} B/patch) "
+                         "comes back in backward")
+        else:
+            body += v["depth"] * per_block + rope + embed
+            parts.append(f"{blk:,} B/patch/block × {v['depth']} blocks (norms, qkv, rotated q/k, SDPA, MLP)")
+        parts.append("rotary cos/sin and the patch embedding's input")
+    elif grad_flows(s):
+        blk = block_bytes_per_patch(s, frozen=True)
+        per_block = blk * P
+        rope = 2 * 4 * v["head_dim"] * P
+        body += v["depth"] * c * E * P + rope
+        parts.append(f"frozen tower on the gradient path (enable_input_require_grads hooks its patch embedding): "
+                     f"{v['depth']} checkpointed block inputs; one frozen block ({blk:,} B/patch) comes back in backward")
+    if merger:
+        norm, _ = _norm(v, c, amp, "merger_norm")
+        M = v["merger_hidden"]
+        mb = norm * P + 3 * c * M * (P // m2)  # ln_q over patches; linear 0's input and output, GELU's output
+        body += mb
+        merger_saved = mb
+        parts.append(f"merger {mb:,} B (ln_q, linear inputs, GELU)")
+    elif tower or grad_flows(s):
+        # a frozen merger on the gradient path: ln_q's fp32 input and statistics, GELU's input (the frozen linears keep
+        # no input)
+        mb = _frozen_norm(v, amp, "merger_norm") * P + c * v["merger_hidden"] * (P // m2)
+        body += mb
+        merger_saved = mb
+        parts.append(f"frozen merger on the gradient path {mb:,} B (ln_q's fp32 input, GELU's input)")
+    if not tower and not merger and not grad_flows(s):
+        parts.append("frozen tower and merger: nothing saved for backward")
+    # a frozen tower's forward: the residual stream, and the MLP's fc1 output, 1.702·x / act and product of one block
+    transient = 0 if tower else P * (c * E + c * E + 3 * c * I)
+    tail = 0
+    if tower or grad_flows(s):
+        # the blocks' backward runs last: every gradient exists, the tower still holds what its blocks saved (its
+        # outputs in the model output and the merger's saved tensors are gone by then), and inside a block's MLP
+        # backward the gradient of its output (c·E) and, net of the saved product fc2's backward frees, one
+        # intermediate-sized gradient (c·I) are alive
+        tail = body - outs - merger_saved + (c * E + c * I) * P
+    return VisionTerms(body, per_block, transient, "vision: " + "; ".join(parts), tail)
+
+
+def notes(s) -> list[str]:
+    v = s.model.vision
+    if not v:
+        return []
+    tower, merger = trains(s)
+    lo, hi = pixel_bounds(s)
+    out = []
+    if s.images:
+        size = (f"{s.image_size[0]}x{s.image_size[1]} resized to {image_grid(s)[0] * v['patch_size']}x"
+                f"{image_grid(s)[1] * v['patch_size']}" if s.image_size else f"the largest image max_pixels={hi:,} allows")
+        out.append(f"{s.images} image(s) per sample, {size} ({lo:,} ≤ pixels ≤ {hi:,}): {patches_per_image(s):,} patches, "
+                   f"{image_tokens(s):,} image tokens each; the text model runs {s.seq:,} text + "
+                   f"{s.images * image_tokens(s):,} image tokens = {text_seq(s):,} (an upper bound where max_length "
+                   "already counts the image tokens)")
+    else:
+        out.append(f"{s.model.id}: no images per sample (--images 0): the vision tower does not run")
+    what = ("the vision tower and merger train" if tower and merger else "the vision tower trains, the merger is frozen"
+            if tower else "the merger trains, the vision tower is frozen" if merger else
+            "vision tower and merger frozen (LLaMA-Factory's freeze_vision_tower / freeze_multi_modal_projector default)")
+    if s.method != "full":
+        what = "LoRA adapters on the text model's linears only; vision tower and merger frozen"
+    out.append(what + f" ({v['params']:,} vision parameters)")
+    if s.quant != "none":
+        out.append("quantized base: the vision tower is counted unquantized (bitsandbytes may quantize its linears "
+                   "too; an upper bound)")
+    if s.images and not tower:
+        out.append("the frozen tower's forward working memory precedes the text model's activations (not at the peak)")
+    if grad_flows(s):
+        out.append("gradient checkpointing calls enable_input_require_grads, which also hooks the vision tower's patch "
+                   "embedding (transformers >= 5): backward runs through the frozen tower (its block inputs kept); "
+                   "traced 3-7 % under the measured peak on a tiny model (not located)")
+    if s.method != "full" and s.lora_targets == "all-linear":
+        out.append("LoRA on all linears: memlint counts adapters on the text model's linears, as LLaMA-Factory targets "
+                   "them (patch_target_modules); peft's own all-linear (TRL, a plain script) adapts the vision tower's "
+                   "and merger's linears too (it excludes only the output layer): more adapters, not counted")
+    out.append("vision accounting traced on transformers 5.24's Qwen2-VL / Qwen2.5-VL code with SDPA "
+               "(tests/test_vlm.py); flash-attention's varlen path and eager attention are not traced")
+    return out
