@@ -254,3 +254,23 @@ def test_h2o_llmstudio_full_bf16_deepspeed(tmp_path):
     p8 = _write(tmp_path, {"c8.yaml": _H2O.format(dtype="int8", ds="false", lora="true")}) / "c8.yaml"
     plan8 = extract_file(p8)
     assert (plan8.get("method").value, plan8.get("quant_bits").value) == ("lora", 8)
+
+
+# ---- 5. catalog gaps met on real files ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model_id, params", [
+    ("google/gemma-3-270m-it", 268_098_176), ("google/codegemma-7b-it", 8_537_680_896),
+    ("Qwen/Qwen2.5-Math-1.5B-Instruct", 1_543_714_304), ("Qwen/Qwen2.5-Math-7B", 7_615_616_512)])
+def test_models_met_on_real_files_are_in_the_catalog(model_id, params):
+    from memlint.catalog import resolve
+
+    spec = resolve(model_id)
+    assert spec.params == params  # counted on the meta device by scripts/gen_catalog.py's count_on_meta
+
+
+def test_qwen25_math_7b_has_its_own_4k_context():
+    from memlint.catalog import entries
+
+    e = entries()["Qwen/Qwen2.5-Math-7B"]
+    assert e["config"]["max_position_embeddings"] == 4096 and "Qwen/Qwen2.5-Math-7B" not in entries()["Qwen/Qwen2.5-7B"]["aliases"]
