@@ -61,7 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     files.configure(None)  # each run starts from the default limits (main may be called again in-process)
     try:
-        return args.func(args)
+        with files.once_per_run():  # a file several readers need (a notebook, a launcher's target) is read once
+            return args.func(args)
     except MemlintError as exc:
         print(f"memlint: error: {printable(str(exc))}", file=sys.stderr)
         return exc.exit_code

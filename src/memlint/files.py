@@ -380,13 +380,60 @@ _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat
           (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
 
 
+# One run's reads (`once_per_run`): a file several readers want (a notebook is read as Python, for
+# its `!python` launch lines, for its raw JSON positions, and for the cache key) is read once. Keyed
+# by the file's identity and stat, so a file rewritten during the run (`--fix`) is read again.
+class _Memo(dict):
+    held = 0  # bytes of text held
+
+
+_memo: list[_Memo] = []
+_MEMO_BYTES = 256_000_000  # past this much held text, later files are read as before, uncached
+
+
+@contextmanager
+def once_per_run() -> Iterator[None]:
+    """Inside the block every regular file is read from disk at most once (while it is unchanged)."""
+    _memo.append(_Memo())
+    try:
+        yield
+    finally:
+        _memo.pop()
+
+
+def _memo_key(path: str | os.PathLike) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return (os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def read_bytes(path: str | os.PathLike, limit: int | None = None, what: str = "max-file-size") -> bytes:
     """The content of a regular file of at most `limit` bytes (default: max-file-size; `what`
-    names the limit in the refusal).
+    names the limit in the refusal); inside `once_per_run`, from the run's memo when already read.
 
     Opened without blocking and checked on the open descriptor, so a FIFO or /dev/zero named
     `train.py` is refused, not read forever. Raises Refused (an OSError) or OSError."""
     limit = max_file_size() if limit is None else limit
+    memo = _memo[-1] if _memo else None
+    key = _memo_key(path) if memo is not None else None
+    if key is not None and key in memo:
+        content = memo[key]
+        if len(content) > limit:
+            raise _refuse(path, f"not read: {_mb(len(content))}, over the {what} of {_mb(limit)}")
+        return content
+    content = _read_file(path, limit, what)
+    if key is not None and len(content) == key[3] and memo.held + len(content) <= _MEMO_BYTES:
+        memo[key] = content
+        memo.held += len(content)
+    return content
+
+
+def _read_file(path: str | os.PathLike, limit: int, what: str) -> bytes:
+    """The one place a file's content is read from disk."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     try:
         st = os.fstat(fd)

@@ -165,6 +165,9 @@ class TrainingPlan:
     # Other files the plan was read from (sibling modules the script imports, a DeepSpeed JSON a
     # config follows): a cached result is only as fresh as every one of them.
     sources: tuple[str, ...] = ()
+    # The library versions the script's checkout pins (library.pins.Pin): defaults are read at
+    # these instead of the installed versions, by extract and by the estimate alike.
+    versions: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = set(self.fields) - set(PLAN_FIELDS)
@@ -183,7 +186,8 @@ class TrainingPlan:
     def with_values(self, **values: Value) -> "TrainingPlan":
         merged = dict(self.fields)
         merged.update(values)
-        return TrainingPlan(self.path, merged, self.notes, self.diagnostics, self.kind, self.via, self.sources)
+        return TrainingPlan(self.path, merged, self.notes, self.diagnostics, self.kind, self.via, self.sources,
+                            self.versions)
 
     @property
     def shown(self) -> str:

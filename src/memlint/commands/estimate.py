@@ -12,6 +12,7 @@ from memlint.errors import MemlintError
 def setup_flags(p: argparse.ArgumentParser) -> None:
     """The training configuration flags `estimate` and `measure` share."""
     from memlint.estimate.setup import RECOMPUTE_POLICIES
+    from memlint.estimate.setup import OBJECTIVES
     from memlint.library.api import attention
     from memlint.library.defaults import run_default
 
@@ -84,7 +85,7 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
                    help="activation offloading (TRL's activation_offloading): saved activations copied to CPU")
     g.add_argument("--optimizer-in-bwd", action=argparse.BooleanOptionalAction, default=False,
                    help="optimizer step fused into backward (torchtune's optimizer_in_bwd): no full gradient buffer")
-    g.add_argument("--objective", choices=("sft", "dpo", "orpo", "cpo", "kto", "reward"), default="sft",
+    g.add_argument("--objective", choices=OBJECTIVES, default="sft",
                    help="TRL trainer objective: preference trainers stack chosen+rejected rows, DPO/KTO add a reference pass")
     g.add_argument("--ref-model", choices=("auto", "none", "copy", "adapter-disabled", "precomputed"), default="auto",
                    help="reference for dpo/kto (default: a frozen copy for a full fine-tune, adapters disabled for peft)")

@@ -80,6 +80,9 @@ def run(args) -> int:
             doc = {"path": plan.path, "plan": plan.to_json(), "estimate": est_doc}
             if plan.via:
                 doc["via"] = plan.via
+            if plan.versions:  # the versions library defaults were read at, and the checkout file that pins each
+                doc["library_versions"] = [{"package": p.package, "version": p.version, "pin": p.spec,
+                                            "source": p.source} for p in plan.versions]
             if est_doc is None:
                 doc["no_estimate"] = str(detail) if isinstance(detail, MemlintError) else \
                     f"unknown {', '.join(detail.missing)}"

@@ -689,12 +689,12 @@ def _chunked_logps(s: Setup, base: ActivationTerms, rows: int, R: str, formula: 
 
 def logps_layout(s: Setup) -> dict:
     """How TRL computes the policy's log-probs for this objective and TRL version
-    (data/preference.json). ORPO and CPO always materialise the logits."""
+    (data/preference.json). ORPO, CPO and SimPO (`materialised`) always materialise the logits."""
     from memlint.library.versions import in_range
 
     for entry in preference()["logps_layouts"]:
         if in_range(s.trl_version, entry.get("versions")):
-            if s.objective in ("orpo", "cpo") and entry["layout"] != "logits":
+            if preference()["objectives"][s.objective].get("materialised") and entry["layout"] != "logits":
                 return {"layout": "logits", "policy_logits_during_ref": True,
                         "ref": preference()["objectives"][s.objective]["ref"]}
             return entry

@@ -7,12 +7,11 @@ settle becomes a note telling the user which `--assume key=value` to pass.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from importlib import metadata
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from memlint.errors import MemlintError
-from memlint.library.api import attention
+from memlint.library.api import attention, objective_name
 from memlint.library.api import kbit_prep as kbit_prep_of
 from memlint.vocab import dtype_name
 from memlint.plan import PLAN_FIELDS, TrainingPlan, Value
@@ -119,7 +118,7 @@ def checked(plan: TrainingPlan) -> TrainingPlan:
         return plan
     out = plan.with_values(**bad)
     return TrainingPlan(out.path, out.fields, tuple(dict.fromkeys(plan.notes + tuple(notes))), out.diagnostics,
-                        out.kind)
+                        out.kind, versions=out.versions)
 
 
 def _worst(v: Value, pick=max) -> Any:
@@ -134,10 +133,13 @@ def _worst(v: Value, pick=max) -> Any:
 
 
 def _transformers_major() -> int:
+    from memlint.library.versions import installed_version
+
+    version = installed_version("transformers")  # the checkout's pin, if any
     try:
-        return int(metadata.version("transformers").split(".")[0])
-    except (metadata.PackageNotFoundError, ValueError):
-        return 5  # the newest known
+        return int(version.split(".")[0]) if version else 5  # not installed: the newest known
+    except ValueError:
+        return 5
 
 
 def _positive(v: Any) -> int | None:
@@ -194,7 +196,11 @@ _REF_MODELS = {"model": "copy", "auto": "auto", "precomputed": "precomputed"}
 def _objective(get, method: str, notes: list[str]) -> tuple[str, str]:
     """(objective, ref_model) from the plan's trainer and ref_model fields."""
     trainer = get("trainer").value if get("trainer").known else None
-    objective = TRAINER_OBJECTIVES.get(str(trainer), "sft")
+    objective = dict(get("trainer").shape).get("objective") or TRAINER_OBJECTIVES.get(str(trainer), "sft")
+    if dict(get("trainer").shape).get("class"):
+        notes.append(f"{dict(get('trainer').shape)['class']}: the checkout's own {trainer} subclass, read by its name as "
+                     f"{objective_name(objective)}'s step (chosen and rejected in one forward, no reference model); its code is "
+                     "not followed")
     if trainer == "GRPOTrainer":
         notes.append("GRPOTrainer: generation and the group's completions are not modelled; estimated as one "
                      "training forward at max_prompt_length + max_completion_length")
@@ -339,6 +345,19 @@ class PlannedSetup:
 
 
 def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) -> PlannedSetup:
+    """The estimator's Setup for `plan`, library defaults read at the versions its checkout pins."""
+    from memlint.library.versions import checkout_versions
+
+    with checkout_versions(plan.versions):
+        planned = _setup_from_plan(plan, extra)
+    if plan.versions:
+        pinned = "; ".join(p.describe() for p in plan.versions)
+        planned = replace(planned, notes=(f"library defaults read at the checkout's pinned versions: {pinned}",
+                                          *planned.notes))
+    return planned
+
+
+def _setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) -> PlannedSetup:
     from memlint.estimate.setup import Setup, known_optim, optimizers
 
     extra = dict(extra or {})

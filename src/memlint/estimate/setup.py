@@ -28,7 +28,7 @@ OFFLOADS = ("none", "optimizer", "params")
 ACCOUNTINGS = ("real", "textbook")
 # What the training step optimises: plain next-token loss (SFT, the HF Trainer) or one of
 # TRL's preference / reward objectives (data/preference.json says what each one runs).
-OBJECTIVES = ("sft", "dpo", "orpo", "cpo", "kto", "reward")
+OBJECTIVES = ("sft", "dpo", "orpo", "cpo", "simpo", "kto", "reward")
 # Where the reference log-probs come from: no reference (sft, orpo, cpo, reward), a frozen
 # second copy of the weights, the peft model run with its adapters disabled, or log-probs
 # computed before training (precompute_ref_log_probs=True).

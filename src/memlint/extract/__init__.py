@@ -25,9 +25,29 @@ SYNTAX_ERROR_NOTE = "syntax error"  # notes of a plan that could not be parsed s
 FRAMEWORK_WORDS = re.compile(rb"\b(torch|transformers|trl|peft|accelerate|unsloth|deepspeed|bitsandbytes)\b")
 
 
+def _pinned(path: Path, read):
+    """`read()`'s plan, with library defaults read at the versions the checkout of `path` pins
+    (requirements.txt, pyproject.toml, setup.py, environment.yml), which the plan then records."""
+    from memlint.library.pins import checkout_pins, pin_files
+    from memlint.library.versions import checkout_versions
+
+    pins = checkout_pins(path)
+    with checkout_versions(pins):
+        got = read()
+    plan = got[0] if isinstance(got, tuple) else got
+    if plan is None or not pins:
+        return got
+    plan = replace(plan, versions=pins, sources=tuple(dict.fromkeys([*plan.sources, *pin_files(pins)])))
+    return (plan, *got[1:]) if isinstance(got, tuple) else plan
+
+
 def extract_file(path: str | Path, launch: Any = None, shown: str | None = None) -> TrainingPlan:
     """The training plan of one script, notebook or framework config (.yaml/.yml/.json);
     `launch` (extract.launch.Launch) is the command the script is run with."""
+    return _pinned(Path(path), lambda: _extract_file(path, launch, shown))
+
+
+def _extract_file(path: str | Path, launch: Any = None, shown: str | None = None) -> TrainingPlan:
     p = Path(path)
     from memlint.extract.configs.overrides import TOOLS
 
@@ -36,6 +56,8 @@ def extract_file(path: str | Path, launch: Any = None, shown: str | None = None)
         from memlint.extract.configs import read_config
 
         plan = read_config(p if p.is_file() or not tool_run else None, shown=shown or str(path), launch=launch)
+        if plan is not None and launch is not None and launch.script and not tool_run:
+            plan = _script_trainer(plan, Path(launch.cwd or ".") / launch.script)
         if plan is not None and launch is not None and launch.launcher not in TOOLS and launch.script:
             # `accelerate launch --config_file X train.py recipe.yaml`: the launcher's GPUs and sharding too
             from memlint.extract.launched import apply_launcher
@@ -45,6 +67,28 @@ def extract_file(path: str | Path, launch: Any = None, shown: str | None = None)
     from memlint.extract.source import read_source
 
     return extract_source(read_source(p), p, shown=shown or str(path), launch=launch)
+
+
+def _script_trainer(plan: TrainingPlan, script: Path) -> TrainingPlan:
+    """A recipe run by a script that trains with a trainer class of its own checkout (SimPO's
+    `SimPOTrainer(Trainer)`): the recipe's trainer is a guess from its keys (`beta`: DPO), the
+    script's class settles it."""
+    if script.suffix != ".py" or not script.is_file():
+        return plan
+    from memlint.extract.source import read_source
+
+    try:
+        own = extract_source(read_source(script), script, shown=str(script)).get("trainer")
+    except (MemlintError, OSError, RecursionError):
+        return plan
+    if not own.known or not own.shape or own.candidates:
+        return plan
+    from memlint.plan import Value
+
+    was = plan.get("trainer")
+    why = f"{script}: {own.chain[0] if own.chain else own.value}" + (
+        f" (the recipe alone reads as {was.value})" if was.known and was.value != own.value else "")
+    return plan.with_values(trainer=Value(own.value, own.source, own.span, (why,), shape=own.shape))
 
 
 def extract_source(source: str, path: str | Path = "<string>", shown: str | None = None,
@@ -170,10 +214,14 @@ def not_read(plan: TrainingPlan, refused: list[tuple[str, str]], own: str | os.P
              for path, why in dict.fromkeys(refused) if os.path.abspath(path) != own_key]
     if not diags:
         return plan
-    return TrainingPlan(plan.path, plan.fields, plan.notes, plan.diagnostics + tuple(diags), plan.kind)
+    return replace(plan, diagnostics=plan.diagnostics + tuple(diags), via=None, sources=())
 
 
 def _read_target(target: Target) -> tuple[TrainingPlan | None, list[str], list[int]]:
+    return _pinned(target.path, lambda: _read_target_unpinned(target))
+
+
+def _read_target_unpinned(target: Target) -> tuple[TrainingPlan | None, list[str], list[int]]:
     path, shown = target.path, target.shown
     try:
         raw = read_bytes(path)

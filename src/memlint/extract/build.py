@@ -19,6 +19,7 @@ from memlint.extract.objects import (
 )
 from memlint.extract.values import Alts, Const, Dict, Ref, Seq, Unknown, flatten, to_python
 from memlint.library import api
+from memlint.library.api import checkout_objective
 from memlint.library.defaults import default as library_default
 from memlint.plan import SOURCES, Span, TrainingPlan, Value
 
@@ -530,9 +531,15 @@ class Builder:
         name = trainer.cls
         label = "unsloth" if unsloth else name
         how = f"{name}(...) (line {trainer.line})" + (" over an unsloth FastLanguageModel" if unsloth else "")
+        shape: tuple = ()
         if trainer.user_class:
             how = f"{trainer.user_class}, a subclass of {name} (line {trainer.line})"
-        self.fields["trainer"] = Value(label, "literal", Span(self.path, trainer.line), (how,))
+            objective = checkout_objective(trainer.user_class, name)
+            if objective is not None:  # the checkout's own SimPO/ORPO/CPO trainer: no reference model
+                shape = (("class", trainer.user_class), ("objective", objective))
+                how += (f"; its name says {api.objective_name(objective)}: read as that reference-free preference step "
+                        "(chosen and rejected in one forward, no reference model; data/preference.json checkout_trainers)")
+        self.fields["trainer"] = Value(label, "literal", Span(self.path, trainer.line), (how,), shape=shape)
         arg_objs = [a for a in flatten(args) if isinstance(a, TrainingArgs)]
         if not arg_objs:
             if args is not None and not (isinstance(args, Const) and args.value is None):

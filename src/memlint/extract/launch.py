@@ -345,15 +345,35 @@ def _framework_config(launch: Launch, base: Path) -> Path | None:
     # the script's first argument (`train.py recipe.yaml`, read as sys.argv[1]); the value of a flag
     # (`sft.py --config recipe.yaml`) is the script's own parser's business (TrlParser reads it)
     first = launch.argv[0] if launch.argv else ""
+    from memlint.extract.configs import detect_file
+
+    flagged = _flag_config(launch, base)
+    if flagged is not None:
+        return flagged
     if first.startswith("-") or not first.lower().endswith((".yaml", ".yml")):
         return None
-    from memlint.extract.configs import detect_file
 
     cand = base / first
     kind = detect_file(cand) if cand.is_file() else None
     if kind == "trl-recipe" and _parses_yaml_itself(base / launch.script):
         return None  # HfArgumentParser arguments the script reads itself (parse_yaml_file(sys.argv[1]))
     return cand if kind is not None else None
+
+
+def _flag_config(launch: Launch, base: Path) -> Path | None:
+    """A framework's own entry script given its config by a flag (H2O LLM Studio's
+    `python llm_studio/train.py -Y cfg.yaml`): the flags are the framework's `read_from_flag`."""
+    from memlint.extract.configs import detect_file
+    from memlint.extract.configs.frameworks import table
+
+    argv = list(launch.argv or ())
+    for i, word in enumerate(argv[:-1]):
+        for name, fw in table().items():
+            if word in fw.get("read_from_flag", ()) and argv[i + 1].lower().endswith((".yaml", ".yml")):
+                cand = base / argv[i + 1]
+                if cand.is_file() and detect_file(cand) == name:
+                    return cand
+    return None
 
 
 def _parses_yaml_itself(script: Path) -> bool:

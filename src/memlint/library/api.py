@@ -46,6 +46,22 @@ def trainer(name: str) -> TrainerFacts | None:
     return trainers().get(name)
 
 
+def checkout_objective(cls_name: str, base: str) -> str | None:
+    """The reference-free preference objective (simpo, orpo, cpo) a trainer class of the script's own
+    checkout runs, read by its name (data/preference.json checkout_trainers); None: read as `base`."""
+    import re
+
+    rules = data.load("preference.json")["checkout_trainers"]
+    if base.rsplit(".", 1)[-1] not in rules["bases"]:
+        return None
+    return next((r["objective"] for r in rules["names"] if re.search(r["match"], cls_name)), None)
+
+
+def objective_name(objective: str) -> str:
+    """How the words name an objective: SimPO, ORPO, CPO, DPO."""
+    return {"simpo": "SimPO"}.get(objective, objective.upper())
+
+
 def trl_trainer(objective: str) -> str | None:
     """The TRL trainer class that trains `objective` (sft: SFTTrainer), the first listed."""
     return next((t.name for t in trainers().values() if t.objective == objective and t.arguments.startswith("trl.")), None)
@@ -158,7 +174,7 @@ def kbit_prep(trainer: str | None) -> tuple[bool, str]:
     """Whether `trainer` (a class name as the plan names it, or None for a plain loop) calls
     peft.prepare_model_for_kbit_training on a quantized model at the installed version of its
     package (not installed: the newest behaviour), and why, for the estimate's assumptions."""
-    from memlint.library.versions import in_range, installed_version
+    from memlint.library.versions import in_range, installed_version, shown_version
 
     name = (trainer or "").rsplit(".", 1)[-1]
     entry = _doc()["kbit_prep"]["trainers"].get(name)
@@ -167,19 +183,19 @@ def kbit_prep(trainer: str | None) -> tuple[bool, str]:
                        "the non-quantized weights stay in their load dtype")
     version = installed_version(entry["package"])
     calls = in_range(version, entry["calls"])
-    at = f"{entry['package']} {version}" if version else f"the newest {entry['package']}"
+    at = shown_version(entry["package"]) if version else f"the newest {entry['package']}"
     return calls, (f"{name} {'calls' if calls else 'no longer calls'} prepare_model_for_kbit_training at {at} "
                    f"({'embeddings, norms and lm_head upcast to fp32' if calls else 'no fp32 upcast'}; {entry['ref']})")
 
 
 def quantize_on_load(method: str) -> tuple[bool, str]:
     """Whether the installed transformers quantizes a `method` config (hqq) in from_pretrained, and why."""
-    from memlint.library.versions import in_range, installed_version
+    from memlint.library.versions import in_range, installed_version, shown_version
 
     entry = _doc()["quantize_on_load"][method]
     version = installed_version(entry["package"])
     works = in_range(version, entry["works"])
-    at = f"{entry['package']} {version}" if version else f"the newest {entry['package']}"
+    at = shown_version(entry["package"]) if version else f"the newest {entry['package']}"
     return works, f"{at} {'quantizes' if works else 'does not quantize'} it on load ({entry['works']} does; {entry['ref']})"
 
 

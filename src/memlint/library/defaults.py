@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memlint import data
-from memlint.library.versions import in_range, installed_version
+from memlint.library.versions import checkout_versions, in_range, installed_version, shown_version
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ def default(cls: str, field: str) -> Default | None:
                 continue
             if not all(in_range(installed_version(p), r) for p, r in cand.get("requires", {}).items()):
                 continue
-            shown = f"{package} {version}" if version else f"{package} (not installed: newest known)"
+            shown = shown_version(package)
             return Default(cand["value"], f"{cls}.{field} default in {shown}: {cand.get('ref', '')}".rstrip(": "))
         cls = entry.get("inherits")
     return None
@@ -64,7 +64,7 @@ def lora_default_targets(model_type: str) -> Default | None:
         targets = entry["targets"].get(model_type)
         if targets is None:
             return None
-        shown = f"peft {version}" if version else "peft (not installed: newest known)"
+        shown = shown_version("peft")
         value = tuple(targets) if isinstance(targets, list) else targets
         return Default(value, f"peft's default target_modules for {model_type} in {shown}: {entry['ref']}")
     return None
@@ -88,6 +88,9 @@ def run_default(name: str) -> Default:
     if "from" in entry:
         cls, field = entry["from"]
         found = default(cls, field)
+        if found is None:  # a checkout pins a version older than the argument (GaLore's rank before 4.39): the installed one's
+            with checkout_versions(()):
+                found = default(cls, field)
         if found is None:  # the table names a default it does not hold: a data bug, caught by the tests
             raise KeyError(f"run_defaults.{name}: no {cls}.{field} default")
         return found

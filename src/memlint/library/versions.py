@@ -65,10 +65,47 @@ def pinned_versions(versions: dict[str, str | None]) -> Iterator[None]:
         _PINNED.update(saved)
 
 
+_CHECKOUT: list[dict] = []  # the pins of the checkout being read (library.pins.Pin by package)
+
+
+@contextmanager
+def checkout_versions(pins) -> Iterator[None]:
+    """Read defaults at the versions the script's checkout pins (library.pins.checkout_pins), not
+    the installed ones, inside the block."""
+    _CHECKOUT.append({p.package: p for p in pins})  # () reads at the installed versions again
+    try:
+        yield
+    finally:
+        _CHECKOUT.pop()
+
+
+def checkout_pin(package: str):
+    """The checkout's pin of `package` in effect (library.pins.Pin), or None."""
+    if not _CHECKOUT:
+        return None
+    from memlint.library.pins import normalise
+
+    return _CHECKOUT[-1].get(normalise(package))
+
+
 def installed_version(package: str) -> str | None:
+    """The version memlint reads `package`'s behaviour at: the checkout's pin when the script's
+    checkout pins one (checkout_versions), else the installed version."""
+    pin = checkout_pin(package)
+    if pin is not None:
+        return pin.version
     if package in _PINNED:
         return _PINNED[package]
     return _metadata_version(package)
+
+
+def shown_version(package: str) -> str:
+    """How a default's words name the version it was read at."""
+    pin = checkout_pin(package)
+    if pin is not None:
+        return pin.describe()
+    version = installed_version(package)
+    return f"{package} {version}" if version else f"{package} (not installed: newest known)"
 
 
 @lru_cache(maxsize=None)

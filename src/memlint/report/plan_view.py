@@ -30,6 +30,8 @@ def render_plan(plan: TrainingPlan, est_doc, detail, console, conditional=None) 
         style = "dim" if v.source in ("unknown", "library-default") else ""
         table.add_row(name, markup(_fmt(v.value)), v.source, str(v.line or ""), style=style)
     console.print(table)
+    for pin in plan.versions:  # library defaults read at the checkout's pins, not the installed versions
+        console.print(f"[dim]- library defaults at {markup(pin.describe())}[/dim]")
     for note in plan.notes:
         console.print(f"[dim]- {markup(note)}[/dim]")
     if isinstance(detail, MemlintError):

@@ -349,7 +349,7 @@ class LargeLogitsRule(Rule):
         if s.chunked_loss:
             what = f"torchtune's chunked cross-entropy: {s.chunked_loss} {dt} logit chunks and their fp32 log-softmax"
         if s.objective != "sft":
-            rows = "chosen + rejected rows" if s.objective in ("dpo", "orpo", "cpo") else "rows"
+            rows = "chosen + rejected rows" if s.objective in ("dpo", "orpo", "cpo", "simpo") else "rows"
             amp = s.precision in ("amp-bf16", "amp-fp16")
             what = (f"{'fp32' if amp else dt} logits of the {rows}"
                     + (" (accelerate upcasts the model's outputs)" if amp else "") + ", kept for the log-probs' backward"

@@ -19,7 +19,7 @@ from memlint.plan import TrainingPlan
 __all__ = ["CONFIG_SUFFIXES", "FORMATS", "detect", "detect_file", "read_config", "merge_launch_config"]
 
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml")
-FORMATS = ("axolotl", "llama-factory", "trl-recipe", "torchtune", "litgpt", "llm-foundry", "oumi", "llmtune", "torchtitan",
+FORMATS = ("axolotl", "llama-factory", "trl-recipe", "torchtune", "litgpt", "llm-foundry", "oumi", "llmtune", "torchtitan", "h2o-llmstudio",
            "deepspeed", "accelerate")
 _LAUNCHERS = ("deepspeed", "accelerate")
 
@@ -69,6 +69,8 @@ def detect(top_keys: tuple[str, ...] | set[str], name: str = "", text: str = "")
     if ("checkpoint_dir" in keys or ("model_name" in keys and keys & {"initial_checkpoint_dir", "tokenizer_dir"})) and (
             keys & _LITGPT or _LITGPT_TEXT.search(text)):
         return "litgpt"
+    if "llm_backbone" in keys and keys & {"architecture", "training", "tokenizer", "problem_type"}:
+        return "h2o-llmstudio"  # H2O LLM Studio's experiment cfg.yaml
     if "train_loader" in keys and keys & _FOUNDRY:
         return "llm-foundry"
     if "model.flavor" in keys and "training" in keys and keys & _TORCHTITAN:
@@ -238,4 +240,4 @@ def merge_launch_config(plan: TrainingPlan, path: str | Path) -> TrainingPlan:
     extra_diags = [d for d in doc.diagnostics if d not in diags]
     return TrainingPlan(plan.path, fields, tuple(dict.fromkeys(plan.notes + tuple(notes))),
                         plan.diagnostics + tuple(extra_diags) + tuple(diags), plan.kind, plan.via,
-                        (*plan.sources, str(path)))
+                        (*plan.sources, str(path)), plan.versions)

@@ -11,7 +11,7 @@ from typing import Any, Iterable
 
 from memlint import data
 
-from memlint.library.versions import in_range, installed_version
+from memlint.library.versions import in_range, installed_version, shown_version
 from memlint.library.defaults import Default
 from memlint.plan import Diagnostic, Span
 
@@ -33,7 +33,7 @@ def default(name: str, key: str) -> Default | None:
     version = installed_version(package)
     for cand in fw.get("defaults", {}).get(key, ()):
         if in_range(version, cand.get("versions")):
-            shown = f"{package} {version}" if version else f"{package} (not installed: newest known)"
+            shown = shown_version(package)
             return Default(cand["value"], f"{name} default {key}={cand['value']!r} in {shown}: {cand['ref']}")
     return None
 

@@ -1,0 +1,291 @@
+"""Library versions a checkout pins for itself: requirements*.txt, pyproject.toml dependencies,
+setup.py install_requires, environment.yml (conda and its pip section). Read as text, never
+imported or run.
+
+A pin counts when it fixes the behaviour memlint reads from its tables: an exact `==` (a
+`==4.46.*` wildcard reads as `>=4.46,<4.47`), `~=`, or an upper bound (`<`, `<=`). A range reads
+as the highest version it allows among the breakpoints of memlint's data for that package (the
+bounds of every `versions` range in src/memlint/data/), or its own lower bound when that is higher:
+every version between two breakpoints behaves the same in the tables, so that version stands for
+the newest the range can install. A lower bound alone (`trl>=0.12`) says nothing the installed
+version does not: it is not used.
+
+The nearest folder at or above the script that has any pin file is the checkout's (up to the
+repository's top, a `.git`, or four folders up when there is none).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from memlint.library.versions import _cmp, _vtuple, in_range
+
+_PIN_FILES = ("requirements.txt", "pyproject.toml", "setup.py", "environment.yml", "environment.yaml")
+_MAX_UP = 4
+_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+# `trl==0.12.1`, `transformers[torch]>=4.46,<4.47`, `peft ~= 0.13.0 ; python_version > "3.8"`
+_REQ = re.compile(rf"^\s*(?P<name>{_NAME})\s*(?:\[[^\]]*\])?\s*(?P<spec>(?:(?:==|~=|>=|<=|!=|<|>|=)\s*[0-9][0-9A-Za-z.*+!-]*\s*,?\s*)+)\s*(?:;.*)?$")
+
+
+@dataclass(frozen=True)
+class Pin:
+    package: str   # normalised: lower case, "-" for "_" and "."
+    spec: str      # as written: "==0.12.1", ">=4.46,<4.47"
+    version: str   # what memlint reads the tables at
+    source: str    # "requirements.txt:3"
+
+    def describe(self) -> str:
+        exact = self.spec.replace(" ", "") == f"=={self.version}"
+        how = "" if exact else (f", read as {self.version}: the newest behaviour the range allows in memlint's "
+                                "version tables")
+        return f"{self.package} {self.version} (pinned by the checkout's {self.source}: {self.package}{self.spec}{how})"
+
+
+def normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _clauses(spec: str) -> list[tuple[str, str]]:
+    out = []
+    for clause in spec.split(","):
+        m = re.match(r"\s*(==|~=|>=|<=|!=|<|>|=)\s*(\S+)", clause)
+        if m:
+            out.append((m.group(1), m.group(2)))
+    return out
+
+
+def _as_range(spec: str) -> str | None:
+    """`spec` as memlint's range syntax, or None when it has no exact pin and no upper bound."""
+    parts: list[str] = []
+    upper = False
+    for op, v in _clauses(spec):
+        if op == "!=":
+            continue
+        if op in ("==", "=") and "*" in v:  # ==4.46.*
+            base = [int(x) for x in v.rstrip(".*").split(".") if x.isdigit()]
+            if not base:
+                return None
+            nxt = base[:-1] + [base[-1] + 1]
+            parts += [f">={'.'.join(map(str, base))}", f"<{'.'.join(map(str, nxt))}"]
+            upper = True
+        elif op in ("==", "="):
+            parts.append(f"=={v}")
+            upper = True
+        elif op == "~=":
+            base = [int(x) for x in v.split(".") if x.isdigit()]
+            if len(base) < 2:
+                return None
+            nxt = base[:-2] + [base[-2] + 1]
+            parts += [f">={v}", f"<{'.'.join(map(str, nxt))}"]
+            upper = True
+        else:
+            parts.append(f"{op}{v}")
+            upper = upper or op in ("<", "<=")
+    return ",".join(parts) if upper else None
+
+
+@lru_cache(maxsize=None)
+def breakpoints(package: str) -> tuple[str, ...]:
+    """Every version bound memlint's data names for `package`."""
+    from memlint import data
+
+    found: set[str] = set()
+    defaults = {"preference.json": "trl", "litgpt.json": "litgpt"}
+
+    def walk(node, pkg):
+        if isinstance(node, dict):
+            pkg = node.get("package", pkg) if isinstance(node.get("package"), str) else pkg
+            for k, v in node.items():
+                if k in ("versions", "calls", "works", "since", "until") and isinstance(v, str) and pkg:
+                    if normalise(pkg) == package:
+                        found.update(b for _, b in _clauses(v) if re.match(r"\d", b))
+                elif k == "requires" and isinstance(v, dict):
+                    for p, r in v.items():
+                        if normalise(p) == package and isinstance(r, str):
+                            found.update(b for _, b in _clauses(r) if re.match(r"\d", b))
+                else:
+                    walk(v, pkg)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v, pkg)
+
+    folder = Path(data.__file__).parent
+    for f in sorted(folder.glob("*.json")):
+        walk(data.load(f.name), defaults.get(f.name))
+    return tuple(sorted(found, key=_vtuple))
+
+
+def representative(package: str, spec: str) -> str | None:
+    """The version memlint reads a pin as (None: the pin does not bound the version)."""
+    rng = _as_range(spec)
+    if rng is None:
+        return None
+    exact = [v for op, v in _clauses(rng) if op == "=="]
+    if exact:
+        return exact[0]
+    lows = [v for op, v in _clauses(rng) if op in (">=",)]
+    cands = [b for b in (*breakpoints(package), *lows) if in_range(b, rng)]
+    if not cands:
+        return None  # below every breakpoint with no lower bound: nothing to stand for it
+    best = cands[0]
+    for c in cands[1:]:
+        if _cmp(_vtuple(c), _vtuple(best)) > 0:
+            best = c
+    return best
+
+
+def _req_lines(text: str) -> list[tuple[int, str]]:
+    return [(i, line.split(" #")[0].strip()) for i, line in enumerate(text.splitlines(), 1)]
+
+
+def _from_requirements(path: Path, rel: str, depth: int = 0) -> list[tuple[str, str, str]]:
+    out = []
+    text = _read(path)
+    if text is None:
+        return out
+    for i, line in _req_lines(text):
+        m = re.match(r"^(?:-r|--requirement)\s*(\S+)", line)
+        if m and depth < 2:
+            sub = path.parent / m.group(1)
+            out += _from_requirements(sub, os.path.normpath(os.path.join(os.path.dirname(rel), m.group(1))), depth + 1)
+            continue
+        req = _REQ.match(line)
+        if req:
+            out.append((req.group("name"), req.group("spec"), f"{rel}:{i}"))
+    return out
+
+
+def _quoted_reqs(path: Path, rel: str) -> list[tuple[str, str, str]]:
+    """Requirement strings in quotes, line by line (pyproject.toml dependencies, setup.py install_requires)."""
+    text = _read(path)
+    if text is None:
+        return []
+    out = []
+    for i, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("#"):
+            continue
+        for q in re.findall(r"""["']([^"'\n]+)["']""", line):
+            req = _REQ.match(q)
+            if req:
+                out.append((req.group("name"), req.group("spec"), f"{rel}:{i}"))
+    return out
+
+
+def _from_environment(path: Path, rel: str) -> list[tuple[str, str, str]]:
+    text = _read(path)
+    if text is None:
+        return []
+    out = []
+    for i, line in enumerate(text.splitlines(), 1):
+        m = re.match(r"^\s*-\s*(.+?)\s*$", line.split(" #")[0])
+        if not m:
+            continue
+        item = m.group(1).strip("'\"")
+        if "::" in item:  # conda-forge::transformers=4.46
+            item = item.split("::", 1)[1]
+        conda = re.match(rf"^({_NAME})\s*=([0-9][^=\s]*?)(?:\.\*)?(?:=\S+)?$", item)
+        if conda:  # conda's `name=4.46` (and name=4.46=build) is 4.46.*
+            item = f"{conda.group(1)}=={conda.group(2)}.*"
+        req = _REQ.match(item)
+        if req:
+            out.append((req.group("name"), req.group("spec"), f"{rel}:{i}"))
+    return out
+
+
+def _read(path: Path) -> str | None:
+    from memlint.files import read_text
+
+    try:
+        return read_text(path, 1_000_000, what="pin-file budget")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _pin_folder(start: Path) -> Path | None:
+    folder = start.resolve()
+    for n, d in enumerate((folder, *folder.parents)):
+        if any((d / name).is_file() for name in _PIN_FILES) or any(d.glob("requirements*.txt")):
+            return d
+        if os.path.lexists(d / ".git") or n >= _MAX_UP:
+            return None
+    return None
+
+
+def checkout_pins(script: str | os.PathLike) -> tuple[Pin, ...]:
+    """The pins of the checkout `script` is in, for the packages memlint's data knows, first pin
+    of a package winning (requirements.txt, then requirements*.txt, pyproject.toml, setup.py,
+    environment.yml)."""
+    p = Path(script)
+    if not p.exists():
+        return ()
+    folder = _pin_folder(p.parent if p.is_file() or not p.is_dir() else p)
+    if folder is None:
+        return ()
+    return _pins_in(folder, _shown_prefix(folder))
+
+
+def _shown_prefix(folder: Path) -> str:
+    try:
+        rel = os.path.relpath(folder)
+    except ValueError:
+        return str(folder)
+    return "" if rel == "." else rel
+
+
+def _pins_in(folder: Path, prefix: str) -> tuple[Pin, ...]:
+    def rel(name: str) -> str:
+        return os.path.join(prefix, name) if prefix else name
+
+    found: list[tuple[str, str, str]] = []
+    reqs = sorted(folder.glob("requirements*.txt"), key=lambda f: (f.name != "requirements.txt", f.name))
+    for f in reqs:
+        found += _from_requirements(f, rel(f.name))
+    for name, reader in (("pyproject.toml", _quoted_reqs), ("setup.py", _quoted_reqs),
+                         ("environment.yml", _from_environment), ("environment.yaml", _from_environment)):
+        if (folder / name).is_file():
+            found += reader(folder / name, rel(name))
+    known = _known_packages()
+    out: dict[str, Pin] = {}
+    for name, spec, source in found:
+        pkg = normalise(name)
+        if pkg not in known or pkg in out:
+            continue
+        spec = spec.strip().rstrip(",").replace(" ", "")
+        version = representative(pkg, spec)
+        if version is not None:
+            out[pkg] = Pin(pkg, spec, version, source)
+    return tuple(out.values())
+
+
+def pin_files(pins: tuple[Pin, ...]) -> tuple[str, ...]:
+    """The files the pins were read from (a cached result is only as fresh as they are)."""
+    return tuple(dict.fromkeys(p.source.rsplit(":", 1)[0] for p in pins))
+
+
+@lru_cache(maxsize=None)
+def _known_packages() -> frozenset[str]:
+    """Packages whose behaviour memlint's data tables by version."""
+    from memlint import data
+
+    names: set[str] = {"trl", "litgpt"}
+
+    def walk(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("package"), str):
+                names.add(normalise(node["package"]))
+            if isinstance(node.get("requires"), dict):
+                names.update(normalise(k) for k in node["requires"])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    folder = Path(data.__file__).parent
+    for f in folder.glob("*.json"):
+        walk(data.load(f.name))
+    return frozenset(names)
