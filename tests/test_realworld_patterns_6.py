@@ -62,8 +62,10 @@ def test_requirements_pin_sets_the_version_defaults_are_read_at(tmp_path, monkey
 
 
 def test_a_range_reads_as_the_highest_version_it_allows_among_the_breakpoints():
-    # transformers' optim default changes at 4.32 and 4.54 (library_defaults.json)
-    assert representative("transformers", "<4.54") == "4.45"  # highest breakpoint below 4.54
+    # transformers' breakpoints in the data include 4.45 (library_defaults.json), 4.49 (data/vision.json's
+    # Qwen2-VL processor defaults) and 4.54 (the optim default)
+    assert representative("transformers", "<4.54") == "4.49"  # highest breakpoint below 4.54
+    assert representative("transformers", "<4.49") == "4.45"
     assert representative("transformers", ">=4.46,<4.47") == "4.46"  # between breakpoints: its lower bound
     assert representative("transformers", "==4.44.2") == "4.44.2"
     assert representative("transformers", "==4.46.*") == "4.46"

@@ -12,7 +12,6 @@ from memlint.errors import MemlintError
 def setup_flags(p: argparse.ArgumentParser) -> None:
     """The training configuration flags `estimate` and `measure` share."""
     from memlint.estimate.setup import RECOMPUTE_POLICIES
-    from memlint.estimate.setup import OBJECTIVES
     from memlint.library.api import attention
     from memlint.library.defaults import run_default
 
@@ -74,6 +73,15 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
                         "(torchtitan's op-level selective checkpointing: every second mm output and the attention "
                         "output and logsumexp kept, the rest recomputed)")
     flag("--attn", key="attn", choices=tuple(attention()))
+    _loss_and_step_flags(g)
+    _model_code_flags(g, flag)
+    _parallel_flags(g)
+
+
+def _loss_and_step_flags(g: Any) -> None:
+    """The loss kernel, float8, offloading, the optimizer step's place and the objective."""
+    from memlint.estimate.setup import OBJECTIVES
+
     g.add_argument("--fused-loss", action=argparse.BooleanOptionalAction, default=False,
                    help="fused/chunked linear cross-entropy (Liger, Cut Cross-Entropy): no full-vocabulary logits")
     g.add_argument("--chunked-loss", type=int, default=0, metavar="K",
@@ -91,9 +99,6 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
                    help="reference for dpo/kto (default: a frozen copy for a full fine-tune, adapters disabled for peft)")
     g.add_argument("--trl-version", default=None, metavar="X.Y",
                    help="TRL version whose step layout to model (default: the installed one, else the newest known)")
-    _model_code_flags(g, flag)
-    _parallel_flags(g)
-
 
 
 def _model_code_flags(g: Any, flag: Any) -> None:

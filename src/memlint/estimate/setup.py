@@ -226,18 +226,7 @@ class Setup:
         check("model_code", MODEL_CODES)
         if self.model_code == "litgpt":
             self._validate_litgpt()
-        needs_ref = preference()["objectives"][self.objective]["reference"]
-        if not needs_ref and self.ref_model not in ("auto", "none"):
-            raise MemlintError(f"--objective {self.objective} has no reference model: use --ref-model none")
-        if needs_ref and self.reference == "none":
-            raise MemlintError(f"--objective {self.objective} needs a reference: --ref-model copy, adapter-disabled or precomputed")
-        if self.fused_loss and self.objective != "sft":
-            raise MemlintError("--fused-loss models a fused SFT cross-entropy; not with a preference objective")
-        if self.chunked_loss and (self.fused_loss or self.objective != "sft"):
-            raise MemlintError("--chunked-loss models torchtune's chunked SFT cross-entropy: not with --fused-loss or a "
-                               "preference objective")
-        if not isinstance(self.chunked_loss, int) or self.chunked_loss < 0:
-            raise MemlintError("--chunked-loss is a number of chunks (torchtune's num_output_chunks, 8), or 0")
+        self._validate_objective()
         if self.modules_to_save and self.method == "full":
             raise MemlintError("--modules-to-save trains full copies of modules beside LoRA adapters: use --method lora or qlora")
         if self.use_dora and self.method == "full":
@@ -257,20 +246,7 @@ class Setup:
         if self.optimizer.get("in_backward") and self.grad_accum > 1:
             raise MemlintError(f"--optim {self.optim} steps each parameter in backward: no gradient accumulation "
                                "(transformers refuses it)")
-        if not isinstance(self.recompute_every, int) or self.recompute_every < 1:
-            raise MemlintError("--recompute-every must be a positive integer")
-        if self.recompute_every > 1 and not self.recompute:
-            raise MemlintError("--recompute-every N checkpoints every Nth layer: it needs --recompute")
-        if self.recompute_policy not in RECOMPUTE_POLICIES:
-            raise MemlintError(f"unknown --recompute-policy {self.recompute_policy!r}; known: {', '.join(RECOMPUTE_POLICIES)}")
-        if self.recompute_policy != "full":
-            if not self.recompute:
-                raise MemlintError(f"--recompute-policy {self.recompute_policy} is a checkpointing policy: it needs --recompute")
-            if self.recompute_every > 1:
-                raise MemlintError(f"--recompute-policy {self.recompute_policy} and --recompute-every N exclude each other "
-                                   "(torchtitan's selective_ac_option is 'op' or a layer frequency)")
-            if self.offload_activations:
-                raise MemlintError(f"--recompute-policy {self.recompute_policy} with activation offloading is not modelled")
+        self._validate_recompute()
         self._validate_parallel()
         for name in ("batch", "seq", "gpus", "nodes", "lora_r", "grad_accum"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
@@ -289,6 +265,38 @@ class Setup:
             raise MemlintError("--offload needs a sharded (DeepSpeed / FSDP) run")
         if isinstance(self.lora_targets, str) and self.lora_targets != "all-linear":
             raise MemlintError("lora_targets is 'all-linear' or a tuple of module names")
+
+    def _validate_recompute(self) -> None:
+        """Checkpointing: every Nth layer, or a policy (op-level SAC)."""
+        if not isinstance(self.recompute_every, int) or self.recompute_every < 1:
+            raise MemlintError("--recompute-every must be a positive integer")
+        if self.recompute_every > 1 and not self.recompute:
+            raise MemlintError("--recompute-every N checkpoints every Nth layer: it needs --recompute")
+        if self.recompute_policy not in RECOMPUTE_POLICIES:
+            raise MemlintError(f"unknown --recompute-policy {self.recompute_policy!r}; known: {', '.join(RECOMPUTE_POLICIES)}")
+        if self.recompute_policy != "full":
+            if not self.recompute:
+                raise MemlintError(f"--recompute-policy {self.recompute_policy} is a checkpointing policy: it needs --recompute")
+            if self.recompute_every > 1:
+                raise MemlintError(f"--recompute-policy {self.recompute_policy} and --recompute-every N exclude each other "
+                                   "(torchtitan's selective_ac_option is 'op' or a layer frequency)")
+            if self.offload_activations:
+                raise MemlintError(f"--recompute-policy {self.recompute_policy} with activation offloading is not modelled")
+
+    def _validate_objective(self) -> None:
+        """The training objective, its reference model and its loss kernel."""
+        needs_ref = preference()["objectives"][self.objective]["reference"]
+        if not needs_ref and self.ref_model not in ("auto", "none"):
+            raise MemlintError(f"--objective {self.objective} has no reference model: use --ref-model none")
+        if needs_ref and self.reference == "none":
+            raise MemlintError(f"--objective {self.objective} needs a reference: --ref-model copy, adapter-disabled or precomputed")
+        if self.fused_loss and self.objective != "sft":
+            raise MemlintError("--fused-loss models a fused SFT cross-entropy; not with a preference objective")
+        if self.chunked_loss and (self.fused_loss or self.objective != "sft"):
+            raise MemlintError("--chunked-loss models torchtune's chunked SFT cross-entropy: not with --fused-loss or a "
+                               "preference objective")
+        if not isinstance(self.chunked_loss, int) or self.chunked_loss < 0:
+            raise MemlintError("--chunked-loss is a number of chunks (torchtune's num_output_chunks, 8), or 0")
 
     def _validate_base(self) -> None:
         """The base's quantization and the precision its weights are trained in."""

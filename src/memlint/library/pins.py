@@ -45,8 +45,7 @@ class Pin:
         return f"{self.package} {self.version} (pinned by the checkout's {self.source}: {self.package}{self.spec}{how})"
 
 
-def normalise(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+from memlint.library.versions import normalise  # noqa: E402  (one spelling of a package name)
 
 
 def _clauses(spec: str) -> list[tuple[str, str]]:
@@ -197,10 +196,11 @@ def _from_environment(path: Path, rel: str) -> list[tuple[str, str, str]]:
 
 
 def _read(path: Path) -> str | None:
-    from memlint.files import read_text
-
+    """A pin file's text (library/ sits below memlint.files: a plain bounded read)."""
     try:
-        return read_text(path, 1_000_000, what="pin-file budget")
+        with open(path, "rb") as fh:
+            raw = fh.read(1_000_001)
+        return raw.decode("utf-8") if len(raw) <= 1_000_000 else None
     except (OSError, UnicodeDecodeError):
         return None
 

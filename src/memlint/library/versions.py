@@ -83,9 +83,12 @@ def checkout_pin(package: str):
     """The checkout's pin of `package` in effect (library.pins.Pin), or None."""
     if not _CHECKOUT:
         return None
-    from memlint.library.pins import normalise
-
     return _CHECKOUT[-1].get(normalise(package))
+
+
+def normalise(name: str) -> str:
+    """A package name as pip compares it (PEP 503: runs of -_. are one -, lower case)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def installed_version(package: str) -> str | None:
