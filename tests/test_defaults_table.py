@@ -89,3 +89,20 @@ def test_pure_bf16_training_converts_fp32_created_weights():
     planned = setup_from_plan(TrainingPlan("train.py", fields), {})
     assert planned.setup.dtype == "bf16" and planned.setup.precision == "pure-bf16"
     assert any("converts the fp32 weights to bf16" in n for n in planned.notes)
+
+
+def test_the_fast_version_read_agrees_with_importlib_metadata():
+    """library.versions reads `<name>-<version>.dist-info/METADATA` itself (importing importlib.metadata
+    costs a tenth of a cold check); for every distribution installed here it must give importlib.metadata's
+    version, or defer to it (None)."""
+    from importlib import metadata
+
+    from memlint.library.versions import _dist_info_version
+
+    names = sorted({d.metadata["Name"] for d in metadata.distributions() if d.metadata["Name"]})
+    assert len(names) > 20
+    for name in names:
+        fast = _dist_info_version(name)
+        if fast is not None:
+            assert fast == metadata.version(name), name
+    assert _dist_info_version("surely-not-an-installed-distribution") in ("", None)
