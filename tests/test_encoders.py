@@ -24,9 +24,18 @@ def tiny(model_type: str, **kw):
     pytest.importorskip("transformers")
     from memlint.catalog.meta import count_on_meta
 
-    cfg = dict(vocab_size=1000, hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=1024,
-               max_position_embeddings=512, type_vocab_size=2 if model_type == "bert" else 1,
-               pad_token_id=0 if model_type == "bert" else 1)
+    if model_type == "distilbert":
+        cfg = dict(vocab_size=1000, dim=256, n_layers=2, n_heads=4, hidden_dim=1024, max_position_embeddings=512,
+                   pad_token_id=0)
+    elif model_type == "deberta-v2":  # DeBERTa-v3's attention settings (catalog entries), tiny shapes
+        cfg = dict(vocab_size=1000, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
+                   intermediate_size=1024, max_position_embeddings=512, type_vocab_size=0, relative_attention=True,
+                   position_buckets=256, norm_rel_ebd="layer_norm", share_att_key=True, pos_att_type=["p2c", "c2p"],
+                   position_biased_input=False, max_relative_positions=-1, layer_norm_eps=1e-7, pad_token_id=0)
+    else:
+        cfg = dict(vocab_size=1000, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
+                   intermediate_size=1024, max_position_embeddings=512,
+                   type_vocab_size=2 if model_type == "bert" else 1, pad_token_id=0 if model_type == "bert" else 1)
     cfg.update(kw)
     entry = count_on_meta(model_type, cfg)
     entry.update(model_type=model_type, config=cfg)
@@ -38,7 +47,8 @@ def tiny(model_type: str, **kw):
 @pytest.mark.parametrize("head, cls", [("sequence-classification", "ForSequenceClassification"),
                                        ("token-classification", "ForTokenClassification"),
                                        ("masked-lm", "ForMaskedLM")])
-@pytest.mark.parametrize("model_type, prefix", [("bert", "Bert"), ("roberta", "Roberta")])
+@pytest.mark.parametrize("model_type, prefix", [("bert", "Bert"), ("roberta", "Roberta"), ("distilbert", "DistilBert"),
+                                                ("deberta-v2", "DebertaV2")])
 def test_head_counts_are_the_head_classes(model_type, prefix, head, cls):
     torch = pytest.importorskip("torch")
     import transformers

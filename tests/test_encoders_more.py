@@ -10,49 +10,15 @@ from __future__ import annotations
 import pytest
 
 from memlint.catalog import resolve
-from memlint.catalog.spec import spec_from_entry
 from memlint.errors import MemlintError
 from memlint.estimate import Setup, estimate
-from memlint.estimate.model_state import encoder_spec
+
+from test_encoders import tiny  # noqa: E402  (one tiny-model builder for every encoder family; head counts there)
 
 TARGETS = {"distilbert": ("q_lin", "v_lin"), "deberta-v2": ("query_proj", "value_proj")}
 
 
-def tiny(model_type: str, **kw):
-    """A tiny encoder counted on the meta device like a catalog entry (random weights at measure time)."""
-    pytest.importorskip("transformers")
-    from memlint.catalog.meta import count_on_meta
-
-    if model_type == "distilbert":
-        cfg = dict(vocab_size=1000, dim=256, n_layers=2, n_heads=4, hidden_dim=1024, max_position_embeddings=512,
-                   pad_token_id=0)
-    else:  # DeBERTa-v3's attention settings (catalog entries), tiny shapes
-        cfg = dict(vocab_size=1000, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
-                   intermediate_size=1024, max_position_embeddings=512, type_vocab_size=0, relative_attention=True,
-                   position_buckets=256, norm_rel_ebd="layer_norm", share_att_key=True, pos_att_type=["p2c", "c2p"],
-                   position_biased_input=False, max_relative_positions=-1, layer_norm_eps=1e-7, pad_token_id=0)
-    cfg.update(kw)
-    entry = count_on_meta(model_type, cfg)
-    entry.update(model_type=model_type, config=cfg)
-    return spec_from_entry(f"tiny-{model_type}", entry)
-
-
 # ----------------------------------------------------------------------------------------------- counts
-
-@pytest.mark.parametrize("head, cls", [("sequence-classification", "ForSequenceClassification"),
-                                       ("token-classification", "ForTokenClassification"),
-                                       ("masked-lm", "ForMaskedLM")])
-@pytest.mark.parametrize("model_type, prefix", [("distilbert", "DistilBert"), ("deberta-v2", "DebertaV2")])
-def test_head_counts_are_the_head_classes(model_type, prefix, head, cls):
-    torch = pytest.importorskip("torch")
-    import transformers
-
-    m = tiny(model_type)
-    config = getattr(transformers, f"{prefix}Config")(**dict(m.config), num_labels=7)
-    with torch.device("meta"):
-        model = getattr(transformers, f"{prefix}{cls}")(config)
-    assert encoder_spec(m, head, 7).params == sum(p.numel() for p in model.parameters())
-
 
 def test_catalog_counts_and_published_sizes():
     # keras-team/keras-hub keras_nlp/src/models/deberta_v3/deberta_v3_presets.py: the backbones' params

@@ -15,14 +15,7 @@ from memlint.extract import extract_file
 from memlint.extract.launch import command_target
 from memlint.library.pins import checkout_pins, representative
 from memlint.library.versions import pinned_versions
-
-
-def _write(root: Path, files_: dict[str, str]) -> Path:
-    for rel, text in files_.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
-    return root
+from test_realworld_patterns_5 import _write  # noqa: E402  (one way to lay out a synthetic checkout)
 
 
 def _plan_of_command(words: list[str]):
