@@ -4,7 +4,6 @@ experiment YAML. Synthetic excerpts of the shapes met; no public file is copied.
 
 import collections
 import os
-from pathlib import Path
 
 import pytest
 
