@@ -178,3 +178,24 @@ def test_the_lint_path_does_not_import_libcst() -> None:
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('libcst', 'torch', 'transformers')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_form_feed_or_line_separator_does_not_shift_the_lines(tmp_path):
+    """A page break (\\f on its own line, GNU style) or a U+2028 inside a string is not a line break for
+    Python: the plan's lines and the findings' lines stay the file's."""
+    from memlint.check import check_source
+    from memlint.extract import extract_file
+
+    script = tmp_path / "train.py"
+    script.write_text('from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n'
+                      '\x0c\n'
+                      'PROMPT = "a\u2028b"\n'
+                      'model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")\n'
+                      'args = TrainingArguments("out", per_device_train_batch_size=4)\n'
+                      'Trainer(model=model, args=args).train()\n', encoding="utf-8")
+    plan = extract_file(script)
+    batch, model = plan.get("per_device_batch"), plan.get("model_id")
+    assert batch.value == 4 and batch.span.line == 5
+    assert model.value == "Qwen/Qwen2.5-0.5B" and model.span.line == 4
+    result = check_source(script.read_text(encoding="utf-8"), str(script))
+    assert all(1 <= f.span.line <= 6 for f in result.findings)

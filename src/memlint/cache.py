@@ -319,4 +319,6 @@ def _lines(content: bytes | None, d: dict) -> list[str]:
             return notebook_cells(text, Path(d["path"]))[0]
         except Exception:  # noqa: BLE001 - a cached notebook always parsed; be safe
             return []
-    return text.splitlines()
+    from memlint.files import source_lines
+
+    return source_lines(text)

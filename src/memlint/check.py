@@ -183,15 +183,15 @@ def check_source(source: str, path: str = "<stdin>", **kwargs) -> FileResult:
         plan = read_config_text(Path(path), path, source, True) or unreadable(path, "not a recognised config")
     elif not FRAMEWORK_WORDS.search(source.encode("utf-8", "replace")):
         plan = TrainingPlan(path)
-        return FileResult(path, plan, Context(plan), [], source.splitlines())
+        return FileResult(path, plan, Context(plan), [], files.source_lines(source))
     else:
         from memlint.extract.source import transform_lines
 
         try:
-            plan = extract_source(transform_lines(source.splitlines(), cells=None), path, shown=path)
+            plan = extract_source(transform_lines(files.source_lines(source), cells=None), path, shown=path)
         except RecursionError:
             plan = unreadable(path, "too deeply nested to parse")
-    return check_plan(plan, lines=source.splitlines(), **kwargs)
+    return check_plan(plan, lines=files.source_lines(source), **kwargs)
 
 
 def check_target(target: Target, settings: Settings, gpu: str | None = None, gpus: int | None = None,

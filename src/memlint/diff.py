@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from memlint.errors import MemlintError
-from memlint.files import Refused, max_file_size, read_bytes
+from memlint.files import Refused, max_file_size, read_bytes, source_lines
 from memlint.plan import PLAN_FIELDS, TrainingPlan, Value
 
 READABLE = (".py", ".ipynb", ".yaml", ".yml", ".json")
@@ -281,7 +281,7 @@ def plan_of(text: str, rel: str, root: Path) -> TrainingPlan:
     real = root / rel
     suffix = Path(rel).suffix
     if suffix == ".py":
-        return extract_source(transform_lines(text.splitlines(), cells=None), real, shown=rel)
+        return extract_source(transform_lines(source_lines(text), cells=None), real, shown=rel)
     if suffix == ".ipynb":
         return extract_source(notebook_source(text, Path(rel)), real, shown=rel)
     with tempfile.TemporaryDirectory(prefix="memlint-diff-") as tmp:
@@ -312,7 +312,7 @@ def _key(lines: list[str], line: int | None, fld: str) -> str:
 def field_changes(before: TrainingPlan, after: TrainingPlan, before_text: str, after_text: str,
                   hunks: list[tuple[int, int, int, int]]) -> list[FieldChange]:
     out = []
-    old_lines, new_lines = before_text.splitlines(), after_text.splitlines()
+    old_lines, new_lines = source_lines(before_text), source_lines(after_text)
     for name in PLAN_FIELDS:
         b, a = before.get(name), after.get(name)
         if (_shown(b), b.candidates) == (_shown(a), a.candidates):

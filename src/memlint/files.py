@@ -20,6 +20,18 @@ from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 from memlint.errors import MemlintError
 from memlint.vocab import LAUNCHER_NAMES, LAUNCHER_SUFFIXES, READABLE_SUFFIXES
 
+_PY_NEWLINE = re.compile(r"\r\n|\r|\n")
+
+
+def source_lines(text: str) -> list[str]:
+    """A source text's lines as Python numbers them: broken at \\n, \\r\\n and \\r only (str.splitlines
+    also breaks at \\f, \\v, \\x1c-\\x1e, \\x85 and \\u2028, which Python's tokenizer keeps inside a line, so
+    every finding after one would point a line too low)."""
+    lines = _PY_NEWLINE.split(text)
+    if lines[-1] == "":
+        lines.pop()
+    return lines
+
 _SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", "node_modules", ".venv", "venv", ".tox", ".nox",
               ".mypy_cache", ".pytest_cache", ".ruff_cache", "build", "dist", "site-packages", ".ipynb_checkpoints"}
 

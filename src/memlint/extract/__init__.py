@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from memlint.errors import MemlintError
-from memlint.files import Refused, Target, read_bytes, refusals
+from memlint.files import Refused, Target, read_bytes, refusals, source_lines
 from memlint.plan import Diagnostic, Span, TrainingPlan
 from memlint.vocab import CONFIG_SUFFIXES
 
@@ -240,7 +240,7 @@ def _read_target_unpinned(target: Target) -> tuple[TrainingPlan | None, list[str
         return (unreadable(shown, why), [], []) if target.explicit else (None, [], [])
     if path.suffix in CONFIG_SUFFIXES:
         plan = read_config_text(path, shown, text, target.explicit)
-        return plan, (text.splitlines() if plan is not None else []), []
+        return plan, (source_lines(text) if plan is not None else []), []
     if not FRAMEWORK_WORDS.search(raw):
         return None, [], []
     from memlint.extract.source import notebook_cells, transform_lines
@@ -250,7 +250,7 @@ def _read_target_unpinned(target: Target) -> tuple[TrainingPlan | None, list[str
         if path.suffix == ".ipynb":
             lines, cells = notebook_cells(text, path)
         else:
-            lines = text.splitlines()
+            lines = source_lines(text)
         plan = extract_source(transform_lines(lines, cells=cells or None), path, shown=shown, launch=target.launch)
     except MemlintError as exc:
         return unreadable(shown, str(exc).removeprefix(f"{path}: ")), [], []

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from memlint.errors import MemlintError
-from memlint.files import Refused, read_bytes
+from memlint.files import Refused, read_bytes, source_lines
 
 # Cell magics whose body is Python that IPython runs; any other cell magic's body is data.
 _PYTHON_CELL_MAGICS = {"capture", "time", "timeit", "prun", "debug"}
@@ -36,7 +36,7 @@ def read_source(path: Path) -> str:
         raise MemlintError(f"{path}: not UTF-8 (byte {exc.start})") from None
     if path.suffix == ".ipynb":
         return notebook_source(text, path)
-    return transform_lines(text.splitlines(), cells=None)
+    return transform_lines(source_lines(text), cells=None)
 
 
 def notebook_source(text: str, path: Path) -> str:
@@ -69,7 +69,7 @@ def notebook_cells(text: str, path: Path) -> tuple[list[str], list[int]]:
         if not isinstance(src, str):
             raise MemlintError(f"{path}: not a notebook (a code cell's source is {type(src).__name__}, not text)")
         starts.append(len(lines))
-        lines.extend(src.splitlines() or [""])
+        lines.extend(source_lines(src) or [""])
     return lines, starts
 
 

@@ -133,8 +133,10 @@ def _ipython_text(source: str) -> str | None:
     """The source with IPython syntax made Python, line for line; None when there is none."""
     from memlint.extract.source import transform_lines
 
-    text = transform_lines(source.splitlines(), cells=None)
-    return None if text.splitlines() == source.splitlines() else text
+    from memlint.files import source_lines
+
+    text = transform_lines(source_lines(source), cells=None)
+    return None if source_lines(text) == source_lines(source) else text
 
 
 def _parses(text: str) -> bool:
@@ -160,7 +162,9 @@ def _map_edits(ipython: str, source: str, edits):
         return [0] + [m.end() for m in re.finditer(r"\r\n|\r|\n", text)]
 
     ts, ss = starts(ipython), starts(source)
-    tl, sl = ipython.splitlines(), source.splitlines()
+    from memlint.files import source_lines
+
+    tl, sl = source_lines(ipython), source_lines(source)
 
     def where(off: int) -> tuple[int, int]:
         i = max(k for k, st in enumerate(ts) if st <= off)

@@ -28,7 +28,9 @@ def _unsafe_lines(source: str) -> set[int]:
                 bad.update(range(tok.start[0], tok.end[0]))
     except (tokenize.TokenError, SyntaxError, IndentationError):
         return set(range(1, source.count("\n") + 2))
-    for i, line in enumerate(source.splitlines(), 1):
+    from memlint.files import source_lines
+
+    for i, line in enumerate(source_lines(source), 1):
         if line.rstrip().endswith("\\"):
             bad.add(i)
     return bad
