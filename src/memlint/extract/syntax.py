@@ -637,8 +637,6 @@ class _Builder:
         def build() -> None:
             n.type = self.ex(h.type) if h.type is not None else None
             if h.name:
-                end = self.start(h.body[0])
-                line, _ = end
                 text = self.lines[h.lineno - 1]
                 m = re.search(r"\bas\s+(" + re.escape(h.name) + r")\b", text)
                 r = Range(Pos(h.lineno, m.start(1)), Pos(h.lineno, m.end(1))) if m else self.span(h)
@@ -1136,8 +1134,6 @@ class _Builder:
     def e_DictComp(self, e: ast.DictComp) -> Any:
         return self._comp(e, DictComp)
 
-    def e_Slice(self, e: ast.Slice) -> Any:  # only inside a subscript
-        return self.subscript_element(e)
 
 
 _SMALL = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr, ast.Return, ast.Raise, ast.Assert, ast.Pass,
