@@ -75,3 +75,22 @@ def test_textbook_has_no_allocator_slack_and_eval_has_some():
     ev = eval_estimate(s, eval_batch=8)
     assert ev.overhead > 512 << 20  # the context plus the forward's slack
     assert ev.overhead - (512 << 20) < 2 * GIB
+
+
+@pytest.mark.parametrize("parallel", [dict(tp=8, tp_stack="torchtitan", sequence_parallel=True), dict(cp=8)])
+def test_the_slack_counts_one_ranks_tokens(parallel):
+    """A rank under sequence or context parallelism holds 1/8 of the hidden states (and, under the loss-parallel
+    torchtitan plan or CP, of the logits): the slack's features are that rank's, not the whole sequence's."""
+    from memlint.estimate import reserved
+    from memlint.estimate.core import _model_terms
+
+    base = Setup(resolve("meta-llama/Llama-3.1-70B"), method="full", precision="master-fp32", dtype="bf16", gpus=64,
+                 shard="fsdp", recompute=True, batch=8, seq=8192)
+    par = base.with_(**parallel)
+    f1 = reserved.features(base, _model_terms(base, "real")[5])
+    rank, *_ = _model_terms(par, "real")
+    f8 = reserved.features(rank, _model_terms(par, "real")[5])
+    assert f8.hidden_states * 8 == f1.hidden_states
+    assert f8.logits_half * 8 == pytest.approx(f1.logits_half, rel=1e-3)
+    e1, e8 = estimate(base, "real"), estimate(par, "real")
+    assert (e8.reserved_peak - e8.allocated_peak) < (e1.reserved_peak - e1.allocated_peak) / 4

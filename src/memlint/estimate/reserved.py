@@ -29,7 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memlint import data
+from memlint.estimate import activations as act
 from memlint.estimate import model_state as ms
+from memlint.estimate import tensor_parallel as tp
 from memlint.estimate.setup import DTYPE_BYTES, Setup
 from memlint.vocab import GIB
 
@@ -62,11 +64,16 @@ def features(s: Setup, terms) -> Features:
         vocab_logits = obj["head"] != "scalar"
     if s.encoder:  # an encoder's head: vocabulary logits only for masked LM
         vocab_logits = s.head == "masked-lm"
-    tokens = rows * s.seq
+    # one rank's tokens: context parallelism splits the sequence, and sequence parallelism splits the
+    # hidden states between the tensor-parallel regions again (`s` is the rank's setup: its model is
+    # the TP rank's, tensor_parallel.rank_spec, so the largest tensor below is already its shard)
+    tokens = rows * -(-s.seq // s.cp)
+    hidden_tokens = rows * -(-s.seq // (s.cp * s.tp)) if tp.sequence_parallel(s) else tokens
     half = c < 4 and not s.fused_loss and vocab_logits
     tensors = ms.full_setup_tensors(s) if s.method == "full" else ms.setup_lora_tensors(s)
     largest = max((t.numel for t in tensors), default=0) * DTYPE_BYTES[ms.trainable_dtype(s, "real")]
-    return Features(logits_half=tokens * m.vocab * c if half else 0, hidden_states=m.layers * tokens * m.hidden * c,
+    return Features(logits_half=tokens * act.logits_vocab(s) * c if half else 0,
+                    hidden_states=m.layers * hidden_tokens * m.hidden * c,
                     activations=0 if s.recompute else terms.body, largest=largest)
 
 
