@@ -188,3 +188,56 @@ def test_check_cli_on_a_job_file(tmp_path):
     assert r.returncode == 1 and "MEM101" in r.stdout, r.stdout + r.stderr
     r = run("--gpus", "8", "--gpu", "H200")
     assert r.returncode == 0 and "Traceback" not in r.stderr
+
+
+# the shape of torchtitan 9dec370's train_configs/llama3_70b.toml (2024-12-26, the commit of its published
+# benchmarks/llama3_h100_202412_torchtitan.md): the parallel degrees under [training] and [experimental],
+# [optimizer] without implementation, [float8] enable_float8_linear
+LLAMA3_70B_2024 = """\
+[model]
+name = "llama3"
+flavor = "70B"
+
+[optimizer]
+name = "AdamW"
+lr = 1.5e-4
+
+[training]
+batch_size = 8
+seq_len = 8192
+data_parallel_replicate_degree = 1
+data_parallel_shard_degree = -1
+tensor_parallel_degree = 8  # 8-way TP
+compile = false
+
+[experimental]
+context_parallel_degree = 1
+pipeline_parallel_degree = 1
+
+[activation_checkpoint]
+mode = 'full'
+
+[float8]
+enable_float8_linear = false
+"""
+
+
+def test_the_2024_layout_is_read(tmp_path):
+    # before 785c34c99 (2025-03-18) the degrees sat in [training]/[experimental]; before 6e4988550 (2025-02-24)
+    # AdamW ran foreach unless [optimizer] fused = true; before 57387af0e [float8] enable_float8_linear
+    plan = _plan(tmp_path, LLAMA3_70B_2024)
+    v = plan.value
+    assert (v("model_id"), v("per_device_batch"), v("tp_size"), v("sequence_parallel"), v("cp_size")) == \
+        ("meta-llama/Llama-3.1-70B", 8, 8, True, 1)
+    assert plan.fields["tp_size"].span.line == 14
+    assert (v("distributed"), v("optimizer"), v("float8_training")) == ("fsdp", "adamw_torch_foreach", "none")
+    assert plan.fields["distributed"].span.line == 13
+    assert any("older layout" in c for c in plan.fields["optimizer"].chain)
+    assert not plan.diagnostics and not [n for n in plan.notes if "not by the installed" in n and "parallel" not in n]
+    fused = _plan(tmp_path, LLAMA3_70B_2024.replace("lr = 1.5e-4", "lr = 1.5e-4\nfused = true"))
+    assert fused.value("optimizer") == "adamw_torch_fused" and fused.fields["optimizer"].span.line == 6
+    f8 = _plan(tmp_path, LLAMA3_70B_2024.replace("enable_float8_linear = false", "enable_float8_linear = true"))
+    assert f8.value("float8_training") == "layers" and f8.fields["float8_training"].span.line == 25
+    cp = _plan(tmp_path, LLAMA3_70B_2024.replace("context_parallel_degree = 1", "context_parallel_degree = 2")
+               .replace("data_parallel_shard_degree = -1", "data_parallel_shard_degree = 4"))
+    assert (cp.value("cp_size"), cp.value("num_gpus")) == (2, 64)

@@ -25,6 +25,7 @@ class Torchtitan(FrameworkReader):
 
     def read(self) -> None:
         self.facts = frameworks.framework(self.kind)
+        self.old_layout = ""  # the first key of the pre-785c34c99 layout the file names ([training] tensor_parallel_degree ...)
         self._model()
         self._training()
         self._parallelism()
@@ -133,17 +134,25 @@ class Torchtitan(FrameworkReader):
         else:
             self.lib("offload", "none", "training.enable_cpu_offload false (torchtitan's default)")
 
+    def _degree(self, name: str | None, key: str) -> Any:
+        """A parallel degree: [parallelism] key, or the [training]/[experimental] key of torchtitan before 785c34c99."""
+        path, _entry = self._renamed(key)
+        if path is not None and path[0] != "parallelism":
+            self.old_layout = ".".join(path)
+        return self._scalar(name, *(path or ("parallelism", key)), int)
+
     def _parallelism(self) -> None:
         s = "parallelism"
-        shard = self._scalar(None, s, "data_parallel_shard_degree", int)
-        rep = self._scalar(None, s, "data_parallel_replicate_degree", int)
-        tp = self._scalar("tp_size", s, "tensor_parallel_degree", int)
-        cp = self._scalar("cp_size", s, "context_parallel_degree", int)
-        pp = self._scalar(None, s, "pipeline_parallel_degree", int)
+        shard = self._degree(None, "data_parallel_shard_degree")
+        rep = self._degree(None, "data_parallel_replicate_degree")
+        tp = self._degree("tp_size", "tensor_parallel_degree")
+        cp = self._degree("cp_size", "context_parallel_degree")
+        pp = self._degree(None, "pipeline_parallel_degree")
         if tp and tp > 1:
             self.lib("sequence_parallel", True, "torchtitan's apply_tp shards norms and the residual stream by the sequence")
             self.lib("tp_stack", "torchtitan", "torchtitan's own TP plan (models/llama3/infra/parallelize.py apply_tp)")
-        where = (s, "data_parallel_shard_degree") if self.doc.has(s, "data_parallel_shard_degree") else ()
+        shard_key = self._renamed("data_parallel_shard_degree")[0] or (s, "data_parallel_shard_degree")
+        where = shard_key if self.doc.has(*shard_key) else ()
         if shard == 1:
             self.fields["distributed"] = Value("none", "literal" if where else "library-default", self.doc.span(*where) if where else None,
                                                ("data_parallel_shard_degree = 1: no FSDP (each data-parallel rank holds the whole model)",))
@@ -254,11 +263,21 @@ class Torchtitan(FrameworkReader):
 
     def _optimizer(self) -> None:
         name = self._scalar(None, "optimizer", "name", str)
-        impl = self._scalar(None, "optimizer", "implementation", str)
+        path, entry = self._renamed("optimizer_implementation")
+        if path == ("optimizer", "fused"):  # torchtitan before 6e4988550: a flag, foreach when false
+            flag = self.doc.get(*path)
+            impl = entry["values"][str(flag).lower()] if isinstance(flag, bool) else None
+            how = f"[optimizer] fused = {flag!r} ({entry['ref']})"
+        elif path is None and self.old_layout:
+            impl = self.facts["old_layout"]["implementation"]
+            how = f"no [optimizer] implementation in a file of the older layout ({self.old_layout}): " + self.facts["old_layout"]["_doc"]
+        else:
+            impl = self._scalar(None, "optimizer", "implementation", str)
+            how = f"implementation = {impl!r}"
         table = self.facts["optimizers"]
         where = ("optimizer", "name") if self.doc.has("optimizer", "name") else ()
         if name in table and impl in table[name]:
-            chain = (f"[optimizer] name = {name!r}, implementation = {impl!r}", table["_doc"])
+            chain = (f"[optimizer] name = {name!r}, {how}", table["_doc"])
             self.fields["optimizer"] = Value(table[name][impl], "literal" if where else "library-default",
                                              self.doc.span(*where) if where else None, chain)
         else:
@@ -275,6 +294,14 @@ class Torchtitan(FrameworkReader):
         conv = conv if isinstance(conv, list) else []
         path, entry = self._renamed("float8")
         named = next((e for e in self.facts["fields"]["float8"] if e["converter"] in conv), None)
+        old, old_entry = self._renamed("float8_linear")
+        if named is None and old is not None:  # [float8] enable_float8_linear (before the converters)
+            on = self.doc.get(*old) is True
+            self.lit("float8_training", "layers" if on else "none", *old,
+                     chain=(f"{'.'.join(old)} = {self.doc.get(*old)!r}: {old_entry['ref']}",
+                            *(("convert_to_float8_training(module_filter_fn=fqn != 'output'): lm_head kept in high precision",)
+                              if on else ())))
+            return
         if named is None:
             self.lib("float8_training", "none", "no float8 converter in [model] converters" +
                      (f" ([{entry['key']}] configures it only)" if path else ""))
