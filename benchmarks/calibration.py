@@ -235,6 +235,8 @@ def main(argv=None) -> int:
                     "points missing there are traced")
     ap.add_argument("--litgpt-src", default=None, help="a directory of Lightning-AI/litgpt checkouts named by commit "
                     "(git archive 8641822 | tar -x -C DIR/8641822): trace the LitGPT points with LitGPT's own code")
+    ap.add_argument("--torchtitan-points", default=str(ROOT / "benchmarks" / "points" / "torchtitan_h100_202412.json"),
+                    help="torchtitan's published reserved peaks, each read from the job file of its commit")
     args = ap.parse_args(argv)
     points = json.loads(Path(args.points).read_text())
     earlier = {r["id"]: r for r in json.loads(Path(args.json).read_text())} if args.reuse else {}
@@ -285,7 +287,9 @@ def main(argv=None) -> int:
         else:
             skipped.append((pid, p.get("model"), p["measured"].get("metric", ""), why_not(pid)))
         print(pid, "done", flush=True)
-    Path(args.out).write_text(render(rows, fits, skipped, allocated, t5rows))
+    titan = [torchtitan_row(p) for p in json.loads(Path(args.torchtitan_points).read_text())["points"]] \
+        if args.torchtitan_points else []
+    Path(args.out).write_text(render(rows, fits, skipped, allocated, t5rows, titan))
     if not args.reuse or traced_new:
         Path(args.json).write_text(json.dumps(rows + allocated, indent=1) + "\n")
     return 0
@@ -369,6 +373,58 @@ def _bert_row(pid: str, p: dict, trace: bool = True) -> dict:
     return row
 
 
+TORCHTITAN_CONFIGS = ROOT / "benchmarks" / "configs"
+
+
+def with_overrides(text: str, overrides: dict) -> str:
+    """The job file as torchtitan's command line leaves it (`--training.batch_size 2`): each [section] key set,
+    replaced where the file has it, added under its section header otherwise (a new section at the end)."""
+    import re
+
+    lines = text.splitlines()
+    for dotted, value in overrides.items():
+        section, key = dotted.rsplit(".", 1)
+        shown = json.dumps(value) if not isinstance(value, bool) else str(value).lower()
+        start = next((i for i, l in enumerate(lines) if l.strip() == f"[{section}]"), None)
+        if start is None:
+            lines += ["", f"[{section}]", f"{key} = {shown}"]
+            continue
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith("[")), len(lines))
+        at = next((i for i in range(start + 1, end) if re.match(rf"\s*{re.escape(key)}\s*=", lines[i])), None)
+        if at is None:
+            lines.insert(start + 1, f"{key} = {shown}")
+        else:
+            lines[at] = f"{key} = {shown}"
+    return "\n".join(lines) + "\n"
+
+
+def torchtitan_row(p: dict) -> dict:
+    """Read the point's job file (its commit's, benchmarks/configs/torchtitan-<commit>) with the overrides through
+    memlint's torchtitan reader, at the published GPU count, and estimate it as `memlint check --gpus N` does."""
+    import tempfile
+
+    from memlint.check import context_for
+    from memlint.config import Settings
+    from memlint.extract.configs import read_config
+
+    base = TORCHTITAN_CONFIGS / f"torchtitan-{p['source']['commit'][:7]}" / p["config"]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / p["config"]
+        path.parent.mkdir(parents=True)
+        path.write_text(with_overrides(base.read_text(), p["overrides"]))
+        plan = read_config(path)
+        ctx = context_for(plan, Settings(), gpus=p["gpus"])
+    e = estimate(ctx.planned.setup, "real")
+    s = ctx.planned.setup
+    run = (f"{p['gpus']} GPUs" + (f" TP {s.tp}" if s.tp > 1 else "") + (f" CP {s.cp}" if s.cp > 1 else "")
+           + f", {s.batch} × {s.seq}, " + ("op-SAC" if s.recompute_policy == "op-sac" else "full AC" if s.recompute else "no AC")
+           + (", compile" if p["overrides"].get("training.compile") else "")
+           + (", float8" if s.float8 != "none" else ""))
+    return {"id": p["id"], "model": s.model.id, "run": run, "published": p["measured"]["bytes"],
+            "estimate": e.reserved_peak, "allocated_estimate": e.allocated_peak, "caveats": p["caveats"],
+            "row": p["source"]["row"]}
+
+
 def _share(values: list[float], lo: float, hi: float) -> str:
     if not values:
         return "no point"
@@ -377,9 +433,11 @@ def _share(values: list[float], lo: float, hi: float) -> str:
 
 
 def render(rows: list[dict], fits: list[dict], skipped: list[tuple], allocated: list[dict],
-           t5rows: list[dict] | None = None) -> str:
+           t5rows: list[dict] | None = None, titan: list[dict] | None = None) -> str:
     lo, hi = RESERVED_BAND
-    est = [ratio(r["estimate"], r["published"]) for r in rows if r.get("estimate")]
+    titan = titan or []
+    est = [ratio(r["estimate"], r["published"]) for r in rows + titan if r.get("estimate")]
+    eager = [ratio(r["estimate"], r["published"]) for r in titan if not r["caveats"]]
     rep = [ratio(r["replay"], r["published"]) for r in rows if r.get("replay")]
     step = [ratio(r["replay"], r["published_step"]) for r in rows if r.get("replay") and r.get("published_step")]
     fit_ok = sum(f["want"] == f["got"] for f in fits)
@@ -390,6 +448,7 @@ def render(rows: list[dict], fits: list[dict], skipped: list[tuple], allocated: 
         "# Calibration against published measurements",
         "",
         "Generated by `python benchmarks/calibration.py` from `../shared/calibration/published_points.json`",
+        "and `benchmarks/points/torchtitan_h100_202412.json`",
         "(do not edit by hand). Like with like: allocated with allocated, reserved with reserved (nvidia-smi",
         "= reserved + the CUDA context the source measured), fit/OOM with the fit verdict.",
         "",
@@ -397,7 +456,9 @@ def render(rows: list[dict], fits: list[dict], skipped: list[tuple], allocated: 
         f"{_share(alloc_est + t5_est, 1 - ALLOCATED_BAND, 1 + ALLOCATED_BAND)} (LitGPT runs, `model_code=\"litgpt\"`: "
         f"{_share(alloc_est, 1 - ALLOCATED_BAND, 1 + ALLOCATED_BAND)}; T5: {_share(t5_est, 1 - ALLOCATED_BAND, 1 + ALLOCATED_BAND)}); "
         f"the trace of LitGPT's own code: {_share(alloc_tr, 1 - ALLOCATED_BAND, 1 + ALLOCATED_BAND)}.",
-        f"- **reserved, memlint estimate within [{lo}, {hi}] × published**: {_share(est, lo, hi)}.",
+        f"- **reserved, memlint estimate within [{lo}, {hi}] × published**: {_share(est, lo, hi)}"
+        + (f" (torchtitan's own benchmarks: {_share([ratio(r['estimate'], r['published']) for r in titan], lo, hi)}; "
+           f"its eager rows, without torch.compile or float8: {_share(eager, lo, hi)})" if titan else "") + ".",
         f"- **reserved, allocator model (trace replay) within [{lo}, {hi}] × published**: {_share(rep, lo, hi)}"
         + (f"; against the training-step figure (peft's 99th percentile of per-step reserved): {_share(step, lo, hi)}"
            if step else "") + ".",
@@ -448,6 +509,25 @@ def render(rows: list[dict], fits: list[dict], skipped: list[tuple], allocated: 
                       f"{min(e4):.3f}–{max(e4):.3f}; on the fp32 rows its allocated peak is {min(fp32):.3f}–{max(fp32):.3f} × "
                       "the traced live peak above. (The fp16 rows' trace ran softmax in half, as CPU autocast does; "
                       "CUDA's autocast, which the estimate and `memlint measure` follow, runs it in fp32.)"]
+    if titan:
+        lines += [
+            "",
+            "## Reserved (torchtitan's published benchmarks)",
+            "",
+            "Each row is torchtitan's job file at the benchmark's commit (9dec370, benchmarks/configs/torchtitan-9dec370)",
+            "with the command-line overrides its table states, read by memlint's torchtitan reader and estimated at the",
+            "table's GPU count, as `memlint check --gpus N` does; published = torchtitan's logged `max_reserved_gib`",
+            "(the allocator's reserved_bytes.all.peak, max over ranks), points in benchmarks/points/torchtitan_h100_202412.json.",
+            "",
+            "| point | model | run | published GiB | estimate GiB | estimate / published | allocated estimate GiB | what memlint does not model |",
+            "|---|---|---|---:|---:|---:|---:|---|",
+        ]
+        for r in titan:
+            lines.append(f"| {r['id']} | {r['model']} | {r['run']} | {r['published'] / GIB:.1f} | {r['estimate'] / GIB:.2f} | "
+                         f"{ratio(r['estimate'], r['published']):.3f} | {r['allocated_estimate'] / GIB:.2f} | "
+                         f"{'; '.join(r['caveats']) or '—'} |")
+        lines += ["", "Tables 5 and 6 (Llama 3.1 405B with pipeline parallelism) are not compared: memlint does not model "
+                  "pipeline stages."]
     lines += [
         "",
         "## Allocated (LitGPT)",

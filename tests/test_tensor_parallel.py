@@ -74,14 +74,18 @@ def test_data_times_tensor_parallel_divides_by_the_data_parallel_ranks(llama):
     assert e.bytes("gradients") == -(-rank.params * 2 // 4)
     assert e.bytes("optimizer") == -(-rank.params * 4 // 4)
     cp = estimate(Setup(llama, gpus=8, tp=2, cp=2, shard="fsdp", seq=8192), "real")
-    assert cp.bytes("optimizer") == -(-rank.params * 4 // 2)
+    # FSDP shards over the data- and context-parallel ranks (torchtitan's dp_shard * cp mesh): 2 × 2
+    assert cp.bytes("optimizer") == -(-rank.params * 4 // 4)
+    only_cp = Setup(llama, gpus=4, cp=4, shard="fsdp", seq=8192)
+    assert (only_cp.dp, only_cp.shard_group) == (1, 4)
+    assert estimate(only_cp, "real").bytes("optimizer") == -(-llama.params * 4 // 4)
     assert any("context parallel" in a and "approximate" in a for a in cp.assumptions)
     assert any("8 GPUs = 2 data-parallel × 2 tensor-parallel × 2 context-parallel" in a for a in cp.assumptions)
 
 
 @pytest.mark.parametrize("kw, match", [
     (dict(gpus=3, tp=2), "not a multiple of --tp"),
-    (dict(gpus=2, tp=2, shard="fsdp"), "2 or more data-parallel ranks"),
+    (dict(gpus=2, tp=2, shard="fsdp"), "2 or more data- or context-parallel ranks"),
     (dict(gpus=2, tp=2, sequence_parallel=True), "no sequence parallelism"),
     (dict(gpus=1, sequence_parallel=True, tp_stack="megatron"), "needs --tp 2"),
     (dict(gpus=16, tp=16), "key/value heads"),

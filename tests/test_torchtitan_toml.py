@@ -241,3 +241,23 @@ def test_the_2024_layout_is_read(tmp_path):
     cp = _plan(tmp_path, LLAMA3_70B_2024.replace("context_parallel_degree = 1", "context_parallel_degree = 2")
                .replace("data_parallel_shard_degree = -1", "data_parallel_shard_degree = 4"))
     assert (cp.value("cp_size"), cp.value("num_gpus")) == (2, 64)
+
+
+def test_context_parallel_ranks_are_fsdp_ranks(tmp_path):
+    # FSDP 1 / CP 8 (torchtitan's published 8B table 2): the FSDP mesh dimension is dp_shard × cp
+    from memlint.check import context_for
+    from memlint.config import Settings
+    from memlint.estimate import estimate
+
+    text = (LLAMA3_8B.replace("data_parallel_shard_degree = -1", "data_parallel_shard_degree = 1")
+            .replace("context_parallel_degree = 1", "context_parallel_degree = 8")
+            .replace("seq_len = 8192", "seq_len = 65536"))
+    plan = _plan(tmp_path, text)
+    assert (plan.value("distributed"), plan.value("num_gpus"), plan.value("cp_size")) == ("fsdp", 8, 8)
+    s = context_for(plan, Settings()).planned.setup
+    assert (s.shard, s.dp, s.shard_group) == ("fsdp", 1, 8)
+    four = context_for(_plan(tmp_path, text.replace("data_parallel_shard_degree = 1", "data_parallel_shard_degree = 2")
+                             .replace("context_parallel_degree = 8", "context_parallel_degree = 4")
+                             .replace("seq_len = 65536", "seq_len = 32768")), Settings()).planned.setup
+    # the same states per rank and the same tokens per rank: the same optimizer bytes
+    assert estimate(s, "real").bytes("optimizer") == estimate(four, "real").bytes("optimizer")

@@ -481,8 +481,9 @@ def _parallel_and_shard(get, spec, gpus: int, shard: str, offload: str, notes: l
         dp = gpus // (parallel["tp"] * parallel["cp"])
         notes[notes.index(ddp)] = (f"{dp} data-parallel ranks without sharding (DDP) over the tensor/context-parallel "
                                    "groups" if dp > 1 else f"{gpus} GPUs: one tensor/context-parallel group, no data parallelism")
-    if parallel and shard != "none" and gpus // (parallel["tp"] * parallel["cp"]) < 2:
-        notes.append(f"{shard} over {gpus // (parallel['tp'] * parallel['cp'])} data-parallel rank(s) once tensor/context "
+    if parallel and shard != "none" and gpus // parallel["tp"] < 2:
+        # FSDP / ZeRO shard over the data- and context-parallel ranks (Setup.shard_group)
+        notes.append(f"{shard} over {gpus // parallel['tp']} data- and context-parallel rank(s) once tensor "
                      "parallelism takes its share: estimated unsharded")
         shard, offload = "none", "none"
     return parallel, shard, offload

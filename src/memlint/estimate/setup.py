@@ -253,10 +253,10 @@ class Setup:
                 raise MemlintError(f"--{name.replace('_', '-')} must be a positive integer")
         self._validate_base()
         self._validate_vision()
-        if self.shard != "none" and self.dp < 2:
+        if self.shard != "none" and self.dp * self.cp < 2:
             raise MemlintError(f"--shard {self.shard} needs --gpus 2 or more" if self.tp * self.cp == 1 else
-                               f"--shard {self.shard} needs 2 or more data-parallel ranks: --gpus {self.gpus} over "
-                               f"--tp {self.tp} × --cp {self.cp} leaves {self.dp}")
+                               f"--shard {self.shard} needs 2 or more data- or context-parallel ranks: --gpus {self.gpus} "
+                               f"over --tp {self.tp} leaves {self.dp * self.cp}")
         if self.offload == "params" and self.shard not in PARAM_SHARDS:
             raise MemlintError("--offload params needs --shard zero3, fsdp or fsdp_hybrid")
         if self.gpus % self.nodes:
@@ -477,7 +477,9 @@ class Setup:
         """Ranks one copy of the sharded state is split over (1 when nothing is sharded)."""
         if self.shard == "none":
             return 1
-        return max(1, self.dp // self.nodes) if self.shard == "fsdp_hybrid" else self.dp
+        # FSDP / the distributed optimizer shard over the context-parallel ranks as well (data/distributed.json)
+        group = self.dp * (self.cp if self.cp > 1 and _cp_facts()["shards_over_cp"] else 1)
+        return max(1, group // self.nodes) if self.shard == "fsdp_hybrid" else group
 
     @property
     def weight_bytes(self) -> int:
@@ -498,3 +500,7 @@ class Setup:
 
     def with_(self, **changes: Any) -> "Setup":
         return replace(self, **changes)
+
+
+def _cp_facts() -> dict:
+    return data.load("distributed.json")["tensor_parallel"]["context_parallel"]

@@ -67,7 +67,7 @@ def layout(s: Setup, accounting: str, weights: int, gradients: int) -> Layout:
     n = s.shard_group
     split = SPLITS[s.shard]
     divisors = tuple(n if on else 1 for on in split)
-    if accounting == "textbook" or s.dp == 1:
+    if accounting == "textbook" or (s.dp == 1 and n == 1):
         return Layout(divisors)  # type: ignore[arg-type]
 
     f = facts()

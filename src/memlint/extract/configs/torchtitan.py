@@ -153,7 +153,12 @@ class Torchtitan(FrameworkReader):
             self.lib("tp_stack", "torchtitan", "torchtitan's own TP plan (models/llama3/infra/parallelize.py apply_tp)")
         shard_key = self._renamed("data_parallel_shard_degree")[0] or (s, "data_parallel_shard_degree")
         where = shard_key if self.doc.has(*shard_key) else ()
-        if shard == 1:
+        if shard == 1 and isinstance(cp, int) and cp > 1:
+            # FSDP's mesh dimension is dp_shard × cp (parallel_dims.py): the context-parallel ranks shard the states
+            self.fields["distributed"] = Value("fsdp", "literal" if where else "library-default", self.doc.span(*where) if where else None,
+                                               (f"data_parallel_shard_degree = 1 with context_parallel_degree = {cp}: FSDP2 "
+                                                f"fully_shard over the dp_shard × cp = {cp} ranks",))
+        elif shard == 1:
             self.fields["distributed"] = Value("none", "literal" if where else "library-default", self.doc.span(*where) if where else None,
                                                ("data_parallel_shard_degree = 1: no FSDP (each data-parallel rank holds the whole model)",))
         elif isinstance(shard, int):
@@ -330,7 +335,7 @@ class Torchtitan(FrameworkReader):
         v = self.doc.get(*path)
         if v is True:
             self.notes.append(f"{'.'.join(path)} = true: torch.compile fuses elementwise ops and may save fewer "
-                              "activations than the eager modules estimated")
+                              "activations than the eager modules estimated; " + self.facts["compile_note"])
 
     def _check_keys(self) -> None:
         fw = self.facts
