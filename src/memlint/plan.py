@@ -63,6 +63,7 @@ PLAN_FIELDS = (
     "galore_targets",
     "offload_activations",
     "float8_training",
+    "float8_all_gather",
     "distributed",
     "num_gpus",
     "tp_size",

@@ -326,6 +326,13 @@ def float8_transients(s: Setup) -> tuple[int, int]:
     c = DTYPE_BYTES[s.compute_dtype]
     for i, o, _ in float8_linears(s):
         ti, to, w = tokens * i, tokens * o, i * o
+        if s.float8_all_gather:
+            # the weight arrives as the all-gathered Float8Tensor (sharding counts its buffer): no weight cast, and
+            # its transpose for grad_input is a view of it
+            fwd = max(fwd, _CAST * ti)
+            held = c * to + c * ti
+            bwd = max(bwd, held + _CAST * to, held + to + c * ti + _CAST * to, held + 2 * to + c * ti + _CAST * ti)
+            continue
         fwd = max(fwd, _CAST * ti, ti + _CAST * w)
         held = c * to + c * ti  # grad_output and the saved input
         bwd = max(bwd, held + _CAST * to, held + to + _CAST * w, held + to + w + c * ti + _CAST * to,

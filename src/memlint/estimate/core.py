@@ -310,8 +310,10 @@ def _real_notes(s: Setup, tmp: int) -> list[str]:
         notes.append(f"float8 training (torchao Float8Linear on {'every linear' if s.float8 == 'all' else 'the decoder linears'}"
                      "; dynamic tensorwise scaling): weights, gradients, optimizer state and saved activations as in "
                      f"high precision (it saves the hp input and weight); eager float8 casts add {f / GIB:.2f} GiB in "
-                     f"forward and {b / GIB:.2f} GiB in backward (approximate: torch.compile fuses them; FSDP2's float8 "
-                     "all-gather is not modelled)")
+                     f"forward and {b / GIB:.2f} GiB in backward (approximate: torch.compile fuses them)"
+                     + ("; FSDP2 all-gathers the converted linears in float8 (enable_fsdp_float8_all_gather): their "
+                        "unsharded weights are 1 B an element and not cast again (approximate: not traced)"
+                        if s.float8_all_gather else ""))
     if s.quant in ("gptq", "hqq") and s.kbit_prep:
         notes.append(f"prepare_model_for_kbit_training leaves a {s.quant.upper()} model's weights in their dtype "
                      "(peft skips the upcast)")

@@ -418,6 +418,7 @@ def _setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None)
                      "estimated with gradient accumulation 1")
         accum = 1
     adapter_dtype = _adapter_dtype(get, method, dtype, precision, plan.kind, notes)
+    f8 = _float8(get, method, quant, notes)
     setup = Setup(
         model=spec, method=method, lora_targets=targets,
         **({} if method == "full" else {"lora_r": int(get("lora_r").value or _run_default("lora_r", notes, "LoRA r"))}),
@@ -430,7 +431,8 @@ def _setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None)
         objective=objective, ref_model=ref_model, trl_version=installed_version("trl") if objective != "sft" else None,
         kbit_prep=kbit_prep, adapter_dtype=adapter_dtype, use_dora=_use_dora(get, method),
         modules_to_save=_modules_to_save(get, method, notes), peft_task_type=_task_type(get, method),
-        offload_activations=_offload_activations(get), float8=_float8(get, method, quant, notes), chunked_loss=0 if fused or objective != "sft" else _chunked(get),
+        offload_activations=_offload_activations(get), float8=f8,
+        float8_all_gather=_float8_all_gather(get, f8, shard, notes), chunked_loss=0 if fused or objective != "sft" else _chunked(get),
         **_head(get, spec, notes), **_target(get, spec, int(seq), notes), **_vision(get, spec, method, notes),
     )
     setup = _model_code(setup, get, notes)
@@ -715,6 +717,17 @@ def _chunked(get) -> int:
     if not v.known or any(not isinstance(c, int) or isinstance(c, bool) or c < 1 for c in cands):
         return 0
     return int(min(cands))
+
+
+def _float8_all_gather(get, float8: str, shard: str, notes: list[str]) -> bool:
+    """float8_all_gather: FSDP2's float8 all-gather, where float8 training runs under FSDP (else said and off)."""
+    v = get("float8_all_gather")
+    if not (v.known and True in (v.candidates or (v.value,))):
+        return False
+    if float8 == "none" or not shard.startswith("fsdp"):
+        notes.append("enable_fsdp_float8_all_gather without float8 training under FSDP changes nothing: not counted")
+        return False
+    return True
 
 
 def _float8(get, method: str, quant: str, notes: list[str]) -> str:

@@ -175,6 +175,10 @@ class Setup:
     # (convert_to_float8_training without a filter); "layers": the decoder's linears only (torchtitan's
     # filter_fqns=["output"], accelerate's first/last-linear filter).
     float8: str = "none"
+    # FSDP2's float8 all-gather (torchao Float8LinearConfig(enable_fsdp_float8_all_gather=True), torchtitan's
+    # enable_fsdp_float8_all_gather): the converted linears' shards are cast to float8 before the all-gather, so
+    # the unsharded weight is a 1-byte Float8Tensor and the forward / backward weight casts are gone.
+    float8_all_gather: bool = False
     # TRL's objective and reference model. "auto" is what TRL does without a ref_model (see
     # `reference`): a frozen copy for a full fine-tune, the adapters disabled for peft.
     objective: str = "sft"
@@ -304,6 +308,8 @@ class Setup:
             raise MemlintError(f"--float8 {self.float8!r}: one of {', '.join(FLOAT8S)}")
         if self.float8 != "none" and (self.method != "full" or self.quant != "none"):
             raise MemlintError("float8 training (--float8) is modelled for full fine-tuning of an unquantized model")
+        if self.float8_all_gather and (self.float8 == "none" or not self.shard.startswith("fsdp")):
+            raise MemlintError("--float8-all-gather is FSDP2's all-gather of float8 shards: it needs --float8 and --shard fsdp")
         if self.quant == "hqq":
             if self.quant_bits not in HQQ_BITS:
                 raise MemlintError(f"--bits {self.quant_bits}: HQQ quantizes to {', '.join(map(str, HQQ_BITS))} bits")

@@ -109,6 +109,8 @@ def layout(s: Setup, accounting: str, weights: int, gradients: int) -> Layout:
         root = _root_params(s)
         root_b = root * _root_weight_bytes(s)
         layer_b = max(0, weights - root_b) // s.model.layers
+        f8_layer, f8_root = _float8_gather_savings(s)
+        weights, root_b, layer_b = weights - f8_layer * s.model.layers - f8_root, root_b - f8_root, layer_b - f8_layer
         k = fs["gathered_layers_at_peak"]
         if s.shard == "fsdp_shard_grad_op":
             # reshard_after_forward=False: every unit stays gathered until its backward.
@@ -120,7 +122,7 @@ def layout(s: Setup, accounting: str, weights: int, gradients: int) -> Layout:
         else:
             kw.update(gathered=root_b + k * layer_b,
                       gathered_formula=f" + root unit gathered ({root:,} params: embeddings, final norm, lm_head) "
-                                       f"+ {k} layer ({layer_b:,} B)")
+                                       f"+ {k} layer ({layer_b:,} B{', its float8 linears in float8' if f8_layer else ''})")
         root_g = root * grad_bytes if s.method == "full" else 0  # adapters live in the layers only
         layer_g = max(0, gradients - root_g) // s.model.layers
         kw.update(backward_tail=fs["reduce_scatter_staging_layers"] * layer_g,
@@ -133,6 +135,20 @@ def layout(s: Setup, accounting: str, weights: int, gradients: int) -> Layout:
         if s.method != "full":
             notes.append("FSDP with LoRA: the frozen base is sharded like the adapters")
     return Layout(divisors, notes=tuple(notes), **kw)  # type: ignore[arg-type]
+
+
+def _float8_gather_savings(s: Setup) -> tuple[int, int]:
+    """(per decoder layer, root unit) bytes FSDP2's float8 all-gather does not gather: torchao's
+    WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather casts the shard and all-gathers its float8 data
+    (1 B an element) instead of the weight's dtype, for the linears made Float8Linear (lm_head with "all")."""
+    if not s.float8_all_gather:
+        return 0, 0
+    from memlint.estimate.activations import float8_linears
+
+    per = s.weight_bytes - 1
+    m = s.model
+    layer = sum(i * o * c for i, o, c in float8_linears(s.with_(float8="layers"))) // m.layers * per
+    return layer, (m.hidden * m.vocab * per if s.float8 == "all" else 0)
 
 
 def _trainable_elems(s: Setup) -> int:

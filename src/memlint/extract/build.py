@@ -720,6 +720,9 @@ class Builder:
                 vals.append(mp.with_value("layers", "Accelerator(mixed_precision='fp8'): torchao Float8Linear, first and last linear kept"))
         if vals:
             self.put("float8_training", _alts(vals), _float8, vals[0].line)
+        gather = list(self.facts.float8_gather)
+        if gather:
+            self.put("float8_all_gather", _alts(gather), bool, gather[0].line)
 
     def offload_activations_field(self) -> None:
         """offload_activations: TRL's SFTConfig(activation_offloading=True) moves the saved activations to CPU

@@ -358,6 +358,12 @@ class Handlers:
         if c.head == "liger_kernel" and c.name.startswith("apply_liger_kernel_to_"):
             c.it.facts.liger_calls.append(LigerPatch(c.qual, c.kwargs, c.line))
             return Const(None, "literal", c.line)
+        if c.head == "torchao" and c.name == "Float8LinearConfig" and "enable_fsdp_float8_all_gather" in c.kwargs:
+            v = c.kwargs["enable_fsdp_float8_all_gather"]
+            if isinstance(v, Const) and isinstance(v.value, bool):
+                c.it.facts.float8_gather.append(v.with_value(v.value, f"Float8LinearConfig(enable_fsdp_float8_all_gather="
+                                                                      f"{v.value}) (line {c.line})"))
+            return Const(None, "literal", c.line)
         if c.head == "torchao" and c.name == "convert_to_float8_training":
             # torchao.float8: every nn.Linear becomes Float8Linear unless module_filter_fn says otherwise (a filter
             # memlint cannot read: counted as the decoder's linears, lm_head kept, as torchtitan and accelerate do)

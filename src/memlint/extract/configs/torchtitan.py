@@ -306,6 +306,8 @@ class Torchtitan(FrameworkReader):
                      chain=(f"{'.'.join(old)} = {self.doc.get(*old)!r}: {old_entry['ref']}",
                             *(("convert_to_float8_training(module_filter_fn=fqn != 'output'): lm_head kept in high precision",)
                               if on else ())))
+            if on:
+                self._float8_gather(old[:-1])
             return
         if named is None:
             self.lib("float8_training", "none", "no float8 converter in [model] converters" +
@@ -323,10 +325,21 @@ class Torchtitan(FrameworkReader):
         fq = self.doc.get(*section, "filter_fqns")
         fq = fq if isinstance(fq, list) else self._default("quantize.linear.float8.filter_fqns").value
         scope = "layers" if "output" in fq else "all"
+        self._float8_gather(section)
         self.lit("float8_training", scope, "model", "converters",
                  chain=(f"model.converters {conv!r}: torchao Float8Linear ({named['ref']})",
                         f"filter_fqns {fq!r}: " + ("lm_head ('output') kept in high precision" if scope == "layers" else
                                                    "every linear converted")))
+
+    def _float8_gather(self, section: tuple[str, ...]) -> None:
+        """enable_fsdp_float8_all_gather in the float8 section (torchtitan's default: false)."""
+        v = self.doc.get(*section, "enable_fsdp_float8_all_gather")
+        if isinstance(v, bool):
+            self.lit("float8_all_gather", v, *section, "enable_fsdp_float8_all_gather",
+                     chain=(f"{'.'.join(section)}.enable_fsdp_float8_all_gather = {str(v).lower()}: FSDP2 all-gathers the "
+                            "Float8Linear weights in float8",))
+        else:
+            self.lib("float8_all_gather", False, f"{'.'.join(section)}.enable_fsdp_float8_all_gather false (torchtitan's default)")
 
     def _compile(self) -> None:
         path, entry = self._renamed("compile")
