@@ -261,3 +261,29 @@ def test_context_parallel_ranks_are_fsdp_ranks(tmp_path):
                              .replace("seq_len = 65536", "seq_len = 32768")), Settings()).planned.setup
     # the same states per rank and the same tokens per rank: the same optimizer bytes
     assert estimate(s, "real").bytes("optimizer") == estimate(four, "real").bytes("optimizer")
+
+
+@pytest.mark.parametrize("command", [
+    "torchrun --nproc_per_node=8 -m torchtitan.train --job.config_file ./train_configs/llama3_8b.toml "
+    "--training.local_batch_size 2 --parallelism.tensor_parallel_degree=2",
+    "NGPU=${NGPU:-8}\ntorchrun --nproc_per_node ${NGPU} torchtitan/train.py --job.config_file=train_configs/llama3_8b.toml "
+    "--training.local_batch_size=2 --parallelism.tensor_parallel_degree 2",
+])
+def test_a_launch_script_runs_the_job_file_with_its_overrides(tmp_path, monkeypatch, command):
+    """torchtitan's own launch idiom (run_train.sh): the entry module or script, the job file from --job.config_file,
+    `--section.key value` overrides over it, the GPUs from torchrun."""
+    from memlint.extract import extract_paths
+
+    (tmp_path / "torchtitan").mkdir()
+    (tmp_path / "torchtitan" / "__init__.py").write_text("")
+    (tmp_path / "torchtitan" / "train.py").write_text("import torch\n\ndef main():\n    pass\n")
+    (tmp_path / "train_configs").mkdir()
+    (tmp_path / "train_configs" / "llama3_8b.toml").write_text(LLAMA3_8B)
+    (tmp_path / "run.sh").write_text("#!/bin/bash\nset -ex\n" + command + "\n")
+    monkeypatch.chdir(tmp_path)
+    plans = [p for p in extract_paths([tmp_path / "run.sh"]) if p.kind == "torchtitan"]
+    assert len(plans) == 1, plans
+    v = plans[0].value
+    assert (v("per_device_batch"), v("tp_size"), v("num_gpus"), v("sequence_parallel")) == (2, 2, 8, True)
+    assert plans[0].fields["per_device_batch"].source == "command-line"
+    assert plans[0].fields["per_device_batch"].span.line == 3 + command.count("\n")

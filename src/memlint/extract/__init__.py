@@ -58,11 +58,12 @@ def _extract_file(path: str | Path, launch: Any = None, shown: str | None = None
         plan = read_config(p if p.is_file() or not tool_run else None, shown=shown or str(path), launch=launch)
         if plan is not None and launch is not None and launch.script and not tool_run:
             plan = _script_trainer(plan, Path(launch.cwd or ".") / launch.script)
-        if plan is not None and launch is not None and launch.launcher not in TOOLS and launch.script:
-            # `accelerate launch --config_file X train.py recipe.yaml`: the launcher's GPUs and sharding too
+        if plan is not None and launch is not None and launch.launcher not in TOOLS and (launch.script or launch.module):
+            # `accelerate launch --config_file X train.py recipe.yaml`, `torchrun --nproc_per_node 8 -m torchtitan.train
+            # --job.config_file X`: the launcher's GPUs and sharding too
             from memlint.extract.launched import apply_launcher
 
-            plan = apply_launcher(plan, launch, Path(launch.cwd or ".") / launch.script)
+            plan = apply_launcher(plan, launch, Path(launch.cwd or ".") / (launch.script or launch.module.replace(".", "/") + ".py"))
         return plan
     from memlint.extract.source import read_source
 
@@ -239,7 +240,7 @@ def _read_target_unpinned(target: Target) -> tuple[TrainingPlan | None, list[str
         why = f"not UTF-8 text (invalid byte at offset {exc.start})"
         return (unreadable(shown, why), [], []) if target.explicit else (None, [], [])
     if path.suffix in CONFIG_SUFFIXES:
-        plan = read_config_text(path, shown, text, target.explicit)
+        plan = read_config_text(path, shown, text, target.explicit, target.launch)
         return plan, (source_lines(text) if plan is not None else []), []
     if not FRAMEWORK_WORDS.search(raw):
         return None, [], []
@@ -266,13 +267,19 @@ def trains(plan: TrainingPlan) -> bool:
     return plan.get("trainer").known or any(d.kind in ("syntax-error", "unreadable") for d in plan.diagnostics)
 
 
-def read_config_text(path: Path, shown: str, text: str, explicit: bool) -> TrainingPlan | None:
+def read_config_text(path: Path, shown: str, text: str, explicit: bool, launch: Any = None) -> TrainingPlan | None:
     from memlint.extract.configs import read_config
 
     try:
         # YAML/JSON that is no framework's config (CI workflows, dataset cards) is skipped
         # even when named: pre-commit passes every YAML file of a commit.
-        return read_config(path, text=text, shown=shown, explicit=False)
+        plan = read_config(path, text=text, shown=shown, explicit=False, launch=launch)
+        if plan is not None and launch is not None and (launch.module or launch.script) and launch.launcher != "python":
+            # a launcher script's `torchrun --nproc_per_node 8 -m torchtitan.train --job.config_file X`: its GPUs
+            from memlint.extract.launched import apply_launcher
+
+            plan = apply_launcher(plan, launch, Path(launch.cwd or ".") / (launch.script or launch.module.replace(".", "/") + ".py"))
+        return plan
     except MemlintError as exc:
         if explicit:
             return unreadable(shown, str(exc).removeprefix(f"{shown}: "))

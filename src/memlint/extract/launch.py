@@ -331,17 +331,18 @@ def command_target(words: Sequence[str], cwd: Path | None = None):
         shown = os.path.relpath(path, cwd) if path.is_absolute() else os.path.normpath(os.path.join(launch.cwd or "", ref))
     if not path.is_file():
         raise MemlintError(f"{shown}: no such file (the command's {'script' if launch.script else 'config'})")
-    framework_config = _framework_config(launch, base)
-    if framework_config is not None:
-        path, shown = framework_config, os.path.normpath(os.path.join(launch.cwd or "", os.path.relpath(framework_config, base)))
+    config = framework_config(launch, base)
+    if config is not None:
+        path, shown = config, os.path.normpath(os.path.join(launch.cwd or "", os.path.relpath(config, base)))
     return Target(path, shown, True, launch)
 
 
-def _framework_config(launch: Launch, base: Path) -> Path | None:
+def framework_config(launch: Launch, base: Path) -> Path | None:
     """A script whose first argument is a framework config memlint reads (llm-foundry's `composer
     train.py yamls/x.yaml`): the run is that config."""
     if not launch.script:
-        return None
+        # a framework's entry module given its config by a flag (`torchrun -m torchtitan.train --job.config_file X`)
+        return _flag_config(launch, base) if launch.module else None
     # the script's first argument (`train.py recipe.yaml`, read as sys.argv[1]); the value of a flag
     # (`sft.py --config recipe.yaml`) is the script's own parser's business (TrlParser reads it)
     first = launch.argv[0] if launch.argv else ""
@@ -367,10 +368,11 @@ def _flag_config(launch: Launch, base: Path) -> Path | None:
     from memlint.extract.configs.frameworks import table
 
     argv = list(launch.argv or ())
-    for i, word in enumerate(argv[:-1]):
+    pairs = [(w, argv[i + 1]) for i, w in enumerate(argv[:-1])] + [tuple(w.split("=", 1)) for w in argv if "=" in w]
+    for word, value in pairs:
         for name, fw in table().items():
-            if word in fw.get("read_from_flag", ()) and argv[i + 1].lower().endswith((".yaml", ".yml")):
-                cand = base / argv[i + 1]
+            if word in fw.get("read_from_flag", ()) and value.lower().endswith((".yaml", ".yml", ".toml")):
+                cand = base / value
                 if cand.is_file() and detect_file(cand) == name:
                     return cand
     return None

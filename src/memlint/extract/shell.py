@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterator
 
 from memlint.errors import MemlintError
-from memlint.extract.launch import Launch, parse_command, resolve_module, tokens
+from memlint.extract.launch import Launch, framework_config, parse_command, resolve_module, tokens
 from memlint.vocab import LAUNCHER_NAMES, LAUNCHER_SUFFIXES
 
 _MAX_BYTES = 256_000
@@ -341,6 +341,8 @@ def launcher_targets(path: Path, shown: str, roots: list[Path]) -> list:
             elif launch.module:
                 target = resolve_module(launch.module, [base])
             if target is not None:
+                # the framework config the script or module is given (`-m torchtitan.train --job.config_file X`)
+                target = framework_config(launch, base) or target
                 break
         if target is None:
             continue

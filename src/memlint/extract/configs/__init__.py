@@ -144,7 +144,9 @@ def read_config(path: str | Path, shown: str | None = None, *, text: str | None 
     if plan is not None and launch is not None:
         from memlint.extract.configs.overrides import TOOLS, mark
 
-        if launch.launcher in TOOLS:
+        from memlint.extract.configs.overrides import framework_tool
+
+        if launch.launcher in TOOLS or framework_tool(plan.kind, launch) is not None:
             plan = mark(plan, launch)
     return plan
 
@@ -181,6 +183,14 @@ def _read_config(path: str | Path | None, shown: str | None = None, *, text: str
         doc, kind = Document(name, data={}), tool[0] if tool else None
     else:
         doc, kind = _load(p, name, text)
+    if tool is None and doc.ok:
+        from memlint.extract.configs.overrides import framework_tool
+
+        own = framework_tool(kind, launch)
+        if own is not None:  # `torchrun -m torchtitan.train --job.config_file X --training.local_batch_size 2`
+            from memlint.extract.configs.overrides import apply
+
+            apply(doc, launch, None if path is None else p.name, own)
     if tool is not None and doc.ok:
         from memlint.extract.configs.overrides import apply
 

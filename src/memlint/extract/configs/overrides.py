@@ -34,20 +34,43 @@ def _scalar(raw: str) -> Any:
     return v if isinstance(v, (str, int, float, bool, list, dict)) or v is None else raw
 
 
-def overrides(launch: Any, config_ref: str | None) -> list[tuple[tuple[str, ...], Any, str]]:
+def framework_tool(kind: str | None, launch: Any) -> tuple[str, str, None] | None:
+    """A framework whose entry script or module reads its config from a flag and takes `--section.key value`
+    overrides after it (frameworks.json "cli_overrides": torchtitan's `--job.config_file X --training.steps 10`)."""
+    if kind is None or launch is None or launch.launcher in TOOLS:
+        return None
+    from memlint.extract.configs.frameworks import table
+
+    fw = table().get(kind, {})
+    flags = fw.get("read_from_flag", ())
+    if "cli_overrides" not in fw or not any(w in flags or w.split("=", 1)[0] in flags for w in launch.argv):
+        return None
+    return kind, fw["cli_overrides"]["style"], None
+
+
+def overrides(launch: Any, config_ref: str | None, tool: tuple | None = None) -> list[tuple[tuple[str, ...], Any, str]]:
     """(key path, value, the words that set it) for each override in the launch command."""
-    tool = TOOLS.get(launch.launcher)
+    tool = tool or TOOLS.get(launch.launcher)
     if tool is None:
         return []
     _, style, positional_key = tool
+    if tool[0] not in {t[0] for t in TOOLS.values()}:  # the config flag of a framework's own entry point
+        from memlint.extract.configs.frameworks import table
+
+        skip = set(table()[tool[0]].get("read_from_flag", ()))
+    else:
+        skip = set()
     words = list(launch.argv)
     out: list[tuple[tuple[str, ...], Any, str]] = []
     i = 0
     first_free = True
     while i < len(words):
         w = words[i]
-        if w in _TOOL_FLAGS:
+        if w in _TOOL_FLAGS or w in skip:
             i += 2
+            continue
+        if w.split("=", 1)[0] in skip:
+            i += 1
             continue
         if style == "flags" and w.startswith("--"):
             key, eq, raw = w[2:].partition("=")
@@ -69,13 +92,13 @@ def overrides(launch: Any, config_ref: str | None) -> list[tuple[tuple[str, ...]
     return out
 
 
-def apply(doc: Any, launch: Any, config_ref: str | None) -> set[tuple]:
+def apply(doc: Any, launch: Any, config_ref: str | None, tool: tuple | None = None) -> set[tuple]:
     """Set each override into `doc.data`, its key at the launch's position; the paths set."""
     if not isinstance(doc.data, dict):
         return set()
     origin = launch.origin if launch.line else COMMAND_LINE
     done = set()
-    for path, value, how in overrides(launch, config_ref):
+    for path, value, how in overrides(launch, config_ref, tool):
         cur = doc.data
         for part in path[:-1]:
             nxt = cur.get(part)

@@ -175,7 +175,8 @@ class Torchtitan(FrameworkReader):
                                              + (f" (one of {pp} pipeline stages)" if pp and pp > 1 else ""),))
         elif shard == -1:
             self.notes.append("data_parallel_shard_degree = -1 shards over every rank torchrun starts, which the config does "
-                              "not say: pass --gpus N (or --assume gpus=N)")
+                              "not say: the launch command's (torchrun --nproc_per_node × --nnodes) when memlint reads one, "
+                              "else pass --gpus N (or --assume gpus=N)")
         self._accumulation(shard, rep)
         self._precision(shard != 1 or (isinstance(cp, int) and cp > 1), tp, pp)
 
