@@ -390,3 +390,63 @@ def test_launcher_conversion_stage_trains_nothing(tmp_path):
     text = "run:\n  name: convert\n  nemo_file_name: ${data_dir}/results/llama2_7b.nemo\n" + PRETRAIN.split("\n", 1)[1]
     plan = _plan(tmp_path, text, "convert_llama2_nemo.yaml")
     assert plan.kind == "nemo" and plan.fields == {} and "conversion" in plan.notes[0]
+
+
+# ---- a Hydra entry script's command (`torchrun megatron_gpt_finetuning.py key=value ...`) ----------------------
+
+_SCRIPT = '''from nemo.core.config import hydra_runner
+
+
+@hydra_runner(config_path="conf", config_name="megatron_gpt_finetuning_config")
+def main(cfg) -> None:
+    pass
+'''
+
+
+def _checkout(tmp_path):
+    (tmp_path / "examples" / "conf").mkdir(parents=True)
+    (tmp_path / "examples" / "megatron_gpt_finetuning.py").write_text(_SCRIPT)
+    (tmp_path / "examples" / "conf" / "megatron_gpt_finetuning_config.yaml").write_text(SFT)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "sft.yaml").write_text(PRETRAIN)
+
+
+def test_hydra_overrides_on_the_command_line_are_command_line_values(tmp_path, monkeypatch):
+    from memlint.extract import extract_file
+    from memlint.extract.launch import command_target
+
+    _checkout(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    words = ["torchrun", "--nproc_per_node=8", "examples/megatron_gpt_finetuning.py", "trainer.num_nodes=1",
+             "model.micro_batch_size=1", "++model.peft.lora_tuning.target_modules=[attention_qkv,mlp]",
+             "model.restore_from_path=/models/llama2-7b.nemo"]
+    target = command_target(words)  # the decorator's config_path/config_name, beside the script
+    assert target.path == tmp_path / "examples" / "conf" / "megatron_gpt_finetuning_config.yaml"
+    plan = extract_file(target.path, launch=target.launch)
+    v = plan.get("per_device_batch")
+    assert v.value == 1 and v.source == "command-line"
+    # ${.data.train_ds.micro_batch_size} in the file is not the command line's: micro_batch_size=1 replaced it
+    assert plan.value("grad_accum") == 128 // (1 * 4)  # 8 devices x 1 node / TP 2 = data-parallel 4
+    assert plan.get("lora_targets").value == ["q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "down_proj"]
+    assert plan.get("lora_targets").source == "command-line"
+    assert plan.value("tp_size") == 2 and plan.get("tp_size").source == "literal"  # still the file's
+    # --config-path (relative to the script's folder) / --config-name pick another file
+    target = command_target(["python", "examples/megatron_gpt_finetuning.py", "--config-path=../other",
+                             "--config-name", "sft", "trainer.devices=2"])
+    assert target.path == tmp_path / "other" / "sft.yaml"
+    plan = extract_file(target.path, launch=target.launch)
+    assert plan.value("model_id") == "meta-llama/Meta-Llama-3-8B" and plan.get("num_gpus").source == "command-line"
+    # a script whose decorator names no NeMo config is read as the script it is
+    (tmp_path / "examples" / "conf" / "megatron_gpt_finetuning_config.yaml").write_text("a: 1\n")
+    assert command_target(words).path == tmp_path / "examples" / "megatron_gpt_finetuning.py"
+
+
+def test_check_of_a_hydra_command(tmp_path, monkeypatch):
+    _checkout(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    r = _check("--no-cache", "--assume", "model_id=meta-llama/Llama-2-7b-hf", "--gpu", "T4", "--",
+               "torchrun", "--nproc_per_node=8", "examples/megatron_gpt_finetuning.py", "trainer.num_nodes=1",
+               "model.micro_batch_size=8")
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "examples/conf/megatron_gpt_finetuning_config.yaml" in r.stdout and "MEM101" in r.stdout, r.stdout
+    assert "at micro-batch 8 × 4096" in r.stdout and "(8 GPUs, zero1)" in r.stdout, r.stdout  # the command's micro-batch

@@ -148,9 +148,9 @@ def read_config(path: str | Path, shown: str | None = None, *, text: str | None 
     """See _read_config; `launch` (a framework tool's command) applies its overrides first."""
     plan = _read_config(path, shown, text=text, explicit=explicit, launch=launch)
     if plan is not None and launch is not None:
-        from memlint.extract.configs.overrides import TOOLS, mark
+        from memlint.extract.configs.overrides import mark, tool_of
 
-        if launch.launcher in TOOLS:
+        if tool_of(launch, plan.kind) is not None:
             plan = mark(plan, launch)
     return plan
 
@@ -187,11 +187,15 @@ def _read_config(path: str | Path | None, shown: str | None = None, *, text: str
         doc, kind = Document(name, data={}), tool[0] if tool else None
     else:
         doc, kind = _load(p, name, text)
+    if tool is None:  # a Hydra entry script's key=value overrides over the NeMo config it composes
+        from memlint.extract.configs.overrides import tool_of
+
+        tool = tool_of(launch, kind)
     if tool is not None and doc.ok:
         from memlint.extract.configs.overrides import apply
 
         kind = kind or tool[0]
-        apply(doc, launch, None if path is None else p.name)
+        apply(doc, launch, None if path is None else p.name, tool)
         doc.command = launch.subcommand
     if kind is None:
         if not explicit:

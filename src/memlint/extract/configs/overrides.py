@@ -22,6 +22,10 @@ TOOLS = {
     "tune": ("torchtune", "key=value", None),
     "llmtune": ("llmtune", "none", None),
 }
+# a Hydra entry script's overrides (NeMo's `megatron_gpt_finetuning.py ... model.micro_batch_size=2 trainer.devices=8`):
+# key=value, +key=value, ++key=value after the script (launch.py _hydra_config finds the config it composes)
+HYDRA = ("nemo", "key=value", None)
+HYDRA_KINDS = ("nemo",)
 COMMAND_LINE = "<command line>"
 _TOOL_FLAGS = {"-c", "--config", "--cfg", "--launcher"}  # the tool's own options, not config keys
 
@@ -34,9 +38,20 @@ def _scalar(raw: str) -> Any:
     return v if isinstance(v, (str, int, float, bool, list, dict)) or v is None else raw
 
 
-def overrides(launch: Any, config_ref: str | None) -> list[tuple[tuple[str, ...], Any, str]]:
-    """(key path, value, the words that set it) for each override in the launch command."""
+def tool_of(launch: Any, kind: str | None) -> tuple | None:
+    """How the launch command overrides a config of `kind`: its framework tool's way, or Hydra's for a script
+    that composes a NeMo config."""
+    if launch is None:
+        return None
     tool = TOOLS.get(launch.launcher)
+    if tool is None and launch.script and kind in HYDRA_KINDS:
+        return HYDRA
+    return tool
+
+
+def overrides(launch: Any, config_ref: str | None, tool: tuple | None = None) -> list[tuple[tuple[str, ...], Any, str]]:
+    """(key path, value, the words that set it) for each override in the launch command."""
+    tool = tool or TOOLS.get(launch.launcher)
     if tool is None:
         return []
     _, style, positional_key = tool
@@ -69,13 +84,13 @@ def overrides(launch: Any, config_ref: str | None) -> list[tuple[tuple[str, ...]
     return out
 
 
-def apply(doc: Any, launch: Any, config_ref: str | None) -> set[tuple]:
+def apply(doc: Any, launch: Any, config_ref: str | None, tool: tuple | None = None) -> set[tuple]:
     """Set each override into `doc.data`, its key at the launch's position; the paths set."""
     if not isinstance(doc.data, dict):
         return set()
     origin = launch.origin if launch.line else COMMAND_LINE
     done = set()
-    for path, value, how in overrides(launch, config_ref):
+    for path, value, how in overrides(launch, config_ref, tool):
         cur = doc.data
         for part in path[:-1]:
             nxt = cur.get(part)
