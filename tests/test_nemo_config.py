@@ -450,3 +450,13 @@ def test_check_of_a_hydra_command(tmp_path, monkeypatch):
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
     assert "examples/conf/megatron_gpt_finetuning_config.yaml" in r.stdout and "MEM101" in r.stdout, r.stdout
     assert "at micro-batch 8 × 4096" in r.stdout and "(8 GPUs, zero1)" in r.stdout, r.stdout  # the command's micro-batch
+
+
+def test_a_shell_launcher_of_the_hydra_script_is_read_as_its_config(tmp_path, monkeypatch):
+    _checkout(tmp_path)
+    (tmp_path / "run.sh").write_text("#!/bin/bash\ntorchrun --nproc_per_node=8 examples/megatron_gpt_finetuning.py \\\n"
+                                     "    trainer.num_nodes=1 \\\n    model.micro_batch_size=8\n")
+    monkeypatch.chdir(tmp_path)
+    r = _check("--no-cache", "--assume", "model_id=meta-llama/Llama-2-7b-hf", "--gpu", "T4", "run.sh")
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "run.sh:2:1: MEM101" in r.stdout and "at micro-batch 8 × 4096" in r.stdout, r.stdout  # the command's line

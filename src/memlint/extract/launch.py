@@ -331,13 +331,13 @@ def command_target(words: Sequence[str], cwd: Path | None = None):
         shown = os.path.relpath(path, cwd) if path.is_absolute() else os.path.normpath(os.path.join(launch.cwd or "", ref))
     if not path.is_file():
         raise MemlintError(f"{shown}: no such file (the command's {'script' if launch.script else 'config'})")
-    framework_config = _framework_config(launch, base)
-    if framework_config is not None:
-        path, shown = framework_config, os.path.normpath(os.path.join(launch.cwd or "", os.path.relpath(framework_config, base)))
+    config = framework_config(launch, base)
+    if config is not None:
+        path, shown = config, os.path.normpath(os.path.join(launch.cwd or "", os.path.relpath(config, base)))
     return Target(path, shown, True, launch)
 
 
-def _framework_config(launch: Launch, base: Path) -> Path | None:
+def framework_config(launch: Launch, base: Path) -> Path | None:
     """A script whose first argument is a framework config memlint reads (llm-foundry's `composer
     train.py yamls/x.yaml`): the run is that config."""
     if not launch.script:

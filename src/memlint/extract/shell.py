@@ -14,6 +14,7 @@ from typing import Iterator
 
 from memlint.errors import MemlintError
 from memlint.extract.launch import Launch, parse_command, resolve_module, tokens
+from memlint.extract.launch import framework_config
 from memlint.vocab import LAUNCHER_NAMES, LAUNCHER_SUFFIXES
 
 _MAX_BYTES = 256_000
@@ -337,7 +338,8 @@ def launcher_targets(path: Path, shown: str, roots: list[Path]) -> list:
             if launch.script:
                 cand = base / os.path.expanduser(launch.script)
                 if cand.is_file() and cand.suffix == ".py":
-                    target = cand
+                    # a Hydra entry script's NeMo config, a `train.py recipe.yaml` recipe: the run is that config
+                    target = framework_config(launch, base) or cand
             elif launch.module:
                 target = resolve_module(launch.module, [base])
             if target is not None:
