@@ -460,3 +460,15 @@ def test_a_shell_launcher_of_the_hydra_script_is_read_as_its_config(tmp_path, mo
     r = _check("--no-cache", "--assume", "model_id=meta-llama/Llama-2-7b-hf", "--gpu", "T4", "run.sh")
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
     assert "run.sh:2:1: MEM101" in r.stdout and "at micro-batch 8 × 4096" in r.stdout, r.stdout  # the command's line
+
+
+def test_the_recompute_lever_is_spelled_as_nemo_reads_it(tmp_path):
+    p = tmp_path / "sft.yaml"
+    p.write_text(SFT.replace("activations_checkpoint_granularity: full", "activations_checkpoint_granularity: null")
+                 .replace("      micro_batch_size: 2", "      micro_batch_size: 1"))
+    r = _check("--no-cache", "--assume", "model_id=meta-llama/Llama-2-7b-hf", "--gpu", "L4", str(p))
+    line = _line(SFT, "activations_checkpoint_granularity: full")
+    # MEM101's cheapest fix on a 24 GB card is recompute, at the line of the key NeMo reads, in NeMo's words
+    assert (f"fits with activations_checkpoint_granularity: full (with activations_checkpoint_method: uniform and "
+            f"activations_checkpoint_num_layers: 1) at {p}:{line}") in r.stdout, r.stdout
+    assert "activations_checkpoint_granularity: true" not in r.stdout and f"{p}:{line}:3: MEM203" in r.stdout, r.stdout
