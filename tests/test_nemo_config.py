@@ -472,3 +472,41 @@ def test_the_recompute_lever_is_spelled_as_nemo_reads_it(tmp_path):
     assert (f"fits with activations_checkpoint_granularity: full (with activations_checkpoint_method: uniform and "
             f"activations_checkpoint_num_layers: 1) at {p}:{line}") in r.stdout, r.stdout
     assert "activations_checkpoint_granularity: true" not in r.stdout and f"{p}:{line}:3: MEM203" in r.stdout, r.stdout
+
+
+def _megatron_calculator():
+    """megatron-core's num_microbatches_calculator.py (pure Python), loaded by path: megatron.core's __init__ needs
+    torch and more; skipped where megatron-core is not installed (`pip install --no-deps megatron-core`)."""
+    import importlib.util
+
+    import pytest
+
+    spec = importlib.util.find_spec("megatron")
+    roots = list(spec.submodule_search_locations or ()) if spec else []
+    files = [f for r in roots if (f := __import__("pathlib").Path(r) / "core" / "num_microbatches_calculator.py").is_file()]
+    if not files:
+        pytest.skip("megatron-core is not installed")
+    mod_spec = importlib.util.spec_from_file_location("_megatron_nmc", files[0])
+    mod = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(mod)
+    return mod
+
+
+def test_accumulation_is_megatrons_num_microbatches(tmp_path):
+    # ground truth: Megatron's own calculator over the data-parallel size parallel_state.initialize_model_parallel
+    # derives (world // (TP x PP x CP), a non-dividing world refused)
+    nmc = _megatron_calculator()
+    import itertools
+
+    for dev, tp, pp, cp, micro, glob in itertools.product((4, 8), (1, 2), (1, 2), (1, 2), (1, 3), (48, 100)):
+        text = (SFT.replace("devices: 8", f"devices: {dev}").replace("tensor_model_parallel_size: 2", f"tensor_model_parallel_size: {tp}")
+                .replace("pipeline_model_parallel_size: 1", f"pipeline_model_parallel_size: {pp}\n  context_parallel_size: {cp}")
+                .replace("  global_batch_size: 128", f"  global_batch_size: {glob}")
+                .replace("      micro_batch_size: 2", f"      micro_batch_size: {micro}"))
+        world = dev * 2
+        try:
+            ref = nmc._build_num_microbatches_calculator(0, None, glob, micro, world // (tp * pp * cp), False).get() \
+                if world % (tp * pp * cp) == 0 else None
+        except AssertionError:
+            ref = None
+        assert _plan(tmp_path, text).get("grad_accum").value == ref, (dev, tp, pp, cp, micro, glob)
