@@ -235,6 +235,11 @@ def test_launcher_stage_refers_to_its_own_keys_through_its_group(tmp_path):
     assert any("variant 'nemo'" in n for n in plan.notes)
     v = plan.get("model_id")  # ${base_results_dir} is the launcher's, not the file's
     assert v.source == "unknown" and "base_results_dir" in v.chain[0]
+    # the launcher's prompt-learning / adapter / IA3 stages name their base language_model_path
+    text = LAUNCHER.replace("  restore_from_path: ${base_results_dir}", "  language_model_path: /r")
+    v = _plan(tmp_path, text, "squad.yaml").get("model_id")
+    assert v.source == "unknown" and v.chain[0].startswith("model.language_model_path '/r/") and \
+        v.span.line == _line(text, "language_model_path:")
 
 
 def test_peft_schemes(tmp_path):

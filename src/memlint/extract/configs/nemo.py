@@ -321,30 +321,31 @@ class NeMo(FrameworkReader):
 
     def _model(self) -> None:
         m = "model"
-        restore = self.doc.get(m, "restore_from_path")
+        # the base checkpoint: restore_from_path (pretraining, SFT, PEFT), language_model_path (the prompt-learning,
+        # adapter and IA3 models of NeMo <= 1.x, megatron_gpt_prompt_learning_model.py / the launcher's stages)
+        key = next((k for k in ("restore_from_path", "language_model_path") if self.doc.get(m, k) is not None), "restore_from_path")
+        restore, where = self.doc.get(m, key), f"model.{key}"
         family = self._family()
         if family is not None:
             self.unknown("model_id", f"{family[0]}: memlint sizes decoder-only GPT-style models (MegatronGPTModel), not "
                                      "this NeMo model family", *family[1])
             return
-        shape = self._shape()
-        if shape is not None:
+        if self._shape() is not None:
             return
         if isinstance(restore, str) and restore.strip() and restore != _MISSING:
             r = restore.strip()
             from memlint.catalog import catalog_entry
 
             if not r.endswith(".nemo") and "/" in r and not r.startswith(("/", ".", "~", "$")) and catalog_entry(r):
-                self.lit("model_id", r, m, "restore_from_path")
+                self.lit("model_id", r, m, key)
                 return
-            why = (f"model.restore_from_path {r!r}: the architecture is inside the NeMo checkpoint, not in this config"
-                   if (m, "restore_from_path") not in self.unread else f"model.restore_from_path {self.unread[(m, 'restore_from_path')]}")
-            self.unknown("model_id", why + "; pass --model ID (the Hugging Face model it was converted from)",
-                         m, "restore_from_path")
+            why = (f"{where} {r!r}: the architecture is inside the NeMo checkpoint, not in this config"
+                   if (m, key) not in self.unread else f"{where} {self.unread[(m, key)]}")
+            self.unknown("model_id", why + "; pass --model ID (the Hugging Face model it was converted from)", m, key)
             return
         if restore == _MISSING:
-            self.unknown("model_id", "model.restore_from_path is ??? (the .nemo checkpoint is given on the command line); "
-                                     "pass --model ID", m, "restore_from_path")
+            self.unknown("model_id", f"{where} is ??? (the .nemo checkpoint is given on the command line); "
+                                     "pass --model ID", m, key)
             return
         self.unknown("model_id", "neither model.restore_from_path nor the model's shape (num_layers, hidden_size, ...)",
                      *((m,) if self.doc.has(m) else ()))
