@@ -239,6 +239,14 @@ def _read_target_unpinned(target: Target) -> tuple[TrainingPlan | None, list[str
     except UnicodeDecodeError as exc:
         why = f"not UTF-8 text (invalid byte at offset {exc.start})"
         return (unreadable(shown, why), [], []) if target.explicit else (None, [], [])
+    if path.suffix in CONFIG_SUFFIXES and target.launch is not None:
+        # a launch command's config (`memlint check -- torchrun train.py recipe.yaml`, a Hydra script's NeMo
+        # config): read with the command's overrides and launcher, as `extract_file` reads it
+        try:
+            plan = _extract_file(path, target.launch, shown)
+        except MemlintError as exc:
+            return unreadable(shown, str(exc).removeprefix(f"{shown}: ")), [], []
+        return plan, (source_lines(text) if plan is not None else []), []
     if path.suffix in CONFIG_SUFFIXES:
         plan = read_config_text(path, shown, text, target.explicit, target.launch)
         return plan, (source_lines(text) if plan is not None else []), []

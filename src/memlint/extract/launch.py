@@ -348,7 +348,7 @@ def framework_config(launch: Launch, base: Path) -> Path | None:
     first = launch.argv[0] if launch.argv else ""
     from memlint.extract.configs import detect_file
 
-    flagged = _flag_config(launch, base)
+    flagged = _flag_config(launch, base) or _hydra_config(launch, base)
     if flagged is not None:
         return flagged
     if first.startswith("-") or not first.lower().endswith((".yaml", ".yml")):
@@ -376,6 +376,62 @@ def _flag_config(launch: Launch, base: Path) -> Path | None:
                 if cand.is_file() and detect_file(cand) == name:
                     return cand
     return None
+
+
+_HYDRA_FLAGS = {"--config-path": "path", "-cp": "path", "--config-name": "name", "-cn": "name"}
+
+
+def _hydra_config(launch: Launch, base: Path) -> Path | None:
+    """A Hydra entry script of a framework whose configs memlint reads (NeMo's `megatron_gpt_finetuning.py`,
+    frameworks.json "hydra"): the config it composes from `--config-path`/`--config-name` (-cp/-cn) or, where the
+    command leaves them out, from its own decorator (`@hydra_runner(config_path="conf", config_name="...")`); the
+    path is absolute or relative to the script's folder, as Hydra resolves it. Its key=value overrides are applied
+    when the config is read (configs/overrides.py)."""
+    import os
+
+    from memlint.extract.configs import detect_file
+    from memlint.extract.configs.frameworks import table
+
+    kinds = {name for name, fw in table().items() if "hydra" in fw}
+    if not kinds:
+        return None
+    argv, given = list(launch.argv or ()), {}
+    for i, word in enumerate(argv):
+        flag, eq, value = word.partition("=")
+        if flag in _HYDRA_FLAGS:
+            given[_HYDRA_FLAGS[flag]] = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+    script = base / (launch.script or "")
+    own = _hydra_decorator(script, {d for k in kinds for d in table()[k]["hydra"]["decorators"]})
+    path, name = given.get("path", own.get("config_path")), given.get("name", own.get("config_name"))
+    if not path or not name:
+        return None
+    folder = Path(os.path.expanduser(path))
+    folder = folder if folder.is_absolute() else script.parent / folder
+    cand = Path(os.path.normpath(folder / (name if name.lower().endswith((".yaml", ".yml")) else name + ".yaml")))
+    return cand if cand.is_file() and detect_file(cand) in kinds else None
+
+
+def _hydra_decorator(script: Path, names: set[str]) -> dict[str, str]:
+    """config_path / config_name of the script's Hydra decorator (string literals only), read with ast."""
+    import ast
+
+    from memlint.files import read_text
+
+    try:
+        tree = ast.parse(read_text(script, encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError, RecursionError, MemlintError):  # files.Refused is an OSError
+        return {}
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for dec in node.decorator_list:
+            func = dec.func if isinstance(dec, ast.Call) else None
+            called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+            if called in names:
+                return {k.arg: k.value.value for k in dec.keywords
+                        if k.arg in ("config_path", "config_name") and isinstance(k.value, ast.Constant)
+                        and isinstance(k.value.value, str)}
+    return {}
 
 
 def _parses_yaml_itself(script: Path) -> bool:

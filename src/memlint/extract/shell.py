@@ -341,7 +341,8 @@ def launcher_targets(path: Path, shown: str, roots: list[Path]) -> list:
             elif launch.module:
                 target = resolve_module(launch.module, [base])
             if target is not None:
-                # the framework config the script or module is given (`-m torchtitan.train --job.config_file X`)
+                # the framework config the script or module runs (a Hydra entry script's NeMo config, a `train.py
+                # recipe.yaml` recipe, `-m torchtitan.train --job.config_file X`): the run is that config
                 target = framework_config(launch, base) or target
                 break
         if target is None:

@@ -132,12 +132,22 @@ def _config_words(ctx: Context, st, span) -> str:
     m = re.match(r"""^\s*(?:-\s*)?["']?([A-Za-z_][\w.\-]*)["']?\s*:""", line)
     if m is None or not st.plan:
         return LEVER_TITLE[st.lever] + (f" ({st.words})" if st.lever in ("micro-batch", "max-length") else "")
-    value = next(iter(st.plan.values()))
+    field, value = next(iter(st.plan.items()))
     value = str(value).lower() if isinstance(value, bool) else value
+    value = _config_value(ctx.plan.kind, field, value)
     rest = ""
     if st.lever == "micro-batch":
         rest = f" (gradient accumulation {ctx.setup.grad_accum} → {st.plan['grad_accum']})"
     return f"{m.group(1)}: {value}{rest}"
+
+
+def _config_value(kind: str, field: str, value):
+    """A plan value as the framework's config spells it (frameworks.json "config_values": NeMo's
+    activations_checkpoint_granularity takes 'full', not true), else the value."""
+    from memlint import data
+
+    fw = data.load("frameworks.json")["frameworks"].get(kind, {})
+    return fw.get("config_values", {}).get(field, {}).get(str(value), value)
 
 
 def assumptions(plan: dict) -> list[str]:

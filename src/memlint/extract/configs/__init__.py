@@ -2,7 +2,7 @@
 
 Formats are told apart by their keys (and, for a file that does not parse, by its name):
 axolotl, LLaMA-Factory, TRL recipes, torchtune, LitGPT, llm-foundry (Composer), oumi,
-LLM-Finetuning-Toolkit (llmtune), torchtitan job TOML, DeepSpeed JSON and accelerate config YAML. (xtuner's configs
+LLM-Finetuning-Toolkit (llmtune), torchtitan job TOML, NVIDIA NeMo 1.x / NeMo-Megatron YAML, DeepSpeed JSON and accelerate config YAML. (xtuner's configs
 are Python: extract/xtuner.py reads them.)
 `merge_launch_config` lays a DeepSpeed or accelerate config over a script's plan.
 """
@@ -19,7 +19,7 @@ from memlint.plan import TrainingPlan
 __all__ = ["CONFIG_SUFFIXES", "FORMATS", "detect", "detect_file", "read_config", "merge_launch_config"]
 
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml")
-FORMATS = ("axolotl", "llama-factory", "trl-recipe", "torchtune", "litgpt", "llm-foundry", "oumi", "llmtune", "torchtitan", "h2o-llmstudio",
+FORMATS = ("axolotl", "llama-factory", "trl-recipe", "torchtune", "litgpt", "llm-foundry", "oumi", "llmtune", "torchtitan", "h2o-llmstudio", "nemo",
            "deepspeed", "accelerate")
 _LAUNCHERS = ("deepspeed", "accelerate")
 
@@ -42,6 +42,9 @@ _OUMI = {"training.trainer_type", "training.use_peft", "training.enable_gradient
 _LITGPT_TEXT = re.compile(r"^[ \t]+(?:micro|global)_batch_size[ \t]*:", re.M)
 _OUMI_TEXT = re.compile(r"^[ \t]+(?:trainer_type|use_peft|enable_gradient_checkpointing|torch_dtype_str|model_max_length)[ \t]*:", re.M)
 _OUMI_MODEL = re.compile(r"^[ \t]+model_name[ \t]*:", re.M)
+# NeMo 1.x / NeMo-Megatron: Lightning's `trainer:` beside a MegatronGPTModel `model:` with its parallel sizes or batches
+_NEMO = {"model.tensor_model_parallel_size", "model.pipeline_model_parallel_size", "model.megatron_amp_O2"}
+_NEMO_TEXT = re.compile(r"^[ \t]+(?:tensor_model_parallel_size|pipeline_model_parallel_size|megatron_amp_O2)[ \t]*:", re.M)
 
 
 def _torchtitan_sections(top_keys: tuple[str, ...]) -> bool:
@@ -75,6 +78,9 @@ def detect(top_keys: tuple[str, ...] | set[str], name: str = "", text: str = "")
         return "llm-foundry"
     if "model.flavor" in keys and "training" in keys and keys & _TORCHTITAN:
         return "torchtitan"
+    if {"trainer", "model"} <= keys and (keys & _NEMO or {"model.micro_batch_size", "model.global_batch_size"} <= keys
+                                         or _NEMO_TEXT.search(text)):
+        return "nemo"
     if "model.hf_model_ckpt" in keys or ({"model", "lora", "training"} <= keys and keys & _LLMTUNE):
         return "llmtune"
     if {"model", "training"} <= keys and (("model.model_name" in keys and keys & _OUMI)
@@ -142,11 +148,9 @@ def read_config(path: str | Path, shown: str | None = None, *, text: str | None 
     """See _read_config; `launch` (a framework tool's command) applies its overrides first."""
     plan = _read_config(path, shown, text=text, explicit=explicit, launch=launch)
     if plan is not None and launch is not None:
-        from memlint.extract.configs.overrides import TOOLS, mark
+        from memlint.extract.configs.overrides import mark, tool_of
 
-        from memlint.extract.configs.overrides import framework_tool
-
-        if launch.launcher in TOOLS or framework_tool(plan.kind, launch) is not None:
+        if tool_of(launch, plan.kind) is not None:
             plan = mark(plan, launch)
     return plan
 
@@ -183,19 +187,15 @@ def _read_config(path: str | Path | None, shown: str | None = None, *, text: str
         doc, kind = Document(name, data={}), tool[0] if tool else None
     else:
         doc, kind = _load(p, name, text)
-    if tool is None and doc.ok:
-        from memlint.extract.configs.overrides import framework_tool
+    if tool is None:  # a Hydra entry script's key=value overrides over the NeMo config it composes
+        from memlint.extract.configs.overrides import tool_of
 
-        own = framework_tool(kind, launch)
-        if own is not None:  # `torchrun -m torchtitan.train --job.config_file X --training.local_batch_size 2`
-            from memlint.extract.configs.overrides import apply
-
-            apply(doc, launch, None if path is None else p.name, own)
+        tool = tool_of(launch, kind)
     if tool is not None and doc.ok:
         from memlint.extract.configs.overrides import apply
 
         kind = kind or tool[0]
-        apply(doc, launch, None if path is None else p.name)
+        apply(doc, launch, None if path is None else p.name, tool)
         doc.command = launch.subcommand
     if kind is None:
         if not explicit:
@@ -203,7 +203,7 @@ def _read_config(path: str | Path | None, shown: str | None = None, *, text: str
         if doc.diagnostics and not doc.ok:  # broken YAML of no recognisable format: still a finding
             return TrainingPlan(name, {}, (f"{doc.diagnostics[0].message}",), tuple(doc.diagnostics), "config")
         raise MemlintError(f"{name}: not a config memlint reads (axolotl, LLaMA-Factory, TRL recipe, torchtune, LitGPT, llm-foundry, "
-                           "oumi, LLM-Finetuning-Toolkit, torchtitan, DeepSpeed or accelerate)")
+                           "oumi, LLM-Finetuning-Toolkit, torchtitan, NeMo, DeepSpeed or accelerate)")
     if not doc.ok:
         notes = tuple(d.message for d in doc.diagnostics if d.kind == "syntax-error")
         if not doc.diagnostics:

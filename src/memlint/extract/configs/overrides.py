@@ -22,6 +22,10 @@ TOOLS = {
     "tune": ("torchtune", "key=value", None),
     "llmtune": ("llmtune", "none", None),
 }
+# a Hydra entry script's overrides (NeMo's `megatron_gpt_finetuning.py ... model.micro_batch_size=2 trainer.devices=8`):
+# key=value, +key=value, ++key=value after the script (launch.py _hydra_config finds the config it composes)
+HYDRA = ("nemo", "key=value", None)
+HYDRA_KINDS = ("nemo",)
 COMMAND_LINE = "<command line>"
 _TOOL_FLAGS = {"-c", "--config", "--cfg", "--launcher"}  # the tool's own options, not config keys
 
@@ -32,6 +36,17 @@ def _scalar(raw: str) -> Any:
     except yaml.YAMLError:
         return raw
     return v if isinstance(v, (str, int, float, bool, list, dict)) or v is None else raw
+
+
+def tool_of(launch: Any, kind: str | None) -> tuple | None:
+    """How the launch command overrides a config of `kind`: its framework tool's way, or Hydra's for a script
+    that composes a NeMo config."""
+    if launch is None:
+        return None
+    tool = TOOLS.get(launch.launcher)
+    if tool is None and launch.script and kind in HYDRA_KINDS:
+        return HYDRA
+    return tool or framework_tool(kind, launch)
 
 
 def framework_tool(kind: str | None, launch: Any) -> tuple[str, str, None] | None:
@@ -54,7 +69,7 @@ def overrides(launch: Any, config_ref: str | None, tool: tuple | None = None) ->
     if tool is None:
         return []
     _, style, positional_key = tool
-    if tool[0] not in {t[0] for t in TOOLS.values()}:  # the config flag of a framework's own entry point
+    if tool[0] not in {t[0] for t in TOOLS.values()} and tool != HYDRA:  # the config flag of a framework's entry point
         from memlint.extract.configs.frameworks import table
 
         skip = set(table()[tool[0]].get("read_from_flag", ()))
