@@ -89,6 +89,8 @@ LITGPT = {
     "litgpt-confighub-4": ("meta-llama/Llama-2-7b-hf", "Llama-2-7b-hf", CONFIGHUB, dict(batch=2, seq=512, quantize="bnb.nf4")),
     "litgpt-confighub-5": ("meta-llama/Llama-3.1-8B", "Llama-3.1-8B", CONFIGHUB, dict(batch=2, seq=512, quantize="bnb.nf4")),
     "litgpt-confighub-6": ("meta-llama/Llama-3.2-1B", "Llama-3.2-1B", ("00af8b0", "0.4.13", dict(lora_r=0)), dict(batch=4, seq=512)),
+    # the same table's default precision row: Fabric's bf16-mixed (fp32 weights under torch.autocast)
+    "litgpt-lora-stablelm3b-bf16mixed": (STABLELM_ALPHA, "stablelm-base-alpha-3b", RESOURCE, dict(batch=1, seq=1034, precision="bf16-mixed")),
 }
 # fit/OOM boundaries of the same table: id -> (catalog model, LitGPT name, step, GPU)
 LITGPT_FIT = {
@@ -111,6 +113,8 @@ def litgpt_trace(pid: str, sources: Path) -> dict:
                  "--lora-dropout", str(lora["lora_dropout"]), "--targets", ",".join(lora["targets"])]
     if kw.get("quantize"):
         args += ["--quantize", kw["quantize"]] + (["--bnb-keeps-input"] if LITGPT_BNB_KEEPS_INPUT[commit] else [])
+    if kw.get("precision"):
+        args += ["--precision", kw["precision"]]
     env = {**__import__("os").environ, "PYTHONPATH": str(ROOT / "src")}
     out = subprocess.run(args, capture_output=True, text=True, env=env, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -137,8 +141,6 @@ BERT_CONTEXT = 1343 * MIB  # measured by the page before the model was loaded (t
 WHY_NOT = {
     "litgpt-resource-lora-fsdp": "LitGPT under FSDP (Fabric FSDPStrategy, activation checkpointing per Block): "
                                  "memlint's LitGPT accounting covers one GPU without checkpointing",
-    "litgpt-lora-stablelm3b": "LitGPT's bf16-mixed (fp32 weights under autocast): memlint's LitGPT accounting covers "
-                              "bf16-true and 32-true",
     "peft-readme-T0_3B-3": "DeepSpeed ZeRO-3 with parameter and optimizer offload on one GPU: memlint's ZeRO "
                            "accounting needs two or more ranks",
 }
@@ -302,15 +304,16 @@ def litgpt_setup(model: str | None, step: tuple, kw: dict) -> Setup | None:
         return None
     _commit, version, lora = step
     quant = kw.get("quantize")
-    common = dict(model_code="litgpt", litgpt_version=version, precision="pure-bf16", dtype="bf16",
-                  batch=kw["batch"], seq=kw["seq"], attn="sdpa", grad_accum=1)
+    mixed = kw.get("precision") == "bf16-mixed"
+    common = dict(model_code="litgpt", litgpt_version=version, precision="amp-bf16" if mixed else "pure-bf16",
+                  dtype="fp32" if mixed else "bf16", batch=kw["batch"], seq=kw["seq"], attn="sdpa", grad_accum=1)
     if not lora.get("lora_r"):
         return Setup(resolve(model), method="full", optim="adamw_torch", **common)
     targets = tuple(lora["targets"])  # LitGPT's switches: lora_query, lora_value
     q = {} if quant is None else dict(method="qlora", quant=quant.split(".")[1].split("-")[0],
                                       double_quant=quant.endswith("-dq"), kbit_prep=False)
     return Setup(resolve(model), **{"method": "lora", **q}, lora_r=lora["lora_r"], lora_targets=targets,
-                 lora_dropout=lora["lora_dropout"], adapter_dtype="bf16",
+                 lora_dropout=lora["lora_dropout"], adapter_dtype="fp32" if mixed else "bf16",
                  optim="paged_adamw_32bit" if quant else "adamw_torch", **common)
 
 
@@ -321,6 +324,7 @@ def _litgpt_row(pid: str, p: dict) -> dict:
     return {"id": pid, "model": p["model"], "litgpt": f"{name} @ {step[0]}", "statistic": "max_memory_allocated",
             "published": p["measured"]["bytes"], "estimate": None if e is None else e.allocated_peak,
             "config": f"b{kw['batch']} s{kw['seq']}" + (f" {kw['quantize']}" if kw.get("quantize") else "")
+                      + (f" {kw['precision']}" if kw.get("precision") else "")
                       + (f" r{step[2]['lora_r']}" if step[2].get("lora_r") else " full")}
 
 

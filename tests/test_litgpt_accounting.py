@@ -120,7 +120,9 @@ def test_litgpt_terms_differ_from_transformers_and_follow_the_version(tmp_path):
 def test_litgpt_refuses_what_it_does_not_model(tmp_path):
     spec = _spec(tmp_path, LLAMA_HF)
     with pytest.raises(MemlintError, match="bf16-true"):
-        Setup(spec, model_code="litgpt", precision="amp-bf16", dtype="fp32")
+        Setup(spec, model_code="litgpt", precision="amp-fp16", dtype="fp32")
+    with pytest.raises(MemlintError, match="fp32 weights"):
+        Setup(spec, model_code="litgpt", precision="amp-bf16", dtype="bf16")
     with pytest.raises(MemlintError, match="not one of LitGPT's"):
         _setup(spec, 1, 128, targets=("embed_tokens",))
     with pytest.raises(MemlintError, match="model_code"):
@@ -144,3 +146,29 @@ def test_a_litgpt_config_plan_is_estimated_with_litgpt_accounting():
     assert s.model_code == "litgpt" and not s.kbit_prep and s.precision == "pure-bf16"
     assert lit.targets(s) == ("query", "key", "value", "projection")  # lora_query/key/value/projection: true
     assert "LitGPT's Block" in estimate(s, "real").components["activations"].formula
+
+
+@pytest.mark.parametrize("lit_cfg, hf_cfg, r, batch, seq", [
+    (LLAMA_LIT, LLAMA_HF, 8, 2, 384), (LLAMA_LIT, LLAMA_HF, 8, 1, 256), (NEOX_LIT, NEOX_HF, 8, 2, 384),
+    (LLAMA_LIT, LLAMA_HF, 0, 2, 384), (NEOX_LIT, NEOX_HF, 0, 2, 384),
+])
+def test_bf16_mixed_matches_litgpt_trace(tmp_path, lit_cfg, hf_cfg, r, batch, seq):
+    """Fabric's bf16-mixed: fp32 weights under torch.autocast; autocast's bf16 weight copies, kept for backward, are
+    the term that grows (one lm_head copy per 128-token chunk for LoRA)."""
+    t = _trace(lit_cfg, batch=batch, seq=seq, lora_r=r, precision="bf16-mixed")
+    lora = dict(method="lora", lora_r=r, lora_targets=("query", "value"), lora_dropout=0.05) if r else dict(method="full")
+    s = Setup(_spec(tmp_path, hf_cfg), model_code="litgpt", precision="amp-bf16", dtype="fp32", optim="adamw_torch",
+              batch=batch, seq=seq, **lora)
+    e = estimate(s, "real")
+    assert e.components["weights"].bytes == t["weights"]
+    body = e.components["activations"].bytes + 4 * s.seq * s.batch * s.model.hidden  # ln_f's output is fp32
+    assert abs(body - t["components"]["activations"]) / t["components"]["activations"] < 0.03
+    assert abs(e.allocated_peak - t["peak"]) / t["peak"] < 0.03, (e.allocated_peak, t["peak"])
+    bf16_true = estimate(s.with_(precision="pure-bf16", dtype="bf16", **({"adapter_dtype": "bf16"} if r else {})), "real")
+    assert e.allocated_peak > bf16_true.allocated_peak
+
+
+def test_bf16_mixed_refuses_quantization(tmp_path):
+    with pytest.raises(MemlintError, match="Quantization and mixed precision"):
+        Setup(_spec(tmp_path, LLAMA_HF), model_code="litgpt", precision="amp-bf16", dtype="fp32", method="qlora",
+              quant="nf4", lora_r=8, lora_targets=("query", "value"))

@@ -258,6 +258,11 @@ def _full_logits(s: Setup, body: int, per_tok: int, parts: dict, a: int, n: int,
     fwd = 2 * a * n + max(a * sb * m.hidden, copy)
     # lm_head's weight gradient (V·h in the weight dtype) arrives while the logits' gradients are alive
     bwd = 3 * a * n + m.vocab * m.hidden * DTYPE_BYTES[s.dtype]
+    if s.precision == "amp-bf16":
+        # autocast: the saved log-softmax in fp32 and its fp32 gradient; lm_head's cached bf16 weight copy
+        head = m.vocab * m.hidden * 2
+        fwd = a * n + 4 * n + max(4 * sb * m.hidden, copy) + head
+        bwd = a * n + 8 * n + head + m.vocab * m.hidden * DTYPE_BYTES[s.dtype]
     return ActivationTerms(
         body, per_tok * sb, fwd, bwd, _block_formula(s, per_tok, parts),
         f"LitGPT finetune/full.py: s·b·V × {a} B logits (bound by the loop; the previous step's until lm_head returns) "
@@ -266,11 +271,39 @@ def _full_logits(s: Setup, body: int, per_tok: int, parts: dict, a: int, n: int,
     )
 
 
+def _layer_weight_elems(s: Setup) -> tuple[int, int]:
+    """(every linear weight of one Block, its fused qkv's) in elements."""
+    m = s.model
+    qkv = m.hidden * (m.heads + 2 * m.kv_heads) * m.head_dim
+    return qkv + m.heads * m.head_dim * m.hidden + sum(i * o for i, o in _mlp_linears(s)), qkv
+
+
+def mixed_terms(s: Setup, sb: int) -> tuple[int, str]:
+    """Fabric's bf16-mixed (torch.autocast over fp32 weights): every Block linear casts its fp32 weight to bf16 on
+    each call and autograd keeps the copy for the input's gradient, s·b-independent; a trained weight's copy is the
+    autocast cache's, kept the same way. Layer 0's qkv under LoRA reads the frozen embedding's norm (no gradient): no
+    copy kept. A full fine-tune also keeps each norm output's bf16 cast for the weight gradients beside the fp32
+    output: + 2·h B per token and layer (measured on LitGPT's code, tests/test_litgpt_accounting.py). Adapter weights
+    are cached in bf16 too (2 B each)."""
+    m = s.model
+    layer, qkv = _layer_weight_elems(s)
+    n = m.layers * layer - (qkv if s.method != "full" else 0)
+    extra = 2 * m.hidden * sb * m.layers if s.method == "full" else 0
+    adapters = sum(t.numel for t in lora_tensors(s)) if s.method != "full" else 0
+    b = 2 * (n + adapters) + extra
+    return b, (f" + bf16-mixed: autocast's bf16 copies of the Block weights ({n:,} elements × 2 B"
+               + (f", the adapters' {adapters:,}" if adapters else "") + ")"
+               + (" and the norm outputs' bf16 casts (2·h B/token/layer)" if extra else ""))
+
+
 def terms(s: Setup) -> ActivationTerms:
     m = s.model
     sb = s.seq * s.batch
     per_tok, parts = per_token_layer(s)
     body = per_tok * sb * m.layers + once_per_token(s) * sb
+    mixed = s.precision == "amp-bf16"
+    copies, copies_f = mixed_terms(s, sb) if mixed else (0, "")
+    body += copies
     a = DTYPE_BYTES[s.compute_dtype]
     n = sb * m.vocab
     chunk = min(loop()["lm_head_chunk_size"], s.seq) * s.batch * m.vocab
@@ -290,8 +323,16 @@ def terms(s: Setup) -> ActivationTerms:
     fwd += dq_head
     bwd = max(2 * a * n + 2 * a * chunk + dq_head,
               a * n + a * sb * m.hidden + k * a * sb * m.intermediate + dq_mlp)
+    if mixed:
+        # autocast: each chunk's lm_head call casts the fp32 weight again (the copy kept for backward, one per chunk),
+        # cross-entropy's log-softmax runs in fp32 (its saved output 4 B), ln_f's output is fp32
+        chunks = -(-s.seq // min(loop()["lm_head_chunk_size"], s.seq))
+        head = chunks * m.vocab * m.hidden * 2
+        fwd = max(2 * a * n + 4 * sb * m.hidden, a * n + 4 * n + 4 * chunk) + head
+        bwd = max(a * n + 4 * n + 8 * chunk + head, a * n + 4 * sb * m.hidden + k * a * sb * m.intermediate)
+        copies_f += f"; logits: fp32 log-softmax and {chunks} bf16 copies of lm_head's weight (one per 128-token chunk)"
     return ActivationTerms(
-        body, per_tok * sb, fwd, bwd, _block_formula(s, per_tok, parts),
+        body, per_tok * sb, fwd, bwd, _block_formula(s, per_tok, parts) + copies_f,
         f"LitGPT's chunked lm_head + chunked cross-entropy: 2 × s·b·V × {a} B (the logit chunks, bound to `logits` "
         f"by the loop until the next step's arrive, then the saved log-softmax) + ln_f's output s·b·h × {a} B while "
         "lm_head runs; backward: the chunks, the saved log-softmax and one 128-token chunk's two gradients, or the "

@@ -371,9 +371,13 @@ class Setup:
 
     def _validate_litgpt(self) -> None:
         """What memlint's LitGPT accounting covers (data/litgpt.json)."""
-        if self.precision not in ("pure-bf16", "fp32"):
-            raise MemlintError(f"--model-code litgpt models LitGPT's bf16-true (--precision pure-bf16) and 32-true "
-                               f"(--precision fp32), not --precision {self.precision}")
+        if self.precision not in ("pure-bf16", "fp32", "amp-bf16"):
+            raise MemlintError(f"--model-code litgpt models LitGPT's bf16-true (--precision pure-bf16), bf16-mixed "
+                               f"(--precision amp-bf16) and 32-true (--precision fp32), not --precision {self.precision}")
+        if self.precision == "amp-bf16" and (self.dtype != "fp32" or self.quant != "none"):
+            raise MemlintError("--model-code litgpt with --precision amp-bf16 is Fabric's bf16-mixed: fp32 weights "
+                               "(--dtype fp32), no quantization (litgpt raises 'Quantization and mixed precision is not "
+                               "supported')")
         if self.quant not in ("none", "nf4", "fp4"):
             raise MemlintError(f"--model-code litgpt quantizes with bitsandbytes (--quantize bnb.nf4/bnb.fp4): "
                                f"not --quant {self.quant}")
