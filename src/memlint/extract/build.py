@@ -1007,7 +1007,9 @@ class Builder:
         if lightning:
             self.lightning_fields(lightning[-1], objs)
             return
-        if not opts and not steps and not self.facts.backward:
+        # a training loop steps an optimizer, or runs backward through a model it loads or with an optimizer it builds:
+        # a backward alone (a kernel's gradient check) or an optimizer built and handed on (a helper) is not one
+        if not steps and not (self.facts.backward and (opts or models or self.facts.unknown_steps)):
             for f in ("trainer", "per_device_batch", "grad_accum", "optimizer", "precision", "padding", "max_length"):
                 self.put(f, Unknown("no trainer or training loop found"))
             self.args_gc = None

@@ -1123,6 +1123,8 @@ class Handlers:
     def unknown_method(self, it: Any, f: BoundUnknown, args: list, kwargs: dict, line: int | None) -> Any:
         if f.attr == "backward":
             it.facts.backward.append(line)
+        if f.attr == "step" and not args:  # an optimizer memlint cannot see built (`self.optimizers.step()`)
+            it.facts.unknown_steps.append(line)
         if f.attr == "register_post_accumulate_grad_hook":
             it.facts.grad_hooks.append(GradHook(_steps_an_optimizer(args[0] if args else kwargs.get("hook")), line))
         if ("padding" in kwargs or "truncation" in kwargs) and f.attr in _TOKENIZE_METHODS:

@@ -105,6 +105,7 @@ class Facts:
     liger_calls: list = field(default_factory=list)      # LigerPatch: liger_kernel's apply_liger_kernel_to_*()
     float8_calls: list = field(default_factory=list)     # Const: torchao's convert_to_float8_training(model, ...)
     float8_gather: list = field(default_factory=list)    # Const: Float8LinearConfig(enable_fsdp_float8_all_gather=...)
+    unknown_steps: list = field(default_factory=list)    # lines of `.step()` on objects memlint does not know
     chunking: list = field(default_factory=list)         # Chunking: t[i : i + n] for i in range(0, _, n)
     windows: list = field(default_factory=list)          # Window: data[i : i + n] for i in <B random offsets>
     length_args: list = field(default_factory=list)      # LengthArg: args.max_seq_length read from the script's arguments
