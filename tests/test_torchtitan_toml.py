@@ -150,7 +150,7 @@ def test_mixed_precision_follows_maybe_enable_amp(tmp_path, parallel, expect):
 
 @pytest.mark.parametrize("model, flavor, expect", [
     ("llama3", "70B", "meta-llama/Llama-3.1-70B"), ("qwen3", "0.6B", "Qwen/Qwen3-0.6B"), ("llama3", "debugmodel", None),
-    ("deepseek_v3", "16B", None),
+    ("deepseek_v3", "16B", None), ("qwen3", "30B-A3B", "Qwen/Qwen3-30B-A3B"), ("qwen3", "debugmodel_moe", None),
 ])
 def test_flavors(tmp_path, model, flavor, expect):
     plan = _plan(tmp_path, LLAMA3_8B.replace('name = "llama3"', f'name = "{model}"').replace('flavor = "8B"', f'flavor = "{flavor}"'))
