@@ -204,11 +204,14 @@ def _with_vision(s: Setup, a, accounting: str):
     v = vision.terms(s)
     if not v.formula:
         return a
-    if vision.kind(s.model) == "llava":
+    if vision.kind(s.model) in ("llava", "mllama"):
         # the text model's backward ends (its recomputed layer, its tail) before the tower's gradients exist, beside
         # what the tower holds; the tower's own end (its one layer) is a candidate of its own (traced on LLaVA; Qwen2-VL
         # keeps the single end-of-backward term it was traced with)
+        # Mllama: a recomputed cross-attention layer re-creates its text part and its keys / values over the vision
+        # tokens (per_block)
         return replace(a, body=a.body + v.body, end_of_backward=v.tail, vision_end=v.end, late_grads=v.late,
+                       per_layer=a.per_layer + (v.per_block if vision.kind(s.model) == "mllama" else 0),
                        formula=a.formula + "; " + v.formula)
     return replace(a, body=a.body + v.body, per_layer=max(a.per_layer, v.per_block), end_of_backward=v.tail,
                    formula=a.formula + "; " + v.formula)

@@ -1,8 +1,16 @@
-"""Vision-language models (#15: Qwen2-VL, Qwen2.5-VL): the image tokens an image adds to the text model's sequence,
-what of the vision tower trains, and the tower's activations over every patch.
+"""Vision-language models (#15: Qwen2-VL, Qwen2.5-VL, LLaVA-1.5, Llama-3.2-Vision): the image tokens an image adds to
+the text model's sequence (or, for Llama-3.2-Vision, the vision tokens its cross-attention layers attend to), what of
+the vision tower trains, and the tower's activations over every patch.
 
-Read off transformers 5.24's models/qwen2_vl and qwen2_5_vl (checked against `memlint measure`'s trace of the real
-step in tests/test_vlm.py):
+LLaVA (transformers 5.24 models/llava, clip): every CLIP layer runs over (image_size / patch)² + 1 tokens; the text
+model reads hidden_states[vision_feature_layer] (the class token dropped under "default") through linear_1, GELU,
+linear_2, so the layers after that one and post_layernorm get no gradient. Llama-3.2-Vision (models/mllama): the
+processor pads every image to max_image_tiles tiles; the vision model (a 32-layer and a gated 8-layer transformer, not
+checkpointed) runs over tiles × (patches + 1, padded to 8) tokens with a dense tile mask; the projector's output is the
+cross-attention layers' key / value input. Traced in tests/test_vlm_llava_mllama.py.
+
+Qwen2-VL, read off transformers 5.24's models/qwen2_vl and qwen2_5_vl (checked against `memlint measure`'s trace of
+the real step in tests/test_vlm.py):
 
 - an image of H x W is resized by the processor's smart_resize to multiples of patch_size * spatial_merge_size
   within [min_pixels, max_pixels]; it becomes (H'/14)·(W'/14) patches of C·T·P·P values (T = temporal_patch_size: a
@@ -349,7 +357,7 @@ def _llava_terms(s) -> VisionTerms:
     return VisionTerms(body, per_block, transient, "vision: " + "; ".join(parts), tail, max(0, end), late)
 
 
-def mllama_block_bytes(s, gated: bool) -> int:
+def mllama_block_bytes(s, gated: bool, frozen: bool = False) -> int:
     """What one trained Mllama vision layer saves per token (transformers 5.24 MllamaVisionEncoderLayer under
     autocast): as a CLIP layer (fp32 residual stream after layernorm_pre: the norms' fp32 inputs and statistics, the
     half casts of q/k/v and fc1's inputs, SDPA's q, k, v, output and logsumexp) with a GELU MLP (fc1's output and
@@ -359,6 +367,8 @@ def mllama_block_bytes(s, gated: bool) -> int:
     amp = s.precision in ("amp-bf16", "amp-fp16")
     E, I, H = v["embed_dim"], v["intermediate_size"], v["num_heads"]
     norms = 2 * (4 * E + 8) if amp else 2 * (c * E + 8)
+    if frozen:  # on the gradient path: the norms, SDPA's tensors and GELU's input (frozen linears keep no input)
+        return norms + 4 * c * E + 4 * H + c * I
     casts = 4 * c * E if amp else 2 * c * E
     return norms + casts + 4 * c * E + 4 * H + 2 * c * I + (2 * c * E if gated else 0)
 
@@ -388,15 +398,17 @@ def _mllama_terms(s) -> VisionTerms:
              f"{pixels:,} B, the vision output and cross_attention_states {outs:,} B, the cross-attention mask "
              f"{mask:,} B"]
     # the cross-attention layers' keys and values over the vision tokens: k_proj's output upcast to fp32 (saved by
-    # k_norm with its rsqrt), the normalised half copy (k_norm's weight gradient), the keys and values SDPA keeps;
+    # k_norm with its rsqrt), the normalised half copy (k_norm's weight gradient), and the keys and values SDPA keeps,
+    # repeated to every query head (transformers' sdpa_attention_forward uses repeat_kv whenever a mask is passed);
     # saved when a gradient flows there: k_proj / v_proj train (a full fine-tune, LoRA on them) or the projector does
     kv, kvh = v["cross_kv_dim"], v["cross_kv_dim"] // v["cross_head_dim"]
+    qd = v["cross_heads"] * v["cross_head_dim"]
     kv_train = s.method == "full" or proj or tower or s.lora_targets == "all-linear" or \
         any(t.endswith(("k_proj", "v_proj")) for t in (s.lora_targets if s.lora_targets != "all-linear" else ()))
     n_x = len(v["cross_attention_layers"])
     cross = 0
     if kv_train:
-        per = 4 * kv + 4 * kvh + 3 * c * kv
+        per = 4 * kv + 4 * kvh + c * kv + 2 * c * qd
         if s.recompute:  # every cross-attention decoder layer is a GradientCheckpointingLayer: one at a time
             cross = 0
         else:
@@ -404,15 +416,31 @@ def _mllama_terms(s) -> VisionTerms:
         parts.append(f"{n_x} cross-attention layers' keys and values over the vision tokens {per:,} B/token each"
                      + (" (recomputed one layer at a time)" if s.recompute else ""))
     body += cross
-    per_block = (4 * kv + 4 * kvh + 3 * c * kv) * Nv if kv_train and s.recompute else 0
+    per_block = (4 * kv + 4 * kvh + c * kv + 2 * c * qd) * Nv if kv_train and s.recompute else 0
+    # the text side of a cross-attention layer beyond a self-attention layer's (which the text model's accounting
+    # counts for every layer): the two tanh gates' and the text-row mask's products keep their half inputs
+    H = s.model.hidden
+    gates = 0 if s.recompute else n_x * 3 * c * H * s.batch * s.seq
+    body += gates
+    if gates:
+        parts.append(f"the cross-attention layers' gates and row mask {gates:,} B")
+    flows = grad_flows(s)
+    tb = 0
+    attn_mask = c * n_img * tower_tokens(s) ** 2  # the tiles' dense attention mask, shared by every layer
+    norms_io = 2 * ((4 * E + 8) if amp else (c * E + 8)) * P  # layernorm_pre's and layernorm_post's inputs
     if tower:
         lb, gb_ = mllama_block_bytes(s, False), mllama_block_bytes(s, True)
-        attn_mask = c * n_img * tower_tokens(s) ** 2  # the tiles' dense attention mask, shared by every layer
-        tb = (v["depth"] * lb + v["global_depth"] * gb_) * P + attn_mask + ((4 * E + 8) if amp else (c * E + 8)) * P \
+        tb = (v["depth"] * lb + v["global_depth"] * gb_) * P + attn_mask + norms_io \
             + c * n_img * tiles(s) * v["in_channels"] * side * side
-        body += tb
         parts.append(f"trained tower {v['depth']} + {v['global_depth']} layers × {lb:,} / {gb_:,} B/token, its dense "
                      f"attention mask {attn_mask:,} B (no gradient checkpointing in the vision model)")
+    elif flows:
+        fb = mllama_block_bytes(s, False, frozen=True)
+        tb = (v["depth"] + v["global_depth"]) * fb * P + attn_mask + norms_io
+        parts.append(f"frozen tower on the gradient path (enable_input_require_grads hooks its patch embedding; its "
+                     f"layers are not checkpointed): {v['depth']} + {v['global_depth']} layers × {fb:,} B/token, its "
+                     f"dense attention mask {attn_mask:,} B")
+    body += tb
     if proj:
         pb = (c * D + (0 if s.method == "full" else 0)) * Nv  # the projector's half input
         body += pb
@@ -420,7 +448,20 @@ def _mllama_terms(s) -> VisionTerms:
     if not tower and not proj and not kv_train:
         parts.append("frozen tower and projector, frozen cross-attention keys / values: nothing saved over the "
                      "vision tokens")
-    return VisionTerms(body, per_block, 0, "vision: " + "; ".join(parts), 0)
+    # the text model's backward ends (its recomputed layer) beside what the vision model saved and the pixel values
+    # (tail); the vision model's backward runs last, beside every gradient: what it saved, its gradient stream (fp32
+    # residual values) and one intermediate-sized gradient (end)
+    tail = tb + pixels if tb else 0
+    end = tail + (r * E + c * v["intermediate_size"]) * P if tb else 0
+    late = 0
+    if tower or proj:  # the vision gradients only exist once the text model's backward is over
+        from memlint.estimate.model_state import trainable_dtype
+
+        gb = DTYPE_BYTES[trainable_dtype(s, "real")]
+        late = gb * ((v["params"] - v["params_merger"] if tower else 0) + (v["params_merger"] if proj else 0))
+        # the vision model's backward starts (its last layer: the most it holds) before its own gradients exist
+        end -= gb * (v["params"] - v["params_merger"]) if tower else 0
+    return VisionTerms(body, per_block, 0, "vision: " + "; ".join(parts), tail, max(0, end), late)
 
 
 def terms(s) -> VisionTerms:
@@ -503,7 +544,17 @@ def notes(s) -> list[str]:
     tower, merger = trains(s)
     lo, hi = pixel_bounds(s)
     out = []
-    if s.images and fixed_size(s):
+    if s.images and kind(s.model) == "mllama":
+        side = v["image_size"]
+        out.append(f"{s.images} image(s) per sample, each padded by the processor to {tiles(s)} tiles of {side}x{side} "
+                   f"(--image-size does not change it): {tower_tokens(s):,} tokens per image in the vision model "
+                   f"({v['patches_per_tile']:,} per tile padded to a multiple of 8), {cross_tokens(s):,} vision tokens "
+                   f"per row in the {len(v['cross_attention_layers'])} cross-attention layers' keys and values; the "
+                   f"text model runs the {s.seq:,} text tokens (one <|image|> token per image among them)")
+        out.append("Mllama: the text model's cross-attention layers are counted as its self-attention layers over the "
+                   "text tokens, plus their keys / values over the vision tokens, their gates and row mask (traced on "
+                   "a tiny model, tests/test_vlm_llava_mllama.py)")
+    elif s.images and fixed_size(s):
         side = v["image_size"]
         out.append(f"{s.images} image(s) per sample, each resized and center-cropped to {side}x{side} by the processor "
                    f"(--image-size does not change it): {patches_per_image(s):,} patches + the class token in the "
@@ -545,9 +596,10 @@ def notes(s) -> list[str]:
                    "them (patch_target_modules); peft's own all-linear (TRL, a plain script) adapts the vision tower's "
                    "and merger's linears too (it excludes only the output layer): more adapters, not counted"
                    .replace("merger", "projector" if kind(s.model) == "llava" else "merger"))
-    if kind(s.model) == "llava":
-        out.append("vision accounting traced on transformers 5.24's LLaVA (CLIP tower) code with SDPA "
-                   "(tests/test_vlm_llava_mllama.py); eager attention in the tower is not traced")
+    if kind(s.model) in ("llava", "mllama"):
+        out.append(f"vision accounting traced on transformers 5.24's {'LLaVA (CLIP tower)' if kind(s.model) == 'llava' else 'Mllama'} "
+                   "code with SDPA on CPU tensors (tests/test_vlm_llava_mllama.py); eager attention in the tower and "
+                   "CUDA's own SDPA kernel choice are not traced")
     else:
         out.append("vision accounting traced on transformers 5.24's Qwen2-VL / Qwen2.5-VL code with SDPA "
                    "(tests/test_vlm.py); flash-attention's varlen path and eager attention are not traced")
