@@ -1,12 +1,14 @@
-"""Vision-language models (#15), LLaVA-1.5: counts, image tokens, what trains (the CLIP tower's layers after
-vision_feature_layer get no gradient), and the estimate against `memlint measure` running transformers' own
-LlavaForConditionalGeneration on a tiny config (random weights, real pixel_values; the storage tracker on real CPU
-tensors, as tests/test_vlm.py does for Qwen2-VL).
+"""Vision-language models (#15), LLaVA-1.5 and Llama-3.2-Vision (Mllama): counts, image tokens / tiles, what trains
+(the CLIP tower's layers after vision_feature_layer get no gradient), and the estimate against `memlint measure` running
+transformers' own LlavaForConditionalGeneration / MllamaForConditionalGeneration on tiny configs (random weights, real
+pixel_values, aspect ratio ids and masks; the storage tracker on real CPU tensors, as tests/test_vlm.py does for
+Qwen2-VL).
 
 Measured (`python tests/test_vlm_llava_mllama.py`, torch 2.13 CPU, transformers 5.24; allocated peak of step 2, bf16
-weights, amp-bf16, SDPA, AdamW, 1 × 128 text tokens + 2 images of 112 × 112 = 64 patches + CLS in the tower, 64 image
-tokens each; text hidden 256 / 2 layers / vocab 2048, CLIP hidden 256 / 3 layers / heads 4): docs/accounting.md has the
-table of measured / estimated peaks.
+weights, amp-bf16, SDPA, AdamW, 1 × 128 text tokens; LLaVA: 2 images of 112 × 112 = 64 patches + CLS in the tower, 64
+image tokens each, text hidden 256 / 2 layers, CLIP hidden 256 / 3 layers; Mllama: 1 image of 4 tiles of 112 × 112, text
+hidden 256 / 4 layers with cross-attention layers 1 and 3, vision hidden 128 / 3 + 2 global layers): every peak within
+3 % (LLaVA +0.78 … +2.53 %, Mllama −0.03 … +1.95 %); docs/accounting.md has the table.
 """
 
 from __future__ import annotations
@@ -266,6 +268,15 @@ def test_mllama_llamafactory_freeze_flags(tmp_path):
     assert (s.images, s.train_vision, s.train_projector) == (1, True, False)
     v = s.model.vision
     assert trainable_params(s) == s.model.params - v["params_merger"]
+
+
+@pytest.mark.parametrize("model_type", sorted(CONFIGS))
+def test_fake_trace_refuses_images(model_type):
+    from memlint.errors import MemlintError
+    from memlint.measure.core import measure
+
+    with pytest.raises(MemlintError, match="real tensors only"):
+        measure(Setup(model=tiny(model_type), seq=64, images=1), device="trace")
 
 
 # The independent check: transformers' own step, measured by the storage tracker (real tensors on the CPU).

@@ -210,7 +210,9 @@ def _with_vision(s: Setup, a, accounting: str):
         # keeps the single end-of-backward term it was traced with)
         # Mllama: a recomputed cross-attention layer re-creates its text part and its keys / values over the vision
         # tokens (per_block)
-        return replace(a, body=a.body + v.body, end_of_backward=v.tail, vision_end=v.end, late_grads=v.late,
+        gb = DTYPE_BYTES[ms.trainable_dtype(s, accounting)]
+        return replace(a, body=a.body + v.body, end_of_backward=v.tail, vision_end=max(0, v.end - gb * v.end_params),
+                       late_grads=gb * v.late,
                        per_layer=a.per_layer + (v.per_block if vision.kind(s.model) == "mllama" else 0),
                        formula=a.formula + "; " + v.formula)
     return replace(a, body=a.body + v.body, per_layer=max(a.per_layer, v.per_block), end_of_backward=v.tail,

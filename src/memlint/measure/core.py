@@ -557,9 +557,10 @@ def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = 
     dropout = setup.lora_dropout if lora_dropout is None else lora_dropout
     _refuse_unsupported(setup, model)
     if mode == "trace" and setup.model.vision and setup.images:
-        raise MemlintError(f"{setup.model.id}: the vision tower's code reads image_grid_thw and cu_seqlens values "
-                           "(.tolist()), which fake tensors do not have: measure it on real tensors (device='cpu', a "
-                           "small config) or a GPU")
+        raise MemlintError(f"{setup.model.id}: the image path is measured on real tensors only (Qwen2-VL's vision "
+                           "code reads image_grid_thw and cu_seqlens values (.tolist()), which fake tensors do not have; "
+                           "LLaVA's and Mllama's are not traced on fake tensors either): measure it on real tensors "
+                           "(device='cpu', a small config) or a GPU")
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True) if mode == "trace" else None
     tracker = LiveBytes() if mode != "cuda" else None
     run = _Run(setup, mode, "cuda" if mode == "cuda" else "cpu", notes, details)
