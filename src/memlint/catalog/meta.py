@@ -192,12 +192,23 @@ def _count_vlm(model_type: str, config: dict) -> dict:
     cfg = AutoConfig.for_model(model_type, **config)
     with torch.device("meta"):
         model = AutoModelForImageTextToText.from_config(cfg)
-    visual = model.model.visual
-    counted = _count_module(model_type, cfg.text_config, model, model.get_output_embeddings(), skip=visual)
+    inner = model.model
+    if hasattr(inner, "visual"):  # Qwen2-VL / Qwen2.5-VL: the tower and its merger in one module
+        vision_parts = [inner.visual]
+        facts = _vision_facts(cfg, inner.visual)
+    elif hasattr(inner, "vision_tower"):  # LLaVA: a CLIP tower and the multimodal projector
+        vision_parts = [inner.vision_tower, inner.multi_modal_projector]
+        facts = _llava_facts(cfg, inner.vision_tower, inner.multi_modal_projector)
+    elif hasattr(inner, "vision_model"):  # Llama-3.2-Vision: a tiled ViT, a global ViT, cross-attention text layers
+        vision_parts = [inner.vision_model, inner.multi_modal_projector]
+        facts = _mllama_facts(cfg, inner.vision_model, inner.multi_modal_projector, inner.language_model)
+    else:
+        raise ValueError(f"{model_type}: no vision tower found on {type(model).__name__}")
+    counted = _count_module(model_type, cfg.text_config, model, model.get_output_embeddings(), skip=vision_parts)
     counted["arch"]["model_type"] = model_type
     counted["arch"].update(arch_facts(model_type))
     counted["arch"]["tie_word_embeddings"] = counted["tied_embeddings"]  # the top-level config's, not text_config's
-    counted["vision"] = _vision_facts(cfg, visual)
+    counted["vision"] = facts
     counted["architecture"] = type(model).__name__
     return counted
 
@@ -254,6 +265,118 @@ def _vision_facts(cfg, visual) -> dict:
     return out
 
 
+def _reached_layers(depth: int, feature_layer) -> int:
+    """How many of a LLaVA tower's layers the selected hidden states depend on: hidden_states holds the embeddings'
+    output and every layer's (depth + 1 entries), vision_feature_layer indexes it (negative from the end)."""
+    idx = feature_layer if isinstance(feature_layer, (list, tuple)) else [feature_layer]
+    return max(i if i >= 0 else depth + 1 + i for i in idx)
+
+
+def _llava_facts(cfg, tower, projector) -> dict:
+    """LLaVA's CLIP tower (CLIPVisionModel: embeddings, pre_layrnorm, encoder layers, post_layernorm) and its
+    projector (linear_1, act, linear_2), off transformers' own modules. Every encoder layer runs; the text model reads
+    hidden_states[vision_feature_layer] (the penultimate layer's output for -2), so the layers after it and
+    post_layernorm (over the CLS token, pooler_output only) get no gradient: params_unreached."""
+    import torch
+
+    vc = cfg.vision_config
+    layers = tower.encoder.layers
+    l0 = layers[0]
+    depth = len(layers)
+    reached = _reached_layers(depth, cfg.vision_feature_layer)
+    count = lambda mod: sum(p.numel() for p in mod.parameters())  # noqa: E731
+    linears: dict[str, dict] = {}
+    for name, mod in tower.named_modules():
+        m = _LAYER_INDEX.match(name)
+        if not isinstance(mod, torch.nn.Linear) or not m or int(m.group(1)) >= reached:
+            continue
+        slot = linears.setdefault(m.group(2), {"in": mod.in_features, "out": mod.out_features,
+                                               "bias": mod.bias is not None, "count": 0, "block": True})
+        slot["count"] += 1
+    for name, mod in projector.named_modules():
+        if isinstance(mod, torch.nn.Linear):
+            linears[f"multi_modal_projector.{name}"] = {"in": mod.in_features, "out": mod.out_features,
+                                                         "bias": mod.bias is not None, "count": 1, "block": False}
+    pe = tower.embeddings.patch_embedding
+    unreached = sum(count(layers[i]) for i in range(reached, depth)) + count(tower.post_layernorm)
+    return {
+        "kind": "llava",
+        "model_type": vc.model_type,
+        "depth": depth,
+        "reached_layers": reached,
+        "embed_dim": vc.hidden_size,
+        "num_heads": l0.self_attn.num_heads,
+        "head_dim": l0.self_attn.head_dim,
+        "intermediate_size": l0.mlp.fc1.out_features,
+        "mlp": "plain",
+        "hidden_act": vc.hidden_act,
+        "norm": "layernorm",
+        "patch_size": pe.kernel_size[0],
+        "temporal_patch_size": 1,
+        "in_channels": pe.in_channels,
+        "image_size": vc.image_size,
+        "spatial_merge_size": 1,
+        "select_strategy": cfg.vision_feature_select_strategy,
+        "feature_layer": cfg.vision_feature_layer,
+        "projector_act": cfg.projector_hidden_act,
+        "merger_hidden": projector.linear_1.out_features,
+        "out_hidden_size": projector.linear_2.out_features,
+        "params": count(tower) + count(projector),
+        "params_blocks": count(layers),
+        "params_merger": count(projector),
+        "params_patch_embed": count(pe),
+        "params_unreached": unreached,
+        "linears": linears,
+        "image_token_id": cfg.image_token_id,
+    }
+
+
+def _mllama_facts(cfg, tower, projector, text) -> dict:
+    """Llama-3.2-Vision (MllamaForConditionalGeneration) off transformers' own modules: the vision model runs its
+    `transformer` (num_hidden_layers, ungated) and `global_transformer` (num_global_layers, gated) over max_num_tiles
+    tiles of (image_size / patch)² + 1 patches per image, padded to a multiple of 8; the projector maps the
+    concatenated last and intermediate hidden states (vision_output_dim) to the text width; the text model's
+    cross_attention_layers attend to them (k_proj / v_proj over the vision tokens)."""
+    vc, tc = cfg.vision_config, cfg.text_config
+    count = lambda mod: sum(p.numel() for p in mod.parameters())  # noqa: E731
+    l0 = tower.transformer.layers[0]
+    cross = [i for i in range(len(text.layers)) if i in tc.cross_attention_layers]
+    xa = text.layers[cross[0]].cross_attn
+    return {
+        "kind": "mllama",
+        "model_type": vc.model_type,
+        "depth": len(tower.transformer.layers),
+        "global_depth": len(tower.global_transformer.layers),
+        "embed_dim": vc.hidden_size,
+        "num_heads": l0.self_attn.num_heads,
+        "head_dim": l0.self_attn.head_dim,
+        "intermediate_size": l0.mlp.fc1.out_features,
+        "mlp": "plain",
+        "hidden_act": vc.hidden_act,
+        "norm": "layernorm",
+        "patch_size": tower.patch_size,
+        "temporal_patch_size": 1,
+        "in_channels": tower.num_channels,
+        "image_size": vc.image_size,
+        "max_num_tiles": vc.max_num_tiles,
+        "patches_per_tile": tower.num_patches,
+        "intermediate_layers_indices": list(vc.intermediate_layers_indices),
+        "vision_output_dim": vc.vision_output_dim,
+        "out_hidden_size": projector.out_features,
+        "cross_attention_layers": cross,
+        "cross_kv_dim": xa.k_proj.out_features,
+        "cross_heads": xa.num_heads,
+        "cross_head_dim": xa.head_dim,
+        "params": count(tower) + count(projector),
+        "params_blocks": count(tower.transformer) + count(tower.global_transformer),
+        "params_merger": count(projector),
+        "params_patch_embed": count(tower.patch_embedding),
+        "linears": {"multi_modal_projector": {"in": projector.in_features, "out": projector.out_features,
+                                              "bias": projector.bias is not None, "count": 1, "block": False}},
+        "image_token_id": cfg.image_token_id,
+    }
+
+
 def _count_on_meta(model_type: str, config: dict) -> dict:
     if encoder(model_type):
         return _count_encoder(model_type, config)
@@ -272,7 +395,8 @@ def _count_on_meta(model_type: str, config: dict) -> dict:
 
 
 def _count_module(model_type: str, cfg, model, out_emb, skip=None) -> dict:
-    """`skip`: a submodule counted apart (a VLM's vision tower), whose parameters go to groups["vision"]."""
+    """`skip`: submodules counted apart (a VLM's vision tower and projector), whose parameters go to
+    groups["vision"]."""
     import torch
     from transformers.pytorch_utils import Conv1D
 
@@ -283,8 +407,9 @@ def _count_module(model_type: str, cfg, model, out_emb, skip=None) -> dict:
     linears: dict[str, dict] = {}
     seen: set[int] = set()
     if skip is not None:
-        groups["vision"] = sum(p.numel() for p in skip.parameters())
-        seen.update(id(p) for p in skip.parameters())
+        parts = skip if isinstance(skip, (list, tuple)) else [skip]
+        groups["vision"] = sum(p.numel() for part in parts for p in part.parameters())
+        seen.update(id(p) for part in parts for p in part.parameters())
     for name, module in model.named_modules():
         own = [p for p in module.parameters(recurse=False) if id(p) not in seen]
         if not own:

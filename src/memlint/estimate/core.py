@@ -204,6 +204,17 @@ def _with_vision(s: Setup, a, accounting: str):
     v = vision.terms(s)
     if not v.formula:
         return a
+    if vision.kind(s.model) in ("llava", "mllama"):
+        # the text model's backward ends (its recomputed layer, its tail) before the tower's gradients exist, beside
+        # what the tower holds; the tower's own end (its one layer) is a candidate of its own (traced on LLaVA; Qwen2-VL
+        # keeps the single end-of-backward term it was traced with)
+        # Mllama: a recomputed cross-attention layer re-creates its text part and its keys / values over the vision
+        # tokens (per_block)
+        gb = DTYPE_BYTES[ms.trainable_dtype(s, accounting)]
+        return replace(a, body=a.body + v.body, end_of_backward=v.tail, vision_end=max(0, v.end - gb * v.end_params),
+                       late_grads=gb * v.late,
+                       per_layer=a.per_layer + (v.per_block if vision.kind(s.model) == "mllama" else 0),
+                       formula=a.formula + "; " + v.formula)
     return replace(a, body=a.body + v.body, per_layer=max(a.per_layer, v.per_block), end_of_backward=v.tail,
                    formula=a.formula + "; " + v.formula)
 
@@ -254,7 +265,9 @@ def _real_phases(s: Setup, lay, a, w: int, g: int, o: int, tmp: int, gath: int, 
         return {"forward": fwd, "backward": bwd, "optimizer": w + o + keep}
     bwd = w + gath_b + o + keep + lay.backward + max(a.body + a.logits_backward + g_fwd, a.body + transient + g_fwd,
                                                    a.body + a.backward_transient + g_fwd,
-                                                   g + transient + a.recompute_keep + lay.backward_tail + a.end_of_backward,
+                                                   g - a.late_grads + transient + a.recompute_keep + lay.backward_tail
+                                                   + a.end_of_backward,
+                                                   g + a.vision_end,
                                                    g + tied_accumulation(s))
     opt = w + g + o + tmp + keep
     return {"forward": fwd, "backward": bwd, "optimizer": opt}

@@ -447,8 +447,12 @@ def _vision(get, spec, method: str, notes: list[str]) -> dict[str, Any]:
     if not spec.vision:
         return {}
     kw: dict[str, Any] = {"images": 1}
-    notes.append(f"{spec.id}: one image per sample assumed, as large as the processor's max_pixels allows "
-                 "(the dataset decides; `memlint estimate --images N --image-size HxW` for others)")
+    if spec.vision.get("kind") in ("llava", "mllama"):  # the processor's output does not depend on the image's size
+        notes.append(f"{spec.id}: one image per sample assumed (the dataset decides; `memlint estimate --images N` "
+                     "for others)")
+    else:
+        notes.append(f"{spec.id}: one image per sample assumed, as large as the processor's max_pixels allows "
+                     "(the dataset decides; `memlint estimate --images N --image-size HxW` for others)")
     for name in ("image_max_pixels", "image_min_pixels"):
         v = get(name)
         if v.known and isinstance(v.value, int):

@@ -539,6 +539,9 @@ def full_setup_tensors(s: Setup) -> list[Tensor]:
     if s.model.vision:
         from memlint.estimate.vision import trained_tensors
 
+        rem = s.model.groups["norms"] % s.model.hidden  # norms narrower than hidden (Mllama's cross-attention q/k norms)
+        if rem:
+            out.append(Tensor(rem, 1))
         out += trained_tensors(s)
     return out
 

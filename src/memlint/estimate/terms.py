@@ -37,3 +37,7 @@ class ActivationTerms:
     # alive beside every gradient at the end of backward, next to the recomputed layer: what a part whose backward runs
     # last still holds (a vision-language model's tower: its saved inputs and activations, its gradient stream)
     end_of_backward: int = 0
+    # a part whose backward runs after the text model's (LLaVA's tower): alive beside every gradient at its own end
+    # (a candidate of its own), and the bytes of its gradients, which do not exist yet when the text model's ends
+    vision_end: int = 0
+    late_grads: int = 0

@@ -367,7 +367,14 @@ def _freeze_vision(model: Any, setup: Setup) -> list[str]:
     from memlint.estimate.vision import trains
 
     tower, merger = trains(setup)
-    visual = model.model.visual
+    inner = model.model
+    if not hasattr(inner, "visual"):  # LLaVA: vision_tower, Mllama: vision_model; multi_modal_projector (LLaMA-Factory)
+        if not tower:
+            (inner.vision_tower if hasattr(inner, "vision_tower") else inner.vision_model).requires_grad_(False)
+        if not merger:
+            inner.multi_modal_projector.requires_grad_(False)
+        return [f"vision tower {'trained' if tower else 'frozen'}, projector {'trained' if merger else 'frozen'}"]
+    visual = inner.visual
     if not tower:
         visual.patch_embed.requires_grad_(False)
         visual.blocks.requires_grad_(False)
@@ -383,7 +390,8 @@ def _text_lora_targets(model: Any, setup: Setup) -> list[str]:
 
     names = []
     for name, mod in model.named_modules():
-        if not isinstance(mod, torch.nn.Linear) or ".visual." in f".{name}" or mod is model.get_output_embeddings():
+        vision = any(f".{k}." in f".{name}." for k in ("visual", "vision_tower", "vision_model", "multi_modal_projector"))
+        if not isinstance(mod, torch.nn.Linear) or vision or mod is model.get_output_embeddings():
             continue
         if setup.lora_targets == "all-linear" or any(name == t or name.endswith("." + t) for t in setup.lora_targets):
             names.append(name)
@@ -549,9 +557,10 @@ def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = 
     dropout = setup.lora_dropout if lora_dropout is None else lora_dropout
     _refuse_unsupported(setup, model)
     if mode == "trace" and setup.model.vision and setup.images:
-        raise MemlintError(f"{setup.model.id}: the vision tower's code reads image_grid_thw and cu_seqlens values "
-                           "(.tolist()), which fake tensors do not have: measure it on real tensors (device='cpu', a "
-                           "small config) or a GPU")
+        raise MemlintError(f"{setup.model.id}: the image path is measured on real tensors only (Qwen2-VL's vision "
+                           "code reads image_grid_thw and cu_seqlens values (.tolist()), which fake tensors do not have; "
+                           "LLaVA's and Mllama's are not traced on fake tensors either): measure it on real tensors "
+                           "(device='cpu', a small config) or a GPU")
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True) if mode == "trace" else None
     tracker = LiveBytes() if mode != "cuda" else None
     run = _Run(setup, mode, "cuda" if mode == "cuda" else "cpu", notes, details)
@@ -1026,9 +1035,13 @@ def _vision_inputs(setup: Setup, input_ids: Any, dev: str) -> dict[str, Any]:
     sequence), fp32 pixel_values (patches x C·T·P·P) and image_grid_thw (1, grid_h, grid_w per image)."""
     import torch
 
-    from memlint.estimate.vision import image_grid, image_tokens
+    from memlint.estimate.vision import image_grid, image_tokens, kind
 
     v = setup.model.vision
+    if kind(setup.model) == "llava":
+        return _llava_inputs(setup, input_ids, dev)
+    if kind(setup.model) == "mllama":
+        return _mllama_inputs(setup, input_ids, dev)
     gh, gw = image_grid(setup)
     n_img = image_tokens(setup) * setup.images
     rows = input_ids.shape[0]
@@ -1056,6 +1069,45 @@ def _vision_inputs(setup: Setup, input_ids: Any, dev: str) -> dict[str, Any]:
     pixel_values = torch.randn(rows * setup.images * gh * gw, k, device=dev)
     grid = torch.tensor([[1, gh, gw]] * (rows * setup.images), device=dev)
     return {"pixel_values": pixel_values, "image_grid_thw": grid, "mm_token_type_ids": types}
+
+
+def _llava_inputs(setup: Setup, input_ids: Any, dev: str) -> dict[str, Any]:
+    """What LlavaProcessor hands the model: each row's text tokens with image_tokens(setup) <image> tokens per image in
+    place (written into `input_ids`), and fp32 pixel_values (images x C x image_size x image_size)."""
+    import torch
+
+    from memlint.estimate.vision import image_tokens
+
+    v = setup.model.vision
+    input_ids.masked_fill_(input_ids == v["image_token_id"], 0)
+    per = image_tokens(setup)
+    p = 1
+    for _ in range(setup.images):
+        input_ids[:, p:p + per] = v["image_token_id"]
+        p += per + 1
+    rows = input_ids.shape[0]
+    side = v["image_size"]
+    return {"pixel_values": torch.randn(rows * setup.images, v["in_channels"], side, side, device=dev)}
+
+
+def _mllama_inputs(setup: Setup, input_ids: Any, dev: str) -> dict[str, Any]:
+    """What MllamaProcessor hands the model for `setup.images` images per row: fp32 pixel_values of max_image_tiles
+    tiles per image (rows x images x tiles x C x H x W), aspect_ratio_ids of a full-tile arrangement, an all-ones
+    aspect_ratio_mask, and a cross_attention_mask letting every text token attend to every tile (the <|image|> token
+    itself is an ordinary text token: the random ids stand for it)."""
+    import torch
+
+    from memlint.estimate.vision import tiles
+
+    v = setup.model.vision
+    rows, n, t, side = input_ids.shape[0], setup.images, tiles(setup), v["image_size"]
+    ratios = setup.model.config.get("vision_config", {}).get("supported_aspect_ratios") or \
+        [[1, 1], [1, 2], [1, 3], [1, 4], [2, 1], [2, 2], [3, 1], [4, 1]]
+    ratio_id = 1 + next(i for i, (w, h) in enumerate(ratios) if w * h == t)
+    return {"pixel_values": torch.randn(rows, n, t, v["in_channels"], side, side, device=dev),
+            "aspect_ratio_ids": torch.full((rows, n), ratio_id, dtype=torch.long, device=dev),
+            "aspect_ratio_mask": torch.ones(rows, n, t, dtype=torch.long, device=dev),
+            "cross_attention_mask": torch.ones(rows, input_ids.shape[1], n, t, dtype=torch.long, device=dev)}
 
 
 def _rows(setup: Setup) -> int:
@@ -1162,10 +1214,12 @@ def _cuda_encoder_kernels(flash_dropout: bool = True):
         return softmax(input, dim=dim, _stacklevel=_stacklevel, dtype=dtype)
 
     def layer_norm_(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-        if half(input):  # CUDA autocast casts every floating argument to fp32 (half weights too: a vision tower's)
+        # CUDA autocast casts every floating argument to fp32 (half weights too: a vision tower's, also when the input
+        # is already fp32, as a CLIP tower's residual stream is after its fp32 pre-norm)
+        if half(input) or (torch.is_autocast_enabled("cpu") and weight is not None and half(weight)):
             up = lambda t: t.float() if t is not None and t.dtype in (torch.float16, torch.bfloat16) else t  # noqa: E731
             with torch.autocast("cpu", enabled=False):
-                return layer_norm(input.float(), normalized_shape, up(weight), up(bias), eps)
+                return layer_norm(up(input), normalized_shape, up(weight), up(bias), eps)
         return layer_norm(input, normalized_shape, weight, bias, eps)
 
     F.scaled_dot_product_attention, F.softmax, F.layer_norm = scaled_dot_product_attention, softmax_, layer_norm_
