@@ -1,0 +1,145 @@
+"""More encoder-decoders (issue #15): mT5 / mT0 (model_type mt5) and byT5 (T5 with asymmetric stacks).
+
+Counts against transformers' own MT5ForConditionalGeneration / T5ForConditionalGeneration built on the meta device
+(lm_head untied as from_pretrained loads these checkpoints); the estimate against `memlint measure`'s fake-tensor
+trace of a real step of a tiny random-weight mT5 with byT5's shape (an encoder 3x the decoder: 3 + 1 layers), so
+the per-layer terms of each stack are checked apart; a run_summarization-style script for mT5 ids (synthetic)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memlint.catalog import resolve
+from memlint.catalog.spec import spec_from_entry
+from memlint.estimate import Setup, estimate
+
+T5_SCRIPT = Path(__file__).parent / "data" / "t5" / "summarization_style.py"
+
+
+def tiny(model_type: str = "mt5", layers: int = 3, decoder_layers: int = 1, **kw):
+    pytest.importorskip("transformers")
+    from memlint.catalog.meta import count_on_meta
+
+    cfg = {"vocab_size": 1024, "d_model": 64, "d_kv": 16, "d_ff": 160, "num_layers": layers,
+           "num_decoder_layers": decoder_layers, "num_heads": 4, "relative_attention_num_buckets": 32,
+           "dropout_rate": 0.1, "layer_norm_epsilon": 1e-6, "feed_forward_proj": "gated-gelu",
+           "tie_word_embeddings": False, "pad_token_id": 0, "eos_token_id": 1, "decoder_start_token_id": 0, **kw}
+    return spec_from_entry(f"tiny-{model_type}", {**count_on_meta(model_type, cfg), "model_type": model_type,
+                                                  "config": cfg})
+
+
+# ----------------------------------------------------------------------------------------------- counts
+
+def test_mt5_counts_are_transformers_mt5():
+    torch = pytest.importorskip("torch")
+    from transformers import MT5Config, MT5ForConditionalGeneration
+
+    m = tiny()
+    with torch.device("meta"):
+        model = MT5ForConditionalGeneration(MT5Config(**dict(m.config)))
+    # transformers 5.x's MT5Config forces tying; an mT5 checkpoint carries its own lm_head.weight
+    assert model.lm_head.weight is model.shared.weight
+    assert m.params == sum(p.numel() for p in model.parameters()) + m.vocab * m.hidden
+    assert not m.tied_embeddings and m.groups["lm_head"] == m.vocab * m.hidden
+    assert m.arch["gated_ffn"] and m.arch["encoder_decoder"] and m.arch["num_decoder_layers"] == 1
+    assert m.arch["scale_decoder_outputs"] is False  # MT5ForConditionalGeneration never rescales before lm_head
+    names = {l.name: l for l in m.linears}
+    assert names["encoder.SelfAttention.q"].count == 3 and names["decoder.EncDecAttention.k"].count == 1
+    assert names["encoder.DenseReluDense.wi_1"].role == "mlp_in"
+
+
+def test_catalog_mt5_mt0_byt5():
+    sizes = {  # transformers' own counts (scripts/gen_catalog.py); the published sizes in the comment
+        "google/mt5-small": 300_176_768, "google/mt5-base": 582_401_280, "google/mt5-large": 1_229_581_312,
+        "google/mt5-xl": 3_742_619_648, "google/mt5-xxl": 12_921_057_280,  # mT0 card: 300M 580M 1.2B 3.7B 13B
+        "google/byt5-small": 299_637_760, "google/byt5-base": 581_653_248, "google/byt5-large": 1_228_183_552,
+        "google/byt5-xl": 3_737_801_728, "google/byt5-xxl": 12_906_899_328,  # ByT5 paper: 300M 582M 1.2B 3.74B 12.9B
+    }
+    for mid, n in sizes.items():
+        m = resolve(mid)
+        assert m.params == n and not m.tied_embeddings and m.arch["gated_ffn"], mid
+    for size in ("small", "base", "large", "xl", "xxl"):
+        assert resolve(f"bigscience/mt0-{size}").params == resolve(f"google/mt5-{size}").params
+    assert resolve("bigscience/mt0-xxl-mt").params == resolve("bigscience/mt0-xxl").params  # an alias
+    mt5 = resolve("mt5-small")
+    assert mt5.model_type == "mt5" and mt5.vocab == 250_112
+    # the 250k vocabulary: the untied embedding and lm_head are 85 % of mt5-small
+    assert mt5.groups["embeddings"] == mt5.groups["lm_head"] == 250_112 * 512
+    byt5 = resolve("google/byt5-small")
+    assert byt5.model_type == "t5" and byt5.vocab == 384
+    assert (byt5.layers, byt5.arch["num_decoder_layers"]) == (12, 4)
+
+
+def test_catalog_entries_are_what_transformers_builds():
+    pytest.importorskip("transformers")
+    from memlint.catalog.meta import count_on_meta
+
+    for mid in ("google/mt5-small", "bigscience/mt0-base", "google/byt5-small"):
+        m = resolve(mid)
+        fresh = count_on_meta(m.model_type, dict(m.config))
+        assert fresh["params"] == m.params and fresh["groups"] == dict(m.groups), mid
+
+
+# ----------------------------------------------------------------------------------------------- estimate vs trace
+
+CASES = [  # (setup overrides, activations tolerance, peak tolerance): the figures docs/accounting.md quotes
+    (dict(), 0.001, 0.01),
+    (dict(precision="amp-bf16"), 0.001, 0.015),
+    (dict(recompute=True), 0.001, 0.015),
+    (dict(method="lora", lora_targets=("q", "v")), 0.001, 0.01),
+    (dict(attn="sdpa"), 0.001, 0.01),
+    (dict(attn="sdpa", precision="amp-bf16"), 0.001, 0.015),
+    (dict(attn="sdpa", recompute=True), 0.001, 0.015),
+    (dict(attn="sdpa", method="lora", lora_targets=("q", "v")), 0.001, 0.01),
+    (dict(attn="sdpa", method="lora", lora_targets=("q", "v"), precision="amp-bf16"), 0.01, 0.025),  # +2.0 % peak
+    (dict(decoder_layers=3, layers=1, attn="sdpa", recompute=True), 0.001, 0.02),  # a one-layer encoder
+]
+
+
+@pytest.mark.parametrize("kw, act_tol, peak_tol", CASES)
+def test_mt5_estimate_against_the_trace(kw, act_tol, peak_tol):
+    pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    from memlint.measure import measure
+
+    kw = dict(kw)
+    m = tiny(layers=kw.pop("layers", 3), decoder_layers=kw.pop("decoder_layers", 1))
+    s = Setup(m, **{"batch": 2, "seq": 96, "target_len": 40, "dtype": "fp32", "precision": "fp32",
+                    "optim": "adamw_torch", "attn": "eager", **kw})
+    e = estimate(s)
+    r = measure(s, device="trace")
+    for k in ("weights", "gradients"):
+        assert e.components[k].bytes == r.components[k], k
+    act, meas = e.components["activations"].bytes, r.components["activations"]
+    assert abs(act - meas) <= act_tol * meas, (act, meas)
+    assert abs(e.components["logits"].bytes - r.components["logits"]) <= 16
+    peak = e.peak - e.components["overhead"].bytes
+    assert abs(peak - r.measured_peak) <= peak_tol * r.measured_peak, (peak, r.measured_peak)
+
+
+# ----------------------------------------------------------------------------------------------- scripts
+
+@pytest.mark.parametrize("model_id", ["google/mt5-small", "bigscience/mt0-base", "google/byt5-small"])
+def test_summarization_script_for_mt5_ids(tmp_path, model_id):
+    """AutoModelForSeq2SeqLM + Seq2SeqTrainer + DataCollatorForSeq2Seq with --max_target_length: the plan's model
+    and target length, and `memlint check` sizes it (the 250k-vocabulary logits rule quotes the target length and
+    offers no fused loss, which memlint does not model for an encoder-decoder)."""
+    from memlint.estimate.from_plan import setup_from_plan
+    from memlint.extract import extract_file
+
+    script = tmp_path / "train.py"
+    script.write_text(T5_SCRIPT.read_text().replace("google/flan-t5-base", model_id))
+    plan = extract_file(script)
+    s = setup_from_plan(plan).setup
+    assert s.model.id == model_id and s.target_len == 128 and s.seq == 512 and s.seq2seq
+    run = subprocess.run([sys.executable, "-m", "memlint", "check", str(script)],
+                         capture_output=True, text=True)
+    assert run.returncode in (0, 1) and "Traceback" not in run.stderr and "error" not in run.stderr, run.stderr
+    assert f"{script}: peak " in run.stderr  # the run's peak (the summary line)
+    if s.model.vocab > 200_000:
+        line = next(l for l in run.stdout.splitlines() if "MEM205" in l)
+        assert "× 128 (the target length)" in line and "fused cross-entropy" not in line
