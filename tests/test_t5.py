@@ -1,4 +1,4 @@
-"""Encoder-decoders (issue #15): T5 / T5 v1.1 / Flan-T5 / T0.
+"""Encoder-decoders (issue #15): T5 / T5 v1.1 / Flan-T5 / T0 (mT5 / mT0 / byT5 / BART: tests/test_seq2seq_more.py).
 
 Counts against transformers' own T5ForConditionalGeneration, the estimate against `memlint measure`'s fake-tensor
 trace of a real step of a tiny random-weight T5 (fp32 and bf16 autocast, eager and SDPA, recompute on and off,

@@ -377,13 +377,25 @@ def _setup_notes(s: Setup, accounting: str) -> list[str]:
                      + (f"({s.tgt})" if s.target_len is not None else
                         f"assumed = the source length ({s.seq}; approximate: the target length is unknown, pass "
                         "--target-len)")
-                     + "; dropout 0.1 in every layer (CUDA's fused dropout keeps a 1-byte mask)"
+                     + ("" if s.model.arch.get("post_norm")
+                        else "; dropout 0.1 in every layer (CUDA's fused dropout keeps a 1-byte mask)")
                      + ("; bf16 weights not trace-validated (fp32 weights, with and without bf16 autocast, are)"
                         if s.dtype != "fp32" else "")
                      + ("; the backward of autocast with recompute measured up to 5 % above this estimate"
                         if s.recompute and s.precision in ("amp-bf16", "amp-fp16") else "")
                      + ("; the textbook accounting has no encoder-decoder formula: T5's real terms are used"
                         if accounting == "textbook" else ""))
+        if s.model.arch.get("post_norm"):
+            from memlint.estimate.seq2seq import _adapted
+
+            arch = s.model.arch
+            notes.append(f"BART: post-LN layers with dropout {arch.get('dropout_rate')}, attention dropout "
+                         f"{arch.get('attention_dropout')}, activation dropout {arch.get('activation_dropout')} (the "
+                         "config's); final_logits_bias a [1, V] buffer in the weights"
+                         + ("; LoRA on out_proj / fc1 / fc2 under autocast with SDPA measured up to 5.5 % above "
+                            "this estimate's activations (approximate)"
+                            if s.method != "full" and s.precision in ("amp-bf16", "amp-fp16") and s.attn != "eager"
+                            and any(n.split(".")[-1] in ("out_proj", "fc1", "fc2") for n in _adapted(s)) else ""))
     if s.model.text_only:
         notes.append(f"{s.model.id}: multimodal checkpoint counted as its text tower")
     if s.model.vision:
