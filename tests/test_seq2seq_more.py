@@ -257,3 +257,23 @@ def test_summarization_script_for_bart_ids(tmp_path, model_id):
     run = subprocess.run([sys.executable, "-m", "memlint", "check", str(script)], capture_output=True, text=True)
     assert run.returncode in (0, 1) and "Traceback" not in run.stderr and "error" not in run.stderr, run.stderr
     assert f"{script}: peak " in run.stderr
+
+
+@pytest.mark.parametrize("family", ["mt5", "bart"])
+@pytest.mark.parametrize("kw", [dict(), dict(attn="sdpa", precision="amp-bf16")])
+def test_shared_embedding_gradients_at_the_peak(family, kw):
+    """A vocabulary large against the body (as mt5-small's 250k against d 512): the peak is where the shared
+    embedding's gradients meet in autograd's input buffer (core.shared_embedding_moment / tied_accumulation);
+    before they were counted the estimate read 12-13 % under the trace at mt5-small's and bart-base's real shapes."""
+    pytest.importorskip("torch")
+    from memlint.measure import measure
+
+    m = tiny(vocab_size=32768) if family == "mt5" else tiny_bart(vocab_size=32768)
+    s = Setup(m, **{"batch": 2, "seq": 96, "target_len": 40, "dtype": "fp32", "precision": "fp32",
+                    "optim": "adamw_torch", "attn": "eager", **kw})
+    e = estimate(s)
+    r = measure(s, device="trace")
+    peak = e.peak - e.components["overhead"].bytes
+    # fp32: within 0.1 %; amp-bf16 SDPA +1.2 % (mT5) / +1.7 % (BART) at this V (the backward at the logits, not located)
+    tol = 0.001 if not kw else 0.02
+    assert abs(peak - r.measured_peak) <= tol * r.measured_peak, (peak, r.measured_peak)

@@ -120,7 +120,7 @@ def bart_terms(s: Setup) -> ActivationTerms:
     dec0 = (decoder_layer_tok(s, True) + pk * (T + S)) * b * T + cross_kv_src(s) * b * S
     src, tgt, pos = _once(s)
     once = src * b * S + tgt * b * T + pos * T
-    from memlint.estimate.seq2seq import weight_copies
+    from memlint.estimate.seq2seq import encoder_weight_copies, weight_copies
 
     copies, head_copy = weight_copies(s)
     body = enc0 + enc * (le - 1) + dec0 + dec * (ld - 1) + once + copies
@@ -133,7 +133,8 @@ def bart_terms(s: Setup) -> ActivationTerms:
         formula += " (target length assumed = source length)"
     return ActivationTerms(body, max(enc, dec), _logits_forward(s) + head_copy, _logits_backward(s), formula,
                            f"T·b·V logits + final_logits_bias (fp32 under autocast) + fp32 log-softmax "
-                           f"(V={m.vocab:,}, T={T})")
+                           f"(V={m.vocab:,}, T={T})",
+                           encoder_body=enc0 + enc * (le - 1) + src * b * S + encoder_weight_copies(s))
 
 
 def _logits_forward(s: Setup) -> int:

@@ -144,6 +144,12 @@ def _sdpa_bias(s: Setup) -> int:
     return enc + dec + 16 * (le + 2 * ld)
 
 
+def _sdpa_bias_encoder(s: Setup) -> int:
+    """The encoder's share of _sdpa_bias: each layer's bias copy (and philox scalars)."""
+    a, x, amp, _, _, _, h = _sizes(s)
+    return (h * s.seq * s.seq * (a if amp and x != a else x) + 16) * s.model.layers
+
+
 def _lse_rows(n: int) -> int:
     """The memory-efficient kernel's logsumexp rows: the query length rounded up to 32."""
     return -(-n // 32) * 32
@@ -215,6 +221,15 @@ def _checkpoint_inputs(s: Setup) -> int:
     if _eager(s):
         out += s.batch * T * T * x
     return out
+
+
+def encoder_weight_copies(s: Setup) -> int:
+    """The encoder's share of weight_copies' layers (autocast's half casts, kept until the encoder's backward)."""
+    a, x, amp, _, _, _, _ = _sizes(s)
+    if not amp or x == a:
+        return 0
+    return sum(l.in_features * l.out_features * l.count for l in s.model.layer_linears()
+               if l.name.startswith("encoder.")) * a
 
 
 def weight_copies(s: Setup) -> tuple[int, int]:
@@ -296,7 +311,9 @@ def seq2seq_terms(s: Setup) -> ActivationTerms:
         keep = max(0, keep)
     return ActivationTerms(body, per_layer, _logits_forward(s) + head_copy, _logits_backward(s), formula,
                            f"T·b·V logits ({a} B) + fp32 log-softmax (V={m.vocab:,}, T={T})",
-                           forward_transient=max(0, fwd_t), recompute_keep=keep if s.recompute else 0)
+                           forward_transient=max(0, fwd_t), recompute_keep=keep if s.recompute else 0,
+                           encoder_body=0 if s.recompute else enc0 + enc * (le - 1) + src * b * S
+                           + (_sdpa_bias_encoder(s) if not _eager(s) else 0) + encoder_weight_copies(s))
 
 
 def _logits_forward(s: Setup) -> int:

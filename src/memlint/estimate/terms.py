@@ -37,3 +37,6 @@ class ActivationTerms:
     # alive beside every gradient at the end of backward, next to the recomputed layer: what a part whose backward runs
     # last still holds (a vision-language model's tower: its saved inputs and activations, its gradient stream)
     end_of_backward: int = 0
+    # an encoder-decoder's encoder part of `body` (its layers and once-saved tensors), still alive when the decoder's
+    # embedding backward sums a gradient into the shared embedding's (core.shared_embedding_moments)
+    encoder_body: int = 0
