@@ -129,6 +129,7 @@ def _count_encoder(model_type: str, config: dict) -> dict:
 
 
 _T5_LINEAR = re.compile(r"^(encoder|decoder)\.block\.\d+\.layer\.\d+\.(.+)$")
+_BART_LINEAR = re.compile(r"^model\.(encoder|decoder)\.layers\.\d+\.(.+)$")
 
 
 def build_seq2seq(model_type: str, config: dict, device: str = "meta", **kwargs):
@@ -156,6 +157,8 @@ def _count_seq2seq(model_type: str, config: dict) -> dict:
 
     cfg, model = build_seq2seq(model_type, config)
     counted = _count_module(model_type, cfg, model, model.get_output_embeddings())
+    if model_type == "bart":
+        return _count_bart(cfg, model, counted)
     linears = {k: v for k, v in counted["linear_modules"].items() if k == "lm_head"}
     for name, mod in model.named_modules():
         m = _T5_LINEAR.match(name)
@@ -179,6 +182,33 @@ def _count_seq2seq(model_type: str, config: dict) -> dict:
         "tie_word_embeddings": counted["tied_embeddings"],
     })
     return {**counted, "groups": groups, "linear_modules": linears, "arch": arch}
+
+
+def _count_bart(cfg, model, counted: dict) -> dict:
+    """BART (BartForConditionalGeneration): post-LN layers with biases, a plain GELU FFN (fc1, fc2), learned
+    positions (max_position_embeddings + 2 rows: BartLearnedPositionalEmbedding's offset) and layernorm_embedding
+    in each stack, lm_head tied to the shared embedding, final_logits_bias a [1, V] buffer (not a parameter)."""
+    import torch
+
+    linears = {k: v for k, v in counted["linear_modules"].items() if k == "lm_head"}
+    for name, mod in model.named_modules():
+        m = _BART_LINEAR.match(name)
+        if isinstance(mod, torch.nn.Linear) and m:
+            key = f"{m.group(1)}.{m.group(2)}"
+            slot = linears.setdefault(key, {"in": mod.in_features, "out": mod.out_features,
+                                            "bias": mod.bias is not None, "count": 0, "role": linear_role(key)})
+            slot["count"] += 1
+    arch = counted["arch"]
+    arch.update({
+        "hidden_size": cfg.d_model, "intermediate_size": cfg.encoder_ffn_dim, "num_layers": cfg.encoder_layers,
+        "num_decoder_layers": cfg.decoder_layers, "num_heads": cfg.encoder_attention_heads,
+        "num_kv_heads": cfg.encoder_attention_heads, "head_dim": cfg.d_model // cfg.encoder_attention_heads,
+        "decoder_intermediate_size": cfg.decoder_ffn_dim, "gated_ffn": False, "scale_decoder_outputs": False,
+        "post_norm": True, "dropout_rate": cfg.dropout, "attention_dropout": cfg.attention_dropout,
+        "activation_dropout": cfg.activation_dropout, "activation": cfg.activation_function,
+        "final_logits_bias": model.final_logits_bias.numel(), "tie_word_embeddings": counted["tied_embeddings"],
+    })
+    return {**counted, "linear_modules": linears, "arch": arch}
 
 
 def _count_vlm(model_type: str, config: dict) -> dict:

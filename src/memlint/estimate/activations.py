@@ -560,6 +560,10 @@ def _fused(s: Setup, body: int, per_layer: int, formula: str, copies_head: int) 
 
 
 def activations(s: Setup, accounting: str) -> ActivationTerms:
+    if s.seq2seq and s.model.arch.get("post_norm"):  # BART's post-LN layers
+        from memlint.estimate.bart import bart_terms
+
+        return bart_terms(s)
     if s.seq2seq:
         from memlint.estimate.seq2seq import seq2seq_terms
 

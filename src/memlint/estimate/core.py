@@ -268,7 +268,7 @@ def _real_phases(s: Setup, lay, a, w: int, g: int, o: int, tmp: int, gath: int, 
                                                    g - a.late_grads + transient + a.recompute_keep + lay.backward_tail
                                                    + a.end_of_backward,
                                                    g + a.vision_end,
-                                                   g + tied_accumulation(s))
+                                                   g + tied_accumulation(s), shared_embedding_moment(s, a, g))
     opt = w + g + o + tmp + keep
     return {"forward": fwd, "backward": bwd, "optimizer": opt}
 
@@ -277,11 +277,28 @@ def tied_accumulation(s: Setup) -> int:
     """A trained tied embedding gets two gradients, lm_head's first and the embedding's last in
     backward; autograd's input buffer sums them out of place (aten::add, seen in the trace and in
     torch.profiler on plain tensors), so the embedding's own gradient and the sum are alive beside
-    every other gradient for a moment: two V·h tensors in the gradient dtype."""
+    every other gradient for a moment: two V·h tensors in the gradient dtype. An encoder-decoder's shared
+    embedding is read by both stacks (and a tied lm_head): the encoder's embedding gradient, last, meets the sum
+    of the others the same way, tied or not."""
     m = s.model
-    if s.method != "full" or not m.tied_embeddings or s.model_code == "litgpt":  # LitGPT keeps them untied
+    if s.method != "full" or not (m.tied_embeddings or s.seq2seq) or s.model_code == "litgpt":  # LitGPT unties
         return 0
     return 2 * m.arch.get("embedding_rows", m.vocab) * m.hidden * DTYPE_BYTES[ms.trainable_dtype(s, "real")]
+
+
+def shared_embedding_moment(s: Setup, a, g: int) -> int:
+    """An encoder-decoder's full fine-tune, when the decoder's embedding backward runs (after the decoder's layers,
+    before the encoder's): every gradient but the encoder's and the shared embedding's, the encoder's saved tensors,
+    and the shared embedding's V·d gradients in autograd's input buffer: the decoder embedding's own, and with a tied
+    lm_head also lm_head's (held since the loss) and their out-of-place sum (measured: bart-base, mt5-small at
+    batch 4, 256 / 64 tokens)."""
+    m = s.model
+    if not s.seq2seq or s.method != "full" or not a.encoder_body:
+        return 0
+    gb = DTYPE_BYTES[ms.trainable_dtype(s, "real")]
+    vd = m.vocab * m.hidden * gb
+    enc = sum(l.in_features * l.out_features * l.count for l in m.layer_linears() if l.name.startswith("encoder.")) * gb
+    return g - vd - enc + a.encoder_body + (3 if m.tied_embeddings else 1) * vd
 
 
 def _real_notes(s: Setup, tmp: int) -> list[str]:
@@ -392,13 +409,25 @@ def _setup_notes(s: Setup, accounting: str) -> list[str]:
                      + (f"({s.tgt})" if s.target_len is not None else
                         f"assumed = the source length ({s.seq}; approximate: the target length is unknown, pass "
                         "--target-len)")
-                     + "; dropout 0.1 in every layer (CUDA's fused dropout keeps a 1-byte mask)"
+                     + ("" if s.model.arch.get("post_norm")
+                        else "; dropout 0.1 in every layer (CUDA's fused dropout keeps a 1-byte mask)")
                      + ("; bf16 weights not trace-validated (fp32 weights, with and without bf16 autocast, are)"
                         if s.dtype != "fp32" else "")
                      + ("; the backward of autocast with recompute measured up to 5 % above this estimate"
                         if s.recompute and s.precision in ("amp-bf16", "amp-fp16") else "")
                      + ("; the textbook accounting has no encoder-decoder formula: T5's real terms are used"
                         if accounting == "textbook" else ""))
+        if s.model.arch.get("post_norm"):
+            from memlint.estimate.seq2seq import _adapted
+
+            arch = s.model.arch
+            notes.append(f"BART: post-LN layers with dropout {arch.get('dropout_rate')}, attention dropout "
+                         f"{arch.get('attention_dropout')}, activation dropout {arch.get('activation_dropout')} (the "
+                         "config's); final_logits_bias a [1, V] buffer in the weights"
+                         + ("; LoRA on out_proj / fc1 / fc2 under autocast with SDPA measured up to 5.5 % above "
+                            "this estimate's activations (approximate)"
+                            if s.method != "full" and s.precision in ("amp-bf16", "amp-fp16") and s.attn != "eager"
+                            and any(n.split(".")[-1] in ("out_proj", "fc1", "fc2") for n in _adapted(s)) else ""))
     if s.model.text_only:
         notes.append(f"{s.model.id}: multimodal checkpoint counted as its text tower")
     if s.model.vision:

@@ -264,6 +264,9 @@ def bnb_linear_bytes(n: int, double_quant: bool) -> int:
 
 def weight_bytes(s: Setup, accounting: str) -> tuple[int, str]:
     w, f = _weight_bytes(s, accounting)
+    buf = int(s.model.arch.get("final_logits_bias") or 0)
+    if buf and accounting == "real":  # BART's final_logits_bias: a [1, V] buffer in the weights' dtype
+        w, f = w + buf * s.weight_bytes, f + f" + final_logits_bias {buf:,} × {s.weight_bytes} B (a buffer)"
     if s.model_code == "litgpt" and accounting == "real":
         from memlint.estimate import litgpt
 

@@ -114,24 +114,40 @@ def _attention_tok(s: Setup, stack: str, kind: str, first: bool = False) -> int:
             out += a * i * ((1 if q else 0) + (1 if k else 0) + (1 if q or k else 0))
     else:
         out += a * i
-    out += _reads(s, [p + "o"], i, a) + d
+    o_in = _reads(s, [p + "o"], i, a)
     if not _eager(s):
+        # the memory-efficient kernel writes its output in the (b, q, H, d_kv) layout, so transformers'
+        # transpose(1, 2).contiguous() is a view: o's kept input (trained o, no lora_dropout) is the kernel's output
+        if s.method == "full" or (p + "o" in lin and s.lora_dropout == 0):
+            o_in -= a * i
         out += a * i + 4 * h
-    return out
+    return out + o_in + d
 
 
 def _sdpa_bias(s: Setup) -> int:
     """SDPA's float attn_mask (transformers' create_position_bias_mask), saved by each memory-efficient kernel: the
-    encoder's position bias [1, H, S, S] (one tensor for every layer; under autocast each layer's half cast), the
+    encoder's position bias [1, H, S, S] (each layer's contiguous copy; under autocast each layer's half cast), the
     decoder's causal copy torch.where(causal, bias, min) [1, H, T, T] made in every layer (under autocast its half
-    cast). (The cross-attention's zero bias [1, H, T, S] measured not kept.)"""
+    cast) with the causal bool it keeps, the cross-attention's zero bias [1, H, T, S] once."""
     a, x, amp, _, _, _, h = _sizes(s)
     m = s.model
     le, ld = m.layers, m.arch.get("num_decoder_layers", m.layers)
     S, T = s.seq, s.tgt
-    enc = h * S * S * (a * le if amp and x != a else x)
-    dec = h * T * T * (a if amp and x != a else x) * ld
-    return enc + dec
+    # the bias is compute_bias's permuted (non-contiguous) view, so create_position_bias_mask's .contiguous() copies
+    # it in every encoder layer too (measured: one [1, H, S, S] per layer, not one per stack)
+    enc = h * S * S * (a if amp and x != a else x) * le
+    # and torch.where's causal bool [1, 1, T, T], kept for a trained bias (the full fine-tune's)
+    dec = (h * T * T * (a if amp and x != a else x) + (T * T if s.method == "full" else 0)) * ld
+    # the cross-attention's zero bias [1, H, T, S] (the decoder's one tensor for every layer)
+    dec += h * T * S * (a if amp and x != a else x)  # (measured: its half cast under autocast)
+    # and each kernel's philox seed and offset (two int64 scalars) for its dropout: 1 + 2 attentions per layer pair
+    return enc + dec + 16 * (le + 2 * ld)
+
+
+def _sdpa_bias_encoder(s: Setup) -> int:
+    """The encoder's share of _sdpa_bias: each layer's bias copy (and philox scalars)."""
+    a, x, amp, _, _, _, h = _sizes(s)
+    return (h * s.seq * s.seq * (a if amp and x != a else x) + 16) * s.model.layers
 
 
 def _lse_rows(n: int) -> int:
@@ -194,13 +210,26 @@ def _once(s: Setup) -> tuple[int, int, int]:
 def _checkpoint_inputs(s: Setup) -> int:
     """Under recompute, the checkpointed blocks' other tensor inputs, alive until backward: the encoder's relative
     position bias [1, H, S, S] and the decoder's [1, H, T, T] (the weights' dtype), the cross-attention's zero bias
-    [1, H, T, S] (the query's dtype) and eager attention's causal mask [b, 1, T, T]."""
+    [1, H, T, S] (the query's dtype) and eager attention's causal mask [b, 1, T, T]. A stack's position bias is made
+    inside its first block and handed to the next, so a one-layer stack (byT5-like asymmetric stacks can have few)
+    keeps none: measured."""
     a, x, amp, _, _, _, h = _sizes(s)
     S, T = s.seq, s.tgt
-    out = h * (S * S + T * T) * x + h * T * S * a
+    m = s.model
+    le, ld = m.layers, m.arch.get("num_decoder_layers", m.layers)
+    out = h * ((S * S if le > 1 else 0) + (T * T if ld > 1 else 0)) * x + h * T * S * a
     if _eager(s):
         out += s.batch * T * T * x
     return out
+
+
+def encoder_weight_copies(s: Setup) -> int:
+    """The encoder's share of weight_copies' layers (autocast's half casts, kept until the encoder's backward)."""
+    a, x, amp, _, _, _, _ = _sizes(s)
+    if not amp or x == a:
+        return 0
+    return sum(l.in_features * l.out_features * l.count for l in s.model.layer_linears()
+               if l.name.startswith("encoder.")) * a
 
 
 def weight_copies(s: Setup) -> tuple[int, int]:
@@ -274,12 +303,17 @@ def seq2seq_terms(s: Setup) -> ActivationTerms:
         def block_params(stack: str) -> int:
             return sum(l.in_features * l.out_features for l in m.layer_linears() if l.name.startswith(stack))
         casts = (2 if s.method == "full" else 1) * a if amp and x != a else 0
-        per_layer = max(dec + (a * f + x * d) * b * T + casts * block_params("decoder."),
-                        enc + (a * f + x * d) * b * S + casts * block_params("encoder."))
+        # under SDPA the recomputed block's own mask: the encoder's contiguous bias copy, the decoder's causal copy
+        xa = a if amp and x != a else x
+        sdpa_enc, sdpa_dec = (0, 0) if _eager(s) else (h * S * S * xa, h * T * T * xa)
+        per_layer = max(dec + (a * f + x * d) * b * T + casts * block_params("decoder.") + sdpa_dec,
+                        enc + (a * f + x * d) * b * S + casts * block_params("encoder.") + sdpa_enc)
         keep = max(0, keep)
     return ActivationTerms(body, per_layer, _logits_forward(s) + head_copy, _logits_backward(s), formula,
                            f"T·b·V logits ({a} B) + fp32 log-softmax (V={m.vocab:,}, T={T})",
-                           forward_transient=max(0, fwd_t), recompute_keep=keep if s.recompute else 0)
+                           forward_transient=max(0, fwd_t), recompute_keep=keep if s.recompute else 0,
+                           encoder_body=0 if s.recompute else enc0 + enc * (le - 1) + src * b * S
+                           + (_sdpa_bias_encoder(s) if not _eager(s) else 0) + encoder_weight_copies(s))
 
 
 def _logits_forward(s: Setup) -> int:

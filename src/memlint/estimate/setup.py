@@ -435,6 +435,7 @@ class Setup:
             ("DoRA", self.use_dora), ("float8", self.float8 != "none"), ("LitGPT's model code", self.model_code != "transformers"),
             ("the optimizer in backward", self.steps_in_backward), ("GaLore", bool(self.optimizer.get("galore"))),
             ("partial recompute", self.recompute_every > 1),
+            ("gradient checkpointing on BART", self.recompute and bool(self.model.arch.get("post_norm"))),
             ("modules_to_save", bool(self.modules_to_save))) if on]
         if unsupported:
             raise MemlintError(f"{self.model.id} is an encoder-decoder: memlint accounts for its full fine-tune and LoRA "

@@ -41,3 +41,6 @@ class ActivationTerms:
     # (a candidate of its own), and the bytes of its gradients, which do not exist yet when the text model's ends
     vision_end: int = 0
     late_grads: int = 0
+    # an encoder-decoder's encoder part of `body` (its layers and once-saved tensors), still alive when the decoder's
+    # embedding backward sums a gradient into the shared embedding's (core.shared_embedding_moments)
+    encoder_body: int = 0

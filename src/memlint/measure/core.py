@@ -509,6 +509,27 @@ def _unpacked_sequences_on_fake():
         masking_utils.find_packed_sequence_indices = orig
 
 
+@contextlib.contextmanager
+def _unpadded_masks_on_fake():
+    """transformers skips an all-ones padding mask for SDPA (is_causal instead: the flash kernel) only when it can
+    read it (`fast_all(padding_mask)`); on a FakeTensor it keeps the explicit mask, and the CPU's SDPA then runs the
+    math path. Our rows are unpadded (BART's decoder makes its own torch.ones mask): answer as the GPU does."""
+    from transformers import masking_utils
+
+    orig = masking_utils._ignore_causal_mask_sdpa
+
+    def _ignore_causal_mask_sdpa(padding_mask: Any, *args: Any, **kwargs: Any) -> bool:
+        if padding_mask is not None and _is_fake(padding_mask):
+            padding_mask = None
+        return orig(padding_mask, *args, **kwargs)
+
+    masking_utils._ignore_causal_mask_sdpa = _ignore_causal_mask_sdpa
+    try:
+        yield
+    finally:
+        masking_utils._ignore_causal_mask_sdpa = orig
+
+
 def _qlora_class() -> type:
     from peft.tuners.lora import bnb as lora_bnb
     from peft.tuners.lora import layer as lora_layer
@@ -744,10 +765,13 @@ class _Run:
             stack.enter_context(_unpacked_sequences_on_fake())
         if self.mode != "cuda":
             stack.enter_context(_cuda_dropout())
-            if self.setup.encoder or self.setup.model.vision:  # the vision tower's LayerNorms, as CUDA autocast runs them
+            if self.setup.encoder or self.setup.model.vision or self.setup.model.arch.get("post_norm"):
+                # the vision tower's LayerNorms, as CUDA autocast runs them; BART's flash-kernel SDPA (no float mask)
                 stack.enter_context(_cuda_encoder_kernels(flash_dropout=fake_mode is not None))
             if self.setup.seq2seq:
                 stack.enter_context(_cuda_seq2seq_kernels(fake=fake_mode is not None))
+            if self.setup.model.arch.get("post_norm") and fake_mode is not None:
+                stack.enter_context(_unpadded_masks_on_fake())
         if self.setup.recompute:
             kwargs: dict[str, Any] = {"use_reentrant": False}
             if self.setup.recompute_policy == "op-sac":
@@ -799,7 +823,8 @@ class _Run:
             _retie(model)  # materialising on fake storages silently unties them
         if setup.seq2seq:  # and T5's stacks from the shared embedding they read
             base = getattr(model, "base_model", model)
-            base = getattr(base, "model", base)
+            while not hasattr(base, "shared") and hasattr(base, "model"):  # peft's LoraModel, BART's BartModel
+                base = base.model
             for stack in (base.encoder, base.decoder):
                 stack.embed_tokens.weight = base.shared.weight
         if setup.encoder and fake_mode is not None:

@@ -330,8 +330,15 @@ class EvalBatchExceedsGpuRule(Rule):
 
 
 def refit(ctx: Context, **changes) -> "tuple[int, Fit | None]":
-    """Peak of the same run with `changes`, and its fit on the configured GPU (None without one)."""
+    """Peak of the same run with `changes`, and its fit on the configured GPU (None without one). A change memlint
+    does not model for this run (Setup refuses it: gradient checkpointing on BART) saves nothing: the run's own
+    peak, no fit."""
+    from memlint.errors import MemlintError
     from memlint.estimate import estimate
 
-    e = estimate(ctx.setup.with_(**changes), ctx.accounting)
+    try:
+        changed = ctx.setup.with_(**changes)
+    except MemlintError:
+        return ctx.estimate.peak, None
+    e = estimate(changed, ctx.accounting)
     return e.peak, ctx.fit_of(e.peak)

@@ -357,15 +357,17 @@ class LargeLogitsRule(Rule):
         if head_copy:
             what += f", autocast's {size_text(head_copy)} copy of the fp32 lm_head"
         saving = ""
-        if s.objective == "sft":
+        if s.objective == "sft" and not s.seq2seq:  # (an encoder-decoder's fused loss is not modelled: refused)
             peak_fused, fit_fused = refit(ctx, fused_loss=True, chunked_loss=0)
             saving = f"; a fused cross-entropy saves {size_text(est.peak - peak_fused)}"
             if fit_fused is not None and fit_fused.ok and not ctx.fit.ok:
                 saving += f" and fits on {ctx.gpu[0]}"
         yield self.finding(
-            ctx, f"logits over a {s.model.vocab:,}-token vocabulary at {s.batch} × {s.seq}: {size_text(logits)} of the "
+            ctx, f"logits over a {s.model.vocab:,}-token vocabulary at {s.batch} × {s.tgt if s.seq2seq else s.seq}"
+                 f"{' (the target length)' if s.seq2seq else ''}: {size_text(logits)} of the "
                  f"{size_text(est.peak)} peak ({what}){saving}",
             ("model_id", "max_length"), related=(("max_length", "max_length set here"), ("per_device_batch", "batch set here")),
-            hint="a fused/chunked cross-entropy (use_liger_kernel=True, Cut Cross-Entropy) or a shorter max_length",
+            hint=("a shorter target length (max_target_length)" if s.seq2seq else
+                  "a fused/chunked cross-entropy (use_liger_kernel=True, Cut Cross-Entropy) or a shorter max_length"),
             severity=level, logits_bytes=logits, materialised_bytes=logits - head_copy,
         )
