@@ -324,17 +324,39 @@ def command_target(words: Sequence[str], cwd: Path | None = None):
             return Target(base / f"litgpt {launch.subcommand}", f"litgpt {launch.subcommand}", True, launch)
         if ref is None:
             raise MemlintError(f"`{launch.launcher} {launch.subcommand}`: no config file in the command")
-        path = base / ref
-        if not path.is_file() and launch.launcher == "xtuner":  # `xtuner train NAME`: a config of the package
-            hits = sorted(base.glob(f"**/configs/**/{ref}.py"))
-            path = hits[0] if hits else path
-        shown = os.path.relpath(path, cwd) if path.is_absolute() else os.path.normpath(os.path.join(launch.cwd or "", ref))
+        path = tool_config(launch, base, ref)
+        shown = os.path.relpath(path, cwd) if path.is_absolute() and path != base / ref else \
+            os.path.normpath(os.path.join(launch.cwd or "", ref))
     if not path.is_file():
         raise MemlintError(f"{shown}: no such file (the command's {'script' if launch.script else 'config'})")
     config = framework_config(launch, base)
     if config is not None:
         path, shown = config, os.path.normpath(os.path.join(launch.cwd or "", os.path.relpath(config, base)))
     return Target(path, shown, True, launch)
+
+
+def tool_config(launch: Launch, base: Path, ref: str) -> Path:
+    """The config file a framework CLI's `ref` names: a path, else a config of the tool's own package the way the
+    tool looks it up: `xtuner train NAME` (configs/**/NAME.py), `tune run R --config llama3_2/3B_lora_single_device`
+    (torchtune's built-in recipes/configs/NAME.yaml, in a torchtune checkout above `base` or in the installed
+    distribution, found from its file list without importing it)."""
+    path = base / ref
+    if path.is_file():
+        return path
+    if launch.launcher == "xtuner":
+        hits = sorted(base.glob(f"**/configs/**/{ref}.py"))
+        return hits[0] if hits else path
+    if launch.launcher == "tune" and not Path(ref).suffix:
+        for root in [base, *base.parents][:6]:
+            cand = root / "recipes" / "configs" / f"{ref}.yaml"
+            if cand.is_file():
+                return cand
+        from memlint.library.versions import distribution_file
+
+        cand = distribution_file("torchtune", f"recipes/configs/{ref}.yaml")
+        if cand is not None:
+            return cand
+    return path
 
 
 def framework_config(launch: Launch, base: Path) -> Path | None:

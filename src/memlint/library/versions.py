@@ -168,3 +168,22 @@ def _dist_info_version(package: str) -> str | None:
                 return None
             return version or None
     return None if undecided else ""
+
+
+def distribution_file(package: str, relative: str):
+    """A file an installed distribution ships (`torchtune`'s recipes/configs/llama3_2/3B_lora_single_device.yaml), from
+    its RECORD through importlib.metadata, never an import of the package; None when it is not installed or lacks it."""
+    from importlib import metadata
+    from pathlib import Path
+
+    try:
+        dist = metadata.distribution(package)
+    except metadata.PackageNotFoundError:
+        return None
+    except Exception:  # a broken install reads as not installed
+        return None
+    for f in dist.files or ():
+        if str(f).replace("\\", "/") == relative:
+            path = Path(dist.locate_file(f))
+            return path if path.is_file() else None
+    return None

@@ -120,7 +120,17 @@ def apply(doc: Any, launch: Any, config_ref: str | None, tool: tuple | None = No
             if not isinstance(nxt, dict):
                 nxt = cur[part] = {}
             cur = nxt
-        cur[path[-1]] = value
+        if tool is None:
+            tool = TOOLS.get(launch.launcher)
+        old = cur.get(path[-1])
+        if tool is not None and tool[0] == "torchtune" and isinstance(old, dict) and "_component_" in old \
+                and isinstance(value, str):
+            # torchtune's _merge_yaml_and_cli_args: `loss=torchtune.modules.loss.CEWithChunkedOutputLoss` over a
+            # component sets its _component_ and keeps its other fields
+            old["_component_"] = value
+            path = (*path, "_component_")
+        else:
+            cur[path[-1]] = value
         line = launch.line_of(how) or 1
         for k in list(doc.keys):
             if k[:len(path)] == path:

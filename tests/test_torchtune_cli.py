@@ -1,0 +1,72 @@
+"""`tune run RECIPE --config NAME key=value ...` as torchtune runs it: a built-in config name
+(`llama3_2/3B_lora_single_device`, found under a torchtune checkout's recipes/configs or in the installed
+distribution's file list, never by importing it), and torchtune's component overrides (`loss=X` over a
+`_component_` dict sets its `_component_` and keeps its other fields: torchtune/config/_utils.py
+_merge_yaml_and_cli_args). The README's 'Optimization flags' QLoRA command read this way sized nothing for its
+chunked loss before: the override replaced the loss dict with a string."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from memlint.extract import extract_targets
+from memlint.extract.launch import command_target, tokens
+
+QLORA = """\
+model:
+  _component_: torchtune.models.llama3_2.qlora_llama3_2_3b
+  lora_attn_modules: ['q_proj', 'v_proj', 'output_proj']
+  apply_lora_to_mlp: True
+  lora_rank: 64
+  lora_alpha: 128
+  lora_dropout: 0.0
+tokenizer:
+  _component_: torchtune.models.llama3.llama3_tokenizer
+  path: /tmp/Llama-3.2-3B-Instruct/original/tokenizer.model
+  max_seq_len: null
+dataset:
+  _component_: torchtune.datasets.alpaca_cleaned_dataset
+  packed: False
+batch_size: 4
+optimizer:
+  _component_: torch.optim.AdamW
+  fused: True
+  lr: 3e-4
+loss:
+  _component_: torch.nn.CrossEntropyLoss
+gradient_accumulation_steps: 8
+compile: False
+enable_activation_checkpointing: True
+dtype: bf16
+"""
+
+
+def _plan(root: Path, command: str, monkeypatch):
+    monkeypatch.chdir(root)
+    [plan] = extract_targets([command_target(tokens(command), root)])
+    return plan
+
+
+def test_a_built_in_config_name_and_component_overrides(tmp_path, monkeypatch):
+    cfg = tmp_path / "recipes" / "configs" / "llama3_2" / "3B_qlora_single_device.yaml"
+    cfg.parent.mkdir(parents=True)
+    cfg.write_text(textwrap.dedent(QLORA))
+    run = tmp_path / "runs"
+    run.mkdir()
+    plan = _plan(run, "tune run lora_finetune_single_device --config llama3_2/3B_qlora_single_device "
+                      "loss=torchtune.modules.loss.CEWithChunkedOutputLoss optimizer._component_=torch.optim.AdamW "
+                      "dataset.packed=True tokenizer.max_seq_len=4096 batch_size=2 gradient_accumulation_steps=1",
+                 monkeypatch)
+    assert plan.path.endswith("recipes/configs/llama3_2/3B_qlora_single_device.yaml")
+    v = plan.value
+    assert (v("method"), v("chunked_loss"), v("per_device_batch"), v("max_length"), v("packing")) == ("qlora", 8, 2, 4096, True)
+    assert plan.fields["chunked_loss"].source == "command-line"
+    # optimizer._component_ over the dict keeps its fused: True
+    assert v("optimizer") == "adamw_torch_fused"
+
+
+def test_a_config_path_still_wins(tmp_path, monkeypatch):
+    (tmp_path / "my.yaml").write_text(textwrap.dedent(QLORA))
+    plan = _plan(tmp_path, "tune run lora_finetune_single_device --config my.yaml batch_size=1", monkeypatch)
+    assert plan.value("per_device_batch") == 1 and plan.value("chunked_loss") == 0
