@@ -649,6 +649,14 @@ class Builder:
                     elif isinstance(b, Const) and b.value:
                         vals.append(b.with_value("amp-bf16", "bf16=True"))
                     elif isinstance(b, Const) and isinstance(f, Const):
+                        dt = self.fields.get("torch_dtype")
+                        if dt is not None and getattr(dt, "value", None) == "bf16" and dt.source not in ("library-default", "unknown"):
+                            # the Trainer autocasts nothing and upcasts nothing: bf16 weights, gradients and
+                            # optimizer states, as the loop reader's "pure-bf16"
+                            vals.append(Const("pure-bf16", dt.source, dt.line, dt.chain + (
+                                "neither bf16 nor fp16 on bf16 weights: trained in bf16 without autocast",),
+                                dt.span.path if dt.span and dt.span.path != self.path else None))
+                            continue
                         src = b if b.source != "library-default" else f
                         vals.append(src.with_value("fp32", "neither bf16 nor fp16"))
                     else:

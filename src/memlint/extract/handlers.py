@@ -1429,6 +1429,10 @@ class Handlers:
                 if name == "parse_args_and_config":  # TrlParser: `--config recipe.yaml`, then the flags over it
                     self.trl_config_file(it, objs)
                 self.dataclass_cli(it, objs)
+            for o in objs:  # the parser builds each dataclass with cls(**values): its __post_init__ runs
+                post = o.user_class.lookup("__post_init__") if isinstance(o, DataclassInstance) and o.user_class else None
+                if post is not None and post[0] == "method" and isinstance(post[1], Func):
+                    it.call_function(post[1], [o], {}, line)  # `if self.use_qlora: self.use_lora = True`
             # HfArgumentParser.parse_args_into_dataclasses and TrlParser.parse_args_and_config
             # both take (args, return_remaining_strings, ...) and then append the leftovers.
             rest = kwargs.get("return_remaining_strings", args[1] if len(args) > 1 else None)

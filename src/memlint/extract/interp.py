@@ -309,7 +309,7 @@ class Interpreter:
         if self.deadline.passed():
             self.timed_out = True
             self.steps = MAX_STEPS + 1
-            self.facts.note(f"stopped reading after {budget.MAX_SECONDS:g} s (memlint's time budget for one "
+            self.facts.note(f"{budget.STOPPED_NOTE} {budget.MAX_SECONDS:g} s (memlint's time budget for one "
                             "file); values set later in the file are unknown")
         return self.timed_out
 
