@@ -176,7 +176,7 @@ def parse_command(words: Sequence[str], origin: str = "the command line", line: 
     if words[0].endswith(".py"):
         return Launch(tuple(rest), script=words[0], processes=_visible_devices(env), **base)
     raise MemlintError(f"{words[0]}: not a Python launcher memlint reads (python, torchrun, accelerate launch, "
-                       f"deepspeed, composer, lightning run model, or a framework CLI)")
+                       f"deepspeed, composer, lightning run model, a framework CLI, or a shell script: bash run.sh)")
 
 
 def _python(rest: list[str], base: dict) -> Launch:
