@@ -238,3 +238,58 @@ def test_launched_script_out_of_time_is_kept_with_the_budget_note(tmp_path, monk
     docs = json.loads(capsys.readouterr().out)
     docs = docs if isinstance(docs, list) else [docs]
     assert [d["path"] for d in docs] == ["train.py"]
+
+
+# ---- 5. a model built under init_empty_weights() is a skeleton, not the model the loop trains -----
+
+
+_LOOP_WITH_SAVER = '''import torch
+from accelerate import init_empty_weights
+from transformers import AutoConfig, AutoModelForCausalLM
+
+
+class Saver:
+    def __init__(self, model):
+        self.model = model
+
+    def save(self, path):
+        # verl's checkpoint manager: an empty model of the same config, for save_pretrained
+        config = AutoConfig.from_pretrained("Qwen/Qwen2.5-0.5B")
+        with {ctx}:
+            save_model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16)
+        save_model.save_pretrained(path, state_dict=self.model.state_dict())
+
+
+def build_optimizer(params, name):
+    return OPTIMIZERS[name](params)
+
+
+model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B", torch_dtype=torch.float32)
+optimizer = build_optimizer(model.parameters(), "adamw")
+saver = Saver(model)
+for step, batch in enumerate(loader):
+    loss = model(**batch).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    if step % 100 == 0:
+        saver.save("ckpt")
+'''
+
+
+@pytest.mark.parametrize("ctx", ["init_empty_weights()", 'torch.device("meta")'])
+def test_a_loop_trains_the_loaded_model_not_an_empty_weights_skeleton(tmp_path, monkeypatch, ctx):
+    _write(tmp_path, {"train.py": _LOOP_WITH_SAVER.format(ctx=ctx)})
+    monkeypatch.chdir(tmp_path)
+    (plan,) = _plans_of_command(["python", "train.py"])
+    assert plan.get("model_id").value == "Qwen/Qwen2.5-0.5B"
+    assert plan.get("torch_dtype").value == "fp32"  # the skeleton's bf16 was read before
+
+
+def test_without_the_empty_weights_context_the_later_model_is_still_taken(tmp_path, monkeypatch):
+    # the same loop with a plain `with torch.no_grad():` keeps the old choice (the last model built): the
+    # fix is the weightless context, not a preference for the first model
+    _write(tmp_path, {"train.py": _LOOP_WITH_SAVER.format(ctx="torch.no_grad()")})
+    monkeypatch.chdir(tmp_path)
+    (plan,) = _plans_of_command(["python", "train.py"])
+    assert plan.get("torch_dtype").value == "bf16"

@@ -197,6 +197,7 @@ class Builder:
                     return p.model
         models = [o for o in objs if isinstance(o, Model) and any(o is e for e in early)] or \
             [o for o in objs if isinstance(o, Model)]
+        models = [m for m in models if not self.root(m).empty] or models  # a weightless skeleton is not trained
         wrapped = {id(o.base) for o in models}
         tops = [m for m in models if id(m) not in wrapped]
         return tops[-1] if tops else None

@@ -18,7 +18,7 @@ from memlint.extract import syntax as cst
 from memlint.extract import budget, slicing
 from memlint.extract.parsed import parse
 
-from memlint.extract.objects import (BoundMethod, Chunking, DictMethod, Fields, Obj, OpenFile, Partial, RandomOffsets, Range,
+from memlint.extract.objects import (BoundMethod, Chunking, DictMethod, Fields, Model, Obj, OpenFile, Partial, RandomOffsets, Range,
                                      SeqMethod, Window)
 
 _DICT_METHODS = {"get", "items", "keys", "values", "copy", "update", "setdefault", "pop"}
@@ -550,7 +550,14 @@ class Interpreter:
             ctx = self.ev(item.item, env)
             if item.asname is not None:
                 self.assign(item.asname.name, ctx, env, node)
+        before = len(self.facts.objects)
         self.exec_block(node.body.body, env)
+        if any(_empty_weights_context(item.item) for item in node.items):
+            # `with init_empty_weights(): m = AutoModel.from_config(cfg)`: a skeleton without weights (a
+            # checkpoint saver's, a device-map planner's), never the model a loop trains
+            for o in self.facts.objects[before:]:
+                if isinstance(o, Model):
+                    o.empty = True
 
     def exec_try(self, node: cst.Try | cst.TryStar, env: Env) -> None:
         handlers = [lambda e, h=h: self.exec_block(h.body.body, e) for h in node.handlers]
@@ -1646,3 +1653,17 @@ def _walk(node: cst.CSTNode):
         n = stack.pop()
         yield n
         stack.extend(n.children)
+
+
+def _empty_weights_context(expr: cst.CSTNode) -> bool:
+    """`init_empty_weights()` (accelerate, also as `accelerate.init_empty_weights()`) or
+    `torch.device("meta")` as a with-item: modules built inside hold no weights."""
+    if not isinstance(expr, cst.Call):
+        return False
+    f = expr.func
+    name = f.value if isinstance(f, cst.Name) else f.attr.value if isinstance(f, cst.Attribute) else None
+    if name == "init_empty_weights":
+        return True
+    if name == "device" and expr.args and isinstance(expr.args[0].value, cst.SimpleString):
+        return expr.args[0].value.value.strip("'\"") == "meta"
+    return False
