@@ -293,3 +293,65 @@ def test_without_the_empty_weights_context_the_later_model_is_still_taken(tmp_pa
     monkeypatch.chdir(tmp_path)
     (plan,) = _plans_of_command(["python", "train.py"])
     assert plan.get("torch_dtype").value == "bf16"
+
+
+# ---- 6. an optimizer class looked up by name; micro-batches split off a batch --------------------
+
+
+_VERL_STEP = '''import importlib
+import torch
+from transformers import AutoModelForCausalLM
+
+
+def build_optimizer(parameters, impl, name):
+    module = importlib.import_module(impl)
+    optimizer_cls = getattr(module, name)
+    return optimizer_cls(parameters, lr=1e-5)
+
+
+class SFT:
+    def __init__(self, micro):
+        self.model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+        self.optimizer = build_optimizer(self.model.parameters(), "torch.optim", "AdamW")
+        self.micro = micro
+
+    def _loss_and_backward(self, mb, n):
+        loss = self.model(**mb).loss / n
+        loss.backward()
+        return loss
+
+    def training_step(self, batch):
+        self.optimizer.zero_grad()
+        micro_batches = batch.split(self.micro)
+        for mb in micro_batches:
+            self._loss_and_backward(mb, len(micro_batches))
+        self.optimizer.step()
+
+
+trainer = SFT(4)
+for batch in loader:
+    trainer.training_step(batch)
+'''
+
+
+def test_an_optimizer_class_imported_by_name_is_the_library_optimizer(tmp_path, monkeypatch):
+    # verl's build_optimizer: getattr(importlib.import_module(config.optimizer_impl), config.optimizer)
+    _write(tmp_path, {"train.py": _VERL_STEP})
+    monkeypatch.chdir(tmp_path)
+    (plan,) = _plans_of_command(["python", "train.py"])
+    assert plan.get("optimizer").value == "adamw_torch"
+
+
+def test_micro_batches_backwarded_in_a_helper_leave_the_accumulation_unknown(tmp_path, monkeypatch):
+    # one optimizer step after a loop over micro-batches whose backward runs in a helper: not "1 per micro-batch"
+    _write(tmp_path, {"train.py": _VERL_STEP})
+    monkeypatch.chdir(tmp_path)
+    (plan,) = _plans_of_command(["python", "train.py"])
+    acc = plan.get("grad_accum")
+    assert acc.value is None and acc.source == "unknown"
+    assert any("micro-batches `for ... in micro_batches`" in n for n in plan.notes)
+    # a step after every backward still reads 1
+    _write(tmp_path, {"train.py": _VERL_STEP.replace("        for mb in micro_batches:\n            self._loss_and_backward(mb, len(micro_batches))\n",
+                                                     "        self._loss_and_backward(batch, 1)\n")})
+    (plan,) = _plans_of_command(["python", "train.py"])
+    assert plan.get("grad_accum").value == 1

@@ -865,6 +865,16 @@ class Handlers:
     def bf16_supported(self, c: Call) -> Any:
         return Unknown("whether the GPU supports bf16 (hardware)")
 
+    def import_module(self, c: Call) -> Any:
+        """importlib.import_module("torch.optim"): the module a literal name names, as `import torch.optim`
+        would bind it (verl's build_optimizer: getattr(import_module(impl), name)(params))."""
+        if c.qual != "importlib.import_module":
+            return _PASS
+        name = c.arg(0, "name")
+        if isinstance(name, Const) and isinstance(name.value, str) and re.fullmatch(r"[A-Za-z_][\w.]*", name.value):
+            return Ref(name.value)
+        return Unknown("importlib.import_module() of a name not known statically")
+
     def data_file(self, c: Call) -> Any:
         """json.load(f) / json.loads(text) / yaml.safe_load(f) / OmegaConf.load(path) / toml.load(f):
         the file the script opened, read statically."""
@@ -1005,8 +1015,10 @@ class Handlers:
     def _getattr_builtin(self, it: Any, args: list) -> Any:
         if isinstance(args[1], Const) and isinstance(args[1].value, str):
             base = args[0]
-            if isinstance(base, Ref):  # getattr(torch, "bfloat16")
+            if isinstance(base, Ref) and base.qual == "torch":  # getattr(torch, "bfloat16")
                 return DtypeName(Ref(f"{base.qual}.{args[1].value}"), args[1])
+            if isinstance(base, Ref):  # getattr(torch.optim, "AdamW"): the library name itself
+                return Ref(f"{base.qual}.{args[1].value}")
             return it.attribute(base, args[1].value, None)
         if isinstance(args[0], Ref):
             opts = []
@@ -1841,6 +1853,7 @@ _BY_NAME: dict[str, Callable[[Handlers, Call], Any]] = {
     "load_from_disk": Handlers.dataset,
     "is_bfloat16_supported": Handlers.bf16_supported,
     "is_bf16_supported": Handlers.bf16_supported,
+    "import_module": Handlers.import_module,
     "load": Handlers.data_file,
     "loads": Handlers.data_file,
     "safe_load": Handlers.data_file,

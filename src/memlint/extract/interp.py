@@ -471,7 +471,13 @@ class Interpreter:
 
     def exec_loop(self, node: cst.For | cst.While, env: Env) -> None:
         micro = self.micro_batch_count(node, env)
+        backward, steps = len(self.facts.backward), len(self.facts.steps)
         self._exec_loop(node, env)
+        if micro is None and isinstance(node, cst.For) and len(self.facts.backward) > backward and len(self.facts.steps) == steps:
+            # `for mb in batch.split(k): compute_loss_and_backward(mb)` then one step: the step accumulates a
+            # number of backward passes memlint does not count (not 1)
+            micro = Unknown(f"the number of micro-batches `for ... in {self.code(node.iter)}` runs before the "
+                            f"optimizer step (line {self.line_of(node)})")
         if micro is not None:
             self.micro_accum = micro  # the optimizer step after it accumulates `micro` backward passes
 
