@@ -355,3 +355,32 @@ def test_micro_batches_backwarded_in_a_helper_leave_the_accumulation_unknown(tmp
                                                      "        self._loss_and_backward(batch, 1)\n")})
     (plan,) = _plans_of_command(["python", "train.py"])
     assert plan.get("grad_accum").value == 1
+
+
+def test_fully_shard_in_place_then_the_optimizer_over_the_same_model(tmp_path, monkeypatch):
+    # FSDP2 shards in place: verl's apply_fsdp2(model, ...) calls fully_shard(model) and the optimizer is
+    # built over model.parameters() afterwards; the plan read the unsharded model the optimizer names
+    script = '''import torch
+from torch.distributed.fsdp import fully_shard
+from transformers import AutoModelForCausalLM
+
+
+def apply_fsdp2(model, fsdp_kwargs):
+    for name, module in model.named_modules():
+        if module.__class__.__name__ == "Qwen2DecoderLayer":
+            fully_shard(module, **fsdp_kwargs)
+    fully_shard(model, **fsdp_kwargs)
+
+
+model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+apply_fsdp2(model, {"reshard_after_forward": True})
+optimizer = torch.optim.AdamW(model.parameters())
+for batch in loader:
+    model(**batch).loss.backward()
+    optimizer.step()
+'''
+    _write(tmp_path, {"train.py": script})
+    monkeypatch.chdir(tmp_path)
+    (plan,) = _plans_of_command(["torchrun", "--nproc_per_node", "4", "train.py"])
+    assert plan.get("distributed").value == "fsdp" and plan.get("num_gpus").value == 4
+    assert plan.get("optimizer").value == "adamw_torch"

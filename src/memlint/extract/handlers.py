@@ -778,10 +778,16 @@ class Handlers:
                 c.it.facts.autocasts.append(AutocastCall(p.get("param_dtype"), Const("cuda", "literal", c.line), None, c.line))
         out = None
         for m in flatten(model):
-            if isinstance(m, Model):
+            if isinstance(m, Model) and c.name == "fully_shard":
+                # FSDP2 shards the module in place and returns it: `fully_shard(model)` then
+                # `AdamW(model.parameters())` (verl's apply_fsdp2) trains the sharded model
+                if m.shard is None:
+                    m.shard = Setting(kind, c.line, f"{c.name}(...)")
+                r: Any = m
+            elif isinstance(m, Model):
                 w = Model(m.cls, c.line or 0, base=m, shard=Setting(kind, c.line, f"{c.name}(...)"))
                 c.it.facts.objects.append(w)
-                r: Any = w
+                r = w
             else:
                 r = m
             out = r if out is None else Alts((out, r))
