@@ -154,9 +154,9 @@ def run_check(args: argparse.Namespace) -> int:
         results = [result]
     elif getattr(args, "launch_words", None):
         from memlint.check import check_targets
-        from memlint.extract.launch import command_target
+        from memlint.extract.shell import command_targets
 
-        results = check_targets([command_target(args.launch_words), *(collect(args.paths, settings) if args.paths else [])],
+        results = check_targets([*command_targets(args.launch_words), *(collect(args.paths, settings) if args.paths else [])],
                                 settings, **kw, cache=_cache(args, settings), jobs=_jobs(args))
         if merge is not None:
             results = [check_plan(merge(r.plan), lines=r.lines, settings=settings, **kw) if r.plan.kind in ("python", "notebook")

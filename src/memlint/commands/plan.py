@@ -43,9 +43,9 @@ def run(args) -> int:
     headroom = min_headroom()
     if getattr(args, "launch_words", None):
         from memlint.extract import extract_targets
-        from memlint.extract.launch import command_target
+        from memlint.extract.shell import command_targets
 
-        plans = extract_targets([command_target(args.launch_words), *_named(args.paths)])
+        plans = extract_targets([*command_targets(args.launch_words), *_named(args.paths)])
     else:
         plans = extract_paths(args.paths)
     if not plans:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from memlint.errors import MemlintError
+from memlint.extract.budget import STOPPED_NOTE
 from memlint.files import Refused, Target, read_bytes, refusals, source_lines
 from memlint.plan import Diagnostic, Span, TrainingPlan
 from memlint.vocab import CONFIG_SUFFIXES
@@ -265,9 +266,16 @@ def _read_target_unpinned(target: Target) -> tuple[TrainingPlan | None, list[str
         return unreadable(shown, str(exc).removeprefix(f"{path}: ")), [], []
     except RecursionError:
         return unreadable(shown, "too deeply nested to parse"), [], []
-    if not target.explicit and not trains(plan):
+    if not target.explicit and not trains(plan) and not _launched_out_of_time(target, plan):
         return None, [], []  # found by a walk: a helper module, an inference or merge script
     return plan, lines, cells
+
+
+def _launched_out_of_time(target: Target, plan: TrainingPlan) -> bool:
+    """A launcher's command whose script ran out of its time budget before reaching a trainer: kept, with the
+    fields read so far and the budget's note, rather than dropped as a helper (on a loaded machine the
+    launcher named alone then read as no training file at all)."""
+    return target.launch is not None and any(n.startswith(STOPPED_NOTE) for n in plan.notes)
 
 
 def trains(plan: TrainingPlan) -> bool:

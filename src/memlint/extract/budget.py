@@ -15,6 +15,7 @@ from typing import Any
 MAX_STR = 100_000            # characters of a string the interpreter builds (a format width counts)
 MAX_ITEMS = 10_000           # items of a list, tuple, dict or set, nested ones counted
 MAX_INT_BITS = 4_096         # bits of an integer (1,233 digits; Python refuses str() past 4,300)
+STOPPED_NOTE = "stopped reading after"  # the note a file past MAX_SECONDS carries
 MAX_SECONDS = 5.0            # interpreting one script, sibling modules included
 MAX_SCRIPT_BYTES = 256_000   # Python parsed per script: the interpreter walks every statement
 MAX_SCRIPT_LINES = 10_000    # an 800-line script is a long one

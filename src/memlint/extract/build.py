@@ -197,6 +197,7 @@ class Builder:
                     return p.model
         models = [o for o in objs if isinstance(o, Model) and any(o is e for e in early)] or \
             [o for o in objs if isinstance(o, Model)]
+        models = [m for m in models if not self.root(m).empty] or models  # a weightless skeleton is not trained
         wrapped = {id(o.base) for o in models}
         tops = [m for m in models if id(m) not in wrapped]
         return tops[-1] if tops else None
@@ -649,6 +650,14 @@ class Builder:
                     elif isinstance(b, Const) and b.value:
                         vals.append(b.with_value("amp-bf16", "bf16=True"))
                     elif isinstance(b, Const) and isinstance(f, Const):
+                        dt = self.fields.get("torch_dtype")
+                        if dt is not None and getattr(dt, "value", None) == "bf16" and dt.source not in ("library-default", "unknown"):
+                            # the Trainer autocasts nothing and upcasts nothing: bf16 weights, gradients and
+                            # optimizer states, as the loop reader's "pure-bf16"
+                            vals.append(Const("pure-bf16", dt.source, dt.line, dt.chain + (
+                                "neither bf16 nor fp16 on bf16 weights: trained in bf16 without autocast",),
+                                dt.span.path if dt.span and dt.span.path != self.path else None))
+                            continue
                         src = b if b.source != "library-default" else f
                         vals.append(src.with_value("fp32", "neither bf16 nor fp16"))
                     else:

@@ -778,10 +778,16 @@ class Handlers:
                 c.it.facts.autocasts.append(AutocastCall(p.get("param_dtype"), Const("cuda", "literal", c.line), None, c.line))
         out = None
         for m in flatten(model):
-            if isinstance(m, Model):
+            if isinstance(m, Model) and c.name == "fully_shard":
+                # FSDP2 shards the module in place and returns it: `fully_shard(model)` then
+                # `AdamW(model.parameters())` (verl's apply_fsdp2) trains the sharded model
+                if m.shard is None:
+                    m.shard = Setting(kind, c.line, f"{c.name}(...)")
+                r: Any = m
+            elif isinstance(m, Model):
                 w = Model(m.cls, c.line or 0, base=m, shard=Setting(kind, c.line, f"{c.name}(...)"))
                 c.it.facts.objects.append(w)
-                r: Any = w
+                r = w
             else:
                 r = m
             out = r if out is None else Alts((out, r))
@@ -864,6 +870,16 @@ class Handlers:
 
     def bf16_supported(self, c: Call) -> Any:
         return Unknown("whether the GPU supports bf16 (hardware)")
+
+    def import_module(self, c: Call) -> Any:
+        """importlib.import_module("torch.optim"): the module a literal name names, as `import torch.optim`
+        would bind it (verl's build_optimizer: getattr(import_module(impl), name)(params))."""
+        if c.qual != "importlib.import_module":
+            return _PASS
+        name = c.arg(0, "name")
+        if isinstance(name, Const) and isinstance(name.value, str) and re.fullmatch(r"[A-Za-z_][\w.]*", name.value):
+            return Ref(name.value)
+        return Unknown("importlib.import_module() of a name not known statically")
 
     def data_file(self, c: Call) -> Any:
         """json.load(f) / json.loads(text) / yaml.safe_load(f) / OmegaConf.load(path) / toml.load(f):
@@ -1005,8 +1021,10 @@ class Handlers:
     def _getattr_builtin(self, it: Any, args: list) -> Any:
         if isinstance(args[1], Const) and isinstance(args[1].value, str):
             base = args[0]
-            if isinstance(base, Ref):  # getattr(torch, "bfloat16")
+            if isinstance(base, Ref) and base.qual == "torch":  # getattr(torch, "bfloat16")
                 return DtypeName(Ref(f"{base.qual}.{args[1].value}"), args[1])
+            if isinstance(base, Ref):  # getattr(torch.optim, "AdamW"): the library name itself
+                return Ref(f"{base.qual}.{args[1].value}")
             return it.attribute(base, args[1].value, None)
         if isinstance(args[0], Ref):
             opts = []
@@ -1431,6 +1449,10 @@ class Handlers:
                 if name == "parse_args_and_config":  # TrlParser: `--config recipe.yaml`, then the flags over it
                     self.trl_config_file(it, objs)
                 self.dataclass_cli(it, objs)
+            for o in objs:  # the parser builds each dataclass with cls(**values): its __post_init__ runs
+                post = o.user_class.lookup("__post_init__") if isinstance(o, DataclassInstance) and o.user_class else None
+                if post is not None and post[0] == "method" and isinstance(post[1], Func):
+                    it.call_function(post[1], [o], {}, line)  # `if self.use_qlora: self.use_lora = True`
             # HfArgumentParser.parse_args_into_dataclasses and TrlParser.parse_args_and_config
             # both take (args, return_remaining_strings, ...) and then append the leftovers.
             rest = kwargs.get("return_remaining_strings", args[1] if len(args) > 1 else None)
@@ -1839,6 +1861,7 @@ _BY_NAME: dict[str, Callable[[Handlers, Call], Any]] = {
     "load_from_disk": Handlers.dataset,
     "is_bfloat16_supported": Handlers.bf16_supported,
     "is_bf16_supported": Handlers.bf16_supported,
+    "import_module": Handlers.import_module,
     "load": Handlers.data_file,
     "loads": Handlers.data_file,
     "safe_load": Handlers.data_file,

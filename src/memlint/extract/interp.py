@@ -18,7 +18,7 @@ from memlint.extract import syntax as cst
 from memlint.extract import budget, slicing
 from memlint.extract.parsed import parse
 
-from memlint.extract.objects import (BoundMethod, Chunking, DictMethod, Fields, Obj, OpenFile, Partial, RandomOffsets, Range,
+from memlint.extract.objects import (BoundMethod, Chunking, DictMethod, Fields, Model, Obj, OpenFile, Partial, RandomOffsets, Range,
                                      SeqMethod, Window)
 
 _DICT_METHODS = {"get", "items", "keys", "values", "copy", "update", "setdefault", "pop"}
@@ -310,7 +310,7 @@ class Interpreter:
         if self.deadline.passed():
             self.timed_out = True
             self.steps = MAX_STEPS + 1
-            self.facts.note(f"stopped reading after {budget.MAX_SECONDS:g} s (memlint's time budget for one "
+            self.facts.note(f"{budget.STOPPED_NOTE} {budget.MAX_SECONDS:g} s (memlint's time budget for one "
                             "file); values set later in the file are unknown")
         return self.timed_out
 
@@ -472,7 +472,13 @@ class Interpreter:
 
     def exec_loop(self, node: cst.For | cst.While, env: Env) -> None:
         micro = self.micro_batch_count(node, env)
+        backward, steps = len(self.facts.backward), len(self.facts.steps)
         self._exec_loop(node, env)
+        if micro is None and isinstance(node, cst.For) and len(self.facts.backward) > backward and len(self.facts.steps) == steps:
+            # `for mb in batch.split(k): compute_loss_and_backward(mb)` then one step: the step accumulates a
+            # number of backward passes memlint does not count (not 1)
+            micro = Unknown(f"the number of micro-batches `for ... in {self.code(node.iter)}` runs before the "
+                            f"optimizer step (line {self.line_of(node)})")
         if micro is not None:
             self.micro_accum = micro  # the optimizer step after it accumulates `micro` backward passes
 
@@ -551,7 +557,14 @@ class Interpreter:
             ctx = self.ev(item.item, env)
             if item.asname is not None:
                 self.assign(item.asname.name, ctx, env, node)
+        before = len(self.facts.objects)
         self.exec_block(node.body.body, env)
+        if any(_empty_weights_context(item.item) for item in node.items):
+            # `with init_empty_weights(): m = AutoModel.from_config(cfg)`: a skeleton without weights (a
+            # checkpoint saver's, a device-map planner's), never the model a loop trains
+            for o in self.facts.objects[before:]:
+                if isinstance(o, Model):
+                    o.empty = True
 
     def exec_try(self, node: cst.Try | cst.TryStar, env: Env) -> None:
         handlers = [lambda e, h=h: self.exec_block(h.body.body, e) for h in node.handlers]
@@ -1647,3 +1660,17 @@ def _walk(node: cst.CSTNode):
         n = stack.pop()
         yield n
         stack.extend(n.children)
+
+
+def _empty_weights_context(expr: cst.CSTNode) -> bool:
+    """`init_empty_weights()` (accelerate, also as `accelerate.init_empty_weights()`) or
+    `torch.device("meta")` as a with-item: modules built inside hold no weights."""
+    if not isinstance(expr, cst.Call):
+        return False
+    f = expr.func
+    name = f.value if isinstance(f, cst.Name) else f.attr.value if isinstance(f, cst.Attribute) else None
+    if name == "init_empty_weights":
+        return True
+    if name == "device" and expr.args and isinstance(expr.args[0].value, cst.SimpleString):
+        return expr.args[0].value.value.strip("'\"") == "meta"
+    return False

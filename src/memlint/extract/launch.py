@@ -176,7 +176,7 @@ def parse_command(words: Sequence[str], origin: str = "the command line", line: 
     if words[0].endswith(".py"):
         return Launch(tuple(rest), script=words[0], processes=_visible_devices(env), **base)
     raise MemlintError(f"{words[0]}: not a Python launcher memlint reads (python, torchrun, accelerate launch, "
-                       f"deepspeed, composer, lightning run model, or a framework CLI)")
+                       f"deepspeed, composer, lightning run model, a framework CLI, or a shell script: bash run.sh)")
 
 
 def _python(rest: list[str], base: dict) -> Launch:
@@ -297,6 +297,45 @@ def resolve_module(module: str, roots: Sequence[Path]) -> Path | None:
             for cand in (base.joinpath(*parts).with_suffix(".py"), base.joinpath(*parts, "__main__.py")):
                 if cand.is_file():
                     return cand
+    return None
+
+
+_SHELLS = {"bash", "sh", "zsh", "dash"}
+
+
+def shell_script(words: Sequence[str]) -> tuple[str, tuple[str, ...], dict[str, str], str | None] | None:
+    """(script, its arguments, the variables set before it, a `cd DIR &&` before it) when the command
+    runs a shell script (`bash scripts/run.sh 2 /ckpt`, `sh -x run.sh`, `./run.sh`); None otherwise."""
+    words = list(words)
+    env: dict[str, str] = {}
+    cwd: str | None = None
+    while words:
+        w = words[0]
+        if w == "cd" and len(words) >= 3 and words[2] in ("&&", ";"):
+            cwd = words[1] if cwd is None else f"{cwd}/{words[1]}"
+            words = words[3:]
+        elif _ENV.match(w):
+            k, v = _ENV.match(w).groups()
+            env[k] = v
+            words = words[1:]
+        elif w in _WRAPPERS:
+            words = words[1:]
+        else:
+            break
+    for sep in ("&&", "||", ";", "|", "&", ">", ">>", "2>&1", "1>", "2>"):
+        if sep in words:
+            words = words[: words.index(sep)]
+    if not words:
+        return None
+    if Path(words[0]).name in _SHELLS:
+        i = 1
+        while i < len(words) and words[i].startswith("-") and words[i] not in ("-c", "--"):
+            i += 1  # bash -x, sh -e
+        if i >= len(words) or words[i] == "-c":
+            return None
+        return words[i], tuple(words[i + 1:]), env, cwd
+    if words[0].endswith(".sh"):
+        return words[0], tuple(words[1:]), env, cwd
     return None
 
 

@@ -62,6 +62,7 @@ class Model(Obj):
     adapter_cast: Any = None       # get_peft_model(..., autocast_adapter_dtype=...) as given   # the line of prepare_model_for_kbit_training(model) that made this wrapper
     user_class: Any = None         # loader "script-class": the script's own nn.Module class
     shape: Any = None              # its custom_model.Shape (the HF-style config it counts as, or why not)
+    empty: bool = False            # built under accelerate's init_empty_weights(): a skeleton without weights
 
 
 @dataclass(eq=False)

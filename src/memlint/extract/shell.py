@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
 from memlint.errors import MemlintError
-from memlint.extract.launch import Launch, framework_config, parse_command, resolve_module, tokens
+from memlint.extract.launch import (Launch, command_target, framework_config, parse_command, resolve_module, shell_script,
+                                    tokens)
 from memlint.vocab import LAUNCHER_NAMES, LAUNCHER_SUFFIXES
 
 _MAX_BYTES = 256_000
@@ -30,6 +32,10 @@ _ARRAY_REF = re.compile(r"\$\{(#?)([A-Za-z_][A-Za-z0-9_]*)\[(@|\*|\d+)\]\}")
 _SUBST = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(//?)([^/}]*)/([^}]*)\}")
 _DEFAULT_HEAD = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:?[-=])")
 _POSITIONAL = re.compile(r"""^["']?\$(?:\{\d+\}|\d)["']?$""")
+# the launcher's own arguments when a command gives them (`bash run.sh 2 /ckpt`): "$@", $1, ${2}, $#
+_POS_REF = re.compile(r'"\$(?:\{@\}|@)"|\$\{(\d+|[@*#])\}|\$(\d|[@*#])')
+_POS_KEY = "\x00pos"  # env key of the launcher's positional arguments (joined by NUL)
+_SHIFT = re.compile(r"^shift(?:\s+(\d+))?\s*(?:[;#].*)?$")
 _ARITH = re.compile(r"\$\(\((.*?)\)\)")
 _LAUNCH_WORD = re.compile(r"(?:^|[\s;&|(])(?:python\d*(?:\.\d+)*|torchrun|accelerate|deepspeed|composer|lightning)\b")
 
@@ -110,8 +116,40 @@ def _expand(text: str, env: dict[str, str]) -> str:
             return m.group(0)
         return env[m.group(1)].replace(m.group(3), m.group(4), -1 if m.group(2) == "//" else 1)
 
+    if _POS_KEY in env:
+        text = _positional(text, env)
     text = _defaults(_ARRAY_REF.sub(array, _SUBST.sub(replace_all, text)), env)
     return _ARITH.sub(_arith, _VAR.sub(sub, text))
+
+
+def _positional(text: str, env: dict[str, str]) -> str:
+    """$1, ${2}, "$@", $* and $# of a launcher run with known arguments (`bash run.sh 2 /ckpt`)."""
+    args = env[_POS_KEY].split("\x00") if env[_POS_KEY] else []
+
+    def sub(m: re.Match) -> str:
+        if m.group(0).startswith('"'):  # "$@": one word per argument
+            return shlex.join(args)
+        key = m.group(1) or m.group(2)
+        if key == "#":
+            return str(len(args))
+        if key in "@*":
+            return shlex.join(args)
+        i = int(key)
+        if i == 0:
+            return m.group(0)
+        return shlex.quote(args[i - 1]) if i <= len(args) else ""
+
+    return _POS_REF.sub(sub, text)
+
+
+def _shifted(line: str, env: dict[str, str]) -> bool:
+    """A `shift` / `shift 2` line of a launcher run with known arguments: "$@" is the rest of them."""
+    m = _SHIFT.match(line)
+    if not m or _POS_KEY not in env:
+        return False
+    rest = env[_POS_KEY].split("\x00") if env[_POS_KEY] else []
+    env[_POS_KEY] = "\x00".join(rest[int(m.group(1) or 1):])
+    return True
 
 
 def _defaults(text: str, env: dict[str, str]) -> str:
@@ -237,8 +275,10 @@ def notebook_shell(path: Path) -> str:
     return "\n".join(out)
 
 
-def launches(path: Path, shown: str) -> list[Launch]:
-    """The training launches a shell script, Makefile or notebook (its `!` lines) runs, with their line numbers."""
+def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: dict[str, str] | None = None) -> list[Launch]:
+    """The training launches a shell script, Makefile or notebook (its `!` lines) runs, with their line numbers.
+    `args`: the script's own arguments when a command runs it (`bash run.sh 2 /ckpt`), read for $1, "$@"
+    and `shift`; None (the file read alone) leaves them unknown. `env0`: variables the command sets."""
     from memlint.files import read_bytes
 
     try:
@@ -251,7 +291,7 @@ def launches(path: Path, shown: str) -> list[Launch]:
     except OSError:
         return []
     make = path.name in LAUNCHER_NAMES
-    env: dict[str, str] = {}
+    env: dict[str, str] = {**(env0 or {}), **({_POS_KEY: "\x00".join(args)} if args is not None else {})}
     out: list[Launch] = []
     cwd: str | None = None  # where standalone `cd DIR` lines have moved the launcher
     for line_no, line, flag_lines in _logical_lines(text):
@@ -267,6 +307,8 @@ def launches(path: Path, shown: str) -> list[Launch]:
                 continue
             stripped = stripped.lstrip("@-+ ")
         else:
+            if _shifted(stripped, env):
+                continue
             arr = _ARRAY_DEF.match(stripped)
             if arr:  # `CUDAs=(${TOT_CUDA//,/ })`: a bash array of the expanded words
                 try:
@@ -277,7 +319,7 @@ def launches(path: Path, shown: str) -> list[Launch]:
             m = _ASSIGN.match(stripped)
             if m:
                 val = m.group(2).strip()
-                if _POSITIONAL.match(val):  # `X=${1}`: the launcher's own argument, unknown here (X stays unset,
+                if _POSITIONAL.match(val) and _POS_KEY not in env:  # `X=${1}`: the launcher's own argument, unknown here (X stays unset,
                     continue                # so a later `${X:-default}` is the default it documents)
                 if val.startswith("$(") and val.endswith(")"):  # `X=$((A / B))` computed, `X=$(nvidia-smi ...)` unknown:
                     got = _expand(val, env)                     # X stays unset unless it came out a number
@@ -313,13 +355,15 @@ def launches(path: Path, shown: str) -> list[Launch]:
     return out
 
 
-def launcher_targets(path: Path, shown: str, roots: list[Path]) -> list:
+def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str, ...] | None = None,
+                     env0: dict[str, str] | None = None) -> list:
     """files.Target for each launch of `path` whose script (or module) is a file of the checkout,
-    looked up beside the launcher, then in each of `roots` (the checkout, the folder walked)."""
+    looked up beside the launcher, then in each of `roots` (the checkout, the folder walked).
+    `args`/`env0`: the launcher's arguments and variables when a command runs it (see `launches`)."""
     from memlint.files import Target
 
     out = []
-    for launch in launches(path, shown):
+    for launch in launches(path, shown, args, env0):
         # beside the launcher, then the folders above it up to the checkout (`bash scripts/train.sh` run from
         # the folder that holds train.py), then the roots
         ups = [a for a in path.parent.resolve().parents][:4]
@@ -349,3 +393,23 @@ def launcher_targets(path: Path, shown: str, roots: list[Path]) -> list:
             continue
         out.append(Target(target, os.path.normpath(os.path.relpath(target)), False, launch))
     return out
+
+
+def command_targets(words, cwd: Path | None = None) -> list:
+    """The files a launch command runs, as files.Target carrying each Launch: one for a Python launcher
+    (launch.command_target), one per training command for a shell script run with its arguments
+    (`bash scripts/run.sh 2 /ckpt`: $1, "$@" and `shift` read with them)."""
+    cwd = cwd or Path.cwd()
+    sh = shell_script(words)
+    if sh is None:
+        return [command_target(words, cwd)]
+    script, args, env, moved = sh
+    base = cwd / moved if moved else cwd
+    path = base / os.path.expanduser(script)
+    shown = os.path.normpath(os.path.join(moved or "", script))
+    if not path.is_file():
+        raise MemlintError(f"{shown}: no such file (the command's shell script)")
+    targets = launcher_targets(path, shown, [base], args=args, env0=env)
+    if not targets:
+        raise MemlintError(f"{shown}: runs no Python training command memlint reads")
+    return targets
