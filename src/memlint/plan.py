@@ -64,6 +64,7 @@ PLAN_FIELDS = (
     "offload_activations",
     "float8_training",
     "float8_all_gather",
+    "compiled_loss",
     "distributed",
     "num_gpus",
     "tp_size",

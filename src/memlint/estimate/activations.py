@@ -428,6 +428,8 @@ def real(s: Setup) -> ActivationTerms:
     fwd = copies_head + (a + up + 4) * V * sb
     bwd = copies_head + (a + up + 4 + a) * V * sb
     head = f" + autocast's {a}-byte copy of the fp32 lm_head ({copies_head:,} B)" if copies_head else ""
+    if s.compiled_loss:
+        return _compiled_ce(body, per_layer, formula, copies_head, a * V * sb, 4 * sb, head)
     shard = tp.gathered_logits_shard(s)
     if shard:  # tensor parallel, logits all-gathered: the rank's own vocabulary shard is alive beside them
         fwd += shard * a
@@ -496,6 +498,14 @@ def op_sac_kept_per_token(s: Setup) -> tuple[int, str]:
     return kept + att, f"mm outputs of {', '.join(names)}; the attention output and its fp32 logsumexp"
 
 
+def _compiled_ce(body: int, per_layer: int, formula: str, copies_head: int, logits: int, lse: int, head: str) -> ActivationTerms:
+    """The cross-entropy under torch.compile: inductor fuses the upcast and the log-softmax, so the half logits and
+    their fp32 logsumexp are what it keeps; backward adds the logits' half gradient (tests/test_compiled_loss.py)."""
+    return ActivationTerms(body, per_layer, copies_head + logits + lse, copies_head + 2 * logits + lse, formula,
+                           f"s·b·V half logits ({logits:,} B) + s·b × 4 B logsumexp (the cross-entropy compiled: no fp32 "
+                           f"upcast or log-softmax kept); + their half gradient in backward{head}")
+
+
 def _chunked_ce(s: Setup, body: int, per_layer: int, formula: str, copies_head: int) -> ActivationTerms:
     """torchtune's CEWithChunkedOutputLoss (modules/loss/ce_chunked_output_loss.py, 0.6): the model returns
     [output(chunk) for chunk in h.chunk(k, dim=1)], k chunks of logits in the compute dtype, all alive until the
@@ -509,6 +519,15 @@ def _chunked_ce(s: Setup, body: int, per_layer: int, formula: str, copies_head: 
     up = 4 if a != 4 else 0
     fwd = copies_head + a * n + 4 * n + (up * n) // k
     bwd = copies_head + 4 * n + (8 * n) // k  # nll's and log_softmax's fp32 chunk gradients (the half cast comes after)
+    if s.compiled_loss:
+        # torchtune's compile_loss compiles compute_cross_entropy (each chunk's upcast + cross-entropy): a chunk's graph
+        # saves that chunk and its logsumexp, so the chunks stay for backward, which adds one chunk's half gradient
+        tokens = s.seq * s.batch
+        fwd, bwd = copies_head + a * n + 4 * tokens, copies_head + a * n + (a * n) // k + 4 * tokens
+        return ActivationTerms(
+            body, per_layer, fwd, bwd, formula,
+            f"chunked cross-entropy (torchtune, {k} chunks, compiled): s·b·V × {a} B logit chunks kept for backward + "
+            f"s·b × 4 B logsumexp; backward: + one chunk's {a}-byte gradient")
     return ActivationTerms(
         body, per_layer, fwd, bwd, formula,
         f"chunked cross-entropy (torchtune, {k} chunks): s·b·V × {a} B logit chunks + s·b·V × 4 B saved log-softmax "

@@ -179,6 +179,11 @@ class Setup:
     # enable_fsdp_float8_all_gather): the converted linears' shards are cast to float8 before the all-gather, so
     # the unsharded weight is a 1-byte Float8Tensor and the forward / backward weight casts are gone.
     float8_all_gather: bool = False
+    # the cross-entropy runs under torch.compile (torchtune's compile: true compiles the loss, CEWithChunkedOutputLoss's
+    # per-chunk upcast + cross-entropy; TrainingArguments(torch_compile=True) compiles the model's forward with its
+    # loss): inductor fuses the fp32 upcast and log-softmax, so only the logits' logsumexp is saved (measured on CPU
+    # inductor, tests/test_compiled_loss.py)
+    compiled_loss: bool = False
     # TRL's objective and reference model. "auto" is what TRL does without a ref_model (see
     # `reference`): a frozen copy for a full fine-tune, the adapters disabled for peft.
     objective: str = "sft"

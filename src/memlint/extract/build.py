@@ -528,6 +528,25 @@ class Builder:
 
     # ---- HF/TRL trainers -------------------------------------------------------------------
 
+    def args_checkpointing(self, arg_objs: list) -> None:
+        """TrainingArguments' gradient_checkpointing (activation_checkpointing in transformers 5), kept for the model's
+        own gradient_checkpointing_enable() to join, and a context_fn in gradient_checkpointing_kwargs (said)."""
+        gc = []
+        for a in arg_objs:
+            v = a.get("gradient_checkpointing")
+            if v is None:
+                v = a.get("activation_checkpointing")
+            gc.append(v if v is not None else field_value(a, "gradient_checkpointing"))
+        self.args_gc = _alts(gc)
+        for a in arg_objs:
+            kw = a.get("gradient_checkpointing_kwargs")
+            if isinstance(kw, Dict) and "context_fn" in kw.items:
+                # transformers passes these to torch.utils.checkpoint.checkpoint: a context_fn is a selective
+                # checkpointing policy (create_selective_checkpoint_contexts), the script's own code
+                self.notes.append(f"gradient_checkpointing_kwargs (line {a.line}) sets a context_fn, a selective "
+                                  "checkpointing policy memlint does not read: estimated as full recompute, which keeps "
+                                  "less than any selective policy; torchtitan's op policy: --assume recompute_policy=op-sac")
+
     def trainer_fields(self, trainer: Obj, args: Any, models: list[Obj], unsloth: bool) -> None:
         name = trainer.cls
         label = "unsloth" if unsloth else name
@@ -567,21 +586,9 @@ class Builder:
         self.put("per_device_batch", each("per_device_train_batch_size", "per_gpu_train_batch_size"), _int, line)
         self.put("eval_batch", each("per_device_eval_batch_size", "per_gpu_eval_batch_size"), _int, line)
         self.put("grad_accum", each("gradient_accumulation_steps"), _int, line)
-        gc = []
-        for a in arg_objs:
-            v = a.get("gradient_checkpointing")
-            if v is None:
-                v = a.get("activation_checkpointing")
-            gc.append(v if v is not None else field_value(a, "gradient_checkpointing"))
-        self.args_gc = _alts(gc)
-        for a in arg_objs:
-            kw = a.get("gradient_checkpointing_kwargs")
-            if isinstance(kw, Dict) and "context_fn" in kw.items:
-                # transformers passes these to torch.utils.checkpoint.checkpoint: a context_fn is a selective
-                # checkpointing policy (create_selective_checkpoint_contexts), the script's own code
-                self.notes.append(f"gradient_checkpointing_kwargs (line {a.line}) sets a context_fn, a selective "
-                                  "checkpointing policy memlint does not read: estimated as full recompute, which keeps "
-                                  "less than any selective policy; torchtitan's op policy: --assume recompute_policy=op-sac")
+        # torch_compile=True: the Trainer compiles the model, whose forward computes the loss from the logits
+        self.put("compiled_loss", each("torch_compile"), _bool, line)
+        self.args_checkpointing(arg_objs)
         optims = trainer.kwargs.get("optimizers")
         opt_objs = []
         if isinstance(optims, Seq) and optims.items:

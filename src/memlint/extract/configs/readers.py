@@ -180,6 +180,9 @@ class Axolotl(FrameworkReader):
         self.int_field("max_length", "sequence_len", default_key="sequence_len")
         self.padding()
         self.flag("group_by_length", "group_by_length")
+        tc = d.get("torch_compile")
+        if isinstance(tc, bool):  # axolotl passes it to TrainingArguments(torch_compile=...): the forward and its loss
+            self.lit("compiled_loss", tc, "torch_compile")
         gc = d.get("gradient_checkpointing")
         if gc is None:
             self.fw("gradient_checkpointing", "gradient_checkpointing")
@@ -674,6 +677,7 @@ class TrlRecipe(FrameworkReader):
         self.fields["padding"] = type(p)("packing", p.source, p.span, p.chain) if p.value else type(p)("longest", "library-default", None, (f"{cls.split('.')[-1].replace('Config', 'Trainer')}'s collator pads each batch to its longest sample",))
         self.ta_bool("group_by_length", "group_by_length", cls)
         self.ta_bool("gradient_checkpointing", "gradient_checkpointing", cls)
+        self.ta_bool("compiled_loss", "torch_compile", cls)
         opt = d.get("optim")
         if isinstance(opt, str) and opt:
             self.lit("optimizer", opt.lower(), "optim")
@@ -800,6 +804,13 @@ class Torchtune(FrameworkReader):
             self.fw("gradient_checkpointing", "enable_activation_checkpointing")
         self.selective_checkpointing(v)
         self.lib("group_by_length", False, "torchtune samples without length grouping")
+        c = d.get("compile")
+        if isinstance(c, bool):
+            self.lit("compiled_loss", c, "compile", chain=(f"compile: {c}" + (": the recipe's training.compile_loss compiles "
+                                                           "the loss (CEWithChunkedOutputLoss: each chunk's upcast + "
+                                                           "cross-entropy)" if c else ""),))
+        else:
+            self.lib("compiled_loss", False, "torchtune recipes: compile false unless set")
         self.optimizer()
         self.lib("attn_implementation", "sdpa", "torchtune's attention calls torch scaled_dot_product_attention")
         self.sharding()

@@ -350,6 +350,13 @@ class Torchtitan(FrameworkReader):
         if v is True:
             self.notes.append(f"{'.'.join(path)} = true: torch.compile fuses elementwise ops and may save fewer "
                               "activations than the eager modules estimated; " + self.facts["compile_note"])
+            if path == ("compile", "enable"):  # [compile] components, ["model", "loss"] by default (v0.2.x Compile)
+                comps = self.doc.get("compile", "components")
+                comps = comps if isinstance(comps, list) else ["model", "loss"]
+                self.lit("compiled_loss", "loss" in comps, *path,
+                         chain=(f"[compile] enable = true, components {comps!r}",))
+            else:  # before v0.2.0 train.py left the loss uncompiled (its torch.compile(loss_fn) commented out)
+                self.lit("compiled_loss", False, *path, chain=("training.compile: the model's blocks only",))
 
     def _check_keys(self) -> None:
         fw = self.facts
