@@ -166,7 +166,10 @@ def extract_paths(paths: list[str] | list[Path]) -> list[TrainingPlan]:
 def expand_launchers(targets: list[Target], roots: Any = ()) -> list[Target]:
     """Shell launchers a walk found (scripts/*.sh, Makefiles) become one target per training command
     they run: (script, launch) pairs, read with the command's arguments, after the files themselves."""
-    from memlint.extract.shell import is_launcher, launcher_targets
+    from memlint.vocab import LAUNCHER_NAMES, LAUNCHER_SUFFIXES
+
+    def is_launcher(path: Path) -> bool:  # extract.shell's, without importing it for a walk with no launcher
+        return path.suffix in LAUNCHER_SUFFIXES or path.name in LAUNCHER_NAMES
 
     plain = [t for t in targets if not is_launcher(t.path)]
     walked = [Path(r) for r in roots if Path(r).is_dir()]
@@ -174,14 +177,28 @@ def expand_launchers(targets: list[Target], roots: Any = ()) -> list[Target]:
     seen: set = set()
     for t in targets:
         # a notebook is read as Python and, for its `!python train.py ...` lines, as a launcher too
-        if not is_launcher(t.path) and t.path.suffix != ".ipynb":
+        if not is_launcher(t.path) and not (t.path.suffix == ".ipynb" and _has_shell_line(t.path)):
             continue
+        from memlint.extract.shell import launcher_targets
+
         for pair in launcher_targets(t.path, t.shown, [*walked, Path.cwd()]):
             key = (str(pair.path.resolve()), pair.launch.origin, pair.launch.line)
             if key not in seen:
                 seen.add(key)
                 pairs.append(pair)
     return plain + pairs
+
+
+def _has_shell_line(path: Path) -> bool:
+    """Whether a notebook may have a `!command` cell line (a JSON string starting, after blanks, with `!`); the only
+    lines extract.shell.notebook_shell launches from."""
+    try:
+        raw = read_bytes(path)
+    except (OSError, MemlintError):
+        return False
+    import re
+
+    return re.search(rb'"[ \t]*!', raw) is not None
 
 
 def extract_targets(targets: list[Target]) -> list[TrainingPlan]:
