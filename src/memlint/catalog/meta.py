@@ -153,20 +153,11 @@ def _count_seq2seq(model_type: str, config: dict) -> dict:
     """An encoder-decoder's exact counts (T5ForConditionalGeneration on the meta device, lm_head untied where the
     checkpoint's config says so); its linears keyed by stack (encoder./decoder.) and sub-layer, and the relative
     attention bias tables (an Embedding of buckets x heads in each stack's first layer) under `other`."""
-    import torch
-
     cfg, model = build_seq2seq(model_type, config)
     counted = _count_module(model_type, cfg, model, model.get_output_embeddings())
     if model_type == "bart":
         return _count_bart(cfg, model, counted)
-    linears = {k: v for k, v in counted["linear_modules"].items() if k == "lm_head"}
-    for name, mod in model.named_modules():
-        m = _T5_LINEAR.match(name)
-        if isinstance(mod, torch.nn.Linear) and m:
-            key = f"{m.group(1)}.{m.group(2)}"
-            slot = linears.setdefault(key, {"in": mod.in_features, "out": mod.out_features,
-                                            "bias": mod.bias is not None, "count": 0, "role": linear_role(key)})
-            slot["count"] += 1
+    linears = _stack_linears(model, counted, _T5_LINEAR)
     rel = sum(p.numel() for n, p in model.named_parameters() if "relative_attention_bias" in n)
     groups = dict(counted["groups"])
     groups["embeddings"] -= rel
@@ -184,20 +175,27 @@ def _count_seq2seq(model_type: str, config: dict) -> dict:
     return {**counted, "groups": groups, "linear_modules": linears, "arch": arch}
 
 
-def _count_bart(cfg, model, counted: dict) -> dict:
-    """BART (BartForConditionalGeneration): post-LN layers with biases, a plain GELU FFN (fc1, fc2), learned
-    positions (max_position_embeddings + 2 rows: BartLearnedPositionalEmbedding's offset) and layernorm_embedding
-    in each stack, lm_head tied to the shared embedding, final_logits_bias a [1, V] buffer (not a parameter)."""
+def _stack_linears(model, counted: dict, pattern) -> dict:
+    """An encoder-decoder's linears keyed `<stack>.<name>` (the pattern's two groups), counted over the layers, with
+    the counted lm_head."""
     import torch
 
     linears = {k: v for k, v in counted["linear_modules"].items() if k == "lm_head"}
     for name, mod in model.named_modules():
-        m = _BART_LINEAR.match(name)
+        m = pattern.match(name)
         if isinstance(mod, torch.nn.Linear) and m:
             key = f"{m.group(1)}.{m.group(2)}"
             slot = linears.setdefault(key, {"in": mod.in_features, "out": mod.out_features,
                                             "bias": mod.bias is not None, "count": 0, "role": linear_role(key)})
             slot["count"] += 1
+    return linears
+
+
+def _count_bart(cfg, model, counted: dict) -> dict:
+    """BART (BartForConditionalGeneration): post-LN layers with biases, a plain GELU FFN (fc1, fc2), learned
+    positions (max_position_embeddings + 2 rows: BartLearnedPositionalEmbedding's offset) and layernorm_embedding
+    in each stack, lm_head tied to the shared embedding, final_logits_bias a [1, V] buffer (not a parameter)."""
+    linears = _stack_linears(model, counted, _BART_LINEAR)
     arch = counted["arch"]
     arch.update({
         "hidden_size": cfg.d_model, "intermediate_size": cfg.encoder_ffn_dim, "num_layers": cfg.encoder_layers,
@@ -416,7 +414,6 @@ def _count_on_meta(model_type: str, config: dict) -> dict:
         return _count_vlm(model_type, config)
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
-    from transformers.pytorch_utils import Conv1D
 
     cfg = AutoConfig.for_model(model_type, **config)
     with torch.device("meta"):

@@ -123,13 +123,12 @@ def tokens(command: str) -> list[str]:
         raise MemlintError(f"cannot read the command: {exc}") from None
 
 
-def parse_command(words: Sequence[str], origin: str = "the command line", line: int | None = None) -> Launch:
-    """The Launch of one command (already split into words). Raises MemlintError when it runs no
-    Python script memlint can read (a shell builtin, an unknown tool)."""
+def _command_words(words: Sequence[str]) -> tuple[list[str], dict[str, str], str | None]:
+    """(the command's own words, the variables set before it, a `cd DIR &&` before it): `cd DIR && cmd`, `VAR=1 cmd`
+    and wrappers (`nohup`, `uv run`, `srun -N 2`) taken off the front, `&& next`, pipes and redirections off the end."""
     words = list(words)
     env: dict[str, str] = {}
     cwd: str | None = None
-    # `cd DIR && cmd`, `VAR=1 cmd`, wrappers (`nohup`, `uv run`)
     while words:
         w = words[0]
         if w == "cd" and len(words) >= 3 and words[2] in ("&&", ";"):
@@ -150,6 +149,13 @@ def parse_command(words: Sequence[str], origin: str = "the command line", line: 
     for sep in ("&&", "||", ";", "|", "&", ">", ">>", "2>&1", "1>", "2>"):
         if sep in words:
             words = words[: words.index(sep)]
+    return words, env, cwd
+
+
+def parse_command(words: Sequence[str], origin: str = "the command line", line: int | None = None) -> Launch:
+    """The Launch of one command (already split into words). Raises MemlintError when it runs no
+    Python script memlint can read (a shell builtin, an unknown tool)."""
+    words, env, cwd = _command_words(words)
     if not words:
         raise MemlintError("the command runs nothing")
     head = Path(words[0]).name
@@ -306,25 +312,7 @@ _SHELLS = {"bash", "sh", "zsh", "dash"}
 def shell_script(words: Sequence[str]) -> tuple[str, tuple[str, ...], dict[str, str], str | None] | None:
     """(script, its arguments, the variables set before it, a `cd DIR &&` before it) when the command
     runs a shell script (`bash scripts/run.sh 2 /ckpt`, `sh -x run.sh`, `./run.sh`); None otherwise."""
-    words = list(words)
-    env: dict[str, str] = {}
-    cwd: str | None = None
-    while words:
-        w = words[0]
-        if w == "cd" and len(words) >= 3 and words[2] in ("&&", ";"):
-            cwd = words[1] if cwd is None else f"{cwd}/{words[1]}"
-            words = words[3:]
-        elif _ENV.match(w):
-            k, v = _ENV.match(w).groups()
-            env[k] = v
-            words = words[1:]
-        elif w in _WRAPPERS:
-            words = words[1:]
-        else:
-            break
-    for sep in ("&&", "||", ";", "|", "&", ">", ">>", "2>&1", "1>", "2>"):
-        if sep in words:
-            words = words[: words.index(sep)]
+    words, env, cwd = _command_words(words)
     if not words:
         return None
     if Path(words[0]).name in _SHELLS:
