@@ -143,11 +143,9 @@ def _float8_gather_savings(s: Setup) -> tuple[int, int]:
     (1 B an element) instead of the weight's dtype, for the linears made Float8Linear (lm_head with "all")."""
     if not s.float8_all_gather:
         return 0, 0
-    from memlint.estimate.activations import float8_linears
-
     per = s.weight_bytes - 1
     m = s.model
-    layer = sum(i * o * c for i, o, c in float8_linears(s.with_(float8="layers"))) // m.layers * per
+    layer = sum(l.in_features * l.out_features * l.count for l in m.layer_linears()) // m.layers * per
     return layer, (m.hidden * m.vocab * per if s.float8 == "all" else 0)
 
 

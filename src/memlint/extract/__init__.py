@@ -57,18 +57,25 @@ def _extract_file(path: str | Path, launch: Any = None, shown: str | None = None
         from memlint.extract.configs import read_config
 
         plan = read_config(p if p.is_file() or not tool_run else None, shown=shown or str(path), launch=launch)
-        if plan is not None and launch is not None and launch.script and not tool_run:
-            plan = _script_trainer(plan, Path(launch.cwd or ".") / launch.script)
-        if plan is not None and launch is not None and launch.launcher not in TOOLS and (launch.script or launch.module):
-            # `accelerate launch --config_file X train.py recipe.yaml`, `torchrun --nproc_per_node 8 -m torchtitan.train
-            # --job.config_file X`: the launcher's GPUs and sharding too
-            from memlint.extract.launched import apply_launcher
-
-            plan = apply_launcher(plan, launch, Path(launch.cwd or ".") / (launch.script or launch.module.replace(".", "/") + ".py"))
-        return plan
+        return _launched_config(plan, launch)
     from memlint.extract.source import read_source
 
     return extract_source(read_source(p), p, shown=shown or str(path), launch=launch)
+
+
+def _launched_config(plan: TrainingPlan | None, launch: Any) -> TrainingPlan | None:
+    """A config run by a script or module of its own (`accelerate launch --config_file X train.py recipe.yaml`,
+    `torchrun --nproc_per_node 8 -m torchtitan.train --job.config_file X`): the script's trainer class, and the
+    launcher's GPUs and sharding. A framework tool's own command (`tune run`, `litgpt ...`) has neither."""
+    from memlint.extract.configs.overrides import TOOLS
+
+    if plan is None or launch is None or launch.launcher in TOOLS or not (launch.script or launch.module):
+        return plan
+    if launch.script:
+        plan = _script_trainer(plan, Path(launch.cwd or ".") / launch.script)
+    from memlint.extract.launched import apply_launcher
+
+    return apply_launcher(plan, launch, Path(launch.cwd or ".") / (launch.script or launch.module.replace(".", "/") + ".py"))
 
 
 def _script_trainer(plan: TrainingPlan, script: Path) -> TrainingPlan:
@@ -306,13 +313,7 @@ def read_config_text(path: Path, shown: str, text: str, explicit: bool, launch: 
     try:
         # YAML/JSON that is no framework's config (CI workflows, dataset cards) is skipped
         # even when named: pre-commit passes every YAML file of a commit.
-        plan = read_config(path, text=text, shown=shown, explicit=False, launch=launch)
-        if plan is not None and launch is not None and (launch.module or launch.script) and launch.launcher != "python":
-            # a launcher script's `torchrun --nproc_per_node 8 -m torchtitan.train --job.config_file X`: its GPUs
-            from memlint.extract.launched import apply_launcher
-
-            plan = apply_launcher(plan, launch, Path(launch.cwd or ".") / (launch.script or launch.module.replace(".", "/") + ".py"))
-        return plan
+        return _launched_config(read_config(path, text=text, shown=shown, explicit=False, launch=launch), launch)
     except MemlintError as exc:
         if explicit:
             return unreadable(shown, str(exc).removeprefix(f"{shown}: "))

@@ -352,8 +352,7 @@ def command_target(words: Sequence[str], cwd: Path | None = None):
         if ref is None:
             raise MemlintError(f"`{launch.launcher} {launch.subcommand}`: no config file in the command")
         path = tool_config(launch, base, ref)
-        shown = os.path.relpath(path, cwd) if path.is_absolute() and path != base / ref else \
-            os.path.normpath(os.path.join(launch.cwd or "", ref))
+        shown = os.path.relpath(path, cwd) if path.is_absolute() else os.path.normpath(os.path.join(launch.cwd or "", ref))
     if not path.is_file():
         raise MemlintError(f"{shown}: no such file (the command's {'script' if launch.script else 'config'})")
     config = framework_config(launch, base)

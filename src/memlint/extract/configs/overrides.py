@@ -113,6 +113,7 @@ def apply(doc: Any, launch: Any, config_ref: str | None, tool: tuple | None = No
         return set()
     origin = launch.origin if launch.line else COMMAND_LINE
     done = set()
+    tool = tool or TOOLS.get(launch.launcher)
     for path, value, how in overrides(launch, config_ref, tool):
         cur = doc.data
         for part in path[:-1]:
@@ -120,8 +121,6 @@ def apply(doc: Any, launch: Any, config_ref: str | None, tool: tuple | None = No
             if not isinstance(nxt, dict):
                 nxt = cur[part] = {}
             cur = nxt
-        if tool is None:
-            tool = TOOLS.get(launch.launcher)
         old = cur.get(path[-1])
         if tool is not None and tool[0] == "torchtune" and isinstance(old, dict) and "_component_" in old \
                 and isinstance(value, str):
