@@ -40,6 +40,11 @@ def run(args) -> int:
     from memlint.commands.common import min_headroom
 
     check_chart_flags(args)
+    if getattr(args, "fields", False):
+        from memlint.report.plan_view import render_fields
+
+        render_fields(console())
+        return 0
     headroom = min_headroom()
     if getattr(args, "launch_words", None):
         from memlint.extract import extract_targets
@@ -108,5 +113,8 @@ def add_parser(sub) -> None:
     pl.add_argument("--gpus", type=int, metavar="N", help="GPUs the run spans: the estimate is per GPU (rank)")
     pl.add_argument("--accounting", choices=("real", "textbook"), default="real")
     pl.add_argument("--format", choices=("table", "json"), default="table")
+    pl.add_argument("--fields", action="store_true",
+                    help="list the plan's fields: what each means, the names --assume takes for it (short and "
+                         "Hugging Face argument names) and the estimate flag that sets it")
     add_chart_flags(pl)
     pl.set_defaults(func=run)
