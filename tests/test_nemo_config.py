@@ -356,9 +356,9 @@ def test_check_cli_sizes_a_config_with_a_model(tmp_path):
     p = tmp_path / "megatron_gpt_finetuning_config.yaml"
     p.write_text(SFT)
     r = _check(str(p))
-    assert r.returncode == 0 and "MEM003 model_id is unknown" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "MEM003 note: model_id is unknown" in r.stdout, r.stdout + r.stderr
     r = _check(str(p), "--assume", "model_id=meta-llama/Llama-2-7b-hf", "--gpu", "H100-80GB")
-    assert r.returncode in (0, 1) and "Traceback" not in r.stderr and "MEM003 model_id" not in r.stdout, r.stdout + r.stderr
+    assert r.returncode in (0, 1) and "Traceback" not in r.stderr and "MEM003 note: model_id" not in r.stdout, r.stdout + r.stderr
 
 
 def test_nemo_resolvers_are_evaluated_where_read(tmp_path):

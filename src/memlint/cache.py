@@ -240,7 +240,18 @@ def to_json(r: FileResult) -> dict:
             "raw": [list(p) for p in r.raw_positions],
             "gpu": list(ctx.gpu) if ctx.gpu else None, "model_error": ctx.model_error,
             "min_headroom": ctx.min_headroom,
-            "missing": list(getattr(planned, "missing", ()) or ()), "estimate": _estimate(ctx.estimate)}
+            "missing": list(getattr(planned, "missing", ()) or ()), "estimate": _estimate(ctx.estimate),
+            "conditional": ctx.conditional.text() if ctx.conditional is not None else None,
+            "noqa_file": r.noqa_file}
+
+
+class _Conditional(NamedTuple):
+    """A cached conditional answer (estimate.conditional.Conditional): its sentence."""
+
+    sentence: str
+
+    def text(self) -> str:
+        return self.sentence
 
 
 class _Component(NamedTuple):
@@ -301,10 +312,11 @@ def from_json(d: dict, content: bytes | None = None) -> FileResult:
     plan = TrainingPlan(d["path"], kind=d["kind"], via=d["via"], sources=tuple(d["sources"]))
     ctx = Context(plan, planned=_Planned(None, tuple(d["missing"])), estimate=est,
                   gpu=Gpu(*d["gpu"]) if d["gpu"] else None, model_error=d["model_error"],
-                  min_headroom=d["min_headroom"], cells=d["cells"])
+                  min_headroom=d["min_headroom"], cells=d["cells"],
+                  conditional=_Conditional(d["conditional"]) if d.get("conditional") else None)
     lines = _lines(content, d) if d["has_lines"] else []
     return FileResult(d["path"], plan, ctx, [_unfinding(f) for f in d["findings"]], lines, d["suppressed"],
-                      d["cells"], [tuple(p) for p in d["raw"]])
+                      d["cells"], [tuple(p) for p in d["raw"]], bool(d.get("noqa_file")))
 
 
 def _lines(content: bytes | None, d: dict) -> list[str]:

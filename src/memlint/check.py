@@ -161,7 +161,9 @@ def check_plan(plan: TrainingPlan, *, lines: Sequence[str] = (), settings: Setti
 
             kept = [replace(f, fix=None) for f in kept]
     kept.sort(key=Finding.sort_key)
-    return FileResult(plan.path, ctx.plan, ctx, kept, lines, suppressed, list(cells))
+    result = FileResult(plan.path, ctx.plan, ctx, kept, lines, suppressed, list(cells))
+    result.noqa_file = whole_file
+    return result
 
 
 def _effective_fixes(found: list[Finding], lines: Sequence[str]) -> list[Finding]:

@@ -116,7 +116,6 @@ def _launch(plans_cfg: str | None):
 def run_check(args: argparse.Namespace) -> int:
     from memlint import files
     from memlint.check import check_paths, check_plan, check_source, check_target, collect, failing
-    from memlint.report.check_view import fit_summary
     from memlint.report.formats import summary
 
     settings = resolve_settings(args)
@@ -176,9 +175,8 @@ def run_check(args: argparse.Namespace) -> int:
     _write_report(results, fmt, args, settings)
     if not args.quiet:
         sys.stdout.flush()
-        sys.stderr.write(summary(results, show_fixes=args.unsafe_fixes))
-        if settings.gpu is None and fmt in ("concise", "full"):
-            fit_summary(results, sys.stderr, settings.min_headroom)
+        sys.stderr.write(summary(results, show_fixes=args.unsafe_fixes,
+                                 fail_on=None if args.exit_zero else settings.fail_on))
     if args.exit_zero:
         return 0
     return 1 if failing(results, settings.fail_on) else 0
