@@ -227,6 +227,7 @@ def _estimate(est: Any) -> dict | None:
     return {"accounting": est.accounting, "peak": est.peak, "peak_phase": est.peak_phase,
             "paged_optimizer": est.paged_optimizer, "reserved_peak": est.reserved_peak,
             "components": [[name, c.bytes] for name, c in est.components.items()],
+            "peak_terms": [list(t) for t in getattr(est, "peak_terms", ())],
             "setup": {"model": s.model.id, "batch": s.batch, "seq": s.seq, "gpus": s.gpus, "shard": s.shard,
                       "compute_dtype": s.compute_dtype, "attn": s.attn}}
 
@@ -287,6 +288,7 @@ class CachedEstimate(NamedTuple):
         return self.components[name].bytes
 
     reserved_peak: int = 0
+    peak_terms: tuple = ()
 
     @property
     def allocated_peak(self) -> int:
@@ -308,7 +310,8 @@ def from_json(d: dict, content: bytes | None = None) -> FileResult:
         s = dict(e["setup"])
         setup = _Setup(_Model(s.pop("model")), **s)
         est = CachedEstimate(e["accounting"], e["peak"], e["peak_phase"], e["paged_optimizer"],
-                             {name: _Component(b) for name, b in e["components"]}, setup, e["reserved_peak"])
+                             {name: _Component(b) for name, b in e["components"]}, setup, e["reserved_peak"],
+                             tuple(tuple(t) for t in e.get("peak_terms", ())))
     plan = TrainingPlan(d["path"], kind=d["kind"], via=d["via"], sources=tuple(d["sources"]))
     ctx = Context(plan, planned=_Planned(None, tuple(d["missing"])), estimate=est,
                   gpu=Gpu(*d["gpu"]) if d["gpu"] else None, model_error=d["model_error"],

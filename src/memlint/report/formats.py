@@ -311,8 +311,14 @@ def estimate_table(r: FileResult, paint: _Paint | None = None) -> str | None:
     rows = [f"{title} ({est.accounting} accounting{', ' + model if model else ''}{shape})"]
     names = [c for c in COMPONENTS if c in est.components]
     names[-1:-1] = [c for c in est.components if c not in COMPONENTS]  # e.g. buffers, before overhead
-    width = max(len(c) for c in names)
+    # what the peak holds beyond the components, before the overhead: the rows add up to the peak
+    terms = [(f"{'+' if b > 0 else '−'} {label}", b, words) for label, b, words in getattr(est, "peak_terms", ())]
+    width = max(len(c) for c in [*names, *(t[0] for t in terms)])
     for name in names:
+        if name == "overhead":
+            for label, b, words in terms:
+                why = "  (eager attention)" if b > 0 and "eager attention" in words else ""
+                rows.append(f"  {label.ljust(width)}  {gib(abs(b)).rjust(8)} GiB{why}")
         rows.append(f"  {name.ljust(width)}  {gib(est.components[name].bytes).rjust(8)} GiB")
     phase = f"  at the {est.peak_phase} phase" if est.peak_phase not in ("sum", None) else ""
     rows.append(paint(f"  {'peak'.ljust(width)}  {gib(est.peak).rjust(8)} GiB{phase}", "bold"))

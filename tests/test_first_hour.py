@@ -1,0 +1,89 @@
+"""The first hour (issue #30): a newcomer's walk through every front door, one test per item the issue
+lists, each run the way a user runs it (the CLI in-process, the bundled fixtures, scripts written as people
+write them). No network, no GPU."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from memlint.cli import main
+from memlint.rules.samples import script
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "fixtures" / "scripts"
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main([*argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(autouse=True)
+def _no_cache(monkeypatch):
+    monkeypatch.setenv("MEMLINT_NO_CACHE", "1")
+
+
+def _eager_script(tmp_path: Path, **kw) -> Path:
+    p = tmp_path / "train.py"
+    p.write_text(script("meta-llama/Llama-3.2-1B", attn="eager", **kw))
+    return p
+
+
+# ---- the answer, first -------------------------------------------------------------------------------------
+
+
+def test_a_fitting_run_says_so_and_concise_lines_carry_the_severity(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    code, out, err = run(capsys, "fixtures/scripts/trl_sft_qlora.py", "--gpu", "RTX4090")
+    assert code == 0
+    lines = out.splitlines()
+    assert re.match(r"^fixtures/scripts/trl_sft_qlora.py:\d+:\d+: MEM304 note: ", lines[0])
+    assert lines[-1] == "fixtures/scripts/trl_sft_qlora.py: peak 15.7 GiB, fits RTX4090 with 8.3 GiB free"
+    assert "Found 1 finding (1 note).\nNone at or above fail-on (warning): exit 0.\n" in err
+    # full ends the file the same way
+    code, out, _ = run(capsys, "fixtures/scripts/trl_sft_qlora.py", "--gpu", "RTX4090", "--output-format", "full")
+    assert out.rstrip("\n").splitlines()[-1] == lines[-1]
+
+
+def test_one_notion_of_fit_mem305_offers_only_what_fits_with_the_headroom(capsys, monkeypatch):
+    """MEM305 used to offer LoRA at 22.7 GiB on a 24 GiB card, which MEM102 calls tight."""
+    monkeypatch.chdir(ROOT)
+    _, out, _ = run(capsys, "fixtures/scripts/run_clm_style.py", "--gpu", "RTX4090")
+    [mem305] = [ln for ln in out.splitlines() if " MEM305 " in ln]
+    assert "QLoRA (r=16, all linear layers) 21.0 GiB would" in mem305 and " LoRA (r=16" not in mem305
+    # the suggestion MEM101 names, applied, gets memlint.gpu's "fits" (no MEM101, no MEM102)
+    _, out, _ = run(capsys, "fixtures/scripts/run_clm_style.py", "--gpu", "RTX4090", "--output-format", "json")
+    [f] = [d for d in json.loads(out) if d["code"] == "MEM101"]
+    assume = [a for kv in f["data"]["suggestion"]["assume"] for a in ("--assume", kv)]
+    _, out, _ = run(capsys, "fixtures/scripts/run_clm_style.py", "--gpu", "RTX4090", *assume)
+    assert " MEM101 " not in out and " MEM102 " not in out and "fits RTX4090 with" in out
+
+
+def test_the_rows_add_up_and_name_the_recomputed_layers_eager_attention(capsys):
+    args = ("estimate", "--model", "meta-llama/Llama-3.2-1B", "--batch", "4", "--seq", "4096", "--attn", "eager",
+            "--recompute", "--fused-loss", "--gpu", "24")
+    _, out, _ = run(capsys, *args, "--format", "json")
+    doc = json.loads(out)
+    rows = sum(v for k, v in doc["components"].items() if k != "overhead")
+    assert rows + sum(t["bytes"] for t in doc["peak_terms"]) == doc["allocated_peak"]
+    [layer] = [t for t in doc["peak_terms"] if t["bytes"] > 0]
+    assert layer["name"] == "recomputed layer" and "eager attention" in layer["how"]
+    _, out, _ = run(capsys, *args)
+    assert re.search(r"^\+ recomputed layer +13\.75 ", out, re.M) and "eager attention's b·heads·s²" in out
+    _, out, _ = run(capsys, *args, "--compare")
+    assert "╌ at the peak: recomputed layer (eager attention)" in out.replace("\n", "")
+
+
+def test_sdpa_is_a_lever_and_mem204_speaks_at_any_length(tmp_path, capsys):
+    """Eager attention at 1,024 tokens, micro-batch 4 on 24 GiB: SDPA (free, faster) is in MEM101's advice,
+    not a smaller micro-batch, and MEM204 says what it saves."""
+    p = _eager_script(tmp_path, batch=4, max_length=1024, recompute=False)
+    _, out, _ = run(capsys, str(p), "--gpu", "24")
+    [mem101] = [ln for ln in out.splitlines() if " MEM101 " in ln]
+    assert 'attn_implementation="sdpa"' in mem101 and "micro-batch 4 → 1" not in mem101
+    assert re.search(r" MEM204 warning: eager attention at 1024 tokens .* SDPA would save 12\.4 GiB", out)
