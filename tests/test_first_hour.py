@@ -87,3 +87,28 @@ def test_sdpa_is_a_lever_and_mem204_speaks_at_any_length(tmp_path, capsys):
     [mem101] = [ln for ln in out.splitlines() if " MEM101 " in ln]
     assert 'attn_implementation="sdpa"' in mem101 and "micro-batch 4 → 1" not in mem101
     assert re.search(r" MEM204 warning: eager attention at 1024 tokens .* SDPA would save 12\.4 GiB", out)
+
+
+def test_plan_shows_the_fields_that_matter_and_all_shows_the_rest(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("COLUMNS", "200")
+
+    def fields(out: str) -> list[str]:
+        from memlint.plan import PLAN_FIELDS
+
+        rows = out.split("field ", 1)[1].splitlines()[1:]
+        return [ln.split()[0] for ln in rows[:len(PLAN_FIELDS)] if ln.split() and ln.split()[0] in PLAN_FIELDS]
+
+    _, out, _ = run(capsys, "plan", "fixtures/scripts/run_clm_style.py")
+    shown = fields(out)
+    # a full fine-tune on one GPU: no LoRA, quantization, parallelism, vision or GaLore rows
+    assert "model_id" in shown and "per_device_batch" in shown and "gradient_checkpointing" in shown
+    assert not {"lora_r", "quant_bits", "tp_size", "image_max_pixels", "galore_rank", "num_labels"} & set(shown)
+    assert len(shown) < 25 and "more fields, unknown or not used by this run: --all shows them" in out
+    _, out, _ = run(capsys, "plan", "fixtures/scripts/run_clm_style.py", "--all")
+    assert len(fields(out)) == 55 and "--all shows them" not in out
+    # a QLoRA run shows its adapters and its quantization; what the estimate lacks is always shown
+    _, out, _ = run(capsys, "plan", "fixtures/scripts/trl_sft_qlora.py")
+    assert {"lora_r", "quant_type", "double_quant"} <= set(fields(out))
+    _, out, _ = run(capsys, "plan", "fixtures/scripts/deepspeed_zero3.py")
+    assert "num_gpus" in fields(out)

@@ -89,7 +89,7 @@ def run(args) -> int:
                 doc["conditional"] = cond.to_json() if cond is not None else None
             docs.append(doc)
             continue
-        render_plan(plan, est_doc, detail, out, cond)
+        render_plan(plan, est_doc, detail, out, cond, show_all=args.all)
     if args.format == "json":
         print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=2))
     emit_chart(args, charted, out, terminal=args.format != "json")
@@ -108,5 +108,8 @@ def add_parser(sub) -> None:
     pl.add_argument("--gpus", type=int, metavar="N", help="GPUs the run spans: the estimate is per GPU (rank)")
     pl.add_argument("--accounting", choices=("real", "textbook"), default="real")
     pl.add_argument("--format", choices=("table", "json"), default="table")
+    pl.add_argument("--all", action="store_true",
+                    help="show every plan field (default: those that matter for the run: the core fields, what the "
+                         "estimate lacks, and what the script sets)")
     add_chart_flags(pl)
     pl.set_defaults(func=run)
