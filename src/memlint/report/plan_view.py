@@ -25,6 +25,8 @@ GROUPS = {
     "quantization": ("quant_bits", "quant_type", "quant_group_size", "double_quant", "compute_dtype", "kbit_prep"),
     "parallelism": ("num_gpus", "tp_size", "sequence_parallel", "cp_size", "tp_stack", "offload"),
 }
+# A group's fields the answer turns on: shown, unknown or not, where the group applies.
+NEEDED_IN_GROUP = ("lora_r", "lora_targets", "quant_type", "num_gpus")
 
 
 def _applies(group: str, plan: TrainingPlan) -> bool:
@@ -41,7 +43,8 @@ def relevant_fields(plan: TrainingPlan, missing: tuple[str, ...] = ()) -> list[s
     """The plan fields `memlint plan` shows for this run: the core fields; what the estimate lacks (`missing`);
     a known field of a group that applies (LoRA on an adapter run, quantization on a quantized one, parallelism on
     a sharded one), and any other field the script or a library default sets. Unknown fields nothing here needs
-    (image pixels, GaLore, TP on a single-GPU text LoRA run) are left to `--all`."""
+    (image pixels, GaLore, TP on a single-GPU text LoRA run) are left to `--all`; a group's NEEDED_IN_GROUP fields
+    are shown unknown (the GPU count of a sharded run)."""
     grouped = {f: g for g, names in GROUPS.items() for f in names}
     out = []
     for name in PLAN_FIELDS:
@@ -49,7 +52,7 @@ def relevant_fields(plan: TrainingPlan, missing: tuple[str, ...] = ()) -> list[s
         if name in CORE_FIELDS or name in missing:
             out.append(name)
         elif name in grouped:
-            if v.known and _applies(grouped[name], plan):
+            if (v.known or name in NEEDED_IN_GROUP) and _applies(grouped[name], plan):
                 out.append(name)
         elif v.known:
             out.append(name)
