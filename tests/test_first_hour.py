@@ -112,3 +112,61 @@ def test_plan_shows_the_fields_that_matter_and_all_shows_the_rest(capsys, monkey
     assert {"lora_r", "quant_type", "double_quant"} <= set(fields(out))
     _, out, _ = run(capsys, "plan", "fixtures/scripts/deepspeed_zero3.py")
     assert "num_gpus" in fields(out)
+
+
+# ---- notebooks and code review -----------------------------------------------------------------------------
+
+
+def _notebook(batch: int) -> str:
+    """A notebook as Jupyter writes it: one source line per JSON line, execution counts that change on every run."""
+    cells = [
+        ["from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"],
+        ['model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B", torch_dtype="bfloat16")\n'],
+        ["def tokenize(batch):\n",
+         '    return tok(batch["text"], truncation=True, max_length=1024, padding="max_length")\n'],
+        ["args = TrainingArguments(\n", '    output_dir="out",\n', f"    per_device_train_batch_size={batch},\n",
+         "    bf16=True,\n", ")\n", "trainer = Trainer(model=model, args=args)\n", "trainer.train()"],
+    ]
+    doc = {"cells": [{"cell_type": "code", "execution_count": batch * (i + 1), "metadata": {}, "outputs": [],
+                      "source": src} for i, src in enumerate(cells)],
+           "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    return json.dumps(doc, indent=1) + "\n"
+
+
+def test_diff_on_a_notebook_names_the_cell_and_row_and_annotates_the_cells_json_line(tmp_path, capsys, monkeypatch):
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+
+    def sh(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    nb = tmp_path / "nb.ipynb"
+    nb.write_text(_notebook(8))
+    sh("init", "-q", "-b", "main")
+    sh("add", ".")
+    sh("commit", "-qm", "base")
+    nb.write_text(_notebook(16))
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run(capsys, "diff", "HEAD")
+    assert "per_device_train_batch_size 8 → 16 at nb.ipynb:cell 4:3" in out and "execution_count" not in out
+    _, out, _ = run(capsys, "diff", "HEAD", "--output-format", "json")
+    [change] = json.loads(out)["files"][0]["changes"]
+    assert (change["key"], change["cell"], change["line"]) == ("per_device_train_batch_size", 4, 3)
+    _, out, _ = run(capsys, "diff", "HEAD", "--output-format", "github")
+    [ann] = out.splitlines()
+    raw = next(i for i, ln in enumerate(nb.read_text().splitlines(), 1) if "per_device_train_batch_size=16" in ln)
+    assert f",line={raw}::nb.ipynb:cell 4:3: per_device_train_batch_size 8 → 16" in ann
+
+
+def test_check_json_numbers_related_locations_as_the_finding_in_a_notebook(tmp_path, capsys):
+    nb = tmp_path / "nb.ipynb"
+    nb.write_text(_notebook(64))
+    _, out, _ = run(capsys, str(nb), "--gpu", "24", "--output-format", "json")
+    for f in json.loads(out):
+        assert f["cell"] is not None
+        for rel in f["related"]:
+            assert rel["cell"] is not None and rel["location"]["row"] <= 7, rel

@@ -235,7 +235,7 @@ def test_json_has_ruffs_keys_plus_memlints_numbers():
     assert exceeds["location"] == {"row": 17, "column": 5}
     assert exceeds["end_location"] == {"row": 17, "column": 5 + len("per_device_train_batch_size=8")}
     assert exceeds["data"]["max_batch"] == 4 and exceeds["fix"] is None
-    assert exceeds["related"][1] == {"filename": SCRIPT, "location": {"row": 18, "column": 5},
+    assert exceeds["related"][1] == {"cell": None, "filename": SCRIPT, "location": {"row": 18, "column": 5},
                                      "message": "gradient checkpointing set here"}
     fixed = next(i for i in items if i["code"] == "MEM298")
     assert fixed["fix"]["applicability"] == "safe" and fixed["fix"]["message"] == "turn on gradient checkpointing"

@@ -371,11 +371,16 @@ def _json_finding(r: FileResult, f: Finding, base: str | None = None) -> dict[st
         "message": f.message,
         "name": f.name,
         "noqa_row": row,
-        "related": [{"filename": rel.span.path, "location": _loc(rel.span.line, rel.span.col),
-                     "message": rel.label} for rel in f.related],
+        "related": [_json_related(r, rel) for rel in f.related],
         "severity": f.severity,
         "url": rule_url(f.code, f.name, base),
     }
+
+
+def _json_related(r: FileResult, rel) -> dict[str, Any]:
+    """A related location numbered as the finding's own: in a notebook, the cell and the row in it."""
+    cell, row = r.position(rel.span.line) if rel.span.path == r.path else (None, rel.span.line)
+    return {"cell": cell, "filename": rel.span.path, "location": _loc(row, rel.span.col), "message": rel.label}
 
 
 # ---- github ---------------------------------------------------------------------------
