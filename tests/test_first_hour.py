@@ -170,3 +170,21 @@ def test_check_json_numbers_related_locations_as_the_finding_in_a_notebook(tmp_p
         assert f["cell"] is not None
         for rel in f["related"]:
             assert rel["cell"] is not None and rel["location"]["row"] <= 7, rel
+
+
+def test_add_noqa_writes_into_the_notebook_cells_source(tmp_path, capsys):
+    nb = tmp_path / "nb.ipynb"
+    nb.write_text(_notebook(64))
+    before = nb.read_text()
+    code, out, _ = run(capsys, str(nb), "--gpu", "24")
+    assert code == 1 and " MEM101 error: " in out
+    code, _, err = run(capsys, str(nb), "--gpu", "24", "--add-noqa")
+    assert code == 0 and err.startswith("Added ") and not err.startswith("Added 0"), err
+    doc = json.loads(nb.read_text())
+    src = doc["cells"][3]["source"]
+    assert isinstance(src, list) and any("# noqa: " in ln and "per_device_train_batch_size=64" in ln for ln in src)
+    # the JSON as Jupyter wrote it: the same indent, only the cell lines with a finding changed
+    changed = [(a, b) for a, b in zip(before.splitlines(), nb.read_text().splitlines()) if a != b]
+    assert len(before.splitlines()) == len(nb.read_text().splitlines()) and all("# noqa: MEM" in b for _, b in changed)
+    code, out, err = run(capsys, str(nb), "--gpu", "24")
+    assert code == 0 and " MEM" not in out and "All checks passed!" in err
