@@ -188,3 +188,19 @@ def test_add_noqa_writes_into_the_notebook_cells_source(tmp_path, capsys):
     assert len(before.splitlines()) == len(nb.read_text().splitlines()) and all("# noqa: MEM" in b for _, b in changed)
     code, out, err = run(capsys, str(nb), "--gpu", "24")
     assert code == 0 and " MEM" not in out and "All checks passed!" in err
+
+
+def test_mem101s_suggestion_is_an_unsafe_fix_that_makes_the_run_fit(tmp_path, capsys):
+    p = _eager_script(tmp_path, batch=4, max_length=1024, recompute=True)
+    code, out, err = run(capsys, str(p), "--gpu", "12")
+    [mem101] = [ln for ln in out.splitlines() if " MEM101 " in ln]
+    assert code == 1 and "1 hidden fix can be enabled with the `--unsafe-fixes` option" in err
+    _, out, _ = run(capsys, str(p), "--gpu", "12", "--output-format", "json")
+    [f] = [d for d in json.loads(out) if d["code"] == "MEM101"]
+    assert f["fix"]["applicability"] == "unsafe" and f["fix"]["codemod"] == "suggestion" and f["fix"]["edits"]
+    code, out, _ = run(capsys, str(p), "--gpu", "12", "--fix")  # safe fixes only: MEM101 stays
+    assert " MEM101 " in out
+    code, out, err = run(capsys, str(p), "--gpu", "12", "--fix", "--unsafe-fixes")
+    assert " MEM101 " not in out and " MEM102 " not in out and "fits 12 GiB with" in out, out + err
+    text = p.read_text()
+    assert 'optim="adamw_bnb_8bit"' in text and "use_liger_kernel=True" in text
