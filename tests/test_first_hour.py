@@ -204,3 +204,90 @@ def test_mem101s_suggestion_is_an_unsafe_fix_that_makes_the_run_fit(tmp_path, ca
     assert " MEM101 " not in out and " MEM102 " not in out and "fits 12 GiB with" in out, out + err
     text = p.read_text()
     assert 'optim="adamw_bnb_8bit"' in text and "use_liger_kernel=True" in text
+
+
+# ---- pre-commit and Ruff parity ----------------------------------------------------------------------------
+
+INFERENCE = '''\
+import sys
+import torch
+from transformers import AutoModelForCausalLM
+from peft import PeftModel
+
+base = AutoModelForCausalLM.from_pretrained(sys.argv[1], torch_dtype=torch.bfloat16)
+PeftModel.from_pretrained(base, sys.argv[2]).merge_and_unload().save_pretrained("merged")
+'''
+
+
+def test_force_exclude_extend_exclude_and_a_named_inference_script(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text('[tool.memlint]\ngpu = "24"\nexclude = ["experiments"]\n')
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / "big.py").write_text(script(batch=64, recompute=False))
+    (tmp_path / "scratch.py").write_text(script(batch=64, recompute=False))
+    (tmp_path / "merge.py").write_text(INFERENCE)
+    # pre-commit names the files itself: without --force-exclude the excluded one is checked
+    code, out, _ = run(capsys, "check", "experiments/big.py", "merge.py")
+    assert code == 1 and "experiments/big.py:" in out
+    code, out, err = run(capsys, "check", "--force-exclude", "experiments/big.py", "merge.py")
+    # the merge script trains nothing: no MEM003 about its unknown max_length, no answer line
+    assert code == 0 and out == "" and "All checks passed!" in err, out + err
+    code, out, _ = run(capsys, "check", "--force-exclude", "--extend-exclude", "scratch*", "scratch.py")
+    assert code == 0 and out == ""
+    code, out, _ = run(capsys, "check", ".", "--extend-exclude", "scratch.py")
+    assert "scratch.py" not in out and "big.py" not in out
+
+
+def test_config_key_value_overrides_the_settings_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text('[tool.memlint]\ngpu = "H200"\n')
+    (tmp_path / "train.py").write_text(script(batch=8, recompute=False))
+    assert run(capsys, "check", "train.py")[0] == 0
+    code, out, _ = run(capsys, "check", "train.py", "--config", "gpu=RTX4090")
+    assert code == 1 and " MEM101 error: " in out
+    code, out, _ = run(capsys, "check", "train.py", "--config", "gpu=24", "--config", "fail-on='error'",
+                       "--select", "MEM203")
+    assert code == 0 and " MEM203 [*] warning: " in out
+    code, _, err = run(capsys, "check", "train.py", "--config", "gpuz=24")
+    assert code == 2 and "unknown key `gpuz`" in err and "did you mean `gpu`?" in err
+
+
+def test_show_fixes_and_exit_non_zero_on_fix(tmp_path, capsys):
+    p = tmp_path / "train.py"
+    p.write_text(script("meta-llama/Llama-3.2-1B", batch=4, max_length=1024, recompute=False))
+    code, out, err = run(capsys, str(p), "--gpu", "24", "--fix", "--show-fixes", "--exit-non-zero-on-fix")
+    assert code == 1 and "fits 24 GiB with" in out, out + err  # the run is fixed; the hook still stops the commit
+    assert "Fixed 1 finding:\n- " in err and "    1 × MEM203 (recompute-off)\n" in err
+    code, _, _ = run(capsys, str(p), "--gpu", "24", "--fix", "--exit-non-zero-on-fix")
+    assert code == 0  # nothing left to fix
+
+
+def test_watch_checks_again_when_a_file_changes(tmp_path, capsys, monkeypatch):
+    import memlint.commands.check as check_cmd
+
+    p = tmp_path / "train.py"
+    p.write_text(script(batch=1))
+    monkeypatch.setattr(check_cmd, "WATCH_ROUNDS", 2)
+    monkeypatch.setattr(check_cmd, "WATCH_INTERVAL", 0.01)
+    sleeps = []
+
+    def edit(_):
+        sleeps.append(1)
+        p.write_text(script(batch=64, recompute=False))
+
+    monkeypatch.setattr("time.sleep", edit)
+    code, out, err = run(capsys, str(p), "--gpu", "24", "--watch")
+    assert sleeps and code == 1 and " MEM101 " in out and "watching 1 files for changes" in err
+    assert out.count("train.py: peak") == 2
+
+
+def test_a_misspelt_framework_key_is_a_warning_that_fails_the_check(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    code, out, _ = run(capsys, "fixtures/configs/axolotl_misspelt_key.yml", "--gpu", "H100")
+    assert code == 1 and re.search(r" MEM004 warning: unknown axolotl key '\w+' \(did you mean '\w+'\?\)", out)
+
+
+def test_the_hook_hands_python_and_notebooks_with_force_exclude():
+    yaml = pytest.importorskip("yaml")
+    [hook] = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
+    assert hook["entry"] == "memlint check --force-exclude" and hook["types_or"] == ["python", "jupyter"]

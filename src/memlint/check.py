@@ -27,9 +27,29 @@ _FILE_NOQA = re.compile(r"#\s*memlint\s*:\s*noqa\b", re.I)
 
 
 def collect(paths: Sequence[str], settings: Settings) -> list[Target]:
+    """The files to check: folders walked without the excluded patterns; a file named on the command line is
+    checked even when a pattern matches it, unless `force-exclude` (pre-commit names every file it passes)."""
     from memlint.extract import expand_launchers
 
-    return expand_launchers(files.collect(paths, settings.exclude), paths)
+    targets = files.collect(paths, settings.excluded)
+    if settings.force_exclude and settings.excluded:
+        targets = [t for t in targets if not (t.explicit and is_excluded(t.path, settings))]
+    return expand_launchers(targets, paths)
+
+
+def is_excluded(path: Path, settings: Settings) -> bool:
+    """Whether an exclude pattern matches `path` (relative to the config's folder, else the working directory),
+    its name, or one of the folders it is in, as a folder walk would have skipped it."""
+    root = Path(settings.root or ".").resolve()
+    full = Path(os.path.abspath(path))
+    try:
+        rel = full.relative_to(root).as_posix()
+    except ValueError:
+        rel = full.as_posix()
+    parts = rel.split("/")
+    prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    return any(fnmatch.fnmatch(p, x) or fnmatch.fnmatch(p.rsplit("/", 1)[-1], x)
+               for x in settings.excluded for p in prefixes)
 
 
 def noqa_codes(lines: Sequence[str], line: int) -> set[str] | None:
@@ -141,6 +161,9 @@ def check_plan(plan: TrainingPlan, *, lines: Sequence[str] = (), settings: Setti
     if ignored:
         rules = [r for r in rules if not any(s == "ALL" or r.code.startswith(s) for s in ignored)]
     lines = list(lines)
+    training = trains_anything(plan)
+    if not training:  # an inference or merge script named on the command line (pre-commit names every file)
+        rules = [r for r in rules if r.code not in SIZING_NOTES]
     ctx = context_for(plan, settings, gpu, gpus, assume)
     ctx.lines = lines
     ctx.cells = list(cells)
@@ -162,8 +185,19 @@ def check_plan(plan: TrainingPlan, *, lines: Sequence[str] = (), settings: Setti
             kept = [replace(f, fix=None) for f in kept]
     kept.sort(key=Finding.sort_key)
     result = FileResult(plan.path, ctx.plan, ctx, kept, lines, suppressed, list(cells))
-    result.noqa_file = whole_file
+    result.noqa_file = whole_file or not training  # nothing to answer for a script that trains nothing
     return result
+
+
+# The notes that say a script could not be sized: noise on a script that trains nothing.
+SIZING_NOTES = ("MEM002", "MEM003", "MEM006")
+
+
+def trains_anything(plan: TrainingPlan) -> bool:
+    """A config, or a script or notebook with a trainer or a training loop (or that memlint could not read)."""
+    from memlint.extract import trains
+
+    return plan.kind not in ("python", "notebook") or trains(plan)
 
 
 def _effective_fixes(found: list[Finding], lines: Sequence[str]) -> list[Finding]:
