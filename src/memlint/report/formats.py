@@ -173,6 +173,8 @@ def fit_line(r: FileResult, paint: _Paint | None = None) -> str | None:
         return None
     name = paint(printable(r.plan.shown if r.plan.path == r.path else r.path), "bold")
     if est is None:
+        if r.plan.kind in ("deepspeed", "accelerate"):  # a launcher's config: no plan of its own to size
+            return None
         cond = getattr(ctx, "conditional", None)
         if getattr(ctx, "model_error", None) or getattr(getattr(ctx, "planned", None), "missing", ()) or cond:
             tail = f"; {printable(cond.text())}" if cond is not None else ""
