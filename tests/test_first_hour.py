@@ -291,3 +291,33 @@ def test_the_hook_hands_python_and_notebooks_with_force_exclude():
     yaml = pytest.importorskip("yaml")
     [hook] = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
     assert hook["entry"] == "memlint check --force-exclude" and hook["types_or"] == ["python", "jupyter"]
+
+
+# ---- Hugging Face conventions ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spelling", ["bfloat16", "torch.bfloat16", "bf16"])
+def test_dtype_takes_the_names_people_type(capsys, spelling):
+    code, out, _ = run(capsys, "estimate", "--model", "Qwen/Qwen2.5-0.5B", "--dtype", spelling, "--format", "json")
+    assert code == 0 and json.loads(out)["components"]["weights"] > 0
+    base = json.loads(run(capsys, "estimate", "--model", "Qwen/Qwen2.5-0.5B", "--dtype", "bf16", "--format", "json")[1])
+    assert json.loads(out)["peak"] == base["peak"]
+
+
+def test_dtype_float16_and_float32_are_fp16_and_fp32(capsys):
+    peaks = {d: json.loads(run(capsys, "estimate", "--model", "Qwen/Qwen2.5-0.5B", "--dtype", d, "--format",
+                               "json")[1])["components"]["weights"] for d in ("float16", "fp16", "float32", "fp32")}
+    assert peaks["float16"] == peaks["fp16"] and peaks["float32"] == peaks["fp32"] == 2 * peaks["fp16"]
+
+
+def test_assume_takes_hugging_face_argument_names_and_says_what_was_meant(tmp_path, capsys):
+    p = tmp_path / "train.py"
+    p.write_text(script(batch=8, recompute=False))
+    hf = run(capsys, str(p), "--gpu", "24", "--assume", "per_device_train_batch_size=1", "--assume",
+             "model_name_or_path=Qwen/Qwen2.5-0.5B", "--assume", "gradient_accumulation_steps=8")[1]
+    ours = run(capsys, str(p), "--gpu", "24", "--assume", "per_device_batch=1", "--assume", "model_id=Qwen/Qwen2.5-0.5B",
+               "--assume", "grad_accum=8")[1]
+    assert hf == ours and "fits 24 GiB with" in hf
+    code, _, err = run(capsys, str(p), "--assume", "per_device_train_batchsize=2")
+    assert code == 2 and "did you mean" in err and "per_device_train_batch_size" in err
+    assert len(err) < 400 and "image_max_pixels" not in err  # no 56-field dump

@@ -53,7 +53,8 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--kbit-prep", action=argparse.BooleanOptionalAction, default=None,
                    help="prepare_model_for_kbit_training upcasts non-quantized weights to fp32 (default: what the "
                         "--objective's TRL trainer does at the installed TRL version; SFT no longer calls it from 0.26)")
-    flag("--dtype", key="dtype", choices=("fp32", "bf16", "fp16"), help="dtype the weights are loaded in")
+    flag("--dtype", key="dtype", type=_dtype, choices=("fp32", "bf16", "fp16"), metavar="bf16|fp16|fp32",
+         help="dtype the weights are loaded in (bfloat16, float16, float32 and torch.bfloat16 too)")
     g.add_argument("--precision", choices=("fp32", "amp-bf16", "amp-fp16", "pure-bf16", "master-fp32"), default=None,
                    help=f"({dflt('precision')['help_default']})")
     flag("--optim", key="optim", metavar="NAME", help="HF Trainer optim name")
@@ -76,6 +77,15 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
     _loss_and_step_flags(g)
     _model_code_flags(g, flag)
     _parallel_flags(g)
+
+
+def _dtype(text: str) -> str:
+    """`--dtype bfloat16` / `torch.bfloat16` / `bf16`: memlint's name (data/aliases.json "dtypes"), else as typed
+    (argparse then says which choices there are)."""
+    from memlint.vocab import dtype_name
+
+    name = dtype_name(text)
+    return name if name not in (None, "auto") else text
 
 
 def _loss_and_step_flags(g: Any) -> None:

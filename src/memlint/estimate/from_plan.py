@@ -10,17 +10,15 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
+from memlint import data
 from memlint.errors import MemlintError
 from memlint.library.api import attention, objective_name
 from memlint.library.api import kbit_prep as kbit_prep_of
 from memlint.vocab import dtype_name
 from memlint.plan import PLAN_FIELDS, TrainingPlan, Value
 
-# Short names accepted by --assume, for the fields people type most.
-ASSUME_ALIASES = {"model": "model_id", "seq": "max_length", "max_seq_length": "max_length",
-                  "batch": "per_device_batch", "batch_size": "per_device_batch", "dtype": "torch_dtype",
-                  "optim": "optimizer", "r": "lora_r", "gradient_accumulation_steps": "grad_accum",
-                  "attn": "attn_implementation"}
+# The names --assume takes besides the plan fields: short ones and Hugging Face's argument names (data/aliases.json).
+ASSUME_ALIASES: dict[str, str] = data.load("aliases.json")["assume"]
 # Not plan fields: how many GPUs (ranks) the run spans, over how many nodes (fsdp_hybrid).
 EXTRA_ASSUMPTIONS = ("gpus", "nodes")
 # What the estimate counts with: whole numbers from 1 (a script's 1e999 or "abc" is unknown, not
@@ -59,7 +57,8 @@ def apply_assumptions(plan: TrainingPlan, assume: list[str]) -> tuple[TrainingPl
         key, raw = item.split("=", 1)
         key = ASSUME_ALIASES.get(key.strip(), key.strip())
         if key not in PLAN_FIELDS and key not in EXTRA_ASSUMPTIONS:
-            raise MemlintError(f"--assume {key!r}: not a plan field; fields: {', '.join(PLAN_FIELDS)}, gpus")
+            raise MemlintError(f"--assume {key!r}: not a plan field{_did_you_mean(key)}; `memlint plan --all` lists "
+                               "the fields, and Hugging Face's argument names work too (per_device_train_batch_size)")
         value = _parse(raw)
         if key in COUNT_FIELDS and whole(value) is None:
             raise MemlintError(f"--assume {item}: {key} must be a whole number from 1 to {MAX_COUNT:,}")
@@ -68,6 +67,14 @@ def apply_assumptions(plan: TrainingPlan, assume: list[str]) -> tuple[TrainingPl
             continue
         values[key] = Value(value, "assumed", chain=(f"--assume {item}",))
     return checked(plan.with_values(**values)), extra
+
+
+def _did_you_mean(key: str) -> str:
+    import difflib
+
+    names = [*PLAN_FIELDS, *EXTRA_ASSUMPTIONS, *ASSUME_ALIASES]
+    close = difflib.get_close_matches(key, names, n=2, cutoff=0.6)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
 
 
 def whole(v: Any) -> int | None:
