@@ -321,3 +321,43 @@ def test_assume_takes_hugging_face_argument_names_and_says_what_was_meant(tmp_pa
     code, _, err = run(capsys, str(p), "--assume", "per_device_train_batchsize=2")
     assert code == 2 and "did you mean" in err and "per_device_train_batch_size" in err
     assert len(err) < 400 and "image_max_pixels" not in err  # no 56-field dump
+
+
+@pytest.mark.parametrize("name,label", [
+    ("L40S", "L40S"), ("L40", "L40"), ("A6000", "A6000"), ("RTX A6000", "A6000"), ("RTX 6000 Ada", "RTX6000-Ada"),
+    ("A10", "A10G"), ("A10G", "A10G"), ("V100-16GB", "V100-16GB"), ("V100-32GB", "V100-32GB"), ("H20", "H20"),
+    ("H200", "H200"), ("B200", "B200"), ("GB200", "GB200"), ("MI300X", "MI300X"), ("RTX 5090", "RTX5090"),
+    ("RTX4080", "RTX4080"), ("3090", "RTX3090"), ("RTX 3060", "RTX3060"), ("T4", "T4")])
+def test_the_gpus_people_rent_and_own_are_data_with_a_source(name, label):
+    from memlint.gpu import find_gpu, table
+
+    g = find_gpu(name)
+    assert g.label == label
+    entry = table()[label]
+    assert entry["source"] and entry["total_bytes"] > 10 << 30 and "compute_capability" in entry or label == "MI300X"
+
+
+def test_v100_has_no_bf16_and_a_bare_v100_is_ambiguous(capsys):
+    from memlint.errors import MemlintError
+    from memlint.gpu import find_gpu
+
+    with pytest.raises(MemlintError, match="ambiguous GPU 'V100': V100-16GB, V100-32GB"):
+        find_gpu("V100")
+    code, out, _ = run(capsys, "estimate", "--model", "Qwen/Qwen2.5-0.5B", "--gpu", "V100-32GB", "--dtype", "bf16")
+    assert "no (V100-32GB has no bf16)" in out
+
+
+def test_list_gpus_and_list_models(capsys):
+    from memlint.catalog import entries
+
+    code, out, _ = run(capsys, "estimate", "--list-gpus", "--format", "json")
+    gpus = json.loads(out)
+    assert code == 0 and {g["name"] for g in gpus} >= {"L40S", "GB200", "RTX3060", "H20"}
+    assert all(g["source"] for g in gpus) and [g["bytes"] for g in gpus] == sorted(g["bytes"] for g in gpus)
+    code, out, _ = run(capsys, "estimate", "--list-gpus")
+    assert code == 0 and "RTX6000-Ada" in out
+    code, out, _ = run(capsys, "estimate", "--list-models", "--format", "json")
+    models = json.loads(out)
+    assert code == 0 and len(models) == len(entries()) and all(m["params"] > 0 for m in models)
+    code, _, err = run(capsys, "estimate", "--batch", "2")
+    assert code == 2 and "--list-models" in err

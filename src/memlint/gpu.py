@@ -81,6 +81,12 @@ def find_gpu(name: str) -> Gpu:
 
 
 def common_gpus() -> list[Gpu]:
+    """The GPUs shown when none is named (gpus.json "common"): the estimate's table, the smallest that fits."""
+    return [Gpu(label, g["total_bytes"], g["context_bytes"]) for label, g in table().items() if g.get("common", True)]
+
+
+def all_gpus() -> list[Gpu]:
+    """Every GPU memlint knows, smallest first (`memlint estimate --list-gpus`)."""
     return [Gpu(label, g["total_bytes"], g["context_bytes"]) for label, g in table().items()]
 
 

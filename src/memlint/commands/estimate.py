@@ -27,7 +27,8 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("training configuration", "defaults: one table (data/library_defaults.json run_defaults) "
                              "that plan and %%memcheck also take, library defaults at the installed versions")
-    g.add_argument("--model", required=True, help="model id (catalog, HF cache) or a local directory with config.json")
+    g.add_argument("--model", help="model id (catalog, HF cache) or a local directory with config.json (required; "
+                                   "--list-models shows the catalog)")
     g.add_argument("--method", choices=("full", "lora", "qlora"), default="full")
     flag("--lora-r", key="lora_r", type=int, metavar="N")
     flag("--lora-targets", key="lora_targets", metavar="all-linear|q_proj,v_proj,…")
@@ -266,6 +267,14 @@ def run(args: argparse.Namespace) -> int:
     from memlint.estimate import estimate
     from memlint.report.estimate_view import gpu_targets, render, to_json
 
+    if getattr(args, "list_gpus", False) or getattr(args, "list_models", False):
+        from memlint.report.lists import list_gpus, list_models
+
+        (list_gpus if args.list_gpus else list_models)(console(), args.format)
+        return 0
+    if not args.model:
+        raise MemlintError("--model is required: a model id, a local directory with config.json "
+                           "(memlint estimate --list-models lists the catalog)")
     check_chart_flags(args)
     setup = setup_from_args(args)
     targets = gpu_targets(args.gpu)
@@ -285,5 +294,10 @@ def add_parser(sub) -> None:
     e = sub.add_parser("estimate", help="estimate per-GPU memory for a configuration")
     setup_flags(e)
     target_flags(e)
+    lists = e.add_argument_group("what memlint knows")
+    lists.add_argument("--list-gpus", action="store_true",
+                       help="list the GPUs --gpu takes: memory, bf16 / FlashAttention-2, aliases, and the source")
+    lists.add_argument("--list-models", action="store_true",
+                       help="list the bundled catalog: every model id with its parameter count and family")
     add_chart_flags(e)
     e.set_defaults(func=run)
