@@ -361,3 +361,79 @@ def test_list_gpus_and_list_models(capsys):
     assert code == 0 and len(models) == len(entries()) and all(m["params"] > 0 for m in models)
     code, _, err = run(capsys, "estimate", "--batch", "2")
     assert code == 2 and "--list-models" in err
+
+
+# ---- long work shows progress ------------------------------------------------------------------------------
+
+
+class _Tty:
+    """A stderr that says it is a terminal."""
+
+    def __init__(self):
+        import io
+
+        self.buf = io.StringIO()
+
+    def isatty(self):
+        return True
+
+    def write(self, text):
+        return self.buf.write(text)
+
+    def flush(self):
+        pass
+
+
+def test_progress_shows_in_a_terminal_only_and_never_with_q_or_in_ci(monkeypatch):
+    import sys
+    import time
+
+    from memlint import progress
+
+    for var in progress.CI_VARIABLES:
+        monkeypatch.delenv(var, raising=False)
+    tty = _Tty()
+    assert progress.wanted(stream=tty) and not progress.wanted(quiet=True, stream=tty)
+    assert not progress.wanted(stream=__import__("io").StringIO())  # piped
+    monkeypatch.setenv("CI", "true")
+    assert not progress.wanted(stream=tty)
+    monkeypatch.delenv("CI")
+    monkeypatch.setattr(progress, "DELAY_S", 0.0)
+    monkeypatch.setattr(sys, "stderr", tty)
+    with progress.showing("measuring x", enabled=True):
+        progress.note("step 1: backward")
+        time.sleep(0.3)
+    assert "measuring x: step 1: backward" in tty.buf.getvalue()
+    quiet = _Tty()
+    monkeypatch.setattr(sys, "stderr", quiet)
+    with progress.showing("measuring x", enabled=False):
+        progress.note("step 1: backward")  # no display: a no-op
+    assert quiet.buf.getvalue() == ""
+
+
+def test_a_walk_over_100_files_advances_a_bar(tmp_path, monkeypatch):
+    from memlint import progress
+    from memlint.check import check_paths
+    from memlint.config import Settings
+
+    for i in range(101):
+        (tmp_path / f"s{i:03}.py").write_text("import torch\nx = 1\n")
+    calls = []
+    monkeypatch.setattr(progress, "showing", lambda label, enabled, total=None: _Recorder(calls, label, enabled, total))
+    monkeypatch.setattr(progress, "advance", lambda n=1: calls.append("advance"))
+    check_paths([str(tmp_path)], Settings(), show_progress=True)
+    assert calls[0] == ("checking files", True, 101) and calls.count("advance") == 101
+    calls.clear()
+    check_paths([str(tmp_path)], Settings(), show_progress=False)  # -q, CI, or no terminal
+    assert calls[0][1] is False
+
+
+class _Recorder:
+    def __init__(self, calls, label, enabled, total):
+        calls.append((label, enabled, total))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False

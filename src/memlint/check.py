@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from memlint import files
+from memlint import files, progress
 from memlint.config import SEVERITY_ORDER, Settings
 from memlint.errors import MemlintError
 from memlint.extract import FRAMEWORK_WORDS, read_config_text, read_target, unreadable
@@ -290,22 +290,35 @@ def _run(targets: Sequence[Target], jobs: int, settings: Settings, args: tuple) 
             registry.all_rules()
             context = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(max_workers=min(jobs, n), mp_context=context) as pool:
-            return list(pool.map(check_target, targets, repeat(settings, n), *(repeat(a, n) for a in args)))
-    return [check_target(t, settings, *args) for t in targets]
+            return [_done(r) for r in pool.map(check_target, targets, repeat(settings, n), *(repeat(a, n) for a in args))]
+    return [_done(check_target(t, settings, *args)) for t in targets]
+
+
+def _done(result):
+    progress.advance()  # a folder walk's bar, when one is shown
+    return result
+
+
+# A walk over more files than this shows a progress bar (where `show_progress` says a terminal is watching)
+PROGRESS_FILES = 100
 
 
 def check_paths(paths: Sequence[str], settings: Settings, *, gpu: str | None = None, gpus: int | None = None,
-                assume: Sequence[str] = (), cache: "Cache | None" = None, jobs: int = 1) -> list[FileResult]:
+                assume: Sequence[str] = (), cache: "Cache | None" = None, jobs: int = 1,
+                show_progress: bool = False) -> list[FileResult]:
     with files.size_limit(settings.max_file_size):  # a launcher the walk expands is read within it too
         targets = collect(paths, settings)
-    return check_targets(targets, settings, gpu=gpu, gpus=gpus, assume=assume, cache=cache, jobs=jobs)
+    return check_targets(targets, settings, gpu=gpu, gpus=gpus, assume=assume, cache=cache, jobs=jobs,
+                         show_progress=show_progress)
 
 
 def check_targets(targets: Sequence[Target], settings: Settings, *, gpu: str | None = None, gpus: int | None = None,
-                  assume: Sequence[str] = (), cache: "Cache | None" = None, jobs: int = 1) -> list[FileResult]:
+                  assume: Sequence[str] = (), cache: "Cache | None" = None, jobs: int = 1,
+                  show_progress: bool = False) -> list[FileResult]:
     """Every target checked: from `cache` where nothing it depends on changed, the rest by `jobs`
     processes. The results, and their order, do not depend on either. A target a launch command
-    runs is read with that command's arguments, so it is never cached under the file alone."""
+    runs is read with that command's arguments, so it is never cached under the file alone.
+    `show_progress`: a bar on stderr (memlint.progress) when more than PROGRESS_FILES are to be checked."""
     from memlint.cache import MISS
 
     out: list[FileResult | None] = [None] * len(targets)
@@ -317,7 +330,8 @@ def check_targets(targets: Sequence[Target], settings: Settings, *, gpu: str | N
             todo.append((i, content))
         else:
             out[i] = hit
-    done = _run([targets[i] for i, _ in todo], jobs, settings, (gpu, gpus, tuple(assume)))
+    with progress.showing("checking files", enabled=show_progress and len(todo) > PROGRESS_FILES, total=len(todo)):
+        done = _run([targets[i] for i, _ in todo], jobs, settings, (gpu, gpus, tuple(assume)))
     for (i, content), result in zip(todo, done):
         out[i] = result
         if cache is not None and content is not None:

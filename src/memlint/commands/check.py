@@ -233,7 +233,10 @@ def run_check(args: argparse.Namespace) -> int:
             results = [check_plan(merge(r.plan), lines=r.lines, settings=settings, **kw) if r.plan.kind in ("python", "notebook")
                        else r for r in results]
     elif merge is None and not (args.fix or args.diff or args.add_noqa):
-        results = check_paths(paths, settings, **kw, cache=_cache(args, settings), jobs=_jobs(args))
+        from memlint import progress
+
+        results = check_paths(paths, settings, **kw, cache=_cache(args, settings), jobs=_jobs(args),
+                              show_progress=progress.wanted(args.quiet))
     else:
         results = [r for target in collect(paths, settings)
                    if (r := check_target(target, settings, assume=args.assume, merge=merge)) is not None]

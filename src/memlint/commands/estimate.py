@@ -221,6 +221,20 @@ def setup_from_args(args: argparse.Namespace):
     )
 
 
+def warn_positions(setup) -> None:
+    """`--seq` past the model's positions (config.json max_position_embeddings): a warning on stderr; the estimate
+    is still made at that length (a run with rope scaling can go past it)."""
+    import sys
+
+    from memlint.vocab import printable
+
+    cap = setup.model.arch.get("max_position_embeddings")
+    if isinstance(cap, int) and setup.seq > cap:
+        print(printable(f"memlint: warning: --seq {setup.seq:,} is past {setup.model.id}'s {cap:,} positions "
+                        f"(max_position_embeddings): the model was not trained that long (rope scaling may extend it)"),
+              file=sys.stderr)
+
+
 def _image_size(text: str | None) -> tuple[int, int] | None:
     """--image-size HxW (448x448, 1280x720): height by width in pixels."""
     if text is None:
@@ -277,6 +291,7 @@ def run(args: argparse.Namespace) -> int:
                            "(memlint estimate --list-models lists the catalog)")
     check_chart_flags(args)
     setup = setup_from_args(args)
+    warn_positions(setup)
     targets = gpu_targets(args.gpu)
     headroom = min_headroom()
     est = estimate(setup, args.accounting)  # one peak, whichever GPU it is checked against
