@@ -437,3 +437,11 @@ class _Recorder:
 
     def __exit__(self, *exc):
         return False
+
+
+def test_seq_past_the_models_positions_is_a_warning(capsys):
+    code, out, err = run(capsys, "estimate", "--model", "meta-llama/Llama-2-7b-hf", "--seq", "8192", "--format", "json")
+    assert code == 0 and json.loads(out)["peak"] > 0
+    assert "memlint: warning: --seq 8,192 is past meta-llama/Llama-2-7b-hf's 4,096 positions" in err
+    _, _, err = run(capsys, "estimate", "--model", "meta-llama/Llama-2-7b-hf", "--seq", "4096")
+    assert "warning" not in err
