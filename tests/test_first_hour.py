@@ -445,3 +445,69 @@ def test_seq_past_the_models_positions_is_a_warning(capsys):
     assert "memlint: warning: --seq 8,192 is past meta-llama/Llama-2-7b-hf's 4,096 positions" in err
     _, _, err = run(capsys, "estimate", "--model", "meta-llama/Llama-2-7b-hf", "--seq", "4096")
     assert "warning" not in err
+
+
+# ---- JSON Schemas for the JSON outputs ---------------------------------------------------------------------
+
+
+def _validator(name: str):
+    jsonschema = pytest.importorskip("jsonschema")
+    referencing = pytest.importorskip("referencing")
+    from memlint import data
+
+    schemas = {n: data.load(f"schema_{n}.json") for n in ("check", "plan", "estimate")}
+    registry = referencing.Registry().with_resources(
+        (s["$id"], referencing.Resource.from_contents(s)) for s in schemas.values())
+    cls = jsonschema.validators.validator_for(schemas[name])
+    cls.check_schema(schemas[name])
+    return cls(schemas[name], registry=registry, format_checker=cls.FORMAT_CHECKER)
+
+
+def test_check_json_validates_against_its_shipped_schema(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    v = _validator("check")
+    _, out, _ = run(capsys, "check", "fixtures/scripts", "fixtures/configs", "--gpu", "RTX4090", "--output-format",
+                    "json", "--exit-zero")
+    doc = json.loads(out)
+    assert len(doc) > 20 and any(d["fix"] for d in doc)
+    v.validate(doc)
+    nb = ROOT / "fixtures" / "scripts" / "gemma_sft_notebook.ipynb"
+    _, out, _ = run(capsys, "check", str(nb), "--gpu", "12", "--output-format", "json", "--exit-zero")
+    doc = json.loads(out)
+    assert doc and all(d["cell"] for d in doc if d["filename"] == str(nb))
+    v.validate(doc)
+    _, out, _ = run(capsys, "check", "fixtures/scripts/run_clm_style.py", "--gpu", "RTX4090", "--output-format",
+                    "json-lines")
+    for line in out.splitlines():
+        v.validate([json.loads(line)])
+
+
+def test_plan_json_validates_and_its_schema_names_every_plan_field(capsys, monkeypatch):
+    from memlint import data
+    from memlint.plan import PLAN_FIELDS, SOURCES
+
+    monkeypatch.chdir(ROOT)
+    schema = data.load("schema_plan.json")
+    assert schema["$defs"]["field"]["enum"] == list(PLAN_FIELDS)
+    assert schema["$defs"]["value"]["properties"]["source"]["enum"] == list(SOURCES)
+    v = _validator("plan")
+    _, out, _ = run(capsys, "plan", "fixtures/scripts", "fixtures/configs/litgpt_mistral_full.yaml", "--format", "json")
+    docs = json.loads(out)
+    assert isinstance(docs, list) and any(d["estimate"] for d in docs) and any(d.get("conditional") for d in docs)
+    v.validate(docs)
+    _, out, _ = run(capsys, "plan", "fixtures/scripts/trl_sft_qlora.py", "--format", "json", "--gpus", "2",
+                    "--assume", "distributed=fsdp")
+    v.validate(json.loads(out))
+
+
+@pytest.mark.parametrize("argv", [
+    ["--model", "meta-llama/Llama-3.1-8B", "--method", "qlora", "--gpu", "RTX4090"],
+    ["--model", "meta-llama/Llama-3.2-1B", "--attn", "eager", "--recompute", "--fused-loss", "--batch", "4"],
+    ["--model", "meta-llama/Llama-3.1-8B", "--gpus", "8", "--shard", "zero3", "--tp", "2"],
+    ["--model", "Qwen/Qwen2.5-0.5B", "--optim", "paged_adamw_8bit"],
+])
+def test_estimate_json_validates_against_its_shipped_schema(capsys, argv):
+    v = _validator("estimate")
+    code, out, _ = run(capsys, "estimate", *argv, "--format", "json")
+    assert code == 0
+    v.validate(json.loads(out))
