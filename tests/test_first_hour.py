@@ -511,3 +511,52 @@ def test_estimate_json_validates_against_its_shipped_schema(capsys, argv):
     code, out, _ = run(capsys, "estimate", *argv, "--format", "json")
     assert code == 0
     v.validate(json.loads(out))
+
+
+# ---- the models people fine-tune now -----------------------------------------------------------------------
+
+NEW_MODELS = {  # id (or an alias) -> (exact count on the meta device, the total its card publishes, in billions)
+    "openai/gpt-oss-20b": (20_914_757_184, 21), "openai/gpt-oss-120b": (116_829_156_672, 117),
+    "meta-llama/Llama-4-Scout-17B-16E-Instruct": (107_769_861_120, 109),  # text model; the card counts the tower
+    "meta-llama/Llama-4-Maverick-17B-128E-Instruct": (400_711_848_960, 400),
+    "Qwen/Qwen3-235B-A22B": (235_093_634_560, 235), "Qwen/Qwen3-Coder-30B-A3B-Instruct": (30_532_122_624, 30.5),
+    "Qwen/Qwen3-Coder-480B-A35B-Instruct": (480_154_875_392, 480), "google/gemma-3n-E4B-it": (6_835_235_568, 6.8),
+    "HuggingFaceTB/SmolLM3-3B": (3_075_098_624, 3.1), "deepseek-ai/DeepSeek-V3": (671_026_404_352, 671),
+    "deepseek-ai/DeepSeek-R1": (671_026_404_352, 671), "zai-org/GLM-4.5": (352_797_814_784, 355),
+    "zai-org/GLM-4.5-Air": (106_852_245_504, 106), "microsoft/Phi-4-mini-instruct": (None, 3.8),
+    "microsoft/Phi-4-multimodal-instruct": (3_836_021_760, 3.8), "answerdotai/ModernBERT-base": (149_014_272, 0.149),
+    "answerdotai/ModernBERT-large": (394_781_696, 0.395),
+    "mistralai/Mistral-Small-3.1-24B-Instruct-2503": (23_572_403_200, 24),
+    "mistralai/Mistral-Small-3.2-24B-Instruct-2506": (23_572_403_200, 24),
+}
+
+
+@pytest.mark.parametrize("model_id", sorted(NEW_MODELS))
+def test_the_models_people_fine_tune_now_have_exact_cited_counts(model_id):
+    from memlint.catalog import catalog_entry, entries, resolve
+
+    spec = resolve(model_id)
+    exact, published = NEW_MODELS[model_id]
+    if exact is not None:
+        assert spec.params == exact
+    assert abs(spec.params / 1e9 - published) / published < 0.03, spec.params  # within 3 % of the card's total
+    canonical = next(k for k, e in entries().items() if k == model_id or model_id in e.get("aliases", []))
+    assert entries()[canonical].get("ref"), f"{canonical}: where its config values were read"
+    assert catalog_entry(model_id) is not None
+
+
+@pytest.mark.parametrize("model_id,method", [("openai/gpt-oss-20b", "lora"), ("deepseek-ai/DeepSeek-R1", "qlora"),
+                                             ("google/gemma-3n-E4B-it", "qlora"), ("answerdotai/ModernBERT-base", "full"),
+                                             ("meta-llama/Llama-4-Scout-17B-16E", "qlora"), ("zai-org/GLM-4.5-Air", "lora")])
+def test_the_new_models_are_estimated(capsys, model_id, method):
+    code, out, _ = run(capsys, "estimate", "--model", model_id, "--method", method, "--batch", "1", "--seq", "1024",
+                       "--recompute", "--format", "json")
+    doc = json.loads(out)
+    assert code == 0 and doc["peak"] > doc["components"]["weights"] > 0
+
+
+def test_the_readme_states_the_catalog_count():
+    from memlint.catalog import entries
+
+    readme = (ROOT / "README.md").read_text()
+    assert f"a bundled catalog of {len(entries())} models" in readme
