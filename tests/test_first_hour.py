@@ -560,3 +560,65 @@ def test_the_readme_states_the_catalog_count():
 
     readme = (ROOT / "README.md").read_text()
     assert f"a bundled catalog of {len(entries())} models" in readme
+
+
+# ---- --online: only config.json, only when asked ----------------------------------------------------------
+
+TINY_LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 256, "intermediate_size": 512,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000,
+              "max_position_embeddings": 2048, "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+    """huggingface_hub's download, mocked: it writes the config into a fake HF cache and records each call; tests
+    never touch the network."""
+    hf = pytest.importorskip("huggingface_hub")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    calls = []
+
+    def download(repo_id, filename, **kw):
+        calls.append((repo_id, filename, kw))
+        snap = tmp_path / "hub" / ("models--" + repo_id.replace("/", "--")) / "snapshots" / "abc"
+        snap.mkdir(parents=True, exist_ok=True)
+        (snap / filename).write_text(json.dumps(TINY_LLAMA))
+        return str(snap / filename)
+
+    monkeypatch.setattr(hf, "hf_hub_download", download)
+    return calls
+
+
+def test_offline_by_default_and_the_unknown_model_says_how_to_opt_in(tmp_path, capsys, hub):
+    p = tmp_path / "train.py"
+    p.write_text(script("acme/tiny-llama-new"))
+    code, out, _ = run(capsys, str(p), "--gpu", "24")
+    assert hub == [] and " MEM002 note: " in out and "--online fetches its config.json" in out
+    code, _, err = run(capsys, "estimate", "--model", "acme/tiny-llama-new")
+    assert code == 2 and hub == [] and "online = true in [tool.memlint]" in err
+
+
+def test_online_fetches_only_config_json_into_the_hf_cache(tmp_path, capsys, hub, monkeypatch):
+    p = tmp_path / "train.py"
+    p.write_text(script("acme/tiny-llama-new"))
+    code, out, _ = run(capsys, str(p), "--gpu", "24", "--online")
+    assert [c[:2] for c in hub] == [("acme/tiny-llama-new", "config.json")]
+    assert "trust_remote_code" not in hub[0][2] and " MEM002 " not in out and "train.py: peak" in out
+    # the config is in the HF cache now: read offline afterwards, no second call
+    code, out, _ = run(capsys, "estimate", "--model", "acme/tiny-llama-new", "--format", "json")
+    assert code == 0 and len(hub) == 1 and json.loads(out)["model"]["params"] > 0
+    # [tool.memlint] online = true asks for the same
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text("[tool.memlint]\nonline = true\n")
+    code, _, _ = run(capsys, "estimate", "--model", "acme/other-new", "--format", "json")
+    assert code == 0 and hub[-1][:2] == ("acme/other-new", "config.json")
+
+
+def test_online_failures_are_one_line(capsys, monkeypatch):
+    hf = pytest.importorskip("huggingface_hub")
+
+    def boom(repo_id, filename, **kw):
+        raise OSError("401 Client Error: gated repo")
+
+    monkeypatch.setattr(hf, "hf_hub_download", boom)
+    code, _, err = run(capsys, "estimate", "--model", "acme/gated-model", "--online")
+    assert code == 2 and err.count("\n") == 1 and "huggingface-cli login" in err

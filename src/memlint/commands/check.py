@@ -57,6 +57,9 @@ def add_check_flags(p: argparse.ArgumentParser) -> None:
     c.add_argument("--cache-dir", metavar="PATH", help="where the cache lives (default: .memlint_cache beside the "
                                                        "config file, else in the working directory; "
                                                        "MEMLINT_CACHE_DIR)")
+    from memlint.commands.common import add_online_flag
+
+    add_online_flag(g)
     c.add_argument("-j", "--jobs", type=int, metavar="N", default=None,
                    help="processes for a folder walk (default: the CPU count; the results do not depend on it)")
     f = p.add_argument_group("fixes")
@@ -99,6 +102,8 @@ def resolve_settings(args: argparse.Namespace):
         changes["extend_exclude"] = s.extend_exclude + tuple(_codes(args.extend_exclude))
     if getattr(args, "force_exclude", None):
         changes["force_exclude"] = True
+    if getattr(args, "online", None):
+        changes["online"] = True  # part of the settings the cache keys results by
     if args.accounting:
         changes["accounting"] = args.accounting
     if args.gpu:
@@ -191,6 +196,10 @@ def run_check(args: argparse.Namespace) -> int:
 
     settings = resolve_settings(args)
     files.configure(settings.max_file_size)
+    if args.online or settings.online:
+        from memlint.commands.common import go_online
+
+        go_online(args, settings)
     if args.show_settings:
         print(settings.show())
         return 0

@@ -21,6 +21,9 @@ def add_parser(sub) -> None:
     d.add_argument("--config", metavar="PATH|KEY=VALUE", action="append",
                    help="settings file (default: the closest pyproject.toml / memlint.toml), or a KEY = VALUE "
                         "setting that overrides it (repeatable)")
+    from memlint.commands.common import add_online_flag
+
+    add_online_flag(d)
     d.set_defaults(func=run)
     _intermixed(d)
 
@@ -58,6 +61,9 @@ def run(args) -> int:
     repo_root(cwd)  # a non-git directory is the first thing to say
     path, overrides = split_config_args(args.config)
     settings = with_overrides(load_settings(cwd, path), overrides)
+    from memlint.commands.common import go_online
+
+    go_online(args, settings)
     result = run_diff(
         args.items, cwd=cwd, gpu=args.gpu or settings.gpu, assume=[*settings.assume_list(), *args.assume],
         accounting=args.accounting or settings.accounting, budget=args.max_increase or settings.max_increase,

@@ -271,6 +271,9 @@ def _kbit_prep(args: argparse.Namespace, quant: str) -> bool:
 
 def target_flags(p: argparse.ArgumentParser, accounting: str | None = "real") -> None:
     """What `estimate` and `measure` check against and how they print it."""
+    from memlint.commands.common import add_online_flag
+
+    add_online_flag(p)
     p.add_argument("--gpu", metavar="NAME|GiB", help="GPU to check against (default: the common GPUs)")
     p.add_argument("--accounting", choices=("real", "textbook"), default=accounting)
     p.add_argument("--format", choices=("table", "json"), default="table")
@@ -289,7 +292,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.model:
         raise MemlintError("--model is required: a model id, a local directory with config.json "
                            "(memlint estimate --list-models lists the catalog)")
+    from memlint.commands.common import go_online
+
     check_chart_flags(args)
+    go_online(args)
     setup = setup_from_args(args)
     warn_positions(setup)
     targets = gpu_targets(args.gpu)

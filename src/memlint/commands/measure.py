@@ -22,8 +22,10 @@ def run(args: argparse.Namespace) -> int:
         raise MemlintError("measure runs transformers' loss, not a fused one: --fused-loss is for `memlint estimate`")
     if args.offload_activations:
         raise MemlintError("measure keeps activations on the device: --offload-activations is for `memlint estimate`")
+    from memlint.commands.common import go_online
     from memlint.commands.estimate import warn_positions
 
+    go_online(args)
     setup = setup_from_args(args)
     warn_positions(setup)
     targets = gpu_targets(args.gpu) if args.gpu else []

@@ -39,8 +39,11 @@ def run(args) -> int:
 
     from memlint.commands.common import min_headroom
 
+    from memlint.commands.common import go_online
+
     check_chart_flags(args)
     headroom = min_headroom()
+    go_online(args)
     if getattr(args, "launch_words", None):
         from memlint.extract import extract_targets
         from memlint.extract.shell import command_targets
@@ -112,4 +115,7 @@ def add_parser(sub) -> None:
                     help="show every plan field (default: those that matter for the run: the core fields, what the "
                          "estimate lacks, and what the script sets)")
     add_chart_flags(pl)
+    from memlint.commands.common import add_online_flag
+
+    add_online_flag(pl)
     pl.set_defaults(func=run)
