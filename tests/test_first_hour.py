@@ -622,3 +622,29 @@ def test_online_failures_are_one_line(capsys, monkeypatch):
     monkeypatch.setattr(hf, "hf_hub_download", boom)
     code, _, err = run(capsys, "estimate", "--model", "acme/gated-model", "--online")
     assert code == 2 and err.count("\n") == 1 and "huggingface-cli login" in err
+
+
+# ---- README claims -----------------------------------------------------------------------------------------
+
+
+def test_rule_urls_point_at_this_projects_rule_pages():
+    import tomllib
+
+    import memlint
+    from memlint.report import formats
+    from memlint.rules.registry import all_rules
+
+    urls = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]
+    assert urls["Repository"] == memlint.__url__ == formats.HOME_URL
+    assert formats.DOCS_URL.startswith(memlint.__url__ + "/blob/main/docs/rules/")
+    for rule in all_rules():  # each link's path is a page of this repository
+        url = formats.rule_url(rule.code, rule.name)
+        assert (ROOT / url.removeprefix(memlint.__url__ + "/blob/main/")).is_file(), url
+
+
+def test_plot_help_says_what_the_chart_draws(capsys):
+    with pytest.raises(SystemExit):
+        main(["estimate", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "four-bucket" not in out
+    assert "weights, gradients, optimizer, activations, logits, overhead" in out and "torch-memlint[plot]" in out

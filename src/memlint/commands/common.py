@@ -26,7 +26,10 @@ def min_headroom() -> float:
 
 
 def add_chart_flags(p) -> None:
-    p.add_argument("--plot", metavar="PATH", help="draw the four-bucket chart to PATH (.png or .svg; needs matplotlib)")
+    p.add_argument("--plot", metavar="PATH", help="draw the chart to PATH (.png or .svg): one stacked bar of the "
+                                                  "components (weights, gradients, optimizer, activations, logits, "
+                                                  "overhead) against the GPUs' memory; needs the plot extra "
+                                                  "(pip install 'torch-memlint[plot]')")
     p.add_argument("--compare", action="store_true",
                    help="add bars for the alternatives memlint suggests: each lever alone (recompute, fused "
                         "cross-entropy, 8-bit/paged optimizer, activation offloading, smaller micro-batch, LoRA/QLoRA), "

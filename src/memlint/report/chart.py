@@ -1,5 +1,6 @@
-"""The four-bucket chart: one stacked bar per configuration against GPU capacities,
-drawn with matplotlib (png/svg, or SVG text for a notebook) or with rich in a terminal."""
+"""The component chart: one stacked bar per configuration (weights, gradients, optimizer, activations, logits,
+overhead) against GPU capacities, drawn with matplotlib (png/svg, or SVG text for a notebook) or with rich in a
+terminal."""
 
 from __future__ import annotations
 

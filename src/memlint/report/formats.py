@@ -21,7 +21,8 @@ SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 # Where the rule pages (docs/rules/, generated from the rule classes) are published; json `url`
 # and SARIF `helpUri` are absolute links under it, as Ruff's point at docs.astral.sh.
 # `[tool.memlint] docs-url` sets another base (a fork's, an internal mirror).
-HOME_URL = "https://github.com/memlint/memlint"
+from memlint import __url__ as HOME_URL  # noqa: E402 - one place says where this project lives
+
 DOCS_URL = f"{HOME_URL}/blob/main/docs/rules/"
 GITLAB_SEVERITIES = {"error": "major", "warning": "minor", "note": "info"}
 CONTEXT_LINES = 2  # source lines shown above and below a finding in the full format
