@@ -647,4 +647,4 @@ def test_plot_help_says_what_the_chart_draws(capsys):
         main(["estimate", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert "four-bucket" not in out
-    assert "weights, gradients, optimizer, activations, logits, overhead" in out and "torch-memlint[plot]" in out
+    assert "weights, gradients, optimizer, activations, logits, overhead" in out and "[plot]" in out
