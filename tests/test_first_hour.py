@@ -337,8 +337,10 @@ def test_the_gpus_people_rent_and_own_are_data_with_a_source(name, label):
     assert entry["source"] and entry["total_bytes"] > 10 << 30 and "compute_capability" in entry or label == "MI300X"
 
 
-def test_v100_has_no_bf16_and_a_bare_v100_is_ambiguous(capsys):
+def test_v100_has_no_bf16_and_a_bare_v100_is_ambiguous(capsys, monkeypatch):
     from memlint.errors import MemlintError
+
+    monkeypatch.setenv("COLUMNS", "200")
     from memlint.gpu import find_gpu
 
     with pytest.raises(MemlintError, match="ambiguous GPU 'V100': V100-16GB, V100-32GB"):
