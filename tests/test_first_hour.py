@@ -650,3 +650,31 @@ def test_plot_help_says_what_the_chart_draws(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "four-bucket" not in out
     assert "weights, gradients, optimizer, activations, logits, overhead" in out and "[plot]" in out
+
+
+def test_measure_names_its_phases_to_the_progress_display(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from memlint import progress
+
+    (tmp_path / "config.json").write_text(json.dumps(TINY_LLAMA))
+    shown, notes = [], []
+
+    class Recorder:
+        def __init__(self, label, enabled, total=None):
+            shown.append((label, enabled))
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(progress, "showing", Recorder)
+    monkeypatch.setattr(progress, "note", notes.append)
+    code, out, err = run(capsys, "measure", "--model", str(tmp_path), "--batch", "1", "--seq", "32", "--device", "cpu",
+                         "--format", "json", "-q")
+    assert code == 0, err
+    assert shown == [(f"measuring {tmp_path}", False)]  # -q (and no terminal here): nothing drawn
+    assert "step 1: forward" in notes and "step 2: backward" in notes and "step 2 of 2: optimizer" in notes
+    assert any(n.startswith("replaying") for n in notes)
