@@ -297,8 +297,8 @@ def run(args: argparse.Namespace) -> int:
     check_chart_flags(args)
     go_online(args)
     setup = setup_from_args(args)
+    targets = gpu_targets(args.gpu)  # a usage error before any warning
     warn_positions(setup)
-    targets = gpu_targets(args.gpu)
     headroom = min_headroom()
     est = estimate(setup, args.accounting)  # one peak, whichever GPU it is checked against
     if args.format == "json":

@@ -27,8 +27,8 @@ def run(args: argparse.Namespace) -> int:
 
     go_online(args)
     setup = setup_from_args(args)
-    warn_positions(setup)
     targets = gpu_targets(args.gpu) if args.gpu else []
+    warn_positions(setup)
     if importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None:
         raise MemlintError("memlint measure needs torch and transformers: pip install 'torch-memlint[measure]'")
     from memlint.measure import measure
