@@ -480,7 +480,7 @@ def test_a_5000_digit_integer_in_a_script_is_a_finding(tmp_path, capsys):
                                                      f"per_device_train_batch_size=int('{'9' * 5000}')"))
     code, out, err = run(capsys, "check", str(tmp_path), "--exit-zero")
     assert code == 0, err
-    assert "train.py:7:1: MEM001 SyntaxError: Exceeds the limit (4300 digits)" in out
+    assert "train.py:7:1: MEM001 note: SyntaxError: Exceeds the limit (4300 digits)" in out
     assert "conv.py" in out and "per_device_batch is unknown" in out
 
 

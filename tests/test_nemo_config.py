@@ -339,7 +339,7 @@ def test_broken_yaml_is_a_syntax_finding_and_bad_input_is_one_line_exit_2(tmp_pa
     # detected as NeMo from its text; the parse error is a MEM001 finding at its position, as for every broken
     # YAML/TOML config memlint reads (tests/test_configs.py, tests/test_torchtitan_toml.py): exit 0, no traceback
     assert "Traceback" not in r.stderr and r.returncode == 0, r.stderr
-    assert f"{p}:" in r.stdout and "MEM001 YAML:" in r.stdout, r.stdout
+    assert f"{p}:" in r.stdout and "MEM001 note: YAML:" in r.stdout, r.stdout
     assert int(r.stdout.split(":")[1]) >= _line(SFT, "  micro_batch_size: ${.data"), r.stdout
     assert read_config(p).kind == "nemo"
     # bad input on the command line and a missing file: one line on stderr, exit 2

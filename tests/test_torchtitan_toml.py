@@ -175,7 +175,7 @@ def test_broken_toml_is_a_syntax_finding(tmp_path):
     p.write_text(LLAMA3_8B.replace("seq_len = 8192", "seq_len = = 8192"))
     r = subprocess.run([sys.executable, "-m", "memlint", "check", str(p)], capture_output=True, text=True)
     assert r.returncode == 0 and "Traceback" not in r.stderr  # MEM001, a note, as for broken YAML
-    assert f"{p}:15:11: MEM001 TOML: Invalid value" in r.stdout
+    assert f"{p}:15:11: MEM001 note: TOML: Invalid value" in r.stdout
 
 
 def test_check_cli_on_a_job_file(tmp_path):
