@@ -9,12 +9,12 @@ import fnmatch
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from memlint import files, progress
 from memlint.config import SEVERITY_ORDER, Settings
 from memlint.errors import MemlintError
-from memlint.extract import FRAMEWORK_WORDS, read_config_text, read_target, unreadable
+from memlint.extract import FRAMEWORK_WORDS, read_config_text, read_target, signal_words, unreadable
 from memlint.files import Target
 from memlint.plan import TrainingPlan
 from memlint.rules.base import Context, FileResult, Finding, Rule
@@ -270,14 +270,24 @@ def _content(path: Path, limit: int | None) -> bytes | None:
         return None
 
 
-def _run(targets: Sequence[Target], jobs: int, settings: Settings, args: tuple) -> list[FileResult | None]:
-    """The files checked in order, by a pool of `jobs` processes where there is more than one to do."""
-    if jobs > 1 and len(targets) > 1:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-        from itertools import repeat
+def check_stored(target: Target, content: bytes | None, cache: "Cache | None", settings: Settings,
+                 *args: Any) -> FileResult | None:
+    """check_target, its result written to the cache at once (by the process that made it): a walk stopped
+    half-way, or a worker's parent gone, loses none of the files already checked."""
+    result = check_target(target, settings, *args)
+    if cache is not None and content is not None:
+        cache.put(target.shown, target.explicit, content, result)
+    return result
 
-        n = len(targets)
+
+def _run(todo: Sequence[tuple[int, bytes | None]], targets: Sequence[Target], jobs: int, settings: Settings,
+         cache: "Cache | None", args: tuple) -> Iterator[tuple[int, FileResult | None]]:
+    """(index, result) of each file of `todo` as it is checked, by a pool of `jobs` processes where there is more
+    than one to do, in the order they finish."""
+    if jobs > 1 and len(todo) > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
         context = None
         if "fork" in multiprocessing.get_all_start_methods():
             # Workers forked after the heavy imports share them instead of importing the extractor and the
@@ -289,14 +299,38 @@ def _run(targets: Sequence[Target], jobs: int, settings: Settings, args: tuple) 
 
             registry.all_rules()
             context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=min(jobs, n), mp_context=context) as pool:
-            return [_done(r) for r in pool.map(check_target, targets, repeat(settings, n), *(repeat(a, n) for a in args))]
-    return [_done(check_target(t, settings, *args)) for t in targets]
+        pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=context, initializer=_worker_start)
+        try:
+            # the largest files first: the walk ends with small ones, not with one worker on a long file
+            largest = sorted(todo, key=lambda item: -_size(targets[item[0]].path))
+            futures = {pool.submit(check_stored, targets[i], content, cache, settings, *args): i for i, content in largest}
+            for future in as_completed(futures):
+                progress.advance()  # a folder walk's bar, when one is shown
+                yield futures[future], future.result()
+        except BaseException:  # Ctrl-C: the files not started are dropped, those finished are in the cache already
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
+        return
+    for i, content in todo:
+        result = check_stored(targets[i], content, cache, settings, *args)
+        progress.advance()
+        yield i, result
 
 
-def _done(result):
-    progress.advance()  # a folder walk's bar, when one is shown
-    return result
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _worker_start() -> None:
+    """A worker stops at Ctrl-C, with the file it was checking (what it finished is in the cache already): left
+    to Python, it would go on to the files already queued for it and the walk would stop only after them."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 # A walk over more files than this shows a progress bar (where `show_progress` says a terminal is watching)
@@ -324,18 +358,21 @@ def check_targets(targets: Sequence[Target], settings: Settings, *, gpu: str | N
     out: list[FileResult | None] = [None] * len(targets)
     todo: list[tuple[int, bytes | None]] = []
     for i, target in enumerate(targets):
-        content = _content(target.path, settings.max_file_size) if cache is not None and target.launch is None else None
-        hit = cache.get(target.shown, target.explicit, content) if content is not None else MISS
-        if hit is MISS:
-            todo.append((i, content))
-        else:
+        walked = not target.explicit and target.launch is None and target.path.suffix in (".py", ".ipynb")
+        content = _content(target.path, settings.max_file_size) if (cache is not None or walked) and target.launch is None \
+            else None
+        hit = cache.get(target.shown, target.explicit, content) if cache is not None and content is not None else MISS
+        if hit is not MISS:
             out[i] = hit
+        elif walked and content is not None and not signal_words(content):
+            # a walked file with no training signal in its text (read_target says the same): not sent to a worker
+            if cache is not None:
+                cache.put(target.shown, target.explicit, content, None)
+        else:
+            todo.append((i, content if cache is not None else None))
     with progress.showing("checking files", enabled=show_progress and len(todo) > PROGRESS_FILES, total=len(todo)):
-        done = _run([targets[i] for i, _ in todo], jobs, settings, (gpu, gpus, tuple(assume)))
-    for (i, content), result in zip(todo, done):
-        out[i] = result
-        if cache is not None and content is not None:
-            cache.put(targets[i].shown, targets[i].explicit, content, result)
+        for i, result in _run(todo, targets, jobs, settings, cache, (gpu, gpus, tuple(assume))):
+            out[i] = result
     results = []
     seen: set[tuple] = set()  # a config's findings in a file it follows (its DeepSpeed JSON) are that file's too
     for result in out:
