@@ -201,7 +201,8 @@ def check_target(target: Target, settings: Settings, gpu: str | None = None, gpu
     a file memlint fails on is a MEM001 note naming the error, and the files after it are still
     checked. A process pool's worker, so everything it takes (but `merge`) and returns pickles."""
     kw = dict(settings=settings, gpu=gpu, gpus=gpus, assume=assume)
-    with files.size_limit(settings.max_file_size):
+    with files.size_limit(settings.max_file_size), files.checked_root(files.target_root(target)), \
+            files.lookups() as looked:
         try:
             plan, lines, cells = read_target(target)
             if plan is None:
@@ -221,8 +222,9 @@ def check_target(target: Target, settings: Settings, gpu: str | None = None, gpu
 
             try:
                 result.raw_positions = raw_positions(files.read_text(target.path).lstrip("\ufeff"))
-            except (OSError, UnicodeDecodeError):
-                pass
+            except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+                pass  # the cells' own lines stand
+    result.looked_up = sorted(looked)
     return result
 
 
@@ -275,7 +277,8 @@ def check_targets(targets: Sequence[Target], settings: Settings, *, gpu: str | N
     out: list[FileResult | None] = [None] * len(targets)
     todo: list[tuple[int, bytes | None]] = []
     for i, target in enumerate(targets):
-        content = _content(target.path, settings.max_file_size) if cache is not None and target.launch is None else None
+        content = _content(target.path, settings.max_file_size) \
+            if cache is not None and target.launch is None and target.note is None else None
         hit = cache.get(target.shown, target.explicit, content) if content is not None else MISS
         if hit is MISS:
             todo.append((i, content))

@@ -42,6 +42,8 @@ class Target:
     shown: str       # as the user named it (relative), for output
     explicit: bool   # named on the command line, not found by a walk
     launch: Any = None  # the command that runs it (extract.launch.Launch), when one is known
+    root: str | None = None  # the checked root its reads stay in (checkout_root of the path named); None: its own
+    note: str | None = None  # refused before it was read (a launcher past its budget): this MEM001 note
 
 
 # ---- .gitignore, as git's dir.c and wildmatch.c read it ---------------------------------------
@@ -330,6 +332,170 @@ def walk(root: Path, exclude: Sequence[str] = ()) -> Iterable[Path]:
                 yield p
 
 
+# ---- the checked root: nothing outside it is read ---------------------------------------------
+#
+# A script under review names files (`yaml.safe_load(open("../../token"))`, `exec(open(p).read())`, a Hydra
+# `config_path`, a launcher's `python ../x.py`): each is read only when it lies in the checked root, the
+# repository the path named on the command line is in, else the folder named (the working directory when
+# that holds it). A file outside is refused like a FIFO, so its content never reaches a report; the user
+# opts in with `--read-outside PATH`, and the paths the user names (a file, `--launch-config`) are read.
+
+OUTSIDE = "not read: outside the checked root"
+_guards: list[tuple[str, ...]] = []   # the real paths reads are kept in, innermost last
+_named: list[str] = []                # paths the user named or let in (--read-outside): always readable
+_looked: list[set[str]] = []          # lookups() recorders: every path probed or read
+
+
+def _real(path: str | os.PathLike) -> str:
+    return os.path.realpath(os.path.abspath(path))
+
+
+def _too_wide() -> set[str]:
+    """Folders that are never a checkout's root: /, the home folder and the temporary folder and what holds them."""
+    import tempfile
+
+    out = {os.path.sep}
+    for base in (os.path.expanduser("~"), tempfile.gettempdir()):
+        d = _real(base)
+        while True:
+            out.add(d)
+            parent = os.path.dirname(d)
+            if parent == d:
+                break
+            d = parent
+    return out
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def checkout_root(named: str | os.PathLike) -> str:
+    """The checked root of a path the user named: the top of the git repository it is in, else the working
+    directory when it holds the path, else the folder named (a file's own folder); never /, the home folder or
+    the temporary folder (a shared /tmp is no checkout)."""
+    start = _real(named)
+    if not os.path.isdir(start):
+        start = os.path.dirname(start)
+    wide = _too_wide()
+    top = _find_top(Path(start))
+    if top is not None and _real(top) not in wide:
+        return _real(top)
+    cwd = _real(os.getcwd())
+    if cwd not in wide and _under(start, cwd):
+        return cwd
+    return start
+
+
+def target_root(target: "Target") -> str:
+    """The checked root a target's reads stay in."""
+    return target.root if target.root is not None else checkout_root(target.path)
+
+
+def allow(paths: Iterable[str | os.PathLike]) -> None:
+    """Paths the user named (files and folders on the command line, --launch-config, --read-outside): read
+    wherever they are."""
+    for p in paths:
+        if p and p != "-":
+            _named.append(_real(p))
+
+
+def reset_allowed() -> None:
+    _named.clear()
+
+
+@contextmanager
+def checked_root(*roots: str | os.PathLike | None) -> Iterator[None]:
+    """Inside the block, files outside `roots` (and the paths the user named) are refused."""
+    _guards.append(tuple(_real(r) for r in roots if r is not None))
+    try:
+        yield
+    finally:
+        _guards.pop()
+
+
+@contextmanager
+def unguarded() -> Iterator[None]:
+    """memlint's own look-ups (the Hugging Face cache, an installed library's files): not the checkout's."""
+    _guards.append(())
+    try:
+        yield
+    finally:
+        _guards.pop()
+
+
+def guarded() -> bool:
+    return bool(_guards) and bool(_guards[-1])
+
+
+def allowed(path: str | os.PathLike) -> bool:
+    """Whether memlint may read `path` now: inside the checked root, or named by the user, or no root in force."""
+    if not _guards or not _guards[-1]:
+        return True
+    try:
+        real = _real(path)
+    except (OSError, ValueError):
+        return False
+    return any(_under(real, r) for r in _guards[-1]) or any(_under(real, n) for n in _named)
+
+
+def root_in_force() -> str | None:
+    return _guards[-1][0] if _guards and _guards[-1] else None
+
+
+def outside(path: str | os.PathLike) -> str:
+    """The few words a refused outside path gets (with how to opt in)."""
+    root = root_in_force()
+    return f"{OUTSIDE} {root} (--read-outside {os.path.dirname(_real(path)) or path} reads it)" if root else OUTSIDE
+
+
+def refuse_outside(path: str | os.PathLike) -> "Refused":
+    """Refused (recorded as a refusal) for a path outside the checked root."""
+    return _refuse(path, outside(path))
+
+
+@contextmanager
+def lookups() -> Iterator[set[str]]:
+    """Every path probed (is_file, is_dir) or read inside the block, found or not: what a cached result
+    depends on (a file looked for and missing, or refused, may appear or shrink later)."""
+    got: set[str] = set()
+    _looked.append(got)
+    try:
+        yield got
+    finally:
+        _looked.remove(got)
+
+
+def _note_lookup(path: str | os.PathLike) -> None:
+    if _looked:
+        key = os.path.abspath(path)
+        for rec in _looked:
+            rec.add(key)
+
+
+def is_file(path: str | os.PathLike) -> bool:
+    """Path.is_file for a path a checkout names: False outside the checked root (never even looked at), and
+    recorded for the cache either way."""
+    if not allowed(path):
+        return False
+    _note_lookup(path)
+    try:
+        return os.path.isfile(path)
+    except (OSError, ValueError):
+        return False
+
+
+def is_dir(path: str | os.PathLike) -> bool:
+    """Path.is_dir, as is_file."""
+    if not allowed(path):
+        return False
+    _note_lookup(path)
+    try:
+        return os.path.isdir(path)
+    except (OSError, ValueError):
+        return False
+
+
 # ---- reading: regular files only, within a size budget ----------------------------------------
 
 MAX_FILE_SIZE = 2_000_000  # bytes; [tool.memlint] max-file-size. A training config or script is a few kB.
@@ -430,6 +596,9 @@ def read_bytes(path: str | os.PathLike, limit: int | None = None, what: str = "m
     Opened without blocking and checked on the open descriptor, so a FIFO or /dev/zero named
     `train.py` is refused, not read forever. Raises Refused (an OSError) or OSError."""
     limit = max_file_size() if limit is None else limit
+    _note_lookup(path)
+    if not allowed(path):
+        raise refuse_outside(path)
     memo = _memo[-1] if _memo else None
     key = _memo_key(path) if memo is not None else None
     if key is not None and key in memo:
@@ -480,10 +649,11 @@ def collect(paths: Sequence[str], exclude: Sequence[str] = ()) -> list[Target]:
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
+            root = checkout_root(p)
             for f in walk(p, exclude):
-                targets.append(Target(f, os.path.normpath(str(f)), False))
+                targets.append(Target(f, os.path.normpath(str(f)), False, root=root))
         elif p.exists() or p.is_symlink():
-            targets.append(Target(p, os.path.normpath(raw), True))
+            targets.append(Target(p, os.path.normpath(raw), True, root=checkout_root(p)))
         else:
             raise MemlintError(f"{raw}: no such file or directory")
     seen, out = set(), []

@@ -823,12 +823,14 @@ class Builder:
 
     def _find_file(self, ref: str) -> tuple[Path, str] | None:
         """A file the script names by a relative path: beside it, in the working directory, in the launch folder."""
+        from memlint.files import is_file
+
         bases = [self.script.parent, Path.cwd()]
         if self.launch is not None and self.launch.cwd:
             bases.insert(1, Path.cwd() / self.launch.cwd)
         for base in bases:
             p = base / os.path.expanduser(ref)
-            if p.is_file():
+            if is_file(p):
                 shown = os.path.normpath(os.path.join(os.path.dirname(self.path), ref)) if base == self.script.parent \
                     else os.path.relpath(p)
                 return p, shown

@@ -110,8 +110,10 @@ def _accelerate_config(plan: TrainingPlan, launch: Any, cfg: str, script: Path) 
     from memlint.extract.configs import merge_launch_config
 
     base = Path(launch.origin).parent if launch.line else Path.cwd()
+    from memlint.files import is_file
+
     for cand in (base / cfg, Path.cwd() / cfg, script.parent / cfg):
-        if cand.is_file():
+        if is_file(cand):
             try:
                 return merge_launch_config(plan, cand)
             except MemlintError as exc:

@@ -265,6 +265,8 @@ class FileResult:
     cells: list[int] = field(default_factory=list)  # notebooks: 0-based line where each code cell starts
     # notebooks: where each line of the joined code sits in the raw .ipynb JSON, (line, column)
     raw_positions: list[tuple[int, int]] = field(default_factory=list)
+    # every path the check probed or read, found or not (files.lookups): what a cached result depends on
+    looked_up: list[str] = field(default_factory=list)
 
     def raw(self, span: Span) -> tuple[int, int]:
         """A span's (line, column) in the file as it is on disk: a notebook's raw JSON line (what a
