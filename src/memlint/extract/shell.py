@@ -332,21 +332,28 @@ def notebook_shell(path: Path) -> str:
     return "\n".join(out)
 
 
+def _launcher_text(path: Path) -> str | None:
+    """A launcher's text (a notebook's `!` lines), within the launcher budget; None when it is not read."""
+    from memlint.files import read_bytes
+
+    try:
+        if path.stat().st_size > _MAX_BYTES:
+            return None
+        if path.suffix == ".ipynb":
+            return notebook_shell(path)
+        return read_bytes(path).decode("utf-8", errors="replace")  # a regular file within max-file-size
+    except OSError:
+        return None
+
+
 def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: dict[str, str] | None = None) -> list[Launch]:
     """The training launches a shell script, Makefile or notebook (its `!` lines) runs, with their line numbers.
     `args`: the script's own arguments when a command runs it (`bash run.sh 2 /ckpt`), read for $1, "$@"
     and `shift`; None (the file read alone) leaves them unknown. `env0`: variables the command sets."""
     from memlint.extract.budget import MAX_SHELL_SECONDS, Deadline, OverBudget
-    from memlint.files import read_bytes
 
-    try:
-        if path.stat().st_size > _MAX_BYTES:
-            return []
-        if path.suffix == ".ipynb":
-            text = notebook_shell(path)
-        else:
-            text = read_bytes(path).decode("utf-8", errors="replace")  # a regular file within max-file-size
-    except OSError:
+    text = _launcher_text(path)
+    if text is None:
         return []
     make = path.name in LAUNCHER_NAMES
     env: dict[str, str] = {**(env0 or {}), **({_POS_KEY: "\x00".join(args)} if args is not None else {})}
