@@ -207,11 +207,16 @@ def _cache(args, settings):
     """The cache this run reads and writes, or None (--no-cache, MEMLINT_NO_CACHE)."""
     if args.no_cache or os.environ.get("MEMLINT_NO_CACHE"):
         return None
-    from memlint.cache import CACHE_DIR, Cache
+    from memlint.cache import CACHE_DIR, Cache, CacheRefused
+    from memlint.vocab import printable
 
     root = args.cache_dir or os.environ.get("MEMLINT_CACHE_DIR") or os.path.join(settings.root or ".", CACHE_DIR)
     extra = [tuple(args.assume)]
-    return Cache.open(root, settings, extra)
+    try:
+        return Cache.open(root, settings, extra)
+    except CacheRefused as exc:  # a link, another user's folder, one a checkout ships: the run goes on uncached
+        sys.stderr.write(f"memlint: not using the cache: {printable(str(exc))}\n")
+        return None
 
 
 def _add_noqa(results, args) -> int:

@@ -54,8 +54,10 @@ def extract_file(path: str | Path, launch: Any = None, shown: str | None = None)
 
 
 def _extract_file(path: str | Path, launch: Any = None, shown: str | None = None) -> TrainingPlan:
-    p = Path(path)
+    from memlint import files
     from memlint.extract.configs.overrides import TOOLS
+
+    p = Path(path)
 
     tool_run = launch is not None and launch.launcher in TOOLS and not launch.script and not launch.module
     if p.suffix.lower() in CONFIG_SUFFIXES or tool_run:

@@ -262,6 +262,8 @@ def _shown_prefix(folder: Path) -> str:
 
 
 def _pins_in(folder: Path, prefix: str) -> tuple[Pin, ...]:
+    from memlint.files import is_file
+
     def rel(name: str) -> str:
         return os.path.join(prefix, name) if prefix else name
 
