@@ -26,6 +26,7 @@ def add_check_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--launch-config", metavar="PATH",
                    help="an accelerate or DeepSpeed config the scripts are launched with")
     g.add_argument("--accounting", choices=("real", "textbook"), default=None)
+    add_read_outside(g)
     r = p.add_argument_group("rule selection")
     r.add_argument("--select", metavar="CODES", help="comma-separated codes or prefixes (MEM1, MEM201) or ALL")
     r.add_argument("--extend-select", metavar="CODES", help="codes to enable on top of the selection")
@@ -56,6 +57,26 @@ def add_check_flags(p: argparse.ArgumentParser) -> None:
     f.add_argument("--diff", action="store_true", help="show the fixes as a unified diff; write nothing")
     f.add_argument("--add-noqa", action="store_true",
                    help="add `# noqa: CODE` to every line with a finding (existing noqa codes are kept)")
+
+
+def add_read_outside(p) -> None:
+    p.add_argument("--read-outside", action="append", default=[], metavar="PATH",
+                   help="also read files under PATH that scripts name outside the checked root (the repository, or "
+                        "the folder named); by default they are not read (repeatable)")
+
+
+def allow_named(args: argparse.Namespace) -> None:
+    """The paths the user named are read wherever they are; so is what --read-outside lets in."""
+    from memlint import files
+
+    files.reset_allowed()
+    named = [p for p in getattr(args, "paths", None) or () if p != "-"]
+    named += [getattr(args, k, None) for k in ("launch_config", "config")]
+    for p in getattr(args, "read_outside", None) or ():
+        if not os.path.exists(p):
+            raise MemlintError(f"--read-outside {p}: no such file or directory")
+        named.append(p)
+    files.allow(p for p in named if p)
 
 
 def _codes(text: str | None) -> list[str] | None:
@@ -121,6 +142,7 @@ def run_check(args: argparse.Namespace) -> int:
 
     settings = resolve_settings(args)
     files.configure(settings.max_file_size)
+    allow_named(args)
     if args.show_settings:
         print(settings.show())
         return 0
@@ -146,7 +168,8 @@ def run_check(args: argparse.Namespace) -> int:
             source = raw.decode("utf-8-sig")
         except UnicodeDecodeError as exc:
             raise MemlintError(f"{name}: not UTF-8 text (invalid byte at offset {exc.start})") from None
-        result = check_source(source, name, settings=settings, **kw)
+        with files.checked_root(files.checkout_root(args.stdin_filename or ".")):  # stdin reads as if it were the file
+            result = check_source(source, name, settings=settings, **kw)
         if merge is not None and result.plan.kind in ("python", "notebook"):
             result = check_plan(merge(result.plan), lines=result.lines, settings=settings, **kw)
         if args.fix or args.diff:

@@ -19,6 +19,9 @@ def add_parser(sub) -> None:
                    help="exit 1 when a script's peak grows by more (2GiB, 500MiB, 10%%); default: [tool.memlint] max-increase")
     d.add_argument("--output-format", "--format", dest="format", choices=FORMATS, default="concise")
     d.add_argument("--config", metavar="PATH", help="settings file (default: the closest pyproject.toml / memlint.toml)")
+    from memlint.commands.check import add_read_outside
+
+    add_read_outside(d)
     d.set_defaults(func=run)
     _intermixed(d)
 
@@ -52,8 +55,11 @@ def run(args) -> int:
     from memlint.report.diff_view import write_diff
     from memlint.vocab import printable
 
+    from memlint.commands.check import allow_named
+
     cwd = Path.cwd()
     repo_root(cwd)  # a non-git directory is the first thing to say
+    allow_named(args)
     settings = load_settings(cwd, args.config)
     result = run_diff(
         args.items, cwd=cwd, gpu=args.gpu or settings.gpu, assume=[*settings.assume_list(), *args.assume],

@@ -32,15 +32,24 @@ def _named(paths: list[str]) -> list:
 
 
 def run(args) -> int:
-    from memlint.commands.common import check_chart_flags, console, emit_chart
+    from memlint import files
+    from memlint.commands.check import allow_named
+    from memlint.commands.common import check_chart_flags, min_headroom
+
+    check_chart_flags(args)
+    headroom = min_headroom()
+    allow_named(args)
+    roots = [files.checkout_root(p) for p in args.paths] or [files.checkout_root(".")]
+    with files.checked_root(*roots):  # a plan's estimate reads a local model's config.json only inside them
+        return _run(args, headroom)
+
+
+def _run(args, headroom) -> int:
+    from memlint.commands.common import console, emit_chart
     from memlint.estimate.from_plan import apply_assumptions
     from memlint.extract import extract_paths
     from memlint.report.plan_view import render_plan
 
-    from memlint.commands.common import min_headroom
-
-    check_chart_flags(args)
-    headroom = min_headroom()
     if getattr(args, "launch_words", None):
         from memlint.extract import extract_targets
         from memlint.extract.shell import command_targets
@@ -107,6 +116,9 @@ def add_parser(sub) -> None:
     pl.add_argument("--gpu", metavar="NAME|GiB")
     pl.add_argument("--gpus", type=int, metavar="N", help="GPUs the run spans: the estimate is per GPU (rank)")
     pl.add_argument("--accounting", choices=("real", "textbook"), default="real")
+    from memlint.commands.check import add_read_outside
+
+    add_read_outside(pl)
     pl.add_argument("--format", choices=("table", "json"), default="table")
     add_chart_flags(pl)
     pl.set_defaults(func=run)
