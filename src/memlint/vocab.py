@@ -30,6 +30,11 @@ _DTYPE_ALIASES = {
 }
 
 
+def ascii_digits(text: str) -> bool:
+    """Whether `text` is a decimal number int() reads: ASCII digits only (`²`, `³` and `١` pass str.isdigit())."""
+    return text.isascii() and text.isdigit()
+
+
 def dtype_name(text: object) -> str | None:
     """"torch.bfloat16", "bfloat16", "bf16" -> "bf16"; "auto" -> "auto"; anything else -> None."""
     if not isinstance(text, str):

@@ -14,6 +14,7 @@ from typing import TextIO
 
 from memlint.errors import MemlintError
 from memlint.report.formats import FORMATS
+from memlint.vocab import ascii_digits
 
 def add_check_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="*", metavar="PATH", help="files or folders (default: .); - reads stdin")
@@ -211,7 +212,7 @@ def _width(stream: TextIO) -> int | None:
     """The terminal's columns, for the full format to wrap to: a terminal's own, or COLUMNS; None when piped."""
     import shutil
 
-    if os.environ.get("COLUMNS", "").isdigit():
+    if ascii_digits(os.environ.get("COLUMNS", "")):
         return int(os.environ["COLUMNS"])
     if hasattr(stream, "isatty") and stream.isatty():
         return shutil.get_terminal_size().columns

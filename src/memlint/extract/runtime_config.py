@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from memlint.extract.values import Const, Dict, Seq, Unknown
+from memlint.vocab import ascii_digits
 
 MAX_CONFIG_BYTES = 2_000_000
 _WHOLE = re.compile(r"^\$\{([^{}]+)\}$")
@@ -117,7 +118,7 @@ def lookup(root: Any, dotted: str) -> Any:
     for part in dotted.split("."):
         if isinstance(cur, dict) and part in cur:
             cur = cur[part]
-        elif isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
+        elif isinstance(cur, list) and ascii_digits(part) and int(part) < len(cur):
             cur = cur[int(part)]
         else:
             return MISSING
