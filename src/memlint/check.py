@@ -361,12 +361,13 @@ def _end_pool(pool) -> None:
     """Stop a pool now: nothing queued starts, every worker is ended (a running one is killed, not waited for)."""
     import signal
 
-    pool.shutdown(wait=False, cancel_futures=True)
-    for proc in list(getattr(pool, "_processes", {}).values()):  # the workers (no public handle before 3.14)
+    workers = list((getattr(pool, "_processes", None) or {}).values())  # no public handle before 3.14
+    for proc in workers:
         try:
             os.kill(proc.pid, signal.SIGKILL)
         except (OSError, AttributeError, TypeError):
             pass
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 @contextmanager
