@@ -122,11 +122,8 @@ def extract_source(source: str, path: str | Path = "<string>", shown: str | None
 
     p = Path(path)
     name = shown if shown is not None else str(path)
-    lines = source.count("\n")
-    if len(source) > budget.MAX_SCRIPT_BYTES or lines > budget.MAX_SCRIPT_LINES:
-        why = (f"not analysed: {lines:,} lines, over memlint's budget of {budget.MAX_SCRIPT_LINES:,} lines for one script"
-               if lines > budget.MAX_SCRIPT_LINES else f"not analysed: {len(source):,} characters of Python, over "
-               f"memlint's budget of {budget.MAX_SCRIPT_BYTES:,} for one script")
+    why = over_script_budget(source)
+    if why is not None:
         return unreadable(name, why)
     try:
         interp = Interpreter(p, source, Handlers(), launch)  # parses with CPython's parser (extract/syntax.py)
@@ -158,6 +155,20 @@ def extract_source(source: str, path: str | Path = "<string>", shown: str | None
     # the files it read besides the script: sibling modules it imports, a DeepSpeed JSON it follows
     sources = tuple(dict.fromkeys([*(str(k) for k in interp.modules), *read]))
     return replace(plan, sources=sources) if sources else plan
+
+
+def over_script_budget(source: str) -> str | None:
+    """Why `source` is past the budget of Python one script may be (None: within it). Checked before a file's
+    lines are transformed, so a 2 MB script a launcher names twenty times costs twenty counts, not twenty reads."""
+    from memlint.extract import budget
+
+    lines = source.count("\n")
+    if lines > budget.MAX_SCRIPT_LINES:
+        return f"not analysed: {lines:,} lines, over memlint's budget of {budget.MAX_SCRIPT_LINES:,} lines for one script"
+    if len(source) > budget.MAX_SCRIPT_BYTES:
+        return (f"not analysed: {len(source):,} characters of Python, over memlint's budget of "
+                f"{budget.MAX_SCRIPT_BYTES:,} for one script")
+    return None
 
 
 def _unreadable_plan(name: str, why: str) -> TrainingPlan:
@@ -320,9 +331,15 @@ def _read_target_unpinned(target: Target) -> tuple[TrainingPlan | None, list[str
     from memlint.extract.source import notebook_cells, transform_lines
 
     cells: list[int] = []
+    why = over_script_budget(text) if path.suffix != ".ipynb" else None
+    if why is not None:
+        return unreadable(shown, why), [], []
     try:  # `!pip` and `%magic` lines (exported notebooks) become calls, line for line
         if path.suffix == ".ipynb":
             lines, cells = notebook_cells(text, path)
+            why = over_script_budget("\n".join(lines) + "\n")
+            if why is not None:
+                return unreadable(shown, why), [], []
         else:
             lines = source_lines(text)
         plan = extract_source(transform_lines(lines, cells=cells or None), path, shown=shown, launch=target.launch)
