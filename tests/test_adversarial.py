@@ -1215,7 +1215,7 @@ def test_shell_expansion_has_a_budget(tmp_path, capsys, monkeypatch, name, text,
 
 
 def test_a_launcher_naming_a_big_script_twenty_times_parses_it_once(tmp_path, capsys, monkeypatch):
-    import ast
+    libcst = pytest.importorskip("libcst")
 
     monkeypatch.chdir(tmp_path)
     body = SCRIPT + "# @hydra_runner is named here\n" + "x = 1\n" * 30_000  # 200 kB: within the script budget
@@ -1223,8 +1223,8 @@ def test_a_launcher_naming_a_big_script_twenty_times_parses_it_once(tmp_path, ca
     (tmp_path / "huge.py").write_text(SCRIPT + "# @hydra_runner\n" + "x = 1\n" * 330_000)  # 2 MB: never parsed
     (tmp_path / "run.sh").write_text("".join(f"python big.py --seed {i}\npython huge.py --seed {i}\n" for i in range(20)))
     parsed: list[int] = []
-    real_parse = ast.parse
-    monkeypatch.setattr(ast, "parse", lambda src, *a, **k: parsed.append(len(src)) or real_parse(src, *a, **k))
+    real_parse = libcst.parse_module
+    monkeypatch.setattr(libcst, "parse_module", lambda src, *a, **k: parsed.append(len(src)) or real_parse(src, *a, **k))
     code, out, err, took = _timed(capsys, "check", "run.sh", "--no-cache", "--exit-zero")
     assert code == 0 and "Traceback" not in err, err
     assert sum(1 for n in parsed if n > 150_000) <= 1, parsed  # big.py once (it was once per line); huge.py never

@@ -37,6 +37,12 @@ def run(args) -> int:
     from memlint.commands.common import check_chart_flags, min_headroom
 
     check_chart_flags(args)
+    if getattr(args, "fields", False):
+        from memlint.commands.common import console
+        from memlint.report.plan_view import render_fields
+
+        render_fields(console())
+        return 0
     headroom = min_headroom()
     allow_named(args)
     roots = [files.checkout_root(p) for p in args.paths] or [files.checkout_root(".")]
@@ -120,5 +126,8 @@ def add_parser(sub) -> None:
 
     add_read_outside(pl)
     pl.add_argument("--format", choices=("table", "json"), default="table")
+    pl.add_argument("--fields", action="store_true",
+                    help="list the plan's fields: what each means, the names --assume takes for it (short and "
+                         "Hugging Face argument names) and the estimate flag that sets it")
     add_chart_flags(pl)
     pl.set_defaults(func=run)

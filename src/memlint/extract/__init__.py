@@ -112,11 +112,10 @@ def _script_trainer(plan: TrainingPlan, script: Path) -> TrainingPlan:
 def extract_source(source: str, path: str | Path = "<string>", shown: str | None = None,
                    launch: Any = None) -> TrainingPlan:
     """The training plan of Python source text (already IPython-transformed for notebooks)."""
-    from memlint.extract import syntax as cst
-
     from memlint.extract.build import Builder
     from memlint.extract.handlers import Handlers
     from memlint.extract.interp import Interpreter
+    from memlint.extract.parsed import ParserSyntaxError
 
     from memlint.extract import budget
 
@@ -126,8 +125,8 @@ def extract_source(source: str, path: str | Path = "<string>", shown: str | None
     if why is not None:
         return unreadable(name, why)
     try:
-        interp = Interpreter(p, source, Handlers(), launch)  # parses with CPython's parser (extract/syntax.py)
-    except cst.ParserSyntaxError as exc:
+        interp = Interpreter(p, source, Handlers(), launch)  # parses with libcst (extract/parsed.py)
+    except ParserSyntaxError as exc:
         return _syntax_error_plan(name, exc.raw_line, exc.raw_column + 1, exc.message)
     except RecursionError:
         return _unreadable_plan(name, "too deeply nested to parse")

@@ -65,7 +65,7 @@ def with_shape(v: Value, shape: Shape) -> Value:
 
 def ties_weights(init_node: Any) -> bool:
     """`self.transformer.wte.weight = self.lm_head.weight` in the class's __init__: tied embeddings."""
-    from memlint.extract import syntax as cst
+    import libcst as cst
 
     def walk(n: Any):
         yield n

@@ -142,7 +142,7 @@ def _is_typer_command(callee: Any) -> bool:
 
 def _typer_call(node: Any) -> tuple[str, Any] | None:
     """("Argument" | "Option", the call) when `node` is typer.Argument(...) / typer.Option(...)."""
-    from memlint.extract import syntax as cst
+    import libcst as cst
 
     if isinstance(node, cst.Call):
         func = node.func
@@ -155,7 +155,7 @@ def _typer_call(node: Any) -> tuple[str, Any] | None:
 def _typer_marker(q: Any) -> tuple[str, Any] | None:
     """The typer.Argument/Option call a parameter is declared with: its default, or the metadata of
     `Annotated[T, typer.Argument(...)]`."""
-    from memlint.extract import syntax as cst
+    import libcst as cst
 
     found = _typer_call(q.default) if q.default is not None else None
     ann = q.annotation.annotation if q.annotation is not None else None
@@ -197,7 +197,7 @@ class Handlers:
     # ---- decorators (click, typer) ---------------------------------------------------------
 
     def decorate(self, it: Any, f: Func, deco: Any, env: Any) -> Any:
-        from memlint.extract import syntax as cst
+        import libcst as cst
 
         if not isinstance(deco, cst.Call):
             return None
@@ -1912,7 +1912,7 @@ def _steps_an_optimizer(fn: Any) -> bool | None:
     """Does a gradient hook call `<something>.step()`? (PyTorch's "fuse the optimizer step into the
     backward pass" tutorial and torchtune's register_optim_in_bwd_hooks: `optimizer_dict[p].step()`.)
     None when the hook is not the script's own function."""
-    from memlint.extract import syntax as cst
+    import libcst as cst
 
     node = fn.node if isinstance(fn, Func) else None
     if node is None:

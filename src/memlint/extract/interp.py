@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memlint.extract import syntax as cst
+import libcst as cst
 from memlint.extract import budget, slicing
-from memlint.extract.parsed import parse
+from memlint.extract.parsed import Parsed, ParserSyntaxError, parse, source_of
 
 from memlint.extract.objects import (BoundMethod, Chunking, DictMethod, Fields, Model, Obj, OpenFile, Partial, RandomOffsets, Range,
                                      SeqMethod, Window)
@@ -88,11 +88,18 @@ class Env:
 class Module:
     path: Path
     name: str
-    tree: cst.Module
-    pos: Any
+    parsed: Parsed  # libcst's tree, each node's range, the text
     env: Env
     is_main: bool
     only: frozenset[str] | None = None  # a module imported from by name: the names walked (extract/slicing.py)
+
+    @property
+    def tree(self) -> cst.Module:
+        return self.parsed.module
+
+    @property
+    def pos(self) -> Any:
+        return self.parsed.pos
 
 
 @dataclass
@@ -174,11 +181,11 @@ class Interpreter:
     # ---- modules ---------------------------------------------------------------------------
 
     def _load(self, path: Path, source: str, name: str, is_main: bool) -> Module:
-        tree, pos, _ = parse(source)
+        parsed = parse(source)
         env = Env()
         env.vars["__name__"] = Const(name, "literal", None)
         env.vars["__file__"] = Const(str(path), "literal", None)
-        return Module(path, name, tree, pos, env, is_main)
+        return Module(path, name, parsed, env, is_main)
 
     def run(self) -> Facts:
         self._exec_module(self.main)
@@ -272,7 +279,7 @@ class Interpreter:
             text = read_text(target, min(MAX_SIBLING_BYTES, max_file_size()), what="sibling-module budget")
             part = slicing.needed_source(text, names) if names is not None else None
             mod = self._load(target, part if part is not None else text, dotted, is_main=False)
-        except (OSError, UnicodeDecodeError, cst.ParserSyntaxError):
+        except (OSError, UnicodeDecodeError, ParserSyntaxError):
             self.facts.note(f"could not read sibling module {target.name}; its names are unknown")
             return None
         if part is not None:
@@ -302,7 +309,7 @@ class Interpreter:
     def code(self, node: cst.CSTNode) -> str:
         for m in (self.mod, self.main, *self.modules.values(), *self.retired):
             if m is not None and node in m.pos:
-                return _code_for(m.tree, node)
+                return _one_line(source_of(m.parsed, node))
         return "…"
 
     # ---- budgets (extract/budget.py) -----------------------------------------------------
@@ -1477,7 +1484,7 @@ class Interpreter:
                 raise OSError("too large")
             text = read_text(found, min(MAX_SIBLING_BYTES, max_file_size()), what="sibling-module budget")
             mod = self._load(found, text, "__exec__", is_main=False)
-        except (OSError, UnicodeDecodeError, cst.ParserSyntaxError):
+        except (OSError, UnicodeDecodeError, ParserSyntaxError):
             self.facts.note(f"exec() of {path.value}: unreadable; what it sets is unknown")
             return Const(None, "literal", self.line_of(node))
         mod.env = root
@@ -1600,9 +1607,8 @@ def _builtin_type(v: Any) -> bool:
 
 
 @functools.lru_cache(maxsize=8192)
-def _code_for(tree: cst.Module, node: cst.CSTNode) -> str:
+def _one_line(text: str | None) -> str:
     """A node's source on one line, at most 80 characters (the same node is shown many times)."""
-    text = cst.code_for(tree, node)
     if text is None:
         return "…"
     text = " ".join(text.split())

@@ -467,9 +467,9 @@ _DECORATORS: dict[tuple, dict[str, str]] = {}  # (file identity, names) -> what 
 
 
 def _hydra_decorator(script: Path, names: set[str]) -> dict[str, str]:
-    """config_path / config_name of the script's Hydra decorator (string literals only), read with ast: once per
-    file (a launcher naming one script twenty times parses it once), only when the text names a decorator, and
-    within the script budget (a 2 MB script is not parsed)."""
+    """config_path / config_name of the script's Hydra decorator (string literals only): once per file (a launcher
+    naming one script twenty times reads it once), only when the text names a decorator, and within the script
+    budget (a 2 MB script is not parsed); from the parse the script's reading shares (extract/parsed.py)."""
     import os
 
     try:
@@ -485,9 +485,10 @@ def _hydra_decorator(script: Path, names: set[str]) -> dict[str, str]:
 
 
 def _read_hydra_decorator(script: Path, names: set[str]) -> dict[str, str]:
-    import ast
+    import libcst as cst
 
     from memlint.extract.budget import MAX_SCRIPT_BYTES
+    from memlint.extract.parsed import ParserSyntaxError, parse
     from memlint.files import read_text
 
     try:
@@ -497,20 +498,32 @@ def _read_hydra_decorator(script: Path, names: set[str]) -> dict[str, str]:
     if not any(n in text for n in names):
         return {}
     try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        module = parse(text).module
+    except (ParserSyntaxError, MemlintError, RecursionError, MemoryError):
         return {}
-    for node in ast.walk(tree):
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        for dec in node.decorator_list:
-            func = dec.func if isinstance(dec, ast.Call) else None
-            called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
-            if called in names:
-                return {k.arg: k.value.value for k in dec.keywords
-                        if k.arg in ("config_path", "config_name") and isinstance(k.value, ast.Constant)
-                        and isinstance(k.value.value, str)}
-    return {}
+    found: dict[str, str] = {}
+
+    class Decorators(cst.CSTVisitor):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            for dec in node.decorators:
+                call = dec.decorator
+                if found or not isinstance(call, cst.Call):
+                    continue
+                func = call.func
+                called = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
+                if called in names:
+                    found.update({a.keyword.value: a.value.evaluated_value for a in call.args
+                                  if a.keyword is not None and a.keyword.value in ("config_path", "config_name")
+                                  and isinstance(a.value, cst.SimpleString) and isinstance(a.value.evaluated_value, str)})
+                    found.setdefault("", "")  # the decorator was found, whatever it names
+            return not found
+
+    try:
+        module.visit(Decorators())
+    except RecursionError:
+        return {}
+    found.pop("", None)
+    return found
 
 
 def _parses_yaml_itself(script: Path) -> bool:

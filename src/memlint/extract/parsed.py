@@ -1,23 +1,157 @@
-"""One parse per source text, shared by extraction and the fixes.
+"""One libcst parse per source text, shared by extraction and the fixes.
 
-`memlint check` reads a script (extract/) and then locates each finding's fix in the same
-text (fix/): both go through `parse`, cached by text, which gives the tree of
-extract/syntax.py (CPython's `ast` in libcst's node shapes), each node's syntactic range and
-each node's parent, in source order (the fixes walk it instead of running a visitor).
+`memlint check` reads a script (extract/) and then locates each finding's fix in the same text
+(fix/): both go through `parse`, cached by text, which gives libcst's tree (its native parser: any
+grammar libcst knows, whatever Python runs memlint) and each node's syntactic range from libcst's
+`PositionProvider`. libcst is imported here, on first use, so a walk that skips every file by its
+text prefilter never imports it.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any, Mapping, NamedTuple
 
-from memlint.extract.syntax import Parsed, ParserSyntaxError, Pos, Range
-from memlint.extract import syntax
+__all__ = ["Parsed", "ParserSyntaxError", "parse", "source_of"]
 
-__all__ = ["Parsed", "ParserSyntaxError", "Pos", "Range", "parse"]
+
+class ParserSyntaxError(Exception):
+    """Source that does not parse: libcst's message, 1-based line and 0-based column."""
+
+    def __init__(self, message: str, raw_line: int, raw_column: int) -> None:
+        super().__init__(message)
+        self.message, self.raw_line, self.raw_column = message, raw_line, raw_column
+
+
+class Parsed(NamedTuple):
+    module: Any  # libcst.Module
+    pos: Mapping[Any, Any]  # node -> libcst.metadata.CodeRange (line 1-based, column 0-based, in characters)
+    source: str
 
 
 @lru_cache(maxsize=8)
 def parse(source: str) -> Parsed:
-    """Raises ParserSyntaxError (not cached); RecursionError on nesting deeper than Python's
-    recursion limit allows walking."""
-    return syntax.parse(source)
+    """Raises ParserSyntaxError (not cached), for nesting too deep to parse or walk as well."""
+    import libcst
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    _refuse_deep(source)
+    try:
+        module = libcst.parse_module(source)
+        pos = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    except libcst.ParserSyntaxError as err:
+        raise _diagnosis(source) or ParserSyntaxError(_first_line(err.message), err.raw_line, err.raw_column) from None
+    except RecursionError:
+        raise ParserSyntaxError("too deeply nested to parse", 1, 0) from None
+    except (ValueError, MemoryError) as err:  # a NUL byte, an encoding libcst refuses
+        raise ParserSyntaxError(f"cannot parse: {type(err).__name__}: {_first_line(str(err))}", 1, 0) from None
+    return Parsed(module, pos, source)
+
+
+# What CPython itself refuses (its tokenizer's MAXLEVEL), and chains far past any written program: libcst's
+# native parser recurses once per level and overflows the C stack (a segmentation fault, the whole run lost)
+# at about 2,000 nested brackets or 5,000-10,000 chained operators, lambdas or elifs.
+MAX_BRACKETS = 200
+MAX_CHAIN = 1000
+
+
+def _refuse_deep(source: str) -> None:
+    """Raise ParserSyntaxError for a text nested deeper than MAX_BRACKETS brackets, or with more than MAX_CHAIN
+    operators between two commas of one bracket level (each nests the tree one level: `1 + 1 + ...`,
+    `- - - 1`, `lambda: lambda: ...`, `a.b.c...`, `f()()...`, adjacent strings), or more than MAX_CHAIN
+    elifs in a row: one pass of the standard tokenizer (it recurses into nothing), before libcst sees it."""
+    import io
+    import tokenize
+
+    depth = 0
+    chain = [0]
+    elifs: dict[int, int] = {}
+    indent, line_start = 0, True
+    opening, closing = "([{", ")]}"
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            kind, text = tok.type, tok.string
+            if kind == tokenize.INDENT:
+                indent += 1
+                continue
+            if kind == tokenize.DEDENT:
+                indent -= 1
+                continue
+            if kind in (tokenize.NL, tokenize.COMMENT):
+                continue
+            if kind == tokenize.NEWLINE:
+                chain, line_start = [0], True
+                continue
+            if line_start:  # the first token of a logical line
+                line_start = False
+                run = elifs.get(indent, 0) + 1 if text == "elif" else 0
+                elifs = {d: n for d, n in elifs.items() if d < indent}
+                if text in ("elif", "else"):
+                    elifs[indent] = run if text == "elif" else elifs.get(indent, 0)
+                if run > MAX_CHAIN:
+                    raise ParserSyntaxError(f"more than {MAX_CHAIN:,} elif branches in a row: memlint does not "
+                                            "parse it", tok.start[0], tok.start[1])
+            if kind == tokenize.OP and text in opening:
+                depth += 1
+                chain[-1] += 1  # a call or subscript after a name nests like an operator
+                if depth > MAX_BRACKETS:
+                    raise ParserSyntaxError(f"nested more than {MAX_BRACKETS} brackets deep (CPython's own limit): "
+                                            "memlint does not parse it", tok.start[0], tok.start[1])
+                if chain[-1] > MAX_CHAIN:
+                    raise ParserSyntaxError(f"more than {MAX_CHAIN:,} operators in one expression: memlint does not "
+                                            "parse it", tok.start[0], tok.start[1])
+                chain.append(0)
+            elif kind == tokenize.OP and text in closing:
+                depth = max(depth - 1, 0)
+                if len(chain) > 1:
+                    chain.pop()
+            elif kind == tokenize.OP and text in (",", ";"):
+                chain[-1] = 0
+            elif (kind == tokenize.OP and text not in ("=", ":=")) or kind == tokenize.STRING or \
+                    (kind == tokenize.NAME and text in ("not", "and", "or", "if", "else", "lambda", "await", "in", "is")):
+                chain[-1] += 1
+                if chain[-1] > MAX_CHAIN:
+                    raise ParserSyntaxError(f"more than {MAX_CHAIN:,} operators in one expression: memlint does not "
+                                            "parse it", tok.start[0], tok.start[1])
+    except (tokenize.TokenError, SyntaxError):  # unclosed at the end, bad indentation: libcst says what is wrong
+        return
+
+
+def source_of(parsed: Parsed, node: Any) -> str | None:
+    """A node's source text as written (its syntactic range), or None when it is not of this parse."""
+    r = parsed.pos.get(node)
+    if r is None:
+        return None
+    lines = _lines(parsed.source)
+    (l1, c1), (l2, c2) = (r.start.line, r.start.column), (r.end.line, r.end.column)
+    if l1 == l2:
+        return lines[l1 - 1][c1:c2] if l1 <= len(lines) else ""
+    return lines[l1 - 1][c1:] + "".join(lines[l1:l2 - 1]) + (lines[l2 - 1][:c2] if l2 <= len(lines) else "")
+
+
+@lru_cache(maxsize=8)
+def _lines(source: str) -> list[str]:
+    """Lines as libcst counts them (\\n, \\r\\n and \\r end one; not str.splitlines' \\f, \\x1c, ...), ends kept."""
+    import re
+
+    return re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z", source)
+
+
+def _diagnosis(source: str) -> ParserSyntaxError | None:
+    """CPython's own words and place for a text libcst rejects ("'(' was never closed" at the parenthesis,
+    where libcst's tokenizer reports "expected one of ..." a line later), when CPython rejects it too. Only a
+    diagnosis: compile() with PyCF_ONLY_AST builds no code object and runs nothing; the tree is dropped."""
+    import ast
+
+    try:
+        compile(source, "<memlint>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as err:
+        return ParserSyntaxError(err.msg, err.lineno or 1, max((err.offset or 1) - 1, 0))
+    except (ValueError, RecursionError, MemoryError):
+        return None
+    return None
+
+
+def _first_line(message: str) -> str:
+    """libcst's messages carry the offending line and a caret under it: the first line says what is wrong."""
+    return message.strip().splitlines()[0] if message.strip() else "invalid syntax"

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from memlint.extract import syntax as cst
+import libcst as cst
 
 from memlint import data
 from memlint.library.api import training_arguments

@@ -1,4 +1,4 @@
-"""One parsed source file as the fixes see it: syntax nodes (extract/syntax.py: libcst's shapes) with their positions, import aliases,
+"""One parsed source file as the fixes see it: libcst's nodes with their positions and parents, import aliases,
 bindings and uses of names, and text edits that keep every other character as it was.
 
 Fixes are text edits located through the CST (as Ruff's are), so formatting and comments
@@ -7,14 +7,13 @@ outside the edited range cannot change.
 
 from __future__ import annotations
 
-import ast
 import bisect
 import re
 from functools import lru_cache
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
-from memlint.extract import syntax as cst
+import libcst as cst
 
 from memlint.extract.parsed import parse
 
@@ -68,7 +67,7 @@ def dotted(node: cst.BaseExpression) -> str | None:
 
 
 class Doc:
-    """A parsed file. Raises syntax.ParserSyntaxError when the text does not parse.
+    """A parsed file. Raises extract.parsed.ParserSyntaxError when the text does not parse.
 
     Read-only once built: `Doc.of` hands the same one to every fix located in one text.
     """
@@ -80,10 +79,14 @@ class Doc:
 
     def __init__(self, source: str) -> None:
         self.source = source
-        self.module, self.pos, self.parent = parse(source)
+        from libcst.metadata import MetadataWrapper, ParentNodeProvider
+
+        parsed = parse(source)
+        self.module, self.pos = parsed.module, parsed.pos
+        self.parent = MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(ParentNodeProvider)
         self._starts = line_starts(source)
         c = _Collector()
-        c.collect(self.parent)
+        self.module.visit(c)
         self.calls: list[cst.Call] = c.calls
         self.aliases: dict[str, str] = c.aliases
         self.classes: list[cst.ClassDef] = c.classes
@@ -217,13 +220,25 @@ class Doc:
 
 
 def literal(doc: Doc, node: cst.BaseExpression):
-    """The Python value of a literal expression ("max_length", True, None, 3), else NOT_LITERAL."""
-    if not isinstance(node, (cst.SimpleString, cst.ConcatenatedString, cst.Name, cst.Integer, cst.Float, cst.UnaryOperation)):
-        return NOT_LITERAL
-    try:
-        return ast.literal_eval(doc.code(node).strip())
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return NOT_LITERAL
+    """The Python value of a literal expression ("max_length", True, None, 3, -1.5), else NOT_LITERAL:
+    libcst's own evaluation of the literal's token (an f-string or bytes is not a plain literal)."""
+    if isinstance(node, cst.Name):
+        return _NAMED.get(node.value, NOT_LITERAL)
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus)):
+        inner = literal(doc, node.expression)
+        if type(inner) not in (int, float) or isinstance(node.expression, cst.UnaryOperation):
+            return NOT_LITERAL
+        return -inner if isinstance(node.operator, cst.Minus) else inner
+    if isinstance(node, (cst.SimpleString, cst.ConcatenatedString, cst.Integer, cst.Float)):
+        try:
+            value = node.evaluated_value
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            return NOT_LITERAL
+        return value if isinstance(value, (str, int, float)) else NOT_LITERAL
+    return NOT_LITERAL
+
+
+_NAMED = {"True": True, "False": False, "None": None}
 
 
 def keyword(call: cst.Call, name: str) -> cst.Arg | None:
@@ -287,8 +302,9 @@ def add_keyword(doc: Doc, call: cst.Call, name: str, value: str) -> list[Edit]:
     return edits
 
 
-class _Collector:
+class _Collector(cst.CSTVisitor):
     def __init__(self) -> None:
+        super().__init__()
         self.calls: list[cst.Call] = []
         self.aliases: dict[str, str] = {}
         self.classes: list[cst.ClassDef] = []
@@ -296,17 +312,6 @@ class _Collector:
         self.bindings: dict[str, list[cst.CSTNode]] = {}
         self.binding_names: dict[str, list[cst.Name]] = {}
         self.names: dict[str, list[cst.Name]] = {}
-
-    def collect(self, nodes: Iterable[cst.CSTNode]) -> None:
-        """Every node in source order (a loop over parse()'s parent map: no visitor pass)."""
-        by_type = {}
-        for name in dir(self):
-            if name.startswith("visit_"):
-                by_type[getattr(cst, name[6:])] = getattr(self, name)
-        for node in nodes:
-            handler = by_type.get(type(node))
-            if handler is not None:
-                handler(node)
 
     def _bind(self, target: cst.BaseExpression, stmt: cst.CSTNode) -> None:
         if isinstance(target, cst.Name):

@@ -47,3 +47,19 @@ def render_plan(plan: TrainingPlan, est_doc, detail, console, conditional=None) 
             console.print(f"[dim]- {markup(note)}[/dim]")
         render(est, targets, console, min_headroom=est_doc["min_headroom"])
     console.print()
+
+
+def render_fields(console) -> None:
+    """`memlint plan --fields`: every plan field, its kind, the names --assume takes for it and its estimate flag."""
+    from rich.table import Table
+
+    from memlint.plan.fields import rows
+
+    table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
+    cols = ("field", "also --assume", "estimate flag", *(("group", "meaning") if console.width >= 140 else ()))
+    for col in cols:
+        table.add_column(col, overflow="fold", no_wrap=col in ("field", "estimate flag"))
+    for r in rows():
+        table.add_row(*(markup(r[c]) for c in cols))
+    console.print(table)
+
