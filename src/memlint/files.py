@@ -411,7 +411,11 @@ def root_in_force() -> str | None:
 def outside(path: str | os.PathLike) -> str:
     """The few words a refused outside path gets (with how to opt in)."""
     root = root_in_force()
-    return f"{OUTSIDE} {root} (--read-outside {os.path.dirname(_real(path)) or path} reads it)" if root else OUTSIDE
+    try:
+        folder = os.path.dirname(_real(path)) or str(path)
+    except (OSError, ValueError):  # a NUL in the name
+        return OUTSIDE
+    return f"{OUTSIDE} {root} (--read-outside {folder} reads it)" if root else OUTSIDE
 
 
 def refuse_outside(path: str | os.PathLike) -> "Refused":
@@ -561,6 +565,9 @@ def read_bytes(path: str | os.PathLike, limit: int | None = None, what: str = "m
     Opened without blocking and checked on the open descriptor, so a FIFO or /dev/zero named
     `train.py` is refused, not read forever. Raises Refused (an OSError) or OSError."""
     limit = max_file_size() if limit is None else limit
+    name = os.fspath(path)
+    if ("\0" if isinstance(name, str) else b"\0") in name:
+        raise _refuse(path, "not read: no file name (a NUL byte in it)")
     _note_lookup(path)
     if not allowed(path):
         raise refuse_outside(path)

@@ -50,7 +50,7 @@ def outside(it: Any, ref: str) -> Path | None:
     """The first candidate outside the checked root (what a "not found" really was), if any."""
     from memlint.files import allowed
 
-    return next((c for c in candidates(it, ref) if not allowed(c)), None)
+    return next((c for c in candidates(it, ref) if "\0" not in str(c) and not allowed(c)), None)
 
 
 def read(it: Any, path_value: Any, how: str) -> Any:
