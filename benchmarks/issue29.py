@@ -154,7 +154,7 @@ def _shell(d: Path) -> Iterator[tuple]:
     (d / "unclosed.sh").write_text("python train.py --n " + "${A:-" * 8000 + "\n")
     wall, rss, rc, out, err = _memlint([["check", ".", "--no-cache", "--exit-zero"]], d)
     yield ("shell: X=$X$X x40, ${A:-...} 1,200 deep, 8,000 unclosed", wall, rss,
-           _said(rc, out, err, f"launcher notes: {out.count('MEM001 not read')}"))
+           _said(rc, out, err, f"launcher notes: {out.count('not read: ')}"))
 
 
 def _launcher(d: Path) -> Iterator[tuple]:

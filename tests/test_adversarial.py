@@ -193,8 +193,8 @@ def test_a_fifo_or_a_device_named_on_the_command_line_is_refused_not_read(tmp_pa
     (tmp_path / "ok.py").write_text(SCRIPT)
     code, out, err = run(capsys, "check", str(fifo), "/dev/zero", str(tmp_path / "ok.py"), "--exit-zero")
     assert code == 0, err
-    assert f"{fifo}:1:1: MEM001 not read: a FIFO, not a regular file" in out
-    assert "/dev/zero:1:1: MEM001 not read: a character device" in out
+    assert f"{fifo}:1:1: MEM001 note: not read: a FIFO, not a regular file" in out
+    assert "/dev/zero:1:1: MEM001 note: not read: a character device" in out
     assert str(tmp_path / "ok.py") in out + err  # the others are still checked
     code, _, err = run(capsys, "plan", str(fifo))
     assert code == 2 and err.count("\n") == 1 and "a FIFO" in err
@@ -328,7 +328,7 @@ def test_a_script_past_the_time_budget_stops_with_a_note(monkeypatch):
 def test_a_script_or_notebook_past_its_budget_is_a_note_not_parsed(tmp_path, capsys, name, text, needle):
     (tmp_path / name).write_text(text)
     code, out, err = run(capsys, "check", str(tmp_path / name))
-    assert code == 0 and "MEM001 not analysed" in out and needle in out, out + err
+    assert code == 0 and "MEM001 note: not analysed" in out and needle in out, out + err
 
 
 def test_max_file_size_is_a_note_for_named_and_followed_files(tmp_path, capsys, monkeypatch):
@@ -347,15 +347,15 @@ def test_max_file_size_is_a_note_for_named_and_followed_files(tmp_path, capsys, 
     (tmp_path / "uses_local.py").write_text(SCRIPT.replace("Qwen/Qwen2.5-0.5B", "./local_model"))
     code, out, err = run(capsys, "check", ".", "big.py", "--exit-zero")
     assert code == 0, err
-    assert "big.py:1:1: MEM001 not read: 10,013 bytes, over the max-file-size of 4,000 bytes" in out
+    assert "big.py:1:1: MEM001 note: not read: 10,013 bytes, over the max-file-size of 4,000 bytes" in out
     for followed, by in (("ds.json", "axolotl.yaml"), ("ds.json", "uses_ds.py"), ("helpers.py", "uses_sibling.py"),
                          ("local_model/config.json", "uses_local.py")):
-        assert f"{followed}:1:1: MEM001 not read:" in out and f"(followed from {by})" in out, (followed, out)
+        assert f"{followed}:1:1: MEM001 note: not read:" in out and f"(followed from {by})" in out, (followed, out)
     # the default is 2 MB: a 3 MB DeepSpeed JSON named on the command line is not read either
     (tmp_path / "pyproject.toml").unlink()
     (tmp_path / "ds.json").write_text(json.dumps({"zero_optimization": {"stage": 3}, "pad": "x" * 3_000_000}))
     code, out, _ = run(capsys, "check", "ds.json")
-    assert "ds.json:1:1: MEM001 not read: 3.0 MB, over the max-file-size of 2.0 MB" in out
+    assert "ds.json:1:1: MEM001 note: not read: 3.0 MB, over the max-file-size of 2.0 MB" in out
 
 
 def test_the_adversarial_benchmark_set_is_read_without_a_traceback(tmp_path, capsys, monkeypatch):
@@ -370,8 +370,8 @@ def test_the_adversarial_benchmark_set_is_read_without_a_traceback(tmp_path, cap
     code, out, err = run(capsys, "check", *[p.name if p.parent == tmp_path else str(p) for p in cases.values()],
                          "--exit-zero")
     assert code == 0 and "Traceback" not in out + err and "internal error" not in out, out + err
-    for needle in ("100k-lines.py:1:1: MEM001 not analysed", "notebook-200k-cells.ipynb:1:1: MEM001 not read",
-                   "ds_big.json:1:1: MEM001 not read", "deep.yaml:1:1: MEM001 nested more than 64 levels",
+    for needle in ("100k-lines.py:1:1: MEM001 note: not analysed", "notebook-200k-cells.ipynb:1:1: MEM001 note: not read",
+                   "ds_big.json:1:1: MEM001 note: not read", "deep.yaml:1:1: MEM001 note: nested more than 64 levels",
                    "moe/config.json: num_local_experts must be a whole number"):
         assert needle in out, needle
 
@@ -432,7 +432,7 @@ def test_a_bad_local_config_is_one_line_never_a_negative_count(tmp_path, capsys,
     assert needle in err
     (tmp_path / "train.py").write_text(SCRIPT.replace("Qwen/Qwen2.5-0.5B", str(d)))
     code, out, err = run(capsys, "check", str(tmp_path / "train.py"), "--gpu", "24", "--exit-zero")
-    assert code == 0 and "MEM002 no estimate" in out and needle in out and "fits" not in err, out + err
+    assert code == 0 and "MEM002 note: no estimate" in out and needle in out and "fits" not in err, out + err
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e999", "0", "-3"])
@@ -481,7 +481,7 @@ def test_a_5000_digit_integer_in_a_script_is_a_finding(tmp_path, capsys):
                                                      f"per_device_train_batch_size=int('{'9' * 5000}')"))
     code, out, err = run(capsys, "check", str(tmp_path), "--exit-zero")
     assert code == 0, err
-    assert "train.py:7:1: MEM001 SyntaxError: Exceeds the limit (4300 digits)" in out
+    assert "train.py:7:1: MEM001 note: SyntaxError: Exceeds the limit (4300 digits)" in out
     assert "conv.py" in out and "per_device_batch is unknown" in out
 
 
@@ -547,7 +547,7 @@ def test_a_bug_met_on_one_file_is_a_note_and_the_others_are_still_checked(tmp_pa
     (tmp_path / "fine.py").write_text(SCRIPT)
     code, out, err = run(capsys, "check", str(tmp_path / "boom.py"), str(tmp_path / "fine.py"), "--exit-zero")
     assert code == 0, err
-    assert "boom.py:1:1: MEM001 memlint could not analyse this file (internal error: ZeroDivisionError: a bug)" in out
+    assert "boom.py:1:1: MEM001 note: memlint could not analyse this file (internal error: ZeroDivisionError: a bug)" in out
     assert "fine.py" in out + err
 
 
@@ -1072,7 +1072,7 @@ def test_no_file_outside_the_checked_root_is_read_or_reported(tmp_path, capsys, 
     for name, shown in (("yaml_open.py", "../outside/token.yaml"), ("exec_file.py", "../outside/cfg.py"),
                         ("omegaconf.py", "../outside/cfg.yaml"), ("lora_dir.py", "../outside/adapter/adapter_config.json")):
         code, out, err = run(capsys, "check", name, "--no-cache", "--exit-zero")  # said on the script itself
-        assert f"{name}:1:1: MEM001 {shown} not read: outside the checked root" in out, out
+        assert f"{name}:1:1: MEM001 note: {shown} not read: outside the checked root" in out, out
     for script in LEAK_ROUTES:
         code, out, err = run(capsys, "plan", script, "--format", "json")
         assert SECRET not in out + err, script
@@ -1211,7 +1211,7 @@ def test_shell_expansion_has_a_budget(tmp_path, capsys, monkeypatch, name, text,
     assert took < 20, took  # was a MemoryError, a RecursionError, or 45 s
     assert "other.py" in out and "train.py" in out  # the other files' reports are kept
     if needle is not None:
-        assert f"{name}:1:1: MEM001 not read: " in out and needle in out, out
+        assert f"{name}:1:1: MEM001 note: not read: " in out and needle in out, out
 
 
 def test_a_launcher_naming_a_big_script_twenty_times_parses_it_once(tmp_path, capsys, monkeypatch):
@@ -1229,7 +1229,7 @@ def test_a_launcher_naming_a_big_script_twenty_times_parses_it_once(tmp_path, ca
     assert code == 0 and "Traceback" not in err, err
     assert sum(1 for n in parsed if n > 150_000) <= 1, parsed  # big.py once (it was once per line); huge.py never
     assert took < 30, took  # 63 s and 465 MB before: huge.py's 330,000 lines were transformed once per line
-    assert "huge.py:1:1: MEM001 not analysed: 330,007 lines" in out
+    assert "huge.py:1:1: MEM001 note: not analysed: 330,007 lines" in out
 
 
 def test_hydra_does_not_copy_an_option_per_mention(tmp_path, capsys, monkeypatch):

@@ -21,6 +21,8 @@ def _drop_the_working_directory() -> None:
 _drop_the_working_directory()
 
 __version__ = "0.1.0"
+# This project's home (pyproject.toml [project.urls]): the rule links in JSON and SARIF point under it.
+__url__ = "https://github.com/memlint/memlint"
 
 
 def load_ipython_extension(ip):  # noqa: ANN001 - IPython's shell, imported only here

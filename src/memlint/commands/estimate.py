@@ -27,8 +27,8 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
         shown = {True: "on", False: "off"}.get(d.value, d.value) if isinstance(d.value, bool) else d.value
         return d.value, f"default: {shown}; {d.why}".replace("%", "%%")
 
-    groups["model"].add_argument("--model", required=True,
-                                 help="model id (catalog, HF cache) or a local directory with config.json")
+    groups["model"].add_argument("--model", help="model id (catalog, HF cache) or a local directory with config.json "
+                                                 "(required; --list-models shows the catalog)")
     for f in FIELDS:
         flag = f.flag
         if flag is None or flag.custom:
@@ -173,6 +173,20 @@ def setup_from_args(args: argparse.Namespace):
     )
 
 
+def warn_positions(setup) -> None:
+    """`--seq` past the model's positions (config.json max_position_embeddings): a warning on stderr; the estimate
+    is still made at that length (a run with rope scaling can go past it)."""
+    import sys
+
+    from memlint.vocab import printable
+
+    cap = setup.model.arch.get("max_position_embeddings")
+    if isinstance(cap, int) and setup.seq > cap:
+        print(printable(f"memlint: warning: --seq {setup.seq:,} is past {setup.model.id}'s {cap:,} positions "
+                        f"(max_position_embeddings): the model was not trained that long (rope scaling may extend it)"),
+              file=sys.stderr)
+
+
 def _image_size(text: str | None) -> tuple[int, int] | None:
     """--image-size HxW (448x448, 1280x720): height by width in pixels."""
     if text is None:
@@ -209,6 +223,9 @@ def _kbit_prep(args: argparse.Namespace, quant: str) -> bool:
 
 def target_flags(p: argparse.ArgumentParser, accounting: str | None = "real") -> None:
     """What `estimate` and `measure` check against and how they print it."""
+    from memlint.commands.common import add_online_flag
+
+    add_online_flag(p)
     p.add_argument("--gpu", metavar="NAME|GiB", help="GPU to check against (default: the common GPUs)")
     p.add_argument("--accounting", choices=("real", "textbook"), default=accounting)
     p.add_argument("--format", choices=("table", "json"), default="table")
@@ -219,9 +236,21 @@ def run(args: argparse.Namespace) -> int:
     from memlint.estimate import estimate
     from memlint.report.estimate_view import gpu_targets, render, to_json
 
+    if getattr(args, "list_gpus", False) or getattr(args, "list_models", False):
+        from memlint.report.lists import list_gpus, list_models
+
+        (list_gpus if args.list_gpus else list_models)(console(), args.format)
+        return 0
+    if not args.model:
+        raise MemlintError("--model is required: a model id, a local directory with config.json "
+                           "(memlint estimate --list-models lists the catalog)")
+    from memlint.commands.common import go_online
+
     check_chart_flags(args)
+    go_online(args)
     setup = setup_from_args(args)
-    targets = gpu_targets(args.gpu)
+    targets = gpu_targets(args.gpu)  # a usage error before any warning
+    warn_positions(setup)
     headroom = min_headroom()
     est = estimate(setup, args.accounting)  # one peak, whichever GPU it is checked against
     if args.format == "json":
@@ -238,5 +267,10 @@ def add_parser(sub) -> None:
     e = sub.add_parser("estimate", help="estimate per-GPU memory for a configuration")
     setup_flags(e)
     target_flags(e)
+    lists = e.add_argument_group("what memlint knows")
+    lists.add_argument("--list-gpus", action="store_true",
+                       help="list the GPUs --gpu takes: memory, bf16 / FlashAttention-2, aliases, and the source")
+    lists.add_argument("--list-models", action="store_true",
+                       help="list the bundled catalog: every model id with its parameter count and family")
     add_chart_flags(e)
     e.set_defaults(func=run)

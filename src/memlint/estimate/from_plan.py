@@ -18,7 +18,7 @@ from memlint.plan import PLAN_FIELDS, TrainingPlan, Value
 from memlint.plan import fields as plan_fields
 
 # Not plan fields: how many GPUs (ranks) the run spans, over how many nodes (fsdp_hybrid).
-EXTRA_ASSUMPTIONS = ("gpus", "nodes")
+EXTRA_ASSUMPTIONS = plan_fields.EXTRA_ASSUMPTIONS
 # What the estimate counts with: whole numbers from 1 (a script's 1e999 or "abc" is unknown, not
 # a crash); and what it reads as names (plan/fields.py declares each field's kind).
 COUNT_FIELDS = (*plan_fields.COUNT_FIELDS, *EXTRA_ASSUMPTIONS)
@@ -54,7 +54,7 @@ def apply_assumptions(plan: TrainingPlan, assume: list[str]) -> tuple[TrainingPl
         key = plan_fields.ASSUME_NAMES.get(key.strip(), key.strip())
         if key not in PLAN_FIELDS and key not in EXTRA_ASSUMPTIONS:
             raise MemlintError(f"--assume {key!r}: not a plan field{_did_you_mean(key)} "
-                               "(`memlint plan --fields` lists them, with the Hugging Face names each takes)")
+                               "(`memlint plan --fields` lists them, with the Hugging Face names each takes: per_device_train_batch_size)")
         value = _parse(raw)
         if key in COUNT_FIELDS and whole(value) is None:
             raise MemlintError(f"--assume {item}: {key} must be a whole number from 1 to {MAX_COUNT:,}")

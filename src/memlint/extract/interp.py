@@ -869,7 +869,10 @@ class Interpreter:
     def _ev(self, node: cst.CSTNode, env: Env) -> Any:
         t = type(node)
         if t is cst.Integer or t is cst.Float:
-            return self.const(node.evaluated_value, node)
+            try:
+                return self.const(node.evaluated_value, node)
+            except (ValueError, SyntaxError, OverflowError):  # past int()'s digit limit: Python refuses it too
+                return Unknown("a number Python cannot convert")
         if t is cst.SimpleString:
             return self.const(_string_value(node), node)
         if t is cst.ConcatenatedString:

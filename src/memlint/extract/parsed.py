@@ -52,6 +52,7 @@ def parse(source: str) -> Parsed:
 # native parser recurses once per level and overflows the C stack (a segmentation fault, the whole run lost)
 # at about 2,000 nested brackets or 5,000-10,000 chained operators, lambdas or elifs.
 MAX_BRACKETS = 200
+_MAX_DIGITS = 4300  # sys.get_int_max_str_digits()'s default: CPython refuses a longer decimal literal
 MAX_CHAIN = 1000
 
 
@@ -82,6 +83,10 @@ def _refuse_deep(source: str) -> None:
             if kind == tokenize.NEWLINE:
                 chain, line_start = [0], True
                 continue
+            if kind == tokenize.NUMBER and len(text) > _MAX_DIGITS and text.replace("_", "").isdigit():
+                # Python refuses the file (int() of a literal past its digit limit): say so as CPython does
+                raise _diagnosis(source) or ParserSyntaxError(f"Exceeds the limit ({_MAX_DIGITS} digits) for "
+                                                              "integer string conversion", tok.start[0], tok.start[1])
             if line_start:  # the first token of a logical line
                 line_start = False
                 run = elifs.get(indent, 0) + 1 if text == "elif" else 0

@@ -76,6 +76,15 @@ def _b(name: str, dest: str, help: str) -> Flag:
     return Flag(name, dest, bool, help=help)
 
 
+def _dtype(text: str) -> str:
+    """`--dtype bfloat16` / `torch.bfloat16` / `bf16`: memlint's name (data/aliases.json "dtypes"), else as typed
+    (argparse then says which choices there are)."""
+    from memlint.vocab import dtype_name
+
+    name = dtype_name(text)
+    return name if name not in (None, "auto") else text
+
+
 # The field order is the JSON's and the plan table's.
 FIELDS: tuple[Field, ...] = (
     # ---- model
@@ -84,7 +93,8 @@ FIELDS: tuple[Field, ...] = (
           hf=("model_name_or_path", "model_name", "base_model", "pretrained_model_name_or_path", "model_path"),
           shown="always"),
     Field("torch_dtype", "model", "name", "the dtype the weights are loaded in", worst="last",
-          flag=Flag("--dtype", "dtype", str, ("fp32", "bf16", "fp16"), help="dtype the weights are loaded in"),
+          flag=Flag("--dtype", "dtype", lambda text: _dtype(text), ("fp32", "bf16", "fp16"), metavar="bf16|fp16|fp32",
+                    help="dtype the weights are loaded in (bfloat16, float16, float32 and torch.bfloat16 too)"),
           assume=("dtype",), default="dtype", shown="always"),
     # ---- adapters
     Field("method", "adapters", "name", "full fine-tuning, LoRA, or LoRA on a 4-bit base (QLoRA)", worst="last",
@@ -130,12 +140,13 @@ FIELDS: tuple[Field, ...] = (
     # ---- batch and length
     Field("per_device_batch", "batch and length", "count", "sequences per micro-batch on each GPU", worst="max",
           flag=Flag("--batch", "batch", int, metavar="N", help="micro-batch per GPU"), assume=("batch", "batch_size"),
-          hf=("per_device_train_batch_size", "micro_batch_size", "train_micro_batch_size_per_gpu"), default="batch",
+          hf=("per_device_train_batch_size", "per_gpu_train_batch_size", "micro_batch_size",
+              "train_micro_batch_size_per_gpu"), default="batch",
           shown="always"),
     Field("eval_batch", "batch and length", "count", "sequences per evaluation micro-batch", worst="max",
           hf=("per_device_eval_batch_size",)),
     Field("grad_accum", "batch and length", "count", "micro-batches per optimizer step", worst="max",
-          flag=Flag("--grad-accum", "grad_accum", int, metavar="N"), hf=("gradient_accumulation_steps",),
+          flag=Flag("--grad-accum", "grad_accum", int, metavar="N"), hf=("gradient_accumulation_steps", "grad_accum_steps"),
           default="grad_accum", shown="always"),
     Field("max_length", "batch and length", "count", "the longest sequence a micro-batch can hold, in tokens",
           worst="max", flag=Flag("--seq", "seq", int, metavar="N", help="longest sequence in a micro-batch"),
@@ -201,7 +212,7 @@ FIELDS: tuple[Field, ...] = (
           worst="last", flag=Flag("--shard", custom=True), shown="always"),
     Field("num_gpus", "parallelism", "count", "GPUs (ranks) the run spans", worst="max",
           flag=Flag("--gpus", "gpus", int, metavar="N", default=1),
-          hf=("nproc_per_node", "num_processes", "world_size"), shown="always"),
+          shown="always"),
     Field("tp_size", "parallelism", "count", "tensor-parallel degree", worst="min",
           flag=Flag("--tp", "tp", int, metavar="N", default=1,
                     help="tensor-parallel degree: attention and MLP linears split N ways (data parallel over GPUs / "
@@ -252,12 +263,18 @@ FIELDS: tuple[Field, ...] = (
                     "(default: as --train-vision)"), shown="vision"),
 )
 
+# Not plan fields, but --assume takes them: how many GPUs (ranks) the run spans, and the nodes they span (fsdp_hybrid),
+# with the launchers' names for the first.
+EXTRA_ASSUMPTIONS: dict[str, tuple[str, ...]] = {"gpus": ("nproc_per_node", "num_processes", "world_size"), "nodes": ()}
+
 BY_NAME: dict[str, Field] = {f.name: f for f in FIELDS}
 PLAN_FIELDS: tuple[str, ...] = tuple(f.name for f in FIELDS)
 COUNT_FIELDS: tuple[str, ...] = tuple(f.name for f in FIELDS if f.kind == "count")
 NAME_FIELDS: tuple[str, ...] = tuple(f.name for f in FIELDS if f.kind == "name")
 # What --assume takes for a field besides its name: its short names and the Hugging Face arguments that mean it.
-ASSUME_NAMES: dict[str, str] = {alias: f.name for f in FIELDS for alias in (*f.assume, *f.hf) if alias != f.name}
+ASSUME_NAMES: dict[str, str] = {
+    **{alias: f.name for f in FIELDS for alias in (*f.assume, *f.hf) if alias != f.name},
+    **{alias: name for name, aliases in EXTRA_ASSUMPTIONS.items() for alias in aliases}}
 
 
 def worst(name: str, candidates: list[Any]) -> Any:
