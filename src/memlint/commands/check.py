@@ -243,14 +243,7 @@ def run_check(args: argparse.Namespace) -> int:
         apply_assumptions(TrainingPlan("<assume>"), args.assume)
 
     if from_stdin:
-        name = args.stdin_filename or "<stdin>"
-        raw = sys.stdin.buffer.read(settings.max_file_size + 1)
-        if len(raw) > settings.max_file_size:
-            raise MemlintError(f"{name}: over the max-file-size of {settings.max_file_size:,} bytes")
-        try:
-            source = raw.decode("utf-8-sig")
-        except UnicodeDecodeError as exc:
-            raise MemlintError(f"{name}: not UTF-8 text (invalid byte at offset {exc.start})") from None
+        name, source = _read_stdin(args, settings)
         with files.checked_root(files.checkout_root(args.stdin_filename or ".")):  # stdin reads as if it were the file
             result = check_source(source, name, settings=settings, **kw)
         if merge is not None and result.plan.kind in ("python", "notebook"):
@@ -292,6 +285,18 @@ def run_check(args: argparse.Namespace) -> int:
     if args.exit_zero:
         return 0
     return 1 if failing(results, settings.fail_on) else 0
+
+
+def _read_stdin(args: argparse.Namespace, settings) -> tuple[str, str]:
+    """(the name stdin is read as, its text): within max-file-size, UTF-8."""
+    name = args.stdin_filename or "<stdin>"
+    raw = sys.stdin.buffer.read(settings.max_file_size + 1)
+    if len(raw) > settings.max_file_size:
+        raise MemlintError(f"{name}: over the max-file-size of {settings.max_file_size:,} bytes")
+    try:
+        return name, raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise MemlintError(f"{name}: not UTF-8 text (invalid byte at offset {exc.start})") from None
 
 
 def _width(stream: TextIO) -> int | None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from memlint.errors import MemlintError
-from memlint.extract.budget import STOPPED_NOTE
+from memlint.extract.budget import STOPPED_NOTE, over_script_budget
 from memlint.files import Refused, Target, read_bytes, refusals, source_lines
 from memlint.plan import Diagnostic, Span, TrainingPlan
 from memlint.vocab import CONFIG_SUFFIXES
@@ -154,20 +154,6 @@ def extract_source(source: str, path: str | Path = "<string>", shown: str | None
     # the files it read besides the script: sibling modules it imports, a DeepSpeed JSON it follows
     sources = tuple(dict.fromkeys([*(str(k) for k in interp.modules), *read]))
     return replace(plan, sources=sources) if sources else plan
-
-
-def over_script_budget(source: str) -> str | None:
-    """Why `source` is past the budget of Python one script may be (None: within it). Checked before a file's
-    lines are transformed, so a 2 MB script a launcher names twenty times costs twenty counts, not twenty reads."""
-    from memlint.extract import budget
-
-    lines = source.count("\n")
-    if lines > budget.MAX_SCRIPT_LINES:
-        return f"not analysed: {lines:,} lines, over memlint's budget of {budget.MAX_SCRIPT_LINES:,} lines for one script"
-    if len(source) > budget.MAX_SCRIPT_BYTES:
-        return (f"not analysed: {len(source):,} characters of Python, over memlint's budget of "
-                f"{budget.MAX_SCRIPT_BYTES:,} for one script")
-    return None
 
 
 def _unreadable_plan(name: str, why: str) -> TrainingPlan:

@@ -36,6 +36,18 @@ MAX_JSON_DEPTH = 256         # nesting of a notebook's JSON the position scanner
 _DIGITS = re.compile(r"\d+")
 
 
+def over_script_budget(source: str) -> str | None:
+    """Why `source` is past the budget of Python one script may be (None: within it). Checked before a file's
+    lines are transformed, so a 2 MB script a launcher names twenty times costs twenty counts, not twenty reads."""
+    lines = source.count("\n")
+    if lines > MAX_SCRIPT_LINES:
+        return f"not analysed: {lines:,} lines, over memlint's budget of {MAX_SCRIPT_LINES:,} lines for one script"
+    if len(source) > MAX_SCRIPT_BYTES:
+        return (f"not analysed: {len(source):,} characters of Python, over memlint's budget of "
+                f"{MAX_SCRIPT_BYTES:,} for one script")
+    return None
+
+
 def fits(value: Any) -> bool:
     """Whether a Python value the interpreter built is within the budget."""
     t = type(value)

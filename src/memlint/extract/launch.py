@@ -495,7 +495,7 @@ def _read_hydra_decorator(script: Path, names: set[str]) -> dict[str, str]:
         text = read_text(script, min(MAX_SCRIPT_BYTES, max_file_size()), encoding="utf-8")
     except (OSError, ValueError, MemlintError):  # files.Refused is an OSError
         return {}
-    from memlint.extract import over_script_budget
+    from memlint.extract.budget import over_script_budget
 
     if not any(n in text for n in names) or over_script_budget(text) is not None:
         return {}
