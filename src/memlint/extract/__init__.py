@@ -228,7 +228,10 @@ def extract_targets(targets: list[Target]) -> list[TrainingPlan]:
     plans = []
     for target in targets:
         with files.checked_root(files.target_root(target)):
-            plan = extract_file(target.path, target.launch, target.shown) if target.explicit else read_target(target)[0]
+            if target.note is not None:  # refused before reading (a launcher past its budget)
+                plan = unreadable(target.shown, target.note)
+            else:
+                plan = extract_file(target.path, target.launch, target.shown) if target.explicit else read_target(target)[0]
         if plan is not None:
             plans.append(plan)
     return plans
