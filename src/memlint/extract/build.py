@@ -888,8 +888,11 @@ class Builder:
                     else:
                         lengths.append(p if not isinstance(p, Const) else c)
                 else:
-                    ml = a.get("max_length")
-                    lengths.append(ml if ml is not None else field_value(a, "max_length"))
+                    ml = self.trainer_keyword(trainer, "max_length")
+                    ml = ml if ml is not None else a.get("max_length")
+                    lengths.append(ml if ml is not None else self.trainer_field(name, a, "max_length"))
+            if not arg_objs and self.trainer_keyword(trainer, "max_length") is not None:
+                lengths.append(self.trainer_keyword(trainer, "max_length"))
             self.put("max_length", _alts(lengths) if lengths else Unknown("max_length"), _length, line)
             self.put("packing", Const(False, "library-default", line, (f"{name} does not pack",)), _bool, line)
             self.put("padding", Const("longest", "library-default", line, (f"{name} pads each batch to its longest sequence",)), line=line)
@@ -897,6 +900,41 @@ class Builder:
         collator = trainer.kwargs.get("data_collator")
         has_tok = trainer.kwargs.get("processing_class", trainer.kwargs.get("tokenizer")) is not None
         self.data_padding(collator, has_tok, trainer.line)
+
+    def trainer_keyword(self, trainer: Obj, key: str) -> Any:
+        """A length keyword given to the trainer itself (TRL's DPOTrainer(max_length=1536) beside a
+        TrainingArguments; data/library_api.json trainer_length_keywords), or None. The versions that
+        accept it decide: a checkout pin outside them rejects the call (a note); unpinned, a script that
+        passes it runs on a version that takes it."""
+        from memlint.library.versions import checkout_pin, in_range
+
+        v = trainer.kwargs.get(key)
+        facts = api.trainer_length_keyword(trainer.cls, key)
+        if v is None or facts is None:
+            return None
+        _field, package, versions, ref = facts
+        pin = checkout_pin(package)
+        if pin is not None and not in_range(pin.version, versions):
+            self.notes.append(f"{trainer.cls}({key}=...) (line {trainer.line}): {pin.describe()} does not take it "
+                              f"({package}{versions} does: {ref}); not read")
+            return None
+        if isinstance(v, Const) and v.value is None:
+            return None  # None: the trainer's own default applies
+        how = f"{trainer.cls}({key}=...) (line {trainer.line}), a keyword {package}{versions} takes ({ref})"
+        return v.with_value(v.value, how) if isinstance(v, Const) else v
+
+    def trainer_field(self, name: str, a: Obj, attr: str) -> Any:
+        """A field of the trainer's arguments; a TrainingArguments lacks the trainer's own fields
+        (max_length): the trainer then falls back to its config class's default."""
+        v = field_value(a, attr)
+        facts = api.trainer(name)
+        if isinstance(v, Unknown) and facts is not None and a.cls.endswith(".TrainingArguments") \
+                and facts.arguments != a.cls:
+            d = library_default(facts.arguments, attr)
+            if d is not None:
+                return Const(d.value, "library-default", a.line or None,
+                             (f"{d.why}; {name} given a TrainingArguments falls back to it",))
+        return v
 
     def unsloth_length(self, models: list[Obj]) -> Any:
         for m in models:

@@ -1053,13 +1053,14 @@ class Interpreter:
 
     def _slice_cap(self, sl: cst.Slice, bounds: list, env: Env) -> None:
         """`ids[:max_length]`: a hand truncation to the script's own length (a name the length
-        vocabulary knows, data/library_api.json) is the script's length argument too."""
+        vocabulary knows, data/library_api.json, in any case: a local `MAX_LENGTH = 1024` constant of a
+        map function) is the script's length argument too."""
         from memlint.extract.objects import LengthArg
         from memlint.library import api
 
         lower, upper, step = bounds
         name = sl.upper.value if isinstance(sl.upper, cst.Name) else sl.upper.attr.value if isinstance(sl.upper, cst.Attribute) else None
-        if name in api.length_arguments() and lower in (None, 0) and step is None and isinstance(upper, int) \
+        if name is not None and name.lower() in api.length_arguments() and lower in (None, 0) and step is None and isinstance(upper, int) \
                 and not isinstance(upper, bool) and upper > 0:
             v = self.ev(sl.upper, env)
             line = self.line_of(sl.upper)

@@ -95,6 +95,15 @@ def length_arguments() -> frozenset[str]:
     return frozenset(_doc()["length_arguments"]["names"])
 
 
+def trainer_length_keyword(trainer: str, keyword: str) -> tuple[str, str, str, str] | None:
+    """(config field, package, versions that accept it, ref) of a length keyword `trainer` took itself
+    (data/library_api.json trainer_length_keywords), or None."""
+    entry = _doc()["trainer_length_keywords"].get(trainer)
+    if not isinstance(entry, dict) or keyword not in entry["keywords"]:
+        return None
+    return entry["keywords"][keyword], entry["package"], entry["versions"], entry["ref"]
+
+
 @data.derived
 def checkout_lora() -> Mapping[str, Any]:
     """LoRA helpers written in training checkouts (DeepSpeed-Chat's convert_linear_layer_to_lora), by function name."""
