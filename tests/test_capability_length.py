@@ -102,3 +102,142 @@ def test_dpo_trainer_without_a_length_over_training_arguments_takes_the_config_d
     plan = extract_file(tmp_path / "train.py")
     assert plan.fields["max_length"].value == 512
     assert plan.fields["max_length"].source == "library-default"
+
+
+# ---- 3. a collate function reached indirectly ---------------------------------------------------
+
+_LOOP_HEAD = '''import functools
+import torch
+from torch.utils.data import DataLoader
+from transformers import AutoModelForCausalLM
+
+model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+data = []
+'''
+
+_LOOP_TAIL = '''
+for batch in loader:
+    loss = model(**batch).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+'''
+
+_COLLATE = '''
+def collate(batch, pad_token_id=0, allowed_max_length=None, device="cpu"):
+    longest = max(len(item) + 1 for item in batch)
+    rows = []
+    for item in batch:
+        padded = item + [pad_token_id] * (longest - len(item))
+        if allowed_max_length is not None:
+            padded = padded[:allowed_max_length]
+        rows.append(torch.tensor(padded))
+    return {"input_ids": torch.stack(rows).to(device)}
+'''
+
+
+def test_a_partial_of_a_collate_function_binds_its_length_keyword():
+    src = _LOOP_HEAD + _COLLATE + '''
+collate_fn = functools.partial(collate, allowed_max_length=640, pad_token_id=2)
+loader = DataLoader(data, batch_size=6, collate_fn=collate_fn, shuffle=True)
+''' + _LOOP_TAIL
+    plan = extract_source(src, "train.py")
+    assert _get(plan, "max_length", "padding", "per_device_batch") == {"max_length": 640, "padding": "longest",
+                                                                       "per_device_batch": 6}
+
+
+def test_a_lambda_collate_passes_its_keywords_on():
+    src = _LOOP_HEAD + _COLLATE + '''
+loader = DataLoader(data, batch_size=6, collate_fn=lambda b: collate(b, allowed_max_length=320))
+''' + _LOOP_TAIL
+    plan = extract_source(src, "train.py")
+    assert _get(plan, "max_length", "padding") == {"max_length": 320, "padding": "longest"}
+
+
+_DATASET_METHOD = '''import argparse
+import torch
+from torch.utils.data import DataLoader
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+
+class TrainDataset(torch.utils.data.Dataset):
+    def __init__(self, config, tokenizer):
+        self.tokenizer = tokenizer
+        self.data = []
+        self.max_seq_len = config.max_seq_len
+
+    def __getitem__(self, index):
+        return self.data[index]
+
+    def encode(self, row):
+        ids = self.tokenizer.encode(row["text"], add_special_tokens=False)
+        return ids[-self.max_seq_len:]
+
+    def collate_fn(self, batch):
+        input_ids = [self.encode(row) for row in batch]
+        max_len = max(len(x) for x in input_ids)
+        max_len = min(max_len, self.max_seq_len)
+        input_ids = [item[:max_len] + [self.tokenizer.eos_token_id] * (max_len - len(item)) for item in input_ids]
+        return {"input_ids": torch.LongTensor(input_ids)}
+
+    def __len__(self):
+        return len(self.data)
+
+
+def train(args):
+    tokenizer = AutoTokenizer.from_pretrained(args.model_path)
+    model = AutoModelForCausalLM.from_pretrained(args.model_path)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    train_dataset = TrainDataset(args, tokenizer)
+    loader = DataLoader(train_dataset, batch_size=args.bsz, shuffle=True, collate_fn=train_dataset.collate_fn)
+    for batch in loader:
+        loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--model_path", default="Qwen/Qwen2.5-0.5B")
+    p.add_argument("--max_seq_len", type=int, default=3072)
+    p.add_argument("--bsz", type=int, default=2)
+    train(p.parse_args())
+'''
+
+
+def test_a_bound_method_of_the_dataset_as_collate_fn_pads_to_the_capped_longest():
+    plan = extract_source(_DATASET_METHOD, "train.py")
+    assert _get(plan, "max_length", "padding", "packing", "per_device_batch") == {
+        "max_length": 3072, "padding": "longest", "packing": False, "per_device_batch": 2}
+
+
+def test_a_collator_class_with_call_pads_as_its_call_does():
+    src = _LOOP_HEAD + '''
+class Collator:
+    def __init__(self, pad_id, max_length):
+        self.pad_id = pad_id
+        self.max_length = max_length
+
+    def __call__(self, batch):
+        rows = [ids[: self.max_length] for ids in batch]
+        return torch.tensor([r + [self.pad_id] * (self.max_length - len(r)) for r in rows])
+
+loader = DataLoader(data, batch_size=4, collate_fn=Collator(0, 256))
+''' + _LOOP_TAIL
+    plan = extract_source(src, "train.py")
+    assert _get(plan, "max_length", "padding") == {"max_length": 256, "padding": "max_length"}
+
+
+def test_a_collate_function_from_a_helper_module_with_a_partial(tmp_path):
+    _write(tmp_path, {
+        "train.py": _LOOP_HEAD.replace("import functools\n", "import functools\nfrom utils.data import collate\n") + '''
+loader = DataLoader(data, batch_size=6, collate_fn=functools.partial(collate, allowed_max_length=512))
+''' + _LOOP_TAIL,
+        "utils/__init__.py": "",
+        "utils/data.py": "import torch\n" + _COLLATE,
+        "setup.py": "",
+    })
+    plan = extract_file(tmp_path / "train.py")
+    assert _get(plan, "max_length", "padding") == {"max_length": 512, "padding": "longest"}

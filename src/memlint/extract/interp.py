@@ -156,6 +156,7 @@ class Interpreter:
         self.path = path
         self.launch = launch         # extract.launch.Launch: the command the script is run with, or None
         self.pad_counts: dict[str, cst.CSTNode] = {}  # name = n - len(ids): the count of a hand padding
+        self.pad_prior: dict[int, cst.CSTNode] = {}  # id of `n = min(n, cap)`'s value -> what n was bound to before
         self.dir = path.parent
         self.handlers = handlers
         self.facts = Facts()
@@ -599,6 +600,9 @@ class Interpreter:
 
     def assign(self, target: cst.CSTNode, value: Any, env: Env, stmt: cst.CSTNode) -> None:
         if isinstance(target, cst.Name) and getattr(stmt, "value", None) is not None:
+            prev = self.pad_counts.get(target.value)
+            if prev is not None and any(isinstance(n, cst.Name) and n.value == target.value for n in _walk(stmt.value)):
+                self.pad_prior[id(stmt.value)] = prev  # max_len = min(max_len, cap): the max_len before
             self.pad_counts[target.value] = stmt.value  # the expression a name was last bound to
         if isinstance(target, cst.Name):
             if type(value) is Ref:
@@ -1053,14 +1057,14 @@ class Interpreter:
 
     def _slice_cap(self, sl: cst.Slice, bounds: list, env: Env) -> None:
         """`ids[:max_length]`: a hand truncation to the script's own length (a name the length
-        vocabulary knows, data/library_api.json, in any case: a local `MAX_LENGTH = 1024` constant of a
-        map function) is the script's length argument too."""
+        vocabulary knows, data/library_api.json, in any case and under a prefix: a local `MAX_LENGTH = 1024`
+        of a map function, a collate function's `allowed_max_length`) is the script's length argument too."""
         from memlint.extract.objects import LengthArg
         from memlint.library import api
 
         lower, upper, step = bounds
         name = sl.upper.value if isinstance(sl.upper, cst.Name) else sl.upper.attr.value if isinstance(sl.upper, cst.Attribute) else None
-        if name is not None and name.lower() in api.length_arguments() and lower in (None, 0) and step is None and isinstance(upper, int) \
+        if name is not None and _length_name(name) and lower in (None, 0) and step is None and isinstance(upper, int) \
                 and not isinstance(upper, bool) and upper > 0:
             v = self.ev(sl.upper, env)
             line = self.line_of(sl.upper)
@@ -1336,8 +1340,14 @@ class Interpreter:
         value = self.ev(target, env)
         cap, data_dependent = None, False
         if isinstance(target, cst.Call) and self.dotted(target.func) == "min":  # min(max(lengths), max_len)
+            prior = self.pad_prior.get(id(target))
             for a in target.args:
-                v = self.ev(a.value, env)
+                if prior is not None and isinstance(a.value, cst.Name) and self.pad_counts.get(a.value.value) is target:
+                    # n = max(lengths); n = min(n, cap): the n inside min() is the batch's longest
+                    code += " " + self.code(prior)
+                    v = self.ev(prior, env)
+                else:
+                    v = self.ev(a.value, env)
                 if isinstance(v, Const) and isinstance(v.value, int):
                     cap = v
                 else:
@@ -1524,6 +1534,9 @@ class Interpreter:
                 elif isinstance(x, Partial):
                     if isinstance(x.func, Func) and not x.func.ran:
                         self.call_function(x.func, x.args, dict(x.kwargs), line)
+                elif isinstance(x, BoundMethod) and isinstance(x.func, Func) and not x.func.ran:
+                    # collate_fn=dataset.collate_fn: the library calls the method of that instance
+                    self.call_function(x.func, [x.instance], {}, line)
                 elif isinstance(x, Obj) and getattr(x, "user_class", None) is not None and not getattr(x, "_protocols_ran", False):
                     # a collator, dataset or model of the script's own class handed to the library: the
                     # library calls its __call__ / __getitem__ / __iter__, with this instance as self
@@ -1533,6 +1546,13 @@ class Interpreter:
                         if hit is not None and hit[0] == "method" and isinstance(hit[1], Func):
                             self.call_function(hit[1], [x], {}, line)
         return result
+
+
+def _length_name(name: str) -> bool:
+    """A name the length vocabulary knows (data/library_api.json length_arguments), in any case, alone
+    or as the end of a longer name: MAX_LENGTH, allowed_max_length, train_max_seq_len."""
+    low = name.lower()
+    return any(low == v or low.endswith("_" + v) for v in api.length_arguments())
 
 
 @dataclass(eq=False)
