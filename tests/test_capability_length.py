@@ -241,3 +241,164 @@ loader = DataLoader(data, batch_size=6, collate_fn=functools.partial(collate, al
     })
     plan = extract_file(tmp_path / "train.py")
     assert _get(plan, "max_length", "padding") == {"max_length": 512, "padding": "longest"}
+
+
+def test_a_padded_tensor_cut_along_its_last_dimension_by_a_config_key_is_the_length():
+    src = _LOOP_HEAD.replace("import torch\n", "import torch\nfrom torch.nn.utils.rnn import pad_sequence\n") + '''
+args = {"context_length": 768, "batch_size": 3}
+
+def collate_fn(batch):
+    input_ids = [torch.tensor(item["input_ids"]) for item in batch]
+    input_ids = pad_sequence(input_ids, batch_first=True, padding_value=0)[:, :args["context_length"]]
+    return {"input_ids": input_ids}
+
+loader = DataLoader(data, batch_size=args["batch_size"], collate_fn=collate_fn)
+''' + _LOOP_TAIL
+    plan = extract_source(src, "train.py")
+    assert _get(plan, "max_length", "padding", "per_device_batch") == {"max_length": 768, "padding": "longest",
+                                                                       "per_device_batch": 3}
+
+
+# ---- 2. hand-written datasets ----------------------------------------------------------------------
+
+_STREAM = '''import torch
+from torch.utils.data import IterableDataset
+
+
+class BatchStream(IterableDataset):
+    def __init__(self, data, tokenizer, batch_size, max_length):
+        super().__init__()
+        self.data = data
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.max_length = max_length
+
+    def __iter__(self):
+        batch = []
+        for example in self.data:
+            tok = self.tokenizer(example["text"], max_length=self.max_length, truncation=True,
+                                 padding="max_length", return_tensors="pt")
+            batch.append(tok)
+            if len(batch) == self.batch_size:
+                yield self._format(batch)
+                batch = []
+        if batch:
+            yield self._format(batch)
+
+    def _format(self, batch):
+        return {"input_ids": torch.stack([b["input_ids"].squeeze(0) for b in batch])}
+'''
+
+_STREAM_MAIN = '''import argparse
+import datasets
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from data import stream
+from data.stream import BatchStream
+
+
+def parse_args():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch_size", type=int, required=True)
+    parser.add_argument("--max_length", type=int, default=320)
+    parser.add_argument("--accum", type=int, default=4)
+    args = parser.parse_args()
+    return stream.check(args)
+
+
+def main(args):
+    tokenizer = AutoTokenizer.from_pretrained("t5-base", model_max_length=args.max_length)
+    data = datasets.load_dataset("allenai/c4", "en", split="train", streaming=True)
+    dataset = BatchStream(data, tokenizer, batch_size=args.batch_size, max_length=args.max_length)
+    dataloader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2)
+    model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    step = 0
+    for batch in dataloader:
+        step += 1
+        loss = model(**batch, labels=batch["input_ids"]).loss
+        loss.backward()
+        if step % args.accum != 0: continue
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+if __name__ == "__main__":
+    main(parse_args())
+'''
+
+
+def test_an_iterable_dataset_that_yields_whole_batches_sets_the_micro_batch_and_length(tmp_path, monkeypatch):
+    # the dataset module lives in a folder without __init__.py, imported as `from data import stream`
+    _write(tmp_path, {"main.py": _STREAM_MAIN, "data/stream.py": _STREAM + "\n\ndef check(args):\n    return args\n",
+                      "setup.py": ""})
+    monkeypatch.chdir(tmp_path)
+    from memlint.extract.shell import command_targets
+    from memlint.extract import extract_targets
+
+    plan = extract_targets(command_targets(["python", "main.py", "--batch_size", "12"]))[0]
+    assert _get(plan, "per_device_batch", "max_length", "padding", "packing", "grad_accum", "trainer") == {
+        "per_device_batch": 12, "max_length": 320, "padding": "max_length", "packing": False, "grad_accum": 4,
+        "trainer": "custom-loop"}
+    assert any("batch_size=None" in c for c in plan.fields["per_device_batch"].chain)
+
+
+def test_a_map_style_dataset_that_pads_in_getitem_pads_to_its_length():
+    src = '''import torch
+from torch.utils.data import DataLoader, Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+SEQ_LEN = 448
+
+
+class PaddedDataset(Dataset):
+    def __init__(self, rows, tokenizer, max_len=SEQ_LEN):
+        self.rows = rows
+        self.tokenizer = tokenizer
+        self.max_len = max_len
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        ids = self.tokenizer.encode(self.rows[i])[: self.max_len]
+        ids = ids + [self.tokenizer.pad_token_id] * (self.max_len - len(ids))
+        return torch.tensor(ids)
+
+
+tokenizer = AutoTokenizer.from_pretrained("Qwen/Qwen2.5-0.5B")
+model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+loader = DataLoader(PaddedDataset(open("d.txt").read().split("\\n"), tokenizer), batch_size=5, shuffle=True)
+for batch in loader:
+    model(input_ids=batch, labels=batch).loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+'''
+    plan = extract_source(src, "train.py")
+    assert _get(plan, "max_length", "padding", "per_device_batch") == {"max_length": 448, "padding": "max_length",
+                                                                       "per_device_batch": 5}
+
+
+def test_the_step_of_the_checkouts_own_optimizer_class_is_a_training_step():
+    src = '''import torch
+from torch.optim import Optimizer
+from transformers import AutoModelForCausalLM
+
+
+class MyAdam(Optimizer):
+    def __init__(self, params, lr=1e-3):
+        super().__init__(params, dict(lr=lr))
+
+    def step(self, closure=None):
+        return None
+
+
+model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+opt = MyAdam(model.parameters())
+for batch in loader:
+    model(**batch).loss.backward()
+    opt.step()
+'''
+    plan = extract_source(src, "train.py")
+    assert plan.fields["trainer"].value == "custom-loop"

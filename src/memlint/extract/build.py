@@ -416,8 +416,17 @@ class Builder:
         dls = self.facts.first("objects", DataLoader)
         train_dl = next((d for d in dls if isinstance(d.get("shuffle"), Const) and d.get("shuffle").value), dls[0] if dls else None)
         windows = self.facts.first("windows")
+        yields = self.facts.first("batch_yields")
         if train_dl is not None:
             bs = train_dl.get("batch_size")
+            if isinstance(bs, Const) and bs.value is None and yields:
+                # DataLoader(ds, batch_size=None): no batching of its own, the dataset yields whole batches
+                y = yields[0]
+                n = y.rows.with_value(y.rows.value, f"DataLoader(batch_size=None) (line {train_dl.line}): the dataset "
+                                      f"yields batches of {y.rows.value} rows (`if len(batch) == n: yield`, line {y.line})") \
+                    if isinstance(y.rows, Const) else y.rows
+                self.put("per_device_batch", n, _int, train_dl.line)
+                return train_dl
             self.put("per_device_batch", bs if bs is not None else _libc("torch.utils.data.DataLoader", "batch_size", train_dl.line), _int, train_dl.line)
         elif windows:  # nanoGPT's get_batch: torch.stack([data[i : i + n] for i in torch.randint(_, (B,))])
             self.put("per_device_batch", windows[0].rows, _int, windows[0].line)

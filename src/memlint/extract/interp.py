@@ -118,6 +118,7 @@ class Facts:
     length_args: list = field(default_factory=list)      # LengthArg: args.max_seq_length read from the script's arguments
     target_length_args: list = field(default_factory=list)  # LengthArg: args.max_target_length (a seq2seq's labels)
     hand_pads: list = field(default_factory=list)        # HandPad: padding the script writes itself
+    batch_yields: list = field(default_factory=list)     # BatchYield: `if len(batch) == n: yield batch` in a dataset
     offloads: list = field(default_factory=list)         # Const offload kinds a wrapper's options set (FSDP CPUOffload)
     autocasts: list = field(default_factory=list)        # AutocastCall
     steps: list = field(default_factory=list)            # OptimizerStep
@@ -169,6 +170,7 @@ class Interpreter:
         self.writes: list[dict] = []  # per branch being walked: the object attributes it assigned (branches())
         self.accum: list[Any] = []   # `if step % N == 0:` blocks we are inside
         self.micro_accum: Any = None  # N of the last `for _ in range(N): ... backward()` loop
+        self.loop_depth = 0  # loops walked once for all their (unknown) iterations that we are inside
         self.funcs: list[Func] = []
         self.star_imports: list[str] = []
         self.steps = 0
@@ -191,7 +193,7 @@ class Interpreter:
     def run(self) -> Facts:
         self._exec_module(self.main)
         self.facts.reached = {name: len(getattr(self.facts, name)) for name in
-                              ("objects", "tokenizer_calls", "chunking", "windows", "length_args", "target_length_args", "hand_pads", "steps", "autocasts", "liger_calls",
+                              ("objects", "tokenizer_calls", "chunking", "windows", "length_args", "target_length_args", "hand_pads", "batch_yields", "steps", "autocasts", "liger_calls",
                                "backward", "grad_hooks")}
         # Functions nothing called (entry points of other launchers, helpers passed by name)
         # still say how the script trains: walk them once, their parameters at their defaults.
@@ -335,10 +337,33 @@ class Interpreter:
 
     def exec_block(self, stmts: Any, env: Env) -> bool:
         """Run statements in order; True when the block always leaves (return/raise/...)."""
-        for stmt in stmts:
-            if self.exec_stmt(stmt, env):
-                return True
-        return False
+        pushed = 0
+        try:
+            for stmt in stmts:
+                if self.exec_stmt(stmt, env):
+                    return True
+                if self.loop_depth and isinstance(stmt, cst.If):
+                    n = self.skip_unless_modulo(stmt, env)
+                    if n is not None:  # `if step % N != 0: continue`: what follows runs on every N-th
+                        self.accum.append(n)
+                        pushed += 1
+            return False
+        finally:
+            for _ in range(pushed):
+                self.accum.pop()
+
+    def skip_unless_modulo(self, node: cst.If, env: Env) -> Any:
+        """N of `if step % N != 0: continue` (no else): the rest of the loop body is the accumulation step."""
+        test = node.test
+        if node.orelse is not None or not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+                                           and isinstance(test.comparisons[0].operator, cst.NotEqual)):
+            return None
+        body = node.body.body
+        smalls = body if isinstance(node.body, cst.SimpleStatementSuite) else \
+            body[0].body if len(body) == 1 and isinstance(body[0], cst.SimpleStatementLine) else ()
+        if not (smalls and all(isinstance(s, cst.Continue) for s in smalls)):
+            return None
+        return self.modulo_test(test, env)
 
     def exec_stmt(self, stmt: cst.CSTNode, env: Env) -> bool:
         self.steps += 1
@@ -404,7 +429,12 @@ class Interpreter:
             if isinstance(orelse, cst.If):
                 return self.exec_if(orelse, e)
             return self.exec_block(orelse.body.body, e)
+        self.batch_yield_idiom(node, env)
         accum = self.modulo_test(node.test, env)
+        if accum is not None and self.loop_depth:
+            # `if step % N != 0: continue` in a loop walked once for all its iterations: the counter's first
+            # value does not decide it, each side runs on some iteration (the optimizer step on every N-th)
+            truth = None
         def run_body(e: Env) -> bool:
             if accum is not None:
                 self.accum.append(accum)
@@ -522,7 +552,11 @@ class Interpreter:
             if isinstance(node, cst.For):
                 items = self.iter_items(self.ev(node.iter, e))
                 self.assign(node.target, items, e, node)
-            self.exec_block(node.body.body, e)
+            self.loop_depth += 1
+            try:
+                self.exec_block(node.body.body, e)
+            finally:
+                self.loop_depth -= 1
             return False
         if not isinstance(node, cst.For):
             self.ev(node.test, env)
@@ -686,7 +720,9 @@ class Interpreter:
                 subm = self.sibling(f"{dotted}.{name}" if dotted else name, level)
                 env.vars[bound] = ModuleVal(name, subm.env) if subm else Unknown(f"{name} from a relative import")
             else:
-                env.vars[bound] = Ref(f"{dotted}.{name}" if dotted else name)
+                # a module of a folder without __init__.py (a namespace package of the checkout)
+                subm = self.sibling(f"{dotted}.{name}") if dotted else None
+                env.vars[bound] = ModuleVal(name, subm.env) if subm else Ref(f"{dotted}.{name}" if dotted else name)
 
     def dotted(self, node: cst.CSTNode) -> str:
         if isinstance(node, cst.Name):
@@ -850,6 +886,20 @@ class Interpreter:
             else:
                 return None
         return vals.pop() if len(vals) == 1 else None
+
+    def batch_yield_idiom(self, node: cst.If, env: Env) -> None:
+        """`if len(batch) == n: yield collate(batch)` (or >= n): a generator that yields whole batches of n."""
+        from memlint.extract.objects import BatchYield
+
+        test = node.test
+        if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+                and isinstance(test.comparisons[0].operator, (cst.Equal, cst.GreaterThanEqual))
+                and isinstance(test.left, cst.Call) and self.dotted(test.left.func) == "len"):
+            return
+        if not any(isinstance(n, cst.Yield) for stmt in node.body.body for n in _walk(stmt)):
+            return
+        n = self.ev(test.comparisons[0].comparator, env)
+        self.facts.batch_yields.append(BatchYield(n, self.line_of(node), self.cur_file()))
 
     def modulo_test(self, test: cst.CSTNode, env: Env) -> Any:
         """N in `if step % N == 0:` (gradient accumulation in a hand-written loop)."""
@@ -1033,15 +1083,9 @@ class Interpreter:
     def slice_of(self, base: Any, node: cst.Subscript, env: Env) -> Any:
         """seq[a:b] over a known sequence or string with constant bounds."""
         sl = node.slice[0].slice
-        bounds = []
-        for part in (sl.lower, sl.upper, sl.step):
-            if part is None:
-                bounds.append(None)
-                continue
-            v = self.ev(part, env)
-            if not (isinstance(v, Const) and (v.value is None or isinstance(v.value, int))):
-                return Unknown("a slice with unknown bounds")
-            bounds.append(v.value)
+        bounds = self._slice_bounds(sl, env)
+        if bounds is None:
+            return Unknown("a slice with unknown bounds")
         self._slice_cap(sl, bounds, env)
         s = slice(*bounds)
         out = None
@@ -1055,15 +1099,31 @@ class Interpreter:
             out = v if out is None else merge(out, v)
         return out
 
+    def _slice_bounds(self, sl: cst.Slice, env: Env) -> list | None:
+        """[lower, upper, step] of a slice with constant (or absent) bounds, else None."""
+        bounds = []
+        for part in (sl.lower, sl.upper, sl.step):
+            if part is None:
+                bounds.append(None)
+                continue
+            v = self.ev(part, env)
+            if not (isinstance(v, Const) and (v.value is None or isinstance(v.value, int))):
+                return None
+            bounds.append(v.value)
+        return bounds
+
     def _slice_cap(self, sl: cst.Slice, bounds: list, env: Env) -> None:
         """`ids[:max_length]`: a hand truncation to the script's own length (a name the length
         vocabulary knows, data/library_api.json, in any case and under a prefix: a local `MAX_LENGTH = 1024`
         of a map function, a collate function's `allowed_max_length`) is the script's length argument too."""
         from memlint.extract.objects import LengthArg
-        from memlint.library import api
 
         lower, upper, step = bounds
-        name = sl.upper.value if isinstance(sl.upper, cst.Name) else sl.upper.attr.value if isinstance(sl.upper, cst.Attribute) else None
+        up = sl.upper
+        key = up.slice[0].slice.value if isinstance(up, cst.Subscript) and len(up.slice) == 1 \
+            and isinstance(up.slice[0].slice, cst.Index) else None
+        name = up.value if isinstance(up, cst.Name) else up.attr.value if isinstance(up, cst.Attribute) \
+            else key.evaluated_value if isinstance(key, cst.SimpleString) else None  # args["context_length"]
         if name is not None and _length_name(name) and lower in (None, 0) and step is None and isinstance(upper, int) \
                 and not isinstance(upper, bool) and upper > 0:
             v = self.ev(sl.upper, env)
@@ -1074,6 +1134,11 @@ class Interpreter:
         base = self.ev(node.value, env)
         if len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Slice):
             return self.slice_of(base, node, env)
+        if len(node.slice) > 1 and isinstance(node.slice[-1].slice, cst.Slice):
+            # a tensor cut along its last dimension: pad_sequence(...)[:, :max_len]
+            bounds = self._slice_bounds(node.slice[-1].slice, env)
+            if bounds is not None:
+                self._slice_cap(node.slice[-1].slice, bounds, env)
         key = self.subscript_key(node, env)
         out = None
         for b in flatten(base):
@@ -1515,6 +1580,8 @@ class Interpreter:
                 return self.handlers.checkout_lora(self, f, name, args, kwargs, line)
             return self.call_function(f, args, kwargs, line)
         if isinstance(f, BoundMethod):
+            if f.func.qual.rsplit(".", 1)[-1] == "step" and _optimizer_class(getattr(f.instance, "user_class", None)):
+                self.facts.unknown_steps.append(line)  # the step of the checkout's own torch Optimizer subclass
             return self.call_function(f.func, [f.instance, *args], kwargs, line)
         # Objects built inside a sibling module are placed at the script's call into it: their
         # lines are reported against the script (values keep their own file and line).
@@ -1546,6 +1613,19 @@ class Interpreter:
                         if hit is not None and hit[0] == "method" and isinstance(hit[1], Func):
                             self.call_function(hit[1], [x], {}, line)
         return result
+
+
+def _optimizer_class(cls: Any) -> bool:
+    """Whether a class of the script's checkout derives from torch.optim.Optimizer."""
+    stack, seen = [cls], 0
+    while stack and seen < 20:
+        seen += 1
+        x = stack.pop()
+        if isinstance(x, Ref) and (x.qual.endswith("optim.Optimizer") or x.qual.endswith("optim.optimizer.Optimizer")):
+            return True
+        if isinstance(x, Class):
+            stack.extend(x.bases)
+    return False
 
 
 def _length_name(name: str) -> bool:
