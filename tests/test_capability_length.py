@@ -402,3 +402,35 @@ for batch in loader:
 '''
     plan = extract_source(src, "train.py")
     assert plan.fields["trainer"].value == "custom-loop"
+
+
+def test_the_checkouts_copy_of_a_transformers_model_class_built_from_a_config_is_that_model(tmp_path):
+    _write(tmp_path, {
+        "setup.py": "",
+        "models/modeling.py": '''from torch import nn
+from transformers.modeling_utils import PreTrainedModel
+
+
+class MyPreTrained(PreTrainedModel):
+    pass
+
+
+class MyLlamaForCausalLM(MyPreTrained):
+    def __init__(self, config):
+        super().__init__(config)
+        self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
+''',
+        "train.py": '''import torch
+from transformers import AutoConfig
+from models.modeling import MyLlamaForCausalLM
+
+config = AutoConfig.from_pretrained("configs/llama_1b.json")
+model = MyLlamaForCausalLM(config).to(dtype=torch.bfloat16)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+for batch in loader:
+    model(**batch).loss.backward()
+    optimizer.step()
+'''})
+    plan = extract_file(tmp_path / "train.py")
+    assert _get(plan, "model_id", "method", "trainer") == {"model_id": "configs/llama_1b.json", "method": "full",
+                                                          "trainer": "custom-loop"}
