@@ -434,3 +434,36 @@ for batch in loader:
     plan = extract_file(tmp_path / "train.py")
     assert _get(plan, "model_id", "method", "trainer") == {"model_id": "configs/llama_1b.json", "method": "full",
                                                           "trainer": "custom-loop"}
+
+
+# ---- 6b. a length field of the script's own arguments class, written after construction ------------
+
+def test_a_length_field_of_the_checkouts_arguments_class_set_by_attribute_write(tmp_path):
+    _write(tmp_path, {
+        "setup.py": "",
+        "mylib/__init__.py": "from mylib.config import MyConfig\nfrom mylib.trainer import MyTrainer\n\n"
+                             "def defaults(run_name):\n    return MyConfig(output_dir=run_name, max_seq_len=2048)\n",
+        "mylib/config.py": '''from dataclasses import dataclass, field
+from typing import Optional
+from transformers import TrainingArguments
+
+
+@dataclass
+class MyConfig(TrainingArguments):
+    max_seq_len: Optional[int] = field(default=1024)
+    max_tokens: Optional[int] = field(default=None)
+''',
+        "mylib/trainer.py": "from transformers import Trainer\n\n\nclass MyTrainer(Trainer):\n    pass\n",
+        "train.py": '''import mylib
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+tokenizer = AutoTokenizer.from_pretrained("Qwen/Qwen2.5-0.5B")
+args = mylib.defaults("o")
+args.per_device_train_batch_size = 4
+args.max_tokens = 512
+args.max_seq_len = 3072
+mylib.MyTrainer(model=model, processing_class=tokenizer, args=args).train()
+'''})
+    plan = extract_file(tmp_path / "train.py")
+    assert _get(plan, "max_length", "per_device_batch") == {"max_length": 3072, "per_device_batch": 4}

@@ -909,6 +909,33 @@ class Builder:
         collator = trainer.kwargs.get("data_collator")
         has_tok = trainer.kwargs.get("processing_class", trainer.kwargs.get("tokenizer")) is not None
         self.data_padding(collator, has_tok, trainer.line)
+        if not self.fields["max_length"].known:
+            own = self.args_length_field(arg_objs or [])
+            if own is not None:
+                self.put("max_length", own, _length, line)
+
+    @staticmethod
+    def args_length_field(arg_objs: list[Obj]) -> Any:
+        """A length field the script's own TrainingArguments subclass declares (a checkout GRPOConfig's
+        max_seq_len), set in the call, by a later attribute write (`args.max_seq_len = 4096`) or its default:
+        the trainer that takes those arguments reads it to cut its sequences."""
+        for a in arg_objs:
+            c = getattr(a, "user_class", None)
+            declared: set = set()
+            seen = 0
+            while c is not None and hasattr(c, "fields") and seen < 20:
+                seen += 1
+                declared |= set(c.fields)
+                nxt = [b for b in c.bases if hasattr(b, "fields")]
+                c = nxt[0] if nxt else None
+            for name in sorted(declared & api.length_arguments()):
+                v = a.get(name)
+                v = v if v is not None else field_value(a, name)
+                if isinstance(v, Const) and isinstance(v.value, int) and not isinstance(v.value, bool) and v.value > 0:
+                    return Const(v.value, v.source, v.line, v.chain + (
+                        f"{a.user_class.name}.{name}, a length field of the script's own training arguments class, "
+                        "read by the trainer it is given to",), v.file)
+        return None
 
     def trainer_keyword(self, trainer: Obj, key: str) -> Any:
         """A length keyword given to the trainer itself (TRL's DPOTrainer(max_length=1536) beside a
