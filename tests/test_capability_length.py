@@ -467,3 +467,67 @@ mylib.MyTrainer(model=model, processing_class=tokenizer, args=args).train()
 '''})
     plan = extract_file(tmp_path / "train.py")
     assert _get(plan, "max_length", "per_device_batch") == {"max_length": 3072, "per_device_batch": 4}
+
+
+# ---- 4. a framework's dataset default, at the version the checkout pins -----------------------------
+
+_TUNE = '''model:
+  _component_: torchtune.models.llama2.qlora_llama2_7b
+  lora_attn_modules: ['q_proj', 'v_proj']
+  lora_rank: 8
+tokenizer:
+  _component_: torchtune.models.llama2.llama2_tokenizer
+  path: /tmp/tokenizer.model
+dataset:
+  _component_: torchtune.datasets.alpaca_cleaned_dataset
+  train_on_input: True
+batch_size: 2
+optimizer:
+  _component_: torch.optim.AdamW
+  lr: 3e-4
+loss:
+  _component_: torch.nn.CrossEntropyLoss
+epochs: 1
+gradient_accumulation_steps: 8
+dtype: bf16
+enable_activation_checkpointing: True
+'''
+
+
+def test_torchtune_dataset_builder_default_length_at_a_poetry_pinned_version(tmp_path):
+    _write(tmp_path, {"cfg.yaml": _TUNE, "pyproject.toml": '[tool.poetry]\nname = "x"\n\n[tool.poetry.dependencies]\n'
+                                                          'python = "^3.10"\ntorchtune = "^0.2.0"\n'})
+    plan = extract_file(tmp_path / "cfg.yaml")
+    v = plan.fields["max_length"]
+    assert (v.value, v.source) == (512, "library-default")
+    assert any("torchtune 0.2" in c for c in v.chain)
+
+
+def test_torchtune_dataset_default_from_a_poetry_lock(tmp_path):
+    _write(tmp_path, {"cfg.yaml": _TUNE.replace("alpaca_cleaned_dataset", "slimorca_dataset"),
+                      "poetry.lock": '[[package]]\nname = "torchtune"\nversion = "0.1.1"\ndescription = "x"\n'})
+    assert extract_file(tmp_path / "cfg.yaml").fields["max_length"].value == 1024
+
+
+def test_torchtune_from_0_3_the_dataset_does_not_truncate_without_a_tokenizer_length(tmp_path):
+    _write(tmp_path, {"cfg.yaml": _TUNE, "requirements.txt": "torchtune==0.3.1\n"})
+    v = extract_file(tmp_path / "cfg.yaml").fields["max_length"]
+    assert v.value is None and "does not truncate" in v.chain[0]
+
+
+def test_torchtune_dataset_max_seq_len_key_and_tokenizer_key(tmp_path):
+    _write(tmp_path, {"a.yaml": _TUNE.replace("  train_on_input: True\n", "  train_on_input: True\n  max_seq_len: 300\n"),
+                      "b.yaml": _TUNE.replace("  path: /tmp/tokenizer.model\n", "  path: /tmp/tokenizer.model\n  max_seq_len: 2048\n"),
+                      "requirements.txt": "torchtune==0.2.1\n"})
+    assert extract_file(tmp_path / "a.yaml").fields["max_length"].value == 300
+    assert extract_file(tmp_path / "b.yaml").fields["max_length"].value == 2048
+
+
+def test_poetry_constraints_read_as_ranges():
+    from memlint.library.pins import _poetry_spec
+
+    assert _poetry_spec("^0.1.1") == ">=0.1.1,<0.2"
+    assert _poetry_spec("^2.2.1") == ">=2.2.1,<3"
+    assert _poetry_spec("~1.2.3") == ">=1.2.3,<1.3"
+    assert _poetry_spec("4.40.1") == "==4.40.1"
+    assert _poetry_spec("*") is None
