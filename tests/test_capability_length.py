@@ -531,3 +531,65 @@ def test_poetry_constraints_read_as_ranges():
     assert _poetry_spec("~1.2.3") == ">=1.2.3,<1.3"
     assert _poetry_spec("4.40.1") == "==4.40.1"
     assert _poetry_spec("*") is None
+
+
+# ---- 7. precision: what is not packing, not a length, not a padding rule ----------------------------
+
+_GRPO_LOOP = '''import torch
+from torch.nn.utils.rnn import pad_sequence
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+num_per_q = 16
+train_batch_size = 4
+model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+tokenizer = AutoTokenizer.from_pretrained("Qwen/Qwen2.5-0.5B")
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
+
+for prompt, answers in samples():
+    prompt_ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
+    for ii in range(0, num_per_q, train_batch_size):
+        sub = answers[ii:ii + train_batch_size]
+        completion_ids = pad_sequence([torch.tensor(a) for a in sub], batch_first=True, padding_value=0)
+        merged = torch.cat([prompt_ids.repeat(completion_ids.shape[0], 1), completion_ids], dim=1)
+        loss = model(merged).logits.mean()
+        loss.backward()
+        optimizer.step()
+'''
+
+
+def test_samples_cut_into_batches_and_prompt_completion_concatenation_are_not_packing():
+    plan = extract_source(_GRPO_LOOP, "train.py")
+    assert _get(plan, "padding", "packing") == {"padding": "longest", "packing": False}
+    assert plan.fields["max_length"].value != train_batch_size_value()
+
+
+def train_batch_size_value() -> int:
+    return 4
+
+
+def test_a_token_stream_cut_in_blocks_of_a_length_is_still_packing():
+    src = _GRPO_LOOP.replace("for prompt, answers in samples():", "ids = tokenizer(open('t.txt').read())['input_ids']\n"
+                             "block_size = 512\nblocks = [ids[i:i + block_size] for i in range(0, len(ids), block_size)]\n"
+                             "for prompt, answers in samples():")
+    plan = extract_source(src, "train.py")
+    assert _get(plan, "packing", "max_length") == {"packing": True, "max_length": 512}
+
+
+def test_a_plotting_helper_that_pads_a_loss_curve_is_not_a_padding_rule():
+    src = _HEAD + '''
+import matplotlib.pyplot as plt
+
+def process(example):
+    ids = tokenizer(example["text"], truncation=True, max_length=256)["input_ids"]
+    return {"input_ids": ids, "labels": ids}
+
+def plot_losses(history, width=50):
+    padded = history + [float("nan")] * (width - len(history))
+    plt.plot(padded)
+
+ds = ds.map(process)
+''' + _TAIL + '''
+plot_losses([1.0, 0.5])
+'''
+    plan = extract_source(src, "train.py")
+    assert _get(plan, "max_length", "padding") == {"max_length": 256, "padding": "longest"}

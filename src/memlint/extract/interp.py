@@ -1398,6 +1398,8 @@ class Interpreter:
     def record_pad(self, target: cst.CSTNode, line: int | None, env: Env) -> None:
         from memlint.extract.objects import HandPad
 
+        if self.stack and _reporting(self.stack[-1].qual):
+            return  # padding a list of losses to plot or log: not how the training batch is padded
         for _ in range(3):  # batch_max_len = min(max(lengths), max_len); pad_len = batch_max_len - len(ids)
             if isinstance(target, cst.Name) and target.value in self.pad_counts:
                 target = self.pad_counts[target.value]
@@ -1449,7 +1451,11 @@ class Interpreter:
             self.facts.windows.append(Window(offsets.count, self.ev(hit[1], env), self.line_of(hit[0])))
 
     def chunk_idiom(self, elt: cst.CSTNode, var: str, step: cst.CSTNode, env: Env) -> None:
-        """`t[i : i + n] for i in range(0, total, n)`: fixed-length blocks of n tokens."""
+        """`t[i : i + n] for i in range(0, total, n)`: fixed-length blocks of n tokens. A step named as a
+        batch size (`range(0, n_samples, train_batch_size)`) cuts a list of samples into batches, not tokens."""
+        name = step.value if isinstance(step, cst.Name) else step.attr.value if isinstance(step, cst.Attribute) else None
+        if name is not None and _named_in(name, api.batch_size_names()):
+            return
         hit = self._offset_slice(elt, var, self.code(step))
         if hit is not None:
             self.facts.chunking.append(Chunking(self.ev(step, env), self.line_of(hit[0])))
@@ -1475,7 +1481,8 @@ class Interpreter:
         func = self.ev(node.func, env)
         if type(func) is Ref and func.qual in _TENSOR_PADS:
             self.tensor_pad_idiom(node, env)
-        if type(func) is Ref and func.qual.endswith("nn.utils.rnn.pad_sequence"):  # pads to the batch's longest
+        if type(func) is Ref and func.qual.endswith("nn.utils.rnn.pad_sequence") \
+                and not (self.stack and _reporting(self.stack[-1].qual)):  # pads to the batch's longest
             from memlint.extract.objects import HandPad
 
             self.facts.hand_pads.append(HandPad("longest", None, self.line_of(node), self.cur_file()))
@@ -1631,8 +1638,19 @@ def _optimizer_class(cls: Any) -> bool:
 def _length_name(name: str) -> bool:
     """A name the length vocabulary knows (data/library_api.json length_arguments), in any case, alone
     or as the end of a longer name: MAX_LENGTH, allowed_max_length, train_max_seq_len."""
+    return _named_in(name, api.length_arguments())
+
+
+def _reporting(qual: str) -> bool:
+    """A function whose name says it reports (plot_losses, print_batch; its first word in data/library_api.json
+    reporting_words): what it pads is a figure's or a printout's, not a training batch."""
+    return qual.rsplit(".", 1)[-1].lower().strip("_").split("_")[0] in api.reporting_words()
+
+
+def _named_in(name: str, vocabulary: frozenset[str]) -> bool:
+    """`name` is one of `vocabulary`, in any case, alone or as the end of a longer name."""
     low = name.lower()
-    return any(low == v or low.endswith("_" + v) for v in api.length_arguments())
+    return any(low == v or low.endswith("_" + v) for v in vocabulary)
 
 
 @dataclass(eq=False)

@@ -95,6 +95,18 @@ def length_arguments() -> frozenset[str]:
     return frozenset(_doc()["length_arguments"]["names"])
 
 
+@data.derived
+def batch_size_names() -> frozenset[str]:
+    """Names scripts give a batch size (a count of samples, never a length in tokens)."""
+    return frozenset(_doc()["batch_size_names"]["names"])
+
+
+@data.derived
+def reporting_words() -> frozenset[str]:
+    """First words that name a reporting helper (plot_losses, print_batch): its padding is not a batch's."""
+    return frozenset(_doc()["reporting_words"]["names"])
+
+
 def trainer_length_keyword(trainer: str, keyword: str) -> tuple[str, str, str, str] | None:
     """(config field, package, versions that accept it, ref) of a length keyword `trainer` took itself
     (data/library_api.json trainer_length_keywords), or None."""
