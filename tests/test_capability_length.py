@@ -593,3 +593,72 @@ plot_losses([1.0, 0.5])
 '''
     plan = extract_source(src, "train.py")
     assert _get(plan, "max_length", "padding") == {"max_length": 256, "padding": "longest"}
+
+
+# ---- 5. lengths fixed by a companion script that writes the arrays the training script loads --------
+
+_PREP = '''import os
+import numpy as np
+import torch
+from transformers import AutoTokenizer
+
+MAX_LEN = 4096
+PAD = 0
+
+def main(out):
+    tok = AutoTokenizer.from_pretrained("Qwen/Qwen2.5-0.5B")
+    rows = []
+    for text in open("raw.txt"):
+        ids = tok(text)["input_ids"][:MAX_LEN]
+        rows.append(ids + [PAD] * (MAX_LEN - len(ids)))
+    np.save(os.path.join(out, "tokens.npy"), np.array(rows))
+
+if __name__ == "__main__":
+    main("data")
+'''
+
+_PRE_TOKENIZED_TRAIN = '''import os
+import numpy as np
+import torch
+from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+
+class TokenDataset(torch.utils.data.Dataset):
+    def __init__(self, folder):
+        self.ids = torch.from_numpy(np.load(os.path.join(folder, "tokens.npy")))
+
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+    def __len__(self):
+        return self.ids.size(0)
+
+
+class TrimCollator:
+    def __call__(self, rows):
+        input_ids = torch.stack([r["input_ids"] for r in rows])
+        last = (input_ids != 0).sum(dim=1).max()
+        return {"input_ids": input_ids[:, :last], "labels": input_ids[:, :last]}
+
+
+model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+args = TrainingArguments("o", per_device_train_batch_size=1)
+Trainer(model=model, args=args, train_dataset=TokenDataset("data"), data_collator=TrimCollator()).train()
+'''
+
+
+def test_a_companion_that_writes_the_loaded_array_fixes_the_length(tmp_path):
+    _write(tmp_path, {"setup.py": "", "scripts/prepare.py": _PREP, "train.py": _PRE_TOKENIZED_TRAIN})
+    plan = extract_file(tmp_path / "train.py")
+    v = plan.fields["max_length"]
+    assert (v.value, v.source) == (4096, "constant")
+    assert any("writes tokens.npy" in c for c in v.chain) and v.span.path.endswith("prepare.py")
+    assert plan.fields["padding"].value == "longest"  # the collator trims each batch to its longest row
+
+
+def test_a_script_that_writes_another_file_is_no_companion(tmp_path):
+    _write(tmp_path, {"setup.py": "", "scripts/prepare.py": _PREP.replace("tokens.npy", "other.npy"),
+                      "train.py": _PRE_TOKENIZED_TRAIN})
+    plan = extract_file(tmp_path / "train.py")
+    assert plan.fields["max_length"].value is None
+    assert any("pre-tokenized data (tokens.npy" in n for n in plan.notes)

@@ -1069,8 +1069,20 @@ class Builder:
         if not any(isinstance(v, (Const, Alts)) for v in lengths):
             # no length read (none, or only calls whose max_length memlint cannot follow, such as a helper's
             # `max_length=tokenizer.model_max_length` of a tokenizer parameter): the script's own length argument
-            lengths = self.length_argument() or lengths
+            lengths = self.length_argument() or self.companion_length() or lengths
         self.put("max_length", _alts(lengths) if lengths else Unknown("no max_length in tokenizer calls or collators"), _length, line)
+
+    def companion_length(self) -> list:
+        """The length a companion script of the checkout wrote the arrays the script loads at (extract/companion.py)."""
+        from memlint.extract.companion import written_length
+
+        names = list(dict.fromkeys(n for n, _ in self.facts.array_loads))
+        found = written_length(self.script, names) if names else None
+        if found is None and names:
+            line = self.facts.array_loads[0][1]
+            self.notes.append(f"max_length: the script loads pre-tokenized data ({', '.join(names)}, line {line}); no script "
+                              "of the checkout memlint read writes it, so the length it was cut to is not known")
+        return [found] if found is not None else []
 
     def length_argument(self) -> list:
         """The script's own length argument (args.max_seq_length, cfg.cutoff_len) when no tokenizer call

@@ -43,6 +43,7 @@ MAX_STEPS = 200_000         # statements walked per script, all calls included
 
 # tensors built to pad a sample by hand: torch.full((1, n - l), pad), F.pad(x, (0, n - len(x)))
 _TENSOR_PADS = {"torch.full", "torch.nn.functional.pad", "numpy.full", "numpy.pad"}
+_ARRAY_LOADS = {"numpy.load", "numpy.memmap", "numpy.fromfile", "torch.load"}  # data a companion script may have written
 
 _BINOPS = {
     "Add": operator.add, "Subtract": operator.sub, "Multiply": operator.mul,
@@ -119,6 +120,7 @@ class Facts:
     target_length_args: list = field(default_factory=list)  # LengthArg: args.max_target_length (a seq2seq's labels)
     hand_pads: list = field(default_factory=list)        # HandPad: padding the script writes itself
     batch_yields: list = field(default_factory=list)     # BatchYield: `if len(batch) == n: yield batch` in a dataset
+    array_loads: list = field(default_factory=list)      # (file name, line): np.load / torch.load of a named array file
     offloads: list = field(default_factory=list)         # Const offload kinds a wrapper's options set (FSDP CPUOffload)
     autocasts: list = field(default_factory=list)        # AutocastCall
     steps: list = field(default_factory=list)            # OptimizerStep
@@ -1099,6 +1101,19 @@ class Interpreter:
             out = v if out is None else merge(out, v)
         return out
 
+    def trim_to_longest(self, sl: cst.Slice) -> None:
+        """`input_ids[:, :lengths.max() + 1]`: a padded batch cut to its longest row (a collator that trims
+        what was stored at a fixed width): padding to the longest of the batch."""
+        from memlint.extract.objects import HandPad
+
+        up = sl.upper
+        if sl.lower is not None or up is None or (self.stack and _reporting(self.stack[-1].qual)):
+            return
+        names = [n.value for n in _walk(up) if isinstance(n, cst.Name)]
+        code = self.code(up) + " " + " ".join(self.code(self.pad_counts[n]) for n in names if n in self.pad_counts)
+        if "max(" in code or ".max()" in code:
+            self.facts.hand_pads.append(HandPad("longest", None, self.line_of(sl), self.cur_file()))
+
     def _slice_bounds(self, sl: cst.Slice, env: Env) -> list | None:
         """[lower, upper, step] of a slice with constant (or absent) bounds, else None."""
         bounds = []
@@ -1139,6 +1154,8 @@ class Interpreter:
             bounds = self._slice_bounds(node.slice[-1].slice, env)
             if bounds is not None:
                 self._slice_cap(node.slice[-1].slice, bounds, env)
+            else:
+                self.trim_to_longest(node.slice[-1].slice)
         key = self.subscript_key(node, env)
         out = None
         for b in flatten(base):
@@ -1481,6 +1498,12 @@ class Interpreter:
         func = self.ev(node.func, env)
         if type(func) is Ref and func.qual in _TENSOR_PADS:
             self.tensor_pad_idiom(node, env)
+        if type(func) is Ref and func.qual in _ARRAY_LOADS and node.args:
+            from memlint.extract.companion import array_name
+
+            name = array_name(node.args[0].value)
+            if name is not None:
+                self.facts.array_loads.append((name, self.line_of(node)))
         if type(func) is Ref and func.qual.endswith("nn.utils.rnn.pad_sequence") \
                 and not (self.stack and _reporting(self.stack[-1].qual)):  # pads to the batch's longest
             from memlint.extract.objects import HandPad
