@@ -662,3 +662,33 @@ def test_a_script_that_writes_another_file_is_no_companion(tmp_path):
     plan = extract_file(tmp_path / "train.py")
     assert plan.fields["max_length"].value is None
     assert any("pre-tokenized data (tokens.npy" in n for n in plan.notes)
+
+
+# ---- 8. a data-dependent length always gets an answer --------------------------------------------
+
+def test_an_untruncated_length_with_an_unknown_micro_batch_still_gets_the_longest_sequence_answer():
+    from memlint.estimate.conditional import conditional
+
+    src = '''import os
+import torch
+from torch.utils.data import DataLoader
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+tokenizer = AutoTokenizer.from_pretrained("Qwen/Qwen2.5-0.5B")
+model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B", torch_dtype=torch.bfloat16)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+
+def collate(rows):
+    return tokenizer([r["text"] for r in rows], padding=True, return_tensors="pt")
+
+loader = DataLoader(rows, batch_size=int(os.environ["BSZ"]), collate_fn=collate)
+for batch in loader:
+    model(**batch, labels=batch["input_ids"]).loss.backward()
+    optimizer.step()
+'''
+    plan = extract_source(src, "train.py")
+    assert plan.fields["max_length"].value is None and plan.fields["per_device_batch"].value is None
+    c = conditional(plan)
+    assert c is not None and c.unknown == ("max_length", "per_device_batch") and c.batch == 1
+    assert all(r.max_seq and r.max_seq >= 128 for r in c.rows if r.gpu != "RTX4090")
+    assert "micro-batch 1" in c.text()
