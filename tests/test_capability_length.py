@@ -692,3 +692,20 @@ for batch in loader:
     assert c is not None and c.unknown == ("max_length", "per_device_batch") and c.batch == 1
     assert all(r.max_seq and r.max_seq >= 128 for r in c.rows if r.gpu != "RTX4090")
     assert "micro-batch 1" in c.text()
+
+
+def test_a_map_function_from_a_helper_module_truncating_by_its_own_constant(tmp_path):
+    _write(tmp_path, {
+        "setup.py": "",
+        "helpers/prep.py": '''def tokenize_fn(example, tokenizer):
+    MAX_SEQ_LEN = 1536
+    ids = tokenizer(example["prompt"] + example["answer"])["input_ids"]
+    return {"input_ids": ids[:MAX_SEQ_LEN], "labels": ids[:MAX_SEQ_LEN]}
+''',
+        "train.py": _HEAD + '''from functools import partial
+from helpers.prep import tokenize_fn
+
+ds = ds.map(partial(tokenize_fn, tokenizer=tokenizer))
+''' + _TAIL})
+    plan = extract_file(tmp_path / "train.py")
+    assert _get(plan, "max_length", "padding") == {"max_length": 1536, "padding": "longest"}
