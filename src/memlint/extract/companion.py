@@ -18,6 +18,8 @@ from typing import Any
 
 import libcst as cst
 
+from memlint.extract.parsed import children
+
 from memlint.extract.values import Const
 from memlint.library import api
 
@@ -139,5 +141,5 @@ def array_name(node: Any) -> str | None:
             base = s.rsplit("/", 1)[-1]
             if base.endswith(ARRAY_SUFFIXES) and len(base) > 4:
                 last = base
-        stack.extend(reversed(n.children))
+        stack.extend(reversed(children(n)))
     return last

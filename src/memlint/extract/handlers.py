@@ -1934,6 +1934,8 @@ def _steps_an_optimizer(fn: Any) -> bool | None:
     None when the hook is not the script's own function."""
     import libcst as cst
 
+    from memlint.extract.parsed import children
+
     node = fn.node if isinstance(fn, Func) else None
     if node is None:
         return None
@@ -1942,5 +1944,5 @@ def _steps_an_optimizer(fn: Any) -> bool | None:
         n = stack.pop()
         if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "step":
             return True
-        stack.extend(n.children)
+        stack.extend(children(n))
     return False

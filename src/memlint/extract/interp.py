@@ -16,7 +16,7 @@ from typing import Any
 
 import libcst as cst
 from memlint.extract import budget, slicing
-from memlint.extract.parsed import Parsed, ParserSyntaxError, parse, source_of
+from memlint.extract.parsed import Parsed, ParserSyntaxError, children, parse, source_of
 
 from memlint.extract.objects import (BoundMethod, Chunking, DictMethod, Fields, Model, Obj, OpenFile, Partial, RandomOffsets, Range,
                                      SeqMethod, Window)
@@ -1810,7 +1810,7 @@ def _walk(node: cst.CSTNode):
     while stack:
         n = stack.pop()
         yield n
-        stack.extend(n.children)
+        stack.extend(children(n))
 
 
 def _empty_weights_context(expr: cst.CSTNode) -> bool:
