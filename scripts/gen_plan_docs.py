@@ -1,7 +1,8 @@
-"""Write docs/plan.md: the plan's fields from their declarations (src/memlint/plan/fields.py).
+"""Write what the plan's field declarations (src/memlint/plan/fields.py) say elsewhere: docs/plan.md, and the plan
+part of the shipped JSON Schema of `memlint plan --format json` (src/memlint/data/schema_plan.json).
 
-    python scripts/gen_plan_docs.py          # rewrite docs/plan.md
-    python scripts/gen_plan_docs.py --check  # exit 1 when docs/plan.md is stale (tests/test_plan_fields.py)
+    python scripts/gen_plan_docs.py          # rewrite both
+    python scripts/gen_plan_docs.py --check  # exit 1 when either is stale (tests/test_plan_fields.py)
 """
 
 from __future__ import annotations
@@ -12,6 +13,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 OUT = ROOT / "docs" / "plan.md"
+SCHEMA = ROOT / "src" / "memlint" / "data" / "schema_plan.json"
+
+
+def schema_text() -> str:
+    """schema_plan.json with its field list, provenances and per-field value types from the declarations."""
+    import json
+
+    from memlint.plan.fields import PLAN_FIELDS, SOURCES, json_schema
+
+    doc = json.loads(SCHEMA.read_text(encoding="utf-8"))
+    defs = doc["$defs"]
+    defs["field"] = {"enum": list(PLAN_FIELDS)}
+    defs["value"]["properties"]["source"] = {"enum": list(SOURCES)}
+    plan = {k: v for k, v in json_schema().items() if k not in ("$schema", "title", "$defs")}  # #/$defs/value: ours
+    plan["description"] = "every plan field (src/memlint/plan/fields.py), each with its value's type"
+    defs["plan"] = plan
+    defs["doc"]["properties"]["plan"] = {"$ref": "#/$defs/plan"}
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
 def render() -> str:
@@ -40,14 +59,14 @@ def render() -> str:
 
 
 def main() -> int:
-    text = render()
+    outputs = {OUT: render(), SCHEMA: schema_text()}
     if "--check" in sys.argv:
-        current = OUT.read_text(encoding="utf-8") if OUT.exists() else ""
-        if current != text:
-            print("docs/plan.md is stale: run python scripts/gen_plan_docs.py")
-            return 1
-        return 0
-    OUT.write_text(text, encoding="utf-8")
+        stale = [p for p, text in outputs.items() if not p.exists() or p.read_text(encoding="utf-8") != text]
+        for p in stale:
+            print(f"{p.relative_to(ROOT)} is stale: run python scripts/gen_plan_docs.py")
+        return 1 if stale else 0
+    for p, text in outputs.items():
+        p.write_text(text, encoding="utf-8")
     return 0
 
 

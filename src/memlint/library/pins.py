@@ -24,7 +24,7 @@ from pathlib import Path
 
 from memlint.library.versions import in_range, specifier, version_key
 
-_PIN_FILES = ("requirements.txt", "pyproject.toml", "setup.py", "environment.yml", "environment.yaml")
+_PIN_FILES = ("requirements.txt", "pyproject.toml", "poetry.lock", "setup.py", "environment.yml", "environment.yaml")
 _MAX_UP = 4
 _MAX_LINE = 2_000      # characters of one requirement line read (a URL with a hash is a few hundred)
 _MAX_REQ_DEPTH = 2     # `-r other.txt` inside `-r other.txt`
@@ -180,6 +180,91 @@ def _conda(item: str) -> str:
     return f"{head.group(1)}=={version.removesuffix('.*')}.*"
 
 
+def _poetry_spec(spec: str) -> str | None:
+    """A Poetry constraint as a PEP 440 one: ^0.1.1 -> >=0.1.1,<0.2.0, ~1.2 -> >=1.2,<1.3, 1.2.3 -> ==1.2.3; a PEP 440
+    range as it is (packaging checks it); None for anything else."""
+    spec = spec.strip()
+    if len(spec) > _MAX_LINE:
+        return None
+    m = re.fullmatch(r"([\^~])\s*(\d+(?:\.\d+)*)", spec, re.A)
+    if m:
+        nums = [int(x) for x in m.group(2).split(".")]
+        if m.group(1) == "^":
+            at = next((i for i, n in enumerate(nums) if n), len(nums) - 1)
+        else:
+            at = min(1, len(nums) - 1)
+        upper = nums[:at] + [nums[at] + 1]
+        return f">={m.group(2)},<{'.'.join(map(str, upper))}"
+    if re.fullmatch(r"\d+(?:\.\d+)*", spec, re.A):
+        return f"=={spec}"
+    try:
+        specifier(spec)
+    except ValueError:
+        return None
+    return spec
+
+
+def _poetry_lock(path: Path, rel: str) -> list[tuple[str, str, str]]:
+    """The exact versions a poetry.lock resolved (`[[package]]` / `name = "torchtune"` / `version = "0.1.1"`)."""
+    text = _read(path)
+    if text is None:
+        return []
+    out, name = [], None
+    for i, line in enumerate(text.splitlines(), 1):
+        if line.startswith("[["):
+            name = None
+        m = re.match(r'^name\s*=\s*"([^"]+)"', line)
+        if m:
+            name = m.group(1)
+            continue
+        v = re.match(r'^version\s*=\s*"([0-9][^"]*)"', line)
+        if v and name:
+            out.append((name, f"=={v.group(1)}", f"{rel}:{i}"))
+            name = None
+    return out
+
+
+_POETRY_KEY = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*=\s*")
+_POETRY_VERSION = re.compile(r"""\bversion\s*=\s*["']([^"']+)["']""")
+
+
+def _poetry_dep(line: str) -> tuple[str, str] | None:
+    """(name, constraint) of `name = "^0.1.1"` / `name = {version = "^0.1.1", ...}`: scanned once, no backtracking."""
+    m = _POETRY_KEY.match(line)
+    if m is None:
+        return None
+    rest = line[m.end():]
+    if rest[:1] in ("'", '"'):
+        end = rest.find(rest[0], 1)
+        return (m.group(1), rest[1:end]) if end > 1 else None
+    if rest.startswith("{"):
+        v = _POETRY_VERSION.search(rest, 0, rest.find("}") if "}" in rest else len(rest))
+        return (m.group(1), v.group(1)) if v else None
+    return None
+
+
+def _poetry_reqs(path: Path, rel: str) -> list[tuple[str, str, str]]:
+    """`name = "^0.1.1"` / `name = {version = "^0.1.1", ...}` under [tool.poetry.*dependencies] of a pyproject.toml."""
+    text = _read(path)
+    if text is None:
+        return []
+    out, inside = [], False
+    for i, line in enumerate(text.splitlines(), 1):
+        if len(line) > _MAX_LINE:
+            continue
+        head = re.match(r"^\s*\[([^\]]+)\]", line)
+        if head:
+            section = head.group(1).strip()
+            inside = section.startswith("tool.poetry") and section.endswith("dependencies")
+            continue
+        dep = _poetry_dep(line) if inside else None
+        if dep and dep[0].lower() != "python":
+            spec = _poetry_spec(dep[1])
+            if spec is not None:
+                out.append((dep[0], spec, f"{rel}:{i}"))
+    return out
+
+
 def _from_environment(path: Path, rel: str) -> list[tuple[str, str, str]]:
     text = _read(path)
     if text is None:
@@ -242,8 +327,8 @@ def _requirement_files(folder: Path) -> list[Path]:
 
 def checkout_pins(script: str | os.PathLike) -> tuple[Pin, ...]:
     """The pins of the checkout `script` is in, for the packages memlint's data knows, first pin
-    of a package winning (requirements.txt, then requirements*.txt, pyproject.toml, setup.py,
-    environment.yml)."""
+    of a package winning (requirements.txt, then requirements*.txt, pyproject.toml, poetry.lock, setup.py,
+    environment.yml, then a Poetry constraint in pyproject.toml, read as the newest its range allows)."""
     p = Path(script)
     if not p.exists():
         return ()
@@ -271,8 +356,9 @@ def _pins_in(folder: Path, prefix: str) -> tuple[Pin, ...]:
     reqs = sorted(_requirement_files(folder), key=lambda f: (f.name != "requirements.txt", f.name))
     for f in reqs:
         found += _from_requirements(f, rel(f.name))
-    for name, reader in (("pyproject.toml", _quoted_reqs), ("setup.py", _quoted_reqs),
-                         ("environment.yml", _from_environment), ("environment.yaml", _from_environment)):
+    for name, reader in (("pyproject.toml", _quoted_reqs), ("poetry.lock", _poetry_lock), ("setup.py", _quoted_reqs),
+                         ("environment.yml", _from_environment), ("environment.yaml", _from_environment),
+                         ("pyproject.toml", _poetry_reqs)):
         if is_file(folder / name):
             found += reader(folder / name, rel(name))
     known = _known_packages()

@@ -36,6 +36,7 @@ KINDS = {
     "number": "a number",
     "names": "a name or a list of names",
     "switch": "false, or the name of what turns it on",
+    "ranks": "a whole number from 1, or world (every rank of the launch)",
 }
 
 
@@ -213,14 +214,14 @@ FIELDS: tuple[Field, ...] = (
     Field("num_gpus", "parallelism", "count", "GPUs (ranks) the run spans", worst="max",
           flag=Flag("--gpus", "gpus", int, metavar="N", default=1),
           shown="always"),
-    Field("tp_size", "parallelism", "count", "tensor-parallel degree", worst="min",
+    Field("tp_size", "parallelism", "ranks", "tensor-parallel degree", worst="min",
           flag=Flag("--tp", "tp", int, metavar="N", default=1,
                     help="tensor-parallel degree: attention and MLP linears split N ways (data parallel over GPUs / "
                          "(N × CP))"), hf=("tensor_parallel_degree", "tp_size"), shown="parallel"),
     Field("sequence_parallel", "parallelism", "bool", "sequence parallelism with tensor parallelism", worst="min",
           flag=_b("--sequence-parallel", "sequence_parallel", "sequence parallelism with TP: norms and residual "
                   "stream split by the sequence (Megatron --sequence-parallel)"), shown="parallel"),
-    Field("cp_size", "parallelism", "count", "context-parallel degree", worst="min",
+    Field("cp_size", "parallelism", "ranks", "context-parallel degree", worst="min",
           flag=Flag("--cp", "cp", int, metavar="N", default=1,
                     help="context-parallel degree: the sequence split over N ranks, ring attention (approximate)"),
           hf=("context_parallel_degree", "cp_size"), shown="parallel"),
@@ -312,17 +313,16 @@ def json_schema() -> dict:
     """The JSON Schema of one plan as `memlint plan --format json` writes it (`plan` of each file)."""
     types = {"name": ["string", "null"], "count": ["integer", "null"], "bool": ["boolean", "null"],
              "number": ["number", "null"], "names": ["string", "array", "null"],
-             "switch": ["boolean", "string", "null"]}
+             "switch": ["boolean", "string", "null"], "ranks": ["integer", "string", "null"]}
     def one(f: Field) -> dict:
         value: dict[str, Any] = {"type": types[f.kind]}
         if f.kind == "names":
             value["items"] = {"type": "string"}
-        return {"type": "object", "description": f.doc, "required": ["value", "source", "line"],
-                "properties": {"value": value, "source": {"enum": list(SOURCES)},
-                               "line": {"type": ["integer", "null"]}, "path": {"type": "string"},
-                               "candidates": {"type": "array"}, "shape": {"type": "object"}},
-                "additionalProperties": False}
+        return {"$ref": "#/$defs/value", "description": f.doc, "properties": {"value": value}}
 
+    value = {"type": "object", "required": ["value", "source", "line"], "additionalProperties": False,
+             "properties": {"value": {}, "source": {"enum": list(SOURCES)}, "line": {"type": ["integer", "null"]},
+                            "path": {"type": "string"}, "candidates": {"type": "array"}, "shape": {"type": "object"}}}
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "memlint training plan",
             "type": "object", "required": list(PLAN_FIELDS), "additionalProperties": False,
-            "properties": {f.name: one(f) for f in FIELDS}}
+            "properties": {f.name: one(f) for f in FIELDS}, "$defs": {"value": value}}
