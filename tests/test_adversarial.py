@@ -1265,6 +1265,9 @@ def test_a_requirement_line_is_read_in_linear_time(tmp_path, line):
     from memlint.library.pins import checkout_pins
 
     (tmp_path / "requirements.txt").write_text("torch==2.3.0\n" + line + "\n")
+    (tmp_path / "pyproject.toml").write_text('[project]\ndependencies = ["' + line.replace('"', "") + '"]\n'
+                                             "[tool.poetry.dependencies]\ntrl = {" + "x " * 900 + "\n"
+                                             'peft = "' + "=1 ," * 400 + '"\n')
     (tmp_path / "train.py").write_text("")
     t = time.perf_counter()
     pins = checkout_pins(tmp_path / "train.py")
