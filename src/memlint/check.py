@@ -286,10 +286,13 @@ def check_targets(targets: Sequence[Target], settings: Settings, *, gpu: str | N
         out[i] = result
         if cache is not None and content is not None:
             cache.put(targets[i].shown, targets[i].explicit, content, result)
+    from memlint.extract import untrained_commands
+
+    drop = untrained_commands([(t, r.plan) for t, r in zip(targets, out) if r is not None])
     results = []
     seen: set[tuple] = set()  # a config's findings in a file it follows (its DeepSpeed JSON) are that file's too
-    for result in out:
-        if result is None:
+    for i, result in enumerate(r for r in out if r is not None):
+        if i in drop:
             continue
         keys = [(f.span.path, f.span.line, f.span.col, f.code, f.message) for f in result.findings]
         result.findings = [f for f, k in zip(result.findings, keys) if k not in seen]

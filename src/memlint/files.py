@@ -42,6 +42,8 @@ class Target:
     shown: str       # as the user named it (relative), for output
     explicit: bool   # named on the command line, not found by a walk
     launch: Any = None  # the command that runs it (extract.launch.Launch), when one is known
+    named_launcher: bool = False  # run by a launcher the user named (`bash run.sh`, `make train`, run.sh itself):
+                                  # kept with a note when it shows no trainer, unless another of its commands trains
 
 
 # ---- .gitignore, as git's dir.c and wildmatch.c read it ---------------------------------------

@@ -69,6 +69,12 @@ def _launched_config(plan: TrainingPlan | None, launch: Any) -> TrainingPlan | N
     launcher's GPUs and sharding. A framework tool's own command (`tune run`, `litgpt ...`) has neither."""
     from memlint.extract.configs.overrides import TOOLS
 
+    if plan is not None and launch is not None and launch.launcher in TOOLS and getattr(launch, "runner", None):
+        # a framework's entry module under a process launcher (`torchrun --nproc_per_node 8 -m axolotl.cli.train X`):
+        # the config as the tool reads it, then the launcher's GPUs (and an accelerate --config_file's sharding)
+        from memlint.extract.launched import apply_launcher
+
+        return apply_launcher(plan, replace(launch, launcher=launch.runner), Path(launch.cwd or ".") / plan.path)
     if plan is None or launch is None or launch.launcher in TOOLS or not (launch.script or launch.module):
         return plan
     if launch.script:
@@ -187,7 +193,7 @@ def expand_launchers(targets: list[Target], roots: Any = ()) -> list[Target]:
             continue
         from memlint.extract.shell import launcher_targets
 
-        for pair in launcher_targets(t.path, t.shown, [*walked, Path.cwd()]):
+        for pair in launcher_targets(t.path, t.shown, [*walked, Path.cwd()], named=t.explicit):
             key = (str(pair.path.resolve()), pair.launch.origin, pair.launch.line)
             if key not in seen:
                 seen.add(key)
@@ -209,12 +215,21 @@ def _has_shell_line(path: Path) -> bool:
 
 def extract_targets(targets: list[Target]) -> list[TrainingPlan]:
     """Plans of `targets` (files.collect, or a launch command's target)."""
-    plans = []
+    read = []
     for target in targets:
         plan = extract_file(target.path, target.launch, target.shown) if target.explicit else read_target(target)[0]
         if plan is not None:
-            plans.append(plan)
-    return plans
+            read.append((target, plan))
+    drop = untrained_commands(read)
+    return [plan for i, (_, plan) in enumerate(read) if i not in drop]
+
+
+def untrained_commands(read: list[tuple[Target, TrainingPlan]]) -> set[int]:
+    """The indexes of a named launcher's commands that show no trainer while another command of the same launcher
+    trains (a merge or evaluation step after the training one): those are dropped as a walk drops them."""
+    trained = {t.launch.origin for t, p in read if t.named_launcher and t.launch is not None and trains(p)}
+    return {i for i, (t, p) in enumerate(read)
+            if t.named_launcher and t.launch is not None and t.launch.origin in trained and not trains(p)}
 
 
 def unreadable(shown: str, why: str) -> TrainingPlan:
@@ -290,8 +305,18 @@ def _read_target_unpinned(target: Target) -> tuple[TrainingPlan | None, list[str
     except RecursionError:
         return unreadable(shown, "too deeply nested to parse"), [], []
     if not target.explicit and not trains(plan) and not _launched_out_of_time(target, plan):
-        return None, [], []  # found by a walk: a helper module, an inference or merge script
+        if not target.named_launcher:
+            return None, [], []  # found by a walk: a helper module, an inference or merge script
+        plan = replace(plan, notes=plan.notes + (_UNTRAINED.format(via=target.launch.where(), what=_runs(target.launch)),))
     return plan, lines, cells
+
+
+_UNTRAINED = ("{via} runs {what}, in which memlint finds no trainer or training loop it reads: the fields below are what "
+              "it read (a framework's own workers, or a training function it does not follow)")
+
+
+def _runs(launch: Any) -> str:
+    return f"-m {launch.module}" if launch.module else launch.script or launch.launcher
 
 
 def _launched_out_of_time(target: Target, plan: TrainingPlan) -> bool:

@@ -82,6 +82,8 @@ class Launch:
     line: int | None = None             # its line there
     cwd: str | None = None              # a `cd DIR &&` before the command, relative to where it is read
     flag_lines: tuple[tuple[str, int], ...] = ()  # (--flag, its own line) when the command spans lines
+    runner: str | None = None           # the process launcher that runs a framework tool's entry module
+                                        # (`torchrun --nproc_per_node 8 -m axolotl.cli.train X`: torchrun)
 
     def line_of(self, how: str) -> int | None:
         """The line a value given as `how` ("--flag value") was written on: the flag's own line of a
@@ -162,13 +164,13 @@ def parse_command(words: Sequence[str], origin: str = "the command line", line: 
     rest = words[1:]
     base = {"env": env, "origin": origin, "line": line, "cwd": cwd}
     if _PYTHON.match(words[0]):
-        return _python(rest, base)
+        return _framework_module(_python(rest, base))
     if head in ("torchrun", "torch.distributed.run"):
-        return _launcher("torchrun", rest, base)
+        return _framework_module(_launcher("torchrun", rest, base))
     if head == "accelerate" and rest[:1] == ["launch"]:
-        return _launcher("accelerate", rest[1:], base)
+        return _framework_module(_launcher("accelerate", rest[1:], base))
     if head == "deepspeed":
-        return _launcher("deepspeed", rest, base)
+        return _framework_module(_launcher("deepspeed", rest, base))
     if head == "composer":
         return _launcher("composer", rest, base)
     if head == "lightning" and rest[:2] == ["run", "model"]:
@@ -246,9 +248,44 @@ def _launcher(name: str, rest: list[str], base: dict) -> Launch:
         if i >= len(rest):
             raise MemlintError(f"`{name}` without a script")
         script, i = rest[i], i + 1
+        if name == "accelerate" and "true" in (options.get("m"), options.get("module")):
+            module, script = script, None  # `accelerate launch -m pkg.mod` (-m/--module is a switch there)
     processes, nodes = _processes(name, options, base["env"])
     return Launch(tuple(rest[i:]), script=script, module=module, launcher=name, processes=processes, nodes=nodes,
                   options=options, **base)
+
+
+def entry_module(module: str) -> tuple[str, str | None] | None:
+    """(the framework tool, the subcommand it runs; None: the next word names it) when `module` is a training
+    framework's command-line entry module (frameworks.json "entry_modules": `-m axolotl.cli.train`,
+    `-m llamafactory.cli train`), which reads the framework's config as its tool does."""
+    from memlint.data import load
+
+    for fw in load("frameworks.json")["frameworks"].values():
+        hit = fw.get("entry_modules", {}).get(module)
+        if hit is not None:
+            return hit[0], hit[1]
+    return None
+
+
+def _framework_module(launch: Launch) -> Launch:
+    """A launch of a framework's entry module (`torchrun --nproc_per_node 8 -m axolotl.cli.train X --deepspeed Y`) as
+    the framework tool's own command (`axolotl train X --deepspeed Y`), the process launcher kept as its runner:
+    the config is read by the framework's reader with the command's overrides and the launcher's GPUs, whether or
+    not the framework's source is in the checkout."""
+    hit = entry_module(launch.module) if launch.module else None
+    if hit is None:
+        return launch
+    tool, sub = hit
+    argv = list(launch.argv)
+    if sub is None:
+        sub, argv = (argv[0], argv[1:]) if argv else ("", [])
+    subs, _ = FRAMEWORK_CLIS[tool]
+    if sub not in subs:
+        raise MemlintError(f"-m {launch.module} {sub}: does not train (memlint reads {'|'.join(sorted(subs))})")
+    from dataclasses import replace
+
+    return replace(launch, argv=tuple(argv), module=None, launcher=tool, subcommand=sub, runner=launch.launcher)
 
 
 def _processes(name: str, options: dict[str, str], env: dict[str, str]) -> tuple[int | None, int | None]:
@@ -325,6 +362,44 @@ def shell_script(words: Sequence[str]) -> tuple[str, tuple[str, ...], dict[str, 
     if words[0].endswith(".sh"):
         return words[0], tuple(words[1:]), env, cwd
     return None
+
+
+def make_command(words) -> tuple[str | None, tuple[str, ...], dict[str, str], dict[str, str], str | None] | None:
+    """(the Makefile named by -f, the goals, the variables set on make's command line, the variables set before
+    it, the folder: `cd DIR &&` and -C DIR) when the command runs make (`make train`, `make -C exp train
+    MODEL=x`); None otherwise."""
+    import os
+
+    words, env, cwd = _command_words(words)
+    if not words or Path(words[0]).name not in ("make", "gmake"):
+        return None
+    makefile, goals, variables = None, [], {}
+    i = 1
+    while i < len(words):
+        w = words[i]
+        if w in ("-f", "--file", "--makefile", "-C", "--directory") and i + 1 < len(words):
+            if w in ("-C", "--directory"):
+                cwd = os.path.join(cwd, words[i + 1]) if cwd else words[i + 1]
+            else:
+                makefile = words[i + 1]
+            i += 2
+            continue
+        if w.startswith(("--file=", "--makefile=", "--directory=")):
+            key, value = w.split("=", 1)
+            if key == "--directory":
+                cwd = os.path.join(cwd, value) if cwd else value
+            else:
+                makefile = value
+        elif w in ("-o", "-W", "-I") or (w in ("-j", "-l") and i + 1 < len(words) and words[i + 1].replace(".", "").isdigit()):
+            i += 2  # an option and its value (make -j 8)
+            continue
+        elif _ENV.match(w):
+            k, v = w.split("=", 1)
+            variables[k] = v
+        elif not w.startswith("-"):
+            goals.append(w)
+        i += 1
+    return makefile, tuple(goals), variables, env, cwd
 
 
 def command_target(words: Sequence[str], cwd: Path | None = None):

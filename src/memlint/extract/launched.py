@@ -14,6 +14,9 @@ from typing import Any
 from memlint.errors import MemlintError
 from memlint.plan import Span, TrainingPlan, Value
 
+# accelerate launch options that settle the processes or the sharding without the machine's saved config
+_ACCELERATE_SAYS = {"config_file", "num_processes", "multi_gpu", "use_deepspeed", "use_fsdp", "use_megatron_lm", "cpu",
+                    "tpu", "deepspeed_config_file", "zero_stage", "gpu_ids"}
 _ZERO = {"0": "none", "1": "zero1", "2": "zero2", "3": "zero3"}
 _PRECISION = {"bf16": "amp-bf16", "fp16": "amp-fp16", "no": "fp32", "fp8": "amp-bf16"}
 
@@ -32,7 +35,8 @@ def apply_launcher(plan: TrainingPlan, launch: Any, script: Path) -> TrainingPla
                }.get(launch.launcher, "CUDA_VISIBLE_DEVICES")
         nodes = f" × {launch.nodes} nodes" if launch.nodes and launch.nodes > 1 else ""
         fields["num_gpus"] = _value(launch, launch.gpus, f"{how} {launch.processes}{nodes}")
-    elif launch.launcher == "python" and not plan.get("num_gpus").known:
+    elif launch.launcher == "python" and not plan.get("num_gpus").known and plan.get("trainer").known:
+        # (a script with no trainer memlint reads may start its own workers: Ray, mp.spawn)
         fields["num_gpus"] = _value(launch, 1, "python: one process")
     if launch.launcher == "accelerate":
         fields.update(_accelerate(plan, launch, opts))
@@ -41,6 +45,12 @@ def apply_launcher(plan: TrainingPlan, launch: Any, script: Path) -> TrainingPla
     if launch.launcher in ("torchrun", "accelerate", "deepspeed") and launch.gpus and launch.gpus > 1 \
             and cur.value == "none" and cur.source == "library-default" and "distributed" not in fields:
         fields["distributed"] = _value(launch, "none", f"{launch.launcher}: {launch.gpus} data-parallel processes (DDP)")
+    elif launch.launcher == "accelerate" and not _ACCELERATE_SAYS & set(opts) and cur.source == "library-default" \
+            and "distributed" not in fields:
+        # `accelerate launch train.py`: the machine's saved `accelerate config` (default_config.yaml) sets the processes
+        # and the sharding, which the checkout does not hold
+        fields["distributed"] = Value(None, "unknown", None, (f"accelerate launch without --config_file or a "
+                                      f"process count ({launch.where()}): the machine's saved accelerate config decides",))
     plan = plan.with_values(**fields)
     if launch.line:
         plan = replace(plan, via=launch.where())

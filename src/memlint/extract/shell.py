@@ -14,13 +14,12 @@ from pathlib import Path
 from typing import Iterator
 
 from memlint.errors import MemlintError
-from memlint.extract.launch import (Launch, command_target, framework_config, parse_command, resolve_module, shell_script,
-                                    tokens)
+from memlint.extract.launch import (FRAMEWORK_CLIS, Launch, command_target, framework_config, make_command, parse_command,
+                                    resolve_module, shell_script, tokens)
 from memlint.vocab import LAUNCHER_NAMES, LAUNCHER_SUFFIXES
 
 _MAX_BYTES = 256_000
 _ASSIGN = re.compile(r"^\s*(?:export\s+|local\s+|readonly\s+|declare\s+(?:-\w+\s+)*)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
-_MAKE_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s*(?:\?|:|::|\+)?=\s*(.*)$")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-=])([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 # the launcher's own folder: `$(dirname "${BASH_SOURCE[0]}")`, `$(dirname $0)`, `$(cd "$(dirname "$0")" && pwd)`
 _SELF_DIR = re.compile(r"""\$\(\s*dirname\s+["']?(?:\$\{BASH_SOURCE(?:\[0\])?\}|\$BASH_SOURCE|\$\{0\}|\$0)["']?\s*\)"""
@@ -37,7 +36,8 @@ _POS_REF = re.compile(r'"\$(?:\{@\}|@)"|\$\{(\d+|[@*#])\}|\$(\d|[@*#])')
 _POS_KEY = "\x00pos"  # env key of the launcher's positional arguments (joined by NUL)
 _SHIFT = re.compile(r"^shift(?:\s+(\d+))?\s*(?:[;#].*)?$")
 _ARITH = re.compile(r"\$\(\((.*?)\)\)")
-_LAUNCH_WORD = re.compile(r"(?:^|[\s;&|(])(?:python\d*(?:\.\d+)*|torchrun|accelerate|deepspeed|composer|lightning)\b")
+_LAUNCH_WORD = re.compile(r"(?:^|[\s;&|(])(?:python\d*(?:\.\d+)*|torchrun|accelerate|deepspeed|composer|lightning|"
+                          + "|".join(map(re.escape, FRAMEWORK_CLIS)) + r")\b")  # and the framework tools (`llamafactory-cli train`)
 
 
 def is_launcher(path: Path) -> bool:
@@ -275,10 +275,77 @@ def notebook_shell(path: Path) -> str:
     return "\n".join(out)
 
 
-def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: dict[str, str] | None = None) -> list[Launch]:
+_MAKE_RULE = re.compile(r"^([^\s:=#][^:=#]*?)\s*::?(?!=)\s*([^;=#]*?)\s*(?:[;#].*)?$")
+_MAKE_OP = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s*(\?|:|::|\+)?=")
+
+
+def _make_recipes(text: str, goals: tuple[str, ...] | None, env: dict[str, str], fixed: set[str]):
+    """The recipe lines `make GOALS` runs, as _logical_lines yields them: every variable assignment of the
+    Makefile applied to `env` first (as make reads the whole file before it runs a recipe; `VAR ?= x` only where
+    VAR is not set, a variable set on make's command line (`fixed`) kept over the file's), then each goal's
+    prerequisites' recipes before its own, each target once. `goals` None (a Makefile named alone or met in a
+    walk): every rule's recipe in file order; () the default goal (the first target)."""
+    rules: dict[str, tuple[list[str], list]] = {}
+    order: list[str] = []
+    current: list[str] | None = None
+    for item in _logical_lines(text):
+        line = item[1]
+        if line.startswith("\t"):
+            for t in current or ():
+                rules[t][1].append(item)
+            continue
+        s = line.strip()
+        if not s or s.startswith("#"):
+            continue
+        m = _MAKE_OP.match(s)
+        if m:
+            current = None
+            name, op = m.group(1), m.group(2)
+            value = _expand(s[m.end():].strip(), env)
+            if name in fixed or (op == "?" and name in env):
+                continue
+            env[name] = f"{env[name]} {value}" if op == "+" and env.get(name) else value
+            continue
+        rule = _MAKE_RULE.match(s)
+        if rule is None:
+            current = None
+            continue
+        current = _expand(rule.group(1), env).split()
+        for t in current:
+            if t not in rules:
+                rules[t] = ([], [])
+                order.append(t)
+            rules[t][0].extend(_expand(rule.group(2), env).split())
+    if goals is None:
+        return [item for t in order for item in rules[t][1]]
+    if not goals:
+        first = next((t for t in order if not t.startswith(".") and "%" not in t), None)
+        goals = (first,) if first else ()
+    missing = [g for g in goals if g not in rules]
+    if missing:
+        raise MemlintError(f"make: no rule for the target {missing[0]!r}")
+    seq: list = []
+    seen: set[str] = set()
+
+    def visit(target: str, depth: int) -> None:
+        if target in seen or target not in rules or depth > 64:
+            return
+        seen.add(target)
+        for dep in rules[target][0]:
+            visit(dep, depth + 1)
+        seq.extend(rules[target][1])
+
+    for g in goals:
+        visit(g, 0)
+    return seq
+
+
+def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: dict[str, str] | None = None,
+             make: tuple[tuple[str, ...], dict[str, str]] | None = None) -> list[Launch]:
     """The training launches a shell script, Makefile or notebook (its `!` lines) runs, with their line numbers.
     `args`: the script's own arguments when a command runs it (`bash run.sh 2 /ckpt`), read for $1, "$@"
-    and `shift`; None (the file read alone) leaves them unknown. `env0`: variables the command sets."""
+    and `shift`; None (the file read alone) leaves them unknown. `env0`: variables the command sets.
+    `make`: (goals, variables) of a `make` command that runs `path`: only those goals' recipes are read."""
     from memlint.files import read_bytes
 
     try:
@@ -290,21 +357,20 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
             text = read_bytes(path).decode("utf-8", errors="replace")  # a regular file within max-file-size
     except OSError:
         return []
-    make = path.name in LAUNCHER_NAMES
+    is_make = path.name in LAUNCHER_NAMES or make is not None
     env: dict[str, str] = {**(env0 or {}), **({_POS_KEY: "\x00".join(args)} if args is not None else {})}
     out: list[Launch] = []
     cwd: str | None = None  # where standalone `cd DIR` lines have moved the launcher
-    for line_no, line, flag_lines in _logical_lines(text):
+    if is_make:
+        env.update(make[1] if make else {})
+        lines = _make_recipes(text, make[0] if make else None, env, set(make[1]) if make else set())
+    else:
+        lines = _logical_lines(text)
+    for line_no, line, flag_lines in lines:
         stripped = _self_dir(line.strip())
         if not stripped or stripped.startswith("#"):
             continue
-        if make:
-            m = _MAKE_ASSIGN.match(stripped)
-            if m and not line.startswith("\t"):
-                env[m.group(1)] = _expand(m.group(2).strip(), env)
-                continue
-            if not line.startswith("\t"):
-                continue
+        if is_make:  # a recipe line (its variables were read by _make_recipes)
             stripped = stripped.lstrip("@-+ ")
         else:
             if _shifted(stripped, env):
@@ -331,19 +397,20 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
                 if _quoted_alone(val) or " " not in val.split(" #", 1)[0].strip():  # `VAR=value` alone; `VAR=1 python train.py` is a command
                     env[m.group(1)] = _unquote(_expand(val, env))
                     continue
-        if stripped.startswith("cd ") and not make:
+        if stripped.startswith("cd ") and not is_make:
             try:
                 moved = _cd(tokens(_expand(stripped, env)), cwd)
             except MemlintError:
                 moved = None
             cwd = moved if moved is not None else cwd
-        if not _LAUNCH_WORD.search(stripped):
+        # the launcher may be in a variable (`LAUNCH="accelerate launch ..."` then `$LAUNCH train.py`, `eval $CMD`)
+        if not _LAUNCH_WORD.search(stripped) and not ("$" in stripped and _LAUNCH_WORD.search(_expand(stripped, env))):
             continue
         try:
             words = tokens(_expand(stripped, env))
         except MemlintError:
             continue
-        if words and words[0] in ("for", "if", "while", "echo", "then", "do", "elif"):
+        if words and words[0] in ("for", "if", "while", "echo", "then", "do", "elif", "eval"):
             words = words[1:]
         try:
             launch = parse_command(words, origin=shown, line=line_no)
@@ -356,14 +423,15 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
 
 
 def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str, ...] | None = None,
-                     env0: dict[str, str] | None = None) -> list:
+                     env0: dict[str, str] | None = None, make: tuple | None = None, named: bool = False) -> list:
     """files.Target for each launch of `path` whose script (or module) is a file of the checkout,
     looked up beside the launcher, then in each of `roots` (the checkout, the folder walked).
-    `args`/`env0`: the launcher's arguments and variables when a command runs it (see `launches`)."""
+    `args`/`env0`/`make`: the launcher's arguments and variables when a command runs it (see `launches`);
+    `named`: the user named the launcher (its commands are not dropped for showing no trainer)."""
     from memlint.files import Target
 
     out = []
-    for launch in launches(path, shown, args, env0):
+    for launch in launches(path, shown, args, env0, make):
         # beside the launcher, then the folders above it up to the checkout (`bash scripts/train.sh` run from
         # the folder that holds train.py), then the roots
         ups = [a for a in path.parent.resolve().parents][:4]
@@ -384,6 +452,10 @@ def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str,
                     target = cand
             elif launch.module:
                 target = resolve_module(launch.module, [base])
+            elif launch.launcher in FRAMEWORK_CLIS:  # `llamafactory-cli train X.yaml`, `torchrun -m axolotl.cli.train X.yml`
+                target = _tool_config(launch, base)
+                if target is not None:
+                    break
             if target is not None:
                 # the framework config the script or module runs (a Hydra entry script's NeMo config, a `train.py
                 # recipe.yaml` recipe, `-m torchtitan.train --job.config_file X`): the run is that config
@@ -391,8 +463,19 @@ def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str,
                 break
         if target is None:
             continue
-        out.append(Target(target, os.path.normpath(os.path.relpath(target)), False, launch))
+        out.append(Target(target, os.path.normpath(os.path.relpath(target)), False, launch, named))
     return out
+
+
+def _tool_config(launch: Launch, base: Path) -> Path | None:
+    """The config file a framework tool's command in a launcher trains from, looked up from `base`."""
+    from memlint.extract.launch import _config_arg, tool_config
+
+    ref = _config_arg(launch)
+    if ref is None:
+        return None
+    cand = tool_config(launch, base, os.path.expanduser(ref))
+    return cand if cand.is_file() else None
 
 
 def command_targets(words, cwd: Path | None = None) -> list:
@@ -400,6 +483,9 @@ def command_targets(words, cwd: Path | None = None) -> list:
     (launch.command_target), one per training command for a shell script run with its arguments
     (`bash scripts/run.sh 2 /ckpt`: $1, "$@" and `shift` read with them)."""
     cwd = cwd or Path.cwd()
+    made = make_command(words)
+    if made is not None:
+        return _make_targets(made, cwd)
     sh = shell_script(words)
     if sh is None:
         return [command_target(words, cwd)]
@@ -409,7 +495,25 @@ def command_targets(words, cwd: Path | None = None) -> list:
     shown = os.path.normpath(os.path.join(moved or "", script))
     if not path.is_file():
         raise MemlintError(f"{shown}: no such file (the command's shell script)")
-    targets = launcher_targets(path, shown, [base], args=args, env0=env)
+    targets = launcher_targets(path, shown, [base], args=args, env0=env, named=True)
     if not targets:
         raise MemlintError(f"{shown}: runs no Python training command memlint reads")
+    return targets
+
+
+def _make_targets(made, cwd: Path) -> list:
+    """The files `make GOALS` runs: the training commands of those goals' recipes (and their prerequisites'), read
+    with make's variables (`PYTHON ?= uv run`, `make train MODEL=x`) and each recipe line's own `VAR=x cmd`."""
+    makefile, goals, variables, env, moved = made
+    base = cwd / moved if moved else cwd
+    if makefile is None:
+        makefile = next((n for n in ("GNUmakefile", "makefile", "Makefile") if (base / n).is_file()), "Makefile")
+    path = base / os.path.expanduser(makefile)
+    shown = os.path.normpath(os.path.join(moved or "", makefile))
+    if not path.is_file():
+        raise MemlintError(f"{shown}: no such file (the command's Makefile)")
+    targets = launcher_targets(path, shown, [base], env0=env, make=(goals, variables), named=True)
+    if not targets:
+        what = f"make {' '.join(goals)}".strip() if goals else "make (the default goal)"
+        raise MemlintError(f"{shown}: `{what}` runs no Python training command memlint reads")
     return targets

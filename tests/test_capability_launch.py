@@ -1,0 +1,262 @@
+"""Launches read by capability (issue #27, round 7): a framework's entry module run by a process launcher, a
+package's console script, `make TARGET`, a launcher held in a shell variable, a named launcher whose command shows no
+trainer, notebooks with a cell that is not Python or saved outputs over the size budget, and the README's own command
+for a file named alone. Each test is a tiny made-up checkout written from the pattern; no public file is copied."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from memlint.cli import main
+from memlint.errors import MemlintError
+from memlint.extract import extract_paths, extract_targets
+from memlint.extract.launch import entry_module, make_command, parse_command, tokens
+from memlint.extract.shell import command_targets, launches
+
+
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+    return root
+
+
+def _plans(words: list[str] | str) -> list:
+    return extract_targets(command_targets(tokens(words) if isinstance(words, str) else words))
+
+
+def _v(plan, field):
+    return plan.get(field).value, plan.get(field).source
+
+
+_TRAIN = '''
+import os
+from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+model = AutoModelForCausalLM.from_pretrained(os.environ.get("BASE_MODEL", "gpt2"))
+args = TrainingArguments(output_dir="out", per_device_train_batch_size=4, bf16=True)
+Trainer(model=model, args=args).train()
+'''
+
+_MERGE = '''
+from transformers import AutoModelForCausalLM
+
+model = AutoModelForCausalLM.from_pretrained("gpt2")
+model.save_pretrained("merged")
+'''
+
+_AXOLOTL = '''
+base_model: Qwen/Qwen2.5-0.5B
+sequence_len: 2048
+sample_packing: true
+micro_batch_size: 2
+gradient_accumulation_steps: 4
+bf16: auto
+flash_attention: true
+optimizer: adamw_torch_fused
+datasets:
+  - path: tatsu-lab/alpaca
+    type: alpaca
+'''
+
+_ZERO3 = '''
+{"zero_optimization": {"stage": 3}, "bf16": {"enabled": "auto"}, "train_micro_batch_size_per_gpu": "auto"}
+'''
+
+
+# ---- 1. a framework's entry module under a process launcher -----------------------------------------------------
+
+
+@pytest.mark.parametrize("command, tool, sub, runner, gpus", [
+    ("torchrun --nproc_per_node 8 --master_port 20001 -m axolotl.cli.train cfg.yml --deepspeed ds.json",
+     "axolotl", "train", "torchrun", 8),
+    ("accelerate launch --num_processes 2 -m axolotl.cli.train cfg.yml", "axolotl", "train", "accelerate", 2),
+    ("accelerate launch --module axolotl.cli.train cfg.yml", "axolotl", "train", "accelerate", None),
+    ("python -m axolotl.cli.main train cfg.yml", "axolotl", "train", "python", None),
+    ("CUDA_VISIBLE_DEVICES=0,1 python -m llamafactory.cli train cfg.yml", "llamafactory-cli", "train", "python", 2),
+    ("torchrun --nproc_per_node 4 -m llamafactory.launcher cfg.yml", "llamafactory-cli", "train", "torchrun", 4),
+])
+def test_a_framework_entry_module_is_the_frameworks_own_command(command, tool, sub, runner, gpus):
+    launch = parse_command(tokens(command))
+    assert (launch.launcher, launch.subcommand, launch.runner, launch.gpus) == (tool, sub, runner, gpus)
+    assert launch.module is None and launch.argv[0] == "cfg.yml"
+
+
+def test_entry_modules_are_data_and_a_non_training_subcommand_is_refused():
+    assert entry_module("axolotl.cli.train") == ("axolotl", "train")
+    assert entry_module("mypkg.train") is None
+    with pytest.raises(MemlintError, match="does not train"):
+        parse_command(tokens("python -m llamafactory.cli chat cfg.yml"))
+    # a module of no framework stays a module launch
+    assert parse_command(tokens("torchrun -m mypkg.train --lr 1")).module == "mypkg.train"
+
+
+def test_torchrun_module_of_a_framework_not_in_the_checkout_reads_its_config(tmp_path, monkeypatch):
+    # the config's folder is the working directory; the DeepSpeed JSON comes from the command line only
+    _write(tmp_path, {"rm/cfg.yml": _AXOLOTL, "ds/zero3.json": _ZERO3})
+    monkeypatch.chdir(tmp_path / "rm")
+    (plan,) = _plans("torchrun --nproc_per_node 8 -m axolotl.cli.train cfg.yml --deepspeed ../ds/zero3.json")
+    assert _v(plan, "model_id") == ("Qwen/Qwen2.5-0.5B", "literal")
+    assert plan.get("per_device_batch").value == 2 and plan.get("grad_accum").value == 4
+    assert plan.get("max_length").value == 2048 and plan.get("packing").value is True
+    assert plan.get("distributed").value == "zero3"
+    assert _v(plan, "num_gpus") == (8, "command-line")
+
+
+def test_four_processes_without_sharding_are_data_parallel(tmp_path, monkeypatch):
+    _write(tmp_path, {"cfg.yml": _AXOLOTL})
+    monkeypatch.chdir(tmp_path)
+    (plan,) = _plans('CUDA_VISIBLE_DEVICES="0,1,2,3" torchrun --nproc_per_node 4 -m axolotl.cli.train cfg.yml')
+    assert plan.get("num_gpus").value == 4 and plan.get("distributed").value == "none"
+    assert plan.get("optimizer").value == "adamw_torch_fused"
+
+
+def test_a_framework_tool_in_a_shell_launcher_is_read(tmp_path, monkeypatch):
+    sh = '''
+    CONFIG=examples/sft.yml
+    accelerate launch --num_processes 4 -m axolotl.cli.train $CONFIG
+    FORCE_TORCHRUN=1 llamafactory-cli train examples/lf.yaml
+    '''
+    lf = '''
+    model_name_or_path: Qwen/Qwen2.5-1.5B
+    stage: sft
+    do_train: true
+    finetuning_type: lora
+    lora_rank: 8
+    cutoff_len: 1024
+    per_device_train_batch_size: 1
+    '''
+    _write(tmp_path, {"run.sh": sh, "examples/sft.yml": _AXOLOTL, "examples/lf.yaml": lf})
+    monkeypatch.chdir(tmp_path)
+    axo, lf_plan = _plans("bash run.sh")
+    assert axo.get("model_id").value == "Qwen/Qwen2.5-0.5B" and axo.get("num_gpus").value == 4
+    assert axo.via == "run.sh:2"
+    assert lf_plan.get("model_id").value == "Qwen/Qwen2.5-1.5B" and lf_plan.get("lora_r").value == 8
+
+
+# ---- 3. `make TARGET` -----------------------------------------------------------------------------------------
+
+
+_MAKEFILE = '''
+.PHONY: train eval
+
+PYTHON ?= uv run
+GPUS := 2
+
+prepare:
+\t$(PYTHON) python prepare.py
+
+train: prepare
+\tBASE_MODEL="Qwen/Qwen2-0.5B-Instruct" $(PYTHON) accelerate launch --num_processes $(GPUS) train.py
+
+eval:
+\t$(PYTHON) python merge.py
+'''
+
+
+def test_make_target_runs_its_recipe_with_make_variables(tmp_path, monkeypatch):
+    _write(tmp_path, {"Makefile": _MAKEFILE, "train.py": _TRAIN, "merge.py": _MERGE, "prepare.py": "print(1)\n"})
+    monkeypatch.chdir(tmp_path)
+    (plan,) = _plans("make train")
+    assert _v(plan, "model_id") == ("Qwen/Qwen2-0.5B-Instruct", "command-line")  # VAR=... inside the recipe
+    assert plan.get("num_gpus").value == 2 and plan.via == "Makefile:10"
+    # a variable given to make wins over the file's (`GPUS := 2`); the default goal is the first target
+    (plan,) = _plans("make train GPUS=4")
+    assert plan.get("num_gpus").value == 4
+    (merge,) = _plans("make eval")  # the named target's script builds no trainer: kept, and said so
+    assert merge.path.endswith("merge.py") and any("no trainer" in n for n in merge.notes)
+    with pytest.raises(MemlintError, match="no rule for the target 'deploy'"):
+        _plans("make deploy")
+
+
+def test_make_command_options():
+    assert make_command(tokens("make -C exp -j 8 train MODEL=x")) == (None, ("train",), {"MODEL": "x"}, {}, "exp")
+    assert make_command(tokens("cd a && make -f train.mk")) == ("train.mk", (), {}, {}, "a")
+    assert make_command(tokens("python train.py")) is None
+
+
+def test_make_variables_are_read_before_any_recipe(tmp_path):
+    # make reads the whole file first: a variable assigned below the rule still reaches its recipe
+    mk = "train:\n\t$(LAUNCH) train.py\n\nLAUNCH = torchrun --nproc_per_node 2\nLAUNCH ?= python\n"
+    _write(tmp_path, {"Makefile": mk, "train.py": _TRAIN})
+    (launch,) = launches(tmp_path / "Makefile", "Makefile", make=(("train",), {}))
+    assert launch.launcher == "torchrun" and launch.gpus == 2
+
+
+# ---- 4. a launcher held in a shell variable; accelerate without a config ------------------------------------------
+
+
+def test_a_launcher_in_a_shell_variable_is_expanded(tmp_path, monkeypatch):
+    sh = '''
+    # sh scripts/run.sh
+    LAUNCH="accelerate launch --config_file scripts/multi_gpu.yaml --num_processes=8"
+    base_model_name="meta-llama/Llama-2-7b-hf"
+
+    PYTHONPATH=. $LAUNCH scripts/train.py \\
+        --base_model_name ${base_model_name}
+
+    PYTHONPATH=. python scripts/merge.py --base_model_name ${base_model_name}
+    '''
+    acc = "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nnum_processes: 8\nmixed_precision: 'no'\n"
+    _write(tmp_path, {"scripts/run.sh": sh, "scripts/multi_gpu.yaml": acc, "scripts/train.py": _TRAIN,
+                      "scripts/merge.py": _MERGE})
+    monkeypatch.chdir(tmp_path)
+    (plan,) = extract_paths(["scripts/run.sh"])  # the merge command shows no trainer: the training one is the plan
+    assert plan.path.endswith("train.py") and plan.via == "scripts/run.sh:5"
+    assert plan.get("num_gpus").value == 8
+
+
+def test_accelerate_launch_without_a_config_leaves_the_sharding_to_the_machine(tmp_path, monkeypatch):
+    _write(tmp_path, {"train.py": _TRAIN})
+    monkeypatch.chdir(tmp_path)
+    (plan,) = _plans("accelerate launch train.py")
+    assert _v(plan, "distributed") == (None, "unknown")
+    assert "saved accelerate config" in plan.get("distributed").chain[0]
+    (plan,) = _plans("accelerate launch --num_processes 1 train.py")
+    assert plan.get("distributed").value == "none"
+
+
+# ---- 5. a named launcher whose command shows no trainer ------------------------------------------------------------
+
+
+_WORKERS = '''
+import hydra
+import ray
+
+
+@hydra.main(config_path="config", config_name="ppo", version_base=None)
+def main(config):
+    ray.init()
+    ray.get(run.remote(config))
+
+
+@ray.remote
+def run(config):
+    from transformers import AutoTokenizer
+    AutoTokenizer.from_pretrained(config.model.path)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_named_launchers_module_without_a_trainer_is_kept_with_a_note(tmp_path, monkeypatch, capsys):
+    sh = "python3 -m rl.trainer.main_ppo \\\n  model.path=$BASE_MODEL \\\n  trainer.n_gpus_per_node=$N_GPUS\n"
+    _write(tmp_path, {"scripts/train.sh": sh, "rl/__init__.py": "", "rl/trainer/__init__.py": "",
+                      "rl/trainer/main_ppo.py": _WORKERS, "rl/trainer/config/ppo.yaml": "model:\n  path: null\n"})
+    monkeypatch.chdir(tmp_path)
+    (plan,) = _plans("N_GPUS=2 bash ./scripts/train.sh")
+    assert plan.path.endswith("main_ppo.py") and plan.via == "scripts/train.sh:1"
+    assert any("-m rl.trainer.main_ppo, in which memlint finds no trainer" in n for n in plan.notes)
+    assert not plan.get("num_gpus").known  # python starts one process, but its workers may spread over more
+    (alone,) = extract_paths(["scripts/train.sh"])  # the launcher named alone: the same
+    assert alone.path.endswith("main_ppo.py")
+    assert main(["plan", "--", "bash", "scripts/train.sh"]) == 0
+    capsys.readouterr()
+    assert extract_paths(["."]) == [] or all(not p.path.endswith("main_ppo.py") for p in extract_paths(["."]))
