@@ -260,3 +260,58 @@ def test_a_named_launchers_module_without_a_trainer_is_kept_with_a_note(tmp_path
     assert main(["plan", "--", "bash", "scripts/train.sh"]) == 0
     capsys.readouterr()
     assert extract_paths(["."]) == [] or all(not p.path.endswith("main_ppo.py") for p in extract_paths(["."]))
+
+
+# ---- 6. notebooks: a cell that is not Python; saved outputs over the size budget ------------------------------------
+
+
+def _notebook(cells: list[tuple[str, str]], outputs: list | None = None) -> str:
+    return json.dumps({"cells": [{"cell_type": kind, "metadata": {}, "source": src,
+                                  **({"outputs": outputs or [], "execution_count": None} if kind == "code" else {})}
+                                 for kind, src in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+
+
+_NB_CELLS = [
+    ("markdown", "# Fine-tune"),
+    ("code", "# pip install trl\nimport torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments"),
+    ("code", "# download the data first\nhuggingface-cli download --repo-type dataset org/data --local-dir data"),
+    ("code", "model = AutoModelForCausalLM.from_pretrained('gpt2', torch_dtype=torch.bfloat16)"),
+    ("code", "args = TrainingArguments(output_dir='o', per_device_train_batch_size=8, bf16=True)\n"
+             "Trainer(model=model, args=args).train()"),
+]
+
+
+def test_a_cell_that_is_not_python_costs_that_cell_only(tmp_path, monkeypatch):
+    _write(tmp_path, {"nb.ipynb": _notebook(_NB_CELLS)})
+    monkeypatch.chdir(tmp_path)
+    for plan in (extract_paths(["nb.ipynb"])[0], extract_paths(["."])[0]):  # named, and found by a walk
+        assert plan.get("model_id").value == "gpt2" and plan.get("per_device_batch").value == 8
+        assert plan.get("trainer").value == "Trainer" and not plan.diagnostics
+        assert any(n.startswith("code cell 2 (line 4) is not Python (syntax error at line 5") for n in plan.notes)
+
+
+def test_a_notebook_of_broken_cells_is_still_a_syntax_error(tmp_path, monkeypatch):
+    bad = [("code", f"x = (\ny{i} = 1") for i in range(12)]  # more broken cells than memlint skips
+    _write(tmp_path, {"nb.ipynb": _notebook(bad), "script.py": "import torch\nhuggingface-cli download x\n"})
+    monkeypatch.chdir(tmp_path)
+    (plan,) = extract_paths(["nb.ipynb"])
+    assert plan.diagnostics and plan.diagnostics[0].kind == "syntax-error"
+    (plan,) = extract_paths(["script.py"])  # a script has no cells: the file is the unit
+    assert plan.diagnostics[0].kind == "syntax-error"
+
+
+def test_saved_outputs_over_the_size_budget_are_not_code(tmp_path, monkeypatch):
+    from memlint import files
+
+    image = {"output_type": "display_data", "data": {"image/png": "A" * 300_000}, "metadata": {}}
+    _write(tmp_path, {"nb.ipynb": _notebook([c for c in _NB_CELLS if "huggingface" not in c[1]], [image])})
+    monkeypatch.chdir(tmp_path)
+    with files.size_limit(200_000):  # the file is ~1.2 MB, its code a few hundred bytes
+        (plan,) = extract_paths(["nb.ipynb"])
+        assert plan.get("model_id").value == "gpt2" and not plan.diagnostics
+        assert any("with its saved outputs, over the max-file-size" in n for n in plan.notes)
+        (walked,) = extract_paths(["."])
+        assert walked.get("per_device_batch").value == 8
+    with files.size_limit(100_000):  # past 8 × the limit: refused as before
+        with pytest.raises(MemlintError, match="max-file-size"):
+            extract_paths(["nb.ipynb"])

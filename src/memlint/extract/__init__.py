@@ -22,6 +22,7 @@ from memlint.vocab import CONFIG_SUFFIXES
 __all__ = ["extract_file", "extract_paths", "extract_source", "read_target", "SYNTAX_ERROR_NOTE", "FRAMEWORK_WORDS"]
 
 SYNTAX_ERROR_NOTE = "syntax error"  # notes of a plan that could not be parsed start with this
+MAX_SKIPPED_CELLS = 8  # notebook cells that are not Python skipped before the notebook is a syntax error
 # A training script names one of these; anything else is skipped before parsing.
 FRAMEWORK_WORDS = re.compile(rb"\b(torch|transformers|trl|peft|accelerate|unsloth|deepspeed|bitsandbytes)\b")
 
@@ -58,9 +59,12 @@ def _extract_file(path: str | Path, launch: Any = None, shown: str | None = None
 
         plan = read_config(p if p.is_file() or not tool_run else None, shown=shown or str(path), launch=launch)
         return _launched_config(plan, launch)
-    from memlint.extract.source import read_source
+    from memlint.extract.source import outputs_note, read_source_cells
 
-    return extract_source(read_source(p), p, shown=shown or str(path), launch=launch)
+    source, cells = read_source_cells(p)
+    plan = extract_source(source, p, shown=shown or str(path), launch=launch, cells=cells)
+    note = outputs_note(p) if cells is not None else None
+    return replace(plan, notes=plan.notes + (note,)) if note else plan
 
 
 def _launched_config(plan: TrainingPlan | None, launch: Any) -> TrainingPlan | None:
@@ -107,12 +111,14 @@ def _script_trainer(plan: TrainingPlan, script: Path) -> TrainingPlan:
 
 
 def extract_source(source: str, path: str | Path = "<string>", shown: str | None = None,
-                   launch: Any = None) -> TrainingPlan:
-    """The training plan of Python source text (already IPython-transformed for notebooks)."""
+                   launch: Any = None, cells: list[int] | None = None) -> TrainingPlan:
+    """The training plan of Python source text (already IPython-transformed for notebooks); `cells`: where a
+    notebook's code cells start (a cell that is not Python is skipped, with a note, instead of the notebook)."""
     from memlint.extract.build import Builder
     from memlint.extract.handlers import Handlers
     from memlint.extract.interp import Interpreter
     from memlint.extract.parsed import ParserSyntaxError
+    from memlint.extract.source import skip_cell
 
     from memlint.extract import budget
 
@@ -124,12 +130,21 @@ def extract_source(source: str, path: str | Path = "<string>", shown: str | None
                if lines > budget.MAX_SCRIPT_LINES else f"not analysed: {len(source):,} characters of Python, over "
                f"memlint's budget of {budget.MAX_SCRIPT_BYTES:,} for one script")
         return unreadable(name, why)
-    try:
-        interp = Interpreter(p, source, Handlers(), launch)  # parses with libcst (extract/parsed.py)
-    except ParserSyntaxError as exc:
-        return _syntax_error_plan(name, exc.raw_line, exc.raw_column + 1, exc.message)
-    except RecursionError:
-        return _unreadable_plan(name, "too deeply nested to parse")
+    skipped: list[str] = []
+    while True:
+        try:
+            interp = Interpreter(p, source, Handlers(), launch)  # parses with libcst (extract/parsed.py)
+            break
+        except ParserSyntaxError as exc:
+            # a notebook's cell that is not Python (`huggingface-cli download ...` without `!`): that cell only
+            hit = skip_cell(source, cells, exc.raw_line) if len(skipped) < MAX_SKIPPED_CELLS else None
+            if hit is None:
+                return _syntax_error_plan(name, exc.raw_line, exc.raw_column + 1, exc.message)
+            source, which = hit
+            skipped.append(f"{which} is not Python ({SYNTAX_ERROR_NOTE} at line {exc.raw_line}, column "
+                           f"{exc.raw_column + 1}: {exc.message}): the rest of the notebook was read without it")
+        except RecursionError:
+            return _unreadable_plan(name, "too deeply nested to parse")
     try:
         facts = interp.run()
         from memlint.extract.xtuner import xtuner_plan
@@ -153,6 +168,8 @@ def extract_source(source: str, path: str | Path = "<string>", shown: str | None
                                       f"{Path(where.filename).name}:{where.lineno}); please report it")
     # the files it read besides the script: sibling modules it imports, a DeepSpeed JSON it follows
     sources = tuple(dict.fromkeys([*(str(k) for k in interp.modules), *read]))
+    if skipped:
+        plan = replace(plan, notes=tuple(skipped) + plan.notes)
     return replace(plan, sources=sources) if sources else plan
 
 
@@ -205,7 +222,9 @@ def _has_shell_line(path: Path) -> bool:
     """Whether a notebook may have a `!command` cell line (a JSON string starting, after blanks, with `!`); the only
     lines extract.shell.notebook_shell launches from."""
     try:
-        raw = read_bytes(path)
+        from memlint.extract.source import notebook_bytes
+
+        raw = notebook_bytes(path)
     except (OSError, MemlintError):
         return False
     import re
@@ -264,7 +283,12 @@ def _read_target(target: Target) -> tuple[TrainingPlan | None, list[str], list[i
 def _read_target_unpinned(target: Target) -> tuple[TrainingPlan | None, list[str], list[int]]:
     path, shown = target.path, target.shown
     try:
-        raw = read_bytes(path)
+        if path.suffix == ".ipynb":
+            from memlint.extract.source import notebook_bytes
+
+            raw = notebook_bytes(path)  # saved outputs over max-file-size: its code cells
+        else:
+            raw = read_bytes(path)
     except Refused as exc:
         return unreadable(shown, exc.why), [], []
     except IsADirectoryError:
@@ -299,7 +323,13 @@ def _read_target_unpinned(target: Target) -> tuple[TrainingPlan | None, list[str
             lines, cells = notebook_cells(text, path)
         else:
             lines = source_lines(text)
-        plan = extract_source(transform_lines(lines, cells=cells or None), path, shown=shown, launch=target.launch)
+        plan = extract_source(transform_lines(lines, cells=cells or None), path, shown=shown, launch=target.launch,
+                              cells=cells or None)
+        if cells:
+            from memlint.extract.source import outputs_note
+
+            note = outputs_note(path)
+            plan = replace(plan, notes=plan.notes + (note,)) if note else plan
     except MemlintError as exc:
         return unreadable(shown, str(exc).removeprefix(f"{path}: ")), [], []
     except RecursionError:

@@ -261,11 +261,10 @@ def _cd(words: list[str], cwd: str | None) -> str | None:
 def notebook_shell(path: Path) -> str:
     """A notebook's shell lines (`!python train.py ...`, `%cd dir`) as a shell script, every other line of
     its code cells blank, so line numbers are the notebook's (its code cells' lines, counted in order)."""
-    from memlint.extract.source import notebook_cells
-    from memlint.files import read_bytes
+    from memlint.extract.source import notebook_bytes, notebook_cells
 
     try:
-        lines, _ = notebook_cells(read_bytes(path).decode("utf-8", errors="replace"), path)
+        lines, _ = notebook_cells(notebook_bytes(path).decode("utf-8", errors="replace"), path)
     except (MemlintError, OSError):
         return ""
     out = []
