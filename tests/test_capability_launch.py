@@ -315,3 +315,78 @@ def test_saved_outputs_over_the_size_budget_are_not_code(tmp_path, monkeypatch):
     with files.size_limit(100_000):  # past 8 × the limit: refused as before
         with pytest.raises(MemlintError, match="max-file-size"):
             extract_paths(["nb.ipynb"])
+
+
+# ---- 7. the README's own command for a file named alone --------------------------------------------------------------
+
+
+_ARGPARSE_TRAIN = '''
+import argparse
+from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+p = argparse.ArgumentParser()
+p.add_argument("--model", default="gpt2")
+p.add_argument("--batch_size", type=int, default=1)
+a = p.parse_args()
+model = AutoModelForCausalLM.from_pretrained(a.model)
+Trainer(model=model, args=TrainingArguments(output_dir="o", per_device_train_batch_size=a.batch_size)).train()
+'''
+
+
+def test_a_file_named_alone_runs_as_its_readme_documents(tmp_path, monkeypatch, capsys):
+    readme = '''
+    # Finetuning
+
+    Run it from this folder:
+
+    ```bash
+    $ CUDA_VISIBLE_DEVICES=0,1 torchrun --nproc_per_node 2 train.py \\
+        --model Qwen/Qwen2.5-0.5B --batch_size 8
+    ```
+
+    ```python
+    python train.py --batch_size 99   # python code, not a command
+    ```
+    '''
+    _write(tmp_path, {"ch1/train.py": _ARGPARSE_TRAIN, "ch1/README.md": readme})
+    monkeypatch.chdir(tmp_path)
+    (plan,) = extract_paths(["ch1/train.py"])
+    assert plan.get("model_id").value == "Qwen/Qwen2.5-0.5B" and plan.get("per_device_batch").value == 8
+    assert plan.get("num_gpus").value == 2 and plan.via == "ch1/README.md:6"
+    assert any(n.startswith("read as ch1/README.md:6 runs it") for n in plan.notes)
+    (alone,) = extract_paths(["ch1/train.py"], readme=False)  # --no-readme-command
+    assert alone.get("model_id").value == "gpt2" and alone.via is None
+    assert main(["plan", "--no-readme-command", "--format", "json", "ch1/train.py"]) == 0
+    assert json.loads(capsys.readouterr().out)["plan"]["per_device_batch"]["value"] == 1
+    assert main(["check", "--no-readme-command", "--no-cache", "--exit-zero", "-q", "ch1/train.py"]) == 0
+    (walked,) = extract_paths(["."])  # a walk reads files as they are
+    assert walked.get("model_id").value == "gpt2"
+
+
+def test_a_readme_with_several_runs_of_the_file_leaves_it_alone(tmp_path, monkeypatch):
+    readme = '''
+    ```bash
+    python train.py --model a/pretrain
+    ```
+    ```sh
+    cd . && python train.py --model b/sft
+    ```
+    '''
+    docs = "```console\n$ python ../train.py --model c/x\n```\n"
+    _write(tmp_path, {"train.py": _ARGPARSE_TRAIN, "README.md": readme, "docs/usage.md": docs})
+    monkeypatch.chdir(tmp_path)
+    (plan,) = extract_paths(["train.py"])
+    assert plan.get("model_id").value == "gpt2" and plan.via is None
+
+
+def test_a_readme_command_for_a_config_and_only_inside_the_checked_root(tmp_path, monkeypatch):
+    readme = "```\ncd train && llamafactory-cli train examples/sft.yaml\n```\n"
+    lf = "model_name_or_path: Qwen/Qwen2.5-1.5B\nstage: sft\ndo_train: true\nfinetuning_type: full\n"
+    _write(tmp_path, {"repo/README.md": readme, "repo/train/examples/sft.yaml": lf,
+                      "README.md": "```\npython repo/other/train.py --model outside/x\n```\n",
+                      "repo/other/train.py": _ARGPARSE_TRAIN})
+    monkeypatch.chdir(tmp_path / "repo")
+    (plan,) = extract_paths(["train/examples/sft.yaml"])
+    assert plan.via == "README.md:2" and any("README's command" in n for n in plan.notes)
+    (plan,) = extract_paths(["other/train.py"])  # the README above the folder memlint runs in is not read
+    assert plan.get("model_id").value == "gpt2"

@@ -29,7 +29,7 @@ _FILE_NOQA = re.compile(r"#\s*memlint\s*:\s*noqa\b", re.I)
 def collect(paths: Sequence[str], settings: Settings) -> list[Target]:
     from memlint.extract import expand_launchers
 
-    return expand_launchers(files.collect(paths, settings.exclude), paths)
+    return expand_launchers(files.collect(paths, settings.exclude), paths, settings.readme_command)
 
 
 def noqa_codes(lines: Sequence[str], line: int) -> set[str] | None:

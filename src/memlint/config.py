@@ -34,6 +34,7 @@ class Settings:
     max_file_size: int = MAX_FILE_SIZE              # bytes: a larger script or config is a MEM001 note
     require_estimate: bool = False                  # a training script memlint cannot size fails the run
     docs_url: str | None = None                     # where the rule pages live (json `url`, SARIF `helpUri`)
+    readme_command: bool = True                     # a file named alone runs as its README's command for it
     path: str | None = None                         # the file these came from
     root: str | None = None                         # its directory (per-file-ignores are relative to it)
 
@@ -81,7 +82,7 @@ def parse_budget(text: str, where: str = "--max-increase") -> tuple[str, float]:
 
 
 KEYS = {"gpu", "gpus", "select", "extend-select", "ignore", "per-file-ignores", "fail-on", "assume", "options",
-        "exclude", "accounting", "max-increase", "require-estimate", "docs-url", "max-file-size"}
+        "exclude", "accounting", "max-increase", "require-estimate", "docs-url", "max-file-size", "readme-command"}
 
 
 def parse_size(value: Any, where: str) -> int:
@@ -214,6 +215,10 @@ def parse_settings(table: Mapping[str, Any], where: str) -> dict[str, Any]:
         out["require_estimate"] = table["require-estimate"]
     if "max-file-size" in table:
         out["max_file_size"] = parse_size(table["max-file-size"], where)
+    if "readme-command" in table:
+        if not isinstance(table["readme-command"], bool):
+            raise MemlintError(f"{where}: `readme-command` must be true or false")
+        out["readme_command"] = table["readme-command"]
     return out
 
 

@@ -26,6 +26,8 @@ def add_check_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--launch-config", metavar="PATH",
                    help="an accelerate or DeepSpeed config the scripts are launched with")
     g.add_argument("--accounting", choices=("real", "textbook"), default=None)
+    g.add_argument("--no-readme-command", action="store_true",
+                   help="read a file named alone as it is, not as the command its README documents for it runs it")
     r = p.add_argument_group("rule selection")
     r.add_argument("--select", metavar="CODES", help="comma-separated codes or prefixes (MEM1, MEM201) or ALL")
     r.add_argument("--extend-select", metavar="CODES", help="codes to enable on top of the selection")
@@ -92,6 +94,8 @@ def resolve_settings(args: argparse.Namespace):
         if args.gpus < 1:
             raise MemlintError("--gpus must be at least 1")
         changes["gpus"] = args.gpus
+    if getattr(args, "no_readme_command", False):
+        changes["readme_command"] = False
     return s.with_(**changes)
 
 

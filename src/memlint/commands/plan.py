@@ -47,7 +47,7 @@ def run(args) -> int:
 
         plans = extract_targets([*command_targets(args.launch_words), *_named(args.paths)])
     else:
-        plans = extract_paths(args.paths)
+        plans = extract_paths(args.paths, readme=not args.no_readme_command)
     if not plans:
         if not args.paths and not getattr(args, "launch_words", None):
             raise MemlintError("give a script, a config or a folder (or -- LAUNCH COMMAND)")
@@ -107,6 +107,8 @@ def add_parser(sub) -> None:
     pl.add_argument("--gpu", metavar="NAME|GiB")
     pl.add_argument("--gpus", type=int, metavar="N", help="GPUs the run spans: the estimate is per GPU (rank)")
     pl.add_argument("--accounting", choices=("real", "textbook"), default="real")
+    pl.add_argument("--no-readme-command", action="store_true",
+                    help="read a file named alone as it is, not as the command its README documents for it runs it")
     pl.add_argument("--format", choices=("table", "json"), default="table")
     add_chart_flags(pl)
     pl.set_defaults(func=run)

@@ -80,6 +80,10 @@ def _launched_config(plan: TrainingPlan | None, launch: Any) -> TrainingPlan | N
 
         return apply_launcher(plan, replace(launch, launcher=launch.runner), Path(launch.cwd or ".") / plan.path)
     if plan is None or launch is None or launch.launcher in TOOLS or not (launch.script or launch.module):
+        if plan is not None and launch is not None:
+            from memlint.extract.launched import documented
+
+            plan = documented(plan, launch)
         return plan
     if launch.script:
         plan = _script_trainer(plan, Path(launch.cwd or ".") / launch.script)
@@ -184,23 +188,33 @@ def _syntax_error_plan(name: str, line: int, col: int, msg: str) -> TrainingPlan
     return TrainingPlan(name, {}, (note,), (Diagnostic("syntax-error", f"SyntaxError: {msg}", Span(name, line, col)),))
 
 
-def extract_paths(paths: list[str] | list[Path]) -> list[TrainingPlan]:
+def extract_paths(paths: list[str] | list[Path], readme: bool = True) -> list[TrainingPlan]:
     """Plans for the files named (read as asked: an unreadable one is an error) and for the
-    training files a walk of each folder finds, the same files `memlint check` reads."""
+    training files a walk of each folder finds, the same files `memlint check` reads. `readme`: a file
+    named alone is read with the command its README documents for it, when there is one."""
     from memlint.files import collect
 
-    return extract_targets(expand_launchers(collect([str(p) for p in paths]), paths))
+    return extract_targets(expand_launchers(collect([str(p) for p in paths]), paths, readme))
 
 
-def expand_launchers(targets: list[Target], roots: Any = ()) -> list[Target]:
+_DOCUMENTED_SUFFIXES = (".py", ".yaml", ".yml", ".toml")
+
+
+def expand_launchers(targets: list[Target], roots: Any = (), readme: bool = False) -> list[Target]:
     """Shell launchers a walk found (scripts/*.sh, Makefiles) become one target per training command
-    they run: (script, launch) pairs, read with the command's arguments, after the files themselves."""
+    they run: (script, launch) pairs, read with the command's arguments, after the files themselves.
+    `readme`: a script or config named alone takes the command its README (or docs/*.md) documents for it."""
     from memlint.vocab import LAUNCHER_NAMES, LAUNCHER_SUFFIXES
 
     def is_launcher(path: Path) -> bool:  # extract.shell's, without importing it for a walk with no launcher
         return path.suffix in LAUNCHER_SUFFIXES or path.name in LAUNCHER_NAMES
 
     plain = [t for t in targets if not is_launcher(t.path)]
+    if readme and any(t.explicit and t.launch is None and t.path.suffix in _DOCUMENTED_SUFFIXES for t in plain):
+        from memlint.extract.shell import readme_launch
+
+        plain = [replace(t, launch=readme_launch(t.path)) if t.explicit and t.launch is None
+                 and t.path.suffix in _DOCUMENTED_SUFFIXES else t for t in plain]
     walked = [Path(r) for r in roots if Path(r).is_dir()]
     pairs: list[Target] = []
     seen: set = set()

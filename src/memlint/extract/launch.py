@@ -84,6 +84,7 @@ class Launch:
     flag_lines: tuple[tuple[str, int], ...] = ()  # (--flag, its own line) when the command spans lines
     runner: str | None = None           # the process launcher that runs a framework tool's entry module
                                         # (`torchrun --nproc_per_node 8 -m axolotl.cli.train X`: torchrun)
+    documented: bool = False            # the README's command for a file named alone (`origin` is the README)
 
     def line_of(self, how: str) -> int | None:
         """The line a value given as `how` ("--flag value") was written on: the flag's own line of a

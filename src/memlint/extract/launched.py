@@ -26,7 +26,17 @@ def _value(launch: Any, value: Any, how: str) -> Value:
     return Value(value, "command-line", span, (f"{how} ({launch.where()})",))
 
 
+def documented(plan: TrainingPlan, launch: Any) -> TrainingPlan:
+    """A file named alone read with the command its README documents for it: said in a note."""
+    if not getattr(launch, "documented", False):
+        return plan
+    note = (f"read as {launch.where()} runs it (the README's command for this file; --no-readme-command reads the "
+            f"file alone)")
+    return replace(plan, notes=(note,) + plan.notes, via=plan.via or launch.where())
+
+
 def apply_launcher(plan: TrainingPlan, launch: Any, script: Path) -> TrainingPlan:
+    plan = documented(plan, launch)
     fields: dict[str, Value] = {}
     opts = launch.options
     if launch.gpus:

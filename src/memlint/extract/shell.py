@@ -340,17 +340,20 @@ def _make_recipes(text: str, goals: tuple[str, ...] | None, env: dict[str, str],
 
 
 def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: dict[str, str] | None = None,
-             make: tuple[tuple[str, ...], dict[str, str]] | None = None) -> list[Launch]:
+             make: tuple[tuple[str, ...], dict[str, str]] | None = None, text: str | None = None) -> list[Launch]:
     """The training launches a shell script, Makefile or notebook (its `!` lines) runs, with their line numbers.
     `args`: the script's own arguments when a command runs it (`bash run.sh 2 /ckpt`), read for $1, "$@"
     and `shift`; None (the file read alone) leaves them unknown. `env0`: variables the command sets.
-    `make`: (goals, variables) of a `make` command that runs `path`: only those goals' recipes are read."""
+    `make`: (goals, variables) of a `make` command that runs `path`: only those goals' recipes are read.
+    `text`: the shell text of `path` when the caller already has it (a README's code blocks)."""
     from memlint.files import read_bytes
 
     try:
-        if path.stat().st_size > _MAX_BYTES:
+        if text is not None:
+            pass
+        elif path.stat().st_size > _MAX_BYTES:
             return []
-        if path.suffix == ".ipynb":
+        elif path.suffix == ".ipynb":
             text = notebook_shell(path)
         else:
             text = read_bytes(path).decode("utf-8", errors="replace")  # a regular file within max-file-size
@@ -516,3 +519,91 @@ def _make_targets(made, cwd: Path) -> list:
         what = f"make {' '.join(goals)}".strip() if goals else "make (the default goal)"
         raise MemlintError(f"{shown}: `{what}` runs no Python training command memlint reads")
     return targets
+
+
+# ---- the README's own command for a file named alone ------------------------------------------------------------
+
+_FENCE = re.compile(r"^\s*(`{3,}|~{3,})\s*([\w+-]*)")
+_SHELL_LANGS = {"", "bash", "sh", "shell", "console", "zsh", "shell-session", "sh-session", "shellsession", "terminal"}
+_PROMPT = re.compile(r"^(?:\$|>|#\s*\$)\s+")
+MAX_DOC_FILES = 24  # docs/*.md files looked at beside a README, per folder
+_README_NAMES = ("README.md", "readme.md", "Readme.md", "README.MD", "README.markdown", "README")
+
+
+def readme_shell(text: str) -> str:
+    """The shell code blocks of a Markdown file (```bash, ```sh, ```console, or no language) as a shell script, every
+    other line blank so line numbers are the file's; a `$ ` prompt is taken off a command."""
+    out: list[str] = []
+    fence: str | None = None
+    shell = False
+    for line in text.splitlines():
+        m = _FENCE.match(line)
+        if fence is None and m:
+            fence, shell = m.group(1), m.group(2).lower() in _SHELL_LANGS
+            out.append("")
+        elif fence is not None and line.strip().startswith(fence[0] * 3) and not line.strip().strip(fence[0]):
+            fence = None
+            out.append("")
+        else:
+            out.append(_PROMPT.sub("", line.lstrip()) if fence is not None and shell else "")
+    return "\n".join(out)
+
+
+def _docs(folder: Path) -> list[Path]:
+    found = [folder / n for n in _README_NAMES if (folder / n).is_file()][:1]
+    docs = folder / "docs"
+    if docs.is_dir():
+        found += sorted(p for p in docs.glob("*.md") if p.is_file())[:MAX_DOC_FILES]
+    return found
+
+
+def readme_launch(path: Path, top: Path | None = None) -> Launch | None:
+    """The command a README (or docs/*.md) beside `path` or in a folder above it, up to `top` (the folder memlint
+    was run from; only files inside it are read), documents for that very file: `python train.py --lr 1e-4`,
+    `cd finetune && torchrun --nproc_per_node 8 train.py ...`, `llamafactory-cli train examples/x.yaml`. The
+    closest folder whose Markdown launches the file decides: its command when it documents one (repeated or
+    not), None when it documents several different runs of the file (which one is meant is not known) or none."""
+    from memlint.files import read_bytes
+
+    top = (top or Path.cwd()).resolve()
+    target = path.resolve()
+    if top not in target.parents:
+        return None
+    folders = [target.parent]
+    while folders[-1] != top and top in folders[-1].parents:
+        folders.append(folders[-1].parent)
+    for folder in folders:
+        found: list[Launch] = []
+        for md in _docs(folder):
+            try:
+                text = readme_shell(read_bytes(md).decode("utf-8", errors="replace"))
+            except OSError:
+                continue
+            shown = os.path.relpath(md)
+            found += [launch for launch in launches(md, shown, text=text) if _launches_file(launch, [md.parent, top], target)]
+        runs = {(la.launcher, la.script, la.module, la.argv, la.processes, la.nodes, tuple(sorted(la.options.items())),
+                 tuple(sorted(la.env.items()))) for la in found}
+        if len(runs) == 1:
+            return replace(found[0], documented=True)
+        if runs:
+            return None
+    return None
+
+
+def _launches_file(launch: Launch, bases: list[Path], target: Path) -> bool:
+    """Whether `launch`, run from one of `bases` (its `cd DIR` applied), runs `target` (as its script, its module,
+    its framework tool's config, or the config its script is given)."""
+    for base in bases:
+        base = base / launch.cwd if launch.cwd else base
+        if launch.script and (base / os.path.expanduser(launch.script)).resolve() == target:
+            return True
+        if launch.module and (found := resolve_module(launch.module, [base])) is not None and found.resolve() == target:
+            return True
+        if launch.launcher in FRAMEWORK_CLIS and not launch.script and not launch.module:
+            found = _tool_config(launch, base)
+            if found is not None and found.resolve() == target:
+                return True
+        if launch.script and target.suffix in (".yaml", ".yml", ".json", ".toml"):
+            if any((base / w).resolve() == target for w in launch.argv if not w.startswith("-") and "=" not in w):
+                return True
+    return False
