@@ -390,3 +390,127 @@ def test_a_readme_command_for_a_config_and_only_inside_the_checked_root(tmp_path
     assert plan.via == "README.md:2" and any("README's command" in n for n in plan.notes)
     (plan,) = extract_paths(["other/train.py"])  # the README above the folder memlint runs in is not read
     assert plan.get("model_id").value == "gpt2"
+
+
+# ---- 2. a package's console script; LightningCLI configs ---------------------------------------------------------------
+
+
+_LIGHTNING_CFG = '''
+seed_everything: 42
+trainer:
+  strategy:
+    class_path: mypkg.lightning.DeepSpeedStrategy
+    init_args:
+      stage: 3
+  precision: bf16-true
+  accumulate_grad_batches: 4
+  callbacks:
+    - class_path: LearningRateMonitor
+model:
+  class_path: mypkg.lms.CLM
+  init_args.config:
+    model:
+      model_config:
+        hf_path: Qwen/Qwen2.5-0.5B
+        enable_gradient_checkpointing: true
+    optim:
+      optimizer_class: deepspeed.ops.adam.FusedAdam
+data:
+  class_path: mypkg.data.SFTDataModule
+  init_args.config:
+    dataset_kwargs:
+      path: org/some-dataset
+    tokenizer:
+      class_path: HFTokenizer
+      init_args:
+        path: Qwen/Qwen2.5-0.5B
+    batch_size: 2
+    packing_method: GROUP_BY_LENGTH
+    max_length: 2048
+'''
+
+_CLI = '''
+from lightning.pytorch.cli import LightningCLI
+
+
+def main():
+    LightningCLI(save_config_kwargs={"overwrite": True})
+'''
+
+
+def _package(tmp_path: Path, how: str = "pyproject") -> Path:
+    entry = {"pyproject": ("pyproject.toml", '[project]\nname = "mypkg"\n[project.scripts]\nmy-train = "mypkg.cli.main:main"\n'),
+             "setup.py": ("setup.py", "from setuptools import setup\nsetup(name='mypkg', entry_points={'console_scripts': "
+                                      "['my-train = mypkg.cli.main:main']})\n"),
+             "setup.cfg": ("setup.cfg", "[options.entry_points]\nconsole_scripts =\n    my-train = mypkg.cli.main:main\n")}[how]
+    return _write(tmp_path, {entry[0]: entry[1], "src/mypkg/__init__.py": "", "src/mypkg/cli/__init__.py": "",
+                             "src/mypkg/cli/main.py": _CLI, "config/sft.yaml": _LIGHTNING_CFG})
+
+
+@pytest.mark.parametrize("how", ["pyproject", "setup.py", "setup.cfg"])
+def test_a_console_script_of_the_checkout_runs_its_module(tmp_path, monkeypatch, how):
+    from memlint.extract.launch import console_scripts
+
+    _package(tmp_path, how)
+    assert console_scripts(tmp_path / "config") == {"my-train": "mypkg.cli.main"}
+    monkeypatch.chdir(tmp_path)
+    (plan,) = _plans("my-train fit --config config/sft.yaml")
+    assert plan.kind == "lightning-cli" and plan.path == "config/sft.yaml"
+
+
+def test_a_lightning_cli_config_is_read_generically(tmp_path, monkeypatch):
+    _package(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    (plan,) = _plans("my-train fit --config config/sft.yaml")
+    got = {f: plan.get(f).value for f in ("model_id", "method", "torch_dtype", "precision", "per_device_batch", "grad_accum",
+                                          "max_length", "packing", "padding", "gradient_checkpointing", "optimizer",
+                                          "distributed", "trainer")}
+    assert got == {"model_id": "Qwen/Qwen2.5-0.5B", "method": "full", "torch_dtype": "bf16", "precision": "amp-bf16",
+                   "per_device_batch": 2, "grad_accum": 4, "max_length": 2048, "packing": True, "padding": "packing",
+                   "gradient_checkpointing": True, "optimizer": "deepspeed_adam", "distributed": "zero3",
+                   "trainer": "lightning"}
+    assert not plan.get("num_gpus").known  # devices: auto, and Lightning starts its own processes
+    (alone,) = extract_paths(["config/sft.yaml"])  # named alone, and found by a walk
+    assert alone.get("model_id").value == "Qwen/Qwen2.5-0.5B"
+    assert [p.path for p in extract_paths(["config"])] == ["config/sft.yaml"]
+    # a subcommand that does not train does not read the config as a run
+    (val,) = _plans("my-train validate --config config/sft.yaml")
+    assert val.kind != "lightning-cli"
+
+
+def test_lightning_trainer_arguments_by_their_registered_names(tmp_path, monkeypatch):
+    cfg = '''
+    trainer:
+      strategy: ddp
+      precision: 16-mixed
+      devices: [0, 1, 2]
+    model:
+      class_path: m.Model
+      init_args:
+        model_name_or_path: gpt2
+        lora_rank: 8
+        load_in_4bit: true
+    data:
+      class_path: m.Data
+      init_args:
+        train_batch_size: 4
+        max_seq_length: 512
+        pad_to_multiple_of: 8
+    optimizer: adamw_torch_fused
+    '''
+    _write(tmp_path, {"c.yaml": cfg})
+    monkeypatch.chdir(tmp_path)
+    (plan,) = extract_paths(["c.yaml"])
+    assert (plan.get("method").value, plan.get("lora_r").value, plan.get("quant_bits").value) == ("qlora", 8, 4)
+    assert (plan.get("precision").value, plan.get("torch_dtype").value) == ("amp-fp16", "fp32")
+    assert (plan.get("distributed").value, plan.get("num_gpus").value) == ("none", 3)
+    assert plan.get("padding").value == "longest" and plan.get("packing").value is False
+    assert plan.get("optimizer").value == "adamw_torch_fused" and plan.get("grad_accum").source == "library-default"
+
+
+def test_console_script_in_a_shell_launcher(tmp_path, monkeypatch):
+    _package(tmp_path)
+    _write(tmp_path, {"scripts/train.sh": "export WANDB_MODE=offline\nmy-train fit --config config/sft.yaml\n"})
+    monkeypatch.chdir(tmp_path)
+    (plan,) = extract_paths(["scripts/train.sh"])
+    assert plan.kind == "lightning-cli" and plan.via == "scripts/train.sh:2"

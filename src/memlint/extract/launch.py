@@ -155,15 +155,19 @@ def _command_words(words: Sequence[str]) -> tuple[list[str], dict[str, str], str
     return words, env, cwd
 
 
-def parse_command(words: Sequence[str], origin: str = "the command line", line: int | None = None) -> Launch:
+def parse_command(words: Sequence[str], origin: str = "the command line", line: int | None = None,
+                  scripts: dict[str, str] | None = None) -> Launch:
     """The Launch of one command (already split into words). Raises MemlintError when it runs no
-    Python script memlint can read (a shell builtin, an unknown tool)."""
+    Python script memlint can read (a shell builtin, an unknown tool). `scripts`: the checkout's console
+    scripts (console_scripts()), run as `python -m` their module."""
     words, env, cwd = _command_words(words)
     if not words:
         raise MemlintError("the command runs nothing")
     head = Path(words[0]).name
     rest = words[1:]
     base = {"env": env, "origin": origin, "line": line, "cwd": cwd}
+    if scripts and words[0] in scripts:  # `llm-training fit --config X`: the package's entry point, its module
+        return _framework_module(Launch(tuple(rest), module=scripts[words[0]], processes=_visible_devices(env), **base))
     if _PYTHON.match(words[0]):
         return _framework_module(_python(rest, base))
     if head in ("torchrun", "torch.distributed.run"):
@@ -185,7 +189,62 @@ def parse_command(words: Sequence[str], origin: str = "the command line", line: 
     if words[0].endswith(".py"):
         return Launch(tuple(rest), script=words[0], processes=_visible_devices(env), **base)
     raise MemlintError(f"{words[0]}: not a Python launcher memlint reads (python, torchrun, accelerate launch, "
-                       f"deepspeed, composer, lightning run model, a framework CLI, or a shell script: bash run.sh)")
+                       f"deepspeed, composer, lightning run model, a framework CLI, a console script of the checkout's "
+                       f"pyproject.toml or setup.py, a shell script: bash run.sh, or make TARGET)")
+
+
+_SETUP_ENTRY = re.compile(r"""['"]\s*([A-Za-z0-9_.\-]+)\s*=\s*([A-Za-z_][\w.]*)\s*(?::\s*[\w.]+)?\s*['"]""")
+
+
+def console_scripts(start: Path) -> dict[str, str]:
+    """{console script: the module it runs} of the checkout holding `start`: the closest folder at or above it (five
+    levels) with a pyproject.toml ([project.scripts], [tool.poetry.scripts]), a setup.cfg ([options.entry_points]
+    console_scripts) or a setup.py (its console_scripts strings), read as text, never run."""
+    from memlint.files import read_text
+
+    for folder in [start, *start.resolve().parents][:6]:
+        found: dict[str, str] = {}
+        names = [n for n in ("pyproject.toml", "setup.cfg", "setup.py") if (folder / n).is_file()]
+        for name in names:
+            try:
+                text = read_text(folder / name, encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            found.update(_entry_points(name, text))
+        if names:
+            return found
+    return {}
+
+
+def _entry_points(name: str, text: str) -> dict[str, str]:
+    if name == "pyproject.toml":
+        import tomllib
+
+        try:
+            doc = tomllib.loads(text)
+        except (tomllib.TOMLDecodeError, RecursionError):
+            return {}
+        tables = [doc.get("project", {}).get("scripts"), doc.get("tool", {}).get("poetry", {}).get("scripts")]
+        out = {}
+        for table in tables:
+            for k, v in (table if isinstance(table, dict) else {}).items():
+                ref = v.get("reference", v.get("callable")) if isinstance(v, dict) else v
+                if isinstance(k, str) and isinstance(ref, str) and ref.strip():
+                    out[k] = ref.split(":", 1)[0].strip()
+        return out
+    if name == "setup.cfg":
+        import configparser
+
+        cp = configparser.ConfigParser()
+        try:
+            cp.read_string(text)
+            lines = cp.get("options.entry_points", "console_scripts", fallback="")
+        except (configparser.Error, ValueError):
+            return {}
+        return {k.strip(): v.split(":", 1)[0].strip() for k, _, v in
+                (ln.partition("=") for ln in lines.splitlines() if "=" in ln)}
+    at = text.find("console_scripts")
+    return {m.group(1): m.group(2) for m in _SETUP_ENTRY.finditer(text[at:at + 4000])} if at >= 0 else {}
 
 
 def _python(rest: list[str], base: dict) -> Launch:
@@ -411,7 +470,14 @@ def command_target(words: Sequence[str], cwd: Path | None = None):
     from memlint.files import Target
 
     cwd = cwd or Path.cwd()
-    launch = parse_command(words)
+    try:
+        launch = parse_command(words)
+    except MemlintError:
+        own, _, moved = _command_words(words)
+        scripts = console_scripts(cwd / moved if moved else cwd) if own else {}
+        if not own or own[0] not in scripts:
+            raise
+        launch = parse_command(words, scripts=scripts)
     base = cwd / launch.cwd if launch.cwd else cwd
     if launch.script:
         path = base / os.path.expanduser(launch.script)
@@ -493,8 +559,11 @@ def _flag_config(launch: Launch, base: Path) -> Path | None:
 
     argv = list(launch.argv or ())
     pairs = [(w, argv[i + 1]) for i, w in enumerate(argv[:-1])] + [tuple(w.split("=", 1)) for w in argv if "=" in w]
+    first = argv[0] if argv and argv[0].isidentifier() else None  # a subcommand (`fit --config X`)
     for word, value in pairs:
         for name, fw in table().items():
+            if first and "entry_subcommands" in fw and first not in fw["entry_subcommands"]:
+                continue  # `my-cli validate --config X`: not a training run
             if word in fw.get("read_from_flag", ()) and value.lower().endswith((".yaml", ".yml", ".toml")):
                 cand = base / value
                 if cand.is_file() and detect_file(cand) == name:

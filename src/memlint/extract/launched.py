@@ -14,6 +14,7 @@ from typing import Any
 from memlint.errors import MemlintError
 from memlint.plan import Span, TrainingPlan, Value
 
+_SELF_LAUNCHING = ("lightning", "lightning-fabric")  # trainers that start a process per device from one `python`
 # accelerate launch options that settle the processes or the sharding without the machine's saved config
 _ACCELERATE_SAYS = {"config_file", "num_processes", "multi_gpu", "use_deepspeed", "use_fsdp", "use_megatron_lm", "cpu",
                     "tpu", "deepspeed_config_file", "zero_stage", "gpu_ids"}
@@ -45,8 +46,10 @@ def apply_launcher(plan: TrainingPlan, launch: Any, script: Path) -> TrainingPla
                }.get(launch.launcher, "CUDA_VISIBLE_DEVICES")
         nodes = f" × {launch.nodes} nodes" if launch.nodes and launch.nodes > 1 else ""
         fields["num_gpus"] = _value(launch, launch.gpus, f"{how} {launch.processes}{nodes}")
-    elif launch.launcher == "python" and not plan.get("num_gpus").known and plan.get("trainer").known:
-        # (a script with no trainer memlint reads may start its own workers: Ray, mp.spawn)
+    elif launch.launcher == "python" and not plan.get("num_gpus").known and plan.get("trainer").known \
+            and plan.get("trainer").value not in _SELF_LAUNCHING:
+        # (a script with no trainer memlint reads may start its own workers: Ray, mp.spawn; Lightning's Trainer
+        # starts one process per device itself)
         fields["num_gpus"] = _value(launch, 1, "python: one process")
     if launch.launcher == "accelerate":
         fields.update(_accelerate(plan, launch, opts))

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Iterator
 
 from memlint.errors import MemlintError
-from memlint.extract.launch import (FRAMEWORK_CLIS, Launch, command_target, framework_config, make_command, parse_command,
-                                    resolve_module, shell_script, tokens)
+from memlint.extract.launch import (FRAMEWORK_CLIS, Launch, command_target, console_scripts, framework_config, make_command,
+                                    parse_command, resolve_module, shell_script, tokens)
 from memlint.vocab import LAUNCHER_NAMES, LAUNCHER_SUFFIXES
 
 _MAX_BYTES = 256_000
@@ -363,6 +363,7 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
     env: dict[str, str] = {**(env0 or {}), **({_POS_KEY: "\x00".join(args)} if args is not None else {})}
     out: list[Launch] = []
     cwd: str | None = None  # where standalone `cd DIR` lines have moved the launcher
+    scripts: dict[str, str] | None = None  # the checkout's console scripts, read on the first line that may run one
     if is_make:
         env.update(make[1] if make else {})
         lines = _make_recipes(text, make[0] if make else None, env, set(make[1]) if make else set())
@@ -406,7 +407,8 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
                 moved = None
             cwd = moved if moved is not None else cwd
         # the launcher may be in a variable (`LAUNCH="accelerate launch ..."` then `$LAUNCH train.py`, `eval $CMD`)
-        if not _LAUNCH_WORD.search(stripped) and not ("$" in stripped and _LAUNCH_WORD.search(_expand(stripped, env))):
+        launcher_word = _LAUNCH_WORD.search(stripped) or ("$" in stripped and _LAUNCH_WORD.search(_expand(stripped, env)))
+        if not launcher_word and not _maybe_console(stripped):
             continue
         try:
             words = tokens(_expand(stripped, env))
@@ -414,14 +416,31 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
             continue
         if words and words[0] in ("for", "if", "while", "echo", "then", "do", "elif", "eval"):
             words = words[1:]
+        if not launcher_word:  # a console script of the checkout (`llm-training fit --config X`), looked up once
+            scripts = console_scripts(path.parent) if scripts is None else scripts
+            if not scripts:
+                continue
         try:
-            launch = parse_command(words, origin=shown, line=line_no)
+            launch = parse_command(words, origin=shown, line=line_no, scripts=scripts)
         except MemlintError:
             continue
         if cwd and cwd != ".":
             launch = replace(launch, cwd=os.path.normpath(os.path.join(cwd, launch.cwd)) if launch.cwd else cwd)
         out.append(replace(launch, flag_lines=flag_lines) if flag_lines else launch)
     return out
+
+
+_ENV_ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_NOT_CONSOLE = {"echo", "export", "cd", "mkdir", "rm", "cp", "mv", "set", "if", "fi", "then", "else", "for", "do", "done",
+                "while", "source", ".", "exit", "wait", "sleep", "cat", "ls", "pip", "git", "wget", "curl", "conda", "unset",
+                "local", "declare", "shift", "return", "true", "false", "case", "esac", "trap", "tee", "touch", "chmod", "date",
+                "printf", "read", "test", "[", "[[", "}", "{", "nvidia-smi", "huggingface-cli", "hf", "tar", "unzip"}
+
+
+def _maybe_console(line: str) -> bool:
+    """Whether a line may run a console script: its first word is a command name, not a shell builtin or common tool."""
+    first = next((w for w in line.split() if not _ENV_ASSIGN.match(w)), "")
+    return bool(re.fullmatch(r"[A-Za-z][\w.-]*", first)) and first not in _NOT_CONSOLE
 
 
 def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str, ...] | None = None,
