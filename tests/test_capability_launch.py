@@ -514,3 +514,67 @@ def test_console_script_in_a_shell_launcher(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (plan,) = extract_paths(["scripts/train.sh"])
     assert plan.kind == "lightning-cli" and plan.via == "scripts/train.sh:2"
+
+
+# ---- 8. other frameworks' own configs: nanotron; a config nobody reads is said to be unread ---------------------------
+
+
+_NANOTRON = '''
+general: {project: debug, run: tiny, seed: 42}
+parallelism: {dp: 2, pp: 1, tp: 2, tp_mode: REDUCE_SCATTER}
+model:
+  dtype: bfloat16
+  init_method: {std: 0.025}
+  make_vocab_size_divisible_by: 1
+  model_config:
+    hidden_size: 512
+    intermediate_size: 1376
+    is_llama_config: true
+    max_position_embeddings: 2048
+    num_attention_heads: 8
+    num_hidden_layers: 4
+    num_key_value_heads: 4
+    tie_word_embeddings: true
+    vocab_size: 32000
+optimizer:
+  accumulate_grad_in_fp32: true
+  optimizer_factory: {name: adamW, torch_adam_is_fused: true, adam_beta1: 0.9, adam_beta2: 0.95, adam_eps: 1.0e-08}
+  zero_stage: 0
+tokens: {micro_batch_size: 3, batch_accumulation_per_replica: 2, sequence_length: 1024, train_steps: 10}
+'''
+
+
+def test_nanotron_run_config_given_by_its_flag(tmp_path, monkeypatch):
+    run = "import sys\nfrom nanotron.trainer import DistributedTrainer\nDistributedTrainer(sys.argv[2]).train()\n"
+    _write(tmp_path, {"run_train.py": run, "examples/tiny.yaml": _NANOTRON})
+    monkeypatch.chdir(tmp_path)
+    (plan,) = _plans("torchrun --nproc_per_node=4 run_train.py --config-file examples/tiny.yaml")
+    got = {f: plan.get(f).value for f in ("method", "torch_dtype", "precision", "per_device_batch", "grad_accum", "max_length",
+                                          "packing", "gradient_checkpointing", "optimizer", "distributed", "num_gpus",
+                                          "tp_size", "sequence_parallel", "trainer")}
+    assert got == {"method": "full", "torch_dtype": "bf16", "precision": "amp-bf16", "per_device_batch": 3, "grad_accum": 2,
+                   "max_length": 1024, "packing": True, "gradient_checkpointing": False, "optimizer": "adamw_torch_fused",
+                   "distributed": "none", "num_gpus": 4, "tp_size": 2, "sequence_parallel": True, "trainer": "nanotron"}
+    assert dict(plan.get("model_id").shape)["num_hidden_layers"] == 4  # the inline model_config is the model's shape
+    from memlint.estimate.from_plan import setup_from_plan
+
+    assert setup_from_plan(plan, {}).setup is not None  # sized: a from-scratch model counted from its config
+    (alone,) = extract_paths(["examples/tiny.yaml"])  # named alone and found by a walk
+    assert alone.kind == "nanotron" and [p.kind for p in extract_paths(["examples"])] == ["nanotron"]
+
+
+def test_a_config_flag_of_no_known_format_is_said_to_be_unread(tmp_path, monkeypatch):
+    run = '''
+import sys
+import torch
+from mylib import load_config, Trainer
+
+cfg = load_config(sys.argv[2])
+Trainer(cfg).train()
+for p in torch.nn.Linear(2, 2).parameters():
+    torch.optim.SGD([p], lr=0.1).step()
+'''
+    _write(tmp_path, {"run.py": run, "cfg.yaml": "experiment:\n  name: x\n  width: 4\n"})
+    monkeypatch.chdir(tmp_path)
+    (plan,) = _plans("python run.py --config-file cfg.yaml")
+    assert any(n.startswith("cfg.yaml (--config-file): a config of a format memlint does not read, not read") for n in plan.notes)

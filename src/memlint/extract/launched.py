@@ -67,12 +67,40 @@ def apply_launcher(plan: TrainingPlan, launch: Any, script: Path) -> TrainingPla
     plan = plan.with_values(**fields)
     if launch.line:
         plan = replace(plan, via=launch.where())
+    plan = _unread_configs(plan, launch)
     cfg = opts.get("config_file")
     if launch.launcher == "accelerate" and cfg:
         plan = _accelerate_config(plan, launch, cfg, script)
         if "num_gpus" in fields:  # `--num_processes=3` on the command line wins over the config file's num_processes
             plan = plan.with_values(num_gpus=fields["num_gpus"])
     return plan
+
+
+def _unread_configs(plan: TrainingPlan, launch: Any) -> TrainingPlan:
+    """A config file the command hands the script by a flag (`run_train.py --config-file cfg.yaml`) that memlint neither
+    reads as a framework format nor followed from the script's code: said, so the script's own defaults are not taken
+    for the config's values."""
+    import os
+
+    if plan.kind not in ("python", "notebook") or not launch.script:
+        return plan
+    argv = list(launch.argv)
+    pairs = [(w, argv[i + 1]) for i, w in enumerate(argv[:-1]) if w.startswith("-")]
+    pairs += [tuple(w.split("=", 1)) for w in argv if w.startswith("-") and "=" in w]
+    read = {os.path.realpath(p) for p in plan.sources}
+    notes = []
+    for flag, value in pairs:
+        if "config" not in flag.lower() or not value.lower().endswith((".yaml", ".yml", ".json", ".toml")):
+            continue
+        cand = Path(launch.cwd or ".") / value
+        if not cand.is_file() or os.path.realpath(cand) in read:
+            continue
+        from memlint.extract.configs import detect_file
+
+        if detect_file(cand) is None:
+            notes.append(f"{value} ({flag}): a config of a format memlint does not read, not read: the fields below are "
+                         f"what the script's own code says, not that file's values")
+    return replace(plan, notes=plan.notes + tuple(notes)) if notes else plan
 
 
 _MEGATRON_SIZES = {"--tensor-model-parallel-size": "tp_size", "--context-parallel-size": "cp_size"}
