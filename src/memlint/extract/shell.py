@@ -339,6 +339,20 @@ def _make_recipes(text: str, goals: tuple[str, ...] | None, env: dict[str, str],
     return seq
 
 
+def _launcher_text(path: Path) -> str | None:
+    """A launcher's text (a notebook's: its `!` lines); None when it is too large or cannot be read."""
+    from memlint.files import read_bytes
+
+    try:
+        if path.stat().st_size > _MAX_BYTES:
+            return None
+        if path.suffix == ".ipynb":
+            return notebook_shell(path)
+        return read_bytes(path).decode("utf-8", errors="replace")  # a regular file within max-file-size
+    except OSError:
+        return None
+
+
 def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: dict[str, str] | None = None,
              make: tuple[tuple[str, ...], dict[str, str]] | None = None, text: str | None = None) -> list[Launch]:
     """The training launches a shell script, Makefile or notebook (its `!` lines) runs, with their line numbers.
@@ -346,18 +360,8 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
     and `shift`; None (the file read alone) leaves them unknown. `env0`: variables the command sets.
     `make`: (goals, variables) of a `make` command that runs `path`: only those goals' recipes are read.
     `text`: the shell text of `path` when the caller already has it (a README's code blocks)."""
-    from memlint.files import read_bytes
-
-    try:
-        if text is not None:
-            pass
-        elif path.stat().st_size > _MAX_BYTES:
-            return []
-        elif path.suffix == ".ipynb":
-            text = notebook_shell(path)
-        else:
-            text = read_bytes(path).decode("utf-8", errors="replace")  # a regular file within max-file-size
-    except OSError:
+    text = _launcher_text(path) if text is None else text
+    if text is None:
         return []
     is_make = path.name in LAUNCHER_NAMES or make is not None
     env: dict[str, str] = {**(env0 or {}), **({_POS_KEY: "\x00".join(args)} if args is not None else {})}
