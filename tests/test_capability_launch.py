@@ -578,3 +578,23 @@ for p in torch.nn.Linear(2, 2).parameters():
     monkeypatch.chdir(tmp_path)
     (plan,) = _plans("python run.py --config-file cfg.yaml")
     assert any(n.startswith("cfg.yaml (--config-file): a config of a format memlint does not read, not read") for n in plan.notes)
+
+
+def test_exported_and_inherited_variables_reach_the_command(tmp_path, monkeypatch):
+    sh = """
+    export CUDA_VISIBLE_DEVICES=0,1,2
+    export BASE_MODEL
+    BASE_MODEL=${BASE_MODEL:-gpt2}
+    NOT_EXPORTED=1
+    N=$((N_GPUS * 2))
+    deepspeed train.py
+    torchrun --nproc_per_node $N train.py
+    """
+    _write(tmp_path, {"run.sh": sh, "train.py": _TRAIN})
+    monkeypatch.chdir(tmp_path)
+    ds, tr = _plans("N_GPUS=2 BASE_MODEL=Qwen/Qwen2.5-0.5B bash run.sh")
+    assert ds.get("num_gpus").value == 3  # deepspeed over the exported CUDA_VISIBLE_DEVICES
+    assert _v(ds, "model_id") == ("Qwen/Qwen2.5-0.5B", "command-line")  # os.environ sees the caller's variable
+    assert tr.get("num_gpus").value == 4  # $((N_GPUS * 2)) from the caller's N_GPUS
+    launch = launches(tmp_path / "run.sh", "run.sh")[0]
+    assert "NOT_EXPORTED" not in launch.env and launch.env["BASE_MODEL"] == "gpt2"

@@ -35,6 +35,8 @@ _POSITIONAL = re.compile(r"""^["']?\$(?:\{\d+\}|\d)["']?$""")
 _POS_REF = re.compile(r'"\$(?:\{@\}|@)"|\$\{(\d+|[@*#])\}|\$(\d|[@*#])')
 _POS_KEY = "\x00pos"  # env key of the launcher's positional arguments (joined by NUL)
 _SHIFT = re.compile(r"^shift(?:\s+(\d+))?\s*(?:[;#].*)?$")
+_BARE_NAME = re.compile(r"(?<![\w$])[A-Za-z_]\w*")
+_SMALL_INT = re.compile(r"-?\d{1,18}")
 _ARITH = re.compile(r"\$\(\((.*?)\)\)")
 _LAUNCH_WORD = re.compile(r"(?:^|[\s;&|(])(?:python\d*(?:\.\d+)*|torchrun|accelerate|deepspeed|composer|lightning|"
                           + "|".join(map(re.escape, FRAMEWORK_CLIS)) + r")\b")  # and the framework tools (`llamafactory-cli train`)
@@ -119,7 +121,7 @@ def _expand(text: str, env: dict[str, str]) -> str:
     if _POS_KEY in env:
         text = _positional(text, env)
     text = _defaults(_ARRAY_REF.sub(array, _SUBST.sub(replace_all, text)), env)
-    return _ARITH.sub(_arith, _VAR.sub(sub, text))
+    return _ARITH.sub(lambda m: _arith(m, env), _VAR.sub(sub, text))
 
 
 def _positional(text: str, env: dict[str, str]) -> str:
@@ -179,12 +181,15 @@ def _defaults(text: str, env: dict[str, str]) -> str:
         i = k
 
 
-def _arith(m: re.Match) -> str:
+def _arith(m: re.Match, env: dict[str, str] | None = None) -> str:
     """$(( 1024 / 8 / 4 )) once its variables are expanded: integer + - * / % and parentheses, as bash
-    computes them (division truncates); anything else stays as written."""
+    computes them (division truncates); a bare name (`$((N_GPUS * 2))`) is its variable's value, as in bash;
+    anything else stays as written."""
     import ast
 
     expr = m.group(1).strip()
+    if env:
+        expr = _BARE_NAME.sub(lambda n: env[n.group(0)] if _SMALL_INT.fullmatch(env.get(n.group(0), "")) else n.group(0), expr)
     if not re.fullmatch(r"[\d\s+\-*/%()]+", expr):
         return m.group(0)
 
@@ -339,6 +344,23 @@ def _make_recipes(text: str, goals: tuple[str, ...] | None, env: dict[str, str],
     return seq
 
 
+def _recipe_lines(text: str, make: tuple | None, env: dict[str, str]):
+    """A Makefile's recipe lines to read: `make`'s goals' (its variables set first), else every rule's."""
+    env.update(make[1] if make else {})
+    return _make_recipes(text, make[0] if make else None, env, set(make[1]) if make else set())
+
+
+_EXPORT = re.compile(r"^\s*(?:export|declare\s+-x)\s+(.*)$")
+
+
+def _exports(line: str) -> set[str]:
+    """The names an `export X=1 Y` (or `declare -x X=1`) line exports to the commands after it."""
+    m = _EXPORT.match(line)
+    if not m:
+        return set()
+    return {w.split("=", 1)[0] for w in m.group(1).split() if re.fullmatch(r"[A-Za-z_]\w*(=.*)?", w)}
+
+
 def _launcher_text(path: Path) -> str | None:
     """A launcher's text (a notebook's: its `!` lines); None when it is too large or cannot be read."""
     from memlint.files import read_bytes
@@ -368,11 +390,8 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
     out: list[Launch] = []
     cwd: str | None = None  # where standalone `cd DIR` lines have moved the launcher
     scripts: dict[str, str] | None = None  # the checkout's console scripts, read on the first line that may run one
-    if is_make:
-        env.update(make[1] if make else {})
-        lines = _make_recipes(text, make[0] if make else None, env, set(make[1]) if make else set())
-    else:
-        lines = _logical_lines(text)
+    exported: set[str] = set(env0 or ())  # variables the commands inherit: the caller's, `export X=...`
+    lines = _recipe_lines(text, make, env) if is_make else _logical_lines(text)
     for line_no, line, flag_lines in lines:
         stripped = _self_dir(line.strip())
         if not stripped or stripped.startswith("#"):
@@ -389,6 +408,7 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
                 except MemlintError:
                     pass
                 continue
+            exported |= _exports(stripped)
             m = _ASSIGN.match(stripped)
             if m:
                 val = m.group(2).strip()
@@ -420,12 +440,10 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
             continue
         if words and words[0] in ("for", "if", "while", "echo", "then", "do", "elif", "eval"):
             words = words[1:]
-        if not launcher_word:  # a console script of the checkout (`llm-training fit --config X`), looked up once
-            scripts = console_scripts(path.parent) if scripts is None else scripts
-            if not scripts:
-                continue
-        try:
-            launch = parse_command(words, origin=shown, line=line_no, scripts=scripts)
+        if not launcher_word and not (scripts := console_scripts(path.parent) if scripts is None else scripts):
+            continue  # no console script of the checkout (`llm-training fit --config X`) to run: they are read once
+        try:  # the exported variables come first: the command's own `VAR=x` prefix wins over them
+            launch = parse_command([f"{k}={env[k]}" for k in sorted(exported) if k in env] + words, shown, line_no, scripts)
         except MemlintError:
             continue
         if cwd and cwd != ".":
