@@ -598,3 +598,24 @@ def test_exported_and_inherited_variables_reach_the_command(tmp_path, monkeypatc
     assert tr.get("num_gpus").value == 4  # $((N_GPUS * 2)) from the caller's N_GPUS
     launch = launches(tmp_path / "run.sh", "run.sh")[0]
     assert "NOT_EXPORTED" not in launch.env and launch.env["BASE_MODEL"] == "gpt2"
+
+
+def test_a_wrapper_that_calls_its_packages_train_function(tmp_path, monkeypatch):
+    # the launcher's script mentions no training library itself: its package's train() is the plan
+    pkg_train = """
+    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+
+    def train(model_name="gpt2", batch_size=4):
+        model = AutoModelForCausalLM.from_pretrained(model_name)
+        Trainer(model=model, args=TrainingArguments(output_dir="o", per_device_train_batch_size=batch_size)).train()
+    """
+    wrapper = 'from mypkg.train import train\n\nif __name__ == "__main__":\n    train(model_name="Qwen/Qwen2.5-0.5B")\n'
+    _write(tmp_path, {"pyproject.toml": '[project]\nname = "mypkg"\n', "src/mypkg/__init__.py": "",
+                      "src/mypkg/train.py": pkg_train, "scripts/run.py": wrapper,
+                      "run.sh": "torchrun --nproc_per_node 2 scripts/run.py\n"})
+    monkeypatch.chdir(tmp_path)
+    (plan,) = extract_paths(["run.sh"])
+    assert plan.path == "scripts/run.py" and plan.get("trainer").value == "Trainer"
+    assert plan.get("model_id").value == "Qwen/Qwen2.5-0.5B" and plan.get("per_device_batch").value == 4
+    assert plan.get("num_gpus").value == 2

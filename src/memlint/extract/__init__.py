@@ -327,8 +327,8 @@ def _read_target_unpinned(target: Target) -> tuple[TrainingPlan | None, list[str
     if path.suffix in CONFIG_SUFFIXES:
         plan = read_config_text(path, shown, text, target.explicit, target.launch)
         return plan, (source_lines(text) if plan is not None else []), []
-    if not FRAMEWORK_WORDS.search(raw):
-        return None, [], []
+    if not FRAMEWORK_WORDS.search(raw) and (target.launch is None or path.suffix == ".ipynb"):
+        return None, [], []  # (a launcher's script is read whatever it imports: a wrapper that calls its package's train())
     from memlint.extract.source import notebook_cells, transform_lines
 
     cells: list[int] = []
