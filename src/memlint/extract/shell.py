@@ -604,8 +604,6 @@ def readme_launch(path: Path, top: Path | None = None) -> Launch | None:
     `cd finetune && torchrun --nproc_per_node 8 train.py ...`, `llamafactory-cli train examples/x.yaml`. The
     closest folder whose Markdown launches the file decides: its command when it documents one (repeated or
     not), None when it documents several different runs of the file (which one is meant is not known) or none."""
-    from memlint.files import read_bytes
-
     top = (top or Path.cwd()).resolve()
     target = path.resolve()
     if top not in target.parents:
@@ -616,12 +614,7 @@ def readme_launch(path: Path, top: Path | None = None) -> Launch | None:
     for folder in folders:
         found: list[Launch] = []
         for md in _docs(folder):
-            try:
-                text = readme_shell(read_bytes(md).decode("utf-8", errors="replace"))
-            except OSError:
-                continue
-            shown = os.path.relpath(md)
-            found += [launch for launch in launches(md, shown, text=text) if _launches_file(launch, [md.parent, top], target)]
+            found += [launch for launch in _documented(md) if _launches_file(launch, [md.parent, top], target)]
         runs = {(la.launcher, la.script, la.module, la.argv, la.processes, la.nodes, tuple(sorted(la.options.items())),
                  tuple(sorted(la.env.items()))) for la in found}
         if len(runs) == 1:
@@ -629,6 +622,29 @@ def readme_launch(path: Path, top: Path | None = None) -> Launch | None:
         if runs:
             return None
     return None
+
+
+_DOC_MEMO: dict[tuple, list[Launch]] = {}  # a README's commands, once per run for every file named beside it
+
+
+def _documented(md: Path) -> list[Launch]:
+    """The commands of a Markdown file's shell code blocks (read once while it is unchanged)."""
+    from memlint.files import read_bytes
+
+    try:
+        st = md.stat()
+    except OSError:
+        return []
+    key = (str(md.resolve()), st.st_mtime_ns, st.st_size, os.getcwd())
+    if key not in _DOC_MEMO:
+        try:
+            text = readme_shell(read_bytes(md).decode("utf-8", errors="replace"))
+        except OSError:
+            return []
+        if len(_DOC_MEMO) >= 64:
+            _DOC_MEMO.clear()
+        _DOC_MEMO[key] = launches(md, os.path.relpath(md), text=text)
+    return _DOC_MEMO[key]
 
 
 def _launches_file(launch: Launch, bases: list[Path], target: Path) -> bool:
