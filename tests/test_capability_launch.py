@@ -182,7 +182,7 @@ def test_make_command_options():
 
 def test_make_variables_are_read_before_any_recipe(tmp_path):
     # make reads the whole file first: a variable assigned below the rule still reaches its recipe
-    mk = "train:\n\t$(LAUNCH) train.py\n\nLAUNCH = torchrun --nproc_per_node 2\nLAUNCH ?= python\n"
+    mk = "train:\n\t$(LAUNCH) train.py\n\nexport LAUNCH = torchrun --nproc_per_node 2\nLAUNCH ?= python\n"
     _write(tmp_path, {"Makefile": mk, "train.py": _TRAIN})
     (launch,) = launches(tmp_path / "Makefile", "Makefile", make=(("train",), {}))
     assert launch.launcher == "torchrun" and launch.gpus == 2

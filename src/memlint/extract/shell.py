@@ -298,7 +298,7 @@ def _make_recipes(text: str, goals: tuple[str, ...] | None, env: dict[str, str],
             for t in current or ():
                 rules[t][1].append(item)
             continue
-        s = line.strip()
+        s = re.sub(r"^(?:export|override)\s+", "", line.strip())  # `export VAR = x`: an assignment all the same
         if not s or s.startswith("#"):
             continue
         m = _MAKE_OP.match(s)

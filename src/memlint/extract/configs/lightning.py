@@ -85,8 +85,8 @@ class LightningCLI(FrameworkReader):
                         else "LightningCLI fit: lightning's Trainer",))
 
     def _model_id(self) -> None:
-        hit = self._find("model_id", ("model", "data"), lambda v: isinstance(v, str) and "/" in v.strip() or
-                         isinstance(v, str) and v.strip() and not v.strip().startswith(("$", "<")))
+        hit = self._find("model_id", ("model", "data"),
+                         lambda v: isinstance(v, str) and bool(v.strip()) and not v.strip().startswith(("$", "<")))
         if hit:
             self._lit("model_id", hit[1].strip(), hit[0])
         else:
