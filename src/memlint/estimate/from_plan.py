@@ -311,7 +311,12 @@ def _targets(get, method: str, spec: Any, notes: list[str]) -> tuple[str, ...] |
 
 
 def assumed_model_note(spec: Any) -> str:
-    """What an estimate sized on a checkpoint named by a folder that is not on this machine says, every time."""
+    """What an estimate sized on a catalogued checkpoint the model's name names says, every time: a folder that is
+    not on this machine, or a Hub fine-tune of a catalogued base."""
+    if spec.source == "named-base":
+        return (f"model {spec.assumed_from!r} is not in the catalog: sized as {spec.id}, the catalogued base its name "
+                f"names (an assumption: a fine-tune keeps its base's shapes; --online reads its config.json, "
+                f"--assume model_id= corrects it)")
     return (f"model {spec.assumed_from!r} is not on this machine: sized as {spec.id}, the catalogued checkpoint its "
             f"folder name names (an assumption: a local config.json or --assume model_id= confirms or corrects it)")
 
