@@ -103,6 +103,9 @@ def _loss_and_step_flags(g: Any) -> None:
                    help="TRL trainer objective: preference trainers stack chosen+rejected rows, DPO/KTO add a reference pass")
     g.add_argument("--ref-model", choices=("auto", "none", "copy", "adapter-disabled", "precomputed"), default="auto",
                    help="reference for dpo/kto (default: a frozen copy for a full fine-tune, adapters disabled for peft)")
+    g.add_argument("--trl-sft", action=argparse.BooleanOptionalAction, default=False,
+                   help="the sft objective run by TRL's SFTTrainer (what its compute_loss keeps of the logits at "
+                        "--trl-version: the fused LM head from 1.15), not transformers' Trainer")
     g.add_argument("--trl-version", default=None, metavar="X.Y",
                    help="TRL version whose step layout to model (default: the installed one, else the newest known)")
 
@@ -202,6 +205,7 @@ def setup_from_args(args: argparse.Namespace):
         float8_all_gather=args.float8_all_gather, compiled_loss=args.compiled_loss,
         recompute_every=args.recompute_every, recompute_policy=args.recompute_policy, galore_rank=args.galore_rank, galore_targets=_galore_targets(args.galore_targets),
         objective=args.objective, ref_model=args.ref_model, trl_version=args.trl_version or installed_version("trl"),
+        trl_sft=args.trl_sft,
         task_head=args.head, num_labels=args.num_labels, target_len=args.target_len,
         tp=args.tp, sequence_parallel=args.sequence_parallel, cp=args.cp, tp_stack=args.tp_stack,
         loss_parallel=args.loss_parallel,

@@ -401,6 +401,7 @@ def _setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None)
     fused_v = get("fused_loss")
     fused = bool(_worst(fused_v, pick=lambda c: False if False in c else c[0])) if fused_v.known else False
     objective, ref_model = _objective(get, method, notes)
+    trl_sft = objective == "sft" and get("trainer").known and get("trainer").value == "SFTTrainer"
     from memlint.library.versions import installed_version
 
     if fused and objective != "sft":
@@ -428,7 +429,8 @@ def _setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None)
         **_galore(get, optim, method, notes), recompute_every=_every(get, bool(recompute)),
         recompute_policy=_recompute_policy(get, bool(recompute), notes),
         gpus=gpus, shard=shard, nodes=nodes, offload=offload, fused_loss=fused, **parallel,
-        objective=objective, ref_model=ref_model, trl_version=installed_version("trl") if objective != "sft" else None,
+        objective=objective, ref_model=ref_model, trl_sft=trl_sft,
+        trl_version=installed_version("trl") if objective != "sft" or trl_sft else None,
         kbit_prep=kbit_prep, adapter_dtype=adapter_dtype, use_dora=_use_dora(get, method),
         modules_to_save=_modules_to_save(get, method, notes), peft_task_type=_task_type(get, method),
         offload_activations=_offload_activations(get), float8=f8,

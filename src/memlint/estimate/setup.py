@@ -190,6 +190,9 @@ class Setup:
     ref_model: str = "auto"
     # The TRL version whose step layout to model (data/preference.json); None: the newest known.
     trl_version: str | None = None
+    # objective sft run by TRL's SFTTrainer (its compute_loss at trl_version: data/preference.json "sft_layouts"), not
+    # by transformers' Trainer or a loop of one's own (the model's own loss, outputs dropped)
+    trl_sft: bool = False
     # The output head (TASK_HEADS) and, for the classification heads, its labels (the model's num_labels).
     task_head: str = "auto"
     num_labels: int = _default("num_labels")
@@ -299,6 +302,8 @@ class Setup:
             raise MemlintError(f"--objective {self.objective} has no reference model: use --ref-model none")
         if needs_ref and self.reference == "none":
             raise MemlintError(f"--objective {self.objective} needs a reference: --ref-model copy, adapter-disabled or precomputed")
+        if self.trl_sft and self.objective != "sft":
+            raise MemlintError("--trl-sft is TRL's SFTTrainer: the sft objective (the preference trainers are --objective)")
         if self.fused_loss and self.objective != "sft":
             raise MemlintError("--fused-loss models a fused SFT cross-entropy; not with a preference objective")
         if self.chunked_loss and (self.fused_loss or self.objective != "sft"):

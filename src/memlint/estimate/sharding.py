@@ -62,6 +62,16 @@ def _root_weight_bytes(s: Setup) -> int:
     return s.weight_bytes
 
 
+def fsdp_mixed_precision(s: Setup) -> bool:
+    """FSDP over fp32 weights under bf16/fp16 mixed precision: accelerate gives FSDP a mixed-precision policy with
+    param_dtype = reduce_dtype = the autocast dtype (utils/dataclasses.py FullyShardedDataParallelPlugin
+    set_mixed_precision), so each unit's all-gather casts its shard to the half dtype and its gradients are computed
+    and reduce-scattered in it; autocast finds half weights and makes no copies (traced: benchmarks/per_rank.py's
+    mixed-precision rows, FSDP2 with MixedPrecisionPolicy)."""
+    return (s.shard.startswith("fsdp") and s.precision in ("amp-bf16", "amp-fp16") and s.dtype == "fp32"
+            and s.quant == "none")
+
+
 def layout(s: Setup, accounting: str, weights: int, gradients: int) -> Layout:
     """`weights` / `gradients`: the unsharded bytes of all weights / trainable gradients."""
     n = s.shard_group
@@ -111,6 +121,10 @@ def layout(s: Setup, accounting: str, weights: int, gradients: int) -> Layout:
         layer_b = max(0, weights - root_b) // s.model.layers
         f8_layer, f8_root = _float8_gather_savings(s)
         weights, root_b, layer_b = weights - f8_layer * s.model.layers - f8_root, root_b - f8_root, layer_b - f8_layer
+        half = DTYPE_BYTES[s.compute_dtype]
+        mp = fsdp_mixed_precision(s)
+        if mp:  # the units are gathered in param_dtype
+            weights, root_b, layer_b = weights * half // 4, root_b * half // 4, layer_b * half // 4
         k = fs["gathered_layers_at_peak"]
         if s.shard == "fsdp_shard_grad_op":
             # reshard_after_forward=False: every unit stays gathered until its backward.
@@ -125,6 +139,8 @@ def layout(s: Setup, accounting: str, weights: int, gradients: int) -> Layout:
                                        f"+ {k} layer ({layer_b:,} B{', its float8 linears in float8' if f8_layer else ''})")
         root_g = root * grad_bytes if s.method == "full" else 0  # adapters live in the layers only
         layer_g = max(0, gradients - root_g) // s.model.layers
+        if mp:  # the unsharded gradients are computed and reduce-scattered in reduce_dtype
+            layer_g = layer_g * half // grad_bytes
         kw.update(backward_tail=fs["reduce_scatter_staging_layers"] * layer_g,
                   buffers_formula=f"reduce-scatter staging: one layer's unsharded gradients ({layer_g:,} B), "
                                   f"during backward")
@@ -134,6 +150,9 @@ def layout(s: Setup, accounting: str, weights: int, gradients: int) -> Layout:
                      "backward; one decoder layer's all-gather output is alive at the peak")
         if s.method != "full":
             notes.append("FSDP with LoRA: the frozen base is sharded like the adapters")
+        if mp:
+            notes.append(f"FSDP mixed precision (accelerate's param_dtype = reduce_dtype = {s.compute_dtype}): each unit "
+                         "is gathered in it, one at a time; autocast makes no half copies of the weights")
     return Layout(divisors, notes=tuple(notes), **kw)  # type: ignore[arg-type]
 
 

@@ -217,14 +217,24 @@ def _wrap(model: Any, engine: str, ranks: int, nodes: int, setup: Setup | None =
     else:
         mesh = init_device_mesh("cpu", (ranks,))
     reshard = engine != "fsdp_shard_grad_op"
+    mp: dict = {}
+    if setup is not None:
+        from memlint.estimate.sharding import fsdp_mixed_precision
+
+        if fsdp_mixed_precision(setup):  # accelerate's policy under bf16/fp16: param_dtype = reduce_dtype = half
+            import torch
+            from torch.distributed.fsdp import MixedPrecisionPolicy
+
+            half = torch.bfloat16 if setup.precision == "amp-bf16" else torch.float16
+            mp = {"mp_policy": MixedPrecisionPolicy(param_dtype=half, reduce_dtype=half)}
     # accelerate's TRANSFORMER_BASED_WRAP: one unit per `_no_split_modules` block
     # (the decoder layers); what is left (embeddings, final norm, lm_head) is the root's.
     blocks = set()
     for m in model.modules():
         blocks |= set(getattr(m, "_no_split_modules", None) or ())
     for layer in [m for m in model.modules() if type(m).__name__ in blocks]:
-        fully_shard(layer, mesh=mesh, reshard_after_forward=reshard)
-    fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
+        fully_shard(layer, mesh=mesh, reshard_after_forward=reshard, **mp)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard, **mp)
     return model
 
 
