@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from memlint.errors import MemlintError
-from memlint.library.api import attention, objective_name
+from memlint.library.api import _optimizer_classes, attention, objective_name
 from memlint.library.api import kbit_prep as kbit_prep_of
 from memlint.vocab import dtype_name
 from memlint.plan import PLAN_FIELDS, TrainingPlan, Value
@@ -185,6 +185,17 @@ def _distributed(get, extra: Mapping[str, Any], notes: list[str]) -> tuple[str, 
         notes.append("CPU offload without a sharded engine: estimated without offload")
         offload = "none"
     return shard, gpus, nodes, offload
+
+
+def _trainer_builds_optimizer(get) -> bool:
+    """Whether transformers' Trainer builds the optimizer from `optim` (its create_optimizer, with bitsandbytes'
+    32-bit override for embeddings); not when the script constructs an optimizer class itself (extract's optimizer
+    value then names the class and its line)."""
+    import re
+
+    v = get("optimizer")
+    classes = {c for _, c in _optimizer_classes()}
+    return not any(re.match(r"(\w+) \(line \d+\)$", c) and c.split(" (")[0] in classes for c in v.chain)
 
 
 # TRL trainers whose step memlint models (data/preference.json); GRPO's generation is not.
@@ -429,7 +440,7 @@ def _setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None)
         **_galore(get, optim, method, notes), recompute_every=_every(get, bool(recompute)),
         recompute_policy=_recompute_policy(get, bool(recompute), notes),
         gpus=gpus, shard=shard, nodes=nodes, offload=offload, fused_loss=fused, **parallel,
-        objective=objective, ref_model=ref_model, trl_sft=trl_sft,
+        objective=objective, ref_model=ref_model, trl_sft=trl_sft, trainer_optimizer=_trainer_builds_optimizer(get),
         trl_version=installed_version("trl") if objective != "sft" or trl_sft else None,
         kbit_prep=kbit_prep, adapter_dtype=adapter_dtype, use_dora=_use_dora(get, method),
         modules_to_save=_modules_to_save(get, method, notes), peft_task_type=_task_type(get, method),

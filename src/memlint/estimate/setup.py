@@ -190,6 +190,9 @@ class Setup:
     ref_model: str = "auto"
     # The TRL version whose step layout to model (data/preference.json); None: the newest known.
     trl_version: str | None = None
+    # the optimizer is built by transformers' Trainer from `optim` (create_optimizer: under a bitsandbytes 8-bit
+    # optimizer every nn.Embedding keeps 32-bit state); False: the script builds it itself
+    trainer_optimizer: bool = True
     # objective sft run by TRL's SFTTrainer (its compute_loss at trl_version: data/preference.json "sft_layouts"), not
     # by transformers' Trainer or a loop of one's own (the model's own loss, outputs dropped)
     trl_sft: bool = False

@@ -166,6 +166,13 @@ def build_optimizer(name: str, model: torch.nn.Module, *, master_fp32: bool = Fa
                          "still includes them")
         if master_fp32:
             raise MemlintError(f"--precision master-fp32 with {name} is not supported by memlint.measure")
+        if bits == 8 and params is None:
+            # transformers' Trainer.create_optimizer: every nn.Embedding's weight gets 32-bit state
+            manager = bo.GlobalOptimManager.get_instance()
+            for module in model.modules():
+                if isinstance(module, torch.nn.Embedding):
+                    manager.register_module_override(module, "weight", {"optim_bits": 32})
+            notes.append("bitsandbytes 8-bit: the embeddings' state 32-bit, as transformers' Trainer registers it")
         if fake:
             # bitsandbytes builds its quantization maps with .tolist(): build it outside the fake mode.
             from torch._subclasses.fake_tensor import unset_fake_temporarily

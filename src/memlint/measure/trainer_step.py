@@ -52,8 +52,9 @@ def tokenizer(vocab: int) -> Any:
 
 
 @contextlib.contextmanager
-def cuda_trl_kernels():
-    """TRL's chunked log-prob kernel as CUDA runs it (module docstring); a no-op without that module."""
+def cuda_trl_kernels(compact: bool = True):
+    """TRL's chunked log-prob kernel as CUDA runs it (module docstring); a no-op without that module. `compact`:
+    score only the valid positions, as on CUDA (False on fake tensors, whose boolean-mask indexing has no shape)."""
     try:
         from trl.kernels import chunked_logprob as cl
         import trl.trainer.utils as tu
@@ -73,7 +74,8 @@ def cuda_trl_kernels():
     saved = {m: {k: getattr(m, k, None) for k in names} for m, names in (
         (cl, ("_use_triton", "_forward_kernel", "_backward_kernel", "triton", "_addmm_fp32")),
         (tu, ("_use_triton",)))}
-    cl._use_triton = tu._use_triton = lambda device: True
+    cl._use_triton = lambda device: True
+    tu._use_triton = lambda device: compact
     cl._forward_kernel = cl._backward_kernel = _Launch()
     cl.triton = types.SimpleNamespace(cdiv=lambda a, b: -(-a // b))
     cl._addmm_fp32 = addmm_fp32
@@ -196,7 +198,7 @@ def trainer_step(trainer: str = "sft", *, method: str = "full", precision: str =
     from datasets import Dataset
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
 
-    from memlint.measure.optim import state_tensors
+    from memlint.measure.optim import paged_state_tensors, state_tensors
     from memlint.measure.tracker import LiveBytes
 
     if trainer not in TRAINERS:
@@ -289,10 +291,13 @@ def trainer_step(trainer: str = "sft", *, method: str = "full", precision: str =
                 # accelerate's clip_grad_norm_ is torch's (foreach=None: CUDA's default foreach kernels)
                 torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm, foreach=True if cuda_kernels else None)
                 opt.step()
+                for t in paged_state_tensors(opt):  # CUDA unified memory: outside the allocator's counters
+                    tracker.exclude(t)
                 opt.zero_grad(set_to_none=True)
                 phases["optimizer"] = tracker.max_memory_allocated()
                 result[f"step{step}"] = dict(phases)
-            result["optimizer_state"] = tracker.storage_bytes(state_tensors(opt))
+            paged = {id(t) for t in paged_state_tensors(opt)}
+            result["optimizer_state"] = tracker.storage_bytes(t for t in state_tensors(opt) if id(t) not in paged)
             result["events"] = tracker.events
         tr.accelerator.backward = backward
     last = result[f"step{steps}"]
