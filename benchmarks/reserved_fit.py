@@ -59,6 +59,33 @@ EXTRA = [
     (LLAMA, dict(method="qlora", quant="nf4", recompute=True, batch=8, seq=2048)),
     (MISTRAL, dict(method="qlora", quant="nf4", recompute=True, batch=4, seq=4096)),
 ]
+# Long sequences without full logits (TRL's fused LM head, SFTTrainer >= 1.15): the hidden states grow while the logits
+# stay one tile, which the matrix above never separates.
+LONG = [
+    (LLAMA, dict(method="lora", recompute=True, seq=16384, trl_sft=True, trl_version="1.16.0")),
+    (LLAMA, dict(method="lora", recompute=True, seq=32768, trl_sft=True, trl_version="1.16.0")),
+    (LLAMA, dict(method="qlora", quant="nf4", recompute=True, batch=2, seq=8192, trl_sft=True, trl_version="1.16.0")),
+    (QWEN, dict(method="full", recompute=True, batch=2, seq=8192, trl_sft=True, trl_version="1.16.0")),
+    (LLAMA1B, dict(method="full", recompute=True, seq=16384, trl_sft=True, trl_version="1.16.0")),
+    (MISTRAL, dict(method="lora", recompute=True, batch=4, seq=4096, trl_sft=True, trl_version="1.16.0")),
+]
+LLAMA3B, LLAMA70B = "meta-llama/Llama-3.2-3B", "meta-llama/Llama-3.1-70B"
+# One rank of N-GPU FSDP2 runs at full size (measure/fake_ranks.py: FakeTensorMode, torch's fake process group).
+BF16 = dict(dtype="bf16", precision="amp-bf16")
+MULTI = [
+    (QWEN, dict(method="full", gpus=8, shard="fsdp", seq=2048, **BF16)),
+    (QWEN, dict(method="lora", gpus=2, shard="fsdp", batch=8, seq=1024, **BF16)),
+    (LLAMA1B, dict(method="full", gpus=2, shard="fsdp", batch=4, seq=2048, **BF16)),
+    (LLAMA3B, dict(method="full", gpus=4, shard="fsdp", batch=2, seq=2048, **BF16)),
+    (LLAMA3B, dict(method="full", gpus=8, shard="fsdp", batch=2, seq=4096, recompute=True, **BF16)),
+    (LLAMA, dict(method="full", gpus=8, shard="fsdp", seq=4096, recompute=True, **BF16)),
+    (LLAMA, dict(method="full", gpus=64, shard="fsdp", seq=8192, recompute=True, **BF16)),
+    (LLAMA, dict(method="lora", gpus=8, shard="fsdp", batch=2, seq=4096, recompute=True, **BF16)),
+    (LLAMA, dict(method="full", gpus=8, shard="fsdp", seq=2048, recompute=True, dtype="fp32", precision="amp-bf16")),
+    (LLAMA, dict(method="lora", gpus=8, shard="fsdp", seq=2048, dtype="fp32", precision="amp-bf16")),
+    (LLAMA, dict(method="full", gpus=16, shard="fsdp_hybrid", nodes=2, seq=4096, recompute=True, **BF16)),
+    (LLAMA70B, dict(method="lora", gpus=8, shard="fsdp", seq=2048, recompute=True, **BF16)),
+]
 FB = ("logits_half", "hidden_states", "largest")
 OPT = ("activations", "largest")
 FB_KEYS = ("logits_half", "hidden_states", "largest_backward")  # their names in data/cuda_allocator.json
@@ -82,6 +109,43 @@ def trace_extra(out: Path) -> None:
         print(f"{rows[-1]['config']:58s} live {m['measured_peak'] / GIB:7.2f}  reserved {m['reserved']['peak'] / GIB:7.2f}"
               f"  [{m['runtime_s']:.0f}s]", flush=True)
     out.write_text(json.dumps(rows, indent=1) + "\n")
+
+
+def trace_more(out: Path, which: str) -> None:
+    """LONG through `memlint measure`'s trace, MULTI through one fake rank; appended to `out` (a configuration
+    already there is kept)."""
+    from accuracy import label, pinned  # benchmarks/accuracy.py
+
+    from memlint.measure import measure
+    from memlint.measure.fake_ranks import trace_rank
+
+    rows = json.loads(out.read_text()) if out.exists() else []
+    done = {r["config"] for r in rows}
+    for model, kw in (LONG if which == "long" else MULTI):
+        kw = pinned(kw)
+        cfg = label(model, kw) + (f" {kw['gpus']} GPUs {kw['shard']}" if kw.get("gpus", 1) > 1 else "") \
+            + (" trl-sft" if kw.get("trl_sft") else "")
+        if cfg in done:
+            continue
+        s = Setup(resolve(model), **kw)
+        setup = {k: (list(v) if isinstance(v, tuple) else v) for k, v in kw.items()}
+        if which == "long":
+            m = measure(s, device="trace").to_json()
+            row = {"measured": m["measured_peak"], "measured_steps": m["steps"], "measured_reserved": m["reserved"]["peak"],
+                   "reserved_method": m["reserved"]["method"], "reserved": m["reserved"], "seconds": m["runtime_s"]}
+        else:
+            import time
+
+            t0 = time.perf_counter()
+            r = trace_rank(s)
+            row = {"measured": max(r["phases"].values()), "measured_phases": r["phases"],
+                   "measured_reserved": r["reserved_peak"], "reserved_method": "allocator-model",
+                   "reserved": {"phases": r["reserved"], "expandable_segments": r["expandable_peak"]},
+                   "seconds": round(time.perf_counter() - t0, 1), "traced": "measure/fake_ranks.py rank 0"}
+        rows.append({"config": cfg, "model": model, "setup": setup, **row})
+        print(f"{cfg:70s} live {row['measured'] / GIB:7.2f}  reserved {row['measured_reserved'] / GIB:7.2f}"
+              f"  [{row['seconds']:.0f}s]", flush=True)
+        out.write_text(json.dumps(rows, indent=1) + "\n")
 
 
 def load(*paths: Path) -> list[dict]:
@@ -185,9 +249,13 @@ def main(argv=None) -> int:
     ap.add_argument("--json", nargs="+", default=[str(ROOT / "docs" / "accuracy.json"), str(ROOT / "docs" / "reserved_fit.json")])
     ap.add_argument("--trace", action="store_true", help="trace EXTRA into docs/reserved_fit.json first")
     ap.add_argument("--write", action="store_true", help="store the coefficients in data/cuda_allocator.json")
+    ap.add_argument("--trace-more", choices=("long", "multi"), help="trace LONG (fused-head long sequences) or MULTI "
+                    "(one rank of N-GPU FSDP, fake process group) into docs/reserved_grid.json first")
     args = ap.parse_args(argv)
     if args.trace:
         trace_extra(ROOT / "docs" / "reserved_fit.json")
+    if args.trace_more:
+        trace_more(ROOT / "docs" / "reserved_grid.json", args.trace_more)
     rows = load(*map(Path, args.json))
     if not rows:
         print("no allocator-model reserved figures in", args.json, file=sys.stderr)

@@ -129,7 +129,16 @@ def _linear_inputs(s: Setup, a: int, inter: int) -> int:
     m = s.model
     size = {"attn_in": m.hidden, "mlp_in": m.hidden, "mlp_out": inter, "attn_out": 0}
     if s.method == "full":
-        return a * (size["attn_in"] + size["mlp_in"] + size["mlp_out"])
+        casts = {"attn_in": 1, "mlp_in": 1}
+        if s.precision in ("amp-bf16", "amp-fp16") and residual_bytes(s) != a:
+            # autocast casts an fp32 input for every op that reads it (only leaf weights are cached): q, k and v
+            # each keep their own half copy of the fp32 norm output, gate and up theirs (traced: the Trainer rows of
+            # benchmarks/trainer_steps.py over fp32 weights)
+            for l in m.layer_linears():
+                if l.role in casts and l.count >= m.layers:
+                    casts[l.role] += l.count // m.layers
+            casts = {k: max(1, v - 1) for k, v in casts.items()}
+        return a * (size["attn_in"] * casts["attn_in"] + size["mlp_in"] * casts["mlp_in"] + size["mlp_out"])
     from memlint.estimate.sharding import fsdp_mixed_precision
 
     # FSDP's mixed precision gathers the adapters in the half dtype too: peft's cast to the adapter dtype is a no-op

@@ -327,12 +327,14 @@ def _rank_steps(model: Any, setup: Setup, trainable: list, optimizer: Any, track
     gen = torch.Generator().manual_seed(seed + 1)
     phases: dict[str, int] = {}
     comp: dict[str, int] = {}
+    mark = getattr(tracker, "begin_phase", lambda label: None)  # phase markers for the allocator replay
     for _step in range(steps):
         phases = {"forward": 0, "backward": 0}
         activations = logits = 0
         for _micro in range(setup.grad_accum):
             marks.clear()
             ids = torch.randint(0, setup.model.vocab, (setup.batch, setup.seq), generator=gen)
+            mark((_step + 1, "forward"))
             tracker.reset_peak_memory_stats()
             start = tracker.memory_allocated()
             kw: dict = {}
@@ -348,11 +350,13 @@ def _rank_steps(model: Any, setup: Setup, trainable: list, optimizer: Any, track
                 phases["forward"] = max(phases["forward"], marks.get("pre_head_peak", 0), after)
                 activations = max(activations, marks["head"] - start)
                 logits = max(logits, after - marks["head"])
+                mark((_step + 1, "backward"))
                 tracker.reset_peak_memory_stats()
                 loss.backward()
             del loss, ids
             phases["backward"] = max(phases["backward"], tracker.max_memory_allocated())
         grads = storage_bytes(_local(p.grad) for p in trainable if p.grad is not None)
+        mark((_step + 1, "optimizer"))
         tracker.reset_peak_memory_stats()
         if engine != "tp":  # TP mixes DTensor and replicated plain parameters, which one foreach norm cannot take
             torch.nn.utils.clip_grad_norm_(trainable, 1.0, foreach=True)
