@@ -383,6 +383,14 @@ def dora_transient(s: Setup) -> int:
 
 def real(s: Setup) -> ActivationTerms:
     out = _real(s)
+    work = recompute_working_set(s, out.per_layer)
+    if s.method == "full" and work:
+        # a full fine-tune's backward binds at its end beside every gradient, where core's recomputed-layer candidate
+        # is already an upper bound: the working set goes to the forward and to the start of backward only
+        out = replace(out, forward_transient=max(out.forward_transient, work),
+                      backward_transient=max(out.backward_transient, out.per_layer + work))
+    elif s.method != "full" and work > out.transient:
+        out = replace(out, transient=work)
     copies = _unsaved_copies(s)
     if copies:
         # under full checkpointing the body's half weight copies are saved by nobody: autocast's cache holds a trained
@@ -393,6 +401,17 @@ def real(s: Setup) -> ActivationTerms:
                       formula=out.formula + " + one layer's autocast half weight copies"
                       + (" (autocast's cache holds them all until the forward returns)" if cached else ""))
     return out
+
+
+def recompute_working_set(s: Setup, per_layer: int) -> int:
+    """Under full checkpointing, one layer's working memory beside the saved body, as a share of what the layer saves
+    (data/checkpointing.json "working_set", read off fake-tensor traces at long sequences, where no logits hide it):
+    in forward the checkpointed layer's intermediates (freed as it goes, nothing saved), in backward the recomputed
+    layer's gradients next to its saved tensors."""
+    if not s.recompute or s.recompute_policy != "full" or s.model_code == "litgpt" or s.encoder or s.seq2seq:
+        return 0
+    share = data.load("checkpointing.json")["working_set"]["adapters" if s.method == "lora" else s.method]
+    return int(share * per_layer)
 
 
 def _unsaved_copies(s: Setup) -> int:
