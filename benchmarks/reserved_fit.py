@@ -86,10 +86,10 @@ MULTI = [
     (LLAMA, dict(method="full", gpus=16, shard="fsdp_hybrid", nodes=2, seq=4096, recompute=True, **BF16)),
     (LLAMA70B, dict(method="lora", gpus=8, shard="fsdp", seq=2048, recompute=True, **BF16)),
 ]
-FB = ("logits_half", "hidden_states", "largest")
-OPT = ("activations", "largest")
-FB_KEYS = ("logits_half", "hidden_states", "largest_backward")  # their names in data/cuda_allocator.json
-OPT_KEYS = ("activations", "largest_optimizer")
+FB = ("logits_half", "layer", "largest", "gathered")
+OPT = ("activations", "largest", "gathered", "layer")
+FB_KEYS = ("logits_half", "layer", "largest_backward", "gathered")  # their names in data/cuda_allocator.json
+OPT_KEYS = ("activations", "largest_optimizer", "gathered_optimizer", "layer_optimizer")
 
 
 def trace_extra(out: Path) -> None:
@@ -165,9 +165,13 @@ def _load(paths: tuple[Path, ...]) -> list[dict]:
         kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in r["setup"].items()}
         s = Setup(resolve(r["model"]), **kw)
         e = estimate(s, "real")
-        f = reserved.features(s, act.activations(s, "real"))
-        x = {"logits_half": f.logits_half, "hidden_states": f.hidden_states, "activations": f.activations,
-             "largest": f.largest}
+        from memlint.estimate import core, sharding
+
+        rank, (w, _), (g, _), _o, _t, terms, _n = core._model_terms(s, "real")  # the rank's setup and terms
+        gathered = sharding.layout(rank, "real", w, g).gathered
+        f = reserved.features(rank, terms, gathered)
+        x = {"logits_half": f.logits_half, "layer": f.layer, "activations": f.activations, "largest": f.largest,
+             "gathered": f.gathered}
         rows.append({"config": r["config"], "R": r["measured_reserved"], "live": r["measured"],
                      "fb": max(e.phases["forward"], e.phases["backward"]), "opt": e.phases["optimizer"], "x": x})
     return rows
@@ -176,13 +180,14 @@ def _load(paths: tuple[Path, ...]) -> list[dict]:
 def _nnls(X: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Weighted least squares over every subset of columns; the best with no negative coefficient."""
     best, k = None, X.shape[1]
-    for m in range(1, k + 1):
+    for m in range(0, k + 1):
         for sub in itertools.combinations(range(k), m):
-            coef, *_ = np.linalg.lstsq(X[:, sub] * w[:, None], y * w, rcond=None)
-            if (coef < 0).any():
-                continue
             full = np.zeros(k)
-            full[list(sub)] = coef
+            if sub:
+                coef, *_ = np.linalg.lstsq(X[:, sub] * w[:, None], y * w, rcond=None)
+                if (coef < 0).any():
+                    continue
+                full[list(sub)] = coef
             err = float(np.sum(((X @ full - y) * w) ** 2))
             if best is None or err < best[0]:
                 best = (err, full)
@@ -229,8 +234,11 @@ def _write_section(page: Path, coefs: dict, summary: dict, table: list[str]) -> 
     body = [
         begin,
         f"Fitted by `python benchmarks/reserved_fit.py --write` on {summary['configurations']} replayed configurations "
-        f"(the accuracy matrix and `EXTRA`): a_logits = {coefs['logits_half']}, a_hidden = {coefs['hidden_states']}, "
-        f"a_big_b = {coefs['largest_backward']}, a_act = {coefs['activations']}, a_big_o = {coefs['largest_optimizer']}. "
+        f"(the accuracy matrix, `EXTRA`, and docs/reserved_grid.json: `LONG` sequences under TRL's fused LM head and one "
+        f"rank of `MULTI` N-GPU FSDP runs traced at full size by measure/fake_ranks.py; no published measurement): "
+        f"a_logits = {coefs['logits_half']}, a_layer = {coefs['layer']}, a_big_b = {coefs['largest_backward']}, "
+        f"a_gath = {coefs['gathered']}, a_act = {coefs['activations']}, a_big_o = {coefs['largest_optimizer']}, "
+        f"a_gath_o = {coefs['gathered_optimizer']}, a_layer_o = {coefs['layer_optimizer']}. "
         f"Residuals: median |error| {summary['median_abs_error']:.1%}, max {summary['max_abs_error']:.1%}, "
         f"{summary['within_5_percent']} of {summary['configurations']} within 5 %; leave-one-out (each configuration "
         f"predicted by the fit of the others): median {loo['median_abs_error']:.1%}, max {loo['max_abs_error']:.1%} "
@@ -246,7 +254,8 @@ def _write_section(page: Path, coefs: dict, summary: dict, table: list[str]) -> 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", nargs="+", default=[str(ROOT / "docs" / "accuracy.json"), str(ROOT / "docs" / "reserved_fit.json")])
+    ap.add_argument("--json", nargs="+", default=[str(ROOT / "docs" / "accuracy.json"), str(ROOT / "docs" / "reserved_fit.json"),
+                                                  str(ROOT / "docs" / "reserved_grid.json")])
     ap.add_argument("--trace", action="store_true", help="trace EXTRA into docs/reserved_fit.json first")
     ap.add_argument("--write", action="store_true", help="store the coefficients in data/cuda_allocator.json")
     ap.add_argument("--trace-more", choices=("long", "multi"), help="trace LONG (fused-head long sequences) or MULTI "
@@ -292,8 +301,9 @@ def main(argv=None) -> int:
         doc = json.loads(path.read_text())
         doc["reserved_fit"] = {
             "_doc": "estimate/reserved.py's slack formula, fitted by benchmarks/reserved_fit.py on the step-2 "
-                    "max_memory_reserved of the accuracy matrix (benchmarks/accuracy.py: the traced allocation "
-                    "sequences replayed through measure/allocator.py, default allocator settings).",
+                    "max_memory_reserved of replayed traces (the accuracy matrix, EXTRA, LONG and MULTI: the traced "
+                    "allocation sequences replayed through measure/allocator.py, default allocator settings); no "
+                    "published measurement is in the fit.",
             "fitted": str(date.today()), "command": "python benchmarks/reserved_fit.py --write",
             "coefficients": coefs, "residuals": summary,
         }

@@ -119,7 +119,7 @@ def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = Non
         peak_alloc = phases[phase]
         ctx = DEFAULT_CONTEXT if context_bytes is None else context_bytes
         # what max_memory_reserved adds: the caching allocator's cached, unusable blocks (estimate/reserved.py)
-        frag, frag_f = reserved.slack(reserved.features(s, a), phases)
+        frag, frag_f = reserved.slack(reserved.features(s, a, gath), phases)
         overhead = ctx + frag
         ov_f = (f"CUDA context {ctx / GIB:.2f} GiB + caching-allocator slack {frag / GIB:.2f} GiB "
                 f"(reserved − allocated: {frag_f})")
