@@ -92,6 +92,9 @@ def _loss_and_step_flags(g: Any) -> None:
     g.add_argument("--compiled-loss", action=argparse.BooleanOptionalAction, default=False,
                    help="the cross-entropy under torch.compile (torchtune compile: true, TrainingArguments(torch_compile="
                         "True)): no fp32 upcast or log-softmax kept, only the logsumexp")
+    g.add_argument("--compiled-layers", action=argparse.BooleanOptionalAction, default=False,
+                   help="the decoder layers under torch.compile: RMSNorm keeps its rsqrt only, the MLP activation is "
+                        "recomputed (inductor's partition, measured on CPU)")
     g.add_argument("--float8-all-gather", action=argparse.BooleanOptionalAction, default=False,
                    help="FSDP2 all-gathers the float8 linears' shards in float8 (torchao / torchtitan "
                         "enable_fsdp_float8_all_gather): 1-byte unsharded weights, no weight casts")
@@ -202,7 +205,7 @@ def setup_from_args(args: argparse.Namespace):
         recompute=args.recompute, attn=args.attn, gpus=args.gpus, shard=args.shard, offload=args.offload,
         nodes=args.nodes, kbit_prep=_kbit_prep(args, quant), fused_loss=args.fused_loss, chunked_loss=args.chunked_loss,
         offload_activations=args.offload_activations, optimizer_in_bwd=args.optimizer_in_bwd, float8=args.float8,
-        float8_all_gather=args.float8_all_gather, compiled_loss=args.compiled_loss,
+        float8_all_gather=args.float8_all_gather, compiled_loss=args.compiled_loss, compiled_layers=args.compiled_layers,
         recompute_every=args.recompute_every, recompute_policy=args.recompute_policy, galore_rank=args.galore_rank, galore_targets=_galore_targets(args.galore_targets),
         objective=args.objective, ref_model=args.ref_model, trl_version=args.trl_version or installed_version("trl"),
         trl_sft=args.trl_sft,

@@ -241,12 +241,39 @@ def _per_token_layer_bytes(s: Setup) -> tuple[int, int, int]:
     total += _linear_inputs(s, a, inter)
     if s.use_dora and s.method != "full":
         total += _dora_saved_per_token(s, a, core)
+    total -= compiled_layer_savings(s)
     # Once per model: token ids, the rotary cos/sin, and the final norm.
     once = 8 + 2 * a * m.head_dim + norm
     if trains_lm_head_copy(s):
         # a trained lm_head (modules_to_save) keeps its input for its weight gradient; a frozen one does not
         once += (a if s.precision in ("amp-bf16", "amp-fp16") else x) * h
     return total, x * h, once
+
+
+def compiled_layers_modelled(s: Setup) -> bool:
+    """The decoders whose compiled layers memlint counts: RMSNorm, a flash-kernel attention, an unquantized base
+    whose residual stream is in the compute dtype (bf16 weights), no DoRA (measured on a Llama layer)."""
+    m = s.model
+    return (s.compiled_layers and m.arch.get("norm") == "rmsnorm" and attention()[s.attn].kernel != "eager"
+            and s.quant == "none" and not s.use_dora and residual_bytes(s) == DTYPE_BYTES[s.compute_dtype]
+            and not (s.encoder or s.seq2seq or m.vision or s.model_code != "transformers"))
+
+
+def compiled_layer_savings(s: Setup) -> int:
+    """Bytes per token and layer that a decoder layer under torch.compile does not save, against eager
+    (inductor's min-cut partition, measured with saved_tensors_hooks on a compiled LlamaDecoderLayer on CPU,
+    tests/test_compiled_layers.py): each RMSNorm keeps its rsqrt only (not its fp32 upcast input, nor, when its
+    weight trains, the normalised copy: the backward reads the normalised linear input), the gated MLP's activation
+    output is recomputed; the layer keeps its own input (and, with frozen weights, the residual between attention and
+    MLP) and the rotary cos / sin (once per layer, where eager keeps them once per model)."""
+    if not compiled_layers_modelled(s):
+        return 0
+    m = s.model
+    a, x, h = DTYPE_BYTES[s.compute_dtype], residual_bytes(s), m.hidden
+    norms = m.arch["norms_per_layer"] * (4 * h + (x * h if s.method == "full" else 0))
+    act_out = a * m.intermediate if m.arch.get("mlp") == "gated" and not m.arch.get("num_experts") else 0
+    kept = x * h + (x * h if s.method != "full" else 0) + 2 * a * m.head_dim
+    return max(0, norms + act_out - kept)
 
 
 def _dora_dtypes(s: Setup) -> tuple[int, int, int]:

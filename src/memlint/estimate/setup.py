@@ -184,6 +184,9 @@ class Setup:
     # loss): inductor fuses the fp32 upcast and log-softmax, so only the logits' logsumexp is saved (measured on CPU
     # inductor, tests/test_compiled_loss.py)
     compiled_loss: bool = False
+    # the decoder layers run under torch.compile (torchtune compile: true, torchtitan [compile], TrainingArguments
+    # torch_compile): inductor saves less than eager (estimate/activations.py compiled_layer_savings)
+    compiled_layers: bool = False
     # TRL's objective and reference model. "auto" is what TRL does without a ref_model (see
     # `reference`): a frozen copy for a full fine-tune, the adapters disabled for peft.
     objective: str = "sft"
