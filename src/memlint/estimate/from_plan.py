@@ -445,8 +445,7 @@ def _setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None)
         kbit_prep=kbit_prep, adapter_dtype=adapter_dtype, use_dora=_use_dora(get, method),
         modules_to_save=_modules_to_save(get, method, notes), peft_task_type=_task_type(get, method),
         offload_activations=_offload_activations(get), float8=f8,
-        float8_all_gather=_float8_all_gather(get, f8, shard, notes), compiled_loss=_compiled_loss(get, fused),
-        compiled_layers=_compiled_layers(get), chunked_loss=0 if fused or objective != "sft" else _chunked(get),
+        float8_all_gather=_float8_all_gather(get, f8, shard, notes), compiled_loss=_compiled_loss(get, fused), chunked_loss=0 if fused or objective != "sft" else _chunked(get),
         **_head(get, spec, notes), **_target(get, spec, int(seq), notes), **_vision(get, spec, method, notes),
     )
     setup = _model_code(setup, get, notes)
@@ -741,14 +740,6 @@ def _compiled_loss(get, fused: bool) -> bool:
     """compiled_loss: the cross-entropy under torch.compile (a fused loss has no logits to compile over)."""
     v = get("compiled_loss")
     return bool(v.value) if v.known and not fused else False
-
-
-def _compiled_layers(get) -> bool:
-    """The model's layers under torch.compile: read from the same flags as compiled_loss (torchtune's compile: true
-    and TrainingArguments(torch_compile=True) compile the model with its loss, torchtitan's [compile] its blocks and
-    the loss by default); approximate: a torchtitan job that compiles only the model is not seen."""
-    v = get("compiled_loss")
-    return bool(v.value) if v.known else False
 
 
 def _float8_all_gather(get, float8: str, shard: str, notes: list[str]) -> bool:
