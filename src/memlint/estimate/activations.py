@@ -502,14 +502,20 @@ def _real(s: Setup) -> ActivationTerms:
         body, formula = offloaded(body, per_layer, inputs // m.layers, once_b, s.recompute, formula)
     if sp_layer:
         formula += f" (sequence parallel: norms and residual stream for ⌈s/{s.tp}⌉·b tokens)"
+    return _with_logits(s, body, per_layer, formula)
+
+
+def _with_logits(s: Setup, body: int, per_layer: int, formula: str) -> ActivationTerms:
+    """The decoder's body (and autocast's weight copies) with the loss's terms: the model's own cross-entropy, a fused,
+    chunked or compiled loss, or TRL's SFTTrainer's layout at its version."""
+    sb = s.seq * s.batch
     a = DTYPE_BYTES[s.compute_dtype]
     V = logits_vocab(s)
     copies_body, copies_head = autocast_weight_copies(s)
     copies_body -= _unsaved_copies(s)  # not saved: real() counts them
     sft = sft_layout(s)
     if sft is not None and sft["layout"] == "chunked":  # TRL's fused LM head (SFTTrainer >= 1.15): no full logits
-        fwd, _, bwd, f = fused_head_bytes(s, s.batch, sft)
-        return ActivationTerms(body + copies_body, per_layer, fwd, bwd, formula, f"SFTTrainer {f}")
+        return _sft_fused_head(s, body + copies_body, per_layer, formula, sft)
     if s.fused_loss:
         return _fused(s, body, per_layer, formula, copies_head)
     if s.chunked_loss:
@@ -537,6 +543,11 @@ def _real(s: Setup) -> ActivationTerms:
         body, per_layer, fwd, bwd, formula,
         f"s·b·V × ({a}+{up}+4) B: logits{', fp32 upcast' if up else ''}, log-softmax; +{a} B for their gradient in backward{head}",
     )
+
+
+def _sft_fused_head(s: Setup, body: int, per_layer: int, formula: str, layout: dict) -> ActivationTerms:
+    fwd, _, bwd, f = fused_head_bytes(s, s.batch, layout)
+    return ActivationTerms(body, per_layer, fwd, bwd, formula, f"SFTTrainer {f}")
 
 
 def sft_layout(s: Setup) -> dict | None:

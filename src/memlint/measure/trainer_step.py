@@ -185,6 +185,102 @@ def _train_setup(tr: Any, args: Any) -> None:
         tr.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kw or None)
 
 
+def _model(trainer: str, cfg_d: dict, model_type: str, dtype: Any, tok: Any, ckpt: str) -> Any:
+    """The tiny model from its config, saved and loaded back as a checkpoint (TRL 1.x reloads a reference from it)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    cfg = AutoConfig.for_model(model_type, **cfg_d)
+    head_cls = AutoModelForSequenceClassification if trainer == "reward" else AutoModelForCausalLM
+    if trainer == "reward":
+        cfg.num_labels = 1
+        cfg.pad_token_id = tok.pad_token_id
+    head_cls.from_config(cfg, dtype=torch.float32).save_pretrained(ckpt)
+    return head_cls.from_pretrained(ckpt, dtype=dtype, attn_implementation="sdpa")
+
+
+def _trainer(trainer: str, model: Any, args: Any, tok: Any, rows: list[dict], seq: int, peft_config: Any) -> Any:
+    from datasets import Dataset
+
+    kw: dict[str, Any] = dict(args=args, processing_class=tok)
+    if trainer == "trainer":
+        from transformers import DataCollatorForLanguageModeling
+
+        if peft_config is not None:
+            from peft import get_peft_model
+
+            model = get_peft_model(model, peft_config)
+        kw.update(train_dataset=_batch_for_plain_trainer(tok, rows, seq),
+                  data_collator=DataCollatorForLanguageModeling(tok, mlm=False))
+    else:
+        kw.update(train_dataset=Dataset.from_list(rows), peft_config=peft_config)
+    return _config_class(trainer)[1](model, **kw)
+
+
+def _optimizer(tr: Any, cuda_kernels: bool) -> Any:
+    """The trainer's own optimizer (create_optimizer), with CUDA's foreach default where torch leaves it None."""
+    tr.create_optimizer()
+    opt = tr.optimizer
+    if cuda_kernels:  # torch's foreach default is CUDA's: None reads as True for CUDA tensors, False on CPU
+        for group in getattr(opt, "param_groups", ()):
+            if group.get("foreach", False) is None and not group.get("fused"):
+                group["foreach"] = True
+    return opt
+
+
+def _run_steps(tr: Any, policy: Any, ref: Any, opt: Any, batches: list, max_grad_norm: float, cuda_kernels: bool,
+               result: dict) -> None:
+    """Each step's phases as the Trainer's loop runs them: training_step (forward up to accelerator.backward, then
+    backward), clip, step, zero_grad; into `result` (step1, step2, weights, optimizer_state, events)."""
+    import torch
+
+    from memlint.measure.optim import paged_state_tensors, state_tensors
+    from memlint.measure.tracker import LiveBytes
+
+    params = [p for p in policy.parameters() if p.requires_grad]
+    tracker = LiveBytes()
+    phases: dict[str, int] = {}
+    backward = tr.accelerator.backward
+    step = 0
+
+    def traced_backward(loss: Any, **kwargs: Any) -> Any:
+        phases["forward"] = tracker.max_memory_allocated()
+        tracker.begin_phase((step, "backward"))
+        tracker.reset_peak_memory_stats()
+        return backward(loss, **kwargs)
+
+    tr.accelerator.backward = traced_backward
+    try:
+        with tracker:
+            tensors = list(policy.parameters()) + list(policy.buffers())
+            if ref is not None:
+                tensors += list(ref.parameters()) + list(ref.buffers())
+            tracker.track_all(tensors)
+            result["weights"] = tracker.memory_allocated()
+            for step, batch in enumerate(batches, 1):
+                phases.clear()
+                tracker.begin_phase((step, "forward"))
+                tracker.reset_peak_memory_stats()
+                tr.current_gradient_accumulation_steps = 1  # set by train()'s loop
+                tr.training_step(policy, batch)
+                phases["backward"] = tracker.max_memory_allocated()
+                tracker.begin_phase((step, "optimizer"))
+                tracker.reset_peak_memory_stats()
+                # accelerate's clip_grad_norm_ is torch's (foreach=None: CUDA's default foreach kernels)
+                torch.nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True if cuda_kernels else None)
+                opt.step()
+                for t in paged_state_tensors(opt):  # CUDA unified memory: outside the allocator's counters
+                    tracker.exclude(t)
+                opt.zero_grad(set_to_none=True)
+                phases["optimizer"] = tracker.max_memory_allocated()
+                result[f"step{step}"] = dict(phases)
+            paged = {id(t) for t in paged_state_tensors(opt)}
+            result["optimizer_state"] = tracker.storage_bytes(t for t in state_tensors(opt) if id(t) not in paged)
+            result["events"] = tracker.events
+    finally:
+        tr.accelerator.backward = backward
+
+
 def trainer_step(trainer: str = "sft", *, method: str = "full", precision: str = "fp32", batch: int = 2,
                  seq: int = 256, optim: str = "adamw_torch", recompute: bool = False, lora_r: int = 16,
                  weights: str = "fp32",
@@ -195,11 +291,6 @@ def trainer_step(trainer: str = "sft", *, method: str = "full", precision: str =
     allocation sequence (for memlint.measure.allocator.replay)."""
     import torch
     import transformers  # noqa: F401 - imported before tracking (module-level tensors)
-    from datasets import Dataset
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
-
-    from memlint.measure.optim import paged_state_tensors, state_tensors
-    from memlint.measure.tracker import LiveBytes
 
     if trainer not in TRAINERS:
         raise ValueError(f"trainer: one of {', '.join(TRAINERS)}")
@@ -208,105 +299,38 @@ def trainer_step(trainer: str = "sft", *, method: str = "full", precision: str =
     cfg_d = dict(LLAMA if config is None else config)
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    V = cfg_d["vocab_size"]
-    tok = tokenizer(V)
-    cfg = AutoConfig.for_model(model_type, **cfg_d)
+    tok = tokenizer(cfg_d["vocab_size"])
     dtype = torch.bfloat16 if precision == "pure-bf16" or weights == "bf16" else torch.float32
-    ckpt = tempfile.TemporaryDirectory()
-    head_cls = AutoModelForSequenceClassification if trainer == "reward" else AutoModelForCausalLM
-    if trainer == "reward":
-        cfg.num_labels = 1
-        cfg.pad_token_id = tok.pad_token_id
-    head_cls.from_config(cfg, dtype=torch.float32).save_pretrained(ckpt.name)
-    model = head_cls.from_pretrained(ckpt.name, dtype=dtype, attn_implementation="sdpa")
-    if precision == "pure-bf16":
-        extra_args = {**(extra_args or {}), "bf16": False}  # bf16 weights, no autocast
-    peft_config = None
-    if method != "full":
-        from peft import LoraConfig
-
-        peft_config = LoraConfig(r=lora_r, lora_alpha=2 * lora_r, target_modules="all-linear", lora_dropout=0.0,
-                                 task_type="SEQ_CLS" if trainer == "reward" else "CAUSAL_LM")
-    rows = _rows(trainer, batch, seq, V, rng)
-    conf_cls, tr_cls = _config_class(trainer)
     result: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory() as out, (cuda_trl_kernels() if cuda_kernels else contextlib.nullcontext()):
-        args = _args(trainer, conf_cls, out, batch, seq, precision, optim, recompute, dict(extra_args or {}))
-        kw: dict[str, Any] = dict(args=args, processing_class=tok)
-        if trainer == "trainer":
-            from transformers import DataCollatorForLanguageModeling
+    with tempfile.TemporaryDirectory() as ckpt, tempfile.TemporaryDirectory() as out, \
+            (cuda_trl_kernels() if cuda_kernels else contextlib.nullcontext()):
+        model = _model(trainer, cfg_d, model_type, dtype, tok, ckpt)
+        if precision == "pure-bf16":
+            extra_args = {**(extra_args or {}), "bf16": False}  # bf16 weights, no autocast
+        peft_config = None
+        if method != "full":
+            from peft import LoraConfig
 
-            if peft_config is not None:
-                from peft import get_peft_model
-
-                model = get_peft_model(model, peft_config)
-            kw.update(train_dataset=_batch_for_plain_trainer(tok, rows, seq),
-                      data_collator=DataCollatorForLanguageModeling(tok, mlm=False))
-        else:
-            kw.update(train_dataset=Dataset.from_list(rows), peft_config=peft_config)
-        tr = tr_cls(model, **kw)
+            peft_config = LoraConfig(r=lora_r, lora_alpha=2 * lora_r, target_modules="all-linear", lora_dropout=0.0,
+                                     task_type="SEQ_CLS" if trainer == "reward" else "CAUSAL_LM")
+        args = _args(trainer, _config_class(trainer)[0], out, batch, seq, precision, optim, recompute,
+                     dict(extra_args or {}))
+        tr = _trainer(trainer, model, args, tok, _rows(trainer, batch, seq, cfg_d["vocab_size"], rng), seq, peft_config)
         loader = iter(tr.get_train_dataloader())
         _train_setup(tr, args)
         # what Trainer's loop runs: the model prepared by accelerate (under mixed precision its forward runs in
         # autocast and its half outputs come back as fp32: ConvertOutputsToFp32)
         policy = tr.accelerator.prepare_model(tr.model)
-        ref = getattr(tr, "ref_model", None)
-        tr.create_optimizer()
-        opt = tr.optimizer
-        if cuda_kernels:  # torch's foreach default is CUDA's: None reads as True for CUDA tensors, False on CPU
-            for group in getattr(opt, "param_groups", ()):
-                if group.get("foreach", False) is None and not group.get("fused"):
-                    group["foreach"] = True
-        params = [p for p in policy.parameters() if p.requires_grad]
-        tracker = LiveBytes()
-        phases: dict[str, int] = {}
-
-        backward = tr.accelerator.backward
-
-        def traced_backward(loss: Any, **kwargs: Any) -> Any:
-            phases["forward"] = tracker.max_memory_allocated()
-            tracker.begin_phase((step, "backward"))
-            tracker.reset_peak_memory_stats()
-            out_ = backward(loss, **kwargs)
-            return out_
-
-        tr.accelerator.backward = traced_backward
+        opt = _optimizer(tr, cuda_kernels)
         batches = [next(loader) for _ in range(steps)]
         result["shape"] = list(batches[0]["input_ids"].shape) if "input_ids" in batches[0] else None
-        with tracker:
-            tensors = list(policy.parameters()) + list(policy.buffers())
-            if ref is not None:
-                tensors += list(ref.parameters()) + list(ref.buffers())
-            tracker.track_all(tensors)
-            result["weights"] = tracker.memory_allocated()
-            for step in range(1, steps + 1):
-                phases.clear()
-                tracker.begin_phase((step, "forward"))
-                tracker.reset_peak_memory_stats()
-                tr.current_gradient_accumulation_steps = 1  # set by train()'s loop
-                tr.training_step(policy, batches[step - 1])
-                phases["backward"] = tracker.max_memory_allocated()
-                tracker.begin_phase((step, "optimizer"))
-                tracker.reset_peak_memory_stats()
-                # accelerate's clip_grad_norm_ is torch's (foreach=None: CUDA's default foreach kernels)
-                torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm, foreach=True if cuda_kernels else None)
-                opt.step()
-                for t in paged_state_tensors(opt):  # CUDA unified memory: outside the allocator's counters
-                    tracker.exclude(t)
-                opt.zero_grad(set_to_none=True)
-                phases["optimizer"] = tracker.max_memory_allocated()
-                result[f"step{step}"] = dict(phases)
-            paged = {id(t) for t in paged_state_tensors(opt)}
-            result["optimizer_state"] = tracker.storage_bytes(t for t in state_tensors(opt) if id(t) not in paged)
-            result["events"] = tracker.events
-        tr.accelerator.backward = backward
+        _run_steps(tr, policy, getattr(tr, "ref_model", None), opt, batches, args.max_grad_norm, cuda_kernels, result)
     last = result[f"step{steps}"]
     result["phase"] = max(PHASES, key=lambda k: last[k])
     result["peak"] = last[result["phase"]]
     import trl
 
     result["versions"] = {"trl": trl.__version__, "transformers": transformers.__version__, "torch": torch.__version__}
-    ckpt.cleanup()
     return result
 
 
