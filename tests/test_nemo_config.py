@@ -319,10 +319,11 @@ def test_unrelated_yaml_is_not_claimed(tmp_path):
     # a NeMo ASR config and a Lightning CLI config: trainer + model, but no Megatron model keys
     asr = "name: Conformer\nmodel:\n  sample_rate: 16000\n  encoder:\n    n_layers: 17\ntrainer:\n  devices: -1\n  precision: 32\nexp_manager:\n  name: x\n"
     cli = "trainer:\n  max_epochs: 3\nmodel:\n  class_path: my.Model\n  init_args:\n    hidden: 32\ndata:\n  batch_size: 8\n"
-    for name, text in (("asr.yaml", asr), ("cli.yaml", cli)):
+    for name, text, kind in (("asr.yaml", asr, None), ("cli.yaml", cli, "lightning-cli")):
         (tmp_path / name).write_text(text)
-        assert detect_file(tmp_path / name) is None
-        assert read_config(tmp_path / name, explicit=False) is None
+        assert detect_file(tmp_path / name) == kind  # the LightningCLI config is LightningCLI's, not NeMo's
+        got = read_config(tmp_path / name, explicit=False)
+        assert (got.kind if got is not None else None) == kind
     # and a NeMo file is found in a walk (the prefilter sees only the text)
     (tmp_path / "sft.yaml").write_text(SFT)
     assert read_config(tmp_path / "sft.yaml", explicit=False).kind == "nemo"
@@ -339,7 +340,7 @@ def test_broken_yaml_is_a_syntax_finding_and_bad_input_is_one_line_exit_2(tmp_pa
     # detected as NeMo from its text; the parse error is a MEM001 finding at its position, as for every broken
     # YAML/TOML config memlint reads (tests/test_configs.py, tests/test_torchtitan_toml.py): exit 0, no traceback
     assert "Traceback" not in r.stderr and r.returncode == 0, r.stderr
-    assert f"{p}:" in r.stdout and "MEM001 YAML:" in r.stdout, r.stdout
+    assert f"{p}:" in r.stdout and "MEM001 note: YAML:" in r.stdout, r.stdout
     assert int(r.stdout.split(":")[1]) >= _line(SFT, "  micro_batch_size: ${.data"), r.stdout
     assert read_config(p).kind == "nemo"
     # bad input on the command line and a missing file: one line on stderr, exit 2
@@ -356,9 +357,9 @@ def test_check_cli_sizes_a_config_with_a_model(tmp_path):
     p = tmp_path / "megatron_gpt_finetuning_config.yaml"
     p.write_text(SFT)
     r = _check(str(p))
-    assert r.returncode == 0 and "MEM003 model_id is unknown" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "MEM003 note: model_id is unknown" in r.stdout, r.stdout + r.stderr
     r = _check(str(p), "--assume", "model_id=meta-llama/Llama-2-7b-hf", "--gpu", "H100-80GB")
-    assert r.returncode in (0, 1) and "Traceback" not in r.stderr and "MEM003 model_id" not in r.stdout, r.stdout + r.stderr
+    assert r.returncode in (0, 1) and "Traceback" not in r.stderr and "MEM003 note: model_id" not in r.stdout, r.stdout + r.stderr
 
 
 def test_nemo_resolvers_are_evaluated_where_read(tmp_path):
