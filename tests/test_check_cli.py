@@ -80,7 +80,7 @@ def test_exit_zero_select_ignore_and_fail_on(capsys, monkeypatch):
     code, out, _ = run(capsys, "check", f, "--gpu", "RTX4090", "--select", "MEM2")
     assert code == 1 and {ln.split()[1] for ln in out.splitlines()[:-1]} == {"MEM201", "MEM203"}
     code, out, _ = run(capsys, "check", f, "--gpu", "RTX4090", "--ignore", "MEM1,MEM2,MEM3")
-    assert code == 0 and out == f"{f}: peak 285.6 GiB, does not fit RTX4090: 261.6 GiB over its 24.0 GiB\n"
+    assert code == 0 and out == f"{f}: peak 268.5 GiB, does not fit RTX4090: 244.5 GiB over its 24.0 GiB\n"
     # notes never fail a run unless asked to
     unknown = "fixtures/scripts/all_unknown.py"
     code, out, _ = run(capsys, "check", unknown)
@@ -382,7 +382,7 @@ def test_add_noqa_suppresses_every_finding_and_keeps_existing_codes(tmp_path, ca
     assert code == 0 and err.startswith("Added ") and not err.startswith("Added 0 ")
     code, out, err = run(capsys, "check", "train.py", "--gpu", "RTX4090", "--no-cache")
     # every finding suppressed; the answer stays
-    assert code == 0 and out == "train.py: peak 285.6 GiB, does not fit RTX4090: 261.6 GiB over its 24.0 GiB\n"
+    assert code == 0 and out == "train.py: peak 268.5 GiB, does not fit RTX4090: 244.5 GiB over its 24.0 GiB\n"
     assert "All checks passed!" in err
     new = (tmp_path / "train.py").read_text()
     assert "# noqa: MEM201, MEM999" in new  # merged into the comment that was there

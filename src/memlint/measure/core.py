@@ -601,7 +601,12 @@ def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = 
 
         optimizer, onotes = _step_optimizer(setup, model, mode)
         notes += onotes
-        step_results, comp, paged_bytes = run.steps(model, ref, trainable, optimizer, meter, tracker, steps)
+        try:
+            step_results, comp, paged_bytes = run.steps(model, ref, trainable, optimizer, meter, tracker, steps)
+        finally:
+            from memlint.measure.optim import reset_bnb_overrides
+
+            reset_bnb_overrides()
         if setup.optimizer_in_bwd:
             optimizer.remove()  # the hooks of a model the caller passed in stay its own
         if paged_bytes:

@@ -324,7 +324,13 @@ def trainer_step(trainer: str = "sft", *, method: str = "full", precision: str =
         opt = _optimizer(tr, cuda_kernels)
         batches = [next(loader) for _ in range(steps)]
         result["shape"] = list(batches[0]["input_ids"].shape) if "input_ids" in batches[0] else None
-        _run_steps(tr, policy, getattr(tr, "ref_model", None), opt, batches, args.max_grad_norm, cuda_kernels, result)
+        try:
+            _run_steps(tr, policy, getattr(tr, "ref_model", None), opt, batches, args.max_grad_norm, cuda_kernels,
+                       result)
+        finally:
+            from memlint.measure.optim import reset_bnb_overrides
+
+            reset_bnb_overrides()
     last = result[f"step{steps}"]
     result["phase"] = max(PHASES, key=lambda k: last[k])
     result["peak"] = last[result["phase"]]
