@@ -74,3 +74,16 @@ def test_long_flat_code_is_not_refused():
     rows = ",\n".join(f"    ({i}, 'x{i}')" for i in range(5000))
     p = parse(f"TABLE = [\n{rows}\n]\n" + "@d\n" * 50 + "def f(): pass\n")
     assert len(p.module.body) == 2
+
+
+def test_positions_are_those_libcsts_metadata_wrapper_gives():
+    """parse() runs PositionProvider without MetadataWrapper's extra visit: the same range for every node."""
+    import libcst
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    src = (ROOT / "fixtures" / "scripts" / "run_clm_style.py").read_text(encoding="utf-8")
+    fast = parse(src)
+    module = libcst.parse_module(src)
+    slow = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    assert len(fast.pos) == len(slow) > 1000
+    assert [(r.start, r.end) for r in fast.pos.values()] == [(r.start, r.end) for r in slow.values()]

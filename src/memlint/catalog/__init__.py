@@ -2,7 +2,8 @@
 
 Resolution order: a local directory with config.json -> the local Hugging Face cache
 (offline) -> the bundled catalog -> a local path not on this machine whose folder name is a
-catalogued checkpoint's (marked as assumed: `ModelSpec.assumed_from`) -> a clear error naming
+catalogued checkpoint's (marked as assumed: `ModelSpec.assumed_from`) -> (--online) the Hub's config.json ->
+a Hub fine-tune whose name holds a catalogued base's name and size (assumed likewise) -> a clear error naming
 the closest known ids.
 Never the network (unless --online asks for a config.json: catalog/online.py), never trust_remote_code, never
 torch on this path.
@@ -14,8 +15,10 @@ import os
 from pathlib import Path
 
 from memlint.catalog.local import spec_from_config_file
-from memlint.catalog.spec import Linear, ModelSpec, catalog_entry, closest_ids, entries, known_ids, named_by_folder
+from memlint.catalog.spec import (Linear, ModelSpec, catalog_entry, closest_ids, entries, known_ids, named_after_base,
+                                  named_by_folder)
 from memlint.errors import MemlintError
+from memlint import files
 from memlint.files import read_bytes
 
 __all__ = ["Linear", "ModelSpec", "catalog_entry", "closest_ids", "entries", "known_ids", "resolve"]
@@ -69,7 +72,13 @@ def resolve(model: str) -> ModelSpec:
         raise MemlintError(f"unknown model {model[:60]!r}…: {len(model):,} characters is no model id or path")
     try:
         path = Path(model).expanduser()
-        is_dir, is_json = path.is_dir(), path.is_file() and path.name.endswith(".json")
+        if os.path.lexists(path) and not files.allowed(path):  # a local path outside the checked root: not read
+            spec = named_by_folder(model)
+            if spec is not None:
+                return spec
+            files.refuse_outside(path)
+            raise MemlintError(f"{model}: {files.outside(path)}")
+        is_dir, is_json = files.is_dir(path), files.is_file(path) and path.name.endswith(".json")
     except (OSError, RuntimeError, ValueError):  # ~nosuchuser, a name too long for the file system
         path, is_dir, is_json = Path(model), False, False
     if is_dir:
@@ -79,9 +88,10 @@ def resolve(model: str) -> ModelSpec:
         return spec_from_config_file(cfg, str(path), source="local")
     if is_json:
         return spec_from_config_file(path, str(path), source="local")
-    cached = _cached_config(model)
-    if cached is not None:
-        return spec_from_config_file(cached, model, source="hf-cache")
+    with files.unguarded():  # memlint's own look-up in the Hugging Face cache, by id: not a path the checkout names
+        cached = _cached_config(model)
+        if cached is not None:
+            return spec_from_config_file(cached, model, source="hf-cache")
     spec = catalog_entry(model) or named_by_folder(model)
     if spec is not None:
         return spec
@@ -89,6 +99,9 @@ def resolve(model: str) -> ModelSpec:
 
     if online.enabled() and online.looks_like_repo_id(model):  # opt-in: only config.json, into the HF cache
         return spec_from_config_file(online.fetch_config(model), model, source="hub")
+    spec = named_after_base(model)  # offline, a fine-tune named after its catalogued base: sized as it, said so
+    if spec is not None:
+        return spec
     close = closest_ids(model)
     hint = f"; closest known: {', '.join(close)}" if close else ""
     opt_in = f"; {online.HINT}" if online.looks_like_repo_id(model) else ""

@@ -380,4 +380,7 @@ class Imports:
                 env.vars[bound] = SiblingModule(name, None, sub, f"{dotted}.{name}" if dotted else name) if sub else \
                     Unknown(f"{name} from a relative import")
             else:
-                env.vars[bound] = Ref(f"{dotted}.{name}" if dotted else name)
+                # a module of a folder without __init__.py (a namespace package of the checkout)
+                sub = self.checkout_module(f"{dotted}.{name}", 0) if dotted else None
+                env.vars[bound] = SiblingModule(name, None, sub, f"{dotted}.{name}") if sub else \
+                    Ref(f"{dotted}.{name}" if dotted else name)

@@ -17,14 +17,27 @@ from typing import Any
 from memlint.extract.configs import frameworks
 from memlint.extract.configs.common import Bad, near, optimizer_of_class
 from memlint.extract.configs.readers import FrameworkReader
+from memlint.files import is_dir
 from memlint.library.defaults import Default
 from memlint.plan import Value
 
 _CHECKPOINTS = re.compile(r"^(?:\./)?checkpoints/([^/\s]+/[^/\s]+?)/?$")
 
 
+_MARKERS = {"lora_r", "lora_alpha", "lora_dropout", "lora_query", "lora_key", "lora_value", "lora_projection", "lora_mlp",
+            "lora_head", "quantize", "logger_name", "num_nodes", "train.micro_batch_size", "train.global_batch_size"}
+# the same "section.key" markers for a file not yet parsed (a walk's prefilter sees only the text)
+_MARKERS_TEXT = re.compile(r"^[ \t]+(?:micro|global)_batch_size[ \t]*:", re.M)
+
+
 class LitGPT(FrameworkReader):
     kind = "litgpt"
+    rank = 70
+
+    @staticmethod
+    def matches(keys: set[str], text: str) -> bool:
+        named = "checkpoint_dir" in keys or ("model_name" in keys and bool(keys & {"initial_checkpoint_dir", "tokenizer_dir"}))
+        return named and bool(keys & _MARKERS or _MARKERS_TEXT.search(text))
 
     def read(self) -> None:
         self.script = self._script()
@@ -90,7 +103,7 @@ class LitGPT(FrameworkReader):
         cd = cd.strip()
         self.lit("model_id", cd, "checkpoint_dir")
         m = _CHECKPOINTS.match(cd)
-        if m and not any(p.is_dir() for p, _ in near(self.file, cd)):
+        if m and not any(is_dir(p) for p, _ in near(self.file, cd)):
             # `litgpt download <repo>` converts the Hugging Face repo into checkpoints/<repo>
             v = self.fields["model_id"]
             self.fields["model_id"] = Value(cd, v.source, v.span, v.chain + (

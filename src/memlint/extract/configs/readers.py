@@ -15,9 +15,17 @@ from memlint.extract.configs.common import Bad, Reader, dtype_name, optimizer_of
 from memlint.extract.configs.document import Document
 from memlint.extract.configs.launchers import apply_launch, deepspeed_facts, find_deepspeed
 from memlint.library.defaults import default as library_default
+from memlint.library.versions import in_range, installed_version, shown_version
 
 _RL_TRAINERS = {"dpo": "DPOTrainer", "ipo": "DPOTrainer", "orpo": "ORPOTrainer", "kto": "KTOTrainer",
                 "simpo": "CPOTrainer", "grpo": "GRPOTrainer", "gdpo": "GRPOTrainer"}
+
+
+_AXOLOTL = {"adapter", "micro_batch_size", "sequence_len", "sample_packing", "lora_target_linear", "num_epochs",
+            "pad_to_sequence_len", "flash_attention", "val_set_size", "load_in_4bit", "load_in_8bit", "datasets"}
+_LLAMA_FACTORY = {"finetuning_type", "stage", "cutoff_len", "lora_target", "quantization_bit", "template", "lora_rank"}
+_TRL = {"per_device_train_batch_size", "use_peft", "max_seq_length", "max_length", "gradient_accumulation_steps",
+        "learning_rate", "lora_r", "load_in_4bit", "dataset_mixture", "dataset_name", "bf16", "num_train_epochs"}
 
 
 class FrameworkReader(Reader):
@@ -159,6 +167,11 @@ class FrameworkReader(Reader):
 
 class Axolotl(FrameworkReader):
     kind = "axolotl"
+    rank = 100
+
+    @staticmethod
+    def matches(keys: set[str], text: str) -> bool:
+        return "base_model" in keys and bool(keys & _AXOLOTL)
 
     def read(self) -> None:
         d = self.doc
@@ -404,6 +417,11 @@ class Axolotl(FrameworkReader):
 
 class LlamaFactory(FrameworkReader):
     kind = "llama-factory"
+    rank = 90
+
+    @staticmethod
+    def matches(keys: set[str], text: str) -> bool:
+        return "model_name_or_path" in keys and bool(keys & _LLAMA_FACTORY)
 
     @staticmethod
     def not_training(doc: Document) -> str | None:
@@ -597,6 +615,11 @@ def _lf_targets(t: Any) -> Any:
 
 class TrlRecipe(FrameworkReader):
     kind = "trl-recipe"
+    rank = 80
+
+    @staticmethod
+    def matches(keys: set[str], text: str) -> bool:
+        return "model_name_or_path" in keys and bool(keys & _TRL)
 
     def read(self) -> None:
         self.model_id("model_name_or_path")
@@ -741,6 +764,11 @@ class TrlRecipe(FrameworkReader):
 
 class Torchtune(FrameworkReader):
     kind = "torchtune"
+    rank = 110
+
+    @staticmethod
+    def matches(keys: set[str], text: str) -> bool:
+        return "_component_:" in text or "_component_" in keys
 
     def read(self) -> None:
         d = self.doc
@@ -862,13 +890,44 @@ class Torchtune(FrameworkReader):
         elif d.has("tokenizer", "max_seq_len"):
             self.unknown("max_length", "tokenizer.max_seq_len: null: samples are not truncated, the longest sample sets the peak", "tokenizer", "max_seq_len")
         else:
-            self.unknown("max_length", "no tokenizer.max_seq_len")
+            self.dataset_length(sets, ds)
         if packed_at:
             self.lit("packing", True, *packed_at)
             self.lit("padding", "packing", *packed_at)
         else:
             self.fw("packing", "packed")
             self.lib("padding", "longest", frameworks.substitution(self.kind, "collator_padding")[1])
+
+    def dataset_length(self, sets: list, ds: Any) -> None:
+        """No tokenizer.max_seq_len: the dataset's own max_seq_len (torchtune < 0.3 builders took one), else its
+        builder's default at the torchtune version read (data/frameworks.json dataset_max_seq_len)."""
+        table = frameworks.framework(self.kind).get("dataset_max_seq_len", {})
+        version = installed_version(frameworks.framework(self.kind)["package"])
+        for i, s in enumerate(sets):
+            if not isinstance(s, dict):
+                continue
+            at = ("dataset", i) if isinstance(ds, list) else ("dataset",)
+            v = s.get("max_seq_len")
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                self.lit("max_length", v, *at, "max_seq_len", chain=(
+                    f"dataset max_seq_len: {v} (the dataset builder truncates each sample to it)",))
+                return
+            comp = s.get("_component_")
+            for cand in table.get(comp, ()) if isinstance(comp, str) else ():
+                if not in_range(version, cand.get("versions")):
+                    continue
+                shown = shown_version(frameworks.framework(self.kind)["package"])
+                if cand["value"] is None:
+                    self.unknown("max_length", f"{comp} does not truncate in {shown} and tokenizer.max_seq_len is not set: "
+                                 f"the longest sample sets the peak ({cand['ref']})", *at, "_component_")
+                else:
+                    from memlint.plan import Value
+
+                    self.fields["max_length"] = Value(cand["value"], "library-default", self.doc.span(*at, "_component_"),
+                                                      (f"dataset._component_: {comp}",
+                                                       f"its max_seq_len default {cand['value']} in {shown}: {cand['ref']}"))
+                return
+        self.unknown("max_length", "no tokenizer.max_seq_len")
 
     def optimizer(self) -> None:
         d = self.doc
@@ -949,4 +1008,3 @@ class Torchtune(FrameworkReader):
             self.unknown("distributed", "torchtune shards only under a distributed recipe; which one `tune run` uses is not in the config")
 
 
-READERS = {"axolotl": Axolotl, "llama-factory": LlamaFactory, "trl-recipe": TrlRecipe, "torchtune": Torchtune}

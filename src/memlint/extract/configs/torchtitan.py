@@ -18,10 +18,26 @@ from memlint.extract.configs.common import Bad
 from memlint.extract.configs.readers import FrameworkReader
 from memlint.library.versions import in_range, installed_version
 from memlint.plan import Value
+from memlint.vocab import ascii_digits
+
+
+# torchtitan's JobConfig sections beside [model] flavor (a job TOML names its model by name + flavor)
+SECTIONS = {"job", "parallelism", "activation_checkpoint", "lr_scheduler", "float8", "quantize", "compile", "checkpoint"}
+
+
+def job_sections(top_keys: tuple[str, ...]) -> bool:
+    """A TOML file's tables look like a torchtitan job file's (also when it does not parse)."""
+    keys = set(top_keys)
+    return {"model", "training"} <= keys and bool(keys & SECTIONS)
 
 
 class Torchtitan(FrameworkReader):
     kind = "torchtitan"
+    rank = 40
+
+    @staticmethod
+    def matches(keys: set[str], text: str) -> bool:
+        return "model.flavor" in keys and "training" in keys and bool(keys & SECTIONS)
 
     def read(self) -> None:
         self.facts = frameworks.framework(self.kind)
@@ -248,7 +264,7 @@ class Torchtitan(FrameworkReader):
                                                     self.doc.span(s, "selective_ac_option"),
                                                     ("selective_ac_option = 'op': torchtitan's op-level SAC (every second mm, "
                                                      "the attention outputs kept)",))
-        elif mode == "selective" and isinstance(opt, str) and opt.isdigit():
+        elif mode == "selective" and isinstance(opt, str) and ascii_digits(opt):
             n = int(opt)
             self.fields["gradient_checkpointing"] = Value(True, src, span, (f"mode = 'selective', selective_ac_option = {opt!r}",))
             # torchtitan's _apply_layer_sac: a counter from 1 wraps block i when i % n == 0; n = 0 wraps every block
