@@ -55,6 +55,11 @@ _ACCELERATE = {"distributed_type", "compute_environment"}
 class _DS(Reader):
     kind = "deepspeed"
     rank, launcher = 120, True
+    alone = "a DeepSpeed config alone names no model: check the script or framework config that uses it"
+
+    @staticmethod
+    def facts(doc: Document, file: Path | None = None) -> LaunchFacts:
+        return deepspeed_facts(doc)
 
     @staticmethod
     def matches(keys: set[str], text: str) -> bool:
@@ -143,6 +148,11 @@ def deepspeed_facts(doc: Document) -> LaunchFacts:
 class _Acc(Reader):
     kind = "accelerate"
     rank, launcher = 130, True
+    alone = "an accelerate config alone names no model: use it with a script (--config)"
+
+    @staticmethod
+    def facts(doc: Document, file: Path | None = None) -> LaunchFacts:
+        return accelerate_facts(doc, file)
 
     @staticmethod
     def matches(keys: set[str], text: str) -> bool:
@@ -346,3 +356,4 @@ def apply_launch(fields: dict[str, Value], facts: LaunchFacts, origin: str) -> t
                                     f"transformers refuses to start when a non-\"auto\" DeepSpeed value disagrees (use \"auto\")",
                                     v.span or Span(origin, 1, 1)))
     return merged, notes, diags
+
