@@ -33,6 +33,15 @@ def _pinned(path: Path, read):
     from memlint.library.versions import checkout_versions
 
     pins = checkout_pins(path)
+    if path.suffix == ".ipynb":  # the notebook's own `!pip install trl==0.4.7` first: it is what the notebook runs
+        from memlint.extract.source import read_source
+        from memlint.library.pins import install_pins
+
+        try:
+            own = install_pins(read_source(path), str(path))
+        except MemlintError:
+            own = ()
+        pins = own + tuple(p for p in pins if p.package not in {o.package for o in own})
     with checkout_versions(pins):
         got = read()
     plan = got[0] if isinstance(got, tuple) else got
@@ -90,7 +99,9 @@ def _script_trainer(plan: TrainingPlan, script: Path) -> TrainingPlan:
         own = extract_source(read_source(script), script, shown=str(script)).get("trainer")
     except (MemlintError, OSError, RecursionError):
         return plan
-    if not own.known or not own.shape or own.candidates:
+    # the class the script builds settles it, a checkout subclass read as its library base (SPIN's
+    # `SPINTrainer(Trainer)` is a Trainer whatever loss it computes), never a guess from the recipe's keys
+    if not own.known or own.candidates:
         return plan
     from memlint.plan import Value
 

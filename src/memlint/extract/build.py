@@ -17,7 +17,7 @@ from memlint.extract.objects import (
     Params, PeftConfig, Plugin, QuantConfig, Tokenizer,
     Trainer, TrainingArgs, dtype_of, field_value,
 )
-from memlint.extract.values import Alts, Const, Dict, Ref, Seq, Unknown, flatten, to_python
+from memlint.extract.values import Alts, Const, DeviceCount, Dict, Ref, Seq, Unknown, flatten, to_python
 from memlint.library import api
 from memlint.library.api import checkout_objective
 from memlint.library.defaults import default as library_default
@@ -60,6 +60,8 @@ class Builder:
         self.maybe: dict[str, list[str]] = {}
         self.ds_offload: list[Const] = []  # offload read from a followed DeepSpeed config
         self.ds_optimizer: list[Value] = []  # a followed DeepSpeed config's own optimizer
+        self.ds_cpu_optimizer: list[Value] = []  # a followed DeepSpeed config that offloads the optimizer (no optimizer section)
+        self.ds_unread: list[str] = []  # why a DeepSpeed config named could not be read (not in the checkout)
         self.read_files: list[str] = []  # other files read (a DeepSpeed JSON): the plan's sources
 
     # ---- values ----------------------------------------------------------------------------
@@ -157,6 +159,7 @@ class Builder:
             self.trainer_fields(trainer, args, model_objs, unsloth)
         else:
             self.loop_fields(objs, model_objs)
+        self.forced_gc = self.kbit_checkpointing(trainer) if trainer is not None else None
         self.gc_field(model_objs)
         self.fused_loss_field(model_objs)
         self.optimizer_in_bwd_field()
@@ -165,7 +168,9 @@ class Builder:
         self.vision_fields()
         for why, names in self.maybe.items():
             self.notes.append(f"{', '.join(names)}: on some paths {why}; the plan shows the values memlint can read")
-        if self.script.suffix == ".ipynb" and not self.fields.get("num_gpus", Value(None, "unknown")).known:
+        self.visible_gpus_field(model_objs)
+        if self.script.suffix == ".ipynb" and not self.fields.get("num_gpus", Value(None, "unknown")).known \
+                and not all_visible(self.fields.get("num_gpus")):
             self.fields["num_gpus"] = Value(1, "library-default", None, ("a notebook runs one process (one GPU)",))
         plan = TrainingPlan(self.path, self.fields, tuple(dict.fromkeys(self.notes)), kind="notebook" if self.script.suffix == ".ipynb" else "python")
         if self.launch is not None:
@@ -173,6 +178,32 @@ class Builder:
 
             plan = apply_launcher(plan, self.launch, self.script)
         return plan
+
+    def visible_gpus_field(self, models: list[Obj]) -> None:
+        """num_gpus of a run that spreads over the machine's GPUs itself: from_pretrained(device_map="auto") in one
+        process, DataParallel(model), mp.spawn(nprocs=torch.cuda.device_count()). A count the code gives (device_ids,
+        nprocs=4, CUDA_VISIBLE_DEVICES in the launch) is the value; else it is unknown, every GPU the machine shows,
+        which a launcher's own process count does not replace (extract/launched.py)."""
+        cur = self.fields.get("num_gpus")
+        if cur is not None and cur.known:
+            return
+        found: list = list(self.facts.gpu_counts)
+        for m in models:
+            dm = self.root(m).kwargs.get("device_map")
+            if isinstance(dm, Const) and isinstance(dm.value, str) and dm.value in _SPREAD_MAPS:
+                found.append(DeviceCount(f'from_pretrained(device_map="{dm.value}") (line {dm.line or self.root(m).line}) '
+                                         "places the model's layers over every visible GPU", dm.line or self.root(m).line))
+        known = [f for f in found if isinstance(f, Const)]
+        if known:
+            self.put("num_gpus", _alts(known), _int)
+            return
+        spread = next((f for f in found if isinstance(f, DeviceCount)), None)
+        if spread is None:
+            return
+        why = f"{spread.why}: as many as the machine shows"
+        self.fields["num_gpus"] = Value(None, "unknown", Span(self.path, spread.line) if spread.line else None, (why,),
+                                        shape=(("gpus", "all-visible"),))
+        self.notes.append(f"num_gpus is unknown ({why}); pass --assume num_gpus=N")
 
     def vision_fields(self) -> None:
         """A vision-language model's image processor: min_pixels / max_pixels passed to AutoProcessor /
@@ -612,6 +643,15 @@ class Builder:
         if self.ds_optimizer and not opt_objs:  # the DeepSpeed config's optimizer section wins over optim=
             v = self.ds_optimizer[0]
             self.fields["optimizer"] = Value(v.value, v.source, v.span, v.chain + ("a DeepSpeed config's optimizer replaces the Trainer's optim",))
+        elif self.ds_cpu_optimizer:
+            from memlint.extract.configs.launchers import offloaded_optimizer
+
+            swapped = offloaded_optimizer(self.fields.get("optimizer"), self.fields.get("trainer"), self.ds_cpu_optimizer[0], "deepspeed")
+            if swapped is not None:
+                self.fields["optimizer"] = swapped
+        elif self.ds_unread and not opt_objs:  # a config that is not there may hold an optimizer section, which wins
+            self.put("optimizer", Unknown(f"{self.ds_unread[0]}: an optimizer section there would replace the Trainer's optim"),
+                     line=line)
         self.padding_and_length(trainer, arg_objs, models, unsloth)
         if api.trainer(name) is not None and api.trainer(name).reference:
             self.reference_field(trainer, arg_objs)
@@ -780,7 +820,11 @@ class Builder:
         Read by the same DeepSpeed reader as framework configs, so both agree on stage and offload."""
         facts, v = self.deepspeed_config(v)
         if facts is None:
+            if isinstance(v, Const) and v.value == "deepspeed":
+                self.ds_unread.append(v.chain[-1] if v.chain else "a DeepSpeed config memlint could not read")
             return v
+        if facts.cpu_optimizer is not None:
+            self.ds_cpu_optimizer.append(facts.cpu_optimizer)
         dist, off = facts.fields["distributed"], facts.fields["offload"]
         if off.span is not None:
             self.ds_offload.append(Const(off.value, off.source, off.span.line, off.chain, off.span.path))
@@ -889,7 +933,19 @@ class Builder:
                         lengths.append(p if not isinstance(p, Const) else c)
                 else:
                     ml = a.get("max_length")
-                    lengths.append(ml if ml is not None else field_value(a, "max_length"))
+                    kw = trainer.kwargs.get("max_length")
+                    why = api.trainer_keyword(name, "max_length") if kw is not None else None
+                    if why is not None:  # DPOTrainer(..., max_length=1536) of TRL < 0.13 wins over the arguments
+                        ml = Const(kw.value, kw.source, kw.line, kw.chain + (why,), kw.file) if isinstance(kw, Const) else kw
+                    if ml is None:
+                        ml = field_value(a, "max_length")
+                        if isinstance(ml, Unknown) and a.cls.endswith("TrainingArguments") and api.trainer(name) is not None:
+                            # TrainingArguments has no max_length: the trainer's own default (its config's) applies
+                            d = library_default(api.trainer(name).arguments, "max_length")
+                            if d is not None:
+                                ml = Const(d.value, "library-default", a.line or None,
+                                           (f"{d.why}; {name} given a TrainingArguments takes its own default",))
+                    lengths.append(ml)
             self.put("max_length", _alts(lengths) if lengths else Unknown("max_length"), _length, line)
             self.put("packing", Const(False, "library-default", line, (f"{name} does not pack",)), _bool, line)
             self.put("padding", Const("longest", "library-default", line, (f"{name} pads each batch to its longest sequence",)), line=line)
@@ -1225,11 +1281,25 @@ class Builder:
             vals.append(Const(name, "literal", o.line, (f"{o.cls} (line {o.line})",)))
         self.put("optimizer", _alts(vals))
 
+    def kbit_checkpointing(self, trainer: Obj) -> Const | None:
+        """Gradient checkpointing a trainer turns on itself when it prepares a 4/8-bit model for the peft_config it
+        is given (TRL before 0.7.2: prepare_model_for_int8_training with peft's default; library.api)."""
+        peft = trainer.kwargs.get("peft_config")
+        bits = self.fields.get("quant_bits")
+        if peft is None or isinstance(peft, Const) and peft.value is None or bits is None or bits.value not in (4, 8):
+            return None
+        why = api.kbit_prep_checkpointing(trainer.cls)
+        return Const(True, "library-default", trainer.line, (why,)) if why else None
+
     def gc_field(self, models: list[Obj]) -> None:
         """Checkpointing is on if the model turns it on, else what the training arguments say."""
         args_gc = getattr(self, "args_gc", None)
+        forced = getattr(self, "forced_gc", None)
         per_model = []
         for m in models or [None]:
+            if forced is not None:
+                per_model.append(forced)
+                continue
             resolved = []
             for mm in self.chain(m) if m is not None else []:
                 for setting in mm.gc:
@@ -1261,6 +1331,15 @@ class Builder:
 
 
 # ---- conversions ------------------------------------------------------------------------------
+
+_SPREAD_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")  # accelerate's device maps over every visible GPU
+
+
+def all_visible(v: Value | None) -> bool:
+    """Whether num_gpus `v` is "every GPU the machine shows" (device_map="auto", DataParallel, mp.spawn over
+    device_count()): unknown, and not a one-process default."""
+    return v is not None and not v.known and dict(v.shape).get("gpus") == "all-visible"
+
 
 def _reason(why: str) -> str:
     """'optim comes from a config file given at run time' -> 'the value comes from ...'."""

@@ -25,7 +25,7 @@ from memlint.extract.objects import (
     LengthArg, Params, Partial, PeftConfig, Plugin, QuantConfig, RandomOffsets, Range, Scaler, SeqMethod, Setting, Tokenizer, TokenizerCall, Trainer,
     TrainingArgs, dtype_of, field_value,
 )
-from memlint.extract.values import Alts, Class, Const, Dict, Func, RaisedBy, Ref, Seq, Unknown, flatten, weakest
+from memlint.extract.values import Alts, Class, Const, DeviceCount, Dict, Func, RaisedBy, Ref, Seq, Unknown, flatten, weakest
 from memlint.extract.values import insert_fits
 from memlint.library import api
 
@@ -846,10 +846,41 @@ class Handlers:
             return _PASS
         return c.new(Obj, c.qual, ("param_dtype", "reduce_dtype", "buffer_dtype"))
 
+    def device_count(self, c: Call) -> Any:
+        """torch.cuda.device_count(): the GPUs CUDA_VISIBLE_DEVICES lists when the launch sets it, else every GPU
+        the machine shows (unknown)."""
+        env = getattr(c.it.launch, "env", None) or {}
+        value = env.get("CUDA_VISIBLE_DEVICES")
+        if value is not None and value.strip() and "$" not in value:
+            n = len([d for d in value.split(",") if d.strip()])
+            return Const(n, "command-line", c.line, (f"torch.cuda.device_count(): CUDA_VISIBLE_DEVICES={value} ({n})",))
+        return DeviceCount("torch.cuda.device_count(): every GPU the machine shows", c.line)
+
+    def data_parallel(self, c: Call) -> Any:
+        """torch.nn.DataParallel(model, device_ids=None): one process that replicates the model on every visible
+        GPU (or the device_ids given); the model trains as it was."""
+        if not c.qual.startswith("torch."):
+            return _PASS
+        ids = c.arg(1, "device_ids")
+        if isinstance(ids, Seq):
+            c.it.facts.gpu_counts.append(Const(len(ids.items), "literal", c.line, (f"DataParallel(device_ids=[...]) (line {c.line})",)))
+        elif ids is None or isinstance(ids, Const) and ids.value is None:
+            c.it.facts.gpu_counts.append(DeviceCount(f"DataParallel(model) (line {c.line}) replicates the model on every "
+                                                     "visible GPU", c.line))
+        else:
+            c.it.facts.gpu_counts.append(ids if isinstance(ids, DeviceCount) else Unknown("DataParallel's device_ids", c.line))
+        return c.arg(0, "module", Unknown("DataParallel(...)"))
+
     def mp_spawn(self, c: Call) -> Any:
         """torch.multiprocessing.spawn(fn, args=(...), nprocs=N): each process runs fn(rank, *args)."""
         fn = c.arg(0, "fn")
         args = c.arg(1, "args")
+        n = c.arg(2, "nprocs")
+        if isinstance(n, DeviceCount):
+            c.it.facts.gpu_counts.append(DeviceCount(f"torch.multiprocessing.spawn(nprocs=torch.cuda.device_count()) "
+                                                     f"(line {c.line}): a process per visible GPU", c.line))
+        elif isinstance(n, Const) and isinstance(n.value, int) and not isinstance(n.value, bool) and n.value >= 1:
+            c.it.facts.gpu_counts.append(n.named(f"torch.multiprocessing.spawn(nprocs={n.value}) (line {c.line})"))
         extra = list(args.items) if isinstance(args, Seq) else []
         if isinstance(fn, Func):
             c.it.call_function(fn, [Unknown("the process rank"), *extra], {}, c.line)
@@ -1789,6 +1820,7 @@ _QUALIFIED: dict[str, Callable[[Handlers, Call], Any]] = {
     "dataclasses.asdict": Handlers.asdict,
     "ast.literal_eval": Handlers.literal_eval,
     "torch.multiprocessing.spawn": Handlers.mp_spawn,
+    "torch.cuda.device_count": Handlers.device_count,
     "typing_extensions.cast": Handlers.cast,
     "os.path.join": Handlers.path_join,
     "posixpath.join": Handlers.path_join,
@@ -1848,6 +1880,7 @@ _BY_NAME: dict[str, Callable[[Handlers, Call], Any]] = {
     "MixedPrecision": Handlers.fsdp_mixed_precision,
     "MixedPrecisionPolicy": Handlers.fsdp_mixed_precision,
     "DistributedDataParallel": Handlers.parallel_wrap,
+    "DataParallel": Handlers.data_parallel,
     "CPUOffload": Handlers.offload_policy,
     "CPUOffloadPolicy": Handlers.offload_policy,
     "apply_activation_checkpointing": Handlers.activation_checkpointing,

@@ -125,6 +125,7 @@ class Facts:
     scalers: list = field(default_factory=list)          # GradScaler lines
     grad_hooks: list = field(default_factory=list)       # GradHook: p.register_post_accumulate_grad_hook(fn)
     lora_freezes: list = field(default_factory=list)     # lines of the checkout's only_optimize_lora_parameters(model)
+    gpu_counts: list = field(default_factory=list)       # Const GPU counts, or DeviceCount (every visible GPU): mp.spawn, DataParallel
     notes: list = field(default_factory=list)
     reached: dict = field(default_factory=dict)          # list name -> its length when the script's own run ended
 

@@ -33,7 +33,14 @@ def apply_launcher(plan: TrainingPlan, launch: Any, script: Path) -> TrainingPla
         nodes = f" × {launch.nodes} nodes" if launch.nodes and launch.nodes > 1 else ""
         fields["num_gpus"] = _value(launch, launch.gpus, f"{how} {launch.processes}{nodes}")
     elif launch.launcher == "python" and not plan.get("num_gpus").known:
-        fields["num_gpus"] = _value(launch, 1, "python: one process")
+        from memlint.extract.build import all_visible
+
+        visible = launch.env.get("CUDA_VISIBLE_DEVICES", "")
+        count = len([d for d in visible.split(",") if d.strip()]) if visible.strip() and "$" not in visible else None
+        if not all_visible(plan.get("num_gpus")):
+            fields["num_gpus"] = _value(launch, 1, "python: one process")
+        elif count:  # one process over every visible GPU: the ones the launch lets it see
+            fields["num_gpus"] = _value(launch, count, f"CUDA_VISIBLE_DEVICES={visible}: {plan.get('num_gpus').chain[0]}")
     if launch.launcher == "accelerate":
         fields.update(_accelerate(plan, launch, opts))
     fields.update(_megatron(launch))

@@ -162,6 +162,37 @@ def deepspeed_optimizer(kind: str) -> str | None:
     return _doc()["deepspeed_optimizers"].get(str(kind).lower())
 
 
+def trainer_keyword(trainer: str, field: str) -> str | None:
+    """Why `trainer`(..., field=N) sets that length itself (data/library_api.json trainer_keywords: DPOTrainer's
+    max_length before DPOConfig held it), or None when the trainer takes no such keyword."""
+    entry = _doc()["trainer_keywords"].get(trainer.rsplit(".", 1)[-1])
+    if entry is None or field not in entry["fields"]:
+        return None
+    return (f"{trainer}({field}=...): a keyword {trainer} takes in {entry['package']} {entry['versions']}, which the "
+            f"script is written for ({entry['ref']})")
+
+
+def deepspeed_cpu_optimizer(optim: str, via: str) -> tuple[str, str] | None:
+    """(the optim name, why) a client optimizer `optim` becomes when accelerate prepares it under a DeepSpeed
+    config that offloads the optimizer (data/library_api.json deepspeed_cpu_optimizer); `via` is "trainer"
+    (the HF Trainer, which prepares through accelerate from transformers 4.30) or "accelerate" (a loop's
+    accelerator.prepare). None when nothing is swapped at the versions read."""
+    from memlint.library.versions import in_range, installed_version, shown_version
+
+    entry = _doc()["deepspeed_cpu_optimizer"]
+    steps = [entry["accelerate"]] + ([entry["trainer"]] if via == "trainer" else [])
+    if not all(in_range(installed_version(s["package"]), s["versions"]) for s in steps):
+        return None
+    keeps = entry["keeps"]
+    if optim in keeps["optims"] and in_range(installed_version(keeps["package"]), keeps["versions"]):
+        return None
+    if optim == entry["becomes"]:
+        return None
+    at = "; ".join(f"{shown_version(s['package'])}: {s['ref']}" for s in reversed(steps))
+    return entry["becomes"], (f"accelerate swaps the client optimizer ({optim}) for DeepSpeedCPUAdam because the DeepSpeed "
+                              f"config offloads the optimizer ({at})")
+
+
 def lightning_precision(text: str) -> str | None:
     return _doc()["lightning_precision"].get(str(text).strip().lower())
 
@@ -186,6 +217,23 @@ def kbit_prep(trainer: str | None) -> tuple[bool, str]:
     at = shown_version(entry["package"]) if version else f"the newest {entry['package']}"
     return calls, (f"{name} {'calls' if calls else 'no longer calls'} prepare_model_for_kbit_training at {at} "
                    f"({'embeddings, norms and lm_head upcast to fp32' if calls else 'no fp32 upcast'}; {entry['ref']})")
+
+
+def kbit_prep_checkpointing(trainer: str | None) -> str | None:
+    """Why `trainer` turns gradient checkpointing on for a 4/8-bit model it wraps in a peft_config, at the version
+    read (data/library_api.json kbit_prep.checkpointing: TRL before 0.7.2 calls prepare_model_for_int8_training
+    with peft's default use_gradient_checkpointing=True); None when it follows the training arguments."""
+    from memlint.library.versions import in_range, installed_version, shown_version
+
+    name = (trainer or "").rsplit(".", 1)[-1]
+    entry = _doc()["kbit_prep"]["checkpointing"]["trainers"].get(name)
+    if entry is None:
+        return None
+    version = installed_version(entry["package"])
+    if version is None or not in_range(version, entry["versions"]):
+        return None
+    return (f"{name} at {shown_version(entry['package'])} prepares the 4/8-bit model with peft's "
+            f"prepare_model_for_int8_training, whose use_gradient_checkpointing defaults to True ({entry['ref']})")
 
 
 def quantize_on_load(method: str) -> tuple[bool, str]:
