@@ -295,10 +295,14 @@ class Builder:
             attn = kw.get("attn_implementation", root.shape.attention if root.loader == "script-class" else None)
             if attn is None and isinstance(kw.get("use_flash_attention_2"), Const) and kw["use_flash_attention_2"].value:
                 attn = kw["use_flash_attention_2"].with_value("flash_attention_2")
+            if attn is None and root.loader == "transformers" and root.user_class is not None:
+                attn = custom_model.checkout_class_attention(root.user_class)
+            if attn is None and root.loader == "transformers":
+                attn = _remote_attention(kw, mid)
             if attn is None or (isinstance(attn, Const) and attn.value is None):
                 attn = Unknown("attn_implementation may be set by **kwargs") if root.open else _libc("transformers.from_pretrained", "attn_implementation", line)
             attns.append(attn)
-            quants.append(self.quant_of(root))
+            quants.append(self.hand_quant(self.quant_of(root), root, models))
         self.put("model_id", _alts(ids), _model_id, models[0].line)
         if heads:  # the class names its head (AutoModelForSequenceClassification, BertForTokenClassification ...)
             self.put("task_head", _alts(heads), str, self.root(models[0]).line)
@@ -381,6 +385,21 @@ class Builder:
             self.fields["tp_stack"] = Value("transformers", "library-default", None,
                                             ("transformers' tp_plan: the config class's base_model_tp_plan",))
             return
+
+    def hand_quant(self, q: dict, root: Model, models: list) -> dict:
+        """A model the load leaves unquantized whose linears the script replaces with bitsandbytes' own: handed to a
+        helper with the model (`replace_linear(model.model, Linear4bit)`: that model), or built where memlint does not
+        see which model they go in (facts.hand_quant: every model the script trains)."""
+        bits = q.get("bits")
+        # layers built inside a helper that was handed a model are that model's, not every model's
+        hq = root.hand_quant or ([] if any(isinstance(o, Model) and o.hand_quant for o in self.facts.objects)
+                                 else self.facts.hand_quant)
+        if not hq or not (isinstance(bits, Const) and bits.value is None):
+            return q
+        return {"bits": _alts([h.bits for h in hq]), "type": _alts([h.quant_type for h in hq]),
+                "double": _alts([h.double for h in hq]),
+                "compute": _alts([h.compute for h in hq]) or Unknown("the compute dtype of the script's own 4-bit linears"),
+                "group": None}
 
     def quant_of(self, root: Obj) -> dict:
         kw = root.kwargs
@@ -1331,6 +1350,30 @@ class Builder:
 
 
 # ---- conversions ------------------------------------------------------------------------------
+
+def _remote_attention(kw: dict, mid: Any) -> Any:
+    """from_pretrained(..., trust_remote_code=True) of a checkpoint whose modelling code is its own (a remote-code
+    family in the catalog, or one the catalog does not know): that code, which memlint never has, picks the
+    attention; None where transformers' own class runs (a native family) and its default applies."""
+    trust = kw.get("trust_remote_code")
+    if not (isinstance(trust, Const) and trust.value is True):
+        return None
+    if not (isinstance(mid, Const) and isinstance(mid.value, str)):
+        return None
+    from memlint.catalog import resolve
+    from memlint.catalog.remote import is_remote
+    from memlint.errors import MemlintError
+
+    try:
+        spec = resolve(mid.value)
+    except MemlintError:
+        spec = None
+    if spec is not None and not is_remote(spec.model_type):
+        return None
+    why = (f"{mid.value} is a {spec.model_type} checkpoint, whose modelling code is its own" if spec is not None else
+           f"{mid.value} is not in memlint's catalog: with trust_remote_code=True its own modelling code may run")
+    return Unknown(f"{why}; that code, not transformers, picks the attention")
+
 
 _SPREAD_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")  # accelerate's device maps over every visible GPU
 

@@ -19,9 +19,9 @@ from typing import Any, Callable
 from memlint.extract import budget, custom_model
 from memlint.extract.interp import _BUILTIN_CALLS, SPREAD, BoundStr, BoundUnknown
 from memlint.extract.objects import (
-    Accelerator, Accumulate, ArgNamespace, ArgParser, ArgSpec, Autocast, AutocastCall, BoundMethod, Collator, DataclassInstance,
+    Accelerator, Accumulate, ArgNamespace, ArgParser, ArgSpec, Autocast, AutocastCall, BoundMethod, ClassLoader, Collator, DataclassInstance,
     DeepSpeedEngine, DictMethod, Fields, Instance, LightningTrainer, Namespace, OpenFile,
-    DataLoader, Dataset, DtypeName, GradHook, HfConfig, HfParser, LigerPatch, Method, Model, Obj, Optimizer, OptimizerStep,
+    DataLoader, Dataset, DtypeName, GradHook, HandQuant, HfConfig, HfParser, LigerPatch, Method, Model, Obj, Optimizer, OptimizerStep,
     LengthArg, Params, Partial, PeftConfig, Plugin, QuantConfig, RandomOffsets, Range, Scaler, SeqMethod, Setting, Tokenizer, TokenizerCall, Trainer,
     TrainingArgs, dtype_of, field_value,
 )
@@ -58,6 +58,31 @@ def library_base(v: Any, names: Any) -> str | None:
         if isinstance(x, Class):
             stack.extend(x.bases)
     return None
+
+
+def _hand_quant(it: Any, name: str, kwargs: dict, line: int | None, how: str, models: list | None = None) -> None:
+    """Record bitsandbytes' `name` layers with the keywords they are built with (their defaults otherwise): on the
+    models the call is given (`replace_linear(model.model, Linear4bit)`), else for the script."""
+    facts = api.bnb_linear(name)
+    for key, keeps in facts.get("unless", {}).items():
+        v = kwargs.get(key)
+        if v is None or isinstance(v, Const) and v.value == keeps:  # the default (or the value) keeps weights unquantized
+            return
+    why = f"{how}: {facts['bits']}-bit bitsandbytes linears ({facts['ref']})"
+    bits = Const(facts["bits"], "literal", line, (why,))
+    qt = kwargs.get("quant_type")
+    if qt is None and "quant_type" in facts:
+        qt = Const(facts["quant_type"], "library-default", line, (f"{name}'s quant_type default ({facts['ref']})",))
+    double = kwargs.get("compress_statistics")
+    if double is None and "double_quant" in facts:
+        double = Const(facts["double_quant"], "library-default", line, (f"{name}'s compress_statistics default ({facts['ref']})",))
+    got = HandQuant(bits, qt, double, kwargs.get("compute_dtype"), line, how)
+    for m in models or ():
+        while m.base is not None:
+            m = m.base
+        m.hand_quant.append(got)
+    if not models:
+        it.facts.hand_quant.append(got)
 
 
 def _record_layer(c: Call) -> None:
@@ -327,6 +352,12 @@ class Handlers:
             return self.tokenize(it, f, args, kwargs, line)
         if isinstance(f, OpenFile):
             return f  # f.read(): the content, read where it is parsed
+        if isinstance(f, ClassLoader):
+            model = self.call_ref(Call(it, f"transformers.{f.cls.name}.{f.name}", args, kwargs, open_kw, line),
+                                  Ref(f"transformers.{f.cls.name}.{f.name}"))
+            if isinstance(model, Model):
+                model.user_class = f.cls
+            return model
         if isinstance(f, DtypeName):  # getattr(torch.optim, config.optimizer)(params): the class it names
             f = f.ref
         if isinstance(f, DictMethod):
@@ -371,6 +402,9 @@ class Handlers:
             c.it.facts.float8_calls.append(Const(scope, "literal", c.line, (
                 f"convert_to_float8_training(...){' with module_filter_fn' if scope == 'layers' else ''} (line {c.line})",)))
             return Const(None, "literal", c.line)
+        if c.head == "bitsandbytes" and api.bnb_linear(c.name) is not None:
+            _hand_quant(c.it, c.name, c.kwargs, c.line, f"bitsandbytes.nn.{c.name}(...) (line {c.line})")
+            return Unknown(f"a bitsandbytes {c.name} layer")
         if c.head in ("pytorch_lightning", "lightning", "lightning_fabric") and c.name in _LIGHTNING:
             return c.new(LightningTrainer, _LIGHTNING[c.name])
         handler = _QUALIFIED.get(c.qual) or _BY_NAME.get(c.name) or self._data_handler(c.name)
@@ -378,6 +412,12 @@ class Handlers:
             out = handler(self, c)
             if out is not _PASS:
                 return out
+        if c.head == "transformers" and _MODEL_CLASS.match(c.name) and not _NOT_MODEL.search(c.name) \
+                and isinstance(c.arg(0, "config"), HfConfig):
+            # LlamaForCausalLM(config): a model built (randomly initialised) from a config, as from_config builds it
+            return self._load_model(Call(c.it, c.qual + ".from_config", [c.arg(0, "config")],
+                                         {k: v for k, v in c.kwargs.items() if k != "config"}, c.open, c.line),
+                                    c.name, "from_config")
         if c.head == "torch" and c.name in _TORCH_DTYPES:
             return f
         opt = self._optimizer_name(c)
@@ -1593,6 +1633,35 @@ class Handlers:
         file = launch.origin if launch is not None and launch.line else None
         where = launch.where() if launch is not None else "the command line"
         return Const(value, "command-line", launch.line_of(how) if launch is not None else None, (f"{how} ({where})",), file)
+
+    def quantized_linear_args(self, it: Any, f: Any, args: list, kwargs: dict, line: int | None) -> None:
+        """A bitsandbytes linear class handed to a call (`replace_linear(model, bnb.nn.Linear4bit, quant_type="nf4")`,
+        `partial(Linear4bit, ...)`): the call puts those layers in a model; its keywords are the layers'. A builtin
+        (issubclass(cls, Linear4bit), isinstance) only looks at the class."""
+        if isinstance(f, Ref) and f.qual.startswith("builtins."):
+            return
+        given = [*args, *kwargs.values()]
+        for a in given:
+            if isinstance(a, Ref) and a.qual.split(".", 1)[0] == "bitsandbytes" and api.bnb_linear(a.name) is not None:
+                models = [m.obj if isinstance(m, Method) else m for g in given for m in flatten(g)
+                          if isinstance(m, Model) or isinstance(m, Method) and isinstance(m.obj, Model)]
+                _hand_quant(it, a.name, kwargs, line, f"{a.name} handed to a call (line {line})", models)
+
+    def checkout_loader(self, cls: Class, attr: str) -> ClassLoader | None:
+        """`Cls.from_pretrained` / `Cls.from_config` of a class the checkout defines on a transformers model base
+        (`class LlamaForCausalLM(LlamaPreTrainedModel)`, `LlamaPreTrainedModel(PreTrainedModel)`)."""
+        if attr not in ("from_pretrained", "from_config") or not _MODEL_CLASS.match(cls.name) or _NOT_MODEL.search(cls.name):
+            return None
+        seen, stack = 0, list(cls.bases)
+        while stack and seen < 20:
+            seen += 1
+            b = stack.pop()
+            if isinstance(b, Ref) and b.qual.split(".", 1)[0] == "transformers" and \
+                    (_MODEL_CLASS.match(_last(b.qual)) or _last(b.qual) == "PreTrainedModel"):
+                return ClassLoader(cls, attr)
+            if isinstance(b, Class):
+                stack.extend(b.bases)
+        return None
 
     def module_attribute(self, it: Any, qual: str, attr: str, node: Any) -> Any:
         """Attributes of imported modules that stand for run-time state: sys.argv."""

@@ -162,6 +162,14 @@ def deepspeed_optimizer(kind: str) -> str | None:
     return _doc()["deepspeed_optimizers"].get(str(kind).lower())
 
 
+def bnb_linear(name: str) -> Mapping[str, Any] | None:
+    """bitsandbytes' quantized linear class `name` (Linear4bit, LinearNF4, Linear8bitLt): bits and constructor
+    defaults (data/library_api.json bnb_linears), with the citation under "ref"; None for any other name."""
+    table = _doc()["bnb_linears"]
+    entry = table["classes"].get(name)
+    return None if entry is None else {**entry, "ref": table["ref"]}
+
+
 def trainer_keyword(trainer: str, field: str) -> str | None:
     """Why `trainer`(..., field=N) sets that length itself (data/library_api.json trainer_keywords: DPOTrainer's
     max_length before DPOConfig held it), or None when the trainer takes no such keyword."""
