@@ -248,21 +248,6 @@ def test_a_checkout_subclass_of_a_transformers_model_loads_the_hub_id_and_runs_i
     assert plan.get("attn_implementation").value != "flash_attention_2"
 
 
-def test_remote_code_picks_the_attention_of_a_checkpoint_transformers_does_not_implement(tmp_path, monkeypatch):
-    src = '''
-        import torch
-        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
-        model = AutoModelForCausalLM.from_pretrained("{mid}", torch_dtype=torch.bfloat16, trust_remote_code=True)
-        Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=1)).train()
-    '''
-    root = _write(tmp_path, {"a.py": src.replace("{mid}", "THUDM/chatglm3-6b"),
-                             "b.py": src.replace("{mid}", "Qwen/Qwen2.5-0.5B")})
-    remote = _plan(root, "python a.py", monkeypatch).get("attn_implementation")
-    assert remote.value is None and remote.source == "unknown" and "chatglm" in remote.chain[0]
-    native = _plan(root, "python b.py", monkeypatch).get("attn_implementation")
-    assert native.source == "library-default"  # transformers' own Qwen2 class: its default
-
-
 # ---- 3. trainer subclasses of the checkout ------------------------------------------------------------------
 
 def test_a_recipe_run_by_a_script_whose_trainer_subclasses_trainer_is_a_trainer(tmp_path, monkeypatch):
@@ -479,3 +464,38 @@ def test_dpo_trainers_own_max_length_keyword_of_older_trl_sets_the_length(tmp_pa
         assert got.value == want, trl
         if want is None:
             assert "no truncation" in got.chain[0]
+
+
+# ---- 6. placeholders are no model ids ----------------------------------------------------------------------------
+
+def test_placeholder_model_paths_are_unknown_with_a_note_saying_what_to_assume(tmp_path, monkeypatch):
+    from memlint.extract.placeholders import is_placeholder
+
+    for text in ("<your_model_path>", "path/to/model", "{path_to_your_model}", "/path/to/llama", "YOUR_MODEL", "xxx",
+                 "/MODEL_PATH/", "./models/your-model"):
+        assert is_placeholder(text), text
+    for text in ("meta-llama/Llama-2-7b-hf", "gpt2", "~/model_weights/llama-7b", "/data/LLM_MODELS/qwen", "THUDM/chatglm3-6b"):
+        assert not is_placeholder(text), text
+    src = '''
+        import argparse
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+        p = argparse.ArgumentParser()
+        p.add_argument("--model_name_or_path", default="{default}")
+        args = p.parse_args()
+        model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path)
+        Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=1)).train()
+    '''
+    root = _write(tmp_path, {"train.py": src.replace("{default}", "<your_model_path>"),
+                             "run.sh": "MODEL=/path/to/your/model\npython train.py --model_name_or_path $MODEL\n"})
+    plan = _plan(root, "python train.py", monkeypatch)
+    mid = plan.get("model_id")
+    assert mid.value is None and mid.source == "unknown" and "placeholder" in mid.chain[-1]
+    assert any("--assume model_id=" in n and "placeholder" in n for n in plan.notes)
+    from memlint.extract.shell import launcher_targets
+
+    [target] = launcher_targets(root / "run.sh", "run.sh", [root])
+    [sh] = extract_targets([target])
+    assert sh.get("model_id").value is None and "placeholder" in sh.get("model_id").chain[-1]
+    # a placeholder folder whose name is a checkpoint's stays that checkpoint (sized by the folder's name)
+    kept = _plan(root, "python train.py --model_name_or_path /path/to/models/Qwen2.5-7B-Instruct", monkeypatch)
+    assert kept.get("model_id").value == "/path/to/models/Qwen2.5-7B-Instruct"

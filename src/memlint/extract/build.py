@@ -297,8 +297,6 @@ class Builder:
                 attn = kw["use_flash_attention_2"].with_value("flash_attention_2")
             if attn is None and root.loader == "transformers" and root.user_class is not None:
                 attn = custom_model.checkout_class_attention(root.user_class)
-            if attn is None and root.loader == "transformers":
-                attn = _remote_attention(kw, mid)
             if attn is None or (isinstance(attn, Const) and attn.value is None):
                 attn = Unknown("attn_implementation may be set by **kwargs") if root.open else _libc("transformers.from_pretrained", "attn_implementation", line)
             attns.append(attn)
@@ -1350,30 +1348,6 @@ class Builder:
 
 
 # ---- conversions ------------------------------------------------------------------------------
-
-def _remote_attention(kw: dict, mid: Any) -> Any:
-    """from_pretrained(..., trust_remote_code=True) of a checkpoint whose modelling code is its own (a remote-code
-    family in the catalog, or one the catalog does not know): that code, which memlint never has, picks the
-    attention; None where transformers' own class runs (a native family) and its default applies."""
-    trust = kw.get("trust_remote_code")
-    if not (isinstance(trust, Const) and trust.value is True):
-        return None
-    if not (isinstance(mid, Const) and isinstance(mid.value, str)):
-        return None
-    from memlint.catalog import resolve
-    from memlint.catalog.remote import is_remote
-    from memlint.errors import MemlintError
-
-    try:
-        spec = resolve(mid.value)
-    except MemlintError:
-        spec = None
-    if spec is not None and not is_remote(spec.model_type):
-        return None
-    why = (f"{mid.value} is a {spec.model_type} checkpoint, whose modelling code is its own" if spec is not None else
-           f"{mid.value} is not in memlint's catalog: with trust_remote_code=True its own modelling code may run")
-    return Unknown(f"{why}; that code, not transformers, picks the attention")
-
 
 _SPREAD_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")  # accelerate's device maps over every visible GPU
 
