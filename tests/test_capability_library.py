@@ -499,3 +499,39 @@ def test_placeholder_model_paths_are_unknown_with_a_note_saying_what_to_assume(t
     # a placeholder folder whose name is a checkpoint's stays that checkpoint (sized by the folder's name)
     kept = _plan(root, "python train.py --model_name_or_path /path/to/models/Qwen2.5-7B-Instruct", monkeypatch)
     assert kept.get("model_id").value == "/path/to/models/Qwen2.5-7B-Instruct"
+
+
+# ---- 8. framework rewrites at run time ------------------------------------------------------------------------------
+
+_UNSLOTH_GRPO = '''
+    from unsloth import FastLanguageModel
+    from trl import GRPOConfig, GRPOTrainer
+    model, tokenizer = FastLanguageModel.from_pretrained(model_name="unsloth/Qwen2.5-1.5B-Instruct", max_seq_length=1024,
+                                                         load_in_4bit=True)
+    model = FastLanguageModel.get_peft_model(model, r=32, lora_alpha=64, use_gradient_checkpointing="unsloth")
+    args = GRPOConfig(output_dir="outputs", per_device_train_batch_size={batch}, gradient_accumulation_steps=1,
+                      num_generations=4, max_prompt_length=256, max_completion_length=768, optim="adamw_8bit")
+    trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[len], args=args, train_dataset=None)
+    trainer.train()
+'''
+
+
+def test_unsloths_grpo_config_sets_the_batch_to_the_number_of_generations(tmp_path, monkeypatch):
+    root = _write(tmp_path, {"a.py": _UNSLOTH_GRPO.replace("{batch}", "1"), "b.py": _UNSLOTH_GRPO.replace("{batch}", "8")})
+    plan = _plan(root, "python a.py", monkeypatch)
+    b = plan.get("per_device_batch")
+    assert b.value == 4 and "num_generations=4" in b.chain[-1] and "unsloth" in b.chain[-1]
+    assert plan.get("trainer").value == "GRPOTrainer"  # a GRPO run over an unsloth model is still GRPO's
+    assert plan.get("max_length").value == 1024
+    # a batch that is a multiple of num_generations is kept
+    assert _plan(root, "python b.py", monkeypatch).get("per_device_batch").value == 8
+    # TRL's own GRPOConfig over a transformers model rewrites nothing
+    plain = """
+        from transformers import AutoModelForCausalLM
+        from trl import GRPOConfig, GRPOTrainer
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-1.5B-Instruct")
+        args = GRPOConfig(output_dir="outputs", per_device_train_batch_size=1, num_generations=4)
+        GRPOTrainer(model=model, reward_funcs=[len], args=args, train_dataset=None).train()
+    """
+    (tmp_path / "c.py").write_text(textwrap.dedent(plain).lstrip("\n"))
+    assert _plan(root, "python c.py", monkeypatch).get("per_device_batch").value == 1

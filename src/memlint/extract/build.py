@@ -597,7 +597,9 @@ class Builder:
 
     def trainer_fields(self, trainer: Obj, args: Any, models: list[Obj], unsloth: bool) -> None:
         name = trainer.cls
-        label = "unsloth" if unsloth else name
+        # unsloth's SFT path is its own; a preference or generation trainer over an unsloth model is still that trainer
+        data = api.trainer(name).data if api.trainer(name) is not None else "collator"
+        label = "unsloth" if unsloth and data in ("sft", "collator") else name
         how = f"{name}(...) (line {trainer.line})" + (" over an unsloth FastLanguageModel" if unsloth else "")
         shape: tuple = ()
         if trainer.user_class:
@@ -632,6 +634,8 @@ class Builder:
 
         line = arg_objs[0].line
         self.put("per_device_batch", each("per_device_train_batch_size", "per_gpu_train_batch_size"), _int, line)
+        if unsloth:
+            self.run_time_rewrites(name, "unsloth", arg_objs, each)
         self.put("eval_batch", each("per_device_eval_batch_size", "per_gpu_eval_batch_size"), _int, line)
         self.put("grad_accum", each("gradient_accumulation_steps"), _int, line)
         # torch_compile=True: the Trainer compiles the model, whose forward computes the loss from the logits
@@ -672,6 +676,39 @@ class Builder:
         self.padding_and_length(trainer, arg_objs, models, unsloth)
         if api.trainer(name) is not None and api.trainer(name).reference:
             self.reference_field(trainer, arg_objs)
+
+    def run_time_rewrites(self, trainer: str, loader: str, arg_objs: list, each: Callable) -> None:
+        """Arguments the library rewrites as the run starts (data/library_api.json run_time_rewrites): unsloth's GRPO
+        config makes per_device_train_batch_size num_generations when the batch is no multiple of it."""
+        fields = {"per_device_train_batch_size": "per_device_batch", "gradient_accumulation_steps": "grad_accum"}
+        for rule in api.run_time_rewrites(trainer, loader):
+            if any(isinstance(a.get(k), Const) and a.get(k).value is not None for a in arg_objs for k in rule["unless_set"]):
+                continue
+            vals: dict[str, Any] = {}
+            for key in {*rule["product"], rule["multiple_of"], *rule["sets"].values()}:
+                if key == "world_size":
+                    g = self.fields.get("num_gpus")
+                    vals[key] = g.value if g is not None and g.known and isinstance(g.value, int) else 1
+                    continue
+                v = self.fields[fields[key]].value if key in fields and self.fields.get(fields[key]) is not None \
+                    and self.fields[fields[key]].known else each(key)
+                v = v.value if isinstance(v, Const) else v
+                if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                    break
+                vals[key] = v
+            else:
+                product = 1
+                for k in rule["product"]:
+                    product *= vals[k]
+                if product % vals[rule["multiple_of"]] == 0:
+                    continue
+                for target, source in rule["sets"].items():
+                    name = fields[target]
+                    was = self.fields[name]
+                    why = (f"{rule['package']} rewrites {target}={vals[target]} to {source}={vals[source]} as the run starts: "
+                           f"{' × '.join(f'{k} {vals[k]}' for k in rule['product'])} is no multiple of {rule['multiple_of']} "
+                           f"({rule['ref']})")
+                    self.fields[name] = Value(vals[source], was.source, was.span, (*was.chain, why))
 
     def reference_field(self, trainer: Obj, arg_objs: list[Obj]) -> None:
         """ref_model for DPO/KTO: "model" (a second model passed as ref_model=), "auto" (none passed:

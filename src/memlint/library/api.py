@@ -170,6 +170,14 @@ def bnb_linear(name: str) -> Mapping[str, Any] | None:
     return None if entry is None else {**entry, "ref": table["ref"]}
 
 
+def run_time_rewrites(trainer: str, loader: str) -> list[Mapping[str, Any]]:
+    """The argument rewrites (data/library_api.json run_time_rewrites) a run of `trainer` over a model from
+    `loader` gets when it starts (unsloth's GRPO batch: per_device_train_batch_size <- num_generations)."""
+    table = _doc()["run_time_rewrites"]
+    name = trainer.rsplit(".", 1)[-1]
+    return [e for k, e in table.items() if not k.startswith("_") and e["trainer"] == name and e["loader"] == loader]
+
+
 def trainer_keyword(trainer: str, field: str) -> str | None:
     """Why `trainer`(..., field=N) sets that length itself (data/library_api.json trainer_keywords: DPOTrainer's
     max_length before DPOConfig held it), or None when the trainer takes no such keyword."""
