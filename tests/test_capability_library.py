@@ -535,3 +535,45 @@ def test_unsloths_grpo_config_sets_the_batch_to_the_number_of_generations(tmp_pa
     """
     (tmp_path / "c.py").write_text(textwrap.dedent(plain).lstrip("\n"))
     assert _plan(root, "python c.py", monkeypatch).get("per_device_batch").value == 1
+
+
+def test_a_trainer_subclass_whose_arguments_carry_num_generations_runs_grpos_step(tmp_path, monkeypatch):
+    # a library's own GRPO trainer on transformers' Trainer (not TRL's), with its own GRPOConfig
+    lib = '''
+        from dataclasses import dataclass, field
+        from transformers import Trainer, TrainingArguments
+
+        @dataclass
+        class GRPOConfig(TrainingArguments):
+            num_generations: int = field(default=8)
+            max_prompt_length: int = field(default=512)
+            max_completion_length: int = field(default=1024)
+
+        class {name}(Trainer):
+            def _prepare_inputs(self, inputs):
+                return inputs
+
+        def grpo_defaults(run_name):
+            return GRPOConfig(output_dir=run_name, per_device_train_batch_size=8, gradient_checkpointing=True)
+    '''
+    script = '''
+        from transformers import AutoModelForCausalLM
+        import mylib
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+        args = mylib.grpo_defaults("run")
+        args.num_generations = 16
+        mylib.{name}(model=model, args=args).train()
+    '''
+    root = _write(tmp_path, {"mylib/__init__.py": lib.replace("{name}", "RolloutTrainer"),
+                             "train.py": script.replace("{name}", "RolloutTrainer")})
+    plan = _plan(root, "python train.py", monkeypatch)
+    t = plan.get("trainer")
+    assert t.value == "GRPOTrainer" and "num_generations" in t.chain[0]  # read from its arguments, not its name
+    assert plan.get("max_length").value == 1536  # max_prompt_length + max_completion_length
+    # without num_generations a subclass named GRPOTrainer is still a Trainer
+    def without(text: str, word: str) -> str:
+        return "\n".join(line for line in textwrap.dedent(text).splitlines() if word not in line).lstrip("\n") + "\n"
+
+    (tmp_path / "mylib/__init__.py").write_text(without(lib.replace("{name}", "GRPOTrainer"), "num_generations"))
+    (tmp_path / "train.py").write_text(without(script.replace("{name}", "GRPOTrainer"), "num_generations"))
+    assert _plan(root, "python train.py", monkeypatch).get("trainer").value == "Trainer"

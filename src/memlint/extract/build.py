@@ -8,6 +8,7 @@ but never passed anywhere is ignored.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -620,6 +621,15 @@ class Builder:
             facts = api.trainer(name)
             arg_objs = [TrainingArgs(facts.arguments if facts else "transformers.TrainingArguments", trainer.line)]
         self.args = arg_objs
+        if trainer.user_class and not shape:  # a Trainer subclass read by what its arguments carry (GRPO's num_generations)
+            from memlint.extract.handlers import _declares
+
+            read = api.trainer_by_arguments(name, lambda f: any(
+                f in a.attrs or f in a.kwargs or f in a.cli or _declares(a.user_class, f) for a in arg_objs))
+            if read is not None:
+                name = read[0]
+                trainer = replace(trainer, cls=name)
+                self.fields["trainer"] = Value(name, "literal", Span(self.path, trainer.line), (f"{how}; {read[1]}",))
 
         def each(attr: str, alias: str | None = None) -> Any:
             vals = []

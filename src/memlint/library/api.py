@@ -170,6 +170,17 @@ def bnb_linear(name: str) -> Mapping[str, Any] | None:
     return None if entry is None else {**entry, "ref": table["ref"]}
 
 
+def trainer_by_arguments(base: str, declares) -> tuple[str, str] | None:
+    """(the trainer, why) a subclass of `base` runs as, read from what its training arguments declare
+    (`declares(field)` says whether they carry a field): data/library_api.json trainer_by_arguments."""
+    for name, e in _doc()["trainer_by_arguments"].items():
+        if name.startswith("_") or base.rsplit(".", 1)[-1] not in e["bases"]:
+            continue
+        if declares(e["declares"]):
+            return name, f"its training arguments carry {e['declares']} ({e['ref']}): read as {name}'s step"
+    return None
+
+
 def run_time_rewrites(trainer: str, loader: str) -> list[Mapping[str, Any]]:
     """The argument rewrites (data/library_api.json run_time_rewrites) a run of `trainer` over a model from
     `loader` gets when it starts (unsloth's GRPO batch: per_device_train_batch_size <- num_generations)."""
