@@ -577,3 +577,13 @@ def test_a_trainer_subclass_whose_arguments_carry_num_generations_runs_grpos_ste
     (tmp_path / "mylib/__init__.py").write_text(without(lib.replace("{name}", "GRPOTrainer"), "num_generations"))
     (tmp_path / "train.py").write_text(without(script.replace("{name}", "GRPOTrainer"), "num_generations"))
     assert _plan(root, "python train.py", monkeypatch).get("trainer").value == "Trainer"
+
+
+def test_a_known_but_unresolvable_model_id_with_an_unknown_length_still_gets_the_checkpoint_table(tmp_path, monkeypatch):
+    # the checkout's LlamaForCausalLM.from_pretrained("org/some-llama-7b") names the model; memlint cannot size it offline
+    root = _write(tmp_path, {"modeling_llama.py": _MODELING, "main.py": _MAIN})
+    plan = _plan(root, "python main.py", monkeypatch)
+    from memlint.estimate.conditional import conditional
+
+    cond = conditional(plan)
+    assert cond is not None and "model_id" in cond.unknown and cond.rows
