@@ -587,3 +587,23 @@ def test_a_known_but_unresolvable_model_id_with_an_unknown_length_still_gets_the
 
     cond = conditional(plan)
     assert cond is not None and "model_id" in cond.unknown and cond.rows
+
+
+def test_galores_own_optimizer_classes_in_a_checkout_are_the_trainers_galore_optims(tmp_path, monkeypatch):
+    # the GaLore repository ships galore_torch itself: its classes are the library's, not the script's own code
+    root = _write(tmp_path, {
+        "galore_torch/__init__.py": "from .adamw import GaLoreAdamW\nfrom .adamw8bit import GaLoreAdamW8bit\n",
+        "galore_torch/adamw.py": "import torch\nclass GaLoreAdamW(torch.optim.Optimizer):\n    pass\n",
+        "galore_torch/adamw8bit.py": "import torch\nclass GaLoreAdamW8bit(torch.optim.Optimizer):\n    pass\n",
+        "train.py": '''
+            import torch
+            from transformers import AutoModelForCausalLM
+            from galore_torch import GaLoreAdamW, GaLoreAdamW8bit
+            model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+            optimizer = GaLoreAdamW8bit([{"params": list(model.parameters()), "rank": 128}], lr=1e-3)
+            for batch in range(10):
+                loss = model(**batch).loss
+                loss.backward()
+                optimizer.step()
+        '''})
+    assert _plan(root, "python train.py", monkeypatch).get("optimizer").value == "galore_adamw_8bit"
