@@ -607,3 +607,26 @@ def test_galores_own_optimizer_classes_in_a_checkout_are_the_trainers_galore_opt
                 optimizer.step()
         '''})
     assert _plan(root, "python train.py", monkeypatch).get("optimizer").value == "galore_adamw_8bit"
+
+
+def test_accelerate_flags_and_a_deepspeed_plugin_offloading_the_optimizer_swap_it_too(tmp_path, monkeypatch):
+    loop = '''
+        import torch
+        from accelerate import Accelerator, DeepSpeedPlugin
+        from transformers import AutoModelForCausalLM
+        accelerator = Accelerator({plugin})
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+        model, optimizer = accelerator.prepare(model, optimizer)
+        for batch in range(10):
+            loss = model(**batch).loss
+            accelerator.backward(loss)
+            optimizer.step()
+    '''
+    plugin = 'deepspeed_plugin=DeepSpeedPlugin(zero_stage=2, offload_optimizer_device="cpu")'
+    root = _write(tmp_path, {"a.py": loop.replace("{plugin}", ""), "b.py": loop.replace("{plugin}", plugin)})
+    flags = "accelerate launch --use_deepspeed --zero_stage 2 --offload_optimizer_device cpu --num_processes 2 a.py"
+    assert _plan(root, flags, monkeypatch).get("optimizer").value == "deepspeed_adam"
+    b = _plan(root, "python b.py", monkeypatch).get("optimizer")
+    assert b.value == "deepspeed_adam" and "DeepSpeedPlugin(offload_optimizer_device='cpu')" in b.chain[-2]
+    assert _plan(root, "python a.py", monkeypatch).get("optimizer").value == "adamw_torch"

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from memlint.extract import custom_model
+from memlint.extract.launched import all_visible
 from memlint.extract.objects import (
     Accelerator, Collator, DataLoader, DeepSpeedEngine, DtypeName, HfConfig, LightningTrainer, Method, Model, Obj, Optimizer,
     Params, PeftConfig, Plugin, QuantConfig, Tokenizer,
@@ -622,14 +623,8 @@ class Builder:
             arg_objs = [TrainingArgs(facts.arguments if facts else "transformers.TrainingArguments", trainer.line)]
         self.args = arg_objs
         if trainer.user_class and not shape:  # a Trainer subclass read by what its arguments carry (GRPO's num_generations)
-            from memlint.extract.handlers import _declares
-
-            read = api.trainer_by_arguments(name, lambda f: any(
-                f in a.attrs or f in a.kwargs or f in a.cli or _declares(a.user_class, f) for a in arg_objs))
-            if read is not None:
-                name = read[0]
-                trainer = replace(trainer, cls=name)
-                self.fields["trainer"] = Value(name, "literal", Span(self.path, trainer.line), (f"{how}; {read[1]}",))
+            trainer = self.trainer_by_arguments(trainer, arg_objs, how)
+            name = trainer.cls
 
         def each(attr: str, alias: str | None = None) -> Any:
             vals = []
@@ -671,7 +666,16 @@ class Builder:
                 gbl.append(a.get("group_by_length") if a.get("group_by_length") is not None else field_value(a, "group_by_length"))
         self.put("group_by_length", _alts(gbl), _bool, line)
         self.distributed_from(arg_objs)
-        if self.ds_optimizer and not opt_objs:  # the DeepSpeed config's optimizer section wins over optim=
+        self.deepspeed_optimizer(bool(opt_objs), line)
+        self.padding_and_length(trainer, arg_objs, models, unsloth)
+        if api.trainer(name) is not None and api.trainer(name).reference:
+            self.reference_field(trainer, arg_objs)
+
+    def deepspeed_optimizer(self, own: bool, line: int | None) -> None:
+        """The Trainer's optimizer under its DeepSpeed config: the config's optimizer section (unless the script passes
+        its own), DeepSpeed's CPU Adam where the config offloads the optimizer (accelerate swaps it), unknown where the
+        config named is not in the checkout (a section there would win)."""
+        if self.ds_optimizer and not own:  # the DeepSpeed config's optimizer section wins over optim=
             v = self.ds_optimizer[0]
             self.fields["optimizer"] = Value(v.value, v.source, v.span, v.chain + ("a DeepSpeed config's optimizer replaces the Trainer's optim",))
         elif self.ds_cpu_optimizer:
@@ -680,12 +684,21 @@ class Builder:
             swapped = offloaded_optimizer(self.fields.get("optimizer"), self.fields.get("trainer"), self.ds_cpu_optimizer[0], "deepspeed")
             if swapped is not None:
                 self.fields["optimizer"] = swapped
-        elif self.ds_unread and not opt_objs:  # a config that is not there may hold an optimizer section, which wins
+        elif self.ds_unread and not own:
             self.put("optimizer", Unknown(f"{self.ds_unread[0]}: an optimizer section there would replace the Trainer's optim"),
                      line=line)
-        self.padding_and_length(trainer, arg_objs, models, unsloth)
-        if api.trainer(name) is not None and api.trainer(name).reference:
-            self.reference_field(trainer, arg_objs)
+
+    def trainer_by_arguments(self, trainer: Trainer, arg_objs: list, how: str) -> Trainer:
+        """A subclass of transformers' Trainer whose arguments carry a trainer's own field (GRPO's num_generations) runs
+        that trainer's step (library.api.trainer_by_arguments); `trainer` as it reads."""
+        from memlint.extract.handlers import _declares
+
+        read = api.trainer_by_arguments(trainer.cls, lambda f: any(
+            f in a.attrs or f in a.kwargs or f in a.cli or _declares(a.user_class, f) for a in arg_objs))
+        if read is None:
+            return trainer
+        self.fields["trainer"] = Value(read[0], "literal", Span(self.path, trainer.line), (f"{how}; {read[1]}",))
+        return replace(trainer, cls=read[0])
 
     def run_time_rewrites(self, trainer: str, loader: str, arg_objs: list, each: Callable) -> None:
         """Arguments the library rewrites as the run starts (data/library_api.json run_time_rewrites): unsloth's GRPO
@@ -1202,8 +1215,25 @@ class Builder:
             if accs:
                 self.notes.append("distributed: an `accelerate launch` config may shard the model; pass --assume distributed=... if it does")
         self.parallelism_fields([a.get("parallelism_config") for a in accs])
+        self.plugin_cpu_optimizer(accs)
         collate = train_dl.get("collate_fn") if train_dl is not None else None
         self.data_padding(collate, False, line)
+
+    def plugin_cpu_optimizer(self, accs: list) -> None:
+        """Accelerator(deepspeed_plugin=DeepSpeedPlugin(offload_optimizer_device="cpu")): accelerate's prepare swaps the
+        loop's optimizer for DeepSpeed's CPU Adam (library.api.deepspeed_cpu_optimizer)."""
+        from memlint.extract.configs.launchers import offloaded_optimizer
+
+        for a in accs:
+            plug = a.get("deepspeed_plugin")
+            dev = plug.get("offload_optimizer_device") if isinstance(plug, Obj) else None
+            if isinstance(dev, Const) and str(dev.value).lower() in ("cpu", "nvme"):
+                cpu = Value("deepspeed_adam", dev.source, Span(self.path, dev.line or plug.line),
+                            (f"DeepSpeedPlugin(offload_optimizer_device={dev.value!r}) (line {dev.line or plug.line})",))
+                swapped = offloaded_optimizer(self.fields.get("optimizer"), self.fields.get("trainer"), cpu, "accelerate")
+                if swapped is not None:
+                    self.fields["optimizer"] = swapped
+                return
 
     def lightning_fields(self, tr: LightningTrainer, objs: list) -> None:
         """A Lightning Trainer (or Fabric): precision, accumulation, strategy and devices are its
@@ -1397,12 +1427,6 @@ class Builder:
 # ---- conversions ------------------------------------------------------------------------------
 
 _SPREAD_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")  # accelerate's device maps over every visible GPU
-
-
-def all_visible(v: Value | None) -> bool:
-    """Whether num_gpus `v` is "every GPU the machine shows" (device_map="auto", DataParallel, mp.spawn over
-    device_count()): unknown, and not a one-process default."""
-    return v is not None and not v.known and dict(v.shape).get("gpus") == "all-visible"
 
 
 def _reason(why: str) -> str:
