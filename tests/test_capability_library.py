@@ -630,3 +630,19 @@ def test_accelerate_flags_and_a_deepspeed_plugin_offloading_the_optimizer_swap_i
     b = _plan(root, "python b.py", monkeypatch).get("optimizer")
     assert b.value == "deepspeed_adam" and "DeepSpeedPlugin(offload_optimizer_device='cpu')" in b.chain[-2]
     assert _plan(root, "python a.py", monkeypatch).get("optimizer").value == "adamw_torch"
+
+
+def test_grpos_prompt_truncation_default_by_trl_version(tmp_path, monkeypatch):
+    src = '''
+        from transformers import AutoModelForCausalLM
+        from trl import GRPOConfig, GRPOTrainer
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+        args = GRPOConfig(output_dir="o", per_device_train_batch_size=8, num_generations=8, max_completion_length=1024)
+        GRPOTrainer(model=model, reward_funcs=[len], args=args, train_dataset=None).train()
+    '''
+    root = _write(tmp_path, {"g.py": src})
+    with pinned_versions({"trl": "0.19.0"}):
+        assert _plan(root, "python g.py", monkeypatch).get("max_length").value == 512 + 1024
+    with pinned_versions({"trl": "0.26.0"}):  # max_prompt_length deprecated to None: prompts are not truncated
+        ml = _plan(root, "python g.py", monkeypatch).get("max_length")
+    assert ml.value is None and "no truncation" in ml.chain[0]

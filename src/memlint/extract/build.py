@@ -1006,8 +1006,8 @@ class Builder:
                     if isinstance(p, Const) and isinstance(c, Const) and isinstance(p.value, int) and isinstance(c.value, int):
                         src = c if c.source != "library-default" else p
                         lengths.append(src.with_value(p.value + c.value, f"max_prompt_length {p.value} + max_completion_length {c.value}"))
-                    else:
-                        lengths.append(p if not isinstance(p, Const) else c)
+                    else:  # an unknown or untruncated (None) prompt or completion length decides
+                        lengths.append(p if not isinstance(p, Const) or p.value is None else c)
                 else:
                     ml = a.get("max_length")
                     kw = trainer.kwargs.get("max_length")
