@@ -192,8 +192,8 @@ def test_a_fifo_or_a_device_named_on_the_command_line_is_refused_not_read(tmp_pa
     (tmp_path / "ok.py").write_text(SCRIPT)
     code, out, err = run(capsys, "check", str(fifo), "/dev/zero", str(tmp_path / "ok.py"), "--exit-zero")
     assert code == 0, err
-    assert f"{fifo}:1:1: MEM001 not read: a FIFO, not a regular file" in out
-    assert "/dev/zero:1:1: MEM001 not read: a character device" in out
+    assert f"{fifo}:1:1: MEM001 note: not read: a FIFO, not a regular file" in out
+    assert "/dev/zero:1:1: MEM001 note: not read: a character device" in out
     assert str(tmp_path / "ok.py") in out + err  # the others are still checked
     code, _, err = run(capsys, "plan", str(fifo))
     assert code == 2 and err.count("\n") == 1 and "a FIFO" in err
@@ -327,7 +327,7 @@ def test_a_script_past_the_time_budget_stops_with_a_note(monkeypatch):
 def test_a_script_or_notebook_past_its_budget_is_a_note_not_parsed(tmp_path, capsys, name, text, needle):
     (tmp_path / name).write_text(text)
     code, out, err = run(capsys, "check", str(tmp_path / name))
-    assert code == 0 and "MEM001 not analysed" in out and needle in out, out + err
+    assert code == 0 and "MEM001 note: not analysed" in out and needle in out, out + err
 
 
 def test_max_file_size_is_a_note_for_named_and_followed_files(tmp_path, capsys, monkeypatch):
@@ -346,15 +346,15 @@ def test_max_file_size_is_a_note_for_named_and_followed_files(tmp_path, capsys, 
     (tmp_path / "uses_local.py").write_text(SCRIPT.replace("Qwen/Qwen2.5-0.5B", "./local_model"))
     code, out, err = run(capsys, "check", ".", "big.py", "--exit-zero")
     assert code == 0, err
-    assert "big.py:1:1: MEM001 not read: 10,013 bytes, over the max-file-size of 4,000 bytes" in out
+    assert "big.py:1:1: MEM001 note: not read: 10,013 bytes, over the max-file-size of 4,000 bytes" in out
     for followed, by in (("ds.json", "axolotl.yaml"), ("ds.json", "uses_ds.py"), ("helpers.py", "uses_sibling.py"),
                          ("local_model/config.json", "uses_local.py")):
-        assert f"{followed}:1:1: MEM001 not read:" in out and f"(followed from {by})" in out, (followed, out)
+        assert f"{followed}:1:1: MEM001 note: not read:" in out and f"(followed from {by})" in out, (followed, out)
     # the default is 2 MB: a 3 MB DeepSpeed JSON named on the command line is not read either
     (tmp_path / "pyproject.toml").unlink()
     (tmp_path / "ds.json").write_text(json.dumps({"zero_optimization": {"stage": 3}, "pad": "x" * 3_000_000}))
     code, out, _ = run(capsys, "check", "ds.json")
-    assert "ds.json:1:1: MEM001 not read: 3.0 MB, over the max-file-size of 2.0 MB" in out
+    assert "ds.json:1:1: MEM001 note: not read: 3.0 MB, over the max-file-size of 2.0 MB" in out
 
 
 def test_the_adversarial_benchmark_set_is_read_without_a_traceback(tmp_path, capsys, monkeypatch):
@@ -369,8 +369,8 @@ def test_the_adversarial_benchmark_set_is_read_without_a_traceback(tmp_path, cap
     code, out, err = run(capsys, "check", *[p.name if p.parent == tmp_path else str(p) for p in cases.values()],
                          "--exit-zero")
     assert code == 0 and "Traceback" not in out + err and "internal error" not in out, out + err
-    for needle in ("100k-lines.py:1:1: MEM001 not analysed", "notebook-200k-cells.ipynb:1:1: MEM001 not read",
-                   "ds_big.json:1:1: MEM001 not read", "deep.yaml:1:1: MEM001 nested more than 64 levels",
+    for needle in ("100k-lines.py:1:1: MEM001 note: not analysed", "notebook-200k-cells.ipynb:1:1: MEM001 note: not read",
+                   "ds_big.json:1:1: MEM001 note: not read", "deep.yaml:1:1: MEM001 note: nested more than 64 levels",
                    "moe/config.json: num_local_experts must be a whole number"):
         assert needle in out, needle
 
@@ -431,7 +431,7 @@ def test_a_bad_local_config_is_one_line_never_a_negative_count(tmp_path, capsys,
     assert needle in err
     (tmp_path / "train.py").write_text(SCRIPT.replace("Qwen/Qwen2.5-0.5B", str(d)))
     code, out, err = run(capsys, "check", str(tmp_path / "train.py"), "--gpu", "24", "--exit-zero")
-    assert code == 0 and "MEM002 no estimate" in out and needle in out and "fits" not in err, out + err
+    assert code == 0 and "MEM002 note: no estimate" in out and needle in out and "fits" not in err, out + err
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e999", "0", "-3"])
@@ -480,7 +480,7 @@ def test_a_5000_digit_integer_in_a_script_is_a_finding(tmp_path, capsys):
                                                      f"per_device_train_batch_size=int('{'9' * 5000}')"))
     code, out, err = run(capsys, "check", str(tmp_path), "--exit-zero")
     assert code == 0, err
-    assert "train.py:7:1: MEM001 SyntaxError: Exceeds the limit (4300 digits)" in out
+    assert "train.py:7:1: MEM001 note: SyntaxError: Exceeds the limit (4300 digits)" in out
     assert "conv.py" in out and "per_device_batch is unknown" in out
 
 
@@ -546,7 +546,7 @@ def test_a_bug_met_on_one_file_is_a_note_and_the_others_are_still_checked(tmp_pa
     (tmp_path / "fine.py").write_text(SCRIPT)
     code, out, err = run(capsys, "check", str(tmp_path / "boom.py"), str(tmp_path / "fine.py"), "--exit-zero")
     assert code == 0, err
-    assert "boom.py:1:1: MEM001 memlint could not analyse this file (internal error: ZeroDivisionError: a bug)" in out
+    assert "boom.py:1:1: MEM001 note: memlint could not analyse this file (internal error: ZeroDivisionError: a bug)" in out
     assert "fine.py" in out + err
 
 

@@ -227,6 +227,7 @@ def _estimate(est: Any) -> dict | None:
     return {"accounting": est.accounting, "peak": est.peak, "peak_phase": est.peak_phase,
             "paged_optimizer": est.paged_optimizer, "reserved_peak": est.reserved_peak,
             "components": [[name, c.bytes] for name, c in est.components.items()],
+            "peak_terms": [list(t) for t in getattr(est, "peak_terms", ())],
             "setup": {"model": s.model.id, "batch": s.batch, "seq": s.seq, "gpus": s.gpus, "shard": s.shard,
                       "compute_dtype": s.compute_dtype, "attn": s.attn}}
 
@@ -240,7 +241,18 @@ def to_json(r: FileResult) -> dict:
             "raw": [list(p) for p in r.raw_positions],
             "gpu": list(ctx.gpu) if ctx.gpu else None, "model_error": ctx.model_error,
             "min_headroom": ctx.min_headroom,
-            "missing": list(getattr(planned, "missing", ()) or ()), "estimate": _estimate(ctx.estimate)}
+            "missing": list(getattr(planned, "missing", ()) or ()), "estimate": _estimate(ctx.estimate),
+            "conditional": ctx.conditional.text() if ctx.conditional is not None else None,
+            "noqa_file": r.noqa_file}
+
+
+class _Conditional(NamedTuple):
+    """A cached conditional answer (estimate.conditional.Conditional): its sentence."""
+
+    sentence: str
+
+    def text(self) -> str:
+        return self.sentence
 
 
 class _Component(NamedTuple):
@@ -276,6 +288,7 @@ class CachedEstimate(NamedTuple):
         return self.components[name].bytes
 
     reserved_peak: int = 0
+    peak_terms: tuple = ()
 
     @property
     def allocated_peak(self) -> int:
@@ -297,14 +310,16 @@ def from_json(d: dict, content: bytes | None = None) -> FileResult:
         s = dict(e["setup"])
         setup = _Setup(_Model(s.pop("model")), **s)
         est = CachedEstimate(e["accounting"], e["peak"], e["peak_phase"], e["paged_optimizer"],
-                             {name: _Component(b) for name, b in e["components"]}, setup, e["reserved_peak"])
+                             {name: _Component(b) for name, b in e["components"]}, setup, e["reserved_peak"],
+                             tuple(tuple(t) for t in e.get("peak_terms", ())))
     plan = TrainingPlan(d["path"], kind=d["kind"], via=d["via"], sources=tuple(d["sources"]))
     ctx = Context(plan, planned=_Planned(None, tuple(d["missing"])), estimate=est,
                   gpu=Gpu(*d["gpu"]) if d["gpu"] else None, model_error=d["model_error"],
-                  min_headroom=d["min_headroom"], cells=d["cells"])
+                  min_headroom=d["min_headroom"], cells=d["cells"],
+                  conditional=_Conditional(d["conditional"]) if d.get("conditional") else None)
     lines = _lines(content, d) if d["has_lines"] else []
     return FileResult(d["path"], plan, ctx, [_unfinding(f) for f in d["findings"]], lines, d["suppressed"],
-                      d["cells"], [tuple(p) for p in d["raw"]])
+                      d["cells"], [tuple(p) for p in d["raw"]], bool(d.get("noqa_file")))
 
 
 def _lines(content: bytes | None, d: dict) -> list[str]:

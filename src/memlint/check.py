@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from memlint import files
+from memlint import files, progress
 from memlint.config import SEVERITY_ORDER, Settings
 from memlint.errors import MemlintError
 from memlint.extract import FRAMEWORK_WORDS, read_config_text, read_target, unreadable
@@ -27,9 +27,29 @@ _FILE_NOQA = re.compile(r"#\s*memlint\s*:\s*noqa\b", re.I)
 
 
 def collect(paths: Sequence[str], settings: Settings) -> list[Target]:
+    """The files to check: folders walked without the excluded patterns; a file named on the command line is
+    checked even when a pattern matches it, unless `force-exclude` (pre-commit names every file it passes)."""
     from memlint.extract import expand_launchers
 
-    return expand_launchers(files.collect(paths, settings.exclude), paths)
+    targets = files.collect(paths, settings.excluded)
+    if settings.force_exclude and settings.excluded:
+        targets = [t for t in targets if not (t.explicit and is_excluded(t.path, settings))]
+    return expand_launchers(targets, paths)
+
+
+def is_excluded(path: Path, settings: Settings) -> bool:
+    """Whether an exclude pattern matches `path` (relative to the config's folder, else the working directory),
+    its name, or one of the folders it is in, as a folder walk would have skipped it."""
+    root = Path(settings.root or ".").resolve()
+    full = Path(os.path.abspath(path))
+    try:
+        rel = full.relative_to(root).as_posix()
+    except ValueError:
+        rel = full.as_posix()
+    parts = rel.split("/")
+    prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    return any(fnmatch.fnmatch(p, x) or fnmatch.fnmatch(p.rsplit("/", 1)[-1], x)
+               for x in settings.excluded for p in prefixes)
 
 
 def noqa_codes(lines: Sequence[str], line: int) -> set[str] | None:
@@ -141,6 +161,9 @@ def check_plan(plan: TrainingPlan, *, lines: Sequence[str] = (), settings: Setti
     if ignored:
         rules = [r for r in rules if not any(s == "ALL" or r.code.startswith(s) for s in ignored)]
     lines = list(lines)
+    training = trains_anything(plan)
+    if not training:  # an inference or merge script named on the command line (pre-commit names every file)
+        rules = [r for r in rules if r.code not in SIZING_NOTES]
     ctx = context_for(plan, settings, gpu, gpus, assume)
     ctx.lines = lines
     ctx.cells = list(cells)
@@ -161,7 +184,20 @@ def check_plan(plan: TrainingPlan, *, lines: Sequence[str] = (), settings: Setti
 
             kept = [replace(f, fix=None) for f in kept]
     kept.sort(key=Finding.sort_key)
-    return FileResult(plan.path, ctx.plan, ctx, kept, lines, suppressed, list(cells))
+    result = FileResult(plan.path, ctx.plan, ctx, kept, lines, suppressed, list(cells))
+    result.noqa_file = whole_file or not training  # nothing to answer for a script that trains nothing
+    return result
+
+
+# The notes that say a script could not be sized: noise on a script that trains nothing.
+SIZING_NOTES = ("MEM002", "MEM003", "MEM006")
+
+
+def trains_anything(plan: TrainingPlan) -> bool:
+    """A config, or a script or notebook with a trainer or a training loop (or that memlint could not read)."""
+    from memlint.extract import trains
+
+    return plan.kind not in ("python", "notebook") or trains(plan)
 
 
 def _effective_fixes(found: list[Finding], lines: Sequence[str]) -> list[Finding]:
@@ -254,22 +290,35 @@ def _run(targets: Sequence[Target], jobs: int, settings: Settings, args: tuple) 
             registry.all_rules()
             context = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(max_workers=min(jobs, n), mp_context=context) as pool:
-            return list(pool.map(check_target, targets, repeat(settings, n), *(repeat(a, n) for a in args)))
-    return [check_target(t, settings, *args) for t in targets]
+            return [_done(r) for r in pool.map(check_target, targets, repeat(settings, n), *(repeat(a, n) for a in args))]
+    return [_done(check_target(t, settings, *args)) for t in targets]
+
+
+def _done(result):
+    progress.advance()  # a folder walk's bar, when one is shown
+    return result
+
+
+# A walk over more files than this shows a progress bar (where `show_progress` says a terminal is watching)
+PROGRESS_FILES = 100
 
 
 def check_paths(paths: Sequence[str], settings: Settings, *, gpu: str | None = None, gpus: int | None = None,
-                assume: Sequence[str] = (), cache: "Cache | None" = None, jobs: int = 1) -> list[FileResult]:
+                assume: Sequence[str] = (), cache: "Cache | None" = None, jobs: int = 1,
+                show_progress: bool = False) -> list[FileResult]:
     with files.size_limit(settings.max_file_size):  # a launcher the walk expands is read within it too
         targets = collect(paths, settings)
-    return check_targets(targets, settings, gpu=gpu, gpus=gpus, assume=assume, cache=cache, jobs=jobs)
+    return check_targets(targets, settings, gpu=gpu, gpus=gpus, assume=assume, cache=cache, jobs=jobs,
+                         show_progress=show_progress)
 
 
 def check_targets(targets: Sequence[Target], settings: Settings, *, gpu: str | None = None, gpus: int | None = None,
-                  assume: Sequence[str] = (), cache: "Cache | None" = None, jobs: int = 1) -> list[FileResult]:
+                  assume: Sequence[str] = (), cache: "Cache | None" = None, jobs: int = 1,
+                  show_progress: bool = False) -> list[FileResult]:
     """Every target checked: from `cache` where nothing it depends on changed, the rest by `jobs`
     processes. The results, and their order, do not depend on either. A target a launch command
-    runs is read with that command's arguments, so it is never cached under the file alone."""
+    runs is read with that command's arguments, so it is never cached under the file alone.
+    `show_progress`: a bar on stderr (memlint.progress) when more than PROGRESS_FILES are to be checked."""
     from memlint.cache import MISS
 
     out: list[FileResult | None] = [None] * len(targets)
@@ -281,7 +330,8 @@ def check_targets(targets: Sequence[Target], settings: Settings, *, gpu: str | N
             todo.append((i, content))
         else:
             out[i] = hit
-    done = _run([targets[i] for i, _ in todo], jobs, settings, (gpu, gpus, tuple(assume)))
+    with progress.showing("checking files", enabled=show_progress and len(todo) > PROGRESS_FILES, total=len(todo)):
+        done = _run([targets[i] for i, _ in todo], jobs, settings, (gpu, gpus, tuple(assume)))
     for (i, content), result in zip(todo, done):
         out[i] = result
         if cache is not None and content is not None:

@@ -11,7 +11,7 @@ import os
 import re
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -46,6 +46,18 @@ class FieldChange:
     kind: str
     path: str
     line: int | None    # in the working-tree file; a removed line is mapped to where it was
+    # a notebook: the code cell (1-based) and the row within it that `line` (a line of the joined code) is, and the
+    # line of the raw .ipynb JSON where that row's text sits (what a pull request shows)
+    cell: int | None = None
+    row: int | None = None
+    raw_line: int | None = None
+
+    @property
+    def where(self) -> str:
+        """'train.py:13', or 'nb.ipynb:cell 4:2' in a notebook (as `memlint check` names it)."""
+        if self.line is None:
+            return self.path
+        return f"{self.path}:cell {self.cell}:{self.row}" if self.cell is not None else f"{self.path}:{self.line}"
 
 
 @dataclass(frozen=True)
@@ -309,10 +321,58 @@ def _key(lines: list[str], line: int | None, fld: str) -> str:
     return m.group(1) if m else fld
 
 
-def field_changes(before: TrainingPlan, after: TrainingPlan, before_text: str, after_text: str,
-                  hunks: list[tuple[int, int, int, int]]) -> list[FieldChange]:
+@dataclass(frozen=True)
+class Code:
+    """A file's text as its plan numbers it: a script's lines, or a notebook's code cells joined (with where each
+    cell starts, 0-based, and each code line's (line, column) in the raw .ipynb JSON)."""
+
+    lines: list[str]
+    cells: list[int] = field(default_factory=list)
+    raw: list[tuple[int, int]] = field(default_factory=list)
+
+    def locate(self, line: int | None) -> tuple[int | None, int | None, int | None]:
+        """(cell, row in the cell, raw JSON line) of a joined-code line; (None, None, None) outside a notebook."""
+        if not self.cells or not line:
+            return None, None, None
+        k = max(i for i, start in enumerate(self.cells) if start < line or i == 0)
+        raw = self.raw[line - 1][0] if 1 <= line <= len(self.raw) else None
+        return k + 1, line - self.cells[k], raw
+
+
+def code_of(text: str, rel: str) -> Code:
+    if Path(rel).suffix != ".ipynb":
+        return Code(source_lines(text))
+    from memlint.extract.ipynb import raw_positions
+    from memlint.extract.source import notebook_cells
+
+    try:
+        lines, cells = notebook_cells(text, Path(rel))
+    except MemlintError:
+        return Code(source_lines(text))
+    return Code(lines, cells, raw_positions(text))
+
+
+def code_hunks(old: Sequence[str], new: Sequence[str]) -> list[tuple[int, int, int, int]]:
+    """The hunks between two notebooks' joined code, numbered as `git diff -U0` numbers a file's (a raw .ipynb's
+    hunks count JSON lines, not the code's)."""
+    import difflib
+
     out = []
-    old_lines, new_lines = source_lines(before_text), source_lines(after_text)
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, list(old), list(new), autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        out.append((i1 if i2 == i1 else i1 + 1, i2 - i1, j1 if j2 == j1 else j1 + 1, j2 - j1))
+    return out
+
+
+def field_changes(before: TrainingPlan, after: TrainingPlan, before_text: "str | Code", after_text: "str | Code",
+                  hunks: list[tuple[int, int, int, int]]) -> list[FieldChange]:
+    """The plan fields that differ, each at the working-tree line that sets it (a removed one where it stood);
+    `before_text`/`after_text` are the files' texts, or their Code (a notebook's joined cells)."""
+    out = []
+    old_code = before_text if isinstance(before_text, Code) else Code(source_lines(before_text))
+    new_code = after_text if isinstance(after_text, Code) else Code(source_lines(after_text))
+    old_lines, new_lines = old_code.lines, new_code.lines
     for name in PLAN_FIELDS:
         b, a = before.get(name), after.get(name)
         if (_shown(b), b.candidates) == (_shown(a), a.candidates):
@@ -325,7 +385,7 @@ def field_changes(before: TrainingPlan, after: TrainingPlan, before_text: str, a
         line = a.line if a.span is not None and a.span.path == after.path else None
         out.append(FieldChange(name, _key(new_lines, a.line, name) if line else name, _shown(b), _shown(a), kind,
                                after.path, line))
-    return out
+    return [replace(c, **dict(zip(("cell", "row", "raw_line"), new_code.locate(c.line)))) for c in out]
 
 
 def _estimate_side(plan: TrainingPlan | None, assume: Sequence[str], gpu, accounting: str) -> Side:
@@ -440,8 +500,10 @@ def run_diff(items: Sequence[str] = (), *, cwd: str | Path = ".", gpu: str | Non
         a_side = _estimate_side(after, assume, target, accounting)
         if before is not None and after is not None:
             before_rel = _relabel(before, old, new) if old != new else before
-            hunks = line_map(root, base, old, new)
-            changes = tuple(field_changes(before_rel, after, before_text, after_text, hunks))
+            old_code, new_code = code_of(before_text, old), code_of(after_text, new)
+            # a notebook's plan numbers the lines of its joined code cells, not of its JSON
+            hunks = code_hunks(old_code.lines, new_code.lines) if new_code.cells else line_map(root, base, old, new)
+            changes = tuple(field_changes(before_rel, after, old_code, new_code, hunks))
         else:
             changes = ()
         delta = None if b_side.peak is None or a_side.peak is None else a_side.peak - b_side.peak

@@ -4,7 +4,8 @@ Resolution order: a local directory with config.json -> the local Hugging Face c
 (offline) -> the bundled catalog -> a local path not on this machine whose folder name is a
 catalogued checkpoint's (marked as assumed: `ModelSpec.assumed_from`) -> a clear error naming
 the closest known ids.
-Never the network, never trust_remote_code, never torch on this path.
+Never the network (unless --online asks for a config.json: catalog/online.py), never trust_remote_code, never
+torch on this path.
 """
 
 from __future__ import annotations
@@ -84,9 +85,14 @@ def resolve(model: str) -> ModelSpec:
     spec = catalog_entry(model) or named_by_folder(model)
     if spec is not None:
         return spec
+    from memlint.catalog import online
+
+    if online.enabled() and online.looks_like_repo_id(model):  # opt-in: only config.json, into the HF cache
+        return spec_from_config_file(online.fetch_config(model), model, source="hub")
     close = closest_ids(model)
     hint = f"; closest known: {', '.join(close)}" if close else ""
+    opt_in = f"; {online.HINT}" if online.looks_like_repo_id(model) else ""
     raise MemlintError(
         f"unknown model {model!r}: not a local directory, not in the Hugging Face cache, "
-        f"not in the bundled catalog{hint} (pass a local path with config.json)"
+        f"not in the bundled catalog{hint} (pass a local path with config.json{opt_in})"
     )

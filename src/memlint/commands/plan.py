@@ -39,8 +39,16 @@ def run(args) -> int:
 
     from memlint.commands.common import min_headroom
 
+    from memlint.commands.common import go_online
+
     check_chart_flags(args)
+    if getattr(args, "fields", False):
+        from memlint.report.plan_view import render_fields
+
+        render_fields(console())
+        return 0
     headroom = min_headroom()
+    go_online(args)
     if getattr(args, "launch_words", None):
         from memlint.extract import extract_targets
         from memlint.extract.shell import command_targets
@@ -89,7 +97,7 @@ def run(args) -> int:
                 doc["conditional"] = cond.to_json() if cond is not None else None
             docs.append(doc)
             continue
-        render_plan(plan, est_doc, detail, out, cond)
+        render_plan(plan, est_doc, detail, out, cond, show_all=args.all)
     if args.format == "json":
         print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=2))
     emit_chart(args, charted, out, terminal=args.format != "json")
@@ -108,5 +116,14 @@ def add_parser(sub) -> None:
     pl.add_argument("--gpus", type=int, metavar="N", help="GPUs the run spans: the estimate is per GPU (rank)")
     pl.add_argument("--accounting", choices=("real", "textbook"), default="real")
     pl.add_argument("--format", choices=("table", "json"), default="table")
+    pl.add_argument("--fields", action="store_true",
+                    help="list the plan's fields: what each means, the names --assume takes for it (short and "
+                         "Hugging Face argument names) and the estimate flag that sets it")
+    pl.add_argument("--all", action="store_true",
+                    help="show every plan field (default: those that matter for the run: the core fields, what the "
+                         "estimate lacks, and what the script sets)")
     add_chart_flags(pl)
+    from memlint.commands.common import add_online_flag
+
+    add_online_flag(pl)
     pl.set_defaults(func=run)

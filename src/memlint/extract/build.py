@@ -466,8 +466,17 @@ class Builder:
         dls = self.facts.first("objects", DataLoader)
         train_dl = next((d for d in dls if isinstance(d.get("shuffle"), Const) and d.get("shuffle").value), dls[0] if dls else None)
         windows = self.facts.first("windows")
+        yields = self.facts.first("batch_yields")
         if train_dl is not None:
             bs = train_dl.get("batch_size")
+            if isinstance(bs, Const) and bs.value is None and yields:
+                # DataLoader(ds, batch_size=None): no batching of its own, the dataset yields whole batches
+                y = yields[0]
+                n = y.rows.with_value(y.rows.value, f"DataLoader(batch_size=None) (line {train_dl.line}): the dataset "
+                                      f"yields batches of {y.rows.value} rows (`if len(batch) == n: yield`, line {y.line})") \
+                    if isinstance(y.rows, Const) else y.rows
+                self.put("per_device_batch", n, _int, train_dl.line)
+                return train_dl
             self.put("per_device_batch", bs if bs is not None else _libc("torch.utils.data.DataLoader", "batch_size", train_dl.line), _int, train_dl.line)
         elif windows:  # nanoGPT's get_batch: torch.stack([data[i : i + n] for i in torch.randint(_, (B,))])
             self.put("per_device_batch", windows[0].rows, _int, windows[0].line)
@@ -1009,20 +1018,11 @@ class Builder:
                     else:  # an unknown or untruncated (None) prompt or completion length decides
                         lengths.append(p if not isinstance(p, Const) or p.value is None else c)
                 else:
-                    ml = a.get("max_length")
-                    kw = trainer.kwargs.get("max_length")
-                    why = api.trainer_keyword(name, "max_length") if kw is not None else None
-                    if why is not None:  # DPOTrainer(..., max_length=1536) of TRL < 0.13 wins over the arguments
-                        ml = Const(kw.value, kw.source, kw.line, kw.chain + (why,), kw.file) if isinstance(kw, Const) else kw
-                    if ml is None:
-                        ml = field_value(a, "max_length")
-                        if isinstance(ml, Unknown) and a.cls.endswith("TrainingArguments") and api.trainer(name) is not None:
-                            # TrainingArguments has no max_length: the trainer's own default (its config's) applies
-                            d = library_default(api.trainer(name).arguments, "max_length")
-                            if d is not None:
-                                ml = Const(d.value, "library-default", a.line or None,
-                                           (f"{d.why}; {name} given a TrainingArguments takes its own default",))
-                    lengths.append(ml)
+                    ml = self.trainer_keyword(trainer, "max_length")
+                    ml = ml if ml is not None else a.get("max_length")
+                    lengths.append(ml if ml is not None else self.trainer_field(name, a, "max_length"))
+            if not arg_objs and self.trainer_keyword(trainer, "max_length") is not None:
+                lengths.append(self.trainer_keyword(trainer, "max_length"))
             self.put("max_length", _alts(lengths) if lengths else Unknown("max_length"), _length, line)
             self.put("packing", Const(False, "library-default", line, (f"{name} does not pack",)), _bool, line)
             self.put("padding", Const("longest", "library-default", line, (f"{name} pads each batch to its longest sequence",)), line=line)
@@ -1030,6 +1030,68 @@ class Builder:
         collator = trainer.kwargs.get("data_collator")
         has_tok = trainer.kwargs.get("processing_class", trainer.kwargs.get("tokenizer")) is not None
         self.data_padding(collator, has_tok, trainer.line)
+        if not self.fields["max_length"].known:
+            own = self.args_length_field(arg_objs or [])
+            if own is not None:
+                self.put("max_length", own, _length, line)
+
+    @staticmethod
+    def args_length_field(arg_objs: list[Obj]) -> Any:
+        """A length field the script's own TrainingArguments subclass declares (a checkout GRPOConfig's
+        max_seq_len), set in the call, by a later attribute write (`args.max_seq_len = 4096`) or its default:
+        the trainer that takes those arguments reads it to cut its sequences."""
+        for a in arg_objs:
+            c = getattr(a, "user_class", None)
+            declared: set = set()
+            seen = 0
+            while c is not None and hasattr(c, "fields") and seen < 20:
+                seen += 1
+                declared |= set(c.fields)
+                nxt = [b for b in c.bases if hasattr(b, "fields")]
+                c = nxt[0] if nxt else None
+            for name in sorted(declared & api.length_arguments()):
+                v = a.get(name)
+                v = v if v is not None else field_value(a, name)
+                if isinstance(v, Const) and isinstance(v.value, int) and not isinstance(v.value, bool) and v.value > 0:
+                    return Const(v.value, v.source, v.line, v.chain + (
+                        f"{a.user_class.name}.{name}, a length field of the script's own training arguments class, "
+                        "read by the trainer it is given to",), v.file)
+        return None
+
+    def trainer_keyword(self, trainer: Obj, key: str) -> Any:
+        """A length keyword given to the trainer itself (TRL's DPOTrainer(max_length=1536) beside a
+        TrainingArguments; data/library_api.json trainer_length_keywords), or None. The versions that
+        accept it decide: a checkout pin outside them rejects the call (a note); unpinned, a script that
+        passes it runs on a version that takes it."""
+        from memlint.library.versions import checkout_pin, in_range
+
+        v = trainer.kwargs.get(key)
+        facts = api.trainer_length_keyword(trainer.cls, key)
+        if v is None or facts is None:
+            return None
+        _field, package, versions, ref = facts
+        pin = checkout_pin(package)
+        if pin is not None and not in_range(pin.version, versions):
+            self.notes.append(f"{trainer.cls}({key}=...) (line {trainer.line}): {pin.describe()} does not take it "
+                              f"({package}{versions} does: {ref}); not read")
+            return None
+        if isinstance(v, Const) and v.value is None:
+            return None  # None: the trainer's own default applies
+        how = f"{trainer.cls}({key}=...) (line {trainer.line}), a keyword {package}{versions} takes ({ref})"
+        return v.with_value(v.value, how) if isinstance(v, Const) else v
+
+    def trainer_field(self, name: str, a: Obj, attr: str) -> Any:
+        """A field of the trainer's arguments; a TrainingArguments lacks the trainer's own fields
+        (max_length): the trainer then falls back to its config class's default."""
+        v = field_value(a, attr)
+        facts = api.trainer(name)
+        if isinstance(v, Unknown) and facts is not None and a.cls.endswith(".TrainingArguments") \
+                and facts.arguments != a.cls:
+            d = library_default(facts.arguments, attr)
+            if d is not None:
+                return Const(d.value, "library-default", a.line or None,
+                             (f"{d.why}; {name} given a TrainingArguments falls back to it",))
+        return v
 
     def unsloth_length(self, models: list[Obj]) -> Any:
         for m in models:
@@ -1128,8 +1190,20 @@ class Builder:
         if not any(isinstance(v, (Const, Alts)) for v in lengths):
             # no length read (none, or only calls whose max_length memlint cannot follow, such as a helper's
             # `max_length=tokenizer.model_max_length` of a tokenizer parameter): the script's own length argument
-            lengths = self.length_argument() or lengths
+            lengths = self.length_argument() or self.companion_length() or lengths
         self.put("max_length", _alts(lengths) if lengths else Unknown("no max_length in tokenizer calls or collators"), _length, line)
+
+    def companion_length(self) -> list:
+        """The length a companion script of the checkout wrote the arrays the script loads at (extract/companion.py)."""
+        from memlint.extract.companion import written_length
+
+        names = list(dict.fromkeys(n for n, _ in self.facts.array_loads))
+        found = written_length(self.script, names) if names else None
+        if found is None and names:
+            line = self.facts.array_loads[0][1]
+            self.notes.append(f"max_length: the script loads pre-tokenized data ({', '.join(names)}, line {line}); no script "
+                              "of the checkout memlint read writes it, so the length it was cut to is not known")
+        return [found] if found is not None else []
 
     def length_argument(self) -> list:
         """The script's own length argument (args.max_seq_length, cfg.cutoff_len) when no tokenizer call

@@ -85,6 +85,19 @@ def _hand_quant(it: Any, name: str, kwargs: dict, line: int | None, how: str, mo
         it.facts.hand_quant.append(got)
 
 
+def _pretrained_model_class(cls: Any) -> bool:
+    """Whether a class of the checkout derives from transformers' PreTrainedModel."""
+    stack, seen = [cls], 0
+    while stack and seen < 20:
+        seen += 1
+        x = stack.pop()
+        if isinstance(x, Ref) and x.qual.startswith("transformers.") and _last(x.qual) == "PreTrainedModel":
+            return True
+        if isinstance(x, Class):
+            stack.extend(x.bases)
+    return False
+
+
 def _record_layer(c: Call) -> None:
     """nn.Linear(in, out, bias=) / nn.Embedding(n, d) built inside a script model's __init__."""
     vals = [a.value if isinstance(a, Const) else None for a in c.args[:2]]
@@ -1268,6 +1281,13 @@ class Handlers:
             if post is not None and post[0] == "method" and isinstance(post[1], Func):
                 c.it.call_function(post[1], [inst], {}, c.line)  # padded_vocab_size = find_multiple(...)
             return inst
+        cfg = c.arg(0, "config")
+        if isinstance(cfg, HfConfig) and _MODEL_CLASS.match(cls.name) and not _NOT_MODEL.search(cls.name) \
+                and _pretrained_model_class(cls):
+            # the checkout's copy of a transformers model class (class LlamaForCausalLM(PreTrainedModel)) built from
+            # a config: a model of that config, as transformers' own class would be (from_config)
+            return self._load_model(Call(c.it, f"{cls.name}.from_config", [cfg], dict(c.kwargs), c.open, c.line),
+                                    cls.name, "from_config")
         if custom_model.is_module_class(cls, library_base):
             return self.script_model(c, cls)
         inst = Instance(cls.name, c.line or 0, {}, {}, c.open, user_class=cls)
@@ -2016,6 +2036,8 @@ def _steps_an_optimizer(fn: Any) -> bool | None:
     None when the hook is not the script's own function."""
     import libcst as cst
 
+    from memlint.extract.parsed import children
+
     node = fn.node if isinstance(fn, Func) else None
     if node is None:
         return None
@@ -2024,5 +2046,5 @@ def _steps_an_optimizer(fn: Any) -> bool | None:
         n = stack.pop()
         if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "step":
             return True
-        stack.extend(n.children)
+        stack.extend(children(n))
     return False

@@ -16,7 +16,7 @@ from typing import Any
 
 import libcst as cst
 from memlint.extract import budget, slicing
-from memlint.extract.parsed import Parsed, ParserSyntaxError, parse, source_of
+from memlint.extract.parsed import Parsed, ParserSyntaxError, children, parse, source_of
 
 from memlint.extract.objects import (BoundMethod, Chunking, DictMethod, Fields, Model, Obj, OpenFile, Partial, RandomOffsets, Range,
                                      SeqMethod, Window)
@@ -43,6 +43,7 @@ MAX_STEPS = 200_000         # statements walked per script, all calls included
 
 # tensors built to pad a sample by hand: torch.full((1, n - l), pad), F.pad(x, (0, n - len(x)))
 _TENSOR_PADS = {"torch.full", "torch.nn.functional.pad", "numpy.full", "numpy.pad"}
+_ARRAY_LOADS = {"numpy.load", "numpy.memmap", "numpy.fromfile", "torch.load"}  # data a companion script may have written
 
 _BINOPS = {
     "Add": operator.add, "Subtract": operator.sub, "Multiply": operator.mul,
@@ -118,6 +119,8 @@ class Facts:
     length_args: list = field(default_factory=list)      # LengthArg: args.max_seq_length read from the script's arguments
     target_length_args: list = field(default_factory=list)  # LengthArg: args.max_target_length (a seq2seq's labels)
     hand_pads: list = field(default_factory=list)        # HandPad: padding the script writes itself
+    batch_yields: list = field(default_factory=list)     # BatchYield: `if len(batch) == n: yield batch` in a dataset
+    array_loads: list = field(default_factory=list)      # (file name, line): np.load / torch.load of a named array file
     offloads: list = field(default_factory=list)         # Const offload kinds a wrapper's options set (FSDP CPUOffload)
     autocasts: list = field(default_factory=list)        # AutocastCall
     steps: list = field(default_factory=list)            # OptimizerStep
@@ -158,6 +161,7 @@ class Interpreter:
         self.path = path
         self.launch = launch         # extract.launch.Launch: the command the script is run with, or None
         self.pad_counts: dict[str, cst.CSTNode] = {}  # name = n - len(ids): the count of a hand padding
+        self.pad_prior: dict[int, cst.CSTNode] = {}  # id of `n = min(n, cap)`'s value -> what n was bound to before
         self.dir = path.parent
         self.handlers = handlers
         self.facts = Facts()
@@ -170,6 +174,7 @@ class Interpreter:
         self.writes: list[dict] = []  # per branch being walked: the object attributes it assigned (branches())
         self.accum: list[Any] = []   # `if step % N == 0:` blocks we are inside
         self.micro_accum: Any = None  # N of the last `for _ in range(N): ... backward()` loop
+        self.loop_depth = 0  # loops walked once for all their (unknown) iterations that we are inside
         self.funcs: list[Func] = []
         self.star_imports: list[str] = []
         self.steps = 0
@@ -192,7 +197,7 @@ class Interpreter:
     def run(self) -> Facts:
         self._exec_module(self.main)
         self.facts.reached = {name: len(getattr(self.facts, name)) for name in
-                              ("objects", "tokenizer_calls", "chunking", "windows", "length_args", "target_length_args", "hand_pads", "steps", "autocasts", "liger_calls",
+                              ("objects", "tokenizer_calls", "chunking", "windows", "length_args", "target_length_args", "hand_pads", "batch_yields", "steps", "autocasts", "liger_calls",
                                "backward", "grad_hooks")}
         # Functions nothing called (entry points of other launchers, helpers passed by name)
         # still say how the script trains: walk them once, their parameters at their defaults.
@@ -336,10 +341,33 @@ class Interpreter:
 
     def exec_block(self, stmts: Any, env: Env) -> bool:
         """Run statements in order; True when the block always leaves (return/raise/...)."""
-        for stmt in stmts:
-            if self.exec_stmt(stmt, env):
-                return True
-        return False
+        pushed = 0
+        try:
+            for stmt in stmts:
+                if self.exec_stmt(stmt, env):
+                    return True
+                if self.loop_depth and isinstance(stmt, cst.If):
+                    n = self.skip_unless_modulo(stmt, env)
+                    if n is not None:  # `if step % N != 0: continue`: what follows runs on every N-th
+                        self.accum.append(n)
+                        pushed += 1
+            return False
+        finally:
+            for _ in range(pushed):
+                self.accum.pop()
+
+    def skip_unless_modulo(self, node: cst.If, env: Env) -> Any:
+        """N of `if step % N != 0: continue` (no else): the rest of the loop body is the accumulation step."""
+        test = node.test
+        if node.orelse is not None or not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+                                           and isinstance(test.comparisons[0].operator, cst.NotEqual)):
+            return None
+        body = node.body.body
+        smalls = body if isinstance(node.body, cst.SimpleStatementSuite) else \
+            body[0].body if len(body) == 1 and isinstance(body[0], cst.SimpleStatementLine) else ()
+        if not (smalls and all(isinstance(s, cst.Continue) for s in smalls)):
+            return None
+        return self.modulo_test(test, env)
 
     def exec_stmt(self, stmt: cst.CSTNode, env: Env) -> bool:
         self.steps += 1
@@ -405,7 +433,12 @@ class Interpreter:
             if isinstance(orelse, cst.If):
                 return self.exec_if(orelse, e)
             return self.exec_block(orelse.body.body, e)
+        self.batch_yield_idiom(node, env)
         accum = self.modulo_test(node.test, env)
+        if accum is not None and self.loop_depth:
+            # `if step % N != 0: continue` in a loop walked once for all its iterations: the counter's first
+            # value does not decide it, each side runs on some iteration (the optimizer step on every N-th)
+            truth = None
         def run_body(e: Env) -> bool:
             if accum is not None:
                 self.accum.append(accum)
@@ -523,7 +556,11 @@ class Interpreter:
             if isinstance(node, cst.For):
                 items = self.iter_items(self.ev(node.iter, e))
                 self.assign(node.target, items, e, node)
-            self.exec_block(node.body.body, e)
+            self.loop_depth += 1
+            try:
+                self.exec_block(node.body.body, e)
+            finally:
+                self.loop_depth -= 1
             return False
         if not isinstance(node, cst.For):
             self.ev(node.test, env)
@@ -601,6 +638,9 @@ class Interpreter:
 
     def assign(self, target: cst.CSTNode, value: Any, env: Env, stmt: cst.CSTNode) -> None:
         if isinstance(target, cst.Name) and getattr(stmt, "value", None) is not None:
+            prev = self.pad_counts.get(target.value)
+            if prev is not None and any(isinstance(n, cst.Name) and n.value == target.value for n in _walk(stmt.value)):
+                self.pad_prior[id(stmt.value)] = prev  # max_len = min(max_len, cap): the max_len before
             self.pad_counts[target.value] = stmt.value  # the expression a name was last bound to
         if isinstance(target, cst.Name):
             if type(value) is Ref:
@@ -684,7 +724,9 @@ class Interpreter:
                 subm = self.sibling(f"{dotted}.{name}" if dotted else name, level)
                 env.vars[bound] = ModuleVal(name, subm.env) if subm else Unknown(f"{name} from a relative import")
             else:
-                env.vars[bound] = Ref(f"{dotted}.{name}" if dotted else name)
+                # a module of a folder without __init__.py (a namespace package of the checkout)
+                subm = self.sibling(f"{dotted}.{name}") if dotted else None
+                env.vars[bound] = ModuleVal(name, subm.env) if subm else Ref(f"{dotted}.{name}" if dotted else name)
 
     def dotted(self, node: cst.CSTNode) -> str:
         if isinstance(node, cst.Name):
@@ -849,6 +891,20 @@ class Interpreter:
                 return None
         return vals.pop() if len(vals) == 1 else None
 
+    def batch_yield_idiom(self, node: cst.If, env: Env) -> None:
+        """`if len(batch) == n: yield collate(batch)` (or >= n): a generator that yields whole batches of n."""
+        from memlint.extract.objects import BatchYield
+
+        test = node.test
+        if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+                and isinstance(test.comparisons[0].operator, (cst.Equal, cst.GreaterThanEqual))
+                and isinstance(test.left, cst.Call) and self.dotted(test.left.func) == "len"):
+            return
+        if not any(isinstance(n, cst.Yield) for stmt in node.body.body for n in _walk(stmt)):
+            return
+        n = self.ev(test.comparisons[0].comparator, env)
+        self.facts.batch_yields.append(BatchYield(n, self.line_of(node), self.cur_file()))
+
     def modulo_test(self, test: cst.CSTNode, env: Env) -> Any:
         """N in `if step % N == 0:` (gradient accumulation in a hand-written loop)."""
         if isinstance(test, cst.BooleanOperation):
@@ -869,7 +925,10 @@ class Interpreter:
     def _ev(self, node: cst.CSTNode, env: Env) -> Any:
         t = type(node)
         if t is cst.Integer or t is cst.Float:
-            return self.const(node.evaluated_value, node)
+            try:
+                return self.const(node.evaluated_value, node)
+            except (ValueError, SyntaxError, OverflowError):  # past int()'s digit limit: Python refuses it too
+                return Unknown("a number Python cannot convert")
         if t is cst.SimpleString:
             return self.const(_string_value(node), node)
         if t is cst.ConcatenatedString:
@@ -1035,15 +1094,9 @@ class Interpreter:
     def slice_of(self, base: Any, node: cst.Subscript, env: Env) -> Any:
         """seq[a:b] over a known sequence or string with constant bounds."""
         sl = node.slice[0].slice
-        bounds = []
-        for part in (sl.lower, sl.upper, sl.step):
-            if part is None:
-                bounds.append(None)
-                continue
-            v = self.ev(part, env)
-            if not (isinstance(v, Const) and (v.value is None or isinstance(v.value, int))):
-                return Unknown("a slice with unknown bounds")
-            bounds.append(v.value)
+        bounds = self._slice_bounds(sl, env)
+        if bounds is None:
+            return Unknown("a slice with unknown bounds")
         self._slice_cap(sl, bounds, env)
         s = slice(*bounds)
         out = None
@@ -1057,15 +1110,45 @@ class Interpreter:
             out = v if out is None else merge(out, v)
         return out
 
+    def trim_to_longest(self, sl: cst.Slice) -> None:
+        """`input_ids[:, :lengths.max() + 1]`: a padded batch cut to its longest row (a collator that trims
+        what was stored at a fixed width): padding to the longest of the batch."""
+        from memlint.extract.objects import HandPad
+
+        up = sl.upper
+        if sl.lower is not None or up is None or (self.stack and _reporting(self.stack[-1].qual)):
+            return
+        names = [n.value for n in _walk(up) if isinstance(n, cst.Name)]
+        code = self.code(up) + " " + " ".join(self.code(self.pad_counts[n]) for n in names if n in self.pad_counts)
+        if "max(" in code or ".max()" in code:
+            self.facts.hand_pads.append(HandPad("longest", None, self.line_of(sl), self.cur_file()))
+
+    def _slice_bounds(self, sl: cst.Slice, env: Env) -> list | None:
+        """[lower, upper, step] of a slice with constant (or absent) bounds, else None."""
+        bounds = []
+        for part in (sl.lower, sl.upper, sl.step):
+            if part is None:
+                bounds.append(None)
+                continue
+            v = self.ev(part, env)
+            if not (isinstance(v, Const) and (v.value is None or isinstance(v.value, int))):
+                return None
+            bounds.append(v.value)
+        return bounds
+
     def _slice_cap(self, sl: cst.Slice, bounds: list, env: Env) -> None:
         """`ids[:max_length]`: a hand truncation to the script's own length (a name the length
-        vocabulary knows, data/library_api.json) is the script's length argument too."""
+        vocabulary knows, data/library_api.json, in any case and under a prefix: a local `MAX_LENGTH = 1024`
+        of a map function, a collate function's `allowed_max_length`) is the script's length argument too."""
         from memlint.extract.objects import LengthArg
-        from memlint.library import api
 
         lower, upper, step = bounds
-        name = sl.upper.value if isinstance(sl.upper, cst.Name) else sl.upper.attr.value if isinstance(sl.upper, cst.Attribute) else None
-        if name in api.length_arguments() and lower in (None, 0) and step is None and isinstance(upper, int) \
+        up = sl.upper
+        key = up.slice[0].slice.value if isinstance(up, cst.Subscript) and len(up.slice) == 1 \
+            and isinstance(up.slice[0].slice, cst.Index) else None
+        name = up.value if isinstance(up, cst.Name) else up.attr.value if isinstance(up, cst.Attribute) \
+            else key.evaluated_value if isinstance(key, cst.SimpleString) else None  # args["context_length"]
+        if name is not None and _length_name(name) and lower in (None, 0) and step is None and isinstance(upper, int) \
                 and not isinstance(upper, bool) and upper > 0:
             v = self.ev(sl.upper, env)
             line = self.line_of(sl.upper)
@@ -1075,6 +1158,13 @@ class Interpreter:
         base = self.ev(node.value, env)
         if len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Slice):
             return self.slice_of(base, node, env)
+        if len(node.slice) > 1 and isinstance(node.slice[-1].slice, cst.Slice):
+            # a tensor cut along its last dimension: pad_sequence(...)[:, :max_len]
+            bounds = self._slice_bounds(node.slice[-1].slice, env)
+            if bounds is not None:
+                self._slice_cap(node.slice[-1].slice, bounds, env)
+            else:
+                self.trim_to_longest(node.slice[-1].slice)
         key = self.subscript_key(node, env)
         out = None
         for b in flatten(base):
@@ -1334,6 +1424,8 @@ class Interpreter:
     def record_pad(self, target: cst.CSTNode, line: int | None, env: Env) -> None:
         from memlint.extract.objects import HandPad
 
+        if self.stack and _reporting(self.stack[-1].qual):
+            return  # padding a list of losses to plot or log: not how the training batch is padded
         for _ in range(3):  # batch_max_len = min(max(lengths), max_len); pad_len = batch_max_len - len(ids)
             if isinstance(target, cst.Name) and target.value in self.pad_counts:
                 target = self.pad_counts[target.value]
@@ -1341,8 +1433,14 @@ class Interpreter:
         value = self.ev(target, env)
         cap, data_dependent = None, False
         if isinstance(target, cst.Call) and self.dotted(target.func) == "min":  # min(max(lengths), max_len)
+            prior = self.pad_prior.get(id(target))
             for a in target.args:
-                v = self.ev(a.value, env)
+                if prior is not None and isinstance(a.value, cst.Name) and self.pad_counts.get(a.value.value) is target:
+                    # n = max(lengths); n = min(n, cap): the n inside min() is the batch's longest
+                    code += " " + self.code(prior)
+                    v = self.ev(prior, env)
+                else:
+                    v = self.ev(a.value, env)
                 if isinstance(v, Const) and isinstance(v.value, int):
                     cap = v
                 else:
@@ -1379,7 +1477,11 @@ class Interpreter:
             self.facts.windows.append(Window(offsets.count, self.ev(hit[1], env), self.line_of(hit[0])))
 
     def chunk_idiom(self, elt: cst.CSTNode, var: str, step: cst.CSTNode, env: Env) -> None:
-        """`t[i : i + n] for i in range(0, total, n)`: fixed-length blocks of n tokens."""
+        """`t[i : i + n] for i in range(0, total, n)`: fixed-length blocks of n tokens. A step named as a
+        batch size (`range(0, n_samples, train_batch_size)`) cuts a list of samples into batches, not tokens."""
+        name = step.value if isinstance(step, cst.Name) else step.attr.value if isinstance(step, cst.Attribute) else None
+        if name is not None and _named_in(name, api.batch_size_names()):
+            return
         hit = self._offset_slice(elt, var, self.code(step))
         if hit is not None:
             self.facts.chunking.append(Chunking(self.ev(step, env), self.line_of(hit[0])))
@@ -1405,7 +1507,14 @@ class Interpreter:
         func = self.ev(node.func, env)
         if type(func) is Ref and func.qual in _TENSOR_PADS:
             self.tensor_pad_idiom(node, env)
-        if type(func) is Ref and func.qual.endswith("nn.utils.rnn.pad_sequence"):  # pads to the batch's longest
+        if type(func) is Ref and func.qual in _ARRAY_LOADS and node.args:
+            from memlint.extract.companion import array_name
+
+            name = array_name(node.args[0].value)
+            if name is not None:
+                self.facts.array_loads.append((name, self.line_of(node)))
+        if type(func) is Ref and func.qual.endswith("nn.utils.rnn.pad_sequence") \
+                and not (self.stack and _reporting(self.stack[-1].qual)):  # pads to the batch's longest
             from memlint.extract.objects import HandPad
 
             self.facts.hand_pads.append(HandPad("longest", None, self.line_of(node), self.cur_file()))
@@ -1512,6 +1621,8 @@ class Interpreter:
                 return self.handlers.checkout_lora(self, f, name, args, kwargs, line)
             return self.call_function(f, args, kwargs, line)
         if isinstance(f, BoundMethod):
+            if f.func.qual.rsplit(".", 1)[-1] == "step" and _optimizer_class(getattr(f.instance, "user_class", None)):
+                self.facts.unknown_steps.append(line)  # the step of the checkout's own torch Optimizer subclass
             return self.call_function(f.func, [f.instance, *args], kwargs, line)
         # Objects built inside a sibling module are placed at the script's call into it: their
         # lines are reported against the script (values keep their own file and line).
@@ -1531,6 +1642,9 @@ class Interpreter:
                 elif isinstance(x, Partial):
                     if isinstance(x.func, Func) and not x.func.ran:
                         self.call_function(x.func, x.args, dict(x.kwargs), line)
+                elif isinstance(x, BoundMethod) and isinstance(x.func, Func) and not x.func.ran:
+                    # collate_fn=dataset.collate_fn: the library calls the method of that instance
+                    self.call_function(x.func, [x.instance], {}, line)
                 elif isinstance(x, Obj) and getattr(x, "user_class", None) is not None and not getattr(x, "_protocols_ran", False):
                     # a collator, dataset or model of the script's own class handed to the library: the
                     # library calls its __call__ / __getitem__ / __iter__, with this instance as self
@@ -1540,6 +1654,37 @@ class Interpreter:
                         if hit is not None and hit[0] == "method" and isinstance(hit[1], Func):
                             self.call_function(hit[1], [x], {}, line)
         return result
+
+
+def _optimizer_class(cls: Any) -> bool:
+    """Whether a class of the script's checkout derives from torch.optim.Optimizer."""
+    stack, seen = [cls], 0
+    while stack and seen < 20:
+        seen += 1
+        x = stack.pop()
+        if isinstance(x, Ref) and (x.qual.endswith("optim.Optimizer") or x.qual.endswith("optim.optimizer.Optimizer")):
+            return True
+        if isinstance(x, Class):
+            stack.extend(x.bases)
+    return False
+
+
+def _length_name(name: str) -> bool:
+    """A name the length vocabulary knows (data/library_api.json length_arguments), in any case, alone
+    or as the end of a longer name: MAX_LENGTH, allowed_max_length, train_max_seq_len."""
+    return _named_in(name, api.length_arguments())
+
+
+def _reporting(qual: str) -> bool:
+    """A function whose name says it reports (plot_losses, print_batch; its first word in data/library_api.json
+    reporting_words): what it pads is a figure's or a printout's, not a training batch."""
+    return qual.rsplit(".", 1)[-1].lower().strip("_").split("_")[0] in api.reporting_words()
+
+
+def _named_in(name: str, vocabulary: frozenset[str]) -> bool:
+    """`name` is one of `vocabulary`, in any case, alone or as the end of a longer name."""
+    low = name.lower()
+    return any(low == v or low.endswith("_" + v) for v in vocabulary)
 
 
 @dataclass(eq=False)
@@ -1674,7 +1819,7 @@ def _walk(node: cst.CSTNode):
     while stack:
         n = stack.pop()
         yield n
-        stack.extend(n.children)
+        stack.extend(children(n))
 
 
 def _empty_weights_context(expr: cst.CSTNode) -> bool:

@@ -10,9 +10,9 @@ text prefilter never imports it.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Iterator, Mapping, NamedTuple
 
-__all__ = ["Parsed", "ParserSyntaxError", "parse", "source_of"]
+__all__ = ["Parsed", "ParserSyntaxError", "children", "parse", "source_of", "walk"]
 
 
 class ParserSyntaxError(Exception):
@@ -38,7 +38,7 @@ def parse(source: str) -> Parsed:
     _refuse_deep(source)
     try:
         module = libcst.parse_module(source)
-        pos = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        pos = _positions(module, MetadataWrapper, PositionProvider)
     except libcst.ParserSyntaxError as err:
         raise _diagnosis(source) or ParserSyntaxError(_first_line(err.message), err.raw_line, err.raw_column) from None
     except RecursionError:
@@ -52,6 +52,7 @@ def parse(source: str) -> Parsed:
 # native parser recurses once per level and overflows the C stack (a segmentation fault, the whole run lost)
 # at about 2,000 nested brackets or 5,000-10,000 chained operators, lambdas or elifs.
 MAX_BRACKETS = 200
+_MAX_DIGITS = 4300  # sys.get_int_max_str_digits()'s default: CPython refuses a longer decimal literal
 MAX_CHAIN = 1000
 
 
@@ -82,6 +83,10 @@ def _refuse_deep(source: str) -> None:
             if kind == tokenize.NEWLINE:
                 chain, line_start = [0], True
                 continue
+            if kind == tokenize.NUMBER and len(text) > _MAX_DIGITS and text.replace("_", "").isdigit():
+                # Python refuses the file (int() of a literal past its digit limit): say so as CPython does
+                raise _diagnosis(source) or ParserSyntaxError(f"Exceeds the limit ({_MAX_DIGITS} digits) for "
+                                                              "integer string conversion", tok.start[0], tok.start[1])
             if line_start:  # the first token of a logical line
                 line_start = False
                 run = elifs.get(indent, 0) + 1 if text == "elif" else 0
@@ -115,6 +120,68 @@ def _refuse_deep(source: str) -> None:
                                             "parse it", tok.start[0], tok.start[1])
     except (tokenize.TokenError, SyntaxError):  # unclosed at the end, bad indentation: libcst says what is wrong
         return
+
+
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+# libcst's whitespace and punctuation: nothing memlint reads is below them
+_SKIP = frozenset({"whitespace", "whitespace_before", "whitespace_after", "lpar", "rpar", "comma", "semicolon",
+                   "leading_lines", "lines_after_decorators", "header", "footer", "newline", "equal", "colon",
+                   "whitespace_after_func", "whitespace_before_args", "whitespace_after_star", "whitespace_after_arg",
+                   "whitespace_before_colon", "whitespace_after_colon", "whitespace_before_test",
+                   "whitespace_after_test", "whitespace_before_indicator", "whitespace_after_indicator",
+                   "whitespace_before_params", "whitespace_after_def", "whitespace_after_class", "whitespace_after_name",
+                   "whitespace_before_value", "whitespace_after_await", "whitespace_after_at", "dot", "star_tok",
+                   "whitespace_before_from", "whitespace_after_from", "whitespace_after_import",
+                   "whitespace_before_as", "whitespace_after_as", "whitespace_after_lambda",
+                   "whitespace_before_if", "whitespace_after_if", "whitespace_before_else", "whitespace_after_else",
+                   "whitespace_before_for", "whitespace_after_for", "whitespace_before_in", "whitespace_after_in",
+                   "whitespace_before_walrus", "whitespace_after_walrus", "whitespace_after_del",
+                   "whitespace_after_return", "whitespace_after_raise", "whitespace_after_assert",
+                   "whitespace_after_global", "whitespace_after_nonlocal", "whitespace_after_yield",
+                   "whitespace_after_with", "whitespace_before_with_items", "whitespace_after_with_items",
+                   "whitespace_after_except", "whitespace_after_case", "whitespace_after_match"})
+
+
+def children(node: Any) -> list[Any]:
+    """A node's child nodes that carry code (whitespace, parentheses and commas left out), read from its dataclass
+    fields: a walk over them costs a fraction of one of libcst's visitor passes, which rebuild every node they visit.
+    The order is the fields' (not always the source's: sort by position where it matters)."""
+    import libcst
+
+    names = _CHILD_FIELDS.get(type(node))
+    if names is None:
+        import dataclasses
+
+        names = _CHILD_FIELDS[type(node)] = tuple(f.name for f in dataclasses.fields(node) if f.name not in _SKIP)
+    out: list[Any] = []
+    for name in names:
+        v = getattr(node, name)
+        if isinstance(v, libcst.CSTNode):
+            out.append(v)
+        elif type(v) in (list, tuple):
+            out.extend(x for x in v if isinstance(x, libcst.CSTNode))
+    return out
+
+
+def walk(node: Any) -> Iterator[tuple[Any, Any]]:
+    """(node, parent) for `node` (parent None) and everything below it, parents first (no recursion: any depth)."""
+    stack: list[tuple[Any, Any]] = [(node, None)]
+    while stack:
+        n, parent = stack.pop()
+        yield n, parent
+        stack.extend((c, n) for c in reversed(children(n)))
+
+
+def _positions(module: Any, wrapper: Any, provider: Any) -> Mapping[Any, Any]:
+    """Every node's range from libcst's PositionProvider. MetadataWrapper.resolve walks the whole tree once for the
+    batchable providers (none here) before the provider's own code-generation pass: the provider is run alone
+    when this libcst has the hooks it is built from, and through the wrapper otherwise (same ranges)."""
+    try:
+        p = provider()
+        p._gen_impl(module)
+        return p._computed
+    except (AttributeError, TypeError):
+        return wrapper(module, unsafe_skip_copy=True).resolve(provider)
 
 
 def source_of(parsed: Parsed, node: Any) -> str | None:

@@ -15,7 +15,8 @@ from memlint.rules.base import Finding, Fix
 
 __all__ = ["FixResult", "apply_fixes", "effective_fix", "unified_diff", "CODEMOD_NAMES"]
 
-CODEMOD_NAMES = ("dynamic-padding", "group-by-length", "gradient-checkpointing", "double-quant", "nf4-quant-type")
+CODEMOD_NAMES = ("dynamic-padding", "group-by-length", "gradient-checkpointing", "double-quant", "nf4-quant-type",
+                 "suggestion")
 
 
 @dataclass

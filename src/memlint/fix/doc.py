@@ -15,7 +15,7 @@ from typing import Iterable, Iterator
 
 import libcst as cst
 
-from memlint.extract.parsed import parse
+from memlint.extract.parsed import children, parse, walk
 
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 NOT_LITERAL = object()  # what literal() returns for an expression that is not a plain literal
@@ -79,14 +79,16 @@ class Doc:
 
     def __init__(self, source: str) -> None:
         self.source = source
-        from libcst.metadata import MetadataWrapper, ParentNodeProvider
-
         parsed = parse(source)
         self.module, self.pos = parsed.module, parsed.pos
-        self.parent = MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(ParentNodeProvider)
+        self.parent: dict = {}
         self._starts = line_starts(source)
         c = _Collector()
-        self.module.visit(c)
+        for node, parent in walk(self.module):  # one pass over the fields (no libcst visitor: it rebuilds nodes)
+            if parent is not None:
+                self.parent[node] = parent
+            c.visit(node)
+        c.in_source_order(self.pos)
         self.calls: list[cst.Call] = c.calls
         self.aliases: dict[str, str] = c.aliases
         self.classes: list[cst.ClassDef] = c.classes
@@ -216,7 +218,7 @@ class Doc:
         while stack:
             n = stack.pop()
             yield n
-            stack.extend(reversed(n.children))
+            stack.extend(reversed(children(n)))
 
 
 def literal(doc: Doc, node: cst.BaseExpression):
@@ -302,9 +304,10 @@ def add_keyword(doc: Doc, call: cst.Call, name: str, value: str) -> list[Edit]:
     return edits
 
 
-class _Collector(cst.CSTVisitor):
+class _Collector:
+    """The calls, imports, classes, functions, bindings and names of a file, one `visit_<Node>` per kind."""
+
     def __init__(self) -> None:
-        super().__init__()
         self.calls: list[cst.Call] = []
         self.aliases: dict[str, str] = {}
         self.classes: list[cst.ClassDef] = []
@@ -312,6 +315,24 @@ class _Collector(cst.CSTVisitor):
         self.bindings: dict[str, list[cst.CSTNode]] = {}
         self.binding_names: dict[str, list[cst.Name]] = {}
         self.names: dict[str, list[cst.Name]] = {}
+
+    def visit(self, node: cst.CSTNode) -> None:
+        handler = getattr(self, "visit_" + type(node).__name__, None)
+        if handler is not None:
+            handler(node)
+
+    def in_source_order(self, pos) -> None:
+        """The walk follows libcst's field order (a decorator after its function's body, an argument's keyword
+        after its value); every list here is kept in the order of the source."""
+        def key(n):
+            r = pos[n]
+            return r.start.line, r.start.column, -r.end.line, -r.end.column
+
+        self.calls.sort(key=key)
+        self.classes.sort(key=key)
+        for table in (self.functions, self.bindings, self.binding_names, self.names):
+            for v in table.values():
+                v.sort(key=key)
 
     def _bind(self, target: cst.BaseExpression, stmt: cst.CSTNode) -> None:
         if isinstance(target, cst.Name):

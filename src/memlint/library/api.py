@@ -96,6 +96,27 @@ def length_arguments() -> frozenset[str]:
 
 
 @data.derived
+def batch_size_names() -> frozenset[str]:
+    """Names scripts give a batch size (a count of samples, never a length in tokens)."""
+    return frozenset(_doc()["batch_size_names"]["names"])
+
+
+@data.derived
+def reporting_words() -> frozenset[str]:
+    """First words that name a reporting helper (plot_losses, print_batch): its padding is not a batch's."""
+    return frozenset(_doc()["reporting_words"]["names"])
+
+
+def trainer_length_keyword(trainer: str, keyword: str) -> tuple[str, str, str, str] | None:
+    """(config field, package, versions that accept it, ref) of a length keyword `trainer` took itself
+    (data/library_api.json trainer_length_keywords), or None."""
+    entry = _doc()["trainer_length_keywords"].get(trainer)
+    if not isinstance(entry, dict) or keyword not in entry["keywords"]:
+        return None
+    return entry["keywords"][keyword], entry["package"], entry["versions"], entry["ref"]
+
+
+@data.derived
 def checkout_lora() -> Mapping[str, Any]:
     """LoRA helpers written in training checkouts (DeepSpeed-Chat's convert_linear_layer_to_lora), by function name."""
     return _doc()["checkout_lora"]["functions"]
@@ -187,16 +208,6 @@ def run_time_rewrites(trainer: str, loader: str) -> list[Mapping[str, Any]]:
     table = _doc()["run_time_rewrites"]
     name = trainer.rsplit(".", 1)[-1]
     return [e for k, e in table.items() if not k.startswith("_") and e["trainer"] == name and e["loader"] == loader]
-
-
-def trainer_keyword(trainer: str, field: str) -> str | None:
-    """Why `trainer`(..., field=N) sets that length itself (data/library_api.json trainer_keywords: DPOTrainer's
-    max_length before DPOConfig held it), or None when the trainer takes no such keyword."""
-    entry = _doc()["trainer_keywords"].get(trainer.rsplit(".", 1)[-1])
-    if entry is None or field not in entry["fields"]:
-        return None
-    return (f"{trainer}({field}=...): a keyword {trainer} takes in {entry['package']} {entry['versions']}, which the "
-            f"script is written for ({entry['ref']})")
 
 
 def deepspeed_cpu_optimizer(optim: str, via: str) -> tuple[str, str] | None:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from memlint.library.versions import _cmp, _vtuple, in_range
 
-_PIN_FILES = ("requirements.txt", "pyproject.toml", "setup.py", "environment.yml", "environment.yaml")
+_PIN_FILES = ("requirements.txt", "pyproject.toml", "poetry.lock", "setup.py", "environment.yml", "environment.yaml")
 _MAX_UP = 4
 _NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 # `trl==0.12.1`, `transformers[torch]>=4.46,<4.47`, `peft ~= 0.13.0 ; python_version > "3.8"`
@@ -176,6 +176,68 @@ def _quoted_reqs(path: Path, rel: str) -> list[tuple[str, str, str]]:
     return out
 
 
+def _poetry_spec(spec: str) -> str | None:
+    """A Poetry constraint as a PEP 440 one: ^0.1.1 -> >=0.1.1,<0.2.0, ~1.2 -> >=1.2,<1.3, 1.2.3 -> ==1.2.3."""
+    spec = spec.strip()
+    m = re.fullmatch(r"([\^~])\s*(\d+(?:\.\d+)*)", spec)
+    if m:
+        nums = [int(x) for x in m.group(2).split(".")]
+        if m.group(1) == "^":
+            at = next((i for i, n in enumerate(nums) if n), len(nums) - 1)
+        else:
+            at = min(1, len(nums) - 1)
+        upper = nums[:at] + [nums[at] + 1]
+        return f">={m.group(2)},<{'.'.join(map(str, upper))}"
+    if re.fullmatch(r"\d+(?:\.\d+)*", spec):
+        return f"=={spec}"
+    if re.fullmatch(r"(?:(?:==|~=|>=|<=|!=|<|>)\s*[0-9][0-9A-Za-z.*+!-]*\s*,?\s*)+", spec):
+        return spec
+    return None
+
+
+def _poetry_lock(path: Path, rel: str) -> list[tuple[str, str, str]]:
+    """The exact versions a poetry.lock resolved (`[[package]]` / `name = "torchtune"` / `version = "0.1.1"`)."""
+    text = _read(path)
+    if text is None:
+        return []
+    out, name = [], None
+    for i, line in enumerate(text.splitlines(), 1):
+        if line.startswith("[["):
+            name = None
+        m = re.match(r'^name\s*=\s*"([^"]+)"', line)
+        if m:
+            name = m.group(1)
+            continue
+        v = re.match(r'^version\s*=\s*"([0-9][^"]*)"', line)
+        if v and name:
+            out.append((name, f"=={v.group(1)}", f"{rel}:{i}"))
+            name = None
+    return out
+
+
+_POETRY_DEP = re.compile(rf"""^\s*({_NAME})\s*=\s*(?:["']([^"']+)["']|\{{[^}}]*\bversion\s*=\s*["']([^"']+)["'])""")
+
+
+def _poetry_reqs(path: Path, rel: str) -> list[tuple[str, str, str]]:
+    """`name = "^0.1.1"` / `name = {version = "^0.1.1", ...}` under [tool.poetry.*dependencies] of a pyproject.toml."""
+    text = _read(path)
+    if text is None:
+        return []
+    out, inside = [], False
+    for i, line in enumerate(text.splitlines(), 1):
+        head = re.match(r"^\s*\[([^\]]+)\]", line)
+        if head:
+            section = head.group(1).strip()
+            inside = section.startswith("tool.poetry") and section.endswith("dependencies")
+            continue
+        m = _POETRY_DEP.match(line) if inside else None
+        if m and m.group(1).lower() != "python":
+            spec = _poetry_spec(m.group(2) or m.group(3))
+            if spec is not None:
+                out.append((m.group(1), spec, f"{rel}:{i}"))
+    return out
+
+
 def _from_environment(path: Path, rel: str) -> list[tuple[str, str, str]]:
     text = _read(path)
     if text is None:
@@ -219,8 +281,8 @@ def _pin_folder(start: Path) -> Path | None:
 
 def checkout_pins(script: str | os.PathLike) -> tuple[Pin, ...]:
     """The pins of the checkout `script` is in, for the packages memlint's data knows, first pin
-    of a package winning (requirements.txt, then requirements*.txt, pyproject.toml, setup.py,
-    environment.yml)."""
+    of a package winning (requirements.txt, then requirements*.txt, pyproject.toml, poetry.lock, setup.py,
+    environment.yml, then a Poetry constraint in pyproject.toml, read as the newest its range allows)."""
     p = Path(script)
     if not p.exists():
         return ()
@@ -246,8 +308,9 @@ def _pins_in(folder: Path, prefix: str) -> tuple[Pin, ...]:
     reqs = sorted(folder.glob("requirements*.txt"), key=lambda f: (f.name != "requirements.txt", f.name))
     for f in reqs:
         found += _from_requirements(f, rel(f.name))
-    for name, reader in (("pyproject.toml", _quoted_reqs), ("setup.py", _quoted_reqs),
-                         ("environment.yml", _from_environment), ("environment.yaml", _from_environment)):
+    for name, reader in (("pyproject.toml", _quoted_reqs), ("poetry.lock", _poetry_lock), ("setup.py", _quoted_reqs),
+                         ("environment.yml", _from_environment), ("environment.yaml", _from_environment),
+                         ("pyproject.toml", _poetry_reqs)):
         if (folder / name).is_file():
             found += reader(folder / name, rel(name))
     known = _known_packages()

@@ -225,6 +225,40 @@ def oom_phase(tb: Any) -> str:
     return "step"
 
 
+def host_available() -> int | None:
+    """Bytes of host memory available now (Linux /proc/meminfo MemAvailable, else free pages); None: unknown."""
+    import os
+
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def host_shortfall(est: Any, available: int | None = None, margin: float = 0.10) -> str | None:
+    """Why a real CPU step must not run (None: it may): what the step allocates beyond the model it runs on (the
+    estimate's allocated peak less the weights, plus the snapshot's copy of the trainable state), against the
+    host memory available with a margin. A step past it would take the whole machine, the kernel with it."""
+    available = host_available() if available is None else available
+    if available is None:
+        return None
+    need = est.allocated_peak - est.bytes("weights") + est.bytes("gradients")
+    if need <= available * (1 - margin):
+        return None
+    gib = 1 << 30
+    return (f"not run on CPU: the step needs about {need / gib:.1f} GiB of host memory beyond your model "
+            f"(the estimate's allocated peak {est.allocated_peak / gib:.1f} GiB, less the weights already loaded, "
+            f"plus the saved copy of the trainable state) and {available / gib:.1f} GiB is available; "
+            "--device trace measures it as fake tensors (no memory), or lower --batch / --seq")
+
+
 def resolve_mode(device: str, model: Any) -> str:
     import torch
 
