@@ -112,6 +112,7 @@ def test_a_deepspeed_path_relative_to_the_repository_root_is_found_above_the_con
     # examples/deepspeed/ds_z3_config.json, relative to the root it is launched from
     from memlint.extract import extract_file
 
+    (tmp_path / ".git").mkdir()  # the repository: a file outside the folder named is read inside it only (issue #29)
     (tmp_path / "examples" / "deepspeed").mkdir(parents=True)
     (tmp_path / "examples" / "train_full").mkdir()
     (tmp_path / "examples" / "deepspeed" / "ds_z3_config.json").write_text(

@@ -70,8 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except BrokenPipeError:
         return 0
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM while -j workers run (check.Terminated: 143)
+        return getattr(exc, "code", 130)
     except Exception as exc:  # noqa: BLE001 - exit 2 and one line, as the contract says
         if os.environ.get("MEMLINT_DEBUG"):
             raise

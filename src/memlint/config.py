@@ -105,11 +105,18 @@ def parse_size(value: Any, where: str) -> int:
 
 
 def find_config(start: Path) -> Path | None:
-    """The closest config file at or above `start` that has memlint settings."""
+    """The closest config file at or above `start` that has memlint settings, up to the checked root (the
+    repository's top, else the folder named or the working directory holding it): a `.memlint.toml` in a shared
+    folder above the checkout (/tmp) says nothing about it."""
+    from memlint.files import checkout_root
+
     d = start.resolve()
     if d.is_file():
         d = d.parent
+    top = Path(checkout_root(d))
     for folder in (d, *d.parents):
+        if folder != top and top not in folder.parents:
+            break  # above the checked root
         for name in CONFIG_FILES:
             p = folder / name
             if not p.is_file():

@@ -40,6 +40,11 @@ def _dtype_aliases() -> dict[str, str]:
 _DTYPE_ALIASES: dict[str, str] | None = None
 
 
+def ascii_digits(text: str) -> bool:
+    """Whether `text` is a decimal number int() reads: ASCII digits only (`²`, `³` and `١` pass str.isdigit())."""
+    return text.isascii() and text.isdigit()
+
+
 def dtype_name(text: object) -> str | None:
     """"torch.bfloat16", "bfloat16", "bf16" -> "bf16"; "auto" -> "auto"; anything else -> None."""
     if not isinstance(text, str):

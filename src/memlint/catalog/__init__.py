@@ -16,6 +16,7 @@ from pathlib import Path
 from memlint.catalog.local import spec_from_config_file
 from memlint.catalog.spec import Linear, ModelSpec, catalog_entry, closest_ids, entries, known_ids, named_by_folder
 from memlint.errors import MemlintError
+from memlint import files
 from memlint.files import read_bytes
 
 __all__ = ["Linear", "ModelSpec", "catalog_entry", "closest_ids", "entries", "known_ids", "resolve"]
@@ -69,7 +70,13 @@ def resolve(model: str) -> ModelSpec:
         raise MemlintError(f"unknown model {model[:60]!r}…: {len(model):,} characters is no model id or path")
     try:
         path = Path(model).expanduser()
-        is_dir, is_json = path.is_dir(), path.is_file() and path.name.endswith(".json")
+        if os.path.lexists(path) and not files.allowed(path):  # a local path outside the checked root: not read
+            spec = named_by_folder(model)
+            if spec is not None:
+                return spec
+            files.refuse_outside(path)
+            raise MemlintError(f"{model}: {files.outside(path)}")
+        is_dir, is_json = files.is_dir(path), files.is_file(path) and path.name.endswith(".json")
     except (OSError, RuntimeError, ValueError):  # ~nosuchuser, a name too long for the file system
         path, is_dir, is_json = Path(model), False, False
     if is_dir:
@@ -79,9 +86,10 @@ def resolve(model: str) -> ModelSpec:
         return spec_from_config_file(cfg, str(path), source="local")
     if is_json:
         return spec_from_config_file(path, str(path), source="local")
-    cached = _cached_config(model)
-    if cached is not None:
-        return spec_from_config_file(cached, model, source="hf-cache")
+    with files.unguarded():  # memlint's own look-up in the Hugging Face cache, by id: not a path the checkout names
+        cached = _cached_config(model)
+        if cached is not None:
+            return spec_from_config_file(cached, model, source="hf-cache")
     spec = catalog_entry(model) or named_by_folder(model)
     if spec is not None:
         return spec

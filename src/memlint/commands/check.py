@@ -14,6 +14,7 @@ from typing import TextIO
 
 from memlint.errors import MemlintError
 from memlint.report.formats import FORMATS
+from memlint.vocab import ascii_digits
 
 def add_check_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="*", metavar="PATH", help="files or folders (default: .); - reads stdin")
@@ -31,6 +32,7 @@ def add_check_flags(p: argparse.ArgumentParser) -> None:
                    help="comma-separated glob patterns to exclude on top of `exclude` in [tool.memlint]")
     w.add_argument("--force-exclude", action="store_true", default=None,
                    help="apply the exclusions to files named on the command line too (pre-commit names every file)")
+    add_read_outside(g)
     r = p.add_argument_group("rule selection")
     r.add_argument("--select", metavar="CODES", help="comma-separated codes or prefixes (MEM1, MEM201) or ALL")
     r.add_argument("--extend-select", metavar="CODES", help="codes to enable on top of the selection")
@@ -72,6 +74,28 @@ def add_check_flags(p: argparse.ArgumentParser) -> None:
                    help="exit 1 when --fix changed a file, even if no finding remains (a pre-commit hook's contract)")
     f.add_argument("--add-noqa", action="store_true",
                    help="add `# noqa: CODE` to every line with a finding (existing noqa codes are kept)")
+
+
+def add_read_outside(p) -> None:
+    p.add_argument("--read-outside", action="append", default=[], metavar="PATH",
+                   help="also read files under PATH that scripts name outside the checked root (the repository, or "
+                        "the folder named); by default they are not read (repeatable)")
+
+
+def allow_named(args: argparse.Namespace) -> None:
+    """The paths the user named are read wherever they are; so is what --read-outside lets in."""
+    from memlint import files
+
+    files.reset_allowed()
+    named = [p for p in getattr(args, "paths", None) or () if p != "-"]
+    config = getattr(args, "config", None)
+    named += [getattr(args, "launch_config", None),
+              *([c for c in config if "=" not in c] if isinstance(config, list) else [config])]
+    for p in getattr(args, "read_outside", None) or ():
+        if not os.path.exists(p):
+            raise MemlintError(f"--read-outside {p}: no such file or directory")
+        named.append(p)
+    files.allow(p for p in named if p)
 
 
 def _codes(text: str | None) -> list[str] | None:
@@ -196,6 +220,7 @@ def run_check(args: argparse.Namespace) -> int:
 
     settings = resolve_settings(args)
     files.configure(settings.max_file_size)
+    allow_named(args)
     if args.online or settings.online:
         from memlint.commands.common import go_online
 
@@ -218,15 +243,9 @@ def run_check(args: argparse.Namespace) -> int:
         apply_assumptions(TrainingPlan("<assume>"), args.assume)
 
     if from_stdin:
-        name = args.stdin_filename or "<stdin>"
-        raw = sys.stdin.buffer.read(settings.max_file_size + 1)
-        if len(raw) > settings.max_file_size:
-            raise MemlintError(f"{name}: over the max-file-size of {settings.max_file_size:,} bytes")
-        try:
-            source = raw.decode("utf-8-sig")
-        except UnicodeDecodeError as exc:
-            raise MemlintError(f"{name}: not UTF-8 text (invalid byte at offset {exc.start})") from None
-        result = check_source(source, name, settings=settings, **kw)
+        name, source = _read_stdin(args, settings)
+        with files.checked_root(files.checkout_root(args.stdin_filename or ".")):  # stdin reads as if it were the file
+            result = check_source(source, name, settings=settings, **kw)
         if merge is not None and result.plan.kind in ("python", "notebook"):
             result = check_plan(merge(result.plan), lines=result.lines, settings=settings, **kw)
         if args.fix or args.diff:
@@ -268,11 +287,23 @@ def run_check(args: argparse.Namespace) -> int:
     return 1 if failing(results, settings.fail_on) else 0
 
 
+def _read_stdin(args: argparse.Namespace, settings) -> tuple[str, str]:
+    """(the name stdin is read as, its text): within max-file-size, UTF-8."""
+    name = args.stdin_filename or "<stdin>"
+    raw = sys.stdin.buffer.read(settings.max_file_size + 1)
+    if len(raw) > settings.max_file_size:
+        raise MemlintError(f"{name}: over the max-file-size of {settings.max_file_size:,} bytes")
+    try:
+        return name, raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise MemlintError(f"{name}: not UTF-8 text (invalid byte at offset {exc.start})") from None
+
+
 def _width(stream: TextIO) -> int | None:
     """The terminal's columns, for the full format to wrap to: a terminal's own, or COLUMNS; None when piped."""
     import shutil
 
-    if os.environ.get("COLUMNS", "").isdigit():
+    if ascii_digits(os.environ.get("COLUMNS", "")):
         return int(os.environ["COLUMNS"])
     if hasattr(stream, "isatty") and stream.isatty():
         return shutil.get_terminal_size().columns
@@ -291,11 +322,16 @@ def _cache(args, settings):
     """The cache this run reads and writes, or None (--no-cache, MEMLINT_NO_CACHE)."""
     if args.no_cache or os.environ.get("MEMLINT_NO_CACHE"):
         return None
-    from memlint.cache import CACHE_DIR, Cache
+    from memlint.cache import CACHE_DIR, Cache, CacheRefused
+    from memlint.vocab import printable
 
     root = args.cache_dir or os.environ.get("MEMLINT_CACHE_DIR") or os.path.join(settings.root or ".", CACHE_DIR)
     extra = [tuple(args.assume)]
-    return Cache.open(root, settings, extra)
+    try:
+        return Cache.open(root, settings, extra)
+    except CacheRefused as exc:  # a link, another user's folder, one a checkout ships: the run goes on uncached
+        sys.stderr.write(f"memlint: not using the cache: {printable(str(exc))}\n")
+        return None
 
 
 def _add_noqa(results, args) -> int:

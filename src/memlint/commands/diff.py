@@ -24,6 +24,9 @@ def add_parser(sub) -> None:
     from memlint.commands.common import add_online_flag
 
     add_online_flag(d)
+    from memlint.commands.check import add_read_outside
+
+    add_read_outside(d)
     d.set_defaults(func=run)
     _intermixed(d)
 
@@ -57,8 +60,11 @@ def run(args) -> int:
     from memlint.report.diff_view import write_diff
     from memlint.vocab import printable
 
+    from memlint.commands.check import allow_named
+
     cwd = Path.cwd()
     repo_root(cwd)  # a non-git directory is the first thing to say
+    allow_named(args)
     path, overrides = split_config_args(args.config)
     settings = with_overrides(load_settings(cwd, path), overrides)
     from memlint.commands.common import go_online

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 from memlint.errors import MemlintError
 from memlint.library.api import attention, objective_name
 from memlint.library.api import kbit_prep as kbit_prep_of
-from memlint.vocab import dtype_name
+from memlint.vocab import ascii_digits, dtype_name
 from memlint.plan import PLAN_FIELDS, TrainingPlan, Value
 from memlint.plan import fields as plan_fields
 
@@ -79,7 +79,7 @@ def _did_you_mean(key: str) -> str:
 
 def whole(v: Any) -> int | None:
     """`v` as a whole number from 1 to MAX_COUNT, else None: bools, NaN, inf, 2.5, "abc", 0."""
-    if isinstance(v, str) and 0 < len(v.strip()) <= 12 and v.strip().isdigit():
+    if isinstance(v, str) and 0 < len(v.strip()) <= 12 and ascii_digits(v.strip()):
         v = int(v)
     if isinstance(v, float) and math.isfinite(v) and v == int(v):
         v = int(v)

@@ -24,6 +24,7 @@ from memlint.library import api
 from memlint.library.api import checkout_objective
 from memlint.library.defaults import default as library_default
 from memlint.plan import SOURCES, Span, TrainingPlan, Value
+from memlint.vocab import ascii_digits
 
 _NUMERIC = {"lora_r", "lora_alpha", "per_device_batch", "eval_batch", "grad_accum", "max_length", "num_gpus", "target_len"}
 # When branches disagree, `value` is the candidate that costs the most memory.
@@ -493,7 +494,7 @@ class Builder:
         args = each("optim_args")
         if isinstance(args, Const) and isinstance(args.value, str):
             ranks = [kv.split("=", 1)[1].strip() for kv in args.value.replace(" ", "").split(",") if kv.startswith("rank=")]
-            if ranks and ranks[0].isdigit():
+            if ranks and ascii_digits(ranks[0]):
                 self.put("galore_rank", Const(int(ranks[0]), args.source, args.line, args.chain + ("optim_args rank=",), args.file), _int, line)
                 return
         self.put("galore_rank", _libc("transformers.galore_optim_args", "rank", line), _int, line)
@@ -953,12 +954,14 @@ class Builder:
 
     def _find_file(self, ref: str) -> tuple[Path, str] | None:
         """A file the script names by a relative path: beside it, in the working directory, in the launch folder."""
+        from memlint.files import is_file
+
         bases = [self.script.parent, Path.cwd()]
         if self.launch is not None and self.launch.cwd:
             bases.insert(1, Path.cwd() / self.launch.cwd)
         for base in bases:
             p = base / os.path.expanduser(ref)
-            if p.is_file():
+            if is_file(p):
                 shown = os.path.normpath(os.path.join(os.path.dirname(self.path), ref)) if base == self.script.parent \
                     else os.path.relpath(p)
                 return p, shown
@@ -1573,7 +1576,7 @@ def _device_count(v: Any, nodes: Any) -> int:
         return v * n_nodes
     if isinstance(v, (list, tuple)):
         return len(v) * n_nodes
-    if isinstance(v, str) and v.replace(",", "").strip().isdigit():
+    if isinstance(v, str) and ascii_digits(v.replace(",", "").strip()):
         parts = [p for p in v.split(",") if p.strip()]
         return (len(parts) if "," in v else int(v)) * n_nodes
     raise _Unconvertible(f"devices={v!r}: the GPUs the machine has")

@@ -24,7 +24,7 @@ from memlint.extract.objects import (BoundMethod, Chunking, DictMethod, Fields, 
 _DICT_METHODS = {"get", "items", "keys", "values", "copy", "update", "setdefault", "pop"}
 
 SPREAD = "**"  # kwargs key of the objects a call spreads with **vars(obj)
-from memlint.files import max_file_size, read_text
+from memlint.files import is_file, max_file_size, read_text
 from memlint.library import api
 from memlint.extract.values import Alts, Class, Const, Dict, Func, ModuleVal, RaisedBy, Ref, Seq, Unknown, flatten, merge, to_python, weakest
 from memlint.extract.values import insert_fits, weigh
@@ -238,7 +238,9 @@ class Interpreter:
                 roots = [self.dir]
             if len(roots) > 1 and not any((r / m).exists() for r in roots for m in _CHECKOUT_MARKERS):
                 roots = [self.dir]  # no checkout around the script: only its own folder
-            self._roots = list(dict.fromkeys(roots))
+            from memlint.files import allowed
+
+            self._roots = [r for r in dict.fromkeys(roots) if allowed(r)]  # never a folder outside the checked root
         return self._roots
 
     def find_module(self, dotted: str, level: int) -> Path | None:
@@ -255,7 +257,7 @@ class Interpreter:
         for base in roots:
             cand = base.joinpath(*parts).with_suffix(".py") if parts else None
             pkg = base.joinpath(*parts, "__init__.py")
-            target = cand if cand is not None and cand.is_file() else pkg if pkg.is_file() else None
+            target = cand if cand is not None and is_file(cand) else pkg if is_file(pkg) else None
             if target is not None and (parts or level):
                 return target
         return None
@@ -1583,6 +1585,12 @@ class Interpreter:
         from memlint.extract import runtime_config
 
         found = runtime_config.find(self, path.value)
+        if found is None and runtime_config.outside(self, path.value) is not None:
+            from memlint.files import refuse_outside
+
+            refuse_outside(runtime_config.outside(self, path.value))
+            self.facts.note(f"exec() of {path.value}: outside the checked root, not read; what it sets is unknown")
+            return Const(None, "literal", self.line_of(node))
         if found is None or self.exec_depth >= MAX_EXEC_DEPTH:
             self.facts.note(f"exec() of {path.value}: not found in the checkout; what it sets is unknown")
             return Const(None, "literal", self.line_of(node))

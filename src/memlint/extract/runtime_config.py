@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from memlint.extract.values import Const, Dict, Seq, Unknown
+from memlint.vocab import ascii_digits
 
 MAX_CONFIG_BYTES = 2_000_000
 _WHOLE = re.compile(r"^\$\{([^{}]+)\}$")
@@ -36,13 +37,20 @@ def candidates(it: Any, ref: str) -> list[Path]:
 
 
 def find(it: Any, ref: str) -> Path | None:
+    """The first candidate that is a file inside the checked root (files.is_file never looks outside it)."""
+    from memlint.files import is_file
+
     for cand in candidates(it, ref):
-        try:
-            if cand.is_file():
-                return cand
-        except OSError:
-            continue
+        if is_file(cand):
+            return cand
     return None
+
+
+def outside(it: Any, ref: str) -> Path | None:
+    """The first candidate outside the checked root (what a "not found" really was), if any."""
+    from memlint.files import allowed
+
+    return next((c for c in candidates(it, ref) if "\0" not in str(c) and not allowed(c)), None)
 
 
 def read(it: Any, path_value: Any, how: str) -> Any:
@@ -53,6 +61,12 @@ def read(it: Any, path_value: Any, how: str) -> Any:
     ref = path_value.value
     found = find(it, ref)
     if found is None:
+        away = outside(it, ref)
+        if away is not None:  # `../outside/token`, `~/.cache/x`, `/etc/...`: never read, never shown
+            from memlint.files import refuse_outside
+
+            refuse_outside(away)
+            return Unknown(f"{ref}: a config file outside the checked root; not read")
         return Unknown(f"{ref}: a config file read at run time, not found in the checkout")
     from memlint.files import read_text
 
@@ -104,7 +118,7 @@ def lookup(root: Any, dotted: str) -> Any:
     for part in dotted.split("."):
         if isinstance(cur, dict) and part in cur:
             cur = cur[part]
-        elif isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
+        elif isinstance(cur, list) and ascii_digits(part) and int(part) < len(cur):
             cur = cur[int(part)]
         else:
             return MISSING

@@ -265,6 +265,8 @@ class FileResult:
     cells: list[int] = field(default_factory=list)  # notebooks: 0-based line where each code cell starts
     # notebooks: where each line of the joined code sits in the raw .ipynb JSON, (line, column)
     raw_positions: list[tuple[int, int]] = field(default_factory=list)
+    # every path the check probed or read, found or not (files.lookups): what a cached result depends on
+    looked_up: list[str] = field(default_factory=list)
     # no answer line: `# memlint: noqa` (the file asked for silence), or a script that trains nothing
     noqa_file: bool = False
 
