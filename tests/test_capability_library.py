@@ -646,3 +646,26 @@ def test_grpos_prompt_truncation_default_by_trl_version(tmp_path, monkeypatch):
     with pinned_versions({"trl": "0.26.0"}):  # max_prompt_length deprecated to None: prompts are not truncated
         ml = _plan(root, "python g.py", monkeypatch).get("max_length")
     assert ml.value is None and "no truncation" in ml.chain[0]
+
+
+def test_quantized_linears_or_data_parallel_in_a_function_the_run_never_calls_change_nothing(tmp_path, monkeypatch):
+    src = '''
+        import torch
+        import bitsandbytes as bnb
+        from transformers import AutoModelForCausalLM
+
+        def to_4bit(module):  # a helper no code path calls
+            return bnb.nn.Linear4bit(module.in_features, module.out_features)
+
+        def multi_gpu(model):
+            return torch.nn.DataParallel(model)
+
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+        for batch in range(10):
+            loss = model(**batch).loss
+            loss.backward()
+            optimizer.step()
+    '''
+    plan = _plan(_write(tmp_path, {"train.py": src}), "python train.py", monkeypatch)
+    assert plan.get("quant_bits").value is None and plan.get("num_gpus").value == 1

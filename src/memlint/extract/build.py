@@ -190,7 +190,7 @@ class Builder:
         cur = self.fields.get("num_gpus")
         if cur is not None and cur.known:
             return
-        found: list = list(self.facts.gpu_counts)
+        found: list = self.facts.gpu_counts[: self.facts.reached.get("gpu_counts", len(self.facts.gpu_counts))]
         for m in models:
             dm = self.root(m).kwargs.get("device_map")
             if isinstance(dm, Const) and isinstance(dm.value, str) and dm.value in _SPREAD_MAPS:
@@ -393,8 +393,9 @@ class Builder:
         see which model they go in (facts.hand_quant: every model the script trains)."""
         bits = q.get("bits")
         # layers built inside a helper that was handed a model are that model's, not every model's
+        reached = self.facts.hand_quant[: self.facts.reached.get("hand_quant", len(self.facts.hand_quant))]
         hq = root.hand_quant or ([] if any(isinstance(o, Model) and o.hand_quant for o in self.facts.objects)
-                                 else self.facts.hand_quant)
+                                 else reached)  # layers built in a function the run never called quantize nothing
         if not hq or not (isinstance(bits, Const) and bits.value is None):
             return q
         return {"bits": _alts([h.bits for h in hq]), "type": _alts([h.quant_type for h in hq]),

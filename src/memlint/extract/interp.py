@@ -198,7 +198,7 @@ class Interpreter:
         self._exec_module(self.main)
         self.facts.reached = {name: len(getattr(self.facts, name)) for name in
                               ("objects", "tokenizer_calls", "chunking", "windows", "length_args", "target_length_args", "hand_pads", "batch_yields", "steps", "autocasts", "liger_calls",
-                               "backward", "grad_hooks")}
+                               "backward", "grad_hooks", "hand_quant", "gpu_counts")}
         # Functions nothing called (entry points of other launchers, helpers passed by name)
         # still say how the script trains: walk them once, their parameters at their defaults.
         # Those the script imports by name from its own modules count too (a collate_fn in utils/).
