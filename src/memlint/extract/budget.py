@@ -31,6 +31,7 @@ OVER = "a value larger than memlint's budget"
 MAX_SHELL_VALUE = 100_000    # characters a launcher's variable (or one expanded line) may reach: X=$X$X forty times
 MAX_SHELL_DEPTH = 32         # ${A:-${A:-...}} nested this deep at most
 MAX_SHELL_SECONDS = 5.0      # reading one launcher's commands
+WALL_FACTOR = 6              # the wall-clock cap of a CPU-time budget (a machine shared by six busy processes)
 MAX_HYDRA_VALUES = 200_000   # values one Hydra composition may copy and merge (a big option mentioned 500 times)
 MAX_JSON_DEPTH = 256         # nesting of a notebook's JSON the position scanner follows  # an Unknown's why, and the note's subject
 _DIGITS = re.compile(r"\d+")
@@ -174,12 +175,18 @@ class OverBudget(MemlintError):
 
 
 class Deadline:
-    """The time one script's interpretation may take; checked every 1,024 statements."""
+    """The time one script's interpretation may take; checked every 1,024 statements.
 
-    __slots__ = ("end",)
+    Counted in this thread's CPU time, so a file reads the same on an idle laptop and on a CI runner or a
+    pre-commit run sharing its cores (wall-clock budgets dropped files at random under load); a wall-clock
+    cap of WALL_FACTOR times the budget still ends a read that waits instead of computing."""
+
+    __slots__ = ("cpu_end", "wall_end")
 
     def __init__(self, seconds: float | None = None) -> None:
-        self.end = time.monotonic() + (MAX_SECONDS if seconds is None else seconds)
+        budget = MAX_SECONDS if seconds is None else seconds
+        self.cpu_end = time.thread_time() + budget
+        self.wall_end = time.monotonic() + budget * WALL_FACTOR
 
     def passed(self) -> bool:
-        return time.monotonic() > self.end
+        return time.thread_time() > self.cpu_end or time.monotonic() > self.wall_end

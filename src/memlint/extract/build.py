@@ -1264,7 +1264,7 @@ class Builder:
         else:
             self.put("grad_accum", Unknown("no optimizer.step() found"))
         if opts:
-            self.optimizer_from([steps[-1].optimizer] if steps else opts[-1:])
+            self.optimizer_from(self.stepped(opts, steps), layerwise=any(h.steps for h in self.facts.first("grad_hooks")))
         else:
             self.put("optimizer", Unknown("no optimizer found"))
         self.loop_precision(accs, line)
@@ -1443,14 +1443,28 @@ class Builder:
             vals.append(Const("fp32", "library-default", line, ("no autocast or mixed_precision found",)))
         self.put("precision", _alts(vals), line=line)
 
-    def optimizer_from(self, opts: list[Obj]) -> None:
+    @staticmethod
+    def stepped(opts: list[Obj], steps: list) -> list[Obj]:
+        """The optimizers a loop steps: those of its last `.step()` call (a name holding one of several
+        optimizers, an elif chain on an option memlint cannot read, steps each of them there); with no step
+        call (hooks step them), the last built, a GaLore one first (GaLore for the projected weights, a plain
+        one for the rest, per parameter: galore_* names that split already)."""
+        if steps:
+            return [st.optimizer for st in steps if st.line == steps[-1].line]
+        galore = [o for o in opts if api.galore_optimizer(o.optim)]
+        return galore[-1:] if galore else opts[-1:]
+
+    def optimizer_from(self, opts: list[Obj], layerwise: bool = False) -> None:
         vals = []
         for o in opts:
             name = o.optim
             fused = o.get("fused")
             if name == "adamw_torch" and isinstance(fused, Const) and fused.value:
                 name = "adamw_torch_fused"
-            vals.append(Const(name, "literal", o.line, (f"{o.cls} (line {o.line})",)))
+            how = f"{o.cls} (line {o.line})"
+            if layerwise and api.layerwise_optimizer(name):  # one optimizer per parameter, stepped in backward
+                name, how = api.layerwise_optimizer(name), how + ", one per parameter stepped by a post-accumulate-grad hook"
+            vals.append(Const(name, "literal", o.line, (how,)))
         self.put("optimizer", _alts(vals))
 
     def kbit_checkpointing(self, trainer: Obj) -> Const | None:

@@ -18,8 +18,8 @@ import libcst as cst
 from memlint.extract import budget, slicing
 from memlint.extract.parsed import Parsed, ParserSyntaxError, children, parse, source_of
 
-from memlint.extract.objects import (BoundMethod, Chunking, DictMethod, Fields, Model, Obj, OpenFile, Partial, RandomOffsets, Range,
-                                     SeqMethod, Window)
+from memlint.extract.objects import (BoundMethod, Chunking, DictMethod, Fields, Method, Model, Obj, OpenFile, Partial, RandomOffsets,
+                                     Range, SeqMethod, Window)
 
 _DICT_METHODS = {"get", "items", "keys", "values", "copy", "update", "setdefault", "pop"}
 
@@ -449,9 +449,17 @@ class Interpreter:
             finally:
                 if accum is not None:
                     self.accum.pop()
+        if truth is True and _only_raises(node.body):
+            # a check that raises with the values memlint read (an option left at a default the script refuses):
+            # a run that trains does not take it, so the rest of the file is read as if the check passed
+            self.facts.note(f"the check at line {self.line_of(node)} raises with the values memlint read; the rest is "
+                            "read as if it passed (pass the option the script requires)")
+            return run_else(env)
         if truth is True:
             return run_body(env)
         if truth is False:
+            if isinstance(orelse, cst.Else) and _only_raises(orelse.body):
+                return False  # `else: raise ValueError(...)` at the end of a chain none of whose tests holds
             return run_else(env)
         return self.branches(env, [run_body, run_else], exhaustive=True)
 
@@ -554,10 +562,15 @@ class Interpreter:
                     and isinstance(node.target, cst.Name):
                 self.chunk_idiom(node.body, node.target.value, node.iter.args[2].value, env)
 
+        carried = _loop_counters(node)
+
         def body(e: Env) -> bool:
             if isinstance(node, cst.For):
                 items = self.iter_items(self.ev(node.iter, e))
                 self.assign(node.target, items, e, node)
+            for name in carried:  # `step += 1` in a loop walked once: its value differs on every iteration
+                if e.lookup(name) is not None:
+                    e.vars[name] = Unknown(f"{name}, which changes on every iteration of the loop at line {self.line_of(node)}")
             self.loop_depth += 1
             try:
                 self.exec_block(node.body.body, e)
@@ -666,6 +679,8 @@ class Interpreter:
                 if isinstance(b, Obj):
                     self.write(b.attrs, target.attr.value, value, b)
                     self.handlers.on_setattr(self, b, target.attr.value, value, self.line_of(stmt))
+                elif isinstance(b, Method):  # model.transformer.x = v: a part of a known object
+                    self.handlers.on_sub_setattr(self, b.obj, b.name, target.attr.value, value, self.line_of(stmt))
         elif isinstance(target, cst.Subscript):
             base = self.ev(target.value, env)
             key = self.subscript_key(target, env)
@@ -678,6 +693,8 @@ class Interpreter:
                         b.open = True
                 elif isinstance(b, GlobalsView) and isinstance(key, Const) and isinstance(key.value, str):
                     b.env.vars[key.value] = value
+                elif isinstance(b, Fields) and isinstance(key, Const) and isinstance(key.value, str):
+                    self.write(b.obj.attrs, key.value, value, b.obj)  # vars(args)["lr"] = v sets args.lr
 
     def unpack(self, value: Any, i: int, n: int) -> Any:
         out = None
@@ -751,6 +768,9 @@ class Interpreter:
             value = self.handlers.decorate(self, f, deco.decorator, env) or value
         env.vars[node.name.value] = value
         self.funcs.append(f)
+        if f.cli == "fastcore" and self.mod is not None and self.mod.is_main:
+            # fastcore's @call_parse runs the function as it decorates it when the module is __main__
+            self.call_function(f, [], {}, self.line_of(node), entry=True)
 
     def def_class(self, node: cst.ClassDef, env: Env) -> None:
         bases = [self.ev(a.value, env) for a in node.bases if not a.keyword]
@@ -793,9 +813,23 @@ class Interpreter:
                 if a.keyword is not None and a.keyword.value == "default":
                     return self.ev(a.value, env)
                 if a.keyword is not None and a.keyword.value == "default_factory":
-                    return Unknown("a default_factory")
+                    return self.default_factory(a.value, env)
             return Unknown("a field without a default")
         return self.ev(value, env)
+
+    def default_factory(self, node: cst.CSTNode, env: Env) -> Any:
+        """field(default_factory=lambda: TrainingArguments(...)) / default_factory=ModelArgs / =list: the value
+        the factory builds, built once where the class is defined (each instance starts from it)."""
+        factory = self.ev(node, env)
+        if isinstance(factory, Func):
+            return self.call_function(factory, [], {}, self.line_of(node))
+        if isinstance(factory, Ref) and factory.qual in ("builtins.list", "builtins.tuple"):
+            return Seq([], "list" if factory.qual == "builtins.list" else "tuple")
+        if isinstance(factory, Ref) and factory.qual == "builtins.dict":
+            return Dict({})
+        if isinstance(factory, (Class, Ref)):
+            return self.handlers.call(self, factory, [], {}, False, self.line_of(node), node)
+        return Unknown("a default_factory")
 
     # ---- calls into the script's own functions ---------------------------------------------
 
@@ -811,6 +845,8 @@ class Interpreter:
             kwargs = self.handlers.click_arguments(self, f)
         elif f.typer and not args and not kwargs:  # an @app.command() entry: typer fills it from the command
             args, kwargs = self.handlers.typer_arguments(self, f)
+        elif f.cli and not args and not kwargs:  # @call_parse: fastcore fills it from the command
+            kwargs = self.handlers.cli_arguments(self, f)
         env = Env(f.env)
         node = f.node
         params = node.params
@@ -907,10 +943,13 @@ class Interpreter:
         n = self.ev(test.comparisons[0].comparator, env)
         self.facts.batch_yields.append(BatchYield(n, self.line_of(node), self.cur_file()))
 
-    def modulo_test(self, test: cst.CSTNode, env: Env) -> Any:
-        """N in `if step % N == 0:` (gradient accumulation in a hand-written loop)."""
+    def modulo_test(self, test: cst.CSTNode, env: Env, depth: int = 0) -> Any:
+        """N in `if step % N == 0:` (gradient accumulation in a hand-written loop), also through a name
+        bound to that test (`accumulate = (i + 1) % N == 0` ... `if accumulate:`)."""
+        if isinstance(test, cst.Name) and test.value in self.pad_counts and depth < 2:
+            return self.modulo_test(self.pad_counts[test.value], env, depth + 1)
         if isinstance(test, cst.BooleanOperation):
-            return self.modulo_test(test.left, env) or self.modulo_test(test.right, env)
+            return self.modulo_test(test.left, env, depth) or self.modulo_test(test.right, env, depth)
         if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
             left = test.left
             if isinstance(left, cst.BinaryOperation) and isinstance(left.operator, cst.Modulo):
@@ -1049,6 +1088,8 @@ class Interpreter:
         if isinstance(base, ModuleVal):
             v = base.env.vars.get(attr)
             return v if v is not None else Unknown(f"{base.name}.{attr}")
+        if isinstance(base, Obj) and attr == "__dict__":  # args.__dict__: vars(args)
+            return Fields(base)
         if isinstance(base, Obj):
             return self.handlers.getattr(self, base, attr, self.line_of(node))
         if isinstance(base, SuperOf):
@@ -1071,6 +1112,8 @@ class Interpreter:
             return hit[1] if hit is not None else Unknown(f"{base.name}.{attr}")
         if isinstance(base, Const) and isinstance(base.value, str):
             return BoundStr(base, attr)
+        if isinstance(base, Fields) and attr in ("update", "setdefault"):  # args.__dict__.update(cfg): sets fields
+            return DictMethod(base, attr)
         if isinstance(base, Fields) and attr in _DICT_METHODS:  # vars(args).items(): the fields as a dict
             d = self.handlers.fields_dict(self, base.obj)
             return DictMethod(d, attr) if d is not None else Unknown(f"vars({base.obj.cls}).{attr}()")
@@ -1177,6 +1220,10 @@ class Interpreter:
                 v = b.items[key.value]
             elif isinstance(b, Dict) and _hashable(key.value) and key.value in b.items:
                 v = b.items[key.value]
+                if isinstance(key.value, str) and key.value in api.length_arguments():
+                    from memlint.extract.objects import LengthArg  # args["context_length"]: the script's length argument
+
+                    self.facts.length_args.append(LengthArg(key.value, v, self.line_of(node)))
             elif isinstance(b, GlobalsView) and isinstance(key.value, str) and key.value in b.env.vars:
                 v = b.env.vars[key.value]
             elif isinstance(b, Const) and isinstance(b.value, (list, tuple, dict, str)):
@@ -1184,6 +1231,8 @@ class Interpreter:
                     v = b.with_value(b.value[key.value], f"[{key.value!r}]")
                 except Exception:
                     v = Unknown("an item")
+            elif isinstance(b, Fields) and isinstance(key.value, str):  # vars(args)["lr"]: the field
+                v = self.handlers.getattr(self, b.obj, key.value, self.line_of(node))
             elif isinstance(b, Obj):
                 v = self.handlers.getitem(self, b, key, self.line_of(node))
             elif isinstance(b, Ref):
@@ -1274,28 +1323,50 @@ class Interpreter:
         for ct in node.comparisons:
             right = self.ev(ct.comparator, env)
             op = type(ct.operator).__name__
-            if op in ("In", "NotIn") and isinstance(right, (Dict, GlobalsView)) and isinstance(left, Const) \
-                    and _hashable(left.value) and not getattr(right, "open", False):
-                keys = right.items if isinstance(right, Dict) else right.env.vars  # membership needs only the keys
-                right = self.const(list(keys), ct.comparator)
-            elif op in ("In", "NotIn") and isinstance(right, (Seq, Dict)):
-                right = to_python(right)  # `x in ("yes", "true")`: a container of constants
-            if isinstance(left, Const) and isinstance(right, Const) and op in _CMPOPS:
-                try:
-                    r = self._combine(bool(_CMPOPS[op](left.value, right.value)), node, left, right)
-                except Exception:
-                    return Unknown("a comparison that would raise")
-            elif op in ("Is", "IsNot") and isinstance(right, Const) and right.value is None and isinstance(left, (Obj, Func, Class, Seq, Dict)):
-                r = self.const(op == "IsNot", node)
-            elif op in ("Equal", "NotEqual", "Is", "IsNot") and _builtin_type(left) and _builtin_type(right):
-                r = self.const((left.qual == right.qual) == (op in ("Equal", "Is")), node)  # type(x) == type(True)
-            else:
-                return Unknown(left.why if isinstance(left, Unknown) else "a comparison")
-            if result is not None and not result.value:
+            fl, fr = flatten(left), flatten(right)
+            if len(fl) * len(fr) > MAX_ALTS:
+                return Unknown("a comparison over too many values")
+            r: Any = None
+            for a in fl:  # a name that holds one of several values: each pair, the outcomes merged
+                for b in fr:
+                    one = self._compare_pair(op, a, b, node, ct)
+                    if isinstance(one, Unknown):
+                        return one
+                    r = one if r is None else merge(r, one)
+            if isinstance(r, Const) and result is not None and not result.value:
                 return result
+            if not isinstance(r, Const) and result is not None:
+                return Unknown("a chained comparison over several values")
             result = r
             left = right
         return result
+
+    def _compare_pair(self, op: str, left: Any, right: Any, node: cst.Comparison, ct: Any) -> Any:
+        if op in ("In", "NotIn") and isinstance(right, (Dict, GlobalsView)) and isinstance(left, Const) \
+                and _hashable(left.value) and not getattr(right, "open", False):
+            keys = right.items if isinstance(right, Dict) else right.env.vars  # membership needs only the keys
+            right = self.const(list(keys), ct.comparator)
+        elif op in ("In", "NotIn") and isinstance(right, (Seq, Dict)):
+            right = to_python(right)  # `x in ("yes", "true")`: a container of constants
+        if isinstance(left, Const) and isinstance(right, Const) and op in _CMPOPS:
+            try:
+                return self._combine(bool(_CMPOPS[op](left.value, right.value)), node, left, right)
+            except Exception:
+                return Unknown("a comparison that would raise")
+        if op in ("Is", "IsNot") and isinstance(right, Const) and right.value is None and isinstance(left, (Obj, Func, Class, Seq, Dict)):
+            return self.const(op == "IsNot", node)
+        if op in ("Equal", "NotEqual", "Is", "IsNot") and _builtin_type(left) and _builtin_type(right):
+            return self.const((left.qual == right.qual) == (op in ("Equal", "Is")), node)  # type(x) == type(True)
+        if op in ("Equal", "NotEqual", "Is", "IsNot") and _dtype_ref(left) and _dtype_ref(right):
+            # `bf16 = dtype == torch.bfloat16`: two torch dtypes (an alias such as torch.half compares equal)
+            same = _dtype_ref(left) == _dtype_ref(right)
+            lead = left if isinstance(left, Const) else right if isinstance(right, Const) else None
+            value = same == (op in ("Equal", "Is"))
+            if lead is not None:
+                return lead.with_value(value, f"{self.code(node)} = {value}")
+            src = weakest(*(getattr(x, "source", "literal") for x in (left, right)))
+            return Const(value, src, self.line_of(node), (f"{self.code(node)} = {value}",), self.cur_file())
+        return Unknown(left.why if isinstance(left, Unknown) else "a comparison")
 
     def fstring(self, node: cst.FormattedString, env: Env) -> Any:
         parts: list[str] = []
@@ -1504,6 +1575,9 @@ class Interpreter:
     def call(self, node: cst.Call, env: Env) -> Any:
         if isinstance(node.func, cst.Name) and node.func.value in ("exec", "globals") and env.lookup(node.func.value) is None:
             return self.exec_or_globals(node, env)
+        if isinstance(node.func, cst.Name) and node.func.value in ("locals", "vars") and not node.args \
+                and env.lookup(node.func.value) is None:
+            return self.locals_of(env)
         if isinstance(node.func, cst.Name) and node.func.value == "super" and env.lookup("super") is None:
             return self.super_of(node, env)
         func = self.ev(node.func, env)
@@ -1533,7 +1607,11 @@ class Interpreter:
             elif a.star == "**":
                 v = self.ev(a.value, env)
                 for d in flatten(v):
-                    if isinstance(d, Fields):
+                    every = self.handlers.fields_dict(self, d.obj) if isinstance(d, Fields) else None
+                    if every is not None:  # **vars(args) of a parsed namespace: each argument as a keyword
+                        kwargs.update(every.items)
+                        open_kwargs |= every.open
+                    elif isinstance(d, Fields):
                         kwargs.setdefault(SPREAD, []).append(d.obj)
                     elif isinstance(d, Dict):
                         kwargs.update(d.items)
@@ -1552,6 +1630,33 @@ class Interpreter:
             r = self.call_value(f, args, kwargs, open_kwargs, line, node)
             out = r if out is None else merge(out, r)
         return out
+
+    def locals_of(self, env: Env) -> Any:
+        """locals() / vars(): in a function, a snapshot of its own names as a dict (`f(**locals())`,
+        `args = dict(locals())`); at module level, the module's namespace (globals())."""
+        if env.parent is None:
+            return GlobalsView(env)
+        return self.sized(Dict(dict(env.vars)), env.vars.values())
+
+    def spread_into(self, f: Func, kwargs: dict, line: int | None) -> dict:
+        """`train(**vars(args))` into the script's own function: each parameter the spread objects' fields
+        name gets that field (the parsed value or its default); a `**kwargs` parameter takes every field
+        when the object lists them all (argparse's namespace). Explicit keywords win."""
+        params = f.node.params
+        names = [p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]]
+        out: dict = {}
+        for obj in kwargs[SPREAD]:
+            every = self.handlers.fields_dict(self, obj)
+            if every is not None and not every.open:
+                for k, v in every.items.items():
+                    if isinstance(k, str) and (k in names or params.star_kwarg is not None):
+                        out.setdefault(k, v)
+                continue
+            for n in names:
+                if n not in out and self.handlers.declares(obj, n):
+                    out[n] = self.handlers.getattr(self, obj, n, line)
+        rest = {k: v for k, v in kwargs.items() if k != SPREAD}
+        return {**out, **rest}
 
     def super_of(self, node: cst.Call, env: Env) -> Any:
         """super() / super(C, self) in a method: the bases of its class, bound to the instance."""
@@ -1617,6 +1722,8 @@ class Interpreter:
         return Const(None, "literal", self.line_of(node))
 
     def call_value(self, f: Any, args: list, kwargs: dict, open_kwargs: bool, line: int | None, node: cst.Call) -> Any:
+        if SPREAD in kwargs and isinstance(f, (Func, BoundMethod)):
+            kwargs = self.spread_into(f.func if isinstance(f, BoundMethod) else f, kwargs, line)
         if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in _CLASS_CHECKS):
             self.handlers.quantized_linear_args(self, f, args, kwargs, line)
         if SPREAD in kwargs and not (isinstance(f, Ref) and f.name in ("Namespace", "SimpleNamespace")):
@@ -1753,6 +1860,39 @@ def _is_classmethod(f: Func) -> bool:
     node = f.node
     return isinstance(node, cst.FunctionDef) and any(
         isinstance(d.decorator, cst.Name) and d.decorator.value == "classmethod" for d in node.decorators)
+
+
+def _only_raises(block: Any) -> bool:
+    """A block that ends in `raise` with no other way out (`if bad: log(...); raise ValueError(...)`)."""
+    stmts = list(block.body) if hasattr(block, "body") else []
+    last = stmts[-1] if stmts else None
+    if not (isinstance(last, cst.SimpleStatementLine) and last.body and isinstance(last.body[-1], cst.Raise)):
+        return False
+    return not any(isinstance(n, (cst.Return, cst.Break, cst.Continue)) for st in stmts for n in _walk(st))
+
+
+@functools.lru_cache(maxsize=4096)
+def _loop_counters(node: cst.For | cst.While) -> tuple[str, ...]:
+    """Names a loop's body steps with `name += ...` (not inside a nested function or class)."""
+    names: list[str] = []
+    stack: list = list(children(node.body))
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if isinstance(n, cst.AugAssign) and isinstance(n.target, cst.Name) and n.target.value not in names:
+            names.append(n.target.value)
+        stack.extend(children(n))
+    return tuple(names)
+
+
+def _dtype_ref(v: Any) -> str | None:
+    """memlint's name of a torch dtype written as a name (torch.bfloat16, getattr(torch, "float16")), else None."""
+    from memlint.extract.objects import DtypeName, dtype_of
+
+    if isinstance(v, DtypeName) or (type(v) is Ref and v.qual.startswith("torch.")):
+        return dtype_of(v)
+    return None
 
 
 def _builtin_type(v: Any) -> bool:

@@ -83,6 +83,13 @@ def galore_optimizer(name: str) -> bool:
     return bool(data.load("optimizers.json")["optimizers"].get(name, {}).get("galore"))
 
 
+def layerwise_optimizer(name: str) -> str | None:
+    """The optim name of `name` stepped one parameter at a time by post-accumulate-grad hooks (GaLore's
+    `galore_adamw_8bit` -> `galore_adamw_8bit_layerwise`), when data/optimizers.json has it; else None."""
+    row = data.load("optimizers.json")["optimizers"].get(f"{name}_layerwise")
+    return f"{name}_layerwise" if row and row.get("in_backward") else None
+
+
 @data.derived
 def target_length_arguments() -> frozenset[str]:
     """Names of a script's own target-length argument (args.max_target_length): an encoder-decoder's labels cap."""
@@ -286,6 +293,11 @@ def quantize_on_load(method: str) -> tuple[bool, str]:
 
 
 @data.derived
+def dict_wrappers() -> frozenset[str]:
+    """Classes and functions that wrap a dict for attribute access (EasyDict, Box, munchify): the same keys."""
+    return frozenset(_doc().get("dict_wrappers", {}).get("names", ()))
+
+
 def modelled_packages() -> frozenset[str]:
     """Top-level packages memlint models as libraries: their source is never walked as a script's own code."""
     return frozenset(_doc()["modelled_packages"])
