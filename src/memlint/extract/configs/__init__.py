@@ -2,7 +2,8 @@
 
 Formats are told apart by their keys (and, for a file that does not parse, by its name):
 axolotl, LLaMA-Factory, TRL recipes, torchtune, LitGPT, llm-foundry (Composer), oumi,
-LLM-Finetuning-Toolkit (llmtune), torchtitan job TOML, NVIDIA NeMo 1.x / NeMo-Megatron YAML, DeepSpeed JSON and accelerate config YAML. (xtuner's configs
+LLM-Finetuning-Toolkit (llmtune), torchtitan job TOML, NVIDIA NeMo 1.x / NeMo-Megatron YAML, LightningCLI (jsonargparse)
+YAML, nanotron run YAML, DeepSpeed JSON and accelerate config YAML. (xtuner's configs
 are Python: extract/xtuner.py reads them.)
 `merge_launch_config` lays a DeepSpeed or accelerate config over a script's plan.
 """
@@ -20,7 +21,7 @@ __all__ = ["CONFIG_SUFFIXES", "FORMATS", "detect", "detect_file", "read_config",
 
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml")
 FORMATS = ("axolotl", "llama-factory", "trl-recipe", "torchtune", "litgpt", "llm-foundry", "oumi", "llmtune", "torchtitan", "h2o-llmstudio", "nemo",
-           "deepspeed", "accelerate")
+           "lightning-cli", "nanotron", "deepspeed", "accelerate")
 _LAUNCHERS = ("deepspeed", "accelerate")
 
 _AXOLOTL = {"adapter", "micro_batch_size", "sequence_len", "sample_packing", "lora_target_linear", "num_epochs",
@@ -45,6 +46,18 @@ _OUMI_MODEL = re.compile(r"^[ \t]+model_name[ \t]*:", re.M)
 # NeMo 1.x / NeMo-Megatron: Lightning's `trainer:` beside a MegatronGPTModel `model:` with its parallel sizes or batches
 _NEMO = {"model.tensor_model_parallel_size", "model.pipeline_model_parallel_size", "model.megatron_amp_O2"}
 _NEMO_TEXT = re.compile(r"^[ \t]+(?:tensor_model_parallel_size|pipeline_model_parallel_size|megatron_amp_O2)[ \t]*:", re.M)
+
+
+def _nanotron(keys: set[str]) -> bool:
+    from memlint.extract.configs.nanotron import looks_like
+
+    return looks_like(keys)
+
+
+def _lightning_cli(keys: set[str], text: str) -> bool:
+    from memlint.extract.configs.lightning import looks_like
+
+    return looks_like(keys, text)
 
 
 def _torchtitan_sections(top_keys: tuple[str, ...]) -> bool:
@@ -81,6 +94,10 @@ def detect(top_keys: tuple[str, ...] | set[str], name: str = "", text: str = "")
     if {"trainer", "model"} <= keys and (keys & _NEMO or {"model.micro_batch_size", "model.global_batch_size"} <= keys
                                          or _NEMO_TEXT.search(text)):
         return "nemo"
+    if _nanotron(keys):
+        return "nanotron"  # nanotron's run config: general, parallelism, model, optimizer and tokens sections
+    if _lightning_cli(keys, text):
+        return "lightning-cli"  # LightningCLI / jsonargparse: trainer: beside class_path model: or data:
     if "model.hf_model_ckpt" in keys or ({"model", "lora", "training"} <= keys and keys & _LLMTUNE):
         return "llmtune"
     if {"model", "training"} <= keys and (("model.model_name" in keys and keys & _OUMI)
@@ -203,7 +220,7 @@ def _read_config(path: str | Path | None, shown: str | None = None, *, text: str
         if doc.diagnostics and not doc.ok:  # broken YAML of no recognisable format: still a finding
             return TrainingPlan(name, {}, (f"{doc.diagnostics[0].message}",), tuple(doc.diagnostics), "config")
         raise MemlintError(f"{name}: not a config memlint reads (axolotl, LLaMA-Factory, TRL recipe, torchtune, LitGPT, llm-foundry, "
-                           "oumi, LLM-Finetuning-Toolkit, torchtitan, NeMo, DeepSpeed or accelerate)")
+                           "oumi, LLM-Finetuning-Toolkit, torchtitan, NeMo, LightningCLI, nanotron, DeepSpeed or accelerate)")
     if not doc.ok:
         notes = tuple(d.message for d in doc.diagnostics if d.kind == "syntax-error")
         if not doc.diagnostics:

@@ -165,7 +165,8 @@ def shown_near(shown: str, ref: str) -> str:
 
 
 _OPTIMIZER_FAMILIES = {"torch": "torch", "bitsandbytes": "bnb", "bnb": "bnb", "transformers": "transformers",
-                       "torchao": "torchao", "schedulefree": "schedulefree", "optimi": "optimi", "lomo_optim": "lomo_optim"}
+                       "torchao": "torchao", "schedulefree": "schedulefree", "optimi": "optimi", "lomo_optim": "lomo_optim",
+                       "deepspeed": "deepspeed", "apex": "apex"}
 
 
 def optimizer_of_class(path: str) -> str | None:
