@@ -669,3 +669,35 @@ def test_quantized_linears_or_data_parallel_in_a_function_the_run_never_calls_ch
     '''
     plan = _plan(_write(tmp_path, {"train.py": src}), "python train.py", monkeypatch)
     assert plan.get("quant_bits").value is None and plan.get("num_gpus").value == 1
+
+
+def test_a_grpo_step_with_untruncated_prompts_takes_the_scripts_own_length_cap(tmp_path, monkeypatch):
+    lib = '''
+        from dataclasses import dataclass, field
+        from typing import Optional
+        from transformers import Trainer, TrainingArguments
+
+        @dataclass
+        class GRPOConfig(TrainingArguments):
+            num_generations: int = field(default=8)
+            max_prompt_length: Optional[int] = field(default=None)
+            max_completion_length: Optional[int] = field(default=None)
+            max_seq_len: Optional[int] = field(default=None)
+
+        class RolloutTrainer(Trainer):
+            def __init__(self, model, args, **kwargs):
+                self.max_seq_len = args.max_seq_len
+                super().__init__(model=model, args=args, **kwargs)
+    '''
+    script = '''
+        from transformers import AutoModelForCausalLM
+        from mylib import GRPOConfig, RolloutTrainer
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+        args = GRPOConfig(output_dir="o", per_device_train_batch_size=8)
+        args.max_seq_len = 4096
+        RolloutTrainer(model=model, args=args).train()
+    '''
+    root = _write(tmp_path, {"mylib/__init__.py": lib, "train.py": script})
+    plan = _plan(root, "python train.py", monkeypatch)
+    assert plan.get("trainer").value == "GRPOTrainer"
+    assert plan.get("max_length").value == 4096 and "max_seq_len" in plan.get("max_length").chain[-1]

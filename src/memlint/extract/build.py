@@ -1027,6 +1027,8 @@ class Builder:
                     lengths.append(ml if ml is not None else self.trainer_field(name, a, "max_length"))
             if not arg_objs and self.trainer_keyword(trainer, "max_length") is not None:
                 lengths.append(self.trainer_keyword(trainer, "max_length"))
+            if data == "generation" and not any(isinstance(x, Const) and isinstance(x.value, int) for x in lengths):
+                lengths = self.length_argument() or lengths  # untruncated prompts: the script's own cap, where it reads one
             self.put("max_length", _alts(lengths) if lengths else Unknown("max_length"), _length, line)
             self.put("packing", Const(False, "library-default", line, (f"{name} does not pack",)), _bool, line)
             self.put("padding", Const("longest", "library-default", line, (f"{name} pads each batch to its longest sequence",)), line=line)
