@@ -132,7 +132,10 @@ def _one_step(name: str, spec) -> tuple:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         opt.step()
-    return model, _state_bytes(opt), optimizer_bytes(Setup(spec, method="full", dtype="bf16", optim=name), "real")[0]
+    # the class built from Trainer.get_optimizer_cls_and_kwargs, without create_optimizer's bitsandbytes override for
+    # embeddings: what a script that builds the optimizer itself runs (trainer_optimizer=False)
+    return model, _state_bytes(opt), optimizer_bytes(Setup(spec, method="full", dtype="bf16", optim=name,
+                                                           trainer_optimizer=False), "real")[0]
 
 
 @pytest.mark.parametrize("name", NAMES)
