@@ -701,3 +701,20 @@ def test_a_grpo_step_with_untruncated_prompts_takes_the_scripts_own_length_cap(t
     plan = _plan(root, "python train.py", monkeypatch)
     assert plan.get("trainer").value == "GRPOTrainer"
     assert plan.get("max_length").value == 4096 and "max_seq_len" in plan.get("max_length").chain[-1]
+
+
+def test_a_uv_lock_pins_the_checkout_and_trl_turns_recompute_on_from_0_22(tmp_path, monkeypatch):
+    src = '''
+        from transformers import AutoModelForCausalLM
+        from trl import ORPOConfig, ORPOTrainer
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+        ORPOTrainer(model=model, args=ORPOConfig(output_dir="o", per_device_train_batch_size=2), train_dataset=None).train()
+    '''
+    lock = '[[package]]\nname = "trl"\nversion = "{v}"\nsource = {{ registry = "https://pypi.org/simple" }}\n'
+    root = _write(tmp_path, {"pyproject.toml": '[project]\nname = "x"\ndependencies = ["trl"]\n',
+                             "uv.lock": lock.format(v="0.15.2"), "orpo/train.py": src})
+    plan = _plan(root, "python orpo/train.py", monkeypatch)
+    assert {p.package: p.version for p in plan.versions}["trl"] == "0.15.2"
+    assert plan.get("gradient_checkpointing").value is False
+    (tmp_path / "uv.lock").write_text(lock.format(v="0.22.0"))
+    assert _plan(root, "python orpo/train.py", monkeypatch).get("gradient_checkpointing").value is True

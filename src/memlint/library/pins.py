@@ -24,7 +24,7 @@ from pathlib import Path
 
 from memlint.library.versions import in_range, specifier, version_key
 
-_PIN_FILES = ("requirements.txt", "pyproject.toml", "poetry.lock", "setup.py", "environment.yml", "environment.yaml")
+_PIN_FILES = ("requirements.txt", "pyproject.toml", "poetry.lock", "uv.lock", "setup.py", "environment.yml", "environment.yaml")
 _MAX_UP = 4
 _MAX_LINE = 2_000      # characters of one requirement line read (a URL with a hash is a few hundred)
 _MAX_REQ_DEPTH = 2     # `-r other.txt` inside `-r other.txt`
@@ -207,7 +207,7 @@ def _poetry_spec(spec: str) -> str | None:
 
 
 def _poetry_lock(path: Path, rel: str) -> list[tuple[str, str, str]]:
-    """The exact versions a poetry.lock resolved (`[[package]]` / `name = "torchtune"` / `version = "0.1.1"`)."""
+    """The exact versions a poetry.lock or uv.lock resolved (`[[package]]` / `name = "torchtune"` / `version = "0.1.1"`)."""
     text = _read(path)
     if text is None:
         return []
@@ -358,7 +358,8 @@ def _pins_in(folder: Path, prefix: str) -> tuple[Pin, ...]:
     reqs = sorted(_requirement_files(folder), key=lambda f: (f.name != "requirements.txt", f.name))
     for f in reqs:
         found += _from_requirements(f, rel(f.name))
-    for name, reader in (("pyproject.toml", _quoted_reqs), ("poetry.lock", _poetry_lock), ("setup.py", _quoted_reqs),
+    for name, reader in (("pyproject.toml", _quoted_reqs), ("poetry.lock", _poetry_lock), ("uv.lock", _poetry_lock),
+                         ("setup.py", _quoted_reqs),
                          ("environment.yml", _from_environment), ("environment.yaml", _from_environment),
                          ("pyproject.toml", _poetry_reqs)):
         if is_file(folder / name):
