@@ -331,7 +331,10 @@ def peak_terms(s: Setup, parts: Mapping[str, int], rows: Mapping[str, int], phas
         if key in rows or key in COMPONENTS or key == "buffers" or not b:
             continue
         label, words = PEAK_TERMS[key]
-        if key == "recompute":
+        if key == "backward-transient" and s.recompute:  # with recompute, backward's working set is a layer re-run
+            label, words = PEAK_TERMS["recompute"][0], "one layer's activations re-created by recompute and its " \
+                                                       "backward working memory, beside what is still saved"
+        if label == PEAK_TERMS["recompute"][0]:
             words = _recompute_words(s, accounting, words)
         out.append((label, b, words))
     for name, shown in rows.items():

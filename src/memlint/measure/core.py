@@ -611,22 +611,25 @@ def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = 
             optimizer.remove()  # the hooks of a model the caller passed in stay its own
         if paged_bytes:
             details["paged_optimizer_bytes"] = paged_bytes
-        overhead = 0
-        if mode == "cuda":
-            overhead = meter.max_memory_reserved() - max(s.peak for s in step_results)
-            dev_name = torch.cuda.get_device_name()
-            method = "cuda-allocator"
-        elif mode == "cpu":
-            dev_name = "cpu (storage tracker, real tensors)"
-            method = "cpu-tensor-tracker"
-        else:
-            dev_name = "cpu (fake-tensor trace)"
-            method = "fake-tensor-trace"
+        dev_name, method, overhead = _device_and_method(mode, meter, step_results)
         components = {"weights": weights, **comp, "overhead": max(overhead, 0)}
         reserved = _reserved(mode, meter, tracker, steps, alloc_conf, notes)
 
     return Measurement(components=components, steps=step_results, device=dev_name, method=method,
                        notes=notes, details=details, runtime_s=time.perf_counter() - t0, reserved=reserved)
+
+
+def _device_and_method(mode: str, meter: Any, step_results: list) -> tuple[str, str, int]:
+    """What measured the step, in words and as a method name, and the overhead it sees (CUDA: reserved past the
+    allocated peak; a trace or a CPU run has none)."""
+    if mode == "cuda":
+        import torch
+
+        return (torch.cuda.get_device_name(), "cuda-allocator",
+                meter.max_memory_reserved() - max(s.peak for s in step_results))
+    if mode == "cpu":
+        return "cpu (storage tracker, real tensors)", "cpu-tensor-tracker", 0
+    return "cpu (fake-tensor trace)", "fake-tensor-trace", 0
 
 
 def _step_optimizer(setup: Setup, model: Any, mode: str) -> tuple[Any, list[str]]:

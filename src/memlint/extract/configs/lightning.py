@@ -29,6 +29,11 @@ def looks_like(keys: set[str], text: str = "") -> bool:
 
 class LightningCLI(FrameworkReader):
     kind = "lightning-cli"
+    rank = 20
+
+    @staticmethod
+    def matches(keys: set[str], text: str) -> bool:  # LightningCLI / jsonargparse: trainer: beside class_path model:
+        return looks_like(keys, text)
 
     def _fw(self) -> dict:
         return frameworks.framework(self.kind)

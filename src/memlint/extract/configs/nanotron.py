@@ -20,6 +20,11 @@ def looks_like(keys: set[str]) -> bool:
 
 class Nanotron(FrameworkReader):
     kind = "nanotron"
+    rank = 25
+
+    @staticmethod
+    def matches(keys: set[str], text: str) -> bool:  # its run config: general, parallelism, model, optimizer, tokens
+        return looks_like(keys)
 
     def _sub(self, key: str):
         return frameworks.substitution(self.kind, key)
