@@ -200,7 +200,7 @@ def merge_launch_config(plan: TrainingPlan, path: str | Path) -> TrainingPlan:
         msg = doc.diagnostics[0].message if doc.diagnostics else "not a mapping"
         raise MemlintError(f"{path}: {msg}")
     facts = reader_of(kind).facts(doc, p)
-    fields, notes, diags = apply_launch(dict(plan.fields), facts, str(path))
+    fields, notes, diags = apply_launch(dict(plan.fields), facts, str(path), kind)
     extra_diags = [d for d in doc.diagnostics if d not in diags]
     return TrainingPlan(plan.path, fields, tuple(dict.fromkeys(plan.notes + tuple(notes))),
                         plan.diagnostics + tuple(extra_diags) + tuple(diags), plan.kind, plan.via,
