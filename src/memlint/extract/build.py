@@ -8,16 +8,18 @@ but never passed anywhere is ignored.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
 from memlint.extract import custom_model
+from memlint.extract.launched import all_visible
 from memlint.extract.objects import (
     Accelerator, Collator, DataLoader, DeepSpeedEngine, DtypeName, HfConfig, LightningTrainer, Method, Model, Obj, Optimizer,
     Params, PeftConfig, Plugin, QuantConfig, Tokenizer,
     Trainer, TrainingArgs, dtype_of, field_value,
 )
-from memlint.extract.values import Alts, Const, Dict, Ref, Seq, Unknown, flatten, to_python
+from memlint.extract.values import Alts, Const, DeviceCount, Dict, Ref, Seq, Unknown, flatten, to_python
 from memlint.library import api
 from memlint.library.api import checkout_objective
 from memlint.library.defaults import default as library_default
@@ -61,6 +63,8 @@ class Builder:
         self.maybe: dict[str, list[str]] = {}
         self.ds_offload: list[Const] = []  # offload read from a followed DeepSpeed config
         self.ds_optimizer: list[Value] = []  # a followed DeepSpeed config's own optimizer
+        self.ds_cpu_optimizer: list[Value] = []  # a followed DeepSpeed config that offloads the optimizer (no optimizer section)
+        self.ds_unread: list[str] = []  # why a DeepSpeed config named could not be read (not in the checkout)
         self.read_files: list[str] = []  # other files read (a DeepSpeed JSON): the plan's sources
 
     # ---- values ----------------------------------------------------------------------------
@@ -158,6 +162,7 @@ class Builder:
             self.trainer_fields(trainer, args, model_objs, unsloth)
         else:
             self.loop_fields(objs, model_objs)
+        self.forced_gc = self.kbit_checkpointing(trainer) if trainer is not None else None
         self.gc_field(model_objs)
         self.fused_loss_field(model_objs)
         self.optimizer_in_bwd_field()
@@ -166,7 +171,9 @@ class Builder:
         self.vision_fields()
         for why, names in self.maybe.items():
             self.notes.append(f"{', '.join(names)}: on some paths {why}; the plan shows the values memlint can read")
-        if self.script.suffix == ".ipynb" and not self.fields.get("num_gpus", Value(None, "unknown")).known:
+        self.visible_gpus_field(model_objs)
+        if self.script.suffix == ".ipynb" and not self.fields.get("num_gpus", Value(None, "unknown")).known \
+                and not all_visible(self.fields.get("num_gpus")):
             self.fields["num_gpus"] = Value(1, "library-default", None, ("a notebook runs one process (one GPU)",))
         plan = TrainingPlan(self.path, self.fields, tuple(dict.fromkeys(self.notes)), kind="notebook" if self.script.suffix == ".ipynb" else "python")
         if self.launch is not None:
@@ -174,6 +181,32 @@ class Builder:
 
             plan = apply_launcher(plan, self.launch, self.script)
         return plan
+
+    def visible_gpus_field(self, models: list[Obj]) -> None:
+        """num_gpus of a run that spreads over the machine's GPUs itself: from_pretrained(device_map="auto") in one
+        process, DataParallel(model), mp.spawn(nprocs=torch.cuda.device_count()). A count the code gives (device_ids,
+        nprocs=4, CUDA_VISIBLE_DEVICES in the launch) is the value; else it is unknown, every GPU the machine shows,
+        which a launcher's own process count does not replace (extract/launched.py)."""
+        cur = self.fields.get("num_gpus")
+        if cur is not None and cur.known:
+            return
+        found: list = self.facts.gpu_counts[: self.facts.reached.get("gpu_counts", len(self.facts.gpu_counts))]
+        for m in models:
+            dm = self.root(m).kwargs.get("device_map")
+            if isinstance(dm, Const) and isinstance(dm.value, str) and dm.value in _SPREAD_MAPS:
+                found.append(DeviceCount(f'from_pretrained(device_map="{dm.value}") (line {dm.line or self.root(m).line}) '
+                                         "places the model's layers over every visible GPU", dm.line or self.root(m).line))
+        known = [f for f in found if isinstance(f, Const)]
+        if known:
+            self.put("num_gpus", _alts(known), _int)
+            return
+        spread = next((f for f in found if isinstance(f, DeviceCount)), None)
+        if spread is None:
+            return
+        why = f"{spread.why}: as many as the machine shows"
+        self.fields["num_gpus"] = Value(None, "unknown", Span(self.path, spread.line) if spread.line else None, (why,),
+                                        shape=(("gpus", "all-visible"),))
+        self.notes.append(f"num_gpus is unknown ({why}); pass --assume num_gpus=N")
 
     def vision_fields(self) -> None:
         """A vision-language model's image processor: min_pixels / max_pixels passed to AutoProcessor /
@@ -265,10 +298,12 @@ class Builder:
             attn = kw.get("attn_implementation", root.shape.attention if root.loader == "script-class" else None)
             if attn is None and isinstance(kw.get("use_flash_attention_2"), Const) and kw["use_flash_attention_2"].value:
                 attn = kw["use_flash_attention_2"].with_value("flash_attention_2")
+            if attn is None and root.loader == "transformers" and root.user_class is not None:
+                attn = custom_model.checkout_class_attention(root.user_class)
             if attn is None or (isinstance(attn, Const) and attn.value is None):
                 attn = Unknown("attn_implementation may be set by **kwargs") if root.open else _libc("transformers.from_pretrained", "attn_implementation", line)
             attns.append(attn)
-            quants.append(self.quant_of(root))
+            quants.append(self.hand_quant(self.quant_of(root), root, models))
         self.put("model_id", _alts(ids), _model_id, models[0].line)
         if heads:  # the class names its head (AutoModelForSequenceClassification, BertForTokenClassification ...)
             self.put("task_head", _alts(heads), str, self.root(models[0]).line)
@@ -351,6 +386,22 @@ class Builder:
             self.fields["tp_stack"] = Value("transformers", "library-default", None,
                                             ("transformers' tp_plan: the config class's base_model_tp_plan",))
             return
+
+    def hand_quant(self, q: dict, root: Model, models: list) -> dict:
+        """A model the load leaves unquantized whose linears the script replaces with bitsandbytes' own: handed to a
+        helper with the model (`replace_linear(model.model, Linear4bit)`: that model), or built where memlint does not
+        see which model they go in (facts.hand_quant: every model the script trains)."""
+        bits = q.get("bits")
+        # layers built inside a helper that was handed a model are that model's, not every model's
+        reached = self.facts.hand_quant[: self.facts.reached.get("hand_quant", len(self.facts.hand_quant))]
+        hq = root.hand_quant or ([] if any(isinstance(o, Model) and o.hand_quant for o in self.facts.objects)
+                                 else reached)  # layers built in a function the run never called quantize nothing
+        if not hq or not (isinstance(bits, Const) and bits.value is None):
+            return q
+        return {"bits": _alts([h.bits for h in hq]), "type": _alts([h.quant_type for h in hq]),
+                "double": _alts([h.double for h in hq]),
+                "compute": _alts([h.compute for h in hq]) or Unknown("the compute dtype of the script's own 4-bit linears"),
+                "group": None}
 
     def quant_of(self, root: Obj) -> dict:
         kw = root.kwargs
@@ -559,7 +610,9 @@ class Builder:
 
     def trainer_fields(self, trainer: Obj, args: Any, models: list[Obj], unsloth: bool) -> None:
         name = trainer.cls
-        label = "unsloth" if unsloth else name
+        # unsloth's SFT path is its own; a preference or generation trainer over an unsloth model is still that trainer
+        data = api.trainer(name).data if api.trainer(name) is not None else "collator"
+        label = "unsloth" if unsloth and data in ("sft", "collator") else name
         how = f"{name}(...) (line {trainer.line})" + (" over an unsloth FastLanguageModel" if unsloth else "")
         shape: tuple = ()
         if trainer.user_class:
@@ -580,6 +633,9 @@ class Builder:
             facts = api.trainer(name)
             arg_objs = [TrainingArgs(facts.arguments if facts else "transformers.TrainingArguments", trainer.line)]
         self.args = arg_objs
+        if trainer.user_class and not shape:  # a Trainer subclass read by what its arguments carry (GRPO's num_generations)
+            trainer = self.trainer_by_arguments(trainer, arg_objs, how)
+            name = trainer.cls
 
         def each(attr: str, alias: str | None = None) -> Any:
             vals = []
@@ -594,6 +650,8 @@ class Builder:
 
         line = arg_objs[0].line
         self.put("per_device_batch", each("per_device_train_batch_size", "per_gpu_train_batch_size"), _int, line)
+        if unsloth:
+            self.run_time_rewrites(name, "unsloth", arg_objs, each)
         self.put("eval_batch", each("per_device_eval_batch_size", "per_gpu_eval_batch_size"), _int, line)
         self.put("grad_accum", each("gradient_accumulation_steps"), _int, line)
         # torch_compile=True: the Trainer compiles the model, whose forward computes the loss from the logits
@@ -619,12 +677,72 @@ class Builder:
                 gbl.append(a.get("group_by_length") if a.get("group_by_length") is not None else field_value(a, "group_by_length"))
         self.put("group_by_length", _alts(gbl), _bool, line)
         self.distributed_from(arg_objs)
-        if self.ds_optimizer and not opt_objs:  # the DeepSpeed config's optimizer section wins over optim=
-            v = self.ds_optimizer[0]
-            self.fields["optimizer"] = Value(v.value, v.source, v.span, v.chain + ("a DeepSpeed config's optimizer replaces the Trainer's optim",))
+        self.deepspeed_optimizer(bool(opt_objs), line)
         self.padding_and_length(trainer, arg_objs, models, unsloth)
         if api.trainer(name) is not None and api.trainer(name).reference:
             self.reference_field(trainer, arg_objs)
+
+    def deepspeed_optimizer(self, own: bool, line: int | None) -> None:
+        """The Trainer's optimizer under its DeepSpeed config: the config's optimizer section (unless the script passes
+        its own), DeepSpeed's CPU Adam where the config offloads the optimizer (accelerate swaps it), unknown where the
+        config named is not in the checkout (a section there would win)."""
+        if self.ds_optimizer and not own:  # the DeepSpeed config's optimizer section wins over optim=
+            v = self.ds_optimizer[0]
+            self.fields["optimizer"] = Value(v.value, v.source, v.span, v.chain + ("a DeepSpeed config's optimizer replaces the Trainer's optim",))
+        elif self.ds_cpu_optimizer:
+            from memlint.extract.configs.launchers import offloaded_optimizer
+
+            swapped = offloaded_optimizer(self.fields.get("optimizer"), self.fields.get("trainer"), self.ds_cpu_optimizer[0], "deepspeed")
+            if swapped is not None:
+                self.fields["optimizer"] = swapped
+        elif self.ds_unread and not own:
+            self.put("optimizer", Unknown(f"{self.ds_unread[0]}: an optimizer section there would replace the Trainer's optim"),
+                     line=line)
+
+    def trainer_by_arguments(self, trainer: Trainer, arg_objs: list, how: str) -> Trainer:
+        """A subclass of transformers' Trainer whose arguments carry a trainer's own field (GRPO's num_generations) runs
+        that trainer's step (library.api.trainer_by_arguments); `trainer` as it reads."""
+        from memlint.extract.handlers import _declares
+
+        read = api.trainer_by_arguments(trainer.cls, lambda f: any(
+            f in a.attrs or f in a.kwargs or f in a.cli or _declares(a.user_class, f) for a in arg_objs))
+        if read is None:
+            return trainer
+        self.fields["trainer"] = Value(read[0], "literal", Span(self.path, trainer.line), (f"{how}; {read[1]}",))
+        return replace(trainer, cls=read[0])
+
+    def run_time_rewrites(self, trainer: str, loader: str, arg_objs: list, each: Callable) -> None:
+        """Arguments the library rewrites as the run starts (data/library_api.json run_time_rewrites): unsloth's GRPO
+        config makes per_device_train_batch_size num_generations when the batch is no multiple of it."""
+        fields = {"per_device_train_batch_size": "per_device_batch", "gradient_accumulation_steps": "grad_accum"}
+        for rule in api.run_time_rewrites(trainer, loader):
+            if any(isinstance(a.get(k), Const) and a.get(k).value is not None for a in arg_objs for k in rule["unless_set"]):
+                continue
+            vals: dict[str, Any] = {}
+            for key in {*rule["product"], rule["multiple_of"], *rule["sets"].values()}:
+                if key == "world_size":
+                    g = self.fields.get("num_gpus")
+                    vals[key] = g.value if g is not None and g.known and isinstance(g.value, int) else 1
+                    continue
+                v = self.fields[fields[key]].value if key in fields and self.fields.get(fields[key]) is not None \
+                    and self.fields[fields[key]].known else each(key)
+                v = v.value if isinstance(v, Const) else v
+                if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                    break
+                vals[key] = v
+            else:
+                product = 1
+                for k in rule["product"]:
+                    product *= vals[k]
+                if product % vals[rule["multiple_of"]] == 0:
+                    continue
+                for target, source in rule["sets"].items():
+                    name = fields[target]
+                    was = self.fields[name]
+                    why = (f"{rule['package']} rewrites {target}={vals[target]} to {source}={vals[source]} as the run starts: "
+                           f"{' × '.join(f'{k} {vals[k]}' for k in rule['product'])} is no multiple of {rule['multiple_of']} "
+                           f"({rule['ref']})")
+                    self.fields[name] = Value(vals[source], was.source, was.span, (*was.chain, why))
 
     def reference_field(self, trainer: Obj, arg_objs: list[Obj]) -> None:
         """ref_model for DPO/KTO: "model" (a second model passed as ref_model=), "auto" (none passed:
@@ -790,7 +908,11 @@ class Builder:
         Read by the same DeepSpeed reader as framework configs, so both agree on stage and offload."""
         facts, v = self.deepspeed_config(v)
         if facts is None:
+            if isinstance(v, Const) and v.value == "deepspeed":
+                self.ds_unread.append(v.chain[-1] if v.chain else "a DeepSpeed config memlint could not read")
             return v
+        if facts.cpu_optimizer is not None:
+            self.ds_cpu_optimizer.append(facts.cpu_optimizer)
         dist, off = facts.fields["distributed"], facts.fields["offload"]
         if off.span is not None:
             self.ds_offload.append(Const(off.value, off.source, off.span.line, off.chain, off.span.path))
@@ -897,14 +1019,16 @@ class Builder:
                     if isinstance(p, Const) and isinstance(c, Const) and isinstance(p.value, int) and isinstance(c.value, int):
                         src = c if c.source != "library-default" else p
                         lengths.append(src.with_value(p.value + c.value, f"max_prompt_length {p.value} + max_completion_length {c.value}"))
-                    else:
-                        lengths.append(p if not isinstance(p, Const) else c)
+                    else:  # an unknown or untruncated (None) prompt or completion length decides
+                        lengths.append(p if not isinstance(p, Const) or p.value is None else c)
                 else:
                     ml = self.trainer_keyword(trainer, "max_length")
                     ml = ml if ml is not None else a.get("max_length")
                     lengths.append(ml if ml is not None else self.trainer_field(name, a, "max_length"))
             if not arg_objs and self.trainer_keyword(trainer, "max_length") is not None:
                 lengths.append(self.trainer_keyword(trainer, "max_length"))
+            if data == "generation" and not any(isinstance(x, Const) and isinstance(x.value, int) for x in lengths):
+                lengths = self.length_argument() or lengths  # untruncated prompts: the script's own cap, where it reads one
             self.put("max_length", _alts(lengths) if lengths else Unknown("max_length"), _length, line)
             self.put("packing", Const(False, "library-default", line, (f"{name} does not pack",)), _bool, line)
             self.put("padding", Const("longest", "library-default", line, (f"{name} pads each batch to its longest sequence",)), line=line)
@@ -1171,8 +1295,25 @@ class Builder:
             if accs:
                 self.notes.append("distributed: an `accelerate launch` config may shard the model; pass --assume distributed=... if it does")
         self.parallelism_fields([a.get("parallelism_config") for a in accs])
+        self.plugin_cpu_optimizer(accs)
         collate = train_dl.get("collate_fn") if train_dl is not None else None
         self.data_padding(collate, False, line)
+
+    def plugin_cpu_optimizer(self, accs: list) -> None:
+        """Accelerator(deepspeed_plugin=DeepSpeedPlugin(offload_optimizer_device="cpu")): accelerate's prepare swaps the
+        loop's optimizer for DeepSpeed's CPU Adam (library.api.deepspeed_cpu_optimizer)."""
+        from memlint.extract.configs.launchers import offloaded_optimizer
+
+        for a in accs:
+            plug = a.get("deepspeed_plugin")
+            dev = plug.get("offload_optimizer_device") if isinstance(plug, Obj) else None
+            if isinstance(dev, Const) and str(dev.value).lower() in ("cpu", "nvme"):
+                cpu = Value("deepspeed_adam", dev.source, Span(self.path, dev.line or plug.line),
+                            (f"DeepSpeedPlugin(offload_optimizer_device={dev.value!r}) (line {dev.line or plug.line})",))
+                swapped = offloaded_optimizer(self.fields.get("optimizer"), self.fields.get("trainer"), cpu, "accelerate")
+                if swapped is not None:
+                    self.fields["optimizer"] = swapped
+                return
 
     def lightning_fields(self, tr: LightningTrainer, objs: list) -> None:
         """A Lightning Trainer (or Fabric): precision, accumulation, strategy and devices are its
@@ -1328,11 +1469,25 @@ class Builder:
             vals.append(Const(name, "literal", o.line, (how,)))
         self.put("optimizer", _alts(vals))
 
+    def kbit_checkpointing(self, trainer: Obj) -> Const | None:
+        """Gradient checkpointing a trainer turns on itself when it prepares a 4/8-bit model for the peft_config it
+        is given (TRL before 0.7.2: prepare_model_for_int8_training with peft's default; library.api)."""
+        peft = trainer.kwargs.get("peft_config")
+        bits = self.fields.get("quant_bits")
+        if peft is None or isinstance(peft, Const) and peft.value is None or bits is None or bits.value not in (4, 8):
+            return None
+        why = api.kbit_prep_checkpointing(trainer.cls)
+        return Const(True, "library-default", trainer.line, (why,)) if why else None
+
     def gc_field(self, models: list[Obj]) -> None:
         """Checkpointing is on if the model turns it on, else what the training arguments say."""
         args_gc = getattr(self, "args_gc", None)
+        forced = getattr(self, "forced_gc", None)
         per_model = []
         for m in models or [None]:
+            if forced is not None:
+                per_model.append(forced)
+                continue
             resolved = []
             for mm in self.chain(m) if m is not None else []:
                 for setting in mm.gc:
@@ -1364,6 +1519,9 @@ class Builder:
 
 
 # ---- conversions ------------------------------------------------------------------------------
+
+_SPREAD_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")  # accelerate's device maps over every visible GPU
+
 
 def _reason(why: str) -> str:
     """'optim comes from a config file given at run time' -> 'the value comes from ...'."""

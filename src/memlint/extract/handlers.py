@@ -19,13 +19,13 @@ from typing import Any, Callable
 from memlint.extract import budget, custom_model
 from memlint.extract.interp import _BUILTIN_CALLS, SPREAD, BoundStr, BoundUnknown
 from memlint.extract.objects import (
-    Accelerator, Accumulate, ArgNamespace, ArgParser, ArgSpec, Autocast, AutocastCall, BoundMethod, Collator, DataclassInstance,
+    Accelerator, Accumulate, ArgNamespace, ArgParser, ArgSpec, Autocast, AutocastCall, BoundMethod, ClassLoader, Collator, DataclassInstance,
     DeepSpeedEngine, DictMethod, Fields, Instance, LightningTrainer, Namespace, OpenFile,
-    DataLoader, Dataset, DtypeName, GradHook, HfConfig, HfParser, LigerPatch, Method, Model, Obj, Optimizer, OptimizerStep,
+    DataLoader, Dataset, DtypeName, GradHook, HandQuant, HfConfig, HfParser, LigerPatch, Method, Model, Obj, Optimizer, OptimizerStep,
     LengthArg, Params, Partial, PeftConfig, Plugin, QuantConfig, RandomOffsets, Range, Scaler, SeqMethod, Setting, Tokenizer, TokenizerCall, Trainer,
     TrainingArgs, dtype_of, field_value,
 )
-from memlint.extract.values import Alts, Class, Const, Dict, Func, RaisedBy, Ref, Seq, Unknown, flatten, weakest
+from memlint.extract.values import Alts, Class, Const, DeviceCount, Dict, Func, RaisedBy, Ref, Seq, Unknown, flatten, weakest
 from memlint.extract.values import insert_fits
 from memlint.library import api
 
@@ -58,6 +58,31 @@ def library_base(v: Any, names: Any) -> str | None:
         if isinstance(x, Class):
             stack.extend(x.bases)
     return None
+
+
+def _hand_quant(it: Any, name: str, kwargs: dict, line: int | None, how: str, models: list | None = None) -> None:
+    """Record bitsandbytes' `name` layers with the keywords they are built with (their defaults otherwise): on the
+    models the call is given (`replace_linear(model.model, Linear4bit)`), else for the script."""
+    facts = api.bnb_linear(name)
+    for key, keeps in facts.get("unless", {}).items():
+        v = kwargs.get(key)
+        if v is None or isinstance(v, Const) and v.value == keeps:  # the default (or the value) keeps weights unquantized
+            return
+    why = f"{how}: {facts['bits']}-bit bitsandbytes linears ({facts['ref']})"
+    bits = Const(facts["bits"], "literal", line, (why,))
+    qt = kwargs.get("quant_type")
+    if qt is None and "quant_type" in facts:
+        qt = Const(facts["quant_type"], "library-default", line, (f"{name}'s quant_type default ({facts['ref']})",))
+    double = kwargs.get("compress_statistics")
+    if double is None and "double_quant" in facts:
+        double = Const(facts["double_quant"], "library-default", line, (f"{name}'s compress_statistics default ({facts['ref']})",))
+    got = HandQuant(bits, qt, double, kwargs.get("compute_dtype"), line, how)
+    for m in models or ():
+        while m.base is not None:
+            m = m.base
+        m.hand_quant.append(got)
+    if not models:
+        it.facts.hand_quant.append(got)
 
 
 def _pretrained_model_class(cls: Any) -> bool:
@@ -410,6 +435,12 @@ class Handlers:
             return self.tokenize(it, f, args, kwargs, line)
         if isinstance(f, OpenFile):
             return f  # f.read(): the content, read where it is parsed
+        if isinstance(f, ClassLoader):
+            model = self.call_ref(Call(it, f"transformers.{f.cls.name}.{f.name}", args, kwargs, open_kw, line),
+                                  Ref(f"transformers.{f.cls.name}.{f.name}"))
+            if isinstance(model, Model):
+                model.user_class = f.cls
+            return model
         if isinstance(f, DtypeName):  # getattr(torch.optim, config.optimizer)(params): the class it names
             f = f.ref
         if isinstance(f, DictMethod) and isinstance(f.dict, Fields):  # args.__dict__.update(cfg): each key a field
@@ -456,6 +487,9 @@ class Handlers:
             c.it.facts.float8_calls.append(Const(scope, "literal", c.line, (
                 f"convert_to_float8_training(...){' with module_filter_fn' if scope == 'layers' else ''} (line {c.line})",)))
             return Const(None, "literal", c.line)
+        if c.head == "bitsandbytes" and api.bnb_linear(c.name) is not None:
+            _hand_quant(c.it, c.name, c.kwargs, c.line, f"bitsandbytes.nn.{c.name}(...) (line {c.line})")
+            return Unknown(f"a bitsandbytes {c.name} layer")
         if c.head in ("pytorch_lightning", "lightning", "lightning_fabric") and c.name in _LIGHTNING:
             return c.new(LightningTrainer, _LIGHTNING[c.name])
         handler = _QUALIFIED.get(c.qual) or _BY_NAME.get(c.name) or self._data_handler(c.name)
@@ -463,6 +497,12 @@ class Handlers:
             out = handler(self, c)
             if out is not _PASS:
                 return out
+        if c.head == "transformers" and _MODEL_CLASS.match(c.name) and not _NOT_MODEL.search(c.name) \
+                and isinstance(c.arg(0, "config"), HfConfig):
+            # LlamaForCausalLM(config): a model built (randomly initialised) from a config, as from_config builds it
+            return self._load_model(Call(c.it, c.qual + ".from_config", [c.arg(0, "config")],
+                                         {k: v for k, v in c.kwargs.items() if k != "config"}, c.open, c.line),
+                                    c.name, "from_config")
         if c.head == "torch" and c.name in _TORCH_DTYPES:
             return f
         opt = self._optimizer_name(c)
@@ -1027,10 +1067,41 @@ class Handlers:
             return _PASS
         return c.new(Obj, c.qual, ("param_dtype", "reduce_dtype", "buffer_dtype"))
 
+    def device_count(self, c: Call) -> Any:
+        """torch.cuda.device_count(): the GPUs CUDA_VISIBLE_DEVICES lists when the launch sets it, else every GPU
+        the machine shows (unknown)."""
+        env = getattr(c.it.launch, "env", None) or {}
+        value = env.get("CUDA_VISIBLE_DEVICES")
+        if value is not None and value.strip() and "$" not in value:
+            n = len([d for d in value.split(",") if d.strip()])
+            return Const(n, "command-line", c.line, (f"torch.cuda.device_count(): CUDA_VISIBLE_DEVICES={value} ({n})",))
+        return DeviceCount("torch.cuda.device_count(): every GPU the machine shows", c.line)
+
+    def data_parallel(self, c: Call) -> Any:
+        """torch.nn.DataParallel(model, device_ids=None): one process that replicates the model on every visible
+        GPU (or the device_ids given); the model trains as it was."""
+        if not c.qual.startswith("torch."):
+            return _PASS
+        ids = c.arg(1, "device_ids")
+        if isinstance(ids, Seq):
+            c.it.facts.gpu_counts.append(Const(len(ids.items), "literal", c.line, (f"DataParallel(device_ids=[...]) (line {c.line})",)))
+        elif ids is None or isinstance(ids, Const) and ids.value is None:
+            c.it.facts.gpu_counts.append(DeviceCount(f"DataParallel(model) (line {c.line}) replicates the model on every "
+                                                     "visible GPU", c.line))
+        else:
+            c.it.facts.gpu_counts.append(ids if isinstance(ids, DeviceCount) else Unknown("DataParallel's device_ids", c.line))
+        return c.arg(0, "module", Unknown("DataParallel(...)"))
+
     def mp_spawn(self, c: Call) -> Any:
         """torch.multiprocessing.spawn(fn, args=(...), nprocs=N): each process runs fn(rank, *args)."""
         fn = c.arg(0, "fn")
         args = c.arg(1, "args")
+        n = c.arg(2, "nprocs")
+        if isinstance(n, DeviceCount):
+            c.it.facts.gpu_counts.append(DeviceCount(f"torch.multiprocessing.spawn(nprocs=torch.cuda.device_count()) "
+                                                     f"(line {c.line}): a process per visible GPU", c.line))
+        elif isinstance(n, Const) and isinstance(n.value, int) and not isinstance(n.value, bool) and n.value >= 1:
+            c.it.facts.gpu_counts.append(n.named(f"torch.multiprocessing.spawn(nprocs={n.value}) (line {c.line})"))
         extra = list(args.items) if isinstance(args, Seq) else []
         if isinstance(fn, Func):
             c.it.call_function(fn, [Unknown("the process rank"), *extra], {}, c.line)
@@ -1815,6 +1886,35 @@ class Handlers:
         where = launch.where() if launch is not None else "the command line"
         return Const(value, "command-line", launch.line_of(how) if launch is not None else None, (f"{how} ({where})",), file)
 
+    def quantized_linear_args(self, it: Any, f: Any, args: list, kwargs: dict, line: int | None) -> None:
+        """A bitsandbytes linear class handed to a call (`replace_linear(model, bnb.nn.Linear4bit, quant_type="nf4")`,
+        `partial(Linear4bit, ...)`): the call puts those layers in a model; its keywords are the layers'. A builtin
+        (issubclass(cls, Linear4bit), isinstance) only looks at the class."""
+        if isinstance(f, Ref) and f.qual.startswith("builtins."):
+            return
+        given = [*args, *kwargs.values()]
+        for a in given:
+            if isinstance(a, Ref) and a.qual.split(".", 1)[0] == "bitsandbytes" and api.bnb_linear(a.name) is not None:
+                models = [m.obj if isinstance(m, Method) else m for g in given for m in flatten(g)
+                          if isinstance(m, Model) or isinstance(m, Method) and isinstance(m.obj, Model)]
+                _hand_quant(it, a.name, kwargs, line, f"{a.name} handed to a call (line {line})", models)
+
+    def checkout_loader(self, cls: Class, attr: str) -> ClassLoader | None:
+        """`Cls.from_pretrained` / `Cls.from_config` of a class the checkout defines on a transformers model base
+        (`class LlamaForCausalLM(LlamaPreTrainedModel)`, `LlamaPreTrainedModel(PreTrainedModel)`)."""
+        if attr not in ("from_pretrained", "from_config") or not _MODEL_CLASS.match(cls.name) or _NOT_MODEL.search(cls.name):
+            return None
+        seen, stack = 0, list(cls.bases)
+        while stack and seen < 20:
+            seen += 1
+            b = stack.pop()
+            if isinstance(b, Ref) and b.qual.split(".", 1)[0] == "transformers" and \
+                    (_MODEL_CLASS.match(_last(b.qual)) or _last(b.qual) == "PreTrainedModel"):
+                return ClassLoader(cls, attr)
+            if isinstance(b, Class):
+                stack.extend(b.bases)
+        return None
+
     def module_attribute(self, it: Any, qual: str, attr: str, node: Any) -> Any:
         """Attributes of imported modules that stand for run-time state: sys.argv."""
         if qual == "sys" and attr == "argv":
@@ -2072,6 +2172,7 @@ _QUALIFIED: dict[str, Callable[[Handlers, Call], Any]] = {
     "dataclasses.asdict": Handlers.asdict,
     "ast.literal_eval": Handlers.literal_eval,
     "torch.multiprocessing.spawn": Handlers.mp_spawn,
+    "torch.cuda.device_count": Handlers.device_count,
     "typing_extensions.cast": Handlers.cast,
     "os.path.join": Handlers.path_join,
     "posixpath.join": Handlers.path_join,
@@ -2133,6 +2234,7 @@ _BY_NAME: dict[str, Callable[[Handlers, Call], Any]] = {
     "MixedPrecision": Handlers.fsdp_mixed_precision,
     "MixedPrecisionPolicy": Handlers.fsdp_mixed_precision,
     "DistributedDataParallel": Handlers.parallel_wrap,
+    "DataParallel": Handlers.data_parallel,
     "CPUOffload": Handlers.offload_policy,
     "CPUOffloadPolicy": Handlers.offload_policy,
     "apply_activation_checkpointing": Handlers.activation_checkpointing,
