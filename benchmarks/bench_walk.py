@@ -9,7 +9,8 @@ had not finished after 15 minutes, and left no cache to resume from. Targets on 
 Cold starts from an empty cache (and writes it); warm re-checks the unchanged tree from it (median of 3). With
 --interrupt, a cold walk is stopped (SIGINT, as Ctrl-C) after that many seconds; the results it finished are in the
 cache, and the resumed walk checks only the rest. Run it when the machine is idle: the load average is printed,
-and on a loaded machine both figures grow (and memlint's per-file time budget, wall-clock, cuts more files short).
+and on a loaded machine both figures grow (memlint's per-file budget is the thread's CPU time, with a wall-clock cap
+six times that, so a loaded machine cuts few files short, but the walk takes longer).
 A benchmark, not a test: nothing here asserts.
 """
 
@@ -67,6 +68,26 @@ def run(root: Path, cache: Path, jobs: int, interrupt: float | None = None) -> t
     return wall, cpu, proc.returncode, last
 
 
+def signals(root: Path) -> tuple[int, int, int]:
+    """What the walk does with each .py/.ipynb file of `root` (extract.training_signal, the test check_targets and
+    read_target apply): (parsed, skipped by their text alone, skipped after tokenizing)."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from memlint.extract import signal_words, training_signal
+
+    parsed = by_text = by_tokens = 0
+    for path in root.rglob("*"):
+        if path.suffix not in (".py", ".ipynb") or not path.is_file():
+            continue
+        raw = path.read_bytes()
+        if not signal_words(raw):
+            by_text += 1
+        elif not training_signal(raw, path.suffix == ".ipynb"):
+            by_tokens += 1
+        else:
+            parsed += 1
+    return parsed, by_text, by_tokens
+
+
 def entries(cache: Path) -> int:
     return sum(1 for _ in cache.rglob("*.json")) if cache.exists() else 0
 
@@ -91,7 +112,9 @@ def main() -> None:
         print(f"memlint check -j {args.jobs} . over {src} ({n:,} .py files, copied); python {sys.version.split()[0]}, "
               f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} before the cold run")
         print(f"  cold: {cold:7.2f} s wall, {cold_cpu:7.2f} s CPU   (target <= {COLD_TARGET:g} s)   exit {code}: {last}")
-        print(f"        {cached:,} cache entries written")
+        parsed, by_text, by_tokens = signals(root)  # after the timed runs: never in their way
+        print(f"        {cached:,} cache entries written; {parsed:,} files parsed (a training signal), "
+              f"{by_text + by_tokens:,} skipped before parsing ({by_text:,} by their text, {by_tokens:,} by their tokens)")
         print(f"  warm: {statistics.median(w[0] for w in warm):7.2f} s wall, {statistics.median(w[1] for w in warm):7.2f} "
               f"s CPU   (target <= {WARM_TARGET:g} s; median of {len(warm)})")
         if args.interrupt:
