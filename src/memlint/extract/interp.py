@@ -1,4 +1,4 @@
-"""An abstract interpreter over a syntax tree (extract/syntax.py: libcst's shapes, built from ast): walks statements in order, never runs them.
+"""An abstract interpreter over libcst's syntax tree (extract/parsed.py): walks statements in order, never runs them.
 
 It binds names to constants (with where they were written), to objects built by calls it
 knows (configs, models, trainers, parsers) and to unknowns, inlines calls to the script's own
