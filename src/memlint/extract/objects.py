@@ -1,9 +1,9 @@
 """The objects a training script builds, as the interpreter knows them: one class per kind.
 
-`handlers.py` builds them from the calls it knows (a model load, a LoRA config, training
-arguments, a trainer, a data loader, ...), `build.py` reads them into plan fields. Each kind
-is a class with its own typed fields, so a misspelt kind or attribute fails loudly instead of
-silently reading as absent. `field_value` and `dtype_of` read values off them.
+`handlers/` builds them from the calls it knows (a model load, a LoRA config, training
+arguments, a trainer, a data loader, ...), `build.py` (its groups in `fields/`) reads them into
+plan fields. Each kind is a class with its own typed fields, so a misspelt kind or attribute
+fails loudly instead of silently reading as absent. `field_value` and `dtype_of` read values off them.
 """
 
 from __future__ import annotations
