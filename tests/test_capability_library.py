@@ -489,13 +489,18 @@ def test_placeholder_model_paths_are_unknown_with_a_note_saying_what_to_assume(t
                              "run.sh": "MODEL=/path/to/your/model\npython train.py --model_name_or_path $MODEL\n"})
     plan = _plan(root, "python train.py", monkeypatch)
     mid = plan.get("model_id")
-    assert mid.value is None and mid.source == "unknown" and "placeholder" in mid.chain[-1]
+    assert mid.value == "<your_model_path>" and mid.source == "placeholder" and not mid.known
+    assert "placeholder" in mid.chain[-1]
     assert any("--assume model_id=" in n and "placeholder" in n for n in plan.notes)
     from memlint.extract.shell import launcher_targets
 
     [target] = launcher_targets(root / "run.sh", "run.sh", [root])
     [sh] = extract_targets([target])
-    assert sh.get("model_id").value is None and "placeholder" in sh.get("model_id").chain[-1]
+    assert not sh.get("model_id").known and "placeholder" in sh.get("model_id").chain[-1]
+    from memlint.estimate.from_plan import setup_from_plan
+
+    planned = setup_from_plan(plan)  # nothing is sized from a placeholder: the model is what is missing
+    assert planned.setup is None and "model_id" in planned.missing
     # a placeholder folder whose name is a checkpoint's stays that checkpoint (sized by the folder's name)
     kept = _plan(root, "python train.py --model_name_or_path /path/to/models/Qwen2.5-7B-Instruct", monkeypatch)
     assert kept.get("model_id").value == "/path/to/models/Qwen2.5-7B-Instruct"
@@ -718,3 +723,20 @@ def test_a_uv_lock_pins_the_checkout_and_trl_turns_recompute_on_from_0_22(tmp_pa
     assert plan.get("gradient_checkpointing").value is False
     (tmp_path / "uv.lock").write_text(lock.format(v="0.22.0"))
     assert _plan(root, "python orpo/train.py", monkeypatch).get("gradient_checkpointing").value is True
+
+
+def test_a_class_of_a_foreign_package_is_not_the_hugging_face_class_of_its_name(tmp_path, monkeypatch):
+    """composer.Trainer (llm-foundry's train_from_yaml builds one) is Composer's, not transformers' Trainer: the
+    trainer is never read as the Hugging Face one, while transformers' Trainer in the same shape still is."""
+    src = '''
+        from transformers import AutoModelForCausalLM
+        from {pkg} import Trainer, TrainingArguments
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+        Trainer(model=model, args=TrainingArguments(output_dir="o", per_device_train_batch_size=2)).train()
+    '''
+    root = _write(tmp_path / "a", {"train.py": src.format(pkg="composer")})
+    plan = _plan(root, "python train.py", monkeypatch)
+    assert plan.get("trainer").value != "Trainer" and plan.get("per_device_batch").value != 2
+    root = _write(tmp_path / "b", {"train.py": src.format(pkg="transformers")})
+    plan = _plan(root, "python train.py", monkeypatch)
+    assert plan.get("trainer").value == "Trainer" and plan.get("per_device_batch").value == 2

@@ -129,7 +129,10 @@ def checked(plan: TrainingPlan) -> TrainingPlan:
 
 
 def _worst(v: Value, name: str) -> Any:
-    """The worst case over branch candidates, in the field's declared order (plan/fields.py), else the value."""
+    """The worst case over branch candidates, in the field's declared order (plan/fields.py), else the value; a
+    placeholder (`<your_model_path>`) sizes nothing."""
+    if v.source == "placeholder":
+        return None
     return plan_fields.worst(name, list(v.candidates or (v.value,)))
 
 

@@ -1,6 +1,7 @@
 """Placeholders where a model id belongs: `<your_model_path>`, `path/to/model`, `{path_to_your_model}`,
 `/path/to/llama`, `YOUR_MODEL`, `xxx`. A README or a launcher writes them for the user to fill in; they name
-no checkpoint, so the model id is unknown and the user is told to --assume it. A placeholder folder whose
+no checkpoint, so the model id is kept as written with the source "placeholder" (not known: nothing is sized
+from it) and the user is told to --assume it. A placeholder folder whose
 last name is a checkpoint memlint knows (`/path/to/Qwen2.5-7B`) still names that checkpoint."""
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def _names_a_model(text: str) -> bool:
 
 
 def unplaceholder(plan: TrainingPlan | None) -> TrainingPlan | None:
-    """`plan` with a placeholder model id made unknown, and a note that says what to --assume."""
+    """`plan` with a placeholder model id marked (kept as written, not known), and a note that says what to
+    --assume."""
     if plan is None:
         return plan
     v = plan.fields.get("model_id")
@@ -59,6 +61,6 @@ def unplaceholder(plan: TrainingPlan | None) -> TrainingPlan | None:
     shown = ", ".join(repr(x) for x in values)
     why = f"{shown} is a placeholder for the user to fill in, not a model id"
     fields = dict(plan.fields)
-    fields["model_id"] = Value(None, "unknown", v.span, (*v.chain, why))
+    fields["model_id"] = Value(v.value, "placeholder", v.span, (*v.chain, why), v.candidates)
     note = f"model_id is unknown ({why}); pass --assume model_id=<the Hugging Face id or local path>"
     return replace(plan, fields=fields, notes=tuple(dict.fromkeys([*plan.notes, note])))

@@ -298,6 +298,11 @@ def dict_wrappers() -> frozenset[str]:
     return frozenset(_doc().get("dict_wrappers", {}).get("names", ()))
 
 
+def foreign_packages() -> frozenset[str]:
+    """Packages whose classes merely share a name with the Hugging Face ones (composer.Trainer)."""
+    return frozenset(_doc()["foreign_packages"]["names"])
+
+
 def modelled_packages() -> frozenset[str]:
     """Top-level packages memlint models as libraries: their source is never walked as a script's own code."""
     return frozenset(_doc()["modelled_packages"])

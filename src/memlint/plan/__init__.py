@@ -48,8 +48,9 @@ class Value:
 
     @property
     def known(self) -> bool:
-        """Settled statically. None can be a real value (quant_bits=None: not quantized)."""
-        return self.source != "unknown"
+        """Settled statically. None can be a real value (quant_bits=None: not quantized). A placeholder
+        (`<your_model_path>`) is what the script says, shown as written, but settles nothing."""
+        return self.source not in ("unknown", "placeholder")
 
     @property
     def line(self) -> int | None:

@@ -23,6 +23,7 @@ SOURCES = (
     "environment-default",  # os.environ.get("X", default): the default, unless the environment sets X
     "library-default",    # the library's default for an argument the script leaves out
     "assumed",            # given by the user: --assume key=value
+    "placeholder",        # written, but for the user to fill in (<your_model_path>, path/to/model): not known
     "unknown",            # cannot be known statically
 )
 

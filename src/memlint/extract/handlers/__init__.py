@@ -138,7 +138,8 @@ class Handlers(
             return Unknown(f"a bitsandbytes {c.name} layer")
         if c.head in ("pytorch_lightning", "lightning", "lightning_fabric") and c.name in _LIGHTNING:
             return c.new(LightningTrainer, _LIGHTNING[c.name])
-        handler = _QUALIFIED.get(c.qual) or _BY_NAME.get(c.name) or self._data_handler(c.name)
+        handler = _QUALIFIED.get(c.qual) or _BY_NAME.get(c.name) or (
+            self._data_handler(c.name) if c.head not in api.foreign_packages() else None)  # composer.Trainer: Composer's
         if handler is not None:
             out = handler(self, c)
             if out is not _PASS:
