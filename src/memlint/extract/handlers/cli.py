@@ -12,7 +12,7 @@ from typing import Any, Callable
 from memlint.extract.objects import ArgNamespace, ArgParser, ArgSpec, DataclassInstance, HfParser, Obj, TrainingArgs
 from memlint.extract.values import Alts, Class, Const, Dict, Func, Ref, Seq, Unknown, flatten
 from memlint.library import api
-from memlint.extract.handlers.common import Call, _last, library_base
+from memlint.extract.handlers.common import Call, _last, class_fields, library_base
 
 
 class CliHandlers:
@@ -161,15 +161,7 @@ class CliHandlers:
         """Each dataclass instance with the fields its class (and user-class bases) declares."""
         declared: list[tuple[Obj, dict]] = []
         for o in objs:
-            fields: dict = {}
-            c = o.user_class
-            seen = 0
-            while isinstance(c, Class) and seen < 20:
-                seen += 1
-                for k, v in c.fields.items():
-                    fields.setdefault(k, v)
-                nxt = [b for b in c.bases if isinstance(b, Class)]
-                c = nxt[0] if nxt else None
+            fields = class_fields(o.user_class)
             lib = getattr(o, "library", None)
             if lib and not fields:  # trl.ModelConfig: its field names are data
                 from memlint.library.defaults import declared_fields, default as library_default

@@ -69,3 +69,17 @@ class Call:
 
 
 _PASS = object()  # a handler's answer for "this call is not mine": the call falls through
+
+
+def class_fields(cls: Any) -> dict:
+    """The fields a dataclass declares with those of its user-class bases (the first base's chain; a subclass's
+    own declaration wins), as a dataclass instance and tyro's flags see them."""
+    fields: dict = {}
+    c, seen = cls, 0
+    while isinstance(c, Class) and seen < 20:
+        seen += 1
+        for k, v in c.fields.items():
+            fields.setdefault(k, v)
+        nxt = [b for b in c.bases if isinstance(b, Class)]
+        c = nxt[0] if nxt else None
+    return fields

@@ -10,7 +10,7 @@ from typing import Any, Callable
 from memlint.extract.interp import BoundUnknown
 from memlint.extract.objects import Obj, TrainingArgs
 from memlint.extract.values import Alts, Class, Const, Dict, Func, Ref, Seq, Unknown, flatten
-from memlint.extract.handlers.common import Call, _PASS, _last
+from memlint.extract.handlers.common import Call, _PASS, _last, class_fields
 
 
 def _is_typer_command(callee: Any) -> bool:
@@ -348,14 +348,7 @@ class EntryPointHandlers:
     def apply_field_words(self, it: Any, inst: Obj, cls: Class) -> None:
         """The command's words over a dataclass instance tyro built: `--field v` sets the field, `--field.sub v`
         the nested object's field (a nested dataclass, TrainingArguments, LoraConfig ...)."""
-        fields: dict = {}
-        c, seen = cls, 0
-        while isinstance(c, Class) and seen < 20:
-            seen += 1
-            for k, v in c.fields.items():
-                fields.setdefault(k, v)
-            nxt = [b for b in c.bases if isinstance(b, Class)]
-            c = nxt[0] if nxt else None
+        fields = class_fields(cls)
         for key, v in self._field_words(it, list(fields), fields).items():
             head, _, sub = key.partition(".")
             if not sub:
