@@ -18,7 +18,8 @@ step will do in `Facts`. The handlers (extract/handlers/) know the libraries.
     idioms.py       batching, lengths and accumulation written by hand in plain Python
   the libraries
     libraries.py    tensor padding and array loads by dotted name, dtypes compared, empty-weights
-                    contexts, peft's all-linear by hand, a checkout's own optimizer class
+                    contexts, peft's all-linear by hand, a checkout's own optimizer class, the
+                    arguments a command-line library fills for an entry point
 
 facts.py holds `Facts`, what the walk records. This module keeps the walk's state and its entry (`run`).
 """

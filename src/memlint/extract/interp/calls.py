@@ -33,12 +33,7 @@ class Calls:
         f.calls += 1
         if f.module is not None and f.module.only is not None:
             self.read_body(f)
-        if f.click and not args and not kwargs:  # a @click.command entry: click supplies every option
-            kwargs = self.handlers.click_arguments(self, f)
-        elif f.typer and not args and not kwargs:  # an @app.command() entry: typer fills it from the command
-            args, kwargs = self.handlers.typer_arguments(self, f)
-        elif f.cli and not args and not kwargs:  # @call_parse: fastcore fills it from the command
-            kwargs = self.handlers.cli_arguments(self, f)
+        args, kwargs = self.entry_arguments(f, args, kwargs)
         env = Env(f.env)
         node = f.node
         params = node.params

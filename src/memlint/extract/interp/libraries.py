@@ -1,7 +1,8 @@
 """What the walk itself knows of library calls, besides the handlers (extract/handlers/): the calls that
 pad a tensor by hand or load an array a companion script wrote (data, by dotted name), torch dtypes
 compared, models built under init_empty_weights() or on the meta device, peft's all-linear written by
-hand (the find_all_linear_names idiom), the step of a checkout's own torch.optim.Optimizer subclass.
+hand (the find_all_linear_names idiom), the step of a checkout's own torch.optim.Optimizer subclass, an
+entry point whose arguments click / typer / fastcore fill (and fastcore's @call_parse, run as it is defined).
 
 The language modules reach these through `self` (LibraryCalls is one of the Interpreter's mixins)."""
 
@@ -130,3 +131,20 @@ class LibraryCalls:
             for o in self.facts.objects[before:]:
                 if isinstance(o, Model):
                     o.empty = True
+
+    def entry_arguments(self, f: Func, args: list, kwargs: dict) -> tuple[list, dict]:
+        """The arguments of an entry point called with none that a command-line library fills itself (click,
+        typer, fastcore; extract/handlers/entrypoints.py), else the call's own."""
+        if f.click and not args and not kwargs:  # a @click.command entry: click supplies every option
+            kwargs = self.handlers.click_arguments(self, f)
+        elif f.typer and not args and not kwargs:  # an @app.command() entry: typer fills it from the command
+            args, kwargs = self.handlers.typer_arguments(self, f)
+        elif f.cli and not args and not kwargs:  # @call_parse: fastcore fills it from the command
+            kwargs = self.handlers.cli_arguments(self, f)
+        return args, kwargs
+
+    def run_when_defined(self, f: Func, node: cst.FunctionDef) -> None:
+        """A function its decorator runs as it is defined."""
+        if f.cli == "fastcore" and self.mod is not None and self.mod.is_main:
+            # fastcore's @call_parse runs the function as it decorates it when the module is __main__
+            self.call_function(f, [], {}, self.line_of(node), entry=True)

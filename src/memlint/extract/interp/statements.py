@@ -366,9 +366,7 @@ class Statements:
             value = self.handlers.decorate(self, f, deco.decorator, env) or value
         env.vars[node.name.value] = value
         self.funcs.append(f)
-        if f.cli == "fastcore" and self.mod is not None and self.mod.is_main:
-            # fastcore's @call_parse runs the function as it decorates it when the module is __main__
-            self.call_function(f, [], {}, self.line_of(node), entry=True)
+        self.run_when_defined(f, node)
 
     def def_class(self, node: cst.ClassDef, env: Env) -> None:
         bases = Bases(self.base_value(a.value, env) for a in node.bases if not a.keyword)
