@@ -170,6 +170,48 @@ def test_functions_stay_short():
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines (split them along their sections):\n" + "\n".join(long)
 
 
+
+# The interpreter's language modules and its idioms (extract/interp/__init__.py): what they know is Python
+# and how scripts write batches by hand. A library's name belongs to interp/libraries.py or extract/handlers/.
+INTERP_LANGUAGE = ("statements", "expressions", "calls", "modules", "scope", "syntax", "idioms")
+LIBRARY_WORDS = ("torch", "transformers", "peft", "trl", "deepspeed", "accelerate", "bitsandbytes", "bnb",
+                 "lightning", "unsloth", "liger", "numpy", "xformers", "flash_attn", "vllm", "megatron", "torchao",
+                 "galore", "click", "typer", "fastcore", "hydra", "tyro", "jsonargparse", "omegaconf", "trainer")
+LIBRARY_CLASS_WORDS = ("Trainer", "Lightning")  # inside a longer name too: SFTTrainer, LightningModule
+
+
+def _library_words(source: str) -> list[tuple[int, str, str]]:
+    """(line, text, word) of every name, attribute and string (docstrings included) naming a library."""
+    hits = []
+    for node in ast.walk(ast.parse(source)):
+        text = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) \
+            else node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+        if text is None:
+            continue
+        low = text.lower()
+        words = [w for w in LIBRARY_WORDS if re.search(r"(?<![a-z0-9])" + w, low)]
+        words += [w for w in LIBRARY_CLASS_WORDS if w in text]
+        hits += [(node.lineno, text, w) for w in words]
+    return hits
+
+
+def test_the_language_interpreter_names_no_library():
+    bad = []
+    for name in INTERP_LANGUAGE:
+        path = SRC / "extract" / "interp" / f"{name}.py"
+        bad += [f"{path.relative_to(ROOT)}:{line}: {word} in {text[:60]!r}"
+                for line, text, word in _library_words(path.read_text(encoding="utf-8"))]
+    assert not bad, "library names in the language interpreter (move them to extract/interp/libraries.py or " \
+                    "extract/handlers/):\n" + "\n".join(bad)
+
+
+def test_the_library_word_check_sees_names_attributes_and_strings():
+    found = {w for _, _, w in _library_words(
+        "x = torch.zeros(1)\ny.deepspeed_config = 1\nz = 'SFTTrainer'\ndef f():\n    \"\"\"peft's LoRA\"\"\"\n")}
+    assert found == {"torch", "deepspeed", "Trainer", "peft"}
+    assert not _library_words("control = registry.ctrl\nstep = trained\n")
+
+
 # ---- one data edit each ------------------------------------------------------------------------
 
 _TRAINER_SCRIPT = '''

@@ -28,7 +28,7 @@ from memlint.extract.parsed import ParserSyntaxError
 from memlint.extract.values import Const, Dict, Func, Ref, Unknown, to_python
 from memlint.files import max_file_size, read_text
 
-# Env, Module and Interpreter are interp.py's (which imports this module): named in comments, typed Any here.
+# Env, Module and Interpreter are extract/interp/'s (which imports this module): named in comments, typed Any here.
 MAX_SIBLINGS = 48           # modules of the checkout walked per script (imports followed)
 MAX_SIBLING_BYTES = 300_000
 

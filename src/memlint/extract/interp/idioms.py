@@ -1,0 +1,232 @@
+"""How training scripts write batching, lengths and accumulation by hand, in plain Python: `if step % N`
+(gradient accumulation), a loop over micro-batches before one step, `[pad] * (n - len(ids))` and its
+tensor forms, `t[i : i + n]` chunks and random windows, a token buffer cut into blocks, a generator
+yielding whole batches, `ids[:max_length]`. Each spotted idiom is a fact (extract/objects.py); the
+vocabularies (length and batch-size names, reporting words) are data (memlint.library.api)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import libcst as cst
+from memlint.extract.interp.scope import Env
+from memlint.extract.interp.syntax import _walk
+from memlint.extract.objects import Chunking, RandomOffsets, Window
+from memlint.extract.values import Alts, Const, Unknown
+from memlint.library import api
+
+
+class Idioms:
+    """The Interpreter's part that knows the idioms."""
+
+    def skip_unless_modulo(self, node: cst.If, env: Env) -> Any:
+        """N of `if step % N != 0: continue` (no else): the rest of the loop body is the accumulation step."""
+        test = node.test
+        if node.orelse is not None or not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+                                           and isinstance(test.comparisons[0].operator, cst.NotEqual)):
+            return None
+        body = node.body.body
+        smalls = body if isinstance(node.body, cst.SimpleStatementSuite) else \
+            body[0].body if len(body) == 1 and isinstance(body[0], cst.SimpleStatementLine) else ()
+        if not (smalls and all(isinstance(s, cst.Continue) for s in smalls)):
+            return None
+        return self.modulo_test(test, env)
+
+    def exec_loop(self, node: cst.For | cst.While, env: Env) -> None:
+        micro = self.micro_batch_count(node, env)
+        backward, steps = len(self.facts.backward), len(self.facts.steps)
+        self._exec_loop(node, env)
+        if micro is None and isinstance(node, cst.For) and len(self.facts.backward) > backward and len(self.facts.steps) == steps:
+            # `for mb in batch.split(k): compute_loss_and_backward(mb)` then one step: the step accumulates a
+            # number of backward passes memlint does not count (not 1)
+            micro = Unknown(f"the number of micro-batches `for ... in {self.code(node.iter)}` runs before the "
+                            f"optimizer step (line {self.line_of(node)})")
+        if micro is not None:
+            self.micro_accum = micro  # the optimizer step after it accumulates `micro` backward passes
+
+    def micro_batch_count(self, node: cst.For | cst.While, env: Env) -> Any:
+        """N of `for i in range(N): ... loss.backward()` with no optimizer step inside: a loop over
+        micro-batches whose gradients the step after it applies at once (gradient accumulation)."""
+        if not (isinstance(node, cst.For) and isinstance(node.iter, cst.Call) and self.dotted(node.iter.func) == "range"
+                and len(node.iter.args) == 1):
+            return None
+        called = {n.func.attr.value for n in _walk(node.body) if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)}
+        if "backward" not in called or "step" in called:
+            return None
+        n = self.ev(node.iter.args[0].value, env)
+        return n if isinstance(n, (Const, Alts)) else None
+
+    def batch_yield_idiom(self, node: cst.If, env: Env) -> None:
+        """`if len(batch) == n: yield collate(batch)` (or >= n): a generator that yields whole batches of n."""
+        from memlint.extract.objects import BatchYield
+
+        test = node.test
+        if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+                and isinstance(test.comparisons[0].operator, (cst.Equal, cst.GreaterThanEqual))
+                and isinstance(test.left, cst.Call) and self.dotted(test.left.func) == "len"):
+            return
+        if not any(isinstance(n, cst.Yield) for stmt in node.body.body for n in _walk(stmt)):
+            return
+        n = self.ev(test.comparisons[0].comparator, env)
+        self.facts.batch_yields.append(BatchYield(n, self.line_of(node), self.cur_file()))
+
+    def modulo_test(self, test: cst.CSTNode, env: Env, depth: int = 0) -> Any:
+        """N in `if step % N == 0:` (gradient accumulation in a hand-written loop), also through a name
+        bound to that test (`accumulate = (i + 1) % N == 0` ... `if accumulate:`)."""
+        if isinstance(test, cst.Name) and test.value in self.pad_counts and depth < 2:
+            return self.modulo_test(self.pad_counts[test.value], env, depth + 1)
+        if isinstance(test, cst.BooleanOperation):
+            return self.modulo_test(test.left, env, depth) or self.modulo_test(test.right, env, depth)
+        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+            left = test.left
+            if isinstance(left, cst.BinaryOperation) and isinstance(left.operator, cst.Modulo):
+                n = self.ev(left.right, env)
+                return n
+        return None
+
+    def trim_to_longest(self, sl: cst.Slice) -> None:
+        """`input_ids[:, :lengths.max() + 1]`: a padded batch cut to its longest row (a collator that trims
+        what was stored at a fixed width): padding to the longest of the batch."""
+        from memlint.extract.objects import HandPad
+
+        up = sl.upper
+        if sl.lower is not None or up is None or (self.stack and _reporting(self.stack[-1].qual)):
+            return
+        names = [n.value for n in _walk(up) if isinstance(n, cst.Name)]
+        code = self.code(up) + " " + " ".join(self.code(self.pad_counts[n]) for n in names if n in self.pad_counts)
+        if "max(" in code or ".max()" in code:
+            self.facts.hand_pads.append(HandPad("longest", None, self.line_of(sl), self.cur_file()))
+
+    def _slice_cap(self, sl: cst.Slice, bounds: list, env: Env) -> None:
+        """`ids[:max_length]`: a hand truncation to the script's own length (a name the length
+        vocabulary knows, data/library_api.json, in any case and under a prefix: a local `MAX_LENGTH = 1024`
+        of a map function, a collate function's `allowed_max_length`) is the script's length argument too."""
+        from memlint.extract.objects import LengthArg
+
+        lower, upper, step = bounds
+        up = sl.upper
+        key = up.slice[0].slice.value if isinstance(up, cst.Subscript) and len(up.slice) == 1 \
+            and isinstance(up.slice[0].slice, cst.Index) else None
+        name = up.value if isinstance(up, cst.Name) else up.attr.value if isinstance(up, cst.Attribute) \
+            else key.evaluated_value if isinstance(key, cst.SimpleString) else None  # args["context_length"]
+        if name is not None and _length_name(name) and lower in (None, 0) and step is None and isinstance(upper, int) \
+                and not isinstance(upper, bool) and upper > 0:
+            v = self.ev(sl.upper, env)
+            line = self.line_of(sl.upper)
+            self.facts.length_args.append(LengthArg(name, v.with_value(upper, f"truncates by slicing [:{name}] (line {line})"), line))
+
+    def hand_pad_idiom(self, node: cst.BinaryOperation, env: Env) -> None:
+        """`[pad] * (n - len(ids))`: padding to n. n written as min(max(lengths), cap) pads to the
+        batch's longest, capped; a known n pads every sample to it."""
+        for lst, count in ((node.left, node.right), (node.right, node.left)):
+            if not (isinstance(lst, cst.List) and len(lst.elements) == 1):
+                continue
+            if isinstance(count, cst.Name) and count.value in self.pad_counts:
+                count = self.pad_counts[count.value]  # padding_len = max_len - len(ids); [pad] * padding_len
+            if not (isinstance(count, cst.BinaryOperation) and isinstance(count.operator, cst.Subtract)):
+                continue
+            if not self.is_length(count.right):
+                continue
+            self.record_pad(count.left, self.line_of(node), env)
+            return
+
+    def is_length(self, node: cst.CSTNode) -> bool:
+        """`len(ids)`, `x.size(-1)`, `x.shape[1]`, or a name bound to one (`l = x.size(-1)`)."""
+        if isinstance(node, cst.Name) and node.value in self.pad_counts:
+            node = self.pad_counts[node.value]
+        code = self.code(node)
+        return "len(" in code or "size" in code or "shape" in code
+
+    def record_pad(self, target: cst.CSTNode, line: int | None, env: Env) -> None:
+        from memlint.extract.objects import HandPad
+
+        if self.stack and _reporting(self.stack[-1].qual):
+            return  # padding a list of losses to plot or log: not how the training batch is padded
+        for _ in range(3):  # batch_max_len = min(max(lengths), max_len); pad_len = batch_max_len - len(ids)
+            if isinstance(target, cst.Name) and target.value in self.pad_counts:
+                target = self.pad_counts[target.value]
+        code = self.code(target)
+        value = self.ev(target, env)
+        cap, data_dependent = None, False
+        if isinstance(target, cst.Call) and self.dotted(target.func) == "min":  # min(max(lengths), max_len)
+            prior = self.pad_prior.get(id(target))
+            for a in target.args:
+                if prior is not None and isinstance(a.value, cst.Name) and self.pad_counts.get(a.value.value) is target:
+                    # n = max(lengths); n = min(n, cap): the n inside min() is the batch's longest
+                    code += " " + self.code(prior)
+                    v = self.ev(prior, env)
+                else:
+                    v = self.ev(a.value, env)
+                if isinstance(v, Const) and isinstance(v.value, int):
+                    cap = v
+                else:
+                    data_dependent = True
+        if isinstance(value, Const) and isinstance(value.value, int) and not data_dependent:
+            self.facts.hand_pads.append(HandPad("max_length", value, line, self.cur_file()))
+            return
+        kind = "longest" if ("max(" in code or cap is not None or "longest" in code) else "max_length"
+        self.facts.hand_pads.append(HandPad(kind, cap if cap is not None else value, line, self.cur_file()))
+
+    def buffer_chunk_idiom(self, node: cst.While, env: Env) -> None:
+        """`while len(buf) > n: blocks.append(buf[:n]); buf = buf[n:]`: a token buffer cut into blocks of n
+        (a packing dataset's __init__). The same n bounds the loop and both slices."""
+        heads, tails = {}, set()
+        for sub in _walk(node.body):
+            if isinstance(sub, cst.Subscript) and len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Slice):
+                sl = sub.slice[0].slice
+                if sl.step is not None:
+                    continue
+                if sl.lower is None and sl.upper is not None:
+                    heads.setdefault(self.code(sl.upper), (sl.upper, sub))
+                elif sl.upper is None and sl.lower is not None:
+                    tails.add(self.code(sl.lower))
+        test = self.code(node.test)
+        for code, (expr, sub) in heads.items():
+            if code in tails and "len(" in test and code in test:
+                self.facts.chunking.append(Chunking(self.ev(expr, env), self.line_of(sub)))
+                return
+
+    def window_idiom(self, elt: cst.CSTNode, var: str, offsets: RandomOffsets, env: Env) -> None:
+        """`data[i : i + n] for i in ix` with ix = B random offsets: B windows of n tokens."""
+        hit = self._offset_slice(elt, var)
+        if hit is not None:
+            self.facts.windows.append(Window(offsets.count, self.ev(hit[1], env), self.line_of(hit[0])))
+
+    def chunk_idiom(self, elt: cst.CSTNode, var: str, step: cst.CSTNode, env: Env) -> None:
+        """`t[i : i + n] for i in range(0, total, n)`: fixed-length blocks of n tokens. A step named as a
+        batch size (`range(0, n_samples, train_batch_size)`) cuts a list of samples into batches, not tokens."""
+        name = step.value if isinstance(step, cst.Name) else step.attr.value if isinstance(step, cst.Attribute) else None
+        if name is not None and _named_in(name, api.batch_size_names()):
+            return
+        hit = self._offset_slice(elt, var, self.code(step))
+        if hit is not None:
+            self.facts.chunking.append(Chunking(self.ev(step, env), self.line_of(hit[0])))
+
+    def _offset_slice(self, elt: cst.CSTNode, var: str, n: str | None = None) -> tuple[cst.Subscript, cst.CSTNode] | None:
+        """The first `x[var : var + n]` in `elt` (n written as `n` when given): (the subscript, n)."""
+        for sub in _walk(elt):
+            if isinstance(sub, cst.Subscript) and len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Slice):
+                sl = sub.slice[0].slice
+                if (sl.lower is not None and self.code(sl.lower) == var and isinstance(sl.upper, cst.BinaryOperation)
+                        and isinstance(sl.upper.operator, cst.Add) and self.code(sl.upper.left) == var
+                        and (n is None or self.code(sl.upper.right) == n)):
+                    return sub, sl.upper.right
+        return None
+
+
+def _length_name(name: str) -> bool:
+    """A name the length vocabulary knows (data/library_api.json length_arguments), in any case, alone
+    or as the end of a longer name: MAX_LENGTH, allowed_max_length, train_max_seq_len."""
+    return _named_in(name, api.length_arguments())
+
+
+def _reporting(qual: str) -> bool:
+    """A function whose name says it reports (plot_losses, print_batch; its first word in data/library_api.json
+    reporting_words): what it pads is a figure's or a printout's, not a training batch."""
+    return qual.rsplit(".", 1)[-1].lower().strip("_").split("_")[0] in api.reporting_words()
+
+
+def _named_in(name: str, vocabulary: frozenset[str]) -> bool:
+    """`name` is one of `vocabulary`, in any case, alone or as the end of a longer name."""
+    low = name.lower()
+    return any(low == v or low.endswith("_" + v) for v in vocabulary)

@@ -1,0 +1,428 @@
+"""Statements: blocks, assignments and their targets, if / match / loops / with / try (each branch on its
+own copy of the scope, merged after), and the definitions of functions and classes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import libcst as cst
+from memlint.extract import budget
+from memlint.extract.imports import Bases, resolved
+from memlint.extract.interp.scope import _ABSENT, Env, GlobalsView, _named
+from memlint.extract.interp.syntax import MAX_UNROLL, _PLAIN_SMALL, _loop_counters, _only_raises, _walk
+from memlint.extract.objects import Fields, Method, Obj, Range
+from memlint.extract.values import Class, Const, Dict, Func, RaisedBy, Ref, Seq, Unknown, flatten, insert_fits, merge
+
+
+class Statements:
+    """The Interpreter's part that walks statements."""
+
+    def exec_block(self, stmts: Any, env: Env) -> bool:
+        """Run statements in order; True when the block always leaves (return/raise/...)."""
+        pushed = 0
+        try:
+            for stmt in stmts:
+                if self.exec_stmt(stmt, env):
+                    return True
+                if self.loop_depth and isinstance(stmt, cst.If):
+                    n = self.skip_unless_modulo(stmt, env)
+                    if n is not None:  # `if step % N != 0: continue`: what follows runs on every N-th
+                        self.accum.append(n)
+                        pushed += 1
+            return False
+        finally:
+            for _ in range(pushed):
+                self.accum.pop()
+
+    def exec_stmt(self, stmt: cst.CSTNode, env: Env) -> bool:
+        self.steps += 1
+        if self.timed_out or (not self.steps & 1023 and self.out_of_time()):
+            return False
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if self.exec_small(small, env):
+                    return True
+            return False
+        if isinstance(stmt, cst.FunctionDef):
+            self.def_function(stmt, env)
+        elif isinstance(stmt, cst.ClassDef):
+            self.def_class(stmt, env)
+        elif isinstance(stmt, cst.If):
+            return self.exec_if(stmt, env)
+        elif isinstance(stmt, (cst.For, cst.While)):
+            self.exec_loop(stmt, env)
+        elif isinstance(stmt, cst.With):
+            self.exec_with(stmt, env)
+        elif isinstance(stmt, (cst.Try, cst.TryStar)):
+            self.exec_try(stmt, env)
+        elif isinstance(stmt, cst.Match):
+            self.branches(env, [lambda e, c=c: self.exec_block(c.body.body, e) for c in stmt.cases], exhaustive=False)
+        return False
+
+    def exec_small(self, node: cst.CSTNode, env: Env) -> bool:
+        if isinstance(node, cst.Assign):
+            value = self.ev(node.value, env)
+            for t in node.targets:
+                self.assign(t.target, value, env, node)
+        elif isinstance(node, cst.AnnAssign):
+            if node.value is not None:
+                self.assign(node.target, self.ev(node.value, env), env, node)
+        elif isinstance(node, cst.AugAssign):
+            cur = self.ev(node.target, env)
+            rhs = self.ev(node.value, env)
+            op = type(node.operator).__name__.replace("Assign", "")
+            self.assign(node.target, self.binop(op, cur, rhs, node), env, node)
+        elif isinstance(node, cst.Expr):
+            self.ev(node.value, env)
+        elif isinstance(node, cst.Return):
+            if self.returns:
+                self.returns[-1].append(self.ev(node.value, env) if node.value else Const(None, "literal", None))
+            return True
+        elif isinstance(node, cst.Raise):
+            return True
+        elif isinstance(node, (cst.Continue, cst.Break)):
+            return True
+        elif isinstance(node, cst.Import):
+            self.do_import(node, env)
+        elif isinstance(node, cst.ImportFrom):
+            self.do_import_from(node, env)
+        return False
+
+    def exec_if(self, node: cst.If, env: Env) -> bool:
+        test = self.ev(node.test, env)
+        truth = self.truth(test)
+        orelse = node.orelse
+        def run_else(e: Env) -> bool:
+            if orelse is None:
+                return False
+            if isinstance(orelse, cst.If):
+                return self.exec_if(orelse, e)
+            return self.exec_block(orelse.body.body, e)
+        self.batch_yield_idiom(node, env)
+        accum = self.modulo_test(node.test, env)
+        if accum is not None and self.loop_depth:
+            # `if step % N != 0: continue` in a loop walked once for all its iterations: the counter's first
+            # value does not decide it, each side runs on some iteration (the optimizer step on every N-th)
+            truth = None
+        def run_body(e: Env) -> bool:
+            if accum is not None:
+                self.accum.append(accum)
+            try:
+                return self.exec_block(node.body.body, e)
+            finally:
+                if accum is not None:
+                    self.accum.pop()
+        if truth is True and _only_raises(node.body):
+            # a check that raises with the values memlint read (an option left at a default the script refuses):
+            # a run that trains does not take it, so the rest of the file is read as if the check passed
+            self.facts.note(f"the check at line {self.line_of(node)} raises with the values memlint read; the rest is "
+                            "read as if it passed (pass the option the script requires)")
+            return run_else(env)
+        if truth is True:
+            return run_body(env)
+        if truth is False:
+            if isinstance(orelse, cst.Else) and _only_raises(orelse.body):
+                return False  # `else: raise ValueError(...)` at the end of a chain none of whose tests holds
+            return run_else(env)
+        return self.branches(env, [run_body, run_else], exhaustive=True)
+
+    def branches(self, env: Env, runs: list, exhaustive: bool) -> bool:
+        """Run each branch on its own copy of the scope and merge what they bind: names, and the
+        attributes they assign in place (`cfg.quantization = "8bit"` under an unknown test is one value
+        on one path, the old one on the other)."""
+        before = dict(env.vars)
+        results = []
+        touched: dict = {}
+        for run in runs:
+            env.vars = dict(before)
+            self.writes.append({})
+            try:
+                leaves = run(env)
+            finally:
+                log = self.writes.pop()
+            results.append((leaves, env.vars, self._undo_writes(log, touched)))
+        if not exhaustive:
+            results.append((False, before, {}))
+        live = [r for r in results if not r[0]] or results
+        merged: dict[str, Any] = {}
+        for _, vars_, _ in live:
+            for k, v in vars_.items():
+                if k in merged and merged[k] is not v:  # an import on one path only: read, to merge its value
+                    merged[k] = merge(resolved(merged[k]), resolved(v))
+                else:
+                    merged[k] = v
+        env.vars = merged
+        self._merge_writes(touched, [r[2] for r in live])
+        return all(r[0] for r in results)
+
+    def write(self, mapping: dict, key: Any, value: Any, owner: Any) -> None:
+        """mapping[key] = value (an object's attrs), remembered by the branch being walked."""
+        if self.writes:
+            self.writes[-1].setdefault((id(mapping), key), (mapping, key, key in mapping, mapping.get(key), owner))
+        mapping[key] = value
+
+    @staticmethod
+    def _undo_writes(log: dict, touched: dict) -> dict:
+        """What one branch assigned in place, put back as it was before the branch (the next starts there)."""
+        final = {}
+        for k, (mapping, key, had, old, owner) in log.items():
+            touched.setdefault(k, (mapping, key, had, old, owner))
+            final[k] = mapping.get(key, _ABSENT)
+            if had:
+                mapping[key] = old
+            else:
+                mapping.pop(key, None)
+        return final
+
+    def _merge_writes(self, touched: dict, finals: list[dict]) -> None:
+        for k, (mapping, key, had, old, owner) in touched.items():
+            vals = [f.get(k, old if had else _ABSENT) for f in finals]
+            if all(v is _ABSENT for v in vals):
+                continue
+            if any(v is _ABSENT for v in vals) and isinstance(owner, Obj):
+                unset = self.handlers.getattr(self, owner, key, None)  # read with the attribute unassigned
+                vals = [unset if v is _ABSENT else v for v in vals]
+            out = None
+            for v in vals:
+                if v is not _ABSENT:
+                    out = v if out is None else merge(out, v)
+            self.write(mapping, key, out, owner)
+
+    def _exec_loop(self, node: cst.For | cst.While, env: Env) -> None:
+        if isinstance(node, cst.For):
+            it = self.ev(node.iter, env)
+            known = self.known_items(it)
+            if known is not None:  # a loop over a known, short sequence runs once per item, in order
+                for item in known:
+                    self.assign(node.target, item, env, node)
+                    if self.exec_block(node.body.body, env):
+                        break
+                if node.orelse is not None:
+                    self.exec_block(node.orelse.body.body, env)
+                return
+            if isinstance(node.iter, cst.Call) and self.dotted(node.iter.func) == "range" and len(node.iter.args) == 3 \
+                    and isinstance(node.target, cst.Name):
+                self.chunk_idiom(node.body, node.target.value, node.iter.args[2].value, env)
+
+        carried = _loop_counters(node)
+
+        def body(e: Env) -> bool:
+            if isinstance(node, cst.For):
+                items = self.iter_items(self.ev(node.iter, e))
+                self.assign(node.target, items, e, node)
+            for name in carried:  # `step += 1` in a loop walked once: its value differs on every iteration
+                if e.lookup(name) is not None:
+                    e.vars[name] = Unknown(f"{name}, which changes on every iteration of the loop at line {self.line_of(node)}")
+            self.loop_depth += 1
+            try:
+                self.exec_block(node.body.body, e)
+            finally:
+                self.loop_depth -= 1
+            return False
+        if not isinstance(node, cst.For):
+            self.ev(node.test, env)
+            self.buffer_chunk_idiom(node, env)
+        self.branches(env, [body], exhaustive=False)
+        if node.orelse is not None:
+            self.exec_block(node.orelse.body.body, env)
+
+    @staticmethod
+    def known_items(it: Any) -> list | None:
+        """The items of a sequence known item by item (at most MAX_UNROLL), else None."""
+        if isinstance(it, Seq) and len(it.items) <= MAX_UNROLL and not any(isinstance(x, Unknown) for x in it.items):
+            return list(it.items)
+        if isinstance(it, Const) and isinstance(it.value, (list, tuple)) and len(it.value) <= MAX_UNROLL:
+            return [it.with_value(x) for x in it.value]
+        return None
+
+    def iter_items(self, it: Any) -> Any:
+        opts = []
+        for v in flatten(it):
+            if isinstance(v, Seq):
+                opts.extend(v.items)
+            elif isinstance(v, Const) and isinstance(v.value, (list, tuple)):
+                opts.extend(v.with_value(x) for x in v.value)
+            elif isinstance(v, Range):
+                opts.append(Unknown("a loop counter"))
+            else:
+                opts.append(Unknown("an item of a loop"))
+        if not opts:
+            return Unknown("an item of a loop")
+        if len(opts) > budget.MAX_LOOP_ITEMS:
+            return Unknown("an item of a loop over many values")
+        out = opts[0]
+        for o in opts[1:]:
+            out = merge(out, o)
+        return out
+
+    def exec_with(self, node: cst.With, env: Env) -> None:
+        for item in node.items:
+            ctx = self.ev(item.item, env)
+            if item.asname is not None:
+                self.assign(item.asname.name, ctx, env, node)
+        before = len(self.facts.objects)
+        self.exec_block(node.body.body, env)
+        self.built_without_weights(node, before)
+
+    def exec_try(self, node: cst.Try | cst.TryStar, env: Env) -> None:
+        handlers = [lambda e, h=h: self.exec_block(h.body.body, e) for h in node.handlers]
+        raised = False
+        if handlers and all(isinstance(st, cst.SimpleStatementLine) and all(isinstance(x, _PLAIN_SMALL) for x in st.body)
+                            for st in node.body.body):
+            # A body of plain assignments is walked once: a call in it that raises (RaisedBy) runs the
+            # handlers; a body that binds only constants raised nothing; otherwise either may have run.
+            before = dict(env.vars)
+            self.exec_block(node.body.body, env)
+            bound = [v for k, v in env.vars.items() if before.get(k) is not v]
+            raised = any(isinstance(x, RaisedBy) for v in bound for x in flatten(v))
+            if raised:
+                self.branches(env, handlers, exhaustive=True)
+            elif not all(isinstance(x, Const) for v in bound for x in flatten(v)):
+                self.branches(env, handlers, exhaustive=False)
+        else:
+            self.branches(env, [lambda e: self.exec_block(node.body.body, e), *handlers], exhaustive=True)
+        if node.orelse is not None and not raised:
+            self.exec_block(node.orelse.body.body, env)
+        if node.finalbody is not None:
+            self.exec_block(node.finalbody.body.body, env)
+
+    # ---- binding -----------------------------------------------------------------------------
+
+    def assign(self, target: cst.CSTNode, value: Any, env: Env, stmt: cst.CSTNode) -> None:
+        if isinstance(target, cst.Name) and getattr(stmt, "value", None) is not None:
+            prev = self.pad_counts.get(target.value)
+            if prev is not None and any(isinstance(n, cst.Name) and n.value == target.value for n in _walk(stmt.value)):
+                self.pad_prior[id(stmt.value)] = prev  # max_len = min(max_len, cap): the max_len before
+            self.pad_counts[target.value] = stmt.value  # the expression a name was last bound to
+        if isinstance(target, cst.Name):
+            if type(value) is Ref:
+                value = Ref(value.qual, self.line_of(stmt), "constant")
+            elif isinstance(value, (Const, Seq, Dict)):
+                value = _named(value, f"{target.value} = {self.code(stmt.value) if getattr(stmt, 'value', None) is not None else '…'} (line {self.line_of(stmt)})")
+            env.vars[target.value] = value
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            elts = target.elements
+            star = next((i for i, e in enumerate(elts) if isinstance(e, cst.StarredElement)), None)
+            for i, el in enumerate(elts):
+                t = el.value
+                if star is not None and i >= star:
+                    item = Unknown("a starred unpacking")
+                else:
+                    item = self.unpack(value, i, len(elts))
+                self.assign(t, item, env, stmt)
+        elif isinstance(target, cst.Attribute):
+            base = self.ev(target.value, env)
+            for b in flatten(base):
+                if isinstance(b, Obj):
+                    self.write(b.attrs, target.attr.value, value, b)
+                    self.handlers.on_setattr(self, b, target.attr.value, value, self.line_of(stmt))
+                elif isinstance(b, Method):  # model.transformer.x = v: a part of a known object
+                    self.handlers.on_sub_setattr(self, b.obj, b.name, target.attr.value, value, self.line_of(stmt))
+        elif isinstance(target, cst.Subscript):
+            base = self.ev(target.value, env)
+            key = self.subscript_key(target, env)
+            for b in flatten(base):
+                if isinstance(b, Dict):
+                    if isinstance(key, Const) and insert_fits(b, value):
+                        # a dict item keeps its last write (readers of built config dicts take one value)
+                        b.items[key.value] = value
+                    else:
+                        b.open = True
+                elif isinstance(b, GlobalsView) and isinstance(key, Const) and isinstance(key.value, str):
+                    b.env.vars[key.value] = value
+                elif isinstance(b, Fields) and isinstance(key, Const) and isinstance(key.value, str):
+                    self.write(b.obj.attrs, key.value, value, b.obj)  # vars(args)["lr"] = v sets args.lr
+
+    def unpack(self, value: Any, i: int, n: int) -> Any:
+        out = None
+        for v in flatten(value):
+            if isinstance(v, Seq) and len(v.items) == n:
+                item = v.items[i]
+            elif isinstance(v, Const) and isinstance(v.value, (list, tuple)) and len(v.value) == n:
+                item = v.with_value(v.value[i])
+            else:
+                item = Unknown(v.why if isinstance(v, Unknown) else "an unpacked value")
+            out = item if out is None else merge(out, item)
+        return out
+
+    def dotted(self, node: cst.CSTNode) -> str:
+        if isinstance(node, cst.Name):
+            return node.value
+        if isinstance(node, cst.Attribute):
+            return f"{self.dotted(node.value)}.{node.attr.value}"
+        return ""
+
+    # ---- definitions -------------------------------------------------------------------------
+
+    def def_function(self, node: cst.FunctionDef, env: Env) -> None:
+        f = Func(node, env, self.mod, node.name.value)
+        p = node.params
+        for param in [*p.posonly_params, *p.params, *p.kwonly_params]:
+            if param.default is not None:
+                f.defaults[param.name.value] = self.ev(param.default, env)
+                f.default_source[param.name.value] = ("function-default", f"def {node.name.value}({param.name.value}={self.code(param.default)})", self.line_of(param), self.cur_file())
+        value: Any = f
+        for deco in node.decorators:
+            value = self.handlers.decorate(self, f, deco.decorator, env) or value
+        env.vars[node.name.value] = value
+        self.funcs.append(f)
+        self.run_when_defined(f, node)
+
+    def def_class(self, node: cst.ClassDef, env: Env) -> None:
+        bases = Bases(self.base_value(a.value, env) for a in node.bases if not a.keyword)
+        decos = [self.dotted(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator) for d in node.decorators]
+        is_dc = any(d.split(".")[-1] == "dataclass" for d in decos)
+        fields: dict[str, Any] = {}
+        lines: dict[str, int | None] = {}
+        cls_env = Env(env)
+        methods: dict[str, Func] = {}
+        for stmt in node.body.body:
+            if isinstance(stmt, cst.FunctionDef):
+                f = Func(stmt, env, self.mod, f"{node.name.value}.{stmt.name.value}")
+                p = stmt.params
+                for param in [*p.posonly_params, *p.params, *p.kwonly_params]:
+                    if param.default is not None:
+                        f.defaults[param.name.value] = self.ev(param.default, env)
+                        f.default_source[param.name.value] = ("function-default", f"def {stmt.name.value}({param.name.value}={self.code(param.default)})", self.line_of(param), self.cur_file())
+                methods[stmt.name.value] = f
+                continue
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):
+                        name = small.target.value
+                        fields[name] = self.field_default(small.value, cls_env) if small.value is not None else Unknown(f"field {name} has no default")
+                        lines[name] = self.line_of(small)
+                    elif isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+                        name = small.targets[0].target.value
+                        cls_env.vars[name] = self.ev(small.value, cls_env)
+                        if not is_dc:
+                            fields[name] = cls_env.vars[name]
+                            lines[name] = self.line_of(small)
+        cls = Class(node.name.value, bases, fields, lines, self.line_of(node), is_dc, self.cur_file(), methods)
+        for f in methods.values():
+            f.owner = cls
+        env.vars[node.name.value] = cls
+
+    def field_default(self, value: cst.CSTNode, env: Env) -> Any:
+        if isinstance(value, cst.Call) and self.dotted(value.func).split(".")[-1] == "field":
+            for a in value.args:
+                if a.keyword is not None and a.keyword.value == "default":
+                    return self.ev(a.value, env)
+                if a.keyword is not None and a.keyword.value == "default_factory":
+                    return self.default_factory(a.value, env)
+            return Unknown("a field without a default")
+        return self.ev(value, env)
+
+    def default_factory(self, node: cst.CSTNode, env: Env) -> Any:
+        """field(default_factory=lambda: TrainingArguments(...)) / default_factory=ModelArgs / =list: the value
+        the factory builds, built once where the class is defined (each instance starts from it)."""
+        factory = self.ev(node, env)
+        if isinstance(factory, Func):
+            return self.call_function(factory, [], {}, self.line_of(node))
+        if isinstance(factory, Ref) and factory.qual in ("builtins.list", "builtins.tuple"):
+            return Seq([], "list" if factory.qual == "builtins.list" else "tuple")
+        if isinstance(factory, Ref) and factory.qual == "builtins.dict":
+            return Dict({})
+        if isinstance(factory, (Class, Ref)):
+            return self.handlers.call(self, factory, [], {}, False, self.line_of(node), node)
+        return Unknown("a default_factory")
