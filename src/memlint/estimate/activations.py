@@ -184,48 +184,32 @@ def _norm_bytes(s: Setup) -> int:
     return x * h + 8
 
 
-def _per_token_layer_bytes(s: Setup) -> tuple[int, int, int]:
+def _per_token_layer_bytes(s: Setup) -> tuple[float, int, float]:
     """Bytes saved per token: (one decoder layer, one layer's input, once per model).
 
-    Term by term what HF's decoder layers save for backward (read off autograd's saved
-    tensors; see docs/accounting.md). Under tensor parallelism s.model is the rank's model
-    (tensor_parallel.rank_spec), so the terms inside the TP regions are already the rank's; the
-    parts sequence parallelism shards are `tp_sequence_shards`."""
+    The family's layer as CUDA runs it (estimate/decoder.py, from catalog/families.json), plus what peft's adapters,
+    HQQ and DoRA keep (below). Under tensor parallelism s.model is the rank's model (tensor_parallel.rank_spec), so
+    the terms inside the TP regions are already the rank's; the parts sequence parallelism shards are
+    `tp_sequence_shards`."""
+    from memlint.estimate.decoder import _lin_out, layer_bytes
+
     m = s.model
     a = DTYPE_BYTES[s.compute_dtype]
-    x = residual_bytes(s)
-    h, i = m.hidden, m.intermediate
-    q = m.heads * m.head_dim
-    kv = m.kv_heads * m.head_dim
-
-    norm = _norm_bytes(s)
-    total = m.arch["norms_per_layer"] * norm
-    # Attention: rotated q and k, v, and SDPA's output (which o_proj reads in place) and
-    # fp32 logsumexp.
-    total += a * (2 * q + 2 * kv) + 4 * m.heads
-    if attention()[s.attn].kernel == "eager":
-        # fp32 softmax probabilities + their half copy per head and key position, and
-        # k/v expanded to every head (repeat_kv) for the two matmuls.
-        total += (4 + a) * m.heads * s.seq + (2 * a * (q - kv) if q != kv else 0)
-    # MLP: gated (SwiGLU/GeGLU) keeps gate, act(gate) and up; plain keeps fc1's output.
+    tokens = s.seq * s.batch
+    lb = layer_bytes(s)
+    total = lb.per_layer / tokens
     experts = m.arch.get("num_experts")
-    gated = m.arch.get("mlp") == "gated"
-    inter = i
-    if experts:
-        inter = m.arch.get("moe_intermediate_size", i) * (m.arch.get("experts_per_token") or 1)
-    # bitsandbytes' 4/8-bit layers return their input's dtype, so on an fp32 residual
-    # stream (kbit prep) the MLP runs in fp32.
-    core = x if s.quant != "none" else a
-    total += (3 if gated else 1) * core * inter
-    total += _linear_inputs(s, a, inter)
+    inter = m.arch.get("moe_intermediate_size", m.intermediate) * (m.arch.get("experts_per_token") or 1) \
+        if experts else m.intermediate
+    if s.method != "full":
+        total += _linear_inputs(s, a, inter)
     if s.use_dora and s.method != "full":
-        total += _dora_saved_per_token(s, a, core)
-    # Once per model: token ids, the rotary cos/sin, and the final norm.
-    once = 8 + 2 * a * m.head_dim + norm
+        total += _dora_saved_per_token(s, a, _lin_out(s))
+    once = lb.once / tokens
     if trains_lm_head_copy(s):
         # a trained lm_head (modules_to_save) keeps its input for its weight gradient; a frozen one does not
-        once += (a if s.precision in ("amp-bf16", "amp-fp16") else x) * h
-    return total, x * h, once
+        once += (a if s.precision in ("amp-bf16", "amp-fp16") else residual_bytes(s)) * m.hidden
+    return total, lb.layer_input // tokens, once
 
 
 def _dora_dtypes(s: Setup) -> tuple[int, int, int]:
@@ -373,7 +357,8 @@ def real(s: Setup) -> ActivationTerms:
     sb_sp = -(-s.seq // s.tp) * s.batch
     per_layer = (per_tok - sp_layer) * sb + sp_layer * sb_sp + _dora_per_layer(s) + gptq_saved_per_layer(s)
     inputs = ((inp_tok - sp_inp) * sb + sp_inp * sb_sp) * m.layers
-    once_b = (once - sp_once) * sb + sp_once * sb_sp
+    once_b = round((once - sp_once) * sb + sp_once * sb_sp)
+    per_layer = round(per_layer)
     if sp_layer and tp.stack(s)["sp_saves_gathered_input"]:
         # lm_head (ColwiseParallel(input_layouts=Shard(1))) all-gathers the sequence-sharded final norm output
         # and its matmul saves the whole s·b·h for the weight gradient, beside the norm's own shard
@@ -387,23 +372,23 @@ def real(s: Setup) -> ActivationTerms:
         per_layer = max(per_layer - kept, 0)
         formula = (f"op-level selective checkpointing: {inp_tok // m.hidden}·s·b·h·L layer inputs + "
                    f"{kept_tok:,} B/token/layer kept by the policy ({kept_why}); the rest of one layer "
-                   f"({per_tok:,} B/token saved, less what was kept) comes back while it is recomputed")
+                   f"({per_tok:,.0f} B/token saved, less what was kept) comes back while it is recomputed")
     elif s.recompute and s.recompute_every > 1:
         # torchtune's selective checkpointing by layers: layers N, 2N, ... (counted from 1) are
         # checkpointed, the others keep everything they save
         k = m.layers // s.recompute_every
         body = inputs // m.layers * k + per_layer * (m.layers - k) + once_b
         formula = (f"every {s.recompute_every}th layer checkpointed: {k} × {inp_tok // m.hidden}·s·b·h inputs + "
-                   f"{m.layers - k} layers × {per_tok:,} B/token saved; one checkpointed layer comes back in backward")
+                   f"{m.layers - k} layers × {per_tok:,.0f} B/token saved; one checkpointed layer comes back in backward")
     elif s.recompute:
         # At the end of forward only the checkpointed inputs are alive; one layer's
         # activations come back during backward (ActivationTerms.per_layer).
         body = inputs + once_b
         formula = (f"{inp_tok // m.hidden}·s·b·h·L checkpointed layer inputs; one layer "
-                   f"({per_tok:,} B/token) comes back while it is recomputed in backward")
+                   f"({per_tok:,.0f} B/token) comes back while it is recomputed in backward")
     else:
         body = per_layer * m.layers + once_b
-        formula = f"{per_tok:,} B/token/layer saved (norms, q/k/v, SDPA, MLP{', LoRA inputs' if s.method != 'full' else ''}) × s·b·L"
+        formula = f"{per_tok:,.0f} B/token/layer saved (norms, q/k/v, attention, MLP{', LoRA inputs' if s.method != 'full' else ''}) × s·b·L"
         if _dora_per_layer(s):
             formula += f" + DoRA's dropout path: {_dora_per_layer(s):,} B/layer of weight copies"
         if gptq_saved_per_layer(s):

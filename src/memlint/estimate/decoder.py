@@ -1,0 +1,442 @@
+"""What one decoder layer saves for backward, per family, as CUDA runs it (catalog/families.json says how each family's
+layer is built; no model_type is branched on here).
+
+Every term is read off transformers' modeling code and autograd's saved tensors (derivatives.yaml), with the kernels a
+CUDA step runs: CUDA autocast's op lists (layer_norm, rms_norm, softmax, pow ... in fp32), its SDPA kernels (flash for
+half without a mask, memory-efficient with a mask or in fp32; none keeps the s x s scores), its fused dropout (a bool
+mask). `memlint measure` runs the same step on the CPU with those kernels emulated (measure/cuda_emulation.py), which is
+how each term is checked (tests/test_family_traces.py, docs/accounting.md's per-family table).
+
+Notation, bytes per token unless said: h hidden, q = heads·head_dim, kv = kv_heads·head_dim, i the MLP's intermediate
+width; x the residual stream's dtype bytes, c the compute dtype's, `amp` autocast on.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from memlint.catalog.families import family
+from memlint.estimate.model_state import lora_modules
+from memlint.estimate.setup import DTYPE_BYTES, Setup
+from memlint.library.api import attention
+
+
+# ----------------------------------------------------------------------------------------------- family facts
+def fact(s: Setup, name: str) -> Any:
+    """A family fact of the model (catalog/families.json), resolved against its config where it is a rule list."""
+    value = family(s.model.arch.get("model_type", ""))[name]
+    if isinstance(value, list) and value and isinstance(value[0], dict) and "is" in value[0]:
+        for rule in value:
+            if all(config(s, k, None) == v for k, v in rule.get("when", {}).items()):
+                return rule["is"]
+        return None
+    return value
+
+
+def config(s: Setup, key: str | None, default: Any = None) -> Any:
+    """A config value (dotted keys reach into attn_config / ffn_config), else the config class's default
+    (families.json config_defaults), else `default`."""
+    if key is None:
+        return default
+    node: Any = s.model.config
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            node = None
+            break
+        node = node[part]
+    if node is not None:
+        return node
+    defaults = family(s.model.arch.get("model_type", ""))["config_defaults"]
+    return defaults.get(key, default)
+
+
+def dropout_p(s: Setup, site: str) -> float:
+    key = fact(s, "dropout").get(site)
+    p = config(s, key, 0.0)
+    return float(p or 0.0)
+
+
+def activation(s: Setup) -> str:
+    a = fact(s, "act")
+    name = config(s, a.get("key"), a["default"]) if a.get("key") else a["default"]
+    return a.get("aliases", {}).get(name, name)
+
+
+def _activations() -> dict:
+    from memlint.catalog.families import _doc
+
+    return _doc()["activations"]
+
+
+def sdpa_runs(s: Setup) -> bool:
+    """Whether the attention runs SDPA: asked for (the setup's attention kernel is not eager) and the family's
+    transformers class has an SDPA path; without one transformers runs eager."""
+    return attention()[s.attn].kernel != "eager" and bool(fact(s, "sdpa"))
+
+
+def effective_attn(s: Setup) -> str:
+    """The attention implementation transformers runs: eager for a family without SDPA when the setup asks for sdpa
+    (transformers' default when attn_implementation is left out)."""
+    if s.attn == "sdpa" and not fact(s, "sdpa"):
+        return "eager"
+    return s.attn
+
+
+def sliding_layers(s: Setup) -> int:
+    """Decoder layers whose attention is windowed, by the config's rule (transformers' config classes)."""
+    rule = fact(s, "mask")
+    L = s.model.layers
+    if not isinstance(rule, dict) or "sliding" not in rule:
+        return 0
+    types = s.model.config.get("layer_types")
+    if types:
+        return sum(t == "sliding_attention" for t in types[:L])
+    if not config(s, rule["sliding"]):
+        return 0
+    kind = rule["layers"]
+    if kind == "all":
+        return L
+    if kind == "alternate":  # (i + 1) % 2: layers 0, 2, 4 ... slide
+        return (L + 1) // 2
+    if kind == "pattern":  # (i + 1) % pattern: every pattern-th layer is global
+        p = int(config(s, rule["pattern_key"], 6) or 6)
+        return L - L // p
+    if kind == "qwen":  # use_sliding_window, from max_window_layers on
+        if not config(s, "use_sliding_window", False):
+            return 0
+        return max(0, L - int(config(s, "max_window_layers", L)))
+    return 0
+
+
+def masked_layers(s: Setup) -> int:
+    """Layers whose attention gets an explicit mask at this sequence length: every layer where the family always
+    materialises its mask, the windowed layers once the sequence is longer than the window."""
+    rule = fact(s, "mask")
+    if rule == "always":
+        return s.model.layers
+    if isinstance(rule, dict) and "sliding" in rule:
+        window = config(s, rule["sliding"])
+        if window and s.seq > int(window):
+            return sliding_layers(s)
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------- the terms
+@dataclass
+class LayerBytes:
+    """One micro-batch's saved bytes: per decoder layer (averaged over the layers where they differ), one layer's
+    input, once per model; `parts` names the per-layer terms (bytes per token) for the formula."""
+
+    per_layer: float = 0.0
+    layer_input: int = 0
+    once: float = 0.0
+    parts: list[tuple[str, float]] = field(default_factory=list)
+
+    def add(self, name: str, per_token: float, tokens: int) -> None:
+        if per_token:
+            self.per_layer += per_token * tokens
+            self.parts.append((name, per_token))
+
+
+def _dims(s: Setup) -> tuple[int, int, int, int, int, bool]:
+    m = s.model
+    a = DTYPE_BYTES[s.compute_dtype]
+    return m.hidden, m.heads * m.head_dim, m.kv_heads * m.head_dim, a, residual_bytes(s), s.precision in (
+        "amp-bf16", "amp-fp16")
+
+
+def residual_bytes(s: Setup) -> int:
+    """Bytes per element of the residual stream: fp32 when the embeddings are fp32 (fp32 weights, or
+    prepare_model_for_kbit_training's upcast), else the weight dtype."""
+    if s.dtype == "fp32" or s.upcasts_kbit:
+        return 4
+    return DTYPE_BYTES[s.dtype]
+
+
+def norm_saved(s: Setup, width: int, groups: int, xin: int, trains: bool) -> tuple[float, int]:
+    """(bytes saved per token, output dtype bytes) of one of the family's norms over `width` features in `groups`
+    (heads for a per-head q/k norm), its input in `xin` bytes:
+
+    llama: x.to(fp32) (4·w, the input itself when it is fp32), rsqrt (4 per group), weight·(normalised in the input
+    dtype) keeps the normalised copy when the weight trains; out: the input dtype.
+    gemma: fp32 throughout, (1 + w) in fp32 per layer, the fp32 output kept for the weight's gradient; out: input dtype.
+    rms_fp32_weight (OLMo 2): (w · fp32 normalised).to(dtype): the fp32 normalised input kept when the weight trains.
+    layernorm: F.layer_norm, on CUDA autocast's fp32 list: its fp32 input (a cast copy of a half input), mean and rstd;
+    out fp32 under autocast. layernorm_fp32 (OLMo): F.layer_norm(x.float()) without parameters, cast back."""
+    kind = fact(s, "norm_impl") or ("llama" if s.model.arch.get("norm") == "rmsnorm" else "layernorm")
+    amp = s.precision in ("amp-bf16", "amp-fp16")
+    if kind == "llama":
+        return 4 * width + 4 * groups + (xin * width if trains else 0), xin
+    if kind in ("gemma", "rms_fp32_weight"):
+        return 4 * width + 4 * groups + (4 * width if trains else 0), xin
+    if kind == "layernorm_fp32":
+        return 4 * width + 8 * groups, xin
+    # F.layer_norm
+    inp = 4 if amp else xin
+    return inp * width + 8 * groups, (4 if amp else xin)
+
+
+def norm_layer_consts(s: Setup, width: int) -> float:
+    """Bytes per layer a norm keeps whatever the tokens: under autocast F.layer_norm's fp32 casts of its half weight and
+    bias; Gemma's (1 + w) in fp32."""
+    kind = fact(s, "norm_impl") or ("llama" if s.model.arch.get("norm") == "rmsnorm" else "layernorm")
+    amp = s.precision in ("amp-bf16", "amp-fp16")
+    if kind == "gemma":
+        return 4 * width
+    if kind == "layernorm" and amp and s.dtype != "fp32":
+        return 4 * width * (1 + (1 if fact(s, "norm_bias") is not False else 0))
+    return 0
+
+
+def _linear_count(s: Setup, role: str) -> float:
+    m = s.model
+    return sum(l.count for l in m.layer_linears() if l.role == role) / max(m.layers, 1)
+
+
+def _fused_qkv(s: Setup) -> bool:
+    """One projection makes q, k and v (c_attn, query_key_value, qkv_proj, Wqkv): q/k/v are views of its output."""
+    m = s.model
+    attn_in = [l for l in m.layer_linears() if l.role == "attn_in" and l.count == m.layers]
+    return len(attn_in) == 1 and attn_in[0].out_features == m.heads * m.head_dim + 2 * m.kv_heads * m.head_dim
+
+
+def input_copies(s: Setup, dtype_in: int, role: str, count: float | None = None) -> float:
+    """Bytes per token (over one input width) that the trained linears of `role` (or `count` of them) keep of their
+    shared input in `dtype_in` bytes: the input once when they run in its dtype; under autocast, when the input is not
+    in the compute dtype, each linear casts its own copy (autocast caches the casts of parameters only)."""
+    a = DTYPE_BYTES[s.compute_dtype]
+    amp = s.precision in ("amp-bf16", "amp-fp16")
+    if amp and dtype_in != a:
+        return a * (_linear_count(s, role) if count is None else count)
+    return dtype_in
+
+
+def _lin_out(s: Setup) -> int:
+    """The dtype bytes a projection's output has: the compute dtype (autocast, or the weights'), except bitsandbytes'
+    4/8-bit layers, which return their input's dtype (the fp32 residual stream after prepare_model_for_kbit_training)."""
+    return residual_bytes(s) if s.quant != "none" else DTYPE_BYTES[s.compute_dtype]
+
+
+def _act_bytes(s: Setup, x_in: int) -> tuple[float, int]:
+    """(bytes saved per intermediate element, output dtype bytes) of the family's activation on an `x_in`-byte input
+    (families.json "activations")."""
+    table = _activations()
+    entry = table.get(activation(s), table["gelu"])
+    amp = s.precision in ("amp-bf16", "amp-fp16")
+    saved = entry.get("amp", entry["saved"]) if amp else entry["saved"]
+    out = entry.get("amp_out", entry["out"]) if amp else entry["out"]
+
+    def b(v: Any) -> int:
+        return x_in if v == "x" else int(v)
+
+    return sum(b(v) for v in saved), b(out)
+
+
+def rotary_dims(s: Setup) -> int:
+    """The rotated dims of a head: all of them, or the config's partial rotary (a fraction, or GPT-J's rotary_dim)."""
+    hd = s.model.head_dim
+    key = fact(s, "rotary_fraction")
+    if key is None:
+        return hd
+    v = config(s, key)
+    if v is None:
+        return hd
+    return int(v) if key == "rotary_dim" else int(hd * float(v))
+
+
+def _attention(s: Setup, lb: LayerBytes, tokens: int) -> None:
+    """The attention kernel's saved tensors: q, k, v, the output o_proj reads, and per kernel: the fused kernels' fp32
+    logsumexp per query (the memory-efficient kernel pads it to 32 positions) and, with an explicit mask, the additive
+    mask it converted (one per layer, b·s·s) and k/v repeated to every head (transformers repeats them when a mask is
+    passed); eager attention's copies for its batched matmuls and, per head and key, the fp32 softmax, its half copy,
+    the dropout mask and a soft-cap's tanh."""
+    m = s.model
+    h, q, kv, a, x, amp = _dims(s)
+    b, sq = s.batch, s.seq
+    heads = m.heads
+    if sdpa_runs(s):
+        masked = masked_layers(s) / m.layers
+        flash = a == 2 and m.head_dim <= 256  # fp16/bf16 without a mask; else (and masked) the efficient kernel
+        lse_rows = (1 - masked) * (sq if flash else 32 * math.ceil(sq / 32)) + masked * 32 * math.ceil(sq / 32)
+        kv_plain = 2 * a * kv
+        kv_rep = 2 * a * q
+        keep_fused = a * (q + kv) if _fused_qkv(s) and fact(s, "positions") not in ("learned", "learned_per_row", "alibi") else 0
+        lb.add("q, k, v, output", a * 2 * q + (1 - masked) * (kv_plain + keep_fused) + masked * (kv_rep if kv != q else kv_plain + keep_fused), tokens)
+        lb.add("logsumexp", 4 * heads * lse_rows / sq, tokens)
+        lb.add("additive mask", masked * a * sq, tokens)
+        return
+    # eager: torch.matmul copies q, k (repeated), v (repeated) for its bmm, the output is transposed contiguous
+    p = dropout_p(s, "attention")
+    cap = config(s, fact(s, "attn_logit_softcapping")) if fact(s, "attn_logit_softcapping") else None
+    per_key = 4 + (a if a != 4 else 0) + (1 if p > 0 else 0) + (a if cap else 0)
+    lb.add("q, k, v copies, output", 4 * a * q, tokens)
+    lb.add("scores (fp32 softmax, half copy" + (", dropout mask" if p > 0 else "") + (", tanh soft-cap" if cap else "")
+           + ")", per_key * heads * sq, tokens)
+
+
+def _mlp_dense(s: Setup, lb: LayerBytes, tokens: int, t_dtype: int, shares_input: bool) -> int:
+    """A dense MLP's saved tensors; returns the intermediate width (what LoRA's adapters on the down projection read)."""
+    m = s.model
+    i = m.intermediate
+    a = DTYPE_BYTES[s.compute_dtype]
+    g = _lin_out(s)
+    full = s.method == "full"
+    if full and not shares_input:
+        lb.add("MLP input kept by its projections", input_copies(s, t_dtype, "mlp_in") * m.hidden, tokens)
+    act_saved, act_out = _act_bytes(s, g)
+    if m.arch.get("mlp") == "gated":
+        # act(gate) keeps gate; act(gate) * up keeps both factors; down_proj keeps the product
+        product = max(act_out, g)
+        lb.add(f"gated MLP ({activation(s)}: gate, act, up)", (act_saved + act_out + g) * i, tokens)
+        if full:
+            lb.add("down projection input", input_copies(s, product, "mlp_out") * i, tokens)
+    else:
+        lb.add(f"MLP activation ({activation(s)})", act_saved * i, tokens)
+        if full:
+            lb.add("down projection input", input_copies(s, act_out, "mlp_out") * i, tokens)
+    return i
+
+
+def _mlp_moe(s: Setup, lb: LayerBytes, tokens: int, t_dtype: int) -> None:
+    """A mixture of experts (transformers' grouped_mm experts implementation): the router (its input kept when its weight
+    trains, the fp32 softmax, the top-k indices, the renormalisation's sum and result), then per routed token (k per
+    token): the gather and scatter indices (three int64), the gathered input (kept for the experts' gradient), the
+    gate/up output (act(gate) keeps gate, a view of it), act(gate), the product (kept for the down projection's
+    gradient), the expert output (kept by the routing weight's product) and the routing weight. The experts run in the
+    weights' dtype (grouped_mm casts its input to it; no autocast)."""
+    m = s.model
+    a = DTYPE_BYTES[s.compute_dtype]
+    e = DTYPE_BYTES[s.dtype] if s.quant == "none" else a
+    k = m.arch.get("experts_per_token") or 1
+    E = m.arch.get("num_experts") or 1
+    i = m.arch.get("moe_intermediate_size", m.intermediate)
+    full = s.method == "full"
+    renorm = fact(s, "router_renorm")
+    renorm = renorm is True or (isinstance(renorm, str) and bool(config(s, renorm, False)))
+    weights = a if fact(s, "router_weights_cast") else 4
+    router = (input_copies(s, t_dtype, "router", 1) * m.hidden if full else 0) + 4 * E + 8 * k + ((4 + 4 * k) if renorm else 0)
+    lb.add("router (softmax, top-k, renormalisation)", router, tokens)
+    act_saved, act_out = _act_bytes(s, e)
+    per_row = 24 + (e * m.hidden if full else 0) + 2 * e * i + act_out * i + (e * i if full else 0) + e * m.hidden + weights
+    lb.add(f"experts ({k} of {E} per token: indices, gathered input, gate/up, act, product, output, weight)", k * per_row,
+           tokens)
+
+
+def _dropout_masks(s: Setup, site: str, width: int) -> float:
+    return width if dropout_p(s, site) > 0 else 0
+
+
+def layer_bytes(s: Setup) -> LayerBytes:
+    """One decoder layer's saved bytes for the micro-batch (s.seq x s.batch tokens), the layer input (what recompute
+    keeps), and what is saved once per model (token and position ids, rotary tables, the embedding dropout's mask, the
+    final norm, lm_head's input). LoRA adapters' inputs, HQQ/GPTQ and DoRA terms come from activations.py as before."""
+    from memlint.estimate.activations import _linear_inputs, _dora_saved_per_token, _hqq_inputs  # noqa: F401
+
+    m = s.model
+    tokens = s.seq * s.batch
+    h, q, kv, a, x, amp = _dims(s)
+    full = s.method == "full"
+    layout = fact(s, "layout")
+    lb = LayerBytes(layer_input=x * h * tokens)
+    out_branch = a if amp else x  # an attention / MLP output's dtype (what a post-norm reads)
+    consts = 0.0
+
+    # norms before attention (on the residual stream) and what the projections read
+    pre = {"pre": 1, "sandwich": 1, "parallel": 1, "parallel2": 2, "post": 0}[layout]
+    n_bytes, n_out = norm_saved(s, h, 1, x, full)
+    if pre:
+        lb.add(f"{pre} norm(s) before attention", pre * n_bytes, tokens)
+        consts += pre * norm_layer_consts(s, h)
+    t_attn = n_out if pre else x
+    shared = layout == "parallel"  # one norm output feeds attention and the MLP
+    if full:
+        reads = input_copies(s, t_attn, "attn_in")
+        if shared and not (amp and t_attn != a):
+            reads = t_attn  # one tensor kept for the attention and the MLP projections
+        elif shared:
+            reads += input_copies(s, t_attn, "mlp_in")
+        lb.add("attention input kept by its projections" + (" (and the MLP's)" if shared else ""), reads * h, tokens)
+    clip = fact(s, "clip_qkv")
+    if clip and config(s, clip):
+        lb.add("clamped qkv's input", a * (q + 2 * kv), tokens)
+
+    # per-head (or full-width) q/k norms on the projections' outputs
+    qk = fact(s, "qk_norm")
+    if qk:
+        groups = (m.heads, m.kv_heads) if qk is True else (1, 1)
+        qn, _ = norm_saved(s, q, groups[0], _lin_out(s), full)
+        kn, _ = norm_saved(s, kv, groups[1], _lin_out(s), full)
+        lb.add("q/k norms", qn + kn, tokens)
+        if fact(s, "norm_impl") == "gemma":
+            consts += 4 * 2 * m.head_dim
+    _attention(s, lb, tokens)
+    if fact(s, "positions") == "rotary_per_layer":  # GPT-J: sin/cos interleaved in every call, for q and for k
+        consts += 4 * rotary_dims(s) * s.seq * x
+    lb.add("attention-output dropout mask", _dropout_masks(s, "attn_out", h), tokens)
+    if layout in ("sandwich", "post"):
+        pn, _ = norm_saved(s, h, 1, out_branch, full)
+        lb.add("norm after attention", pn, tokens)
+        consts += norm_layer_consts(s, h)
+
+    # the MLP
+    if layout == "parallel2" or (layout not in ("parallel", "post") and pre):
+        if layout != "parallel2":
+            mn, t_mlp = norm_saved(s, h, 1, x, full)
+            lb.add("norm before the MLP", mn, tokens)
+            consts += norm_layer_consts(s, h)
+        else:
+            t_mlp = n_out
+    elif layout == "parallel":
+        t_mlp = n_out
+    else:  # post: the MLP reads the residual stream
+        t_mlp = x
+    if fact(s, "moe"):
+        _mlp_moe(s, lb, tokens, t_mlp)
+    else:
+        _mlp_dense(s, lb, tokens, t_mlp, shares_input=shared)
+    lb.add("MLP-output dropout mask", _dropout_masks(s, "mlp_out", h), tokens)
+    if layout in ("sandwich", "post"):
+        pn, _ = norm_saved(s, h, 1, out_branch, full)
+        lb.add("norm after the MLP", pn, tokens)
+        consts += norm_layer_consts(s, h)
+    lb.per_layer += consts
+    lb.once = _once(s, tokens)
+    return lb
+
+
+def _once(s: Setup, tokens: int) -> float:
+    """Saved once per model: token ids (kept by a trained embedding), learned position ids, rotary cos/sin (in the
+    residual dtype, per position), the embedding dropout's mask, an embedding norm, the final norm and the input lm_head
+    keeps for its weight's gradient; with frozen embeddings (LoRA without recompute) the first layer's norm(s) before
+    attention see no gradient and keep nothing."""
+    m = s.model
+    h, q, kv, a, x, amp = _dims(s)
+    full = s.method == "full"
+    b, sq = s.batch, s.seq
+    embeds_train = full or any(n in ("embed_tokens", "wte", "word_embeddings", "embed_in") for n in s.modules_to_save)
+    once = 0.0
+    if embeds_train:
+        once += 8 * tokens
+    pos = fact(s, "positions")
+    if pos == "learned" and full:
+        once += 8 * sq
+    elif pos == "learned_per_row" and full:
+        once += 8 * tokens
+    elif pos in ("rotary", "rotary_local_global"):
+        tables = 2 if pos == "rotary_local_global" and 0 < sliding_layers(s) < m.layers else 1
+        once += tables * 2 * rotary_dims(s) * sq * x
+    once += _dropout_masks(s, "embedding", h) * tokens
+    n_bytes, n_out = norm_saved(s, h, 1, x, full)
+    if fact(s, "embed_norm") and embeds_train:
+        once += n_bytes * tokens + norm_layer_consts(s, h)
+    once += n_bytes * tokens + norm_layer_consts(s, h)  # the final norm
+    if full:  # lm_head's weight trains: it keeps its input (a cast copy under autocast when the norm's output is fp32)
+        once += (a if amp and n_out != a else n_out) * h * tokens
+    if not full and not s.recompute and not embeds_train:
+        layout = fact(s, "layout")
+        first = {"pre": 1, "sandwich": 1, "parallel": 1, "parallel2": 2, "post": 0}[layout]
+        nb, _ = norm_saved(s, h, 1, x, False)
+        once -= first * (nb * tokens + norm_layer_consts(s, h))
+    return once
