@@ -202,7 +202,7 @@ def _per_token_layer_bytes(s: Setup) -> tuple[float, int, float]:
     inter = m.arch.get("moe_intermediate_size", m.intermediate) * (m.arch.get("experts_per_token") or 1) \
         if experts else m.intermediate
     if s.method != "full":
-        total += _linear_inputs(s, a, inter)
+        total += _linear_inputs(s, a, inter) + lora_weight_casts(s) / tokens
     if s.use_dora and s.method != "full":
         total += _dora_saved_per_token(s, a, _lin_out(s))
     once = lb.once / tokens
@@ -210,6 +210,31 @@ def _per_token_layer_bytes(s: Setup) -> tuple[float, int, float]:
         # a trained lm_head (modules_to_save) keeps its input for its weight gradient; a frozen one does not
         once += (a if s.precision in ("amp-bf16", "amp-fp16") else residual_bytes(s)) * m.hidden
     return total, lb.layer_input // tokens, once
+
+
+def softcap_logits_bytes(s: Setup) -> int:
+    """A final logit soft-capping (families.json final_logit_softcapping: Gemma 2's config.final_logit_softcapping):
+    logits / cap, tanh, * cap; tanh keeps its output (the logits' size in the compute dtype) for backward."""
+    from memlint.estimate.decoder import config, fact
+
+    key = fact(s, "final_logit_softcapping")
+    if not key or not config(s, key):
+        return 0
+    return s.seq * s.batch * logits_vocab(s) * DTYPE_BYTES[s.compute_dtype]
+
+
+def lora_weight_casts(s: Setup) -> int:
+    """Bytes per decoder layer of autocast's half copies of fp32 LoRA weights (A and B of every adapted linear): each is
+    a cached cast of a leaf parameter, saved by its matmul for the input's gradient."""
+    if s.precision not in ("amp-bf16", "amp-fp16") or s.method == "full":
+        return 0
+    from memlint.estimate.model_state import trainable_dtype
+
+    if DTYPE_BYTES[trainable_dtype(s, "real")] == DTYPE_BYTES[s.compute_dtype]:
+        return 0
+    m = s.model
+    return int(sum(s.lora_r * (l.in_features + l.out_features) * l.count / m.layers
+                   for l in lora_modules(m, s.lora_targets) if l.name != "lm_head") * DTYPE_BYTES[s.compute_dtype])
 
 
 def _dora_dtypes(s: Setup) -> tuple[int, int, int]:
@@ -413,6 +438,10 @@ def real(s: Setup) -> ActivationTerms:
     fwd = copies_head + (a + up + 4) * V * sb
     bwd = copies_head + (a + up + 4 + a) * V * sb
     head = f" + autocast's {a}-byte copy of the fp32 lm_head ({copies_head:,} B)" if copies_head else ""
+    cap = softcap_logits_bytes(s)
+    if cap:  # Gemma 2's final soft-capping: tanh(logits / cap) keeps its output over the vocabulary
+        fwd, bwd = fwd + cap, bwd + cap
+        head += f" + the soft-cap's tanh output s·b·V × {a} B"
     if s.compiled_loss:
         return _compiled_ce(body, per_layer, formula, copies_head, a * V * sb, 4 * sb, head)
     shard = tp.gathered_logits_shard(s)

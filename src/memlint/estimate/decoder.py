@@ -219,9 +219,9 @@ def _lin_out(s: Setup) -> int:
     return residual_bytes(s) if s.quant != "none" else DTYPE_BYTES[s.compute_dtype]
 
 
-def _act_bytes(s: Setup, x_in: int) -> tuple[float, int]:
-    """(bytes saved per intermediate element, output dtype bytes) of the family's activation on an `x_in`-byte input
-    (families.json "activations")."""
+def _act_bytes(s: Setup, x_in: int) -> tuple[float, int, bool]:
+    """(bytes saved per intermediate element besides its output, output dtype bytes, whether it keeps its output) of
+    the family's activation on an `x_in`-byte input (families.json "activations")."""
     table = _activations()
     entry = table.get(activation(s), table["gelu"])
     amp = s.precision in ("amp-bf16", "amp-fp16")
@@ -231,7 +231,7 @@ def _act_bytes(s: Setup, x_in: int) -> tuple[float, int]:
     def b(v: Any) -> int:
         return x_in if v == "x" else int(v)
 
-    return sum(b(v) for v in saved), b(out)
+    return sum(b(v) for v in saved), b(out), bool(entry.get("saves_out"))
 
 
 def rotary_dims(s: Setup) -> int:
@@ -260,10 +260,15 @@ def _attention(s: Setup, lb: LayerBytes, tokens: int) -> None:
         masked = masked_layers(s) / m.layers
         flash = a == 2 and m.head_dim <= 256  # fp16/bf16 without a mask; else (and masked) the efficient kernel
         lse_rows = (1 - masked) * (sq if flash else 32 * math.ceil(sq / 32)) + masked * 32 * math.ceil(sq / 32)
-        kv_plain = 2 * a * kv
-        kv_rep = 2 * a * q
+        # with a mask transformers repeats k and v to every head (repeat_kv: expand + reshape, a copy per group of heads,
+        # a view of a single kv head); a view of a fused qkv output keeps that whole output alive
         keep_fused = a * (q + kv) if _fused_qkv(s) and fact(s, "positions") not in ("learned", "learned_per_row", "alibi") else 0
-        lb.add("q, k, v, output", a * 2 * q + (1 - masked) * (kv_plain + keep_fused) + masked * (kv_rep if kv != q else kv_plain + keep_fused), tokens)
+        repeated = masked if kv != q and m.kv_heads > 1 else 0
+        lb.add("q, k, v, output", a * 2 * q + repeated * 2 * a * q + (1 - repeated) * (2 * a * kv + keep_fused), tokens)
+        if flash and s.method == "full" and fact(s, "positions") == "rotary" and rotary_dims(s) < m.head_dim:
+            # a partial rotary concatenates q: contiguous per head, the flash kernel's output follows that layout, and
+            # transformers' transpose(1, 2).contiguous() copies it; a trained output projection keeps the copy
+            lb.add("output projection's input (a copy)", (1 - masked) * a * q, tokens)
         lb.add("logsumexp", 4 * heads * lse_rows / sq, tokens)
         lb.add("additive mask", masked * a * sq, tokens)
         return
@@ -271,7 +276,8 @@ def _attention(s: Setup, lb: LayerBytes, tokens: int) -> None:
     p = dropout_p(s, "attention")
     cap = config(s, fact(s, "attn_logit_softcapping")) if fact(s, "attn_logit_softcapping") else None
     per_key = 4 + (a if a != 4 else 0) + (1 if p > 0 else 0) + (a if cap else 0)
-    lb.add("q, k, v copies, output", 4 * a * q, tokens)
+    # the output, transposed contiguous, is kept by a trained output projection (a frozen one keeps nothing of it)
+    lb.add("q, k, v copies" + (", output" if s.method == "full" else ""), (4 if s.method == "full" else 3) * a * q, tokens)
     lb.add("scores (fp32 softmax, half copy" + (", dropout mask" if p > 0 else "") + (", tanh soft-cap" if cap else "")
            + ")", per_key * heads * sq, tokens)
 
@@ -285,17 +291,18 @@ def _mlp_dense(s: Setup, lb: LayerBytes, tokens: int, t_dtype: int, shares_input
     full = s.method == "full"
     if full and not shares_input:
         lb.add("MLP input kept by its projections", input_copies(s, t_dtype, "mlp_in") * m.hidden, tokens)
-    act_saved, act_out = _act_bytes(s, g)
+    act_saved, act_out, saves_out = _act_bytes(s, g)
+    amp = s.precision in ("amp-bf16", "amp-fp16")
     if m.arch.get("mlp") == "gated":
         # act(gate) keeps gate; act(gate) * up keeps both factors; down_proj keeps the product
         product = max(act_out, g)
         lb.add(f"gated MLP ({activation(s)}: gate, act, up)", (act_saved + act_out + g) * i, tokens)
         if full:
             lb.add("down projection input", input_copies(s, product, "mlp_out") * i, tokens)
-    else:
-        lb.add(f"MLP activation ({activation(s)})", act_saved * i, tokens)
-        if full:
-            lb.add("down projection input", input_copies(s, act_out, "mlp_out") * i, tokens)
+        return i
+    lb.add(f"MLP activation ({activation(s)})", (act_saved + (act_out if saves_out else 0)) * i, tokens)
+    if full and (not saves_out or (amp and act_out != a)):  # else the down projection keeps the same output
+        lb.add("down projection input", input_copies(s, act_out, "mlp_out") * i, tokens)
     return i
 
 
@@ -318,7 +325,7 @@ def _mlp_moe(s: Setup, lb: LayerBytes, tokens: int, t_dtype: int) -> None:
     weights = a if fact(s, "router_weights_cast") else 4
     router = (input_copies(s, t_dtype, "router", 1) * m.hidden if full else 0) + 4 * E + 8 * k + ((4 + 4 * k) if renorm else 0)
     lb.add("router (softmax, top-k, renormalisation)", router, tokens)
-    act_saved, act_out = _act_bytes(s, e)
+    act_saved, act_out, _ = _act_bytes(s, e)
     per_row = 24 + (e * m.hidden if full else 0) + 2 * e * i + act_out * i + (e * i if full else 0) + e * m.hidden + weights
     lb.add(f"experts ({k} of {E} per token: indices, gathered input, gate/up, act, product, output, weight)", k * per_row,
            tokens)
@@ -428,6 +435,8 @@ def _once(s: Setup, tokens: int) -> float:
         tables = 2 if pos == "rotary_local_global" and 0 < sliding_layers(s) < m.layers else 1
         once += tables * 2 * rotary_dims(s) * sq * x
     once += _dropout_masks(s, "embedding", h) * tokens
+    if fact(s, "eager_mask_kept") and not sdpa_runs(s):
+        once += b * sq * sq  # masked_fill keeps the model's bool causal mask (b, 1, s, s)
     n_bytes, n_out = norm_saved(s, h, 1, x, full)
     if fact(s, "embed_norm") and embeds_train:
         once += n_bytes * tokens + norm_layer_consts(s, h)
@@ -440,3 +449,19 @@ def _once(s: Setup, tokens: int) -> float:
         nb, _ = norm_saved(s, h, 1, x, False)
         once -= first * (nb * tokens + norm_layer_consts(s, h))
     return once
+
+
+def buffer_bytes(s: Setup) -> tuple[int, str]:
+    """(bytes, words) of the registered buffers the family's modules build besides their parameters (families.json
+    "buffers": GPT-Neo's per-layer causal masks, GPT-BigCode's causal mask, GPT-J's sinusoidal positions)."""
+    m = s.model
+    total, words = 0, []
+    for buf in fact(s, "buffers") or []:
+        def size(key: str) -> int:
+            v = m.arch.get(key)
+            return int(v if v is not None else config(s, key, m.head_dim if key == "rotary_dim" else 0))
+
+        n = size(buf["rows"]) * size(buf["cols"]) * DTYPE_BYTES.get(buf["dtype"], 1) * (m.layers if buf.get("per_layer") else 1)
+        total += n
+        words.append(f"{buf['what']} {n:,} B")
+    return total, ", ".join(words)

@@ -267,6 +267,12 @@ def weight_bytes(s: Setup, accounting: str) -> tuple[int, str]:
     buf = int(s.model.arch.get("final_logits_bias") or 0)
     if buf and accounting == "real":  # BART's final_logits_bias: a [1, V] buffer in the weights' dtype
         w, f = w + buf * s.weight_bytes, f + f" + final_logits_bias {buf:,} × {s.weight_bytes} B (a buffer)"
+    if accounting == "real" and not (s.encoder or s.seq2seq) and s.model_code == "transformers":
+        from memlint.estimate.decoder import buffer_bytes
+
+        nb, words = buffer_bytes(s)  # a family's registered buffers (causal masks, position tables)
+        if nb:
+            w, f = w + nb, f + f" + buffers: {words}"
     if s.model_code == "litgpt" and accounting == "real":
         from memlint.estimate import litgpt
 
