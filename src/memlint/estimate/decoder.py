@@ -323,12 +323,45 @@ def _mlp_moe(s: Setup, lb: LayerBytes, tokens: int, t_dtype: int) -> None:
     renorm = fact(s, "router_renorm")
     renorm = renorm is True or (isinstance(renorm, str) and bool(config(s, renorm, False)))
     weights = a if fact(s, "router_weights_cast") else 4
-    router = (input_copies(s, t_dtype, "router", 1) * m.hidden if full else 0) + 4 * E + 8 * k + ((4 + 4 * k) if renorm else 0)
+    if fact(s, "moe") == "loop":
+        _mlp_moe_loop(s, lb, tokens, t_dtype)
+        return
+    lora = moe_lora(s)  # peft's adapters on the router and the stacks make their weights (W + B·A) need gradients
+    router = (input_copies(s, t_dtype, "router", 1) * m.hidden if full or lora["router"] else 0) + 4 * E + 8 * k \
+        + ((4 + 4 * k) if renorm else 0)
     lb.add("router (softmax, top-k, renormalisation)", router, tokens)
     act_saved, act_out, _ = _act_bytes(s, e)
-    per_row = 24 + (e * m.hidden if full else 0) + 2 * e * i + act_out * i + (e * i if full else 0) + e * m.hidden + weights
+    per_row = 24 + (e * m.hidden if full or lora["gate_up"] else 0) + 2 * e * i + act_out * i \
+        + (e * i if full or lora["down"] else 0) + e * m.hidden + weights
     lb.add(f"experts ({k} of {E} per token: indices, gathered input, gate/up, act, product, output, weight)", k * per_row,
            tokens)
+    if any(lora.values()):
+        # the adapted weights, built in forward by peft's parametrization (W + scaling·B·A, baddbmm in the weights' dtype)
+        # and kept by the matmuls, and the adapters' factors cast to that dtype
+        w = DTYPE_BYTES[s.dtype]
+        built = (E * m.hidden * (lora["router"]) + E * 2 * i * m.hidden * lora["gate_up"] + E * i * m.hidden * lora["down"])
+        factors = sum(t.rows * t.cols for t in moe_lora_tensors(s))
+        lb.per_layer += (built + factors) * w
+        lb.parts.append(("peft's adapted router / expert stacks (per layer)", (built + factors) * w / tokens))
+
+
+def _mlp_moe_loop(s: Setup, lb: LayerBytes, tokens: int, t_dtype: int) -> None:
+    """DBRX's experts: a router Linear (its input kept when it trains), softmax in the logits' dtype, top-k and a p-norm
+    renormalisation (values, norm: compute dtype); then a loop over the experts hit, per routed token: both indices of
+    torch.where (one int64 storage), the gathered input (kept by the expert's first matmul when its weights train), gate,
+    up and act(gate) (kept by the act and the product), the product (kept by the down matmul when it trains), the expert
+    output (kept by the routing weight's product), the weighted output (kept by index_add_) and the weight."""
+    m = s.model
+    a = DTYPE_BYTES[s.compute_dtype]
+    k = m.arch.get("experts_per_token") or 1
+    E = m.arch.get("num_experts") or 1
+    i = m.arch.get("moe_intermediate_size", m.intermediate)
+    full = s.method == "full"
+    router = (input_copies(s, t_dtype, "router", 1) * m.hidden if full else 0) + a * E + 8 * k + a * k + a
+    lb.add("router (softmax, top-k, p-norm)", router, tokens)
+    per_row = 16 + a + (a * m.hidden if full else 0) + 2 * a * m.hidden + 3 * a * i + (a * i if full else 0)
+    lb.add(f"experts ({k} of {E} per token, one expert at a time: indices, input, gate, up, act, product, outputs)",
+           k * per_row, tokens)
 
 
 def _dropout_masks(s: Setup, site: str, width: int) -> float:
@@ -465,3 +498,48 @@ def buffer_bytes(s: Setup) -> tuple[int, str]:
         total += n
         words.append(f"{buf['what']} {n:,} B")
     return total, ", ".join(words)
+
+
+def moe_lora(s: Setup) -> dict[str, bool]:
+    """Which MoE parts peft adapts (families.json peft_moe, at the installed peft and transformers): the router, the
+    fused gate/up stack, the down stack; none for a full fine-tune, another family or versions outside the range."""
+    from memlint.library.versions import in_range, installed_version
+
+    spec = fact(s, "peft_moe")
+    none = {"router": False, "gate_up": False, "down": False}
+    if s.method == "full" or not spec or s.model_code != "transformers":
+        return none
+    for pkg, rng in spec.get("versions", {}).items():
+        v = installed_version(pkg)
+        if v is not None and not in_range(v, rng):
+            return none
+    t = s.lora_targets
+    if t == "all-linear":
+        return {"router": True, "gate_up": True, "down": True}
+    if isinstance(t, str):
+        return none
+    names = {n.rsplit(".", 1)[-1] for n in t}
+    return {"router": any(n in names for n in spec["router"]), "gate_up": all(n in names for n in spec["gate_up"]),
+            "down": any(n in names for n in spec["down"])}
+
+
+def moe_lora_tensors(s: Setup) -> list:
+    """The adapters peft puts on a MoE's router and expert stacks (moe_lora): router A (r x h) and B (E x r); the gate/up
+    stack's A (2r·E x h) and B (2i x 2r·E); the down stack's A (r·E x i) and B (h x r·E), per layer."""
+    from memlint.estimate.terms import Tensor
+
+    m = s.model
+    parts = moe_lora(s)
+    if not any(parts.values()):
+        return []
+    E = m.arch.get("num_experts") or 1
+    i = m.arch.get("moe_intermediate_size", m.intermediate)
+    h, r, L = m.hidden, s.lora_r, m.layers
+    out = []
+    if parts["router"]:
+        out += [Tensor(r, h, L), Tensor(E, r, L)]
+    if parts["gate_up"]:
+        out += [Tensor(2 * r * E, h, L), Tensor(2 * i, 2 * r * E, L)]
+    if parts["down"]:
+        out += [Tensor(r * E, i, L), Tensor(h, r * E, L)]
+    return out

@@ -95,13 +95,17 @@ def setup_lora_tensors(s: Setup) -> list[Tensor]:
         from memlint.estimate import litgpt
 
         return litgpt.lora_tensors(s)
-    return lora_tensors(s.model, s.lora_r, s.lora_targets, s.use_dora)
+    from memlint.estimate.decoder import moe_lora_tensors
+
+    return lora_tensors(s.model, s.lora_r, s.lora_targets, s.use_dora) + moe_lora_tensors(s)
 
 
 def setup_lora_params(s: Setup) -> int:
     if s.model_code == "litgpt":
         return sum(t.numel * t.count for t in setup_lora_tensors(s))
-    return lora_params(s.model, s.lora_r, s.lora_targets, s.use_dora)
+    from memlint.estimate.decoder import moe_lora_tensors
+
+    return lora_params(s.model, s.lora_r, s.lora_targets, s.use_dora) + sum(t.numel * t.count for t in moe_lora_tensors(s))
 
 
 def trainable_params(s: Setup) -> int:

@@ -276,10 +276,7 @@ def cuda_sdpa(fake: bool) -> Iterator[None]:
                         scale=scale, enable_gqa=enable_gqa)
         with torch.autocast("cpu", enabled=False):
             mask = _additive(attn_mask, query.dtype)
-            if not fake:
-                if enable_gqa and key.shape[-3] != query.shape[-3]:
-                    rep = query.shape[-3] // key.shape[-3]
-                    key, value = key.repeat_interleave(rep, -3), value.repeat_interleave(rep, -3)
+            if not fake:  # the CPU flash kernel: GQA natively, a mask kept, no dropout
                 return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
                     query, key, value, 0.0, is_causal, attn_mask=mask, scale=scale)[0]
             if kernel == "flash":
