@@ -117,6 +117,8 @@ def _linear_inputs(s: Setup, a: int, inter: int) -> int:
     (q/k/v, gate/up). LoRA adapters differ: peft casts the input to the adapter's fp32
     and autocast casts it back, so under autocast each adapter keeps its own half copy,
     and with dropout each keeps its own dropped-out copy plus a bool mask."""
+    from memlint.estimate.decoder import attention_output_kept, fact, mlp_output_kept
+
     m = s.model
     size = {"attn_in": m.hidden, "mlp_in": m.hidden, "mlp_out": inter, "attn_out": 0}
     if s.method == "full":
@@ -138,9 +140,13 @@ def _linear_inputs(s: Setup, a: int, inter: int) -> int:
         keep = ab * s.lora_r
         if own:
             keep += ab * fin + (fin if s.lora_dropout > 0 else 0)
-        elif g != "attn_out":
-            shared.add(g)
+        elif g == "attn_out" and not attention_output_kept(s):
+            total += int(a * l.in_features * per_layer)  # eager / math attention's output copy, kept by the adapter
+        elif g != "attn_out" and not (g == "mlp_out" and mlp_output_kept(s)):
+            shared.add(g)  # (attention's output and a ReLU's are kept by the kernel / the activation already)
         total += int(keep * per_layer)
+    if fact(s, "layout") == "parallel" and {"attn_in", "mlp_in"} <= shared:
+        shared.discard("mlp_in")  # one norm output feeds attention and the MLP: one tensor
     return total + a * sum(size[g] for g in shared) + _hqq_inputs(s, a, size, shared)
 
 

@@ -84,6 +84,19 @@ def effective_attn(s: Setup) -> str:
     return s.attn
 
 
+def sdpa_kernel(dtype_bytes: int, masked: bool, head_dim: int, v_head_dim: int, gqa: bool) -> str:
+    """The kernel CUDA's SDPA runs for these inputs (data/cuda_sdpa.json): flash, efficient or math."""
+    from memlint import data
+
+    rules = data.load("cuda_sdpa.json")
+    if dtype_bytes in rules["flash"]["dtypes"] and not masked and head_dim == v_head_dim <= rules["flash"]["max_head_dim"]:
+        return "flash"
+    align = rules["efficient"]["align"][str(dtype_bytes)] if str(dtype_bytes) in rules["efficient"]["align"] else 0
+    if align and head_dim % align == 0 and v_head_dim % align == 0 and (rules["efficient"]["gqa"] or not gqa):
+        return "efficient"
+    return "math"
+
+
 def sliding_layers(s: Setup) -> int:
     """Decoder layers whose attention is windowed, by the config's rule (transformers' config classes)."""
     rule = fact(s, "mask")
@@ -157,25 +170,33 @@ def residual_bytes(s: Setup) -> int:
 
 def norm_saved(s: Setup, width: int, groups: int, xin: int, trains: bool) -> tuple[float, int]:
     """(bytes saved per token, output dtype bytes) of one of the family's norms over `width` features in `groups`
-    (heads for a per-head q/k norm), its input in `xin` bytes:
+    (heads for a per-head q/k norm), its input in `xin` bytes (norm_parts says what each part is)."""
+    inp, rest, out, _ = norm_parts(s, width, groups, xin, trains)
+    return inp + rest, out
 
-    llama: x.to(fp32) (4·w, the input itself when it is fp32), rsqrt (4 per group), weight·(normalised in the input
-    dtype) keeps the normalised copy when the weight trains; out: the input dtype.
+
+def norm_parts(s: Setup, width: int, groups: int, xin: int, trains: bool) -> tuple[float, float, int, bool]:
+    """(the input it keeps, the rest it keeps, its output dtype, whether the kept input is the input tensor itself) of
+    one of the family's norms, per token:
+
+    llama: x.to(fp32) (4·w: a copy of a half input, the input itself when it is fp32), rsqrt (4 per group), weight·(the
+    normalised input in the input dtype) keeps the normalised copy when the weight trains; out: the input dtype.
     gemma: fp32 throughout, (1 + w) in fp32 per layer, the fp32 output kept for the weight's gradient; out: input dtype.
     rms_fp32_weight (OLMo 2): (w · fp32 normalised).to(dtype): the fp32 normalised input kept when the weight trains.
     layernorm: F.layer_norm, on CUDA autocast's fp32 list: its fp32 input (a cast copy of a half input), mean and rstd;
-    out fp32 under autocast. layernorm_fp32 (OLMo): F.layer_norm(x.float()) without parameters, cast back."""
+    out fp32 under autocast. layernorm_fp32 (OLMo): F.layer_norm(x.float()) without parameters, cast back.
+    Two norms reading the same tensor (GPT-NeoX's parallel residual) keep it once when neither casts it."""
     kind = fact(s, "norm_impl") or ("llama" if s.model.arch.get("norm") == "rmsnorm" else "layernorm")
     amp = s.precision in ("amp-bf16", "amp-fp16")
     if kind == "llama":
-        return 4 * width + 4 * groups + (xin * width if trains else 0), xin
+        return 4 * width, 4 * groups + (xin * width if trains else 0), xin, xin == 4
     if kind in ("gemma", "rms_fp32_weight"):
-        return 4 * width + 4 * groups + (4 * width if trains else 0), xin
+        return 4 * width, 4 * groups + (4 * width if trains else 0), xin, xin == 4
     if kind == "layernorm_fp32":
-        return 4 * width + 8 * groups, xin
+        return 4 * width, 8 * groups, xin, xin == 4
     # F.layer_norm
     inp = 4 if amp else xin
-    return inp * width + 8 * groups, (4 if amp else xin)
+    return inp * width, 8 * groups, (4 if amp else xin), inp == xin
 
 
 def norm_layer_consts(s: Setup, width: int) -> float:
@@ -258,19 +279,9 @@ def _attention(s: Setup, lb: LayerBytes, tokens: int) -> None:
     heads = m.heads
     if sdpa_runs(s):
         masked = masked_layers(s) / m.layers
-        flash = a == 2 and m.head_dim <= 256  # fp16/bf16 without a mask; else (and masked) the efficient kernel
-        lse_rows = (1 - masked) * (sq if flash else 32 * math.ceil(sq / 32)) + masked * 32 * math.ceil(sq / 32)
-        # with a mask transformers repeats k and v to every head (repeat_kv: expand + reshape, a copy per group of heads,
-        # a view of a single kv head); a view of a fused qkv output keeps that whole output alive
-        keep_fused = a * (q + kv) if _fused_qkv(s) and fact(s, "positions") not in ("learned", "learned_per_row", "alibi") else 0
-        repeated = masked if kv != q and m.kv_heads > 1 else 0
-        lb.add("q, k, v, output", a * 2 * q + repeated * 2 * a * q + (1 - repeated) * (2 * a * kv + keep_fused), tokens)
-        if flash and s.method == "full" and fact(s, "positions") == "rotary" and rotary_dims(s) < m.head_dim:
-            # a partial rotary concatenates q: contiguous per head, the flash kernel's output follows that layout, and
-            # transformers' transpose(1, 2).contiguous() copies it; a trained output projection keeps the copy
-            lb.add("output projection's input (a copy)", (1 - masked) * a * q, tokens)
-        lb.add("logsumexp", 4 * heads * lse_rows / sq, tokens)
-        lb.add("additive mask", masked * a * sq, tokens)
+        for share, with_mask in ((1 - masked, False), (masked, True)):
+            if share:
+                _sdpa_group(s, lb, tokens, share, with_mask)
         return
     # eager: torch.matmul copies q, k (repeated), v (repeated) for its bmm, the output is transposed contiguous
     p = dropout_p(s, "attention")
@@ -280,6 +291,43 @@ def _attention(s: Setup, lb: LayerBytes, tokens: int) -> None:
     lb.add("q, k, v copies" + (", output" if s.method == "full" else ""), (4 if s.method == "full" else 3) * a * q, tokens)
     lb.add("scores (fp32 softmax, half copy" + (", dropout mask" if p > 0 else "") + (", tanh soft-cap" if cap else "")
            + ")", per_key * heads * sq, tokens)
+
+
+def _sdpa_group(s: Setup, lb: LayerBytes, tokens: int, share: float, with_mask: bool) -> None:
+    """SDPA's saved tensors for the `share` of layers with (or without) an explicit mask, by the kernel CUDA picks
+    (data/cuda_sdpa.json). Without a mask transformers passes GQA's k/v as they are (enable_gqa); with one it repeats
+    them to every head (repeat_kv: a copy per group of heads, a view of a single kv head), and the kernel keeps the
+    additive mask it converted from the bool one (b·s·s in the query's dtype, per layer). The fused kernels keep q, k,
+    v, their output and an fp32 logsumexp (the memory-efficient kernel's padded to 32 positions); a view of a fused qkv
+    output keeps that whole output alive. The math path keeps the scaled q and k copies, v (repeated), the softmax in
+    the inputs' dtype (and with dropout its mask and the dropped copy) and its output, copied for the projection."""
+    from memlint import data
+
+    m = s.model
+    h, q, kv, a, x, amp = _dims(s)
+    sq = s.seq
+    full = s.method == "full"
+    gqa = kv != q and not with_mask
+    kernel = sdpa_kernel(a, with_mask, m.head_dim, m.head_dim, gqa)
+    tag = f" ({kernel}{', masked' if with_mask else ''})"
+    if kernel == "math":
+        p = dropout_p(s, "attention")
+        lb.add("q, k, v copies" + (", output" if full else "") + tag, share * (4 if full else 3) * a * q, tokens)
+        lb.add("scores (softmax" + (", dropout mask and copy" if p > 0 else "") + ")" + tag,
+               share * (a + ((1 + a) if p > 0 else 0)) * m.heads * sq, tokens)
+        return
+    keep_fused = a * (q + kv) if _fused_qkv(s) and fact(s, "positions") not in ("learned", "learned_per_row", "alibi") else 0
+    repeated = with_mask and kv != q and m.kv_heads > 1
+    lb.add("q, k, v, output" + tag, share * (2 * a * q + (2 * a * q if repeated else 2 * a * kv + keep_fused)), tokens)
+    if kernel == "flash" and full and fact(s, "positions") == "rotary" and rotary_dims(s) < m.head_dim:
+        # a partial rotary concatenates q: contiguous per head, the flash kernel's output follows that layout, and
+        # transformers' transpose(1, 2).contiguous() copies it; a trained output projection keeps the copy
+        lb.add("output projection's input (a copy)", share * a * q, tokens)
+    pad = data.load("cuda_sdpa.json")["lse_pad"]
+    rows = sq if kernel == "flash" else pad * math.ceil(sq / pad)
+    lb.add("logsumexp" + tag, share * 4 * m.heads * rows / sq, tokens)
+    if with_mask:
+        lb.add("additive mask", share * a * sq, tokens)
 
 
 def _mlp_dense(s: Setup, lb: LayerBytes, tokens: int, t_dtype: int, shares_input: bool) -> int:
@@ -385,9 +433,9 @@ def layer_bytes(s: Setup) -> LayerBytes:
 
     # norms before attention (on the residual stream) and what the projections read
     pre = {"pre": 1, "sandwich": 1, "parallel": 1, "parallel2": 2, "post": 0}[layout]
-    n_bytes, n_out = norm_saved(s, h, 1, x, full)
-    if pre:
-        lb.add(f"{pre} norm(s) before attention", pre * n_bytes, tokens)
+    n_in, n_rest, n_out, n_shared = norm_parts(s, h, 1, x, full)
+    if pre:  # two norms of the layer input keep it once unless each casts its own copy
+        lb.add(f"{pre} norm(s) before attention", (1 if n_shared else pre) * n_in + pre * n_rest, tokens)
         consts += pre * norm_layer_consts(s, h)
     t_attn = n_out if pre else x
     shared = layout == "parallel"  # one norm output feeds attention and the MLP
@@ -479,8 +527,9 @@ def _once(s: Setup, tokens: int) -> float:
     if not full and not s.recompute and not embeds_train:
         layout = fact(s, "layout")
         first = {"pre": 1, "sandwich": 1, "parallel": 1, "parallel2": 2, "post": 0}[layout]
-        nb, _ = norm_saved(s, h, 1, x, False)
-        once -= first * (nb * tokens + norm_layer_consts(s, h))
+        n_in, n_rest, _, shared = norm_parts(s, h, 1, x, False)
+        if first:
+            once -= ((1 if shared else first) * n_in + first * n_rest) * tokens + first * norm_layer_consts(s, h)
     return once
 
 
@@ -543,3 +592,28 @@ def moe_lora_tensors(s: Setup) -> list:
     if parts["down"]:
         out += [Tensor(r * E, i, L), Tensor(h, r * E, L)]
     return out
+
+
+def mlp_output_kept(s: Setup) -> bool:
+    """Whether the down projection's input is a tensor the MLP keeps anyway (a plain MLP whose activation keeps its
+    output, ReLU): an adapter reading it without a cast shares it."""
+    if s.model.arch.get("mlp") == "gated" or fact(s, "moe"):
+        return False
+    return _act_bytes(s, _lin_out(s))[2]
+
+
+def attention_output_kept(s: Setup) -> bool:
+    """Whether the attention's output (what the output projection reads) is kept by the attention itself: the fused
+    SDPA kernels keep it; eager attention and SDPA's math path hand on a transposed copy nobody else keeps."""
+    m = s.model
+    if not sdpa_runs(s):
+        return False
+    q, kv = m.heads * m.head_dim, m.kv_heads * m.head_dim
+    a = DTYPE_BYTES[s.compute_dtype]
+    masked = masked_layers(s)
+    kernels = set()
+    if masked < m.layers:
+        kernels.add(sdpa_kernel(a, False, m.head_dim, m.head_dim, kv != q))
+    if masked:
+        kernels.add(sdpa_kernel(a, True, m.head_dim, m.head_dim, False))
+    return "math" not in kernels

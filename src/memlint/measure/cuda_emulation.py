@@ -226,20 +226,12 @@ def autocast(dtype: Any) -> Iterator[None]:
 
 # ------------------------------------------------------------------------------------------------ attention
 def sdpa_kernel(query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: float) -> str:
-    """The kernel CUDA's SDPA picks on an sm80+ GPU (sdp_utils.cpp select_sdp_backend, default priority: flash,
-    memory-efficient, math): flash for fp16/bf16 without a mask and head dims <= 256 (equal for q, k, v); memory-efficient
-    for fp32/fp16/bf16 with or without a mask when the head dims are a multiple of the alignment (8 for half, 4 for
-    fp32); else math. cuDNN's kernel, preferred on sm90/sm100 with cuDNN > 9.15, saves the same tensors as flash."""
-    import torch
+    """The kernel CUDA's SDPA picks on an sm80+ GPU for these tensors (estimate.decoder.sdpa_kernel, from
+    data/cuda_sdpa.json): flash, efficient or math."""
+    from memlint.estimate.decoder import sdpa_kernel as pick
 
-    half = query.dtype in (torch.float16, torch.bfloat16)
-    d_qk, d_v = query.shape[-1], value.shape[-1]
-    if half and attn_mask is None and d_qk == key.shape[-1] == d_v and d_qk <= 256:
-        return "flash"
-    align = 8 if half else 4
-    if d_qk == key.shape[-1] and d_qk % align == 0 and d_v % align == 0:
-        return "efficient"
-    return "math"
+    return pick(query.element_size(), attn_mask is not None, query.shape[-1], value.shape[-1],
+                key.shape[-3] != query.shape[-3])
 
 
 def _additive(mask: Any, dtype: Any) -> Any:
@@ -271,9 +263,10 @@ def cuda_sdpa(fake: bool) -> Iterator[None]:
             if attn_mask is not None and _floating(attn_mask):
                 attn_mask = attn_mask.to(low)
         kernel = sdpa_kernel(query, key, value, attn_mask, dropout_p)
-        if kernel == "math":
-            return orig(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
-                        scale=scale, enable_gqa=enable_gqa)
+        if kernel == "math":  # CUDA's math path is the same composite as the CPU's (scores kept)
+            with torch.autocast("cpu", enabled=False):
+                return torch.ops.aten._scaled_dot_product_attention_math(
+                    query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa)[0]
         with torch.autocast("cpu", enabled=False):
             mask = _additive(attn_mask, query.dtype)
             if not fake:  # the CPU flash kernel: GQA natively, a mask kept, no dropout
