@@ -318,9 +318,15 @@ def _sdpa_group(s: Setup, lb: LayerBytes, tokens: int, share: float, with_mask: 
         return
     keep_fused = a * (q + kv) if _fused_qkv(s) and fact(s, "positions") not in ("learned", "learned_per_row", "alibi") else 0
     repeated = with_mask and kv != q and m.kv_heads > 1
-    lb.add("q, k, v, output" + tag, share * (2 * a * q + (2 * a * q if repeated else 2 * a * kv + keep_fused)), tokens)
-    if kernel == "flash" and full and fact(s, "positions") == "rotary" and rotary_dims(s) < m.head_dim:
-        # a partial rotary concatenates q: contiguous per head, the flash kernel's output follows that layout, and
+    kv_bytes = 2 * a * q if repeated else 2 * a * kv + keep_fused
+    rotary = fact(s, "positions") in ("rotary", "rotary_local_global", "rotary_per_layer")
+    if with_mask and kv != q and m.kv_heads == 1 and rotary and amp and x != a:
+        # a single kv head repeated is an expanded view; the rotary (fp32 cos/sin of an fp32 residual stream) left k
+        # in fp32, and SDPA's autocast cast of the expanded k materialises every head
+        kv_bytes += a * (q - kv)
+    lb.add("q, k, v, output" + tag, share * (2 * a * q + kv_bytes), tokens)
+    if kernel == "flash" and full and fact(s, "rotary_cat"):
+        # the rotary concatenates q: contiguous per head, the flash kernel's output follows that layout, and
         # transformers' transpose(1, 2).contiguous() copies it; a trained output projection keeps the copy
         lb.add("output projection's input (a copy)", share * a * q, tokens)
     pad = data.load("cuda_sdpa.json")["lse_pad"]
