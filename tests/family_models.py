@@ -121,3 +121,40 @@ def tiny(model_type: str, **override: Any) -> ModelSpec:
     cfg = {**_shrink(model_type, dict(entries()[source_of(model_type)]["config"])), **override}
     return spec_from_entry(f"tiny-{model_type}", {**count_on_meta(model_type, cfg), "model_type": model_type,
                                                   "config": cfg})
+
+
+# How each family's tiny model is traced: the default is transformers' own setup (bf16 weights, bf16 autocast) and
+# fp32; where the library cannot run that step, the nearest it can (and why).
+TRACE_AS: dict[str, dict[str, Any]] = {
+    # transformers 5.x's DBRX experts loop reads the routing (nonzero(): no fake tensors) and, under CUDA autocast,
+    # index_add_s fp32 routed outputs into bf16 hidden states (torch.norm runs in fp32 there): real CPU tensors,
+    # pure bf16
+    "dbrx": {"device": "cpu", "precisions": (("bf16", "pure-bf16"), ("fp32", "fp32"))},
+    # transformers' grouped_mm experts need bf16 inputs (torch's grouped_mm kernel)
+    "mixtral": {"precisions": (("bf16", "amp-bf16"),)},
+    "qwen3_moe": {"precisions": (("bf16", "amp-bf16"),)},
+}
+PRECISIONS = (("bf16", "amp-bf16"), ("fp32", "fp32"))
+SEQ, BATCH = 256, 2
+
+
+def trace_cases(families: list[str] | None = None) -> list[tuple[str, str, str, str]]:
+    """(model_type, method, dtype, precision) of every traced configuration."""
+    out = []
+    for mt in families or decoder_families():
+        for dtype, precision in TRACE_AS.get(mt, {}).get("precisions", PRECISIONS):
+            for method in ("full", "lora"):
+                out.append((mt, method, dtype, precision))
+    return out
+
+
+def trace_case(model_type: str, method: str, dtype: str, precision: str) -> tuple[Any, Any, Any]:
+    """(setup, estimate, measurement) of one traced configuration: transformers' own class at tiny size, one real
+    training step (two, as memlint measure runs it) traced with CUDA's kernels emulated."""
+    from memlint.estimate import Setup, estimate
+    from memlint.measure import measure
+
+    s = Setup(tiny(model_type), method=method, dtype=dtype, precision=precision, seq=SEQ, batch=BATCH,
+              optim="adamw_torch")
+    device = TRACE_AS.get(model_type, {}).get("device", "trace")
+    return s, estimate(s), measure(s, device=device)

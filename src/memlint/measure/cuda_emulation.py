@@ -26,6 +26,7 @@ other kernels than CUDA for three things that change the saved tensors of every 
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import warnings
 from functools import lru_cache
@@ -178,7 +179,11 @@ class _AutocastKernels:
                 op = _op(torch, name)
                 if op is None:
                     continue
-                self.lib.impl(name.split("::", 1)[1], self._kernel(op, self.policies.get(name)), "AutocastCPU")
+                policy = self.policies.get(name)
+                # an op only CPU's autocast lists falls through, as it does on CUDA: a composite (cross_entropy_loss)
+                # then decomposes with autocast still on, its parts (log_softmax, nll_loss) taking CUDA's policies
+                kernel = self._kernel(op, policy) if policy else torch.library.fallthrough_kernel
+                self.lib.impl(name.split("::", 1)[1], kernel, "AutocastCPU")
 
     def unregister(self) -> None:
         if self.lib is not None:
@@ -199,13 +204,26 @@ _ACTIVE: list[_AutocastKernels] = []
 
 @contextlib.contextmanager
 def cuda_autocast_kernels() -> Iterator[_AutocastKernels]:
-    """Inside, the CPU autocast key runs CUDA autocast's policies (enter `autocast(dtype)` for a region)."""
+    """Inside, the CPU autocast key runs CUDA autocast's policies (enter `autocast(dtype)` for a region). Their weight
+    cache empties where torch empties its own: when the outermost autocast region closes (torch.autocast.__exit__ calls
+    torch.clear_autocast_cache; also the regions torch.utils.checkpoint opens to recompute a layer)."""
+    import torch
+
     kernels = _AutocastKernels()
     kernels.register()
     _ACTIVE.append(kernels)
+    clear = torch.clear_autocast_cache
+
+    def clear_autocast_cache() -> None:
+        clear()
+        for k in _ACTIVE:
+            k.cache.copies.clear()
+
+    torch.clear_autocast_cache = clear_autocast_cache
     try:
         yield kernels
     finally:
+        torch.clear_autocast_cache = clear
         _ACTIVE.remove(kernels)
         kernels.unregister()
 
@@ -213,15 +231,11 @@ def cuda_autocast_kernels() -> Iterator[_AutocastKernels]:
 @contextlib.contextmanager
 def autocast(dtype: Any) -> Iterator[None]:
     """One autocast region, as `torch.autocast("cuda", dtype)` opens one: CPU's autocast key switched on (running
-    CUDA's policies when `cuda_autocast_kernels` is active), the weight cache emptied when the region closes."""
+    CUDA's policies when `cuda_autocast_kernels` is active; their weight cache emptied when the region closes)."""
     import torch
 
     with torch.autocast("cpu", dtype=dtype):
-        try:
-            yield
-        finally:
-            for k in _ACTIVE:
-                k.cache.copies.clear()
+        yield
 
 
 # ------------------------------------------------------------------------------------------------ attention
@@ -243,6 +257,56 @@ def _additive(mask: Any, dtype: Any) -> Any:
         return mask
     out = torch.zeros_like(mask, dtype=dtype)
     return out.masked_fill_(mask.logical_not(), float("-inf"))
+
+
+_FUSED: list[Any] = []
+
+
+def _fused_on_cpu() -> Any:
+    """An autograd Function for real CPU tensors that computes attention with the CPU flash kernel (dropout left out: it
+    has none) and allocates and keeps what CUDA's fused kernel does (their meta kernels in torch/_meta_registrations.py):
+    flash: its output laid out like the query (empty_like), an fp32 logsumexp (b, heads, q), a (2,) and a () uint64
+    philox seed and offset; memory-efficient: its output (b, q, heads, d) transposed, the logsumexp padded to 32 query
+    positions, two () int64 seeds, and the additive mask. Backward runs the CPU flash kernel's backward on them."""
+    if _FUSED:
+        return _FUSED[0]
+    import torch
+
+    class FusedOnCpu(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, query: Any, key: Any, value: Any, mask: Any, efficient: bool, is_causal: bool,
+                    scale: Any) -> Any:
+            out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                query, key, value, 0.0, is_causal, attn_mask=mask, scale=scale)
+            b, h, m, d = query.shape[0], query.shape[1], query.shape[2], value.shape[-1]
+            if efficient:
+                res = torch.empty(b, m, h, d, dtype=query.dtype).transpose(1, 2)
+                kept = torch.empty(b, h, 32 * math.ceil(m / 32), dtype=torch.float32)
+                kept[..., :m] = lse
+                lse_view = kept[..., :m]
+                seeds = (torch.empty((), dtype=torch.long), torch.empty((), dtype=torch.long))
+            else:
+                res = torch.empty_like(query)
+                kept = lse_view = lse
+                seeds = (torch.empty(2, dtype=torch.uint64), torch.empty((), dtype=torch.uint64))
+            res.copy_(out)
+            del out
+            ctx.is_causal, ctx.scale, ctx.has_mask = is_causal, scale, mask is not None
+            ctx.save_for_backward(query, key, value, res, kept, *((mask,) if mask is not None else ()), *seeds)
+            ctx.rows = m
+            return res
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            query, key, value, res, kept, *rest = ctx.saved_tensors
+            mask = rest[0] if ctx.has_mask else None
+            gq, gk, gv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+                grad, query, key, value, res, kept[..., :ctx.rows], 0.0, ctx.is_causal, attn_mask=mask,
+                scale=ctx.scale)
+            return gq, gk, gv, None, None, None, None
+
+    _FUSED.append(FusedOnCpu)
+    return FusedOnCpu
 
 
 @contextlib.contextmanager
@@ -269,9 +333,8 @@ def cuda_sdpa(fake: bool) -> Iterator[None]:
                     query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa)[0]
         with torch.autocast("cpu", enabled=False):
             mask = _additive(attn_mask, query.dtype)
-            if not fake:  # the CPU flash kernel: GQA natively, a mask kept, no dropout
-                return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-                    query, key, value, 0.0, is_causal, attn_mask=mask, scale=scale)[0]
+            if not fake:  # the CPU flash kernel computes, laid out and kept as the CUDA kernel keeps it
+                return _fused_on_cpu().apply(query, key, value, mask, kernel == "efficient", is_causal, scale)
             if kernel == "flash":
                 return torch.ops.aten._scaled_dot_product_flash_attention(
                     query, key, value, dropout_p, is_causal, False, scale=scale)[0]
