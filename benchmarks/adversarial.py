@@ -1,9 +1,13 @@
-"""What issue #17's adversarial inputs cost: every one of them checked by one `memlint check`, in a
+"""What the adversarial inputs cost. Issue #17's set: every one of them checked by one `memlint check`, in a
 fresh interpreter, with the total time and the peak resident memory printed (target: under 10 s
-and 300 MB together). Before the budgets, single cases took 22 GB or 72 s.
+and 300 MB together). Before the budgets, single cases took 22 GB or 72 s. Issue #29's classes: one
+fresh interpreter per class (reads outside the root, cache links, submodule filters, `python -m`,
+shell expansion, a launcher naming a big script, Hydra copies, requirement lines, .gitignore patterns,
+deep notebooks, an interrupted `-j` run, blocking reads, cache keys, unicode digits, `memlint clean`,
+settings above the top), each with its time and peak RSS.
 
     python benchmarks/adversarial.py
-    python benchmarks/adversarial.py --each    # also one process per case: time and RSS of each
+    python benchmarks/adversarial.py --each    # also one process per issue #17 case: time and RSS of each
 
 A benchmark, not a test: nothing here asserts (tests/test_adversarial.py checks the outcomes).
 """
@@ -94,11 +98,12 @@ _RUN = ("import contextlib, io, resource, sys, time\n"
         "out.getvalue().count('\\n'))\n")
 
 
-def _child(args: list[str], cwd: Path) -> tuple[float, int, str]:
+def _child(args: list[str], cwd: Path, env: dict | None = None, stdin=None) -> tuple[float, int, str]:
     """Wall time and peak RSS (MB, as the child's own getrusage reports it) of one fresh run."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    env = dict(os.environ, **(env or {}), PYTHONPATH=str(ROOT / "src"))
     t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", _RUN, *args], cwd=cwd, env=env, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", _RUN, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          stdin=stdin, timeout=900)
     wall = time.perf_counter() - t
     said = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     parts = said.split()
@@ -120,7 +125,13 @@ def main() -> None:
             for name, path in cases.items():
                 w, rss, said = _child(["check", str(path.relative_to(folder)), "--exit-zero", "--gpu", "24"], folder)
                 print(f"  {name:34s} {w:6.2f} s  {rss:>5} MB   {said}")
+    from issue29 import run_classes
+
+    print("issue #29, one fresh interpreter per class (start included; the before figures are the issue's):")
+    for name, wall, rss, said in run_classes():
+        print(f"  {name:52s} {wall:6.2f} s  {rss:>5} MB   {said}")
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
     main()

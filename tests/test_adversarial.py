@@ -7,6 +7,7 @@ shows an attack is harmless first shows the attack is live (plain git runs the c
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -192,8 +193,8 @@ def test_a_fifo_or_a_device_named_on_the_command_line_is_refused_not_read(tmp_pa
     (tmp_path / "ok.py").write_text(SCRIPT)
     code, out, err = run(capsys, "check", str(fifo), "/dev/zero", str(tmp_path / "ok.py"), "--exit-zero")
     assert code == 0, err
-    assert f"{fifo}:1:1: MEM001 not read: a FIFO, not a regular file" in out
-    assert "/dev/zero:1:1: MEM001 not read: a character device" in out
+    assert f"{fifo}:1:1: MEM001 note: not read: a FIFO, not a regular file" in out
+    assert "/dev/zero:1:1: MEM001 note: not read: a character device" in out
     assert str(tmp_path / "ok.py") in out + err  # the others are still checked
     code, _, err = run(capsys, "plan", str(fifo))
     assert code == 2 and err.count("\n") == 1 and "a FIFO" in err
@@ -327,7 +328,7 @@ def test_a_script_past_the_time_budget_stops_with_a_note(monkeypatch):
 def test_a_script_or_notebook_past_its_budget_is_a_note_not_parsed(tmp_path, capsys, name, text, needle):
     (tmp_path / name).write_text(text)
     code, out, err = run(capsys, "check", str(tmp_path / name))
-    assert code == 0 and "MEM001 not analysed" in out and needle in out, out + err
+    assert code == 0 and "MEM001 note: not analysed" in out and needle in out, out + err
 
 
 def test_max_file_size_is_a_note_for_named_and_followed_files(tmp_path, capsys, monkeypatch):
@@ -346,15 +347,15 @@ def test_max_file_size_is_a_note_for_named_and_followed_files(tmp_path, capsys, 
     (tmp_path / "uses_local.py").write_text(SCRIPT.replace("Qwen/Qwen2.5-0.5B", "./local_model"))
     code, out, err = run(capsys, "check", ".", "big.py", "--exit-zero")
     assert code == 0, err
-    assert "big.py:1:1: MEM001 not read: 10,013 bytes, over the max-file-size of 4,000 bytes" in out
+    assert "big.py:1:1: MEM001 note: not read: 10,013 bytes, over the max-file-size of 4,000 bytes" in out
     for followed, by in (("ds.json", "axolotl.yaml"), ("ds.json", "uses_ds.py"), ("helpers.py", "uses_sibling.py"),
                          ("local_model/config.json", "uses_local.py")):
-        assert f"{followed}:1:1: MEM001 not read:" in out and f"(followed from {by})" in out, (followed, out)
+        assert f"{followed}:1:1: MEM001 note: not read:" in out and f"(followed from {by})" in out, (followed, out)
     # the default is 2 MB: a 3 MB DeepSpeed JSON named on the command line is not read either
     (tmp_path / "pyproject.toml").unlink()
     (tmp_path / "ds.json").write_text(json.dumps({"zero_optimization": {"stage": 3}, "pad": "x" * 3_000_000}))
     code, out, _ = run(capsys, "check", "ds.json")
-    assert "ds.json:1:1: MEM001 not read: 3.0 MB, over the max-file-size of 2.0 MB" in out
+    assert "ds.json:1:1: MEM001 note: not read: 3.0 MB, over the max-file-size of 2.0 MB" in out
 
 
 def test_the_adversarial_benchmark_set_is_read_without_a_traceback(tmp_path, capsys, monkeypatch):
@@ -369,8 +370,8 @@ def test_the_adversarial_benchmark_set_is_read_without_a_traceback(tmp_path, cap
     code, out, err = run(capsys, "check", *[p.name if p.parent == tmp_path else str(p) for p in cases.values()],
                          "--exit-zero")
     assert code == 0 and "Traceback" not in out + err and "internal error" not in out, out + err
-    for needle in ("100k-lines.py:1:1: MEM001 not analysed", "notebook-200k-cells.ipynb:1:1: MEM001 not read",
-                   "ds_big.json:1:1: MEM001 not read", "deep.yaml:1:1: MEM001 nested more than 64 levels",
+    for needle in ("100k-lines.py:1:1: MEM001 note: not analysed", "notebook-200k-cells.ipynb:1:1: MEM001 note: not read",
+                   "ds_big.json:1:1: MEM001 note: not read", "deep.yaml:1:1: MEM001 note: nested more than 64 levels",
                    "moe/config.json: num_local_experts must be a whole number"):
         assert needle in out, needle
 
@@ -431,7 +432,7 @@ def test_a_bad_local_config_is_one_line_never_a_negative_count(tmp_path, capsys,
     assert needle in err
     (tmp_path / "train.py").write_text(SCRIPT.replace("Qwen/Qwen2.5-0.5B", str(d)))
     code, out, err = run(capsys, "check", str(tmp_path / "train.py"), "--gpu", "24", "--exit-zero")
-    assert code == 0 and "MEM002 no estimate" in out and needle in out and "fits" not in err, out + err
+    assert code == 0 and "MEM002 note: no estimate" in out and needle in out and "fits" not in err, out + err
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e999", "0", "-3"])
@@ -480,7 +481,7 @@ def test_a_5000_digit_integer_in_a_script_is_a_finding(tmp_path, capsys):
                                                      f"per_device_train_batch_size=int('{'9' * 5000}')"))
     code, out, err = run(capsys, "check", str(tmp_path), "--exit-zero")
     assert code == 0, err
-    assert "train.py:7:1: MEM001 SyntaxError: Exceeds the limit (4300 digits)" in out
+    assert "train.py:7:1: MEM001 note: SyntaxError: Exceeds the limit (4300 digits)" in out
     assert "conv.py" in out and "per_device_batch is unknown" in out
 
 
@@ -546,7 +547,7 @@ def test_a_bug_met_on_one_file_is_a_note_and_the_others_are_still_checked(tmp_pa
     (tmp_path / "fine.py").write_text(SCRIPT)
     code, out, err = run(capsys, "check", str(tmp_path / "boom.py"), str(tmp_path / "fine.py"), "--exit-zero")
     assert code == 0, err
-    assert "boom.py:1:1: MEM001 memlint could not analyse this file (internal error: ZeroDivisionError: a bug)" in out
+    assert "boom.py:1:1: MEM001 note: memlint could not analyse this file (internal error: ZeroDivisionError: a bug)" in out
     assert "fine.py" in out + err
 
 
@@ -990,3 +991,539 @@ def test_memcheck_text_and_html_escape_what_the_files_say(shell, tmp_path):
     text, page = repr(r), r._repr_html_()
     _clean(text.replace("\n", "").replace(" ", ""))
     assert "\x1b" not in page and "\\x1b]0;TITLE\\x07" in page
+
+
+# ---- issue #29: no read outside the checked root, no write outside it, nothing runs, budgets everywhere ----
+
+SECRET = "sk-LEAKED-0123456789"
+_HEAD = ("import os, json, yaml\nimport hydra\nfrom omegaconf import OmegaConf\nfrom peft import LoraConfig\n"
+         "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n")
+_TAIL = ('tok(batch, max_length=512, padding="max_length")\n'
+         'args = TrainingArguments(output_dir="out", per_device_train_batch_size=2, bf16=True)\n'
+         'Trainer(model=model, args=args).train()\n')
+# Each script reaches the same secret outside the checkout by another road (issue #29's list).
+LEAK_ROUTES = {
+    "yaml_open.py": 'm = yaml.safe_load(open("../outside/token.yaml"))\nmodel = AutoModelForCausalLM.from_pretrained(m)\n',
+    "json_home.py": 'm = json.load(open(os.path.expanduser("~/.cache/tok.json")))["model"]\n'
+                    'model = AutoModelForCausalLM.from_pretrained(m)\n',
+    "exec_file.py": 'exec(open("../outside/cfg.py").read())\nmodel = AutoModelForCausalLM.from_pretrained(MODEL)\n',
+    "omegaconf.py": 'cfg = OmegaConf.load("../outside/cfg.yaml")\nmodel = AutoModelForCausalLM.from_pretrained(cfg.model)\n',
+    "lora_dir.py": 'model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")\n'
+                   'lc = LoraConfig.from_pretrained("../outside/adapter")\n',
+    "home_model.py": 'model = AutoModelForCausalLM.from_pretrained("~/model")\n',
+    "hydra_path.py": '@hydra.main(config_path="../outside/conf", config_name="cfg")\ndef main(cfg):\n'
+                     '    model = AutoModelForCausalLM.from_pretrained(cfg.model)\n'
+                     '    tok(batch, max_length=512, padding="max_length")\n'
+                     '    Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=2)).train()\n',
+    "hydra_defaults.py": '@hydra.main(config_path="conf", config_name="cfg")\ndef main(cfg):\n'
+                         '    model = AutoModelForCausalLM.from_pretrained(cfg.x.model)\n'
+                         '    tok(batch, max_length=512, padding="max_length")\n'
+                         '    Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=2)).train()\n',
+}
+
+
+def _leaky_checkout(tmp_path: Path) -> tuple[Path, Path]:
+    """A checkout (a repository: its `.git`) whose scripts name a secret kept outside it, and that outside folder
+    (the home folder of the run is in it too)."""
+    outside, repo = tmp_path / "outside", tmp_path / "repo"
+    home = outside / "home"
+    for d in (outside / "conf", outside / "adapter", home / ".cache", home / "model", repo / ".git", repo / "conf"):
+        d.mkdir(parents=True)
+    (outside / "token.yaml").write_text(SECRET + "\n")
+    (home / ".cache" / "tok.json").write_text(json.dumps({"model": SECRET}))
+    (outside / "cfg.py").write_text(f"MODEL = {SECRET!r}\n")
+    (outside / "cfg.yaml").write_text(f"model: {SECRET}\n")
+    (outside / "conf" / "cfg.yaml").write_text(f"model: {SECRET}\n")
+    (outside / "adapter" / "adapter_config.json").write_text(json.dumps(
+        {"peft_type": "LORA", "r": 8, "target_modules": [SECRET]}))
+    (home / "model" / "config.json").write_text(json.dumps({"model_type": SECRET, "hidden_size": 64}))
+    (outside / "train.py").write_text(SCRIPT.replace("Qwen/Qwen2.5-0.5B", SECRET))
+    (repo / "conf" / "cfg.yaml").write_text("defaults:\n  - /../../outside/conf@x: cfg\n  - _self_\n")
+    (repo / "run.sh").write_text("#!/bin/sh\npython ../outside/train.py --lr 1e-4\n")
+    for name, body in LEAK_ROUTES.items():
+        (repo / name).write_text(_HEAD + body + ("" if "hydra" in name else _TAIL))
+    return repo, outside
+
+
+def _locations(doc) -> list[str]:
+    """Every file a JSON or SARIF report locates something in."""
+    found: list[str] = []
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            if k in ("filename", "uri", "path") and isinstance(v, str):
+                found.append(v)
+            found += _locations(v)
+    elif isinstance(doc, list):
+        for v in doc:
+            found += _locations(v)
+    return found
+
+
+def test_no_file_outside_the_checked_root_is_read_or_reported(tmp_path, capsys, monkeypatch):
+    repo, outside = _leaky_checkout(tmp_path)
+    monkeypatch.setenv("HOME", str(outside / "home"))
+    monkeypatch.chdir(repo)
+    for fmt in ("concise", "full", "json", "sarif", "github"):
+        code, out, err = run(capsys, "check", ".", "--no-cache", "--exit-zero", "--output-format", fmt)
+        assert code == 0 and "Traceback" not in err, err
+        assert SECRET not in out + err, fmt
+        if fmt in ("json", "sarif"):
+            assert not [p for p in _locations(json.loads(out)) if "outside" in p], fmt  # nothing located outside
+    for name, shown in (("yaml_open.py", "../outside/token.yaml"), ("exec_file.py", "../outside/cfg.py"),
+                        ("omegaconf.py", "../outside/cfg.yaml"), ("lora_dir.py", "../outside/adapter/adapter_config.json")):
+        code, out, err = run(capsys, "check", name, "--no-cache", "--exit-zero")  # said on the script itself
+        assert f"{name}:1:1: MEM001 note: {shown} not read: outside the checked root" in out, out
+    for script in LEAK_ROUTES:
+        code, out, err = run(capsys, "plan", script, "--format", "json")
+        assert SECRET not in out + err, script
+    # the user opts in: then it is read (as the value a loader parsed from it)
+    code, out, err = run(capsys, "check", "yaml_open.py", "--no-cache", "--exit-zero", "--read-outside", str(outside))
+    assert SECRET in out and "not read" not in out
+
+
+def test_no_file_outside_the_checked_root_is_even_opened(tmp_path):
+    """The same roads, watched by an audit hook in a fresh interpreter: no open(), listdir or scandir of anything
+    outside the checkout (the secret's folder), whatever the command."""
+    repo, outside = _leaky_checkout(tmp_path)
+    code = f"""
+import sys
+sys.path.insert(0, {str(ROOT / 'src')!r})
+seen = []
+def hook(event, args):
+    if event in ("open", "os.listdir", "os.scandir") and args and {str(outside)!r} in str(args[0]):
+        seen.append((event, str(args[0])))
+sys.addaudithook(hook)
+from memlint.cli import main
+rc = [main(a) for a in (["check", ".", "--no-cache", "--exit-zero", "-q", "--output-format", "json"],
+                        ["plan", *{sorted(LEAK_ROUTES)!r}, "--format", "json"])]
+print(rc, seen)
+"""
+    env = dict(os.environ, HOME=str(outside / "home"))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo, env=env, timeout=600)
+    assert proc.stdout.strip().splitlines()[-1] == "[0, 0] []", proc.stdout[-1500:] + proc.stderr[-1500:]
+
+
+def test_the_cache_never_writes_through_a_link(tmp_path, capsys, monkeypatch):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("precious")
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "train.py").write_text(SCRIPT)
+    monkeypatch.chdir(repo)
+    cache = repo / ".memlint_cache"
+    layouts = {
+        "tag-link": lambda: (cache.mkdir(), (cache / "CACHEDIR.TAG").symlink_to(victim / "tag")),
+        "dangling-gitignore": lambda: (cache.mkdir(), (cache / ".gitignore").symlink_to(victim / "gi")),
+        "linked-v3": lambda: (cache.mkdir(), (cache / "v3").symlink_to(victim)),
+        "linked-root": lambda: cache.symlink_to(victim),
+        "shipped-with-a-tag": lambda: (cache.mkdir(), (cache / "CACHEDIR.TAG").write_text(
+            "Signature: 8a477f597d28d172789f06886806bc55\n# This file is a cache directory tag created by memlint.\n")),
+    }
+    for name, make in layouts.items():
+        make()
+        code, out, err = run(capsys, "check", "train.py", "--exit-zero")
+        assert code == 0 and "train.py" in out, (name, err)  # the report is kept: the run goes on uncached
+        assert "memlint: not using the cache" in err and err.count("not using the cache") == 1, (name, err)
+        assert sorted(p.name for p in victim.iterdir()) == ["keep.txt"], name  # nothing written through a link
+        assert (victim / "keep.txt").read_text() == "precious"
+        (cache.unlink() if cache.is_symlink() else shutil.rmtree(cache))
+    # a cache memlint makes itself is used, warm, and its own tag records the directory it made
+    run(capsys, "check", "train.py", "--exit-zero")
+    assert "memlint cache" in (cache / "CACHEDIR.TAG").read_text()
+    code, out, err = run(capsys, "check", "train.py", "--exit-zero")
+    assert "not using the cache" not in err
+
+
+@needs_git
+def test_memlint_diff_runs_no_filter_of_a_submodule(tmp_path, capsys, monkeypatch):
+    sub, top = tmp_path / "sub", tmp_path / "top"
+    sub.mkdir()
+    _safe_git(sub, "init", "-q", "-b", "main")
+    (sub / "train.py").write_text(SCRIPT)
+    _safe_git(sub, "add", ".")
+    _safe_git(sub, "commit", "-qm", "sub")
+    top.mkdir()
+    _safe_git(top, "init", "-q", "-b", "main")
+    (top / "train.py").write_text(SCRIPT)
+    _safe_git(top, "add", ".")
+    _safe_git(top, "commit", "-qm", "top")
+    _safe_git(top, "-c", "protocol.file.allow=always", "submodule", "-q", "add", str(sub), "sub")
+    _safe_git(top, "commit", "-qm", "with a submodule")
+    pwned = tmp_path / "PWNED"
+    subprocess.run(["git", "config", "filter.evil.clean", f"touch {pwned}; cat"], cwd=top / "sub", check=True)
+    (top / "sub" / ".gitattributes").write_text("*.py filter=evil\n")
+    (top / "train.py").write_text(SCRIPT.replace("per_device_train_batch_size=2", "per_device_train_batch_size=4"))
+
+    def touch_submodule_file() -> None:  # same content, new mtime: git re-hashes it through the clean filter
+        st = (top / "sub" / "train.py").stat()
+        os.utime(top / "sub" / "train.py", ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+
+    touch_submodule_file()
+    subprocess.run(["git", "-c", "core.fsmonitor=false", "status"], cwd=top, capture_output=True)
+    assert pwned.exists()  # the attack is live: plain git status runs the submodule's filter
+    pwned.unlink()
+    touch_submodule_file()
+    monkeypatch.chdir(top)
+    code, out, err = run(capsys, "diff", "HEAD")
+    assert code == 0 and "train.py" in out + err, err
+    assert not pwned.exists()
+
+
+def test_python_m_memlint_imports_nothing_from_the_working_directory(tmp_path):
+    pwned = tmp_path / "PWNED"
+    for mod in ("tomllib", "json", "argparse", "re", "dataclasses"):
+        (tmp_path / f"{mod}.py").write_text(f"open({str(pwned)!r} + '-{mod}', 'w').write('ran')\nraise SystemExit(7)\n")
+    (tmp_path / "pyproject.toml").write_text('[tool.memlint]\ngpu = "RTX4090"\n')
+    (tmp_path / "train.py").write_text(SCRIPT)
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    proc = subprocess.run([sys.executable, "-m", "memlint", "check", ".", "--no-cache"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode in (0, 1) and "train.py" in proc.stdout, proc.stderr[-1000:]
+    assert not list(tmp_path.glob("PWNED*"))
+
+
+# ---- issue #29: every reader has a size, depth and time budget --------------------------------------------
+
+def _timed(capsys, *argv: str) -> tuple[int, str, str, float]:
+    import time
+
+    t = time.perf_counter()
+    code, out, err = run(capsys, *argv)
+    return code, out, err, time.perf_counter() - t
+
+
+@pytest.mark.parametrize("name, text, needle", [
+    ("doubling.sh", "X=ab\n" + "X=$X$X\n" * 40 + "python train.py --name $X\n", "expands past 100,000 characters"),
+    ("Makefile", "X=ab\n" + "X=$(X)$(X)\n" * 40 + "train:\n\tpython train.py --name $(X)\n",
+     "expands past 100,000 characters"),
+    ("nested.sh", "python train.py --name " + "${A:-" * 1200 + "x" + "}" * 1200 + "\n", "nested more than 32 deep"),
+    ("unclosed.sh", "python train.py --name " + "${A:-" * 8000 + "\n", None),
+    ("unclosed-subst.sh", "python train.py --name " + "${A//x/" * 8000 + "$((" * 8000 + "\n", None),
+], ids=["doubling", "makefile-doubling", "nested-defaults", "unclosed-defaults", "unclosed-substitutions"])
+def test_shell_expansion_has_a_budget(tmp_path, capsys, monkeypatch, name, text, needle):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(SCRIPT)
+    (tmp_path / "other.py").write_text(SCRIPT.replace("Qwen/Qwen2.5-0.5B", "Qwen/Qwen2.5-1.5B"))
+    (tmp_path / name).write_text(text)
+    code, out, err, took = _timed(capsys, "check", ".", "--no-cache", "--exit-zero")
+    assert code == 0 and "Traceback" not in err and "internal error" not in out + err, err
+    assert took < 20, took  # was a MemoryError, a RecursionError, or 45 s
+    assert "other.py" in out and "train.py" in out  # the other files' reports are kept
+    if needle is not None:
+        assert f"{name}:1:1: MEM001 note: not read: " in out and needle in out, out
+
+
+def test_a_launcher_naming_a_big_script_twenty_times_parses_it_once(tmp_path, capsys, monkeypatch):
+    libcst = pytest.importorskip("libcst")
+
+    monkeypatch.chdir(tmp_path)
+    body = SCRIPT + "# @hydra_runner is named here\n" + "x = 1\n" * 30_000  # 200 kB: within the script budget
+    (tmp_path / "big.py").write_text(body)
+    (tmp_path / "huge.py").write_text(SCRIPT + "# @hydra_runner\n" + "x = 1\n" * 330_000)  # 2 MB: never parsed
+    (tmp_path / "run.sh").write_text("".join(f"python big.py --seed {i}\npython huge.py --seed {i}\n" for i in range(20)))
+    parsed: list[int] = []
+    real_parse = libcst.parse_module
+    monkeypatch.setattr(libcst, "parse_module", lambda src, *a, **k: parsed.append(len(src)) or real_parse(src, *a, **k))
+    code, out, err, took = _timed(capsys, "check", "run.sh", "--no-cache", "--exit-zero")
+    assert code == 0 and "Traceback" not in err, err
+    assert sum(1 for n in parsed if n > 150_000) <= 1, parsed  # big.py once (it was once per line); huge.py never
+    assert took < 30, took  # 63 s and 465 MB before: huge.py's 330,000 lines were transformed once per line
+    assert "huge.py:1:1: MEM001 note: not analysed: 330,007 lines" in out
+
+
+def test_hydra_does_not_copy_an_option_per_mention(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("yaml")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "conf" / "big").mkdir(parents=True)
+    (tmp_path / "conf" / "big" / "opt.yaml").write_text("".join(f"k{i}: {i}\n" for i in range(20_000)))
+    mentions = "".join(f"  - big@m{i}: opt\n" for i in range(500))
+    (tmp_path / "conf" / "cfg.yaml").write_text("defaults:\n" + mentions + "  - _self_\nmodel: Qwen/Qwen2.5-0.5B\n")
+    (tmp_path / "train.py").write_text(
+        "import hydra\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+        '@hydra.main(config_path="conf", config_name="cfg")\ndef main(cfg):\n'
+        "    model = AutoModelForCausalLM.from_pretrained(cfg.model)\n"
+        '    Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=2)).train()\n')
+    code, out, err, took = _timed(capsys, "plan", "train.py", "--format", "json")
+    assert code == 0, err
+    assert took < 60, took  # 47 s and 2.1 GB before
+    assert json.loads(out)["plan"]["model_id"]["value"] == "Qwen/Qwen2.5-0.5B"  # what was composed still counts
+    from memlint.extract import extract_file
+
+    assert any("over memlint's budget" in n for n in extract_file("train.py").notes)
+
+
+@pytest.mark.parametrize("line", [
+    "trl==1" + " " * 1500 + "x",
+    "trl" + "==1 ," * 350 + "!",
+    "peft>=0.1" + ",<9" * 400 + " ; " + "(" * 300,
+    "transformers[" + "a," * 700 + "]==4.46",
+], ids=["spaces", "clauses", "markers", "extras"])
+def test_a_requirement_line_is_read_in_linear_time(tmp_path, line):
+    import time
+
+    from memlint.library.pins import checkout_pins
+
+    (tmp_path / "requirements.txt").write_text("torch==2.3.0\n" + line + "\n")
+    (tmp_path / "pyproject.toml").write_text('[project]\ndependencies = ["' + line.replace('"', "") + '"]\n'
+                                             "[tool.poetry.dependencies]\ntrl = {" + "x " * 900 + "\n"
+                                             'peft = "' + "=1 ," * 400 + '"\n')
+    (tmp_path / "train.py").write_text("")
+    t = time.perf_counter()
+    pins = checkout_pins(tmp_path / "train.py")
+    assert time.perf_counter() - t < 2  # 34 s before, for one 1.5 kB line
+    assert {p.package for p in pins} >= {"torch"}
+
+
+def test_versions_are_read_as_pep_440_reads_them():
+    from memlint.library.pins import representative
+    from memlint.library.versions import in_range
+
+    assert in_range("2.13.0+cpu", "==2.13.0") and in_range("2.13.0+cu121", ">=2.13,<2.14")
+    assert in_range("4.54.0rc1", ">=4.54") and in_range("4.54.0.dev0", ">=4.54")  # a pre-release of 4.54 reads as 4.54
+    assert not in_range("4.53.9", ">=4.54") and in_range("0.13.2", "~=0.13.0") and not in_range("0.14.0", "~=0.13.0")
+    assert representative("peft", "~=0.13.0") == "0.13.0" and representative("torch", "==2.3.0+cpu") == "2.3.0+cpu"
+    assert representative("transformers", "==4.46.*") == "4.46" and representative("trl", ">=0.12") is None
+
+
+def test_a_gitignore_pattern_that_would_backtrack_is_matched_in_linear_time(tmp_path):
+    import time
+
+    from memlint.files import walk
+
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".gitignore").write_text("a*" * 40 + "b\n" + "*a*a*a*a*a*a*a*a*a*a*a*a*a*c/\n")
+    names = ["a" * 40 + ".py", "a" * 200 + ".py", "a" * 39 + "b", "train.py"]
+    for n in names:
+        (tmp_path / n).write_text("x")
+    (tmp_path / ("a" * 60)).mkdir()
+    t = time.perf_counter()
+    found = {p.name for p in walk(tmp_path)}
+    assert time.perf_counter() - t < 2  # past 60 s before
+    assert found == {"a" * 40 + ".py", "a" * 200 + ".py", "train.py"}
+
+
+def test_a_notebook_nested_700_deep_is_answered_and_the_others_are_kept(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    meta: dict = {}
+    cur = meta
+    for _ in range(700):
+        cur["x"] = {}
+        cur = cur["x"]
+    cell = {"cell_type": "code", "metadata": {}, "outputs": [], "source": SCRIPT}
+    (tmp_path / "deep.ipynb").write_text(json.dumps({"cells": [cell, {"cell_type": "code", "source": "!python t.py"}],
+                                                     "metadata": meta, "nbformat": 4}))
+    (tmp_path / "deeper.ipynb").write_text('{"cells": [], "metadata": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    (tmp_path / "t.py").write_text(SCRIPT)
+    for fmt in ("concise", "github", "sarif"):
+        code, out, err = run(capsys, "check", ".", "--no-cache", "--exit-zero", "--output-format", fmt)
+        assert code == 0 and "internal error" not in out + err and "Traceback" not in err, err
+        assert "deep.ipynb" in out and "t.py" in out
+
+
+# ---- issue #29: interrupted runs leave nothing behind --------------------------------------------------------
+
+_SLOW_RUN = """
+import sys, time
+sys.path.insert(0, {src!r})
+import memlint.check as c
+real = c.read_target
+def slow(target):
+    if target.path.name.startswith("slow"):
+        time.sleep(600)
+    return real(target)
+c.read_target = slow
+from memlint.cli import main
+sys.exit(main(["check", "-j", "2", ".", "--exit-zero"]))
+"""
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "SIGKILL"])
+def test_workers_exit_with_their_parent_and_finished_results_stay_cached(tmp_path, how):
+    import signal
+    import time
+
+    (tmp_path / "fast.py").write_text(SCRIPT)
+    (tmp_path / "slow1.py").write_text(SCRIPT)
+    (tmp_path / "slow2.py").write_text(SCRIPT)
+    proc = subprocess.Popen([sys.executable, "-c", _SLOW_RUN.format(src=str(ROOT / "src"))], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        entries: list[Path] = []
+        for _ in range(600):  # the fast file finished and was cached while the slow ones run
+            time.sleep(0.1)
+            entries = list((tmp_path / ".memlint_cache").glob("v*/*/*.json"))
+            if entries and len(_children(proc.pid)) >= 2:
+                break
+        workers = _children(proc.pid)
+        assert entries and workers, proc.stderr.read().decode()[-2000:] if proc.poll() is not None else "no workers"
+        proc.send_signal(getattr(signal, how))
+        deadline = time.time() + 15
+        while time.time() < deadline and any(_alive(w) for w in workers):
+            time.sleep(0.1)
+        assert not [w for w in workers if _alive(w)], f"workers left running after {how}"
+        proc.wait(timeout=30)
+        if how != "SIGKILL":
+            assert proc.returncode == {"SIGTERM": 143, "SIGINT": 130}[how], proc.stderr.read().decode()[-1000:]
+        assert list((tmp_path / ".memlint_cache").glob("v*/*/*.json"))  # the finished result is still cached
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        for w in _children(proc.pid):
+            with contextlib.suppress(OSError):
+                os.kill(w, 9)
+
+
+# ---- issue #29: blocking reads go through the guarded reader --------------------------------------------------
+
+def test_pin_files_and_cache_sources_never_block(tmp_path):
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "train.py").write_text(SCRIPT)
+    (tmp_path / "requirements.txt").write_text("-r /dev/stdin\n--requirement=/dev/stdin\ntrl==0.12.1\n")
+    os.mkfifo(tmp_path / "requirements-dev.txt")
+    os.mkfifo(tmp_path / "pyproject.toml")
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "train.py").write_text(SCRIPT)
+    os.mkfifo(sub / "requirements.txt")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    argv = [sys.executable, "-m", "memlint", "check", ".", "--exit-zero"]
+    for _ in range(2):  # cold, then warm from the cache
+        proc = subprocess.run(argv, cwd=tmp_path, env=env, stdin=subprocess.PIPE, capture_output=True, text=True,
+                              timeout=120)  # stdin is a pipe held open: `-r /dev/stdin` would wait on it forever
+        assert proc.returncode == 0 and "train.py" in proc.stdout, proc.stderr[-1500:]
+    # a cache entry whose sources name a FIFO: read without blocking, and a miss
+    entries = list((tmp_path / ".memlint_cache").glob("v*/*/*.json"))
+    assert entries
+    os.mkfifo(tmp_path / "fifo")
+    for e in entries:
+        doc = json.loads(e.read_text())
+        doc["sources"][str(tmp_path / "fifo")] = "0" * 128
+        e.write_text(json.dumps(doc))
+    proc = subprocess.run(argv, cwd=tmp_path, env=env, stdin=subprocess.PIPE, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "train.py" in proc.stdout, proc.stderr[-1500:]
+
+
+# ---- issue #29: wrong or broken results -------------------------------------------------------------------------
+
+def test_a_file_looked_for_and_missing_or_refused_is_part_of_the_cache_key(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(SCRIPT.replace("bf16=True", 'bf16=True, deepspeed="ds.json"'))
+    argv = ("check", "train.py", "--gpu", "RTX4090", "--gpus", "8", "--exit-zero", "--output-format", "json")
+    missing = run(capsys, *argv)[1]
+    (tmp_path / "ds.json").write_text(json.dumps({"zero_optimization": {"stage": 3}}))
+    appeared = run(capsys, *argv)[1]
+    assert appeared == run(capsys, *argv, "--no-cache")[1] and appeared != missing
+    (tmp_path / "pyproject.toml").write_text('[tool.memlint]\nmax-file-size = "4KB"\n')
+    (tmp_path / "ds.json").write_text(json.dumps({"zero_optimization": {"stage": 2}, "pad": "x" * 5000}))
+    refused = run(capsys, *argv)[1]
+    assert "not read" in refused
+    (tmp_path / "ds.json").write_text(json.dumps({"zero_optimization": {"stage": 2}}))  # it shrinks under the limit
+    shrunk = run(capsys, *argv)[1]
+    assert shrunk == run(capsys, *argv, "--no-cache")[1] and "not read" not in shrunk
+
+
+@pytest.mark.parametrize("entry", ["{}", "[]", "null", '{"sources": {}}', '{"sources": [], "result": 1}',
+                                   '{"sources": {}, "result": {"path": 1}}', '{"sources": {}, "result": {}}',
+                                   '{"sources": {}, "result": {"findings": [{"code": "MEM1"}]}', '{"sour'])
+def test_a_malformed_cache_entry_is_a_miss(tmp_path, capsys, monkeypatch, entry):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(SCRIPT)
+    cold = run(capsys, "check", "train.py", "--exit-zero")
+    for e in (tmp_path / ".memlint_cache").glob("v*/*/*.json"):
+        e.write_text(entry)
+    code, out, err = run(capsys, "check", "train.py", "--exit-zero")
+    assert (code, out) == cold[:2] and "internal error" not in err, err
+
+
+@pytest.mark.parametrize("where", ["flag", "pyproject", "axolotl", "deepspeed", "launcher", "accelerate",
+                                   "torchtitan", "interpolation", "columns"])
+def test_unicode_digits_never_reach_int(tmp_path, capsys, monkeypatch, where):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(SCRIPT)
+    files = {
+        "pyproject": ("pyproject.toml", '[tool.memlint]\nassume = { max_length = "²" }\n'),
+        "axolotl": ("axo.yaml", 'base_model: meta-llama/Llama-3.1-8B\nadapter: lora\nmicro_batch_size: "²"\n'
+                                'sequence_len: "³"\ngradient_accumulation_steps: "²"\n'),
+        "deepspeed": ("ds.json", json.dumps({"zero_optimization": {"stage": "²"}, "train_micro_batch_size_per_gpu": "²"})),
+        "launcher": ("run.sh", "torchrun --nproc_per_node ² --nnodes ³ train.py\n"),
+        "accelerate": ("run.sh", "accelerate launch --num_processes ² --gradient_accumulation_steps ² train.py\n"),
+        "torchtitan": ("titan.toml", '[model]\nname = "llama3"\nflavor = "8B"\n[training]\nlocal_batch_size = 2\n'
+                                     'seq_len = 2048\n[activation_checkpoint]\nmode = "selective"\n'
+                                     'selective_ac_option = "²"\n'),
+        "interpolation": ("cfg.yaml", 'base_model: meta-llama/Llama-3.1-8B\nadapter: lora\nlist: [1, 2]\n'
+                                      'micro_batch_size: ${list.²}\nsequence_len: 512\n'),
+    }
+    if where in files:
+        name, text = files[where]
+        (tmp_path / name).write_text(text)
+    if where == "columns":
+        monkeypatch.setenv("COLUMNS", "²")
+    argv = ["check", ".", "--no-cache", "--output-format", "full"] + (["--assume", "max_length=²"] if where == "flag" else [])
+    code, out, err = run(capsys, *argv)
+    assert "internal error" not in out + err and "Traceback" not in err, out + err
+    if where in ("flag", "pyproject"):  # a setting that is no count: one line, exit 2
+        _one_line_error(code, err)
+        assert "²" in err
+    else:
+        assert code in (0, 1) and "train.py" in out, err
+
+
+def test_memlint_clean_escapes_names_and_removes_only_memlint_caches(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    evil = tmp_path / "evil\x1b]0;TITLE\x07\x1b[2J"
+    evil.mkdir()
+    (evil / "train.py").write_text(SCRIPT)
+    run(capsys, "check", str(evil / "train.py"), "--cache-dir", str(evil / ".memlint_cache"))
+    assert (evil / ".memlint_cache" / "CACHEDIR.TAG").is_file()
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("precious")
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / ".memlint_cache").symlink_to(victim)  # a link named like a cache: never followed
+    (tmp_path / "shipped" / ".memlint_cache").mkdir(parents=True)  # a folder named like one, not memlint's
+    (tmp_path / "shipped" / ".memlint_cache" / "data.txt").write_text("keep")
+    code, out, err = run(capsys, "clean")
+    assert code == 0 and "\x1b" not in err and "\x07" not in err and "\\x1b" in err, err
+    assert not (evil / ".memlint_cache").exists()
+    assert (victim / "keep.txt").read_text() == "precious" and (tmp_path / "shipped" / ".memlint_cache" / "data.txt").exists()
+    assert err.count("not removing") == 2
+    code, _, err = run(capsys, "clean", "--cache-dir", str(victim))
+    _one_line_error(code, err)
+    assert "not a memlint cache" in err and (victim / "keep.txt").exists()
+
+
+def test_a_settings_file_above_the_repository_top_is_not_read(tmp_path, capsys, monkeypatch):
+    shared = tmp_path / "shared-tmp"  # a shared /tmp: anyone can write a settings file there
+    repo = shared / "checkout"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "train.py").write_text(SCRIPT)
+    monkeypatch.chdir(repo)
+    loud = run(capsys, "check", "train.py", "--no-cache")
+    assert "MEM" in loud[1]
+    for name in (".memlint.toml", "memlint.toml"):
+        (shared / name).write_text('ignore = ["ALL"]\n')
+        assert run(capsys, "check", "train.py", "--no-cache")[1] == loud[1], name
+        (shared / name).unlink()
+    (shared / "pyproject.toml").write_text('[tool.memlint]\nignore = ["ALL"]\n')
+    assert run(capsys, "check", "train.py", "--no-cache")[1] == loud[1]
+    (repo / "pyproject.toml").write_text('[tool.memlint]\nignore = ["ALL"]\n')  # the repository's own: read
+    assert "MEM" not in run(capsys, "check", "train.py", "--no-cache")[1]

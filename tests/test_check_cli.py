@@ -68,8 +68,9 @@ def test_concise_lines_are_path_line_col_code(capsys, monkeypatch):
 
     monkeypatch.chdir(ROOT)
     _, out, _ = run(capsys, "check", "fixtures/scripts", "--gpu", "RTX4090")
-    for line in out.splitlines():
-        assert re.match(r"^[^:]+:(cell \d+:)?\d+:\d+: MEM\d{3} ", line), line
+    for line in out.splitlines():  # a finding, or the file's answer after its findings
+        assert (re.match(r"^[^:]+:(cell \d+:)?\d+:\d+: MEM\d{3} (\[\*\] )?(error|warning|note): ", line)
+                or re.match(r"^[^:]+: (peak \d|no estimate)", line)), line
 
 
 def test_exit_zero_select_ignore_and_fail_on(capsys, monkeypatch):
@@ -77,9 +78,9 @@ def test_exit_zero_select_ignore_and_fail_on(capsys, monkeypatch):
     f = "fixtures/scripts/branches.py"
     assert run(capsys, "check", f, "--gpu", "RTX4090", "--exit-zero")[0] == 0
     code, out, _ = run(capsys, "check", f, "--gpu", "RTX4090", "--select", "MEM2")
-    assert code == 1 and {ln.split()[1] for ln in out.splitlines()} == {"MEM201", "MEM203"}
+    assert code == 1 and {ln.split()[1] for ln in out.splitlines()[:-1]} == {"MEM201", "MEM203"}
     code, out, _ = run(capsys, "check", f, "--gpu", "RTX4090", "--ignore", "MEM1,MEM2,MEM3")
-    assert code == 0 and out == ""
+    assert code == 0 and out == f"{f}: peak 285.6 GiB, does not fit RTX4090: 261.6 GiB over its 24.0 GiB\n"
     # notes never fail a run unless asked to
     unknown = "fixtures/scripts/all_unknown.py"
     code, out, _ = run(capsys, "check", unknown)
@@ -91,16 +92,20 @@ def test_assume_fills_an_unknown_value(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     f = "fixtures/scripts/side_effects.py"
     _, before, _ = run(capsys, "check", f)
-    assert "MEM003 max_length is unknown" in before and "--assume max_length=" in before
+    assert "MEM003 note: max_length is unknown" in before and "--assume max_length=" in before
     _, after, err = run(capsys, "check", f, "--assume", "max_length=1024", "--assume", "model=facebook/opt-125m")
-    assert "MEM003" not in after and "MEM002" not in after and f"{f}: peak" in err
+    assert "MEM003" not in after and "MEM002" not in after and f"{f}: peak" in after
 
 
-def test_without_a_gpu_the_fit_on_common_gpus_goes_to_stderr(capsys, monkeypatch):
+def test_without_a_gpu_the_report_ends_with_the_fit_on_common_gpus(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     code, out, err = run(capsys, "check", "fixtures/scripts/trl_sft_qlora.py")
     assert "MEM101" not in out
-    assert "fixtures/scripts/trl_sft_qlora.py: peak 15.7 GiB; smallest common GPU that fits: A10G" in err
+    assert out.splitlines()[-1] == ("fixtures/scripts/trl_sft_qlora.py: peak 15.7 GiB, smallest common GPU that fits: "
+                                    "A10G (22.5 GiB) (--gpu NAME checks one)")
+    assert code == 0 and "Found 3 findings (3 notes).\nNone at or above fail-on (warning): exit 0.\n" in err
+    code, out, err = run(capsys, "check", "fixtures/scripts/trl_sft_qlora.py", "--gpu", "RTX4090")
+    assert out.splitlines()[-1] == "fixtures/scripts/trl_sft_qlora.py: peak 15.7 GiB, fits RTX4090 with 8.3 GiB free"
 
 
 def test_json_output_has_ruff_keys_and_numbers(capsys, monkeypatch):
@@ -227,13 +232,13 @@ def _bad_inputs(tmp: Path) -> dict[str, Path]:
 
 
 @pytest.mark.parametrize("kind,code,needle", [
-    ("binary", 0, "MEM001 not a text file"),
-    ("latin1", 0, "MEM001 not UTF-8"),
+    ("binary", 0, "MEM001 note: not a text file"),
+    ("latin1", 0, "MEM001 note: not UTF-8"),
     ("empty", 0, ""),
     ("huge", 0, ""),
     ("nested", 0, "MEM001"),
     ("notebook_shell", 0, ""),
-    ("broken_notebook", 0, "MEM001 not a notebook"),
+    ("broken_notebook", 0, "MEM001 note: not a notebook"),
     ("symlinks", 0, ""),
 ])
 def test_bad_input_is_a_finding_or_a_clean_pass_never_a_traceback(tmp_path, capsys, kind, code, needle):
@@ -259,7 +264,7 @@ def test_unreadable_file_is_a_finding(tmp_path, capsys):
     f.write_text("import torch\n")
     f.chmod(0)
     code, out, _ = run(capsys, "check", str(f))
-    assert "MEM001 cannot read" in out
+    assert "MEM001 note: cannot read" in out
 
 
 def test_directory_walk_respects_gitignore_and_skips_non_training_files(tmp_path, capsys):
@@ -363,12 +368,14 @@ def test_add_noqa_suppresses_every_finding_and_keeps_existing_codes(tmp_path, ca
     line = next(ln for ln in text.splitlines() if "padding=" in ln)
     (tmp_path / "train.py").write_text(text.replace(line, line + "  # noqa: MEM999"))
     code, out, _ = run(capsys, "check", "train.py", "--gpu", "RTX4090", "--no-cache")
-    before = [ln.split()[1] for ln in out.splitlines()]
+    before = [ln.split()[1] for ln in out.splitlines()[:-1]]
     assert code == 1 and before
     code, _, err = run(capsys, "check", "train.py", "--gpu", "RTX4090", "--add-noqa", "--no-cache")
     assert code == 0 and err.startswith("Added ") and not err.startswith("Added 0 ")
     code, out, err = run(capsys, "check", "train.py", "--gpu", "RTX4090", "--no-cache")
-    assert code == 0 and out == "" and "All checks passed!" in err
+    # every finding suppressed; the answer stays
+    assert code == 0 and out == "train.py: peak 285.6 GiB, does not fit RTX4090: 261.6 GiB over its 24.0 GiB\n"
+    assert "All checks passed!" in err
     new = (tmp_path / "train.py").read_text()
     assert "# noqa: MEM201, MEM999" in new  # merged into the comment that was there
     # a second run adds nothing

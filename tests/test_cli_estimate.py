@@ -18,9 +18,12 @@ def test_json_has_exactly_the_documented_keys(capsys):
                        "--recompute", "--gpu", "RTX4090", "--format", "json")
     assert code == 0
     doc = json.loads(out)
-    assert list(doc) == ["model", "components", "peak", "allocated_peak", "reserved_peak", "paged_optimizer", "fits",
-                         "verdict", "free", "min_headroom", "max_batch", "assumptions"]
+    assert list(doc) == ["model", "components", "peak", "allocated_peak", "reserved_peak", "paged_optimizer",
+                         "peak_terms", "fits", "verdict", "free", "min_headroom", "max_batch", "assumptions"]
     assert doc["allocated_peak"] == doc["peak"] - doc["components"]["overhead"] < doc["reserved_peak"] < doc["peak"]
+    # the rows add up: the components but the overhead, and what the peak holds beyond them, are the allocated peak
+    rows = sum(v for k, v in doc["components"].items() if k != "overhead")
+    assert rows + sum(t["bytes"] for t in doc["peak_terms"]) == doc["allocated_peak"]
     assert list(doc["model"]) == ["id", "params", "trainable_params"]
     assert list(doc["components"]) == ["weights", "gradients", "optimizer", "activations", "logits", "overhead"]
     assert all(isinstance(v, int) for v in doc["components"].values())

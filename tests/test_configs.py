@@ -335,7 +335,7 @@ def test_fp16_compute_that_a_framework_derives_from_fp16_points_at_the_fp16_key(
                  "do_train: true\nfinetuning_type: lora\ncutoff_len: 1024\nper_device_train_batch_size: 1\nfp16: true\n")
     out = subprocess.run([sys.executable, "-m", "memlint", "check", str(p), "--gpu", "A100-80GB", "--select", "MEM302"],
                          capture_output=True, text=True)
-    assert out.stdout.startswith(f"{p}:8:1: MEM302 fp16 compute where bf16 is available"), out.stdout
+    assert out.stdout.startswith(f"{p}:8:1: MEM302 note: fp16 compute where bf16 is available"), out.stdout
 
 
 def test_llama_factory_model_arguments_of_recent_versions_are_known_keys(tmp_path):

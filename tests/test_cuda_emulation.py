@@ -158,7 +158,7 @@ def test_measure_json_says_when_the_trace_disagrees(monkeypatch):
 
 
 def test_host_memory_is_read_without_psutil():
-    from memlint.notebook.confirm import host_memory_available
+    from memlint.notebook.confirm import host_available
 
-    n = host_memory_available()
+    n = host_available()
     assert n is None or n > 0

@@ -152,14 +152,40 @@ def test_every_format_matches_its_golden_file(fmt):
     assert text == path.read_text(), f"{fmt} output changed; MEMLINT_REGEN=1 rewrites {path}"
 
 
-def test_concise_is_one_line_per_finding_sorted_by_path_then_position():
+def test_concise_is_one_line_per_finding_then_each_files_answer():
     lines = render("concise").splitlines()
     assert [ln.split(": ", 1)[0] for ln in lines] == [
-        f"{SCRIPT}:12:74", f"{SCRIPT}:17:5", f"{SCRIPT}:18:5", "scripts/notes.py:3:1"]
-    # Ruff's [*] marks a safe fix only; --show-fixes marks the unsafe one too
-    assert lines[2].startswith(f"{SCRIPT}:18:5: MEM298 [*] gradient checkpointing is off")
+        f"{SCRIPT}:12:74", f"{SCRIPT}:17:5", f"{SCRIPT}:18:5", SCRIPT, "scripts/notes.py:3:1", "scripts/notes.py"]
+    # the severity follows the code; Ruff's [*] marks a safe fix only; --show-fixes marks the unsafe one too
+    assert lines[2].startswith(f"{SCRIPT}:18:5: MEM298 [*] warning: gradient checkpointing is off")
+    assert lines[1].startswith(f"{SCRIPT}:17:5: MEM199 error: estimated peak")
+    assert lines[4].startswith("scripts/notes.py:3:1: MEM099 note: the model id")
     assert " [*] " not in lines[0]
     assert " [*] " in render("concise", show_fixes=True).splitlines()[0]
+    # each file ends with its peak and verdict, or why there is none
+    assert lines[3] == f"{SCRIPT}: peak 100.3 GiB, does not fit H100-80GB: 20.7 GiB over its 79.6 GiB"
+    assert lines[5] == ("scripts/notes.py: no estimate, unknown model_id, max_length "
+                        "(--assume model_id=… --assume max_length=…)")
+
+
+def test_a_run_that_fits_says_so_with_or_without_a_gpu():
+    r = _results()[1]
+    r.findings = []
+    r.context.gpu = ("H200", 150_754_820_096, 536_870_912)
+    assert render("concise", [r]) == f"{SCRIPT}: peak 100.3 GiB, fits H200 with 40.1 GiB free\n"
+    r.context.gpu = None
+    assert render("concise", [r]) == (f"{SCRIPT}: peak 100.3 GiB, smallest common GPU that fits: H200 (140.4 GiB) "
+                                      "(--gpu NAME checks one)\n")
+    assert render("full", [r]).endswith(render("concise", [r]))
+
+
+def test_the_summary_counts_each_severity_and_says_why_notes_exit_0():
+    results = _results()
+    assert formats.summary(results) == "Found 4 findings (1 error, 2 warnings, 1 note).\n" + \
+        "[*] 1 fixable with the `--fix` option (1 hidden fix can be enabled with the `--unsafe-fixes` option).\n"
+    notes = [results[0]]
+    assert formats.summary(notes, fail_on="warning") == ("Found 1 finding (1 note).\n"
+                                                         "None at or above fail-on (warning): exit 0.\n")
 
 
 def test_colour_only_when_asked():
@@ -178,9 +204,9 @@ def test_full_shows_source_caret_related_lines_help_and_the_estimate():
     assert "   = help: per_device_train_batch_size=4 with gradient_accumulation_steps=2\n" in text
     assert "   = fix: turn on gradient checkpointing (safe)\n" in text
     assert "  peak           100.30 GiB  at the backward phase\n" in text
-    assert "  GPU H100-80GB (79.65 GiB): does not fit, 20.65 GiB over\n" in text
+    assert f"{SCRIPT}: peak 100.3 GiB, does not fit H100-80GB: 20.7 GiB over its 79.6 GiB\n" in text
     # no estimate: say which values to assume
-    assert ("scripts/notes.py: estimate: none, unknown model_id, max_length "
+    assert ("scripts/notes.py: no estimate, unknown model_id, max_length "
             "(--assume model_id=… --assume max_length=…)\n") in text
     # a file without findings prints nothing
     assert "clean.py" not in text.replace(SCRIPT, "")
@@ -196,7 +222,7 @@ def test_full_estimate_table_reads_a_real_estimate():
     table = formats.estimate_table(r)
     assert f"{est.peak / GIB:,.2f} GiB" in table
     assert f"{est.bytes('weights') / GIB:,.2f} GiB" in table
-    assert "fits, " in table and "Qwen/Qwen2.5-0.5B, micro-batch 2 × 1024" in table
+    assert "fits H100-80GB with" in table and "Qwen/Qwen2.5-0.5B, micro-batch 2 × 1024" in table
 
 
 def test_json_has_ruffs_keys_plus_memlints_numbers():
@@ -209,7 +235,7 @@ def test_json_has_ruffs_keys_plus_memlints_numbers():
     assert exceeds["location"] == {"row": 17, "column": 5}
     assert exceeds["end_location"] == {"row": 17, "column": 5 + len("per_device_train_batch_size=8")}
     assert exceeds["data"]["max_batch"] == 4 and exceeds["fix"] is None
-    assert exceeds["related"][1] == {"filename": SCRIPT, "location": {"row": 18, "column": 5},
+    assert exceeds["related"][1] == {"cell": None, "filename": SCRIPT, "location": {"row": 18, "column": 5},
                                      "message": "gradient checkpointing set here"}
     fixed = next(i for i in items if i["code"] == "MEM298")
     assert fixed["fix"]["applicability"] == "safe" and fixed["fix"]["message"] == "turn on gradient checkpointing"
@@ -347,14 +373,14 @@ def test_statistics_counts_per_code_most_frequent_first():
 
 def test_summary_counts_findings_and_fixes():
     assert formats.summary(_results()) == (
-        "Found 4 findings.\n[*] 1 fixable with the `--fix` option "
+        "Found 4 findings (1 error, 2 warnings, 1 note).\n[*] 1 fixable with the `--fix` option "
         "(1 hidden fix can be enabled with the `--unsafe-fixes` option).\n")
     assert formats.summary(_results(), show_fixes=True) == (
-        "Found 4 findings.\n[*] 2 fixable with the `--fix` option.\n")
+        "Found 4 findings (1 error, 2 warnings, 1 note).\n[*] 2 fixable with the `--fix` option.\n")
     unsafe_only = _results()[1]
     unsafe_only.findings = [f for f in unsafe_only.findings if f.code != "MEM298"]
     assert formats.summary([unsafe_only]) == (
-        "Found 2 findings.\nNo fixes available (1 hidden fix can be enabled with the `--unsafe-fixes` option).\n")
+        "Found 2 findings (1 error, 1 warning).\nNo fixes available (1 hidden fix can be enabled with the `--unsafe-fixes` option).\n")
     assert formats.summary([]) == "All checks passed!\n"
 
 

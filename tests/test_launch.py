@@ -556,7 +556,7 @@ def test_require_estimate_fails_a_run_memlint_could_not_size(tmp_path):
     assert quiet.returncode == 0
     (tmp_path / "pyproject.toml").write_text("[tool.memlint]\nrequire-estimate = true\n")
     strict = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
-    assert strict.returncode == 1 and "MEM006 not sized" in strict.stdout and "require-estimate" in strict.stdout
+    assert strict.returncode == 1 and "MEM006 error: not sized" in strict.stdout and "require-estimate" in strict.stdout
     plan = subprocess.run([sys.executable, "-m", "memlint", "plan", "--format", "json", "train.py"], cwd=tmp_path,
                           capture_output=True, text=True)
     doc = json.loads(plan.stdout)

@@ -456,3 +456,14 @@ def test_a_cuda_measurement_decides_the_verdict_by_what_the_allocator_reserved(s
     assert tight.fits is False and "does not fit on 4 GiB" in repr(tight)
     oom = Confirmation(None, "does not fit: OOM in the forward phase after 3.90 GiB allocated", "cuda", "", r.setup)
     assert dataclasses.replace(fits, confirmation=oom).fits is False
+
+
+def test_a_cpu_step_past_the_hosts_memory_is_not_run(shell, monkeypatch):
+    """%memcheck --device cpu used to grow past the host's RAM and kill the kernel: the estimate says first."""
+    from memlint.notebook import confirm
+
+    monkeypatch.setattr(confirm, "host_available", lambda: 1 << 20)  # 1 MiB free
+    r = shell.run_line_magic("memcheck", "trainer --device cpu -q")
+    assert r.confirmation is None and r.estimate is not None
+    assert any(n.startswith("not run on CPU: the step needs about") and "--device trace" in n for n in r.notes)
+    assert confirm.host_shortfall(r.estimate, available=1 << 40) is None

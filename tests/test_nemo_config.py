@@ -339,7 +339,7 @@ def test_broken_yaml_is_a_syntax_finding_and_bad_input_is_one_line_exit_2(tmp_pa
     # detected as NeMo from its text; the parse error is a MEM001 finding at its position, as for every broken
     # YAML/TOML config memlint reads (tests/test_configs.py, tests/test_torchtitan_toml.py): exit 0, no traceback
     assert "Traceback" not in r.stderr and r.returncode == 0, r.stderr
-    assert f"{p}:" in r.stdout and "MEM001 YAML:" in r.stdout, r.stdout
+    assert f"{p}:" in r.stdout and "MEM001 note: YAML:" in r.stdout, r.stdout
     assert int(r.stdout.split(":")[1]) >= _line(SFT, "  micro_batch_size: ${.data"), r.stdout
     assert read_config(p).kind == "nemo"
     # bad input on the command line and a missing file: one line on stderr, exit 2
@@ -356,9 +356,9 @@ def test_check_cli_sizes_a_config_with_a_model(tmp_path):
     p = tmp_path / "megatron_gpt_finetuning_config.yaml"
     p.write_text(SFT)
     r = _check(str(p))
-    assert r.returncode == 0 and "MEM003 model_id is unknown" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "MEM003 note: model_id is unknown" in r.stdout, r.stdout + r.stderr
     r = _check(str(p), "--assume", "model_id=meta-llama/Llama-2-7b-hf", "--gpu", "H100-80GB")
-    assert r.returncode in (0, 1) and "Traceback" not in r.stderr and "MEM003 model_id" not in r.stdout, r.stdout + r.stderr
+    assert r.returncode in (0, 1) and "Traceback" not in r.stderr and "MEM003 note: model_id" not in r.stdout, r.stdout + r.stderr
 
 
 def test_nemo_resolvers_are_evaluated_where_read(tmp_path):

@@ -34,15 +34,16 @@ def _pyproject() -> dict:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
-def test_manifest_declares_one_memlint_hook_for_python_jupyter_and_configs():
+def test_manifest_declares_one_memlint_hook_for_python_and_jupyter_with_force_exclude():
     hooks = _manifest()
     assert [h["id"] for h in hooks] == ["memlint"]
     hook = hooks[0]
     assert set(hook) <= HOOK_FIELDS
     assert hook["name"] == "memlint"
-    assert hook["entry"] == "memlint check"
+    # pre-commit names the files: --force-exclude keeps [tool.memlint] exclude in force
+    assert hook["entry"] == "memlint check --force-exclude"
     assert hook["language"] == "python"
-    assert hook["types_or"] == ["python", "jupyter", "yaml", "json", "toml"]
+    assert hook["types_or"] == ["python", "jupyter"]  # configs are opt-in (types_or in the user's config)
     assert hook["require_serial"] is False
 
 

@@ -33,8 +33,8 @@ def test_codes_are_unique_named_documented_and_numbered_by_category():
         if r.advice:
             assert r.severity == "warning" and "note" in doc.split("## When it fires")[1], r.code
         # category policy: notes never fail a run; 4xx are off by default; the rest on
-        if r.category() == 0:
-            assert r.severity == "note", r.code
+        if r.category() == 0:  # but a misspelt framework key: the run trains something else (issue #30)
+            assert r.severity == ("warning" if r.code == "MEM004" else "note"), r.code
         assert r.default_enabled == (r.category() != 4), r.code
 
 

@@ -175,7 +175,7 @@ def test_broken_toml_is_a_syntax_finding(tmp_path):
     p.write_text(LLAMA3_8B.replace("seq_len = 8192", "seq_len = = 8192"))
     r = subprocess.run([sys.executable, "-m", "memlint", "check", str(p)], capture_output=True, text=True)
     assert r.returncode == 0 and "Traceback" not in r.stderr  # MEM001, a note, as for broken YAML
-    assert f"{p}:15:11: MEM001 TOML: Invalid value" in r.stdout
+    assert f"{p}:15:11: MEM001 note: TOML: Invalid value" in r.stdout
 
 
 def test_check_cli_on_a_job_file(tmp_path):
@@ -183,7 +183,7 @@ def test_check_cli_on_a_job_file(tmp_path):
     p.write_text(LLAMA3_8B)
     run = lambda *a: subprocess.run([sys.executable, "-m", "memlint", "check", str(p), *a], capture_output=True, text=True)
     r = run()  # data_parallel_shard_degree = -1: the ranks are not in the file
-    assert r.returncode == 0 and "MEM003 num_gpus is unknown" in r.stdout  # a note: exit 0
+    assert r.returncode == 0 and "MEM003 note: num_gpus is unknown" in r.stdout  # a note: exit 0
     r = run("--gpus", "8", "--gpu", "A100-40GB")
     assert r.returncode == 1 and "MEM101" in r.stdout, r.stdout + r.stderr
     r = run("--gpus", "8", "--gpu", "H200")

@@ -17,7 +17,6 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -120,15 +119,23 @@ def test_llava_catalog_entries():
     assert v["params_unreached"] == 4 * (1024 * 1024 + 1024) + 2 * 1024 * 4096 + 4096 + 1024 + 2 * 2048 + 2048
 
 
-def _transformers_llava_tokens(crop: int, patch: int, strategy: str) -> int:
-    """transformers' LlavaProcessor._get_num_multimodal_tokens, run on a stand-in processor (its image processor
-    needs torchvision): the crop size, the patch size, num_additional_image_tokens 1 (llava-1.5-hf's)."""
-    from transformers import LlavaProcessor
+def _transformers_llava_tokens(crop: int, patch: int, strategy: str, image_hw: tuple[int, int] = (480, 640)) -> int:
+    """How many `<image>` tokens transformers' own LlavaProcessor puts in the text for one image, through its
+    public call: a CLIP image processor cropping to `crop`, a word-level tokenizer that knows `<image>`, the
+    patch size, num_additional_image_tokens 1 (llava-1.5-hf's)."""
+    import numpy as np
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import CLIPImageProcessor, LlavaProcessor, PreTrainedTokenizerFast
 
-    fake = SimpleNamespace(image_processor=SimpleNamespace(crop_size={"height": crop, "width": crop}),
-                           patch_size=patch, num_additional_image_tokens=1, vision_feature_select_strategy=strategy,
-                           _merge_kwargs=lambda **kw: {"images_kwargs": {}})
-    return LlavaProcessor._get_num_multimodal_tokens(fake, image_sizes=[[480, 640]]).num_image_tokens[0]
+    words = Tokenizer(models.WordLevel({"<unk>": 0, "hello": 1}, unk_token="<unk>"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=words, unk_token="<unk>")
+    tokenizer.add_tokens(["<image>"], special_tokens=True)
+    images = CLIPImageProcessor(crop_size={"height": crop, "width": crop}, size={"shortest_edge": crop})
+    processor = LlavaProcessor(image_processor=images, tokenizer=tokenizer, patch_size=patch,
+                               vision_feature_select_strategy=strategy, num_additional_image_tokens=1)
+    out = processor(text="<image> hello", images=np.zeros((*image_hw, 3), dtype=np.uint8), return_tensors="np")
+    return int((out["input_ids"][0] == tokenizer.convert_tokens_to_ids("<image>")).sum())
 
 
 @pytest.mark.parametrize("strategy", ["default", "full"])
@@ -139,7 +146,7 @@ def test_llava_image_tokens_follow_transformers(strategy):
                     vision_feature_select_strategy="full")
     for size in (None, (480, 640), (2000, 300)):  # the processor crops every image to 336 x 336
         s = Setup(model=spec, images=2, image_size=size, seq=100)
-        assert vision.image_tokens(s) == _transformers_llava_tokens(336, 14, strategy)
+        assert vision.image_tokens(s) == _transformers_llava_tokens(336, 14, strategy, size or (480, 640))
         assert vision.text_seq(s) == 100 + 2 * vision.image_tokens(s)
     assert vision.image_tokens(Setup(model=catalog_entry("llava-hf/llava-1.5-7b-hf"), images=1)) == 576
 

@@ -14,16 +14,18 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Sequence
 
 from memlint import data
+from memlint.errors import MemlintError
 from memlint.plan import Span, TrainingPlan
 from memlint.rules.base import Context, FileResult, Finding, Fix, Related
 
 CACHE_DIR = ".memlint_cache"
-FORMAT = 2  # the layout of an entry; bump when it changes
+FORMAT = 3  # the layout of an entry; bump when it changes
 MISS = object()  # Cache.get: nothing usable cached (None is a cached "not a training file")
 
 
@@ -101,11 +103,105 @@ def _hf_models() -> list[str]:
         return []
 
 
-def _file_digest(path: str) -> str | None:
+def _state(path: str) -> str:
+    """What a file a result depends on is now: its content's digest, or "absent", "dir", "refused" (not a
+    regular file, or over max-file-size: read through files.read_bytes, so a FIFO never blocks) or
+    "unreadable". A file looked for and missing, or refused, is recorded as such: it may appear or shrink."""
+    from memlint.files import Refused, read_bytes
+
     try:
-        return _hash(Path(path).read_bytes()).hexdigest()
+        st = os.stat(path)
+    except FileNotFoundError:
+        return "absent"
+    except OSError:
+        return "unreadable"
+    if stat.S_ISDIR(st.st_mode):
+        return "dir"
+    try:
+        return _hash(read_bytes(path)).hexdigest()
+    except Refused:
+        return "refused"
+    except FileNotFoundError:
+        return "absent"
+    except OSError:
+        return "unreadable"
+
+
+class CacheRefused(MemlintError):
+    """A cache directory memlint will not use: a link, not a directory, not the user's, not made by memlint."""
+
+
+_TAG = "Signature: 8a477f597d28d172789f06886806bc55\n# This file is a cache directory tag created by memlint.\n"
+_MAX_ENTRY = 64_000_000  # bytes of one cached result (a few kB in practice)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+
+
+def _identity(st: os.stat_result) -> str:
+    return f"# memlint cache {st.st_dev}:{st.st_ino}\n"
+
+
+def check_root(root: Path) -> None:
+    """Raise CacheRefused unless `root` is absent or a real directory this user's memlint made: not a link, owned
+    by this user, holding the CACHEDIR.TAG memlint wrote for this very directory (its device and inode: a folder a
+    checkout ships, or a copy, is not the one memlint made)."""
+    try:
+        st = os.lstat(root)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise CacheRefused(f"{root}: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise CacheRefused(f"{root}: {'a link' if stat.S_ISLNK(st.st_mode) else 'not a directory'}, not a cache memlint made")
+    if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+        raise CacheRefused(f"{root}: owned by another user, not a cache memlint made")
+    tag = _read_small(root, "CACHEDIR.TAG")
+    if tag is None or _identity(st) not in tag:
+        raise CacheRefused(f"{root}: not a cache memlint made here (memlint clean --cache-dir {root} removes it)")
+
+
+def _read_small(folder: Path, name: str) -> str | None:
+    """A small regular file of `folder`, never through a link."""
+    try:
+        fd = os.open(folder / name, os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
     except OSError:
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, 4096).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+
+
+def _real_dir(path: Path, create: bool) -> bool:
+    """Whether `path` is a real directory of this user (made, 0o700, when `create`), never a link."""
+    if create:
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        except OSError:
+            return False
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and not stat.S_ISLNK(st.st_mode) and \
+        (not hasattr(os, "geteuid") or st.st_uid == os.geteuid())
+
+
+def _write_new(folder_fd: int, name: str, data: bytes) -> None:
+    """Write `name` in the open folder as a new file (never through a link, never over one)."""
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600, dir_fd=folder_fd)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def _open_dir(path: Path) -> int:
+    return os.open(path, os.O_RDONLY | _DIRECTORY | _NOFOLLOW)
 
 
 class Cache:
@@ -114,11 +210,13 @@ class Cache:
     def __init__(self, root: Path, key: str) -> None:
         self.root, self.key = root, key
         self.hits = self.misses = 0
+        self.broken = False  # a write failed: the rest of the run is uncached
 
     @classmethod
     def open(cls, root: str | Path, settings: Any, extra: Sequence[Any] = ()) -> "Cache":
         """`settings` (memlint.config.Settings) and `extra` (command-line values, a launch config's
-        content) are part of every key."""
+        content) are part of every key. CacheRefused for a directory memlint did not make."""
+        check_root(Path(root))
         key = _digest(FORMAT, _package_fingerprint(), settings.show(), settings.root, *extra,
                       *_installed(_packages()), *_hf_models())
         return cls(Path(root), key)
@@ -127,71 +225,159 @@ class Cache:
     def folder(self) -> Path:
         return self.root / f"v{FORMAT}" / self.key[:16]
 
+    def _name(self, shown: str, explicit: bool, content: bytes) -> str:
+        return _digest(shown, explicit, content)[:32] + ".json"
+
     def _entry(self, shown: str, explicit: bool, content: bytes) -> Path:
-        return self.folder / (_digest(shown, explicit, content)[:32] + ".json")
+        return self.folder / self._name(shown, explicit, content)
 
     def get(self, shown: str, explicit: bool, content: bytes) -> Any:
-        """The cached result (None: a file that trains nothing), or MISS."""
-        path = self._entry(shown, explicit, content)
+        """The cached result (None: a file that trains nothing), or MISS. A malformed entry is a miss."""
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            got = self._get(shown, explicit, content)
+        except Exception:  # noqa: BLE001 - a bad entry (hand-edited, truncated, another layout) is a miss
+            got = MISS
+        if got is MISS:
             self.misses += 1
+        else:
+            self.hits += 1
+        return got
+
+    def _get(self, shown: str, explicit: bool, content: bytes) -> Any:
+        folder = self.folder
+        if not (_real_dir(self.root, False) and _real_dir(folder.parent, False) and _real_dir(folder, False)):
             return MISS
-        for src, digest in doc["sources"].items():
-            if _file_digest(src) != digest:
-                self.misses += 1
+        text = _read_entry(folder, self._name(shown, explicit, content))
+        if text is None:
+            return MISS
+        doc = json.loads(text)
+        if not isinstance(doc, dict) or not isinstance(doc.get("sources"), dict):
+            return MISS
+        for src, state in doc["sources"].items():
+            if _state(src) != state:
                 return MISS
-        self.hits += 1
         return None if doc["result"] is None else from_json(doc["result"], content)
 
     def put(self, shown: str, explicit: bool, content: bytes, result: FileResult | None) -> None:
-        sources = {src: _file_digest(src) for src in (dependencies(result) if result is not None else ())}
+        if self.broken:
+            return
+        sources = {src: _state(src) for src in (dependencies(result) if result is not None else ())}
         doc = {"sources": sources, "result": to_json(result) if result is not None else None}
-        path = self._entry(shown, explicit, content)
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            _mark(self.root)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(doc, separators=(",", ":")), encoding="utf-8")
-            os.replace(tmp, path)  # atomic: a parallel run never reads half an entry
-        except OSError:
-            pass  # a read-only tree still checks, uncached
+            if not self._ready():
+                self.broken = True
+                return
+            fd = _open_dir(self.folder)
+            try:
+                name = self._name(shown, explicit, content)
+                tmp = f"{name}.{os.getpid()}.tmp"
+                try:
+                    os.unlink(tmp, dir_fd=fd)
+                except FileNotFoundError:
+                    pass
+                _write_new(fd, tmp, json.dumps(doc, separators=(",", ":")).encode("utf-8"))
+                os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)  # atomic; a link named so is replaced, not followed
+            finally:
+                os.close(fd)
+        except (OSError, ValueError, TypeError, CacheRefused):
+            self.broken = True  # a read-only tree still checks, uncached
+
+    def _ready(self) -> bool:
+        """The cache's folders exist as real directories memlint made (the root marked as Ruff marks its own)."""
+        if not os.path.lexists(self.root):
+            parent = self.root.parent
+            if not os.path.isdir(parent):
+                os.makedirs(parent, exist_ok=True)
+            try:
+                os.mkdir(self.root, 0o700)
+            except FileExistsError:  # a parallel run made it first: its tag says so
+                pass
+            else:
+                _mark(self.root)
+        check_root(self.root)
+        return _real_dir(self.folder.parent, True) and _real_dir(self.folder, True)
+
+
+def _read_entry(folder: Path, name: str) -> str | None:
+    """A cache entry's text: a regular file, never through a link, at most _MAX_ENTRY bytes."""
+    try:
+        fd = os.open(folder / name, os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_ENTRY:
+            return None
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks).decode("utf-8")
+    finally:
+        os.close(fd)
 
 
 def _mark(root: Path) -> None:
-    """What Ruff writes into its cache: a .gitignore that ignores everything, and CACHEDIR.TAG."""
-    ignore = root / ".gitignore"
-    if not ignore.exists():
-        ignore.write_text("# Automatically created by memlint.\n*\n", encoding="utf-8")
-        (root / "CACHEDIR.TAG").write_text("Signature: 8a477f597d28d172789f06886806bc55\n"
-                                           "# This file is a cache directory tag created by memlint.\n",
-                                           encoding="utf-8")
+    """What Ruff writes into its cache (a .gitignore that ignores everything, and CACHEDIR.TAG), written as new
+    files in the directory memlint has just made; the tag records that directory's identity."""
+    fd = _open_dir(root)
+    try:
+        _write_new(fd, ".gitignore", b"# Automatically created by memlint.\n*\n")
+        _write_new(fd, "CACHEDIR.TAG", (_TAG + _identity(os.fstat(fd))).encode("utf-8"))
+    finally:
+        os.close(fd)
 
 
 def dependencies(result: FileResult) -> list[str]:
-    """The other files a result depends on: the plan's sources and a local model's config.json."""
+    """The other files a result depends on: the plan's sources, a local model's config.json, and every path the
+    check looked up, found or not (FileResult.looked_up)."""
     out = list(result.plan.sources)
     setup = getattr(result.context, "setup", None)
     model = getattr(setup, "model", None)
     if model is not None and getattr(model, "source", "") == "local":
         p = Path(model.id)
         out.append(str(p / "config.json") if p.is_dir() else str(p))
+    out += getattr(result, "looked_up", ())
     return list(dict.fromkeys(out))
 
 
-def clean(root: str | Path) -> list[Path]:
-    """Remove the cache under `root` and any `.memlint_cache` below it (`memlint clean`)."""
-    import shutil
+def is_cache(folder: str | Path) -> bool:
+    """Whether `folder` is a memlint cache: a real directory (not a link) holding memlint's CACHEDIR.TAG."""
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        return False
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        return False
+    tag = _read_small(Path(folder), "CACHEDIR.TAG")
+    return tag is not None and tag.startswith(_TAG.splitlines()[0]) and "created by memlint" in tag
 
-    removed = []
+
+def clean(root: str | Path) -> tuple[list[Path], list[Path]]:
+    """Remove the cache under `root` and any `.memlint_cache` below it (`memlint clean`): (removed, refused). A
+    `.memlint_cache` that is a link or holds no memlint CACHEDIR.TAG is refused, never deleted."""
+    removed, refused = [], []
     for folder, dirs, _ in os.walk(root):
         if CACHE_DIR in dirs:
             p = Path(folder) / CACHE_DIR
-            shutil.rmtree(p, ignore_errors=True)
-            removed.append(p)
+            if remove_cache(p):
+                removed.append(p)
+            else:
+                refused.append(p)
         dirs[:] = [d for d in dirs if d not in (CACHE_DIR, ".git", ".venv", "node_modules", "__pycache__")]
-    return removed
+    return removed, refused
+
+
+def remove_cache(folder: str | Path) -> bool:
+    """Delete `folder` when it is a memlint cache (is_cache); links inside are removed, never followed."""
+    import shutil
+
+    if not is_cache(folder):
+        return False
+    shutil.rmtree(folder, ignore_errors=True)
+    return True
 
 
 # ---- a FileResult as plain data, and back ---------------------------------------------------
@@ -227,6 +413,7 @@ def _estimate(est: Any) -> dict | None:
     return {"accounting": est.accounting, "peak": est.peak, "peak_phase": est.peak_phase,
             "paged_optimizer": est.paged_optimizer, "reserved_peak": est.reserved_peak,
             "components": [[name, c.bytes] for name, c in est.components.items()],
+            "peak_terms": [list(t) for t in getattr(est, "peak_terms", ())],
             "setup": {"model": s.model.id, "batch": s.batch, "seq": s.seq, "gpus": s.gpus, "shard": s.shard,
                       "compute_dtype": s.compute_dtype, "attn": s.attn}}
 
@@ -240,7 +427,18 @@ def to_json(r: FileResult) -> dict:
             "raw": [list(p) for p in r.raw_positions],
             "gpu": list(ctx.gpu) if ctx.gpu else None, "model_error": ctx.model_error,
             "min_headroom": ctx.min_headroom,
-            "missing": list(getattr(planned, "missing", ()) or ()), "estimate": _estimate(ctx.estimate)}
+            "missing": list(getattr(planned, "missing", ()) or ()), "estimate": _estimate(ctx.estimate),
+            "conditional": ctx.conditional.text() if ctx.conditional is not None else None,
+            "noqa_file": r.noqa_file}
+
+
+class _Conditional(NamedTuple):
+    """A cached conditional answer (estimate.conditional.Conditional): its sentence."""
+
+    sentence: str
+
+    def text(self) -> str:
+        return self.sentence
 
 
 class _Component(NamedTuple):
@@ -276,6 +474,7 @@ class CachedEstimate(NamedTuple):
         return self.components[name].bytes
 
     reserved_peak: int = 0
+    peak_terms: tuple = ()
 
     @property
     def allocated_peak(self) -> int:
@@ -297,14 +496,16 @@ def from_json(d: dict, content: bytes | None = None) -> FileResult:
         s = dict(e["setup"])
         setup = _Setup(_Model(s.pop("model")), **s)
         est = CachedEstimate(e["accounting"], e["peak"], e["peak_phase"], e["paged_optimizer"],
-                             {name: _Component(b) for name, b in e["components"]}, setup, e["reserved_peak"])
+                             {name: _Component(b) for name, b in e["components"]}, setup, e["reserved_peak"],
+                             tuple(tuple(t) for t in e.get("peak_terms", ())))
     plan = TrainingPlan(d["path"], kind=d["kind"], via=d["via"], sources=tuple(d["sources"]))
     ctx = Context(plan, planned=_Planned(None, tuple(d["missing"])), estimate=est,
                   gpu=Gpu(*d["gpu"]) if d["gpu"] else None, model_error=d["model_error"],
-                  min_headroom=d["min_headroom"], cells=d["cells"])
+                  min_headroom=d["min_headroom"], cells=d["cells"],
+                  conditional=_Conditional(d["conditional"]) if d.get("conditional") else None)
     lines = _lines(content, d) if d["has_lines"] else []
     return FileResult(d["path"], plan, ctx, [_unfinding(f) for f in d["findings"]], lines, d["suppressed"],
-                      d["cells"], [tuple(p) for p in d["raw"]])
+                      d["cells"], [tuple(p) for p in d["raw"]], bool(d.get("noqa_file")))
 
 
 def _lines(content: bytes | None, d: dict) -> list[str]:

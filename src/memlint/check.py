@@ -8,13 +8,15 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from memlint import files
+from memlint import files, progress
 from memlint.config import SEVERITY_ORDER, Settings
 from memlint.errors import MemlintError
 from memlint.extract import FRAMEWORK_WORDS, read_config_text, read_target, unreadable
+from memlint.extract.budget import OverBudget
 from memlint.files import Target
 from memlint.plan import TrainingPlan
 from memlint.rules.base import Context, FileResult, Finding, Rule
@@ -27,9 +29,29 @@ _FILE_NOQA = re.compile(r"#\s*memlint\s*:\s*noqa\b", re.I)
 
 
 def collect(paths: Sequence[str], settings: Settings) -> list[Target]:
+    """The files to check: folders walked without the excluded patterns; a file named on the command line is
+    checked even when a pattern matches it, unless `force-exclude` (pre-commit names every file it passes)."""
     from memlint.extract import expand_launchers
 
-    return expand_launchers(files.collect(paths, settings.exclude), paths)
+    targets = files.collect(paths, settings.excluded)
+    if settings.force_exclude and settings.excluded:
+        targets = [t for t in targets if not (t.explicit and is_excluded(t.path, settings))]
+    return expand_launchers(targets, paths)
+
+
+def is_excluded(path: Path, settings: Settings) -> bool:
+    """Whether an exclude pattern matches `path` (relative to the config's folder, else the working directory),
+    its name, or one of the folders it is in, as a folder walk would have skipped it."""
+    root = Path(settings.root or ".").resolve()
+    full = Path(os.path.abspath(path))
+    try:
+        rel = full.relative_to(root).as_posix()
+    except ValueError:
+        rel = full.as_posix()
+    parts = rel.split("/")
+    prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    return any(fnmatch.fnmatch(p, x) or fnmatch.fnmatch(p.rsplit("/", 1)[-1], x)
+               for x in settings.excluded for p in prefixes)
 
 
 def noqa_codes(lines: Sequence[str], line: int) -> set[str] | None:
@@ -141,6 +163,9 @@ def check_plan(plan: TrainingPlan, *, lines: Sequence[str] = (), settings: Setti
     if ignored:
         rules = [r for r in rules if not any(s == "ALL" or r.code.startswith(s) for s in ignored)]
     lines = list(lines)
+    training = trains_anything(plan)
+    if not training:  # an inference or merge script named on the command line (pre-commit names every file)
+        rules = [r for r in rules if r.code not in SIZING_NOTES]
     ctx = context_for(plan, settings, gpu, gpus, assume)
     ctx.lines = lines
     ctx.cells = list(cells)
@@ -161,7 +186,20 @@ def check_plan(plan: TrainingPlan, *, lines: Sequence[str] = (), settings: Setti
 
             kept = [replace(f, fix=None) for f in kept]
     kept.sort(key=Finding.sort_key)
-    return FileResult(plan.path, ctx.plan, ctx, kept, lines, suppressed, list(cells))
+    result = FileResult(plan.path, ctx.plan, ctx, kept, lines, suppressed, list(cells))
+    result.noqa_file = whole_file or not training  # nothing to answer for a script that trains nothing
+    return result
+
+
+# The notes that say a script could not be sized: noise on a script that trains nothing.
+SIZING_NOTES = ("MEM002", "MEM003", "MEM006")
+
+
+def trains_anything(plan: TrainingPlan) -> bool:
+    """A config, or a script or notebook with a trainer or a training loop (or that memlint could not read)."""
+    from memlint.extract import trains
+
+    return plan.kind not in ("python", "notebook") or trains(plan)
 
 
 def _effective_fixes(found: list[Finding], lines: Sequence[str]) -> list[Finding]:
@@ -201,14 +239,25 @@ def check_target(target: Target, settings: Settings, gpu: str | None = None, gpu
     a file memlint fails on is a MEM001 note naming the error, and the files after it are still
     checked. A process pool's worker, so everything it takes (but `merge`) and returns pickles."""
     kw = dict(settings=settings, gpu=gpu, gpus=gpus, assume=assume)
-    with files.size_limit(settings.max_file_size):
+    with files.size_limit(settings.max_file_size), files.checked_root(files.target_root(target)), \
+            files.lookups() as looked:
         try:
-            plan, lines, cells = read_target(target)
-            if plan is None:
+            with _time_budget():
+                plan, lines, cells = read_target(target)
+                if plan is not None and merge is not None and plan.kind in ("python", "notebook"):
+                    plan = merge(plan)
+                result = check_plan(plan, lines=lines, cells=cells, **kw) if plan is not None else None
+            if result is None:
                 return None
-            if merge is not None and plan.kind in ("python", "notebook"):
-                plan = merge(plan)
-            result = check_plan(plan, lines=lines, cells=cells, **kw)
+        except OutOfTime:
+            return check_plan(unreadable(target.shown, f"not analysed: stopped after {MAX_FILE_SECONDS:g} s, over "
+                                         "memlint's time budget for one file"), **kw)
+        except MemoryError:
+            return check_plan(unreadable(target.shown, "not analysed: out of memory reading it"), **kw)
+        except RecursionError:
+            return check_plan(unreadable(target.shown, "not analysed: nested too deeply to read"), **kw)
+        except OverBudget as exc:
+            return check_plan(unreadable(target.shown, str(exc)), **kw)
         except MemlintError:
             raise
         except Exception as exc:  # noqa: BLE001 - a bug met on one file must not lose the others' reports
@@ -221,9 +270,40 @@ def check_target(target: Target, settings: Settings, gpu: str | None = None, gpu
 
             try:
                 result.raw_positions = raw_positions(files.read_text(target.path).lstrip("\ufeff"))
-            except (OSError, UnicodeDecodeError):
-                pass
+            except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+                pass  # the cells' own lines stand
+    result.looked_up = sorted(looked)
     return result
+
+
+MAX_FILE_SECONDS = 60.0  # one file, everything included: the readers' own budgets (5 s of interpretation) end sooner
+
+
+class OutOfTime(BaseException):
+    """One file past MAX_FILE_SECONDS (a BaseException: no reader's `except Exception` swallows it)."""
+
+
+@contextmanager
+def _time_budget():
+    """A wall-clock budget for one file, where a timer can interrupt (the main thread, with SIGALRM): the catch-all
+    behind every reader's own size, depth and time budgets."""
+    import signal
+    import threading
+
+    if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):  # noqa: ARG001
+        raise OutOfTime()
+
+    old = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, MAX_FILE_SECONDS)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def _content(path: Path, limit: int | None) -> bytes | None:
@@ -234,58 +314,165 @@ def _content(path: Path, limit: int | None) -> bytes | None:
         return None
 
 
-def _run(targets: Sequence[Target], jobs: int, settings: Settings, args: tuple) -> list[FileResult | None]:
-    """The files checked in order, by a pool of `jobs` processes where there is more than one to do."""
-    if jobs > 1 and len(targets) > 1:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-        from itertools import repeat
+def _worker_start(parent: int) -> None:
+    """A -j worker: it dies with its parent (a CI cancel, `timeout`, a kill -9 of the parent leave no worker behind,
+    reparented to init, holding memory), leaves Ctrl-C to the parent (which ends it), and dies on SIGTERM."""
+    import signal
+    import threading
 
-        n = len(targets)
-        context = None
-        if "fork" in multiprocessing.get_all_start_methods():
-            # Workers forked after the heavy imports share them instead of importing the extractor and the
-            # estimator once each.
-            import memlint.estimate.from_plan  # noqa: F401
-            import memlint.extract.build  # noqa: F401
-            import memlint.extract.handlers  # noqa: F401
-            import memlint.rules.registry as registry
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:  # Linux: the kernel sends SIGKILL when the parent exits
+        import ctypes
 
-            registry.all_rules()
-            context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=min(jobs, n), mp_context=context) as pool:
-            return list(pool.map(check_target, targets, repeat(settings, n), *(repeat(a, n) for a in args)))
-    return [check_target(t, settings, *args) for t in targets]
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError, TypeError):
+        pass
+    if os.getppid() != parent:  # the parent is already gone
+        os._exit(1)
+
+    def watch() -> None:  # elsewhere (and as a second guard): the parent's pid changes when it dies
+        import time
+
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="memlint-parent-watch", daemon=True).start()
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM to a run with workers: the workers are ended and the run stops as on Ctrl-C (exit 143)."""
+
+    code = 143
+
+
+def _run(targets: Sequence[Target], jobs: int, settings: Settings, args: tuple, done=None) -> list[FileResult | None]:
+    """The files checked in order, by a pool of `jobs` processes where there is more than one to do; `done(i,
+    result)` is called as each one finishes (the cache keeps it even if the run is interrupted later)."""
+    if not (jobs > 1 and len(targets) > 1):
+        out = []
+        for i, t in enumerate(targets):
+            out.append(check_target(t, settings, *args))
+            if done is not None:
+                done(i, out[-1])
+        return out
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    n = len(targets)
+    context = None
+    if "fork" in multiprocessing.get_all_start_methods():
+        # Workers forked after the heavy imports share them instead of importing the extractor and the
+        # estimator once each.
+        import memlint.estimate.from_plan  # noqa: F401
+        import memlint.extract.build  # noqa: F401
+        import memlint.extract.handlers  # noqa: F401
+        import memlint.rules.registry as registry
+
+        registry.all_rules()
+        context = multiprocessing.get_context("fork")
+    pool = ProcessPoolExecutor(max_workers=min(jobs, n), mp_context=context, initializer=_worker_start,
+                               initargs=(os.getpid(),))
+    out: list[FileResult | None] = [None] * n
+    try:
+        with _sigterm_interrupts():
+            futures = {pool.submit(check_target, t, settings, *args): i for i, t in enumerate(targets)}
+            from concurrent.futures import as_completed
+
+            for fut in as_completed(futures):
+                i = futures[fut]
+                out[i] = fut.result()
+                if done is not None:
+                    done(i, out[i])
+    except BaseException:
+        _end_pool(pool)
+        raise
+    pool.shutdown(wait=True)
+    return out
+
+
+def _end_pool(pool) -> None:
+    """Stop a pool now: nothing queued starts, every worker is ended (a running one is killed, not waited for)."""
+    import signal
+
+    workers = list((getattr(pool, "_processes", None) or {}).values())  # no public handle before 3.14
+    for proc in workers:
+        try:
+            os.kill(proc.pid, signal.SIGKILL)
+        except (OSError, AttributeError, TypeError):
+            pass
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+@contextmanager
+def _sigterm_interrupts():
+    """Inside the block (the main thread), SIGTERM stops the run like Ctrl-C, so its workers are ended too."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):  # noqa: ARG001
+        raise Terminated()
+
+    old = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _done(result):
+    progress.advance()  # a folder walk's bar, when one is shown
+    return result
+
+
+# A walk over more files than this shows a progress bar (where `show_progress` says a terminal is watching)
+PROGRESS_FILES = 100
 
 
 def check_paths(paths: Sequence[str], settings: Settings, *, gpu: str | None = None, gpus: int | None = None,
-                assume: Sequence[str] = (), cache: "Cache | None" = None, jobs: int = 1) -> list[FileResult]:
+                assume: Sequence[str] = (), cache: "Cache | None" = None, jobs: int = 1,
+                show_progress: bool = False) -> list[FileResult]:
     with files.size_limit(settings.max_file_size):  # a launcher the walk expands is read within it too
         targets = collect(paths, settings)
-    return check_targets(targets, settings, gpu=gpu, gpus=gpus, assume=assume, cache=cache, jobs=jobs)
+    return check_targets(targets, settings, gpu=gpu, gpus=gpus, assume=assume, cache=cache, jobs=jobs,
+                         show_progress=show_progress)
 
 
 def check_targets(targets: Sequence[Target], settings: Settings, *, gpu: str | None = None, gpus: int | None = None,
-                  assume: Sequence[str] = (), cache: "Cache | None" = None, jobs: int = 1) -> list[FileResult]:
+                  assume: Sequence[str] = (), cache: "Cache | None" = None, jobs: int = 1,
+                  show_progress: bool = False) -> list[FileResult]:
     """Every target checked: from `cache` where nothing it depends on changed, the rest by `jobs`
     processes. The results, and their order, do not depend on either. A target a launch command
-    runs is read with that command's arguments, so it is never cached under the file alone."""
+    runs is read with that command's arguments, so it is never cached under the file alone.
+    `show_progress`: a bar on stderr (memlint.progress) when more than PROGRESS_FILES are to be checked."""
     from memlint.cache import MISS
 
     out: list[FileResult | None] = [None] * len(targets)
     todo: list[tuple[int, bytes | None]] = []
     for i, target in enumerate(targets):
-        content = _content(target.path, settings.max_file_size) if cache is not None and target.launch is None else None
+        content = _content(target.path, settings.max_file_size) \
+            if cache is not None and target.launch is None and target.note is None else None
         hit = cache.get(target.shown, target.explicit, content) if content is not None else MISS
         if hit is MISS:
             todo.append((i, content))
         else:
             out[i] = hit
-    done = _run([targets[i] for i, _ in todo], jobs, settings, (gpu, gpus, tuple(assume)))
-    for (i, content), result in zip(todo, done):
+
+    def done(k: int, result: FileResult | None) -> None:  # kept as soon as it is known
+        _done(result)
+        i, content = todo[k]
         out[i] = result
         if cache is not None and content is not None:
             cache.put(targets[i].shown, targets[i].explicit, content, result)
+
+    with progress.showing("checking files", enabled=show_progress and len(todo) > PROGRESS_FILES, total=len(todo)):
+        _run([targets[i] for i, _ in todo], jobs, settings, (gpu, gpus, tuple(assume)), done)
     results = []
     seen: set[tuple] = set()  # a config's findings in a file it follows (its DeepSpeed JSON) are that file's too
     for result in out:

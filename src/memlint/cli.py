@@ -60,6 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from memlint.vocab import printable
 
     files.configure(None)  # each run starts from the default limits (main may be called again in-process)
+    if "memlint.catalog.online" in sys.modules:  # and offline, whatever an earlier in-process run asked
+        sys.modules["memlint.catalog.online"].enable(False)
     try:
         with files.once_per_run():  # a file several readers need (a notebook, a launcher's target) is read once
             return args.func(args)
@@ -68,8 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except BrokenPipeError:
         return 0
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM while -j workers run (check.Terminated: 143)
+        return getattr(exc, "code", 130)
     except Exception as exc:  # noqa: BLE001 - exit 2 and one line, as the contract says
         if os.environ.get("MEMLINT_DEBUG"):
             raise

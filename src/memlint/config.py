@@ -29,6 +29,9 @@ class Settings:
     assume: Mapping[str, Any] = field(default_factory=dict)
     rule_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # code -> options
     exclude: tuple[str, ...] = ()
+    extend_exclude: tuple[str, ...] = ()            # more patterns on top of `exclude` (Ruff's extend-exclude)
+    force_exclude: bool = False                     # exclude files named on the command line too (pre-commit)
+    online: bool = False                            # fetch an unknown model's config.json from the Hub (opt-in)
     accounting: str = "real"
     max_increase: str | None = None                 # `memlint diff` budget: "2GiB" or "10%"
     max_file_size: int = MAX_FILE_SIZE              # bytes: a larger script or config is a MEM001 note
@@ -47,6 +50,11 @@ class Settings:
 
         return float(self.rule_options.get("MEM102", {}).get("min-headroom", MIN_HEADROOM))
 
+    @property
+    def excluded(self) -> tuple[str, ...]:
+        """Every exclude pattern: `exclude` and `extend-exclude`."""
+        return self.exclude + self.extend_exclude
+
     def assume_list(self) -> list[str]:
         from memlint.plan import assume_args
 
@@ -55,8 +63,8 @@ class Settings:
     def show(self) -> str:
         lines = [f"config file: {self.path or '(none: defaults)'}"]
         for name in ("gpu", "gpus", "select", "extend_select", "ignore", "per_file_ignores", "fail_on",
-                     "assume", "rule_options", "exclude", "accounting", "max_increase", "require_estimate",
-                     "docs_url", "max_file_size"):
+                     "assume", "rule_options", "exclude", "extend_exclude", "force_exclude", "online", "accounting",
+                     "max_increase", "require_estimate", "docs_url", "max_file_size"):
             lines.append(f"{name.replace('_', '-')} = {getattr(self, name)!r}")
         return "\n".join(lines)
 
@@ -81,7 +89,8 @@ def parse_budget(text: str, where: str = "--max-increase") -> tuple[str, float]:
 
 
 KEYS = {"gpu", "gpus", "select", "extend-select", "ignore", "per-file-ignores", "fail-on", "assume", "options",
-        "exclude", "accounting", "max-increase", "require-estimate", "docs-url", "max-file-size"}
+        "exclude", "extend-exclude", "force-exclude", "online", "accounting", "max-increase", "require-estimate",
+        "docs-url", "max-file-size"}
 
 
 def parse_size(value: Any, where: str) -> int:
@@ -96,11 +105,18 @@ def parse_size(value: Any, where: str) -> int:
 
 
 def find_config(start: Path) -> Path | None:
-    """The closest config file at or above `start` that has memlint settings."""
+    """The closest config file at or above `start` that has memlint settings, up to the checked root (the
+    repository's top, else the folder named or the working directory holding it): a `.memlint.toml` in a shared
+    folder above the checkout (/tmp) says nothing about it."""
+    from memlint.files import checkout_root
+
     d = start.resolve()
     if d.is_file():
         d = d.parent
+    top = Path(checkout_root(d))
     for folder in (d, *d.parents):
+        if folder != top and top not in folder.parents:
+            break  # above the checked root
         for name in CONFIG_FILES:
             p = folder / name
             if not p.is_file():
@@ -154,7 +170,11 @@ def parse_settings(table: Mapping[str, Any], where: str) -> dict[str, Any]:
 
     unknown = sorted(set(table) - KEYS)
     if unknown:
-        raise MemlintError(f"{where}: unknown key `{unknown[0]}` in [tool.memlint] (known: {', '.join(sorted(KEYS))})")
+        import difflib
+
+        close = difflib.get_close_matches(unknown[0], sorted(KEYS), n=1, cutoff=0.6)
+        hint = f"did you mean `{close[0]}`? " if close else ""
+        raise MemlintError(f"{where}: unknown key `{unknown[0]}` in [tool.memlint] ({hint}known: {', '.join(sorted(KEYS))})")
     out: dict[str, Any] = {}
     if "gpu" in table:
         if not isinstance(table["gpu"], (str, int, float)):
@@ -196,6 +216,13 @@ def parse_settings(table: Mapping[str, Any], where: str) -> dict[str, Any]:
         out["rule_options"] = _rule_options(table["options"], where)
     if "exclude" in table:
         out["exclude"] = _strs(table["exclude"], "exclude", where)
+    if "extend-exclude" in table:
+        out["extend_exclude"] = _strs(table["extend-exclude"], "extend-exclude", where)
+    for key in ("force-exclude", "online"):
+        if key in table:
+            if not isinstance(table[key], bool):
+                raise MemlintError(f"{where}: `{key}` must be true or false")
+            out[key.replace("-", "_")] = table[key]
     if "accounting" in table:
         if not isinstance(table["accounting"], str) or table["accounting"] not in ("real", "textbook"):
             raise MemlintError(f"{where}: `accounting` must be real or textbook")
@@ -260,3 +287,50 @@ def load_settings(start: str | Path = ".", config: str | Path | None = None) -> 
         raise MemlintError(f"{path}: [tool.memlint] must be a table")
     kwargs = parse_settings(table, str(path))
     return Settings(**kwargs, path=str(path), root=str(path.parent))
+
+
+def split_config_args(values: "list[str] | str | None") -> tuple[str | None, list[str]]:
+    """`--config` as Ruff takes it: a settings file, and/or inline `KEY = VALUE` overrides (TOML; a bare word
+    value is read as a string: `--config gpu=A100-80GB`). Returns (the file or None, the overrides)."""
+    if values is None:
+        return None, []
+    if isinstance(values, str):
+        values = [values]
+    path, inline = None, []
+    for v in values:
+        if "=" in v and not Path(v).is_file():
+            inline.append(v)
+        elif path is not None:
+            raise MemlintError(f"--config {v}: one settings file at most (already {path})")
+        else:
+            path = v
+    return path, inline
+
+
+def with_overrides(settings: Settings, overrides: list[str]) -> Settings:
+    """`settings` with each `KEY = VALUE` override applied, checked as [tool.memlint] keys are."""
+    import tomllib
+
+    for text in overrides:
+        key, _, raw = text.partition("=")
+        try:
+            table = tomllib.loads(f"{key.strip()} = {raw.strip()}")
+        except tomllib.TOMLDecodeError:
+            try:  # a bare word: a string
+                table = tomllib.loads(f"{key.strip()} = {_toml_string(raw.strip())}")
+            except tomllib.TOMLDecodeError as exc:
+                raise MemlintError(f"--config {text!r}: not a KEY = VALUE setting ({exc})") from None
+        kwargs = parse_settings(table, f"--config {text!r}")
+        if "rule_options" in kwargs:  # one rule's option: merged into the others
+            merged = {code: dict(opts) for code, opts in settings.rule_options.items()}
+            for code, opts in kwargs["rule_options"].items():
+                merged.setdefault(code, {}).update(opts)
+            kwargs["rule_options"] = merged
+        settings = settings.with_(**kwargs)
+    return settings
+
+
+def _toml_string(text: str) -> str:
+    import json
+
+    return json.dumps(text)

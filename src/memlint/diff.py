@@ -11,12 +11,12 @@ import os
 import re
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 from memlint.errors import MemlintError
-from memlint.files import Refused, max_file_size, read_bytes, source_lines
+from memlint.files import Refused, checked_root, max_file_size, read_bytes, source_lines
 from memlint.plan import PLAN_FIELDS, TrainingPlan, Value
 
 READABLE = (".py", ".ipynb", ".yaml", ".yml", ".json")
@@ -46,6 +46,18 @@ class FieldChange:
     kind: str
     path: str
     line: int | None    # in the working-tree file; a removed line is mapped to where it was
+    # a notebook: the code cell (1-based) and the row within it that `line` (a line of the joined code) is, and the
+    # line of the raw .ipynb JSON where that row's text sits (what a pull request shows)
+    cell: int | None = None
+    row: int | None = None
+    raw_line: int | None = None
+
+    @property
+    def where(self) -> str:
+        """'train.py:13', or 'nb.ipynb:cell 4:2' in a notebook (as `memlint check` names it)."""
+        if self.line is None:
+            return self.path
+        return f"{self.path}:cell {self.cell}:{self.row}" if self.cell is not None else f"{self.path}:{self.line}"
 
 
 @dataclass(frozen=True)
@@ -127,8 +139,12 @@ class DiffResult:
 _SAFE = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c", "core.pager=cat",
          "-c", "diff.external=", "-c", "core.untrackedCache=false", "-c", "core.splitIndex=false",
          "-c", "core.sshCommand=", "-c", "core.askPass=", "-c", "credential.helper=", "-c", "protocol.allow=never",
-         "-c", "core.attributesFile=/dev/null", "-c", "color.ui=false", "-c", "diff.noprefix=false")
-_NO_CONVERT = {"diff": ("--no-ext-diff", "--no-textconv")}
+         "-c", "core.attributesFile=/dev/null", "-c", "color.ui=false", "-c", "diff.noprefix=false",
+         # a submodule is another repository with its own config (its own clean filters, fsmonitor, hooks): git is
+         # never let into one (git diff would run `git status` inside it, with that config)
+         "-c", "diff.ignoreSubmodules=all", "-c", "submodule.recurse=false", "-c", "status.submoduleSummary=false",
+         "-c", "fetch.recurseSubmodules=false")
+_NO_CONVERT = {"diff": ("--no-ext-diff", "--no-textconv", "--ignore-submodules=all")}
 _filters: dict[str, tuple[str, ...]] = {}
 
 
@@ -145,24 +161,49 @@ def _filter_overrides(cwd: str | Path) -> tuple[str, ...]:
     git diff runs a working-tree file through its clean filter. `git config` runs nothing."""
     key = str(Path(cwd).resolve())
     if key not in _filters:
-        try:
-            r = subprocess.run(["git", *_SAFE, "config", "--null", "--get-regexp", r"^filter\."], cwd=cwd,
-                               capture_output=True, check=False, env=git_env(), stdin=subprocess.DEVNULL, timeout=60)
-            names = {e.split("\n", 1)[0].rsplit(".", 1)[0][len("filter."):] for e in
-                     r.stdout.decode("utf-8", "replace").split("\0") if e.startswith("filter.")}
-        except (OSError, subprocess.SubprocessError):
-            names = set()
+        names: set[str] = set()
+        for config in [None, *_submodule_configs(cwd)]:  # the repository's, then each submodule's own
+            where = ["--file", str(config)] if config is not None else []
+            try:
+                r = subprocess.run(["git", *_SAFE, "config", *where, "--null", "--get-regexp", r"^filter\."], cwd=cwd,
+                                   capture_output=True, check=False, env=git_env(), stdin=subprocess.DEVNULL, timeout=60)
+                names |= {e.split("\n", 1)[0].rsplit(".", 1)[0][len("filter."):] for e in
+                          r.stdout.decode("utf-8", "replace").split("\0") if e.startswith("filter.")}
+            except (OSError, subprocess.SubprocessError):
+                pass
         _filters[key] = tuple(a for n in sorted(names) for a in (
             "-c", f"filter.{n}.clean=", "-c", f"filter.{n}.smudge=", "-c", f"filter.{n}.process=",
             "-c", f"filter.{n}.required=false"))
     return _filters[key]
 
 
+def _submodule_configs(cwd: str | Path) -> list[Path]:
+    """The config files of the repository's submodules (`.git/modules/**/config`), read by `git config --file`."""
+    try:
+        r = subprocess.run(["git", *_SAFE, "rev-parse", "--git-common-dir"], cwd=cwd, capture_output=True, check=False,
+                           env=git_env(), stdin=subprocess.DEVNULL, timeout=60)
+        common = Path(cwd) / r.stdout.decode("utf-8", "replace").strip()
+    except (OSError, subprocess.SubprocessError):
+        return []
+    modules = common / "modules"
+    if r.returncode != 0 or not modules.is_dir():
+        return []
+    out: list[Path] = []
+    for folder, dirs, names in os.walk(modules):
+        if "config" in names and "HEAD" in names:
+            out.append(Path(folder) / "config")
+        if len(out) >= 256:
+            break
+    return out
+
+
 def git(args: Sequence[str], cwd: str | Path, *, binary: bool = False) -> Any:
     args = [*args[:1], *_NO_CONVERT.get(args[0], ()), *args[1:]] if args else list(args)
     try:
         r = subprocess.run(["git", *_SAFE, *_filter_overrides(cwd), "--no-pager", *args], cwd=cwd,
-                           capture_output=True, check=False, env=git_env(), stdin=subprocess.DEVNULL)
+                           capture_output=True, check=False, env=git_env(), stdin=subprocess.DEVNULL, timeout=600)
+    except subprocess.TimeoutExpired:
+        raise MemlintError(f"git {' '.join(args[:1])}: no answer within 600 s") from None
     except FileNotFoundError:
         raise MemlintError("memlint diff needs git on PATH") from None
     if r.returncode != 0:
@@ -287,7 +328,8 @@ def plan_of(text: str, rel: str, root: Path) -> TrainingPlan:
     with tempfile.TemporaryDirectory(prefix="memlint-diff-") as tmp:
         copy = Path(tmp) / Path(rel).name
         copy.write_text(text, encoding="utf-8")
-        return _relabel(extract_file(copy), str(copy), rel)
+        with checked_root(tmp):  # the copy is read; its relative includes are looked up beside it (missing)
+            return _relabel(extract_file(copy), str(copy), rel)
 
 
 def is_training(plan: TrainingPlan | None) -> bool:
@@ -309,10 +351,58 @@ def _key(lines: list[str], line: int | None, fld: str) -> str:
     return m.group(1) if m else fld
 
 
-def field_changes(before: TrainingPlan, after: TrainingPlan, before_text: str, after_text: str,
-                  hunks: list[tuple[int, int, int, int]]) -> list[FieldChange]:
+@dataclass(frozen=True)
+class Code:
+    """A file's text as its plan numbers it: a script's lines, or a notebook's code cells joined (with where each
+    cell starts, 0-based, and each code line's (line, column) in the raw .ipynb JSON)."""
+
+    lines: list[str]
+    cells: list[int] = field(default_factory=list)
+    raw: list[tuple[int, int]] = field(default_factory=list)
+
+    def locate(self, line: int | None) -> tuple[int | None, int | None, int | None]:
+        """(cell, row in the cell, raw JSON line) of a joined-code line; (None, None, None) outside a notebook."""
+        if not self.cells or not line:
+            return None, None, None
+        k = max(i for i, start in enumerate(self.cells) if start < line or i == 0)
+        raw = self.raw[line - 1][0] if 1 <= line <= len(self.raw) else None
+        return k + 1, line - self.cells[k], raw
+
+
+def code_of(text: str, rel: str) -> Code:
+    if Path(rel).suffix != ".ipynb":
+        return Code(source_lines(text))
+    from memlint.extract.ipynb import raw_positions
+    from memlint.extract.source import notebook_cells
+
+    try:
+        lines, cells = notebook_cells(text, Path(rel))
+    except MemlintError:
+        return Code(source_lines(text))
+    return Code(lines, cells, raw_positions(text))
+
+
+def code_hunks(old: Sequence[str], new: Sequence[str]) -> list[tuple[int, int, int, int]]:
+    """The hunks between two notebooks' joined code, numbered as `git diff -U0` numbers a file's (a raw .ipynb's
+    hunks count JSON lines, not the code's)."""
+    import difflib
+
     out = []
-    old_lines, new_lines = source_lines(before_text), source_lines(after_text)
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, list(old), list(new), autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        out.append((i1 if i2 == i1 else i1 + 1, i2 - i1, j1 if j2 == j1 else j1 + 1, j2 - j1))
+    return out
+
+
+def field_changes(before: TrainingPlan, after: TrainingPlan, before_text: "str | Code", after_text: "str | Code",
+                  hunks: list[tuple[int, int, int, int]]) -> list[FieldChange]:
+    """The plan fields that differ, each at the working-tree line that sets it (a removed one where it stood);
+    `before_text`/`after_text` are the files' texts, or their Code (a notebook's joined cells)."""
+    out = []
+    old_code = before_text if isinstance(before_text, Code) else Code(source_lines(before_text))
+    new_code = after_text if isinstance(after_text, Code) else Code(source_lines(after_text))
+    old_lines, new_lines = old_code.lines, new_code.lines
     for name in PLAN_FIELDS:
         b, a = before.get(name), after.get(name)
         if (_shown(b), b.candidates) == (_shown(a), a.candidates):
@@ -325,7 +415,7 @@ def field_changes(before: TrainingPlan, after: TrainingPlan, before_text: str, a
         line = a.line if a.span is not None and a.span.path == after.path else None
         out.append(FieldChange(name, _key(new_lines, a.line, name) if line else name, _shown(b), _shown(a), kind,
                                after.path, line))
-    return out
+    return [replace(c, **dict(zip(("cell", "row", "raw_line"), new_code.locate(c.line)))) for c in out]
 
 
 def _estimate_side(plan: TrainingPlan | None, assume: Sequence[str], gpu, accounting: str) -> Side:
@@ -419,38 +509,50 @@ def run_diff(items: Sequence[str] = (), *, cwd: str | Path = ".", gpu: str | Non
 
         parse_budget(budget)
     target = find_gpu(gpu) if gpu else None
-    files: list[FileDiff] = []
+    diffs: list[FileDiff] = []
     skipped: list[tuple[str, str]] = []
     for status, old, new in changed_files(root, base, specs):
         if Path(new).suffix not in READABLE:
             continue
-        try:
-            before_text = None if status == "added" else _decode(_blob(root, base, old), old)
-            after_text = None if status == "deleted" else _decode(read_bytes(root / new), new)
-            before = plan_of(before_text, old, root) if before_text is not None else None
-            after = plan_of(after_text, new, root) if after_text is not None else None
-        except (MemlintError, OSError) as exc:
-            # A YAML/JSON file that is no framework's config is simply not a training file.
-            if Path(new).suffix in (".py", ".ipynb"):
-                skipped.append((new, str(exc)))
-            continue
-        if not (is_training(before) or is_training(after)):
-            continue
-        b_side = _estimate_side(before, assume, target, accounting)
-        a_side = _estimate_side(after, assume, target, accounting)
-        if before is not None and after is not None:
-            before_rel = _relabel(before, old, new) if old != new else before
-            hunks = line_map(root, base, old, new)
-            changes = tuple(field_changes(before_rel, after, before_text, after_text, hunks))
-        else:
-            changes = ()
-        delta = None if b_side.peak is None or a_side.peak is None else a_side.peak - b_side.peak
-        if not changes and delta == 0:
-            continue
-        files.append(FileDiff(new, old, status, b_side, a_side, changes, over_budget(delta, b_side.peak, budget),
-                              worse_fit(b_side if before is not None else None, a_side, target, min_headroom)))
-    return DiffResult(str(root), base, base_name, target, accounting, budget, tuple(files), tuple(skipped),
+        with checked_root(root):  # a tracked link to a file outside, and what a script names outside: not read
+            got = _file_diff(root, base, (status, old, new), assume, target, accounting, budget, min_headroom, skipped)
+        if got is not None:
+            diffs.append(got)
+    return DiffResult(str(root), base, base_name, target, accounting, budget, tuple(diffs), tuple(skipped),
                       min_headroom)
+
+
+def _file_diff(root: Path, base: str, change: tuple[str, str, str], assume, target, accounting: str,
+               budget: str | None, min_headroom: float, skipped: list) -> "FileDiff | None":
+    """One changed file's memory diff (None: not a training file, or nothing changed)."""
+    status, old, new = change
+    try:
+        before_text = None if status == "added" else _decode(_blob(root, base, old), old)
+        after_text = None if status == "deleted" else _decode(read_bytes(root / new), new)
+        before = plan_of(before_text, old, root) if before_text is not None else None
+        after = plan_of(after_text, new, root) if after_text is not None else None
+    except (MemlintError, OSError) as exc:
+        # A YAML/JSON file that is no framework's config is simply not a training file.
+        if Path(new).suffix in (".py", ".ipynb"):
+            skipped.append((new, str(exc)))
+        return None
+    if not (is_training(before) or is_training(after)):
+        return None
+    b_side = _estimate_side(before, assume, target, accounting)
+    a_side = _estimate_side(after, assume, target, accounting)
+    if before is not None and after is not None:
+        before_rel = _relabel(before, old, new) if old != new else before
+        old_code, new_code = code_of(before_text, old), code_of(after_text, new)
+        # a notebook's plan numbers the lines of its joined code cells, not of its JSON
+        hunks = code_hunks(old_code.lines, new_code.lines) if new_code.cells else line_map(root, base, old, new)
+        changes = tuple(field_changes(before_rel, after, old_code, new_code, hunks))
+    else:
+        changes = ()
+    delta = None if b_side.peak is None or a_side.peak is None else a_side.peak - b_side.peak
+    if not changes and delta == 0:
+        return None
+    return FileDiff(new, old, status, b_side, a_side, changes, over_budget(delta, b_side.peak, budget),
+                    worse_fit(b_side if before is not None else None, a_side, target, min_headroom))
 
 
 def _blob(root: Path, base: str, path: str) -> bytes:

@@ -15,7 +15,7 @@ import stat
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, NamedTuple, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from memlint.errors import MemlintError
 from memlint.vocab import LAUNCHER_NAMES, LAUNCHER_SUFFIXES, READABLE_SUFFIXES
@@ -42,166 +42,139 @@ class Target:
     shown: str       # as the user named it (relative), for output
     explicit: bool   # named on the command line, not found by a walk
     launch: Any = None  # the command that runs it (extract.launch.Launch), when one is known
+    root: str | None = None  # the checked root its reads stay in (checkout_root of the path named); None: its own
+    note: str | None = None  # refused before it was read (a launcher past its budget): this MEM001 note
 
 
-# ---- .gitignore, as git's dir.c and wildmatch.c read it ---------------------------------------
+# ---- .gitignore, read by pathspec (gitignore style) ------------------------------------------
+#
+# Each .gitignore (and info/exclude) is one pathspec.GitIgnoreSpec; the deepest level with a matching
+# pattern decides, and within it the last matching pattern (pathspec's own rule). pathspec's regexes
+# backtrack on a pattern with many `*` in one segment (`a*a*a*…b` against a 40-character name ran past
+# 60 s), so every star of a segment but the last is made atomic and lazy (`(?>[^/]*?X)`), as CPython's
+# fnmatch does: the leftmost match of each fixed-width piece is the one a match needs, so the language
+# matched is the same and a match attempt is linear in the name.
 
-class IgnorePattern(NamedTuple):
-    regex: "re.Pattern[str] | None"  # None: a pattern git never matches (a trailing backslash, [:bad:])
-    negated: bool
-    dir_only: bool
-    basename: bool                   # no slash but a trailing one: matched against the name at any depth
+_STAR = "[^/]*"
+# what pathspec writes between segment globs (and around them); anything else leaves a regex as it is
+_STRUCTURE = ("(?:(?P<ps_d>/)|$)", "(?P<ps_d>/)", "(?:.+/)?", "(?:/.+)?", "^", "/", "$")
+_POSIX_CLASSES = {"alnum": "a-zA-Z0-9", "alpha": "a-zA-Z", "blank": " \t", "digit": "0-9", "lower": "a-z",
+                  "upper": "A-Z", "xdigit": "0-9A-Fa-f", "space": " \t\n\r\f\v", "punct": "!-/:-@\\[-`{-~",
+                  "print": " -~", "graph": "!-~", "cntrl": "\x00-\x1f\x7f"}
+_POSIX = re.compile(r"\[:([a-z]+):\]")
+_STARS = re.compile(r"(?<!\\)\*{3,}")
 
 
-_CLASSES = {"alnum": "a-zA-Z0-9", "alpha": "a-zA-Z", "blank": " \\t", "cntrl": "\\x00-\\x1f\\x7f",
-            "digit": "0-9", "graph": "\\x21-\\x7e", "lower": "a-z", "print": "\\x20-\\x7e",
-            "punct": "!-/:-@\\[-`{-~", "space": " \\t\\n\\r\\f\\v", "upper": "A-Z", "xdigit": "0-9A-Fa-f"}
-
-
-def _bracket(p: str, i: int) -> tuple[str, int] | None:
-    """The regex of the bracket expression opening at p[i] and where it ends; None where
-    wildmatch gives up on the whole pattern (no closing bracket, an unknown [:class:])."""
-    n, j = len(p), i + 1
-    negated = j < n and p[j] in "!^"
-    j += negated
-    items: list[str] = []
-    prev: str | None = None
-    first = True
-    while True:
-        if j >= n:
+def _tokens(rx: str) -> list[tuple[str, str]] | None:
+    """pathspec's regex as (kind, text) tokens: "star", "atom" (one character wide) or "cut" (between
+    segments); None for anything it does not write."""
+    out: list[tuple[str, str]] = []
+    i, n = 0, len(rx)
+    while i < n:
+        cut = next((t for t in _STRUCTURE if rx.startswith(t, i)), None)
+        if rx.startswith(_STAR, i):
+            out.append(("star", _STAR))
+            i += len(_STAR)
+        elif rx.startswith("[^/]", i) and not rx.startswith("[^/]+", i):
+            out.append(("atom", "[^/]"))  # `?`
+            i += 4
+        elif rx.startswith("[^/]+", i):
+            out.append(("cut", "[^/]+"))  # a whole-segment `*`: a segment of its own
+            i += 5
+        elif cut is not None:
+            out.append(("cut", cut))
+            i += len(cut)
+        elif rx[i] == "\\" and i + 1 < n:
+            out.append(("atom", rx[i:i + 2]))
+            i += 2
+        elif rx[i] == "[":
+            j = i + 1
+            j += rx[j:j + 1] == "^"
+            j += rx[j:j + 1] == "]"
+            k = rx.find("]", j)
+            if k < 0:
+                return None
+            atom = rx[i:k + 1]
+            out.append(("atom", atom[:-1] + "/]" if atom.startswith("[^") else atom))  # `[!a]` never matches `/`
+            i = k + 1
+        elif rx[i] in "()|?*+{}.":
             return None
-        c = p[j]
-        if c == "]" and not first:
-            break
-        first = False
-        if c == "\\":
-            j += 1
-            if j >= n:
-                return None
-            c = p[j]
-            items.append(re.escape(c))
-        elif c == "-" and prev is not None and j + 1 < n and p[j + 1] != "]":
-            j += 1
-            hi = p[j]
-            if hi == "\\":
-                j += 1
-                if j >= n:
-                    return None
-                hi = p[j]
-            if prev <= hi:
-                items.append(f"{re.escape(prev)}-{re.escape(hi)}")
-            prev, j = None, j + 1
-            continue
-        elif c == "[" and j + 1 < n and p[j + 1] == ":":
-            k = p.find("]", j + 2)
-            if k == -1:
-                return None
-            if k - 1 < j + 2 or p[k - 1] != ":":  # no ":]": the "[" is a plain character
-                items.append("\\[")
-                prev, j = "[", j + 1
-                continue
-            name = p[j + 2 : k - 1]
-            if name not in _CLASSES:
-                return None
-            items.append(_CLASSES[name])
-            prev, j = None, k + 1
-            continue
         else:
-            items.append(re.escape(c))
-        prev, j = c, j + 1
-    body = "".join(items)
-    if negated:
-        return f"[^{body}/]", j + 1
-    return (f"(?!/)[{body}]" if body else "(?!)"), j + 1
-
-
-def _wildmatch(p: str) -> str | None:
-    """A wildmatch pattern (WM_PATHNAME) as a regex: `*`, `?` and classes stop at `/`; `**/`,
-    `/**/` and `/**` span folders; `\\` escapes."""
-    out: list[str] = []
-    i, n = 0, len(p)
-    while i < n:
-        c = p[i]
-        if c == "*":
-            j = i
-            while j < n and p[j] == "*":
-                j += 1
-            at_start = i == 0 or p[i - 1] == "/"
-            slash_next = j < n and (p[j] == "/" or p[j : j + 2] == "\\/")
-            if j - i >= 2 and at_start and (j == n or slash_next):
-                if j == n:
-                    out.append(".*")
-                else:
-                    out.append("(?:.*/)?")
-                    j += 2 if p[j] == "\\" else 1
-            else:
-                out.append("[^/]*")
-            i = j
-            continue
-        if c == "?":
-            out.append("[^/]")
-        elif c == "[":
-            got = _bracket(p, i)
-            if got is None:
-                return None
-            out.append(got[0])
-            i = got[1]
-            continue
-        elif c == "\\":
-            if i + 1 >= n:
-                return None
+            out.append(("atom", rx[i]))
             i += 1
-            out.append(re.escape(p[i]))
-        else:
-            out.append(re.escape(c))
-        i += 1
-    return "".join(out)
-
-
-def _trim(line: str) -> str:
-    """Trailing spaces go unless escaped with a backslash (dir.c trim_trailing_spaces)."""
-    end, i, n = None, 0, len(line)
-    while i < n:
-        c = line[i]
-        if c == " ":
-            if end is None:
-                end = i
-        elif c == "\\":
-            i += 1
-            if i >= n:
-                return line
-            end = None
-        else:
-            end = None
-        i += 1
-    return line if end is None else line[:end]
-
-
-def parse_gitignore(text: str) -> list[IgnorePattern]:
-    """The patterns of one .gitignore (or info/exclude) file, in file order."""
-    out: list[IgnorePattern] = []
-    for raw in text.removeprefix("\ufeff").split("\n"):
-        if not raw or raw.startswith("#"):
-            continue
-        line = _trim(raw[:-1] if raw.endswith("\r") else raw)
-        negated = line.startswith("!")
-        if negated:
-            line = line[1:]
-        dir_only = line.endswith("/")
-        if dir_only:
-            line = line[:-1]
-        if not line:
-            continue
-        basename = "/" not in line
-        if not basename and line.startswith("/"):
-            line = line[1:]
-        rx = _wildmatch(line)
-        out.append(IgnorePattern(re.compile(rx, re.S) if rx is not None else None, negated, dir_only, basename))
     return out
 
 
-# One level of ignore rules: the folder (relative to the repository, "" at its top) and its patterns.
-Level = tuple[str, list[IgnorePattern]]
+def _linear(rx: str) -> str:
+    """`rx` with every `*` of a segment but its last atomic and lazy (see above); `rx` itself when pathspec
+    wrote something else."""
+    toks = _tokens(rx)
+    if toks is None:
+        return rx
+    out: list[str] = []
+    run: list[tuple[str, str]] = []
+
+    def flush() -> None:
+        stars = [i for i, (kind, _) in enumerate(run) if kind == "star"]
+        if len(stars) < 2:
+            out.extend(t for _, t in run)
+        else:
+            out.extend(t for _, t in run[:stars[0]])
+            for a, b in zip(stars, stars[1:]):  # every star but the last: leftmost, committed
+                out.append("(?>[^/]*?" + "".join(t for _, t in run[a + 1:b]) + ")")
+            out.extend(t for _, t in run[stars[-1]:])
+        run.clear()
+
+    for kind, text in toks:
+        if kind == "cut":
+            flush()
+            out.append(text)
+        else:
+            run.append((kind, text))
+    flush()
+    return "".join(out)
+
+
+def _as_git_reads(line: str) -> str:
+    """Where pathspec reads a line otherwise than git: `[[:digit:]]` (git's bracket classes) as `[0-9]`, and
+    `dir/**/` (the folders inside dir, not dir itself) as `dir/*/`, `***` as `**`, which ignores the same folders in a walk
+    that never enters an ignored one."""
+    if "[:" in line:
+        line = _POSIX.sub(lambda m: _POSIX_CLASSES.get(m.group(1), m.group(0)), line)
+    if "***" in line:  # git reads any run of two or more stars as `**`
+        line = _STARS.sub("**", line)
+    body = line.rstrip(" ")
+    if body.endswith("/**/") and body.strip("!/*"):
+        line = body[:-4] + "/*/"
+    return line
+
+
+def parse_gitignore(text: str) -> Any:
+    """One .gitignore (or info/exclude) file as a pathspec.GitIgnoreSpec, None when it has no pattern."""
+    lines = [_as_git_reads(ln.removesuffix("\r")) for ln in text.removeprefix("\ufeff").split("\n")
+             if ln.strip() and not ln.startswith("#")]
+    if not lines:
+        return None
+    from pathspec import GitIgnoreSpec
+    from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
+
+    patterns = []
+    for line in lines:
+        try:
+            pat = GitIgnoreSpecPattern(line)
+        except (ValueError, re.error):  # a pattern git never matches (a trailing backslash)
+            continue
+        if pat.regex is not None:
+            try:
+                pat.regex = re.compile(_linear(pat.regex.pattern))
+            except re.error:
+                pass
+        patterns.append(pat)
+    return GitIgnoreSpec(patterns, backend="simple") if patterns else None
+
+
+# One level of ignore rules: the folder (relative to the repository, "" at its top) and its spec.
+Level = tuple[str, Any]
 
 
 def ignored(rel: str, is_dir: bool, levels: Sequence[Level]) -> bool:
@@ -209,27 +182,21 @@ def ignored(rel: str, is_dir: bool, levels: Sequence[Level]) -> bool:
     levels, outermost first: the deepest level with a matching pattern decides, and within a
     file the last matching pattern. Leading folders are the walk's business (it does not enter
     an ignored one, so nothing below it is re-included, as in git)."""
-    name = rel.rsplit("/", 1)[-1]
-    for base, patterns in reversed(levels):
-        if base and not rel.startswith(base + "/"):
+    for base, spec in reversed(levels):
+        if spec is None or (base and not rel.startswith(base + "/")):
             continue
         sub = rel[len(base) + 1:] if base else rel
-        for pat in reversed(patterns):
-            if pat.regex is None or (pat.dir_only and not is_dir):
-                continue
-            if pat.regex.fullmatch(name if pat.basename else sub):
-                return not pat.negated
+        got = spec.check_file(sub + "/" if is_dir else sub)
+        if got.include is not None:
+            return got.include
     return False
 
 
-def _read_ignore_file(path: Path) -> list[IgnorePattern]:
+def _read_ignore_file(path: Path) -> Any:
     try:
-        st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > 1 << 20:
-            return []
-        return parse_gitignore(path.read_text(encoding="utf-8", errors="replace"))
-    except OSError:
-        return []
+        return parse_gitignore(read_bytes(path, 1 << 20, what="ignore-file budget").decode("utf-8", "replace"))
+    except OSError:  # absent, not a regular file, over 1 MB: no patterns
+        return None
 
 
 def _git_dir(folder: Path) -> Path | None:
@@ -328,6 +295,174 @@ def walk(root: Path, exclude: Sequence[str] = ()) -> Iterable[Path]:
             elif is_file and (p.suffix in READABLE_SUFFIXES or p.suffix in LAUNCHER_SUFFIXES
                               or p.name in LAUNCHER_NAMES) and not ignored(repo_rel, False, levels):
                 yield p
+
+
+# ---- the checked root: nothing outside it is read ---------------------------------------------
+#
+# A script under review names files (`yaml.safe_load(open("../../token"))`, `exec(open(p).read())`, a Hydra
+# `config_path`, a launcher's `python ../x.py`): each is read only when it lies in the checked root, the
+# repository the path named on the command line is in, else the folder named (the working directory when
+# that holds it). A file outside is refused like a FIFO, so its content never reaches a report; the user
+# opts in with `--read-outside PATH`, and the paths the user names (a file, `--launch-config`) are read.
+
+OUTSIDE = "not read: outside the checked root"
+_guards: list[tuple[str, ...]] = []   # the real paths reads are kept in, innermost last
+_named: list[str] = []                # paths the user named or let in (--read-outside): always readable
+_looked: list[set[str]] = []          # lookups() recorders: every path probed or read
+
+
+def _real(path: str | os.PathLike) -> str:
+    return os.path.realpath(os.path.abspath(path))
+
+
+def _too_wide() -> set[str]:
+    """Folders that are never a checkout's root: /, the home folder and the temporary folder and what holds them."""
+    import tempfile
+
+    out = {os.path.sep}
+    for base in (os.path.expanduser("~"), tempfile.gettempdir()):
+        d = _real(base)
+        while True:
+            out.add(d)
+            parent = os.path.dirname(d)
+            if parent == d:
+                break
+            d = parent
+    return out
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def checkout_root(named: str | os.PathLike) -> str:
+    """The checked root of a path the user named: the top of the git repository it is in, else the working
+    directory when it holds the path, else the folder named (a file's own folder); never /, the home folder or
+    the temporary folder (a shared /tmp is no checkout)."""
+    start = _real(named)
+    if not os.path.isdir(start):
+        start = os.path.dirname(start)
+    wide = _too_wide()
+    top = _find_top(Path(start))
+    if top is not None and _real(top) not in wide:
+        return _real(top)
+    cwd = _real(os.getcwd())
+    if cwd not in wide and _under(start, cwd):
+        return cwd
+    return start
+
+
+def target_root(target: "Target") -> str:
+    """The checked root a target's reads stay in."""
+    return target.root if target.root is not None else checkout_root(target.path)
+
+
+def allow(paths: Iterable[str | os.PathLike]) -> None:
+    """Paths the user named (files and folders on the command line, --launch-config, --read-outside): read
+    wherever they are."""
+    for p in paths:
+        if p and p != "-":
+            _named.append(_real(p))
+
+
+def reset_allowed() -> None:
+    _named.clear()
+
+
+@contextmanager
+def checked_root(*roots: str | os.PathLike | None) -> Iterator[None]:
+    """Inside the block, files outside `roots` (and the paths the user named) are refused."""
+    _guards.append(tuple(_real(r) for r in roots if r is not None))
+    try:
+        yield
+    finally:
+        _guards.pop()
+
+
+@contextmanager
+def unguarded() -> Iterator[None]:
+    """memlint's own look-ups (the Hugging Face cache, an installed library's files): not the checkout's."""
+    _guards.append(())
+    try:
+        yield
+    finally:
+        _guards.pop()
+
+
+def guarded() -> bool:
+    return bool(_guards) and bool(_guards[-1])
+
+
+def allowed(path: str | os.PathLike) -> bool:
+    """Whether memlint may read `path` now: inside the checked root, or named by the user, or no root in force."""
+    if not _guards or not _guards[-1]:
+        return True
+    try:
+        real = _real(path)
+    except (OSError, ValueError):
+        return False
+    return any(_under(real, r) for r in _guards[-1]) or any(_under(real, n) for n in _named)
+
+
+def root_in_force() -> str | None:
+    return _guards[-1][0] if _guards and _guards[-1] else None
+
+
+def outside(path: str | os.PathLike) -> str:
+    """The few words a refused outside path gets (with how to opt in)."""
+    root = root_in_force()
+    try:
+        folder = os.path.dirname(_real(path)) or str(path)
+    except (OSError, ValueError):  # a NUL in the name
+        return OUTSIDE
+    return f"{OUTSIDE} {root} (--read-outside {folder} reads it)" if root else OUTSIDE
+
+
+def refuse_outside(path: str | os.PathLike) -> "Refused":
+    """Refused (recorded as a refusal) for a path outside the checked root."""
+    return _refuse(path, outside(path))
+
+
+@contextmanager
+def lookups() -> Iterator[set[str]]:
+    """Every path probed (is_file, is_dir) or read inside the block, found or not: what a cached result
+    depends on (a file looked for and missing, or refused, may appear or shrink later)."""
+    got: set[str] = set()
+    _looked.append(got)
+    try:
+        yield got
+    finally:
+        _looked.remove(got)
+
+
+def _note_lookup(path: str | os.PathLike) -> None:
+    if _looked:
+        key = os.path.abspath(path)
+        for rec in _looked:
+            rec.add(key)
+
+
+def is_file(path: str | os.PathLike) -> bool:
+    """Path.is_file for a path a checkout names: False outside the checked root (never even looked at), and
+    recorded for the cache either way."""
+    if not allowed(path):
+        return False
+    _note_lookup(path)
+    try:
+        return os.path.isfile(path)
+    except (OSError, ValueError):
+        return False
+
+
+def is_dir(path: str | os.PathLike) -> bool:
+    """Path.is_dir, as is_file."""
+    if not allowed(path):
+        return False
+    _note_lookup(path)
+    try:
+        return os.path.isdir(path)
+    except (OSError, ValueError):
+        return False
 
 
 # ---- reading: regular files only, within a size budget ----------------------------------------
@@ -430,6 +565,12 @@ def read_bytes(path: str | os.PathLike, limit: int | None = None, what: str = "m
     Opened without blocking and checked on the open descriptor, so a FIFO or /dev/zero named
     `train.py` is refused, not read forever. Raises Refused (an OSError) or OSError."""
     limit = max_file_size() if limit is None else limit
+    name = os.fspath(path)
+    if ("\0" if isinstance(name, str) else b"\0") in name:
+        raise _refuse(path, "not read: no file name (a NUL byte in it)")
+    _note_lookup(path)
+    if not allowed(path):
+        raise refuse_outside(path)
     memo = _memo[-1] if _memo else None
     key = _memo_key(path) if memo is not None else None
     if key is not None and key in memo:
@@ -480,10 +621,11 @@ def collect(paths: Sequence[str], exclude: Sequence[str] = ()) -> list[Target]:
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
+            root = checkout_root(p)
             for f in walk(p, exclude):
-                targets.append(Target(f, os.path.normpath(str(f)), False))
+                targets.append(Target(f, os.path.normpath(str(f)), False, root=root))
         elif p.exists() or p.is_symlink():
-            targets.append(Target(p, os.path.normpath(raw), True))
+            targets.append(Target(p, os.path.normpath(raw), True, root=checkout_root(p)))
         else:
             raise MemlintError(f"{raw}: no such file or directory")
     seen, out = set(), []

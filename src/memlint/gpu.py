@@ -81,6 +81,12 @@ def find_gpu(name: str) -> Gpu:
 
 
 def common_gpus() -> list[Gpu]:
+    """The GPUs shown when none is named (gpus.json "common"): the estimate's table, the smallest that fits."""
+    return [Gpu(label, g["total_bytes"], g["context_bytes"]) for label, g in table().items() if g.get("common", True)]
+
+
+def all_gpus() -> list[Gpu]:
+    """Every GPU memlint knows, smallest first (`memlint estimate --list-gpus`)."""
     return [Gpu(label, g["total_bytes"], g["context_bytes"]) for label, g in table().items()]
 
 
@@ -153,6 +159,24 @@ class Fit(NamedTuple):
             return (f"tight: {size(self.free)} ({self.free / self.gpu.total:.0%}) to spare, under the "
                     f"{self.min_headroom:.0%} headroom")
         return f"fits, {size(self.free)} to spare"
+
+    def sentence(self) -> str:
+        """The verdict as the last line of a file's report says it: 'fits RTX4090 with 8.3 GiB free'."""
+        label = self.gpu.label
+        if self.missing:
+            return f"cannot run on {label}: {self.lacks()}"
+        if self.status == "over":
+            return f"does not fit {label}: {size_text(-self.free)} over its {size_text(self.gpu.total)}"
+        if self.status == "tight":
+            return (f"tight on {label}: {size_text(self.free)} ({self.free / self.gpu.total:.0%}) free, under the "
+                    f"{self.min_headroom:.0%} headroom")
+        return f"fits {label} with {size_text(self.free)} free"
+
+
+def smallest_fitting(est, min_headroom: float = MIN_HEADROOM) -> "Fit | None":
+    """The smallest common GPU `est` fits with the headroom (None: none of them)."""
+    ok = [f for g in common_gpus() if (f := fit_of(est, g, min_headroom)).ok]
+    return min(ok, key=lambda f: (f.gpu.total, f.gpu.label)) if ok else None
 
 
 def fit(peak: int, gpu: Gpu | tuple, min_headroom: float = MIN_HEADROOM, compute_dtype: str | None = None,

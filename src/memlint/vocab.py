@@ -23,18 +23,33 @@ LAUNCHER_NAMES = ("Makefile", "makefile", "GNUmakefile")
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
-# Every spelling of a floating dtype a script, a config or torch uses -> memlint's name.
-_DTYPE_ALIASES = {
-    "bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16",
-    "float32": "fp32", "fp32": "fp32", "float": "fp32", "auto": "auto",
-}
+
+
+def _dtype_aliases() -> dict[str, str]:
+    """Every spelling of a floating dtype a script, a config or torch uses -> memlint's name: the "dtypes" table
+    of data/aliases.json (read here as a file: this level imports nothing of memlint)."""
+    global _DTYPE_ALIASES
+    if _DTYPE_ALIASES is None:
+        import json
+        from pathlib import Path
+
+        _DTYPE_ALIASES = json.loads((Path(__file__).parent / "data" / "aliases.json").read_text("utf-8"))["dtypes"]
+    return _DTYPE_ALIASES
+
+
+_DTYPE_ALIASES: dict[str, str] | None = None
+
+
+def ascii_digits(text: str) -> bool:
+    """Whether `text` is a decimal number int() reads: ASCII digits only (`²`, `³` and `١` pass str.isdigit())."""
+    return text.isascii() and text.isdigit()
 
 
 def dtype_name(text: object) -> str | None:
     """"torch.bfloat16", "bfloat16", "bf16" -> "bf16"; "auto" -> "auto"; anything else -> None."""
     if not isinstance(text, str):
         return None
-    return _DTYPE_ALIASES.get(text.strip().lower().removeprefix("torch."))
+    return _dtype_aliases().get(text.strip().lower().removeprefix("torch."))
 
 
 def gib(n: int | float, places: int = 2) -> str:

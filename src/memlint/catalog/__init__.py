@@ -4,7 +4,8 @@ Resolution order: a local directory with config.json -> the local Hugging Face c
 (offline) -> the bundled catalog -> a local path not on this machine whose folder name is a
 catalogued checkpoint's (marked as assumed: `ModelSpec.assumed_from`) -> a clear error naming
 the closest known ids.
-Never the network, never trust_remote_code, never torch on this path.
+Never the network (unless --online asks for a config.json: catalog/online.py), never trust_remote_code, never
+torch on this path.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from memlint.catalog.local import spec_from_config_file
 from memlint.catalog.spec import Linear, ModelSpec, catalog_entry, closest_ids, entries, known_ids, named_by_folder
 from memlint.errors import MemlintError
+from memlint import files
 from memlint.files import read_bytes
 
 __all__ = ["Linear", "ModelSpec", "catalog_entry", "closest_ids", "entries", "known_ids", "resolve"]
@@ -68,7 +70,13 @@ def resolve(model: str) -> ModelSpec:
         raise MemlintError(f"unknown model {model[:60]!r}…: {len(model):,} characters is no model id or path")
     try:
         path = Path(model).expanduser()
-        is_dir, is_json = path.is_dir(), path.is_file() and path.name.endswith(".json")
+        if os.path.lexists(path) and not files.allowed(path):  # a local path outside the checked root: not read
+            spec = named_by_folder(model)
+            if spec is not None:
+                return spec
+            files.refuse_outside(path)
+            raise MemlintError(f"{model}: {files.outside(path)}")
+        is_dir, is_json = files.is_dir(path), files.is_file(path) and path.name.endswith(".json")
     except (OSError, RuntimeError, ValueError):  # ~nosuchuser, a name too long for the file system
         path, is_dir, is_json = Path(model), False, False
     if is_dir:
@@ -78,15 +86,21 @@ def resolve(model: str) -> ModelSpec:
         return spec_from_config_file(cfg, str(path), source="local")
     if is_json:
         return spec_from_config_file(path, str(path), source="local")
-    cached = _cached_config(model)
-    if cached is not None:
-        return spec_from_config_file(cached, model, source="hf-cache")
+    with files.unguarded():  # memlint's own look-up in the Hugging Face cache, by id: not a path the checkout names
+        cached = _cached_config(model)
+        if cached is not None:
+            return spec_from_config_file(cached, model, source="hf-cache")
     spec = catalog_entry(model) or named_by_folder(model)
     if spec is not None:
         return spec
+    from memlint.catalog import online
+
+    if online.enabled() and online.looks_like_repo_id(model):  # opt-in: only config.json, into the HF cache
+        return spec_from_config_file(online.fetch_config(model), model, source="hub")
     close = closest_ids(model)
     hint = f"; closest known: {', '.join(close)}" if close else ""
+    opt_in = f"; {online.HINT}" if online.looks_like_repo_id(model) else ""
     raise MemlintError(
         f"unknown model {model!r}: not a local directory, not in the Hugging Face cache, "
-        f"not in the bundled catalog{hint} (pass a local path with config.json)"
+        f"not in the bundled catalog{hint} (pass a local path with config.json{opt_in})"
     )

@@ -30,6 +30,8 @@ def _normalise_arch(model_type: str, cfg) -> dict:
         inter = ffn.ffn_hidden_size
     if inter is None and getattr(cfg, "expansion_ratio", None):  # MPT: d_model * expansion_ratio
         inter = int(cfg.expansion_ratio * hidden)
+    if isinstance(inter, (list, tuple)):  # Gemma 3n: one width per layer (MatFormer); the widest sets the peak
+        inter = max(inter)
     if inter is None:
         inter = 4 * hidden
     arch = {

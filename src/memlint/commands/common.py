@@ -26,7 +26,10 @@ def min_headroom() -> float:
 
 
 def add_chart_flags(p) -> None:
-    p.add_argument("--plot", metavar="PATH", help="draw the four-bucket chart to PATH (.png or .svg; needs matplotlib)")
+    p.add_argument("--plot", metavar="PATH", help="draw the chart to PATH (.png or .svg): one stacked bar of the "
+                                                  "components (weights, gradients, optimizer, activations, logits, "
+                                                  "overhead) against the GPUs' memory; needs the plot extra "
+                                                  "(pip install 'torch-memlint[plot]')")
     p.add_argument("--compare", action="store_true",
                    help="add bars for the alternatives memlint suggests: each lever alone (recompute, fused "
                         "cross-entropy, 8-bit/paged optimizer, activation offloading, smaller micro-batch, LoRA/QLoRA), "
@@ -70,3 +73,22 @@ def emit_chart(args, estimates: Sequence[tuple[str | None, "Estimate"]], console
         title = ", ".join(dict.fromkeys(est.setup.model.id for _, est in estimates)) + f"  ({estimates[0][1].accounting} accounting)"
         write_chart(args.plot, bars, capacities, title=title)
         print(f"memlint: chart written to {args.plot}", file=sys.stderr)
+
+
+def add_online_flag(p) -> None:
+    p.add_argument("--online", action="store_true", default=None,
+                   help="look a model id memlint does not know up on the Hugging Face Hub: only its config.json is "
+                        "fetched (huggingface_hub, into the HF cache), never code (default: offline; online = true in "
+                        "[tool.memlint])")
+
+
+def go_online(args, settings=None) -> None:
+    """--online or [tool.memlint] online: the Hub lookup for unknown model ids (catalog/online.py), for this run."""
+    if settings is None:
+        from memlint.config import load_settings
+
+        settings = load_settings(Path.cwd())
+    if getattr(args, "online", None) or settings.online:
+        from memlint.catalog import online
+
+        online.enable(True)

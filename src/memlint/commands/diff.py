@@ -18,7 +18,15 @@ def add_parser(sub) -> None:
     d.add_argument("--max-increase", metavar="SIZE|PCT",
                    help="exit 1 when a script's peak grows by more (2GiB, 500MiB, 10%%); default: [tool.memlint] max-increase")
     d.add_argument("--output-format", "--format", dest="format", choices=FORMATS, default="concise")
-    d.add_argument("--config", metavar="PATH", help="settings file (default: the closest pyproject.toml / memlint.toml)")
+    d.add_argument("--config", metavar="PATH|KEY=VALUE", action="append",
+                   help="settings file (default: the closest pyproject.toml / memlint.toml), or a KEY = VALUE "
+                        "setting that overrides it (repeatable)")
+    from memlint.commands.common import add_online_flag
+
+    add_online_flag(d)
+    from memlint.commands.check import add_read_outside
+
+    add_read_outside(d)
     d.set_defaults(func=run)
     _intermixed(d)
 
@@ -47,14 +55,21 @@ def _intermixed(parser) -> None:
 def run(args) -> int:
     import sys
 
-    from memlint.config import load_settings
+    from memlint.config import load_settings, split_config_args, with_overrides
     from memlint.diff import repo_root, run_diff
     from memlint.report.diff_view import write_diff
     from memlint.vocab import printable
 
+    from memlint.commands.check import allow_named
+
     cwd = Path.cwd()
     repo_root(cwd)  # a non-git directory is the first thing to say
-    settings = load_settings(cwd, args.config)
+    allow_named(args)
+    path, overrides = split_config_args(args.config)
+    settings = with_overrides(load_settings(cwd, path), overrides)
+    from memlint.commands.common import go_online
+
+    go_online(args, settings)
     result = run_diff(
         args.items, cwd=cwd, gpu=args.gpu or settings.gpu, assume=[*settings.assume_list(), *args.assume],
         accounting=args.accounting or settings.accounting, budget=args.max_increase or settings.max_increase,

@@ -10,36 +10,54 @@ from memlint.errors import MemlintError
 
 
 def setup_flags(p: argparse.ArgumentParser) -> None:
-    """The training configuration flags `estimate` and `measure` share."""
+    """The training configuration flags `estimate` and `measure` share: each plan field's flag from its declaration
+    (plan/fields.py), grouped as the plan is; the few whose conversion the table cannot say are written here."""
     from memlint.estimate.setup import RECOMPUTE_POLICIES
     from memlint.library.api import attention
     from memlint.library.defaults import run_default
+    from memlint.plan.fields import FIELDS, GROUPS
 
-    def dflt(name: str) -> dict:
-        """A flag's default from the table estimate, plan and %memcheck share, with where it comes from."""
+    groups = {g: p.add_argument_group(g) for g in GROUPS}
+    p.description = ("defaults: one table (data/library_defaults.json run_defaults) that plan and %memcheck also "
+                     "take, library defaults at the installed versions")
+
+    def dflt(name: str) -> tuple[Any, str]:
+        """A default from the table estimate, plan and %memcheck share, and where it comes from."""
         d = run_default(name)
         shown = {True: "on", False: "off"}.get(d.value, d.value) if isinstance(d.value, bool) else d.value
-        return {"default": d.value, "help_default": f"default: {shown}; {d.why}".replace("%", "%%")}
+        return d.value, f"default: {shown}; {d.why}".replace("%", "%%")
 
-    def flag(*names: str, key: str, help: str = "", **kw) -> None:
-        d = dflt(key)
-        g.add_argument(*names, default=d["default"], help=f"{help} ({d['help_default']})".lstrip(), **kw)
+    groups["model"].add_argument("--model", help="model id (catalog, HF cache) or a local directory with config.json "
+                                                 "(required; --list-models shows the catalog)")
+    for f in FIELDS:
+        flag = f.flag
+        if flag is None or flag.custom:
+            continue
+        kw: dict[str, Any] = {"dest": flag.dest, "default": flag.default}
+        if flag.type is bool:
+            kw["action"] = argparse.BooleanOptionalAction
+        else:
+            kw.update(type=flag.type, choices=flag.choices, metavar=flag.metavar)
+        help_text = flag.help
+        if f.default is not None:
+            kw["default"], why = dflt(f.default)
+            help_text = f"{help_text} ({why})".lstrip()
+        groups[f.group].add_argument(flag.name, help=help_text or f.doc, **kw)
 
-    g = p.add_argument_group("training configuration", "defaults: one table (data/library_defaults.json run_defaults) "
-                             "that plan and %%memcheck also take, library defaults at the installed versions")
-    g.add_argument("--model", required=True, help="model id (catalog, HF cache) or a local directory with config.json")
-    g.add_argument("--method", choices=("full", "lora", "qlora"), default="full")
-    flag("--lora-r", key="lora_r", type=int, metavar="N")
-    flag("--lora-targets", key="lora_targets", metavar="all-linear|q_proj,v_proj,…")
-    flag("--lora-dropout", key="lora_dropout", type=float, metavar="P")
+    g = groups["model"]
+    g.add_argument("--head", choices=("auto", "causal-lm", "sequence-classification", "token-classification", "masked-lm"),
+                   default="auto", help="the output head, the class the script loads (auto: causal-lm for a decoder, "
+                   "sequence-classification for an encoder such as BERT / RoBERTa)")
+    g = groups["adapters"]
+    targets, why = dflt("lora_targets")
+    g.add_argument("--lora-targets", default=targets, metavar="all-linear|q_proj,v_proj,…", help=f"({why})")
     g.add_argument("--modules-to-save", default="", metavar="NAMES",
                    help="peft's modules_to_save, comma-separated (embed_tokens,lm_head): each a trained full copy of "
                         "that module beside the adapters")
     g.add_argument("--peft-task-type", default="auto", metavar="TYPE",
                    help="peft's LoraConfig task_type: SEQ_CLS / TOKEN_CLS train an encoder's classifier as a "
                         "modules_to_save copy, none leaves it frozen (default auto: the encoder head's)")
-    g.add_argument("--use-dora", action=argparse.BooleanOptionalAction, default=False,
-                   help="DoRA (LoraConfig(use_dora=True)): a magnitude vector per adapted layer, the weight norm every forward")
+    g = groups["quantization"]
     g.add_argument("--quant", choices=("none", "nf4", "fp4", "int8", "gptq", "awq", "hqq"), default=None,
                    help="base weight quantization: bitsandbytes nf4/fp4/int8, a GPTQ / AWQ int4 checkpoint, or HQQ "
                         "(HqqConfig, quantized on load; --bits) "
@@ -49,73 +67,39 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
                         "(default: the checkpoint's, else 64 for hqq, 128 otherwise)")
     g.add_argument("--bits", type=int, default=4, metavar="N",
                    help="HQQ bits per weight (HqqConfig nbits: 8, 6, 5, 4, 3, 2, 1; default 4)")
-    g.add_argument("--double-quant", action=argparse.BooleanOptionalAction, default=True)
     g.add_argument("--kbit-prep", action=argparse.BooleanOptionalAction, default=None,
                    help="prepare_model_for_kbit_training upcasts non-quantized weights to fp32 (default: what the "
                         "--objective's TRL trainer does at the installed TRL version; SFT no longer calls it from 0.26)")
-    flag("--dtype", key="dtype", choices=("fp32", "bf16", "fp16"), help="dtype the weights are loaded in")
+    g = groups["precision and memory"]
     g.add_argument("--precision", choices=("fp32", "amp-bf16", "amp-fp16", "pure-bf16", "master-fp32"), default=None,
-                   help=f"({dflt('precision')['help_default']})")
-    flag("--optim", key="optim", metavar="NAME", help="HF Trainer optim name")
-    flag("--galore-rank", key="galore_rank", type=int, metavar="R", help="GaLore's projection rank (galore_* optim)")
-    g.add_argument("--galore-targets", default=None, metavar="attn,mlp|all-linear|REGEX",
-                   help=f"GaLore's optim_target_modules (default: {','.join(run_default('galore_targets').value)})")
-    _vision_flags(g)
-    flag("--batch", key="batch", type=int, metavar="N", help="micro-batch per GPU")
-    flag("--seq", key="seq", type=int, metavar="N", help="longest sequence in a micro-batch")
-    flag("--grad-accum", key="grad_accum", type=int, metavar="N")
-    flag("--recompute", key="recompute", action=argparse.BooleanOptionalAction, help="gradient checkpointing")
-    g.add_argument("--recompute-every", type=int, default=1, metavar="N",
-                   help="with --recompute, checkpoint only every Nth decoder layer (torchtune ac_mode: selective, "
-                        "ac_option: N; default: 1, every layer)")
+                   help=f"({dflt('precision')[1]})")
+    attn, why = dflt("attn")
+    g.add_argument("--attn", choices=tuple(attention()), default=attn, help=f"({why})")
     g.add_argument("--recompute-policy", choices=RECOMPUTE_POLICIES, default="full",
                    help="with --recompute, what a checkpointed layer keeps: full (only its input; default) or op-sac "
                         "(torchtitan's op-level selective checkpointing: every second mm output and the attention "
                         "output and logsumexp kept, the rest recomputed)")
-    flag("--attn", key="attn", choices=tuple(attention()))
-    _loss_and_step_flags(g)
-    _model_code_flags(g, flag)
-    _parallel_flags(g)
+    groups["optimizer"].add_argument(
+        "--galore-targets", default=None, metavar="attn,mlp|all-linear|REGEX",
+        help=f"GaLore's optim_target_modules (default: {','.join(run_default('galore_targets').value)})")
+    _vision_flags(groups["vision"])
+    _objective_flags(groups["trainer"])
+    _model_code_flags(groups["model"])
+    _parallel_flags(groups["parallelism"])
 
 
-def _loss_and_step_flags(g: Any) -> None:
-    """The loss kernel, float8, offloading, the optimizer step's place and the objective."""
+def _objective_flags(g: Any) -> None:
+    """The objective and the TRL version whose step layout to model (not plan fields: the trainer says them)."""
     from memlint.estimate.setup import OBJECTIVES
 
-    g.add_argument("--fused-loss", action=argparse.BooleanOptionalAction, default=False,
-                   help="fused/chunked linear cross-entropy (Liger, Cut Cross-Entropy): no full-vocabulary logits")
-    g.add_argument("--chunked-loss", type=int, default=0, metavar="K",
-                   help="torchtune's CEWithChunkedOutputLoss: K bf16 logit chunks, each upcast to fp32 in turn (0: off)")
-    g.add_argument("--float8", choices=("none", "all", "layers"), default="none",
-                   help="torchao float8 training (convert_to_float8_training / accelerate fp8): the linears made "
-                        "Float8Linear, every one (all) or the decoder's (layers: lm_head kept)")
-    g.add_argument("--compiled-loss", action=argparse.BooleanOptionalAction, default=False,
-                   help="the cross-entropy under torch.compile (torchtune compile: true, TrainingArguments(torch_compile="
-                        "True)): no fp32 upcast or log-softmax kept, only the logsumexp")
-    g.add_argument("--float8-all-gather", action=argparse.BooleanOptionalAction, default=False,
-                   help="FSDP2 all-gathers the float8 linears' shards in float8 (torchao / torchtitan "
-                        "enable_fsdp_float8_all_gather): 1-byte unsharded weights, no weight casts")
-    g.add_argument("--offload-activations", action=argparse.BooleanOptionalAction, default=False,
-                   help="activation offloading (TRL's activation_offloading): saved activations copied to CPU")
-    g.add_argument("--optimizer-in-bwd", action=argparse.BooleanOptionalAction, default=False,
-                   help="optimizer step fused into backward (torchtune's optimizer_in_bwd): no full gradient buffer")
     g.add_argument("--objective", choices=OBJECTIVES, default="sft",
                    help="TRL trainer objective: preference trainers stack chosen+rejected rows, DPO/KTO add a reference pass")
-    g.add_argument("--ref-model", choices=("auto", "none", "copy", "adapter-disabled", "precomputed"), default="auto",
-                   help="reference for dpo/kto (default: a frozen copy for a full fine-tune, adapters disabled for peft)")
     g.add_argument("--trl-version", default=None, metavar="X.Y",
                    help="TRL version whose step layout to model (default: the installed one, else the newest known)")
 
 
-def _model_code_flags(g: Any, flag: Any) -> None:
-    """Which model class and whose model code: the output head (encoders), transformers' modules or LitGPT's."""
-    g.add_argument("--head", choices=("auto", "causal-lm", "sequence-classification", "token-classification", "masked-lm"),
-                   default="auto", help="the output head, the class the script loads (auto: causal-lm for a decoder, "
-                   "sequence-classification for an encoder such as BERT / RoBERTa)")
-    flag("--num-labels", key="num_labels", type=int, metavar="N", help="labels of a classification head")
-    g.add_argument("--target-len", type=int, default=None, metavar="N",
-                   help="an encoder-decoder's (T5's) target length, the decoder's tokens (default: the source length, "
-                   "--seq, assumed)")
+def _model_code_flags(g: Any) -> None:
+    """Whose model code runs the step: transformers' modules or LitGPT's (not a plan field: the framework says it)."""
     g.add_argument("--model-code", choices=("transformers", "litgpt"), default="transformers",
                    help="whose model code runs the step: transformers' modules (peft, the HF loss), or LitGPT's GPT "
                         "(fused qkv, LoRAQKVLinear, chunked lm_head + chunked cross-entropy; bf16-true: --precision "
@@ -126,39 +110,20 @@ def _model_code_flags(g: Any, flag: Any) -> None:
 
 
 def _parallel_flags(g: Any) -> None:
-    """How the run is spread over GPUs: data parallelism with ZeRO/FSDP sharding, tensor and context parallelism."""
-    g.add_argument("--gpus", type=int, default=1, metavar="N")
+    """Sharding and the nodes the GPUs span (--gpus, --tp, --cp ... come from the plan fields' declarations)."""
     g.add_argument("--shard", choices=("none", "zero1", "zero2", "zero3", "fsdp", "fsdp_shard_grad_op", "fsdp_hybrid"),
                    default="none")
     g.add_argument("--nodes", type=int, default=1, metavar="M", help="nodes the GPUs span (fsdp_hybrid shards within one)")
-    g.add_argument("--offload", choices=("none", "optimizer", "params"), default="none")
-    g.add_argument("--tp", type=int, default=1, metavar="N",
-                   help="tensor-parallel degree: attention and MLP linears split N ways (data parallel over GPUs / (N × CP))")
-    g.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=False,
-                   help="sequence parallelism with TP: norms and residual stream split by the sequence (Megatron --sequence-parallel)")
-    g.add_argument("--cp", type=int, default=1, metavar="N",
-                   help="context-parallel degree: the sequence split over N ranks, ring attention (approximate)")
-    g.add_argument("--tp-stack", choices=("transformers", "torchtitan", "megatron"), default="transformers",
-                   help="whose TP plan: which of embeddings / lm_head / loss are vocab-parallel (default: transformers' tp_plan='auto')")
     g.add_argument("--loss-parallel", action=argparse.BooleanOptionalAction, default=None,
                    help="vocab-parallel loss over the TP ranks (default: the stack's; torchtitan and Megatron on)")
 
 
 def _vision_flags(g) -> None:
-    """A vision-language model's images and what of its tower trains (estimate/vision.py)."""
+    """A vision-language model's images (--image-max-pixels, --train-vision ... come from the declarations)."""
     g.add_argument("--images", type=int, default=None, metavar="N",
                    help="images per sample for a vision-language model (default: 1 for a VLM, said in the assumptions)")
     g.add_argument("--image-size", default=None, metavar="HxW",
                    help="each image's size before the processor's resize (default: the largest --image-max-pixels allows)")
-    g.add_argument("--image-max-pixels", type=int, default=None, metavar="PIXELS",
-                   help="the processor's max_pixels (LLaMA-Factory image_max_pixels; default: the processor's, "
-                        "data/vision.json)")
-    g.add_argument("--image-min-pixels", type=int, default=None, metavar="PIXELS", help="the processor's min_pixels")
-    g.add_argument("--train-vision", action=argparse.BooleanOptionalAction, default=False,
-                   help="a full fine-tune also trains the vision tower (LLaMA-Factory freeze_vision_tower: false; "
-                        "default: frozen, LLaMA-Factory's default)")
-    g.add_argument("--train-projector", action=argparse.BooleanOptionalAction, default=None,
-                   help="the merger / multi-modal projector trains (default: as --train-vision)")
 
 
 def setup_from_args(args: argparse.Namespace):
@@ -166,6 +131,7 @@ def setup_from_args(args: argparse.Namespace):
     from memlint.estimate.setup import Setup
     from memlint.library.defaults import run_default
     from memlint.library.versions import installed_version
+    from memlint.plan.fields import FIELDS
 
     model = resolve(args.model)
     pre = (model.quantization or {}) if args.quant is None else {}
@@ -186,28 +152,39 @@ def setup_from_args(args: argparse.Namespace):
     if args.method == "full" and (args.lora_targets != run_default("lora_targets").value
                                   or args.lora_r != run_default("lora_r").value or args.use_dora):
         raise MemlintError("--lora-r/--lora-targets/--use-dora need --method lora or qlora")
+    if args.method == "full" and args.adapter_dtype is not None:
+        raise MemlintError("--adapter-dtype is the LoRA adapters' dtype: it needs --method lora or qlora")
     images = args.images if args.images is not None else (1 if model.vision else 0)
+    # every declared flag that sets one Setup attribute (plan/fields.py); unset (None) keeps Setup's default
+    declared = {f.flag.dest: getattr(args, f.flag.dest) for f in FIELDS
+                if f.flag is not None and not f.flag.custom and f.flag.dest is not None
+                and getattr(args, f.flag.dest, None) is not None}
     return Setup(
-        images=images, image_size=_image_size(args.image_size), image_max_pixels=args.image_max_pixels,
-        image_min_pixels=args.image_min_pixels, train_vision=args.train_vision, train_projector=args.train_projector,
-        model=model, method=args.method, quant_group_size=group, quant_bits=args.bits, lora_r=args.lora_r, lora_targets=targets,
-        lora_dropout=args.lora_dropout, use_dora=args.use_dora,
+        **declared, precision=precision, images=images, image_size=_image_size(args.image_size),
+        model=model, quant_group_size=group, quant_bits=args.bits, lora_targets=targets,
         modules_to_save=tuple(t.strip() for t in args.modules_to_save.split(",") if t.strip()),
         peft_task_type=None if args.peft_task_type.lower() == "none" else (
-            "auto" if args.peft_task_type == "auto" else args.peft_task_type.upper()), quant=quant, double_quant=args.double_quant, dtype=args.dtype,
-        precision=precision, optim=args.optim, batch=args.batch, seq=args.seq, grad_accum=args.grad_accum,
-        recompute=args.recompute, attn=args.attn, gpus=args.gpus, shard=args.shard, offload=args.offload,
-        nodes=args.nodes, kbit_prep=_kbit_prep(args, quant), fused_loss=args.fused_loss, chunked_loss=args.chunked_loss,
-        offload_activations=args.offload_activations, optimizer_in_bwd=args.optimizer_in_bwd, float8=args.float8,
-        float8_all_gather=args.float8_all_gather, compiled_loss=args.compiled_loss,
-        recompute_every=args.recompute_every, recompute_policy=args.recompute_policy, galore_rank=args.galore_rank, galore_targets=_galore_targets(args.galore_targets),
-        objective=args.objective, ref_model=args.ref_model, trl_version=args.trl_version or installed_version("trl"),
-        task_head=args.head, num_labels=args.num_labels, target_len=args.target_len,
-        tp=args.tp, sequence_parallel=args.sequence_parallel, cp=args.cp, tp_stack=args.tp_stack,
-        loss_parallel=args.loss_parallel,
-        model_code=args.model_code,
+            "auto" if args.peft_task_type == "auto" else args.peft_task_type.upper()), quant=quant,
+        attn=args.attn, shard=args.shard, nodes=args.nodes, kbit_prep=_kbit_prep(args, quant),
+        recompute_policy=args.recompute_policy, galore_targets=_galore_targets(args.galore_targets),
+        objective=args.objective, trl_version=args.trl_version or installed_version("trl"),
+        task_head=args.head, loss_parallel=args.loss_parallel, model_code=args.model_code,
         litgpt_version=(args.litgpt_version or installed_version("litgpt")) if args.model_code == "litgpt" else None,
     )
+
+
+def warn_positions(setup) -> None:
+    """`--seq` past the model's positions (config.json max_position_embeddings): a warning on stderr; the estimate
+    is still made at that length (a run with rope scaling can go past it)."""
+    import sys
+
+    from memlint.vocab import printable
+
+    cap = setup.model.arch.get("max_position_embeddings")
+    if isinstance(cap, int) and setup.seq > cap:
+        print(printable(f"memlint: warning: --seq {setup.seq:,} is past {setup.model.id}'s {cap:,} positions "
+                        f"(max_position_embeddings): the model was not trained that long (rope scaling may extend it)"),
+              file=sys.stderr)
 
 
 def _image_size(text: str | None) -> tuple[int, int] | None:
@@ -246,6 +223,9 @@ def _kbit_prep(args: argparse.Namespace, quant: str) -> bool:
 
 def target_flags(p: argparse.ArgumentParser, accounting: str | None = "real") -> None:
     """What `estimate` and `measure` check against and how they print it."""
+    from memlint.commands.common import add_online_flag
+
+    add_online_flag(p)
     p.add_argument("--gpu", metavar="NAME|GiB", help="GPU to check against (default: the common GPUs)")
     p.add_argument("--accounting", choices=("real", "textbook"), default=accounting)
     p.add_argument("--format", choices=("table", "json"), default="table")
@@ -256,9 +236,21 @@ def run(args: argparse.Namespace) -> int:
     from memlint.estimate import estimate
     from memlint.report.estimate_view import gpu_targets, render, to_json
 
+    if getattr(args, "list_gpus", False) or getattr(args, "list_models", False):
+        from memlint.report.lists import list_gpus, list_models
+
+        (list_gpus if args.list_gpus else list_models)(console(), args.format)
+        return 0
+    if not args.model:
+        raise MemlintError("--model is required: a model id, a local directory with config.json "
+                           "(memlint estimate --list-models lists the catalog)")
+    from memlint.commands.common import go_online
+
     check_chart_flags(args)
+    go_online(args)
     setup = setup_from_args(args)
-    targets = gpu_targets(args.gpu)
+    targets = gpu_targets(args.gpu)  # a usage error before any warning
+    warn_positions(setup)
     headroom = min_headroom()
     est = estimate(setup, args.accounting)  # one peak, whichever GPU it is checked against
     if args.format == "json":
@@ -275,5 +267,10 @@ def add_parser(sub) -> None:
     e = sub.add_parser("estimate", help="estimate per-GPU memory for a configuration")
     setup_flags(e)
     target_flags(e)
+    lists = e.add_argument_group("what memlint knows")
+    lists.add_argument("--list-gpus", action="store_true",
+                       help="list the GPUs --gpu takes: memory, bf16 / FlashAttention-2, aliases, and the source")
+    lists.add_argument("--list-models", action="store_true",
+                       help="list the bundled catalog: every model id with its parameter count and family")
     add_chart_flags(e)
     e.set_defaults(func=run)

@@ -22,16 +22,25 @@ def run(args: argparse.Namespace) -> int:
         raise MemlintError("measure runs transformers' loss, not a fused one: --fused-loss is for `memlint estimate`")
     if args.offload_activations:
         raise MemlintError("measure keeps activations on the device: --offload-activations is for `memlint estimate`")
+    from memlint.commands.common import go_online
+    from memlint.commands.estimate import warn_positions
+
+    go_online(args)
     setup = setup_from_args(args)
     targets = gpu_targets(args.gpu) if args.gpu else []
+    warn_positions(setup)
     if importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None:
         raise MemlintError("memlint measure needs torch and transformers: pip install 'torch-memlint[measure]'")
     from memlint.measure import measure
     from memlint.measure.quiet import quiet
 
+    from memlint import progress
+
     device = {"cpu": "trace"}.get(args.device, args.device)
-    with quiet():  # transformers' FutureWarnings, bitsandbytes' kernel notices: not memlint's output
-        m = measure(setup, device=device)
+    # a step traces in seconds (an 8B QLoRA in 5-25 s): its phases on stderr, in a terminal, after a second
+    with progress.showing(f"measuring {setup.model.id}", enabled=progress.wanted(args.quiet)):
+        with quiet():  # transformers' FutureWarnings, bitsandbytes' kernel notices: not memlint's output
+            m = measure(setup, device=device)
     doc = m.to_json()
     est = estimate(setup, args.accounting)
     headroom = min_headroom()
@@ -52,4 +61,5 @@ def add_parser(sub) -> None:
                     help="auto | cuda | cpu | trace. cpu and trace both trace the step on the CPU with fake tensors (no "
                          "memory used; CUDA's kernels emulated: its autocast op lists, SDPA kernel choice, fused "
                          "dropout); `%%memcheck --device cpu` is different: real tensors in host memory")
+    ms.add_argument("-q", "--quiet", action="store_true", help="no progress display on stderr")
     ms.set_defaults(func=run)

@@ -32,15 +32,31 @@ def _named(paths: list[str]) -> list:
 
 
 def run(args) -> int:
-    from memlint.commands.common import check_chart_flags, console, emit_chart
+    from memlint import files
+    from memlint.commands.check import allow_named
+    from memlint.commands.common import check_chart_flags, go_online, min_headroom
+
+    check_chart_flags(args)
+    if getattr(args, "fields", False):
+        from memlint.commands.common import console
+        from memlint.report.plan_view import render_fields
+
+        render_fields(console())
+        return 0
+    headroom = min_headroom()
+    go_online(args)
+    allow_named(args)
+    roots = [files.checkout_root(p) for p in args.paths] or [files.checkout_root(".")]
+    with files.checked_root(*roots):  # a plan's estimate reads a local model's config.json only inside them
+        return _run(args, headroom)
+
+
+def _run(args, headroom) -> int:
+    from memlint.commands.common import console, emit_chart
     from memlint.estimate.from_plan import apply_assumptions
     from memlint.extract import extract_paths
     from memlint.report.plan_view import render_plan
 
-    from memlint.commands.common import min_headroom
-
-    check_chart_flags(args)
-    headroom = min_headroom()
     if getattr(args, "launch_words", None):
         from memlint.extract import extract_targets
         from memlint.extract.shell import command_targets
@@ -89,7 +105,7 @@ def run(args) -> int:
                 doc["conditional"] = cond.to_json() if cond is not None else None
             docs.append(doc)
             continue
-        render_plan(plan, est_doc, detail, out, cond)
+        render_plan(plan, est_doc, detail, out, cond, show_all=args.all)
     if args.format == "json":
         print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=2))
     emit_chart(args, charted, out, terminal=args.format != "json")
@@ -107,6 +123,18 @@ def add_parser(sub) -> None:
     pl.add_argument("--gpu", metavar="NAME|GiB")
     pl.add_argument("--gpus", type=int, metavar="N", help="GPUs the run spans: the estimate is per GPU (rank)")
     pl.add_argument("--accounting", choices=("real", "textbook"), default="real")
+    from memlint.commands.check import add_read_outside
+
+    add_read_outside(pl)
     pl.add_argument("--format", choices=("table", "json"), default="table")
+    pl.add_argument("--fields", action="store_true",
+                    help="list the plan's fields: what each means, the names --assume takes for it (short and "
+                         "Hugging Face argument names) and the estimate flag that sets it")
+    pl.add_argument("--all", action="store_true",
+                    help="show every plan field (default: those that matter for the run: the core fields, what the "
+                         "estimate lacks, and what the script sets)")
     add_chart_flags(pl)
+    from memlint.commands.common import add_online_flag
+
+    add_online_flag(pl)
     pl.set_defaults(func=run)

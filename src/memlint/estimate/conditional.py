@@ -1,7 +1,8 @@
 """An answer for a plan memlint cannot size exactly, conditional on what it does not know (never a guess):
 
 - the maximum sequence length is unknown (no truncation, data-dependent): the longest sequence per
-  sample that fits on the target GPU(s) at the script's micro-batch;
+  sample that fits on the target GPU(s) at the script's micro-batch (at micro-batch 1 when that is
+  unknown too: the most any micro-batch allows);
 - the model is unknown (from the command line, a private checkpoint): what the rest of the plan costs
   on common checkpoints (and the catalog ids closest to the one the script names).
 """
@@ -47,6 +48,9 @@ class Conditional:
         if self.kind == "max_seq":
             parts = [f"{r.max_seq:,} tokens on {r.gpu}" if r.max_seq else f"not even {_SEQ_STEP} tokens on {r.gpu}"
                      for r in self.rows]
+            if "per_device_batch" in self.unknown:
+                return ("longest sequence per sample that fits at micro-batch 1 (the micro-batch is unknown; a larger "
+                        "one fits less): " + ", ".join(parts))
             return f"longest sequence per sample that fits at micro-batch {self.batch}: " + ", ".join(parts)
         on = f" on {self.rows[0].gpu}" if self.rows and self.rows[0].gpu else ""
         parts = []
@@ -92,8 +96,19 @@ def conditional(plan: TrainingPlan, extra: Mapping[str, Any] | None = None, gpu:
         return None
     if not model_known or "model_id" in missing:
         missing.add("model_id")
-    if "per_device_batch" in missing or missing - {"model_id", "max_length"}:
-        return None  # an unknown micro-batch (or sharding) leaves nothing to condition on
+    if missing - {"model_id", "max_length", "per_device_batch"}:
+        return None  # an unknown sharding leaves nothing to condition on
+    if "per_device_batch" in missing:
+        if missing != {"per_device_batch", "max_length"}:
+            return None  # an unknown micro-batch with a known length (or model) leaves nothing to condition on
+        # the micro-batch and the length both unknown (a data-dependent length, a batch memlint could not follow):
+        # the longest sequence per sample at micro-batch 1, the most any micro-batch allows
+        one = _with(plan, per_device_batch=1)
+        rows = []
+        for g in _targets(gpu):
+            s = setup_from_plan(_with(one, max_length=_SEQ_STEP), extra).setup
+            rows.append(Row(plan.value("model_id"), g[0], max_seq=longest_seq(s, g, accounting, min_headroom, _SEQ_STEP)))
+        return Conditional(("max_length", "per_device_batch"), "max_seq", 1, None, tuple(rows))
     batch = plan.value("per_device_batch")
     seq = None if "max_length" in missing else plan.value("max_length")
     batch = max(batch) if isinstance(batch, list) else batch

@@ -37,6 +37,9 @@ class Estimate:
     trainable_params: int
     assumptions: tuple[str, ...] = field(default_factory=tuple)
     context: int = 0          # the CUDA context inside `overhead` (outside the caching allocator)
+    # (row label, signed bytes, words): what the allocated peak holds beyond the component rows, and rows not live
+    # at that moment; the rows and these add up to allocated_peak (core.peak_terms)
+    peak_terms: tuple[tuple[str, int, str], ...] = ()
 
     @property
     def allocated_peak(self) -> int:
@@ -114,7 +117,8 @@ def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = Non
         overhead, ov_f = 0, "not modelled by the article's accounting"
         notes.append("textbook: the four buckets and logits are summed, as in the seed article")
     else:
-        phases = _real_phases(s, lay, a, w, g, o, tmp, gath, gath_b)
+        parts = _phase_parts(s, lay, a, w, g, o, tmp, gath, gath_b)
+        phases = {p: sum(v.values()) for p, v in parts.items()}
         phase = max(phases, key=phases.get)
         peak_alloc = phases[phase]
         ctx = DEFAULT_CONTEXT if context_bytes is None else context_bytes
@@ -126,7 +130,7 @@ def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = Non
         notes += _real_notes(s, tmp)
     notes += tp.notes(s)
     notes += _setup_notes(s, accounting)
-    s = s_in
+    counted, s = s, s_in
 
     comps = {
         "weights": Component("weights", w + gath, w_f),
@@ -137,6 +141,10 @@ def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = Non
     }
     if lay.buffers:  # only multi-GPU runs have communication buffers
         comps["buffers"] = Component("buffers", lay.buffers, lay.buffers_formula)
+    terms: tuple = ()
+    if accounting != "textbook":
+        rows = {name: c.bytes for name, c in comps.items()}
+        terms = peak_terms(counted, parts[phase], rows, phase, accounting)
     comps["overhead"] = Component("overhead", overhead, ov_f)
     return Estimate(
         setup=s,
@@ -149,6 +157,7 @@ def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = Non
         trainable_params=n_train,
         assumptions=tuple(notes),
         context=ctx,
+        peak_terms=terms,
     )
 
 
@@ -249,28 +258,103 @@ def _per_rank(s: Setup, lay, w: tuple[int, str], g: tuple[int, str], o: tuple[in
     return (wb, w_f), (gb, g_f), (ob, o_f), tmp
 
 
+# What is live at a phase's peak beyond the component rows, by key: (row label, words for the "how" column).
+PEAK_TERMS = {
+    "recompute": ("recomputed layer", "one layer's activations re-created by recompute during backward"),
+    "logits-grad": ("logits in backward", "the logits, their fp32 copies and their gradient at the start of backward"),
+    "layer-transient": ("layer working set", "one layer's working memory in forward, beside the saved activations"),
+    "encoder-transient": ("layer working set", "an encoder layer's own working memory in forward"),
+    "backward-transient": ("layer working set", "one layer's backward working memory beside what is still saved"),
+    "backward-end": ("end of backward", "saved tensors still alive beside the last gradients"),
+    "vision-end": ("tower's backward", "the vision tower's end of backward, beside every gradient"),
+    "tied-grads": ("tied gradients", "the tied embedding's two gradients, summed out of place"),
+    "shared-embedding": ("shared embedding", "the shared embedding's backward: every gradient but the encoder's, the "
+                                             "encoder's saved tensors and V·d gradients in autograd's buffer"),
+    "step-temporaries": ("step temporaries", "the optimizer step's temporaries"),
+}
+
+
 def _real_phases(s: Setup, lay, a, w: int, g: int, o: int, tmp: int, gath: int, gath_b: int) -> dict[str, int]:
     """Live bytes at the peak of each phase: forward (activations and logits saved), backward
     (the largest of the logits' gradients, one recomputed layer, the gradients arriving) and the
     optimizer step (its temporaries)."""
+    return {phase: sum(parts.values()) for phase, parts in _phase_parts(s, lay, a, w, g, o, tmp, gath, gath_b).items()}
+
+
+def _phase_parts(s: Setup, lay, a, w: int, g: int, o: int, tmp: int, gath: int,
+                 gath_b: int) -> dict[str, dict[str, int]]:
+    """What is live at each phase's peak, by component row (weights, gradients, optimizer, activations, logits,
+    buffers) or PEAK_TERMS key: the largest candidate of each phase, so the parts add up to its total."""
     g_fwd = g if s.grad_accum > 1 else 0
     keep = lay.persistent
-    fwd = w + gath + o + g_fwd + keep + a.body + max(a.logits_forward, a.transient, a.forward_transient)
+
+    def largest(*cands: dict[str, int]) -> dict[str, int]:
+        return max(cands, key=lambda c: sum(c.values()))
+
+    fwd = {"weights": w + gath, "optimizer": o, "gradients": g_fwd, "buffers": keep, "activations": a.body,
+           **largest({"logits": a.logits_forward}, {"layer-transient": a.transient},
+                     {"encoder-transient": a.forward_transient})}
     transient = (a.per_layer + a.transient) if s.recompute else 0
+    base = {"weights": w + gath_b, "optimizer": o, "buffers": keep + lay.backward}
     if s.steps_in_backward:
         # g is one parameter's gradient and tmp its step's temporaries, alive while backward still holds the
         # activations; nothing is left for a step after backward
-        bwd = w + gath_b + o + keep + lay.backward + max(a.body + a.logits_backward, a.body + transient + g + tmp,
-                                                       g + tmp + transient + lay.backward_tail)
-        return {"forward": fwd, "backward": bwd, "optimizer": w + o + keep}
-    bwd = w + gath_b + o + keep + lay.backward + max(a.body + a.logits_backward + g_fwd, a.body + transient + g_fwd,
-                                                   a.body + a.backward_transient + g_fwd,
-                                                   g - a.late_grads + transient + a.recompute_keep + lay.backward_tail
-                                                   + a.end_of_backward,
-                                                   g + a.vision_end,
-                                                   g + tied_accumulation(s), shared_embedding_moment(s, a, g))
-    opt = w + g + o + tmp + keep
-    return {"forward": fwd, "backward": bwd, "optimizer": opt}
+        bwd = largest({"activations": a.body, "logits-grad": a.logits_backward},
+                      {"activations": a.body, "recompute": transient, "gradients": g, "step-temporaries": tmp},
+                      {"gradients": g, "step-temporaries": tmp, "recompute": transient, "buffers": lay.backward_tail})
+        return {"forward": fwd, "backward": _plus(base, bwd),
+                "optimizer": {"weights": w, "optimizer": o, "buffers": keep}}
+    bwd = largest({"activations": a.body, "logits-grad": a.logits_backward, "gradients": g_fwd},
+                  {"activations": a.body, "recompute": transient, "gradients": g_fwd},
+                  {"activations": a.body, "backward-transient": a.backward_transient, "gradients": g_fwd},
+                  {"gradients": g - a.late_grads, "recompute": transient, "buffers": lay.backward_tail,
+                   "backward-end": a.recompute_keep + a.end_of_backward},
+                  {"gradients": g, "vision-end": a.vision_end},
+                  {"gradients": g, "tied-grads": tied_accumulation(s)},
+                  {"shared-embedding": shared_embedding_moment(s, a, g)})
+    opt = {"weights": w, "gradients": g, "optimizer": o, "step-temporaries": tmp, "buffers": keep}
+    return {"forward": fwd, "backward": _plus(base, bwd), "optimizer": opt}
+
+
+def _plus(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    return {k: a.get(k, 0) + b.get(k, 0) for k in {**a, **b}}
+
+
+def peak_terms(s: Setup, parts: Mapping[str, int], rows: Mapping[str, int], phase: str,
+               accounting: str) -> tuple[tuple[str, int, str], ...]:
+    """(row label, signed bytes, words): what the allocated peak holds beyond the component rows (a recomputed
+    layer, the logits' gradient, step temporaries) and the rows not live at that moment (no gradients yet at the
+    start of backward), so that the rows and these add up to the allocated peak."""
+    out: list[tuple[str, int, str]] = []
+    for key, b in parts.items():
+        if key in rows or key in COMPONENTS or key == "buffers" or not b:
+            continue
+        label, words = PEAK_TERMS[key]
+        if key == "recompute":
+            words = _recompute_words(s, accounting, words)
+        out.append((label, b, words))
+    for name, shown in rows.items():
+        d = parts.get(name, 0) - shown
+        if d < 0:
+            when = {"gradients": "not allocated yet at", "weights": "gathered layers released by"}.get(name, "freed by")
+            out.append((f"{name} not live", d, f"{when} the {phase} peak"))
+        elif d > 0:
+            out.append((f"more {name}", d, f"live at the {phase} peak beyond the {name} row"))
+    return tuple(out)
+
+
+def _recompute_words(s: Setup, accounting: str, words: str) -> str:
+    """The recomputed layer in words, with eager attention's share where it has one (SDPA keeps no s² tensors)."""
+    if attention()[s.attn].kernel != "eager":
+        return words
+    try:
+        eager = act.activations(s, accounting).per_layer - act.activations(s.with_(attn="sdpa"), accounting).per_layer
+    except Exception:  # noqa: BLE001 - a model without an SDPA path: say it without the share
+        return words + " (eager attention)"
+    if eager <= 0:
+        return words + " (eager attention)"
+    return (words + f"; {eager / GIB:.2f} GiB of it is eager attention's b·heads·s² scores and probabilities "
+            "(SDPA and FlashAttention keep none)")
 
 
 def tied_accumulation(s: Setup) -> int:

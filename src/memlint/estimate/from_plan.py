@@ -13,22 +13,16 @@ from typing import Any, Mapping
 from memlint.errors import MemlintError
 from memlint.library.api import attention, objective_name
 from memlint.library.api import kbit_prep as kbit_prep_of
-from memlint.vocab import dtype_name
+from memlint.vocab import ascii_digits, dtype_name
 from memlint.plan import PLAN_FIELDS, TrainingPlan, Value
+from memlint.plan import fields as plan_fields
 
-# Short names accepted by --assume, for the fields people type most.
-ASSUME_ALIASES = {"model": "model_id", "seq": "max_length", "max_seq_length": "max_length",
-                  "batch": "per_device_batch", "batch_size": "per_device_batch", "dtype": "torch_dtype",
-                  "optim": "optimizer", "r": "lora_r", "gradient_accumulation_steps": "grad_accum",
-                  "attn": "attn_implementation"}
 # Not plan fields: how many GPUs (ranks) the run spans, over how many nodes (fsdp_hybrid).
-EXTRA_ASSUMPTIONS = ("gpus", "nodes")
+EXTRA_ASSUMPTIONS = plan_fields.EXTRA_ASSUMPTIONS
 # What the estimate counts with: whole numbers from 1 (a script's 1e999 or "abc" is unknown, not
-# a crash); and what it reads as names.
-COUNT_FIELDS = ("per_device_batch", "eval_batch", "grad_accum", "max_length", "lora_r", "num_gpus", "quant_bits",
-                "gpus", "nodes")
-NAME_FIELDS = ("model_id", "torch_dtype", "method", "quant_type", "compute_dtype", "optimizer", "precision",
-               "attn_implementation", "distributed", "offload", "trainer", "ref_model", "padding", "tp_stack")
+# a crash); and what it reads as names (plan/fields.py declares each field's kind).
+COUNT_FIELDS = (*plan_fields.COUNT_FIELDS, *EXTRA_ASSUMPTIONS)
+NAME_FIELDS = plan_fields.NAME_FIELDS
 MAX_COUNT = 1 << 31
 
 
@@ -57,9 +51,10 @@ def apply_assumptions(plan: TrainingPlan, assume: list[str]) -> tuple[TrainingPl
         if "=" not in item:
             raise MemlintError(f"--assume {item!r}: expected KEY=VALUE")
         key, raw = item.split("=", 1)
-        key = ASSUME_ALIASES.get(key.strip(), key.strip())
+        key = plan_fields.ASSUME_NAMES.get(key.strip(), key.strip())
         if key not in PLAN_FIELDS and key not in EXTRA_ASSUMPTIONS:
-            raise MemlintError(f"--assume {key!r}: not a plan field; fields: {', '.join(PLAN_FIELDS)}, gpus")
+            raise MemlintError(f"--assume {key!r}: not a plan field{_did_you_mean(key)} "
+                               "(`memlint plan --fields` lists them, with the Hugging Face names each takes: per_device_train_batch_size)")
         value = _parse(raw)
         if key in COUNT_FIELDS and whole(value) is None:
             raise MemlintError(f"--assume {item}: {key} must be a whole number from 1 to {MAX_COUNT:,}")
@@ -70,9 +65,21 @@ def apply_assumptions(plan: TrainingPlan, assume: list[str]) -> tuple[TrainingPl
     return checked(plan.with_values(**values)), extra
 
 
+def _did_you_mean(key: str) -> str:
+    """`; did you mean max_length?`: the closest plan field, short name or Hugging Face argument name."""
+    import difflib
+
+    names = [*PLAN_FIELDS, *plan_fields.ASSUME_NAMES, *EXTRA_ASSUMPTIONS]
+    close = difflib.get_close_matches(key.lower(), names, n=1, cutoff=0.6)
+    if not close:
+        return ""
+    target = plan_fields.ASSUME_NAMES.get(close[0], close[0])
+    return f"; did you mean {close[0]}" + (f" ({target})?" if target != close[0] else "?")
+
+
 def whole(v: Any) -> int | None:
     """`v` as a whole number from 1 to MAX_COUNT, else None: bools, NaN, inf, 2.5, "abc", 0."""
-    if isinstance(v, str) and 0 < len(v.strip()) <= 12 and v.strip().isdigit():
+    if isinstance(v, str) and 0 < len(v.strip()) <= 12 and ascii_digits(v.strip()):
         v = int(v)
     if isinstance(v, float) and math.isfinite(v) and v == int(v):
         v = int(v)
@@ -121,15 +128,9 @@ def checked(plan: TrainingPlan) -> TrainingPlan:
                         out.kind, versions=out.versions)
 
 
-def _worst(v: Value, pick=max) -> Any:
-    """The worst case over branch candidates (largest batch / length), else the value."""
-    cands = [c for c in (v.candidates or (v.value,)) if c is not None]
-    if not cands:
-        return None
-    try:
-        return pick(cands)
-    except TypeError:
-        return cands[-1]
+def _worst(v: Value, name: str) -> Any:
+    """The worst case over branch candidates, in the field's declared order (plan/fields.py), else the value."""
+    return plan_fields.worst(name, list(v.candidates or (v.value,)))
 
 
 def _transformers_major() -> int:
@@ -158,7 +159,7 @@ def _distributed(get, extra: Mapping[str, Any], notes: list[str]) -> tuple[str, 
     shard = get("distributed").value or "none"
     gpus = _positive(extra.get("gpus"))
     if gpus is None and get("num_gpus").known:
-        gpus = _positive(_worst(get("num_gpus")))
+        gpus = _positive(_worst(get("num_gpus"), "num_gpus"))
     gpus = gpus or 1
     nodes = _positive(extra.get("nodes")) or 1
     if gpus % nodes:
@@ -207,7 +208,7 @@ def _objective(get, method: str, notes: list[str]) -> tuple[str, str]:
     if objective not in ("dpo", "kto"):
         return objective, "none"
     v = get("ref_model")
-    ref = _REF_MODELS.get(str(_worst(v, pick=lambda c: c[0])), "auto") if v.known else "auto"
+    ref = _REF_MODELS.get(str(_worst(v, "ref_model")), "auto") if v.known else "auto"
     if not v.known:
         notes.append(f"{trainer}'s ref_model is unknown: estimated as TRL's default (no ref_model)")
     if ref == "copy" and method != "full":
@@ -257,7 +258,7 @@ def _method(get, notes: list[str], spec: Any = None) -> tuple[str, str, bool, in
 
 def _load_dtype(get, spec, notes: list[str]) -> str:
     """The dtype the weights load in: the plan's, else transformers' default (the checkpoint's dtype from 5.0)."""
-    dtype = dtype_name(str(_worst(get("torch_dtype"), pick=lambda c: c[-1])))
+    dtype = dtype_name(str(_worst(get("torch_dtype"), "torch_dtype")))
     if dtype is None:
         dtype = "auto" if _transformers_major() >= 5 else "fp32"
         notes.append(f"torch_dtype not set: transformers {'>=5 loads the checkpoint dtype' if dtype == 'auto' else '<5 loads fp32'}")
@@ -366,14 +367,14 @@ def _setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None)
     plan = checked(plan)
     get = plan.get
 
-    model_id = _worst(get("model_id"), pick=lambda c: c[-1])
+    model_id = _worst(get("model_id"), "model_id")
     if model_id is None:
         missing.append("model_id")
-    seq = _worst(get("max_length"))
+    seq = _worst(get("max_length"), "max_length")
     padding = get("padding").value
     if seq is None:
         missing.append("max_length")
-    batch = _worst(get("per_device_batch"))
+    batch = _worst(get("per_device_batch"), "per_device_batch")
     if batch is None:
         missing.append("per_device_batch")
     if missing:
@@ -388,7 +389,7 @@ def _setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None)
     optim = known_optim(get("optimizer").value or _run_default("optim", notes, "optimizer"), notes)
     targets = _targets(get, method, spec, notes)
     recompute_v = get("gradient_checkpointing")
-    recompute = _worst(recompute_v, pick=min) if recompute_v.known else _run_default("recompute", notes, "gradient checkpointing")
+    recompute = _worst(recompute_v, "gradient_checkpointing") if recompute_v.known else _run_default("recompute", notes, "gradient checkpointing")
     attn = get("attn_implementation").value or _run_default("attn", notes, "attn_implementation")
     if attn not in attention():
         notes.append(f"attn_implementation {attn!r} is not in memlint's table: estimated as sdpa")
@@ -399,7 +400,7 @@ def _setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None)
     if padding == "longest":
         notes.append(f"padding to the longest sample: worst case is a micro-batch whose longest sample is {seq}")
     fused_v = get("fused_loss")
-    fused = bool(_worst(fused_v, pick=lambda c: False if False in c else c[0])) if fused_v.known else False
+    fused = bool(_worst(fused_v, "fused_loss")) if fused_v.known else False
     objective, ref_model = _objective(get, method, notes)
     from memlint.library.versions import installed_version
 
@@ -408,7 +409,7 @@ def _setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None)
         notes.append(f"fused_loss with {get('trainer').value}: the preference loss is estimated on full logits")
     kbit_prep = _kbit_prep(get, quant, notes)
     in_bwd = _optimizer_in_bwd(get)
-    accum = int(_worst(get("grad_accum")) or _run_default("grad_accum", notes, "gradient accumulation"))
+    accum = int(_worst(get("grad_accum"), "grad_accum") or _run_default("grad_accum", notes, "gradient accumulation"))
     if in_bwd and accum > 1:
         notes.append(f"the optimizer steps in backward: each of the {accum} micro-batches steps on its own gradients "
                      "(nothing accumulates); estimated with gradient accumulation 1")
@@ -501,8 +502,8 @@ def _target(get, spec, seq: int, notes: list[str]) -> dict[str, Any]:
     if not spec.arch.get("encoder_decoder"):
         return {}
     v = get("target_len")
-    if v.known and isinstance(_worst(v), int) and _worst(v) >= 1:
-        return {"target_len": int(_worst(v))}
+    if v.known and isinstance(_worst(v, "target_len"), int) and _worst(v, "target_len") >= 1:
+        return {"target_len": int(_worst(v, "target_len"))}
     notes.append(f"target length unknown: the estimate assumes the target as long as the source ({seq} tokens; "
                  "approximate: pass --assume target_len=N, or set max_length= on the labels' tokenizer call)")
     return {}
@@ -519,8 +520,8 @@ def _head(get, spec, notes: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {"task_head": head}
     if head in ("auto", "sequence-classification", "token-classification"):
         n = get("num_labels")
-        if n.known and isinstance(_worst(n), int) and _worst(n) >= 1:
-            out["num_labels"] = int(_worst(n))
+        if n.known and isinstance(_worst(n, "num_labels"), int) and _worst(n, "num_labels") >= 1:
+            out["num_labels"] = int(_worst(n, "num_labels"))
         else:
             out["num_labels"] = int(_run_default("num_labels", notes, "num_labels"))
     return out
@@ -537,7 +538,7 @@ def _parallel(get, spec, gpus: int, notes: list[str]) -> dict[str, Any]:
         v = get(name)
         if not v.known:
             return 1
-        w = _worst(v, pick=min)  # the fewest ranks splitting the model is the worst case
+        w = _worst(v, name)  # the fewest ranks splitting the model is the worst case (declared "min")
         return gpus if w == "world" else (_positive(w) or 1)
 
     tp, cp = count("tp_size"), count("cp_size")
@@ -584,8 +585,8 @@ def _dropout(get, method: str, notes: list[str]) -> float:
     v = get("lora_dropout")
     if method == "full":
         return 0.0
-    if v.known and isinstance(_worst(v), (int, float)):
-        return float(_worst(v))
+    if v.known and isinstance(_worst(v, "lora_dropout"), (int, float)):
+        return float(_worst(v, "lora_dropout"))
     return float(_run_default("lora_dropout", notes, "lora_dropout"))
 
 

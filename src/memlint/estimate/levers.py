@@ -8,8 +8,8 @@ purpose: the worst-case micro-batch holds `batch × max_length` tokens either wa
 what a typical step costs, not the peak (MEM201 and MEM202 say so).
 
 Each lever says what it changes in the Setup, which plan fields say it in a script (so the advice
-can name the line), and what it costs the run; `cost` ranks them from free (a fused loss) to a
-different experiment (a shorter max_length). Every candidate is re-estimated, never guessed.
+can name the line), and what it costs the run; `cost` ranks them from better in every way (SDPA
+instead of eager attention) and free (a fused loss) to a different experiment (a shorter max_length). Every candidate is re-estimated, never guessed.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class Step:
 class Lever:
     key: str
     title: str              # "gradient checkpointing"
-    cost: int               # 1 (free) .. 8 (a different experiment)
+    cost: int               # 0 (better in every way) .. 8 (a different experiment)
     why: str                # what it costs the run
     make: Callable[[Setup], Step | None]  # None where it is already on or does not apply
 
@@ -154,7 +154,8 @@ def _qlora(s: Setup) -> Step | None:
 LEVERS: tuple[Lever, ...] = (
     Lever("fused-loss", "fused cross-entropy", 1, "a Liger/Cut Cross-Entropy kernel; the loss is the same", _fused),
     Lever("double-quant", "double quantization", 1, "none (the QLoRA paper's default)", _double_quant),
-    Lever("sdpa", "SDPA attention", 1, "none; faster than eager", _sdpa),
+    # free and faster: every other lever costs something, so SDPA comes first wherever it helps
+    Lever("sdpa", "SDPA attention", 0, "none; faster than eager", _sdpa),
     Lever("8bit-optimizer", "8-bit optimizer", 2, "bitsandbytes' blockwise 8-bit state", _eight_bit),
     Lever("paged-optimizer", "paged optimizer", 3, "state in unified memory, paged to CPU under pressure", _paged),
     Lever("recompute", "gradient checkpointing", 3, "about a third more compute", _recompute),

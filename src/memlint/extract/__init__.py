@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from memlint.errors import MemlintError
-from memlint.extract.budget import STOPPED_NOTE
+from memlint.extract.budget import STOPPED_NOTE, over_script_budget
 from memlint.files import Refused, Target, read_bytes, refusals, source_lines
 from memlint.plan import Diagnostic, Span, TrainingPlan
 from memlint.vocab import CONFIG_SUFFIXES
@@ -44,19 +44,26 @@ def _pinned(path: Path, read):
 
 def extract_file(path: str | Path, launch: Any = None, shown: str | None = None) -> TrainingPlan:
     """The training plan of one script, notebook or framework config (.yaml/.yml/.json);
-    `launch` (extract.launch.Launch) is the command the script is run with."""
-    return _pinned(Path(path), lambda: _extract_file(path, launch, shown))
+    `launch` (extract.launch.Launch) is the command the script is run with. Files it follows are read only
+    inside the checked root (files.checkout_root of `path`, or the one already in force)."""
+    from memlint import files
+
+    root = files.root_in_force() or files.checkout_root(path)
+    with files.checked_root(root):
+        return _pinned(Path(path), lambda: _extract_file(path, launch, shown))
 
 
 def _extract_file(path: str | Path, launch: Any = None, shown: str | None = None) -> TrainingPlan:
-    p = Path(path)
+    from memlint import files
     from memlint.extract.configs.overrides import TOOLS
+
+    p = Path(path)
 
     tool_run = launch is not None and launch.launcher in TOOLS and not launch.script and not launch.module
     if p.suffix.lower() in CONFIG_SUFFIXES or tool_run:
         from memlint.extract.configs import read_config
 
-        plan = read_config(p if p.is_file() or not tool_run else None, shown=shown or str(path), launch=launch)
+        plan = read_config(p if files.is_file(p) or not tool_run else None, shown=shown or str(path), launch=launch)
         return _launched_config(plan, launch)
     from memlint.extract.source import read_source
 
@@ -82,7 +89,9 @@ def _script_trainer(plan: TrainingPlan, script: Path) -> TrainingPlan:
     """A recipe run by a script that trains with a trainer class of its own checkout (SimPO's
     `SimPOTrainer(Trainer)`): the recipe's trainer is a guess from its keys (`beta`: DPO), the
     script's class settles it."""
-    if script.suffix != ".py" or not script.is_file():
+    from memlint import files
+
+    if script.suffix != ".py" or not files.is_file(script):
         return plan
     from memlint.extract.source import read_source
 
@@ -103,25 +112,21 @@ def _script_trainer(plan: TrainingPlan, script: Path) -> TrainingPlan:
 def extract_source(source: str, path: str | Path = "<string>", shown: str | None = None,
                    launch: Any = None) -> TrainingPlan:
     """The training plan of Python source text (already IPython-transformed for notebooks)."""
-    from memlint.extract import syntax as cst
-
     from memlint.extract.build import Builder
     from memlint.extract.handlers import Handlers
     from memlint.extract.interp import Interpreter
+    from memlint.extract.parsed import ParserSyntaxError
 
     from memlint.extract import budget
 
     p = Path(path)
     name = shown if shown is not None else str(path)
-    lines = source.count("\n")
-    if len(source) > budget.MAX_SCRIPT_BYTES or lines > budget.MAX_SCRIPT_LINES:
-        why = (f"not analysed: {lines:,} lines, over memlint's budget of {budget.MAX_SCRIPT_LINES:,} lines for one script"
-               if lines > budget.MAX_SCRIPT_LINES else f"not analysed: {len(source):,} characters of Python, over "
-               f"memlint's budget of {budget.MAX_SCRIPT_BYTES:,} for one script")
+    why = over_script_budget(source)
+    if why is not None:
         return unreadable(name, why)
     try:
-        interp = Interpreter(p, source, Handlers(), launch)  # parses with CPython's parser (extract/syntax.py)
-    except cst.ParserSyntaxError as exc:
+        interp = Interpreter(p, source, Handlers(), launch)  # parses with libcst (extract/parsed.py)
+    except ParserSyntaxError as exc:
         return _syntax_error_plan(name, exc.raw_line, exc.raw_column + 1, exc.message)
     except RecursionError:
         return _unreadable_plan(name, "too deeply nested to parse")
@@ -186,9 +191,17 @@ def expand_launchers(targets: list[Target], roots: Any = ()) -> list[Target]:
         # a notebook is read as Python and, for its `!python train.py ...` lines, as a launcher too
         if not is_launcher(t.path) and not (t.path.suffix == ".ipynb" and _has_shell_line(t.path)):
             continue
+        from memlint import files
+        from memlint.extract.budget import OverBudget
         from memlint.extract.shell import launcher_targets
 
-        for pair in launcher_targets(t.path, t.shown, [*walked, Path.cwd()]):
+        try:
+            with files.checked_root(files.target_root(t)):
+                found = launcher_targets(t.path, t.shown, [*walked, Path.cwd()], root=files.target_root(t))
+        except OverBudget as exc:  # the launcher itself is a MEM001 note; the walk goes on
+            pairs.append(replace(t, explicit=True, note=str(exc)))
+            continue
+        for pair in found:
             key = (str(pair.path.resolve()), pair.launch.origin, pair.launch.line)
             if key not in seen:
                 seen.add(key)
@@ -210,9 +223,15 @@ def _has_shell_line(path: Path) -> bool:
 
 def extract_targets(targets: list[Target]) -> list[TrainingPlan]:
     """Plans of `targets` (files.collect, or a launch command's target)."""
+    from memlint import files
+
     plans = []
     for target in targets:
-        plan = extract_file(target.path, target.launch, target.shown) if target.explicit else read_target(target)[0]
+        with files.checked_root(files.target_root(target)):
+            if target.note is not None:  # refused before reading (a launcher past its budget)
+                plan = unreadable(target.shown, target.note)
+            else:
+                plan = extract_file(target.path, target.launch, target.shown) if target.explicit else read_target(target)[0]
         if plan is not None:
             plans.append(plan)
     return plans
@@ -226,7 +245,9 @@ def read_target(target: Target) -> tuple[TrainingPlan | None, list[str], list[in
     """The plan of one file, its lines and (notebooks) where each cell starts; None for a file
     that is not a training file. A file it follows and memlint refused (too large, a FIFO) is a
     MEM001 note of its own."""
-    with refusals() as refused:
+    from memlint import files
+
+    with files.checked_root(files.target_root(target)), refusals() as refused:
         plan, lines, cells = _read_target(target)
     if plan is not None and refused:
         plan = not_read(plan, refused, target.path)
@@ -235,12 +256,28 @@ def read_target(target: Target) -> tuple[TrainingPlan | None, list[str], list[in
 
 def not_read(plan: TrainingPlan, refused: list[tuple[str, str]], own: str | os.PathLike | None = None) -> TrainingPlan:
     """`plan` with a "not-read" diagnostic for each file it follows that was refused (files.Refused)."""
+    from memlint.files import OUTSIDE
+
     own_key = os.path.abspath(own) if own is not None else None
-    diags = [Diagnostic("not-read", f"{why} (followed from {plan.path})", Span(os.path.normpath(path), 1, 1))
-             for path, why in dict.fromkeys(refused) if os.path.abspath(path) != own_key]
+    diags = []
+    for path, why in dict.fromkeys(refused):
+        if os.path.abspath(path) == own_key:
+            continue
+        if why.startswith(OUTSIDE):  # said on the file that names it: nothing is located outside the root
+            diags.append(Diagnostic("not-read", f"{_shown_path(path)} {why} (followed from {plan.path})",
+                                    Span(plan.path, 1, 1)))
+        else:
+            diags.append(Diagnostic("not-read", f"{why} (followed from {plan.path})", Span(os.path.normpath(path), 1, 1)))
     if not diags:
         return plan
     return replace(plan, diagnostics=plan.diagnostics + tuple(diags), via=None, sources=())
+
+
+def _shown_path(path: str) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return str(path)
 
 
 def _read_target(target: Target) -> tuple[TrainingPlan | None, list[str], list[int]]:
@@ -249,6 +286,8 @@ def _read_target(target: Target) -> tuple[TrainingPlan | None, list[str], list[i
 
 def _read_target_unpinned(target: Target) -> tuple[TrainingPlan | None, list[str], list[int]]:
     path, shown = target.path, target.shown
+    if target.note is not None:  # refused before reading (a launcher past its budget)
+        return unreadable(shown, target.note), [], []
     try:
         raw = read_bytes(path)
     except Refused as exc:
@@ -280,9 +319,15 @@ def _read_target_unpinned(target: Target) -> tuple[TrainingPlan | None, list[str
     from memlint.extract.source import notebook_cells, transform_lines
 
     cells: list[int] = []
+    why = over_script_budget(text) if path.suffix != ".ipynb" else None
+    if why is not None:
+        return unreadable(shown, why), [], []
     try:  # `!pip` and `%magic` lines (exported notebooks) become calls, line for line
         if path.suffix == ".ipynb":
             lines, cells = notebook_cells(text, path)
+            why = over_script_budget("\n".join(lines) + "\n")
+            if why is not None:
+                return unreadable(shown, why), [], []
         else:
             lines = source_lines(text)
         plan = extract_source(transform_lines(lines, cells=cells or None), path, shown=shown, launch=target.launch)

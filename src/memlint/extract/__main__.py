@@ -41,6 +41,16 @@ def golden_path(root: Path, script: Path) -> Path:
     return root / "golden" / f"{rel}.json"
 
 
+# A field the fixture leaves unknown, with nothing else to say: golden files leave it out, so a new plan field
+# rewrites only the goldens of the fixtures that set it.
+BARE_UNKNOWN = {"value": None, "source": "unknown", "line": None}
+
+
+def golden_doc(plan_json: dict) -> dict:
+    """The fields a golden file claims: every one the plan says anything about."""
+    return {k: v for k, v in plan_json.items() if v != BARE_UNKNOWN}
+
+
 def regen(root: Path) -> int:
     from memlint.library.versions import pinned_versions
 
@@ -49,7 +59,7 @@ def regen(root: Path) -> int:
             plan = extract_file(script)
             out = golden_path(root, script)
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(plan.to_json(), indent=2) + "\n", encoding="utf-8")
+            out.write_text(json.dumps(golden_doc(plan.to_json()), indent=2) + "\n", encoding="utf-8")
             print(f"wrote {out}")
     return 0
 

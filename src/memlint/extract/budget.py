@@ -12,6 +12,8 @@ import re
 import time
 from typing import Any
 
+from memlint.errors import MemlintError
+
 MAX_STR = 100_000            # characters of a string the interpreter builds (a format width counts)
 MAX_ITEMS = 10_000           # items of a list, tuple, dict or set, nested ones counted
 MAX_INT_BITS = 4_096         # bits of an integer (1,233 digits; Python refuses str() past 4,300)
@@ -25,8 +27,26 @@ MAX_ALTERNATIVES = 64        # values one name may hold after branches disagree
 MAX_CHAIN = 48               # steps kept in a value's "how it was resolved" chain
 SHOWN = 120                  # characters of a value's repr in a chain
 
-OVER = "a value larger than memlint's budget"  # an Unknown's why, and the note's subject
+OVER = "a value larger than memlint's budget"
+MAX_SHELL_VALUE = 100_000    # characters a launcher's variable (or one expanded line) may reach: X=$X$X forty times
+MAX_SHELL_DEPTH = 32         # ${A:-${A:-...}} nested this deep at most
+MAX_SHELL_SECONDS = 5.0      # reading one launcher's commands
+WALL_FACTOR = 6              # the wall-clock cap of a CPU-time budget (a machine shared by six busy processes)
+MAX_HYDRA_VALUES = 200_000   # values one Hydra composition may copy and merge (a big option mentioned 500 times)
+MAX_JSON_DEPTH = 256         # nesting of a notebook's JSON the position scanner follows  # an Unknown's why, and the note's subject
 _DIGITS = re.compile(r"\d+")
+
+
+def over_script_budget(source: str) -> str | None:
+    """Why `source` is past the budget of Python one script may be (None: within it). Checked before a file's
+    lines are transformed, so a 2 MB script a launcher names twenty times costs twenty counts, not twenty reads."""
+    lines = source.count("\n")
+    if lines > MAX_SCRIPT_LINES:
+        return f"not analysed: {lines:,} lines, over memlint's budget of {MAX_SCRIPT_LINES:,} lines for one script"
+    if len(source) > MAX_SCRIPT_BYTES:
+        return (f"not analysed: {len(source):,} characters of Python, over memlint's budget of "
+                f"{MAX_SCRIPT_BYTES:,} for one script")
+    return None
 
 
 def fits(value: Any) -> bool:
@@ -150,13 +170,23 @@ def capped(chain: tuple[str, ...]) -> tuple[str, ...]:
     return chain[:head] + ("…",) + chain[-(MAX_CHAIN - head - 1):]
 
 
-class Deadline:
-    """The time one script's interpretation may take; checked every 1,024 statements."""
+class OverBudget(MemlintError):
+    """A file past one of its budgets (size, depth, time): a one-line MEM001 note on it, never a crash."""
 
-    __slots__ = ("end",)
+
+class Deadline:
+    """The time one script's interpretation may take; checked every 1,024 statements.
+
+    Counted in this thread's CPU time, so a file reads the same on an idle laptop and on a CI runner or a
+    pre-commit run sharing its cores (wall-clock budgets dropped files at random under load); a wall-clock
+    cap of WALL_FACTOR times the budget still ends a read that waits instead of computing."""
+
+    __slots__ = ("cpu_end", "wall_end")
 
     def __init__(self, seconds: float | None = None) -> None:
-        self.end = time.monotonic() + (MAX_SECONDS if seconds is None else seconds)
+        budget = MAX_SECONDS if seconds is None else seconds
+        self.cpu_end = time.thread_time() + budget
+        self.wall_end = time.monotonic() + budget * WALL_FACTOR
 
     def passed(self) -> bool:
-        return time.monotonic() > self.end
+        return time.thread_time() > self.cpu_end or time.monotonic() > self.wall_end

@@ -22,6 +22,7 @@ from memlint.library import api
 from memlint.library.api import checkout_objective
 from memlint.library.defaults import default as library_default
 from memlint.plan import SOURCES, Span, TrainingPlan, Value
+from memlint.vocab import ascii_digits
 
 _NUMERIC = {"lora_r", "lora_alpha", "per_device_batch", "eval_batch", "grad_accum", "max_length", "num_gpus", "target_len"}
 # When branches disagree, `value` is the candidate that costs the most memory.
@@ -416,8 +417,17 @@ class Builder:
         dls = self.facts.first("objects", DataLoader)
         train_dl = next((d for d in dls if isinstance(d.get("shuffle"), Const) and d.get("shuffle").value), dls[0] if dls else None)
         windows = self.facts.first("windows")
+        yields = self.facts.first("batch_yields")
         if train_dl is not None:
             bs = train_dl.get("batch_size")
+            if isinstance(bs, Const) and bs.value is None and yields:
+                # DataLoader(ds, batch_size=None): no batching of its own, the dataset yields whole batches
+                y = yields[0]
+                n = y.rows.with_value(y.rows.value, f"DataLoader(batch_size=None) (line {train_dl.line}): the dataset "
+                                      f"yields batches of {y.rows.value} rows (`if len(batch) == n: yield`, line {y.line})") \
+                    if isinstance(y.rows, Const) else y.rows
+                self.put("per_device_batch", n, _int, train_dl.line)
+                return train_dl
             self.put("per_device_batch", bs if bs is not None else _libc("torch.utils.data.DataLoader", "batch_size", train_dl.line), _int, train_dl.line)
         elif windows:  # nanoGPT's get_batch: torch.stack([data[i : i + n] for i in torch.randint(_, (B,))])
             self.put("per_device_batch", windows[0].rows, _int, windows[0].line)
@@ -434,7 +444,7 @@ class Builder:
         args = each("optim_args")
         if isinstance(args, Const) and isinstance(args.value, str):
             ranks = [kv.split("=", 1)[1].strip() for kv in args.value.replace(" ", "").split(",") if kv.startswith("rank=")]
-            if ranks and ranks[0].isdigit():
+            if ranks and ascii_digits(ranks[0]):
                 self.put("galore_rank", Const(int(ranks[0]), args.source, args.line, args.chain + ("optim_args rank=",), args.file), _int, line)
                 return
         self.put("galore_rank", _libc("transformers.galore_optim_args", "rank", line), _int, line)
@@ -823,12 +833,14 @@ class Builder:
 
     def _find_file(self, ref: str) -> tuple[Path, str] | None:
         """A file the script names by a relative path: beside it, in the working directory, in the launch folder."""
+        from memlint.files import is_file
+
         bases = [self.script.parent, Path.cwd()]
         if self.launch is not None and self.launch.cwd:
             bases.insert(1, Path.cwd() / self.launch.cwd)
         for base in bases:
             p = base / os.path.expanduser(ref)
-            if p.is_file():
+            if is_file(p):
                 shown = os.path.normpath(os.path.join(os.path.dirname(self.path), ref)) if base == self.script.parent \
                     else os.path.relpath(p)
                 return p, shown
@@ -888,8 +900,11 @@ class Builder:
                     else:
                         lengths.append(p if not isinstance(p, Const) else c)
                 else:
-                    ml = a.get("max_length")
-                    lengths.append(ml if ml is not None else field_value(a, "max_length"))
+                    ml = self.trainer_keyword(trainer, "max_length")
+                    ml = ml if ml is not None else a.get("max_length")
+                    lengths.append(ml if ml is not None else self.trainer_field(name, a, "max_length"))
+            if not arg_objs and self.trainer_keyword(trainer, "max_length") is not None:
+                lengths.append(self.trainer_keyword(trainer, "max_length"))
             self.put("max_length", _alts(lengths) if lengths else Unknown("max_length"), _length, line)
             self.put("packing", Const(False, "library-default", line, (f"{name} does not pack",)), _bool, line)
             self.put("padding", Const("longest", "library-default", line, (f"{name} pads each batch to its longest sequence",)), line=line)
@@ -897,6 +912,68 @@ class Builder:
         collator = trainer.kwargs.get("data_collator")
         has_tok = trainer.kwargs.get("processing_class", trainer.kwargs.get("tokenizer")) is not None
         self.data_padding(collator, has_tok, trainer.line)
+        if not self.fields["max_length"].known:
+            own = self.args_length_field(arg_objs or [])
+            if own is not None:
+                self.put("max_length", own, _length, line)
+
+    @staticmethod
+    def args_length_field(arg_objs: list[Obj]) -> Any:
+        """A length field the script's own TrainingArguments subclass declares (a checkout GRPOConfig's
+        max_seq_len), set in the call, by a later attribute write (`args.max_seq_len = 4096`) or its default:
+        the trainer that takes those arguments reads it to cut its sequences."""
+        for a in arg_objs:
+            c = getattr(a, "user_class", None)
+            declared: set = set()
+            seen = 0
+            while c is not None and hasattr(c, "fields") and seen < 20:
+                seen += 1
+                declared |= set(c.fields)
+                nxt = [b for b in c.bases if hasattr(b, "fields")]
+                c = nxt[0] if nxt else None
+            for name in sorted(declared & api.length_arguments()):
+                v = a.get(name)
+                v = v if v is not None else field_value(a, name)
+                if isinstance(v, Const) and isinstance(v.value, int) and not isinstance(v.value, bool) and v.value > 0:
+                    return Const(v.value, v.source, v.line, v.chain + (
+                        f"{a.user_class.name}.{name}, a length field of the script's own training arguments class, "
+                        "read by the trainer it is given to",), v.file)
+        return None
+
+    def trainer_keyword(self, trainer: Obj, key: str) -> Any:
+        """A length keyword given to the trainer itself (TRL's DPOTrainer(max_length=1536) beside a
+        TrainingArguments; data/library_api.json trainer_length_keywords), or None. The versions that
+        accept it decide: a checkout pin outside them rejects the call (a note); unpinned, a script that
+        passes it runs on a version that takes it."""
+        from memlint.library.versions import checkout_pin, in_range
+
+        v = trainer.kwargs.get(key)
+        facts = api.trainer_length_keyword(trainer.cls, key)
+        if v is None or facts is None:
+            return None
+        _field, package, versions, ref = facts
+        pin = checkout_pin(package)
+        if pin is not None and not in_range(pin.version, versions):
+            self.notes.append(f"{trainer.cls}({key}=...) (line {trainer.line}): {pin.describe()} does not take it "
+                              f"({package}{versions} does: {ref}); not read")
+            return None
+        if isinstance(v, Const) and v.value is None:
+            return None  # None: the trainer's own default applies
+        how = f"{trainer.cls}({key}=...) (line {trainer.line}), a keyword {package}{versions} takes ({ref})"
+        return v.with_value(v.value, how) if isinstance(v, Const) else v
+
+    def trainer_field(self, name: str, a: Obj, attr: str) -> Any:
+        """A field of the trainer's arguments; a TrainingArguments lacks the trainer's own fields
+        (max_length): the trainer then falls back to its config class's default."""
+        v = field_value(a, attr)
+        facts = api.trainer(name)
+        if isinstance(v, Unknown) and facts is not None and a.cls.endswith(".TrainingArguments") \
+                and facts.arguments != a.cls:
+            d = library_default(facts.arguments, attr)
+            if d is not None:
+                return Const(d.value, "library-default", a.line or None,
+                             (f"{d.why}; {name} given a TrainingArguments falls back to it",))
+        return v
 
     def unsloth_length(self, models: list[Obj]) -> Any:
         for m in models:
@@ -995,8 +1072,20 @@ class Builder:
         if not any(isinstance(v, (Const, Alts)) for v in lengths):
             # no length read (none, or only calls whose max_length memlint cannot follow, such as a helper's
             # `max_length=tokenizer.model_max_length` of a tokenizer parameter): the script's own length argument
-            lengths = self.length_argument() or lengths
+            lengths = self.length_argument() or self.companion_length() or lengths
         self.put("max_length", _alts(lengths) if lengths else Unknown("no max_length in tokenizer calls or collators"), _length, line)
+
+    def companion_length(self) -> list:
+        """The length a companion script of the checkout wrote the arrays the script loads at (extract/companion.py)."""
+        from memlint.extract.companion import written_length
+
+        names = list(dict.fromkeys(n for n, _ in self.facts.array_loads))
+        found = written_length(self.script, names) if names else None
+        if found is None and names:
+            line = self.facts.array_loads[0][1]
+            self.notes.append(f"max_length: the script loads pre-tokenized data ({', '.join(names)}, line {line}); no script "
+                              "of the checkout memlint read writes it, so the length it was cut to is not known")
+        return [found] if found is not None else []
 
     def length_argument(self) -> list:
         """The script's own length argument (args.max_seq_length, cfg.cutoff_len) when no tokenizer call
@@ -1053,7 +1142,7 @@ class Builder:
         else:
             self.put("grad_accum", Unknown("no optimizer.step() found"))
         if opts:
-            self.optimizer_from([steps[-1].optimizer] if steps else opts[-1:])
+            self.optimizer_from(self.stepped(opts, steps), layerwise=any(h.steps for h in self.facts.first("grad_hooks")))
         else:
             self.put("optimizer", Unknown("no optimizer found"))
         self.loop_precision(accs, line)
@@ -1215,14 +1304,28 @@ class Builder:
             vals.append(Const("fp32", "library-default", line, ("no autocast or mixed_precision found",)))
         self.put("precision", _alts(vals), line=line)
 
-    def optimizer_from(self, opts: list[Obj]) -> None:
+    @staticmethod
+    def stepped(opts: list[Obj], steps: list) -> list[Obj]:
+        """The optimizers a loop steps: those of its last `.step()` call (a name holding one of several
+        optimizers, an elif chain on an option memlint cannot read, steps each of them there); with no step
+        call (hooks step them), the last built, a GaLore one first (GaLore for the projected weights, a plain
+        one for the rest, per parameter: galore_* names that split already)."""
+        if steps:
+            return [st.optimizer for st in steps if st.line == steps[-1].line]
+        galore = [o for o in opts if api.galore_optimizer(o.optim)]
+        return galore[-1:] if galore else opts[-1:]
+
+    def optimizer_from(self, opts: list[Obj], layerwise: bool = False) -> None:
         vals = []
         for o in opts:
             name = o.optim
             fused = o.get("fused")
             if name == "adamw_torch" and isinstance(fused, Const) and fused.value:
                 name = "adamw_torch_fused"
-            vals.append(Const(name, "literal", o.line, (f"{o.cls} (line {o.line})",)))
+            how = f"{o.cls} (line {o.line})"
+            if layerwise and api.layerwise_optimizer(name):  # one optimizer per parameter, stepped in backward
+                name, how = api.layerwise_optimizer(name), how + ", one per parameter stepped by a post-accumulate-grad hook"
+            vals.append(Const(name, "literal", o.line, (how,)))
         self.put("optimizer", _alts(vals))
 
     def gc_field(self, models: list[Obj]) -> None:
@@ -1332,7 +1435,7 @@ def _device_count(v: Any, nodes: Any) -> int:
         return v * n_nodes
     if isinstance(v, (list, tuple)):
         return len(v) * n_nodes
-    if isinstance(v, str) and v.replace(",", "").strip().isdigit():
+    if isinstance(v, str) and ascii_digits(v.replace(",", "").strip()):
         parts = [p for p in v.split(",") if p.strip()]
         return (len(parts) if "," in v else int(v)) * n_nodes
     raise _Unconvertible(f"devices={v!r}: the GPUs the machine has")

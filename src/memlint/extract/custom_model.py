@@ -65,11 +65,13 @@ def with_shape(v: Value, shape: Shape) -> Value:
 
 def ties_weights(init_node: Any) -> bool:
     """`self.transformer.wte.weight = self.lm_head.weight` in the class's __init__: tied embeddings."""
-    from memlint.extract import syntax as cst
+    import libcst as cst
+
+    from memlint.extract.parsed import children
 
     def walk(n: Any):
         yield n
-        for c in n.children:
+        for c in children(n):
             yield from walk(c)
 
     for n in walk(init_node) if init_node is not None else ():

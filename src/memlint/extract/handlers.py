@@ -60,6 +60,19 @@ def library_base(v: Any, names: Any) -> str | None:
     return None
 
 
+def _pretrained_model_class(cls: Any) -> bool:
+    """Whether a class of the checkout derives from transformers' PreTrainedModel."""
+    stack, seen = [cls], 0
+    while stack and seen < 20:
+        seen += 1
+        x = stack.pop()
+        if isinstance(x, Ref) and x.qual.startswith("transformers.") and _last(x.qual) == "PreTrainedModel":
+            return True
+        if isinstance(x, Class):
+            stack.extend(x.bases)
+    return False
+
+
 def _record_layer(c: Call) -> None:
     """nn.Linear(in, out, bias=) / nn.Embedding(n, d) built inside a script model's __init__."""
     vals = [a.value if isinstance(a, Const) else None for a in c.args[:2]]
@@ -142,7 +155,7 @@ def _is_typer_command(callee: Any) -> bool:
 
 def _typer_call(node: Any) -> tuple[str, Any] | None:
     """("Argument" | "Option", the call) when `node` is typer.Argument(...) / typer.Option(...)."""
-    from memlint.extract import syntax as cst
+    import libcst as cst
 
     if isinstance(node, cst.Call):
         func = node.func
@@ -155,7 +168,7 @@ def _typer_call(node: Any) -> tuple[str, Any] | None:
 def _typer_marker(q: Any) -> tuple[str, Any] | None:
     """The typer.Argument/Option call a parameter is declared with: its default, or the metadata of
     `Annotated[T, typer.Argument(...)]`."""
-    from memlint.extract import syntax as cst
+    import libcst as cst
 
     found = _typer_call(q.default) if q.default is not None else None
     ann = q.annotation.annotation if q.annotation is not None else None
@@ -191,14 +204,53 @@ def _typer_default(it: Any, f: Func, q: Any) -> Any:
     return Unknown(f"typer parameter {q.name.value} has no default and the command does not give it")
 
 
+def _params(f: Func) -> list:
+    p = f.node.params
+    return [*p.posonly_params, *p.params, *p.kwonly_params]
+
+
+def _fastcore_param(it: Any, f: Func, q: Any) -> dict:
+    """What fastcore's Param reads off one parameter's annotation: `Param(help, type, opt, action, nargs)`,
+    a bare type (`int`, `bool_arg`), `bool` / `store_true` (a flag, False unless given) / `store_false`."""
+    import libcst as cst
+
+    ann = q.annotation.annotation if q.annotation is not None else None
+    out: dict = {}
+    typ: Any = None
+    if isinstance(ann, cst.Call) and isinstance(it.ev(ann.func, f.env), Ref) and it.ev(ann.func, f.env).name == "Param":
+        names = ("help", "type", "opt", "action", "nargs")
+        for i, a in enumerate(ann.args):
+            key = a.keyword.value if a.keyword is not None else (names[i] if i < len(names) else None)
+            if key in ("type", "opt", "action", "nargs"):
+                v = it.ev(a.value, f.env)
+                if key == "type":
+                    typ = v
+                elif isinstance(v, Const):
+                    out[key] = v.value
+    elif ann is not None:
+        typ = it.ev(ann, f.env)
+    if isinstance(typ, Ref) and typ.name in ("bool", "store_true", "store_false"):
+        out["action"] = "store_false" if typ.name == "store_false" else "store_true"
+        typ = None
+    known = isinstance(typ, Func) or isinstance(typ, Ref) and (typ.qual.startswith("builtins.") or typ.name in (
+        "bool_arg", "str2bool"))
+    out["type"] = typ if known else None
+    return out
+
+
 class Handlers:
     """Stateless: the interpreter passes itself in."""
 
     # ---- decorators (click, typer) ---------------------------------------------------------
 
     def decorate(self, it: Any, f: Func, deco: Any, env: Any) -> Any:
-        from memlint.extract import syntax as cst
+        import libcst as cst
 
+        bare = it.ev(deco, env) if isinstance(deco, (cst.Name, cst.Attribute)) else None
+        head = it.ev(deco.func, env) if isinstance(deco, cst.Call) else bare
+        if isinstance(head, Ref) and head.qual.split(".")[0] == "fastcore" and head.name == "call_parse":
+            f.cli = "fastcore"  # the function runs as it is decorated, its parameters from the command line
+            return None
         if not isinstance(deco, cst.Call):
             return None
         callee = it.ev(deco.func, env)
@@ -259,6 +311,37 @@ class Handlers:
                 out[param] = self.cli_const(it, value, f"{matched.flags.get(param, param)} {raw!r}")
             else:
                 out[param] = it.param_default(f, param)
+        return out
+
+    def cli_arguments(self, it: Any, f: Func) -> dict:
+        """What fastcore's @call_parse passes its function: an argparse parser built from the signature
+        (fastcore.script.anno_parser): `--name` for a parameter with a default, a positional for one
+        without; the annotation's type converts the word (`Param(help, type, action=...)`, `bool_arg`,
+        `int`), `bool` / `store_true` is a flag that takes no word; the rest keep their defaults."""
+        from memlint.extract.cli_args import Option, match_argparse
+
+        params = _params(f)
+        options, types = [], {}
+        for q in params:
+            name = q.name.value
+            spec = _fastcore_param(it, f, q)
+            types[name] = spec.get("type")
+            action = spec.get("action", "store")
+            opt = spec.get("opt", q.default is not None)
+            nargs = spec.get("nargs")
+            options.append(Option(name, (f"--{name}",) if opt else (), action, nargs))
+        matched = match_argparse(options, it.launch.argv) if it.launch is not None else None
+        out = {}
+        for q in params:
+            name = q.name.value
+            if matched is not None and name in matched.values:
+                raw = matched.values[name]
+                how = f"{matched.flags.get(name, name)} {raw!r}"
+                # a type memlint reads converts the word; another (Optional[int], a class) converts it like the default
+                out[name] = self.cli_const(it, raw, how) if isinstance(raw, bool) else self.convert_cli(
+                    it, raw, types[name], f.defaults.get(name), how)
+            else:
+                out[name] = it.param_default(f, name)
         return out
 
     def typer_arguments(self, it: Any, f: Func) -> tuple[list, dict]:
@@ -329,6 +412,8 @@ class Handlers:
             return f  # f.read(): the content, read where it is parsed
         if isinstance(f, DtypeName):  # getattr(torch.optim, config.optimizer)(params): the class it names
             f = f.ref
+        if isinstance(f, DictMethod) and isinstance(f.dict, Fields):  # args.__dict__.update(cfg): each key a field
+            return self.fields_update(it, f.dict.obj, f.name, args, kwargs, line)
         if isinstance(f, DictMethod):
             return self.dict_method(f.dict, f.name, args, kwargs)
         if isinstance(f, SeqMethod):  # names.index("lora"), names.count(x) of a known sequence
@@ -396,6 +481,8 @@ class Handlers:
             return Handlers.peft_config
         if name in api.collators():
             return Handlers.collator
+        if name in api.dict_wrappers():
+            return Handlers.dict_wrapper
         return None
 
     @staticmethod
@@ -689,6 +776,97 @@ class Handlers:
         args = [self.cli_const(it, literal(w), f"positional {w!r}") for w in matched.rest if not w.startswith("-")]
         return args, kwargs
 
+    def tyro_cli(self, c: Call) -> Any:
+        """tyro.cli(Config) / tyro.cli(main): the dataclass built from its field defaults (a nested dataclass or
+        a `default_factory=lambda: TrainingArguments(...)` included) with the command's `--field value` and
+        `--nested.field value` words over them; a function is called with its parameters filled the same way."""
+        if c.head != "tyro" or c.name != "cli":
+            return _PASS
+        out = None
+        for t in flatten(c.arg(0, "f")):
+            if isinstance(t, Func):
+                names = [q.name.value for q in _params(t)]
+                kwargs = {k: v for k, v in self._field_words(c.it, names, t.defaults).items() if "." not in k}
+                r = c.it.call_function(t, [], kwargs, c.line, entry=True)
+            elif isinstance(t, Class):
+                given = c.kwargs.get("default")
+                r = given if isinstance(given, Obj) else self.construct_user(Call(c.it, t.name, [], {}, False, c.line), t)
+                if isinstance(r, Obj):
+                    self.apply_field_words(c.it, r, t)
+            else:
+                r = Unknown("tyro.cli() of something memlint cannot read")
+            out = r if out is None else Alts((out, r))
+        return out if out is not None else Unknown("tyro.cli()")
+
+    def jsonargparse_cli(self, c: Call) -> Any:
+        """jsonargparse's CLI(main) / auto_cli(main): main called with `--name value` words, over the values of
+        a `--config file.yaml` the command names (jsonargparse's ActionConfigFile)."""
+        if c.head != "jsonargparse":
+            return _PASS
+        from memlint.extract import runtime_config
+        from memlint.extract.cli_args import match_fields
+
+        for t in flatten(c.arg(0, "components")):
+            if not isinstance(t, Func):
+                continue
+            names = [q.name.value for q in _params(t)]
+            kwargs: dict = {}
+            if c.it.launch is not None:
+                ref = match_fields(c.it.launch.argv, {"config"}).values.get("config")
+                if isinstance(ref, str):
+                    data = runtime_config.read(c.it, self.cli_const(c.it, ref, f"--config {ref}"), "jsonargparse --config")
+                    if isinstance(data, Dict):
+                        kwargs.update({k: v for k, v in data.items.items() if k in names})
+            kwargs.update({k: v for k, v in self._field_words(c.it, names, t.defaults).items() if "." not in k})
+            return c.it.call_function(t, [], kwargs, c.line, entry=True)
+        return Unknown("jsonargparse.CLI()")
+
+    def _field_words(self, it: Any, names: list[str], defaults: dict) -> dict:
+        """`--name value` / `--name=value` / `--flag` / `--no-flag` / `--a.b value` words of the launch command,
+        as values (converted like the default when it is known)."""
+        from memlint.extract.cli_args import literal, match_fields
+
+        if it.launch is None:
+            return {}
+        bools = {n for n, d in defaults.items() if isinstance(d, Const) and isinstance(d.value, bool)}
+        matched = match_fields(it.launch.argv, names, bools, accept_any=True)
+        out = {}
+        for k, raw in matched.values.items():
+            like = getattr(defaults.get(k), "value", None)
+            how = f"{matched.flags[k]} {raw!r}"
+            if isinstance(raw, list):
+                out[k] = Seq([self.cli_const(it, literal(r), how) for r in raw])
+            else:
+                out[k] = self.cli_const(it, literal(raw, like) if isinstance(raw, str) else raw, how)
+        return out
+
+    def apply_field_words(self, it: Any, inst: Obj, cls: Class) -> None:
+        """The command's words over a dataclass instance tyro built: `--field v` sets the field, `--field.sub v`
+        the nested object's field (a nested dataclass, TrainingArguments, LoraConfig ...)."""
+        fields: dict = {}
+        c, seen = cls, 0
+        while isinstance(c, Class) and seen < 20:
+            seen += 1
+            for k, v in c.fields.items():
+                fields.setdefault(k, v)
+            nxt = [b for b in c.bases if isinstance(b, Class)]
+            c = nxt[0] if nxt else None
+        for key, v in self._field_words(it, list(fields), fields).items():
+            head, _, sub = key.partition(".")
+            if not sub:
+                if (head in fields or isinstance(inst, TrainingArgs)) and hasattr(inst, "cli"):
+                    inst.cli[head] = v
+                continue
+            nested = self.getattr(it, inst, head, None) if head in fields else None
+            for o in flatten(nested) if nested is not None else ():
+                if isinstance(o, Obj) and "." not in sub:
+                    it.write(o.attrs, sub, v, o)
+                elif isinstance(o, Obj):  # --a.b.c: deeper nesting
+                    inner = self.getattr(it, o, sub.split(".")[0], None)
+                    for x in flatten(inner):
+                        if isinstance(x, Obj) and sub.count(".") == 1:
+                            it.write(x.attrs, sub.split(".")[1], v, x)
+
     def partial(self, c: Call) -> Any:
         if c.head != "functools":
             return _PASS
@@ -757,15 +935,18 @@ class Handlers:
             kind: Any = Const("none", "literal", c.line, ("DistributedDataParallel: every rank holds the whole model",))
         else:
             strat = c.kwargs.get("sharding_strategy")
-            text = " ".join(str(x.value if isinstance(x, Const) else x.qual if isinstance(x, Ref) else "")
-                            for x in flatten(strat)) if strat is not None else ""
-            if "SHARD_GRAD_OP" in text or "_HYBRID_SHARD_ZERO2" in text:
-                value = "fsdp_shard_grad_op"
-            elif "NO_SHARD" in text:
-                value = "none"
-            else:
-                value = "fsdp"
-            kind = Const(value, "literal", c.line, (f"{c.name}(...) (line {c.line})",))
+            kinds = []  # one per value the strategy may hold (an if/elif chain on an option memlint cannot read)
+            for x in flatten(strat) if strat is not None else [None]:
+                text = str(x.value if isinstance(x, Const) else x.qual if isinstance(x, Ref) else "")
+                if isinstance(x, Unknown):
+                    kinds.append(x)
+                    continue
+                value = "fsdp_shard_grad_op" if "SHARD_GRAD_OP" in text or "_HYBRID_SHARD_ZERO2" in text else \
+                    "none" if "NO_SHARD" in text else "fsdp"
+                k = Const(value, "literal", c.line, (f"{c.name}(...) (line {c.line})",))
+                if not any(isinstance(o, Const) and o.value == value for o in kinds):
+                    kinds.append(k)
+            kind = kinds[0] if len(kinds) == 1 else Alts(tuple(kinds))
             off = c.kwargs.get("cpu_offload") or c.kwargs.get("offload_policy")
             if isinstance(off, Obj) and (off.get("offload_params") is not None or "CPUOffload" in off.cls):
                 op = off.get("offload_params")
@@ -871,6 +1052,45 @@ class Handlers:
     def bf16_supported(self, c: Call) -> Any:
         return Unknown("whether the GPU supports bf16 (hardware)")
 
+    def fields_update(self, it: Any, obj: Obj, name: str, args: list, kwargs: dict, line: int | None) -> Any:
+        """vars(args).update(cfg) / args.__dict__.update(cfg) / .setdefault(k, v): the object's attributes set."""
+        if name == "setdefault":
+            key = args[0] if args else None
+            if isinstance(key, Const) and isinstance(key.value, str) and not self.declares(obj, key.value):
+                it.write(obj.attrs, key.value, args[1] if len(args) > 1 else Const(None, "literal", line), obj)
+            return self.getattr(it, obj, key.value, line) if isinstance(key, Const) and isinstance(key.value, str) \
+                else Unknown("setdefault()")
+        for a in [*args, Dict(dict(kwargs))]:
+            if isinstance(a, Dict):
+                for k, v in a.items.items():
+                    if isinstance(k, str):
+                        it.write(obj.attrs, k, v, obj)
+                        self.on_setattr(it, obj, k, v, line)
+        return Const(None, "literal", line)
+
+    def world_size_call(self, c: Call) -> Any:
+        """torch.distributed.get_world_size(): the processes the launcher starts (torchrun --nproc_per_node x
+        --nnodes, accelerate --num_processes, deepspeed --num_gpus); unknown without one."""
+        if c.head not in ("torch", "dist", "deepspeed") and "distributed" not in c.qual:
+            return _PASS
+        return self.world_size(c.it, f"{c.qual}()")
+
+    def world_size(self, it: Any, how: str) -> Any:
+        launch = it.launch
+        if launch is not None and launch.gpus and launch.launcher in ("torchrun", "accelerate", "deepspeed", "composer"):
+            return self.cli_const(it, launch.gpus, f"{how}: {launch.gpus} processes started by {launch.launcher}")
+        return Unknown(f"{how}: the number of processes, which the launch environment decides")
+
+    def dict_wrapper(self, c: Call) -> Any:
+        """EasyDict(cfg) / Box(cfg) / munchify(cfg) / ConfigDict(cfg) (data/library_api.json "dict_wrappers"): the
+        same keys, read as attributes too."""
+        d = c.arg(0, "d")
+        if isinstance(d, Dict):
+            return Dict({**d.items, **c.kwargs}, d.open)
+        if d is None:
+            return Dict(dict(c.kwargs))
+        return Unknown(f"{c.name}() of a mapping memlint cannot read")
+
     def import_module(self, c: Call) -> Any:
         """importlib.import_module("torch.optim"): the module a literal name names, as `import torch.optim`
         would bind it (verl's build_optimizer: getattr(import_module(impl), name)(params))."""
@@ -953,6 +1173,10 @@ class Handlers:
                 return Dict({**base.items, **kwargs}, base.open)
             if isinstance(base, Const) and isinstance(base.value, dict):
                 return Dict({**{k: base.with_value(v, f"[{k!r}]") for k, v in base.value.items()}, **kwargs})
+            if isinstance(base, Fields):  # dict(vars(args)): the parsed fields, when memlint can list them
+                every = self.fields_dict(it, base.obj)
+                if every is not None:
+                    return Dict({**every.items, **kwargs}, every.open)
             d = Dict(dict(kwargs))
             if args:
                 d.open = True
@@ -1197,6 +1421,13 @@ class Handlers:
             if post is not None and post[0] == "method" and isinstance(post[1], Func):
                 c.it.call_function(post[1], [inst], {}, c.line)  # padded_vocab_size = find_multiple(...)
             return inst
+        cfg = c.arg(0, "config")
+        if isinstance(cfg, HfConfig) and _MODEL_CLASS.match(cls.name) and not _NOT_MODEL.search(cls.name) \
+                and _pretrained_model_class(cls):
+            # the checkout's copy of a transformers model class (class LlamaForCausalLM(PreTrainedModel)) built from
+            # a config: a model of that config, as transformers' own class would be (from_config)
+            return self._load_model(Call(c.it, f"{cls.name}.from_config", [cfg], dict(c.kwargs), c.open, c.line),
+                                    cls.name, "from_config")
         if custom_model.is_module_class(cls, library_base):
             return self.script_model(c, cls)
         inst = Instance(cls.name, c.line or 0, {}, {}, c.open, user_class=cls)
@@ -1404,11 +1635,29 @@ class Handlers:
             spec = p.args[dest]
             out[dest] = self.convert_cli(it, raw, spec.kwargs.get("type"), spec.kwargs.get("default"),
                                          f"{matched.flags.get(dest, dest)} {raw!r}")
+        for dest, raw in matched.values.items():
+            action = p.args[dest].kwargs.get("action")
+            if isinstance(action, Ref) and action.name == "ActionConfigFile" and isinstance(raw, str):
+                self.config_file_values(it, p, raw, f"{matched.flags.get(dest, dest)} {raw}", out)
         return out
+
+    @staticmethod
+    def config_file_values(it: Any, p: ArgParser, ref: str, how: str, out: dict) -> None:
+        """jsonargparse's `--config file.yaml` (action=ActionConfigFile): the file's keys fill the parser's
+        arguments of the same names; a flag the command also gives keeps the command's value."""
+        from memlint.extract import runtime_config
+
+        data = runtime_config.read(it, Handlers.cli_const(it, ref, how), "jsonargparse ActionConfigFile")
+        if not isinstance(data, Dict):
+            return
+        for key, v in data.items.items():
+            dest = key.replace("-", "_") if isinstance(key, str) else None
+            if dest in p.args and dest not in out:
+                out[dest] = v
 
     def convert_cli(self, it: Any, raw: Any, conv: Any, default: Any, how: str) -> Any:
         """A command-line word through the argument's type= (a builtin or the script's own function)."""
-        from memlint.extract.cli_args import literal
+        from memlint.extract.cli_args import literal, str_to_bool
 
         if isinstance(raw, list):
             return Seq([self.convert_cli(it, r, conv, None, how) for r in raw])
@@ -1417,6 +1666,9 @@ class Handlers:
         if isinstance(conv, Func):
             out = it.call_function(conv, [self.cli_const(it, raw, how)], {}, None)
             return out
+        if isinstance(conv, Ref) and conv.name in ("bool_arg", "str2bool", "strtobool", "str_to_bool", "string_to_bool") \
+                and str_to_bool(raw) is not None:  # fastcore's bool_arg, transformers' string_to_bool: "true" -> True
+            return self.cli_const(it, str_to_bool(raw), how)
         if isinstance(conv, Ref) and conv.qual in ("builtins.int", "builtins.float", "builtins.str", "builtins.bool"):
             fn = {"builtins.int": int, "builtins.float": float, "builtins.str": str, "builtins.bool": bool}[conv.qual]
             try:
@@ -1631,6 +1883,8 @@ class Handlers:
                 root = root.base
             return HfConfig("config", line or 0, {"model_id": root.kwargs.get("pretrained_model_name_or_path",
                                                                              root.kwargs.get("model_name"))})
+        if isinstance(obj, Accelerator) and attr == "num_processes":
+            return self.world_size(it, "accelerator.num_processes")
         if isinstance(obj, DeepSpeedEngine) and attr == "module":
             return obj.model
         if isinstance(obj, Model) and obj.user_class is not None:  # the script's nn.Module: its own methods run
@@ -1674,6 +1928,34 @@ class Handlers:
     def on_setattr(self, it: Any, obj: Obj, attr: str, value: Any, line: int | None) -> None:
         if isinstance(obj, Model) and attr == "gradient_checkpointing":
             obj.gc.append(Setting(value, line, "model.gradient_checkpointing = …"))
+        if attr in api.length_arguments() and isinstance(obj, (TrainingArgs, ArgNamespace, Namespace, DataclassInstance)):
+            # `training_args.max_seq_len = 4096` after construction: the script's own length argument
+            it.facts.length_args.append(LengthArg(attr, value, line))
+
+    def on_sub_setattr(self, it: Any, obj: Obj, path: str, attr: str, value: Any, line: int | None) -> None:
+        """`model.transformer.gradient_checkpointing = True`: an attribute of a part of a known model."""
+        if isinstance(obj, Model) and attr == "gradient_checkpointing":
+            obj.gc.append(Setting(value, line, f"model.{path}.gradient_checkpointing = …"))
+
+    def declares(self, obj: Any, name: str) -> bool:
+        """Whether `vars(obj)` has the field `name`: set on it, given to it, parsed for it, or declared by its
+        class (the script's dataclass, a library dataclass whose fields are data)."""
+        if not isinstance(obj, Obj):
+            return False
+        if name in obj.attrs or name in obj.kwargs or name in getattr(obj, "cli", {}):
+            return True
+        uc = getattr(obj, "user_class", None)
+        if isinstance(uc, Class):
+            hit = uc.lookup(name)
+            if hit is not None and hit[0] == "field":
+                return True
+        if isinstance(obj, ArgNamespace) and obj.parser is not None:
+            return name in obj.parser.args
+        if isinstance(obj, TrainingArgs) or getattr(obj, "library", None):
+            from memlint.library.defaults import declared_fields
+
+            return name in declared_fields(getattr(obj, "library", None) or obj.cls)
+        return False
 
     def arg_default(self, ns: ArgNamespace, attr: str) -> Any:
         spec = ns.parser.args.get(attr) if ns.parser is not None else None
@@ -1783,6 +2065,7 @@ def _deep_update(into: Dict, other: Dict) -> None:
 
 
 _QUALIFIED: dict[str, Callable[[Handlers, Call], Any]] = {
+    "tyro.cli": Handlers.tyro_cli,
     "torch.randint": Handlers.random_offsets,
     "numpy.random.randint": Handlers.random_offsets,
     "typing.cast": Handlers.cast,
@@ -1840,6 +2123,8 @@ _BY_NAME: dict[str, Callable[[Handlers, Call], Any]] = {
     "HfArgumentParser": Handlers.hfparser,
     "TrlParser": Handlers.hfparser,
     "Fire": Handlers.fire,
+    "CLI": Handlers.jsonargparse_cli,
+    "auto_cli": Handlers.jsonargparse_cli,
     "partial": Handlers.partial,
     "Namespace": Handlers.namespace,
     "setup_chat_format": Handlers.chat_format,
@@ -1861,6 +2146,7 @@ _BY_NAME: dict[str, Callable[[Handlers, Call], Any]] = {
     "load_from_disk": Handlers.dataset,
     "is_bfloat16_supported": Handlers.bf16_supported,
     "is_bf16_supported": Handlers.bf16_supported,
+    "get_world_size": Handlers.world_size_call,
     "import_module": Handlers.import_module,
     "load": Handlers.data_file,
     "loads": Handlers.data_file,
@@ -1912,7 +2198,9 @@ def _steps_an_optimizer(fn: Any) -> bool | None:
     """Does a gradient hook call `<something>.step()`? (PyTorch's "fuse the optimizer step into the
     backward pass" tutorial and torchtune's register_optim_in_bwd_hooks: `optimizer_dict[p].step()`.)
     None when the hook is not the script's own function."""
-    from memlint.extract import syntax as cst
+    import libcst as cst
+
+    from memlint.extract.parsed import children
 
     node = fn.node if isinstance(fn, Func) else None
     if node is None:
@@ -1922,5 +2210,5 @@ def _steps_an_optimizer(fn: Any) -> bool | None:
         n = stack.pop()
         if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "step":
             return True
-        stack.extend(n.children)
+        stack.extend(children(n))
     return False

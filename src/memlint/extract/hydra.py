@@ -60,6 +60,7 @@ class Composer:
         self.cli_values: list[tuple[str, str, str]] = []  # (op, dotted key, raw value)
         self.overrides: dict[str, Any] = {}            # group -> option from `override` entries
         self.cache: dict[Path, Any] = {}
+        self.copied = 0  # values copied into this composition (budget.MAX_HYDRA_VALUES)
         for word in argv:
             self._read_override(word)
 
@@ -85,7 +86,9 @@ class Composer:
         self.cli_values.append((op, key, raw))
 
     def _is_group(self, group: str) -> bool:
-        return bool(group) and (self.root / group).is_dir()
+        from memlint.files import is_dir
+
+        return bool(group) and _inside(group) and is_dir(self.root / group)
 
     # ---- the defaults tree ----------------------------------------------------------------------
 
@@ -94,7 +97,7 @@ class Composer:
         items: list[tuple[str, Any]] = []
         for _ in range(3):  # `override` entries found while walking choose options for the next walk
             before = dict(self.overrides)
-            self.loaded = 0
+            self.loaded = self.copied = 0
             items = self._build(name, "", "", primary=True)
             if self.overrides == before:
                 break
@@ -107,9 +110,14 @@ class Composer:
         return tree
 
     def _build(self, name: str, group: str, pkg: str, primary: bool = False) -> list[tuple[str, Any]]:
+        from memlint.files import is_file
+
         rel = name if name.endswith((".yaml", ".yml")) else f"{name}.yaml"
+        if not _inside(rel):  # `/../x` or `../../x`: Hydra's config folder is the whole world it reads
+            self.notes.append(f"hydra: {name} leaves the config folder; not read")
+            return []
         path = self.root / rel
-        if not path.is_file() and (self.root / f"{name}.yml").is_file():
+        if not is_file(path) and is_file(self.root / f"{name}.yml"):
             path = self.root / f"{name}.yml"
         self.loaded += 1
         if self.loaded > MAX_CONFIGS:
@@ -173,9 +181,16 @@ class Composer:
         else:
             target = abs_group.replace("/", ".") if absolute else _join(base, grp.replace("/", "."), ".")
         out = []
+        from memlint.files import is_file
+
+        if not _inside(abs_group):
+            self.notes.append(f"hydra: the config group {grp} leaves the config folder; not read")
+            return []
         for opt in options:
+            if not isinstance(opt, (str, int, float)) or not _inside(f"{abs_group}/{opt}"):
+                continue
             path = self.root / abs_group / f"{opt}.yaml"
-            if not path.is_file() and not (self.root / abs_group / f"{opt}.yml").is_file():
+            if not is_file(path) and not is_file(self.root / abs_group / f"{opt}.yml"):
                 if not optional:
                     self.notes.append(f"hydra: {abs_group}/{opt}.yaml not found; its keys are unknown")
                 continue
@@ -183,10 +198,22 @@ class Composer:
         return out
 
     def _load(self, path: Path) -> tuple[dict, list, str | None] | None:
+        from memlint.extract.budget import MAX_HYDRA_VALUES
+
         if path not in self.cache:
-            self.cache[path] = self._read(path)
+            read = self._read(path)
+            self.cache[path] = None if read is None else (*read, _count(read[0]))
         hit = self.cache[path]
-        return None if hit is None else (_copy(hit[0]), hit[1], hit[2])
+        if hit is None:
+            return None
+        self.copied += hit[3]
+        if self.copied > MAX_HYDRA_VALUES:  # a 20,000-key option mentioned 500 times: not copied 500 times
+            note = (f"hydra: the composition copies more than {MAX_HYDRA_VALUES:,} values, over memlint's budget; "
+                    f"{_shown(path)} and the configs after it were not merged")
+            if not any(n.startswith("hydra: the composition copies") for n in self.notes):
+                self.notes.append(note)
+            return None
+        return _copy(hit[0]), hit[1], hit[2]
 
     def _read(self, path: Path) -> tuple[dict, list, str | None] | None:
         from memlint.extract.configs.document import load_text
@@ -353,6 +380,27 @@ def _join(a: str, b: str, sep: str = "/") -> str:
     return posixpath.normpath(joined) if sep == "/" and joined else joined
 
 
+def _inside(rel: str) -> bool:
+    """Whether a config path relative to the config folder stays inside it (no `..` climbing out)."""
+    import posixpath
+
+    norm = posixpath.normpath(str(rel).lstrip("/"))
+    return not (norm == ".." or norm.startswith("../") or posixpath.isabs(norm))
+
+
+def _count(tree: Any) -> int:
+    """The values (leaves and containers) of a loaded tree."""
+    n, stack = 0, [tree]
+    while stack:
+        v = stack.pop()
+        n += 1
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return n
+
+
 def _copy(tree: Any) -> Any:
     """A fresh copy of a loaded tree's containers (a config merged twice must not share them)."""
     if isinstance(tree, dict):
@@ -392,12 +440,18 @@ def hydra_config(script_dir: Path, config_path: str | None, config_name: str | N
         i += 1
     if config_path is None or config_name is None:
         return Unknown("a Hydra config without a config_path and config_name"), []
+    from memlint.files import OUTSIDE, allowed, is_dir, is_file
+
     root = (script_dir / config_path) if not Path(config_path).is_absolute() else Path(config_path)
-    if not root.is_dir():
+    if not allowed(root):
+        return Unknown(f"the Hydra config folder {config_path}: {OUTSIDE}"), []
+    if not is_dir(root):
         return Unknown(f"the Hydra config folder {config_path} is not in the checkout"), []
     composer = Composer(root, config_path, [w for w in argv if not w.startswith("-")], launch)
     name = config_name[:-5] if config_name.endswith(".yaml") else config_name
-    if not (root / f"{name}.yaml").is_file() and not (root / f"{name}.yml").is_file():
+    if not _inside(name):
+        return Unknown(f"the Hydra config {name} leaves the config folder {config_path}; not read"), []
+    if not is_file(root / f"{name}.yaml") and not is_file(root / f"{name}.yml"):
         return Unknown(f"the Hydra config {config_path}/{name}.yaml is not in the checkout"), []
     tree = composer.compose(name)
     return to_value(tree), composer.notes

@@ -14,17 +14,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memlint.extract import syntax as cst
+import libcst as cst
 from memlint.extract import budget, slicing
-from memlint.extract.parsed import parse
+from memlint.extract.parsed import Parsed, ParserSyntaxError, children, parse, source_of
 
-from memlint.extract.objects import (BoundMethod, Chunking, DictMethod, Fields, Model, Obj, OpenFile, Partial, RandomOffsets, Range,
-                                     SeqMethod, Window)
+from memlint.extract.objects import (BoundMethod, Chunking, DictMethod, Fields, Method, Model, Obj, OpenFile, Partial, RandomOffsets,
+                                     Range, SeqMethod, Window)
 
 _DICT_METHODS = {"get", "items", "keys", "values", "copy", "update", "setdefault", "pop"}
 
 SPREAD = "**"  # kwargs key of the objects a call spreads with **vars(obj)
-from memlint.files import max_file_size, read_text
+from memlint.files import is_file, max_file_size, read_text
 from memlint.library import api
 from memlint.extract.values import Alts, Class, Const, Dict, Func, ModuleVal, RaisedBy, Ref, Seq, Unknown, flatten, merge, to_python, weakest
 from memlint.extract.values import insert_fits, weigh
@@ -43,6 +43,7 @@ MAX_STEPS = 200_000         # statements walked per script, all calls included
 
 # tensors built to pad a sample by hand: torch.full((1, n - l), pad), F.pad(x, (0, n - len(x)))
 _TENSOR_PADS = {"torch.full", "torch.nn.functional.pad", "numpy.full", "numpy.pad"}
+_ARRAY_LOADS = {"numpy.load", "numpy.memmap", "numpy.fromfile", "torch.load"}  # data a companion script may have written
 
 _BINOPS = {
     "Add": operator.add, "Subtract": operator.sub, "Multiply": operator.mul,
@@ -88,11 +89,18 @@ class Env:
 class Module:
     path: Path
     name: str
-    tree: cst.Module
-    pos: Any
+    parsed: Parsed  # libcst's tree, each node's range, the text
     env: Env
     is_main: bool
     only: frozenset[str] | None = None  # a module imported from by name: the names walked (extract/slicing.py)
+
+    @property
+    def tree(self) -> cst.Module:
+        return self.parsed.module
+
+    @property
+    def pos(self) -> Any:
+        return self.parsed.pos
 
 
 @dataclass
@@ -111,6 +119,8 @@ class Facts:
     length_args: list = field(default_factory=list)      # LengthArg: args.max_seq_length read from the script's arguments
     target_length_args: list = field(default_factory=list)  # LengthArg: args.max_target_length (a seq2seq's labels)
     hand_pads: list = field(default_factory=list)        # HandPad: padding the script writes itself
+    batch_yields: list = field(default_factory=list)     # BatchYield: `if len(batch) == n: yield batch` in a dataset
+    array_loads: list = field(default_factory=list)      # (file name, line): np.load / torch.load of a named array file
     offloads: list = field(default_factory=list)         # Const offload kinds a wrapper's options set (FSDP CPUOffload)
     autocasts: list = field(default_factory=list)        # AutocastCall
     steps: list = field(default_factory=list)            # OptimizerStep
@@ -149,6 +159,7 @@ class Interpreter:
         self.path = path
         self.launch = launch         # extract.launch.Launch: the command the script is run with, or None
         self.pad_counts: dict[str, cst.CSTNode] = {}  # name = n - len(ids): the count of a hand padding
+        self.pad_prior: dict[int, cst.CSTNode] = {}  # id of `n = min(n, cap)`'s value -> what n was bound to before
         self.dir = path.parent
         self.handlers = handlers
         self.facts = Facts()
@@ -161,6 +172,7 @@ class Interpreter:
         self.writes: list[dict] = []  # per branch being walked: the object attributes it assigned (branches())
         self.accum: list[Any] = []   # `if step % N == 0:` blocks we are inside
         self.micro_accum: Any = None  # N of the last `for _ in range(N): ... backward()` loop
+        self.loop_depth = 0  # loops walked once for all their (unknown) iterations that we are inside
         self.funcs: list[Func] = []
         self.star_imports: list[str] = []
         self.steps = 0
@@ -174,16 +186,16 @@ class Interpreter:
     # ---- modules ---------------------------------------------------------------------------
 
     def _load(self, path: Path, source: str, name: str, is_main: bool) -> Module:
-        tree, pos, _ = parse(source)
+        parsed = parse(source)
         env = Env()
         env.vars["__name__"] = Const(name, "literal", None)
         env.vars["__file__"] = Const(str(path), "literal", None)
-        return Module(path, name, tree, pos, env, is_main)
+        return Module(path, name, parsed, env, is_main)
 
     def run(self) -> Facts:
         self._exec_module(self.main)
         self.facts.reached = {name: len(getattr(self.facts, name)) for name in
-                              ("objects", "tokenizer_calls", "chunking", "windows", "length_args", "target_length_args", "hand_pads", "steps", "autocasts", "liger_calls",
+                              ("objects", "tokenizer_calls", "chunking", "windows", "length_args", "target_length_args", "hand_pads", "batch_yields", "steps", "autocasts", "liger_calls",
                                "backward", "grad_hooks")}
         # Functions nothing called (entry points of other launchers, helpers passed by name)
         # still say how the script trains: walk them once, their parameters at their defaults.
@@ -224,7 +236,9 @@ class Interpreter:
                 roots = [self.dir]
             if len(roots) > 1 and not any((r / m).exists() for r in roots for m in _CHECKOUT_MARKERS):
                 roots = [self.dir]  # no checkout around the script: only its own folder
-            self._roots = list(dict.fromkeys(roots))
+            from memlint.files import allowed
+
+            self._roots = [r for r in dict.fromkeys(roots) if allowed(r)]  # never a folder outside the checked root
         return self._roots
 
     def find_module(self, dotted: str, level: int) -> Path | None:
@@ -241,7 +255,7 @@ class Interpreter:
         for base in roots:
             cand = base.joinpath(*parts).with_suffix(".py") if parts else None
             pkg = base.joinpath(*parts, "__init__.py")
-            target = cand if cand is not None and cand.is_file() else pkg if pkg.is_file() else None
+            target = cand if cand is not None and is_file(cand) else pkg if is_file(pkg) else None
             if target is not None and (parts or level):
                 return target
         return None
@@ -270,7 +284,7 @@ class Interpreter:
             text = read_text(target, min(MAX_SIBLING_BYTES, max_file_size()), what="sibling-module budget")
             part = slicing.needed_source(text, names) if names is not None else None
             mod = self._load(target, part if part is not None else text, dotted, is_main=False)
-        except (OSError, UnicodeDecodeError, cst.ParserSyntaxError):
+        except (OSError, UnicodeDecodeError, ParserSyntaxError):
             self.facts.note(f"could not read sibling module {target.name}; its names are unknown")
             return None
         if part is not None:
@@ -300,7 +314,7 @@ class Interpreter:
     def code(self, node: cst.CSTNode) -> str:
         for m in (self.mod, self.main, *self.modules.values(), *self.retired):
             if m is not None and node in m.pos:
-                return _code_for(m.tree, node)
+                return _one_line(source_of(m.parsed, node))
         return "…"
 
     # ---- budgets (extract/budget.py) -----------------------------------------------------
@@ -327,10 +341,33 @@ class Interpreter:
 
     def exec_block(self, stmts: Any, env: Env) -> bool:
         """Run statements in order; True when the block always leaves (return/raise/...)."""
-        for stmt in stmts:
-            if self.exec_stmt(stmt, env):
-                return True
-        return False
+        pushed = 0
+        try:
+            for stmt in stmts:
+                if self.exec_stmt(stmt, env):
+                    return True
+                if self.loop_depth and isinstance(stmt, cst.If):
+                    n = self.skip_unless_modulo(stmt, env)
+                    if n is not None:  # `if step % N != 0: continue`: what follows runs on every N-th
+                        self.accum.append(n)
+                        pushed += 1
+            return False
+        finally:
+            for _ in range(pushed):
+                self.accum.pop()
+
+    def skip_unless_modulo(self, node: cst.If, env: Env) -> Any:
+        """N of `if step % N != 0: continue` (no else): the rest of the loop body is the accumulation step."""
+        test = node.test
+        if node.orelse is not None or not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+                                           and isinstance(test.comparisons[0].operator, cst.NotEqual)):
+            return None
+        body = node.body.body
+        smalls = body if isinstance(node.body, cst.SimpleStatementSuite) else \
+            body[0].body if len(body) == 1 and isinstance(body[0], cst.SimpleStatementLine) else ()
+        if not (smalls and all(isinstance(s, cst.Continue) for s in smalls)):
+            return None
+        return self.modulo_test(test, env)
 
     def exec_stmt(self, stmt: cst.CSTNode, env: Env) -> bool:
         self.steps += 1
@@ -396,7 +433,12 @@ class Interpreter:
             if isinstance(orelse, cst.If):
                 return self.exec_if(orelse, e)
             return self.exec_block(orelse.body.body, e)
+        self.batch_yield_idiom(node, env)
         accum = self.modulo_test(node.test, env)
+        if accum is not None and self.loop_depth:
+            # `if step % N != 0: continue` in a loop walked once for all its iterations: the counter's first
+            # value does not decide it, each side runs on some iteration (the optimizer step on every N-th)
+            truth = None
         def run_body(e: Env) -> bool:
             if accum is not None:
                 self.accum.append(accum)
@@ -405,9 +447,17 @@ class Interpreter:
             finally:
                 if accum is not None:
                     self.accum.pop()
+        if truth is True and _only_raises(node.body):
+            # a check that raises with the values memlint read (an option left at a default the script refuses):
+            # a run that trains does not take it, so the rest of the file is read as if the check passed
+            self.facts.note(f"the check at line {self.line_of(node)} raises with the values memlint read; the rest is "
+                            "read as if it passed (pass the option the script requires)")
+            return run_else(env)
         if truth is True:
             return run_body(env)
         if truth is False:
+            if isinstance(orelse, cst.Else) and _only_raises(orelse.body):
+                return False  # `else: raise ValueError(...)` at the end of a chain none of whose tests holds
             return run_else(env)
         return self.branches(env, [run_body, run_else], exhaustive=True)
 
@@ -510,11 +560,20 @@ class Interpreter:
                     and isinstance(node.target, cst.Name):
                 self.chunk_idiom(node.body, node.target.value, node.iter.args[2].value, env)
 
+        carried = _loop_counters(node)
+
         def body(e: Env) -> bool:
             if isinstance(node, cst.For):
                 items = self.iter_items(self.ev(node.iter, e))
                 self.assign(node.target, items, e, node)
-            self.exec_block(node.body.body, e)
+            for name in carried:  # `step += 1` in a loop walked once: its value differs on every iteration
+                if e.lookup(name) is not None:
+                    e.vars[name] = Unknown(f"{name}, which changes on every iteration of the loop at line {self.line_of(node)}")
+            self.loop_depth += 1
+            try:
+                self.exec_block(node.body.body, e)
+            finally:
+                self.loop_depth -= 1
             return False
         if not isinstance(node, cst.For):
             self.ev(node.test, env)
@@ -592,6 +651,9 @@ class Interpreter:
 
     def assign(self, target: cst.CSTNode, value: Any, env: Env, stmt: cst.CSTNode) -> None:
         if isinstance(target, cst.Name) and getattr(stmt, "value", None) is not None:
+            prev = self.pad_counts.get(target.value)
+            if prev is not None and any(isinstance(n, cst.Name) and n.value == target.value for n in _walk(stmt.value)):
+                self.pad_prior[id(stmt.value)] = prev  # max_len = min(max_len, cap): the max_len before
             self.pad_counts[target.value] = stmt.value  # the expression a name was last bound to
         if isinstance(target, cst.Name):
             if type(value) is Ref:
@@ -615,6 +677,8 @@ class Interpreter:
                 if isinstance(b, Obj):
                     self.write(b.attrs, target.attr.value, value, b)
                     self.handlers.on_setattr(self, b, target.attr.value, value, self.line_of(stmt))
+                elif isinstance(b, Method):  # model.transformer.x = v: a part of a known object
+                    self.handlers.on_sub_setattr(self, b.obj, b.name, target.attr.value, value, self.line_of(stmt))
         elif isinstance(target, cst.Subscript):
             base = self.ev(target.value, env)
             key = self.subscript_key(target, env)
@@ -627,6 +691,8 @@ class Interpreter:
                         b.open = True
                 elif isinstance(b, GlobalsView) and isinstance(key, Const) and isinstance(key.value, str):
                     b.env.vars[key.value] = value
+                elif isinstance(b, Fields) and isinstance(key, Const) and isinstance(key.value, str):
+                    self.write(b.obj.attrs, key.value, value, b.obj)  # vars(args)["lr"] = v sets args.lr
 
     def unpack(self, value: Any, i: int, n: int) -> Any:
         out = None
@@ -675,7 +741,9 @@ class Interpreter:
                 subm = self.sibling(f"{dotted}.{name}" if dotted else name, level)
                 env.vars[bound] = ModuleVal(name, subm.env) if subm else Unknown(f"{name} from a relative import")
             else:
-                env.vars[bound] = Ref(f"{dotted}.{name}" if dotted else name)
+                # a module of a folder without __init__.py (a namespace package of the checkout)
+                subm = self.sibling(f"{dotted}.{name}") if dotted else None
+                env.vars[bound] = ModuleVal(name, subm.env) if subm else Ref(f"{dotted}.{name}" if dotted else name)
 
     def dotted(self, node: cst.CSTNode) -> str:
         if isinstance(node, cst.Name):
@@ -698,6 +766,9 @@ class Interpreter:
             value = self.handlers.decorate(self, f, deco.decorator, env) or value
         env.vars[node.name.value] = value
         self.funcs.append(f)
+        if f.cli == "fastcore" and self.mod is not None and self.mod.is_main:
+            # fastcore's @call_parse runs the function as it decorates it when the module is __main__
+            self.call_function(f, [], {}, self.line_of(node), entry=True)
 
     def def_class(self, node: cst.ClassDef, env: Env) -> None:
         bases = [self.ev(a.value, env) for a in node.bases if not a.keyword]
@@ -740,9 +811,23 @@ class Interpreter:
                 if a.keyword is not None and a.keyword.value == "default":
                     return self.ev(a.value, env)
                 if a.keyword is not None and a.keyword.value == "default_factory":
-                    return Unknown("a default_factory")
+                    return self.default_factory(a.value, env)
             return Unknown("a field without a default")
         return self.ev(value, env)
+
+    def default_factory(self, node: cst.CSTNode, env: Env) -> Any:
+        """field(default_factory=lambda: TrainingArguments(...)) / default_factory=ModelArgs / =list: the value
+        the factory builds, built once where the class is defined (each instance starts from it)."""
+        factory = self.ev(node, env)
+        if isinstance(factory, Func):
+            return self.call_function(factory, [], {}, self.line_of(node))
+        if isinstance(factory, Ref) and factory.qual in ("builtins.list", "builtins.tuple"):
+            return Seq([], "list" if factory.qual == "builtins.list" else "tuple")
+        if isinstance(factory, Ref) and factory.qual == "builtins.dict":
+            return Dict({})
+        if isinstance(factory, (Class, Ref)):
+            return self.handlers.call(self, factory, [], {}, False, self.line_of(node), node)
+        return Unknown("a default_factory")
 
     # ---- calls into the script's own functions ---------------------------------------------
 
@@ -758,6 +843,8 @@ class Interpreter:
             kwargs = self.handlers.click_arguments(self, f)
         elif f.typer and not args and not kwargs:  # an @app.command() entry: typer fills it from the command
             args, kwargs = self.handlers.typer_arguments(self, f)
+        elif f.cli and not args and not kwargs:  # @call_parse: fastcore fills it from the command
+            kwargs = self.handlers.cli_arguments(self, f)
         env = Env(f.env)
         node = f.node
         params = node.params
@@ -840,10 +927,27 @@ class Interpreter:
                 return None
         return vals.pop() if len(vals) == 1 else None
 
-    def modulo_test(self, test: cst.CSTNode, env: Env) -> Any:
-        """N in `if step % N == 0:` (gradient accumulation in a hand-written loop)."""
+    def batch_yield_idiom(self, node: cst.If, env: Env) -> None:
+        """`if len(batch) == n: yield collate(batch)` (or >= n): a generator that yields whole batches of n."""
+        from memlint.extract.objects import BatchYield
+
+        test = node.test
+        if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+                and isinstance(test.comparisons[0].operator, (cst.Equal, cst.GreaterThanEqual))
+                and isinstance(test.left, cst.Call) and self.dotted(test.left.func) == "len"):
+            return
+        if not any(isinstance(n, cst.Yield) for stmt in node.body.body for n in _walk(stmt)):
+            return
+        n = self.ev(test.comparisons[0].comparator, env)
+        self.facts.batch_yields.append(BatchYield(n, self.line_of(node), self.cur_file()))
+
+    def modulo_test(self, test: cst.CSTNode, env: Env, depth: int = 0) -> Any:
+        """N in `if step % N == 0:` (gradient accumulation in a hand-written loop), also through a name
+        bound to that test (`accumulate = (i + 1) % N == 0` ... `if accumulate:`)."""
+        if isinstance(test, cst.Name) and test.value in self.pad_counts and depth < 2:
+            return self.modulo_test(self.pad_counts[test.value], env, depth + 1)
         if isinstance(test, cst.BooleanOperation):
-            return self.modulo_test(test.left, env) or self.modulo_test(test.right, env)
+            return self.modulo_test(test.left, env, depth) or self.modulo_test(test.right, env, depth)
         if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
             left = test.left
             if isinstance(left, cst.BinaryOperation) and isinstance(left.operator, cst.Modulo):
@@ -860,7 +964,10 @@ class Interpreter:
     def _ev(self, node: cst.CSTNode, env: Env) -> Any:
         t = type(node)
         if t is cst.Integer or t is cst.Float:
-            return self.const(node.evaluated_value, node)
+            try:
+                return self.const(node.evaluated_value, node)
+            except (ValueError, SyntaxError, OverflowError):  # past int()'s digit limit: Python refuses it too
+                return Unknown("a number Python cannot convert")
         if t is cst.SimpleString:
             return self.const(_string_value(node), node)
         if t is cst.ConcatenatedString:
@@ -979,6 +1086,8 @@ class Interpreter:
         if isinstance(base, ModuleVal):
             v = base.env.vars.get(attr)
             return v if v is not None else Unknown(f"{base.name}.{attr}")
+        if isinstance(base, Obj) and attr == "__dict__":  # args.__dict__: vars(args)
+            return Fields(base)
         if isinstance(base, Obj):
             return self.handlers.getattr(self, base, attr, self.line_of(node))
         if isinstance(base, SuperOf):
@@ -997,6 +1106,8 @@ class Interpreter:
             return hit[1] if hit is not None else Unknown(f"{base.name}.{attr}")
         if isinstance(base, Const) and isinstance(base.value, str):
             return BoundStr(base, attr)
+        if isinstance(base, Fields) and attr in ("update", "setdefault"):  # args.__dict__.update(cfg): sets fields
+            return DictMethod(base, attr)
         if isinstance(base, Fields) and attr in _DICT_METHODS:  # vars(args).items(): the fields as a dict
             d = self.handlers.fields_dict(self, base.obj)
             return DictMethod(d, attr) if d is not None else Unknown(f"vars({base.obj.cls}).{attr}()")
@@ -1022,15 +1133,9 @@ class Interpreter:
     def slice_of(self, base: Any, node: cst.Subscript, env: Env) -> Any:
         """seq[a:b] over a known sequence or string with constant bounds."""
         sl = node.slice[0].slice
-        bounds = []
-        for part in (sl.lower, sl.upper, sl.step):
-            if part is None:
-                bounds.append(None)
-                continue
-            v = self.ev(part, env)
-            if not (isinstance(v, Const) and (v.value is None or isinstance(v.value, int))):
-                return Unknown("a slice with unknown bounds")
-            bounds.append(v.value)
+        bounds = self._slice_bounds(sl, env)
+        if bounds is None:
+            return Unknown("a slice with unknown bounds")
         self._slice_cap(sl, bounds, env)
         s = slice(*bounds)
         out = None
@@ -1044,15 +1149,45 @@ class Interpreter:
             out = v if out is None else merge(out, v)
         return out
 
+    def trim_to_longest(self, sl: cst.Slice) -> None:
+        """`input_ids[:, :lengths.max() + 1]`: a padded batch cut to its longest row (a collator that trims
+        what was stored at a fixed width): padding to the longest of the batch."""
+        from memlint.extract.objects import HandPad
+
+        up = sl.upper
+        if sl.lower is not None or up is None or (self.stack and _reporting(self.stack[-1].qual)):
+            return
+        names = [n.value for n in _walk(up) if isinstance(n, cst.Name)]
+        code = self.code(up) + " " + " ".join(self.code(self.pad_counts[n]) for n in names if n in self.pad_counts)
+        if "max(" in code or ".max()" in code:
+            self.facts.hand_pads.append(HandPad("longest", None, self.line_of(sl), self.cur_file()))
+
+    def _slice_bounds(self, sl: cst.Slice, env: Env) -> list | None:
+        """[lower, upper, step] of a slice with constant (or absent) bounds, else None."""
+        bounds = []
+        for part in (sl.lower, sl.upper, sl.step):
+            if part is None:
+                bounds.append(None)
+                continue
+            v = self.ev(part, env)
+            if not (isinstance(v, Const) and (v.value is None or isinstance(v.value, int))):
+                return None
+            bounds.append(v.value)
+        return bounds
+
     def _slice_cap(self, sl: cst.Slice, bounds: list, env: Env) -> None:
         """`ids[:max_length]`: a hand truncation to the script's own length (a name the length
-        vocabulary knows, data/library_api.json) is the script's length argument too."""
+        vocabulary knows, data/library_api.json, in any case and under a prefix: a local `MAX_LENGTH = 1024`
+        of a map function, a collate function's `allowed_max_length`) is the script's length argument too."""
         from memlint.extract.objects import LengthArg
-        from memlint.library import api
 
         lower, upper, step = bounds
-        name = sl.upper.value if isinstance(sl.upper, cst.Name) else sl.upper.attr.value if isinstance(sl.upper, cst.Attribute) else None
-        if name in api.length_arguments() and lower in (None, 0) and step is None and isinstance(upper, int) \
+        up = sl.upper
+        key = up.slice[0].slice.value if isinstance(up, cst.Subscript) and len(up.slice) == 1 \
+            and isinstance(up.slice[0].slice, cst.Index) else None
+        name = up.value if isinstance(up, cst.Name) else up.attr.value if isinstance(up, cst.Attribute) \
+            else key.evaluated_value if isinstance(key, cst.SimpleString) else None  # args["context_length"]
+        if name is not None and _length_name(name) and lower in (None, 0) and step is None and isinstance(upper, int) \
                 and not isinstance(upper, bool) and upper > 0:
             v = self.ev(sl.upper, env)
             line = self.line_of(sl.upper)
@@ -1062,6 +1197,13 @@ class Interpreter:
         base = self.ev(node.value, env)
         if len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Slice):
             return self.slice_of(base, node, env)
+        if len(node.slice) > 1 and isinstance(node.slice[-1].slice, cst.Slice):
+            # a tensor cut along its last dimension: pad_sequence(...)[:, :max_len]
+            bounds = self._slice_bounds(node.slice[-1].slice, env)
+            if bounds is not None:
+                self._slice_cap(node.slice[-1].slice, bounds, env)
+            else:
+                self.trim_to_longest(node.slice[-1].slice)
         key = self.subscript_key(node, env)
         out = None
         for b in flatten(base):
@@ -1072,6 +1214,10 @@ class Interpreter:
                 v = b.items[key.value]
             elif isinstance(b, Dict) and _hashable(key.value) and key.value in b.items:
                 v = b.items[key.value]
+                if isinstance(key.value, str) and key.value in api.length_arguments():
+                    from memlint.extract.objects import LengthArg  # args["context_length"]: the script's length argument
+
+                    self.facts.length_args.append(LengthArg(key.value, v, self.line_of(node)))
             elif isinstance(b, GlobalsView) and isinstance(key.value, str) and key.value in b.env.vars:
                 v = b.env.vars[key.value]
             elif isinstance(b, Const) and isinstance(b.value, (list, tuple, dict, str)):
@@ -1079,6 +1225,8 @@ class Interpreter:
                     v = b.with_value(b.value[key.value], f"[{key.value!r}]")
                 except Exception:
                     v = Unknown("an item")
+            elif isinstance(b, Fields) and isinstance(key.value, str):  # vars(args)["lr"]: the field
+                v = self.handlers.getattr(self, b.obj, key.value, self.line_of(node))
             elif isinstance(b, Obj):
                 v = self.handlers.getitem(self, b, key, self.line_of(node))
             elif isinstance(b, Ref):
@@ -1169,28 +1317,50 @@ class Interpreter:
         for ct in node.comparisons:
             right = self.ev(ct.comparator, env)
             op = type(ct.operator).__name__
-            if op in ("In", "NotIn") and isinstance(right, (Dict, GlobalsView)) and isinstance(left, Const) \
-                    and _hashable(left.value) and not getattr(right, "open", False):
-                keys = right.items if isinstance(right, Dict) else right.env.vars  # membership needs only the keys
-                right = self.const(list(keys), ct.comparator)
-            elif op in ("In", "NotIn") and isinstance(right, (Seq, Dict)):
-                right = to_python(right)  # `x in ("yes", "true")`: a container of constants
-            if isinstance(left, Const) and isinstance(right, Const) and op in _CMPOPS:
-                try:
-                    r = self._combine(bool(_CMPOPS[op](left.value, right.value)), node, left, right)
-                except Exception:
-                    return Unknown("a comparison that would raise")
-            elif op in ("Is", "IsNot") and isinstance(right, Const) and right.value is None and isinstance(left, (Obj, Func, Class, Seq, Dict)):
-                r = self.const(op == "IsNot", node)
-            elif op in ("Equal", "NotEqual", "Is", "IsNot") and _builtin_type(left) and _builtin_type(right):
-                r = self.const((left.qual == right.qual) == (op in ("Equal", "Is")), node)  # type(x) == type(True)
-            else:
-                return Unknown(left.why if isinstance(left, Unknown) else "a comparison")
-            if result is not None and not result.value:
+            fl, fr = flatten(left), flatten(right)
+            if len(fl) * len(fr) > MAX_ALTS:
+                return Unknown("a comparison over too many values")
+            r: Any = None
+            for a in fl:  # a name that holds one of several values: each pair, the outcomes merged
+                for b in fr:
+                    one = self._compare_pair(op, a, b, node, ct)
+                    if isinstance(one, Unknown):
+                        return one
+                    r = one if r is None else merge(r, one)
+            if isinstance(r, Const) and result is not None and not result.value:
                 return result
+            if not isinstance(r, Const) and result is not None:
+                return Unknown("a chained comparison over several values")
             result = r
             left = right
         return result
+
+    def _compare_pair(self, op: str, left: Any, right: Any, node: cst.Comparison, ct: Any) -> Any:
+        if op in ("In", "NotIn") and isinstance(right, (Dict, GlobalsView)) and isinstance(left, Const) \
+                and _hashable(left.value) and not getattr(right, "open", False):
+            keys = right.items if isinstance(right, Dict) else right.env.vars  # membership needs only the keys
+            right = self.const(list(keys), ct.comparator)
+        elif op in ("In", "NotIn") and isinstance(right, (Seq, Dict)):
+            right = to_python(right)  # `x in ("yes", "true")`: a container of constants
+        if isinstance(left, Const) and isinstance(right, Const) and op in _CMPOPS:
+            try:
+                return self._combine(bool(_CMPOPS[op](left.value, right.value)), node, left, right)
+            except Exception:
+                return Unknown("a comparison that would raise")
+        if op in ("Is", "IsNot") and isinstance(right, Const) and right.value is None and isinstance(left, (Obj, Func, Class, Seq, Dict)):
+            return self.const(op == "IsNot", node)
+        if op in ("Equal", "NotEqual", "Is", "IsNot") and _builtin_type(left) and _builtin_type(right):
+            return self.const((left.qual == right.qual) == (op in ("Equal", "Is")), node)  # type(x) == type(True)
+        if op in ("Equal", "NotEqual", "Is", "IsNot") and _dtype_ref(left) and _dtype_ref(right):
+            # `bf16 = dtype == torch.bfloat16`: two torch dtypes (an alias such as torch.half compares equal)
+            same = _dtype_ref(left) == _dtype_ref(right)
+            lead = left if isinstance(left, Const) else right if isinstance(right, Const) else None
+            value = same == (op in ("Equal", "Is"))
+            if lead is not None:
+                return lead.with_value(value, f"{self.code(node)} = {value}")
+            src = weakest(*(getattr(x, "source", "literal") for x in (left, right)))
+            return Const(value, src, self.line_of(node), (f"{self.code(node)} = {value}",), self.cur_file())
+        return Unknown(left.why if isinstance(left, Unknown) else "a comparison")
 
     def fstring(self, node: cst.FormattedString, env: Env) -> Any:
         parts: list[str] = []
@@ -1321,6 +1491,8 @@ class Interpreter:
     def record_pad(self, target: cst.CSTNode, line: int | None, env: Env) -> None:
         from memlint.extract.objects import HandPad
 
+        if self.stack and _reporting(self.stack[-1].qual):
+            return  # padding a list of losses to plot or log: not how the training batch is padded
         for _ in range(3):  # batch_max_len = min(max(lengths), max_len); pad_len = batch_max_len - len(ids)
             if isinstance(target, cst.Name) and target.value in self.pad_counts:
                 target = self.pad_counts[target.value]
@@ -1328,8 +1500,14 @@ class Interpreter:
         value = self.ev(target, env)
         cap, data_dependent = None, False
         if isinstance(target, cst.Call) and self.dotted(target.func) == "min":  # min(max(lengths), max_len)
+            prior = self.pad_prior.get(id(target))
             for a in target.args:
-                v = self.ev(a.value, env)
+                if prior is not None and isinstance(a.value, cst.Name) and self.pad_counts.get(a.value.value) is target:
+                    # n = max(lengths); n = min(n, cap): the n inside min() is the batch's longest
+                    code += " " + self.code(prior)
+                    v = self.ev(prior, env)
+                else:
+                    v = self.ev(a.value, env)
                 if isinstance(v, Const) and isinstance(v.value, int):
                     cap = v
                 else:
@@ -1366,7 +1544,11 @@ class Interpreter:
             self.facts.windows.append(Window(offsets.count, self.ev(hit[1], env), self.line_of(hit[0])))
 
     def chunk_idiom(self, elt: cst.CSTNode, var: str, step: cst.CSTNode, env: Env) -> None:
-        """`t[i : i + n] for i in range(0, total, n)`: fixed-length blocks of n tokens."""
+        """`t[i : i + n] for i in range(0, total, n)`: fixed-length blocks of n tokens. A step named as a
+        batch size (`range(0, n_samples, train_batch_size)`) cuts a list of samples into batches, not tokens."""
+        name = step.value if isinstance(step, cst.Name) else step.attr.value if isinstance(step, cst.Attribute) else None
+        if name is not None and _named_in(name, api.batch_size_names()):
+            return
         hit = self._offset_slice(elt, var, self.code(step))
         if hit is not None:
             self.facts.chunking.append(Chunking(self.ev(step, env), self.line_of(hit[0])))
@@ -1387,12 +1569,22 @@ class Interpreter:
     def call(self, node: cst.Call, env: Env) -> Any:
         if isinstance(node.func, cst.Name) and node.func.value in ("exec", "globals") and env.lookup(node.func.value) is None:
             return self.exec_or_globals(node, env)
+        if isinstance(node.func, cst.Name) and node.func.value in ("locals", "vars") and not node.args \
+                and env.lookup(node.func.value) is None:
+            return self.locals_of(env)
         if isinstance(node.func, cst.Name) and node.func.value == "super" and env.lookup("super") is None:
             return self.super_of(node, env)
         func = self.ev(node.func, env)
         if type(func) is Ref and func.qual in _TENSOR_PADS:
             self.tensor_pad_idiom(node, env)
-        if type(func) is Ref and func.qual.endswith("nn.utils.rnn.pad_sequence"):  # pads to the batch's longest
+        if type(func) is Ref and func.qual in _ARRAY_LOADS and node.args:
+            from memlint.extract.companion import array_name
+
+            name = array_name(node.args[0].value)
+            if name is not None:
+                self.facts.array_loads.append((name, self.line_of(node)))
+        if type(func) is Ref and func.qual.endswith("nn.utils.rnn.pad_sequence") \
+                and not (self.stack and _reporting(self.stack[-1].qual)):  # pads to the batch's longest
             from memlint.extract.objects import HandPad
 
             self.facts.hand_pads.append(HandPad("longest", None, self.line_of(node), self.cur_file()))
@@ -1409,7 +1601,11 @@ class Interpreter:
             elif a.star == "**":
                 v = self.ev(a.value, env)
                 for d in flatten(v):
-                    if isinstance(d, Fields):
+                    every = self.handlers.fields_dict(self, d.obj) if isinstance(d, Fields) else None
+                    if every is not None:  # **vars(args) of a parsed namespace: each argument as a keyword
+                        kwargs.update(every.items)
+                        open_kwargs |= every.open
+                    elif isinstance(d, Fields):
                         kwargs.setdefault(SPREAD, []).append(d.obj)
                     elif isinstance(d, Dict):
                         kwargs.update(d.items)
@@ -1428,6 +1624,33 @@ class Interpreter:
             r = self.call_value(f, args, kwargs, open_kwargs, line, node)
             out = r if out is None else merge(out, r)
         return out
+
+    def locals_of(self, env: Env) -> Any:
+        """locals() / vars(): in a function, a snapshot of its own names as a dict (`f(**locals())`,
+        `args = dict(locals())`); at module level, the module's namespace (globals())."""
+        if env.parent is None:
+            return GlobalsView(env)
+        return self.sized(Dict(dict(env.vars)), env.vars.values())
+
+    def spread_into(self, f: Func, kwargs: dict, line: int | None) -> dict:
+        """`train(**vars(args))` into the script's own function: each parameter the spread objects' fields
+        name gets that field (the parsed value or its default); a `**kwargs` parameter takes every field
+        when the object lists them all (argparse's namespace). Explicit keywords win."""
+        params = f.node.params
+        names = [p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]]
+        out: dict = {}
+        for obj in kwargs[SPREAD]:
+            every = self.handlers.fields_dict(self, obj)
+            if every is not None and not every.open:
+                for k, v in every.items.items():
+                    if isinstance(k, str) and (k in names or params.star_kwarg is not None):
+                        out.setdefault(k, v)
+                continue
+            for n in names:
+                if n not in out and self.handlers.declares(obj, n):
+                    out[n] = self.handlers.getattr(self, obj, n, line)
+        rest = {k: v for k, v in kwargs.items() if k != SPREAD}
+        return {**out, **rest}
 
     def super_of(self, node: cst.Call, env: Env) -> Any:
         """super() / super(C, self) in a method: the bases of its class, bound to the instance."""
@@ -1461,6 +1684,12 @@ class Interpreter:
         from memlint.extract import runtime_config
 
         found = runtime_config.find(self, path.value)
+        if found is None and runtime_config.outside(self, path.value) is not None:
+            from memlint.files import refuse_outside
+
+            refuse_outside(runtime_config.outside(self, path.value))
+            self.facts.note(f"exec() of {path.value}: outside the checked root, not read; what it sets is unknown")
+            return Const(None, "literal", self.line_of(node))
         if found is None or self.exec_depth >= MAX_EXEC_DEPTH:
             self.facts.note(f"exec() of {path.value}: not found in the checkout; what it sets is unknown")
             return Const(None, "literal", self.line_of(node))
@@ -1469,7 +1698,7 @@ class Interpreter:
                 raise OSError("too large")
             text = read_text(found, min(MAX_SIBLING_BYTES, max_file_size()), what="sibling-module budget")
             mod = self._load(found, text, "__exec__", is_main=False)
-        except (OSError, UnicodeDecodeError, cst.ParserSyntaxError):
+        except (OSError, UnicodeDecodeError, ParserSyntaxError):
             self.facts.note(f"exec() of {path.value}: unreadable; what it sets is unknown")
             return Const(None, "literal", self.line_of(node))
         mod.env = root
@@ -1487,6 +1716,8 @@ class Interpreter:
         return Const(None, "literal", self.line_of(node))
 
     def call_value(self, f: Any, args: list, kwargs: dict, open_kwargs: bool, line: int | None, node: cst.Call) -> Any:
+        if SPREAD in kwargs and isinstance(f, (Func, BoundMethod)):
+            kwargs = self.spread_into(f.func if isinstance(f, BoundMethod) else f, kwargs, line)
         if SPREAD in kwargs and not (isinstance(f, Ref) and f.name in ("Namespace", "SimpleNamespace")):
             kwargs = {k: v for k, v in kwargs.items() if k != SPREAD}
             open_kwargs = True
@@ -1497,6 +1728,8 @@ class Interpreter:
                 return self.handlers.checkout_lora(self, f, name, args, kwargs, line)
             return self.call_function(f, args, kwargs, line)
         if isinstance(f, BoundMethod):
+            if f.func.qual.rsplit(".", 1)[-1] == "step" and _optimizer_class(getattr(f.instance, "user_class", None)):
+                self.facts.unknown_steps.append(line)  # the step of the checkout's own torch Optimizer subclass
             return self.call_function(f.func, [f.instance, *args], kwargs, line)
         # Objects built inside a sibling module are placed at the script's call into it: their
         # lines are reported against the script (values keep their own file and line).
@@ -1516,6 +1749,9 @@ class Interpreter:
                 elif isinstance(x, Partial):
                     if isinstance(x.func, Func) and not x.func.ran:
                         self.call_function(x.func, x.args, dict(x.kwargs), line)
+                elif isinstance(x, BoundMethod) and isinstance(x.func, Func) and not x.func.ran:
+                    # collate_fn=dataset.collate_fn: the library calls the method of that instance
+                    self.call_function(x.func, [x.instance], {}, line)
                 elif isinstance(x, Obj) and getattr(x, "user_class", None) is not None and not getattr(x, "_protocols_ran", False):
                     # a collator, dataset or model of the script's own class handed to the library: the
                     # library calls its __call__ / __getitem__ / __iter__, with this instance as self
@@ -1525,6 +1761,37 @@ class Interpreter:
                         if hit is not None and hit[0] == "method" and isinstance(hit[1], Func):
                             self.call_function(hit[1], [x], {}, line)
         return result
+
+
+def _optimizer_class(cls: Any) -> bool:
+    """Whether a class of the script's checkout derives from torch.optim.Optimizer."""
+    stack, seen = [cls], 0
+    while stack and seen < 20:
+        seen += 1
+        x = stack.pop()
+        if isinstance(x, Ref) and (x.qual.endswith("optim.Optimizer") or x.qual.endswith("optim.optimizer.Optimizer")):
+            return True
+        if isinstance(x, Class):
+            stack.extend(x.bases)
+    return False
+
+
+def _length_name(name: str) -> bool:
+    """A name the length vocabulary knows (data/library_api.json length_arguments), in any case, alone
+    or as the end of a longer name: MAX_LENGTH, allowed_max_length, train_max_seq_len."""
+    return _named_in(name, api.length_arguments())
+
+
+def _reporting(qual: str) -> bool:
+    """A function whose name says it reports (plot_losses, print_batch; its first word in data/library_api.json
+    reporting_words): what it pads is a figure's or a printout's, not a training batch."""
+    return qual.rsplit(".", 1)[-1].lower().strip("_").split("_")[0] in api.reporting_words()
+
+
+def _named_in(name: str, vocabulary: frozenset[str]) -> bool:
+    """`name` is one of `vocabulary`, in any case, alone or as the end of a longer name."""
+    low = name.lower()
+    return any(low == v or low.endswith("_" + v) for v in vocabulary)
 
 
 @dataclass(eq=False)
@@ -1586,15 +1853,47 @@ def _is_classmethod(f: Func) -> bool:
         isinstance(d.decorator, cst.Name) and d.decorator.value == "classmethod" for d in node.decorators)
 
 
+def _only_raises(block: Any) -> bool:
+    """A block that ends in `raise` with no other way out (`if bad: log(...); raise ValueError(...)`)."""
+    stmts = list(block.body) if hasattr(block, "body") else []
+    last = stmts[-1] if stmts else None
+    if not (isinstance(last, cst.SimpleStatementLine) and last.body and isinstance(last.body[-1], cst.Raise)):
+        return False
+    return not any(isinstance(n, (cst.Return, cst.Break, cst.Continue)) for st in stmts for n in _walk(st))
+
+
+@functools.lru_cache(maxsize=4096)
+def _loop_counters(node: cst.For | cst.While) -> tuple[str, ...]:
+    """Names a loop's body steps with `name += ...` (not inside a nested function or class)."""
+    names: list[str] = []
+    stack: list = list(children(node.body))
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if isinstance(n, cst.AugAssign) and isinstance(n.target, cst.Name) and n.target.value not in names:
+            names.append(n.target.value)
+        stack.extend(children(n))
+    return tuple(names)
+
+
+def _dtype_ref(v: Any) -> str | None:
+    """memlint's name of a torch dtype written as a name (torch.bfloat16, getattr(torch, "float16")), else None."""
+    from memlint.extract.objects import DtypeName, dtype_of
+
+    if isinstance(v, DtypeName) or (type(v) is Ref and v.qual.startswith("torch.")):
+        return dtype_of(v)
+    return None
+
+
 def _builtin_type(v: Any) -> bool:
     """type(x) of a known constant, or a builtin type named in the script (bool, int, str)."""
     return type(v) is Ref and v.qual in _SCALAR_TYPES
 
 
 @functools.lru_cache(maxsize=8192)
-def _code_for(tree: cst.Module, node: cst.CSTNode) -> str:
+def _one_line(text: str | None) -> str:
     """A node's source on one line, at most 80 characters (the same node is shown many times)."""
-    text = cst.code_for(tree, node)
     if text is None:
         return "…"
     text = " ".join(text.split())
@@ -1659,7 +1958,7 @@ def _walk(node: cst.CSTNode):
     while stack:
         n = stack.pop()
         yield n
-        stack.extend(n.children)
+        stack.extend(children(n))
 
 
 def _empty_weights_context(expr: cst.CSTNode) -> bool:

@@ -18,8 +18,11 @@ _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
 
 class _Scanner:
     def __init__(self, text: str) -> None:
+        from memlint.extract.budget import MAX_JSON_DEPTH
+
         self.text = text
         self.i = 0
+        self.depth = MAX_JSON_DEPTH  # levels of nesting still allowed (a notebook's metadata nested 700 deep)
         self.starts = [0] + [m.end() for m in re.finditer("\n", text)]
 
     def pos(self, i: int) -> tuple[int, int]:
@@ -36,10 +39,14 @@ class _Scanner:
         """Parse a value at self.i; strings come back as (decoded, offset of their first character)."""
         self.ws()
         ch = self.text[self.i]
-        if ch == "{":
-            return self.obj()
-        if ch == "[":
-            return self.arr()
+        if ch in "{[":
+            if self.depth <= 0:
+                raise ValueError("nested too deeply")
+            self.depth -= 1
+            try:
+                return self.obj() if ch == "{" else self.arr()
+            finally:
+                self.depth += 1
         if ch == '"':
             m = _STRING.match(self.text, self.i)
             self.i = m.end()
@@ -113,7 +120,7 @@ def raw_positions(text: str) -> list[tuple[int, int]]:
     notebook this scanner reads (the formats then fall back to the code's own lines)."""
     try:
         doc = _Scanner(text).value()
-    except (IndexError, AttributeError, ValueError):
+    except (IndexError, AttributeError, ValueError, RecursionError):
         return []
     if not isinstance(doc, dict) or not isinstance(doc.get("cells"), list):
         return []

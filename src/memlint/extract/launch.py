@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from memlint.errors import MemlintError
+from memlint.files import is_file, max_file_size
 
 # Wrappers that run the rest of the line as it is.
 _WRAPPERS = {"nohup", "time", "exec", "env", "stdbuf", "nice", "sudo", "srun", "mpirun", "command", "xargs"}
@@ -301,7 +302,7 @@ def resolve_module(module: str, roots: Sequence[Path]) -> Path | None:
     for root in roots:
         for base in (root, root / "src"):
             for cand in (base.joinpath(*parts).with_suffix(".py"), base.joinpath(*parts, "__main__.py")):
-                if cand.is_file():
+                if is_file(cand):
                     return cand
     return None
 
@@ -367,20 +368,23 @@ def tool_config(launch: Launch, base: Path, ref: str) -> Path:
     (torchtune's built-in recipes/configs/NAME.yaml, in a torchtune checkout above `base` or in the installed
     distribution, found from its file list without importing it)."""
     path = base / ref
-    if path.is_file():
+    if is_file(path):
         return path
     if launch.launcher == "xtuner":
-        hits = sorted(base.glob(f"**/configs/**/{ref}.py"))
+        hits = sorted(h for h in base.glob(f"**/configs/**/{ref}.py") if is_file(h)) if ".." not in ref else []
         return hits[0] if hits else path
     if launch.launcher == "tune" and not Path(ref).suffix:
         for root in [base, *base.parents][:6]:
             cand = root / "recipes" / "configs" / f"{ref}.yaml"
-            if cand.is_file():
+            if is_file(cand):
                 return cand
         from memlint.library.versions import distribution_file
 
-        cand = distribution_file("torchtune", f"recipes/configs/{ref}.yaml")
-        if cand is not None:
+        cand = distribution_file("torchtune", f"recipes/configs/{ref}.yaml") if ".." not in ref else None
+        if cand is not None:  # the installed torchtune's own file (found from its RECORD): memlint's look-up, read
+            from memlint.files import allow
+
+            allow([cand])
             return cand
     return path
 
@@ -403,7 +407,7 @@ def framework_config(launch: Launch, base: Path) -> Path | None:
         return None
 
     cand = base / first
-    kind = detect_file(cand) if cand.is_file() else None
+    kind = detect_file(cand) if is_file(cand) else None
     if kind == "trl-recipe" and _parses_yaml_itself(base / launch.script):
         return None  # HfArgumentParser arguments the script reads itself (parse_yaml_file(sys.argv[1]))
     return cand if kind is not None else None
@@ -421,7 +425,7 @@ def _flag_config(launch: Launch, base: Path) -> Path | None:
         for name, fw in table().items():
             if word in fw.get("read_from_flag", ()) and value.lower().endswith((".yaml", ".yml", ".toml")):
                 cand = base / value
-                if cand.is_file() and detect_file(cand) == name:
+                if is_file(cand) and detect_file(cand) == name:
                     return cand
     return None
 
@@ -456,30 +460,72 @@ def _hydra_config(launch: Launch, base: Path) -> Path | None:
     folder = Path(os.path.expanduser(path))
     folder = folder if folder.is_absolute() else script.parent / folder
     cand = Path(os.path.normpath(folder / (name if name.lower().endswith((".yaml", ".yml")) else name + ".yaml")))
-    return cand if cand.is_file() and detect_file(cand) in kinds else None
+    return cand if is_file(cand) and detect_file(cand) in kinds else None
+
+
+_DECORATORS: dict[tuple, dict[str, str]] = {}  # (file identity, names) -> what _hydra_decorator found: parsed once
 
 
 def _hydra_decorator(script: Path, names: set[str]) -> dict[str, str]:
-    """config_path / config_name of the script's Hydra decorator (string literals only), read with ast."""
-    import ast
+    """config_path / config_name of the script's Hydra decorator (string literals only): once per file (a launcher
+    naming one script twenty times reads it once), only when the text names a decorator, and within the script
+    budget (a 2 MB script is not parsed); from the parse the script's reading shares (extract/parsed.py)."""
+    import os
 
+    try:
+        st = os.stat(script)
+    except (OSError, ValueError):
+        return {}
+    key = (os.path.abspath(script), st.st_ino, st.st_size, st.st_mtime_ns, tuple(sorted(names)))
+    if key not in _DECORATORS:
+        if len(_DECORATORS) > 1024:
+            _DECORATORS.clear()
+        _DECORATORS[key] = _read_hydra_decorator(script, names)
+    return dict(_DECORATORS[key])
+
+
+def _read_hydra_decorator(script: Path, names: set[str]) -> dict[str, str]:
+    import libcst as cst
+
+    from memlint.extract.budget import MAX_SCRIPT_BYTES
+    from memlint.extract.parsed import ParserSyntaxError, parse
     from memlint.files import read_text
 
     try:
-        tree = ast.parse(read_text(script, encoding="utf-8"))
-    except (OSError, SyntaxError, ValueError, RecursionError, MemlintError):  # files.Refused is an OSError
+        text = read_text(script, min(MAX_SCRIPT_BYTES, max_file_size()), encoding="utf-8")
+    except (OSError, ValueError, MemlintError):  # files.Refused is an OSError
         return {}
-    for node in ast.walk(tree):
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        for dec in node.decorator_list:
-            func = dec.func if isinstance(dec, ast.Call) else None
-            called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
-            if called in names:
-                return {k.arg: k.value.value for k in dec.keywords
-                        if k.arg in ("config_path", "config_name") and isinstance(k.value, ast.Constant)
-                        and isinstance(k.value.value, str)}
-    return {}
+    from memlint.extract.budget import over_script_budget
+
+    if not any(n in text for n in names) or over_script_budget(text) is not None:
+        return {}
+    try:
+        module = parse(text).module
+    except (ParserSyntaxError, MemlintError, RecursionError, MemoryError):
+        return {}
+    found: dict[str, str] = {}
+
+    class Decorators(cst.CSTVisitor):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            for dec in node.decorators:
+                call = dec.decorator
+                if found or not isinstance(call, cst.Call):
+                    continue
+                func = call.func
+                called = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
+                if called in names:
+                    found.update({a.keyword.value: a.value.evaluated_value for a in call.args
+                                  if a.keyword is not None and a.keyword.value in ("config_path", "config_name")
+                                  and isinstance(a.value, cst.SimpleString) and isinstance(a.value.evaluated_value, str)})
+                    found.setdefault("", "")  # the decorator was found, whatever it names
+            return not found
+
+    try:
+        module.visit(Decorators())
+    except RecursionError:
+        return {}
+    found.pop("", None)
+    return found
 
 
 def _parses_yaml_itself(script: Path) -> bool:

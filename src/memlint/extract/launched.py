@@ -13,6 +13,7 @@ from typing import Any
 
 from memlint.errors import MemlintError
 from memlint.plan import Span, TrainingPlan, Value
+from memlint.vocab import ascii_digits
 
 _ZERO = {"0": "none", "1": "zero1", "2": "zero2", "3": "zero3"}
 _PRECISION = {"bf16": "amp-bf16", "fp16": "amp-fp16", "no": "fp32", "fp8": "amp-bf16"}
@@ -67,7 +68,7 @@ def _megatron(launch: Any) -> dict[str, Value]:
         flag = "--" + flag[2:].replace("_", "-") if flag.startswith("--") else flag
         if flag in _MEGATRON_SIZES:
             text = inline or (argv[i + 1] if i + 1 < len(argv) else "")
-            if text.isdigit() and int(text) >= 1:
+            if ascii_digits(text) and int(text) >= 1:
                 out[_MEGATRON_SIZES[flag]] = _value(launch, int(text), f"{flag} {text}")
         elif flag == "--sequence-parallel":
             out["sequence_parallel"] = _value(launch, True, "--sequence-parallel")
@@ -101,7 +102,7 @@ def _accelerate(plan: TrainingPlan, launch: Any, opts: dict[str, str]) -> dict[s
             prec.source in ("library-default", "unknown") or prec.value == "pure-bf16" and mp in ("bf16", "fp16")):
         out["precision"] = _value(launch, _PRECISION[mp], f"accelerate launch --mixed_precision {mp}")
     ga = opts.get("gradient_accumulation_steps")
-    if ga and ga.isdigit() and plan.get("grad_accum").source in ("library-default", "unknown"):
+    if ga and ascii_digits(ga) and plan.get("grad_accum").source in ("library-default", "unknown"):
         out["grad_accum"] = _value(launch, int(ga), f"accelerate launch --gradient_accumulation_steps {ga}")
     return out
 
@@ -110,8 +111,10 @@ def _accelerate_config(plan: TrainingPlan, launch: Any, cfg: str, script: Path) 
     from memlint.extract.configs import merge_launch_config
 
     base = Path(launch.origin).parent if launch.line else Path.cwd()
+    from memlint.files import is_file
+
     for cand in (base / cfg, Path.cwd() / cfg, script.parent / cfg):
-        if cand.is_file():
+        if is_file(cand):
             try:
                 return merge_launch_config(plan, cand)
             except MemlintError as exc:

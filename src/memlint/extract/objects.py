@@ -373,6 +373,15 @@ class Window(NamedTuple):
     line: int | None
 
 
+class BatchYield(NamedTuple):
+    """`if len(batch) == n: yield ...`: a dataset's __iter__ that yields whole batches of n rows (its
+    DataLoader built with batch_size=None): the micro-batch is n."""
+
+    rows: Any
+    line: int | None
+    file: str | None = None
+
+
 class Chunking(NamedTuple):
     """`t[i : i + n] for i in range(0, total, n)`: fixed blocks of n tokens."""
 

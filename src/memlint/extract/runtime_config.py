@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from memlint.extract.values import Const, Dict, Seq, Unknown
+from memlint.vocab import ascii_digits
 
 MAX_CONFIG_BYTES = 2_000_000
 _WHOLE = re.compile(r"^\$\{([^{}]+)\}$")
@@ -24,7 +25,7 @@ def candidates(it: Any, ref: str) -> list[Path]:
     """Where a relative path written in the script is looked for, in order."""
     p = Path(ref).expanduser()
     if p.is_absolute():
-        return [p]
+        return [p, *_checkout_copies(it, p)]
     out = []
     launch = getattr(it, "launch", None)
     if launch is not None and launch.cwd:
@@ -35,14 +36,32 @@ def candidates(it: Any, ref: str) -> list[Path]:
     return list(dict.fromkeys(out))
 
 
+def _checkout_copies(it: Any, p: Path) -> list[Path]:
+    """An absolute path on the author's machine (`/home/alice/proj/configs/x.yaml`): the same relative file in
+    the checkout, its longest tail first (configs/x.yaml under the launch folder or a folder up to the checkout's
+    root, then x.yaml)."""
+    launch = getattr(it, "launch", None)
+    roots = ([Path.cwd() / launch.cwd] if launch is not None and launch.cwd else []) + [Path.cwd(), it.dir]
+    roots += it.import_roots() if hasattr(it, "import_roots") else []
+    parts = p.parts[1:]
+    return [r.joinpath(*parts[i:]) for i in range(1, len(parts)) for r in dict.fromkeys(roots)]
+
+
 def find(it: Any, ref: str) -> Path | None:
+    """The first candidate that is a file inside the checked root (files.is_file never looks outside it)."""
+    from memlint.files import is_file
+
     for cand in candidates(it, ref):
-        try:
-            if cand.is_file():
-                return cand
-        except OSError:
-            continue
+        if is_file(cand):
+            return cand
     return None
+
+
+def outside(it: Any, ref: str) -> Path | None:
+    """The first candidate outside the checked root (what a "not found" really was), if any."""
+    from memlint.files import allowed
+
+    return next((c for c in candidates(it, ref) if "\0" not in str(c) and not allowed(c)), None)
 
 
 def read(it: Any, path_value: Any, how: str) -> Any:
@@ -53,6 +72,12 @@ def read(it: Any, path_value: Any, how: str) -> Any:
     ref = path_value.value
     found = find(it, ref)
     if found is None:
+        away = outside(it, ref)
+        if away is not None:  # `../outside/token`, `~/.cache/x`, `/etc/...`: never read, never shown
+            from memlint.files import refuse_outside
+
+            refuse_outside(away)
+            return Unknown(f"{ref}: a config file outside the checked root; not read")
         return Unknown(f"{ref}: a config file read at run time, not found in the checkout")
     from memlint.files import read_text
 
@@ -68,11 +93,16 @@ def read(it: Any, path_value: Any, how: str) -> Any:
     doc = load_text(text, shown, is_json=found.suffix.lower() == ".json")
     if doc.data is None and not doc.ok and doc.diagnostics:
         return Unknown(f"{ref}: {doc.diagnostics[0].message}")
+    origin = ""
+    if Path(ref).expanduser().is_absolute() and found != Path(ref).expanduser():
+        # the script names a file on its author's machine: the checkout's file at the same relative path
+        it.facts.note(f"{ref} is a path on the script author's machine; memlint read the checkout's {shown} in its place")
+        origin = f", the checkout's copy of {ref}"
     it.facts.note(f"values read from {shown} ({how}) as the script would read it at run time")
     record = getattr(it, "read_files", None)
     if record is not None:
         record.append(str(found))
-    return convert(doc.data, doc, shown, (), doc.data)
+    return convert(doc.data, doc, shown, (), doc.data, origin)
 
 
 def _shown(it: Any, path: Path) -> str:
@@ -84,19 +114,19 @@ def _shown(it: Any, path: Path) -> str:
         return str(path)
 
 
-def convert(data: Any, doc: Any, shown: str, path: tuple, root: Any) -> Any:
+def convert(data: Any, doc: Any, shown: str, path: tuple, root: Any, origin: str = "") -> Any:
     """Plain data -> Dict / Seq / Const, each Const at its key's line in `shown`."""
     if isinstance(data, dict):
-        return Dict({k: convert(v, doc, shown, path + (k,), root) for k, v in data.items()})
+        return Dict({k: convert(v, doc, shown, path + (k,), root, origin) for k, v in data.items()})
     if isinstance(data, list):
-        return Seq([convert(v, doc, shown, path + (i,), root) for i, v in enumerate(data)])
+        return Seq([convert(v, doc, shown, path + (i,), root, origin) for i, v in enumerate(data)])
     span = doc.span(*path) if path else None
     if isinstance(data, str) and "${" in data:
         data = interpolate(data, root)
         if isinstance(data, Unknown):
             return data
     key = ".".join(str(p) for p in path)
-    return Const(data, "literal", span.line if span else None, (f"{key}: {data!r} ({shown})",), shown)
+    return Const(data, "literal", span.line if span else None, (f"{key}: {data!r} ({shown}{origin})",), shown)
 
 
 def lookup(root: Any, dotted: str) -> Any:
@@ -104,7 +134,7 @@ def lookup(root: Any, dotted: str) -> Any:
     for part in dotted.split("."):
         if isinstance(cur, dict) and part in cur:
             cur = cur[part]
-        elif isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
+        elif isinstance(cur, list) and ascii_digits(part) and int(part) < len(cur):
             cur = cur[int(part)]
         else:
             return MISSING

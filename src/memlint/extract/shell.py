@@ -21,7 +21,11 @@ from memlint.vocab import LAUNCHER_NAMES, LAUNCHER_SUFFIXES
 _MAX_BYTES = 256_000
 _ASSIGN = re.compile(r"^\s*(?:export\s+|local\s+|readonly\s+|declare\s+(?:-\w+\s+)*)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 _MAKE_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s*(?:\?|:|::|\+)?=\s*(.*)$")
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-=])([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+# A default's text stops at the next `${` (nested defaults are _defaults' business): each match attempt then
+# scans to the next `${`, not to the end of the line (8,000 unclosed `${A:-` were a quadratic scan).
+_UPTO = r"(?:[^}$]|\$(?!\{))*"
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-=])(" + _UPTO + r"))?\}|\$([A-Za-z_][A-Za-z0-9_]*)"
+                  r"|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 # the launcher's own folder: `$(dirname "${BASH_SOURCE[0]}")`, `$(dirname $0)`, `$(cd "$(dirname "$0")" && pwd)`
 _SELF_DIR = re.compile(r"""\$\(\s*dirname\s+["']?(?:\$\{BASH_SOURCE(?:\[0\])?\}|\$BASH_SOURCE|\$\{0\}|\$0)["']?\s*\)"""
                        r"""|`\s*dirname\s+["']?(?:\$\{BASH_SOURCE(?:\[0\])?\}|\$BASH_SOURCE|\$0)["']?\s*`""")
@@ -29,14 +33,14 @@ _SELF_DIR_PWD = re.compile(r"""\$\(\s*cd\s+["']?\.["']?\s*(?:&&|;)\s*pwd\s*\)"""
 _ARRAY_KEY = "[@]"  # env key of a bash array `A=(x y)` (its words joined by NUL)
 _ARRAY_DEF = re.compile(r"^\s*(?:local\s+|declare\s+-a\s+)?([A-Za-z_][A-Za-z0-9_]*)=\((.*)\)\s*(?:#.*)?$")
 _ARRAY_REF = re.compile(r"\$\{(#?)([A-Za-z_][A-Za-z0-9_]*)\[(@|\*|\d+)\]\}")
-_SUBST = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(//?)([^/}]*)/([^}]*)\}")
+_SUBST = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(//?)((?:[^/}$]|\$(?!\{))*)/(" + _UPTO + r")\}")
 _DEFAULT_HEAD = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:?[-=])")
 _POSITIONAL = re.compile(r"""^["']?\$(?:\{\d+\}|\d)["']?$""")
 # the launcher's own arguments when a command gives them (`bash run.sh 2 /ckpt`): "$@", $1, ${2}, $#
 _POS_REF = re.compile(r'"\$(?:\{@\}|@)"|\$\{(\d+|[@*#])\}|\$(\d|[@*#])')
 _POS_KEY = "\x00pos"  # env key of the launcher's positional arguments (joined by NUL)
 _SHIFT = re.compile(r"^shift(?:\s+(\d+))?\s*(?:[;#].*)?$")
-_ARITH = re.compile(r"\$\(\((.*?)\)\)")
+_ARITH = re.compile(r"\$\(\(([^$]*?)\)\)")  # stops at the next `$`: no scan to the end per unclosed `$((`
 _LAUNCH_WORD = re.compile(r"(?:^|[\s;&|(])(?:python\d*(?:\.\d+)*|torchrun|accelerate|deepspeed|composer|lightning)\b")
 
 
@@ -90,13 +94,44 @@ def _open_quote(line: str) -> bool:
     return q is not None
 
 
-def _expand(text: str, env: dict[str, str]) -> str:
+def _too_long() -> None:
+    from memlint.extract.budget import MAX_SHELL_VALUE, OverBudget
+
+    raise OverBudget(f"not read: a variable expands past {MAX_SHELL_VALUE:,} characters, over memlint's budget for "
+                     "a launcher")
+
+
+def _checked(text: str) -> str:
+    """A value or line within the budget (MAX_SHELL_VALUE characters), else the launcher is past it."""
+    from memlint.extract.budget import MAX_SHELL_VALUE
+
+    if len(text) > MAX_SHELL_VALUE:
+        _too_long()
+    return text
+
+
+def _expand(text: str, env: dict[str, str], depth: int = 0) -> str:
+    """`text` with the launcher's variables expanded; OverBudget past the size or nesting budget (X=$X$X forty
+    times, ${A:-${A:-...}} a thousand deep)."""
+    from memlint.extract.budget import MAX_SHELL_DEPTH, MAX_SHELL_VALUE, OverBudget
+
+    if depth > MAX_SHELL_DEPTH:
+        raise OverBudget(f"not read: defaults nested more than {MAX_SHELL_DEPTH} deep, over memlint's budget for a "
+                         "launcher")
+    grown = [len(text)]
+
+    def grow(value: str, replaced: str) -> str:
+        grown[0] += len(value) - len(replaced)
+        if grown[0] > MAX_SHELL_VALUE:
+            _too_long()
+        return value
+
     def sub(m: re.Match) -> str:
         name = m.group(1) or m.group(4) or m.group(5)
         if name in env:
-            return env[name]
+            return grow(env[name], m.group(0))
         if m.group(2) and m.group(3) is not None:  # ${X:-default}
-            return _expand(m.group(3), env)
+            return grow(_expand(m.group(3), env, depth + 1), m.group(0))
         return m.group(0)
 
     def array(m: re.Match) -> str:  # ${#A[@]} (its length), ${A[@]} (its words), ${A[0]}
@@ -107,19 +142,25 @@ def _expand(text: str, env: dict[str, str]) -> str:
         if m.group(1):
             return str(len(words))
         if m.group(3) in ("@", "*"):
-            return " ".join(words)
-        i = int(m.group(3))
-        return words[i] if i < len(words) else ""
+            return grow(" ".join(words), m.group(0))
+        i = int(m.group(3)) if len(m.group(3)) < 8 else len(words)
+        return grow(words[i], m.group(0)) if i < len(words) else ""
 
     def replace_all(m: re.Match) -> str:  # ${X//,/ } and ${X/a/b}: bash's substitution of a literal pattern
         if m.group(1) not in env or any(c in m.group(3) for c in "*?["):
             return m.group(0)
-        return env[m.group(1)].replace(m.group(3), m.group(4), -1 if m.group(2) == "//" else 1)
+        value, old, new = env[m.group(1)], m.group(3), m.group(4)
+        n = (value.count(old) if old else len(value) + 1) if m.group(2) == "//" else 1
+        if len(value) + n * max(len(new) - len(old), 0) > MAX_SHELL_VALUE:  # checked before it is built
+            _too_long()
+        return grow(value.replace(old, new, -1 if m.group(2) == "//" else 1), m.group(0))
 
+    _checked(text)
     if _POS_KEY in env:
-        text = _positional(text, env)
-    text = _defaults(_ARRAY_REF.sub(array, _SUBST.sub(replace_all, text)), env)
-    return _ARITH.sub(_arith, _VAR.sub(sub, text))
+        text = _checked(_positional(text, env))
+    text = _defaults(_ARRAY_REF.sub(array, _SUBST.sub(replace_all, text)), env, depth)
+    grown[0] = len(text)
+    return _checked(_ARITH.sub(_arith, _VAR.sub(sub, text)))
 
 
 def _positional(text: str, env: dict[str, str]) -> str:
@@ -152,30 +193,46 @@ def _shifted(line: str, env: dict[str, str]) -> bool:
     return True
 
 
-def _defaults(text: str, env: dict[str, str]) -> str:
+def _closers(text: str) -> dict[int, int]:
+    """For each `{` of `text` (not after a backslash), where its matching `}` is: one pass, so a thousand
+    unclosed `${A:-` cost a scan, not a scan each."""
+    out: dict[int, int] = {}
+    stack: list[int] = []
+    for k, c in enumerate(text):
+        if c in "{}" and k and text[k - 1] == "\\":
+            continue
+        if c == "{":
+            stack.append(k)
+        elif c == "}" and stack:
+            out[stack.pop()] = k
+    return out
+
+
+def _defaults(text: str, env: dict[str, str], depth: int = 0) -> str:
     """`${X:-default}` / `${X-default}` whose default holds `${...}` itself (the regex stops at the first `}`)."""
     out, i = [], 0
+    closers: dict[int, int] | None = None
     while True:
         j = text.find("${", i)
         if j < 0:
             return "".join(out) + text[i:]
         m = _DEFAULT_HEAD.match(text, j)
-        depth, k = 1, j + 2
-        while m and k < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[k], 0) if text[k - 1] != "\\" else 0
-            k += 1
-        if not m or depth or "${" not in text[m.end():k - 1]:
+        if m is not None and closers is None:
+            closers = _closers(text)
+        k = closers.get(j + 1) if m is not None and closers is not None else None
+        if k is None or "${" not in text[m.end():k]:
             out.append(text[i:j + 2])
             i = j + 2
             continue
+        k += 1  # past the closing brace
         name, op = m.group(1), m.group(2)
         val = env.get(name)
         use_default = val is None or (op.startswith(":") and val == "")
         if op.endswith("="):  # ${X:=v} also assigns
             if use_default:
-                env[name] = _expand(text[m.end():k - 1], env)
+                env[name] = _expand(text[m.end():k - 1], env, depth + 1)
         out.append(text[i:j])
-        out.append(_expand(text[m.end():k - 1], env) if use_default else val)
+        out.append(_expand(text[m.end():k - 1], env, depth + 1) if use_default else val)
         i = k
 
 
@@ -275,26 +332,38 @@ def notebook_shell(path: Path) -> str:
     return "\n".join(out)
 
 
-def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: dict[str, str] | None = None) -> list[Launch]:
-    """The training launches a shell script, Makefile or notebook (its `!` lines) runs, with their line numbers.
-    `args`: the script's own arguments when a command runs it (`bash run.sh 2 /ckpt`), read for $1, "$@"
-    and `shift`; None (the file read alone) leaves them unknown. `env0`: variables the command sets."""
+def _launcher_text(path: Path) -> str | None:
+    """A launcher's text (a notebook's `!` lines), within the launcher budget; None when it is not read."""
     from memlint.files import read_bytes
 
     try:
         if path.stat().st_size > _MAX_BYTES:
-            return []
+            return None
         if path.suffix == ".ipynb":
-            text = notebook_shell(path)
-        else:
-            text = read_bytes(path).decode("utf-8", errors="replace")  # a regular file within max-file-size
+            return notebook_shell(path)
+        return read_bytes(path).decode("utf-8", errors="replace")  # a regular file within max-file-size
     except OSError:
+        return None
+
+
+def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: dict[str, str] | None = None) -> list[Launch]:
+    """The training launches a shell script, Makefile or notebook (its `!` lines) runs, with their line numbers.
+    `args`: the script's own arguments when a command runs it (`bash run.sh 2 /ckpt`), read for $1, "$@"
+    and `shift`; None (the file read alone) leaves them unknown. `env0`: variables the command sets."""
+    from memlint.extract.budget import MAX_SHELL_SECONDS, Deadline, OverBudget
+
+    text = _launcher_text(path)
+    if text is None:
         return []
     make = path.name in LAUNCHER_NAMES
     env: dict[str, str] = {**(env0 or {}), **({_POS_KEY: "\x00".join(args)} if args is not None else {})}
     out: list[Launch] = []
     cwd: str | None = None  # where standalone `cd DIR` lines have moved the launcher
+    deadline = Deadline(MAX_SHELL_SECONDS)
     for line_no, line, flag_lines in _logical_lines(text):
+        if deadline.passed():
+            raise OverBudget(f"not read: stopped reading after {MAX_SHELL_SECONDS:g} s at line {line_no}, over memlint's "
+                             "time budget for a launcher")
         stripped = _self_dir(line.strip())
         if not stripped or stripped.startswith("#"):
             continue
@@ -311,8 +380,9 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
                 continue
             arr = _ARRAY_DEF.match(stripped)
             if arr:  # `CUDAs=(${TOT_CUDA//,/ })`: a bash array of the expanded words
+                expanded = _expand(arr.group(2), env)
                 try:
-                    env[arr.group(1) + _ARRAY_KEY] = "\x00".join(tokens(_expand(arr.group(2), env)))
+                    env[arr.group(1) + _ARRAY_KEY] = "\x00".join(tokens(expanded))
                 except MemlintError:
                     pass
                 continue
@@ -332,15 +402,17 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
                     env[m.group(1)] = _unquote(_expand(val, env))
                     continue
         if stripped.startswith("cd ") and not make:
+            expanded = _expand(stripped, env)
             try:
-                moved = _cd(tokens(_expand(stripped, env)), cwd)
+                moved = _cd(tokens(expanded), cwd)
             except MemlintError:
                 moved = None
             cwd = moved if moved is not None else cwd
         if not _LAUNCH_WORD.search(stripped):
             continue
+        expanded = _expand(stripped, env)
         try:
-            words = tokens(_expand(stripped, env))
+            words = tokens(expanded)
         except MemlintError:
             continue
         if words and words[0] in ("for", "if", "while", "echo", "then", "do", "elif"):
@@ -356,11 +428,12 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
 
 
 def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str, ...] | None = None,
-                     env0: dict[str, str] | None = None) -> list:
+                     env0: dict[str, str] | None = None, root: str | None = None) -> list:
     """files.Target for each launch of `path` whose script (or module) is a file of the checkout,
     looked up beside the launcher, then in each of `roots` (the checkout, the folder walked).
-    `args`/`env0`: the launcher's arguments and variables when a command runs it (see `launches`)."""
-    from memlint.files import Target
+    `args`/`env0`: the launcher's arguments and variables when a command runs it (see `launches`). A script
+    outside the checked root (`python ../outside/x.py`) is not looked at; each target keeps `root`."""
+    from memlint.files import Target, is_file
 
     out = []
     for launch in launches(path, shown, args, env0):
@@ -380,7 +453,7 @@ def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str,
         for base in bases:
             if launch.script:
                 cand = base / os.path.expanduser(launch.script)
-                if cand.is_file() and cand.suffix == ".py":
+                if cand.suffix == ".py" and is_file(cand):
                     target = cand
             elif launch.module:
                 target = resolve_module(launch.module, [base])
@@ -391,7 +464,7 @@ def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str,
                 break
         if target is None:
             continue
-        out.append(Target(target, os.path.normpath(os.path.relpath(target)), False, launch))
+        out.append(Target(target, os.path.normpath(os.path.relpath(target)), False, launch, root=root))
     return out
 
 
@@ -409,7 +482,15 @@ def command_targets(words, cwd: Path | None = None) -> list:
     shown = os.path.normpath(os.path.join(moved or "", script))
     if not path.is_file():
         raise MemlintError(f"{shown}: no such file (the command's shell script)")
-    targets = launcher_targets(path, shown, [base], args=args, env0=env)
+    from memlint import files
+    from memlint.extract.budget import OverBudget
+
+    root = files.checkout_root(path)
+    try:
+        with files.checked_root(root):
+            targets = launcher_targets(path, shown, [base], args=args, env0=env, root=root)
+    except OverBudget as exc:  # the launcher past a budget: a MEM001 note on it
+        return [files.Target(path, shown, True, root=root, note=str(exc))]
     if not targets:
         raise MemlintError(f"{shown}: runs no Python training command memlint reads")
     return targets

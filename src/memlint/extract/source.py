@@ -51,6 +51,8 @@ def notebook_cells(text: str, path: Path) -> tuple[list[str], list[int]]:
         nb = json.loads(text)
     except json.JSONDecodeError as exc:
         raise MemlintError(f"{path}: not a notebook (invalid JSON at line {exc.lineno})") from None
+    except RecursionError:
+        raise MemlintError(f"{path}: not read: nested too deeply") from None
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         raise MemlintError(f"{path}: not a notebook (no cells)")
     from memlint.extract.budget import MAX_NOTEBOOK_CELLS

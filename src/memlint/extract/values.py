@@ -100,6 +100,7 @@ class Func:
     owner: Any = None              # the Class whose method this is
     click: list = field(default_factory=list)  # (param, flags, is_flag, type name) of its @click.option decorators
     typer: bool = False            # an @app.command() of a typer.Typer app: typer fills its parameters from the command
+    cli: str = ""                  # a CLI library that calls it with the command's words when the script runs: "fastcore" (@call_parse)
 
 
 @dataclass(eq=False)

@@ -1,7 +1,8 @@
 """`memlint check --fix`: apply the rewrites that rules declare (Fix.codemod) to a script's text,
 keeping its formatting and comments; `unified_diff` shows them for `--diff`.
 
-Fixes are located in the tree of extract/syntax.py, as the extraction reads it.
+Fixes are located in libcst's tree of the text (extract/parsed.py, the parse the extraction reads), and
+applied as text edits at libcst's ranges, so nothing outside an edit changes.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from memlint.rules.base import Finding, Fix
 
 __all__ = ["FixResult", "apply_fixes", "effective_fix", "unified_diff", "CODEMOD_NAMES"]
 
-CODEMOD_NAMES = ("dynamic-padding", "group-by-length", "gradient-checkpointing", "double-quant", "nf4-quant-type")
+CODEMOD_NAMES = ("dynamic-padding", "group-by-length", "gradient-checkpointing", "double-quant", "nf4-quant-type",
+                 "suggestion")
 
 
 @dataclass
@@ -33,7 +35,7 @@ class FixResult:
 def _plan(source: str, finding: Finding, line: int | None = None):
     """(Planned, None) or (None, reason) for one finding's fix against `source` (at `line`, where
     earlier fixes moved the finding's line)."""
-    from memlint.extract import syntax as cst
+    from memlint.extract.parsed import ParserSyntaxError
     from memlint.fix.codemods import CODEMODS
     from memlint.fix.doc import Doc, Skip
 
@@ -46,7 +48,7 @@ def _plan(source: str, finding: Finding, line: int | None = None):
     ipython = None
     try:
         doc = Doc.of(source)
-    except (cst.ParserSyntaxError, RecursionError):
+    except (ParserSyntaxError, RecursionError):
         # an exported notebook (`!pip install`, `%env`): locate in the text IPython would run,
         # which keeps every other line as it is, and edit only those lines
         ipython = _ipython_text(source)
@@ -54,7 +56,7 @@ def _plan(source: str, finding: Finding, line: int | None = None):
             if ipython is None:
                 raise ValueError
             doc = Doc.of(ipython)
-        except (cst.ParserSyntaxError, RecursionError, ValueError):
+        except (ParserSyntaxError, RecursionError, ValueError):
             return None, "the file does not parse"
     try:
         planned = codemod(doc, finding.span.line if line is None else line, fix.params or {})

@@ -11,6 +11,7 @@ Keywords that drift with library versions, and which collators pad each batch, a
 | gradient-checkpointing | same | gradient_checkpointing=True (replaces False/None, or adds it) | the call takes **kwargs |
 | double-quant | BitsAndBytesConfig(load_in_4bit=True, ...) on the line (or nested in the call on the line) | bnb_4bit_use_double_quant=True | the call takes **kwargs |
 | nf4-quant-type | same; or from_pretrained(..., load_in_4bit=True) without a config | bnb_4bit_quant_type="nf4"; for the bare flag a new BitsAndBytesConfig | it replaces an explicit quant type, or builds a new config |
+| suggestion | for each plan field MEM101's suggestion changes, the call that sets it on its line (data/fix_keywords.json "suggestion") | the suggested values (micro-batch and accumulation, recompute, SDPA, an 8-bit optimizer, a fused loss, ...) | always: it changes the run; skipped where a change is not one keyword (LoRA, QLoRA) |
 
 params: {"call": name or [names]} narrows the calls (default: the lists below); dynamic-padding
 takes {"keyword": "padding"}. A value set through a module constant is edited at the constant
@@ -22,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from memlint.extract import syntax as cst
+import libcst as cst
 
 from memlint import data
 from memlint.library.api import training_arguments
@@ -467,7 +468,69 @@ def dynamic_padding(doc: Doc, line: int, params: Mapping[str, Any]) -> Planned:
                    title + (f"; unsafe: {why}" if why else ""))
 
 
+# ---- MEM101's suggestion: every plan value it changes, at the line that sets it -------------------------------
+
+
+def _suggested_value(field: str, value: Any) -> str:
+    if isinstance(value, (bool, int, float)) or value is None:
+        return repr(value)
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _one_change(doc: Doc, line: int, field: str, value: Any) -> Planned:
+    """One plan field set to `value` in the call that sets it on `line` (or the file's only such call)."""
+    spec = _data()["suggestion"].get(field)
+    if spec is None:
+        raise Skip(f"the suggestion changes {field}, which no keyword of one call sets; apply it by hand")
+    calls = spec["calls"]
+    if calls == "training_arguments":
+        names = tuple(training_arguments())
+    elif calls == "any":
+        names = tuple({doc.last_name(c.func) for c in doc.calls if doc.last_name(c.func)})
+    else:
+        names = tuple(calls)
+    text = _suggested_value(field, value)
+    choices = [_Choice(k, lambda v, want=value: v == want, text) for k in spec["keywords"]]
+    return _keyword_fix(doc, line, names, choices, (spec["keywords"][0], text), "MEM101's suggestion")
+
+
+def suggestion(doc: Doc, line: int, params: Mapping[str, Any]) -> Planned:
+    """MEM101's cheapest set of changes that fits, applied: params {"changes": [{"field", "value", "line"}]} (plan
+    fields, the values the suggestion gives them, and the line that sets each; None: the finding's line). Each is
+    made in turn on the text the previous one left; the result is one edit over the changed region. Unsafe: it
+    changes the run (its step time, or its numerics: SDPA and a fused loss are not bit-identical)."""
+    changes = list(params.get("changes") or ())
+    if not changes:
+        raise Skip("the suggestion has no change a script can say")
+    source, titles = doc.source, []
+    # bottom-up, so the lines of the changes still to make stay where the plan says
+    for ch in sorted(changes, key=lambda c: -(c.get("line") or line)):
+        cur = Doc.of(source)
+        try:
+            planned = _one_change(cur, ch.get("line") or line, ch["field"], ch["value"])
+        except Skip as exc:
+            if "is already" in str(exc):
+                continue
+            raise
+        from memlint.fix.doc import apply_edits
+
+        source = apply_edits(source, planned.edits)
+        titles.append(planned.title.split(": ", 1)[1].split("; unsafe", 1)[0])
+    if source == doc.source:
+        raise Skip("the suggestion is already applied")
+    a = 0
+    while a < min(len(source), len(doc.source)) and source[a] == doc.source[a]:
+        a += 1
+    b = 0
+    while b < min(len(source), len(doc.source)) - a and source[-1 - b] == doc.source[-1 - b]:
+        b += 1
+    edit = Edit(a, len(doc.source) - b, source[a:len(source) - b])
+    return Planned((edit,), "unsafe", "Apply MEM101's suggestion: " + "; ".join(reversed(titles))
+                   + "; unsafe: it changes the run (step time, numerics)")
+
+
 CODEMODS: dict[str, Callable[[Doc, int, Mapping[str, Any]], Planned]] = {
+    "suggestion": suggestion,
     "dynamic-padding": dynamic_padding,
     "group-by-length": group_by_length,
     "gradient-checkpointing": gradient_checkpointing,

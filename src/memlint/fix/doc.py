@@ -1,4 +1,4 @@
-"""One parsed source file as the fixes see it: syntax nodes (extract/syntax.py: libcst's shapes) with their positions, import aliases,
+"""One parsed source file as the fixes see it: libcst's nodes with their positions and parents, import aliases,
 bindings and uses of names, and text edits that keep every other character as it was.
 
 Fixes are text edits located through the CST (as Ruff's are), so formatting and comments
@@ -7,16 +7,15 @@ outside the edited range cannot change.
 
 from __future__ import annotations
 
-import ast
 import bisect
 import re
 from functools import lru_cache
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
-from memlint.extract import syntax as cst
+import libcst as cst
 
-from memlint.extract.parsed import parse
+from memlint.extract.parsed import children, parse, walk
 
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 NOT_LITERAL = object()  # what literal() returns for an expression that is not a plain literal
@@ -68,7 +67,7 @@ def dotted(node: cst.BaseExpression) -> str | None:
 
 
 class Doc:
-    """A parsed file. Raises syntax.ParserSyntaxError when the text does not parse.
+    """A parsed file. Raises extract.parsed.ParserSyntaxError when the text does not parse.
 
     Read-only once built: `Doc.of` hands the same one to every fix located in one text.
     """
@@ -80,10 +79,16 @@ class Doc:
 
     def __init__(self, source: str) -> None:
         self.source = source
-        self.module, self.pos, self.parent = parse(source)
+        parsed = parse(source)
+        self.module, self.pos = parsed.module, parsed.pos
+        self.parent: dict = {}
         self._starts = line_starts(source)
         c = _Collector()
-        c.collect(self.parent)
+        for node, parent in walk(self.module):  # one pass over the fields (no libcst visitor: it rebuilds nodes)
+            if parent is not None:
+                self.parent[node] = parent
+            c.visit(node)
+        c.in_source_order(self.pos)
         self.calls: list[cst.Call] = c.calls
         self.aliases: dict[str, str] = c.aliases
         self.classes: list[cst.ClassDef] = c.classes
@@ -213,17 +218,29 @@ class Doc:
         while stack:
             n = stack.pop()
             yield n
-            stack.extend(reversed(n.children))
+            stack.extend(reversed(children(n)))
 
 
 def literal(doc: Doc, node: cst.BaseExpression):
-    """The Python value of a literal expression ("max_length", True, None, 3), else NOT_LITERAL."""
-    if not isinstance(node, (cst.SimpleString, cst.ConcatenatedString, cst.Name, cst.Integer, cst.Float, cst.UnaryOperation)):
-        return NOT_LITERAL
-    try:
-        return ast.literal_eval(doc.code(node).strip())
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return NOT_LITERAL
+    """The Python value of a literal expression ("max_length", True, None, 3, -1.5), else NOT_LITERAL:
+    libcst's own evaluation of the literal's token (an f-string or bytes is not a plain literal)."""
+    if isinstance(node, cst.Name):
+        return _NAMED.get(node.value, NOT_LITERAL)
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus)):
+        inner = literal(doc, node.expression)
+        if type(inner) not in (int, float) or isinstance(node.expression, cst.UnaryOperation):
+            return NOT_LITERAL
+        return -inner if isinstance(node.operator, cst.Minus) else inner
+    if isinstance(node, (cst.SimpleString, cst.ConcatenatedString, cst.Integer, cst.Float)):
+        try:
+            value = node.evaluated_value
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            return NOT_LITERAL
+        return value if isinstance(value, (str, int, float)) else NOT_LITERAL
+    return NOT_LITERAL
+
+
+_NAMED = {"True": True, "False": False, "None": None}
 
 
 def keyword(call: cst.Call, name: str) -> cst.Arg | None:
@@ -288,6 +305,8 @@ def add_keyword(doc: Doc, call: cst.Call, name: str, value: str) -> list[Edit]:
 
 
 class _Collector:
+    """The calls, imports, classes, functions, bindings and names of a file, one `visit_<Node>` per kind."""
+
     def __init__(self) -> None:
         self.calls: list[cst.Call] = []
         self.aliases: dict[str, str] = {}
@@ -297,16 +316,23 @@ class _Collector:
         self.binding_names: dict[str, list[cst.Name]] = {}
         self.names: dict[str, list[cst.Name]] = {}
 
-    def collect(self, nodes: Iterable[cst.CSTNode]) -> None:
-        """Every node in source order (a loop over parse()'s parent map: no visitor pass)."""
-        by_type = {}
-        for name in dir(self):
-            if name.startswith("visit_"):
-                by_type[getattr(cst, name[6:])] = getattr(self, name)
-        for node in nodes:
-            handler = by_type.get(type(node))
-            if handler is not None:
-                handler(node)
+    def visit(self, node: cst.CSTNode) -> None:
+        handler = getattr(self, "visit_" + type(node).__name__, None)
+        if handler is not None:
+            handler(node)
+
+    def in_source_order(self, pos) -> None:
+        """The walk follows libcst's field order (a decorator after its function's body, an argument's keyword
+        after its value); every list here is kept in the order of the source."""
+        def key(n):
+            r = pos[n]
+            return r.start.line, r.start.column, -r.end.line, -r.end.column
+
+        self.calls.sort(key=key)
+        self.classes.sort(key=key)
+        for table in (self.functions, self.bindings, self.binding_names, self.names):
+            for v in table.values():
+                v.sort(key=key)
 
     def _bind(self, target: cst.BaseExpression, stmt: cst.CSTNode) -> None:
         if isinstance(target, cst.Name):

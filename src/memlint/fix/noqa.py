@@ -1,8 +1,9 @@
 """`memlint check --add-noqa`: a `# noqa: CODE` comment on every line with a finding, as Ruff's
 `--add-noqa` adds them. Codes already on the line's noqa comment are kept (merged, sorted); a bare
 `# noqa` already suppresses everything. Python lines that end inside a string or on a backslash
-continuation are left alone (a comment there would change the code); JSON cannot carry comments
-and a notebook's cells live inside JSON, so neither is edited.
+continuation are left alone (a comment there would change the code); JSON cannot carry comments.
+In a notebook the comment goes into the code cell's source (as Ruff does), the JSON kept as
+Jupyter writes it (its indent, one string per source line where the cell had a list).
 """
 
 from __future__ import annotations
@@ -59,9 +60,13 @@ def add_noqa(findings) -> tuple[int, list[tuple[str, str]]]:
     skipped: list[tuple[str, str]] = []
     for path, lines_codes in sorted(by_file.items()):
         suffix = Path(path).suffix.lower()
-        if suffix in (".json", ".ipynb"):
-            why = "JSON has no comments" if suffix == ".json" else "a notebook's cells are JSON: add the noqa in the cell"
-            skipped += [(f"{path}:{n}", why) for n in sorted(lines_codes)]
+        if suffix == ".json":
+            skipped += [(f"{path}:{n}", "JSON has no comments") for n in sorted(lines_codes)]
+            continue
+        if suffix == ".ipynb":
+            n_added, why_not = _notebook_noqa(Path(path), lines_codes)
+            added += n_added
+            skipped += why_not
             continue
         try:
             raw = Path(path).read_bytes()
@@ -86,3 +91,57 @@ def add_noqa(findings) -> tuple[int, list[tuple[str, str]]]:
         if new_text != text:
             Path(path).write_text(new_text, encoding="utf-8", newline="")
     return added, skipped
+
+
+def _notebook_noqa(path: Path, lines_codes: dict[int, set[str]]) -> tuple[int, list[tuple[str, str]]]:
+    """`# noqa` in a notebook's code cells: `lines_codes` numbers the lines of the code cells joined in order
+    (extract/source.notebook_cells), each edited in its cell's source."""
+    import json
+
+    from memlint.extract.source import transform_lines
+    from memlint.files import source_lines
+
+    try:
+        text = path.read_bytes().decode("utf-8")
+        nb = json.loads(text)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        return 0, [(f"{path}:{n}", f"cannot read ({exc.__class__.__name__})") for n in sorted(lines_codes)]
+    cells = [c for c in nb.get("cells", []) if isinstance(c, dict) and c.get("cell_type") == "code"]
+    added, skipped, start = 0, [], 0
+    for k, cell in enumerate(cells, 1):
+        src = cell.get("source") or ""
+        as_list = isinstance(src, list)
+        src = "".join(src) if as_list else src
+        if not isinstance(src, str):
+            return added, skipped
+        lines = source_lines(src) or [""]
+        mine = {n - start: codes for n, codes in lines_codes.items() if start < n <= start + len(lines)}
+        start += len(lines)
+        if not mine:
+            continue
+        unsafe = _unsafe_lines(transform_lines(lines, cells=[0]))
+        kept = src.splitlines(keepends=True) or [""]
+        for row, codes in sorted(mine.items()):
+            line = kept[row - 1]
+            body = line.rstrip("\r\n")
+            if row in unsafe or body.lstrip().startswith(("!", "%")):
+                skipped.append((f"{path}:cell {k}:{row}", "the line is a magic, or ends inside a string or a "
+                                                          "backslash continuation"))
+                continue
+            new = with_noqa(body, codes) + line[len(body):]
+            if new != line:
+                kept[row - 1] = new
+                added += 1
+        joined = "".join(kept)
+        cell["source"] = joined.splitlines(keepends=True) if as_list else joined
+    if added:
+        indent = _json_indent(text)
+        out = json.dumps(nb, indent=indent, ensure_ascii=False) + ("\n" if text.endswith("\n") else "")
+        path.write_text(out, encoding="utf-8", newline="")
+    return added, skipped
+
+
+def _json_indent(text: str) -> int | None:
+    """The indent a notebook was written with (Jupyter: 1), to write it back the same way."""
+    m = re.search(r"\n( +)\S", text)
+    return len(m.group(1)) if m else None

@@ -83,6 +83,13 @@ def galore_optimizer(name: str) -> bool:
     return bool(data.load("optimizers.json")["optimizers"].get(name, {}).get("galore"))
 
 
+def layerwise_optimizer(name: str) -> str | None:
+    """The optim name of `name` stepped one parameter at a time by post-accumulate-grad hooks (GaLore's
+    `galore_adamw_8bit` -> `galore_adamw_8bit_layerwise`), when data/optimizers.json has it; else None."""
+    row = data.load("optimizers.json")["optimizers"].get(f"{name}_layerwise")
+    return f"{name}_layerwise" if row and row.get("in_backward") else None
+
+
 @data.derived
 def target_length_arguments() -> frozenset[str]:
     """Names of a script's own target-length argument (args.max_target_length): an encoder-decoder's labels cap."""
@@ -93,6 +100,27 @@ def target_length_arguments() -> frozenset[str]:
 def length_arguments() -> frozenset[str]:
     """Names of a script's own sequence-length argument (args.max_seq_length, cfg.cutoff_len)."""
     return frozenset(_doc()["length_arguments"]["names"])
+
+
+@data.derived
+def batch_size_names() -> frozenset[str]:
+    """Names scripts give a batch size (a count of samples, never a length in tokens)."""
+    return frozenset(_doc()["batch_size_names"]["names"])
+
+
+@data.derived
+def reporting_words() -> frozenset[str]:
+    """First words that name a reporting helper (plot_losses, print_batch): its padding is not a batch's."""
+    return frozenset(_doc()["reporting_words"]["names"])
+
+
+def trainer_length_keyword(trainer: str, keyword: str) -> tuple[str, str, str, str] | None:
+    """(config field, package, versions that accept it, ref) of a length keyword `trainer` took itself
+    (data/library_api.json trainer_length_keywords), or None."""
+    entry = _doc()["trainer_length_keywords"].get(trainer)
+    if not isinstance(entry, dict) or keyword not in entry["keywords"]:
+        return None
+    return entry["keywords"][keyword], entry["package"], entry["versions"], entry["ref"]
 
 
 @data.derived
@@ -200,6 +228,11 @@ def quantize_on_load(method: str) -> tuple[bool, str]:
 
 
 @data.derived
+def dict_wrappers() -> frozenset[str]:
+    """Classes and functions that wrap a dict for attribute access (EasyDict, Box, munchify): the same keys."""
+    return frozenset(_doc().get("dict_wrappers", {}).get("names", ()))
+
+
 def modelled_packages() -> frozenset[str]:
     """Top-level packages memlint models as libraries: their source is never walked as a script's own code."""
     return frozenset(_doc()["modelled_packages"])

@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from memlint.library.versions import _cmp, _vtuple, in_range
+from memlint.library.versions import in_range, specifier, version_key
 
-_PIN_FILES = ("requirements.txt", "pyproject.toml", "setup.py", "environment.yml", "environment.yaml")
+_PIN_FILES = ("requirements.txt", "pyproject.toml", "poetry.lock", "setup.py", "environment.yml", "environment.yaml")
 _MAX_UP = 4
-_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
-# `trl==0.12.1`, `transformers[torch]>=4.46,<4.47`, `peft ~= 0.13.0 ; python_version > "3.8"`
-_REQ = re.compile(rf"^\s*(?P<name>{_NAME})\s*(?:\[[^\]]*\])?\s*(?P<spec>(?:(?:==|~=|>=|<=|!=|<|>|=)\s*[0-9][0-9A-Za-z.*+!-]*\s*,?\s*)+)\s*(?:;.*)?$")
+_MAX_LINE = 2_000      # characters of one requirement line read (a URL with a hash is a few hundred)
+_MAX_REQ_DEPTH = 2     # `-r other.txt` inside `-r other.txt`
+_NAME_HEAD = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")  # a requirement's name: no backtracking
 
 
 @dataclass(frozen=True)
@@ -49,42 +49,16 @@ from memlint.library.versions import normalise  # noqa: E402  (one spelling of a
 
 
 def _clauses(spec: str) -> list[tuple[str, str]]:
-    out = []
-    for clause in spec.split(","):
-        m = re.match(r"\s*(==|~=|>=|<=|!=|<|>|=)\s*(\S+)", clause)
-        if m:
-            out.append((m.group(1), m.group(2)))
-    return out
+    """(operator, version) of each clause of a range, as packaging reads it; none for a malformed one."""
+    try:
+        return [(c.operator, c.version) for c in specifier(spec)]
+    except ValueError:
+        return []
 
 
-def _as_range(spec: str) -> str | None:
-    """`spec` as memlint's range syntax, or None when it has no exact pin and no upper bound."""
-    parts: list[str] = []
-    upper = False
-    for op, v in _clauses(spec):
-        if op == "!=":
-            continue
-        if op in ("==", "=") and "*" in v:  # ==4.46.*
-            base = [int(x) for x in v.rstrip(".*").split(".") if x.isdigit()]
-            if not base:
-                return None
-            nxt = base[:-1] + [base[-1] + 1]
-            parts += [f">={'.'.join(map(str, base))}", f"<{'.'.join(map(str, nxt))}"]
-            upper = True
-        elif op in ("==", "="):
-            parts.append(f"=={v}")
-            upper = True
-        elif op == "~=":
-            base = [int(x) for x in v.split(".") if x.isdigit()]
-            if len(base) < 2:
-                return None
-            nxt = base[:-2] + [base[-2] + 1]
-            parts += [f">={v}", f"<{'.'.join(map(str, nxt))}"]
-            upper = True
-        else:
-            parts.append(f"{op}{v}")
-            upper = upper or op in ("<", "<=")
-    return ",".join(parts) if upper else None
+def _bounded(spec: str) -> bool:
+    """Whether a range fixes the behaviour: an exact pin (`==`, `===`, `==4.46.*`), `~=`, or an upper bound."""
+    return any(op in ("==", "===", "~=", "<", "<=") for op, _ in _clauses(spec))
 
 
 @lru_cache(maxsize=None)
@@ -115,30 +89,46 @@ def breakpoints(package: str) -> tuple[str, ...]:
     folder = Path(data.__file__).parent
     for f in sorted(folder.glob("*.json")):
         walk(data.load(f.name), defaults.get(f.name))
-    return tuple(sorted(found, key=_vtuple))
+    return tuple(sorted(found, key=version_key))
 
 
 def representative(package: str, spec: str) -> str | None:
-    """The version memlint reads a pin as (None: the pin does not bound the version)."""
-    rng = _as_range(spec)
-    if rng is None:
+    """The version memlint reads a pin as (None: the pin does not bound the version): the exact version
+    of an `==` pin, else the highest of memlint's breakpoints for the package and the range's own lower
+    bounds that the range allows (packaging's PEP 440 comparison: pre-releases, `+cpu`, `~=`, `==X.*`)."""
+    if not _bounded(spec):
         return None
-    exact = [v for op, v in _clauses(rng) if op == "=="]
+    clauses = _clauses(spec)
+    exact = [v for op, v in clauses if op in ("==", "===") and not v.endswith(".*")]
     if exact:
         return exact[0]
-    lows = [v for op, v in _clauses(rng) if op in (">=",)]
-    cands = [b for b in (*breakpoints(package), *lows) if in_range(b, rng)]
-    if not cands:
-        return None  # below every breakpoint with no lower bound: nothing to stand for it
-    best = cands[0]
-    for c in cands[1:]:
-        if _cmp(_vtuple(c), _vtuple(best)) > 0:
-            best = c
-    return best
+    lows = [v.removesuffix(".*") for op, v in clauses if op in (">=", "~=", "==")]
+    cands = [b for b in (*breakpoints(package), *lows) if in_range(b, spec)]
+    return max(cands, key=version_key) if cands else None  # below every breakpoint, no lower bound: nothing
 
 
 def _req_lines(text: str) -> list[tuple[int, str]]:
     return [(i, line.split(" #")[0].strip()) for i, line in enumerate(text.splitlines(), 1)]
+
+
+def _requirement(text: str) -> tuple[str, str] | None:
+    """(name, specifier) of a requirement string (`transformers[torch]>=4.46,<4.47 ; python_version > "3.8"`), read
+    by packaging (PEP 508), for a package memlint's tables know; None for anything else (options, URLs,
+    another package). Lines longer than _MAX_LINE are not read; the name is checked before parsing."""
+    if len(text) > _MAX_LINE:
+        return None
+    head = _NAME_HEAD.match(text)
+    if head is None or normalise(head.group(1)) not in _known_packages():
+        return None
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        req = Requirement(text.strip())
+    except InvalidRequirement:
+        return None
+    if req.url or not req.specifier:
+        return None
+    return req.name, str(req.specifier)
 
 
 def _from_requirements(path: Path, rel: str, depth: int = 0) -> list[tuple[str, str, str]]:
@@ -147,14 +137,16 @@ def _from_requirements(path: Path, rel: str, depth: int = 0) -> list[tuple[str, 
     if text is None:
         return out
     for i, line in _req_lines(text):
-        m = re.match(r"^(?:-r|--requirement)\s*(\S+)", line)
-        if m and depth < 2:
-            sub = path.parent / m.group(1)
-            out += _from_requirements(sub, os.path.normpath(os.path.join(os.path.dirname(rel), m.group(1))), depth + 1)
+        if line.startswith(("-r", "--requirement")):
+            ref = line[2:] if line.startswith("-r") else line[len("--requirement"):]
+            ref = ref.lstrip(" =").split()[0] if ref.strip(" =") else ""
+            if ref and depth < _MAX_REQ_DEPTH:
+                out += _from_requirements(path.parent / ref, os.path.normpath(os.path.join(os.path.dirname(rel), ref)),
+                                          depth + 1)
             continue
-        req = _REQ.match(line)
+        req = _requirement(line.split(" --", 1)[0].split("\t--", 1)[0])  # `pkg==1 --hash=sha256:...`
         if req:
-            out.append((req.group("name"), req.group("spec"), f"{rel}:{i}"))
+            out.append((*req, f"{rel}:{i}"))
     return out
 
 
@@ -165,12 +157,111 @@ def _quoted_reqs(path: Path, rel: str) -> list[tuple[str, str, str]]:
         return []
     out = []
     for i, line in enumerate(text.splitlines(), 1):
-        if line.lstrip().startswith("#"):
+        if line.lstrip().startswith("#") or len(line) > _MAX_LINE:
             continue
         for q in re.findall(r"""["']([^"'\n]+)["']""", line):
-            req = _REQ.match(q)
+            req = _requirement(q)
             if req:
-                out.append((req.group("name"), req.group("spec"), f"{rel}:{i}"))
+                out.append((*req, f"{rel}:{i}"))
+    return out
+
+
+def _conda(item: str) -> str:
+    """conda's `name=4.46` (and `name=4.46=build`, `name=4.46.*`) as pip's `name==4.46.*`; anything else as it is."""
+    head = _NAME_HEAD.match(item)
+    if head is None:
+        return item
+    rest = item[head.end():].lstrip()
+    if not rest.startswith("=") or rest.startswith("=="):
+        return item
+    version = rest[1:].split("=", 1)[0].strip()
+    if not version[:1].isdigit() or not version.isascii() or any(c.isspace() for c in version):
+        return item
+    return f"{head.group(1)}=={version.removesuffix('.*')}.*"
+
+
+def _poetry_spec(spec: str) -> str | None:
+    """A Poetry constraint as a PEP 440 one: ^0.1.1 -> >=0.1.1,<0.2.0, ~1.2 -> >=1.2,<1.3, 1.2.3 -> ==1.2.3; a PEP 440
+    range as it is (packaging checks it); None for anything else."""
+    spec = spec.strip()
+    if len(spec) > _MAX_LINE:
+        return None
+    m = re.fullmatch(r"([\^~])\s*(\d+(?:\.\d+)*)", spec, re.A)
+    if m:
+        nums = [int(x) for x in m.group(2).split(".")]
+        if m.group(1) == "^":
+            at = next((i for i, n in enumerate(nums) if n), len(nums) - 1)
+        else:
+            at = min(1, len(nums) - 1)
+        upper = nums[:at] + [nums[at] + 1]
+        return f">={m.group(2)},<{'.'.join(map(str, upper))}"
+    if re.fullmatch(r"\d+(?:\.\d+)*", spec, re.A):
+        return f"=={spec}"
+    try:
+        specifier(spec)
+    except ValueError:
+        return None
+    return spec
+
+
+def _poetry_lock(path: Path, rel: str) -> list[tuple[str, str, str]]:
+    """The exact versions a poetry.lock resolved (`[[package]]` / `name = "torchtune"` / `version = "0.1.1"`)."""
+    text = _read(path)
+    if text is None:
+        return []
+    out, name = [], None
+    for i, line in enumerate(text.splitlines(), 1):
+        if line.startswith("[["):
+            name = None
+        m = re.match(r'^name\s*=\s*"([^"]+)"', line)
+        if m:
+            name = m.group(1)
+            continue
+        v = re.match(r'^version\s*=\s*"([0-9][^"]*)"', line)
+        if v and name:
+            out.append((name, f"=={v.group(1)}", f"{rel}:{i}"))
+            name = None
+    return out
+
+
+_POETRY_KEY = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*=\s*")
+_POETRY_VERSION = re.compile(r"""\bversion\s*=\s*["']([^"']+)["']""")
+
+
+def _poetry_dep(line: str) -> tuple[str, str] | None:
+    """(name, constraint) of `name = "^0.1.1"` / `name = {version = "^0.1.1", ...}`: scanned once, no backtracking."""
+    m = _POETRY_KEY.match(line)
+    if m is None:
+        return None
+    rest = line[m.end():]
+    if rest[:1] in ("'", '"'):
+        end = rest.find(rest[0], 1)
+        return (m.group(1), rest[1:end]) if end > 1 else None
+    if rest.startswith("{"):
+        v = _POETRY_VERSION.search(rest, 0, rest.find("}") if "}" in rest else len(rest))
+        return (m.group(1), v.group(1)) if v else None
+    return None
+
+
+def _poetry_reqs(path: Path, rel: str) -> list[tuple[str, str, str]]:
+    """`name = "^0.1.1"` / `name = {version = "^0.1.1", ...}` under [tool.poetry.*dependencies] of a pyproject.toml."""
+    text = _read(path)
+    if text is None:
+        return []
+    out, inside = [], False
+    for i, line in enumerate(text.splitlines(), 1):
+        if len(line) > _MAX_LINE:
+            continue
+        head = re.match(r"^\s*\[([^\]]+)\]", line)
+        if head:
+            section = head.group(1).strip()
+            inside = section.startswith("tool.poetry") and section.endswith("dependencies")
+            continue
+        dep = _poetry_dep(line) if inside else None
+        if dep and dep[0].lower() != "python":
+            spec = _poetry_spec(dep[1])
+            if spec is not None:
+                out.append((dep[0], spec, f"{rel}:{i}"))
     return out
 
 
@@ -180,45 +271,64 @@ def _from_environment(path: Path, rel: str) -> list[tuple[str, str, str]]:
         return []
     out = []
     for i, line in enumerate(text.splitlines(), 1):
-        m = re.match(r"^\s*-\s*(.+?)\s*$", line.split(" #")[0])
-        if not m:
+        item = line.split(" #")[0].strip()
+        if not item.startswith("-") or len(item) > _MAX_LINE:
             continue
-        item = m.group(1).strip("'\"")
+        item = item[1:].strip().strip("'\"")
         if "::" in item:  # conda-forge::transformers=4.46
             item = item.split("::", 1)[1]
-        conda = re.match(rf"^({_NAME})\s*=([0-9][^=\s]*?)(?:\.\*)?(?:=\S+)?$", item)
-        if conda:  # conda's `name=4.46` (and name=4.46=build) is 4.46.*
-            item = f"{conda.group(1)}=={conda.group(2)}.*"
-        req = _REQ.match(item)
+        req = _requirement(_conda(item))
         if req:
-            out.append((req.group("name"), req.group("spec"), f"{rel}:{i}"))
+            out.append((*req, f"{rel}:{i}"))
     return out
 
 
 def _read(path: Path) -> str | None:
-    """A pin file's text (library/ sits below memlint.files: a plain bounded read)."""
+    """A pin file's text, through the reader every file goes through (files.read_bytes: a regular file
+    only, within max-file-size and the checked root): `-r /dev/stdin` or a FIFO named requirements.txt is
+    refused, never waited on."""
+    from memlint.files import read_bytes
+
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(1_000_001)
-        return raw.decode("utf-8") if len(raw) <= 1_000_000 else None
+        return read_bytes(path, min(1_000_000, _limit())).decode("utf-8")
     except (OSError, UnicodeDecodeError):
         return None
 
 
+def _limit() -> int:
+    from memlint.files import max_file_size
+
+    return max_file_size()
+
+
 def _pin_folder(start: Path) -> Path | None:
+    from memlint.files import is_file
+
     folder = start.resolve()
     for n, d in enumerate((folder, *folder.parents)):
-        if any((d / name).is_file() for name in _PIN_FILES) or any(d.glob("requirements*.txt")):
+        if any(is_file(d / name) for name in _PIN_FILES) or any(_requirement_files(d)):
             return d
         if os.path.lexists(d / ".git") or n >= _MAX_UP:
             return None
     return None
 
 
+def _requirement_files(folder: Path) -> list[Path]:
+    """requirements*.txt of a folder inside the checked root (none outside it)."""
+    from memlint.files import allowed
+
+    if not allowed(folder):
+        return []
+    try:
+        return [folder / n for n in sorted(os.listdir(folder)) if n.startswith("requirements") and n.endswith(".txt")]
+    except OSError:
+        return []
+
+
 def checkout_pins(script: str | os.PathLike) -> tuple[Pin, ...]:
     """The pins of the checkout `script` is in, for the packages memlint's data knows, first pin
-    of a package winning (requirements.txt, then requirements*.txt, pyproject.toml, setup.py,
-    environment.yml)."""
+    of a package winning (requirements.txt, then requirements*.txt, pyproject.toml, poetry.lock, setup.py,
+    environment.yml, then a Poetry constraint in pyproject.toml, read as the newest its range allows)."""
     p = Path(script)
     if not p.exists():
         return ()
@@ -237,16 +347,19 @@ def _shown_prefix(folder: Path) -> str:
 
 
 def _pins_in(folder: Path, prefix: str) -> tuple[Pin, ...]:
+    from memlint.files import is_file
+
     def rel(name: str) -> str:
         return os.path.join(prefix, name) if prefix else name
 
     found: list[tuple[str, str, str]] = []
-    reqs = sorted(folder.glob("requirements*.txt"), key=lambda f: (f.name != "requirements.txt", f.name))
+    reqs = sorted(_requirement_files(folder), key=lambda f: (f.name != "requirements.txt", f.name))
     for f in reqs:
         found += _from_requirements(f, rel(f.name))
-    for name, reader in (("pyproject.toml", _quoted_reqs), ("setup.py", _quoted_reqs),
-                         ("environment.yml", _from_environment), ("environment.yaml", _from_environment)):
-        if (folder / name).is_file():
+    for name, reader in (("pyproject.toml", _quoted_reqs), ("poetry.lock", _poetry_lock), ("setup.py", _quoted_reqs),
+                         ("environment.yml", _from_environment), ("environment.yaml", _from_environment),
+                         ("pyproject.toml", _poetry_reqs)):
+        if is_file(folder / name):
             found += reader(folder / name, rel(name))
     known = _known_packages()
     out: dict[str, Pin] = {}

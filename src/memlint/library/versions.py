@@ -11,42 +11,59 @@ from functools import lru_cache
 from typing import Iterator
 
 
-def _vtuple(text: str) -> tuple[int, ...]:
-    parts = []
-    for piece in text.split("."):
-        m = re.match(r"\d+", piece)
-        if not m:
-            break
-        parts.append(int(m.group()))
-    return tuple(parts) or (0,)
+def parse_version(text: str | None):
+    """`text` as a packaging Version (PEP 440: pre-releases, dev builds, `+cpu` local versions), or None
+    where it is none; a string with a version in front (`2.1.0a0+git1234`, `4.46-custom`) reads as that."""
+    from packaging.version import InvalidVersion, Version
+
+    if not isinstance(text, str) or len(text) > 200:
+        return None
+    try:
+        return Version(text)
+    except InvalidVersion:
+        m = re.match(r"\s*v?(\d+(?:\.\d+)*)", text)
+        return Version(m.group(1)) if m else None
 
 
-def _cmp(a: tuple[int, ...], b: tuple[int, ...]) -> int:
-    n = max(len(a), len(b))
-    a = a + (0,) * (n - len(a))
-    b = b + (0,) * (n - len(b))
-    return (a > b) - (a < b)
+@lru_cache(maxsize=4096)
+def _release(version: str):
+    """The release a version stands for in memlint's tables: its release numbers, so a dev build or a
+    pre-release of 4.54 (`4.54.0.dev0`, a main-branch install) and a local build (`2.13.0+cpu`) read as
+    4.54 and 2.13.0; an unreadable one as 0."""
+    from packaging.version import Version
+
+    v = parse_version(version)
+    return Version(v.base_version) if v is not None else Version("0")
+
+
+@lru_cache(maxsize=4096)
+def specifier(spec: str):
+    """A version range (`>=4.32,<4.54`, `~=0.13.0`, `==4.46.*`) as a packaging SpecifierSet; ValueError
+    names a malformed one."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    try:
+        return SpecifierSet(spec)
+    except InvalidSpecifier:
+        raise ValueError(f"bad version range {spec!r}") from None
+
+
+def version_key(text: str):
+    """An ordering key for versions (packaging's, PEP 440)."""
+    from packaging.version import Version
+
+    return parse_version(text) or Version("0")
 
 
 def in_range(version: str | None, spec: str | None) -> bool:
-    """Whether `version` satisfies `spec` (">=4.32,<4.54"); None means the newest version."""
+    """Whether `version` satisfies `spec` (">=4.32,<4.54"); None means the newest version (only ranges
+    with no upper bound hold)."""
     if not spec:
         return True
-    for clause in spec.split(","):
-        clause = clause.strip()
-        m = re.match(r"(>=|<=|==|>|<)\s*(.+)", clause)
-        if not m:
-            raise ValueError(f"bad version range {spec!r}")
-        op, bound = m.group(1), _vtuple(m.group(2))
-        if version is None:  # newest known: only lower bounds hold
-            if op in ("<", "<=", "=="):
-                return False
-            continue
-        c = _cmp(_vtuple(version), bound)
-        ok = {">=": c >= 0, "<=": c <= 0, "==": c == 0, ">": c > 0, "<": c < 0}[op]
-        if not ok:
-            return False
-    return True
+    s = specifier(spec)
+    if version is None:  # newest known: only lower bounds (and exclusions) hold
+        return all(c.operator in (">=", ">", "!=") for c in s)
+    return s.contains(_release(version), prereleases=True)
 
 
 _PINNED: dict[str, str | None] = {}

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from memlint import progress
 from memlint.errors import MemlintError
 from memlint.estimate.setup import Setup
 from memlint.library.api import attention
@@ -570,6 +571,7 @@ def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = 
         if mode == "cuda":
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
+        progress.note("building the model")
         model, ref = run.prepare(stack, model, attn, dropout, fake_mode)
         meter = run.meter(stack, tracker, model, ref)
         weights = meter.memory_allocated()
@@ -653,6 +655,7 @@ def _reserved(mode: str, meter: Any, tracker: Any, steps: int, alloc_conf: str |
         return {"method": "cuda-allocator", "alloc_conf": conf or "default",
                 **doc(_per_step(meter.reserved_by_phase(), steps), None)}
     cfg = AllocatorConfig.parse(conf)
+    progress.note(f"replaying {len(tracker.events):,} allocations through the CUDA allocator model")
     r = replay(tracker.events, cfg)
     out = {"method": "allocator-model", "alloc_conf": cfg.describe(),
            **doc(_per_step({k: v.reserved for k, v in r.phases.items()}, steps),
@@ -951,6 +954,7 @@ class _Run:
             activations, logits = self._micro_batches(model, ref, marks, meter, autocast, scaler, phases, step)
             grads = _storage_bytes(p.grad for p in trainable if p.grad is not None)
             meter.begin_phase((step, "optimizer"))
+            progress.note(f"step {step} of {steps}: optimizer")
             opt_state, paged_bytes = self._optimizer_step(trainable, optimizer, meter, tracker, scaler, phases)
             phase = max(PHASES, key=lambda k: phases[k])
             step_results.append(StepMeasurement(step, phases[phase], phase, phases))
@@ -989,6 +993,7 @@ class _Run:
 
             # forward (+ loss), as Trainer.compute_loss: only the loss survives
             meter.begin_phase((step, "forward"))
+            progress.note(f"step {step}: forward" + (f", micro-batch {_micro + 1} of {accum}" if accum > 1 else ""))
             meter.reset_peak_memory_stats()
             start = meter.memory_allocated()
             if setup.objective == "sft":
@@ -1005,6 +1010,7 @@ class _Run:
 
             # backward
             meter.begin_phase((step, "backward"))
+            progress.note(f"step {step}: backward" + (f", micro-batch {_micro + 1} of {accum}" if accum > 1 else ""))
             meter.reset_peak_memory_stats()
             if scaler is not None:
                 scaler.scale(loss).backward()

@@ -225,21 +225,8 @@ def oom_phase(tb: Any) -> str:
     return "step"
 
 
-def resolve_mode(device: str, model: Any) -> str:
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "trace"
-    if device in ("cuda", "cpu", "trace"):
-        if device == "cuda" and not torch.cuda.is_available():
-            raise MemlintError("--device cuda asked for, but torch sees no CUDA device")
-        return device
-    raise MemlintError(f"unknown device {device!r}: expected auto, cuda, cpu or trace")
-
-
-def host_memory_available() -> int | None:
-    """Bytes of host memory available to a new allocation, without psutil: /proc/meminfo's MemAvailable (Linux), else
-    the free physical pages (os.sysconf); None where neither says."""
+def host_available() -> int | None:
+    """Bytes of host memory available now (Linux /proc/meminfo MemAvailable, else free pages); None: unknown."""
     import os
 
     try:
@@ -253,6 +240,35 @@ def host_memory_available() -> int | None:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def host_shortfall(est: Any, available: int | None = None, margin: float = 0.10) -> str | None:
+    """Why a real CPU step must not run (None: it may): what the step allocates beyond the model it runs on (the
+    estimate's allocated peak less the weights, plus the snapshot's copy of the trainable state), against the
+    host memory available with a margin. A step past it would take the whole machine, the kernel with it."""
+    available = host_available() if available is None else available
+    if available is None:
+        return None
+    need = est.allocated_peak - est.bytes("weights") + est.bytes("gradients")
+    if need <= available * (1 - margin):
+        return None
+    gib = 1 << 30
+    return (f"not run on CPU: the step needs about {need / gib:.1f} GiB of host memory beyond your model "
+            f"(the estimate's allocated peak {est.allocated_peak / gib:.1f} GiB, less the weights already loaded, "
+            f"plus the saved copy of the trainable state) and {available / gib:.1f} GiB is available; "
+            "--device trace measures it as fake tensors (no memory), or lower --batch / --seq")
+
+
+def resolve_mode(device: str, model: Any) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "trace"
+    if device in ("cuda", "cpu", "trace"):
+        if device == "cuda" and not torch.cuda.is_available():
+            raise MemlintError("--device cuda asked for, but torch sees no CUDA device")
+        return device
+    raise MemlintError(f"unknown device {device!r}: expected auto, cuda, cpu or trace")
 
 
 def _host_need(lp: LivePlan, setup: Any, steps: int, measure_fn: Any) -> tuple[int, int]:
@@ -301,10 +317,11 @@ def confirm(lp: LivePlan, *, device: str = "auto", steps: int = 2, measure_fn: A
                      "(every later micro-batch repeats the second's peak)")
     on_device = lp.facts.device
     if mode == "cpu":
-        # real tensors in host memory: the step's own trace says what it will ask for; refuse before running it when
-        # the host does not have that much available (a host OOM mid-step could take the kernel with it)
+        # real tensors in host memory: %memcheck checked the estimate (host_shortfall); the step's own trace says what
+        # it will ask for, so refuse before running it when the host does not have that much available (a host OOM
+        # mid-step could take the kernel with it)
         need, traced_peak = _host_need(lp, setup, steps, measure_fn)
-        avail = host_memory_available()
+        avail = host_available()
         if avail is not None and need > avail:
             # not an answer about the GPU: the verdict stays the estimate's
             return Confirmation(None, None, mode, (

@@ -178,13 +178,21 @@ class MemcheckMagics(Magics):
                 gpu = (props.name, props.total_memory, find_gpu(f"{props.total_memory / GIB}")[2])
         est = estimate(lp.setup, "real")  # one peak, whichever GPU it is checked against
         confirmation = None
+        if confirm and confirming.resolve_mode(device, lp.model) == "cpu":
+            # a real CPU step past the host's memory takes the kernel with it: say so instead of running it
+            short = confirming.host_shortfall(est)
+            if short is not None:
+                notes.append(short)
+                confirm = False
         if confirm:
+            from memlint import progress
             from memlint.measure.quiet import quiet
 
             if not cuda and device == "auto" and not args.quiet:
                 print("memcheck: no CUDA device; confirming with the fake-tensor trace on CPU (no real memory used)")
-            with quiet():  # the libraries' warnings while memlint runs the step are not its report
-                confirmation = confirming.confirm(lp, device=device, steps=args.steps or self.steps)
+            with progress.showing(f"memcheck {target}", enabled=progress.wanted(args.quiet)):
+                with quiet():  # the libraries' warnings while memlint runs the step are not its report
+                    confirmation = confirming.confirm(lp, device=device, steps=args.steps or self.steps)
         findings = self._risks(lp, est, gpu, settings)
         headroom = settings.min_headroom if settings is not None else MIN_HEADROOM
         return MemcheckResult(target, kind, setup=lp.setup, estimate=est, facts=lp.facts,

@@ -102,7 +102,7 @@ class MemcheckResult:
         return view.sections(self)
 
     def chart_bars(self) -> list[Any]:
-        """The four-bucket bar of this estimate, with the measured peak as a marker."""
+        """The stacked component bar of this estimate, with the measured peak as a marker."""
         from memlint.report.chart import bars_for
 
         if self.estimate is None:

@@ -1,5 +1,6 @@
-"""The four-bucket chart: one stacked bar per configuration against GPU capacities,
-drawn with matplotlib (png/svg, or SVG text for a notebook) or with rich in a terminal."""
+"""The component chart: one stacked bar per configuration (weights, gradients, optimizer, activations, logits,
+overhead) against GPU capacities, drawn with matplotlib (png/svg, or SVG text for a notebook) or with rich in a
+terminal."""
 
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ class Bar:
     measured: int | None = None   # a measured peak (max_memory_allocated + context), drawn as a marker
     suggested: bool = False       # an alternative memlint computed, not the user's configuration
     setup: Mapping[str, Any] = field(default_factory=dict)
+    beyond: str = ""              # what the peak holds beyond the buckets: "recomputed layer (eager attention)"
 
     @property
     def total(self) -> int:
@@ -60,7 +62,20 @@ def bar_from_estimate(est: Estimate, label: str | None = None, *, suggested: boo
     s = est.setup
     return Bar(label or short_label(s), {c: est.bytes(c) for c in COMPONENTS}, est.peak, measured, suggested,
                {"method": s.method, "quant": s.quant, "batch": s.batch, "seq": s.seq, "grad_accum": s.grad_accum,
-                "recompute": s.recompute, "precision": s.precision, "optim": s.optim})
+                "recompute": s.recompute, "precision": s.precision, "optim": s.optim}, beyond_buckets(est))
+
+
+def beyond_buckets(est: Estimate) -> str:
+    """The terms the peak holds beyond the buckets, by name (estimate.core.peak_terms): 'recomputed layer
+    (eager attention)', 'logits in backward'; empty when the buckets hold the whole peak."""
+    names = [label + (" (eager attention)" if "eager attention" in words else "")
+             for label, b, words in getattr(est, "peak_terms", ()) if b > 0]
+    return ", ".join(names)
+
+
+def _beyond_legend(bars: Sequence[Bar]) -> str:
+    names = list(dict.fromkeys(n for b in bars if b.peak > b.total and b.beyond for n in b.beyond.split(", ")))
+    return "at the peak: " + ", ".join(names) if names else "peak beyond the buckets"
 
 
 def short_label(s: Setup) -> str:
@@ -144,7 +159,7 @@ def chart_data(bars: Sequence[Bar], capacities: Sequence[tuple[str, int]]) -> di
     return {
         "components": list(COMPONENTS),
         "bars": [{"label": b.label, "components": dict(b.components), "peak": b.peak, "measured": b.measured,
-                  "suggested": b.suggested, "setup": dict(b.setup)} for b in bars],
+                  "suggested": b.suggested, "setup": dict(b.setup), "beyond": b.beyond} for b in bars],
         "capacities": [{"label": label, "bytes": total} for label, total in capacities],
     }
 
@@ -221,7 +236,7 @@ def figure(bars: Sequence[Bar], capacities: Sequence[tuple[str, int]], measured:
     ax.set_axisbelow(True)
     handles = [Patch(color=COLOURS[c], label=c) for c in COMPONENTS]
     if transient:
-        handles.append(Patch(facecolor="none", edgecolor="#777777", hatch="///", label="peak beyond the buckets"))
+        handles.append(Patch(facecolor="none", edgecolor="#777777", hatch="///", label=_beyond_legend(bars)))
     fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False, fontsize=9)
     if title:
         fig.suptitle(title, fontsize=10.5, x=0.01, ha="left")
@@ -320,5 +335,5 @@ def render_terminal(bars: Sequence[Bar], capacities: Sequence[tuple[str, int]], 
         legend.append(name + " ")
     if any(b.peak > b.total for b in bars):
         legend.append(BEYOND + " ", style="grey50")
-        legend.append("peak beyond the buckets")
+        legend.append(_beyond_legend(bars))
     console.print(legend)

@@ -24,7 +24,7 @@ def _value(v: Any) -> str:
 
 
 def _where(c: FieldChange) -> str:
-    return f"{c.path}:{c.line}" if c.line else c.path
+    return c.where
 
 
 def distinct(changes) -> list[FieldChange]:
@@ -147,8 +147,10 @@ def to_json(r: DiffResult) -> dict[str, Any]:
             "over_budget": f.over_budget,
             "worse_fit": f.worse_fit,
             "fit": {"before": _verdict(r, f.before), "after": _verdict(r, f.after)},
+            # in a notebook, as `memlint check --output-format json` numbers it: the cell, and the row in it
             "changes": [{"field": c.field, "key": c.key, "kind": c.kind, "before": c.before, "after": c.after,
-                         "path": c.path, "line": c.line} for c in f.changes],
+                         "path": c.path, "line": c.row if c.cell is not None else c.line, "cell": c.cell}
+                        for c in f.changes],
         } for f in r.files],
         "skipped": [{"path": p, "why": why} for p, why in r.skipped],
     }
@@ -170,8 +172,9 @@ def github(r: DiffResult, out: TextIO) -> None:
             out.write(f"::{level} title={title},file={escape_property(f.path)}::{escape_data(msg)}\n")
             continue
         for c in located:
-            msg = f"{c.path}:{c.line}: {change_text(c, at=False)}: {head}" + (f" ({comps} GiB)" if comps else "")
-            out.write(f"::{level} title={title},file={escape_property(c.path)},line={c.line}::{escape_data(msg)}\n")
+            msg = f"{c.where}: {change_text(c, at=False)}: {head}" + (f" ({comps} GiB)" if comps else "")
+            line = c.raw_line or c.line  # a notebook: the raw JSON line of the cell's text, which the PR shows
+            out.write(f"::{level} title={title},file={escape_property(c.path)},line={line}::{escape_data(msg)}\n")
 
 
 def _cell(text: str) -> str:

@@ -39,6 +39,8 @@ def to_json(est: Estimate, targets, min_headroom: float = MIN_HEADROOM) -> dict[
         "allocated_peak": est.allocated_peak,  # torch.cuda.max_memory_allocated()
         "reserved_peak": est.reserved_peak,    # torch.cuda.max_memory_reserved()
         "paged_optimizer": est.paged_optimizer,
+        # what the allocated peak holds beyond the components (signed): components + these = allocated_peak
+        "peak_terms": [{"name": label, "bytes": b, "how": words} for label, b, words in getattr(est, "peak_terms", ())],
         "fits": {label: f.ok for label, f in fit.items()},  # with the headroom, on a GPU that can run it
         "verdict": {label: ("unsupported" if f.missing else f.status) for label, f in fit.items()},
         "free": {label: f.free for label, f in fit.items()},
@@ -105,17 +107,26 @@ def render(est: Estimate, targets, console, extra: Mapping[str, int] | None = No
     table.add_column("component")
     table.add_column("GiB / GPU" if est.ranks == 1 else f"GiB per GPU (rank) of {est.ranks}", justify="right")
     table.add_column("how", overflow="fold")
+    # The rows add up: the components, what the peak phase holds beyond them (or without them), the
+    # allocated peak; then the overhead and the peak.
     for name, c in est.components.items():
-        table.add_row(name, gib(c.bytes), markup(c.formula))
+        if name != "overhead" or est.accounting != "real":
+            table.add_row(name, gib(c.bytes), markup(c.formula))
+    for label, b, words in getattr(est, "peak_terms", ()):
+        table.add_row(f"{'+' if b > 0 else '−'} {markup(label)}", gib(abs(b)), f"[dim]{markup(words)}[/dim]")
     if est.paged_optimizer:
         table.add_row("[dim]paged optimizer[/dim]", f"[dim]{gib(est.paged_optimizer)}[/dim]",
                       "[dim]unified memory, not in the peak[/dim]")
     phase = "" if est.peak_phase == "sum" else f" (at the {est.peak_phase} phase)"
     if est.accounting == "real":
         table.add_row("allocated peak", gib(est.allocated_peak), f"largest live total{phase}: max_memory_allocated")
-        table.add_row("reserved peak", gib(est.reserved_peak), "+ the caching allocator's slack: max_memory_reserved")
-    table.add_row("[bold]peak[/bold]", f"[bold]{gib(est.peak)}[/bold]", f"largest live total{phase} + overhead"
+        c = est.components["overhead"]
+        table.add_row("overhead", gib(c.bytes), markup(c.formula))
+    table.add_row("[bold]peak[/bold]", f"[bold]{gib(est.peak)}[/bold]", "allocated peak + overhead"
                   if est.accounting == "real" else "sum of the components")
+    if est.accounting == "real":
+        table.add_row("[dim]reserved peak[/dim]", f"[dim]{gib(est.reserved_peak)}[/dim]",
+                      "[dim]peak − the CUDA context: max_memory_reserved[/dim]")
     console.print(table)
     fit, best = verdicts(est, targets, min_headroom)
     rows = Table(show_header=True, header_style="bold", box=None, pad_edge=False)

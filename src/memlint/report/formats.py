@@ -21,12 +21,14 @@ SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 # Where the rule pages (docs/rules/, generated from the rule classes) are published; json `url`
 # and SARIF `helpUri` are absolute links under it, as Ruff's point at docs.astral.sh.
 # `[tool.memlint] docs-url` sets another base (a fork's, an internal mirror).
-HOME_URL = "https://github.com/memlint/memlint"
+from memlint import __url__ as HOME_URL  # noqa: E402 - one place says where this project lives
+
 DOCS_URL = f"{HOME_URL}/blob/main/docs/rules/"
 GITLAB_SEVERITIES = {"error": "major", "warning": "minor", "note": "info"}
 CONTEXT_LINES = 2  # source lines shown above and below a finding in the full format
 LEVELS = {"error": "error", "warning": "warning", "note": "note"}           # SARIF
 GITHUB_LEVELS = {"error": "error", "warning": "warning", "note": "notice"}
+SEVERITY_STYLE = {"error": ("red", "bold"), "warning": ("yellow", "bold"), "note": ("cyan",)}
 
 
 def write_results(results: Sequence[FileResult], fmt: str, out: TextIO, *, color: bool = False,
@@ -154,17 +156,60 @@ def _head(f: Finding, paint: _Paint, show_fixes: bool, r: FileResult | None = No
     mark = f"{paint('[', 'bold')}{paint('*', 'cyan')}{paint(']', 'bold')} " if _fixable(f, show_fixes) else ""
     cell, row = r.position(s.line) if r is not None and s.path == r.path else (None, s.line)
     where = f"cell {cell}{sep}{row}" if cell is not None else str(row)  # Ruff's notebook form
+    level = paint(f"{f.severity}:", *SEVERITY_STYLE.get(f.severity, ()))
     return (f"{paint(printable(s.path), 'bold')}{sep}{where}{sep}{s.col}{sep} "
-            f"{paint(f.code, 'red', 'bold')} {mark}{printable(f.message)}")
+            f"{paint(f.code, 'red', 'bold')} {mark}{level} {printable(f.message)}")
+
+
+def fit_line(r: FileResult, paint: _Paint | None = None) -> str | None:
+    """The answer for one file, in one line: 'train.py: peak 15.7 GiB, fits RTX4090 with 8.3 GiB free' (the
+    configured GPU, in memlint.gpu's words), the smallest common GPU it fits without one, or why there is no
+    estimate. None for a file that is no training run (nothing to answer)."""
+    from memlint.gpu import fit_of, smallest_fitting
+
+    paint = paint or _Paint(False)
+    ctx = r.context
+    est = getattr(ctx, "estimate", None)
+    if getattr(r, "noqa_file", False):
+        return None
+    name = paint(printable(r.plan.shown if r.plan.path == r.path else r.path), "bold")
+    if est is None:
+        if r.plan.kind in ("deepspeed", "accelerate"):  # a launcher's config: no plan of its own to size
+            return None
+        cond = getattr(ctx, "conditional", None)
+        if getattr(ctx, "model_error", None) or getattr(getattr(ctx, "planned", None), "missing", ()) or cond:
+            tail = f"; {printable(cond.text())}" if cond is not None else ""
+            return f"{name}: no estimate, {printable(_why_no_estimate(ctx))}{tail}"
+        return None
+    gpus = getattr(est.setup, "gpus", 1) or 1
+    peak = f"peak {gib(est.peak, 1)} GiB" + (f" per GPU of {gpus}" if gpus > 1 else "")
+    headroom = getattr(ctx, "min_headroom", 0.10)
+    if ctx.gpu is not None:
+        f = fit_of(est, ctx.gpu, headroom)
+        style = {"fits": ("green",), "tight": ("yellow",)}.get("unsupported" if f.missing else f.status, ("red", "bold"))
+        return f"{name}: {peak}, {paint(f.sentence(), *style)}"
+    best = smallest_fitting(est, headroom)
+    where = (f"smallest common GPU that fits: {best.gpu.label} ({gib(best.gpu.total, 1)} GiB)" if best is not None
+             else "fits none of the common GPUs")
+    return f"{name}: {peak}, {where} (--gpu NAME checks one)"
 
 
 # ---- concise --------------------------------------------------------------------------
 
 
+def _by_file(results: Sequence[FileResult]) -> list[FileResult]:
+    return sorted(results, key=lambda r: r.path)
+
+
 def _concise(results: Sequence[FileResult], out: TextIO, color: bool, show_fixes: bool) -> None:
+    """Each file's findings, then its answer (fit_line): a run that fits says so."""
     paint = _Paint(color)
-    for r, f in _ordered(results):
-        out.write(_head(f, paint, show_fixes, r) + "\n")
+    for r in _by_file(results):
+        for f in sorted(r.findings, key=Finding.sort_key):
+            out.write(_head(f, paint, show_fixes, r) + "\n")
+        line = fit_line(r, paint)
+        if line is not None:
+            out.write(line + "\n")
 
 
 # ---- full -----------------------------------------------------------------------------
@@ -173,8 +218,9 @@ def _concise(results: Sequence[FileResult], out: TextIO, color: bool, show_fixes
 def _full(results: Sequence[FileResult], out: TextIO, color: bool, show_fixes: bool, width: int | None = None) -> None:
     paint = _Paint(color)
     first = True
-    for r in sorted(results, key=lambda r: r.path):
-        if not r.findings:
+    for r in _by_file(results):
+        table = estimate_table(r, paint)
+        if not r.findings and table is None:
             continue
         for f in sorted(r.findings, key=Finding.sort_key):
             if not first:
@@ -187,7 +233,11 @@ def _full(results: Sequence[FileResult], out: TextIO, color: bool, show_fixes: b
                 head = head[: len(head) - len(f.message)] + _wrap(f.message, width, lead, 4)
             out.write(head + "\n")
             out.write(_snippet(r, f, paint, width))
-        out.write("\n" + estimate_table(r, paint))
+        if table is not None:
+            if not first:
+                out.write("\n")
+            first = False
+            out.write(table)
 
 
 def _wrap(text: str, width: int, first: int, indent: int) -> str:
@@ -243,17 +293,17 @@ def _snippet(r: FileResult, f: Finding, paint: _Paint, width: int | None = None)
     return "".join(row + "\n" for row in rows)
 
 
-def estimate_table(r: FileResult, paint: _Paint | None = None) -> str:
-    """The estimate behind a file's findings, compact: components, peak and the GPU's verdict.
-
-    When there is no estimate, says why (the unknown values to --assume, or the model error).
-    """
+def estimate_table(r: FileResult, paint: _Paint | None = None) -> str | None:
+    """The estimate behind a file's findings, compact: components and peak, ending with the file's
+    answer (fit_line). Without an estimate, just that line (why there is none); None for a file
+    that is no training run."""
     paint = paint or _Paint(False)
     ctx = r.context
     est = getattr(ctx, "estimate", None)
-    title = paint(f"{printable(r.path)}: estimate", "bold")
+    last = fit_line(r, paint)
     if est is None:
-        return f"{title}: none, {printable(_why_no_estimate(ctx))}\n"
+        return None if last is None else last + "\n"
+    title = paint(f"{printable(r.path)}: estimate", "bold")
     setup = getattr(est, "setup", None)
     model = getattr(getattr(setup, "model", None), "id", None)
     model = printable(model) if model else model
@@ -264,8 +314,14 @@ def estimate_table(r: FileResult, paint: _Paint | None = None) -> str:
     rows = [f"{title} ({est.accounting} accounting{', ' + model if model else ''}{shape})"]
     names = [c for c in COMPONENTS if c in est.components]
     names[-1:-1] = [c for c in est.components if c not in COMPONENTS]  # e.g. buffers, before overhead
-    width = max(len(c) for c in names)
+    # what the peak holds beyond the components, before the overhead: the rows add up to the peak
+    terms = [(f"{'+' if b > 0 else '−'} {label}", b, words) for label, b, words in getattr(est, "peak_terms", ())]
+    width = max(len(c) for c in [*names, *(t[0] for t in terms)])
     for name in names:
+        if name == "overhead":
+            for label, b, words in terms:
+                why = "  (eager attention)" if b > 0 and "eager attention" in words else ""
+                rows.append(f"  {label.ljust(width)}  {gib(abs(b)).rjust(8)} GiB{why}")
         rows.append(f"  {name.ljust(width)}  {gib(est.components[name].bytes).rjust(8)} GiB")
     phase = f"  at the {est.peak_phase} phase" if est.peak_phase not in ("sum", None) else ""
     rows.append(paint(f"  {'peak'.ljust(width)}  {gib(est.peak).rjust(8)} GiB{phase}", "bold"))
@@ -273,15 +329,7 @@ def estimate_table(r: FileResult, paint: _Paint | None = None) -> str:
     if paged:
         rows.append(f"  {'paged'.ljust(width)}  {gib(paged).rjust(8)} GiB  optimizer state in unified "
                     "memory, not in the peak")
-    gpu = ctx.gpu
-    if gpu is None:
-        rows.append("  GPU: none configured (--gpu NAME or `gpu` in [tool.memlint])")
-    else:
-        from memlint.gpu import fit_of
-
-        f = fit_of(est, gpu, getattr(ctx, "min_headroom", 0.10))
-        style = {"fits": ("green",), "tight": ("yellow",)}.get("unsupported" if f.missing else f.status, ("red", "bold"))
-        rows.append(f"  GPU {f.gpu.label} ({gib(f.gpu.total)} GiB): {paint(f.text(2), *style)}")
+    rows.append(last)
     return "".join(row + "\n" for row in rows)
 
 
@@ -326,11 +374,16 @@ def _json_finding(r: FileResult, f: Finding, base: str | None = None) -> dict[st
         "message": f.message,
         "name": f.name,
         "noqa_row": row,
-        "related": [{"filename": rel.span.path, "location": _loc(rel.span.line, rel.span.col),
-                     "message": rel.label} for rel in f.related],
+        "related": [_json_related(r, rel) for rel in f.related],
         "severity": f.severity,
         "url": rule_url(f.code, f.name, base),
     }
+
+
+def _json_related(r: FileResult, rel) -> dict[str, Any]:
+    """A related location numbered as the finding's own: in a notebook, the cell and the row in it."""
+    cell, row = r.position(rel.span.line) if rel.span.path == r.path else (None, rel.span.line)
+    return {"cell": cell, "filename": rel.span.path, "location": _loc(row, rel.span.col), "message": rel.label}
 
 
 # ---- github ---------------------------------------------------------------------------
@@ -580,14 +633,23 @@ def write_statistics(stats: Sequence[tuple[str, str, int, bool]], out: TextIO, f
                   f"\t{mark}{printable(name)}\n")
 
 
-def summary(results: Sequence[FileResult], show_fixes: bool = False) -> str:
+SEVERITY_RANK = {"note": 0, "warning": 1, "error": 2}
+
+
+def summary(results: Sequence[FileResult], show_fixes: bool = False, fail_on: str | None = None) -> str:
     """Ruff's closing lines (for stderr): how many findings, and how many `--fix` would fix;
-    unsafe fixes count only with `show_fixes` (`--unsafe-fixes`), else they are a hint."""
+    unsafe fixes count only with `show_fixes` (`--unsafe-fixes`), else they are a hint. The count is
+    split by severity; with `fail_on`, a run whose findings are all below it says why it exits 0."""
     findings = [f for r in results for f in r.findings]
     if not findings:
         return "All checks passed!\n"
     n = len(findings)
-    text = f"Found {n} finding{'s' if n != 1 else ''}.\n"
+    counts = Counter(f.severity for f in findings)
+    levels = ", ".join(f"{counts[s]} {s}{'s' if counts[s] != 1 else ''}" for s in ("error", "warning", "note")
+                       if counts[s])
+    text = f"Found {n} finding{'s' if n != 1 else ''} ({levels}).\n"
+    if fail_on is not None and not any(SEVERITY_RANK[f.severity] >= SEVERITY_RANK[fail_on] for f in findings):
+        text += f"None at or above fail-on ({fail_on}): exit 0.\n"
     safe = sum(f.fix is not None and f.fix.applicability == "safe" for f in findings)
     unsafe = sum(f.fix is not None and f.fix.applicability != "safe" for f in findings)
     if show_fixes:

@@ -17,7 +17,7 @@ from memlint.plan import Span, TrainingPlan
 
 SEVERITIES = ("note", "warning", "error")
 CATEGORIES = {  # hundreds digit -> what the codes in it are about
-    0: "notes (could not read or resolve; never fail a run)",
+    0: "notes (could not read or resolve; never fail a run), and MEM004: a misspelt config key (a warning)",
     1: "capacity (does it fit on the GPU)",
     2: "sequence, padding, batch and recompute",
     3: "PEFT and quantization",
@@ -265,6 +265,10 @@ class FileResult:
     cells: list[int] = field(default_factory=list)  # notebooks: 0-based line where each code cell starts
     # notebooks: where each line of the joined code sits in the raw .ipynb JSON, (line, column)
     raw_positions: list[tuple[int, int]] = field(default_factory=list)
+    # every path the check probed or read, found or not (files.lookups): what a cached result depends on
+    looked_up: list[str] = field(default_factory=list)
+    # no answer line: `# memlint: noqa` (the file asked for silence), or a script that trains nothing
+    noqa_file: bool = False
 
     def raw(self, span: Span) -> tuple[int, int]:
         """A span's (line, column) in the file as it is on disk: a notebook's raw JSON line (what a

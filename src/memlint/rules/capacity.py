@@ -10,7 +10,7 @@ from typing import Iterator
 
 from memlint.gpu import MIN_HEADROOM, Fit
 from memlint.plan import assume_args
-from memlint.rules.base import Context, Finding, Rule, Sample
+from memlint.rules.base import Context, Finding, Fix, Rule, Sample
 from memlint.rules.samples import script
 from memlint.vocab import size_text
 
@@ -52,6 +52,13 @@ class ExceedsGpuRule(Rule):
                              gradient_checkpointing=True)
     ```
 
+    ## Fix
+    Unsafe (`--fix --unsafe-fixes`): the suggestion's values written where the script sets them
+    (`per_device_train_batch_size` and `gradient_accumulation_steps`, `gradient_checkpointing`,
+    `attn_implementation`, `optim`, `use_liger_kernel`, `max_length`, ...). It changes the run's
+    step time (and, for SDPA or a fused loss, its numerics in the last bits), hence unsafe. A
+    suggestion that changes the method (LoRA, QLoRA) offers no fix.
+
     ## Options
     The GPU: `--gpu NAME|GiB` or `gpu = "A100-80GB"` in `[tool.memlint]`. Without one,
     memlint reports the fit on common GPUs and raises no capacity finding. The headroom a
@@ -62,6 +69,7 @@ class ExceedsGpuRule(Rule):
     name = "exceeds-gpu-memory"
     severity = "error"
     summary = "the estimated peak does not fit in the configured GPU's memory"
+    fix = Fix("apply the suggestion at the lines it names", "unsafe", "suggestion")
     VALID = (Sample(script(batch=1), gpu="RTX4090"), Sample(script(batch=8, recompute=False)))
     INVALID = (Sample(script(batch=8, recompute=False), gpu="RTX4090", at="per_device_train_batch_size"),)
 
@@ -88,16 +96,26 @@ class ExceedsGpuRule(Rule):
         msg = (f"estimated peak {size_text(est.peak)}{per_gpu(ctx)} exceeds {label} ({size_text(total)}) by "
                f"{size_text(est.peak - total)} at micro-batch {s.batch} × {s.seq} ({est.peak_phase}); {advice}")
         data = {}
+        fix = None
         if best is not None:
             data["suggestion"] = {"changes": [{"lever": st.lever, "words": st.words, "plan": dict(st.plan or {})}
                                               for st in best.steps],
                                   "assume": assumptions(best.plan or {}), "peak_bytes": best.peak}
+            if best.plan:  # the same values, written at the lines that set them (memlint.fix's "suggestion")
+                fix = Fix(self.fix.title, "unsafe", "suggestion", {"changes": [
+                    {"field": name, "value": value, "line": _line(ctx, name)} for name, value in best.plan.items()]})
         yield self.finding(
             ctx, msg, "per_device_batch",
             related=(("max_length", "max_length set here"), ("model_id", "model set here"),
                      ("gradient_checkpointing", "gradient checkpointing set here")),
-            hint=hint, peak_bytes=est.peak, gpu=label, gpu_bytes=total, **data,
+            hint=hint, fix=fix, peak_bytes=est.peak, gpu=label, gpu_bytes=total, **data,
         )
+
+
+def _line(ctx: Context, name: str) -> int | None:
+    """The line of this file that sets plan field `name` (None: set elsewhere, or nowhere)."""
+    span = ctx.span_of(name, fallback=False)
+    return span.line if span is not None and span.path == ctx.plan.path else None
 
 
 def _nothing_fits(ctx: Context) -> str:

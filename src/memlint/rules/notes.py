@@ -159,8 +159,10 @@ class UnknownConfigKeyRule(Rule):
     tokens trains at 4096, or runs out of memory, after it has been queued.
 
     ## When it fires
-    A config key the framework does not know, with the closest key it does know. A note: it
-    is about the config, not the fit, so it never fails a run.
+    A config key the framework does not know, with the closest key it does know (a misspelling),
+    or one the framework refuses. A warning, the one in MEM0xx: the run would not train what the
+    file says (a default sequence length instead of the one written), so it fails a check and a
+    pre-commit hook, as a misspelt `[tool.memlint]` key does.
 
     ## Example
     ```yaml
@@ -177,7 +179,7 @@ class UnknownConfigKeyRule(Rule):
 
     code = "MEM004"
     name = "unknown-config-key"
-    severity = "note"
+    severity = "warning"
     summary = "a config key the framework does not know (and silently ignores)"
 
     def check(self, ctx: Context) -> Iterator[Finding]:

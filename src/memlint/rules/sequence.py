@@ -223,7 +223,7 @@ class RecomputeOffRule(Rule):
 class EagerAttentionRule(Rule):
     """
     ## What it does
-    Reports `attn_implementation="eager"` at long sequence lengths.
+    Reports `attn_implementation="eager"` where SDPA would save memory.
 
     ## Why is this bad?
     Eager attention materialises the `batch × heads × seq × seq` score and probability
@@ -241,27 +241,32 @@ class EagerAttentionRule(Rule):
     ```
 
     ## When it fires
-    Eager attention at `min-length` tokens or more where SDPA would save at least
-    `min-saving`. With a GPU configured it is a warning only where the run does not fit or
-    is tight, and silent where it fits with room to spare. Without a GPU it is a note.
+    Eager attention where SDPA would save at least `min-saving`, at any length (a large
+    micro-batch at 1,024 tokens keeps as many scores as a small one at 4,096). With a GPU
+    configured it is a warning only where the run does not fit or is tight, and silent where
+    it fits with room to spare. Without a GPU it is a note. SDPA is also the first lever of
+    MEM101's advice: it costs nothing and is faster.
 
     ## Options
-    `min-length` (default 2048) and `min-saving` (bytes saved by SDPA before reporting,
-    default 1 GiB).
+    `min-length` (tokens below which it stays silent, default 0: the saving decides) and
+    `min-saving` (bytes saved by SDPA before reporting, default 1 GiB).
     """
 
     code = "MEM204"
     name = "eager-attention-long-sequence"
     severity = "warning"
     advice = True
-    summary = "eager attention materialises seq² scores at a long sequence"
-    options = {"min-length": 2048, "min-saving": 1 << 30}
+    summary = "eager attention materialises seq² scores where SDPA would save memory"
+    options = {"min-length": 0, "min-saving": 1 << 30}
     VALID = (Sample(script(attn="sdpa", max_length=4096)), Sample(script(attn="eager", max_length=512)),
              Sample(script(attn="eager", max_length=4096, recompute=False), gpu="B200"))
     INVALID = (Sample(script(attn="eager", max_length=4096, recompute=False), gpu="RTX4090",
                       at='attn_implementation="eager"'),
                Sample(script(attn="eager", max_length=4096, recompute=False), at='attn_implementation="eager"',
-                      severity="note"))
+                      severity="note"),
+               # a short sequence at a large micro-batch: SDPA is the change that fits
+               Sample(script(attn="eager", max_length=1024, batch=4, recompute=False), gpu="24",
+                      at='attn_implementation="eager"'))
 
     def check(self, ctx: Context) -> Iterator[Finding]:
         est, s = ctx.estimate, ctx.setup
@@ -272,7 +277,9 @@ class EagerAttentionRule(Rule):
         saved = est.peak - peak_sdpa
         if saved < int(self.opts["min-saving"]):
             return
-        tail = f" and fits on {ctx.gpu[0]}" if fit_sdpa is not None and fit_sdpa.ok else ""
+        tail = ""
+        if fit_sdpa is not None and fit_sdpa.runs:
+            tail = f" and fits on {ctx.gpu[0]}" if fit_sdpa.ok else f" and fits on {ctx.gpu[0]}, tight"
         yield self.finding(
             ctx, f"eager attention at {s.seq} tokens keeps {s.batch}×{s.model.heads}×{s.seq}² scores per layer: SDPA would "
                  f"save {size_text(saved)} of the {size_text(est.peak)} peak{tail}",

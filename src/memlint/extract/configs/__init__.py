@@ -236,8 +236,12 @@ def merge_launch_config(plan: TrainingPlan, path: str | Path) -> TrainingPlan:
     count from the launcher; batch, accumulation and precision only where the plan leaves them open."""
     from memlint.extract.configs.launchers import accelerate_facts, apply_launch, deepspeed_facts
 
+    from memlint.files import OUTSIDE, allowed, is_file
+
     p = Path(path)
-    if not p.is_file():
+    if not allowed(p):
+        raise MemlintError(f"{path}: {OUTSIDE}")
+    if not is_file(p):
         raise MemlintError(f"{path}: no such file")
     doc, kind = _load(p, str(path))
     if kind not in _LAUNCHERS:

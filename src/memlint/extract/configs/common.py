@@ -13,7 +13,7 @@ from typing import Any, Callable
 from memlint.extract.configs import frameworks
 from memlint.extract.configs.document import Document
 from memlint.plan import Diagnostic, Span, TrainingPlan, Value
-from memlint.vocab import dtype_name  # noqa: F401 - the readers' dtype spelling
+from memlint.vocab import ascii_digits, dtype_name  # noqa: F401 - the readers' dtype spelling
 
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0", ""}
@@ -75,7 +75,7 @@ class Reader:
         if v is None:
             return None
         if isinstance(v, bool) or not isinstance(v, int):
-            if isinstance(v, str) and v.strip().isdigit():
+            if isinstance(v, str) and ascii_digits(v.strip()):
                 return int(v)
             self.bad(f"{'.'.join(map(str, path))} should be an integer, not {v!r}", *path)
             raise Bad()

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memlint.extract.configs.document import Document
+from memlint.vocab import ascii_digits
 
 _REF = re.compile(r"\$\{([^${}]*)\}")
 _WHOLE = re.compile(r"^\$\{([^${}]*)\}$")
@@ -67,7 +68,7 @@ def resolve(doc: Document) -> Resolution:
         else:
             base, rest = (), ref
         parts = [p for p in re.split(r"\.|\[|\]", rest) if p != ""]
-        return base + tuple(int(p) if p.isdigit() else p for p in parts)
+        return base + tuple(int(p) if ascii_digits(p) else p for p in parts)
 
     def interp(v: Any, at: tuple, stack: tuple) -> Any:
         if isinstance(v, dict):

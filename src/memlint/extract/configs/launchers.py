@@ -36,8 +36,10 @@ def read_json_doc(shown: str, path: Path) -> Document:
 def find_deepspeed(config: Path, shown_config: str, ref: str) -> tuple[Document | None, str]:
     """The DeepSpeed JSON a config names (relative to the config, then the working directory);
     `shown_config` is how the config is named in reports, and the JSON is named the same way."""
+    from memlint.files import is_file
+
     for cand, rel in near(config, ref):
-        if cand.is_file():
+        if is_file(cand):
             shown = shown_near(shown_config, rel) if rel else str(cand)
             try:
                 return read_json_doc(shown, cand), shown

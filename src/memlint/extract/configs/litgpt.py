@@ -17,6 +17,7 @@ from typing import Any
 from memlint.extract.configs import frameworks
 from memlint.extract.configs.common import Bad, near, optimizer_of_class
 from memlint.extract.configs.readers import FrameworkReader
+from memlint.files import is_dir
 from memlint.library.defaults import Default
 from memlint.plan import Value
 
@@ -90,7 +91,7 @@ class LitGPT(FrameworkReader):
         cd = cd.strip()
         self.lit("model_id", cd, "checkpoint_dir")
         m = _CHECKPOINTS.match(cd)
-        if m and not any(p.is_dir() for p, _ in near(self.file, cd)):
+        if m and not any(is_dir(p) for p, _ in near(self.file, cd)):
             # `litgpt download <repo>` converts the Hugging Face repo into checkpoints/<repo>
             v = self.fields["model_id"]
             self.fields["model_id"] = Value(cd, v.source, v.span, v.chain + (

@@ -15,6 +15,7 @@ from memlint.extract.configs.common import Bad, Reader, dtype_name, optimizer_of
 from memlint.extract.configs.document import Document
 from memlint.extract.configs.launchers import apply_launch, deepspeed_facts, find_deepspeed
 from memlint.library.defaults import default as library_default
+from memlint.library.versions import in_range, installed_version, shown_version
 
 _RL_TRAINERS = {"dpo": "DPOTrainer", "ipo": "DPOTrainer", "orpo": "ORPOTrainer", "kto": "KTOTrainer",
                 "simpo": "CPOTrainer", "grpo": "GRPOTrainer", "gdpo": "GRPOTrainer"}
@@ -862,13 +863,44 @@ class Torchtune(FrameworkReader):
         elif d.has("tokenizer", "max_seq_len"):
             self.unknown("max_length", "tokenizer.max_seq_len: null: samples are not truncated, the longest sample sets the peak", "tokenizer", "max_seq_len")
         else:
-            self.unknown("max_length", "no tokenizer.max_seq_len")
+            self.dataset_length(sets, ds)
         if packed_at:
             self.lit("packing", True, *packed_at)
             self.lit("padding", "packing", *packed_at)
         else:
             self.fw("packing", "packed")
             self.lib("padding", "longest", frameworks.substitution(self.kind, "collator_padding")[1])
+
+    def dataset_length(self, sets: list, ds: Any) -> None:
+        """No tokenizer.max_seq_len: the dataset's own max_seq_len (torchtune < 0.3 builders took one), else its
+        builder's default at the torchtune version read (data/frameworks.json dataset_max_seq_len)."""
+        table = frameworks.framework(self.kind).get("dataset_max_seq_len", {})
+        version = installed_version(frameworks.framework(self.kind)["package"])
+        for i, s in enumerate(sets):
+            if not isinstance(s, dict):
+                continue
+            at = ("dataset", i) if isinstance(ds, list) else ("dataset",)
+            v = s.get("max_seq_len")
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                self.lit("max_length", v, *at, "max_seq_len", chain=(
+                    f"dataset max_seq_len: {v} (the dataset builder truncates each sample to it)",))
+                return
+            comp = s.get("_component_")
+            for cand in table.get(comp, ()) if isinstance(comp, str) else ():
+                if not in_range(version, cand.get("versions")):
+                    continue
+                shown = shown_version(frameworks.framework(self.kind)["package"])
+                if cand["value"] is None:
+                    self.unknown("max_length", f"{comp} does not truncate in {shown} and tokenizer.max_seq_len is not set: "
+                                 f"the longest sample sets the peak ({cand['ref']})", *at, "_component_")
+                else:
+                    from memlint.plan import Value
+
+                    self.fields["max_length"] = Value(cand["value"], "library-default", self.doc.span(*at, "_component_"),
+                                                      (f"dataset._component_: {comp}",
+                                                       f"its max_seq_len default {cand['value']} in {shown}: {cand['ref']}"))
+                return
+        self.unknown("max_length", "no tokenizer.max_seq_len")
 
     def optimizer(self) -> None:
         d = self.doc

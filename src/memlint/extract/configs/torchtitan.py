@@ -18,6 +18,7 @@ from memlint.extract.configs.common import Bad
 from memlint.extract.configs.readers import FrameworkReader
 from memlint.library.versions import in_range, installed_version
 from memlint.plan import Value
+from memlint.vocab import ascii_digits
 
 
 class Torchtitan(FrameworkReader):
@@ -248,7 +249,7 @@ class Torchtitan(FrameworkReader):
                                                     self.doc.span(s, "selective_ac_option"),
                                                     ("selective_ac_option = 'op': torchtitan's op-level SAC (every second mm, "
                                                      "the attention outputs kept)",))
-        elif mode == "selective" and isinstance(opt, str) and opt.isdigit():
+        elif mode == "selective" and isinstance(opt, str) and ascii_digits(opt):
             n = int(opt)
             self.fields["gradient_checkpointing"] = Value(True, src, span, (f"mode = 'selective', selective_ac_option = {opt!r}",))
             # torchtitan's _apply_layer_sac: a counter from 1 wraps block i when i % n == 0; n = 0 wraps every block

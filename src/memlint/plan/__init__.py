@@ -10,78 +10,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-# Where a value came from, most to least trustworthy.
-SOURCES = (
-    "literal",            # written at the use site: r=16
-    "constant",           # a module constant, arithmetic or f-string over literals
-    "command-line",       # given by the launch command: train.py --lr 1e-4, torchrun --nproc_per_node 8
-    "argparse-default",   # add_argument(default=...) reached through args.x
-    "click-default",      # @click.option(default=...)
-    "dataclass-default",  # field(default=...) read through HfArgumentParser
-    "function-default",   # fire-style keyword default of the entry function
-    "environment-default",  # os.environ.get("X", default): the default, unless the environment sets X
-    "library-default",    # the library's default for an argument the script leaves out
-    "assumed",            # given by the user: --assume key=value
-    "unknown",            # cannot be known statically
-)
-
-PLAN_FIELDS = (
-    "model_id",
-    "torch_dtype",
-    "method",
-    "lora_r",
-    "lora_alpha",
-    "lora_targets",
-    "lora_dropout",
-    "lora_modules_to_save",
-    "lora_task_type",
-    "use_dora",
-    "adapter_dtype",
-    "quant_bits",
-    "quant_type",
-    "quant_group_size",
-    "double_quant",
-    "compute_dtype",
-    "kbit_prep",
-    "per_device_batch",
-    "eval_batch",
-    "grad_accum",
-    "max_length",
-    "padding",
-    "packing",
-    "group_by_length",
-    "gradient_checkpointing",
-    "optimizer",
-    "precision",
-    "attn_implementation",
-    "fused_loss",
-    "chunked_loss",
-    "optimizer_in_bwd",
-    "recompute_every",
-    "recompute_policy",
-    "galore_rank",
-    "galore_targets",
-    "offload_activations",
-    "float8_training",
-    "float8_all_gather",
-    "compiled_loss",
-    "distributed",
-    "num_gpus",
-    "tp_size",
-    "sequence_parallel",
-    "cp_size",
-    "tp_stack",
-    "offload",
-    "trainer",
-    "ref_model",
-    "task_head",
-    "num_labels",
-    "target_len",
-    "image_max_pixels",
-    "image_min_pixels",
-    "train_vision",
-    "train_projector",
-)
+from memlint.plan.fields import PLAN_FIELDS, SOURCES  # one declaration per field: plan/fields.py
 
 METHODS = ("full", "lora", "qlora")
 
