@@ -93,19 +93,35 @@ def _shrink(model_type: str, cfg: dict[str, Any]) -> dict[str, Any]:
     for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
         if isinstance(c.get(key), int) and c[key] >= VOCAB:
             c[key] = 0
-    if model_type in ("phi3",):  # the config class's default pad_token_id (32000) is past the tiny vocabulary
+    if model_type in ("phi3", "smollm3"):  # the config class's default pad_token_id is past the tiny vocabulary
         c["pad_token_id"] = 0
+    if model_type == "gemma3n_text":  # per-layer inputs over the tiny vocabulary; the last of the 2 layers shares kv
+        c.update(vocab_size_per_layer_input=VOCAB, hidden_size_per_layer_input=32, num_kv_shared_layers=0,
+                 laurel_rank=16, sliding_window=64, layer_types=["sliding_attention", "full_attention"],
+                 intermediate_size=[INTER] * LAYERS, activation_sparsity_pattern=[0.0] * LAYERS)
+    if "first_k_dense_replace" in c:  # DeepSeek-style MoE: one dense layer first, then the routed ones
+        c.update(first_k_dense_replace=1, n_routed_experts=8, n_group=min(c.get("n_group") or 1, 2),
+                 topk_group=min(c.get("topk_group") or 1, 2))
+    if "q_lora_rank" in c:  # MLA's low-rank projections, shrunk
+        c.update(q_lora_rank=64, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=32)
+        c.pop("head_dim", None)
+    if model_type == "llama4_text":
+        c.update(intermediate_size_mlp=2 * INTER, attention_chunk_size=64, num_local_experts=4)
     return c
 
 
 def decoder_families() -> list[str]:
     """Every decoder model_type in the catalog, in catalog order, but remote-code families and those traced by their
-    own front end."""
+    own front end (encoders, encoder-decoders, vision-language models: families.json)."""
+    from memlint.catalog.families import family
+
     out: list[str] = []
     for entry in entries().values():
         mt = entry["model_type"]
-        if mt not in out and mt not in REMOTE and mt not in OWN_FRONT_END:
-            out.append(mt)
+        f = family(mt)
+        if mt in out or mt in REMOTE or mt in OWN_FRONT_END or f["encoder"] or f["encoder_decoder"] or f["vision"]:
+            continue
+        out.append(mt)
     return out
 
 
@@ -135,6 +151,16 @@ TRACE_AS: dict[str, dict[str, Any]] = {
     "qwen3_moe": {"precisions": (("bf16", "amp-bf16"),)},
 }
 PRECISIONS = (("bf16", "amp-bf16"), ("fp32", "fp32"))
+# Families whose estimate is not yet within 1 % of their traced step (issue #30 added them after this check was built);
+# what each misses. The trace tier runs them as expected failures, the table shows their figures.
+KNOWN_GAPS: dict[str, str] = {
+    "gpt_oss": "attention sinks in eager attention, the experts' clamped SwiGLU with biases and their routing",
+    "llama4_text": "chunked attention, L2 q/k norms, the shared expert beside one routed expert (peft cannot wrap its "
+                   "fused experts: LoRA fails to build)",
+    "deepseek_v3": "MLA's low-rank q and kv projections and their norms, shared experts, group-limited routing",
+    "glm4_moe": "shared experts beside the routed ones, the sigmoid router with its correction bias, dense first layers",
+    "gemma3n_text": "AltUp, LAuReL, per-layer input embeddings, activation sparsity, KV-sharing layers",
+}
 SEQ, BATCH = 256, 2
 
 
