@@ -140,8 +140,9 @@ def _linear_inputs(s: Setup, a: int, inter: int) -> int:
         keep = ab * s.lora_r
         if own:
             keep += ab * fin + (fin if s.lora_dropout > 0 else 0)
-        elif g == "attn_out" and not attention_output_kept(s):
-            total += int(a * l.in_features * per_layer)  # eager / math attention's output copy, kept by the adapter
+        elif g == "attn_out" and attention_output_kept(s) < 1:
+            # eager / math attention's output copy, kept by the adapter (in the layers that run them)
+            total += int(a * l.in_features * per_layer * (1 - attention_output_kept(s)))
         elif g != "attn_out" and not (g == "mlp_out" and mlp_output_kept(s)):
             shared.add(g)  # (attention's output and a ReLU's are kept by the kernel / the activation already)
         total += int(keep * per_layer)

@@ -608,18 +608,18 @@ def mlp_output_kept(s: Setup) -> bool:
     return _act_bytes(s, _lin_out(s))[2]
 
 
-def attention_output_kept(s: Setup) -> bool:
-    """Whether the attention's output (what the output projection reads) is kept by the attention itself: the fused
-    SDPA kernels keep it; eager attention and SDPA's math path hand on a transposed copy nobody else keeps."""
+def attention_output_kept(s: Setup) -> float:
+    """The share of layers whose attention output (what the output projection reads) is kept by the attention itself:
+    the fused SDPA kernels keep it; eager attention and SDPA's math path hand on a transposed copy nobody else keeps."""
     m = s.model
     if not sdpa_runs(s):
-        return False
+        return 0.0
     q, kv = m.heads * m.head_dim, m.kv_heads * m.head_dim
     a = DTYPE_BYTES[s.compute_dtype]
     masked = masked_layers(s)
-    kernels = set()
-    if masked < m.layers:
-        kernels.add(sdpa_kernel(a, False, m.head_dim, m.head_dim, kv != q))
-    if masked:
-        kernels.add(sdpa_kernel(a, True, m.head_dim, m.head_dim, False))
-    return "math" not in kernels
+    kept = 0
+    if masked < m.layers and sdpa_kernel(a, False, m.head_dim, m.head_dim, kv != q) != "math":
+        kept += m.layers - masked
+    if masked and sdpa_kernel(a, True, m.head_dim, m.head_dim, False) != "math":
+        kept += masked
+    return kept / m.layers
