@@ -23,7 +23,7 @@ BEGIN, END = "<!-- family-table:begin -->", "<!-- family-table:end -->"
 
 
 def _structure(s) -> str:
-    from memlint.estimate.decoder import activation, fact, masked_layers, sdpa_runs
+    from memlint.estimate.decoder import activation, config, fact, masked_layers, sdpa_runs
 
     bits = [fact(s, "layout"), fact(s, "norm_impl") or s.model.arch.get("norm"), activation(s)]
     if fact(s, "qk_norm"):
@@ -32,7 +32,7 @@ def _structure(s) -> str:
         bits.append("eager")
     if masked_layers(s):
         bits.append(f"{'mask' if fact(s, 'mask') == 'always' else 'sliding window'} ({masked_layers(s)}/{s.model.layers})")
-    if fact(s, "final_logit_softcapping"):
+    if fact(s, "final_logit_softcapping") and config(s, fact(s, "final_logit_softcapping")):
         bits.append("logit soft-cap")
     if fact(s, "moe"):
         bits.append(f"MoE {fact(s, 'moe')}")

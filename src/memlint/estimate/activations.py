@@ -19,6 +19,7 @@ from memlint.estimate.model_state import lora_modules, trains_lm_head_copy
 from memlint.library.api import attention
 from memlint.estimate.setup import DTYPE_BYTES, Setup, preference
 from memlint.estimate.terms import ActivationTerms  # noqa: F401 (re-exported: activations.ActivationTerms)
+from memlint.estimate.decoder import residual_bytes  # noqa: F401 (re-exported: activations.residual_bytes)
 
 
 def textbook(s: Setup) -> ActivationTerms:
@@ -82,13 +83,6 @@ def textbook_encoder(s: Setup) -> ActivationTerms:
     return ActivationTerms(t.body, t.per_layer, n * 4, 0, t.formula, f"{f} × 4 B (fp32 logits)")
 
 
-def residual_bytes(s: Setup) -> int:
-    """Bytes per element of the residual stream: fp32 when the embeddings are fp32 (fp32
-    weights under autocast, or prepare_model_for_kbit_training's upcast), else the
-    weight dtype."""
-    if s.dtype == "fp32" or s.upcasts_kbit:
-        return 4
-    return DTYPE_BYTES[s.dtype]
 
 
 def autocast_weight_copies(s: Setup) -> tuple[int, int]:
@@ -183,12 +177,12 @@ def tp_sequence_shards(s: Setup) -> tuple[int, int, int]:
 
 
 def _norm_bytes(s: Setup) -> int:
-    """RMSNorm keeps its fp32 upcast input and rsqrt, plus the normalised copy in the input dtype
-    when its weight trains. LayerNorm keeps its input and (mean, rstd)."""
-    h, x = s.model.hidden, residual_bytes(s)
-    if s.model.arch.get("norm") == "rmsnorm":
-        return 4 * h + 4 + (x * h if s.method == "full" else 0)
-    return x * h + 8
+    """What one of the family's norms on the residual stream keeps per token (estimate/decoder.py norm_saved): llama's
+    RMSNorm its fp32 upcast input and rsqrt, plus the normalised copy in the input dtype when its weight trains;
+    F.layer_norm its input (fp32 under autocast) and mean and rstd."""
+    from memlint.estimate.decoder import norm_saved
+
+    return int(norm_saved(s, s.model.hidden, 1, residual_bytes(s), s.method == "full")[0])
 
 
 def _per_token_layer_bytes(s: Setup) -> tuple[float, int, float]:
@@ -389,8 +383,7 @@ def real(s: Setup) -> ActivationTerms:
     sb_sp = -(-s.seq // s.tp) * s.batch
     per_layer = (per_tok - sp_layer) * sb + sp_layer * sb_sp + _dora_per_layer(s) + gptq_saved_per_layer(s)
     inputs = ((inp_tok - sp_inp) * sb + sp_inp * sb_sp) * m.layers
-    once_b = round((once - sp_once) * sb + sp_once * sb_sp)
-    per_layer = round(per_layer)
+    once_b, per_layer = round((once - sp_once) * sb + sp_once * sb_sp), round(per_layer)
     if sp_layer and tp.stack(s)["sp_saves_gathered_input"]:
         # lm_head (ColwiseParallel(input_layouts=Shard(1))) all-gathers the sequence-sharded final norm output
         # and its matmul saves the whole s·b·h for the weight gradient, beside the norm's own shard
@@ -445,10 +438,8 @@ def real(s: Setup) -> ActivationTerms:
     fwd = copies_head + (a + up + 4) * V * sb
     bwd = copies_head + (a + up + 4 + a) * V * sb
     head = f" + autocast's {a}-byte copy of the fp32 lm_head ({copies_head:,} B)" if copies_head else ""
-    cap = softcap_logits_bytes(s)
-    if cap:  # Gemma 2's final soft-capping: tanh(logits / cap) keeps its output over the vocabulary
-        fwd, bwd = fwd + cap, bwd + cap
-        head += f" + the soft-cap's tanh output s·b·V × {a} B"
+    cap = softcap_logits_bytes(s)  # Gemma 2's final soft-capping: tanh(logits / cap) keeps its output
+    fwd, bwd, head = fwd + cap, bwd + cap, head + (f" + the soft-cap's tanh output s·b·V × {a} B" if cap else "")
     if s.compiled_loss:
         return _compiled_ce(body, per_layer, formula, copies_head, a * V * sb, 4 * sb, head)
     shard = tp.gathered_logits_shard(s)

@@ -17,8 +17,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from memlint.catalog.families import family
-from memlint.estimate.model_state import lora_modules
+from memlint.catalog.families import activation_table, config_of, fact_of
+from memlint.estimate.model_state import moe_lora, moe_lora_tensors
 from memlint.estimate.setup import DTYPE_BYTES, Setup
 from memlint.library.api import attention
 
@@ -26,30 +26,12 @@ from memlint.library.api import attention
 # ----------------------------------------------------------------------------------------------- family facts
 def fact(s: Setup, name: str) -> Any:
     """A family fact of the model (catalog/families.json), resolved against its config where it is a rule list."""
-    value = family(s.model.arch.get("model_type", ""))[name]
-    if isinstance(value, list) and value and isinstance(value[0], dict) and "is" in value[0]:
-        for rule in value:
-            if all(config(s, k, None) == v for k, v in rule.get("when", {}).items()):
-                return rule["is"]
-        return None
-    return value
+    return fact_of(s.model, name)
 
 
 def config(s: Setup, key: str | None, default: Any = None) -> Any:
-    """A config value (dotted keys reach into attn_config / ffn_config), else the config class's default
-    (families.json config_defaults), else `default`."""
-    if key is None:
-        return default
-    node: Any = s.model.config
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            node = None
-            break
-        node = node[part]
-    if node is not None:
-        return node
-    defaults = family(s.model.arch.get("model_type", ""))["config_defaults"]
-    return defaults.get(key, default)
+    """A config value (dotted keys reach into attn_config / ffn_config), else the config class's default."""
+    return config_of(s.model, key, default)
 
 
 def dropout_p(s: Setup, site: str) -> float:
@@ -64,10 +46,8 @@ def activation(s: Setup) -> str:
     return a.get("aliases", {}).get(name, name)
 
 
-def _activations() -> dict:
-    from memlint.catalog.families import _doc
-
-    return _doc()["activations"]
+def _activations() -> Any:
+    return activation_table()
 
 
 def sdpa_runs(s: Setup) -> bool:
@@ -161,7 +141,7 @@ def _dims(s: Setup) -> tuple[int, int, int, int, int, bool]:
 
 
 def residual_bytes(s: Setup) -> int:
-    """Bytes per element of the residual stream: fp32 when the embeddings are fp32 (fp32 weights, or
+    """Bytes per element of the residual stream: fp32 when the embeddings are fp32 (fp32 weights under autocast, or
     prepare_model_for_kbit_training's upcast), else the weight dtype."""
     if s.dtype == "fp32" or s.upcasts_kbit:
         return 4
@@ -234,6 +214,13 @@ def input_copies(s: Setup, dtype_in: int, role: str, count: float | None = None)
     return dtype_in
 
 
+def attention_bytes(s: Setup) -> int:
+    """The dtype bytes q, k and v reach SDPA in: the autocast dtype (SDPA is on CUDA autocast's lower-precision list);
+    without autocast the projections' output dtype (after bitsandbytes layers on an fp32 residual stream, or linears
+    prepare_model_for_kbit_training cast to fp32, fp32)."""
+    return DTYPE_BYTES[s.compute_dtype] if s.precision in ("amp-bf16", "amp-fp16") else _lin_out(s)
+
+
 def _lin_out(s: Setup) -> int:
     """The dtype bytes a projection's output has: the compute dtype (autocast, or the weights'), except bitsandbytes'
     4/8-bit layers, which return their input's dtype (the fp32 residual stream after prepare_model_for_kbit_training)."""
@@ -284,6 +271,7 @@ def _attention(s: Setup, lb: LayerBytes, tokens: int) -> None:
                 _sdpa_group(s, lb, tokens, share, with_mask)
         return
     # eager: torch.matmul copies q, k (repeated), v (repeated) for its bmm, the output is transposed contiguous
+    a = attention_bytes(s)
     p = dropout_p(s, "attention")
     cap = config(s, fact(s, "attn_logit_softcapping")) if fact(s, "attn_logit_softcapping") else None
     per_key = 4 + (a if a != 4 else 0) + (1 if p > 0 else 0) + (a if cap else 0)
@@ -304,7 +292,8 @@ def _sdpa_group(s: Setup, lb: LayerBytes, tokens: int, share: float, with_mask: 
     from memlint import data
 
     m = s.model
-    h, q, kv, a, x, amp = _dims(s)
+    h, q, kv, _, x, amp = _dims(s)
+    a = attention_bytes(s)
     sq = s.seq
     full = s.method == "full"
     gqa = kv != q and not with_mask
@@ -426,8 +415,6 @@ def layer_bytes(s: Setup) -> LayerBytes:
     """One decoder layer's saved bytes for the micro-batch (s.seq x s.batch tokens), the layer input (what recompute
     keeps), and what is saved once per model (token and position ids, rotary tables, the embedding dropout's mask, the
     final norm, lm_head's input). LoRA adapters' inputs, HQQ/GPTQ and DoRA terms come from activations.py as before."""
-    from memlint.estimate.activations import _linear_inputs, _dora_saved_per_token, _hqq_inputs  # noqa: F401
-
     m = s.model
     tokens = s.seq * s.batch
     h, q, kv, a, x, amp = _dims(s)
@@ -539,67 +526,6 @@ def _once(s: Setup, tokens: int) -> float:
     return once
 
 
-def buffer_bytes(s: Setup) -> tuple[int, str]:
-    """(bytes, words) of the registered buffers the family's modules build besides their parameters (families.json
-    "buffers": GPT-Neo's per-layer causal masks, GPT-BigCode's causal mask, GPT-J's sinusoidal positions)."""
-    m = s.model
-    total, words = 0, []
-    for buf in fact(s, "buffers") or []:
-        def size(key: str) -> int:
-            v = m.arch.get(key)
-            return int(v if v is not None else config(s, key, m.head_dim if key == "rotary_dim" else 0))
-
-        n = size(buf["rows"]) * size(buf["cols"]) * DTYPE_BYTES.get(buf["dtype"], 1) * (m.layers if buf.get("per_layer") else 1)
-        total += n
-        words.append(f"{buf['what']} {n:,} B")
-    return total, ", ".join(words)
-
-
-def moe_lora(s: Setup) -> dict[str, bool]:
-    """Which MoE parts peft adapts (families.json peft_moe, at the installed peft and transformers): the router, the
-    fused gate/up stack, the down stack; none for a full fine-tune, another family or versions outside the range."""
-    from memlint.library.versions import in_range, installed_version
-
-    spec = fact(s, "peft_moe")
-    none = {"router": False, "gate_up": False, "down": False}
-    if s.method == "full" or not spec or s.model_code != "transformers":
-        return none
-    for pkg, rng in spec.get("versions", {}).items():
-        v = installed_version(pkg)
-        if v is not None and not in_range(v, rng):
-            return none
-    t = s.lora_targets
-    if t == "all-linear":
-        return {"router": True, "gate_up": True, "down": True}
-    if isinstance(t, str):
-        return none
-    names = {n.rsplit(".", 1)[-1] for n in t}
-    return {"router": any(n in names for n in spec["router"]), "gate_up": all(n in names for n in spec["gate_up"]),
-            "down": any(n in names for n in spec["down"])}
-
-
-def moe_lora_tensors(s: Setup) -> list:
-    """The adapters peft puts on a MoE's router and expert stacks (moe_lora): router A (r x h) and B (E x r); the gate/up
-    stack's A (2r·E x h) and B (2i x 2r·E); the down stack's A (r·E x i) and B (h x r·E), per layer."""
-    from memlint.estimate.terms import Tensor
-
-    m = s.model
-    parts = moe_lora(s)
-    if not any(parts.values()):
-        return []
-    E = m.arch.get("num_experts") or 1
-    i = m.arch.get("moe_intermediate_size", m.intermediate)
-    h, r, L = m.hidden, s.lora_r, m.layers
-    out = []
-    if parts["router"]:
-        out += [Tensor(r, h, L), Tensor(E, r, L)]
-    if parts["gate_up"]:
-        out += [Tensor(2 * r * E, h, L), Tensor(2 * i, 2 * r * E, L)]
-    if parts["down"]:
-        out += [Tensor(r * E, i, L), Tensor(h, r * E, L)]
-    return out
-
-
 def mlp_output_kept(s: Setup) -> bool:
     """Whether the down projection's input is a tensor the MLP keeps anyway (a plain MLP whose activation keeps its
     output, ReLU): an adapter reading it without a cast shares it."""
@@ -615,9 +541,9 @@ def attention_output_kept(s: Setup) -> float:
     if not sdpa_runs(s):
         return 0.0
     q, kv = m.heads * m.head_dim, m.kv_heads * m.head_dim
-    a = DTYPE_BYTES[s.compute_dtype]
     masked = masked_layers(s)
     kept = 0
+    a = attention_bytes(s)
     if masked < m.layers and sdpa_kernel(a, False, m.head_dim, m.head_dim, kv != q) != "math":
         kept += m.layers - masked
     if masked and sdpa_kernel(a, True, m.head_dim, m.head_dim, False) != "math":
