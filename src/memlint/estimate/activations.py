@@ -83,8 +83,6 @@ def textbook_encoder(s: Setup) -> ActivationTerms:
     return ActivationTerms(t.body, t.per_layer, n * 4, 0, t.formula, f"{f} × 4 B (fp32 logits)")
 
 
-
-
 def autocast_weight_copies(s: Setup) -> tuple[int, int]:
     """(decoder body, lm_head) bytes of the half-precision weight copies autocast makes
     for fp32 weights and keeps for backward until each op's gradient is computed."""

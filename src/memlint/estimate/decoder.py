@@ -261,8 +261,8 @@ def _attention(s: Setup, lb: LayerBytes, tokens: int) -> None:
     passed); eager attention's copies for its batched matmuls and, per head and key, the fp32 softmax, its half copy,
     the dropout mask and a soft-cap's tanh."""
     m = s.model
-    h, q, kv, a, x, amp = _dims(s)
-    b, sq = s.batch, s.seq
+    q = m.heads * m.head_dim
+    sq = s.seq
     heads = m.heads
     if sdpa_runs(s):
         masked = masked_layers(s) / m.layers

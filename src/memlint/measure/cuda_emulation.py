@@ -283,11 +283,10 @@ def _fused_on_cpu() -> Any:
                 res = torch.empty(b, m, h, d, dtype=query.dtype).transpose(1, 2)
                 kept = torch.empty(b, h, 32 * math.ceil(m / 32), dtype=torch.float32)
                 kept[..., :m] = lse
-                lse_view = kept[..., :m]
                 seeds = (torch.empty((), dtype=torch.long), torch.empty((), dtype=torch.long))
             else:
                 res = torch.empty_like(query)
-                kept = lse_view = lse
+                kept = lse
                 seeds = (torch.empty(2, dtype=torch.uint64), torch.empty((), dtype=torch.uint64))
             res.copy_(out)
             del out
