@@ -187,13 +187,14 @@ def write_markdown(results: list[dict], out: Path) -> None:
                      f"{r['measured_reserved'] / GIB:.2f} | {r['real_reserved'] / GIB:.2f} | {r['reserved_err']:+.1%} | "
                      + (f"{exp / GIB:.2f} |" if exp else "— |"))
     out.parent.mkdir(parents=True, exist_ok=True)
-    # benchmarks/per_rank.py owns a marked section of the same page: keep it
+    # benchmarks/per_rank.py and benchmarks/trainer_steps.py own marked sections of the same page: keep them
     kept = ""
     if out.exists():
         old = out.read_text(encoding="utf-8")
-        begin, end = old.find("<!-- per-rank:begin -->"), old.find("<!-- per-rank:end -->")
-        if 0 <= begin < end:
-            kept = "\n" + old[begin:end + len("<!-- per-rank:end -->")] + "\n"
+        for name in ("per-rank", "trainer-steps"):
+            begin, end = old.find(f"<!-- {name}:begin -->"), old.find(f"<!-- {name}:end -->")
+            if 0 <= begin < end:
+                kept += "\n" + old[begin:end + len(f"<!-- {name}:end -->")] + "\n"
     out.write_text("\n".join(lines) + "\n" + kept)
     try:
         import matplotlib

@@ -35,6 +35,10 @@ RUNS = [
     ("FSDP2 hybrid 2 nodes × 2", "fsdp_hybrid", 4, 2, {}),
     ("FSDP2 full shard, LoRA r8", "fsdp", 4, 1, {"method": "lora", "lora_r": 8, "lora_dropout": 0.0}),
     ("FSDP2 shard_grad_op", "fsdp_shard_grad_op", 4, 1, {}),
+    # fp32 weights under bf16 autocast: accelerate's FSDP mixed-precision policy (param_dtype = reduce_dtype = bf16)
+    ("FSDP2 full shard, bf16 mixed precision", "fsdp", 4, 1, {"precision": "amp-bf16"}),
+    ("FSDP2 full shard, bf16 mixed precision, LoRA r8", "fsdp", 4, 1,
+     {"precision": "amp-bf16", "method": "lora", "lora_r": 8, "lora_dropout": 0.0}),
     ("DDP", "ddp", 2, 1, {}),
     ("DDP", "ddp", 4, 1, {}),
 ]
@@ -146,7 +150,7 @@ def render(rows: list[dict], meta: dict) -> str:
         f"{meta['seconds']} s on 2 shared cores). Each row starts real gloo ranks on CPU (`torch.multiprocessing`, "
         "one process per rank, forked) that train a Llama of "
         f"{n_params:,} parameters (4 layers, hidden 256, vocab 4096, untied lm_head; random weights built from "
-        "its config) for two steps: fp32, micro-batch 2 × 128, AdamW (foreach), `clip_grad_norm_`. FSDP rows "
+        "its config) for two steps: fp32 (the mixed-precision rows: bf16 autocast over fp32 weights, FSDP2's `MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=bf16)` as accelerate sets it), micro-batch 2 × 128, AdamW (foreach), `clip_grad_norm_`. FSDP rows "
         "wrap every decoder layer and the root with `torch.distributed.fsdp.fully_shard` (FSDP2, as accelerate's "
         "transformer-layer wrap policy does); DDP rows use `DistributedDataParallel`. Measured = the step-2 peak "
         "of live tensor bytes on the worst rank, counted by the storage tracker (`memlint.measure.tracker`, "

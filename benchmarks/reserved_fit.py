@@ -59,10 +59,37 @@ EXTRA = [
     (LLAMA, dict(method="qlora", quant="nf4", recompute=True, batch=8, seq=2048)),
     (MISTRAL, dict(method="qlora", quant="nf4", recompute=True, batch=4, seq=4096)),
 ]
-FB = ("logits_half", "hidden_states", "largest")
-OPT = ("activations", "largest")
-FB_KEYS = ("logits_half", "hidden_states", "largest_backward")  # their names in data/cuda_allocator.json
-OPT_KEYS = ("activations", "largest_optimizer")
+# Long sequences without full logits (TRL's fused LM head, SFTTrainer >= 1.15): the hidden states grow while the logits
+# stay one tile, which the matrix above never separates.
+LONG = [
+    (LLAMA, dict(method="lora", recompute=True, seq=16384, trl_sft=True, trl_version="1.16.0")),
+    (LLAMA, dict(method="lora", recompute=True, seq=32768, trl_sft=True, trl_version="1.16.0")),
+    (LLAMA, dict(method="qlora", quant="nf4", recompute=True, batch=2, seq=8192, trl_sft=True, trl_version="1.16.0")),
+    (QWEN, dict(method="full", recompute=True, batch=2, seq=8192, trl_sft=True, trl_version="1.16.0")),
+    (LLAMA1B, dict(method="full", recompute=True, seq=16384, trl_sft=True, trl_version="1.16.0")),
+    (MISTRAL, dict(method="lora", recompute=True, batch=4, seq=4096, trl_sft=True, trl_version="1.16.0")),
+]
+LLAMA3B, LLAMA70B = "meta-llama/Llama-3.2-3B", "meta-llama/Llama-3.1-70B"
+# One rank of N-GPU FSDP2 runs at full size (measure/fake_ranks.py: FakeTensorMode, torch's fake process group).
+BF16 = dict(dtype="bf16", precision="amp-bf16")
+MULTI = [
+    (QWEN, dict(method="full", gpus=8, shard="fsdp", seq=2048, **BF16)),
+    (QWEN, dict(method="lora", gpus=2, shard="fsdp", batch=8, seq=1024, **BF16)),
+    (LLAMA1B, dict(method="full", gpus=2, shard="fsdp", batch=4, seq=2048, **BF16)),
+    (LLAMA3B, dict(method="full", gpus=4, shard="fsdp", batch=2, seq=2048, **BF16)),
+    (LLAMA3B, dict(method="full", gpus=8, shard="fsdp", batch=2, seq=4096, recompute=True, **BF16)),
+    (LLAMA, dict(method="full", gpus=8, shard="fsdp", seq=4096, recompute=True, **BF16)),
+    (LLAMA, dict(method="full", gpus=64, shard="fsdp", seq=8192, recompute=True, **BF16)),
+    (LLAMA, dict(method="lora", gpus=8, shard="fsdp", batch=2, seq=4096, recompute=True, **BF16)),
+    (LLAMA, dict(method="full", gpus=8, shard="fsdp", seq=2048, recompute=True, dtype="fp32", precision="amp-bf16")),
+    (LLAMA, dict(method="lora", gpus=8, shard="fsdp", seq=2048, dtype="fp32", precision="amp-bf16")),
+    (LLAMA, dict(method="full", gpus=16, shard="fsdp_hybrid", nodes=2, seq=4096, recompute=True, **BF16)),
+    (LLAMA70B, dict(method="lora", gpus=8, shard="fsdp", seq=2048, recompute=True, **BF16)),
+]
+FB = ("logits_half", "layer", "largest", "gathered")
+OPT = ("activations", "largest", "gathered", "layer")
+FB_KEYS = ("logits_half", "layer", "largest_backward", "gathered")  # their names in data/cuda_allocator.json
+OPT_KEYS = ("activations", "largest_optimizer", "gathered_optimizer", "layer_optimizer")
 
 
 def trace_extra(out: Path) -> None:
@@ -84,6 +111,43 @@ def trace_extra(out: Path) -> None:
     out.write_text(json.dumps(rows, indent=1) + "\n")
 
 
+def trace_more(out: Path, which: str) -> None:
+    """LONG through `memlint measure`'s trace, MULTI through one fake rank; appended to `out` (a configuration
+    already there is kept)."""
+    from accuracy import label, pinned  # benchmarks/accuracy.py
+
+    from memlint.measure import measure
+    from memlint.measure.fake_ranks import trace_rank
+
+    rows = json.loads(out.read_text()) if out.exists() else []
+    done = {r["config"] for r in rows}
+    for model, kw in (LONG if which == "long" else MULTI):
+        kw = pinned(kw)
+        cfg = label(model, kw) + (f" {kw['gpus']} GPUs {kw['shard']}" if kw.get("gpus", 1) > 1 else "") \
+            + (" trl-sft" if kw.get("trl_sft") else "")
+        if cfg in done:
+            continue
+        s = Setup(resolve(model), **kw)
+        setup = {k: (list(v) if isinstance(v, tuple) else v) for k, v in kw.items()}
+        if which == "long":
+            m = measure(s, device="trace").to_json()
+            row = {"measured": m["measured_peak"], "measured_steps": m["steps"], "measured_reserved": m["reserved"]["peak"],
+                   "reserved_method": m["reserved"]["method"], "reserved": m["reserved"], "seconds": m["runtime_s"]}
+        else:
+            import time
+
+            t0 = time.perf_counter()
+            r = trace_rank(s)
+            row = {"measured": max(r["phases"].values()), "measured_phases": r["phases"],
+                   "measured_reserved": r["reserved_peak"], "reserved_method": "allocator-model",
+                   "reserved": {"phases": r["reserved"], "expandable_segments": r["expandable_peak"]},
+                   "seconds": round(time.perf_counter() - t0, 1), "traced": "measure/fake_ranks.py rank 0"}
+        rows.append({"config": cfg, "model": model, "setup": setup, **row})
+        print(f"{cfg:70s} live {row['measured'] / GIB:7.2f}  reserved {row['measured_reserved'] / GIB:7.2f}"
+              f"  [{row['seconds']:.0f}s]", flush=True)
+        out.write_text(json.dumps(rows, indent=1) + "\n")
+
+
 def load(*paths: Path) -> list[dict]:
     """The replayed configurations with the estimate's phases and features (the phases do not depend
     on the slack formula: it is read with every coefficient 0, so no earlier fit leaks in)."""
@@ -101,9 +165,13 @@ def _load(paths: tuple[Path, ...]) -> list[dict]:
         kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in r["setup"].items()}
         s = Setup(resolve(r["model"]), **kw)
         e = estimate(s, "real")
-        f = reserved.features(s, act.activations(s, "real"))
-        x = {"logits_half": f.logits_half, "hidden_states": f.hidden_states, "activations": f.activations,
-             "largest": f.largest}
+        from memlint.estimate import core, sharding
+
+        rank, (w, _), (g, _), _o, _t, terms, _n = core._model_terms(s, "real")  # the rank's setup and terms
+        gathered = sharding.layout(rank, "real", w, g).gathered
+        f = reserved.features(rank, terms, gathered)
+        x = {"logits_half": f.logits_half, "layer": f.layer, "activations": f.activations, "largest": f.largest,
+             "gathered": f.gathered}
         rows.append({"config": r["config"], "R": r["measured_reserved"], "live": r["measured"],
                      "fb": max(e.phases["forward"], e.phases["backward"]), "opt": e.phases["optimizer"], "x": x})
     return rows
@@ -112,13 +180,14 @@ def _load(paths: tuple[Path, ...]) -> list[dict]:
 def _nnls(X: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Weighted least squares over every subset of columns; the best with no negative coefficient."""
     best, k = None, X.shape[1]
-    for m in range(1, k + 1):
+    for m in range(0, k + 1):
         for sub in itertools.combinations(range(k), m):
-            coef, *_ = np.linalg.lstsq(X[:, sub] * w[:, None], y * w, rcond=None)
-            if (coef < 0).any():
-                continue
             full = np.zeros(k)
-            full[list(sub)] = coef
+            if sub:
+                coef, *_ = np.linalg.lstsq(X[:, sub] * w[:, None], y * w, rcond=None)
+                if (coef < 0).any():
+                    continue
+                full[list(sub)] = coef
             err = float(np.sum(((X @ full - y) * w) ** 2))
             if best is None or err < best[0]:
                 best = (err, full)
@@ -165,8 +234,11 @@ def _write_section(page: Path, coefs: dict, summary: dict, table: list[str]) -> 
     body = [
         begin,
         f"Fitted by `python benchmarks/reserved_fit.py --write` on {summary['configurations']} replayed configurations "
-        f"(the accuracy matrix and `EXTRA`): a_logits = {coefs['logits_half']}, a_hidden = {coefs['hidden_states']}, "
-        f"a_big_b = {coefs['largest_backward']}, a_act = {coefs['activations']}, a_big_o = {coefs['largest_optimizer']}. "
+        f"(the accuracy matrix, `EXTRA`, and docs/reserved_grid.json: `LONG` sequences under TRL's fused LM head and one "
+        f"rank of `MULTI` N-GPU FSDP runs traced at full size by measure/fake_ranks.py; no published measurement): "
+        f"a_logits = {coefs['logits_half']}, a_layer = {coefs['layer']}, a_big_b = {coefs['largest_backward']}, "
+        f"a_gath = {coefs['gathered']}, a_act = {coefs['activations']}, a_big_o = {coefs['largest_optimizer']}, "
+        f"a_gath_o = {coefs['gathered_optimizer']}, a_layer_o = {coefs['layer_optimizer']}. "
         f"Residuals: median |error| {summary['median_abs_error']:.1%}, max {summary['max_abs_error']:.1%}, "
         f"{summary['within_5_percent']} of {summary['configurations']} within 5 %; leave-one-out (each configuration "
         f"predicted by the fit of the others): median {loo['median_abs_error']:.1%}, max {loo['max_abs_error']:.1%} "
@@ -182,12 +254,17 @@ def _write_section(page: Path, coefs: dict, summary: dict, table: list[str]) -> 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", nargs="+", default=[str(ROOT / "docs" / "accuracy.json"), str(ROOT / "docs" / "reserved_fit.json")])
+    ap.add_argument("--json", nargs="+", default=[str(ROOT / "docs" / "accuracy.json"), str(ROOT / "docs" / "reserved_fit.json"),
+                                                  str(ROOT / "docs" / "reserved_grid.json")])
     ap.add_argument("--trace", action="store_true", help="trace EXTRA into docs/reserved_fit.json first")
     ap.add_argument("--write", action="store_true", help="store the coefficients in data/cuda_allocator.json")
+    ap.add_argument("--trace-more", choices=("long", "multi"), help="trace LONG (fused-head long sequences) or MULTI "
+                    "(one rank of N-GPU FSDP, fake process group) into docs/reserved_grid.json first")
     args = ap.parse_args(argv)
     if args.trace:
         trace_extra(ROOT / "docs" / "reserved_fit.json")
+    if args.trace_more:
+        trace_more(ROOT / "docs" / "reserved_grid.json", args.trace_more)
     rows = load(*map(Path, args.json))
     if not rows:
         print("no allocator-model reserved figures in", args.json, file=sys.stderr)
@@ -224,8 +301,9 @@ def main(argv=None) -> int:
         doc = json.loads(path.read_text())
         doc["reserved_fit"] = {
             "_doc": "estimate/reserved.py's slack formula, fitted by benchmarks/reserved_fit.py on the step-2 "
-                    "max_memory_reserved of the accuracy matrix (benchmarks/accuracy.py: the traced allocation "
-                    "sequences replayed through measure/allocator.py, default allocator settings).",
+                    "max_memory_reserved of replayed traces (the accuracy matrix, EXTRA, LONG and MULTI: the traced "
+                    "allocation sequences replayed through measure/allocator.py, default allocator settings); no "
+                    "published measurement is in the fit.",
             "fitted": str(date.today()), "command": "python benchmarks/reserved_fit.py --write",
             "coefficients": coefs, "residuals": summary,
         }

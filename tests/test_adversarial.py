@@ -1527,3 +1527,22 @@ def test_a_settings_file_above_the_repository_top_is_not_read(tmp_path, capsys, 
     assert run(capsys, "check", "train.py", "--no-cache")[1] == loud[1]
     (repo / "pyproject.toml").write_text('[tool.memlint]\nignore = ["ALL"]\n')  # the repository's own: read
     assert "MEM" not in run(capsys, "check", "train.py", "--no-cache")[1]
+
+
+def test_an_archive_without_git_is_checked_from_its_marked_top_and_no_higher(tmp_path, monkeypatch):
+    """A checkout without .git (a release archive) is one project from the folder holding its README/LICENSE/
+    pyproject: a command run in a subfolder reads the repository's ../ds config; a folder above with no marker, or
+    one past MARKER_LEVELS, is never part of it."""
+    from memlint import files
+
+    top = tmp_path / "outer" / "repo"
+    (top / "sub" / "deep").mkdir(parents=True)
+    (top / "README.md").write_text("# repo\n")
+    monkeypatch.chdir(top / "sub")
+    assert files.checkout_root(top / "sub" / "deep") == str(top.resolve())
+    (tmp_path / "outer" / "LICENSE").write_text("x")  # a marker above the top is a bigger project: it wins
+    assert files.checkout_root(top / "sub" / "deep") == str((tmp_path / "outer").resolve())
+    bare = tmp_path / "bare" / "a"
+    bare.mkdir(parents=True)
+    monkeypatch.chdir(bare)
+    assert files.checkout_root(bare) == str(bare.resolve())  # no marker anywhere: the working directory alone

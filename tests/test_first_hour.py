@@ -43,7 +43,7 @@ def test_a_fitting_run_says_so_and_concise_lines_carry_the_severity(capsys, monk
     assert code == 0
     lines = out.splitlines()
     assert re.match(r"^fixtures/scripts/trl_sft_qlora.py:\d+:\d+: MEM304 note: ", lines[0])
-    assert lines[-1] == "fixtures/scripts/trl_sft_qlora.py: peak 15.7 GiB, fits RTX4090 with 8.3 GiB free"
+    assert lines[-1] == "fixtures/scripts/trl_sft_qlora.py: peak 9.1 GiB, fits RTX4090 with 14.9 GiB free"
     assert "Found 1 finding (1 note).\nNone at or above fail-on (warning): exit 0.\n" in err
     # full ends the file the same way
     code, out, _ = run(capsys, "fixtures/scripts/trl_sft_qlora.py", "--gpu", "RTX4090", "--output-format", "full")
@@ -55,7 +55,7 @@ def test_one_notion_of_fit_mem305_offers_only_what_fits_with_the_headroom(capsys
     monkeypatch.chdir(ROOT)
     _, out, _ = run(capsys, "fixtures/scripts/run_clm_style.py", "--gpu", "RTX4090")
     [mem305] = [ln for ln in out.splitlines() if " MEM305 " in ln]
-    assert "QLoRA (r=16, all linear layers) 21.0 GiB would" in mem305 and " LoRA (r=16" not in mem305
+    assert "QLoRA (r=16, all linear layers) 20.2 GiB would" in mem305 and " LoRA (r=16" not in mem305
     # the suggestion MEM101 names, applied, gets memlint.gpu's "fits" (no MEM101, no MEM102)
     _, out, _ = run(capsys, "fixtures/scripts/run_clm_style.py", "--gpu", "RTX4090", "--output-format", "json")
     [f] = [d for d in json.loads(out) if d["code"] == "MEM101"]
@@ -74,7 +74,8 @@ def test_the_rows_add_up_and_name_the_recomputed_layers_eager_attention(capsys):
     [layer] = [t for t in doc["peak_terms"] if t["bytes"] > 0]
     assert layer["name"] == "recomputed layer" and "eager attention" in layer["how"]
     _, out, _ = run(capsys, *args)
-    assert re.search(r"^\+ recomputed layer +13\.75 ", out, re.M) and "eager attention's b·heads·s²" in out
+    assert re.search(r"^\+ recomputed layer +19\.94 ", out, re.M)
+    assert "eager attention's b·heads·s²" in " ".join(out.split())  # the how column wraps
     _, out, _ = run(capsys, *args, "--compare")
     assert "╌ at the peak: recomputed layer (eager attention)" in out.replace("\n", "")
 
@@ -86,7 +87,7 @@ def test_sdpa_is_a_lever_and_mem204_speaks_at_any_length(tmp_path, capsys):
     _, out, _ = run(capsys, str(p), "--gpu", "24")
     [mem101] = [ln for ln in out.splitlines() if " MEM101 " in ln]
     assert 'attn_implementation="sdpa"' in mem101 and "micro-batch 4 → 1" not in mem101
-    assert re.search(r" MEM204 warning: eager attention at 1024 tokens .* SDPA would save 12\.4 GiB", out)
+    assert re.search(r" MEM204 warning: eager attention at 1024 tokens .* SDPA would save 12\.7 GiB", out)
 
 
 def test_plan_shows_the_fields_that_matter_and_all_shows_the_rest(capsys, monkeypatch):
@@ -474,7 +475,7 @@ def test_check_json_validates_against_its_shipped_schema(capsys, monkeypatch):
     assert len(doc) > 20 and any(d["fix"] for d in doc)
     v.validate(doc)
     nb = ROOT / "fixtures" / "scripts" / "gemma_sft_notebook.ipynb"
-    _, out, _ = run(capsys, "check", str(nb), "--gpu", "12", "--output-format", "json", "--exit-zero")
+    _, out, _ = run(capsys, "check", str(nb), "--gpu", "6", "--output-format", "json", "--exit-zero")
     doc = json.loads(out)
     assert doc and all(d["cell"] for d in doc if d["filename"] == str(nb))
     v.validate(doc)

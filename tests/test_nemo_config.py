@@ -319,10 +319,11 @@ def test_unrelated_yaml_is_not_claimed(tmp_path):
     # a NeMo ASR config and a Lightning CLI config: trainer + model, but no Megatron model keys
     asr = "name: Conformer\nmodel:\n  sample_rate: 16000\n  encoder:\n    n_layers: 17\ntrainer:\n  devices: -1\n  precision: 32\nexp_manager:\n  name: x\n"
     cli = "trainer:\n  max_epochs: 3\nmodel:\n  class_path: my.Model\n  init_args:\n    hidden: 32\ndata:\n  batch_size: 8\n"
-    for name, text in (("asr.yaml", asr), ("cli.yaml", cli)):
+    for name, text, kind in (("asr.yaml", asr, None), ("cli.yaml", cli, "lightning-cli")):
         (tmp_path / name).write_text(text)
-        assert detect_file(tmp_path / name) is None
-        assert read_config(tmp_path / name, explicit=False) is None
+        assert detect_file(tmp_path / name) == kind  # the LightningCLI config is LightningCLI's, not NeMo's
+        got = read_config(tmp_path / name, explicit=False)
+        assert (got.kind if got is not None else None) == kind
     # and a NeMo file is found in a walk (the prefilter sees only the text)
     (tmp_path / "sft.yaml").write_text(SFT)
     assert read_config(tmp_path / "sft.yaml", explicit=False).kind == "nemo"

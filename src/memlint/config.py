@@ -37,6 +37,7 @@ class Settings:
     max_file_size: int = MAX_FILE_SIZE              # bytes: a larger script or config is a MEM001 note
     require_estimate: bool = False                  # a training script memlint cannot size fails the run
     docs_url: str | None = None                     # where the rule pages live (json `url`, SARIF `helpUri`)
+    readme_command: bool = True                     # a file named alone runs as its README's command for it
     path: str | None = None                         # the file these came from
     root: str | None = None                         # its directory (per-file-ignores are relative to it)
 
@@ -64,7 +65,7 @@ class Settings:
         lines = [f"config file: {self.path or '(none: defaults)'}"]
         for name in ("gpu", "gpus", "select", "extend_select", "ignore", "per_file_ignores", "fail_on",
                      "assume", "rule_options", "exclude", "extend_exclude", "force_exclude", "online", "accounting",
-                     "max_increase", "require_estimate", "docs_url", "max_file_size"):
+                     "max_increase", "require_estimate", "docs_url", "max_file_size", "readme_command"):
             lines.append(f"{name.replace('_', '-')} = {getattr(self, name)!r}")
         return "\n".join(lines)
 
@@ -90,7 +91,7 @@ def parse_budget(text: str, where: str = "--max-increase") -> tuple[str, float]:
 
 KEYS = {"gpu", "gpus", "select", "extend-select", "ignore", "per-file-ignores", "fail-on", "assume", "options",
         "exclude", "extend-exclude", "force-exclude", "online", "accounting", "max-increase", "require-estimate",
-        "docs-url", "max-file-size"}
+        "docs-url", "max-file-size", "readme-command"}
 
 
 def parse_size(value: Any, where: str) -> int:
@@ -218,7 +219,7 @@ def parse_settings(table: Mapping[str, Any], where: str) -> dict[str, Any]:
         out["exclude"] = _strs(table["exclude"], "exclude", where)
     if "extend-exclude" in table:
         out["extend_exclude"] = _strs(table["extend-exclude"], "extend-exclude", where)
-    for key in ("force-exclude", "online"):
+    for key in ("force-exclude", "online", "readme-command"):
         if key in table:
             if not isinstance(table[key], bool):
                 raise MemlintError(f"{where}: `{key}` must be true or false")

@@ -44,6 +44,8 @@ class Target:
     launch: Any = None  # the command that runs it (extract.launch.Launch), when one is known
     root: str | None = None  # the checked root its reads stay in (checkout_root of the path named); None: its own
     note: str | None = None  # refused before it was read (a launcher past its budget): this MEM001 note
+    named_launcher: bool = False  # run by a launcher the user named (`bash run.sh`, `make train`, run.sh itself):
+                                  # kept with a note when it shows no trainer, unless another of its commands trains
 
 
 # ---- .gitignore, read by pathspec (gitignore style) ------------------------------------------
@@ -347,9 +349,30 @@ def checkout_root(named: str | os.PathLike) -> str:
     if top is not None and _real(top) not in wide:
         return _real(top)
     cwd = _real(os.getcwd())
-    if cwd not in wide and _under(start, cwd):
-        return cwd
-    return start
+    base = cwd if cwd not in wide and _under(start, cwd) else start
+    return _marked_top(base, wide)
+
+
+# What the top of a project holds: a checkout without its .git (a release archive, `git archive`, a zip from
+# GitHub) is still one project, from the README or pyproject beside which its subfolders' commands run.
+_PROJECT_MARKERS = ("README.md", "README.rst", "README", "LICENSE", "LICENSE.md", "LICENSE.txt", "pyproject.toml",
+                    "setup.py", "setup.cfg", ".gitignore")
+MARKER_LEVELS = 3  # folders above the working directory (or the folder named) looked at for them
+
+
+def _marked_top(base: str, wide: set[str]) -> str:
+    """The highest of `base` and the MARKER_LEVELS folders above it that holds a project marker, never a folder
+    that is never a root; `base` itself when none does (`cd math-rm && torchrun ... --deepspeed ../ds/z3.json` in
+    an archive of a repository reads ../ds from the repository's top, where its README is)."""
+    best, d = base, base
+    for _ in range(MARKER_LEVELS):
+        parent = os.path.dirname(d)
+        if parent == d or parent in wide:
+            break
+        d = parent
+        if any(os.path.lexists(os.path.join(d, m)) for m in _PROJECT_MARKERS):
+            best = d
+    return best
 
 
 def target_root(target: "Target") -> str:

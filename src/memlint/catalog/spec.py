@@ -215,6 +215,49 @@ def named_by_folder(path: str) -> ModelSpec | None:
     return replace(spec_from_entry(shown, entry, source="folder-name"), assumed_from=text)
 
 
+# A checkpoint that is not its base's weights' shapes: quantized exports, merged adapters of another size
+_NOT_SAME_SHAPES = re.compile(r"(?:^|[-_.])(?:gptq|awq|gguf|ggml|exl2|bnb|4bit|8bit|int4|int8|nf4|fp8|mxfp4|hqq|"
+                              r"mlx|onnx|lora|qlora|adapter|pruned|sheared|distill(?:ed)?|moe)(?:$|[-_.])")
+_SIZE = re.compile(r"\d+(?:\.\d+)?[bm](?:$|[-_.])")
+
+
+def named_after_base(model_id: str) -> ModelSpec | None:
+    """A Hub checkpoint the catalog lacks whose name is a catalogued checkpoint's name with more around it, at word
+    boundaries and with its size in it (willcb/Qwen3-1.7B-Wordle, yahma/llama-7b-hf, my-org/Mistral-7B-v0.1-sft):
+    a fine-tune keeps its base's shapes, so that base's spec, marked as assumed from the name (every report says
+    so). The longest such name wins; none when two bases tie, when the name says its weights differ (a GPTQ / AWQ /
+    GGUF / bnb export, an adapter, a pruned or distilled model), when no size is in the matched name, or when the
+    organisation is the base's own (meta-llama/Llama-3.1-8b-instrct is a misspelling: the error names the closest)."""
+    text = model_id.strip()
+    if not _HUB_ID.match(text) or "/" not in text:
+        return None
+    name = text.rsplit("/", 1)[-1].lower()
+    if _NOT_SAME_SHAPES.search(name) or text.lower() in _index():  # a catalogued id is itself, not an assumption
+        return None
+    best: dict[int, set[str]] = {}
+    for key, canonical in _index().items():
+        base = key.rsplit("/", 1)[-1]
+        if len(base) < 4 or not _SIZE.search(base + "-") or base == name:
+            continue
+        at = name.find(base)
+        while at >= 0:
+            end = at + len(base)
+            if (at == 0 or name[at - 1] in "-_.") and (end == len(name) or name[end] in "-_."):
+                best.setdefault(len(base), set()).add(canonical)
+                break
+            at = name.find(base, at + 1)
+    if not best:
+        return None
+    hits = best[max(best)]
+    if len(hits) != 1:
+        return None
+    canonical = hits.pop()
+    orgs = {i.split("/", 1)[0].lower() for i in (canonical, *entries()[canonical].get("aliases", ())) if "/" in i}
+    if text.split("/", 1)[0].lower() in orgs:  # the base's own organisation: a misspelling or a variant, not a fine-tune
+        return None
+    return replace(spec_from_entry(canonical, entries()[canonical], source="named-base"), assumed_from=text)
+
+
 _NAME = re.compile(r"[a-z]+")
 
 

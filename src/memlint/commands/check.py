@@ -27,6 +27,8 @@ def add_check_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--launch-config", metavar="PATH",
                    help="an accelerate or DeepSpeed config the scripts are launched with")
     g.add_argument("--accounting", choices=("real", "textbook"), default=None)
+    g.add_argument("--no-readme-command", action="store_true",
+                   help="read a file named alone as it is, not as the command its README documents for it runs it")
     w = p.add_argument_group("which files")
     w.add_argument("--extend-exclude", metavar="PATTERNS",
                    help="comma-separated glob patterns to exclude on top of `exclude` in [tool.memlint]")
@@ -139,6 +141,8 @@ def resolve_settings(args: argparse.Namespace):
         if args.gpus < 1:
             raise MemlintError("--gpus must be at least 1")
         changes["gpus"] = args.gpus
+    if getattr(args, "no_readme_command", False):
+        changes["readme_command"] = False
     return s.with_(**changes)
 
 

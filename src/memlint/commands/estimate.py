@@ -96,6 +96,16 @@ def _objective_flags(g: Any) -> None:
                    help="TRL trainer objective: preference trainers stack chosen+rejected rows, DPO/KTO add a reference pass")
     g.add_argument("--trl-version", default=None, metavar="X.Y",
                    help="TRL version whose step layout to model (default: the installed one, else the newest known)")
+    g.add_argument("--trl-sft", action=argparse.BooleanOptionalAction, default=False,
+                   help="the sft objective run by TRL's SFTTrainer (what its compute_loss keeps of the logits at "
+                        "--trl-version: the fused LM head from 1.15), not transformers' Trainer")
+    # not a plan field: plans do not turn it on (torchtune's published compile row shows the loss's saving only)
+    g.add_argument("--trainer-optimizer", action=argparse.BooleanOptionalAction, default=True,
+                   help="the optimizer is built by transformers' Trainer from --optim (under a bitsandbytes 8-bit "
+                        "optimizer every embedding keeps 32-bit state); --no-trainer-optimizer: the script builds it")
+    g.add_argument("--compiled-layers", action=argparse.BooleanOptionalAction, default=False,
+                   help="the decoder layers under torch.compile: RMSNorm keeps its rsqrt only, the MLP activation is "
+                        "recomputed (inductor's partition, measured on CPU)")
 
 
 def _model_code_flags(g: Any) -> None:
@@ -167,7 +177,8 @@ def setup_from_args(args: argparse.Namespace):
             "auto" if args.peft_task_type == "auto" else args.peft_task_type.upper()), quant=quant,
         attn=args.attn, shard=args.shard, nodes=args.nodes, kbit_prep=_kbit_prep(args, quant),
         recompute_policy=args.recompute_policy, galore_targets=_galore_targets(args.galore_targets),
-        objective=args.objective, trl_version=args.trl_version or installed_version("trl"),
+        objective=args.objective, trl_version=args.trl_version or installed_version("trl"), trl_sft=args.trl_sft,
+        compiled_layers=args.compiled_layers, trainer_optimizer=args.trainer_optimizer,
         task_head=args.head, loss_parallel=args.loss_parallel, model_code=args.model_code,
         litgpt_version=(args.litgpt_version or installed_version("litgpt")) if args.model_code == "litgpt" else None,
     )

@@ -63,7 +63,7 @@ def _run(args, headroom) -> int:
 
         plans = extract_targets([*command_targets(args.launch_words), *_named(args.paths)])
     else:
-        plans = extract_paths(args.paths)
+        plans = extract_paths(args.paths, readme=not args.no_readme_command)
     if not plans:
         if not args.paths and not getattr(args, "launch_words", None):
             raise MemlintError("give a script, a config or a folder (or -- LAUNCH COMMAND)")
@@ -126,6 +126,8 @@ def add_parser(sub) -> None:
     from memlint.commands.check import add_read_outside
 
     add_read_outside(pl)
+    pl.add_argument("--no-readme-command", action="store_true",
+                    help="read a file named alone as it is, not as the command its README documents for it runs it")
     pl.add_argument("--format", choices=("table", "json"), default="table")
     pl.add_argument("--fields", action="store_true",
                     help="list the plan's fields: what each means, the names --assume takes for it (short and "

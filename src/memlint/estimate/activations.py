@@ -88,6 +88,10 @@ def autocast_weight_copies(s: Setup) -> tuple[int, int]:
     for fp32 weights and keeps for backward until each op's gradient is computed."""
     if s.precision not in ("amp-bf16", "amp-fp16"):
         return 0, 0
+    from memlint.estimate.sharding import fsdp_mixed_precision
+
+    if fsdp_mixed_precision(s):  # FSDP gathers each unit in the half dtype: autocast has nothing to cast
+        return 0, 0
     m = s.model
     a = DTYPE_BYTES[s.compute_dtype]
     head = (m.lm_head.out_features if m.lm_head else m.arch.get("embedding_rows", m.vocab)) * m.hidden * a
@@ -114,8 +118,20 @@ def _linear_inputs(s: Setup, a: int, inter: int) -> int:
     m = s.model
     size = {"attn_in": m.hidden, "mlp_in": m.hidden, "mlp_out": inter, "attn_out": 0}
     if s.method == "full":
-        return a * (size["attn_in"] + size["mlp_in"] + size["mlp_out"])
-    autocast = s.precision in ("amp-bf16", "amp-fp16")
+        casts = {"attn_in": 1, "mlp_in": 1}
+        if s.precision in ("amp-bf16", "amp-fp16") and residual_bytes(s) != a:
+            # autocast casts an fp32 input for every op that reads it (only leaf weights are cached): q, k and v
+            # each keep their own half copy of the fp32 norm output, gate and up theirs (traced: the Trainer rows of
+            # benchmarks/trainer_steps.py over fp32 weights)
+            for l in m.layer_linears():
+                if l.role in casts and l.count >= m.layers:
+                    casts[l.role] += l.count // m.layers
+            casts = {k: max(1, v - 1) for k, v in casts.items()}
+        return a * (size["attn_in"] * casts["attn_in"] + size["mlp_in"] * casts["mlp_in"] + size["mlp_out"])
+    from memlint.estimate.sharding import fsdp_mixed_precision
+
+    # FSDP's mixed precision gathers the adapters in the half dtype too: peft's cast to the adapter dtype is a no-op
+    autocast = s.precision in ("amp-bf16", "amp-fp16") and not fsdp_mixed_precision(s)
     # fp32 adapters on a half base without autocast: peft casts each adapter's input to fp32, and
     # that fp32 copy is what the adapter keeps (lora_A's input, and lora_B's r-wide input in fp32)
     upcast = not autocast and s.adapter_dtype == "fp32" and s.dtype in ("bf16", "fp16")
@@ -204,6 +220,7 @@ def _per_token_layer_bytes(s: Setup) -> tuple[float, int, float]:
         total += _linear_inputs(s, a, inter) + lora_weight_casts(s) / tokens
     if s.use_dora and s.method != "full":
         total += _dora_saved_per_token(s, a, _lin_out(s))
+    total -= compiled_layer_savings(s)
     once = lb.once / tokens
     if trains_lm_head_copy(s):
         # a trained lm_head (modules_to_save) keeps its input for its weight gradient; a frozen one does not
@@ -234,6 +251,32 @@ def lora_weight_casts(s: Setup) -> int:
     m = s.model
     return int(sum(s.lora_r * (l.in_features + l.out_features) * l.count / m.layers
                    for l in lora_modules(m, s.lora_targets) if l.name != "lm_head") * DTYPE_BYTES[s.compute_dtype])
+
+
+def compiled_layers_modelled(s: Setup) -> bool:
+    """The decoders whose compiled layers memlint counts: RMSNorm, a flash-kernel attention, an unquantized base
+    whose residual stream is in the compute dtype (bf16 weights), no DoRA (measured on a Llama layer)."""
+    m = s.model
+    return (s.compiled_layers and m.arch.get("norm") == "rmsnorm" and attention()[s.attn].kernel != "eager"
+            and s.quant == "none" and not s.use_dora and residual_bytes(s) == DTYPE_BYTES[s.compute_dtype]
+            and not (s.encoder or s.seq2seq or m.vision or s.model_code != "transformers"))
+
+
+def compiled_layer_savings(s: Setup) -> int:
+    """Bytes per token and layer that a decoder layer under torch.compile does not save, against eager
+    (inductor's min-cut partition, measured with saved_tensors_hooks on a compiled LlamaDecoderLayer on CPU,
+    tests/test_compiled_layers.py): each RMSNorm keeps its rsqrt only (not its fp32 upcast input, nor, when its
+    weight trains, the normalised copy: the backward reads the normalised linear input), the gated MLP's activation
+    output is recomputed; the layer keeps its own input (and, with frozen weights, the residual between attention and
+    MLP) and the rotary cos / sin (once per layer, where eager keeps them once per model)."""
+    if not compiled_layers_modelled(s):
+        return 0
+    m = s.model
+    a, x, h = DTYPE_BYTES[s.compute_dtype], residual_bytes(s), m.hidden
+    norms = m.arch["norms_per_layer"] * (4 * h + (x * h if s.method == "full" else 0))
+    act_out = a * m.intermediate if m.arch.get("mlp") == "gated" and not m.arch.get("num_experts") else 0
+    kept = x * h + (x * h if s.method != "full" else 0) + 2 * a * m.head_dim
+    return max(0, norms + act_out - kept)
 
 
 def _dora_dtypes(s: Setup) -> tuple[int, int, int]:
@@ -369,6 +412,48 @@ def dora_transient(s: Setup) -> int:
 
 
 def real(s: Setup) -> ActivationTerms:
+    out = _real(s)
+    work = recompute_working_set(s, out.per_layer)
+    if s.method == "full" and work:
+        # a full fine-tune's backward binds at its end beside every gradient, where core's recomputed-layer candidate
+        # is already an upper bound: the working set goes to the forward and to the start of backward only
+        out = replace(out, forward_transient=max(out.forward_transient, work),
+                      backward_transient=max(out.backward_transient, out.per_layer + work))
+    elif s.method != "full" and work > out.transient:
+        out = replace(out, transient=work)
+    copies = _unsaved_copies(s)
+    if copies:
+        # under full checkpointing the body's half weight copies are saved by nobody: autocast's cache holds a trained
+        # weight's until autocast exits at the end of the forward (the loss included), a frozen weight's (not cached)
+        # die at once; backward has one recomputed layer's (the recompute enters autocast again)
+        cached = copies if s.method == "full" else 0
+        out = replace(out, logits_forward=out.logits_forward + cached, per_layer=out.per_layer + copies // s.model.layers,
+                      formula=out.formula + " + one layer's autocast half weight copies"
+                      + (" (autocast's cache holds them all until the forward returns)" if cached else ""))
+    return out
+
+
+def recompute_working_set(s: Setup, per_layer: int) -> int:
+    """Under full checkpointing, one layer's working memory beside the saved body, as a share of what the layer saves
+    (data/checkpointing.json "working_set", read off fake-tensor traces at long sequences, where no logits hide it):
+    in forward the checkpointed layer's intermediates (freed as it goes, nothing saved), in backward the recomputed
+    layer's gradients next to its saved tensors."""
+    if not s.recompute or s.recompute_policy != "full" or s.model_code == "litgpt" or s.encoder or s.seq2seq:
+        return 0
+    share = data.load("checkpointing.json")["working_set"]["adapters" if s.method == "lora" else s.method]
+    return int(share * per_layer)
+
+
+def _unsaved_copies(s: Setup) -> int:
+    """The body's autocast half weight copies that autograd does not keep: all of them under full checkpointing (the
+    checkpointed forward saves nothing), none without. torch's cached_cast caches the casts of fp32 leaf weights that
+    require grad and drops them when the outermost autocast exits; a frozen weight's cast is not cached."""
+    if not s.recompute or s.recompute_policy != "full" or s.recompute_every > 1 or s.model_code == "litgpt":
+        return 0
+    return autocast_weight_copies(s)[0]
+
+
+def _real(s: Setup) -> ActivationTerms:
     if s.model_code == "litgpt":  # LitGPT's own Block and chunked loss (estimate/litgpt.py)
         from memlint.estimate import litgpt
 
@@ -420,9 +505,20 @@ def real(s: Setup) -> ActivationTerms:
         body, formula = offloaded(body, per_layer, inputs // m.layers, once_b, s.recompute, formula)
     if sp_layer:
         formula += f" (sequence parallel: norms and residual stream for ⌈s/{s.tp}⌉·b tokens)"
+    return _with_logits(s, body, per_layer, formula)
+
+
+def _with_logits(s: Setup, body: int, per_layer: int, formula: str) -> ActivationTerms:
+    """The decoder's body (and autocast's weight copies) with the loss's terms: the model's own cross-entropy, a fused,
+    chunked or compiled loss, or TRL's SFTTrainer's layout at its version."""
+    sb = s.seq * s.batch
     a = DTYPE_BYTES[s.compute_dtype]
     V = logits_vocab(s)
     copies_body, copies_head = autocast_weight_copies(s)
+    copies_body -= _unsaved_copies(s)  # not saved: real() counts them
+    sft = sft_layout(s)
+    if sft is not None and sft["layout"] == "chunked":  # TRL's fused LM head (SFTTrainer >= 1.15): no full logits
+        return _sft_fused_head(s, body + copies_body, per_layer, formula, sft)
     if s.fused_loss:
         return _fused(s, body, per_layer, formula, copies_head)
     if s.chunked_loss:
@@ -444,10 +540,90 @@ def real(s: Setup) -> ActivationTerms:
     if shard:  # tensor parallel, logits all-gathered: the rank's own vocabulary shard is alive beside them
         fwd += shard * a
         head += f" + the rank's s·b·V/{s.tp} logits shard beside the all-gathered logits ({shard * a:,} B)"
+    if sft is not None and sft.get("outputs_kept"):  # SFTTrainer's metrics over the model's logits, after its loss
+        kept, why = sft_metrics_bytes(s, sft, V, a)
+        fwd = max(fwd, copies_head + kept)
+        head += f"; SFTTrainer's metrics: {why}"
     return ActivationTerms(
         body, per_layer, fwd, bwd, formula,
         f"s·b·V × ({a}+{up}+4) B: logits{', fp32 upcast' if up else ''}, log-softmax; +{a} B for their gradient in backward{head}",
     )
+
+
+def _sft_fused_head(s: Setup, body: int, per_layer: int, formula: str, layout: dict) -> ActivationTerms:
+    fwd, _, bwd, f = fused_head_bytes(s, s.batch, layout)
+    return ActivationTerms(body, per_layer, fwd, bwd, formula, f"SFTTrainer {f}")
+
+
+def sft_layout(s: Setup) -> dict | None:
+    """What TRL's SFTTrainer keeps of the logits at s.trl_version (data/preference.json "sft_layouts"); None for
+    transformers' Trainer (or a loop of one's own): the model's own loss, its outputs dropped after it."""
+    if not s.trl_sft or s.objective != "sft":
+        return None
+    for entry in preference()["sft_layouts"]:
+        if in_range(s.trl_version, entry.get("versions")):
+            return entry
+    raise AssertionError("preference.json's sft_layouts cover every version")
+
+
+def sft_metrics_bytes(s: Setup, layout: dict, V: int, a: int) -> tuple[int, str]:
+    """(bytes, words) alive while SFTTrainer (0.15-1.14) computes its token accuracy and entropy, after the model's
+    own loss: the saved fp32 log-softmax, the model's logits as compute_loss holds them (fp32 under accelerate's mixed
+    precision: ConvertOutputsToFp32), and the metric's own copies (entropy's 128-row chunks, a contiguous shifted
+    copy)."""
+    rows, sb = s.batch, s.seq * s.batch
+    lp = 4 if s.precision in ("amp-bf16", "amp-fp16") else a
+    shifted = rows * (s.seq - 1) * V * lp
+    base = (4 + lp) * sb * V  # the log-softmax the loss saved, outputs.logits
+    parts = [f"s·b·V × (4+{lp}) B log-softmax and outputs.logits"]
+    extra = 0
+    if layout.get("entropy") == "chunks":
+        chunk = 3 * layout["entropy_chunk"] * V * lp  # log_softmax, exp and their product of one chunk
+        copy = shifted if layout.get("entropy_input") == "shifted" and rows > 1 else 0
+        extra = copy + chunk
+        parts.append(f"entropy over {layout['entropy_chunk']}-row chunks" + (" of a reshaped copy" if copy else ""))
+    elif layout.get("entropy") == "kernel":
+        extra = 2 * rows * (s.seq - 1) * 4
+        parts.append("entropy by TRL's Triton kernel (per-token fp32 outputs)")
+    if layout.get("shift_copy"):
+        extra = max(extra, shifted)
+        parts.append(f"a contiguous shifted copy ({shifted:,} B)")
+    return base + extra, ", ".join(parts)
+
+
+def fused_head_bytes(s: Setup, rows: int, layout: dict) -> tuple[int, int, int, str]:
+    """TRL's fused LM head (trl/kernels/chunked_logprob.py ChunkedLogProbFunction, as CUDA runs it): (forward bytes,
+    bytes saved for backward, backward bytes at its start, words) beside the decoder's activations, for N =
+    rows·(s-1) scored tokens (every label trained: the worst case).
+
+    Forward: the valid positions' hidden states copied out (hidden_states[mask], saved), the int64 targets, ten fp32
+    per-token statistics, one mm_buf of min(N, token_chunk) × vocab_chunk in the compute dtype (vocab_chunk columns
+    whatever V), and the hidden chunk and weight chunk cast to the compute dtype where they are not in it. Backward:
+    the fp32 hidden-state gradient, lm_head's fp32 gradient when it trains, the mm_buf and the casts again, and on
+    return both gradients converted to their inputs' dtypes (traced: memlint.measure.trainer_step)."""
+    m = s.model
+    c = DTYPE_BYTES[s.compute_dtype]
+    x = residual_bytes(s)
+    wb = 4 if s.upcasts_kbit else DTYPE_BYTES[s.dtype]
+    N = rows * (s.seq - 1)
+    h, V = m.hidden, m.vocab
+    tok = min(N, layout["token_chunk"])
+    buf = tok * layout["vocab_chunk"] * c
+    casts = (tok * h * c if x != c else 0) + (min(V, layout["vocab_chunk"]) * h * c if wb != c else 0)
+    hidden = N * h * x
+    saved = hidden + N * 8 + 2 * N * 4
+    fwd = hidden + N * 8 + 10 * N * 4 + buf + casts
+    trains = s.method == "full" or trains_lm_head_copy(s)
+    grad_w = V * h * 4 if trains else 0
+    conv = (N * h * x if x != 4 else 0) + (V * h * wb if trains and wb != 4 else 0)
+    bwd = saved + N * h * 4 + grad_w + buf + casts + conv
+    R = f"{rows // s.batch}·b" if rows != s.batch else "b"
+    return fwd, saved, bwd, (
+        f"fused LM head (TRL's chunked log-probs, no full logits): {R}·(s-1) valid hidden states copied × {x} B "
+        f"(saved) + one {tok:,} × {layout['vocab_chunk']:,} tile × {c} B + fp32 per-token statistics"
+        + (" + the hidden / weight chunks cast to the compute dtype" if casts else "")
+        + f"; backward: + the fp32 hidden-state gradient{' and lm_head' + chr(39) + 's fp32 gradient' if grad_w else ''}"
+        + (", converted to the inputs' dtypes on return" if conv else ""))
 
 
 @data.derived
@@ -623,7 +799,7 @@ def preference_terms(s: Setup, accounting: str) -> ActivationTerms:
     policy's graph is alive."""
     obj = preference()["objectives"][s.objective]
     rows = obj["rows"] * s.batch
-    plain = s.with_(objective="sft", ref_model="none", batch=rows)
+    plain = s.with_(objective="sft", ref_model="none", batch=rows, trl_sft=False)
     base = textbook(plain) if accounting == "textbook" else real(plain)
     m = s.model
     R = f"{obj['rows']}·b" if obj["rows"] > 1 else "b"
@@ -704,27 +880,13 @@ def _materialised_logps(s: Setup, base: ActivationTerms, rows: int, R: str, form
 
 
 def _chunked_logps(s: Setup, base: ActivationTerms, rows: int, R: str, formula: str, layout: dict) -> ActivationTerms:
-    """TRL's fused LM head (ChunkedLogProbFunction): [token_chunk x vocab_chunk] tiles of logits in the
-    compute dtype, the gathered hidden states (T·h) saved with fp32 per-token statistics; backward
-    accumulates the hidden-state gradient (and lm_head's, when it trains) in fp32.
-    Not validated by memlint's trace (it runs the materialised layout); see docs/accounting.md."""
-    m = s.model
-    a = DTYPE_BYTES[s.compute_dtype]
-    T = rows * (s.seq - 1)
-    tile = min(T, layout["token_chunk"]) * min(m.vocab, layout["vocab_chunk"]) * a
-    stats = 7 * T * 4
-    hidden = T * m.hidden * a
-    fwd = tile + stats + hidden
+    """TRL's fused LM head (ChunkedLogProbFunction, `fused_head_bytes`) over the policy's rows, then the reference's
+    forward under no_grad with the same transients beside what the policy saved."""
+    fwd, saved, bwd, f = fused_head_bytes(s, rows, layout)
     if s.reference in ("copy", "adapter-disabled"):
-        fwd += hidden + tile  # the reference pass's own gathered hidden states and tile
-    grad_w = m.vocab * m.hidden * 4 if s.method == "full" else 0
-    bwd = hidden + tile + T * m.hidden * 4 + grad_w
-    return ActivationTerms(
-        base.body, base.per_layer, fwd, bwd, formula,
-        f"fused LM head: one {min(T, layout['token_chunk'])} × {min(m.vocab, layout['vocab_chunk'])} tile × {a} B "
-        f"+ gathered hidden {R}·(s-1)·h × {a} B + fp32 statistics; backward adds the fp32 hidden-state gradient"
-        + (" and lm_head's fp32 gradient" if grad_w else ""),
-    )
+        fwd = max(fwd, saved + fwd + rows * s.seq * s.model.hidden * residual_bytes(s))
+        f += "; the reference's forward under no_grad: its final hidden states and the same head transients"
+    return ActivationTerms(base.body, base.per_layer, fwd, bwd, formula, f)
 
 
 def logps_layout(s: Setup) -> dict:

@@ -20,6 +20,7 @@ from typing import Any
 from memlint.catalog.families import activation_table, config_of, fact_of
 from memlint.estimate.model_state import moe_lora, moe_lora_tensors
 from memlint.estimate.setup import DTYPE_BYTES, Setup
+from memlint.estimate.sharding import fsdp_mixed_precision
 from memlint.library.api import attention
 
 
@@ -142,10 +143,19 @@ def _dims(s: Setup) -> tuple[int, int, int, int, int, bool]:
 
 def residual_bytes(s: Setup) -> int:
     """Bytes per element of the residual stream: fp32 when the embeddings are fp32 (fp32 weights under autocast, or
-    prepare_model_for_kbit_training's upcast), else the weight dtype."""
+    prepare_model_for_kbit_training's upcast), else the weight dtype; FSDP's mixed precision gathers fp32 weights in
+    the half dtype, so the embeddings' output and the stream are half."""
+    if fsdp_mixed_precision(s):
+        return DTYPE_BYTES[s.compute_dtype]
     if s.dtype == "fp32" or s.upcasts_kbit:
         return 4
     return DTYPE_BYTES[s.dtype]
+
+
+def layer_weight_bytes(s: Setup) -> int:
+    """The dtype bytes of the weights as the layers run them: FSDP's mixed precision gathers fp32 weights in the half
+    dtype, else the weights' own dtype."""
+    return DTYPE_BYTES[s.compute_dtype] if fsdp_mixed_precision(s) else DTYPE_BYTES[s.dtype]
 
 
 def norm_saved(s: Setup, width: int, groups: int, xin: int, trains: bool) -> tuple[float, int]:
@@ -186,7 +196,7 @@ def norm_layer_consts(s: Setup, width: int) -> float:
     amp = s.precision in ("amp-bf16", "amp-fp16")
     if kind == "gemma":
         return 4 * width
-    if kind == "layernorm" and amp and s.dtype != "fp32":
+    if kind == "layernorm" and amp and layer_weight_bytes(s) != 4:
         return 4 * width * (1 + (1 if fact(s, "norm_bias") is not False else 0))
     return 0
 
@@ -358,7 +368,7 @@ def _mlp_moe(s: Setup, lb: LayerBytes, tokens: int, t_dtype: int) -> None:
     weights' dtype (grouped_mm casts its input to it; no autocast)."""
     m = s.model
     a = DTYPE_BYTES[s.compute_dtype]
-    e = DTYPE_BYTES[s.dtype] if s.quant == "none" else a
+    e = layer_weight_bytes(s) if s.quant == "none" else a
     k = m.arch.get("experts_per_token") or 1
     E = m.arch.get("num_experts") or 1
     i = m.arch.get("moe_intermediate_size", m.intermediate)
@@ -381,7 +391,7 @@ def _mlp_moe(s: Setup, lb: LayerBytes, tokens: int, t_dtype: int) -> None:
     if any(lora.values()):
         # the adapted weights, built in forward by peft's parametrization (W + scaling·B·A, baddbmm in the weights' dtype)
         # and kept by the matmuls, and the adapters' factors cast to that dtype
-        w = DTYPE_BYTES[s.dtype]
+        w = layer_weight_bytes(s)
         built = (E * m.hidden * (lora["router"]) + E * 2 * i * m.hidden * lora["gate_up"] + E * i * m.hidden * lora["down"])
         factors = sum(t.rows * t.cols for t in moe_lora_tensors(s))
         lb.per_layer += (built + factors) * w

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from memlint.errors import MemlintError
-from memlint.library.api import attention, objective_name
+from memlint.library.api import _optimizer_classes, attention, objective_name
 from memlint.library.api import kbit_prep as kbit_prep_of
 from memlint.vocab import ascii_digits, dtype_name
 from memlint.plan import PLAN_FIELDS, TrainingPlan, Value
@@ -188,6 +188,25 @@ def _distributed(get, extra: Mapping[str, Any], notes: list[str]) -> tuple[str, 
     return shard, gpus, nodes, offload
 
 
+def _trl_fields(get, objective: str) -> dict:
+    """trl_sft (the sft objective run by TRL's SFTTrainer) and the TRL version whose step layout applies."""
+    from memlint.library.versions import installed_version
+
+    trl_sft = objective == "sft" and get("trainer").known and get("trainer").value == "SFTTrainer"
+    return {"trl_sft": trl_sft, "trl_version": installed_version("trl") if objective != "sft" or trl_sft else None}
+
+
+def _trainer_builds_optimizer(get) -> bool:
+    """Whether transformers' Trainer builds the optimizer from `optim` (its create_optimizer, with bitsandbytes'
+    32-bit override for embeddings); not when the script constructs an optimizer class itself (extract's optimizer
+    value then names the class and its line)."""
+    import re
+
+    v = get("optimizer")
+    classes = {c for _, c in _optimizer_classes()}
+    return not any(re.match(r"(\w+) \(line \d+\)$", c) and c.split(" (")[0] in classes for c in v.chain)
+
+
 # TRL trainers whose step memlint models (data/preference.json); GRPO's generation is not.
 TRAINER_OBJECTIVES = {"DPOTrainer": "dpo", "ORPOTrainer": "orpo", "CPOTrainer": "cpo", "KTOTrainer": "kto",
                       "RewardTrainer": "reward"}
@@ -311,7 +330,12 @@ def _targets(get, method: str, spec: Any, notes: list[str]) -> tuple[str, ...] |
 
 
 def assumed_model_note(spec: Any) -> str:
-    """What an estimate sized on a checkpoint named by a folder that is not on this machine says, every time."""
+    """What an estimate sized on a catalogued checkpoint the model's name names says, every time: a folder that is
+    not on this machine, or a Hub fine-tune of a catalogued base."""
+    if spec.source == "named-base":
+        return (f"model {spec.assumed_from!r} is not in the catalog: sized as {spec.id}, the catalogued base its name "
+                f"names (an assumption: a fine-tune keeps its base's shapes; --online reads its config.json, "
+                f"--assume model_id= corrects it)")
     return (f"model {spec.assumed_from!r} is not on this machine: sized as {spec.id}, the catalogued checkpoint its "
             f"folder name names (an assumption: a local config.json or --assume model_id= confirms or corrects it)")
 
@@ -402,8 +426,6 @@ def _setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None)
     fused_v = get("fused_loss")
     fused = bool(_worst(fused_v, "fused_loss")) if fused_v.known else False
     objective, ref_model = _objective(get, method, notes)
-    from memlint.library.versions import installed_version
-
     if fused and objective != "sft":
         fused = False
         notes.append(f"fused_loss with {get('trainer').value}: the preference loss is estimated on full logits")
@@ -429,7 +451,7 @@ def _setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None)
         **_galore(get, optim, method, notes), recompute_every=_every(get, bool(recompute)),
         recompute_policy=_recompute_policy(get, bool(recompute), notes),
         gpus=gpus, shard=shard, nodes=nodes, offload=offload, fused_loss=fused, **parallel,
-        objective=objective, ref_model=ref_model, trl_version=installed_version("trl") if objective != "sft" else None,
+        objective=objective, ref_model=ref_model, **_trl_fields(get, objective), trainer_optimizer=_trainer_builds_optimizer(get),
         kbit_prep=kbit_prep, adapter_dtype=adapter_dtype, use_dora=_use_dora(get, method),
         modules_to_save=_modules_to_save(get, method, notes), peft_task_type=_task_type(get, method),
         offload_activations=_offload_activations(get), float8=f8,

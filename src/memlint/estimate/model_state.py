@@ -65,15 +65,15 @@ def full_tensors(model: ModelSpec) -> list[Tensor]:
     g = model.groups
     # input embeddings (lm_head listed above when untied); a tensor-parallel rank's model may hold a vocabulary shard
     rows = model.arch.get("embedding_rows", model.vocab)
-    out.append(Tensor(rows, model.hidden))
+    out.append(Tensor(rows, model.hidden, embedding=True))
     rest = g["embeddings"] - rows * model.hidden
     if rest and model.arch.get("encoder") and rest % model.hidden == 0:
         # an encoder's position and token-type embeddings: 2-D tables of hidden-wide rows
         pos = model.arch.get("max_position_embeddings") or 0
         if 0 < pos * model.hidden < rest:
-            out.append(Tensor(pos, model.hidden))
+            out.append(Tensor(pos, model.hidden, embedding=True))
             rest -= pos * model.hidden
-        out.append(Tensor(rest // model.hidden, model.hidden))
+        out.append(Tensor(rest // model.hidden, model.hidden, embedding=True))
         rest = 0
     if rest:
         out.append(Tensor(rest, 1))  # position embeddings etc., counted as one block
@@ -153,7 +153,7 @@ def saved_copies(s: Setup) -> list[Tensor]:
     if s.method == "full":
         return []
     kinds = dict.fromkeys(k for k in map(_saved_kind, s.modules_to_save) if k)
-    return [Tensor(s.model.vocab, s.model.hidden) for _ in kinds] + encoder_head_copies(s)
+    return [Tensor(s.model.vocab, s.model.hidden, embedding=k == "input") for k in kinds] + encoder_head_copies(s)
 
 
 def unsized_saved(s: Setup) -> list[str]:
@@ -364,7 +364,17 @@ def state_count(spec: dict, pbytes: int) -> int | str:
     return states
 
 
-def _state_bytes_per_tensor(t: Tensor, spec: dict, pbytes: int) -> int:
+def _trainer_embedding_spec(s: Setup, spec: dict) -> dict | None:
+    """The 32-bit layout transformers' Trainer gives embedding weights under a bitsandbytes 8-bit optimizer
+    (optimizers.json trainer_embeddings_fp32), when the Trainer builds the optimizer."""
+    if not spec.get("trainer_embeddings_fp32") or not s.trainer_optimizer:
+        return None
+    return {**spec, "state_dtype": "fp32"}
+
+
+def _state_bytes_per_tensor(t: Tensor, spec: dict, pbytes: int, emb_spec: dict | None = None) -> int:
+    if t.embedding and emb_spec is not None:
+        spec = emb_spec
     states = state_count(spec, pbytes)
     dt = spec["state_dtype"]
     if states == "factored":  # Adafactor: row + column second moments for matrices (AdaLomo: always fp32)
@@ -438,9 +448,10 @@ def optimizer_bytes(s: Setup, accounting: str) -> tuple[int, str]:
         return round(n * per), f"{n:,} trainable × {per} B ({'fp32 master + ' if master else ''}{spec['states']} moment(s))"
     pbytes = _state_param_bytes(s, accounting)
     tensors = trainable_tensors(s)
-    state = sum(_state_bytes_per_tensor(t, spec, pbytes) for t in tensors)
+    emb = _trainer_embedding_spec(s, spec)
+    state = sum(_state_bytes_per_tensor(t, spec, pbytes, emb) for t in tensors)
     cbytes = 4 if s.precision == "master-fp32" else saved_copy_bytes(s)
-    state += sum(_state_bytes_per_tensor(t, spec, cbytes) for t in saved_copies(s))
+    state += sum(_state_bytes_per_tensor(t, spec, cbytes, emb) for t in saved_copies(s))
     k = state_count(spec, pbytes)
     q = state_layout(spec["state_dtype"])
     if q is not None:
@@ -454,6 +465,8 @@ def optimizer_bytes(s: Setup, accounting: str) -> tuple[int, str]:
         formula = f"{k} fp32 state(s)"
     else:
         formula = f"{k} state(s) × {pbytes} B (parameter dtype)"
+    if emb is not None and any(t.embedding for t in [*tensors, *saved_copies(s)]):
+        formula += "; the embeddings' states fp32 (transformers' Trainer overrides them to 32-bit)"
     if spec.get("kahan_low_precision") and k != spec["states"]:
         formula += " (incl. the Kahan-summation buffer on a 16-bit parameter)"
     if spec["states"] == "factored":
@@ -584,6 +597,10 @@ def in_backward_step(s: Setup, accounting: str) -> tuple[int, int, str]:
         tmp = galore_step_temporaries(s, spec, _state_param_bytes(s, accounting))
     elif accounting == "real" and spec["states"] == "factored":
         tmp = largest * 4 * 4
+    elif accounting == "real" and spec["impl"] == "ao":
+        # torchao's compiled per-parameter step: one quantized parameter's requantization temporaries, as after
+        # backward (ao_step_temporaries); bitsandbytes' fused 8-bit kernel works in place
+        tmp = ao_step_temporaries(spec, tensors)
     elif accounting == "real" and (spec["impl"] == "forloop" or (spec["impl"] == "foreach" and spec["states"] == 2)):
         tmp = largest * _state_param_bytes(s, accounting)
     formula = (f"optimizer in backward: each gradient is freed by its parameter's own step; at most the largest, "

@@ -184,12 +184,21 @@ class Setup:
     # loss): inductor fuses the fp32 upcast and log-softmax, so only the logits' logsumexp is saved (measured on CPU
     # inductor, tests/test_compiled_loss.py)
     compiled_loss: bool = False
+    # the decoder layers run under torch.compile (torchtune compile: true, torchtitan [compile], TrainingArguments
+    # torch_compile): inductor saves less than eager (estimate/activations.py compiled_layer_savings)
+    compiled_layers: bool = False
     # TRL's objective and reference model. "auto" is what TRL does without a ref_model (see
     # `reference`): a frozen copy for a full fine-tune, the adapters disabled for peft.
     objective: str = "sft"
     ref_model: str = "auto"
     # The TRL version whose step layout to model (data/preference.json); None: the newest known.
     trl_version: str | None = None
+    # the optimizer is built by transformers' Trainer from `optim` (create_optimizer: under a bitsandbytes 8-bit
+    # optimizer every nn.Embedding keeps 32-bit state); False: the script builds it itself
+    trainer_optimizer: bool = True
+    # objective sft run by TRL's SFTTrainer (its compute_loss at trl_version: data/preference.json "sft_layouts"), not
+    # by transformers' Trainer or a loop of one's own (the model's own loss, outputs dropped)
+    trl_sft: bool = False
     # The output head (TASK_HEADS) and, for the classification heads, its labels (the model's num_labels).
     task_head: str = "auto"
     num_labels: int = _default("num_labels")
@@ -299,6 +308,8 @@ class Setup:
             raise MemlintError(f"--objective {self.objective} has no reference model: use --ref-model none")
         if needs_ref and self.reference == "none":
             raise MemlintError(f"--objective {self.objective} needs a reference: --ref-model copy, adapter-disabled or precomputed")
+        if self.trl_sft and self.objective != "sft":
+            raise MemlintError("--trl-sft is TRL's SFTTrainer: the sft objective (the preference trainers are --objective)")
         if self.fused_loss and self.objective != "sft":
             raise MemlintError("--fused-loss models a fused SFT cross-entropy; not with a preference objective")
         if self.chunked_loss and (self.fused_loss or self.objective != "sft"):

@@ -14,6 +14,7 @@ class Tensor:
     rows: int
     cols: int  # 1 for vectors
     count: int = 1
+    embedding: bool = False  # an nn.Embedding's weight (transformers' Trainer gives it 32-bit bitsandbytes state)
 
     @property
     def numel(self) -> int:

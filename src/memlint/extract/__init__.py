@@ -22,6 +22,7 @@ from memlint.vocab import CONFIG_SUFFIXES
 __all__ = ["extract_file", "extract_paths", "extract_source", "read_target", "SYNTAX_ERROR_NOTE", "FRAMEWORK_WORDS"]
 
 SYNTAX_ERROR_NOTE = "syntax error"  # notes of a plan that could not be parsed start with this
+MAX_SKIPPED_CELLS = 8  # notebook cells that are not Python skipped before the notebook is a syntax error
 # A training script names one of these; anything else is skipped before parsing.
 FRAMEWORK_WORDS = re.compile(rb"\b(torch|transformers|trl|peft|accelerate|unsloth|deepspeed|bitsandbytes)\b")
 
@@ -65,9 +66,12 @@ def _extract_file(path: str | Path, launch: Any = None, shown: str | None = None
 
         plan = read_config(p if files.is_file(p) or not tool_run else None, shown=shown or str(path), launch=launch)
         return _launched_config(plan, launch)
-    from memlint.extract.source import read_source
+    from memlint.extract.source import outputs_note, read_source_cells
 
-    return extract_source(read_source(p), p, shown=shown or str(path), launch=launch)
+    source, cells = read_source_cells(p)
+    plan = extract_source(source, p, shown=shown or str(path), launch=launch, cells=cells)
+    note = outputs_note(p) if cells is not None else None
+    return replace(plan, notes=plan.notes + (note,)) if note else plan
 
 
 def _launched_config(plan: TrainingPlan | None, launch: Any) -> TrainingPlan | None:
@@ -76,7 +80,17 @@ def _launched_config(plan: TrainingPlan | None, launch: Any) -> TrainingPlan | N
     launcher's GPUs and sharding. A framework tool's own command (`tune run`, `litgpt ...`) has neither."""
     from memlint.extract.configs.overrides import TOOLS
 
+    if plan is not None and launch is not None and launch.launcher in TOOLS and getattr(launch, "runner", None):
+        # a framework's entry module under a process launcher (`torchrun --nproc_per_node 8 -m axolotl.cli.train X`):
+        # the config as the tool reads it, then the launcher's GPUs (and an accelerate --config_file's sharding)
+        from memlint.extract.launched import apply_launcher
+
+        return apply_launcher(plan, replace(launch, launcher=launch.runner), Path(launch.cwd or ".") / plan.path)
     if plan is None or launch is None or launch.launcher in TOOLS or not (launch.script or launch.module):
+        if plan is not None and launch is not None:
+            from memlint.extract.launched import documented
+
+            plan = documented(plan, launch)
         return plan
     if launch.script:
         plan = _script_trainer(plan, Path(launch.cwd or ".") / launch.script)
@@ -110,26 +124,35 @@ def _script_trainer(plan: TrainingPlan, script: Path) -> TrainingPlan:
 
 
 def extract_source(source: str, path: str | Path = "<string>", shown: str | None = None,
-                   launch: Any = None) -> TrainingPlan:
-    """The training plan of Python source text (already IPython-transformed for notebooks)."""
+                   launch: Any = None, cells: list[int] | None = None) -> TrainingPlan:
+    """The training plan of Python source text (already IPython-transformed for notebooks); `cells`: where a
+    notebook's code cells start (a cell that is not Python is skipped, with a note, instead of the notebook)."""
     from memlint.extract.build import Builder
     from memlint.extract.handlers import Handlers
     from memlint.extract.interp import Interpreter
     from memlint.extract.parsed import ParserSyntaxError
-
-    from memlint.extract import budget
+    from memlint.extract.source import skip_cell
 
     p = Path(path)
     name = shown if shown is not None else str(path)
     why = over_script_budget(source)
     if why is not None:
         return unreadable(name, why)
-    try:
-        interp = Interpreter(p, source, Handlers(), launch)  # parses with libcst (extract/parsed.py)
-    except ParserSyntaxError as exc:
-        return _syntax_error_plan(name, exc.raw_line, exc.raw_column + 1, exc.message)
-    except RecursionError:
-        return _unreadable_plan(name, "too deeply nested to parse")
+    skipped: list[str] = []
+    while True:
+        try:
+            interp = Interpreter(p, source, Handlers(), launch)  # parses with libcst (extract/parsed.py)
+            break
+        except ParserSyntaxError as exc:
+            # a notebook's cell that is not Python (`huggingface-cli download ...` without `!`): that cell only
+            hit = skip_cell(source, cells, exc.raw_line) if len(skipped) < MAX_SKIPPED_CELLS else None
+            if hit is None:
+                return _syntax_error_plan(name, exc.raw_line, exc.raw_column + 1, exc.message)
+            source, which = hit
+            skipped.append(f"{which} is not Python ({SYNTAX_ERROR_NOTE} at line {exc.raw_line}, column "
+                           f"{exc.raw_column + 1}: {exc.message}): the rest of the notebook was read without it")
+        except RecursionError:
+            return _unreadable_plan(name, "too deeply nested to parse")
     try:
         facts = interp.run()
         from memlint.extract.xtuner import xtuner_plan
@@ -153,6 +176,8 @@ def extract_source(source: str, path: str | Path = "<string>", shown: str | None
                                       f"{Path(where.filename).name}:{where.lineno}); please report it")
     # the files it read besides the script: sibling modules it imports, a DeepSpeed JSON it follows
     sources = tuple(dict.fromkeys([*(str(k) for k in interp.modules), *read]))
+    if skipped:
+        plan = replace(plan, notes=tuple(skipped) + plan.notes)
     return replace(plan, sources=sources) if sources else plan
 
 
@@ -167,23 +192,33 @@ def _syntax_error_plan(name: str, line: int, col: int, msg: str) -> TrainingPlan
     return TrainingPlan(name, {}, (note,), (Diagnostic("syntax-error", f"SyntaxError: {msg}", Span(name, line, col)),))
 
 
-def extract_paths(paths: list[str] | list[Path]) -> list[TrainingPlan]:
+def extract_paths(paths: list[str] | list[Path], readme: bool = True) -> list[TrainingPlan]:
     """Plans for the files named (read as asked: an unreadable one is an error) and for the
-    training files a walk of each folder finds, the same files `memlint check` reads."""
+    training files a walk of each folder finds, the same files `memlint check` reads. `readme`: a file
+    named alone is read with the command its README documents for it, when there is one."""
     from memlint.files import collect
 
-    return extract_targets(expand_launchers(collect([str(p) for p in paths]), paths))
+    return extract_targets(expand_launchers(collect([str(p) for p in paths]), paths, readme))
 
 
-def expand_launchers(targets: list[Target], roots: Any = ()) -> list[Target]:
+_DOCUMENTED_SUFFIXES = (".py", ".yaml", ".yml", ".toml")
+
+
+def expand_launchers(targets: list[Target], roots: Any = (), readme: bool = False) -> list[Target]:
     """Shell launchers a walk found (scripts/*.sh, Makefiles) become one target per training command
-    they run: (script, launch) pairs, read with the command's arguments, after the files themselves."""
+    they run: (script, launch) pairs, read with the command's arguments, after the files themselves.
+    `readme`: a script or config named alone takes the command its README (or docs/*.md) documents for it."""
     from memlint.vocab import LAUNCHER_NAMES, LAUNCHER_SUFFIXES
 
     def is_launcher(path: Path) -> bool:  # extract.shell's, without importing it for a walk with no launcher
         return path.suffix in LAUNCHER_SUFFIXES or path.name in LAUNCHER_NAMES
 
     plain = [t for t in targets if not is_launcher(t.path)]
+    if readme and any(t.explicit and t.launch is None and t.path.suffix in _DOCUMENTED_SUFFIXES for t in plain):
+        from memlint.extract.shell import readme_launch
+
+        plain = [replace(t, launch=readme_launch(t.path)) if t.explicit and t.launch is None
+                 and t.path.suffix in _DOCUMENTED_SUFFIXES else t for t in plain]
     walked = [Path(r) for r in roots if Path(r).is_dir()]
     pairs: list[Target] = []
     seen: set = set()
@@ -197,7 +232,8 @@ def expand_launchers(targets: list[Target], roots: Any = ()) -> list[Target]:
 
         try:
             with files.checked_root(files.target_root(t)):
-                found = launcher_targets(t.path, t.shown, [*walked, Path.cwd()], root=files.target_root(t))
+                found = launcher_targets(t.path, t.shown, [*walked, Path.cwd()], root=files.target_root(t),
+                                         named=t.explicit)
         except OverBudget as exc:  # the launcher itself is a MEM001 note; the walk goes on
             pairs.append(replace(t, explicit=True, note=str(exc)))
             continue
@@ -213,7 +249,9 @@ def _has_shell_line(path: Path) -> bool:
     """Whether a notebook may have a `!command` cell line (a JSON string starting, after blanks, with `!`); the only
     lines extract.shell.notebook_shell launches from."""
     try:
-        raw = read_bytes(path)
+        from memlint.extract.source import notebook_bytes
+
+        raw = notebook_bytes(path)
     except (OSError, MemlintError):
         return False
     import re
@@ -225,7 +263,7 @@ def extract_targets(targets: list[Target]) -> list[TrainingPlan]:
     """Plans of `targets` (files.collect, or a launch command's target)."""
     from memlint import files
 
-    plans = []
+    read = []
     for target in targets:
         with files.checked_root(files.target_root(target)):
             if target.note is not None:  # refused before reading (a launcher past its budget)
@@ -233,8 +271,17 @@ def extract_targets(targets: list[Target]) -> list[TrainingPlan]:
             else:
                 plan = extract_file(target.path, target.launch, target.shown) if target.explicit else read_target(target)[0]
         if plan is not None:
-            plans.append(plan)
-    return plans
+            read.append((target, plan))
+    drop = untrained_commands(read)
+    return [plan for i, (_, plan) in enumerate(read) if i not in drop]
+
+
+def untrained_commands(read: list[tuple[Target, TrainingPlan]]) -> set[int]:
+    """The indexes of a named launcher's commands that show no trainer while another command of the same launcher
+    trains (a merge or evaluation step after the training one): those are dropped as a walk drops them."""
+    trained = {t.launch.origin for t, p in read if t.named_launcher and t.launch is not None and trains(p)}
+    return {i for i, (t, p) in enumerate(read)
+            if t.named_launcher and t.launch is not None and t.launch.origin in trained and not trains(p)}
 
 
 def unreadable(shown: str, why: str) -> TrainingPlan:
@@ -289,7 +336,12 @@ def _read_target_unpinned(target: Target) -> tuple[TrainingPlan | None, list[str
     if target.note is not None:  # refused before reading (a launcher past its budget)
         return unreadable(shown, target.note), [], []
     try:
-        raw = read_bytes(path)
+        if path.suffix == ".ipynb":
+            from memlint.extract.source import notebook_bytes
+
+            raw = notebook_bytes(path)  # saved outputs over max-file-size: its code cells
+        else:
+            raw = read_bytes(path)
     except Refused as exc:
         return unreadable(shown, exc.why), [], []
     except IsADirectoryError:
@@ -314,8 +366,8 @@ def _read_target_unpinned(target: Target) -> tuple[TrainingPlan | None, list[str
     if path.suffix in CONFIG_SUFFIXES:
         plan = read_config_text(path, shown, text, target.explicit, target.launch)
         return plan, (source_lines(text) if plan is not None else []), []
-    if not FRAMEWORK_WORDS.search(raw):
-        return None, [], []
+    if not FRAMEWORK_WORDS.search(raw) and (target.launch is None or path.suffix == ".ipynb"):
+        return None, [], []  # (a launcher's script is read whatever it imports: a wrapper that calls its package's train())
     from memlint.extract.source import notebook_cells, transform_lines
 
     cells: list[int] = []
@@ -330,14 +382,30 @@ def _read_target_unpinned(target: Target) -> tuple[TrainingPlan | None, list[str
                 return unreadable(shown, why), [], []
         else:
             lines = source_lines(text)
-        plan = extract_source(transform_lines(lines, cells=cells or None), path, shown=shown, launch=target.launch)
+        plan = extract_source(transform_lines(lines, cells=cells or None), path, shown=shown, launch=target.launch,
+                              cells=cells or None)
+        if cells:
+            from memlint.extract.source import outputs_note
+
+            note = outputs_note(path)
+            plan = replace(plan, notes=plan.notes + (note,)) if note else plan
     except MemlintError as exc:
         return unreadable(shown, str(exc).removeprefix(f"{path}: ")), [], []
     except RecursionError:
         return unreadable(shown, "too deeply nested to parse"), [], []
     if not target.explicit and not trains(plan) and not _launched_out_of_time(target, plan):
-        return None, [], []  # found by a walk: a helper module, an inference or merge script
+        if not target.named_launcher:
+            return None, [], []  # found by a walk: a helper module, an inference or merge script
+        plan = replace(plan, notes=plan.notes + (_UNTRAINED.format(via=target.launch.where(), what=_runs(target.launch)),))
     return plan, lines, cells
+
+
+_UNTRAINED = ("{via} runs {what}, in which memlint finds no trainer or training loop it reads: the fields below are what "
+              "it read (a framework's own workers, or a training function it does not follow)")
+
+
+def _runs(launch: Any) -> str:
+    return f"-m {launch.module}" if launch.module else launch.script or launch.launcher
 
 
 def _launched_out_of_time(target: Target, plan: TrainingPlan) -> bool:

@@ -83,6 +83,9 @@ class Launch:
     line: int | None = None             # its line there
     cwd: str | None = None              # a `cd DIR &&` before the command, relative to where it is read
     flag_lines: tuple[tuple[str, int], ...] = ()  # (--flag, its own line) when the command spans lines
+    runner: str | None = None           # the process launcher that runs a framework tool's entry module
+                                        # (`torchrun --nproc_per_node 8 -m axolotl.cli.train X`: torchrun)
+    documented: bool = False            # the README's command for a file named alone (`origin` is the README)
 
     def line_of(self, how: str) -> int | None:
         """The line a value given as `how` ("--flag value") was written on: the flag's own line of a
@@ -153,23 +156,27 @@ def _command_words(words: Sequence[str]) -> tuple[list[str], dict[str, str], str
     return words, env, cwd
 
 
-def parse_command(words: Sequence[str], origin: str = "the command line", line: int | None = None) -> Launch:
+def parse_command(words: Sequence[str], origin: str = "the command line", line: int | None = None,
+                  scripts: dict[str, str] | None = None) -> Launch:
     """The Launch of one command (already split into words). Raises MemlintError when it runs no
-    Python script memlint can read (a shell builtin, an unknown tool)."""
+    Python script memlint can read (a shell builtin, an unknown tool). `scripts`: the checkout's console
+    scripts (console_scripts()), run as `python -m` their module."""
     words, env, cwd = _command_words(words)
     if not words:
         raise MemlintError("the command runs nothing")
     head = Path(words[0]).name
     rest = words[1:]
     base = {"env": env, "origin": origin, "line": line, "cwd": cwd}
+    if scripts and words[0] in scripts:  # `llm-training fit --config X`: the package's entry point, its module
+        return _framework_module(Launch(tuple(rest), module=scripts[words[0]], processes=_visible_devices(env), **base))
     if _PYTHON.match(words[0]):
-        return _python(rest, base)
+        return _framework_module(_python(rest, base))
     if head in ("torchrun", "torch.distributed.run"):
-        return _launcher("torchrun", rest, base)
+        return _framework_module(_launcher("torchrun", rest, base))
     if head == "accelerate" and rest[:1] == ["launch"]:
-        return _launcher("accelerate", rest[1:], base)
+        return _framework_module(_launcher("accelerate", rest[1:], base))
     if head == "deepspeed":
-        return _launcher("deepspeed", rest, base)
+        return _framework_module(_launcher("deepspeed", rest, base))
     if head == "composer":
         return _launcher("composer", rest, base)
     if head == "lightning" and rest[:2] == ["run", "model"]:
@@ -183,7 +190,62 @@ def parse_command(words: Sequence[str], origin: str = "the command line", line: 
     if words[0].endswith(".py"):
         return Launch(tuple(rest), script=words[0], processes=_visible_devices(env), **base)
     raise MemlintError(f"{words[0]}: not a Python launcher memlint reads (python, torchrun, accelerate launch, "
-                       f"deepspeed, composer, lightning run model, a framework CLI, or a shell script: bash run.sh)")
+                       f"deepspeed, composer, lightning run model, a framework CLI, a console script of the checkout's "
+                       f"pyproject.toml or setup.py, a shell script: bash run.sh, or make TARGET)")
+
+
+_SETUP_ENTRY = re.compile(r"""['"]\s*([A-Za-z0-9_.\-]+)\s*=\s*([A-Za-z_][\w.]*)\s*(?::\s*[\w.]+)?\s*['"]""")
+
+
+def console_scripts(start: Path) -> dict[str, str]:
+    """{console script: the module it runs} of the checkout holding `start`: the closest folder at or above it (five
+    levels) with a pyproject.toml ([project.scripts], [tool.poetry.scripts]), a setup.cfg ([options.entry_points]
+    console_scripts) or a setup.py (its console_scripts strings), read as text, never run."""
+    from memlint.files import read_text
+
+    for folder in [start, *start.resolve().parents][:6]:
+        found: dict[str, str] = {}
+        names = [n for n in ("pyproject.toml", "setup.cfg", "setup.py") if (folder / n).is_file()]
+        for name in names:
+            try:
+                text = read_text(folder / name, encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            found.update(_entry_points(name, text))
+        if names:
+            return found
+    return {}
+
+
+def _entry_points(name: str, text: str) -> dict[str, str]:
+    if name == "pyproject.toml":
+        import tomllib
+
+        try:
+            doc = tomllib.loads(text)
+        except (tomllib.TOMLDecodeError, RecursionError):
+            return {}
+        tables = [doc.get("project", {}).get("scripts"), doc.get("tool", {}).get("poetry", {}).get("scripts")]
+        out = {}
+        for table in tables:
+            for k, v in (table if isinstance(table, dict) else {}).items():
+                ref = v.get("reference", v.get("callable")) if isinstance(v, dict) else v
+                if isinstance(k, str) and isinstance(ref, str) and ref.strip():
+                    out[k] = ref.split(":", 1)[0].strip()
+        return out
+    if name == "setup.cfg":
+        import configparser
+
+        cp = configparser.ConfigParser()
+        try:
+            cp.read_string(text)
+            lines = cp.get("options.entry_points", "console_scripts", fallback="")
+        except (configparser.Error, ValueError):
+            return {}
+        return {k.strip(): v.split(":", 1)[0].strip() for k, _, v in
+                (ln.partition("=") for ln in lines.splitlines() if "=" in ln)}
+    at = text.find("console_scripts")
+    return {m.group(1): m.group(2) for m in _SETUP_ENTRY.finditer(text[at:at + 4000])} if at >= 0 else {}
 
 
 def _python(rest: list[str], base: dict) -> Launch:
@@ -247,9 +309,44 @@ def _launcher(name: str, rest: list[str], base: dict) -> Launch:
         if i >= len(rest):
             raise MemlintError(f"`{name}` without a script")
         script, i = rest[i], i + 1
+        if name == "accelerate" and "true" in (options.get("m"), options.get("module")):
+            module, script = script, None  # `accelerate launch -m pkg.mod` (-m/--module is a switch there)
     processes, nodes = _processes(name, options, base["env"])
     return Launch(tuple(rest[i:]), script=script, module=module, launcher=name, processes=processes, nodes=nodes,
                   options=options, **base)
+
+
+def entry_module(module: str) -> tuple[str, str | None] | None:
+    """(the framework tool, the subcommand it runs; None: the next word names it) when `module` is a training
+    framework's command-line entry module (frameworks.json "entry_modules": `-m axolotl.cli.train`,
+    `-m llamafactory.cli train`), which reads the framework's config as its tool does."""
+    from memlint.data import load
+
+    for fw in load("frameworks.json")["frameworks"].values():
+        hit = fw.get("entry_modules", {}).get(module)
+        if hit is not None:
+            return hit[0], hit[1]
+    return None
+
+
+def _framework_module(launch: Launch) -> Launch:
+    """A launch of a framework's entry module (`torchrun --nproc_per_node 8 -m axolotl.cli.train X --deepspeed Y`) as
+    the framework tool's own command (`axolotl train X --deepspeed Y`), the process launcher kept as its runner:
+    the config is read by the framework's reader with the command's overrides and the launcher's GPUs, whether or
+    not the framework's source is in the checkout."""
+    hit = entry_module(launch.module) if launch.module else None
+    if hit is None:
+        return launch
+    tool, sub = hit
+    argv = list(launch.argv)
+    if sub is None:
+        sub, argv = (argv[0], argv[1:]) if argv else ("", [])
+    subs, _ = FRAMEWORK_CLIS[tool]
+    if sub not in subs:
+        raise MemlintError(f"-m {launch.module} {sub}: does not train (memlint reads {'|'.join(sorted(subs))})")
+    from dataclasses import replace
+
+    return replace(launch, argv=tuple(argv), module=None, launcher=tool, subcommand=sub, runner=launch.launcher)
 
 
 def _processes(name: str, options: dict[str, str], env: dict[str, str]) -> tuple[int | None, int | None]:
@@ -328,6 +425,44 @@ def shell_script(words: Sequence[str]) -> tuple[str, tuple[str, ...], dict[str, 
     return None
 
 
+def make_command(words) -> tuple[str | None, tuple[str, ...], dict[str, str], dict[str, str], str | None] | None:
+    """(the Makefile named by -f, the goals, the variables set on make's command line, the variables set before
+    it, the folder: `cd DIR &&` and -C DIR) when the command runs make (`make train`, `make -C exp train
+    MODEL=x`); None otherwise."""
+    import os
+
+    words, env, cwd = _command_words(words)
+    if not words or Path(words[0]).name not in ("make", "gmake"):
+        return None
+    makefile, goals, variables = None, [], {}
+    i = 1
+    while i < len(words):
+        w = words[i]
+        if w in ("-f", "--file", "--makefile", "-C", "--directory") and i + 1 < len(words):
+            if w in ("-C", "--directory"):
+                cwd = os.path.join(cwd, words[i + 1]) if cwd else words[i + 1]
+            else:
+                makefile = words[i + 1]
+            i += 2
+            continue
+        if w.startswith(("--file=", "--makefile=", "--directory=")):
+            key, value = w.split("=", 1)
+            if key == "--directory":
+                cwd = os.path.join(cwd, value) if cwd else value
+            else:
+                makefile = value
+        elif w in ("-o", "-W", "-I") or (w in ("-j", "-l") and i + 1 < len(words) and words[i + 1].replace(".", "").isdigit()):
+            i += 2  # an option and its value (make -j 8)
+            continue
+        elif _ENV.match(w):
+            k, v = w.split("=", 1)
+            variables[k] = v
+        elif not w.startswith("-"):
+            goals.append(w)
+        i += 1
+    return makefile, tuple(goals), variables, env, cwd
+
+
 def command_target(words: Sequence[str], cwd: Path | None = None):
     """The file a launch command runs (a script, a module, or a framework config) as a files.Target
     carrying the Launch, so it is read with the command's arguments."""
@@ -336,7 +471,14 @@ def command_target(words: Sequence[str], cwd: Path | None = None):
     from memlint.files import Target
 
     cwd = cwd or Path.cwd()
-    launch = parse_command(words)
+    try:
+        launch = parse_command(words)
+    except MemlintError:
+        own, _, moved = _command_words(words)
+        scripts = console_scripts(cwd / moved if moved else cwd) if own else {}
+        if not own or own[0] not in scripts:
+            raise
+        launch = parse_command(words, scripts=scripts)
     base = cwd / launch.cwd if launch.cwd else cwd
     if launch.script:
         path = base / os.path.expanduser(launch.script)
@@ -421,8 +563,11 @@ def _flag_config(launch: Launch, base: Path) -> Path | None:
 
     argv = list(launch.argv or ())
     pairs = [(w, argv[i + 1]) for i, w in enumerate(argv[:-1])] + [tuple(w.split("=", 1)) for w in argv if "=" in w]
+    first = argv[0] if argv and argv[0].isidentifier() else None  # a subcommand (`fit --config X`)
     for word, value in pairs:
         for name, fw in table().items():
+            if first and "entry_subcommands" in fw and first not in fw["entry_subcommands"]:
+                continue  # `my-cli validate --config X`: not a training run
             if word in fw.get("read_from_flag", ()) and value.lower().endswith((".yaml", ".yml", ".toml")):
                 cand = base / value
                 if is_file(cand) and detect_file(cand) == name:

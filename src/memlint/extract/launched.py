@@ -15,6 +15,10 @@ from memlint.errors import MemlintError
 from memlint.plan import Span, TrainingPlan, Value
 from memlint.vocab import ascii_digits
 
+_SELF_LAUNCHING = ("lightning", "lightning-fabric")  # trainers that start a process per device from one `python`
+# accelerate launch options that settle the processes or the sharding without the machine's saved config
+_ACCELERATE_SAYS = {"config_file", "num_processes", "multi_gpu", "use_deepspeed", "use_fsdp", "use_megatron_lm", "cpu",
+                    "tpu", "deepspeed_config_file", "zero_stage", "gpu_ids"}
 _ZERO = {"0": "none", "1": "zero1", "2": "zero2", "3": "zero3"}
 _PRECISION = {"bf16": "amp-bf16", "fp16": "amp-fp16", "no": "fp32", "fp8": "amp-bf16"}
 
@@ -24,7 +28,17 @@ def _value(launch: Any, value: Any, how: str) -> Value:
     return Value(value, "command-line", span, (f"{how} ({launch.where()})",))
 
 
+def documented(plan: TrainingPlan, launch: Any) -> TrainingPlan:
+    """A file named alone read with the command its README documents for it: said in a note."""
+    if not getattr(launch, "documented", False):
+        return plan
+    note = (f"read as {launch.where()} runs it (the README's command for this file; --no-readme-command reads the "
+            f"file alone)")
+    return replace(plan, notes=(note,) + plan.notes, via=plan.via or launch.where())
+
+
 def apply_launcher(plan: TrainingPlan, launch: Any, script: Path) -> TrainingPlan:
+    plan = documented(plan, launch)
     fields: dict[str, Value] = {}
     opts = launch.options
     if launch.gpus:
@@ -33,7 +47,10 @@ def apply_launcher(plan: TrainingPlan, launch: Any, script: Path) -> TrainingPla
                }.get(launch.launcher, "CUDA_VISIBLE_DEVICES")
         nodes = f" × {launch.nodes} nodes" if launch.nodes and launch.nodes > 1 else ""
         fields["num_gpus"] = _value(launch, launch.gpus, f"{how} {launch.processes}{nodes}")
-    elif launch.launcher == "python" and not plan.get("num_gpus").known:
+    elif launch.launcher == "python" and not plan.get("num_gpus").known and plan.get("trainer").known \
+            and plan.get("trainer").value not in _SELF_LAUNCHING:
+        # (a script with no trainer memlint reads may start its own workers: Ray, mp.spawn; Lightning's Trainer
+        # starts one process per device itself)
         fields["num_gpus"] = _value(launch, 1, "python: one process")
     if launch.launcher == "accelerate":
         fields.update(_accelerate(plan, launch, opts))
@@ -42,15 +59,49 @@ def apply_launcher(plan: TrainingPlan, launch: Any, script: Path) -> TrainingPla
     if launch.launcher in ("torchrun", "accelerate", "deepspeed") and launch.gpus and launch.gpus > 1 \
             and cur.value == "none" and cur.source == "library-default" and "distributed" not in fields:
         fields["distributed"] = _value(launch, "none", f"{launch.launcher}: {launch.gpus} data-parallel processes (DDP)")
+    elif launch.launcher == "accelerate" and not _ACCELERATE_SAYS & set(opts) and cur.source == "library-default" \
+            and "distributed" not in fields:
+        # `accelerate launch train.py`: the machine's saved `accelerate config` (default_config.yaml) sets the processes
+        # and the sharding, which the checkout does not hold
+        fields["distributed"] = Value(None, "unknown", None, (f"accelerate launch without --config_file or a "
+                                      f"process count ({launch.where()}): the machine's saved accelerate config decides",))
     plan = plan.with_values(**fields)
     if launch.line:
         plan = replace(plan, via=launch.where())
+    plan = _unread_configs(plan, launch)
     cfg = opts.get("config_file")
     if launch.launcher == "accelerate" and cfg:
         plan = _accelerate_config(plan, launch, cfg, script)
         if "num_gpus" in fields:  # `--num_processes=3` on the command line wins over the config file's num_processes
             plan = plan.with_values(num_gpus=fields["num_gpus"])
     return plan
+
+
+def _unread_configs(plan: TrainingPlan, launch: Any) -> TrainingPlan:
+    """A config file the command hands the script by a flag (`run_train.py --config-file cfg.yaml`) that memlint neither
+    reads as a framework format nor followed from the script's code: said, so the script's own defaults are not taken
+    for the config's values."""
+    import os
+
+    if plan.kind not in ("python", "notebook") or not launch.script:
+        return plan
+    argv = list(launch.argv)
+    pairs = [(w, argv[i + 1]) for i, w in enumerate(argv[:-1]) if w.startswith("-")]
+    pairs += [tuple(w.split("=", 1)) for w in argv if w.startswith("-") and "=" in w]
+    read = {os.path.realpath(p) for p in plan.sources}
+    notes = []
+    for flag, value in pairs:
+        if "config" not in flag.lower() or not value.lower().endswith((".yaml", ".yml", ".json", ".toml")):
+            continue
+        cand = Path(launch.cwd or ".") / value
+        if not cand.is_file() or os.path.realpath(cand) in read:
+            continue
+        from memlint.extract.configs import detect_file
+
+        if detect_file(cand) is None:
+            notes.append(f"{value} ({flag}): a config of a format memlint does not read, not read: the fields below are "
+                         f"what the script's own code says, not that file's values")
+    return replace(plan, notes=plan.notes + tuple(notes)) if notes else plan
 
 
 _MEGATRON_SIZES = {"--tensor-model-parallel-size": "tp_size", "--context-parallel-size": "cp_size"}

@@ -14,13 +14,12 @@ from pathlib import Path
 from typing import Iterator
 
 from memlint.errors import MemlintError
-from memlint.extract.launch import (Launch, command_target, framework_config, parse_command, resolve_module, shell_script,
-                                    tokens)
+from memlint.extract.launch import (FRAMEWORK_CLIS, Launch, command_target, console_scripts, framework_config, make_command,
+                                    parse_command, resolve_module, shell_script, tokens)
 from memlint.vocab import LAUNCHER_NAMES, LAUNCHER_SUFFIXES
 
 _MAX_BYTES = 256_000
 _ASSIGN = re.compile(r"^\s*(?:export\s+|local\s+|readonly\s+|declare\s+(?:-\w+\s+)*)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
-_MAKE_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s*(?:\?|:|::|\+)?=\s*(.*)$")
 # A default's text stops at the next `${` (nested defaults are _defaults' business): each match attempt then
 # scans to the next `${`, not to the end of the line (8,000 unclosed `${A:-` were a quadratic scan).
 _UPTO = r"(?:[^}$]|\$(?!\{))*"
@@ -40,8 +39,11 @@ _POSITIONAL = re.compile(r"""^["']?\$(?:\{\d+\}|\d)["']?$""")
 _POS_REF = re.compile(r'"\$(?:\{@\}|@)"|\$\{(\d+|[@*#])\}|\$(\d|[@*#])')
 _POS_KEY = "\x00pos"  # env key of the launcher's positional arguments (joined by NUL)
 _SHIFT = re.compile(r"^shift(?:\s+(\d+))?\s*(?:[;#].*)?$")
+_BARE_NAME = re.compile(r"(?<![\w$])[A-Za-z_]\w*")
+_SMALL_INT = re.compile(r"-?\d{1,18}")
 _ARITH = re.compile(r"\$\(\(([^$]*?)\)\)")  # stops at the next `$`: no scan to the end per unclosed `$((`
-_LAUNCH_WORD = re.compile(r"(?:^|[\s;&|(])(?:python\d*(?:\.\d+)*|torchrun|accelerate|deepspeed|composer|lightning)\b")
+_LAUNCH_WORD = re.compile(r"(?:^|[\s;&|(])(?:python\d*(?:\.\d+)*|torchrun|accelerate|deepspeed|composer|lightning|"
+                          + "|".join(map(re.escape, FRAMEWORK_CLIS)) + r")\b")  # and the framework tools (`llamafactory-cli train`)
 
 
 def is_launcher(path: Path) -> bool:
@@ -160,7 +162,7 @@ def _expand(text: str, env: dict[str, str], depth: int = 0) -> str:
         text = _checked(_positional(text, env))
     text = _defaults(_ARRAY_REF.sub(array, _SUBST.sub(replace_all, text)), env, depth)
     grown[0] = len(text)
-    return _checked(_ARITH.sub(_arith, _VAR.sub(sub, text)))
+    return _checked(_ARITH.sub(lambda m: _arith(m, env), _VAR.sub(sub, text)))
 
 
 def _positional(text: str, env: dict[str, str]) -> str:
@@ -236,12 +238,15 @@ def _defaults(text: str, env: dict[str, str], depth: int = 0) -> str:
         i = k
 
 
-def _arith(m: re.Match) -> str:
+def _arith(m: re.Match, env: dict[str, str] | None = None) -> str:
     """$(( 1024 / 8 / 4 )) once its variables are expanded: integer + - * / % and parentheses, as bash
-    computes them (division truncates); anything else stays as written."""
+    computes them (division truncates); a bare name (`$((N_GPUS * 2))`) is its variable's value, as in bash;
+    anything else stays as written."""
     import ast
 
     expr = m.group(1).strip()
+    if env:
+        expr = _BARE_NAME.sub(lambda n: env[n.group(0)] if _SMALL_INT.fullmatch(env.get(n.group(0), "")) else n.group(0), expr)
     if not re.fullmatch(r"[\d\s+\-*/%()]+", expr):
         return m.group(0)
 
@@ -318,11 +323,10 @@ def _cd(words: list[str], cwd: str | None) -> str | None:
 def notebook_shell(path: Path) -> str:
     """A notebook's shell lines (`!python train.py ...`, `%cd dir`) as a shell script, every other line of
     its code cells blank, so line numbers are the notebook's (its code cells' lines, counted in order)."""
-    from memlint.extract.source import notebook_cells
-    from memlint.files import read_bytes
+    from memlint.extract.source import notebook_bytes, notebook_cells
 
     try:
-        lines, _ = notebook_cells(read_bytes(path).decode("utf-8", errors="replace"), path)
+        lines, _ = notebook_cells(notebook_bytes(path).decode("utf-8", errors="replace"), path)
     except (MemlintError, OSError):
         return ""
     out = []
@@ -330,6 +334,88 @@ def notebook_shell(path: Path) -> str:
         s = line.strip()
         out.append(s[1:] if s.startswith("!") else "cd " + s[4:] if s.startswith("%cd ") else "")
     return "\n".join(out)
+
+
+_MAKE_RULE = re.compile(r"^([^\s:=#][^:=#]*?)\s*::?(?!=)\s*([^;=#]*?)\s*(?:[;#].*)?$")
+_MAKE_OP = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s*(\?|:|::|\+)?=")
+
+
+def _make_recipes(text: str, goals: tuple[str, ...] | None, env: dict[str, str], fixed: set[str]):
+    """The recipe lines `make GOALS` runs, as _logical_lines yields them: every variable assignment of the
+    Makefile applied to `env` first (as make reads the whole file before it runs a recipe; `VAR ?= x` only where
+    VAR is not set, a variable set on make's command line (`fixed`) kept over the file's), then each goal's
+    prerequisites' recipes before its own, each target once. `goals` None (a Makefile named alone or met in a
+    walk): every rule's recipe in file order; () the default goal (the first target)."""
+    rules: dict[str, tuple[list[str], list]] = {}
+    order: list[str] = []
+    current: list[str] | None = None
+    for item in _logical_lines(text):
+        line = item[1]
+        if line.startswith("\t"):
+            for t in current or ():
+                rules[t][1].append(item)
+            continue
+        s = re.sub(r"^(?:export|override)\s+", "", line.strip())  # `export VAR = x`: an assignment all the same
+        if not s or s.startswith("#"):
+            continue
+        m = _MAKE_OP.match(s)
+        if m:
+            current = None
+            name, op = m.group(1), m.group(2)
+            value = _expand(s[m.end():].strip(), env)
+            if name in fixed or (op == "?" and name in env):
+                continue
+            env[name] = f"{env[name]} {value}" if op == "+" and env.get(name) else value
+            continue
+        rule = _MAKE_RULE.match(s)
+        if rule is None:
+            current = None
+            continue
+        current = _expand(rule.group(1), env).split()
+        for t in current:
+            if t not in rules:
+                rules[t] = ([], [])
+                order.append(t)
+            rules[t][0].extend(_expand(rule.group(2), env).split())
+    if goals is None:
+        return [item for t in order for item in rules[t][1]]
+    if not goals:
+        first = next((t for t in order if not t.startswith(".") and "%" not in t), None)
+        goals = (first,) if first else ()
+    missing = [g for g in goals if g not in rules]
+    if missing:
+        raise MemlintError(f"make: no rule for the target {missing[0]!r}")
+    seq: list = []
+    seen: set[str] = set()
+
+    def visit(target: str, depth: int) -> None:
+        if target in seen or target not in rules or depth > 64:
+            return
+        seen.add(target)
+        for dep in rules[target][0]:
+            visit(dep, depth + 1)
+        seq.extend(rules[target][1])
+
+    for g in goals:
+        visit(g, 0)
+    return seq
+
+
+def _recipe_lines(text: str, make: tuple | None, env: dict[str, str]):
+    """A Makefile's recipe lines to read: `make`'s goals' (its variables set first), else every rule's."""
+    env.update(make[1] if make else {})
+    return _make_recipes(text, make[0] if make else None, env, set(make[1]) if make else set())
+
+
+_EXPORT = re.compile(r"^\s*(?:export|declare\s+-x)\s+(.*)$")
+
+
+def _exports(line: str) -> set[str]:
+    """The names an `export X=1 Y` (or `declare -x X=1`) line exports to the commands after it."""
+    m = _EXPORT.match(line)
+    if not m:
+        return set()
+    return {w.split("=", 1)[0] for w in m.group(1).split() if re.fullmatch(r"[A-Za-z_]\w*(=.*)?", w)}
 
 
 def _launcher_text(path: Path) -> str | None:
@@ -346,79 +432,59 @@ def _launcher_text(path: Path) -> str | None:
         return None
 
 
-def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: dict[str, str] | None = None) -> list[Launch]:
+def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: dict[str, str] | None = None,
+             make: tuple[tuple[str, ...], dict[str, str]] | None = None, text: str | None = None) -> list[Launch]:
     """The training launches a shell script, Makefile or notebook (its `!` lines) runs, with their line numbers.
     `args`: the script's own arguments when a command runs it (`bash run.sh 2 /ckpt`), read for $1, "$@"
-    and `shift`; None (the file read alone) leaves them unknown. `env0`: variables the command sets."""
+    and `shift`; None (the file read alone) leaves them unknown. `env0`: variables the command sets.
+    `make`: (goals, variables) of a `make` command that runs `path`: only those goals' recipes are read.
+    `text`: the shell text of `path` when the caller already has it (a README's code blocks)."""
     from memlint.extract.budget import MAX_SHELL_SECONDS, Deadline, OverBudget
 
-    text = _launcher_text(path)
+    text = _launcher_text(path) if text is None else text
     if text is None:
         return []
-    make = path.name in LAUNCHER_NAMES
+    is_make = path.name in LAUNCHER_NAMES or make is not None
     env: dict[str, str] = {**(env0 or {}), **({_POS_KEY: "\x00".join(args)} if args is not None else {})}
     out: list[Launch] = []
     cwd: str | None = None  # where standalone `cd DIR` lines have moved the launcher
+    scripts: dict[str, str] | None = None  # the checkout's console scripts, read on the first line that may run one
+    exported: set[str] = set(env0 or ())  # variables the commands inherit: the caller's, `export X=...`
+    lines = _recipe_lines(text, make, env) if is_make else _logical_lines(text)
     deadline = Deadline(MAX_SHELL_SECONDS)
-    for line_no, line, flag_lines in _logical_lines(text):
+    for line_no, line, flag_lines in lines:
         if deadline.passed():
             raise OverBudget(f"not read: stopped reading after {MAX_SHELL_SECONDS:g} s at line {line_no}, over memlint's "
                              "time budget for a launcher")
         stripped = _self_dir(line.strip())
         if not stripped or stripped.startswith("#"):
             continue
-        if make:
-            m = _MAKE_ASSIGN.match(stripped)
-            if m and not line.startswith("\t"):
-                env[m.group(1)] = _expand(m.group(2).strip(), env)
-                continue
-            if not line.startswith("\t"):
-                continue
+        if is_make:  # a recipe line (its variables were read by _make_recipes)
             stripped = stripped.lstrip("@-+ ")
-        else:
-            if _shifted(stripped, env):
-                continue
-            arr = _ARRAY_DEF.match(stripped)
-            if arr:  # `CUDAs=(${TOT_CUDA//,/ })`: a bash array of the expanded words
-                expanded = _expand(arr.group(2), env)
-                try:
-                    env[arr.group(1) + _ARRAY_KEY] = "\x00".join(tokens(expanded))
-                except MemlintError:
-                    pass
-                continue
-            m = _ASSIGN.match(stripped)
-            if m:
-                val = m.group(2).strip()
-                if _POSITIONAL.match(val) and _POS_KEY not in env:  # `X=${1}`: the launcher's own argument, unknown here (X stays unset,
-                    continue                # so a later `${X:-default}` is the default it documents)
-                if val.startswith("$(") and val.endswith(")"):  # `X=$((A / B))` computed, `X=$(nvidia-smi ...)` unknown:
-                    got = _expand(val, env)                     # X stays unset unless it came out a number
-                    if re.fullmatch(r"-?\d+", got):
-                        env[m.group(1)] = got
-                    else:
-                        env.pop(m.group(1), None)
-                    continue
-                if _quoted_alone(val) or " " not in val.split(" #", 1)[0].strip():  # `VAR=value` alone; `VAR=1 python train.py` is a command
-                    env[m.group(1)] = _unquote(_expand(val, env))
-                    continue
-        if stripped.startswith("cd ") and not make:
+        elif _sets_variables(stripped, env, exported):
+            continue
+        if stripped.startswith("cd ") and not is_make:
             expanded = _expand(stripped, env)
             try:
                 moved = _cd(tokens(expanded), cwd)
             except MemlintError:
                 moved = None
             cwd = moved if moved is not None else cwd
-        if not _LAUNCH_WORD.search(stripped):
+        # the launcher may be in a variable (`LAUNCH="accelerate launch ..."` then `$LAUNCH train.py`, `eval $CMD`)
+        launcher_word = _LAUNCH_WORD.search(stripped) or ("$" in stripped and _LAUNCH_WORD.search(_expand(stripped, env)))
+        if not launcher_word and not _maybe_console(stripped):
             continue
         expanded = _expand(stripped, env)
         try:
             words = tokens(expanded)
         except MemlintError:
             continue
-        if words and words[0] in ("for", "if", "while", "echo", "then", "do", "elif"):
+        if words and words[0] in ("for", "if", "while", "echo", "then", "do", "elif", "eval"):
             words = words[1:]
-        try:
-            launch = parse_command(words, origin=shown, line=line_no)
+        if not launcher_word and not (scripts := console_scripts(path.parent) if scripts is None else scripts):
+            continue  # no console script of the checkout (`llm-training fit --config X`) to run: they are read once
+        try:  # the exported variables come first: the command's own `VAR=x` prefix wins over them
+            launch = parse_command([f"{k}={env[k]}" for k in sorted(exported) if k in env] + words, shown, line_no, scripts)
         except MemlintError:
             continue
         if cwd and cwd != ".":
@@ -427,16 +493,64 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
     return out
 
 
+def _sets_variables(stripped: str, env: dict[str, str], exported: set[str]) -> bool:
+    """Read a shell line that only sets variables (`shift`, an array, `X=...`, `export X=...`) into `env` and
+    `exported`; False for a line that runs a command (`VAR=1 python train.py` included)."""
+    if _shifted(stripped, env):
+        return True
+    arr = _ARRAY_DEF.match(stripped)
+    if arr:  # `CUDAs=(${TOT_CUDA//,/ })`: a bash array of the expanded words
+        expanded = _expand(arr.group(2), env)
+        try:
+            env[arr.group(1) + _ARRAY_KEY] = "\x00".join(tokens(expanded))
+        except MemlintError:
+            pass
+        return True
+    exported |= _exports(stripped)
+    m = _ASSIGN.match(stripped)
+    if not m:
+        return False
+    val = m.group(2).strip()
+    if _POSITIONAL.match(val) and _POS_KEY not in env:  # `X=${1}`: the launcher's own argument, unknown here (X stays
+        return True                                     # unset, so a later `${X:-default}` is the default it documents)
+    if val.startswith("$(") and val.endswith(")"):  # `X=$((A / B))` computed, `X=$(nvidia-smi ...)` unknown:
+        got = _expand(val, env)                     # X stays unset unless it came out a number
+        if re.fullmatch(r"-?\d+", got):
+            env[m.group(1)] = got
+        else:
+            env.pop(m.group(1), None)
+        return True
+    if _quoted_alone(val) or " " not in val.split(" #", 1)[0].strip():  # `VAR=value` alone; `VAR=1 python train.py`
+        env[m.group(1)] = _unquote(_expand(val, env))                    # is a command
+        return True
+    return False
+
+
+_ENV_ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_NOT_CONSOLE = {"echo", "export", "cd", "mkdir", "rm", "cp", "mv", "set", "if", "fi", "then", "else", "for", "do", "done",
+                "while", "source", ".", "exit", "wait", "sleep", "cat", "ls", "pip", "git", "wget", "curl", "conda", "unset",
+                "local", "declare", "shift", "return", "true", "false", "case", "esac", "trap", "tee", "touch", "chmod", "date",
+                "printf", "read", "test", "[", "[[", "}", "{", "nvidia-smi", "huggingface-cli", "hf", "tar", "unzip"}
+
+
+def _maybe_console(line: str) -> bool:
+    """Whether a line may run a console script: its first word is a command name, not a shell builtin or common tool."""
+    first = next((w for w in line.split() if not _ENV_ASSIGN.match(w)), "")
+    return bool(re.fullmatch(r"[A-Za-z][\w.-]*", first)) and first not in _NOT_CONSOLE
+
+
 def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str, ...] | None = None,
-                     env0: dict[str, str] | None = None, root: str | None = None) -> list:
+                     env0: dict[str, str] | None = None, make: tuple | None = None, named: bool = False,
+                     root: str | None = None) -> list:
     """files.Target for each launch of `path` whose script (or module) is a file of the checkout,
     looked up beside the launcher, then in each of `roots` (the checkout, the folder walked).
-    `args`/`env0`: the launcher's arguments and variables when a command runs it (see `launches`). A script
+    `args`/`env0`/`make`: the launcher's arguments and variables when a command runs it (see `launches`);
+    `named`: the user named the launcher (its commands are not dropped for showing no trainer). A script
     outside the checked root (`python ../outside/x.py`) is not looked at; each target keeps `root`."""
     from memlint.files import Target, is_file
 
     out = []
-    for launch in launches(path, shown, args, env0):
+    for launch in launches(path, shown, args, env0, make):
         # beside the launcher, then the folders above it up to the checkout (`bash scripts/train.sh` run from
         # the folder that holds train.py), then the roots
         ups = [a for a in path.parent.resolve().parents][:4]
@@ -457,6 +571,10 @@ def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str,
                     target = cand
             elif launch.module:
                 target = resolve_module(launch.module, [base])
+            elif launch.launcher in FRAMEWORK_CLIS:  # `llamafactory-cli train X.yaml`, `torchrun -m axolotl.cli.train X.yml`
+                target = _tool_config(launch, base)
+                if target is not None:
+                    break
             if target is not None:
                 # the framework config the script or module runs (a Hydra entry script's NeMo config, a `train.py
                 # recipe.yaml` recipe, `-m torchtitan.train --job.config_file X`): the run is that config
@@ -464,8 +582,20 @@ def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str,
                 break
         if target is None:
             continue
-        out.append(Target(target, os.path.normpath(os.path.relpath(target)), False, launch, root=root))
+        out.append(Target(target, os.path.normpath(os.path.relpath(target)), False, launch, root=root,
+                          named_launcher=named))
     return out
+
+
+def _tool_config(launch: Launch, base: Path) -> Path | None:
+    """The config file a framework tool's command in a launcher trains from, looked up from `base`."""
+    from memlint.extract.launch import _config_arg, tool_config
+
+    ref = _config_arg(launch)
+    if ref is None:
+        return None
+    cand = tool_config(launch, base, os.path.expanduser(ref))
+    return cand if cand.is_file() else None
 
 
 def command_targets(words, cwd: Path | None = None) -> list:
@@ -473,6 +603,9 @@ def command_targets(words, cwd: Path | None = None) -> list:
     (launch.command_target), one per training command for a shell script run with its arguments
     (`bash scripts/run.sh 2 /ckpt`: $1, "$@" and `shift` read with them)."""
     cwd = cwd or Path.cwd()
+    made = make_command(words)
+    if made is not None:
+        return _make_targets(made, cwd)
     sh = shell_script(words)
     if sh is None:
         return [command_target(words, cwd)]
@@ -488,9 +621,131 @@ def command_targets(words, cwd: Path | None = None) -> list:
     root = files.checkout_root(path)
     try:
         with files.checked_root(root):
-            targets = launcher_targets(path, shown, [base], args=args, env0=env, root=root)
+            targets = launcher_targets(path, shown, [base], args=args, env0=env, root=root, named=True)
     except OverBudget as exc:  # the launcher past a budget: a MEM001 note on it
         return [files.Target(path, shown, True, root=root, note=str(exc))]
     if not targets:
         raise MemlintError(f"{shown}: runs no Python training command memlint reads")
     return targets
+
+
+def _make_targets(made, cwd: Path) -> list:
+    """The files `make GOALS` runs: the training commands of those goals' recipes (and their prerequisites'), read
+    with make's variables (`PYTHON ?= uv run`, `make train MODEL=x`) and each recipe line's own `VAR=x cmd`."""
+    makefile, goals, variables, env, moved = made
+    base = cwd / moved if moved else cwd
+    if makefile is None:
+        makefile = next((n for n in ("GNUmakefile", "makefile", "Makefile") if (base / n).is_file()), "Makefile")
+    path = base / os.path.expanduser(makefile)
+    shown = os.path.normpath(os.path.join(moved or "", makefile))
+    if not path.is_file():
+        raise MemlintError(f"{shown}: no such file (the command's Makefile)")
+    targets = launcher_targets(path, shown, [base], env0=env, make=(goals, variables), named=True)
+    if not targets:
+        what = f"make {' '.join(goals)}".strip() if goals else "make (the default goal)"
+        raise MemlintError(f"{shown}: `{what}` runs no Python training command memlint reads")
+    return targets
+
+
+# ---- the README's own command for a file named alone ------------------------------------------------------------
+
+_FENCE = re.compile(r"^\s*(`{3,}|~{3,})\s*([\w+-]*)")
+_SHELL_LANGS = {"", "bash", "sh", "shell", "console", "zsh", "shell-session", "sh-session", "shellsession", "terminal"}
+_PROMPT = re.compile(r"^(?:\$|>|#\s*\$)\s+")
+MAX_DOC_FILES = 24  # docs/*.md files looked at beside a README, per folder
+_README_NAMES = ("README.md", "readme.md", "Readme.md", "README.MD", "README.markdown", "README")
+
+
+def readme_shell(text: str) -> str:
+    """The shell code blocks of a Markdown file (```bash, ```sh, ```console, or no language) as a shell script, every
+    other line blank so line numbers are the file's; a `$ ` prompt is taken off a command."""
+    out: list[str] = []
+    fence: str | None = None
+    shell = False
+    for line in text.splitlines():
+        m = _FENCE.match(line)
+        if fence is None and m:
+            fence, shell = m.group(1), m.group(2).lower() in _SHELL_LANGS
+            out.append("")
+        elif fence is not None and line.strip().startswith(fence[0] * 3) and not line.strip().strip(fence[0]):
+            fence = None
+            out.append("")
+        else:
+            out.append(_PROMPT.sub("", line.lstrip()) if fence is not None and shell else "")
+    return "\n".join(out)
+
+
+def _docs(folder: Path) -> list[Path]:
+    found = [folder / n for n in _README_NAMES if (folder / n).is_file()][:1]
+    docs = folder / "docs"
+    if docs.is_dir():
+        found += sorted(p for p in docs.glob("*.md") if p.is_file())[:MAX_DOC_FILES]
+    return found
+
+
+def readme_launch(path: Path, top: Path | None = None) -> Launch | None:
+    """The command a README (or docs/*.md) beside `path` or in a folder above it, up to `top` (the folder memlint
+    was run from; only files inside it are read), documents for that very file: `python train.py --lr 1e-4`,
+    `cd finetune && torchrun --nproc_per_node 8 train.py ...`, `llamafactory-cli train examples/x.yaml`. The
+    closest folder whose Markdown launches the file decides: its command when it documents one (repeated or
+    not), None when it documents several different runs of the file (which one is meant is not known) or none."""
+    top = (top or Path.cwd()).resolve()
+    target = path.resolve()
+    if top not in target.parents:
+        return None
+    folders = [target.parent]
+    while folders[-1] != top and top in folders[-1].parents:
+        folders.append(folders[-1].parent)
+    for folder in folders:
+        found: list[Launch] = []
+        for md in _docs(folder):
+            found += [launch for launch in _documented(md) if _launches_file(launch, [md.parent, top], target)]
+        runs = {(la.launcher, la.script, la.module, la.argv, la.processes, la.nodes, tuple(sorted(la.options.items())),
+                 tuple(sorted(la.env.items()))) for la in found}
+        if len(runs) == 1:
+            return replace(found[0], documented=True)
+        if runs:
+            return None
+    return None
+
+
+_DOC_MEMO: dict[tuple, list[Launch]] = {}  # a README's commands, once per run for every file named beside it
+
+
+def _documented(md: Path) -> list[Launch]:
+    """The commands of a Markdown file's shell code blocks (read once while it is unchanged)."""
+    from memlint.files import read_bytes
+
+    try:
+        st = md.stat()
+    except OSError:
+        return []
+    key = (str(md.resolve()), st.st_mtime_ns, st.st_size, os.getcwd())
+    if key not in _DOC_MEMO:
+        try:
+            text = readme_shell(read_bytes(md).decode("utf-8", errors="replace"))
+        except OSError:
+            return []
+        if len(_DOC_MEMO) >= 64:
+            _DOC_MEMO.clear()
+        _DOC_MEMO[key] = launches(md, os.path.relpath(md), text=text)
+    return _DOC_MEMO[key]
+
+
+def _launches_file(launch: Launch, bases: list[Path], target: Path) -> bool:
+    """Whether `launch`, run from one of `bases` (its `cd DIR` applied), runs `target` (as its script, its module,
+    its framework tool's config, or the config its script is given)."""
+    for base in bases:
+        base = base / launch.cwd if launch.cwd else base
+        if launch.script and (base / os.path.expanduser(launch.script)).resolve() == target:
+            return True
+        if launch.module and (found := resolve_module(launch.module, [base])) is not None and found.resolve() == target:
+            return True
+        if launch.launcher in FRAMEWORK_CLIS and not launch.script and not launch.module:
+            found = _tool_config(launch, base)
+            if found is not None and found.resolve() == target:
+                return True
+        if launch.script and target.suffix in (".yaml", ".yml", ".json", ".toml"):
+            if any((base / w).resolve() == target for w in launch.argv if not w.startswith("-") and "=" not in w):
+                return True
+    return False

@@ -20,8 +20,13 @@ _CELL_MARKER = re.compile(r"^\s*#\s*(%%|In\s*\[)")
 
 def read_source(path: Path) -> str:
     """The Python text to analyse for `path` (.py or .ipynb); raises MemlintError on bad input."""
+    return read_source_cells(path)[0]
+
+
+def read_source_cells(path: Path) -> tuple[str, list[int] | None]:
+    """read_source, and for a notebook where each code cell starts (0-based line of the joined code)."""
     try:
-        raw = read_bytes(path)
+        raw = notebook_bytes(path) if path.suffix == ".ipynb" else read_bytes(path)
     except Refused as exc:
         raise MemlintError(f"{path}: {exc.why}") from None
     except FileNotFoundError:
@@ -35,8 +40,80 @@ def read_source(path: Path) -> str:
     except UnicodeDecodeError as exc:
         raise MemlintError(f"{path}: not UTF-8 (byte {exc.start})") from None
     if path.suffix == ".ipynb":
-        return notebook_source(text, path)
-    return transform_lines(source_lines(text), cells=None)
+        lines, starts = notebook_cells(text, path)
+        return transform_lines(lines, cells=starts), starts
+    return transform_lines(source_lines(text), cells=None), None
+
+
+# A notebook's saved outputs (plots, logs) and attachments are not code: past max-file-size because of them, a
+# notebook up to this many times the limit is read by its code cells alone, if those fit within the limit.
+NOTEBOOK_OUTPUTS_FACTOR = 8
+
+
+def notebook_bytes(path: Path) -> bytes:
+    """A notebook's content for reading its code: the file itself, or, where saved outputs and attachments take it
+    past max-file-size, its code cells alone as a notebook (their lines unchanged), when those fit within the limit.
+    Raises files.Refused (an OSError) as read_bytes does."""
+    import os
+
+    from memlint.files import max_file_size
+
+    limit = max_file_size()
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        size = 0
+    if size <= limit:
+        return read_bytes(path)
+    raw = read_bytes(path, limit * NOTEBOOK_OUTPUTS_FACTOR,
+                     what=f"max-file-size (× {NOTEBOOK_OUTPUTS_FACTOR} for a notebook's saved outputs)")
+    over = f"not read: {size / 1_000_000:,.1f} MB, over the max-file-size of {limit / 1_000_000:,.1f} MB"
+    try:
+        nb = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise Refused(path, over) from None
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        raise Refused(path, over)
+    code = [{"cell_type": "code", "source": c.get("source")} for c in nb["cells"]
+            if isinstance(c, dict) and c.get("cell_type") == "code"]
+    out = json.dumps({"cells": code, "metadata": {}, "nbformat": nb.get("nbformat", 4)}).encode()
+    if len(out) > limit:
+        raise Refused(path, f"{over}, its code cells alone {len(out) / 1_000_000:,.1f} MB")
+    return out
+
+
+def outputs_note(path: Path) -> str | None:
+    """The note of a notebook read by its code cells because its saved outputs are over max-file-size."""
+    import os
+
+    from memlint.files import max_file_size
+
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        return None
+    if path.suffix != ".ipynb" or size <= max_file_size():
+        return None
+    return (f"{path.name} is {size / 1_000_000:,.1f} MB with its saved outputs, over the max-file-size of "
+            f"{max_file_size() / 1_000_000:,.1f} MB: read by its code cells alone (outputs and attachments are not code)")
+
+
+def skip_cell(source: str, cells: list[int] | None, line: int) -> tuple[str, str] | None:
+    """(the source with the code cell holding 1-based `line` blanked, which cell that was) for a notebook whose cell
+    does not parse as Python (a shell command without `!`, a cell of another language): that cell costs itself
+    only. None when `line` is in no cell."""
+    if not cells:
+        return None
+    lines = source.split("\n")
+    i = line - 1
+    k = max((n for n, start in enumerate(cells) if start <= i), default=None)
+    if k is None or i >= len(lines):
+        return None
+    end = cells[k + 1] if k + 1 < len(cells) else len(lines)
+    if not any(lines[cells[k]:end]):
+        return None  # already blank: the error is not this cell's
+    lines[cells[k]:end] = [""] * (end - cells[k])
+    return "\n".join(lines), f"code cell {k + 1} (line {cells[k] + 1})"
 
 
 def notebook_source(text: str, path: Path) -> str:

@@ -582,27 +582,35 @@ def measure(setup: Setup, *, device: str = "auto", steps: int = 2, model: Any = 
 
         optimizer, onotes = _step_optimizer(setup, model, mode)
         notes += onotes
-        step_results, comp, paged_bytes = run.steps(model, ref, trainable, optimizer, meter, tracker, steps)
+        try:
+            step_results, comp, paged_bytes = run.steps(model, ref, trainable, optimizer, meter, tracker, steps)
+        finally:
+            from memlint.measure.optim import reset_bnb_overrides
+
+            reset_bnb_overrides()
         if setup.optimizer_in_bwd:
             optimizer.remove()  # the hooks of a model the caller passed in stay its own
         if paged_bytes:
             details["paged_optimizer_bytes"] = paged_bytes
-        overhead = 0
-        if mode == "cuda":
-            overhead = meter.max_memory_reserved() - max(s.peak for s in step_results)
-            dev_name = torch.cuda.get_device_name()
-            method = "cuda-allocator"
-        elif mode == "cpu":
-            dev_name = "cpu (storage tracker, real tensors)"
-            method = "cpu-tensor-tracker"
-        else:
-            dev_name = "cpu (fake-tensor trace)"
-            method = "fake-tensor-trace"
+        dev_name, method, overhead = _device_and_method(mode, meter, step_results)
         components = {"weights": weights, **comp, "overhead": max(overhead, 0)}
         reserved = _reserved(mode, meter, tracker, steps, alloc_conf, notes)
 
     return Measurement(components=components, steps=step_results, device=dev_name, method=method,
                        notes=notes, details=details, runtime_s=time.perf_counter() - t0, reserved=reserved)
+
+
+def _device_and_method(mode: str, meter: Any, step_results: list) -> tuple[str, str, int]:
+    """What measured the step, in words and as a method name, and the overhead it sees (CUDA: reserved past the
+    allocated peak; a trace or a CPU run has none)."""
+    if mode == "cuda":
+        import torch
+
+        return (torch.cuda.get_device_name(), "cuda-allocator",
+                meter.max_memory_reserved() - max(s.peak for s in step_results))
+    if mode == "cpu":
+        return "cpu (storage tracker, real tensors)", "cpu-tensor-tracker", 0
+    return "cpu (fake-tensor trace)", "fake-tensor-trace", 0
 
 
 def _step_optimizer(setup: Setup, model: Any, mode: str) -> tuple[Any, list[str]]:
@@ -692,6 +700,14 @@ def _traced_attention(setup: Setup, mode: str, notes: list[str]) -> str:
     return attn
 
 
+def _trl_fused_head(setup: Setup) -> bool:
+    """SFTTrainer's step at a trl version with the fused LM head (no full logits)."""
+    from memlint.estimate.activations import sft_layout
+
+    layout = sft_layout(setup)
+    return layout is not None and layout["layout"] == "chunked"
+
+
 def _refuse_unsupported(setup: Setup, model: Any) -> None:
     if setup.modules_to_save and setup.model.tied_embeddings:
         raise MemlintError("memlint.measure does not trace modules_to_save on a model with tied embeddings (peft's copy "
@@ -719,7 +735,7 @@ def _refuse_unsupported(setup: Setup, model: Any) -> None:
         from memlint.estimate.activations import logps_layout
 
         if logps_layout(setup)["layout"] != "logits":
-            raise MemlintError(f"memlint.measure traces TRL's materialised-logits DPO step (trl < 1.16); trl "
+            raise MemlintError(f"memlint.measure traces TRL's materialised-logits DPO step (trl < 1.15); trl "
                                f"{setup.trl_version or '(newest known)'} uses the fused LM head: pass trl_version")
     if setup.reference == "copy" and (setup.quant != "none" or model is not None):
         raise MemlintError("memlint.measure builds a reference copy only for an unquantized model it builds itself")
@@ -775,8 +791,27 @@ class _Run:
                 _every_nth_layer(model, self.setup.recompute_every)
             if self.setup.method in ("lora", "qlora"):
                 model.enable_input_require_grads()
+        if _trl_fused_head(self.setup):
+            self._trl_fused_head(stack, model, fake_mode is not None)
         model.train()
         return model, ref
+
+    def _trl_fused_head(self, stack: Any, model: Any, fake: bool) -> None:
+        """TRL's SFTTrainer >= 1.15 (data/preference.json sft_layouts): its own add_fused_lm_head on the model, the
+        step calls it with fused_lm_head=True; CUDA's Triton kernels stood in (measure/trainer_step.py). On fake
+        tensors every position is scored (transformers' mask indexing has a data-dependent shape): with every label
+        trained, the same tokens as CUDA's valid positions."""
+        from memlint.measure.trainer_step import cuda_trl_kernels
+
+        try:
+            from trl.trainer.utils import add_fused_lm_head
+        except ImportError as exc:
+            raise MemlintError(f"SFTTrainer's fused LM head (trl >= 1.15) needs trl installed to be traced: {exc}") from exc
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        add_fused_lm_head(base, outputs=("log_probs", "entropy", "is_top1"))
+        stack.enter_context(cuda_trl_kernels(compact=not fake))
+        self.notes.append("SFTTrainer's fused LM head: trl's add_fused_lm_head and ChunkedLogProbFunction, the Triton "
+                          "tile kernels stood in (in place, no allocation)")
 
     def _build(self, stack: Any, attn: str, dropout: float, fake_mode: Any) -> tuple[Any, Any]:
         import torch
@@ -943,6 +978,8 @@ class _Run:
             head = _encoder_head(model)
         elif setup.seq2seq:
             head = model.get_output_embeddings()
+        elif _trl_fused_head(setup):  # lm_head's weight is read by TRL's kernel, not called: mark at the final norm
+            head = model.get_decoder().norm
         else:
             head = model.get_output_embeddings() if setup.objective != "reward" else _score_head(model)
         marks, handle = mark_head(head, meter)
@@ -998,7 +1035,8 @@ class _Run:
             start = meter.memory_allocated()
             if setup.objective == "sft":
                 with autocast():
-                    loss = model(input_ids=input_ids, labels=labels, **images).loss
+                    fused = {"fused_lm_head": True} if _trl_fused_head(setup) else {}
+                    loss = model(input_ids=input_ids, labels=labels, **images, **fused).loss
             else:
                 loss = _preference_loss(model, ref, setup, input_ids, autocast, amp)
             if accum > 1:

@@ -217,14 +217,24 @@ def _wrap(model: Any, engine: str, ranks: int, nodes: int, setup: Setup | None =
     else:
         mesh = init_device_mesh("cpu", (ranks,))
     reshard = engine != "fsdp_shard_grad_op"
+    mp: dict = {}
+    if setup is not None:
+        from memlint.estimate.sharding import fsdp_mixed_precision
+
+        if fsdp_mixed_precision(setup):  # accelerate's policy under bf16/fp16: param_dtype = reduce_dtype = half
+            import torch
+            from torch.distributed.fsdp import MixedPrecisionPolicy
+
+            half = torch.bfloat16 if setup.precision == "amp-bf16" else torch.float16
+            mp = {"mp_policy": MixedPrecisionPolicy(param_dtype=half, reduce_dtype=half)}
     # accelerate's TRANSFORMER_BASED_WRAP: one unit per `_no_split_modules` block
     # (the decoder layers); what is left (embeddings, final norm, lm_head) is the root's.
     blocks = set()
     for m in model.modules():
         blocks |= set(getattr(m, "_no_split_modules", None) or ())
     for layer in [m for m in model.modules() if type(m).__name__ in blocks]:
-        fully_shard(layer, mesh=mesh, reshard_after_forward=reshard)
-    fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
+        fully_shard(layer, mesh=mesh, reshard_after_forward=reshard, **mp)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard, **mp)
     return model
 
 
@@ -317,12 +327,14 @@ def _rank_steps(model: Any, setup: Setup, trainable: list, optimizer: Any, track
     gen = torch.Generator().manual_seed(seed + 1)
     phases: dict[str, int] = {}
     comp: dict[str, int] = {}
+    mark = getattr(tracker, "begin_phase", lambda label: None)  # phase markers for the allocator replay
     for _step in range(steps):
         phases = {"forward": 0, "backward": 0}
         activations = logits = 0
         for _micro in range(setup.grad_accum):
             marks.clear()
             ids = torch.randint(0, setup.model.vocab, (setup.batch, setup.seq), generator=gen)
+            mark((_step + 1, "forward"))
             tracker.reset_peak_memory_stats()
             start = tracker.memory_allocated()
             kw: dict = {}
@@ -338,11 +350,13 @@ def _rank_steps(model: Any, setup: Setup, trainable: list, optimizer: Any, track
                 phases["forward"] = max(phases["forward"], marks.get("pre_head_peak", 0), after)
                 activations = max(activations, marks["head"] - start)
                 logits = max(logits, after - marks["head"])
+                mark((_step + 1, "backward"))
                 tracker.reset_peak_memory_stats()
                 loss.backward()
             del loss, ids
             phases["backward"] = max(phases["backward"], tracker.max_memory_allocated())
         grads = storage_bytes(_local(p.grad) for p in trainable if p.grad is not None)
+        mark((_step + 1, "optimizer"))
         tracker.reset_peak_memory_stats()
         if engine != "tp":  # TP mixes DTensor and replicated plain parameters, which one foreach norm cannot take
             torch.nn.utils.clip_grad_norm_(trainable, 1.0, foreach=True)

@@ -112,6 +112,21 @@ def build_galore(name: str, model: torch.nn.Module, rank: int, targets: Any,
     return cls(params, **kwargs), notes
 
 
+def reset_bnb_overrides() -> None:
+    """Forget the per-module overrides registered with bitsandbytes' process-wide GlobalOptimManager (transformers'
+    Trainer registers 32-bit state for embeddings; memlint.measure does the same): kept, a freed parameter's id can
+    come back on a later model's parameter in the same process and carry the override to it."""
+    import sys
+
+    bnb_optim = sys.modules.get("bitsandbytes.optim")
+    if bnb_optim is None:
+        return
+    manager = bnb_optim.GlobalOptimManager.get_instance()
+    manager.module_weight_config_triple.clear()
+    manager.pid2config.clear()
+    manager.index2config.clear()
+
+
 def build_optimizer(name: str, model: torch.nn.Module, *, master_fp32: bool = False,
                     fake: bool = False, params: list | None = None,
                     split_dtensors: bool = False) -> tuple[torch.optim.Optimizer, list[str]]:
@@ -166,6 +181,13 @@ def build_optimizer(name: str, model: torch.nn.Module, *, master_fp32: bool = Fa
                          "still includes them")
         if master_fp32:
             raise MemlintError(f"--precision master-fp32 with {name} is not supported by memlint.measure")
+        if bits == 8 and params is None:
+            # transformers' Trainer.create_optimizer: every nn.Embedding's weight gets 32-bit state
+            manager = bo.GlobalOptimManager.get_instance()
+            for module in model.modules():
+                if isinstance(module, torch.nn.Embedding):
+                    manager.register_module_override(module, "weight", {"optim_bits": 32})
+            notes.append("bitsandbytes 8-bit: the embeddings' state 32-bit, as transformers' Trainer registers it")
         if fake:
             # bitsandbytes builds its quantization maps with .tolist(): build it outside the fake mode.
             from torch._subclasses.fake_tensor import unset_fake_temporarily

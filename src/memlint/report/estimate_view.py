@@ -94,7 +94,8 @@ def render(est: Estimate, targets, console, extra: Mapping[str, int] | None = No
     from rich.table import Table
 
     m = est.setup.model
-    source = f"catalog, assumed from the folder name of {m.assumed_from}" if m.assumed_from else m.source
+    source = (f"catalog, assumed from the name of {m.assumed_from}" if m.source == "named-base" else
+              f"catalog, assumed from the folder name of {m.assumed_from}") if m.assumed_from else m.source
     params = m.params
     if est.setup.encoder:  # with the task head the script loads
         from memlint.estimate.model_state import encoder_spec

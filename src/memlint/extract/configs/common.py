@@ -24,9 +24,23 @@ class Bad(Exception):
 
 
 class Reader:
-    """Accumulates the fields, notes and diagnostics of one config's plan."""
+    """Accumulates the fields, notes and diagnostics of one config's plan.
+
+    A format registers itself by subclassing: its `kind`, how a file of it looks (`matches`: its top-level and
+    "section.key" keys, and its text when it did not parse; `named`: a broken file's name), and a `rank` among
+    the formats whose markers a file may share (the most specific first). configs/registry.py finds them."""
 
     kind = ""
+    rank = 0
+    launcher = False  # a launcher's config (DeepSpeed, accelerate): laid over a script's plan, names no model
+
+    @staticmethod
+    def matches(keys: set[str], text: str) -> bool:
+        return False
+
+    @staticmethod
+    def named(name: str) -> bool:
+        return False
 
     def __init__(self, doc: Document, file: Path) -> None:
         self.doc = doc
@@ -165,7 +179,8 @@ def shown_near(shown: str, ref: str) -> str:
 
 
 _OPTIMIZER_FAMILIES = {"torch": "torch", "bitsandbytes": "bnb", "bnb": "bnb", "transformers": "transformers",
-                       "torchao": "torchao", "schedulefree": "schedulefree", "optimi": "optimi", "lomo_optim": "lomo_optim"}
+                       "torchao": "torchao", "schedulefree": "schedulefree", "optimi": "optimi", "lomo_optim": "lomo_optim",
+                       "deepspeed": "deepspeed", "apex": "apex"}
 
 
 def optimizer_of_class(path: str) -> str | None:

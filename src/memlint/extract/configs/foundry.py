@@ -17,8 +17,16 @@ from memlint.library.defaults import default as library_default
 from memlint.plan import Value
 
 
+_MARKERS = {"max_duration", "global_train_batch_size", "device_train_microbatch_size", "device_train_batch_size"}
+
+
 class Foundry(FrameworkReader):
     kind = "llm-foundry"
+    rank = 50
+
+    @staticmethod
+    def matches(keys: set[str], text: str) -> bool:
+        return "train_loader" in keys and bool(keys & _MARKERS)
 
     def read(self) -> None:
         self.res = resolve(self.doc)

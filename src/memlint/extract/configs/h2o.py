@@ -19,6 +19,11 @@ _CAUSAL = ("text_causal_language_modeling", "text_causal_classification_modeling
 
 class H2OLLMStudio(FrameworkReader):
     kind = "h2o-llmstudio"
+    rank = 60
+
+    @staticmethod
+    def matches(keys: set[str], text: str) -> bool:  # H2O LLM Studio's experiment cfg.yaml
+        return "llm_backbone" in keys and bool(keys & {"architecture", "training", "tokenizer", "problem_type"})
 
     def _get(self, section: str, key: str):
         """(value, from the config?): the config's value, else the dataclass default."""

@@ -48,8 +48,22 @@ def find_deepspeed(config: Path, shown_config: str, ref: str) -> tuple[Document 
     return None, f"{ref}: not found next to {shown_config}"
 
 
+_DEEPSPEED = {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size"}
+_ACCELERATE = {"distributed_type", "compute_environment"}
+
+
 class _DS(Reader):
     kind = "deepspeed"
+    rank, launcher = 120, True
+
+    @staticmethod
+    def matches(keys: set[str], text: str) -> bool:
+        return bool(keys & _DEEPSPEED)
+
+    @staticmethod
+    def named(name: str) -> bool:
+        lower = name.lower()
+        return lower.endswith(".json") and any(w in lower for w in ("deepspeed", "ds_config", "zero"))
 
 
 def deepspeed_facts(doc: Document) -> LaunchFacts:
@@ -128,6 +142,16 @@ def deepspeed_facts(doc: Document) -> LaunchFacts:
 
 class _Acc(Reader):
     kind = "accelerate"
+    rank, launcher = 130, True
+
+    @staticmethod
+    def matches(keys: set[str], text: str) -> bool:
+        return bool(keys & _ACCELERATE)
+
+    @staticmethod
+    def named(name: str) -> bool:
+        lower = name.lower()
+        return "accelerate" in lower and not lower.endswith(".json")
 
 
 def accelerate_facts(doc: Document, file: Path | None = None) -> LaunchFacts:

@@ -24,8 +24,20 @@ from memlint.plan import Value
 _CHECKPOINTS = re.compile(r"^(?:\./)?checkpoints/([^/\s]+/[^/\s]+?)/?$")
 
 
+_MARKERS = {"lora_r", "lora_alpha", "lora_dropout", "lora_query", "lora_key", "lora_value", "lora_projection", "lora_mlp",
+            "lora_head", "quantize", "logger_name", "num_nodes", "train.micro_batch_size", "train.global_batch_size"}
+# the same "section.key" markers for a file not yet parsed (a walk's prefilter sees only the text)
+_MARKERS_TEXT = re.compile(r"^[ \t]+(?:micro|global)_batch_size[ \t]*:", re.M)
+
+
 class LitGPT(FrameworkReader):
     kind = "litgpt"
+    rank = 70
+
+    @staticmethod
+    def matches(keys: set[str], text: str) -> bool:
+        named = "checkpoint_dir" in keys or ("model_name" in keys and bool(keys & {"initial_checkpoint_dir", "tokenizer_dir"}))
+        return named and bool(keys & _MARKERS or _MARKERS_TEXT.search(text))
 
     def read(self) -> None:
         self.script = self._script()

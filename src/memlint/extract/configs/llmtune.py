@@ -21,8 +21,16 @@ _SFT = ("training", "sft_args")
 _BNB = ("model", "bitsandbytes")
 
 
+_MARKERS = {"ablation", "qa", "inference", "save_dir"}
+
+
 class LlmTune(FrameworkReader):
     kind = "llmtune"
+    rank = 15
+
+    @staticmethod
+    def matches(keys: set[str], text: str) -> bool:
+        return "model.hf_model_ckpt" in keys or ({"model", "lora", "training"} <= keys and bool(keys & _MARKERS))
 
     def read(self) -> None:
         self.ablate = self.doc.get("ablation", "use_ablate") is True

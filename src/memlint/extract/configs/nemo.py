@@ -87,8 +87,20 @@ def _apply_resolvers(doc: Document, res: Any, table: dict) -> None:
     doc.data = walk(doc.data, ())
 
 
+_MARKERS = {"model.tensor_model_parallel_size", "model.pipeline_model_parallel_size", "model.megatron_amp_O2"}
+_MARKERS_TEXT = re.compile(r"^[ \t]+(?:tensor_model_parallel_size|pipeline_model_parallel_size|megatron_amp_O2)[ \t]*:",
+                           re.M)
+
+
 class NeMo(FrameworkReader):
     kind = "nemo"
+    rank = 30
+
+    @staticmethod
+    def matches(keys: set[str], text: str) -> bool:
+        # NeMo 1.x / NeMo-Megatron: Lightning's `trainer:` beside a MegatronGPTModel `model:` with its parallel sizes
+        return {"trainer", "model"} <= keys and bool(
+            keys & _MARKERS or {"model.micro_batch_size", "model.global_batch_size"} <= keys or _MARKERS_TEXT.search(text))
 
     @staticmethod
     def not_training(doc: Document) -> str | None:

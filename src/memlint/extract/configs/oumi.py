@@ -7,6 +7,8 @@ every unknown key is reported. `${...}` references are resolved as OmegaConf wou
 
 from __future__ import annotations
 
+import re
+
 from typing import Any
 
 from memlint.extract.configs import frameworks
@@ -30,8 +32,22 @@ def _enum(v: Any) -> str | None:
     return v.strip().upper() if isinstance(v, str) and v.strip() else None
 
 
+_MARKERS = {"training.trainer_type", "training.use_peft", "training.enable_gradient_checkpointing",
+            "training.mixed_precision_dtype", "model.torch_dtype_str", "model.model_max_length", "peft.q_lora",
+            "fsdp.enable_fsdp"}
+_MARKERS_TEXT = re.compile(r"^[ \t]+(?:trainer_type|use_peft|enable_gradient_checkpointing|torch_dtype_str|"
+                           r"model_max_length)[ \t]*:", re.M)
+_MODEL_TEXT = re.compile(r"^[ \t]+model_name[ \t]*:", re.M)
+
+
 class Oumi(FrameworkReader):
     kind = "oumi"
+    rank = 10
+
+    @staticmethod
+    def matches(keys: set[str], text: str) -> bool:
+        return {"model", "training"} <= keys and (("model.model_name" in keys and bool(keys & _MARKERS))
+                                                  or bool(_MODEL_TEXT.search(text) and _MARKERS_TEXT.search(text)))
 
     def read(self) -> None:
         res = resolve(self.doc)

@@ -21,6 +21,13 @@ _RL_TRAINERS = {"dpo": "DPOTrainer", "ipo": "DPOTrainer", "orpo": "ORPOTrainer",
                 "simpo": "CPOTrainer", "grpo": "GRPOTrainer", "gdpo": "GRPOTrainer"}
 
 
+_AXOLOTL = {"adapter", "micro_batch_size", "sequence_len", "sample_packing", "lora_target_linear", "num_epochs",
+            "pad_to_sequence_len", "flash_attention", "val_set_size", "load_in_4bit", "load_in_8bit", "datasets"}
+_LLAMA_FACTORY = {"finetuning_type", "stage", "cutoff_len", "lora_target", "quantization_bit", "template", "lora_rank"}
+_TRL = {"per_device_train_batch_size", "use_peft", "max_seq_length", "max_length", "gradient_accumulation_steps",
+        "learning_rate", "lora_r", "load_in_4bit", "dataset_mixture", "dataset_name", "bf16", "num_train_epochs"}
+
+
 class FrameworkReader(Reader):
     """Shared parts: the model id, DeepSpeed/FSDP settings, the unknown-key check."""
 
@@ -160,6 +167,11 @@ class FrameworkReader(Reader):
 
 class Axolotl(FrameworkReader):
     kind = "axolotl"
+    rank = 100
+
+    @staticmethod
+    def matches(keys: set[str], text: str) -> bool:
+        return "base_model" in keys and bool(keys & _AXOLOTL)
 
     def read(self) -> None:
         d = self.doc
@@ -405,6 +417,11 @@ class Axolotl(FrameworkReader):
 
 class LlamaFactory(FrameworkReader):
     kind = "llama-factory"
+    rank = 90
+
+    @staticmethod
+    def matches(keys: set[str], text: str) -> bool:
+        return "model_name_or_path" in keys and bool(keys & _LLAMA_FACTORY)
 
     @staticmethod
     def not_training(doc: Document) -> str | None:
@@ -598,6 +615,11 @@ def _lf_targets(t: Any) -> Any:
 
 class TrlRecipe(FrameworkReader):
     kind = "trl-recipe"
+    rank = 80
+
+    @staticmethod
+    def matches(keys: set[str], text: str) -> bool:
+        return "model_name_or_path" in keys and bool(keys & _TRL)
 
     def read(self) -> None:
         self.model_id("model_name_or_path")
@@ -742,6 +764,11 @@ class TrlRecipe(FrameworkReader):
 
 class Torchtune(FrameworkReader):
     kind = "torchtune"
+    rank = 110
+
+    @staticmethod
+    def matches(keys: set[str], text: str) -> bool:
+        return "_component_:" in text or "_component_" in keys
 
     def read(self) -> None:
         d = self.doc
@@ -981,4 +1008,3 @@ class Torchtune(FrameworkReader):
             self.unknown("distributed", "torchtune shards only under a distributed recipe; which one `tune run` uses is not in the config")
 
 
-READERS = {"axolotl": Axolotl, "llama-factory": LlamaFactory, "trl-recipe": TrlRecipe, "torchtune": Torchtune}

@@ -21,8 +21,23 @@ from memlint.plan import Value
 from memlint.vocab import ascii_digits
 
 
+# torchtitan's JobConfig sections beside [model] flavor (a job TOML names its model by name + flavor)
+SECTIONS = {"job", "parallelism", "activation_checkpoint", "lr_scheduler", "float8", "quantize", "compile", "checkpoint"}
+
+
+def job_sections(top_keys: tuple[str, ...]) -> bool:
+    """A TOML file's tables look like a torchtitan job file's (also when it does not parse)."""
+    keys = set(top_keys)
+    return {"model", "training"} <= keys and bool(keys & SECTIONS)
+
+
 class Torchtitan(FrameworkReader):
     kind = "torchtitan"
+    rank = 40
+
+    @staticmethod
+    def matches(keys: set[str], text: str) -> bool:
+        return "model.flavor" in keys and "training" in keys and bool(keys & SECTIONS)
 
     def read(self) -> None:
         self.facts = frameworks.framework(self.kind)
