@@ -107,29 +107,17 @@ def autocast_weight_copies(s: Setup) -> tuple[int, int]:
 
 
 def _linear_inputs(s: Setup, a: int, inter: int) -> int:
-    """Bytes per token that linear layers keep of their inputs for their weight grads.
+    """Bytes per token that LoRA adapters keep of their inputs for their weight grads (a full fine-tune's linears are
+    estimate/decoder.py's terms: layer_bytes, input_copies).
 
-    A trained linear keeps its input; siblings that read the same tensor share it
-    (q/k/v, gate/up). LoRA adapters differ: peft casts the input to the adapter's fp32
-    and autocast casts it back, so under autocast each adapter keeps its own half copy,
-    and with dropout each keeps its own dropped-out copy plus a bool mask."""
+    Adapters on frozen linears that read the same tensor share it (q/k/v, gate/up). peft casts the input to the
+    adapter's fp32 and autocast casts it back, so under autocast each adapter keeps its own half copy, and with
+    dropout each keeps its own dropped-out copy plus a bool mask."""
     from memlint.estimate.decoder import attention_output_kept, fact, mlp_output_kept
+    from memlint.estimate.sharding import fsdp_mixed_precision
 
     m = s.model
     size = {"attn_in": m.hidden, "mlp_in": m.hidden, "mlp_out": inter, "attn_out": 0}
-    if s.method == "full":
-        casts = {"attn_in": 1, "mlp_in": 1}
-        if s.precision in ("amp-bf16", "amp-fp16") and residual_bytes(s) != a:
-            # autocast casts an fp32 input for every op that reads it (only leaf weights are cached): q, k and v
-            # each keep their own half copy of the fp32 norm output, gate and up theirs (traced: the Trainer rows of
-            # benchmarks/trainer_steps.py over fp32 weights)
-            for l in m.layer_linears():
-                if l.role in casts and l.count >= m.layers:
-                    casts[l.role] += l.count // m.layers
-            casts = {k: max(1, v - 1) for k, v in casts.items()}
-        return a * (size["attn_in"] * casts["attn_in"] + size["mlp_in"] * casts["mlp_in"] + size["mlp_out"])
-    from memlint.estimate.sharding import fsdp_mixed_precision
-
     # FSDP's mixed precision gathers the adapters in the half dtype too: peft's cast to the adapter dtype is a no-op
     autocast = s.precision in ("amp-bf16", "amp-fp16") and not fsdp_mixed_precision(s)
     # fp32 adapters on a half base without autocast: peft casts each adapter's input to fp32, and
