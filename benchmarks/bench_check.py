@@ -77,6 +77,34 @@ def _timed(argv: list[str], cache: str | None, runs: int = RUNS, fresh: bool = F
     return statistics.median(xs)
 
 
+def _libcst_alone(script: Path) -> float:
+    """libcst's own cost on the same file, in a fresh interpreter: import, native parse, PositionProvider over
+    every node (what memlint's cold check must stay within 2x of)."""
+    code = ("import libcst as cst, libcst.metadata as m\n"
+            f"src = open({str(script)!r}, encoding='utf-8').read()\n"
+            "w = m.MetadataWrapper(cst.parse_module(src), unsafe_skip_copy=True)\n"
+            "w.resolve(m.PositionProvider)\n")
+    return timed(code)
+
+
+def _preflight(script: Path) -> float | None:
+    """`torch-preflight check` on the same file, when that peer is installed (pip install torch-preflight)."""
+    import shutil as sh
+
+    exe = sh.which("torch-preflight")
+    if exe is None:
+        return None
+    import statistics
+    import time
+
+    xs = []
+    for _ in range(3):
+        t = time.perf_counter()
+        subprocess.run([exe, "check", str(script)], capture_output=True, cwd=ROOT)
+        xs.append(time.perf_counter() - t)
+    return statistics.median(xs)
+
+
 def main() -> None:
     import os
 
@@ -89,6 +117,8 @@ def main() -> None:
         cache = str(Path(tmp) / "cache")
         quiet = ["-q", "--exit-zero"]
         bare = timed("pass")
+        libcst_alone = _libcst_alone(script)
+        peer = _preflight(script)
         one = _timed(["check", str(script), "--gpu", "RTX4090", *quiet], cache, fresh=True)
         many = _timed(["check", str(folder), "--gpu", "RTX4090", *quiet], cache, fresh=True)
         many_1 = _timed(["check", str(folder), "--gpu", "RTX4090", "-j", "1", *quiet], cache, fresh=True)
@@ -102,6 +132,13 @@ def main() -> None:
     print(f"python {sys.version.split()[0]}, {jobs} CPUs, median of {RUNS} runs (fresh interpreter each, bytecode compiled)")
     print(f"  interpreter start alone                          {bare:6.3f} s")
     print(f"  cold: check one {n_lines}-line script, --gpu            {one:6.3f} s   (target <= 0.6 s)")
+    print(f"  libcst alone: import + parse + positions, same file {libcst_alone:6.3f} s   "
+          f"(check / libcst = {one / libcst_alone:.2f}, target <= 2)")
+    if peer is not None:
+        print(f"  torch-preflight check, same file                  {peer:6.3f} s   "
+              f"(check / preflight = {one / peer:.2f}, target <= 0.25)")
+    else:
+        print("  torch-preflight check: not installed (pip install torch-preflight to compare)")
     print(f"  cold: check {len(files)} scripts, --gpu, -j {jobs}                {many:6.3f} s   (target <= 3 s)")
     print(f"  cold: check {len(files)} scripts, --gpu, -j 1                {many_1:6.3f} s")
     print(f"  cold: check {len(files)} scripts, fit on all common GPUs    {nogpu:6.3f} s")

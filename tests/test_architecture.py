@@ -250,3 +250,25 @@ def test_a_new_attention_implementation_is_one_data_edit():
         est = estimate(setup)
         assert est.peak == estimate(setup.with_(attn="sdpa")).peak
         assert "acme_attn saves what SDPA saves" in est.assumptions
+
+
+def test_a_config_format_is_one_module_found_by_the_registry():
+    """Every Reader subclass in extract/configs/ with a kind registers (configs/registry.py), and the package's
+    front (configs/__init__.py) names no format: adding one is a module plus its data rows."""
+    from memlint.extract.configs import registry
+
+    folder = SRC / "extract" / "configs"
+    declared = set()
+    for f in folder.glob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                for stmt in node.body:
+                    if isinstance(stmt, ast.Assign) and any(getattr(t, "id", "") == "kind" for t in stmt.targets) \
+                            and isinstance(stmt.value, ast.Constant) and stmt.value.value:
+                        has_matches = any(isinstance(s, ast.FunctionDef) and s.name == "matches" for s in node.body)
+                        assert has_matches, f"{f.name}: {node.name} (kind {stmt.value.value!r}) has no matches()"
+                        declared.add(stmt.value.value)
+    assert declared == set(registry.names())
+    front = (folder / "__init__.py").read_text(encoding="utf-8")
+    named = [k for k in declared if re.search(rf"[\"']{re.escape(k)}[\"']", front)]
+    assert not named, f"configs/__init__.py names formats {named}: they belong to their modules"

@@ -96,6 +96,11 @@ def conditional(plan: TrainingPlan, extra: Mapping[str, Any] | None = None, gpu:
         return None
     if not model_known or "model_id" in missing:
         missing.add("model_id")
+    elif "max_length" in missing:  # a model id memlint cannot resolve offline, the length unknown too: the table
+        try:
+            setup_from_plan(_with(plan, max_length=_SEQ_STEP), extra)
+        except MemlintError:
+            missing.add("model_id")
     if missing - {"model_id", "max_length", "per_device_batch"}:
         return None  # an unknown sharding leaves nothing to condition on
     if "per_device_batch" in missing:

@@ -34,9 +34,24 @@ def _pinned(path: Path, read):
     from memlint.library.versions import checkout_versions
 
     pins = checkout_pins(path)
+    if path.suffix == ".ipynb":  # the notebook's own `!pip install trl==0.4.7` first: it is what the notebook runs
+        from memlint.extract.source import read_source
+        from memlint.library.pins import install_pins
+
+        try:
+            own = install_pins(read_source(path), str(path))
+        except MemlintError:
+            own = ()
+        pins = own + tuple(p for p in pins if p.package not in {o.package for o in own})
     with checkout_versions(pins):
         got = read()
     plan = got[0] if isinstance(got, tuple) else got
+    from memlint.extract.placeholders import unplaceholder
+
+    fixed = unplaceholder(plan)  # `<your_model_path>`, `path/to/model`: no model id
+    if fixed is not plan:
+        got = (fixed, *got[1:]) if isinstance(got, tuple) else fixed
+        plan = fixed
     if plan is None or not pins:
         return got
     plan = replace(plan, versions=pins, sources=tuple(dict.fromkeys([*plan.sources, *pin_files(pins)])))
@@ -113,7 +128,12 @@ def _script_trainer(plan: TrainingPlan, script: Path) -> TrainingPlan:
         own = extract_source(read_source(script), script, shown=str(script)).get("trainer")
     except (MemlintError, OSError, RecursionError):
         return plan
-    if not own.known or not own.shape or own.candidates:
+    # a trainer class the script builds settles it, a checkout subclass read as its library base (SPIN's
+    # `SPINTrainer(Trainer)` is a Trainer whatever loss it computes), not a guess from the recipe's keys; a loop of
+    # the script's own is no trainer class, and a framework reader's own reading stands
+    from memlint.library.api import trainer as trainer_facts
+
+    if not own.known or own.candidates or not (own.shape or trainer_facts(str(own.value)) is not None):
         return plan
     from memlint.plan import Value
 

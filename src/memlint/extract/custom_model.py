@@ -12,6 +12,7 @@ that cannot be read stays unknown, with the reason.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -24,11 +25,11 @@ from memlint.plan import Value
 _KEYS = {
     "layers": ("n_layer", "num_hidden_layers", "n_layers", "num_layers"),
     "heads": ("n_head", "num_attention_heads", "n_heads"),
-    "hidden": ("n_embd", "hidden_size", "dim", "d_model"),
+    "hidden": ("n_embd", "hidden_size", "dim", "d_model", "emb_dim"),
     "kv": ("n_kv_heads", "n_query_groups", "num_key_value_heads", "n_kv_head"),
     "inter": ("intermediate_size", "ffn_dim", "hidden_dim"),
     "vocab": ("padded_vocab_size", "vocab_size"),
-    "positions": ("block_size", "max_position_embeddings", "n_positions", "max_seq_len"),
+    "positions": ("block_size", "max_position_embeddings", "n_positions", "max_seq_len", "context_length"),
     "bias": ("bias",),
 }
 
@@ -56,11 +57,44 @@ class Shape:
 
 
 def with_shape(v: Value, shape: Shape) -> Value:
-    """The plan's model_id Value carrying the HF-style config (or, unknown, the reason in its chain)."""
+    """The plan's model_id Value carrying the HF-style config (or, unknown, the reason in its chain). A shape that
+    is exactly a catalogued checkpoint's (rasbt's GPTModel built from gpt2-medium's emb_dim, n_layers, n_heads,
+    vocabulary and context) is named by that checkpoint; the count is still the script's class's."""
     if shape.config is None:
         return replace(v, chain=v.chain + (f"not sized: {shape.why}",))
-    return replace(v, chain=v.chain + (f"shape read from the script's own class: {shape.family_how}",),
-                   shape=tuple(shape.config.items()))
+    v = replace(v, chain=v.chain + (f"shape read from the script's own class: {shape.family_how}",),
+                shape=tuple(shape.config.items()))
+    named = catalog_named(shape.config)
+    if named is not None:
+        v = replace(v, value=named[0], chain=v.chain + (named[1],))
+    return v
+
+
+def catalog_named(config: dict) -> tuple[str, str] | None:
+    """(the hub id, why) of the one catalogued checkpoint whose architecture is the HF-style `config` a script's
+    class counts as (layers, heads, width, MLP, vocabulary, positions); None when none or several sizes match."""
+    from memlint.catalog import entries
+
+    gpt2 = config.get("model_type") == "gpt2"
+    want = ((config.get("n_layer"), config.get("n_head"), config.get("n_embd"), 4 * config.get("n_embd", 0), config.get("n_head"),
+             config.get("vocab_size"), config.get("n_positions"), "plain") if gpt2 else
+            (config.get("num_hidden_layers"), config.get("num_attention_heads"), config.get("hidden_size"),
+             config.get("intermediate_size"), config.get("num_key_value_heads"), config.get("vocab_size"),
+             config.get("max_position_embeddings"), "gated"))
+    found = []
+    for mid, e in sorted(entries().items()):
+        a = e.get("arch") or {}
+        have = (a.get("num_layers"), a.get("num_heads"), a.get("hidden_size"), a.get("intermediate_size"),
+                a.get("num_kv_heads"), a.get("vocab_size"), a.get("max_position_embeddings"), a.get("mlp"))
+        if a.get("model_type") == config.get("model_type") and have == want and not a.get("num_experts"):
+            found.append((mid, e))
+    if not found or len({e["params"] for _, e in found}) > 1:
+        return None
+    mid, e = min(found, key=lambda f: (len(f[0]), f[0]))
+    short = next((x for x in e.get("aliases", []) if "/" not in x), None)
+    name = short or mid
+    return name, (f"the shape is {mid}'s in memlint's catalog (layers, heads, width, MLP, vocabulary and positions): "
+                  f"named {name}")
 
 
 def ties_weights(init_node: Any) -> bool:
@@ -185,7 +219,27 @@ def _mlp_width(layers: Layers, h: int) -> tuple[int | None, bool]:
 
 # what a model's forward calls for attention, in the order checked (the first found decides)
 _ATTENTION = (("flash_attn_func", "flash_attention_2"), ("flash_attn_varlen", "flash_attention_2"),
+              ("flash_attn_unpadded", "flash_attention_2"),  # flash-attn 1.x's name of the varlen kernel
               ("memory_efficient_attention", "xformers"), ("scaled_dot_product_attention", "sdpa"))
+
+
+def checkout_class_attention(cls: Any) -> Any:
+    """The attention a transformers model class of the checkout's own file runs (LongAlign's modeling_llama.py calls
+    flash_attn_varlen_func itself): read from its code, unless the file picks a kernel by config._attn_implementation
+    as transformers' own modelling files do (then the library's default applies: None)."""
+    from memlint.files import read_text
+
+    f = getattr(cls, "file", None)
+    if not f:
+        return None
+    try:
+        text = read_text(Path(f), 2_000_000, what="model source")
+    except Exception:  # noqa: BLE001 - unreadable: nothing learnt
+        return None
+    if "_attn_implementation" in text or "ATTENTION_CLASSES" in text:
+        return None
+    got = _attention({f}, cls.name)
+    return got if isinstance(got, Const) and got.value != "eager" else None
 
 
 def _attention(files: set, where: str) -> Any:
@@ -198,9 +252,10 @@ def _attention(files: set, where: str) -> Any:
         except Exception:  # noqa: BLE001 - unreadable: nothing learnt
             continue
         for call, kind in _ATTENTION:
-            if call + "(" in text:
-                line = text[: text.index(call + "(")].count("\n") + 1
-                return Const(kind, "constant", None, (f"{Path(f).name}:{line} calls {call}() in {where}'s code",), f)
+            m = re.search(rf"\b{call}\w*\(", text)  # flash_attn_varlen_func(, flash_attn_unpadded_func(
+            if m:
+                line = text[: m.start()].count("\n") + 1
+                return Const(kind, "constant", None, (f"{Path(f).name}:{line} calls {m.group()[:-1]}() in {where}'s code",), f)
     if files:
         return Const("eager", "constant", None, (f"{where}'s code calls no fused attention kernel",))
     return Unknown(f"the attention {where} uses")

@@ -128,6 +128,8 @@ class Facts:
     scalers: list = field(default_factory=list)          # GradScaler lines
     grad_hooks: list = field(default_factory=list)       # GradHook: p.register_post_accumulate_grad_hook(fn)
     lora_freezes: list = field(default_factory=list)     # lines of the checkout's only_optimize_lora_parameters(model)
+    hand_quant: list = field(default_factory=list)       # HandQuant: bitsandbytes linears the script builds or hands to a helper
+    gpu_counts: list = field(default_factory=list)       # Const GPU counts, or DeviceCount (every visible GPU): mp.spawn, DataParallel
     notes: list = field(default_factory=list)
     reached: dict = field(default_factory=dict)          # list name -> its length when the script's own run ended
 
@@ -196,7 +198,7 @@ class Interpreter:
         self._exec_module(self.main)
         self.facts.reached = {name: len(getattr(self.facts, name)) for name in
                               ("objects", "tokenizer_calls", "chunking", "windows", "length_args", "target_length_args", "hand_pads", "batch_yields", "steps", "autocasts", "liger_calls",
-                               "backward", "grad_hooks")}
+                               "backward", "grad_hooks", "hand_quant", "gpu_counts")}
         # Functions nothing called (entry points of other launchers, helpers passed by name)
         # still say how the script trains: walk them once, their parameters at their defaults.
         # Those the script imports by name from its own modules count too (a collate_fn in utils/).
@@ -1103,6 +1105,10 @@ class Interpreter:
             hit = base.lookup(attr)
             if hit is not None and hit[0] == "method" and isinstance(hit[1], Func) and _is_classmethod(hit[1]):
                 return BoundMethod(hit[1], base)  # Config.from_name("7B"): `cls` is the class
+            if hit is None:  # a checkout subclass of a transformers model: from_pretrained is transformers'
+                loader = self.handlers.checkout_loader(base, attr)
+                if loader is not None:
+                    return loader
             return hit[1] if hit is not None else Unknown(f"{base.name}.{attr}")
         if isinstance(base, Const) and isinstance(base.value, str):
             return BoundStr(base, attr)
@@ -1718,6 +1724,8 @@ class Interpreter:
     def call_value(self, f: Any, args: list, kwargs: dict, open_kwargs: bool, line: int | None, node: cst.Call) -> Any:
         if SPREAD in kwargs and isinstance(f, (Func, BoundMethod)):
             kwargs = self.spread_into(f.func if isinstance(f, BoundMethod) else f, kwargs, line)
+        if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in _CLASS_CHECKS):
+            self.handlers.quantized_linear_args(self, f, args, kwargs, line)
         if SPREAD in kwargs and not (isinstance(f, Ref) and f.name in ("Namespace", "SimpleNamespace")):
             kwargs = {k: v for k, v in kwargs.items() if k != SPREAD}
             open_kwargs = True
@@ -1843,6 +1851,7 @@ def _lists_linear_names(node: cst.FunctionDef) -> bool:
                for n in _walk(node))
 
 
+_CLASS_CHECKS = frozenset({"issubclass", "isinstance", "type", "print", "repr", "str", "id", "hasattr", "getattr"})
 _SCALAR_TYPES = frozenset({"builtins.bool", "builtins.int", "builtins.float", "builtins.str", "builtins.NoneType",
                            "builtins.list", "builtins.tuple", "builtins.dict"})
 

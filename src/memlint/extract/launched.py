@@ -23,6 +23,12 @@ _ZERO = {"0": "none", "1": "zero1", "2": "zero2", "3": "zero3"}
 _PRECISION = {"bf16": "amp-bf16", "fp16": "amp-fp16", "no": "fp32", "fp8": "amp-bf16"}
 
 
+def all_visible(v: Value | None) -> bool:
+    """Whether num_gpus `v` is "every GPU the machine shows" (device_map="auto", DataParallel, mp.spawn over
+    device_count()): unknown, and not a one-process default."""
+    return v is not None and not v.known and dict(v.shape).get("gpus") == "all-visible"
+
+
 def _value(launch: Any, value: Any, how: str) -> Value:
     span = Span(launch.origin, launch.line_of(how)) if launch.line else None
     return Value(value, "command-line", span, (f"{how} ({launch.where()})",))
@@ -47,11 +53,16 @@ def apply_launcher(plan: TrainingPlan, launch: Any, script: Path) -> TrainingPla
                }.get(launch.launcher, "CUDA_VISIBLE_DEVICES")
         nodes = f" × {launch.nodes} nodes" if launch.nodes and launch.nodes > 1 else ""
         fields["num_gpus"] = _value(launch, launch.gpus, f"{how} {launch.processes}{nodes}")
-    elif launch.launcher == "python" and not plan.get("num_gpus").known and plan.get("trainer").known \
-            and plan.get("trainer").value not in _SELF_LAUNCHING:
-        # (a script with no trainer memlint reads may start its own workers: Ray, mp.spawn; Lightning's Trainer
-        # starts one process per device itself)
-        fields["num_gpus"] = _value(launch, 1, "python: one process")
+    elif launch.launcher == "python" and not plan.get("num_gpus").known:
+        visible = launch.env.get("CUDA_VISIBLE_DEVICES", "")
+        count = len([d for d in visible.split(",") if d.strip()]) if visible.strip() and "$" not in visible else None
+        if all_visible(plan.get("num_gpus")):
+            if count:  # one process over every visible GPU: the ones the launch lets it see
+                fields["num_gpus"] = _value(launch, count, f"CUDA_VISIBLE_DEVICES={visible}: {plan.get('num_gpus').chain[0]}")
+        elif plan.get("trainer").known and plan.get("trainer").value not in _SELF_LAUNCHING:
+            # (a script with no trainer memlint reads may start its own workers: Ray, mp.spawn; Lightning's Trainer
+            # starts one process per device itself)
+            fields["num_gpus"] = _value(launch, 1, "python: one process")
     if launch.launcher == "accelerate":
         fields.update(_accelerate(plan, launch, opts))
     fields.update(_megatron(launch))
@@ -142,6 +153,14 @@ def _accelerate(plan: TrainingPlan, launch: Any, opts: dict[str, str]) -> dict[s
             if opts.get(key) in ("cpu", "nvme"):
                 out["offload"] = _value(launch, what, f"accelerate launch --{key} {opts[key]}")
                 break
+        if opts.get("offload_optimizer_device") in ("cpu", "nvme") and "deepspeed_config_file" not in opts:
+            # accelerate's prepare swaps the optimizer for DeepSpeed's CPU Adam
+            from memlint.extract.configs.launchers import offloaded_optimizer
+
+            cpu = _value(launch, "deepspeed_adam", f"accelerate launch --offload_optimizer_device {opts['offload_optimizer_device']}")
+            swapped = offloaded_optimizer(plan.get("optimizer"), plan.get("trainer"), cpu, "accelerate")
+            if swapped is not None:
+                out["optimizer"] = swapped
     elif opts.get("use_fsdp") == "true":
         strat = str(opts.get("fsdp_sharding_strategy", "FULL_SHARD")).upper()
         out["distributed"] = _value(launch, "fsdp_shard_grad_op" if "GRAD_OP" in strat or strat == "2" else "fsdp",

@@ -1,9 +1,9 @@
 """The objects a training script builds, as the interpreter knows them: one class per kind.
 
-`handlers.py` builds them from the calls it knows (a model load, a LoRA config, training
-arguments, a trainer, a data loader, ...), `build.py` reads them into plan fields. Each kind
-is a class with its own typed fields, so a misspelt kind or attribute fails loudly instead of
-silently reading as absent. `field_value` and `dtype_of` read values off them.
+`handlers/` builds them from the calls it knows (a model load, a LoRA config, training
+arguments, a trainer, a data loader, ...), `build.py` (its groups in `fields/`) reads them into
+plan fields. Each kind is a class with its own typed fields, so a misspelt kind or attribute
+fails loudly instead of silently reading as absent. `field_value` and `dtype_of` read values off them.
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ class Model(Obj):
     user_class: Any = None         # loader "script-class": the script's own nn.Module class
     shape: Any = None              # its custom_model.Shape (the HF-style config it counts as, or why not)
     empty: bool = False            # built under accelerate's init_empty_weights(): a skeleton without weights
+    hand_quant: list = field(default_factory=list)  # HandQuant: bitsandbytes linears the script put in this model itself
 
 
 @dataclass(eq=False)
@@ -291,6 +292,15 @@ class Method:
     name: str
 
 
+@dataclass(eq=False)
+class ClassLoader:
+    """`LlamaForCausalLM.from_pretrained` where the class is the checkout's own subclass of a transformers model
+    (LongAlign's modeling_llama): transformers' loader, the class's own code."""
+
+    cls: Any
+    name: str
+
+
 @dataclass(frozen=True)
 class DtypeName:
     """getattr(torch, NAME): a dtype named by a (possibly non-literal) string."""
@@ -329,6 +339,18 @@ class GradHook(NamedTuple):
 
     steps: bool | None
     line: int | None
+
+
+class HandQuant(NamedTuple):
+    """bitsandbytes' quantized linears the script puts in a model itself: `Linear4bit(...)` built, or the class
+    handed to a helper (`replace_linear(model, Linear4bit, quant_type="nf4")`). Values are abstract (Const)."""
+
+    bits: Any
+    quant_type: Any
+    double: Any
+    compute: Any
+    line: int | None
+    how: str
 
 
 class LigerPatch(NamedTuple):

@@ -51,6 +51,11 @@ class Unknown:
 
 
 @dataclass(frozen=True)
+class DeviceCount(Unknown):
+    """torch.cuda.device_count() where the launch does not set CUDA_VISIBLE_DEVICES: every GPU the machine shows."""
+
+
+@dataclass(frozen=True)
 class RaisedBy(Unknown):
     """The value of a call that raises here (ast.literal_eval of a non-literal): a try around it runs its handler."""
 

@@ -190,6 +190,54 @@ def deepspeed_optimizer(kind: str) -> str | None:
     return _doc()["deepspeed_optimizers"].get(str(kind).lower())
 
 
+def bnb_linear(name: str) -> Mapping[str, Any] | None:
+    """bitsandbytes' quantized linear class `name` (Linear4bit, LinearNF4, Linear8bitLt): bits and constructor
+    defaults (data/library_api.json bnb_linears), with the citation under "ref"; None for any other name."""
+    table = _doc()["bnb_linears"]
+    entry = table["classes"].get(name)
+    return None if entry is None else {**entry, "ref": table["ref"]}
+
+
+def trainer_by_arguments(base: str, declares) -> tuple[str, str] | None:
+    """(the trainer, why) a subclass of `base` runs as, read from what its training arguments declare
+    (`declares(field)` says whether they carry a field): data/library_api.json trainer_by_arguments."""
+    for name, e in _doc()["trainer_by_arguments"].items():
+        if name.startswith("_") or base.rsplit(".", 1)[-1] not in e["bases"]:
+            continue
+        if declares(e["declares"]):
+            return name, f"its training arguments carry {e['declares']} ({e['ref']}): read as {name}'s step"
+    return None
+
+
+def run_time_rewrites(trainer: str, loader: str) -> list[Mapping[str, Any]]:
+    """The argument rewrites (data/library_api.json run_time_rewrites) a run of `trainer` over a model from
+    `loader` gets when it starts (unsloth's GRPO batch: per_device_train_batch_size <- num_generations)."""
+    table = _doc()["run_time_rewrites"]
+    name = trainer.rsplit(".", 1)[-1]
+    return [e for k, e in table.items() if not k.startswith("_") and e["trainer"] == name and e["loader"] == loader]
+
+
+def deepspeed_cpu_optimizer(optim: str, via: str) -> tuple[str, str] | None:
+    """(the optim name, why) a client optimizer `optim` becomes when accelerate prepares it under a DeepSpeed
+    config that offloads the optimizer (data/library_api.json deepspeed_cpu_optimizer); `via` is "trainer"
+    (the HF Trainer, which prepares through accelerate from transformers 4.30) or "accelerate" (a loop's
+    accelerator.prepare). None when nothing is swapped at the versions read."""
+    from memlint.library.versions import in_range, installed_version, shown_version
+
+    entry = _doc()["deepspeed_cpu_optimizer"]
+    steps = [entry["accelerate"]] + ([entry["trainer"]] if via == "trainer" else [])
+    if not all(in_range(installed_version(s["package"]), s["versions"]) for s in steps):
+        return None
+    keeps = entry["keeps"]
+    if optim in keeps["optims"] and in_range(installed_version(keeps["package"]), keeps["versions"]):
+        return None
+    if optim == entry["becomes"]:
+        return None
+    at = "; ".join(f"{shown_version(s['package'])}: {s['ref']}" for s in reversed(steps))
+    return entry["becomes"], (f"accelerate swaps the client optimizer ({optim}) for DeepSpeedCPUAdam because the DeepSpeed "
+                              f"config offloads the optimizer ({at})")
+
+
 def lightning_precision(text: str) -> str | None:
     return _doc()["lightning_precision"].get(str(text).strip().lower())
 
@@ -214,6 +262,23 @@ def kbit_prep(trainer: str | None) -> tuple[bool, str]:
     at = shown_version(entry["package"]) if version else f"the newest {entry['package']}"
     return calls, (f"{name} {'calls' if calls else 'no longer calls'} prepare_model_for_kbit_training at {at} "
                    f"({'embeddings, norms and lm_head upcast to fp32' if calls else 'no fp32 upcast'}; {entry['ref']})")
+
+
+def kbit_prep_checkpointing(trainer: str | None) -> str | None:
+    """Why `trainer` turns gradient checkpointing on for a 4/8-bit model it wraps in a peft_config, at the version
+    read (data/library_api.json kbit_prep.checkpointing: TRL before 0.7.2 calls prepare_model_for_int8_training
+    with peft's default use_gradient_checkpointing=True); None when it follows the training arguments."""
+    from memlint.library.versions import in_range, installed_version, shown_version
+
+    name = (trainer or "").rsplit(".", 1)[-1]
+    entry = _doc()["kbit_prep"]["checkpointing"]["trainers"].get(name)
+    if entry is None:
+        return None
+    version = installed_version(entry["package"])
+    if version is None or not in_range(version, entry["versions"]):
+        return None
+    return (f"{name} at {shown_version(entry['package'])} prepares the 4/8-bit model with peft's "
+            f"prepare_model_for_int8_training, whose use_gradient_checkpointing defaults to True ({entry['ref']})")
 
 
 def quantize_on_load(method: str) -> tuple[bool, str]:

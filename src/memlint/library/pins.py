@@ -24,7 +24,7 @@ from pathlib import Path
 
 from memlint.library.versions import in_range, specifier, version_key
 
-_PIN_FILES = ("requirements.txt", "pyproject.toml", "poetry.lock", "setup.py", "environment.yml", "environment.yaml")
+_PIN_FILES = ("requirements.txt", "pyproject.toml", "poetry.lock", "uv.lock", "setup.py", "environment.yml", "environment.yaml")
 _MAX_UP = 4
 _MAX_LINE = 2_000      # characters of one requirement line read (a URL with a hash is a few hundred)
 _MAX_REQ_DEPTH = 2     # `-r other.txt` inside `-r other.txt`
@@ -37,12 +37,14 @@ class Pin:
     spec: str      # as written: "==0.12.1", ">=4.46,<4.47"
     version: str   # what memlint reads the tables at
     source: str    # "requirements.txt:3"
+    installed: bool = False  # a notebook's own `!pip install` line, not a pin file
 
     def describe(self) -> str:
         exact = self.spec.replace(" ", "") == f"=={self.version}"
         how = "" if exact else (f", read as {self.version}: the newest behaviour the range allows in memlint's "
                                 "version tables")
-        return f"{self.package} {self.version} (pinned by the checkout's {self.source}: {self.package}{self.spec}{how})"
+        by = "installed by the notebook's `pip install` at" if self.installed else "pinned by the checkout's"
+        return f"{self.package} {self.version} ({by} {self.source}: {self.package}{self.spec}{how})"
 
 
 from memlint.library.versions import normalise  # noqa: E402  (one spelling of a package name)
@@ -205,7 +207,7 @@ def _poetry_spec(spec: str) -> str | None:
 
 
 def _poetry_lock(path: Path, rel: str) -> list[tuple[str, str, str]]:
-    """The exact versions a poetry.lock resolved (`[[package]]` / `name = "torchtune"` / `version = "0.1.1"`)."""
+    """The exact versions a poetry.lock or uv.lock resolved (`[[package]]` / `name = "torchtune"` / `version = "0.1.1"`)."""
     text = _read(path)
     if text is None:
         return []
@@ -356,7 +358,8 @@ def _pins_in(folder: Path, prefix: str) -> tuple[Pin, ...]:
     reqs = sorted(_requirement_files(folder), key=lambda f: (f.name != "requirements.txt", f.name))
     for f in reqs:
         found += _from_requirements(f, rel(f.name))
-    for name, reader in (("pyproject.toml", _quoted_reqs), ("poetry.lock", _poetry_lock), ("setup.py", _quoted_reqs),
+    for name, reader in (("pyproject.toml", _quoted_reqs), ("poetry.lock", _poetry_lock), ("uv.lock", _poetry_lock),
+                         ("setup.py", _quoted_reqs),
                          ("environment.yml", _from_environment), ("environment.yaml", _from_environment),
                          ("pyproject.toml", _poetry_reqs)):
         if is_file(folder / name):
@@ -371,6 +374,43 @@ def _pins_in(folder: Path, prefix: str) -> tuple[Pin, ...]:
         version = representative(pkg, spec)
         if version is not None:
             out[pkg] = Pin(pkg, spec, version, source)
+    return tuple(out.values())
+
+
+def install_pins(source: str, shown: str) -> tuple[Pin, ...]:
+    """The versions a notebook installs for itself: `!pip install -q trl==0.4.7 peft==0.4.0` and `%pip install`
+    lines, as IPython-transformed source holds them (`get_ipython().system('pip install ...')`). They are what
+    the notebook runs with, so they come before the checkout's pin files; the last install of a package wins."""
+    import ast
+    import shlex
+
+    known = _known_packages()
+    out: dict[str, Pin] = {}
+    for i, line in enumerate(source.splitlines(), 1):
+        m = re.match(r"\s*get_ipython\(\)\.(system|run_line_magic)\((.*)\)\s*$", line)
+        if not m:
+            continue
+        try:
+            args = ast.literal_eval(f"({m.group(2)},)")
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            continue
+        text = " ".join(str(a) for a in args) if m.group(1) == "run_line_magic" else str(args[0])
+        try:
+            words = shlex.split(text.split("&&")[0].split(";")[0])
+        except ValueError:
+            continue
+        if "install" not in words or not any(re.fullmatch(r"(?:\S*/)?pip3?(?:\.\S*)?|uv", w) for w in words[:3]):
+            continue
+        for w in words[words.index("install") + 1:]:
+            req = None if w.startswith("-") else _requirement(w)
+            if req is None:
+                continue
+            pkg = normalise(req[0])
+            spec = req[1].strip().rstrip(",").replace(" ", "")
+            version = representative(pkg, spec) if pkg in known else None
+            if version is not None:
+                out.pop(pkg, None)
+                out[pkg] = Pin(pkg, spec, version, f"{shown}:{i}", installed=True)
     return tuple(out.values())
 
 

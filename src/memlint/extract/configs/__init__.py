@@ -68,10 +68,10 @@ def _load(path: Path, shown: str, text: str | None = None):
         from memlint.extract.configs.document import load_toml
 
         doc = load_toml(text, shown)
-        from memlint.extract.configs.torchtitan import job_sections
+        from memlint.extract.configs.registry import toml_format
 
-        if not doc.ok and job_sections(doc.top_keys):  # a broken torchtitan job file: its syntax error is a finding
-            return doc, "torchtitan"
+        if not doc.ok and toml_format(doc.top_keys):  # a broken job file (torchtitan's): its syntax error is a finding
+            return doc, toml_format(doc.top_keys)
     else:
         doc = load_text(text, shown, is_json=path.suffix.lower() == ".json")
     keys = set(doc.top_keys)
@@ -111,7 +111,7 @@ def _read_config(path: str | Path | None, shown: str | None = None, *, text: str
 
     A file of no format memlint reads is a MemlintError when named explicitly, and None
     (skipped) when met in a directory walk."""
-    from memlint.extract.configs.launchers import accelerate_facts, deepspeed_facts, launch_plan_fields
+    from memlint.extract.configs.launchers import launch_plan_fields
     from memlint.extract.configs.registry import reader as reader_of
 
     name = shown if shown is not None else str(path)
@@ -124,9 +124,9 @@ def _read_config(path: str | Path | None, shown: str | None = None, *, text: str
         if p.suffix.lower() == ".toml":  # TOML's keys need the parse: [model] flavor tells torchtitan's job files
             from memlint.extract.configs.document import toml_top_keys
 
-            from memlint.extract.configs.torchtitan import job_sections
+            from memlint.extract.configs.registry import toml_format
 
-            if not job_sections(toml_top_keys(text)) or _load(p, name, text)[1] is None:
+            if not toml_format(toml_top_keys(text)) or _load(p, name, text)[1] is None:
                 return None
         elif detect(top_keys(text, p.suffix.lower() == ".json"), p.name, text) is None:
             return None
@@ -164,12 +164,9 @@ def _read_config(path: str | Path | None, shown: str | None = None, *, text: str
             doc.diagnostics.append(Diagnostic("unreadable", "the config is not a mapping of keys to values", Span(name, 1, 1)))
         return TrainingPlan(name, {}, notes or (doc.diagnostics[0].message,), tuple(doc.diagnostics), kind)
     if _launcher(kind):
-        facts = deepspeed_facts(doc) if kind == "deepspeed" else accelerate_facts(doc, p)
-        notes = list(facts.notes)
-        if kind == "deepspeed":
-            notes.append("a DeepSpeed config alone names no model: check the script or framework config that uses it")
-        else:
-            notes.append("an accelerate config alone names no model: use it with a script (--config)")
+        fmt = reader_of(kind)
+        facts = fmt.facts(doc, p)
+        notes = [*facts.notes, fmt.alone]
         diags = list(facts.diagnostics)
         for d in doc.diagnostics:
             if d not in diags:
@@ -186,7 +183,8 @@ def _read_config(path: str | Path | None, shown: str | None = None, *, text: str
 def merge_launch_config(plan: TrainingPlan, path: str | Path) -> TrainingPlan:
     """`plan` as launched with an accelerate or DeepSpeed config: sharding, offload and process
     count from the launcher; batch, accumulation and precision only where the plan leaves them open."""
-    from memlint.extract.configs.launchers import accelerate_facts, apply_launch, deepspeed_facts
+    from memlint.extract.configs.launchers import apply_launch
+    from memlint.extract.configs.registry import reader as reader_of
 
     from memlint.files import OUTSIDE, allowed, is_file
 
@@ -201,8 +199,8 @@ def merge_launch_config(plan: TrainingPlan, path: str | Path) -> TrainingPlan:
     if not doc.ok:
         msg = doc.diagnostics[0].message if doc.diagnostics else "not a mapping"
         raise MemlintError(f"{path}: {msg}")
-    facts = deepspeed_facts(doc) if kind == "deepspeed" else accelerate_facts(doc, p)
-    fields, notes, diags = apply_launch(dict(plan.fields), facts, str(path))
+    facts = reader_of(kind).facts(doc, p)
+    fields, notes, diags = apply_launch(dict(plan.fields), facts, str(path), kind)
     extra_diags = [d for d in doc.diagnostics if d not in diags]
     return TrainingPlan(plan.path, fields, tuple(dict.fromkeys(plan.notes + tuple(notes))),
                         plan.diagnostics + tuple(extra_diags) + tuple(diags), plan.kind, plan.via,

@@ -33,6 +33,7 @@ class Reader:
     kind = ""
     rank = 0
     launcher = False  # a launcher's config (DeepSpeed, accelerate): laid over a script's plan, names no model
+    alone = ""  # a launcher: what its file alone cannot say (it names no model)
 
     @staticmethod
     def matches(keys: set[str], text: str) -> bool:
@@ -40,6 +41,12 @@ class Reader:
 
     @staticmethod
     def named(name: str) -> bool:
+        return False
+
+    @staticmethod
+    def toml_tables(keys: tuple[str, ...]) -> bool:
+        """A TOML file's top-level tables are this format's (asked before the parse, and of a file that did not
+        parse: its syntax error is then this format's finding)."""
         return False
 
     def __init__(self, doc: Document, file: Path) -> None:

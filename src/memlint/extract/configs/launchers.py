@@ -27,6 +27,9 @@ class LaunchFacts:
     notes: list[str] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     optimizer: Value | None = None   # a DeepSpeed config's optimizer section: the engine's own optimizer
+    # the config offloads the optimizer and has no optimizer section: accelerate's prepare swaps a client optimizer
+    # for DeepSpeed's CPU Adam (library.api.deepspeed_cpu_optimizer); the value says where the config says so
+    cpu_optimizer: Value | None = None
 
 
 def read_json_doc(shown: str, path: Path) -> Document:
@@ -55,6 +58,11 @@ _ACCELERATE = {"distributed_type", "compute_environment"}
 class _DS(Reader):
     kind = "deepspeed"
     rank, launcher = 120, True
+    alone = "a DeepSpeed config alone names no model: check the script or framework config that uses it"
+
+    @staticmethod
+    def facts(doc: Document, file: Path | None = None) -> LaunchFacts:
+        return deepspeed_facts(doc)
 
     @staticmethod
     def matches(keys: set[str], text: str) -> bool:
@@ -105,6 +113,9 @@ def deepspeed_facts(doc: Document) -> LaunchFacts:
             offload, span, why = "optimizer", doc.span("zero_optimization", "cpu_offload"), "cpu_offload: true (DeepSpeed's older spelling)"
         if offload != "none" and stage in (None, 0, 1) and offload == "params":
             r.bad("offload_param needs ZeRO stage 3; DeepSpeed ignores it below", "zero_optimization", "offload_param")
+        if opt_dev in _OFFLOAD_DEVICES and doc.get("optimizer") is None and doc.get("zero_force_ds_cpu_optimizer") is not False:
+            facts.cpu_optimizer = Value("deepspeed_adam", "literal", doc.span("zero_optimization", "offload_optimizer", "device"),
+                                        (f"zero_optimization.offload_optimizer.device: {opt_dev}",))
     facts.fields["offload"] = Value(offload, "literal" if span else "library-default", span, (why,))
 
     for name, key in (("per_device_batch", "train_micro_batch_size_per_gpu"), ("grad_accum", "gradient_accumulation_steps")):
@@ -143,6 +154,11 @@ def deepspeed_facts(doc: Document) -> LaunchFacts:
 class _Acc(Reader):
     kind = "accelerate"
     rank, launcher = 130, True
+    alone = "an accelerate config alone names no model: use it with a script (--config)"
+
+    @staticmethod
+    def facts(doc: Document, file: Path | None = None) -> LaunchFacts:
+        return accelerate_facts(doc, file)
 
     @staticmethod
     def matches(keys: set[str], text: str) -> bool:
@@ -207,6 +223,7 @@ def _accelerate_deepspeed(r: Reader, doc: Document, facts: LaunchFacts, span: Sp
             facts.fields["distributed"] = Value("deepspeed", "literal", doc.span("deepspeed_config", "deepspeed_config_file"), (f"{shown}: stage unknown",))
         else:
             sub = deepspeed_facts(inner)
+            facts.cpu_optimizer = sub.cpu_optimizer
             facts.fields.update(sub.fields)
             facts.soft.update(sub.soft)
             facts.notes.extend(sub.notes)
@@ -230,6 +247,9 @@ def _accelerate_deepspeed(r: Reader, doc: Document, facts: LaunchFacts, span: Sp
         facts.fields["offload"] = Value("params", "literal", doc.span("deepspeed_config", "offload_param_device"), (f"offload_param_device: {par}",))
     elif opt in _OFFLOAD_DEVICES:
         facts.fields["offload"] = Value("optimizer", "literal", doc.span("deepspeed_config", "offload_optimizer_device"), (f"offload_optimizer_device: {opt}",))
+    if opt in _OFFLOAD_DEVICES:  # accelerate writes it into zero_optimization.offload_optimizer.device
+        facts.cpu_optimizer = Value("deepspeed_adam", "literal", doc.span("deepspeed_config", "offload_optimizer_device"),
+                                    (f"deepspeed_config.offload_optimizer_device: {opt}",))
     else:
         facts.fields["offload"] = Value("none", "literal" if "offload_optimizer_device" in ds else "library-default",
                                         doc.span("deepspeed_config", "offload_optimizer_device"), ("no offload device",))
@@ -329,13 +349,18 @@ def launch_plan_fields(facts: LaunchFacts) -> dict[str, Value]:
     return out
 
 
-def apply_launch(fields: dict[str, Value], facts: LaunchFacts, origin: str) -> tuple[dict[str, Value], list[str], list[Diagnostic]]:
+def apply_launch(fields: dict[str, Value], facts: LaunchFacts, origin: str,
+                 kind: str = "deepspeed") -> tuple[dict[str, Value], list[str], list[Diagnostic]]:
     """Launcher settings over a plan's fields: sharding always; batch, accumulation and precision
-    only where the plan leaves them open, and a conflict is reported (transformers refuses one)."""
+    only where the plan leaves them open, and a conflict is reported (transformers refuses one).
+    `kind`: the config's kind (an accelerate config is prepared by accelerate whatever trains)."""
     merged = dict(fields)
     notes = list(facts.notes)
     diags = list(facts.diagnostics)
     merged.update(facts.fields)
+    swapped = offloaded_optimizer(merged.get("optimizer"), merged.get("trainer"), facts.cpu_optimizer, kind)
+    if swapped is not None:
+        merged["optimizer"] = swapped
     for name, v in facts.soft.items():
         cur = merged.get(name)
         if cur is None or cur.source in ("unknown", "library-default"):
@@ -346,3 +371,26 @@ def apply_launch(fields: dict[str, Value], facts: LaunchFacts, origin: str) -> t
                                     f"transformers refuses to start when a non-\"auto\" DeepSpeed value disagrees (use \"auto\")",
                                     v.span or Span(origin, 1, 1)))
     return merged, notes, diags
+
+
+def offloaded_optimizer(cur: Value | None, trainer: Value | None, cpu: Value | None, kind: str) -> Value | None:
+    """The optimizer a run really steps when its DeepSpeed config offloads the optimizer (`cpu`: where the config
+    says so) and accelerate prepares the optimizer the script or the Trainer built: DeepSpeed's CPU Adam
+    (library.api.deepspeed_cpu_optimizer). None: unchanged (no offload, an engine of the script's own
+    deepspeed.initialize, an optimizer memlint does not know, or versions that do not swap)."""
+    from memlint.library import api
+
+    if cpu is None or cur is None or not cur.known or not isinstance(cur.value, str):
+        return None
+    name = trainer.value if trainer is not None and trainer.known else None
+    if name is not None and (api.trainer(str(name)) is not None or name in ("Trainer", "unsloth")):
+        via = "trainer"
+    elif name == "custom-loop" and kind == "accelerate":  # an accelerate config: the loop prepares with accelerate
+        via = "accelerate"
+    else:
+        return None
+    got = api.deepspeed_cpu_optimizer(cur.value, via)
+    if got is None:
+        return None
+    value, why = got
+    return Value(value, cpu.source, cpu.span, (*cur.chain, *cpu.chain, why))

@@ -42,6 +42,11 @@ def detect(keys: set[str], name: str = "", text: str = "") -> str | None:
     return None
 
 
+def toml_format(keys: tuple[str, ...]) -> str | None:
+    """The format whose TOML tables these are (torchtitan's job files: [model] [training] [parallelism] ...)."""
+    return next((f.kind for f in formats() if f.toml_tables(keys)), None)
+
+
 def reader(kind: str) -> type[Reader]:
     return next(f for f in formats() if f.kind == kind)
 

@@ -39,6 +39,10 @@ class Torchtitan(FrameworkReader):
     def matches(keys: set[str], text: str) -> bool:
         return "model.flavor" in keys and "training" in keys and bool(keys & SECTIONS)
 
+    @staticmethod
+    def toml_tables(keys: tuple[str, ...]) -> bool:
+        return job_sections(keys)
+
     def read(self) -> None:
         self.facts = frameworks.framework(self.kind)
         self.old_layout = ""  # the first key of the pre-785c34c99 layout the file names ([training] tensor_parallel_degree ...)

@@ -1,0 +1,317 @@
+"""Batch and length idioms: padding (tokenizer calls, collators, padding the script writes itself),
+packing (SFT's packing=, a token stream cut into fixed blocks, windows at random offsets), max_length and
+an encoder-decoder's target length (a tokenizer call, the trainer's keyword or config, the script's own
+length argument, a companion script that wrote the data), and the micro-batch of a DataLoader.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memlint.extract.objects import Collator, DataLoader, Obj, field_value
+from memlint.extract.values import Alts, Const, Unknown, flatten
+from memlint.library import api
+from memlint.library.defaults import default as library_default
+from memlint.plan import Span, Value
+from memlint.extract.fields.convert import _Unconvertible, _alts, _bool, _int, _libc
+
+
+class LengthFields:
+    """padding, packing, max_length, target_len, a loop's per_device_batch."""
+
+    def loader_batch(self, line: int | None) -> DataLoader | None:
+        """per_device_batch from the training DataLoader (the shuffled one, else the first); the loader."""
+        dls = self.facts.first("objects", DataLoader)
+        train_dl = next((d for d in dls if isinstance(d.get("shuffle"), Const) and d.get("shuffle").value), dls[0] if dls else None)
+        windows = self.facts.first("windows")
+        yields = self.facts.first("batch_yields")
+        if train_dl is not None:
+            bs = train_dl.get("batch_size")
+            if isinstance(bs, Const) and bs.value is None and yields:
+                # DataLoader(ds, batch_size=None): no batching of its own, the dataset yields whole batches
+                y = yields[0]
+                n = y.rows.with_value(y.rows.value, f"DataLoader(batch_size=None) (line {train_dl.line}): the dataset "
+                                      f"yields batches of {y.rows.value} rows (`if len(batch) == n: yield`, line {y.line})") \
+                    if isinstance(y.rows, Const) else y.rows
+                self.put("per_device_batch", n, _int, train_dl.line)
+                return train_dl
+            self.put("per_device_batch", bs if bs is not None else _libc("torch.utils.data.DataLoader", "batch_size", train_dl.line), _int, train_dl.line)
+        elif windows:  # nanoGPT's get_batch: torch.stack([data[i : i + n] for i in torch.randint(_, (B,))])
+            self.put("per_device_batch", windows[0].rows, _int, windows[0].line)
+        else:
+            self.put("per_device_batch", Unknown("no DataLoader found"), line=line)
+        return train_dl
+
+    def padding_and_length(self, trainer: Obj, arg_objs: list[Obj] | None, models: list[Obj], unsloth: bool) -> None:
+        name = trainer.cls
+        line = arg_objs[0].line if arg_objs else trainer.line
+        data = api.trainer(name).data if api.trainer(name) is not None else "collator"
+        if data == "sft" or (name in ("Trainer",) and unsloth and arg_objs and arg_objs[0].cls == "trl.SFTConfig"):
+            packs, lengths = [], []
+
+            def sft_field(a: Obj, attr: str) -> Any:
+                v = field_value(a, attr)
+                if isinstance(v, Unknown) and data == "sft" and a.cls.endswith("TrainingArguments"):
+                    # SFTTrainer(args=TrainingArguments(...)) rebuilds it as SFTConfig(**args.to_dict()):
+                    # the fields TrainingArguments lacks take SFTConfig's defaults
+                    d = library_default("trl.SFTConfig", attr)
+                    if d is not None:
+                        return Const(d.value, "library-default", a.line or None,
+                                     (f"{d.why}; {name} turns a TrainingArguments into an SFTConfig",))
+                return v
+
+            for a in arg_objs or []:
+                p = trainer.kwargs.get("packing", a.get("packing"))
+                packs.append(p if p is not None else sft_field(a, "packing"))
+                ml = trainer.kwargs.get("max_seq_length", a.get("max_length", a.get("max_seq_length")))
+                if isinstance(ml, Const) and ml.value is None and "max_seq_length" in trainer.kwargs:
+                    ml = None  # SFTTrainer(max_seq_length=None) (TRL < 0.20): the trainer's default applies
+                if ml is None and unsloth:
+                    ml = self.unsloth_length(models)
+                if ml is None:
+                    ml = sft_field(a, "max_length")
+                    if isinstance(ml, Unknown):
+                        ml = sft_field(a, "max_seq_length")
+                lengths.append(ml)
+            pack = _alts(packs) if packs else Unknown("packing")
+            self.put("packing", pack, _bool, line)
+            self.put("max_length", _alts(lengths) if lengths else Unknown("max_length"), _length, line)
+            pv = self.fields["packing"]
+            if pv.known:
+                kinds = [("packing" if p else "longest") for p in (pv.candidates or (pv.value,))]
+                why = "packing=True: fixed blocks of max_length" if pv.value else f"{name} pads each batch to its longest sequence"
+                self.fields["padding"] = Value(kinds[0], pv.source, pv.span, pv.chain + (why,), tuple(dict.fromkeys(kinds)) if len(set(kinds)) > 1 else ())
+            else:
+                self.put("padding", Unknown("packing is unknown"), line=line)
+            return
+        if data in ("preference", "generation"):
+            lengths = []
+            for a in arg_objs or []:
+                if data == "generation":
+                    p = a.get("max_prompt_length") or field_value(a, "max_prompt_length")
+                    c = a.get("max_completion_length") or field_value(a, "max_completion_length")
+                    if isinstance(p, Const) and isinstance(c, Const) and isinstance(p.value, int) and isinstance(c.value, int):
+                        src = c if c.source != "library-default" else p
+                        lengths.append(src.with_value(p.value + c.value, f"max_prompt_length {p.value} + max_completion_length {c.value}"))
+                    else:  # an unknown or untruncated (None) prompt or completion length decides
+                        lengths.append(p if not isinstance(p, Const) or p.value is None else c)
+                else:
+                    ml = self.trainer_keyword(trainer, "max_length")
+                    ml = ml if ml is not None else a.get("max_length")
+                    lengths.append(ml if ml is not None else self.trainer_field(name, a, "max_length"))
+            if not arg_objs and self.trainer_keyword(trainer, "max_length") is not None:
+                lengths.append(self.trainer_keyword(trainer, "max_length"))
+            if data == "generation" and not any(isinstance(x, Const) and isinstance(x.value, int) for x in lengths):
+                lengths = self.length_argument() or lengths  # untruncated prompts: the script's own cap, where it reads one
+            self.put("max_length", _alts(lengths) if lengths else Unknown("max_length"), _length, line)
+            self.put("packing", Const(False, "library-default", line, (f"{name} does not pack",)), _bool, line)
+            self.put("padding", Const("longest", "library-default", line, (f"{name} pads each batch to its longest sequence",)), line=line)
+            return
+        collator = trainer.kwargs.get("data_collator")
+        has_tok = trainer.kwargs.get("processing_class", trainer.kwargs.get("tokenizer")) is not None
+        self.data_padding(collator, has_tok, trainer.line)
+        if not self.fields["max_length"].known:
+            own = self.args_length_field(arg_objs or [])
+            if own is not None:
+                self.put("max_length", own, _length, line)
+
+    @staticmethod
+    def args_length_field(arg_objs: list[Obj]) -> Any:
+        """A length field the script's own TrainingArguments subclass declares (a checkout GRPOConfig's
+        max_seq_len), set in the call, by a later attribute write (`args.max_seq_len = 4096`) or its default:
+        the trainer that takes those arguments reads it to cut its sequences."""
+        for a in arg_objs:
+            c = getattr(a, "user_class", None)
+            declared: set = set()
+            seen = 0
+            while c is not None and hasattr(c, "fields") and seen < 20:
+                seen += 1
+                declared |= set(c.fields)
+                nxt = [b for b in c.bases if hasattr(b, "fields")]
+                c = nxt[0] if nxt else None
+            for name in sorted(declared & api.length_arguments()):
+                v = a.get(name)
+                v = v if v is not None else field_value(a, name)
+                if isinstance(v, Const) and isinstance(v.value, int) and not isinstance(v.value, bool) and v.value > 0:
+                    return Const(v.value, v.source, v.line, v.chain + (
+                        f"{a.user_class.name}.{name}, a length field of the script's own training arguments class, "
+                        "read by the trainer it is given to",), v.file)
+        return None
+
+    def trainer_keyword(self, trainer: Obj, key: str) -> Any:
+        """A length keyword given to the trainer itself (TRL's DPOTrainer(max_length=1536) beside a
+        TrainingArguments; data/library_api.json trainer_length_keywords), or None. The versions that
+        accept it decide: a checkout pin outside them rejects the call (a note); unpinned, a script that
+        passes it runs on a version that takes it."""
+        from memlint.library.versions import checkout_pin, in_range
+
+        v = trainer.kwargs.get(key)
+        facts = api.trainer_length_keyword(trainer.cls, key)
+        if v is None or facts is None:
+            return None
+        _field, package, versions, ref = facts
+        pin = checkout_pin(package)
+        if pin is not None and not in_range(pin.version, versions):
+            self.notes.append(f"{trainer.cls}({key}=...) (line {trainer.line}): {pin.describe()} does not take it "
+                              f"({package}{versions} does: {ref}); not read")
+            return None
+        if isinstance(v, Const) and v.value is None:
+            return None  # None: the trainer's own default applies
+        how = f"{trainer.cls}({key}=...) (line {trainer.line}), a keyword {package}{versions} takes ({ref})"
+        return v.with_value(v.value, how) if isinstance(v, Const) else v
+
+    def trainer_field(self, name: str, a: Obj, attr: str) -> Any:
+        """A field of the trainer's arguments; a TrainingArguments lacks the trainer's own fields
+        (max_length): the trainer then falls back to its config class's default."""
+        v = field_value(a, attr)
+        facts = api.trainer(name)
+        if isinstance(v, Unknown) and facts is not None and a.cls.endswith(".TrainingArguments") \
+                and facts.arguments != a.cls:
+            d = library_default(facts.arguments, attr)
+            if d is not None:
+                return Const(d.value, "library-default", a.line or None,
+                             (f"{d.why}; {name} given a TrainingArguments falls back to it",))
+        return v
+
+    def unsloth_length(self, models: list[Obj]) -> Any:
+        for m in models:
+            r = self.root(m)
+            if r.loader == "unsloth":
+                v = r.kwargs.get("max_seq_length")
+                return v if v is not None else _libc("unsloth.FastLanguageModel.from_pretrained", "max_seq_length", r.line)
+        return None
+
+    def target_length(self, calls: list, line: int | None) -> None:
+        """An encoder-decoder's target (labels) length: the max_length of a tokenizer call given text_target=
+        (`tokenizer(text_target=..., max_length=N)`, labels alone or with the source), else the script's own
+        target-length argument (args.max_target_length, data/library_api.json target_length_arguments)."""
+        lengths: list = []
+        for entry in calls:
+            if "text_target" in entry.kwargs:
+                kind = entry.kwargs.get("padding")
+                kind = "max_length" if isinstance(kind, Const) and kind.value == "max_length" else None
+                lengths += _call_lengths(entry.kwargs, kind, entry.tokenizer, entry.method)
+        if not any(isinstance(v, (Const, Alts)) for v in lengths):
+            for la in self.facts.first("target_length_args"):
+                v = la.value
+                if isinstance(v, Const) and isinstance(v.value, int) and not isinstance(v.value, bool) and v.value > 0:
+                    lengths = [Const(v.value, v.source, v.line, v.chain + (
+                        f"the script's own target-length argument .{la.name} (line {la.line})",), v.file)]
+                    break
+        if lengths:
+            self.put("target_len", _alts(lengths), _length, line)
+
+    def data_padding(self, collator: Any, tokenizer_given: bool, line: int | None) -> None:
+        facts = self.facts
+        chunking = facts.first("chunking")
+        reached_calls = facts.first("tokenizer_calls")
+        self.target_length(reached_calls, line)
+        reached_calls = [c for c in reached_calls if c.text]  # text_target= alone tokenizes the labels only
+        if chunking and (facts.reached.get("chunking", 1) or not facts.reached.get("tokenizer_calls")):
+            size, cline = chunking[0].size, chunking[0].line
+            self.put("packing", Const(True, "literal", cline, ("token stream cut into fixed blocks: t[i : i + n] for i in range(0, total, n)",)), _bool, cline)
+            self.fields["padding"] = Value("packing", "literal", Span(self.path, cline), ("fixed-length blocks, no padding",))
+            self.put("max_length", size, _length, cline)
+            return
+        windows = facts.first("windows")
+        if windows and not facts.first("objects", DataLoader):
+            size, wline = windows[0].size, windows[0].line
+            self.put("packing", Const(True, "literal", wline, ("windows cut at random offsets of one token stream: data[i : i + n] for i in randint(...)",)), _bool, wline)
+            self.fields["padding"] = Value("packing", "literal", Span(self.path, wline), ("fixed-length windows, no padding",))
+            self.put("max_length", size, _length, wline)
+            return
+        self.put("packing", Const(False, "library-default", line, ("no packing found",)), _bool, line)
+        calls = []
+        for entry in reached_calls:
+            kw, cl, tok = entry.kwargs, entry.line, entry.tokenizer
+            t = kw.get("tokenize")
+            if isinstance(t, Const) and t.value is False:
+                continue
+            calls.append((kw, cl, tok, entry.method))
+        pads: list = []
+        lengths: list = []
+        for kw, cl, tok, method in calls:
+            p = kw.get("padding")
+            kind = None
+            if isinstance(p, Const):
+                kind = "max_length" if p.value == "max_length" else "longest" if p.value in (True, "longest") else None
+            elif p is not None:
+                kind = "unknown"
+            if kind:
+                pads.append((kind, p if isinstance(p, Const) else Unknown("padding"), cl))
+            lengths += _call_lengths(kw, kind, tok, method)
+        for c in flatten(collator) if collator is not None else []:
+            if isinstance(c, Collator):
+                cname = c.cls.rsplit(".", 1)[-1]
+                p = c.get("padding")
+                if p is None:
+                    p = _libc(c.cls, "padding", c.line) if cname in ("DataCollatorWithPadding", "DataCollatorForSeq2Seq") else Const(True, "library-default", c.line, (f"{cname} pads to the longest in the batch",))
+                kind = "max_length" if isinstance(p, Const) and p.value == "max_length" else "longest" if isinstance(p, Const) and p.value in (True, "longest") else None
+                if kind:
+                    pads.append((kind, p, c.line))
+                if c.get("max_length") is not None:
+                    lengths.append(c.get("max_length"))
+        for hp in facts.first("hand_pads"):
+            c = hp.length if isinstance(hp.length, Const) else None
+            pads.append((hp.kind, Const(hp.kind, "literal", hp.line, ("padding written in the script's own collate code",), hp.file), hp.line))
+            if c is not None:
+                lengths.append(c)
+        if not pads and collator is None and tokenizer_given:
+            pads.append(("longest", Const(True, "library-default", line, ("Trainer pads with DataCollatorWithPadding when given a tokenizer",)), line))
+        best = next((p for p in pads if p[0] == "max_length"), None) or next((p for p in pads if p[0] == "longest"), None)
+        if best is None:
+            self.put("padding", Unknown("no padding found in tokenizer calls or collators"), line=line)
+        else:
+            kind, src, pl = best
+            c = src if isinstance(src, Const) else Const(kind, "literal", pl)
+            self.fields["padding"] = Value(kind, c.source, Span(c.file or self.path, c.line or pl or 1), c.chain)
+        if not any(isinstance(v, (Const, Alts)) for v in lengths):
+            # no length read (none, or only calls whose max_length memlint cannot follow, such as a helper's
+            # `max_length=tokenizer.model_max_length` of a tokenizer parameter): the script's own length argument
+            lengths = self.length_argument() or self.companion_length() or lengths
+        self.put("max_length", _alts(lengths) if lengths else Unknown("no max_length in tokenizer calls or collators"), _length, line)
+
+    def companion_length(self) -> list:
+        """The length a companion script of the checkout wrote the arrays the script loads at (extract/companion.py)."""
+        from memlint.extract.companion import written_length
+
+        names = list(dict.fromkeys(n for n, _ in self.facts.array_loads))
+        found = written_length(self.script, names) if names else None
+        if found is None and names:
+            line = self.facts.array_loads[0][1]
+            self.notes.append(f"max_length: the script loads pre-tokenized data ({', '.join(names)}, line {line}); no script "
+                              "of the checkout memlint read writes it, so the length it was cut to is not known")
+        return [found] if found is not None else []
+
+    def length_argument(self) -> list:
+        """The script's own length argument (args.max_seq_length, cfg.cutoff_len) when no tokenizer call
+        or collator memlint follows says the length: it caps every sequence wherever it is applied."""
+        for la in self.facts.first("length_args"):
+            v = la.value
+            if isinstance(v, Const) and isinstance(v.value, int) and not isinstance(v.value, bool) and v.value > 0:
+                why = (f"the script's own length argument .{la.name} (line {la.line}), read where it is passed on: "
+                       "memlint did not follow the data pipeline that applies it (truncation or a length filter)")
+                return [Const(v.value, v.source, v.line, v.chain + (why,), v.file)]
+        return []
+
+
+def _call_lengths(kw: dict, kind: str | None, tok: Any, method: str) -> list:
+    """The lengths one tokenizer call caps its rows at. tokenizer.pad() never truncates: its max_length only
+    counts under padding="max_length". max_length=None (or missing) under truncation is the tokenizer's
+    model_max_length."""
+    trunc = kw.get("truncation")
+    ml = kw.get("max_length")
+    if method == "pad" and kind != "max_length":
+        return []
+    if ml is not None and not all(isinstance(x, Const) and x.value is None for x in flatten(ml)):
+        return [ml]
+    if (isinstance(trunc, Const) and trunc.value) or kind == "max_length":
+        mml = tok.get("model_max_length") if isinstance(tok, Obj) else None
+        return [mml if mml is not None else Unknown("the tokenizer's model_max_length (max_length=None truncates there)")]
+    return [ml] if ml is not None else []
+
+
+def _length(v: Any) -> int:
+    if v is None:
+        raise _Unconvertible("max_length is None: no truncation, the longest sample decides")
+    return _int(v)

@@ -1,0 +1,185 @@
+"""Loops the script drives itself: a plain PyTorch loop (optimizer steps, accumulation, Accelerator
+plugins), a Lightning Trainer or Fabric, a DeepSpeed engine; each reads its fields from what drives it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memlint.extract.objects import Accelerator, DataLoader, DeepSpeedEngine, LightningTrainer, Obj, Optimizer
+from memlint.extract.values import Const, Unknown
+from memlint.library import api
+from memlint.plan import Span, Value
+from memlint.vocab import ascii_digits
+from memlint.extract.fields.convert import _Unconvertible, _alts, _bool, _int
+
+
+class LoopFields:
+    """The fields of a custom loop, a Lightning run and a DeepSpeed engine."""
+
+    def loop_fields(self, objs: list, models: list[Obj]) -> None:
+        opts = self.facts.first("objects", Optimizer)
+        steps = self.facts.first("steps")
+        accs = self.facts.first("objects", Accelerator)
+        engines = self.facts.first("objects", DeepSpeedEngine)
+        if engines:
+            self.engine_fields(engines[-1])
+            return
+        lightning = [o for o in self.facts.first("objects", LightningTrainer) if o.cls in ("lightning.Trainer", "lightning.Fabric")]
+        if lightning:
+            self.lightning_fields(lightning[-1], objs)
+            return
+        # a training loop steps an optimizer, or runs backward through a model it loads or with an optimizer it builds:
+        # a backward alone (a kernel's gradient check) or an optimizer built and handed on (a helper) is not one
+        if not steps and not (self.facts.backward and (opts or models or self.facts.unknown_steps)):
+            for f in ("trainer", "per_device_batch", "grad_accum", "optimizer", "precision", "padding", "max_length"):
+                self.put(f, Unknown("no trainer or training loop found"))
+            self.args_gc = None
+            return
+        line = (opts or [None])[0].line if opts else (self.facts.backward or [None])[0]
+        self.fields["trainer"] = Value("custom-loop", "literal", Span(self.path, line) if line else None, ("optimizer.step() in the script's own loop",))
+        self.args_gc = None
+        train_dl = self.loader_batch(None)
+        acc = [s.accumulation for s in steps if s.accumulation is not None]
+        acc_kw = [a.get("gradient_accumulation_steps") for a in accs if a.get("gradient_accumulation_steps") is not None]
+        for a in accs:  # Accelerator(gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=N))
+            plug = a.get("gradient_accumulation_plugin")
+            if isinstance(plug, Obj) and plug.get("num_steps") is not None:
+                acc_kw.append(plug.get("num_steps"))
+        if acc_kw:
+            self.put("grad_accum", _alts(acc_kw), _int, accs[0].line)
+        elif acc:
+            self.put("grad_accum", _alts(acc), _int, steps[0].line)
+        elif steps:
+            self.put("grad_accum", Const(1, "literal", steps[0].line, ("optimizer.step() after every micro-batch",)), _int)
+        elif any(h.steps for h in self.facts.first("grad_hooks")):
+            hook = next(h for h in self.facts.first("grad_hooks") if h.steps)
+            self.put("grad_accum", Const(1, "literal", hook.line, ("a post-accumulate-grad hook steps each parameter in "
+                                                                   "every backward",)), _int)
+        else:
+            self.put("grad_accum", Unknown("no optimizer.step() found"))
+        if opts:
+            self.optimizer_from(self.stepped(opts, steps), layerwise=any(h.steps for h in self.facts.first("grad_hooks")))
+        else:
+            self.put("optimizer", Unknown("no optimizer found"))
+        self.loop_precision(accs, line)
+        self.put("group_by_length", Const(False, "library-default", train_dl.line if train_dl else line, ("DataLoader samples without length grouping",)), _bool)
+        dist = []
+        for a in accs:
+            for plug_name, label in (("deepspeed_plugin", "deepspeed"), ("fsdp_plugin", "fsdp")):
+                plug = a.get(plug_name)
+                if isinstance(plug, Obj):
+                    st = plug.get("zero_stage")
+                    if label == "deepspeed" and isinstance(st, Const) and st.value in (1, 2, 3):
+                        dist.append(st.with_value(f"zero{st.value}"))
+                    else:
+                        dist.append(Const(label, "literal", plug.line))
+        for m in models:
+            for mm in self.chain(m):
+                if mm.shard is not None:
+                    dist.append(mm.shard.value)
+        if self.facts.offloads:
+            self.put("offload", _alts(self.facts.offloads))
+        if dist:
+            self.put("distributed", _alts(dist))
+        else:
+            why = "Accelerator: sharding comes from `accelerate launch` config, if any" if accs else "a single-process loop"
+            self.put("distributed", Const("none", "library-default", line, (why,)))
+            if accs:
+                self.notes.append("distributed: an `accelerate launch` config may shard the model; pass --assume distributed=... if it does")
+        self.parallelism_fields([a.get("parallelism_config") for a in accs])
+        self.plugin_cpu_optimizer(accs)
+        collate = train_dl.get("collate_fn") if train_dl is not None else None
+        self.data_padding(collate, False, line)
+
+    def lightning_fields(self, tr: LightningTrainer, objs: list) -> None:
+        """A Lightning Trainer (or Fabric): precision, accumulation, strategy and devices are its
+        arguments (with Lightning's defaults), the micro-batch the DataLoader's, the optimizer the
+        module's configure_optimizers' (or the one the script builds for Fabric)."""
+        line = tr.line
+        fabric = tr.cls == "lightning.Fabric"
+        self.fields["trainer"] = Value("lightning-fabric" if fabric else "lightning", "literal", Span(self.path, line),
+                                       (f"{tr.cls.split('.')[-1]}(...) (line {line})",))
+        self.args_gc = None
+        prec = tr.get("precision")
+        if prec is None:
+            self.put("precision", Const("fp32", "library-default", line, ("lightning's default precision: 32-true",)), line=line)
+        else:
+            self.put("precision", prec, lambda v: api.lightning_precision(v) or _unconvertible(f"precision {v!r}"), line)
+        if not fabric:
+            acc = tr.get("accumulate_grad_batches")
+            self.put("grad_accum", acc if acc is not None else Const(1, "library-default", line, ("accumulate_grad_batches default 1",)), _int, line)
+        else:
+            steps = self.facts.first("steps")
+            acc = [s.accumulation for s in steps if s.accumulation is not None]
+            self.put("grad_accum", _alts(acc) if acc else Const(1, "literal", line, ("an optimizer step every micro-batch",)), _int, line)
+        self.lightning_strategy(tr, line)
+        dev = tr.get("devices")
+        nodes = tr.get("num_nodes")
+        if dev is not None:
+            self.put("num_gpus", dev, lambda v: _device_count(v, nodes), line)
+        train_dl = self.loader_batch(line)
+        opts = self.facts.first("objects", Optimizer)
+        if opts:
+            self.optimizer_from(opts[-1:])
+        else:
+            self.put("optimizer", Unknown("no optimizer found (configure_optimizers)"), line=line)
+        self.put("group_by_length", Const(False, "library-default", line, ("DataLoader samples without length grouping",)), _bool)
+        self.data_padding(train_dl.get("collate_fn") if train_dl is not None else None, False, line)
+
+    def engine_fields(self, eng: DeepSpeedEngine) -> None:
+        """A loop driven by a DeepSpeed engine: micro-batch, accumulation, precision, ZeRO stage, offload
+        and the optimizer come from its config (a DataLoader's batch_size is the micro-batch when there is one)."""
+        line = eng.line
+        self.fields["trainer"] = Value("deepspeed-engine", "literal", Span(self.path, line), (f"deepspeed.initialize (line {line})",))
+        self.args_gc = None
+        facts, why = self.deepspeed_config(eng.config) if eng.config is not None else (None, Unknown("no DeepSpeed config given"))
+        soft = facts.soft if facts is not None else {}
+        dls = self.facts.first("objects", DataLoader)
+        train_dl = next((d for d in dls if d.get("batch_size") is not None), None)
+        if train_dl is not None:
+            self.put("per_device_batch", train_dl.get("batch_size"), _int, train_dl.line)
+        elif "per_device_batch" in soft:
+            self.fields["per_device_batch"] = soft["per_device_batch"]
+        else:
+            self.put("per_device_batch", Unknown("no train_micro_batch_size_per_gpu in the DeepSpeed config"), line=line)
+        if "grad_accum" in soft:
+            self.fields["grad_accum"] = soft["grad_accum"]
+        else:
+            self.put("grad_accum", Const(1, "library-default", line, ("DeepSpeed's gradient_accumulation_steps default: 1",)), _int)
+        prec = soft.get("precision")
+        self.fields["precision"] = prec if prec is not None else Value("fp32", "library-default", Span(self.path, line),
+                                                                         ("no fp16/bf16 section in the DeepSpeed config",))
+        if facts is not None:
+            for name in ("distributed", "offload"):
+                self.fields[name] = facts.fields[name]
+            self.notes.extend(facts.notes)
+        else:
+            self.put("distributed", why, line=line)
+        if isinstance(eng.optimizer, Optimizer):
+            self.optimizer_from([eng.optimizer])
+        elif facts is not None and facts.optimizer is not None:
+            self.fields["optimizer"] = facts.optimizer
+        else:
+            self.put("optimizer", Unknown("the engine's optimizer is not in its config"), line=line)
+        self.put("group_by_length", Const(False, "library-default", line, ("DataLoader samples without length grouping",)), _bool)
+        self.data_padding(train_dl.get("collate_fn") if train_dl is not None else None, False, line)
+
+
+def _unconvertible(why: str) -> Any:
+    raise _Unconvertible(why)
+
+
+def _device_count(v: Any, nodes: Any) -> int:
+    """Lightning's devices= (an int, a list of ids, "0,1", -1/"auto") times num_nodes."""
+    n_nodes = nodes.value if isinstance(nodes, Const) and isinstance(nodes.value, int) else 1
+    if isinstance(v, bool):
+        raise _Unconvertible("devices")
+    if isinstance(v, int) and v > 0:
+        return v * n_nodes
+    if isinstance(v, (list, tuple)):
+        return len(v) * n_nodes
+    if isinstance(v, str) and ascii_digits(v.replace(",", "").strip()):
+        parts = [p for p in v.split(",") if p.strip()]
+        return (len(parts) if "," in v else int(v)) * n_nodes
+    raise _Unconvertible(f"devices={v!r}: the GPUs the machine has")

@@ -1,0 +1,271 @@
+"""What memlint knows about the libraries a training script calls.
+
+The interpreter hands every call it cannot inline to `call`; this package builds the
+objects (configs, models, trainers, parsers; extract/objects.py) and records facts. Names
+match on the last component, so aliases (`import transformers as tf`, `from trl import
+SFTConfig as C`) and star imports resolve alike. Which classes are trainers, argument
+classes, collators and optimizers is data (memlint.library.api).
+
+`Handlers` is composed of one mixin per body of knowledge, each module with the calls it
+answers as data (QUALIFIED: by dotted name, BY_NAME: by last component):
+
+  language.py     Python and its standard library (no library names)
+  attributes.py   attributes of known objects, read and written
+  datafiles.py    json / yaml / toml / OmegaConf files and attribute dicts
+  cli.py          argparse, HfArgumentParser / TrlParser, sys.argv, the launch environment
+  entrypoints.py  click, typer, fastcore, hydra, fire, tyro, jsonargparse
+  hf.py           transformers and datasets
+  quant.py        bitsandbytes / GPTQ / AWQ / HQQ
+  peft.py         PEFT adapters (and unsloth's)
+  trl.py          TRL's model arguments and chat-format helpers
+  distributed.py  accelerate, DeepSpeed, FSDP / DDP, spawn, Lightning
+  loop.py         torch and the script's own loop
+
+This module dispatches: a call, a method call, or a script class built as its library base.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from memlint.extract import custom_model
+from memlint.extract.interp import BoundStr, BoundUnknown
+from memlint.extract.objects import (
+    Accelerator, ArgParser, ClassLoader, DataclassInstance, Dataset, DeepSpeedEngine, DictMethod, DtypeName, Fields,
+    GradHook, HfConfig, HfParser, Instance, LigerPatch, LightningTrainer, Method, Model, Obj, OpenFile, Optimizer,
+    OptimizerStep, Params, Partial, Scaler, SeqMethod, Tokenizer, TokenizerCall, Trainer, TrainingArgs,
+)
+from memlint.extract.values import Class, Const, Func, Ref, Unknown
+from memlint.library import api
+from memlint.extract.handlers.attributes import AttributeHandlers, _declares
+from memlint.extract.handlers.cli import CliHandlers, _SUBCLASSED_PARSERS
+from memlint.extract.handlers.common import Call, _PASS, library_base
+from memlint.extract.handlers.datafiles import DataFileHandlers
+from memlint.extract.handlers.distributed import DistributedHandlers, _LIGHTNING
+from memlint.extract.handlers.entrypoints import EntryPointHandlers
+from memlint.extract.handlers.hf import (
+    HfHandlers, _MODEL_CLASS, _NOT_MODEL, _TOKENIZE_METHODS, _pretrained_model_class, _vendored_trainer,
+)
+from memlint.extract.handlers.language import LanguageHandlers, _seq_method
+from memlint.extract.handlers.loop import LoopHandlers, _record_layer, _steps_an_optimizer
+from memlint.extract.handlers.peft import PeftHandlers
+from memlint.extract.handlers.quant import QuantHandlers, _hand_quant
+from memlint.extract.handlers.trl import TrlHandlers
+from memlint.extract.handlers import cli, datafiles, distributed, entrypoints, hf, language, loop, peft, quant, trl
+
+
+_TORCH_DTYPES = ("float16", "bfloat16", "float32", "half", "float")
+
+
+def _family(qual: str) -> str:
+    head = qual.split(".", 1)[0]
+    return "bnb" if head == "bitsandbytes" else head
+
+
+class Handlers(
+        LanguageHandlers, AttributeHandlers, DataFileHandlers, CliHandlers, EntryPointHandlers, HfHandlers,
+        QuantHandlers, PeftHandlers, TrlHandlers, DistributedHandlers, LoopHandlers,
+):
+    """Stateless: the interpreter passes itself in."""
+
+    def call(self, it: Any, f: Any, args: list, kwargs: dict, open_kw: bool, line: int | None, node: Any) -> Any:
+        if isinstance(f, Method):
+            return self.method(it, f.obj, f.name, args, kwargs, open_kw, line)
+        if isinstance(f, Class):
+            return self.construct_user(Call(it, f.name, args, kwargs, open_kw, line), f)
+        if isinstance(f, BoundStr):
+            return self.str_method(it, f, args, kwargs, node)
+        if isinstance(f, BoundUnknown):
+            return self.unknown_method(it, f, args, kwargs, line)
+        if isinstance(f, Tokenizer):
+            return self.tokenize(it, f, args, kwargs, line)
+        if isinstance(f, OpenFile):
+            return f  # f.read(): the content, read where it is parsed
+        if isinstance(f, ClassLoader):
+            model = self.call_ref(Call(it, f"transformers.{f.cls.name}.{f.name}", args, kwargs, open_kw, line),
+                                  Ref(f"transformers.{f.cls.name}.{f.name}"))
+            if isinstance(model, Model):
+                model.user_class = f.cls
+            return model
+        if isinstance(f, DtypeName):  # getattr(torch.optim, config.optimizer)(params): the class it names
+            f = f.ref
+        if isinstance(f, DictMethod) and isinstance(f.dict, Fields):  # args.__dict__.update(cfg): each key a field
+            return self.fields_update(it, f.dict.obj, f.name, args, kwargs, line)
+        if isinstance(f, DictMethod):
+            return self.dict_method(f.dict, f.name, args, kwargs)
+        if isinstance(f, SeqMethod):  # names.index("lora"), names.count(x) of a known sequence
+            return _seq_method(f.seq, f.name, args, line)
+        if isinstance(f, Partial):
+            if isinstance(f.func, Func):
+                return it.call_function(f.func, f.args + args, {**f.kwargs, **kwargs}, line)
+            return Unknown("a call")
+        if isinstance(f, Model):
+            return Unknown("the model's outputs")
+        if isinstance(f, Obj):
+            return Unknown("a call")
+        if isinstance(f, Unknown):
+            if "padding" in kwargs or "truncation" in kwargs:
+                it.facts.tokenizer_calls.append(TokenizerCall(kwargs, line))
+            return Unknown("the result of an unknown call")
+        if not isinstance(f, Ref):
+            return Unknown("a call")
+        return self.call_ref(Call(it, f.qual, args, kwargs, open_kw, line), f)
+
+    def call_ref(self, c: Call, f: Ref) -> Any:
+        """A library call: the qualified rules first, then the name table, then optimizer classes."""
+        if c.it.layers is not None and c.head == "torch" and c.name in ("Linear", "Embedding"):
+            _record_layer(c)
+        if c.qual.startswith("builtins."):
+            return self.builtin(c.it, c.name, c.args, c.kwargs, c.line)
+        if c.head == "liger_kernel" and c.name.startswith("apply_liger_kernel_to_"):
+            c.it.facts.liger_calls.append(LigerPatch(c.qual, c.kwargs, c.line))
+            return Const(None, "literal", c.line)
+        if c.head == "torchao" and c.name == "Float8LinearConfig" and "enable_fsdp_float8_all_gather" in c.kwargs:
+            v = c.kwargs["enable_fsdp_float8_all_gather"]
+            if isinstance(v, Const) and isinstance(v.value, bool):
+                c.it.facts.float8_gather.append(v.with_value(v.value, f"Float8LinearConfig(enable_fsdp_float8_all_gather="
+                                                                      f"{v.value}) (line {c.line})"))
+            return Const(None, "literal", c.line)
+        if c.head == "torchao" and c.name == "convert_to_float8_training":
+            # torchao.float8: every nn.Linear becomes Float8Linear unless module_filter_fn says otherwise (a filter
+            # memlint cannot read: counted as the decoder's linears, lm_head kept, as torchtitan and accelerate do)
+            scope = "layers" if "module_filter_fn" in c.kwargs else "all"
+            c.it.facts.float8_calls.append(Const(scope, "literal", c.line, (
+                f"convert_to_float8_training(...){' with module_filter_fn' if scope == 'layers' else ''} (line {c.line})",)))
+            return Const(None, "literal", c.line)
+        if c.head == "bitsandbytes" and api.bnb_linear(c.name) is not None:
+            _hand_quant(c.it, c.name, c.kwargs, c.line, f"bitsandbytes.nn.{c.name}(...) (line {c.line})")
+            return Unknown(f"a bitsandbytes {c.name} layer")
+        if c.head in ("pytorch_lightning", "lightning", "lightning_fabric") and c.name in _LIGHTNING:
+            return c.new(LightningTrainer, _LIGHTNING[c.name])
+        handler = _QUALIFIED.get(c.qual) or _BY_NAME.get(c.name) or self._data_handler(c.name)
+        if handler is not None:
+            out = handler(self, c)
+            if out is not _PASS:
+                return out
+        if c.head == "transformers" and _MODEL_CLASS.match(c.name) and not _NOT_MODEL.search(c.name) \
+                and isinstance(c.arg(0, "config"), HfConfig):
+            # LlamaForCausalLM(config): a model built (randomly initialised) from a config, as from_config builds it
+            return self._load_model(Call(c.it, c.qual + ".from_config", [c.arg(0, "config")],
+                                         {k: v for k, v in c.kwargs.items() if k != "config"}, c.open, c.line),
+                                    c.name, "from_config")
+        if c.head == "torch" and c.name in _TORCH_DTYPES:
+            return f
+        opt = self._optimizer_name(c)
+        if opt is not None:
+            return c.new(Optimizer, c.qual, ("params", "lr"), optim=opt)
+        return Unknown(f"the result of {c.qual}()")
+
+    @staticmethod
+    def _data_handler(name: str) -> Callable[["Handlers", Call], Any] | None:
+        """Classes the library data names: argument classes, trainers, PEFT configs, collators."""
+        if name in api.training_arguments():
+            return Handlers.training_args
+        if api.trainer(name) is not None:
+            return Handlers.trainer
+        if name in api.peft_configs():
+            return Handlers.peft_config
+        if name in api.collators():
+            return Handlers.collator
+        if name in api.dict_wrappers():
+            return Handlers.dict_wrapper
+        return None
+
+    @staticmethod
+    def _optimizer_name(c: Call) -> str | None:
+        fam = _family(c.qual)
+        opt = api.optimizer_class(fam, c.name)
+        if opt is None and c.name == "Adafactor":
+            opt = api.optimizer_class("transformers", c.name)
+        if opt is None and c.owner == "optim" and fam != "torch":
+            opt = api.optimizer_class("bnb", c.name)
+        return opt
+
+    def construct_user(self, c: Call, cls: Class) -> Any:
+        base = library_base(cls, api.training_arguments())
+        if base:
+            return c.new(TrainingArgs, api.training_arguments()[base], ("output_dir",), user_class=cls)
+        base = library_base(cls, api.trainers()) or _vendored_trainer(cls, api.trainers())
+        if base:
+            return self.trainer(Call(c.it, base, c.args, c.kwargs, c.open, c.line), user=cls)
+        base = library_base(cls, _SUBCLASSED_PARSERS)
+        if base:  # class ArgumentParserPlus(HfArgumentParser): parses as its library base does
+            return _BY_NAME[base](self, Call(c.it, base, c.args, c.kwargs, c.open, c.line))
+        base = library_base(cls, api.collators())
+        if base:  # class CompletionCollator(DataCollatorForLanguageModeling): it pads as its library base
+            return self.collator(Call(c.it, base, c.args, c.kwargs, c.open, c.line))
+        if cls.is_dataclass:
+            inst = c.new(DataclassInstance, cls.name, tuple(cls.fields), user_class=cls)
+            post = cls.lookup("__post_init__")
+            if post is not None and post[0] == "method" and isinstance(post[1], Func):
+                c.it.call_function(post[1], [inst], {}, c.line)  # padded_vocab_size = find_multiple(...)
+            return inst
+        cfg = c.arg(0, "config")
+        if isinstance(cfg, HfConfig) and _MODEL_CLASS.match(cls.name) and not _NOT_MODEL.search(cls.name) \
+                and _pretrained_model_class(cls):
+            # the checkout's copy of a transformers model class (class LlamaForCausalLM(PreTrainedModel)) built from
+            # a config: a model of that config, as transformers' own class would be (from_config)
+            return self._load_model(Call(c.it, f"{cls.name}.from_config", [cfg], dict(c.kwargs), c.open, c.line),
+                                    cls.name, "from_config")
+        if custom_model.is_module_class(cls, library_base):
+            return self.script_model(c, cls)
+        inst = Instance(cls.name, c.line or 0, {}, {}, c.open, user_class=cls)
+        init = cls.lookup("__init__")
+        if init is not None and init[0] == "method":
+            c.it.call_function(init[1], [inst, *c.args], dict(c.kwargs), c.line)
+        return inst
+
+    def method(self, it: Any, obj: Obj, name: str, args: list, kwargs: dict, open_kw: bool, line: int | None) -> Any:
+        if isinstance(obj, ArgParser):
+            return self.argparse_method(it, obj, name, args, kwargs, line)
+        if isinstance(obj, HfParser):
+            return self.hfparser_method(it, obj, name, args, kwargs, line)
+        if isinstance(obj, Model):
+            return self.model_method(it, obj, name, args, kwargs, line)
+        if isinstance(obj, Trainer) and name == "train":
+            it.facts.trained.append(obj)
+            return Unknown("training output")
+        if isinstance(obj, Tokenizer) and name in _TOKENIZE_METHODS:
+            return self.tokenize(it, obj, args, kwargs, line, name)
+        if isinstance(obj, Optimizer) and name == "step":
+            it.facts.steps.append(OptimizerStep(obj, it.accum[-1] if it.accum else it.micro_accum, line))
+            return Const(None, "literal", line)
+        if isinstance(obj, Accelerator):
+            return self.accelerator_method(it, name, args, line)
+        if isinstance(obj, LightningTrainer):
+            return self.lightning_method(it, obj, name, args, kwargs, line)
+        if isinstance(obj, DeepSpeedEngine):
+            if name == "backward":
+                it.facts.backward.append(line)
+                return Const(None, "literal", line)
+            if name in ("step", "train", "eval", "save_checkpoint", "load_checkpoint", "zero_grad"):
+                return Const(None, "literal", line)
+            if isinstance(obj.model, Model):
+                return self.model_method(it, obj.model, name, args, kwargs, line)
+            return Unknown(f"engine.{name}()")
+        if isinstance(obj, Scaler) and name == "step":
+            opt = args[0] if args else None
+            if isinstance(opt, Optimizer):
+                it.facts.steps.append(OptimizerStep(opt, it.accum[-1] if it.accum else it.micro_accum, line))
+            return Const(None, "literal", line)
+        if isinstance(obj, Dataset) and name in ("map", "filter", "with_transform", "set_transform"):
+            self.mapped_function(it, args, kwargs, line)
+            return obj
+        if name == "parameters" or name == "named_parameters":
+            return Params("parameters", line or 0, model=obj)
+        if name == "register_post_accumulate_grad_hook":
+            it.facts.grad_hooks.append(GradHook(_steps_an_optimizer(args[0] if args else kwargs.get("hook")), line))
+        return Unknown(f"the result of .{name}()")
+
+
+# Library calls by qualified name, then by their last component: each module's own table.
+_QUALIFIED: dict[str, Callable[[Handlers, Call], Any]] = {
+    **language.QUALIFIED, **entrypoints.QUALIFIED, **distributed.QUALIFIED, **loop.QUALIFIED,
+}
+_BY_NAME: dict[str, Callable[[Handlers, Call], Any]] = {
+    **language.BY_NAME, **datafiles.BY_NAME, **cli.BY_NAME, **entrypoints.BY_NAME, **hf.BY_NAME, **quant.BY_NAME,
+    **peft.BY_NAME, **trl.BY_NAME, **distributed.BY_NAME, **loop.BY_NAME,
+}
+
+
+__all__ = ["Call", "Handlers", "_declares", "library_base"]

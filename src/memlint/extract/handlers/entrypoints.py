@@ -1,0 +1,387 @@
+"""Entry points a library calls with the command's words: click and typer commands, fastcore's
+@call_parse, @hydra.main, fire.Fire, tyro.cli and jsonargparse's CLI / auto_cli, each filling the
+function's parameters (or a dataclass's fields) the way that library parses them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from memlint.extract.interp import BoundUnknown
+from memlint.extract.objects import Obj, TrainingArgs
+from memlint.extract.values import Alts, Class, Const, Dict, Func, Ref, Seq, Unknown, flatten
+from memlint.extract.handlers.common import Call, _PASS, _last
+
+
+def _is_typer_command(callee: Any) -> bool:
+    """`app.command` of `app = typer.Typer(...)` (memlint does not model the Typer object itself)."""
+    return isinstance(callee, BoundUnknown) and callee.attr == "command" and "typer.Typer" in callee.why
+
+
+def _typer_call(node: Any) -> tuple[str, Any] | None:
+    """("Argument" | "Option", the call) when `node` is typer.Argument(...) / typer.Option(...)."""
+    import libcst as cst
+
+    if isinstance(node, cst.Call):
+        func = node.func
+        name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+        if name in ("Argument", "Option"):
+            return name, node
+    return None
+
+
+def _typer_marker(q: Any) -> tuple[str, Any] | None:
+    """The typer.Argument/Option call a parameter is declared with: its default, or the metadata of
+    `Annotated[T, typer.Argument(...)]`."""
+    import libcst as cst
+
+    found = _typer_call(q.default) if q.default is not None else None
+    ann = q.annotation.annotation if q.annotation is not None else None
+    if found is None and isinstance(ann, cst.Subscript):
+        for el in ann.slice[1:]:
+            if isinstance(el.slice, cst.Index) and _typer_call(el.slice.value):
+                found = _typer_call(el.slice.value)
+    return found
+
+
+def _typer_kind(it: Any, q: Any) -> str:
+    found = _typer_marker(q)
+    if found is not None:
+        return found[0]
+    return "Argument" if q.default is None else "Option"  # typer: a parameter without a default is an argument
+
+
+def _typer_default(it: Any, f: Func, q: Any) -> Any:
+    """A typer parameter's default: `default=` or the first positional of typer.Argument/Option(...)
+    written as the parameter's default (typer's older style), else what follows `=`."""
+    found = _typer_call(q.default) if q.default is not None else None
+    if found is None:
+        return it.param_default(f, q.name.value)
+    call = found[1]
+    for a in call.args:
+        if a.keyword is not None and a.keyword.value == "default":
+            return it.ev(a.value, f.env)
+    first = next((a for a in call.args if a.keyword is None), None)
+    if first is not None:
+        v = it.ev(first.value, f.env)
+        if not (isinstance(v, Const) and isinstance(v.value, str) and v.value.startswith("-")):
+            return v
+    return Unknown(f"typer parameter {q.name.value} has no default and the command does not give it")
+
+
+def _params(f: Func) -> list:
+    p = f.node.params
+    return [*p.posonly_params, *p.params, *p.kwonly_params]
+
+
+def _fastcore_param(it: Any, f: Func, q: Any) -> dict:
+    """What fastcore's Param reads off one parameter's annotation: `Param(help, type, opt, action, nargs)`,
+    a bare type (`int`, `bool_arg`), `bool` / `store_true` (a flag, False unless given) / `store_false`."""
+    import libcst as cst
+
+    ann = q.annotation.annotation if q.annotation is not None else None
+    out: dict = {}
+    typ: Any = None
+    if isinstance(ann, cst.Call) and isinstance(it.ev(ann.func, f.env), Ref) and it.ev(ann.func, f.env).name == "Param":
+        names = ("help", "type", "opt", "action", "nargs")
+        for i, a in enumerate(ann.args):
+            key = a.keyword.value if a.keyword is not None else (names[i] if i < len(names) else None)
+            if key in ("type", "opt", "action", "nargs"):
+                v = it.ev(a.value, f.env)
+                if key == "type":
+                    typ = v
+                elif isinstance(v, Const):
+                    out[key] = v.value
+    elif ann is not None:
+        typ = it.ev(ann, f.env)
+    if isinstance(typ, Ref) and typ.name in ("bool", "store_true", "store_false"):
+        out["action"] = "store_false" if typ.name == "store_false" else "store_true"
+        typ = None
+    known = isinstance(typ, Func) or isinstance(typ, Ref) and (typ.qual.startswith("builtins.") or typ.name in (
+        "bool_arg", "str2bool"))
+    out["type"] = typ if known else None
+    return out
+
+
+class EntryPointHandlers:
+    """Decorated and wrapped entry points (click, typer, fastcore, hydra, fire, tyro, jsonargparse)."""
+
+    def decorate(self, it: Any, f: Func, deco: Any, env: Any) -> Any:
+        import libcst as cst
+
+        bare = it.ev(deco, env) if isinstance(deco, (cst.Name, cst.Attribute)) else None
+        head = it.ev(deco.func, env) if isinstance(deco, cst.Call) else bare
+        if isinstance(head, Ref) and head.qual.split(".")[0] == "fastcore" and head.name == "call_parse":
+            f.cli = "fastcore"  # the function runs as it is decorated, its parameters from the command line
+            return None
+        if not isinstance(deco, cst.Call):
+            return None
+        callee = it.ev(deco.func, env)
+        if _is_typer_command(callee):
+            f.typer = True
+            return None
+        if not isinstance(callee, Ref):
+            return None
+        name = _last(callee.qual)
+        if callee.qual == "hydra.main":
+            return self.hydra_main(it, f, deco, env)
+        if name in ("option", "argument") and callee.qual.split(".")[0] in ("click", "option", "argument") or (
+                name in ("option", "argument") and "click" in callee.qual):
+            decls = [a.value for a in deco.args if a.keyword is None]
+            kw = {a.keyword.value: a.value for a in deco.args if a.keyword is not None}
+            names = []
+            for d in decls:
+                v = it.ev(d, env)
+                if isinstance(v, Const) and isinstance(v.value, str):
+                    names.append(v.value)
+            param = None
+            plain = [n for n in names if not n.startswith("-")]
+            if plain:
+                param = plain[0]
+            else:
+                longs = [n for n in names if n.startswith("--")] or names
+                if longs:
+                    param = longs[0].lstrip("-").split("/")[0].replace("-", "_").lower()
+            if not param:
+                return None
+            dline = it.line_of(deco)
+            how = f"@click.{name}({', '.join(repr(n) for n in names)}) (line {dline})"
+            if "default" in kw:
+                f.defaults[param] = it.ev(kw["default"], env)
+            else:
+                f.defaults[param] = Const(False if "is_flag" in kw else None, "literal", dline, (), it.cur_file())
+            f.default_source[param] = ("click-default", how, dline, it.cur_file())
+            typ = it.ev(kw["type"], env) if "type" in kw else None
+            is_flag = "is_flag" in kw and isinstance(it.ev(kw["is_flag"], env), Const) and bool(it.ev(kw["is_flag"], env).value)
+            f.click.append((param, tuple(n.split("/")[0] for n in names if n.startswith("-")), is_flag,
+                            _last(typ.qual) if isinstance(typ, Ref) else None))
+        return None
+
+    def click_arguments(self, it: Any, f: Func) -> dict:
+        """What click passes a @click.command function: each option's default, or the command's value."""
+        from memlint.extract.cli_args import Option, literal, match_argparse, str_to_bool
+
+        options = [Option(p, flags, "store_true" if is_flag else "store") for p, flags, is_flag, _ in f.click if flags]
+        matched = match_argparse(options, it.launch.argv, allow_abbrev=False) if it.launch is not None else None
+        out = {}
+        for param, _flags, _is_flag, typ in f.click:
+            if matched is not None and param in matched.values:
+                raw = matched.values[param]
+                if isinstance(raw, str):
+                    value = str_to_bool(raw) if typ == "bool" else literal(raw, {"int": 0, "float": 0.0, "str": ""}.get(typ or ""))
+                else:
+                    value = raw
+                out[param] = self.cli_const(it, value, f"{matched.flags.get(param, param)} {raw!r}")
+            else:
+                out[param] = it.param_default(f, param)
+        return out
+
+    def cli_arguments(self, it: Any, f: Func) -> dict:
+        """What fastcore's @call_parse passes its function: an argparse parser built from the signature
+        (fastcore.script.anno_parser): `--name` for a parameter with a default, a positional for one
+        without; the annotation's type converts the word (`Param(help, type, action=...)`, `bool_arg`,
+        `int`), `bool` / `store_true` is a flag that takes no word; the rest keep their defaults."""
+        from memlint.extract.cli_args import Option, match_argparse
+
+        params = _params(f)
+        options, types = [], {}
+        for q in params:
+            name = q.name.value
+            spec = _fastcore_param(it, f, q)
+            types[name] = spec.get("type")
+            action = spec.get("action", "store")
+            opt = spec.get("opt", q.default is not None)
+            nargs = spec.get("nargs")
+            options.append(Option(name, (f"--{name}",) if opt else (), action, nargs))
+        matched = match_argparse(options, it.launch.argv) if it.launch is not None else None
+        out = {}
+        for q in params:
+            name = q.name.value
+            if matched is not None and name in matched.values:
+                raw = matched.values[name]
+                how = f"{matched.flags.get(name, name)} {raw!r}"
+                # a type memlint reads converts the word; another (Optional[int], a class) converts it like the default
+                out[name] = self.cli_const(it, raw, how) if isinstance(raw, bool) else self.convert_cli(
+                    it, raw, types[name], f.defaults.get(name), how)
+            else:
+                out[name] = it.param_default(f, name)
+        return out
+
+    def typer_arguments(self, it: Any, f: Func) -> tuple[list, dict]:
+        """What typer passes an @app.command() function: the command's bare words to its
+        typer.Argument parameters in order, `--name value` / `--name-with-dashes value` / `--flag` /
+        `--no-flag` to the others (options); a parameter the command leaves out keeps the default
+        written in its typer.Argument(...) / typer.Option(...) or after `=`."""
+        from memlint.extract.cli_args import literal, match_fields
+
+        p = f.node.params
+        params = [*p.posonly_params, *p.params, *p.kwonly_params]
+        positional = [q.name.value for q in params if _typer_kind(it, q) == "Argument"]
+        defaults = {q.name.value: _typer_default(it, f, q) for q in params}
+        bools = {n for n, d in defaults.items() if isinstance(d, Const) and isinstance(d.value, bool)}
+        matched = match_fields(it.launch.argv if it.launch is not None else [], [q.name.value for q in params], bools)
+        kwargs = {k: self.cli_const(it, literal(v, getattr(defaults.get(k), "value", None)) if isinstance(v, str) else v,
+                                    f"{matched.flags[k]} {v!r}") for k, v in matched.values.items() if not isinstance(v, list)}
+        words = [w for w in matched.rest if not w.startswith("-")]
+        for name, w in zip(positional, words):
+            kwargs.setdefault(name, self.cli_const(it, literal(w), f"positional {w!r}"))
+        for name, d in defaults.items():
+            kwargs.setdefault(name, d)
+        return [], kwargs
+
+    @staticmethod
+    def hydra_main(it: Any, f: Func, deco: Any, env: Any) -> None:
+        """@hydra.main(config_path=, config_name=): the entry's first parameter is the composed config."""
+        from memlint.extract.hydra import hydra_config
+
+        args = {"config_path": None, "config_name": None}
+        positional = [a for a in deco.args if a.keyword is None]
+        for key, a in zip(("config_path", "config_name"), positional):
+            args[key] = it.ev(a.value, env)
+        for a in deco.args:
+            if a.keyword is not None and a.keyword.value in args:
+                args[a.keyword.value] = it.ev(a.value, env)
+        vals = {k: v.value if isinstance(v, Const) and isinstance(v.value, str) else None for k, v in args.items()}
+        params = [*f.node.params.posonly_params, *f.node.params.params]
+        if not params:
+            return None
+        here = it.mod.path.parent if it.mod is not None else it.dir
+        value, notes = hydra_config(here, vals["config_path"], vals["config_name"], it.launch)
+        for n in notes:
+            it.facts.note(n)
+        if not isinstance(value, Unknown):
+            it.facts.note(f"the Hydra config {vals['config_path']}/{vals['config_name']} composed as @hydra.main would "
+                          "(defaults list, overrides, interpolations)")
+        param = params[0].name.value
+        f.defaults[param] = value
+        f.default_source[param] = ("literal", f"@hydra.main(config_name={vals['config_name']!r})", it.line_of(deco),
+                                   it.cur_file())
+        return None
+
+    def fire(self, c: Call) -> Any:
+        if c.head != "fire":
+            return _PASS
+        for t in flatten(c.arg(0, "component")):
+            if isinstance(t, Func):
+                args, kwargs = self.fire_arguments(c.it, t) if c.it.launch is not None else ([], {})
+                return c.it.call_function(t, args, kwargs, c.line, entry=True)
+        return Unknown("fire.Fire")
+
+    def fire_arguments(self, it: Any, f: Func) -> tuple[list, dict]:
+        """fire's reading of the command's words for `f`: `--name value`, `--name=value`, `--flag` (True),
+        `--noflag` (False), bare words for the positional parameters; values as Python literals."""
+        from memlint.extract.cli_args import literal, match_fields
+
+        p = f.node.params
+        names = [q.name.value for q in [*p.posonly_params, *p.params, *p.kwonly_params]]
+        bools = {n for n, d in f.defaults.items() if isinstance(d, Const) and isinstance(d.value, bool)}
+        matched = match_fields(it.launch.argv, names, bools, accept_any=p.star_kwarg is not None)
+        kwargs = {k: self.cli_const(it, literal(v) if isinstance(v, str) else v, f"{matched.flags[k]} {v!r}")
+                  for k, v in matched.values.items() if not isinstance(v, list)}
+        args = [self.cli_const(it, literal(w), f"positional {w!r}") for w in matched.rest if not w.startswith("-")]
+        return args, kwargs
+
+    def tyro_cli(self, c: Call) -> Any:
+        """tyro.cli(Config) / tyro.cli(main): the dataclass built from its field defaults (a nested dataclass or
+        a `default_factory=lambda: TrainingArguments(...)` included) with the command's `--field value` and
+        `--nested.field value` words over them; a function is called with its parameters filled the same way."""
+        if c.head != "tyro" or c.name != "cli":
+            return _PASS
+        out = None
+        for t in flatten(c.arg(0, "f")):
+            if isinstance(t, Func):
+                names = [q.name.value for q in _params(t)]
+                kwargs = {k: v for k, v in self._field_words(c.it, names, t.defaults).items() if "." not in k}
+                r = c.it.call_function(t, [], kwargs, c.line, entry=True)
+            elif isinstance(t, Class):
+                given = c.kwargs.get("default")
+                r = given if isinstance(given, Obj) else self.construct_user(Call(c.it, t.name, [], {}, False, c.line), t)
+                if isinstance(r, Obj):
+                    self.apply_field_words(c.it, r, t)
+            else:
+                r = Unknown("tyro.cli() of something memlint cannot read")
+            out = r if out is None else Alts((out, r))
+        return out if out is not None else Unknown("tyro.cli()")
+
+    def jsonargparse_cli(self, c: Call) -> Any:
+        """jsonargparse's CLI(main) / auto_cli(main): main called with `--name value` words, over the values of
+        a `--config file.yaml` the command names (jsonargparse's ActionConfigFile)."""
+        if c.head != "jsonargparse":
+            return _PASS
+        from memlint.extract import runtime_config
+        from memlint.extract.cli_args import match_fields
+
+        for t in flatten(c.arg(0, "components")):
+            if not isinstance(t, Func):
+                continue
+            names = [q.name.value for q in _params(t)]
+            kwargs: dict = {}
+            if c.it.launch is not None:
+                ref = match_fields(c.it.launch.argv, {"config"}).values.get("config")
+                if isinstance(ref, str):
+                    data = runtime_config.read(c.it, self.cli_const(c.it, ref, f"--config {ref}"), "jsonargparse --config")
+                    if isinstance(data, Dict):
+                        kwargs.update({k: v for k, v in data.items.items() if k in names})
+            kwargs.update({k: v for k, v in self._field_words(c.it, names, t.defaults).items() if "." not in k})
+            return c.it.call_function(t, [], kwargs, c.line, entry=True)
+        return Unknown("jsonargparse.CLI()")
+
+    def _field_words(self, it: Any, names: list[str], defaults: dict) -> dict:
+        """`--name value` / `--name=value` / `--flag` / `--no-flag` / `--a.b value` words of the launch command,
+        as values (converted like the default when it is known)."""
+        from memlint.extract.cli_args import literal, match_fields
+
+        if it.launch is None:
+            return {}
+        bools = {n for n, d in defaults.items() if isinstance(d, Const) and isinstance(d.value, bool)}
+        matched = match_fields(it.launch.argv, names, bools, accept_any=True)
+        out = {}
+        for k, raw in matched.values.items():
+            like = getattr(defaults.get(k), "value", None)
+            how = f"{matched.flags[k]} {raw!r}"
+            if isinstance(raw, list):
+                out[k] = Seq([self.cli_const(it, literal(r), how) for r in raw])
+            else:
+                out[k] = self.cli_const(it, literal(raw, like) if isinstance(raw, str) else raw, how)
+        return out
+
+    def apply_field_words(self, it: Any, inst: Obj, cls: Class) -> None:
+        """The command's words over a dataclass instance tyro built: `--field v` sets the field, `--field.sub v`
+        the nested object's field (a nested dataclass, TrainingArguments, LoraConfig ...)."""
+        fields: dict = {}
+        c, seen = cls, 0
+        while isinstance(c, Class) and seen < 20:
+            seen += 1
+            for k, v in c.fields.items():
+                fields.setdefault(k, v)
+            nxt = [b for b in c.bases if isinstance(b, Class)]
+            c = nxt[0] if nxt else None
+        for key, v in self._field_words(it, list(fields), fields).items():
+            head, _, sub = key.partition(".")
+            if not sub:
+                if (head in fields or isinstance(inst, TrainingArgs)) and hasattr(inst, "cli"):
+                    inst.cli[head] = v
+                continue
+            nested = self.getattr(it, inst, head, None) if head in fields else None
+            for o in flatten(nested) if nested is not None else ():
+                if isinstance(o, Obj) and "." not in sub:
+                    it.write(o.attrs, sub, v, o)
+                elif isinstance(o, Obj):  # --a.b.c: deeper nesting
+                    inner = self.getattr(it, o, sub.split(".")[0], None)
+                    for x in flatten(inner):
+                        if isinstance(x, Obj) and sub.count(".") == 1:
+                            it.write(x.attrs, sub.split(".")[1], v, x)
+
+
+# the library calls this module answers, by qualified name (handlers/__init__.py merges the tables)
+QUALIFIED: dict[str, Callable[[Any, Call], Any]] = {
+    "tyro.cli": EntryPointHandlers.tyro_cli,
+}
+
+
+# the library calls this module answers, by last component (handlers/__init__.py merges the tables)
+BY_NAME: dict[str, Callable[[Any, Call], Any]] = {
+    "Fire": EntryPointHandlers.fire,
+    "CLI": EntryPointHandlers.jsonargparse_cli,
+    "auto_cli": EntryPointHandlers.jsonargparse_cli,
+}

@@ -1,0 +1,195 @@
+"""Hugging Face transformers and datasets: from_pretrained / from_config (models, tokenizers and
+processors, configs, a class of the checkout on a transformers base), TrainingArguments-like classes,
+trainers and collators (which ones is data: memlint.library.api), a model's methods (checkpointing,
+casts), tokenizer calls, load_dataset and `ds.map(fn)`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+from memlint.extract.objects import (
+    ClassLoader, Collator, Dataset, DtypeName, HfConfig, Model, Obj, Params, Partial, PeftConfig, Setting, Tokenizer,
+    TokenizerCall, Trainer, TrainingArgs, dtype_of,
+)
+from memlint.extract.values import Class, Const, Dict, Func, Ref, Seq, Unknown
+from memlint.library import api
+from memlint.extract.handlers.common import Call, _last
+
+
+_MODEL_CLASS = re.compile(r"^(Auto(Peft)?Model\w*|\w+For[A-Z]\w*|\w+(LM|Model|LMHeadModel))$")
+
+
+_NOT_MODEL = re.compile(r"Tokenizer|Config|Processor|Extractor|ImageProcessor")
+
+
+_TOKENIZE_METHODS = {"__call__", "encode", "encode_plus", "batch_encode_plus", "apply_chat_template", "pad"}
+
+
+def _pretrained_model_class(cls: Any) -> bool:
+    """Whether a class of the checkout derives from transformers' PreTrainedModel."""
+    stack, seen = [cls], 0
+    while stack and seen < 20:
+        seen += 1
+        x = stack.pop()
+        if isinstance(x, Ref) and x.qual.startswith("transformers.") and _last(x.qual) == "PreTrainedModel":
+            return True
+        if isinstance(x, Class):
+            stack.extend(x.bases)
+    return False
+
+
+def _vendored_trainer(cls: Class, names: Any) -> str | None:
+    """A copy of transformers' Trainer kept in the repository (ChatGLM's ptuning/trainer.py): a class
+    of the checkout named like a library trainer that defines its training_step, or derives from one."""
+    seen = 0
+    stack: list = [cls]
+    named, vendored = None, False
+    while stack and seen < 20:
+        seen += 1
+        x = stack.pop()
+        if isinstance(x, Class):
+            if x.name in names:
+                named = named or x.name  # the outermost library name: Seq2SeqTrainer over the copied Trainer
+                vendored |= "training_step" in x.methods
+            stack.extend(x.bases)
+    return named if vendored else None
+
+
+class HfHandlers:
+    """transformers and datasets."""
+
+    def training_args(self, c: Call) -> Any:
+        return c.new(TrainingArgs, api.training_arguments()[c.name], ("output_dir",))
+
+    def trainer(self, c: Call, user: Class | None = None) -> Any:
+        facts = api.trainer(c.name)
+        return c.new(Trainer, c.name, facts.positional, user_class=user.name if user else None)
+
+    def collator(self, c: Call) -> Any:
+        return c.new(Collator, f"transformers.{c.name}", ("tokenizer",))
+
+    def dataset(self, c: Call) -> Any:
+        return Dataset(c.qual, c.line)
+
+    def from_pretrained(self, c: Call) -> Any:
+        owner, how = c.owner, c.name
+        if owner in api.unsloth_loaders():
+            kw = dict(c.kwargs)
+            if c.args:
+                kw.setdefault("model_name", c.args[0])
+            model = Model(c.qual, c.line or 0, kw, {}, c.open, loader="unsloth")
+            tok = Tokenizer(c.qual, c.line or 0, {"model_max_length": kw.get("max_seq_length")}, unsloth=True)
+            c.it.facts.objects.extend([model, tok])
+            return Seq([model, tok], "tuple")
+        if owner == "PeftModel":
+            adapter = PeftConfig("peft.PeftModel.from_pretrained", c.line or 0, {}, {}, True,
+                                 adapter=c.arg(1, "model_id"))
+            return self.wrap_model(c.it, c.arg(0, "model"), c.line, peft=adapter)
+        if owner == "PeftConfig" or owner in api.peft_configs():
+            return self.peft_config_of_folder(c)
+        if owner == "AutoConfig" or owner.endswith("Config"):
+            kw = {"model_id": c.arg(0, "pretrained_model_name_or_path")}
+            if "num_labels" in c.kwargs:
+                kw["num_labels"] = c.kwargs["num_labels"]
+            return HfConfig(c.qual, c.line or 0, kw)
+        if "Tokenizer" in owner or "Processor" in owner:
+            kw = dict(c.kwargs)
+            if c.args:
+                kw.setdefault("pretrained_model_name_or_path", c.args[0])
+            tok = Tokenizer(c.qual, c.line or 0, kw)
+            c.it.facts.objects.append(tok)
+            return tok
+        if _MODEL_CLASS.match(owner) and not _NOT_MODEL.search(owner):
+            return self._load_model(c, owner, how)
+        return Unknown(f"{owner}.{how}()")
+
+    def _load_model(self, c: Call, owner: str, how: str) -> Model:
+        kw = dict(c.kwargs)
+        if how == "from_config":
+            cfg = c.arg(0, "config")
+            kw["pretrained_model_name_or_path"] = cfg.kwargs.get("model_id") if isinstance(cfg, Obj) else Unknown("a model config")
+            kw["_from_config"] = True
+        elif c.args:
+            kw.setdefault("pretrained_model_name_or_path", c.args[0])
+        auto_peft = owner.startswith("AutoPeftModel")
+        model = Model(c.qual, c.line or 0, kw, {}, c.open, loader="peft-auto" if auto_peft else "transformers")
+        if auto_peft:
+            model.peft = PeftConfig("peft.AutoPeftModel", c.line or 0, {}, {}, True, adapter=True)
+        c.it.facts.objects.append(model)
+        return model
+
+    @staticmethod
+    def mapped_function(it: Any, args: list, kwargs: dict, line: int | None) -> None:
+        """datasets' `ds.map(fn, fn_kwargs={...})` / `ds.map(functools.partial(fn, max_len=n))`: fn runs
+        once on an example memlint does not know, with the arguments the call binds (the walk of
+        uncalled functions would see only their defaults)."""
+        fn = args[0] if args else kwargs.get("function")
+        extra = kwargs.get("fn_kwargs")
+        if isinstance(fn, Partial) and isinstance(fn.func, Func):
+            fn_args, fn_kw, target = list(fn.args), dict(fn.kwargs), fn.func
+        elif isinstance(fn, Func) and isinstance(extra, Dict):
+            fn_args, fn_kw, target = [], {}, fn
+        else:
+            return
+        if isinstance(extra, Dict):
+            fn_kw.update({k: v for k, v in extra.items.items() if isinstance(k, str)})
+        it.call_function(target, [Unknown("a dataset example"), *fn_args], fn_kw, line)
+
+    def model_method(self, it: Any, model: Model, name: str, args: list, kwargs: dict, line: int | None) -> Any:
+        if name == "gradient_checkpointing_enable":
+            model.gc.append(Setting(Const(True, "literal", line), line, "model.gradient_checkpointing_enable()"))
+            return Const(None, "literal", line)
+        if name == "gradient_checkpointing_disable":
+            model.gc.append(Setting(Const(False, "literal", line), line, "model.gradient_checkpointing_disable()"))
+            return Const(None, "literal", line)
+        if name in ("half", "bfloat16", "float"):
+            dt = {"half": "torch.float16", "bfloat16": "torch.bfloat16", "float": "torch.float32"}[name]
+            model.dtypes.append(Setting(Ref(dt), line, f"model.{name}()"))
+            return model
+        if name == "to":
+            for a in [*args, kwargs.get("dtype")]:
+                if isinstance(a, (Ref, DtypeName)) and dtype_of(a):
+                    model.dtypes.append(Setting(a, line, "model.to(dtype)"))
+            return model
+        if name in ("cuda", "cpu", "train", "eval", "requires_grad_"):
+            return model
+        if name in ("parameters", "named_parameters"):
+            return Params("parameters", line or 0, model=model)
+        if name == "add_adapter":
+            model.peft = args[0] if args else kwargs.get("adapter_config")
+            return Const(None, "literal", line)
+        if name in ("print_trainable_parameters", "enable_input_require_grads", "resize_token_embeddings", "save_pretrained", "push_to_hub", "config"):
+            return Unknown(f".{name}()")
+        return Unknown(f"the result of model.{name}()")
+
+    def tokenize(self, it: Any, tok: Tokenizer, args: list, kwargs: dict, line: int | None, name: str = "__call__") -> Any:
+        it.facts.tokenizer_calls.append(TokenizerCall(dict(kwargs), line, tok, name,
+                                                      bool(args) or "text" in kwargs or "text_target" not in kwargs))
+        return Unknown("token ids")
+
+    def checkout_loader(self, cls: Class, attr: str) -> ClassLoader | None:
+        """`Cls.from_pretrained` / `Cls.from_config` of a class the checkout defines on a transformers model base
+        (`class LlamaForCausalLM(LlamaPreTrainedModel)`, `LlamaPreTrainedModel(PreTrainedModel)`)."""
+        if attr not in ("from_pretrained", "from_config") or not _MODEL_CLASS.match(cls.name) or _NOT_MODEL.search(cls.name):
+            return None
+        seen, stack = 0, list(cls.bases)
+        while stack and seen < 20:
+            seen += 1
+            b = stack.pop()
+            if isinstance(b, Ref) and b.qual.split(".", 1)[0] == "transformers" and \
+                    (_MODEL_CLASS.match(_last(b.qual)) or _last(b.qual) == "PreTrainedModel"):
+                return ClassLoader(cls, attr)
+            if isinstance(b, Class):
+                stack.extend(b.bases)
+        return None
+
+
+# the library calls this module answers, by last component (handlers/__init__.py merges the tables)
+BY_NAME: dict[str, Callable[[Any, Call], Any]] = {
+    "from_pretrained": HfHandlers.from_pretrained,
+    "from_config": HfHandlers.from_pretrained,
+    "load_dataset": HfHandlers.dataset,
+    "load_from_disk": HfHandlers.dataset,
+}

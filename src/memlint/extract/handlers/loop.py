@@ -1,0 +1,157 @@
+"""PyTorch and the hand-written training loop: DataLoader, autocast, GradScaler, random offsets into a
+token stream, the script's own nn.Module classes (the layers their __init__ builds), and the calls on
+objects memlint cannot see that still say what the loop does (backward, step, gradient hooks,
+tokenizer-like padding, `.map(fn)`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from memlint.extract import custom_model
+from memlint.extract.interp import BoundUnknown
+from memlint.extract.objects import (
+    Autocast, AutocastCall, DataLoader, GradHook, Instance, Model, OpenFile, RandomOffsets, Scaler, TokenizerCall,
+)
+from memlint.extract.values import Class, Const, Func, Seq, Unknown
+from memlint.extract.handlers.common import Call
+from memlint.extract.handlers.hf import _TOKENIZE_METHODS
+
+
+def _record_layer(c: Call) -> None:
+    """nn.Linear(in, out, bias=) / nn.Embedding(n, d) built inside a script model's __init__."""
+    vals = [a.value if isinstance(a, Const) else None for a in c.args[:2]]
+    names = ("in_features", "out_features") if c.name == "Linear" else ("num_embeddings", "embedding_dim")
+    for i, n in enumerate(names):
+        if i >= len(vals):
+            vals.append(None)
+        if n in c.kwargs and isinstance(c.kwargs[n], Const):
+            vals[i] = c.kwargs[n].value
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
+        return
+    if c.name == "Linear":
+        c.it.layers.linears.append((vals[0], vals[1], (c.it.cur_file(), c.it.call_line)))
+        c.it.layers.files.add(c.it.cur_file() or str(c.it.path))
+    else:
+        c.it.layers.embeddings.append((vals[0], vals[1]))
+
+
+class LoopHandlers:
+    """torch and the script's own loop."""
+
+    def dataloader(self, c: Call) -> Any:
+        return c.new(DataLoader, "torch.utils.data.DataLoader", ("dataset", "batch_size"))
+
+    def scaler(self, c: Call) -> Any:
+        c.it.facts.scalers.append(c.line)
+        return Scaler(c.qual, c.line)
+
+    def autocast(self, c: Call) -> Any:
+        cuda_amp = "cuda.amp" in c.qual
+        device = Const("cuda", "literal", c.line) if cuda_amp else c.kwargs.get("device_type", c.args[0] if c.args else None)
+        c.it.facts.autocasts.append(AutocastCall(c.kwargs.get("dtype"), device, c.kwargs.get("enabled"), c.line))
+        return Autocast(c.qual, c.line or 0)
+
+    def random_offsets(self, c: Call) -> Any:
+        """torch.randint([low,] high, (B,)) / numpy.random.randint(low, high, size=B): B offsets into
+        a token stream (the size's first entry; a scalar size for numpy)."""
+        if c.qual.startswith("torch"):
+            size = c.kwargs.get("size", c.args[-1] if len(c.args) >= 2 else None)
+        else:
+            size = c.kwargs.get("size", c.args[2] if len(c.args) > 2 else None)
+        if isinstance(size, Seq) and size.items:
+            size = size.items[0]
+        if size is None:
+            return Unknown("random integers")
+        return RandomOffsets(size, c.line)
+
+    def bf16_supported(self, c: Call) -> Any:
+        return Unknown("whether the GPU supports bf16 (hardware)")
+
+    def unknown_method(self, it: Any, f: BoundUnknown, args: list, kwargs: dict, line: int | None) -> Any:
+        if f.attr == "backward":
+            it.facts.backward.append(line)
+        if f.attr == "step" and not args:  # an optimizer memlint cannot see built (`self.optimizers.step()`)
+            it.facts.unknown_steps.append(line)
+        if f.attr == "register_post_accumulate_grad_hook":
+            it.facts.grad_hooks.append(GradHook(_steps_an_optimizer(args[0] if args else kwargs.get("hook")), line))
+        if ("padding" in kwargs or "truncation" in kwargs) and f.attr in _TOKENIZE_METHODS:
+            it.facts.tokenizer_calls.append(TokenizerCall(kwargs, line, None, f.attr))
+        if f.attr in ("map", "filter"):
+            self.mapped_function(it, args, kwargs, line)
+        if f.attr == "load" and f.why.startswith("the result of ruamel.yaml.YAML(") and args:
+            from memlint.extract import runtime_config  # ruamel: yaml.YAML(typ="safe").load(path)
+
+            src = args[0]
+            if isinstance(src, OpenFile):
+                return runtime_config.read(it, src.path, "ruamel.yaml.YAML().load()")
+            if isinstance(src, Const) and isinstance(src.value, str):
+                return runtime_config.read(it, src, "ruamel.yaml.YAML().load()")
+        return Unknown(f"the result of ….{f.attr}()")
+
+    def script_model(self, c: Call, cls: Class) -> Any:
+        """`GPT(config)`, a model class of the script's checkout: its __init__ runs (the layers it builds
+        recorded), and the model is a Model whose shape is read from the config (extract/custom_model.py)."""
+        outer = c.it.layers
+        layers = c.it.layers = custom_model.Layers()
+        model = Model(cls.name, c.line or 0, {}, {}, c.open, loader="script-class", user_class=cls)
+        init = cls.lookup("__init__")
+        try:
+            if init is not None and init[0] == "method":
+                c.it.call_function(init[1], [model, *c.args], dict(c.kwargs), c.line)
+        finally:
+            c.it.layers = outer
+        if outer is not None:  # a module built inside another's __init__: its layers are the outer one's
+            outer.linears += layers.linears
+            outer.embeddings += layers.embeddings
+            outer.files |= layers.files
+            return model
+        if not layers.embeddings:  # no token embedding: a loss, a head or a block, not a language model
+            return Instance(cls.name, c.line or 0, {}, model.attrs, c.open, user_class=cls)
+        where = f"{Path(cls.file).stem if cls.file else Path(str(c.it.path)).stem}.{cls.name}"
+        cfg = custom_model.config_arg(c.args, c.kwargs)
+        tied = custom_model.ties_weights(init[1].node if init is not None and init[0] == "method" else None)
+        model.shape = custom_model.shape_of(where, cfg, layers, tied)
+        model.kwargs["pretrained_model_name_or_path"] = Const(
+            model.shape.described, "constant", c.line, (f"{cls.name}(…) at line {c.line}: the script's own model class "
+                                                        f"({cls.file or 'the script'}:{cls.line})",))
+        c.it.facts.objects.append(model)
+        return model
+
+
+def _steps_an_optimizer(fn: Any) -> bool | None:
+    """Does a gradient hook call `<something>.step()`? (PyTorch's "fuse the optimizer step into the
+    backward pass" tutorial and torchtune's register_optim_in_bwd_hooks: `optimizer_dict[p].step()`.)
+    None when the hook is not the script's own function."""
+    import libcst as cst
+
+    from memlint.extract.parsed import children
+
+    node = fn.node if isinstance(fn, Func) else None
+    if node is None:
+        return None
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "step":
+            return True
+        stack.extend(children(n))
+    return False
+
+
+# the library calls this module answers, by qualified name (handlers/__init__.py merges the tables)
+QUALIFIED: dict[str, Callable[[Any, Call], Any]] = {
+    "torch.randint": LoopHandlers.random_offsets,
+    "numpy.random.randint": LoopHandlers.random_offsets,
+}
+
+
+# the library calls this module answers, by last component (handlers/__init__.py merges the tables)
+BY_NAME: dict[str, Callable[[Any, Call], Any]] = {
+    "DataLoader": LoopHandlers.dataloader,
+    "autocast": LoopHandlers.autocast,
+    "GradScaler": LoopHandlers.scaler,
+    "is_bfloat16_supported": LoopHandlers.bf16_supported,
+    "is_bf16_supported": LoopHandlers.bf16_supported,
+}
