@@ -2,6 +2,7 @@
 
     python benchmarks/bench_check.py
     python benchmarks/bench_check.py --against /tmp/base/src   # before/after, interleaved
+    python benchmarks/bench_check.py --file PATH   # also side by side on a real script (libcst, torch-preflight)
 
 Same inputs and targets as bench_extract.py (issue #4: one 800-line script <= 0.6 s,
 25 scripts <= 3 s), but through the whole command: settings, extraction, estimate, every
@@ -105,11 +106,29 @@ def _preflight(script: Path) -> float | None:
     return statistics.median(xs)
 
 
+def side_by_side(path: Path) -> None:
+    """memlint check, libcst alone and torch-preflight on one real file (the issue's 841-line QLoRA script:
+    artidoro/qlora's qlora.py), median of 5 cold runs each."""
+    compile_bytecode()
+    lines = path.read_text(encoding="utf-8").count("\n")
+    ours = _timed(["check", str(path), "--gpu", "RTX4090", "-q", "--exit-zero"], None)
+    alone = _libcst_alone(path)
+    peer = _preflight(path)
+    print(f"{path} ({lines} lines), median of {RUNS} cold runs")
+    print(f"  memlint check --gpu                              {ours:6.3f} s")
+    print(f"  libcst alone: import + parse + positions         {alone:6.3f} s   (check / libcst = {ours / alone:.2f})")
+    if peer is not None:
+        print(f"  torch-preflight check                            {peer:6.3f} s   (check / preflight = {ours / peer:.2f})")
+
+
 def main() -> None:
     import os
 
     if len(sys.argv) == 3 and sys.argv[1] == "--against":
         compare(sys.argv[2])
+        return
+    if len(sys.argv) == 3 and sys.argv[1] == "--file":
+        side_by_side(Path(sys.argv[2]).resolve())
         return
     with tempfile.TemporaryDirectory() as tmp:
         script, n_lines, folder, files = make_inputs(Path(tmp))

@@ -339,7 +339,8 @@ def test_max_file_size_is_a_note_for_named_and_followed_files(tmp_path, capsys, 
     (tmp_path / "axolotl.yaml").write_text("base_model: meta-llama/Llama-3.1-8B\nadapter: lora\n"
                                            "micro_batch_size: 2\nsequence_len: 2048\ndeepspeed: ds.json\n")
     (tmp_path / "helpers.py").write_text("MODEL = 'org/m'\n" + "# padding\n" * 1000)
-    (tmp_path / "uses_sibling.py").write_text("import torch\nfrom helpers import MODEL\n" + SCRIPT)
+    # the sibling is read when its name is used (a name only imported leaves the module unread)
+    (tmp_path / "uses_sibling.py").write_text("import torch\nfrom helpers import MODEL\n" + SCRIPT.replace('"Qwen/Qwen2.5-0.5B"', "MODEL"))
     (tmp_path / "uses_ds.py").write_text(SCRIPT.replace('bf16=True', 'bf16=True, deepspeed="ds.json"'))
     local = tmp_path / "local_model"
     local.mkdir()
@@ -522,7 +523,8 @@ def test_a_folder_of_bad_files_reports_every_one_and_the_good_one(tmp_path, caps
     (tmp_path / "c_null.ipynb").write_text(json.dumps({"cells": [
         {"cell_type": "code", "source": SCRIPT}, {"cell_type": "code", "source": None}], "metadata": {}}))
     (tmp_path / "d_wrong.ipynb").write_text(json.dumps({"cells": [
-        {"cell_type": "code", "source": "import torch"}, {"cell_type": "code", "source": 5}], "metadata": {}}))
+        {"cell_type": "code", "source": "import torch\nmodel.train()"}, {"cell_type": "code", "source": 5}],
+        "metadata": {}}))  # a training signal: a walk reads it (a notebook that only imports torch is skipped)
     (tmp_path / "e_good.py").write_text(SCRIPT)
     code, out, err = run(capsys, "check", str(tmp_path), "--gpu", "24", "--output-format", "json")
     assert code in (0, 1) and "Traceback" not in err, err

@@ -109,3 +109,52 @@ def test_clean_removes_the_cache(tree, capsys):
 def test_no_cache_writes_nothing(tree, capsys):
     run(capsys, "check", "scripts", "--gpu", "RTX4090", "--no-cache")
     assert not (tree / ".memlint_cache").exists()
+
+
+def test_each_result_is_cached_as_soon_as_it_is_known(tree, monkeypatch):
+    """A walk stopped half-way (Ctrl-C) keeps the files it finished: the next run checks only the rest."""
+    from memlint import check
+    from memlint.cache import MISS, Cache
+    from memlint.config import Settings
+
+    settings = Settings()
+    targets = check.collect(["scripts"], settings)
+    stop = len(targets) // 2
+    real = check.check_target
+
+    def interrupted(target, *args):
+        if target == targets[stop]:
+            raise KeyboardInterrupt
+        return real(target, *args)
+
+    monkeypatch.setattr(check, "check_target", interrupted)
+    cache = Cache.open(tree / ".memlint_cache", settings)
+    with pytest.raises(KeyboardInterrupt):
+        check.check_targets(targets, settings, cache=cache, jobs=1)
+    done = [cache.get(t.shown, t.explicit, t.path.read_bytes()) is not MISS for t in targets]
+    assert all(done[:stop]) and not done[stop]
+    # after it, only the files a walk skips by their text (no training signal: never sent to be checked)
+    assert [t.path.name for t, d in zip(targets[stop:], done[stop:]) if d] == \
+        [t.path.name for t in targets[stop:] if not check.signal_words(t.path.read_bytes())]
+
+
+def test_workers_write_their_results_themselves(tree, monkeypatch):
+    """With -j, each worker writes the result it made: one the parent never received is not lost."""
+    from memlint import check
+    from memlint.cache import Cache
+    from memlint.config import Settings
+
+    log = tree / "writers.txt"
+    real = Cache.put
+
+    def put(self, *args):
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"{os.getpid()}\n")
+        return real(self, *args)
+
+    monkeypatch.setattr(Cache, "put", put)
+    settings = Settings()
+    targets = check.collect(["scripts"], settings)
+    check.check_targets(targets, settings, cache=Cache.open(tree / ".memlint_cache", settings), jobs=2)
+    writers = set(log.read_text().split())
+    assert writers - {str(os.getpid())}  # the workers' own pids

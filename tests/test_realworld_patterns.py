@@ -226,7 +226,9 @@ def test_a_walk_skips_scripts_without_a_trainer_or_loop_but_an_explicit_path_is_
     (tmp_path / "merge.py").write_text('from transformers import AutoModelForCausalLM\n'
                                        'm = AutoModelForCausalLM.from_pretrained("gpt2")\nm.save_pretrained("out")\n',
                                        encoding="utf-8")
-    (tmp_path / "broken.py").write_text("import torch\nx = (\n", encoding="utf-8")
+    (tmp_path / "broken.py").write_text("import torch\nloss.backward()\nx = (\n", encoding="utf-8")
+    # a broken file with no training signal is not parsed by a walk (extract.training_signal): not reported
+    (tmp_path / "broken_helper.py").write_text("import torch\nx = (\n", encoding="utf-8")
     walked = check_paths([str(tmp_path)], Settings())
     assert [p.name for p in (__import__("pathlib").Path(r.path) for r in walked)] == ["broken.py"]
     named = check_paths([str(tmp_path / "merge.py")], Settings())

@@ -10,12 +10,12 @@ import os
 import re
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from memlint import files, progress
 from memlint.config import SEVERITY_ORDER, Settings
 from memlint.errors import MemlintError
-from memlint.extract import FRAMEWORK_WORDS, read_config_text, read_target, unreadable
+from memlint.extract import FRAMEWORK_WORDS, read_config_text, read_target, signal_words, unreadable
 from memlint.extract.budget import OverBudget
 from memlint.files import Target
 from memlint.plan import TrainingPlan
@@ -314,6 +314,16 @@ def _content(path: Path, limit: int | None) -> bytes | None:
         return None
 
 
+def check_stored(target: Target, content: bytes | None, cache: "Cache | None", settings: Settings,
+                 *args: Any) -> FileResult | None:
+    """check_target, its result written to the cache at once (by the process that made it): a walk stopped
+    half-way, or a worker's parent gone, loses none of the files already checked."""
+    result = check_target(target, settings, *args)
+    if cache is not None and content is not None:
+        cache.put(target.shown, target.explicit, content, result)
+    return result
+
+
 def _worker_start(parent: int) -> None:
     """A -j worker: it dies with its parent (a CI cancel, `timeout`, a kill -9 of the parent leave no worker behind,
     reparented to init, holding memory), leaves Ctrl-C to the parent (which ends it), and dies on SIGTERM."""
@@ -348,20 +358,17 @@ class Terminated(KeyboardInterrupt):
     code = 143
 
 
-def _run(targets: Sequence[Target], jobs: int, settings: Settings, args: tuple, done=None) -> list[FileResult | None]:
-    """The files checked in order, by a pool of `jobs` processes where there is more than one to do; `done(i,
-    result)` is called as each one finishes (the cache keeps it even if the run is interrupted later)."""
-    if not (jobs > 1 and len(targets) > 1):
-        out = []
-        for i, t in enumerate(targets):
-            out.append(check_target(t, settings, *args))
-            if done is not None:
-                done(i, out[-1])
-        return out
+def _run(todo: Sequence[tuple[int, bytes | None]], targets: Sequence[Target], jobs: int, settings: Settings,
+         cache: "Cache | None", args: tuple) -> Iterator[tuple[int, FileResult | None]]:
+    """(index, result) of each file of `todo` as it is checked, by a pool of `jobs` processes where there is more
+    than one to do, in the order they finish; each result is in the cache before it is yielded (check_stored)."""
+    if not (jobs > 1 and len(todo) > 1):
+        for i, content in todo:
+            yield i, check_stored(targets[i], content, cache, settings, *args)
+        return
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    n = len(targets)
     context = None
     if "fork" in multiprocessing.get_all_start_methods():
         # Workers forked after the heavy imports share them instead of importing the extractor and the
@@ -373,24 +380,19 @@ def _run(targets: Sequence[Target], jobs: int, settings: Settings, args: tuple, 
 
         registry.all_rules()
         context = multiprocessing.get_context("fork")
-    pool = ProcessPoolExecutor(max_workers=min(jobs, n), mp_context=context, initializer=_worker_start,
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=context, initializer=_worker_start,
                                initargs=(os.getpid(),))
-    out: list[FileResult | None] = [None] * n
     try:
         with _sigterm_interrupts():
-            futures = {pool.submit(check_target, t, settings, *args): i for i, t in enumerate(targets)}
-            from concurrent.futures import as_completed
-
+            # the largest files first: the walk ends with small ones, not with one worker on a long file
+            largest = sorted(todo, key=lambda item: -_size(targets[item[0]].path))
+            futures = {pool.submit(check_stored, targets[i], content, cache, settings, *args): i for i, content in largest}
             for fut in as_completed(futures):
-                i = futures[fut]
-                out[i] = fut.result()
-                if done is not None:
-                    done(i, out[i])
-    except BaseException:
+                yield futures[fut], fut.result()
+    except BaseException:  # Ctrl-C, SIGTERM: the files not started are dropped, those finished are in the cache
         _end_pool(pool)
         raise
     pool.shutdown(wait=True)
-    return out
 
 
 def _end_pool(pool) -> None:
@@ -426,9 +428,11 @@ def _sigterm_interrupts():
         signal.signal(signal.SIGTERM, old)
 
 
-def _done(result):
-    progress.advance()  # a folder walk's bar, when one is shown
-    return result
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 # A walk over more files than this shows a progress bar (where `show_progress` says a terminal is watching)
@@ -456,23 +460,23 @@ def check_targets(targets: Sequence[Target], settings: Settings, *, gpu: str | N
     out: list[FileResult | None] = [None] * len(targets)
     todo: list[tuple[int, bytes | None]] = []
     for i, target in enumerate(targets):
+        walked = not target.explicit and target.launch is None and target.note is None \
+            and target.path.suffix in (".py", ".ipynb")
         content = _content(target.path, settings.max_file_size) \
-            if cache is not None and target.launch is None and target.note is None else None
-        hit = cache.get(target.shown, target.explicit, content) if content is not None else MISS
-        if hit is MISS:
-            todo.append((i, content))
-        else:
+            if (cache is not None or walked) and target.launch is None and target.note is None else None
+        hit = cache.get(target.shown, target.explicit, content) if cache is not None and content is not None else MISS
+        if hit is not MISS:
             out[i] = hit
-
-    def done(k: int, result: FileResult | None) -> None:  # kept as soon as it is known
-        _done(result)
-        i, content = todo[k]
-        out[i] = result
-        if cache is not None and content is not None:
-            cache.put(targets[i].shown, targets[i].explicit, content, result)
-
+        elif walked and content is not None and not signal_words(content):
+            # a walked file with no training signal in its text (read_target says the same): not sent to a worker
+            if cache is not None:
+                cache.put(target.shown, target.explicit, content, None)
+        else:
+            todo.append((i, content if cache is not None else None))
     with progress.showing("checking files", enabled=show_progress and len(todo) > PROGRESS_FILES, total=len(todo)):
-        _run([targets[i] for i, _ in todo], jobs, settings, (gpu, gpus, tuple(assume)), done)
+        for i, result in _run(todo, targets, jobs, settings, cache, (gpu, gpus, tuple(assume))):
+            progress.advance()  # a folder walk's bar, when one is shown
+            out[i] = result
     from memlint.extract import untrained_commands
 
     drop = untrained_commands([(t, r.plan) for t, r in zip(targets, out) if r is not None])

@@ -1,4 +1,4 @@
-"""An abstract interpreter over a syntax tree (extract/syntax.py: libcst's shapes, built from ast): walks statements in order, never runs them.
+"""An abstract interpreter over libcst's syntax tree (extract/parsed.py): walks statements in order, never runs them.
 
 It binds names to constants (with where they were written), to objects built by calls it
 knows (configs, models, trainers, parsers) and to unknowns, inlines calls to the script's own
@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import libcst as cst
-from memlint.extract import budget, slicing
+from memlint.extract import budget
+from memlint.extract.imports import MAX_SIBLING_BYTES, Bases, FileLines, Imports, Lazy, SiblingModule, resolved
 from memlint.extract.parsed import Parsed, ParserSyntaxError, children, parse, source_of
 
 from memlint.extract.objects import (BoundMethod, Chunking, DictMethod, Fields, Method, Model, Obj, OpenFile, Partial, RandomOffsets,
@@ -31,8 +32,6 @@ from memlint.extract.values import insert_fits, weigh
 
 MAX_DEPTH = 12
 MAX_ALTS = 16
-MAX_SIBLINGS = 48           # modules of the checkout walked per script (imports followed)
-MAX_SIBLING_BYTES = 300_000
 _PLAIN_SMALL = (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.Pass)
 MAX_EXEC_DEPTH = 4        # exec(open(f).read()) inside an exec'd file, at most this deep
 _CHECKOUT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
@@ -80,7 +79,8 @@ class Env:
         env: Env | None = self
         while env is not None:
             if name in env.vars:
-                return env.vars[name]
+                v = env.vars[name]
+                return v.get() if type(v) is Lazy else v
             env = env.parent
         return None
 
@@ -93,6 +93,9 @@ class Module:
     env: Env
     is_main: bool
     only: frozenset[str] | None = None  # a module imported from by name: the names walked (extract/slicing.py)
+    kept: frozenset[int] = frozenset()  # with `only`: the top-level statements walked (their indexes)
+    lines: tuple[int, ...] = ()  # with `only`: the file's line of each line of the text parsed (its kept lines)
+    _pos: Any = None
 
     @property
     def tree(self) -> cst.Module:
@@ -100,7 +103,12 @@ class Module:
 
     @property
     def pos(self) -> Any:
-        return self.parsed.pos
+        """Each node's range, in the file's lines."""
+        if not self.lines:
+            return self.parsed.pos
+        if self._pos is None:
+            self._pos = FileLines(self.parsed.pos, self.lines)
+        return self._pos
 
 
 @dataclass
@@ -154,7 +162,7 @@ class _Return(Exception):
     pass
 
 
-class Interpreter:
+class Interpreter(Imports):
     """Walks one script (and the sibling modules it imports) and fills `facts`."""
 
     def __init__(self, path: Path, source: str, handlers: Any, launch: Any = None) -> None:
@@ -177,6 +185,7 @@ class Interpreter:
         self.loop_depth = 0  # loops walked once for all their (unknown) iterations that we are inside
         self.funcs: list[Func] = []
         self.star_imports: list[str] = []
+        self.init_imports()
         self.steps = 0
         self.deadline = budget.Deadline()
         self.timed_out = False
@@ -202,7 +211,13 @@ class Interpreter:
         # Functions nothing called (entry points of other launchers, helpers passed by name)
         # still say how the script trains: walk them once, their parameters at their defaults.
         # Those the script imports by name from its own modules count too (a collate_fn in utils/).
-        imported = {id(v) for v in self.main.env.vars.values() if type(v) is Func}
+        # A function imported and never used is read now, for that (nothing else of its module: a constant or class
+        # imported and unused stays unread).
+        for v in list(self.main.env.vars.values()):
+            if type(v) is Lazy and v.value is None and self.imports_function(v):
+                v.get()
+        imported = {id(x) for x in (v.value if type(v) is Lazy else v for v in self.main.env.vars.values())
+                    if type(x) is Func}
         for f in list(self.funcs):
             if not f.ran and (f.module is self.main or id(f) in imported):
                 self.call_function(f, [], {}, self.line_of(f.node), entry=True)
@@ -243,10 +258,12 @@ class Interpreter:
             self._roots = [r for r in dict.fromkeys(roots) if allowed(r)]  # never a folder outside the checked root
         return self._roots
 
-    def find_module(self, dotted: str, level: int) -> Path | None:
+    def find_module(self, dotted: str, level: int, origin: Path | None = None) -> Path | None:
+        """The file `import dotted` (with `level` leading dots) finds in the checkout; a relative one from the module
+        being walked, or from `origin`."""
         parts = dotted.split(".") if dotted else []
         if level:
-            here = (self.mod.path if self.mod is not None else self.path).parent
+            here = (origin if origin is not None else self.mod.path if self.mod is not None else self.path).parent
             for _ in range(level - 1):
                 here = here.parent
             roots = [here]
@@ -261,39 +278,6 @@ class Interpreter:
             if target is not None and (parts or level):
                 return target
         return None
-
-    def sibling(self, dotted: str, level: int = 0, names: frozenset[str] | None = None) -> Module | None:
-        """A module of the script's checkout (its folder, its package, the repository), walked once for its names;
-        with `names` (`from m import a, b`), only the statements those names need (extract/slicing.py)."""
-        target = self.find_module(dotted, level)
-        if target is None or target.resolve() == self.path.resolve():
-            return None
-        key = target.resolve()
-        if key in self.modules:
-            known = self.modules[key]
-            if known is None or known.only is None or (names is not None and names <= known.only):
-                return known
-            names = known.only | names if names is not None else None  # more of it is needed now
-            self.retired.append(known)
-        elif len(self.modules) >= MAX_SIBLINGS:
-            self.modules[key] = None
-            self.facts.note(f"did not read sibling module {target.name} (too many or too large); its names are unknown")
-            return None
-        if self.out_of_time():
-            return None
-        self.modules[key] = None  # import cycles see nothing
-        try:
-            text = read_text(target, min(MAX_SIBLING_BYTES, max_file_size()), what="sibling-module budget")
-            part = slicing.needed_source(text, names) if names is not None else None
-            mod = self._load(target, part if part is not None else text, dotted, is_main=False)
-        except (OSError, UnicodeDecodeError, ParserSyntaxError):
-            self.facts.note(f"could not read sibling module {target.name}; its names are unknown")
-            return None
-        if part is not None:
-            mod.only = names
-        self.modules[key] = mod
-        self._exec_module(mod)
-        return mod
 
     # ---- positions and constants -----------------------------------------------------------
 
@@ -484,7 +468,10 @@ class Interpreter:
         merged: dict[str, Any] = {}
         for _, vars_, _ in live:
             for k, v in vars_.items():
-                merged[k] = merge(merged[k], v) if k in merged else v
+                if k in merged and merged[k] is not v:  # an import on one path only: read, to merge its value
+                    merged[k] = merge(resolved(merged[k]), resolved(v))
+                else:
+                    merged[k] = v
         env.vars = merged
         self._merge_writes(touched, [r[2] for r in live])
         return all(r[0] for r in results)
@@ -708,45 +695,6 @@ class Interpreter:
             out = item if out is None else merge(out, item)
         return out
 
-    def do_import(self, node: cst.Import, env: Env) -> None:
-        for alias in node.names:
-            dotted = self.dotted(alias.name)
-            sib = self.sibling(dotted)
-            if alias.asname is not None:
-                env.vars[alias.asname.name.value] = ModuleVal(dotted, sib.env) if sib else Ref(dotted)
-            else:
-                top = dotted.split(".")[0]
-                env.vars[top] = ModuleVal(top, sib.env) if sib and top == dotted else Ref(top)
-
-    def do_import_from(self, node: cst.ImportFrom, env: Env) -> None:
-        dotted = self.dotted(node.module) if node.module is not None else ""
-        level = len(node.relative)
-        star = isinstance(node.names, cst.ImportStar)
-        wanted = None if star else frozenset(self.dotted(a.name) for a in node.names)
-        sib = self.sibling(dotted, level, wanted) if (level or dotted) else None
-        if star:
-            if sib:
-                env.vars.update({k: v for k, v in sib.env.vars.items() if not k.startswith("_")})
-            else:
-                self.star_imports.append(dotted)
-            return
-        for alias in node.names:
-            name = self.dotted(alias.name)
-            bound = alias.asname.name.value if alias.asname else name
-            if sib is not None:
-                v = sib.env.vars.get(name)
-                if v is None:
-                    subm = self.sibling(f"{dotted}.{name}" if dotted else name, level)
-                    v = ModuleVal(name, subm.env) if subm else Unknown(f"{name} from {dotted}")
-                env.vars[bound] = v
-            elif level:  # a relative import from a folder without __init__.py: a module beside this one
-                subm = self.sibling(f"{dotted}.{name}" if dotted else name, level)
-                env.vars[bound] = ModuleVal(name, subm.env) if subm else Unknown(f"{name} from a relative import")
-            else:
-                # a module of a folder without __init__.py (a namespace package of the checkout)
-                subm = self.sibling(f"{dotted}.{name}") if dotted else None
-                env.vars[bound] = ModuleVal(name, subm.env) if subm else Ref(f"{dotted}.{name}" if dotted else name)
-
     def dotted(self, node: cst.CSTNode) -> str:
         if isinstance(node, cst.Name):
             return node.value
@@ -773,7 +721,7 @@ class Interpreter:
             self.call_function(f, [], {}, self.line_of(node), entry=True)
 
     def def_class(self, node: cst.ClassDef, env: Env) -> None:
-        bases = [self.ev(a.value, env) for a in node.bases if not a.keyword]
+        bases = Bases(self.base_value(a.value, env) for a in node.bases if not a.keyword)
         decos = [self.dotted(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator) for d in node.decorators]
         is_dc = any(d.split(".")[-1] == "dataclass" for d in decos)
         fields: dict[str, Any] = {}
@@ -841,6 +789,8 @@ class Interpreter:
             return Unknown(f"the result of {f.qual}()")
         f.ran = True
         f.calls += 1
+        if f.module is not None and f.module.only is not None:
+            self.read_body(f)
         if f.click and not args and not kwargs:  # a @click.command entry: click supplies every option
             kwargs = self.handlers.click_arguments(self, f)
         elif f.typer and not args and not kwargs:  # an @app.command() entry: typer fills it from the command
@@ -923,7 +873,7 @@ class Interpreter:
                     vals.add(bool(o.value))
                 except Exception:
                     return None
-            elif isinstance(o, (Obj, Func, Class, Ref, ModuleVal)):
+            elif isinstance(o, (Obj, Func, Class, Ref, ModuleVal, SiblingModule)):
                 vals.add(True)
             else:
                 return None
@@ -1069,6 +1019,14 @@ class Interpreter:
             return v
         if n in _BUILTIN_CALLS or n in ("range", "print", "open", "getattr", "input", "dict", "isinstance", "vars", "enumerate", "zip", "map", "filter", "set", "super", "type", "hasattr", "setattr", "iter", "next", "any", "all"):
             return Ref(f"builtins.{n}")
+        if self.env_keys:
+            v = self.global_name(env, n)
+            if v is not None:
+                return v
+        if self.stars:
+            v = self.star_name(env, n)
+            if v is not None:
+                return v
         for mod in self.star_imports:
             return Ref(f"{mod}.{n}")
         return Unknown(f"the name {n}")
@@ -1085,9 +1043,11 @@ class Interpreter:
                 return self.const(base.name, node)
             special = self.handlers.module_attribute(self, base.qual, attr, node)
             return special if special is not None else Ref(f"{base.qual}.{attr}")
+        if isinstance(base, SiblingModule):
+            return self.module_attribute(base, attr)
         if isinstance(base, ModuleVal):
-            v = base.env.vars.get(attr)
-            return v if v is not None else Unknown(f"{base.name}.{attr}")
+            v = self.module_name(base.env, attr)
+            return resolved(v) if v is not None else Unknown(f"{base.name}.{attr}")
         if isinstance(base, Obj) and attr == "__dict__":  # args.__dict__: vars(args)
             return Fields(base)
         if isinstance(base, Obj):
@@ -1225,7 +1185,7 @@ class Interpreter:
 
                     self.facts.length_args.append(LengthArg(key.value, v, self.line_of(node)))
             elif isinstance(b, GlobalsView) and isinstance(key.value, str) and key.value in b.env.vars:
-                v = b.env.vars[key.value]
+                v = resolved(b.env.vars[key.value])
             elif isinstance(b, Const) and isinstance(b.value, (list, tuple, dict, str)):
                 try:
                     v = b.with_value(b.value[key.value], f"[{key.value!r}]")
@@ -1636,7 +1596,8 @@ class Interpreter:
         `args = dict(locals())`); at module level, the module's namespace (globals())."""
         if env.parent is None:
             return GlobalsView(env)
-        return self.sized(Dict(dict(env.vars)), env.vars.values())
+        names = {k: resolved(v) for k, v in env.vars.items()}  # a name imported in the function: read now
+        return self.sized(Dict(names), names.values())
 
     def spread_into(self, f: Func, kwargs: dict, line: int | None) -> dict:
         """`train(**vars(args))` into the script's own function: each parameter the spread objects' fields

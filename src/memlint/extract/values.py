@@ -94,7 +94,7 @@ class Ref:
 
 @dataclass(eq=False)
 class Func:
-    node: Any                      # syntax.FunctionDef (extract/syntax.py)
+    node: Any                      # libcst.FunctionDef (extract/parsed.py)
     env: Any                       # the Env it closes over
     module: Any                    # the Module state it was defined in
     qual: str
