@@ -5,8 +5,9 @@ Reward trainers at the installed versions, two real training steps each on a tin
 
 Truth is independent of the estimator: the trainer builds its optimizer (Trainer.create_optimizer), its collator
 the batch, and training_step runs its own loss code on real CPU tensors under memlint's live-storage tracker; only
-CUDA's kernels are stood in where the CPU runs another one (TRL's Triton log-prob kernel, CUDA's foreach defaults,
-paged optimizer state outside the allocator). Each row compares the traced step-2 peak with `estimate`'s allocated
+CUDA's kernels are stood in where the CPU runs another one (CUDA autocast's op lists, SDPA kernels and fused dropout
+as measure/cuda_emulation.py runs them, TRL's Triton log-prob kernel, CUDA's foreach defaults, paged optimizer state
+outside the allocator). Each row compares the traced step-2 peak with `estimate`'s allocated
 peak for the same configuration (trl_sft for SFTTrainer, objective for the preference trainers, trl_version the
 installed one). `--reuse` takes the traces from docs/trainer_steps.json; `--write` rewrites the marked section of
 docs/accuracy.md and the JSON.
@@ -120,8 +121,9 @@ def render(rows: list[dict]) -> str:
              "clip + step + zero_grad as the loop runs them) on a tiny Llama built from a config (hidden 256, 2 "
              "layers, vocabulary 32,000; the body model: hidden 512, 4 layers, vocabulary 1,024), micro-batch 2 × 256, "
              "AdamW unless named, real CPU tensors under the live-storage tracker, with CUDA's kernels stood in where "
-             "the CPU runs others (TRL's Triton log-prob kernel writes its tiles in place and scores only the valid "
-             "positions; foreach AdamW and clip_grad_norm; paged state outside the allocator). Measured = the step-2 "
+             "the CPU runs others (CUDA autocast's op lists, its SDPA kernels and fused dropout, measure/cuda_emulation.py; "
+             "TRL's Triton log-prob kernel writes its tiles in place and scores only the valid positions; foreach "
+             "AdamW and clip_grad_norm; paged state outside the allocator). Measured = the step-2 "
              "peak of live tensor bytes; estimated = `estimate`'s allocated peak for the same setup (`trl_sft` for "
              "SFTTrainer, `--objective` for the others, the installed trl).", "",
              f"**Median |error| {statistics.median(errs):.2f} %, max {max(errs):.2f} %** over {len(rows)} configurations.",

@@ -894,7 +894,14 @@ def test_an_interrupted_step_restores_the_model_and_reraises():
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     saved = {n: p.grad.clone() for n, p in model.named_parameters()}
 
-    def interrupted(setup, device, steps, model):
+    from memlint.measure import measure
+
+    ran: list[str] = []
+
+    def interrupted(setup, device, steps, model=None):
+        ran.append(device)
+        if device == "trace":  # the host check's fake-tensor trace of the step (a meta copy) runs first
+            return measure(setup, device=device, steps=steps, model=model)
         with torch.no_grad():
             next(model.parameters()).mul_(0)
         raise KeyboardInterrupt
@@ -902,6 +909,7 @@ def test_an_interrupted_step_restores_the_model_and_reraises():
     lp = live.from_model(model, batch=1, seq=8)
     with pytest.raises(KeyboardInterrupt):
         confirm.confirm(lp, device="cpu", measure_fn=interrupted)
+    assert ran == ["trace", "cpu"]  # the interrupt came from the step on the user's own model
     for n, p in model.named_parameters():
         assert torch.equal(p, before[n]) and torch.equal(p.grad, saved[n]), n
 
@@ -918,7 +926,11 @@ def test_a_cpu_step_too_big_for_ram_is_the_does_not_fit_answer():
             raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: "
                                "you tried to allocate 1099511627776 bytes. Error code 12 (Cannot allocate memory)")
 
-    def too_big(setup, device, steps, model):
+    from memlint.measure import measure
+
+    def too_big(setup, device, steps, model=None):
+        if device == "trace":  # the host check's fake-tensor trace of the step (no memory) runs first
+            return measure(setup, device=device, steps=steps, model=model)
         loss = Loss()
         loss.backward()  # the phase is read off this line
 
@@ -927,7 +939,9 @@ def test_a_cpu_step_too_big_for_ram_is_the_does_not_fit_answer():
     assert c.oom.startswith("does not fit in host memory: the CPU step ran out of memory in the backward phase")
     assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
 
-    def a_bug(setup, device, steps, model):
+    def a_bug(setup, device, steps, model=None):
+        if device == "trace":
+            return measure(setup, device=device, steps=steps, model=model)
         raise RuntimeError("shape mismatch")  # not an allocation failure: still an error
 
     with pytest.raises(RuntimeError, match="shape mismatch"):

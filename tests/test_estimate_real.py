@@ -90,7 +90,9 @@ def test_activations_scale_with_batch_times_sequence(llama):
     a = real(llama, method="lora", batch=1, seq=2048).bytes("activations")
     b = real(llama, method="lora", batch=4, seq=2048).bytes("activations")
     c = real(llama, method="lora", batch=2, seq=4096).bytes("activations")
-    assert b == 4 * a and c == b  # SDPA: linear in positions
+    # SDPA: linear in tokens, but for the rotary cos/sin tables, which are per position (s x head_dim, not s x b), and
+    # what is kept per layer whatever the tokens (autocast's half copies of the fp32 LoRA weights)
+    assert b == pytest.approx(4 * a, rel=0.01) and c == pytest.approx(b, rel=1e-4)
 
 
 def test_eager_attention_grows_with_the_square_of_the_sequence(llama):

@@ -51,11 +51,33 @@ def test_a_fitting_run_says_so_and_concise_lines_carry_the_severity(capsys, monk
 
 
 def test_one_notion_of_fit_mem305_offers_only_what_fits_with_the_headroom(capsys, monkeypatch):
-    """MEM305 used to offer LoRA at 22.7 GiB on a 24 GiB card, which MEM102 calls tight."""
+    """MEM305 used to offer LoRA at 22.7 GiB on a 24 GiB card, which MEM102 calls tight. On a card between what LoRA
+    and QLoRA need with the headroom (sized from the estimates, whatever they are today) it offers QLoRA alone, and
+    each adapter, applied, gets the verdict that matches: QLoRA fits, LoRA is tight."""
+    from memlint.estimate.from_plan import setup_from_plan
+    from memlint.estimate.levers import LEVERS, apply
+    from memlint.extract import extract_file
+    from memlint.gpu import MIN_HEADROOM, Gpu, fit_of
+    from memlint.rules.capacity import assumptions
+
     monkeypatch.chdir(ROOT)
-    _, out, _ = run(capsys, "fixtures/scripts/run_clm_style.py", "--gpu", "RTX4090")
+    script_path = "fixtures/scripts/run_clm_style.py"
+    s = setup_from_plan(extract_file(script_path)).setup
+    by_key = {lv.key: lv for lv in LEVERS}
+    steps = {k: by_key[k].make(s) for k in ("lora", "qlora")}
+    peaks = {k: apply(s, [step], "real").peak for k, step in steps.items()}
+    assert peaks["qlora"] < peaks["lora"]
+    gib = (peaks["lora"] + peaks["qlora"]) / 2 / (1 - MIN_HEADROOM) / (1 << 30)
+    for k, verdict in (("qlora", True), ("lora", False)):  # the card sits between the two
+        assert fit_of(apply(s, [steps[k]], "real"), Gpu("card", int(gib * (1 << 30)), 0)).ok is verdict, k
+    gpu = f"{gib:.3f}"
+    _, out, _ = run(capsys, script_path, "--gpu", gpu)
     [mem305] = [ln for ln in out.splitlines() if " MEM305 " in ln]
-    assert "QLoRA (r=16, all linear layers) 20.2 GiB would" in mem305 and " LoRA (r=16" not in mem305
+    assert "QLoRA (r=16, all linear layers)" in mem305 and " LoRA (r=16" not in mem305
+    for k, fits in (("qlora", True), ("lora", False)):
+        assume = [a for kv in assumptions(steps[k].plan) for a in ("--assume", kv)]
+        _, out, _ = run(capsys, script_path, "--gpu", gpu, *assume)
+        assert " MEM101 " not in out and (" MEM102 " not in out) is fits, (k, out)
     # the suggestion MEM101 names, applied, gets memlint.gpu's "fits" (no MEM101, no MEM102)
     _, out, _ = run(capsys, "fixtures/scripts/run_clm_style.py", "--gpu", "RTX4090", "--output-format", "json")
     [f] = [d for d in json.loads(out) if d["code"] == "MEM101"]

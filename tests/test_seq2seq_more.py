@@ -143,8 +143,16 @@ def test_summarization_script_for_mt5_ids(tmp_path, model_id):
                          capture_output=True, text=True)
     assert run.returncode in (0, 1) and "Traceback" not in run.stderr and "error" not in run.stderr, run.stderr
     assert f"{script}: peak " in run.stdout  # the run's peak (the summary line, on stdout)
-    if s.model.vocab > 200_000:
-        line = next(l for l in run.stdout.splitlines() if "MEM205" in l)
+    from memlint.estimate import estimate
+    from memlint.estimate.activations import autocast_weight_copies
+
+    e = estimate(s)
+    share = (e.bytes("logits") - autocast_weight_copies(s)[1]) / e.allocated_peak
+    lines = [l for l in run.stdout.splitlines() if "MEM205" in l]
+    # the rule fires where the logits are at least a fifth of the peak (mT0-base at 8 x 128: 19 %, since the loss
+    # runs as CUDA runs it: no fp32 upcast of half logits for T5, whose loss does not cast them)
+    assert bool(lines) == (s.model.vocab > 200_000 and share >= 0.2), (share, lines)
+    for line in lines:
         assert "× 128 (the target length)" in line and "fused cross-entropy" not in line
 
 

@@ -191,3 +191,50 @@ def fit_of(est, gpu: Gpu | tuple, min_headroom: float = MIN_HEADROOM) -> Fit:
     """`fit` for an Estimate (anything with `.peak` and a `.setup`)."""
     s = est.setup
     return fit(est.peak, gpu, min_headroom, getattr(s, "compute_dtype", None), getattr(s, "attn", None))
+
+
+# A traced (or CPU-measured) step and the estimate of the same run should agree; past this fraction they disagree,
+# and every front door says so and judges the fit by the larger of the two.
+DISAGREEMENT = 0.05
+
+
+class Reconciled(NamedTuple):
+    """An estimate beside a measurement of the same step that is not a CUDA run (a fake-tensor trace, real tensors on
+    the CPU): `peak` is what the verdict judges (the estimate's; where the two disagree by more than DISAGREEMENT, the
+    larger of it and the measurement's allocated peak plus the estimate's overhead), `error` the estimate's allocated
+    peak against the measured one."""
+
+    peak: int
+    error: float
+    source: str          # "estimate" | "trace" (the measurement's figure is the larger)
+
+    @property
+    def disagrees(self) -> bool:
+        return abs(self.error) > DISAGREEMENT
+
+    def words(self, what: str = "trace") -> str:
+        """One sentence for a report, or '' when they agree."""
+        if not self.disagrees:
+            return ""
+        larger = "the estimate's" if self.source == "estimate" else f"the {what}'s"
+        return (f"the {what} and the estimate disagree by {self.error:+.1%} (more than {DISAGREEMENT:.0%}): the fit "
+                f"verdict uses the larger figure, {larger}")
+
+
+def reconcile(est, measured_allocated: int) -> Reconciled:
+    """The figure a fit verdict uses when an estimate meets a non-CUDA measurement of the same step (Reconciled)."""
+    overhead = est.peak - est.allocated_peak
+    traced = measured_allocated + overhead
+    error = (est.allocated_peak - measured_allocated) / measured_allocated if measured_allocated else 0.0
+    if abs(error) > DISAGREEMENT and traced > est.peak:
+        return Reconciled(traced, error, "trace")
+    return Reconciled(est.peak, error, "estimate")
+
+
+def fit_reconciled(est, measured_allocated: int | None, gpu: Gpu | tuple, min_headroom: float = MIN_HEADROOM) -> Fit:
+    """`fit_of`, judging the larger of the estimate and a non-CUDA measurement of the same step."""
+    if measured_allocated is None:
+        return fit_of(est, gpu, min_headroom)
+    s = est.setup
+    return fit(reconcile(est, measured_allocated).peak, gpu, min_headroom, getattr(s, "compute_dtype", None),
+               getattr(s, "attn", None))

@@ -60,3 +60,35 @@ def encoder_decoder(model_type: str) -> bool:
 def vision(model_type: str) -> bool:
     """A vision-language model: a decoder with a vision tower (families.json "vision")."""
     return bool(family(model_type).get("vision"))
+
+
+def config_of(model: Any, key: str | None, default: Any = None) -> Any:
+    """A model's config value (dotted keys reach into attn_config / ffn_config), else its config class's default
+    (families.json config_defaults), else `default`."""
+    if key is None:
+        return default
+    node: Any = model.config
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            node = None
+            break
+        node = node[part]
+    if node is not None:
+        return node
+    return family(model.arch.get("model_type", ""))["config_defaults"].get(key, default)
+
+
+def fact_of(model: Any, name: str) -> Any:
+    """A family fact of the model, resolved against its config where it is a rule list ([{when: {key: value}, is: v}])."""
+    value = family(model.arch.get("model_type", ""))[name]
+    if isinstance(value, list) and value and isinstance(value[0], dict) and "is" in value[0]:
+        for rule in value:
+            if all(config_of(model, k, None) == v for k, v in rule.get("when", {}).items()):
+                return rule["is"]
+        return None
+    return value
+
+
+def activation_table() -> Mapping[str, Any]:
+    """families.json "activations": what each MLP activation keeps for backward."""
+    return _doc()["activations"]

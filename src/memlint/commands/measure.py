@@ -57,6 +57,9 @@ def add_parser(sub) -> None:
     ms = sub.add_parser("measure", help="run (or trace, without CUDA) the real training step and measure it")
     setup_flags(ms)
     target_flags(ms)
-    ms.add_argument("--device", default="auto", help="auto | cuda | cpu (cpu = fake-tensor trace)")
+    ms.add_argument("--device", default="auto",
+                    help="auto | cuda | cpu | trace. cpu and trace both trace the step on the CPU with fake tensors (no "
+                         "memory used; CUDA's kernels emulated: its autocast op lists, SDPA kernel choice, fused "
+                         "dropout); `%%memcheck --device cpu` is different: real tensors in host memory")
     ms.add_argument("-q", "--quiet", action="store_true", help="no progress display on stderr")
     ms.set_defaults(func=run)

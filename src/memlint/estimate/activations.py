@@ -19,6 +19,7 @@ from memlint.estimate.model_state import lora_modules, trains_lm_head_copy
 from memlint.library.api import attention
 from memlint.estimate.setup import DTYPE_BYTES, Setup, preference
 from memlint.estimate.terms import ActivationTerms  # noqa: F401 (re-exported: activations.ActivationTerms)
+from memlint.estimate.decoder import residual_bytes  # noqa: F401 (re-exported: activations.residual_bytes)
 
 
 def textbook(s: Setup) -> ActivationTerms:
@@ -82,20 +83,6 @@ def textbook_encoder(s: Setup) -> ActivationTerms:
     return ActivationTerms(t.body, t.per_layer, n * 4, 0, t.formula, f"{f} × 4 B (fp32 logits)")
 
 
-def residual_bytes(s: Setup) -> int:
-    """Bytes per element of the residual stream: fp32 when the embeddings are fp32 (fp32
-    weights under autocast, or prepare_model_for_kbit_training's upcast), else the
-    weight dtype; FSDP's mixed precision gathers fp32 weights in the half dtype, so the embeddings' output and the
-    stream are half."""
-    from memlint.estimate.sharding import fsdp_mixed_precision
-
-    if fsdp_mixed_precision(s):
-        return DTYPE_BYTES[s.compute_dtype]
-    if s.dtype == "fp32" or s.upcasts_kbit:
-        return 4
-    return DTYPE_BYTES[s.dtype]
-
-
 def autocast_weight_copies(s: Setup) -> tuple[int, int]:
     """(decoder body, lm_head) bytes of the half-precision weight copies autocast makes
     for fp32 weights and keeps for backward until each op's gradient is computed."""
@@ -120,27 +107,17 @@ def autocast_weight_copies(s: Setup) -> tuple[int, int]:
 
 
 def _linear_inputs(s: Setup, a: int, inter: int) -> int:
-    """Bytes per token that linear layers keep of their inputs for their weight grads.
+    """Bytes per token that LoRA adapters keep of their inputs for their weight grads (a full fine-tune's linears are
+    estimate/decoder.py's terms: layer_bytes, input_copies).
 
-    A trained linear keeps its input; siblings that read the same tensor share it
-    (q/k/v, gate/up). LoRA adapters differ: peft casts the input to the adapter's fp32
-    and autocast casts it back, so under autocast each adapter keeps its own half copy,
-    and with dropout each keeps its own dropped-out copy plus a bool mask."""
-    m = s.model
-    size = {"attn_in": m.hidden, "mlp_in": m.hidden, "mlp_out": inter, "attn_out": 0}
-    if s.method == "full":
-        casts = {"attn_in": 1, "mlp_in": 1}
-        if s.precision in ("amp-bf16", "amp-fp16") and residual_bytes(s) != a:
-            # autocast casts an fp32 input for every op that reads it (only leaf weights are cached): q, k and v
-            # each keep their own half copy of the fp32 norm output, gate and up theirs (traced: the Trainer rows of
-            # benchmarks/trainer_steps.py over fp32 weights)
-            for l in m.layer_linears():
-                if l.role in casts and l.count >= m.layers:
-                    casts[l.role] += l.count // m.layers
-            casts = {k: max(1, v - 1) for k, v in casts.items()}
-        return a * (size["attn_in"] * casts["attn_in"] + size["mlp_in"] * casts["mlp_in"] + size["mlp_out"])
+    Adapters on frozen linears that read the same tensor share it (q/k/v, gate/up). peft casts the input to the
+    adapter's fp32 and autocast casts it back, so under autocast each adapter keeps its own half copy, and with
+    dropout each keeps its own dropped-out copy plus a bool mask."""
+    from memlint.estimate.decoder import attention_output_kept, fact, mlp_output_kept
     from memlint.estimate.sharding import fsdp_mixed_precision
 
+    m = s.model
+    size = {"attn_in": m.hidden, "mlp_in": m.hidden, "mlp_out": inter, "attn_out": 0}
     # FSDP's mixed precision gathers the adapters in the half dtype too: peft's cast to the adapter dtype is a no-op
     autocast = s.precision in ("amp-bf16", "amp-fp16") and not fsdp_mixed_precision(s)
     # fp32 adapters on a half base without autocast: peft casts each adapter's input to fp32, and
@@ -159,9 +136,14 @@ def _linear_inputs(s: Setup, a: int, inter: int) -> int:
         keep = ab * s.lora_r
         if own:
             keep += ab * fin + (fin if s.lora_dropout > 0 else 0)
-        elif g != "attn_out":
-            shared.add(g)
+        elif g == "attn_out" and attention_output_kept(s) < 1:
+            # eager / math attention's output copy, kept by the adapter (in the layers that run them)
+            total += int(a * l.in_features * per_layer * (1 - attention_output_kept(s)))
+        elif g != "attn_out" and not (g == "mlp_out" and mlp_output_kept(s)):
+            shared.add(g)  # (attention's output and a ReLU's are kept by the kernel / the activation already)
         total += int(keep * per_layer)
+    if fact(s, "layout") == "parallel" and {"attn_in", "mlp_in"} <= shared:
+        shared.discard("mlp_in")  # one norm output feeds attention and the MLP: one tensor
     return total + a * sum(size[g] for g in shared) + _hqq_inputs(s, a, size, shared)
 
 
@@ -197,57 +179,66 @@ def tp_sequence_shards(s: Setup) -> tuple[int, int, int]:
 
 
 def _norm_bytes(s: Setup) -> int:
-    """RMSNorm keeps its fp32 upcast input and rsqrt, plus the normalised copy in the input dtype
-    when its weight trains. LayerNorm keeps its input and (mean, rstd)."""
-    h, x = s.model.hidden, residual_bytes(s)
-    if s.model.arch.get("norm") == "rmsnorm":
-        return 4 * h + 4 + (x * h if s.method == "full" else 0)
-    return x * h + 8
+    """What one of the family's norms on the residual stream keeps per token (estimate/decoder.py norm_saved): llama's
+    RMSNorm its fp32 upcast input and rsqrt, plus the normalised copy in the input dtype when its weight trains;
+    F.layer_norm its input (fp32 under autocast) and mean and rstd."""
+    from memlint.estimate.decoder import norm_saved
+
+    return int(norm_saved(s, s.model.hidden, 1, residual_bytes(s), s.method == "full")[0])
 
 
-def _per_token_layer_bytes(s: Setup) -> tuple[int, int, int]:
+def _per_token_layer_bytes(s: Setup) -> tuple[float, int, float]:
     """Bytes saved per token: (one decoder layer, one layer's input, once per model).
 
-    Term by term what HF's decoder layers save for backward (read off autograd's saved
-    tensors; see docs/accounting.md). Under tensor parallelism s.model is the rank's model
-    (tensor_parallel.rank_spec), so the terms inside the TP regions are already the rank's; the
-    parts sequence parallelism shards are `tp_sequence_shards`."""
+    The family's layer as CUDA runs it (estimate/decoder.py, from catalog/families.json), plus what peft's adapters,
+    HQQ and DoRA keep (below). Under tensor parallelism s.model is the rank's model (tensor_parallel.rank_spec), so
+    the terms inside the TP regions are already the rank's; the parts sequence parallelism shards are
+    `tp_sequence_shards`."""
+    from memlint.estimate.decoder import _lin_out, layer_bytes
+
     m = s.model
     a = DTYPE_BYTES[s.compute_dtype]
-    x = residual_bytes(s)
-    h, i = m.hidden, m.intermediate
-    q = m.heads * m.head_dim
-    kv = m.kv_heads * m.head_dim
-
-    norm = _norm_bytes(s)
-    total = m.arch["norms_per_layer"] * norm
-    # Attention: rotated q and k, v, and SDPA's output (which o_proj reads in place) and
-    # fp32 logsumexp.
-    total += a * (2 * q + 2 * kv) + 4 * m.heads
-    if attention()[s.attn].kernel == "eager":
-        # fp32 softmax probabilities + their half copy per head and key position, and
-        # k/v expanded to every head (repeat_kv) for the two matmuls.
-        total += (4 + a) * m.heads * s.seq + (2 * a * (q - kv) if q != kv else 0)
-    # MLP: gated (SwiGLU/GeGLU) keeps gate, act(gate) and up; plain keeps fc1's output.
+    tokens = s.seq * s.batch
+    lb = layer_bytes(s)
+    total = lb.per_layer / tokens
     experts = m.arch.get("num_experts")
-    gated = m.arch.get("mlp") == "gated"
-    inter = i
-    if experts:
-        inter = m.arch.get("moe_intermediate_size", i) * (m.arch.get("experts_per_token") or 1)
-    # bitsandbytes' 4/8-bit layers return their input's dtype, so on an fp32 residual
-    # stream (kbit prep) the MLP runs in fp32.
-    core = x if s.quant != "none" else a
-    total += (3 if gated else 1) * core * inter
-    total += _linear_inputs(s, a, inter)
+    inter = m.arch.get("moe_intermediate_size", m.intermediate) * (m.arch.get("experts_per_token") or 1) \
+        if experts else m.intermediate
+    if s.method != "full":
+        total += _linear_inputs(s, a, inter) + lora_weight_casts(s) / tokens
     if s.use_dora and s.method != "full":
-        total += _dora_saved_per_token(s, a, core)
+        total += _dora_saved_per_token(s, a, _lin_out(s))
     total -= compiled_layer_savings(s)
-    # Once per model: token ids, the rotary cos/sin, and the final norm.
-    once = 8 + 2 * a * m.head_dim + norm
+    once = lb.once / tokens
     if trains_lm_head_copy(s):
         # a trained lm_head (modules_to_save) keeps its input for its weight gradient; a frozen one does not
-        once += (a if s.precision in ("amp-bf16", "amp-fp16") else x) * h
-    return total, x * h, once
+        once += (a if s.precision in ("amp-bf16", "amp-fp16") else residual_bytes(s)) * m.hidden
+    return total, lb.layer_input // tokens, once
+
+
+def softcap_logits_bytes(s: Setup) -> int:
+    """A final logit soft-capping (families.json final_logit_softcapping: Gemma 2's config.final_logit_softcapping):
+    logits / cap, tanh, * cap; tanh keeps its output (the logits' size in the compute dtype) for backward."""
+    from memlint.estimate.decoder import config, fact
+
+    key = fact(s, "final_logit_softcapping")
+    if not key or not config(s, key):
+        return 0
+    return s.seq * s.batch * logits_vocab(s) * DTYPE_BYTES[s.compute_dtype]
+
+
+def lora_weight_casts(s: Setup) -> int:
+    """Bytes per decoder layer of autocast's half copies of fp32 LoRA weights (A and B of every adapted linear): each is
+    a cached cast of a leaf parameter, saved by its matmul for the input's gradient."""
+    if s.precision not in ("amp-bf16", "amp-fp16") or s.method == "full":
+        return 0
+    from memlint.estimate.model_state import trainable_dtype
+
+    if DTYPE_BYTES[trainable_dtype(s, "real")] == DTYPE_BYTES[s.compute_dtype]:
+        return 0
+    m = s.model
+    return int(sum(s.lora_r * (l.in_features + l.out_features) * l.count / m.layers
+                   for l in lora_modules(m, s.lora_targets) if l.name != "lm_head") * DTYPE_BYTES[s.compute_dtype])
 
 
 def compiled_layers_modelled(s: Setup) -> bool:
@@ -463,7 +454,7 @@ def _real(s: Setup) -> ActivationTerms:
     sb_sp = -(-s.seq // s.tp) * s.batch
     per_layer = (per_tok - sp_layer) * sb + sp_layer * sb_sp + _dora_per_layer(s) + gptq_saved_per_layer(s)
     inputs = ((inp_tok - sp_inp) * sb + sp_inp * sb_sp) * m.layers
-    once_b = (once - sp_once) * sb + sp_once * sb_sp
+    once_b, per_layer = round((once - sp_once) * sb + sp_once * sb_sp), round(per_layer)
     if sp_layer and tp.stack(s)["sp_saves_gathered_input"]:
         # lm_head (ColwiseParallel(input_layouts=Shard(1))) all-gathers the sequence-sharded final norm output
         # and its matmul saves the whole s·b·h for the weight gradient, beside the norm's own shard
@@ -477,23 +468,23 @@ def _real(s: Setup) -> ActivationTerms:
         per_layer = max(per_layer - kept, 0)
         formula = (f"op-level selective checkpointing: {inp_tok // m.hidden}·s·b·h·L layer inputs + "
                    f"{kept_tok:,} B/token/layer kept by the policy ({kept_why}); the rest of one layer "
-                   f"({per_tok:,} B/token saved, less what was kept) comes back while it is recomputed")
+                   f"({per_tok:,.0f} B/token saved, less what was kept) comes back while it is recomputed")
     elif s.recompute and s.recompute_every > 1:
         # torchtune's selective checkpointing by layers: layers N, 2N, ... (counted from 1) are
         # checkpointed, the others keep everything they save
         k = m.layers // s.recompute_every
         body = inputs // m.layers * k + per_layer * (m.layers - k) + once_b
         formula = (f"every {s.recompute_every}th layer checkpointed: {k} × {inp_tok // m.hidden}·s·b·h inputs + "
-                   f"{m.layers - k} layers × {per_tok:,} B/token saved; one checkpointed layer comes back in backward")
+                   f"{m.layers - k} layers × {per_tok:,.0f} B/token saved; one checkpointed layer comes back in backward")
     elif s.recompute:
         # At the end of forward only the checkpointed inputs are alive; one layer's
         # activations come back during backward (ActivationTerms.per_layer).
         body = inputs + once_b
         formula = (f"{inp_tok // m.hidden}·s·b·h·L checkpointed layer inputs; one layer "
-                   f"({per_tok:,} B/token) comes back while it is recomputed in backward")
+                   f"({per_tok:,.0f} B/token) comes back while it is recomputed in backward")
     else:
         body = per_layer * m.layers + once_b
-        formula = f"{per_tok:,} B/token/layer saved (norms, q/k/v, SDPA, MLP{', LoRA inputs' if s.method != 'full' else ''}) × s·b·L"
+        formula = f"{per_tok:,.0f} B/token/layer saved (norms, q/k/v, attention, MLP{', LoRA inputs' if s.method != 'full' else ''}) × s·b·L"
         if _dora_per_layer(s):
             formula += f" + DoRA's dropout path: {_dora_per_layer(s):,} B/layer of weight copies"
         if gptq_saved_per_layer(s):
@@ -529,6 +520,8 @@ def _with_logits(s: Setup, body: int, per_layer: int, formula: str) -> Activatio
     fwd = copies_head + (a + up + 4) * V * sb
     bwd = copies_head + (a + up + 4 + a) * V * sb
     head = f" + autocast's {a}-byte copy of the fp32 lm_head ({copies_head:,} B)" if copies_head else ""
+    cap = softcap_logits_bytes(s)  # Gemma 2's final soft-capping: tanh(logits / cap) keeps its output
+    fwd, bwd, head = fwd + cap, bwd + cap, head + (f" + the soft-cap's tanh output s·b·V × {a} B" if cap else "")
     if s.compiled_loss:
         return _compiled_ce(body, per_layer, formula, copies_head, a * V * sb, 4 * sb, head)
     shard = tp.gathered_logits_shard(s)

@@ -10,7 +10,7 @@ autocast runs layer_norm in fp32), d the model width (= heads·head_dim), f the 
 from __future__ import annotations
 
 from memlint.estimate.seq2seq import _adapted, _eager, _reads, _sizes
-from memlint.estimate.setup import Setup
+from memlint.estimate.setup import DTYPE_BYTES, Setup
 from memlint.estimate.terms import ActivationTerms
 
 
@@ -49,8 +49,24 @@ def _attention(s: Setup, stack: str, kind: str, first: bool = False) -> int:
     if not _eager(s):
         if s.method == "full" or (p + "out_proj" in lin and s.lora_dropout == 0):
             o_in -= a * d
-        out += a * d + 4 * h
+        out += a * d + _lse(s, h, s.tgt if stack == "decoder" else s.seq)
     return out + o_in + (d if _drop(s, "dropout_rate") else 0)
+
+
+def _lse(s: Setup, heads: int, rows: int) -> int:
+    """Per query token, the fused kernel's fp32 logsumexp: the memory-efficient kernel's (fp32 inputs) is padded to 32
+    query positions (data/cuda_sdpa.json), flash's is not."""
+    import math
+
+    from memlint import data
+    from memlint.estimate.decoder import sdpa_kernel
+
+    a = DTYPE_BYTES[s.compute_dtype]
+    hd = s.model.arch.get("head_dim") or s.model.hidden // heads
+    if sdpa_kernel(a, False, hd, hd, False) == "flash" or not rows:
+        return 4 * heads
+    pad = data.load("cuda_sdpa.json")["lse_pad"]
+    return math.ceil(4 * heads * pad * math.ceil(rows / pad) / rows)
 
 
 def _per_key(s: Setup) -> int:

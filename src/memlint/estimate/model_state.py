@@ -95,13 +95,13 @@ def setup_lora_tensors(s: Setup) -> list[Tensor]:
         from memlint.estimate import litgpt
 
         return litgpt.lora_tensors(s)
-    return lora_tensors(s.model, s.lora_r, s.lora_targets, s.use_dora)
+    return lora_tensors(s.model, s.lora_r, s.lora_targets, s.use_dora) + moe_lora_tensors(s)
 
 
 def setup_lora_params(s: Setup) -> int:
     if s.model_code == "litgpt":
         return sum(t.numel * t.count for t in setup_lora_tensors(s))
-    return lora_params(s.model, s.lora_r, s.lora_targets, s.use_dora)
+    return lora_params(s.model, s.lora_r, s.lora_targets, s.use_dora) + sum(t.numel * t.count for t in moe_lora_tensors(s))
 
 
 def trainable_params(s: Setup) -> int:
@@ -267,6 +267,10 @@ def weight_bytes(s: Setup, accounting: str) -> tuple[int, str]:
     buf = int(s.model.arch.get("final_logits_bias") or 0)
     if buf and accounting == "real":  # BART's final_logits_bias: a [1, V] buffer in the weights' dtype
         w, f = w + buf * s.weight_bytes, f + f" + final_logits_bias {buf:,} × {s.weight_bytes} B (a buffer)"
+    if accounting == "real" and not (s.encoder or s.seq2seq) and s.model_code == "transformers":
+        nb, words = buffer_bytes(s)  # a family's registered buffers (causal masks, position tables)
+        if nb:
+            w, f = w + nb, f + f" + buffers: {words}"
     if s.model_code == "litgpt" and accounting == "real":
         from memlint.estimate import litgpt
 
@@ -648,3 +652,65 @@ def reward_spec(model: ModelSpec) -> ModelSpec:
     return replace(model, params=model.params - head + model.hidden, groups=groups, linears=linears,
                    tied_embeddings=False)
 
+
+def moe_lora(s: Setup) -> dict[str, bool]:
+    """Which MoE parts peft adapts (families.json peft_moe, at the installed peft and transformers): the router, the
+    fused gate/up stack, the down stack; none for a full fine-tune, another family or versions outside the range."""
+    from memlint.library.versions import in_range, installed_version
+
+    from memlint.catalog.families import fact_of
+
+    spec = fact_of(s.model, "peft_moe")
+    none = {"router": False, "gate_up": False, "down": False}
+    if s.method == "full" or not spec or s.model_code != "transformers":
+        return none
+    for pkg, rng in spec.get("versions", {}).items():
+        v = installed_version(pkg)
+        if v is not None and not in_range(v, rng):
+            return none
+    t = s.lora_targets
+    if t == "all-linear":
+        return {"router": True, "gate_up": True, "down": True}
+    if isinstance(t, str):
+        return none
+    names = {n.rsplit(".", 1)[-1] for n in t}
+    return {"router": any(n in names for n in spec["router"]), "gate_up": all(n in names for n in spec["gate_up"]),
+            "down": any(n in names for n in spec["down"])}
+
+
+def moe_lora_tensors(s: Setup) -> list:
+    """The adapters peft puts on a MoE's router and expert stacks (moe_lora): router A (r x h) and B (E x r); the gate/up
+    stack's A (2r·E x h) and B (2i x 2r·E); the down stack's A (r·E x i) and B (h x r·E), per layer."""
+    m = s.model
+    parts = moe_lora(s)
+    if not any(parts.values()):
+        return []
+    E = m.arch.get("num_experts") or 1
+    i = m.arch.get("moe_intermediate_size", m.intermediate)
+    h, r, L = m.hidden, s.lora_r, m.layers
+    out = []
+    if parts["router"]:
+        out += [Tensor(r, h, L), Tensor(E, r, L)]
+    if parts["gate_up"]:
+        out += [Tensor(2 * r * E, h, L), Tensor(2 * i, 2 * r * E, L)]
+    if parts["down"]:
+        out += [Tensor(r * E, i, L), Tensor(h, r * E, L)]
+    return out
+
+
+def buffer_bytes(s: Setup) -> tuple[int, str]:
+    """(bytes, words) of the registered buffers the family's modules build besides their parameters (families.json
+    "buffers": GPT-Neo's per-layer causal masks, GPT-BigCode's causal mask, GPT-J's sinusoidal positions)."""
+    from memlint.catalog.families import config_of, fact_of
+
+    m = s.model
+    total, words = 0, []
+    for buf in fact_of(m, "buffers") or []:
+        def size(key: str) -> int:
+            v = m.arch.get(key)
+            return int(v if v is not None else config_of(m, key, m.head_dim if key == "rotary_dim" else 0))
+
+        n = size(buf["rows"]) * size(buf["cols"]) * DTYPE_BYTES.get(buf["dtype"], 1) * (m.layers if buf.get("per_layer") else 1)
+        total += n
+        words.append(f"{buf['what']} {n:,} B")
+    return total, ", ".join(words)

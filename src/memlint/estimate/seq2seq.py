@@ -317,17 +317,23 @@ def seq2seq_terms(s: Setup) -> ActivationTerms:
 
 
 def _logits_forward(s: Setup) -> int:
-    """lm_head's T·b x V logits and CrossEntropyLoss (fp32 under CUDA's autocast: a copy, then the log-softmax
-    output it saves) around the loss in forward; under autocast lm_head's half cast of its input."""
+    """lm_head's T·b x V logits and CrossEntropyLoss around the loss in forward: cross_entropy_loss is on no CUDA
+    autocast list, so it decomposes with autocast on: log_softmax with the logits' own dtype (the loss passes it), kept
+    for backward, then nll_loss (CUDA's fp32 list) on an fp32 copy of it, kept too; under autocast lm_head's half cast
+    of its input."""
     a, _, amp, d, _, _, _ = _sizes(s)
     n = s.batch * s.tgt * s.model.vocab
     # (a frozen lm_head, LoRA's, keeps no cast of its input: its weight gives the input's gradient)
-    return n * (a + 4 + (4 if a != 4 else 0)) + (a * d * s.batch * s.tgt if amp and s.method == "full" else 0)
+    return n * (a + a + (4 if a != 4 else 0)) + (a * d * s.batch * s.tgt if amp and s.method == "full" else 0)
 
 
 def _logits_backward(s: Setup) -> int:
-    """At the loss's backward: the saved log-softmax output, its gradient and the logits' gradient (fp32, then its
-    half cast under autocast)."""
+    """At the loss's backward: fp32 logits keep the log-softmax output (nll_loss reads it as it is), which with its
+    gradient and the logits' gradient makes three; half logits keep their half log-softmax and nll_loss's fp32 copy
+    of it when nll_loss's fp32 gradient arrives (the largest moment; the half gradients come after the copy is
+    freed)."""
     a, _, amp, _, _, _, _ = _sizes(s)
     n = s.batch * s.tgt * s.model.vocab
-    return n * (4 + 4 + 4 + (a if a != 4 else 0))
+    if a == 4:
+        return n * (4 + 4 + 4)
+    return n * max(a + 4 + 4, 3 * a)

@@ -22,6 +22,9 @@ from memlint import progress
 from memlint.errors import MemlintError
 from memlint.estimate.setup import Setup
 from memlint.library.api import attention
+from memlint.measure.cuda_emulation import autocast as cuda_autocast
+from memlint.measure.cuda_emulation import cuda_dropout as _cuda_dropout  # noqa: F401 (measure.distributed)
+from memlint.measure.cuda_emulation import cuda_kernels
 
 PHASES = ("forward", "backward", "optimizer")
 COMPONENTS = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
@@ -461,28 +464,6 @@ def _no_ctx():
 
 
 @contextlib.contextmanager
-def _cuda_dropout():
-    """On CUDA, F.dropout runs the fused `native_dropout`, which saves a bool mask (1 byte
-    an element); on CPU aten decomposes it into `empty_like(x).bernoulli_()` and saves a
-    mask in x's dtype (4 bytes for the fp32 input of a LoRA adapter). Use the CUDA kernel."""
-    import torch
-    import torch.nn.functional as F
-
-    orig = F.dropout
-
-    def dropout(input: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Any:
-        if training and 0.0 < p < 1.0 and not inplace and input.numel() > 0:
-            return torch.native_dropout(input, p, True)[0]
-        return orig(input, p, training, inplace)
-
-    F.dropout = dropout
-    try:
-        yield
-    finally:
-        F.dropout = orig
-
-
-@contextlib.contextmanager
 def _unpacked_sequences_on_fake():
     """transformers reads data to decide whether the batch is packed (several sequences
     per row): `(mask[:, -1] == 0).all()`. A FakeTensor has no data, so transformers then
@@ -700,14 +681,22 @@ def _traced_attention(setup: Setup, mode: str, notes: list[str]) -> str:
     attn = setup.attn
     if setup.encoder and setup.model.arch.get("model_type") == "deberta-v2":
         return "eager"  # DisentangledSelfAttention: its own eager code (transformers has no SDPA path for it)
+    if not (setup.encoder or setup.seq2seq or setup.model.vision or setup.model_code != "transformers"):
+        from memlint.estimate.decoder import effective_attn
+
+        if effective_attn(setup) != attn:  # the family's class has no SDPA path: transformers runs eager
+            notes.append(f"{setup.model.model_type}: transformers' class has no SDPA path; attention runs eager")
+            return effective_attn(setup)
     trace_as = attention()[attn].trace_as
     if attn != trace_as and mode != "cuda":
         attn = trace_as
         notes.append(f"{setup.attn} cannot run on CPU: traced with {trace_as} (flash kernel: out + fp32 logsumexp "
                      f"saved, like {setup.attn})")
     if mode != "cuda":
-        notes.append("CPU stand-ins for the GPU defaults: AdamW/clip_grad_norm foreach set explicitly, SDPA "
-                     "flash kernel, torch.autocast('cpu'), fused native_dropout (bool mask)")
+        notes.append("CPU stand-ins for the GPU defaults: AdamW/clip_grad_norm foreach set explicitly; CUDA's SDPA "
+                     "kernel choice (flash, memory-efficient with a mask, dropout inside; no score matrix), CUDA "
+                     "autocast's op lists (layer_norm, softmax, pow, sum ... in fp32), fused native_dropout (bool mask)"
+                     + ("; on real CPU tensors the fused attention runs without its dropout" if mode == "cpu" else ""))
     return attn
 
 
@@ -783,12 +772,8 @@ class _Run:
         if fake_mode is not None:
             stack.enter_context(_unpacked_sequences_on_fake())
         if self.mode != "cuda":
-            stack.enter_context(_cuda_dropout())
-            if self.setup.encoder or self.setup.model.vision or self.setup.model.arch.get("post_norm"):
-                # the vision tower's LayerNorms, as CUDA autocast runs them; BART's flash-kernel SDPA (no float mask)
-                stack.enter_context(_cuda_encoder_kernels(flash_dropout=fake_mode is not None))
-            if self.setup.seq2seq:
-                stack.enter_context(_cuda_seq2seq_kernels(fake=fake_mode is not None))
+            # what CUDA runs: its autocast op lists, its SDPA kernels, its fused dropout (measure/cuda_emulation.py)
+            stack.enter_context(cuda_kernels(fake=fake_mode is not None))
             if self.setup.model.arch.get("post_norm") and fake_mode is not None:
                 stack.enter_context(_unpadded_masks_on_fake())
         if self.setup.recompute:
@@ -969,7 +954,10 @@ class _Run:
         setup = self.setup
         if setup.precision in ("amp-bf16", "amp-fp16"):
             amp_dtype = torch.bfloat16 if setup.precision == "amp-bf16" else torch.float16
-            autocast = lambda: torch.autocast(self.dev, dtype=amp_dtype)  # noqa: E731
+            if self.mode == "cuda":
+                autocast = lambda: torch.autocast("cuda", dtype=amp_dtype)  # noqa: E731
+            else:  # CPU's autocast key running CUDA autocast's policies (cuda_emulation.cuda_kernels)
+                autocast = lambda: cuda_autocast(amp_dtype)  # noqa: E731
         else:
             autocast = _no_ctx
         scaler = None
@@ -1198,104 +1186,6 @@ def _encoder_head(model: Any) -> Any:
         if getattr(model, name, None) is not None:
             return getattr(model, name)
     raise MemlintError("no task head found on the encoder")
-
-
-@contextlib.contextmanager
-def _cuda_seq2seq_kernels(fake: bool = True):
-    """What CUDA runs for T5's step that the CPU would run otherwise:
-
-    - autocast: CUDA casts softmax and pow inputs to fp32 (its fp32 op list: T5's eager softmax and NewGELU's
-      torch.pow(x, 3)); CPU's autocast runs them in half. Cast as CUDA does.
-    - SDPA with T5's position bias as a float attn_mask (and dropout in training): CUDA runs the memory-efficient
-      kernel (flash takes no mask), which saves q, k, v, its output, an fp32 logsumexp (b x heads x q, q rounded
-      up to 32) and the bias, and makes the bias's gradient in backward; the CPU falls back to the math path,
-      which materialises the scores. On fake tensors run the efficient kernel's own op (its meta kernel)."""
-    import torch
-    import torch.nn.functional as F
-
-    sdpa, softmax, pow_ = F.scaled_dot_product_attention, F.softmax, torch.pow
-
-    def half(t: Any) -> bool:
-        return torch.is_autocast_enabled("cpu") and isinstance(t, torch.Tensor) and t.dtype in (torch.float16, torch.bfloat16)
-
-    def softmax_(input, dim=None, _stacklevel=3, dtype=None):
-        if half(input):
-            with torch.autocast("cpu", enabled=False):
-                return softmax(input.float(), dim=dim, dtype=dtype)
-        return softmax(input, dim=dim, _stacklevel=_stacklevel, dtype=dtype)
-
-    def pow_fp32(input, exponent, *args, **kwargs):
-        if half(input):
-            with torch.autocast("cpu", enabled=False):
-                return pow_(input.float(), exponent, *args, **kwargs)
-        return pow_(input, exponent, *args, **kwargs)
-
-    def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                                     enable_gqa=False):
-        if fake and attn_mask is not None and attn_mask.dtype != torch.bool and not enable_gqa:
-            if torch.is_autocast_enabled("cpu"):  # SDPA is on CUDA's lower-precision list
-                dt = torch.get_autocast_dtype("cpu")
-                query, key, value = (t.to(dt) for t in (query, key, value))
-            bias = attn_mask.to(query.dtype).expand(query.shape[0], query.shape[1], query.shape[2], key.shape[2])
-            with torch.autocast("cpu", enabled=False):
-                return torch.ops.aten._scaled_dot_product_efficient_attention(
-                    query, key, value, bias, True, dropout_p, is_causal, scale=scale)[0]
-        return sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
-                    enable_gqa=enable_gqa)
-
-    F.scaled_dot_product_attention, F.softmax, torch.pow = scaled_dot_product_attention, softmax_, pow_fp32
-    try:
-        yield
-    finally:
-        F.scaled_dot_product_attention, F.softmax, torch.pow = sdpa, softmax, pow_
-
-
-@contextlib.contextmanager
-def _cuda_encoder_kernels(flash_dropout: bool = True):
-    """What CUDA runs for an encoder's step that the CPU would run otherwise:
-
-    - SDPA with dropout (training, no mask): CUDA's flash / memory-efficient kernels take dropout_p and save the
-      output and an fp32 logsumexp (no score matrix); the CPU falls back to the math path, which materialises the
-      s x s scores. Run the CPU flash kernel (the same saved tensors) with the dropout: on fake tensors only
-      (`flash_dropout`; the real CPU kernel refuses dropout, so real CPU tensors keep the math path).
-    - autocast: CUDA casts softmax and layer_norm inputs to fp32 (their fp32 op list); CPU's autocast runs them in
-      half. Cast as CUDA does."""
-    import torch
-    import torch.nn.functional as F
-
-    sdpa, softmax, layer_norm = F.scaled_dot_product_attention, F.softmax, F.layer_norm
-
-    def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                                     enable_gqa=False):
-        if flash_dropout and dropout_p > 0 and attn_mask is None and not enable_gqa:
-            return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-                query, key, value, dropout_p, is_causal, scale=scale)[0]
-        return sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
-                    enable_gqa=enable_gqa)
-
-    def half(t: Any) -> bool:
-        return torch.is_autocast_enabled("cpu") and t.dtype in (torch.float16, torch.bfloat16)
-
-    def softmax_(input, dim=None, _stacklevel=3, dtype=None):
-        if half(input):
-            with torch.autocast("cpu", enabled=False):
-                return softmax(input.float(), dim=dim, dtype=dtype)
-        return softmax(input, dim=dim, _stacklevel=_stacklevel, dtype=dtype)
-
-    def layer_norm_(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-        # CUDA autocast casts every floating argument to fp32 (half weights too: a vision tower's, also when the input
-        # is already fp32, as a CLIP tower's residual stream is after its fp32 pre-norm)
-        if half(input) or (torch.is_autocast_enabled("cpu") and weight is not None and half(weight)):
-            up = lambda t: t.float() if t is not None and t.dtype in (torch.float16, torch.bfloat16) else t  # noqa: E731
-            with torch.autocast("cpu", enabled=False):
-                return layer_norm(up(input), normalized_shape, up(weight), up(bias), eps)
-        return layer_norm(input, normalized_shape, weight, bias, eps)
-
-    F.scaled_dot_product_attention, F.softmax, F.layer_norm = scaled_dot_product_attention, softmax_, layer_norm_
-    try:
-        yield
-    finally:
-        F.scaled_dot_product_attention, F.softmax, F.layer_norm = sdpa, softmax, layer_norm
 
 
 def _score_head(model: Any) -> Any:

@@ -243,7 +243,8 @@ def _worker(rank: int, ranks: int, nodes: int, port: int, setup: Setup, engine: 
     import torch
     import torch.distributed as dist
 
-    from memlint.measure.core import _apply_lora, _build_model, _cuda_dropout, _unique_params, mark_head
+    from memlint.measure.core import _apply_lora, _build_model, _unique_params, mark_head
+    from memlint.measure.cuda_emulation import cuda_kernels
     from memlint.measure.optim import build_optimizer
     from memlint.measure.tracker import storage_bytes
 
@@ -269,7 +270,8 @@ def _worker(rank: int, ranks: int, nodes: int, port: int, setup: Setup, engine: 
                 stack.enter_context(_fsdp_storage_hooks(tracker))
             if engine != "none":
                 model = _wrap(model, engine, ranks, nodes, setup)
-            stack.enter_context(_cuda_dropout())
+            # what CUDA runs: its autocast op lists, its SDPA kernels, its fused dropout (measure/cuda_emulation.py)
+            stack.enter_context(cuda_kernels(fake=False))
             if setup.recompute:
                 inner = model.module if engine == "ddp" else model
                 inner.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -48,8 +48,8 @@ def trace_rank(setup: Setup, *, steps: int = 2, seed: int = 0, alloc_conf: str |
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from memlint.measure.allocator import AllocatorConfig, replay
-    from memlint.measure.core import (_apply_lora, _build_model, _cuda_dropout, _unique_params,
-                                      _unpacked_sequences_on_fake, mark_head)
+    from memlint.measure.core import _apply_lora, _build_model, _unique_params, _unpacked_sequences_on_fake, mark_head
+    from memlint.measure.cuda_emulation import cuda_kernels
     from memlint.measure.distributed import _fsdp_storage_hooks, _local, _rank_steps, _tracker_class, _wrap
     from memlint.measure.optim import build_optimizer
     from memlint.measure.tracker import storage_bytes
@@ -79,7 +79,7 @@ def trace_rank(setup: Setup, *, steps: int = 2, seed: int = 0, alloc_conf: str |
         stack.enter_context(tracker)
         stack.enter_context(_fsdp_storage_hooks(tracker))
         stack.enter_context(_unpacked_sequences_on_fake())
-        stack.enter_context(_cuda_dropout())
+        stack.enter_context(cuda_kernels(fake=True))  # CUDA's autocast lists, SDPA kernels and fused dropout
         params = _unique_params(model)
         tracker.track_all([_local(p) for p in params] + list(model.buffers()))
         model.train()

@@ -7,13 +7,15 @@ with its bitsandbytes overrides), its collator builds the batch, `training_step`
 this module only cuts the step into phases (forward = up to `accelerator.backward`, backward, optimizer =
 clip + step + zero_grad as the Trainer's loop runs them) and counts live tensor bytes.
 
-Where the CPU runs a different kernel than CUDA, the CUDA one is stood in (`cuda_kernels=True`):
-TRL's fused LM head (trl/kernels/chunked_logprob.py) folds each logits tile with a Triton kernel that
-writes in place on CUDA and scores only the valid positions, while its CPU fallback folds the tile with
-several fp32 tile-sized temporaries and scores every position; `_addmm_fp32` accumulates bf16 products
-into fp32 with `torch.addmm(out_dtype=float32)` on CUDA, with fp32 copies of both inputs on CPU. The
-stand-ins keep every allocation the CUDA path makes (the tiles, the hidden-state and weight chunks, the
-fp32 accumulators) and drop the CPU-only ones; they compute nothing (memory, not values, is measured).
+Where the CPU runs a different kernel than CUDA, the CUDA one is stood in (`cuda_kernels=True`): CUDA
+autocast's op lists, its SDPA kernels and its fused dropout as every memlint trace runs them
+(measure/cuda_emulation.py), and TRL's own: its fused LM head (trl/kernels/chunked_logprob.py) folds each
+logits tile with a Triton kernel that writes in place on CUDA and scores only the valid positions, while its
+CPU fallback folds the tile with several fp32 tile-sized temporaries and scores every position; `_addmm_fp32`
+accumulates bf16 products into fp32 with `torch.addmm(out_dtype=float32)` on CUDA, with fp32 copies of both
+inputs on CPU. The stand-ins keep every allocation the CUDA path makes (the tiles, the hidden-state and weight
+chunks, the fp32 accumulators) and drop the CPU-only ones; they compute nothing (memory, not values, is
+measured).
 
     python -m memlint.measure.trainer_step --trainer sft --precision amp-bf16 --batch 2 --seq 256
 """
@@ -302,8 +304,11 @@ def trainer_step(trainer: str = "sft", *, method: str = "full", precision: str =
     tok = tokenizer(cfg_d["vocab_size"])
     dtype = torch.bfloat16 if precision == "pure-bf16" or weights == "bf16" else torch.float32
     result: dict[str, Any] = {}
+    from memlint.measure.cuda_emulation import cuda_kernels as cuda_step_kernels
+
     with tempfile.TemporaryDirectory() as ckpt, tempfile.TemporaryDirectory() as out, \
-            (cuda_trl_kernels() if cuda_kernels else contextlib.nullcontext()):
+            (cuda_trl_kernels() if cuda_kernels else contextlib.nullcontext()), \
+            (cuda_step_kernels(fake=False) if cuda_kernels else contextlib.nullcontext()):
         model = _model(trainer, cfg_d, model_type, dtype, tok, ckpt)
         if precision == "pure-bf16":
             extra_args = {**(extra_args or {}), "bf16": False}  # bf16 weights, no autocast

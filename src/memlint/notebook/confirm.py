@@ -271,6 +271,46 @@ def resolve_mode(device: str, model: Any) -> str:
     raise MemlintError(f"unknown device {device!r}: expected auto, cuda, cpu or trace")
 
 
+def _host_need(lp: LivePlan, setup: Any, steps: int, measure_fn: Any) -> tuple[int, int]:
+    """(bytes the in-place CPU step adds to host memory, its traced allocated peak): the step's own trace (a fake-tensor
+    run of a meta copy of the model, nothing allocated) less the weights already resident, plus what the StateSnapshot
+    copies before the step (trainable parameters, buffers, gradients)."""
+    rng = RngSnapshot()  # measure seeds torch: the user's RNGs are put back after the trace
+    try:
+        if setup.quant == "none":
+            traced = measure_fn(setup, device="trace", steps=steps, model=meta_copy(lp.model))
+        else:
+            traced = measure_fn(setup, device="trace", steps=steps)
+    finally:
+        rng.restore()
+    snap = 0
+    for _, p in unique_named(lp.model):
+        if p.requires_grad:
+            snap += p.numel() * p.element_size()
+        if p.grad is not None:
+            snap += p.grad.numel() * p.grad.element_size()
+    snap += sum(b.numel() * b.element_size() for b in lp.model.buffers())
+    return traced.measured_peak - traced.components["weights"] + snap, traced.measured_peak
+
+
+def _host_check(lp: LivePlan, setup: Any, steps: int, measure_fn: Any, notes: list[str]) -> "Confirmation | None":
+    """Real tensors in host memory: %memcheck checked the estimate (host_shortfall); the step's own trace says what it
+    will ask for, so refuse (a Confirmation saying so) before running it when the host does not have that much
+    available (a host OOM mid-step could take the kernel with it); None: it may run (said in `notes`)."""
+    need, traced_peak = _host_need(lp, setup, steps, measure_fn)
+    avail = host_available()
+    gib = 1 << 30
+    if avail is not None and need > avail:
+        # not an answer about the GPU: the verdict stays the estimate's
+        return Confirmation(None, None, "cpu", (
+            f"not run: the CPU step would need {need / gib:.2f} GiB more host memory (its fake-tensor trace: allocated "
+            f"peak {traced_peak / gib:.2f} GiB, less the weights already loaded, plus the state saved for restoring), "
+            f"{avail / gib:.2f} GiB is available; --device trace measures the same step without memory"), setup, (), notes)
+    notes.append(f"host memory checked first: the step adds {need / gib:.2f} GiB (its trace) of "
+                 + (f"{avail / gib:.2f} GiB available" if avail is not None else "an unknown amount available"))
+    return None
+
+
 def confirm(lp: LivePlan, *, device: str = "auto", steps: int = 2, measure_fn: Any = None) -> Confirmation:
     """Run `steps` training steps of the worst-case micro-batch and measure them, leaving
     the user's model, optimizer and RNGs as they were.
@@ -298,6 +338,10 @@ def confirm(lp: LivePlan, *, device: str = "auto", steps: int = 2, measure_fn: A
         notes.append(f"gradient accumulation {lp.setup.grad_accum}: measured with 2 micro-batches a step "
                      "(every later micro-batch repeats the second's peak)")
     on_device = lp.facts.device
+    if mode == "cpu":
+        refused = _host_check(lp, setup, steps, measure_fn, notes)
+        if refused is not None:
+            return refused
     snapshot: Any
     if mode == "trace":
         if setup.quant == "none":

@@ -31,7 +31,9 @@ class MemcheckMagics(Magics):
                        "default: [tool.memlint] gpu, else the attached GPU").tag(config=True)
     confirm = Bool(True, help="Measure the worst-case step after estimating it (CUDA when available, "
                               "else the fake-tensor trace on CPU)").tag(config=True)
-    device = Unicode("auto", help="auto | cuda | cpu | trace").tag(config=True)
+    device = Unicode("auto", help="auto | cuda | cpu | trace: cpu runs real tensors in host memory, on the model in "
+                                  "place (host memory checked against the step's trace first); trace runs fake tensors "
+                                  "(no memory)").tag(config=True)
     steps = Integer(2, help="training steps to measure (step 1 creates the optimizer state)").tag(config=True)
 
     @magic_arguments()
@@ -44,7 +46,9 @@ class MemcheckMagics(Magics):
               help="measure the worst-case step (default on)")
     @argument("--no-confirm", dest="confirm", action="store_const", const=False, help="estimate only")
     @argument("--device", default=None, choices=("auto", "cuda", "cpu", "trace"),
-              help="where to confirm: cuda, cpu (real tensors, in place) or trace (fake tensors)")
+              help="where to confirm: cuda; cpu = real tensors in host memory, on your model in place (the step's "
+                   "trace is checked against the available host memory first); trace = fake tensors, no memory "
+                   "(what auto does without CUDA)")
     @argument("--steps", type=int, default=None, help="training steps to measure (1-3)")
     @argument("--assume", action="append", default=[], metavar="KEY=VALUE",
               help="value for a field a script leaves unknown (static checks)")

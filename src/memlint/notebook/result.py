@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from memlint.gpu import MIN_HEADROOM, Fit, fit_of
+from memlint.gpu import MIN_HEADROOM, Fit, fit_of, fit_reconciled, reconcile
 from memlint.gpu import fit as gpu_fit
 from memlint.report import memcheck_view as view
 from memlint.vocab import COMPONENTS
@@ -51,7 +51,17 @@ class MemcheckResult:
             # what the allocator reserved, plus the CUDA context it does not count
             held = m.measured_peak + m.components["overhead"] + self.gpu[2]
             return gpu_fit(held, self.gpu, self.min_headroom, s.compute_dtype, s.attn)
+        if m is not None:  # a trace or a CPU run: the larger of it and the estimate where they disagree
+            return fit_reconciled(self.estimate, m.measured_peak, self.gpu, self.min_headroom)
         return fit_of(self.estimate, self.gpu, self.min_headroom)
+
+    @property
+    def agreement(self) -> Any:
+        """The estimate against a trace or CPU run of the same step (memlint.gpu.Reconciled), None without one."""
+        m = self.measured
+        if m is None or self.estimate is None or m.method == "cuda-allocator":
+            return None
+        return reconcile(self.estimate, m.measured_peak)
 
     @property
     def fits(self) -> bool | None:
@@ -81,6 +91,10 @@ class MemcheckResult:
             c = self.confirmation
             out["confirmation"] = {"mode": c.mode, "how": c.how, "oom": c.oom, "restored": list(c.restored),
                                    "measured": c.measurement.to_json() if c.measurement is not None else None}
+            agree = self.agreement
+            if agree is not None:
+                out["confirmation"]["agreement"] = {"error": round(agree.error, 4), "disagrees": agree.disagrees,
+                                                    "verdict_uses": agree.source}
         return out
 
     # ---- rendering ----------------------------------------------------------------------

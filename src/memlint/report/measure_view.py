@@ -8,14 +8,35 @@ from memlint.estimate import Estimate
 from memlint.vocab import COMPONENTS, gib
 
 
-def _fits(est: Estimate, targets, min_headroom: float) -> dict[str, Any]:
-    from memlint.gpu import fit_of
+def _judged(doc: dict) -> int | None:
+    """The measured allocated peak a verdict weighs against the estimate: a trace's or a CPU run's (a CUDA run's own
+    figure is reported as measured, its verdict is the allocator's)."""
+    return None if doc["method"] == "cuda-allocator" else doc["measured_peak"]
+
+
+def _fits(est: Estimate, doc: dict, targets, min_headroom: float) -> dict[str, Any]:
+    from memlint.gpu import fit_reconciled
 
     out = {}
     for g in targets:
-        f = fit_of(est, g, min_headroom)
-        out[g.label] = {"verdict": "unsupported" if f.missing else f.status, "free": f.free}
+        f = fit_reconciled(est, _judged(doc), g, min_headroom)
+        out[g.label] = {"verdict": "unsupported" if f.missing else f.status, "free": f.free, "peak": f.peak}
     return out
+
+
+def agreement(est: Estimate, doc: dict) -> dict[str, Any]:
+    """The estimate's allocated peak against the measured one, and what the verdict judges (gpu.reconcile)."""
+    from memlint.gpu import DISAGREEMENT, reconcile
+
+    r = reconcile(est, doc["measured_peak"])
+    judged = _judged(doc) is not None
+    return {"error": round(r.error, 4), "disagrees": r.disagrees, "threshold": DISAGREEMENT,
+            "verdict_uses": (r.source if judged else "estimate"), "message": r.words(_what(doc)) if judged else
+            (f"the CUDA run and the estimate disagree by {r.error:+.1%}" if r.disagrees else "")}
+
+
+def _what(doc: dict) -> str:
+    return "trace" if doc["method"] == "fake-tensor-trace" else "CPU run"
 
 
 def to_json(setup: Any, doc: dict, est: Estimate, targets=(), min_headroom: float = 0.10) -> dict:
@@ -32,7 +53,8 @@ def to_json(setup: Any, doc: dict, est: Estimate, targets=(), min_headroom: floa
         "estimate": {"components": {k: est.bytes(k) for k in COMPONENTS}, "allocated_peak": est.allocated_peak,
                      "reserved_peak": est.reserved_peak, "phase": est.peak_phase, "accounting": est.accounting},
         "reserved": doc.get("reserved"),
-        "fits": _fits(est, targets, min_headroom),
+        "fits": _fits(est, doc, targets, min_headroom),
+        "agreement": agreement(est, doc),
         "notes": doc.get("notes", []),
     }
 
@@ -68,10 +90,14 @@ def render(setup: Any, doc: dict, est: Estimate, console, targets=(), min_headro
         console.print(f"step {s['step']}: peak {gib(s['peak'])} GiB at {s['phase']} ({phases})")
     if est.accounting != "real":
         console.print(f"[dim]estimate in the {est.accounting} accounting[/dim]")
-    from memlint.gpu import fit_of
+    from memlint.gpu import fit_reconciled
 
+    agree = agreement(est, doc)
+    if agree["message"]:
+        console.print(f"[bold yellow]warning:[/bold yellow] {agree['message']}")
     for g in targets:
-        console.print(f"estimated peak {gib(est.peak)} GiB on {g.label} ({gib(g.total)} GiB): "
-                      f"{fit_of(est, g, min_headroom).text()}")
+        f = fit_reconciled(est, _judged(doc), g, min_headroom)
+        which = "estimated" if agree["verdict_uses"] == "estimate" else f"{_what(doc)} (larger)"
+        console.print(f"{which} peak {gib(f.peak)} GiB on {g.label} ({gib(g.total)} GiB): {f.text()}")
     for note in doc.get("notes", []):
         console.print(f"[dim]- {note}[/dim]")

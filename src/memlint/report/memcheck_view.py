@@ -136,9 +136,17 @@ def _verdict(r: Any) -> Section:
     elif r.gpu is not None and e is not None:
         label, total, _ = r.gpu
         m = r.measured
-        basis = (f"measured {(m.measured_peak + m.components['overhead']) / GIB:.2f} GiB reserved + context"
-                 if m is not None and m.method == "cuda-allocator" else f"estimated peak {e.peak / GIB:.2f}")
+        agree = r.agreement
+        if m is not None and m.method == "cuda-allocator":
+            basis = f"measured {(m.measured_peak + m.components['overhead']) / GIB:.2f} GiB reserved + context"
+        elif agree is not None and agree.source == "trace":
+            basis = f"{'traced' if m.method == 'fake-tensor-trace' else 'measured'} peak {r.fit.peak / GIB:.2f} (larger than the estimate's)"
+        else:
+            basis = f"estimated peak {e.peak / GIB:.2f}"
         verdict.lines.append(f"{_on(r.fit)}: {basis} of {total / GIB:.2f} GiB")
+    if r.agreement is not None and r.agreement.disagrees:
+        what = "trace" if r.measured.method == "fake-tensor-trace" else "CPU run"
+        verdict.lines.append("warning: " + r.agreement.words(what))
     else:
         verdict.lines.append("no GPU named: set one with --gpu, c.MemcheckMagics.gpu or [tool.memlint] gpu")
     return verdict
