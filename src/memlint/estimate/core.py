@@ -458,7 +458,19 @@ def _real_notes(s: Setup, tmp: int) -> list[str]:
                      "(TRL's SFT/GRPO/Reward trainers stopped calling it at 0.26; --kbit-prep counts it)")
     if s.model.arch.get("num_experts"):
         notes.append("MoE: activations use the routed top-k experts per token; expert weights are not quantized")
+    gap = _family_gap(s)
+    if gap:
+        notes.append(f"{s.model.model_type}: its own layer terms are not modelled yet ({gap}); the activations are "
+                     "a generic decoder layer's, not checked against a trace of this family (an approximation)")
     return notes
+
+
+def _family_gap(s: Setup) -> str | None:
+    """What a catalogued decoder family does that the accounting does not model yet (catalog/families.json)."""
+    from memlint.catalog.families import family
+
+    mt = s.model.arch.get("model_type")
+    return family(mt).get("not_modelled") if isinstance(mt, str) else None
 
 
 def hqq_note(s: Setup) -> str:
