@@ -90,9 +90,7 @@ def _libcst_alone(script: Path) -> float:
 
 def _preflight(script: Path) -> float | None:
     """`torch-preflight check` on the same file, when that peer is installed (pip install torch-preflight)."""
-    import shutil as sh
-
-    exe = sh.which("torch-preflight")
+    exe = shutil.which("torch-preflight")
     if exe is None:
         return None
     import statistics

@@ -19,18 +19,6 @@ LLAMA = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_at
              num_key_value_heads=2, vocab_size=32000, max_position_embeddings=1024, tie_word_embeddings=False)
 
 
-def tokenizer(vocab: int):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    words = {f"w{i}": i for i in range(vocab - 3)}
-    words.update({"<unk>": vocab - 3, "<s>": vocab - 2, "</s>": vocab - 1})
-    tok = Tokenizer(models.WordLevel(words, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
-                                   pad_token="</s>")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--method", choices=("full", "lora"), default="full")
@@ -49,6 +37,7 @@ def main() -> None:
     from memlint.estimate import Setup, estimate
     from memlint.measure import tiny_spec
     from memlint.measure.tracker import LiveBytes
+    from memlint.measure.trainer_step import tokenizer
 
     torch.manual_seed(0)
     random.seed(0)

@@ -129,9 +129,9 @@ def checked(plan: TrainingPlan) -> TrainingPlan:
 
 
 def _worst(v: Value, name: str) -> Any:
-    """The worst case over branch candidates, in the field's declared order (plan/fields.py), else the value; a
-    placeholder (`<your_model_path>`) sizes nothing."""
-    if v.source == "placeholder":
+    """The worst case over branch candidates, in the field's declared order (plan/fields.py), else the value; what
+    is not known (unknown, a placeholder such as `<your_model_path>`) sizes nothing."""
+    if not v.known:
         return None
     return plan_fields.worst(name, list(v.candidates or (v.value,)))
 
