@@ -16,6 +16,7 @@ from memlint.errors import MemlintError
 from memlint.extract import extract_paths, extract_targets
 from memlint.extract.launch import entry_module, make_command, parse_command, tokens
 from memlint.extract.shell import command_targets, launches
+from memlint.files import checked_root
 
 
 def _write(root: Path, files: dict[str, str]) -> Path:
@@ -620,3 +621,107 @@ def test_a_wrapper_that_calls_its_packages_train_function(tmp_path, monkeypatch)
     assert plan.path == "scripts/run.py" and plan.get("trainer").value == "Trainer"
     assert plan.get("model_id").value == "Qwen/Qwen2.5-0.5B" and plan.get("per_device_batch").value == 4
     assert plan.get("num_gpus").value == 2
+
+
+_HF_ARGS_TRAIN = '''
+from dataclasses import dataclass, field
+from transformers import AutoModelForCausalLM, HfArgumentParser, Trainer, TrainingArguments
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str = field(default="gpt2")
+
+
+parser = HfArgumentParser((ModelArguments, TrainingArguments))
+model_args, training_args = parser.parse_args_into_dataclasses()
+model = AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path)
+Trainer(model=model, args=training_args).train()
+'''
+
+
+def test_a_sourced_args_file_and_an_eval_of_two_strings(tmp_path, monkeypatch):
+    """`source common.sh` sets the launcher's variables; `eval "$header" "$args"` runs the words of both strings
+    joined; a bash array written over several lines expands to its words."""
+    common = """
+    export header="torchrun --nproc_per_node 2 \\
+    -m pkg.train"
+    export base_args="--per_device_train_batch_size 3 \\
+    --gradient_accumulation_steps 16 --bf16 True"
+    """
+    sh = """
+    #!/bin/bash
+    source scripts/common.sh
+    model_path=$1
+    files=("a.jsonl"
+        "b.jsonl")
+    args="$base_args --model_name_or_path $model_path --output_dir out --train_files ${files[@]} 2>&1 | tee log"
+    eval "$header" "$args"
+    """
+    _write(tmp_path, {"scripts/common.sh": common, "scripts/run.sh": sh, "pkg/__init__.py": "",
+                      "pkg/train.py": _HF_ARGS_TRAIN})
+    monkeypatch.chdir(tmp_path)
+    (launch,) = launches(tmp_path / "scripts/run.sh", "scripts/run.sh", ("Qwen/Qwen2.5-0.5B",))
+    assert launch.module == "pkg.train" and launch.processes == 2
+    assert launch.argv[-3:] == ("--train_files", "a.jsonl", "b.jsonl")
+    (plan,) = _plans("bash scripts/run.sh Qwen/Qwen2.5-0.5B")
+    assert _v(plan, "model_id") == ("Qwen/Qwen2.5-0.5B", "command-line")
+    assert plan.get("per_device_batch").value == 3 and plan.get("grad_accum").value == 16
+    assert plan.get("num_gpus").value == 2
+
+
+def test_a_sourced_file_is_read_only_inside_the_checked_root(tmp_path, monkeypatch):
+    outside = tmp_path / "outside"
+    _write(outside, {"common.sh": 'export LAUNCH="torchrun --nproc_per_node 8"\n'})
+    root = tmp_path / "repo"
+    (root / ".git").mkdir(parents=True)
+    _write(root, {"run.sh": "source ../outside/common.sh\n$LAUNCH train.py\npython train.py\n", "train.py": _TRAIN})
+    monkeypatch.chdir(root)
+    with checked_root(root):
+        got = launches(root / "run.sh", "run.sh")
+    assert [g.launcher for g in got] == ["python"]  # `$LAUNCH` stayed unknown: no command on its line
+    got = launches(root / "run.sh", "run.sh")  # no root in force: the file is read (the same call, proving the test)
+    assert [g.launcher for g in got] == ["torchrun", "python"]
+
+
+@pytest.mark.parametrize("model, fsdp", [("big/model-13b", True), ("small/model-7b", False)])
+def test_a_branch_decided_by_known_values_is_the_only_one_read(tmp_path, monkeypatch, model, fsdp):
+    sh = """
+    model_path=$1
+    extra=""
+    if [[ $model_path == "big/model-13b" ]]; then
+        extra="--fsdp 'full_shard auto_wrap'"
+    elif [ "$model_path" = "other/model" ]
+    then
+        extra="--deepspeed ds.json"
+    else
+        extra="--per_device_train_batch_size 2"
+    fi
+    if [[ ! -d $OUT ]]; then
+        mkdir -p $OUT
+    fi
+    python train.py --model_name_or_path $model_path $extra
+    """
+    _write(tmp_path, {"run.sh": sh, "train.py": _HF_ARGS_TRAIN})
+    monkeypatch.chdir(tmp_path)
+    (launch,) = launches(tmp_path / "run.sh", "run.sh", (model,))
+    assert ("--fsdp" in launch.argv) is fsdp and "--deepspeed" not in launch.argv
+    assert ("--per_device_train_batch_size" in launch.argv) is (not fsdp)
+
+
+def test_an_undecided_branch_is_read_as_before(tmp_path, monkeypatch):
+    """A test on a value the launcher does not know (its argument, not given) decides nothing: the variables
+    of every branch are read in order, as a launcher without branches would be."""
+    sh = """
+    BS=4
+    if [ "$1" == "large" ]; then
+        BS=1
+    fi
+    python train.py --per_device_train_batch_size $BS
+    """
+    _write(tmp_path, {"run.sh": sh, "train.py": _HF_ARGS_TRAIN})
+    monkeypatch.chdir(tmp_path)
+    (launch,) = launches(tmp_path / "run.sh", "run.sh")
+    assert launch.argv[-1] == "1"
+    (launch,) = launches(tmp_path / "run.sh", "run.sh", ("small",))
+    assert launch.argv[-1] == "4"

@@ -80,6 +80,13 @@ def test_pins_from_pyproject_setup_py_and_environment_yml(tmp_path):
     assert pins == {"transformers": ("4.44", "4"), "trl": ("0.9.6", "6")}  # conda's =4.44 is 4.44.*; >= alone: none
 
 
+def test_pins_from_a_singular_requirement_txt(tmp_path):
+    """`requirement.txt` (singular) is a requirements file too: its pins, not the newest defaults, apply."""
+    _write(tmp_path, {"requirement.txt": "peft==0.7.1\ntransformers==4.36.2\n", "less/train/train.py": ""})
+    assert [(p.package, p.version) for p in checkout_pins(tmp_path / "less" / "train" / "train.py")] == \
+        [("peft", "0.7.1"), ("transformers", "4.36.2")]
+
+
 def test_a_pin_file_above_the_repository_top_is_not_the_checkouts(tmp_path):
     _write(tmp_path, {"requirements.txt": "trl==0.9.6\n", "repo/train.py": ""})
     (tmp_path / "repo" / ".git").mkdir()

@@ -42,7 +42,7 @@ _SHIFT = re.compile(r"^shift(?:\s+(\d+))?\s*(?:[;#].*)?$")
 _BARE_NAME = re.compile(r"(?<![\w$])[A-Za-z_]\w*")
 _SMALL_INT = re.compile(r"-?\d{1,18}")
 _ARITH = re.compile(r"\$\(\(([^$]*?)\)\)")  # stops at the next `$`: no scan to the end per unclosed `$((`
-_LAUNCH_WORD = re.compile(r"(?:^|[\s;&|(])(?:python\d*(?:\.\d+)*|torchrun|accelerate|deepspeed|composer|lightning|"
+_LAUNCH_WORD = re.compile(r"(?:^|[\s;&|(\"'])(?:python\d*(?:\.\d+)*|torchrun|accelerate|deepspeed|composer|lightning|"
                           + "|".join(map(re.escape, FRAMEWORK_CLIS)) + r")\b")  # and the framework tools (`llamafactory-cli train`)
 
 
@@ -68,11 +68,44 @@ def _logical_lines(text: str) -> Iterator[tuple[int, str, tuple[tuple[str, int],
         if _open_quote(buf + line) and i - start < 50:  # `ARGS="` ... `"`: a quoted value over several lines
             buf += line + " "
             continue
+        if _open_array(buf + line) and i - start < 50:  # `FILES=("a"` ... `"d")`: an array over several lines
+            buf += line + " "
+            continue
         buf += line
         yield start, buf, tuple(flags) if i > start else ()
         buf = ""
     if buf:
         yield start, buf, tuple(flags)
+
+
+_ARRAY_OPEN = re.compile(r"^\s*(?:local\s+|declare\s+-a\s+)?[A-Za-z_][A-Za-z0-9_]*=\(")
+
+
+def _open_array(line: str) -> bool:
+    """Whether `line` opens a bash array `A=(` that it does not close (outside quotes and comments)."""
+    m = _ARRAY_OPEN.match(line)
+    if not m:
+        return False
+    depth, q, i = 1, None, m.end()
+    while i < len(line):
+        c = line[i]
+        if q is None:
+            if c == "#" and line[i - 1] in " \t(":
+                return depth > 0
+            if c in "'\"":
+                q = c
+            elif c == "\\":
+                i += 1
+            elif c == "(":
+                depth += 1
+            elif c == ")":
+                depth -= 1
+                if depth == 0:
+                    return False
+        elif c == q:
+            q = None
+        i += 1
+    return True
 
 
 def _open_quote(line: str) -> bool:
@@ -451,6 +484,7 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
     scripts: dict[str, str] | None = None  # the checkout's console scripts, read on the first line that may run one
     exported: set[str] = set(env0 or ())  # variables the commands inherit: the caller's, `export X=...`
     lines = _recipe_lines(text, make, env) if is_make else _logical_lines(text)
+    branches: list[list[bool | None]] = []  # the open `if` blocks: [this branch runs, an earlier branch ran]
     deadline = Deadline(MAX_SHELL_SECONDS)
     for line_no, line, flag_lines in lines:
         if deadline.passed():
@@ -461,7 +495,7 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
             continue
         if is_make:  # a recipe line (its variables were read by _make_recipes)
             stripped = stripped.lstrip("@-+ ")
-        elif _sets_variables(stripped, env, exported):
+        elif _settles(stripped, path, env, exported, branches):
             continue
         if stripped.startswith("cd ") and not is_make:
             expanded = _expand(stripped, env)
@@ -479,7 +513,12 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
             words = tokens(expanded)
         except MemlintError:
             continue
-        if words and words[0] in ("for", "if", "while", "echo", "then", "do", "elif", "eval"):
+        if words and words[0] == "eval":  # `eval "$launcher" "$args"`: its words joined by spaces, read again
+            try:
+                words = tokens(" ".join(words[1:]))
+            except MemlintError:
+                continue
+        elif words and words[0] in ("for", "if", "while", "echo", "then", "do", "elif"):
             words = words[1:]
         if not launcher_word and not (scripts := console_scripts(path.parent) if scripts is None else scripts):
             continue  # no console script of the checkout (`llm-training fit --config X`) to run: they are read once
@@ -491,6 +530,117 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
             launch = replace(launch, cwd=os.path.normpath(os.path.join(cwd, launch.cwd)) if launch.cwd else cwd)
         out.append(replace(launch, flag_lines=flag_lines) if flag_lines else launch)
     return out
+
+
+_IF = re.compile(r"^(if|elif)\s+(.*?)\s*(?:;\s*then)?\s*$")
+_TEST = re.compile(r"^(?:\[\[\s+(.*)\s+\]\]|\[\s+(.*)\s+\]|test\s+(.*))$")
+_SOURCE = re.compile(r"^(?:source|\.)\s+(\S+)\s*(?:[;#].*)?$")
+_MAX_SOURCE_DEPTH = 3
+
+
+def _condition(cond: str, env: dict[str, str]) -> bool | None:
+    """A `[[ A == B ]]` / `[ A != B ]` / `[ -z A ]` / `[ N -gt M ]` test decided from the launcher's known
+    values; None when it is not such a test or a value in it is unknown (the launcher's argument, the machine's)."""
+    m = _TEST.match(cond.strip())
+    if not m:
+        return None
+    body = next(g for g in m.groups() if g is not None)
+    try:
+        words = tokens(_expand(body, env))
+    except MemlintError:
+        return None
+    if any("$" in w or "`" in w for w in words) or any(w in ("&&", "||", "-a", "-o") for w in words):
+        return None
+    negate = bool(words[:1] == ["!"])
+    words = words[1:] if negate else words
+    if len(words) == 3 and words[1] in ("==", "=", "!="):
+        if m.group(1) is not None and any(c in words[2] for c in "*?["):
+            return None  # a glob pattern of `[[ ]]`
+        result = (words[0] == words[2]) == (words[1] != "!=")
+    elif len(words) == 3 and words[1] in _NUMERIC_TESTS:
+        if not all(_SMALL_INT.fullmatch(w) for w in (words[0], words[2])):
+            return None
+        result = _NUMERIC_TESTS[words[1]](int(words[0]), int(words[2]))
+    elif len(words) == 2 and words[0] in ("-z", "-n"):
+        result = (words[1] == "") == (words[0] == "-z")
+    else:
+        return None
+    return result != negate
+
+
+_NUMERIC_TESTS = {"-eq": lambda a, b: a == b, "-ne": lambda a, b: a != b, "-gt": lambda a, b: a > b,
+                  "-lt": lambda a, b: a < b, "-ge": lambda a, b: a >= b, "-le": lambda a, b: a <= b}
+
+
+def _branch(stripped: str, env: dict[str, str], branches: list[list[bool | None]]) -> bool:
+    """Follow a multi-line `if`/`elif`/`else`/`fi` block: True for a line that only opens, switches or closes
+    a branch. A branch whose test is decided false is not read; an undecided test reads every branch, as before."""
+    word = stripped.split(None, 1)[0].rstrip(";")
+    if word in ("if", "elif") and not re.search(r"(?:^|[;\s])fi\s*;?\s*$", stripped):
+        m = _IF.match(stripped)
+        if m is None or (";" in m.group(2) and not _TEST.match(m.group(2).strip())):
+            return False  # `if cmd; then python train.py`: a command on the same line, read as before
+        test = _condition(m.group(2), env)
+        if word == "if" or not branches:
+            branches.append([test, test])
+            return True
+        earlier = branches[-1][1]
+        if earlier is True:
+            branches[-1][0] = False
+        elif earlier is False:
+            branches[-1] = [test, test]
+        else:
+            branches[-1][0] = None if test is not False else False
+        return True
+    if word == "then" and stripped.rstrip(";") == "then":
+        return True
+    if word == "else" and stripped.rstrip(";") == "else" and branches:
+        earlier = branches[-1][1]
+        branches[-1] = [None if earlier is None else not earlier, True if earlier is not None else None]
+        return True
+    if word == "fi" and stripped.rstrip(";") == "fi":
+        if branches:
+            branches.pop()
+        return True
+    return False
+
+
+def _sourced(ref: str, path: Path, env: dict[str, str], exported: set[str], depth: int) -> None:
+    """Read the variables a `source FILE` / `. FILE` line sets: FILE looked up from the launcher's folder
+    and the folders above it (where the launcher is run from), only inside the checked root."""
+    from memlint.files import is_file
+
+    rel = _unquote(_expand(ref, env))
+    if depth >= _MAX_SOURCE_DEPTH or "$" in rel or not rel or rel.startswith(("/", "~")):
+        return
+    here = path.parent
+    for base in [here, *list(here.resolve().parents)[:4]]:
+        cand = base / rel
+        if is_file(cand):
+            text = _launcher_text(cand)
+            if text is None:
+                return
+            branches: list[list[bool | None]] = []
+            for _, line, _flags in _logical_lines(text):
+                stripped = _self_dir(line.strip())
+                if stripped and not stripped.startswith("#"):
+                    _settles(stripped, cand, env, exported, branches, depth + 1)
+            return
+
+
+def _settles(stripped: str, path: Path, env: dict[str, str], exported: set[str], branches: list[list[bool | None]],
+             depth: int = 0) -> bool:
+    """Whether a launcher line is settled without running a command: a branch line, a line of a branch that
+    does not run, `source FILE` (its variables read), or a line that only sets variables."""
+    if _branch(stripped, env, branches):
+        return True
+    if any(taken is False for taken, _ in branches):
+        return True
+    m = _SOURCE.match(stripped)
+    if m:
+        _sourced(m.group(1), path, env, exported, depth)
+        return True
+    return _sets_variables(stripped, env, exported)
 
 
 def _sets_variables(stripped: str, env: dict[str, str], exported: set[str]) -> bool:

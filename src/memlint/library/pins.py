@@ -316,13 +316,14 @@ def _pin_folder(start: Path) -> Path | None:
 
 
 def _requirement_files(folder: Path) -> list[Path]:
-    """requirements*.txt of a folder inside the checked root (none outside it)."""
+    """requirements*.txt (and the singular requirement*.txt some checkouts write) of a folder inside the
+    checked root (none outside it)."""
     from memlint.files import allowed
 
     if not allowed(folder):
         return []
     try:
-        return [folder / n for n in sorted(os.listdir(folder)) if n.startswith("requirements") and n.endswith(".txt")]
+        return [folder / n for n in sorted(os.listdir(folder)) if n.startswith("requirement") and n.endswith(".txt")]
     except OSError:
         return []
 
@@ -355,7 +356,7 @@ def _pins_in(folder: Path, prefix: str) -> tuple[Pin, ...]:
         return os.path.join(prefix, name) if prefix else name
 
     found: list[tuple[str, str, str]] = []
-    reqs = sorted(_requirement_files(folder), key=lambda f: (f.name != "requirements.txt", f.name))
+    reqs = sorted(_requirement_files(folder), key=lambda f: (f.name not in ("requirements.txt", "requirement.txt"), f.name))
     for f in reqs:
         found += _from_requirements(f, rel(f.name))
     for name, reader in (("pyproject.toml", _quoted_reqs), ("poetry.lock", _poetry_lock), ("uv.lock", _poetry_lock),
