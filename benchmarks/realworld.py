@@ -42,7 +42,7 @@ def agree(field: str, label, got: dict | None, labels: dict) -> bool | None:
     if label is None:
         if field == "quant_bits":  # not quantized is a value
             return source != "unknown" and value is None
-        return source == "unknown" or value is None
+        return source in ("unknown", "placeholder") or value is None  # a placeholder is kept as written, not known
     if source == "unknown":
         return False
     if field == "torch_dtype" and label == "unset":

@@ -767,3 +767,79 @@ Trainer(model=AutoModelForCausalLM.from_pretrained("gpt2"), args=TrainingArgumen
     plan = _plan(tmp_path, monkeypatch, {"train.py": src}, ["python", "train.py", "--per_device_train_batch_size", "4"])
     assert _values(plan, "per_device_batch", "grad_accum", "gradient_checkpointing") == {
         "per_device_batch": 4, "grad_accum": 8, "gradient_checkpointing": False}
+
+
+# ---- Lightning's self.hparams ----------------------------------------------------------------------
+
+_LIGHTNING_HPARAMS = '''import argparse
+import pytorch_lightning as pl
+from peft import LoraConfig, get_peft_model
+from torch.utils.data import DataLoader
+from transformers import AutoModelForSeq2SeqLM
+
+
+def init_args():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model_name_or_path", default="google/flan-t5-base")
+    p.add_argument("--train_batch_size", type=int, default=64)
+    p.add_argument("--use_lora", action="store_true")
+    p.add_argument("--use_gradient_checkpointing", action="store_true")
+    return p.parse_args()
+
+
+class Module(pl.LightningModule):
+    def __init__(self, hparams):
+        super().__init__()
+        self.save_hyperparameters(hparams)
+        self.model = AutoModelForSeq2SeqLM.from_pretrained(self.hparams.model_name_or_path)
+        if self.hparams.use_lora:
+            self.model = get_peft_model(self.model, LoraConfig(r=8))
+        if self.hparams.use_gradient_checkpointing:
+            self.model.gradient_checkpointing_enable()
+
+    def training_step(self, batch, i):
+        return self.model(**batch).loss
+
+    def train_dataloader(self):
+        return DataLoader([], batch_size=self.hparams.train_batch_size)
+
+
+pl.Trainer(precision="bf16-mixed").fit(Module(init_args()))
+'''
+
+_LIGHTNING_INIT_ARGS = '''import lightning as L
+from torch.utils.data import DataLoader
+from transformers import AutoModelForCausalLM
+
+
+class Module(L.LightningModule):
+    def __init__(self, model_name: str = "gpt2", batch_size: int = 3, lr: float = 1e-4):
+        super().__init__()
+        self.save_hyperparameters()
+        self.model = AutoModelForCausalLM.from_pretrained(self.hparams.model_name)
+
+    def train_dataloader(self):
+        return DataLoader([], batch_size=self.hparams.batch_size)
+
+    def training_step(self, batch, i):
+        return self.model(**batch).loss
+
+
+L.Trainer().fit(Module(model_name="Qwen/Qwen2.5-0.5B"))
+'''
+
+
+def test_lightning_hparams_are_the_namespace_save_hyperparameters_was_given(tmp_path, monkeypatch):
+    plan = _plan(tmp_path, monkeypatch, {"train.py": _LIGHTNING_HPARAMS},
+                 ["python", "train.py", "--model_name_or_path", "google/flan-t5-xl", "--train_batch_size", "1"])
+    assert _values(plan, "model_id", "per_device_batch", "method", "gradient_checkpointing") == \
+        {"model_id": "google/flan-t5-xl", "per_device_batch": 1, "method": "full", "gradient_checkpointing": False}
+    plan = _plan(tmp_path, monkeypatch, {"train.py": _LIGHTNING_HPARAMS},
+                 ["python", "train.py", "--use_lora", "--use_gradient_checkpointing"])
+    assert _values(plan, "model_id", "per_device_batch", "method", "gradient_checkpointing") == \
+        {"model_id": "google/flan-t5-base", "per_device_batch": 64, "method": "lora", "gradient_checkpointing": True}
+
+
+def test_lightning_hparams_saved_with_no_argument_are_the_init_arguments(tmp_path, monkeypatch):
+    plan = _plan(tmp_path, monkeypatch, {"train.py": _LIGHTNING_INIT_ARGS})
+    assert _values(plan, "model_id", "per_device_batch") == {"model_id": "Qwen/Qwen2.5-0.5B", "per_device_batch": 3}

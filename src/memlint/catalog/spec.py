@@ -198,10 +198,12 @@ _HUB_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
 def named_by_folder(path: str) -> ModelSpec | None:
     """A local checkpoint path that is not on this machine (`~/model_weights/llama-7b`, `/data/vicuna-7b-v1.5-16k`)
     whose last component is, letter for letter (case aside), the name of exactly one catalogued checkpoint: that
-    checkpoint's spec, marked as assumed from the folder name. A hub id (`org/name`) is never read this way: another
-    organisation's `name` may be any model; a placeholder (`<your_path>`, `/path/to/70B`) names none."""
+    checkpoint's spec, marked as assumed from the folder name. A bare name (`ChatGLM2-6B`, `llama-7b`) that is no
+    catalogued id is such a folder too: from_pretrained reads a folder of that name, and no Hub repository has a
+    name without an organisation but the legacy ones the catalog holds. A hub id (`org/name`) is never read this way:
+    another organisation's `name` may be any model; a placeholder (`<your_path>`, `/path/to/70B`) names none."""
     text = path.strip()
-    if _HUB_ID.match(text) and not text.startswith("."):
+    if "/" in text and _HUB_ID.match(text) and not text.startswith("."):
         return None
     name = text.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1].lower()
     if not name or name in (".", "..", "~"):

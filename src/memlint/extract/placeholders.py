@@ -1,6 +1,6 @@
 """Placeholders where a model id belongs: `<your_model_path>`, `path/to/model`, `{path_to_your_model}`,
-`/path/to/llama`, `YOUR_MODEL`, `xxx`. A README or a launcher writes them for the user to fill in; they name
-no checkpoint, so the model id is kept as written with the source "placeholder" (not known: nothing is sized
+`/path/to/llama`, `YOUR_MODEL`, `xxx`, `$MODEL_KEY` (a shell variable the documented command leaves for the
+user to set). A README or a launcher writes them for the user to fill in; they name no checkpoint, so the model id is kept as written with the source "placeholder" (not known: nothing is sized
 from it) and the user is told to --assume it. A placeholder folder whose
 last name is a checkpoint memlint knows (`/path/to/Qwen2.5-7B`) still names that checkpoint."""
 
@@ -15,6 +15,7 @@ _BRACKETS = re.compile(r"<[^<>]*>|\{[^{}]*\}")        # <your_model_path>, {path
 _PATH_TO = re.compile(r"(?:^|[/\\])path[/_ -]?to(?:[/\\_ -]|$)", re.I)   # path/to/model, /path_to/llama
 _YOURS = re.compile(r"(?:^|[/\\_ .-])your(?:[_ -]|$)", re.I)  # your_model, YOUR_MODEL, /your/path
 _FILLER = re.compile(r"(?:^|[/\\_ .-])(?:xxx+|\.\.\.)(?:[/\\_ .-]|$)", re.I)  # xxx, xxxx/xxx
+_SHELL_VAR = re.compile(r"\$(?:\{[A-Za-z_]\w*[^}]*\}|[A-Za-z_]\w*)")  # $MODEL_KEY, ${BASE_MODEL}: never expanded
 _CAPS = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")  # MODEL_PATH, BASE_MODEL_DIR: a shell-style name
 # a folder named like a checkpoint: a parameter count (Qwen2___5-Coder-1___5B, llama-2-7b-hf, 70B)
 _SIZED = re.compile(r"(?:^|[^A-Za-z0-9])\d+(?:[._]+\d+)?[bBmM](?:[^A-Za-z0-9]|$)")
@@ -28,6 +29,8 @@ def is_placeholder(text: str) -> bool:
     if _BRACKETS.search(t) or _PATH_TO.search(t) or _YOURS.search(t) or _FILLER.search(t):
         return True
     parts = [p for p in re.split(r"[/\\]", t) if p]
+    if parts and _SHELL_VAR.fullmatch(parts[-1]):  # a shell variable nobody set: the user's to fill in
+        return True
     return bool(parts) and all(_CAPS.fullmatch(p) for p in parts)
 
 

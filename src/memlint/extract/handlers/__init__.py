@@ -39,7 +39,7 @@ from memlint.extract.values import Class, Const, Func, Ref, Unknown
 from memlint.library import api
 from memlint.extract.handlers.attributes import AttributeHandlers, _declares
 from memlint.extract.handlers.cli import CliHandlers, _SUBCLASSED_PARSERS
-from memlint.extract.handlers.common import Call, _PASS, library_base
+from memlint.extract.handlers.common import LIGHTNING_HPARAMS, Call, _PASS, library_base
 from memlint.extract.handlers.datafiles import DataFileHandlers
 from memlint.extract.handlers.distributed import DistributedHandlers, _LIGHTNING
 from memlint.extract.handlers.entrypoints import EntryPointHandlers
@@ -221,6 +221,9 @@ class Handlers(
             return self.argparse_method(it, obj, name, args, kwargs, line)
         if isinstance(obj, HfParser):
             return self.hfparser_method(it, obj, name, args, kwargs, line)
+        if name == "save_hyperparameters" and isinstance(getattr(obj, "user_class", None), Class) \
+                and library_base(obj.user_class, LIGHTNING_HPARAMS):
+            return self.save_hyperparameters(it, obj, args, kwargs, line)
         if isinstance(obj, Model):
             return self.model_method(it, obj, name, args, kwargs, line)
         if isinstance(obj, Trainer) and name == "train":

@@ -16,6 +16,7 @@ from memlint.extract.objects import (
 )
 from memlint.extract.values import Class, Const, Dict, Func, Unknown
 from memlint.library import api
+from memlint.extract.handlers.common import LIGHTNING_HPARAMS, library_base
 
 
 class AttributeHandlers:
@@ -70,6 +71,8 @@ class AttributeHandlers:
             hit = obj.user_class.lookup(attr)
             if hit is not None:
                 return BoundMethod(hit[1], obj) if hit[0] == "method" else hit[1]
+            if attr == "save_hyperparameters" and library_base(obj.user_class, LIGHTNING_HPARAMS):
+                return Method(obj, attr)  # the LightningModule's own method: it sets self.hparams
             return Unknown(f"{obj.cls}.{attr}")
         return Method(obj, attr)
 

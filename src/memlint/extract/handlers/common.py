@@ -14,6 +14,10 @@ def _last(qual: str) -> str:
     return qual.rsplit(".", 1)[-1]
 
 
+# Lightning's classes whose instances keep `self.hparams` (save_hyperparameters)
+LIGHTNING_HPARAMS = frozenset({"LightningModule", "LightningDataModule", "HyperparametersMixin"})
+
+
 def library_base(v: Any, names: Any) -> str | None:
     """The library class a user class derives from (`class MyArgs(TrainingArguments)`)."""
     seen = 0

@@ -9,10 +9,10 @@ from typing import Any, Callable
 
 from memlint.extract.objects import (
     Accelerator, Accumulate, ArgNamespace, ArgParser, ArgSpec, AutocastCall, DeepSpeedEngine, LightningTrainer, Model,
-    Obj, Plugin, Setting,
+    Namespace, Obj, Plugin, Setting,
 )
-from memlint.extract.values import Alts, Class, Const, DeviceCount, Func, Ref, Seq, Unknown, flatten
-from memlint.extract.handlers.common import Call, _PASS
+from memlint.extract.values import Alts, Class, Const, DeviceCount, Dict, Func, Ref, Seq, Unknown, flatten
+from memlint.extract.handlers.common import LIGHTNING_HPARAMS, Call, _PASS
 
 
 class DistributedHandlers:
@@ -185,6 +185,26 @@ class DistributedHandlers:
         if name == "launch":
             return Const(None, "literal", line)
         return Unknown(f"lightning.{name}()")
+
+    def save_hyperparameters(self, it: Any, obj: Obj, args: list, kwargs: dict, line: int | None) -> Any:
+        """LightningModule.save_hyperparameters: `self.hparams` is then the namespace, dataclass or dict it is given
+        (`save_hyperparameters(args)`), or, called with no argument or with names, the calling `__init__`'s own
+        arguments (all but `self`, or those named)."""
+        frame = it.frames[-1] if it.frames else None
+        given = [a for a in args if not (isinstance(a, Const) and isinstance(a.value, str))]
+        if len(given) == 1 and isinstance(given[0], Obj):
+            obj.attrs["hparams"] = given[0]
+        elif len(given) == 1 and isinstance(given[0], Dict):
+            obj.attrs["hparams"] = Namespace("hparams", line or 0, dict(given[0].items), {}, False)
+        elif not given and frame is not None:
+            names = [a.value for a in args if isinstance(a, Const)] or [k for k in frame.vars if k != "self"]
+            ignore = kwargs.get("ignore")
+            ignored = {x.value for x in flatten(ignore) if isinstance(x, Const)} if ignore is not None else set()
+            obj.attrs["hparams"] = Namespace("hparams", line or 0, {k: frame.vars[k] for k in names
+                                                                   if k in frame.vars and k not in ignored}, {}, False)
+        else:
+            obj.attrs["hparams"] = Unknown("the hyperparameters a LightningModule saved")
+        return Const(None, "literal", line)
 
     def run_hooks(self, it: Any, obj: Any, names: tuple[str, ...], line: int | None) -> None:
         """Call the hooks a library calls on an instance of the script's own class, self bound."""

@@ -62,6 +62,7 @@ class Interpreter(Statements, Expressions, Calls, ModuleFiles, Idioms, LibraryCa
         self.modules: dict[Path, Module | None] = {}
         self.retired: list[Module] = []  # modules read in part, then again for more of their names
         self.stack: list[Func] = []
+        self.frames: list[Env] = []  # the environments of the functions being called, innermost last
         self.mod: Module | None = None
         self.entry_line: int | None = None  # the script's line that called into a sibling module
         self.returns: list[list] = []

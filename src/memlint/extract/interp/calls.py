@@ -59,6 +59,7 @@ class Calls:
         if (prev_mod is None or prev_mod.is_main) and f.module is not None and not f.module.is_main:
             self.entry_line = line
         self.stack.append(f)
+        self.frames.append(env)
         self.returns.append([])
         try:
             if isinstance(node, cst.Lambda):
@@ -70,6 +71,7 @@ class Calls:
         finally:
             rets = self.returns.pop()
             self.stack.pop()
+            self.frames.pop()
             self.mod = prev_mod
             self.entry_line = prev_entry
         if not rets:
