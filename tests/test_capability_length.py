@@ -709,3 +709,48 @@ ds = ds.map(partial(tokenize_fn, tokenizer=tokenizer))
 ''' + _TAIL})
     plan = extract_file(tmp_path / "train.py")
     assert _get(plan, "max_length", "padding") == {"max_length": 1536, "padding": "longest"}
+
+
+# ---- a dataset the script tokenized itself, handed to SFTTrainer ----------------------------------------------
+
+_PRETOKENIZED = '''from datasets import load_dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer, DataCollatorForLanguageModeling, TrainingArguments
+from trl import SFTTrainer
+
+model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+tokenizer = AutoTokenizer.from_pretrained("Qwen/Qwen2.5-0.5B")
+data = load_dataset("some/prompts")
+data = data.map(lambda samples: tokenizer(samples["prompt"]{TRUNC}), batched=True)
+train = data["train"].select(range(50))
+train = train.remove_columns("act")
+trainer = SFTTrainer(model=model, args=TrainingArguments("out", per_device_train_batch_size=2), train_dataset=train,
+                     dataset_text_field="prompt", tokenizer=tokenizer,
+                     data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False))
+trainer.train()
+'''
+
+
+def _pretokenized(tmp_path, monkeypatch, trl: str, trunc: str = "", name: str = "a"):
+    root = _write(tmp_path / name, {"requirements.txt": f"trl=={trl}\ntransformers==4.40.0\n",
+                                    "train.py": _PRETOKENIZED.replace("{TRUNC}", trunc)})
+    monkeypatch.chdir(root)
+    return extract_file(root / "train.py")
+
+
+def test_sft_takes_a_pretokenized_dataset_as_it_is_at_the_versions_that_do(tmp_path, monkeypatch):
+    plan = _pretokenized(tmp_path, monkeypatch, "0.8.6")
+    ml = plan.fields["max_length"]
+    assert ml.source == "unknown" and "no truncation" in " ".join(ml.chain)  # the longest sample decides
+    assert plan.fields["packing"].value is False
+    plan = _pretokenized(tmp_path, monkeypatch, "0.8.6", ", truncation=True, max_length=256", "b")
+    assert plan.fields["max_length"].value == 256  # the script's own truncation
+    plan = _pretokenized(tmp_path, monkeypatch, "0.19.0", name="c")  # truncates a processed dataset too (truncate_dataset)
+    assert plan.fields["max_length"].value == 1024 and plan.fields["max_length"].source == "library-default"
+
+
+def test_a_dataset_mapped_without_a_tokenizer_is_tokenized_by_sft(tmp_path, monkeypatch):
+    src = _PRETOKENIZED.replace('tokenizer(samples["prompt"]{TRUNC})', '{"prompt": samples["prompt"]}')
+    root = _write(tmp_path, {"requirements.txt": "trl==0.8.6\n", "train.py": src})
+    monkeypatch.chdir(root)
+    plan = extract_file(root / "train.py")
+    assert plan.fields["max_length"].value == 1024  # SFTTrainer's max_seq_length default at 0.8.6

@@ -145,8 +145,11 @@ class DataLoader(Obj):
     pass
 
 
+@dataclass(eq=False)
 class Dataset(Obj):
-    pass
+    """datasets' Dataset / DatasetDict (load_dataset, Dataset.from_*): its splits and views are itself."""
+
+    tokenized_by: tuple = ()          # TokenizerCall of the functions its `.map` ran: rows already hold input_ids
 
 
 class Accelerator(Obj):

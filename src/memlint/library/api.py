@@ -281,6 +281,23 @@ def kbit_prep_checkpointing(trainer: str | None) -> str | None:
             f"prepare_model_for_int8_training, whose use_gradient_checkpointing defaults to True ({entry['ref']})")
 
 
+def pretokenized_as_is(trainer: str | None) -> tuple[bool, str] | None:
+    """Whether `trainer` takes a dataset the script already tokenized as it is (no truncation, no packing) at the
+    installed version of its package (not installed: the newest behaviour), and why; None for a trainer that
+    data/library_api.json pretokenized does not list."""
+    from memlint.library.versions import in_range, installed_version, shown_version
+
+    name = (trainer or "").rsplit(".", 1)[-1]
+    entry = _doc()["pretokenized"]["trainers"].get(name)
+    if entry is None:
+        return None
+    version = installed_version(entry["package"])
+    as_is = version is not None and in_range(version, entry["as_is"])
+    at = shown_version(entry["package"]) if version else f"the newest {entry['package']}"
+    return as_is, (f"{name} at {at} {'takes a pre-tokenized dataset as it is: no truncation' if as_is else 'truncates or packs a pre-tokenized dataset too'} "
+                   f"({entry['ref']})")
+
+
 def quantize_on_load(method: str) -> tuple[bool, str]:
     """Whether the installed transformers quantizes a `method` config (hqq) in from_pretrained, and why."""
     from memlint.library.versions import in_range, installed_version, shown_version

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memlint.extract.objects import Collator, DataLoader, Obj, field_value
+from memlint.extract.objects import Collator, DataLoader, Dataset, Obj, field_value
 from memlint.extract.values import Alts, Const, Unknown, flatten
 from memlint.library import api
 from memlint.library.defaults import default as library_default
@@ -73,6 +73,9 @@ class LengthFields:
                     if isinstance(ml, Unknown):
                         ml = sft_field(a, "max_seq_length")
                 lengths.append(ml)
+            as_is = self.pretokenized(trainer, name, line)
+            if as_is is not None:  # the script's own rows of input_ids, taken as they are
+                packs, lengths = [as_is[0]], [as_is[1]]
             pack = _alts(packs) if packs else Unknown("packing")
             self.put("packing", pack, _bool, line)
             self.put("max_length", _alts(lengths) if lengths else Unknown("max_length"), _length, line)
@@ -114,6 +117,28 @@ class LengthFields:
             own = self.args_length_field(arg_objs or [])
             if own is not None:
                 self.put("max_length", own, _length, line)
+
+    @staticmethod
+    def pretokenized(trainer: Obj, name: str, line: int | None) -> tuple[Any, Any] | None:
+        """(packing, max_length) of a trainer handed a dataset the script tokenized itself (`ds.map(tokenize)`),
+        at a version that takes it as it is (data/library_api.json pretokenized): no packing, and the length the
+        script's tokenizer call truncates at, or none (the longest sample decides); None otherwise."""
+        ds = trainer.kwargs.get("train_dataset")
+        if not isinstance(ds, Dataset) or not ds.tokenized_by:
+            return None
+        got = api.pretokenized_as_is(name)
+        if got is None or not got[0]:
+            return None
+        why = got[1]
+        calls = [c for c in ds.tokenized_by if c.text]
+        own = [x for c in calls for x in _call_lengths(c.kwargs, None, c.tokenizer, c.method)]
+        at = ", ".join(str(c.line) for c in calls if c.line)
+        if own and len(own) == len(calls):
+            length = _alts(own)
+        else:
+            length = Const(None, "literal", calls[0].line if calls else line,
+                           (f"the dataset was tokenized by the script (line {at}) with no truncation", why))
+        return Const(False, "library-default", line, (why,)), length
 
     @staticmethod
     def args_length_field(arg_objs: list[Obj]) -> Any:

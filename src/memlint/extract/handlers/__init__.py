@@ -253,13 +253,24 @@ class Handlers(
                 it.facts.steps.append(OptimizerStep(opt, it.accum[-1] if it.accum else it.micro_accum, line))
             return Const(None, "literal", line)
         if isinstance(obj, Dataset) and name in ("map", "filter", "with_transform", "set_transform"):
+            before = len(it.facts.tokenizer_calls)
             self.mapped_function(it, args, kwargs, line)
+            made = tuple(it.facts.tokenizer_calls[before:])
+            if made and name == "map":  # `ds.map(lambda x: tokenizer(x["text"]))`: rows of input_ids from here on
+                obj.tokenized_by = (*obj.tokenized_by, *made)
+            return obj
+        if isinstance(obj, Dataset) and name in _DATASET_VIEWS:  # ds.select(range(50)), ds.shuffle(): the same rows
             return obj
         if name == "parameters" or name == "named_parameters":
             return Params("parameters", line or 0, model=obj)
         if name == "register_post_accumulate_grad_hook":
             it.facts.grad_hooks.append(GradHook(_steps_an_optimizer(args[0] if args else kwargs.get("hook")), line))
         return Unknown(f"the result of .{name}()")
+
+
+# datasets' methods that return the same rows (or a part of them): their columns are the dataset's
+_DATASET_VIEWS = frozenset({"select", "shuffle", "remove_columns", "rename_column", "rename_columns", "select_columns",
+                            "with_format", "sort", "flatten", "take", "skip", "train_test_split", "cast", "cast_column"})
 
 
 # Library calls by qualified name, then by their last component: each module's own table.

@@ -10,7 +10,7 @@ import functools
 from typing import Any
 
 from memlint.extract.objects import (
-    Accelerator, ArgNamespace, BoundMethod, Collator, DataLoader, DataclassInstance, DeepSpeedEngine, HfConfig,
+    Accelerator, ArgNamespace, BoundMethod, Collator, DataLoader, DataclassInstance, Dataset, DeepSpeedEngine, HfConfig,
     Instance, LengthArg, Method, Model, Namespace, Obj, PeftConfig, Plugin, QuantConfig, Setting, Tokenizer,
     TrainingArgs, field_value,
 )
@@ -101,6 +101,8 @@ class AttributeHandlers:
         return Unknown(f"{attr} of a namespace memlint could not follow")
 
     def getitem(self, it: Any, obj: Obj, key: Const, line: int | None) -> Any:
+        if isinstance(obj, Dataset) and isinstance(key, Const) and isinstance(key.value, str):
+            return obj  # ds["train"]: a split of the same rows
         return Unknown(f"an item of {obj.cls}")
 
     def on_setattr(self, it: Any, obj: Obj, attr: str, value: Any, line: int | None) -> None:

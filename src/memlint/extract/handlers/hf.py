@@ -71,7 +71,7 @@ class HfHandlers:
         return c.new(Collator, f"transformers.{c.name}", ("tokenizer",))
 
     def dataset(self, c: Call) -> Any:
-        return Dataset(c.qual, c.line)
+        return Dataset(c.qual, c.line or 0)
 
     def from_pretrained(self, c: Call) -> Any:
         owner, how = c.owner, c.name
@@ -129,7 +129,7 @@ class HfHandlers:
         extra = kwargs.get("fn_kwargs")
         if isinstance(fn, Partial) and isinstance(fn.func, Func):
             fn_args, fn_kw, target = list(fn.args), dict(fn.kwargs), fn.func
-        elif isinstance(fn, Func) and isinstance(extra, Dict):
+        elif isinstance(fn, Func):  # a function or lambda of the script: its tokenizer calls are the rows' own
             fn_args, fn_kw, target = [], {}, fn
         else:
             return
