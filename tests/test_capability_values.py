@@ -843,3 +843,36 @@ def test_lightning_hparams_are_the_namespace_save_hyperparameters_was_given(tmp_
 def test_lightning_hparams_saved_with_no_argument_are_the_init_arguments(tmp_path, monkeypatch):
     plan = _plan(tmp_path, monkeypatch, {"train.py": _LIGHTNING_INIT_ARGS})
     assert _values(plan, "model_id", "per_device_batch") == {"model_id": "Qwen/Qwen2.5-0.5B", "per_device_batch": 3}
+
+
+# ---- a folder the script saved a model to, loaded again -------------------------------------------------------
+
+_SAVE_THEN_LOAD = '''from peft import AutoPeftModelForCausalLM, LoraConfig
+from transformers import AutoModelForCausalLM, TrainingArguments
+from trl import DPOConfig, DPOTrainer, SFTTrainer
+
+base_name = "Qwen/Qwen2.5-0.5B"
+model = AutoModelForCausalLM.from_pretrained(base_name)
+trainer = SFTTrainer(model=model, args=TrainingArguments("out", per_device_train_batch_size=2),
+                     peft_config=LoraConfig(r=8))
+trainer.train()
+{SAVE}
+
+model = {LOADER}.from_pretrained("{FOLDER}")
+dpo = DPOTrainer(model, args=DPOConfig("out2", per_device_train_batch_size=1), peft_config=LoraConfig(r=16))
+dpo.train()
+'''
+
+
+def test_a_folder_the_script_saved_its_model_to_is_that_model_when_loaded_again(tmp_path, monkeypatch):
+    for save, loader in (('trainer.model.save_pretrained("tiny-qlora")', "AutoPeftModelForCausalLM"),
+                         ('trainer.save_model("tiny-qlora/")', "AutoModelForCausalLM")):
+        src = _SAVE_THEN_LOAD.replace("{SAVE}", save).replace("{LOADER}", loader).replace("{FOLDER}", "tiny-qlora")
+        plan = _plan(tmp_path, monkeypatch, {"train.py": src})
+        mid = plan.fields["model_id"]
+        assert (mid.value, plan.fields["trainer"].value) == ("Qwen/Qwen2.5-0.5B", "DPOTrainer"), save
+        assert any("saved the model to" in c for c in mid.chain)
+    src = _SAVE_THEN_LOAD.replace("{SAVE}", 'trainer.model.save_pretrained("tiny-qlora")').replace(
+        "{LOADER}", "AutoModelForCausalLM").replace("{FOLDER}", "other-folder")
+    plan = _plan(tmp_path, monkeypatch, {"train.py": src})
+    assert plan.fields["model_id"].value == "other-folder"  # a folder the script did not write stays as written

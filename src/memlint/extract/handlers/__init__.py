@@ -229,6 +229,9 @@ class Handlers(
         if isinstance(obj, Trainer) and name == "train":
             it.facts.trained.append(obj)
             return Unknown("training output")
+        if isinstance(obj, Trainer) and name == "save_model":
+            self.saved_model(it, obj.kwargs.get("model"), args[0] if args else kwargs.get("output_dir"), line)
+            return Const(None, "literal", line)
         if isinstance(obj, Tokenizer) and name in _TOKENIZE_METHODS:
             return self.tokenize(it, obj, args, kwargs, line, name)
         if isinstance(obj, Optimizer) and name == "step":

@@ -12,7 +12,7 @@ from typing import Any
 from memlint.extract.objects import (
     Accelerator, ArgNamespace, BoundMethod, Collator, DataLoader, DataclassInstance, Dataset, DeepSpeedEngine, HfConfig,
     Instance, LengthArg, Method, Model, Namespace, Obj, PeftConfig, Plugin, QuantConfig, Setting, Tokenizer,
-    TrainingArgs, field_value,
+    Trainer, TrainingArgs, field_value,
 )
 from memlint.extract.values import Class, Const, Dict, Func, Unknown
 from memlint.library import api
@@ -63,6 +63,8 @@ class AttributeHandlers:
             return self.world_size(it, "accelerator.num_processes")
         if isinstance(obj, DeepSpeedEngine) and attr == "module":
             return obj.model
+        if isinstance(obj, Trainer) and attr == "model" and isinstance(obj.kwargs.get("model"), Model):
+            return obj.kwargs["model"]  # trainer.model: the model it trains (its base is the one it was given)
         if isinstance(obj, Model) and obj.user_class is not None:  # the script's nn.Module: its own methods run
             hit = obj.user_class.lookup(attr)
             if hit is not None and hit[0] == "method" and isinstance(hit[1], Func) and not _is_property(hit[1]):

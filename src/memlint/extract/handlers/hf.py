@@ -105,6 +105,32 @@ class HfHandlers:
             return self._load_model(c, owner, how)
         return Unknown(f"{owner}.{how}()")
 
+    @staticmethod
+    def saved_model(it: Any, model: Any, folder: Any, line: int | None) -> None:
+        """`model.save_pretrained("out/adapter")` / `trainer.save_model(...)`: the folder now holds that model (its base's
+        id, its adapter), for a later `from_pretrained` of the same folder in the script."""
+        if isinstance(folder, Const) and isinstance(folder.value, str) and isinstance(model, Model):
+            it.facts.saved_models[folder.value.rstrip("/")] = (model, line)
+
+    @staticmethod
+    def saved_base(it: Any, ref: Any) -> Any:
+        """The model id a folder the script saved a model to stands for: the saved model's own (its base's, for a
+        PEFT model), with the save in its chain; `ref` itself for any other folder."""
+        if not (isinstance(ref, Const) and isinstance(ref.value, str)):
+            return ref
+        hit = it.facts.saved_models.get(ref.value.rstrip("/"))
+        if hit is None:
+            return ref
+        model, at = hit
+        while model.base is not None:
+            model = model.base
+        base = model.kwargs.get("pretrained_model_name_or_path", model.kwargs.get("model_name"))
+        if not isinstance(base, Const):
+            return ref
+        return Const(base.value, base.source, base.line, base.chain + (
+            f"{ref.value!r} (line {ref.line}) is the folder the script saved the model to at line {at}: {base.value}",),
+            base.file)
+
     def _load_model(self, c: Call, owner: str, how: str) -> Model:
         kw = dict(c.kwargs)
         if how == "from_config":
@@ -113,6 +139,8 @@ class HfHandlers:
             kw["_from_config"] = True
         elif c.args:
             kw.setdefault("pretrained_model_name_or_path", c.args[0])
+        if "pretrained_model_name_or_path" in kw:
+            kw["pretrained_model_name_or_path"] = self.saved_base(c.it, kw["pretrained_model_name_or_path"])
         auto_peft = owner.startswith("AutoPeftModel")
         model = Model(c.qual, c.line or 0, kw, {}, c.open, loader="peft-auto" if auto_peft else "transformers")
         if auto_peft:
@@ -160,6 +188,8 @@ class HfHandlers:
         if name == "add_adapter":
             model.peft = args[0] if args else kwargs.get("adapter_config")
             return Const(None, "literal", line)
+        if name == "save_pretrained":
+            self.saved_model(it, model, args[0] if args else kwargs.get("save_directory"), line)
         if name in ("print_trainable_parameters", "enable_input_require_grads", "resize_token_embeddings", "save_pretrained", "push_to_hub", "config"):
             return Unknown(f".{name}()")
         return Unknown(f"the result of model.{name}()")
