@@ -190,3 +190,56 @@ def test_sdpa_behind_a_torch_version_test_under_a_torch_1_pin_is_the_files_own_a
 def test_sdpa_under_a_torch_2_pin_is_sdpa(tmp_path, monkeypatch):
     plan = _guarded(tmp_path, monkeypatch, "==2.1.2")
     assert _v(plan, "attn_implementation") == ("sdpa", "constant")
+
+
+# ---- 4. a recipe's script that hard-codes its model's load arguments ----------------------------------------------
+
+_RECIPE = '''
+model_name_or_path: org/sft-8b
+bf16: true
+per_device_train_batch_size: 1
+gradient_accumulation_steps: 16
+gradient_checkpointing: true
+max_length: 2048
+max_prompt_length: 1024
+beta: 0.1
+'''
+
+_DPO_SCRIPT = '''
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from alignment import H4ArgumentParser
+from trl import DPOConfig, DPOTrainer, ModelConfig
+
+if __name__ == "__main__":
+    parser = H4ArgumentParser((DPOConfig, ModelConfig))
+    training_args, model_config = parser.parse()
+    model = AutoModelForCausalLM.from_pretrained(
+        model_config.model_name_or_path,
+        LOAD_KWARGS
+    )
+    tok = AutoTokenizer.from_pretrained(model_config.model_name_or_path)
+    DPOTrainer(model, None, args=training_args, tokenizer=tok).train()
+'''
+
+
+def _recipe_plan(tmp_path, monkeypatch, load_kwargs: str):
+    _write(tmp_path, {"cfg/recipe.yaml": _RECIPE, "run_dpo.py": _DPO_SCRIPT.replace("LOAD_KWARGS", load_kwargs)})
+    monkeypatch.chdir(tmp_path)
+    (plan,) = _plans("accelerate launch run_dpo.py cfg/recipe.yaml")
+    return plan
+
+
+def test_a_recipe_scripts_constant_load_arguments_are_what_loads(tmp_path, monkeypatch):
+    plan = _recipe_plan(tmp_path, monkeypatch, 'attn_implementation="flash_attention_2", torch_dtype=torch.float16,')
+    assert plan.get("model_id").value == "org/sft-8b" and plan.get("grad_accum").value == 16
+    assert _v(plan, "torch_dtype") == ("fp16", "literal")
+    assert _v(plan, "attn_implementation") == ("flash_attention_2", "literal")
+    assert plan.get("precision").value == "amp-bf16"  # the recipe's bf16 still trains it
+
+
+def test_a_recipe_scripts_load_arguments_from_its_parsed_config_leave_the_recipe_reading(tmp_path, monkeypatch):
+    plan = _recipe_plan(tmp_path, monkeypatch, "torch_dtype=model_config.torch_dtype, "
+                                               "attn_implementation=model_config.attn_implementation,")
+    assert plan.get("torch_dtype").source == "library-default"
+    assert plan.get("attn_implementation").source == "library-default"
