@@ -243,3 +243,38 @@ def test_a_recipe_scripts_load_arguments_from_its_parsed_config_leave_the_recipe
                                                "attn_implementation=model_config.attn_implementation,")
     assert plan.get("torch_dtype").source == "library-default"
     assert plan.get("attn_implementation").source == "library-default"
+
+
+# ---- 5. the attention a model config carries into from_pretrained(config=...) -------------------------------------
+
+_CONFIG_SCRIPT = '''
+from transformers import AutoConfig, AutoModelForCausalLM, Trainer, TrainingArguments
+
+mid = "org/base-1b"
+SETUP
+model = AutoModelForCausalLM.from_pretrained(mid, config=config)
+Trainer(model=model, args=TrainingArguments(output_dir="o")).train()
+'''
+
+
+def _config_plan(tmp_path, monkeypatch, setup: str):
+    _write(tmp_path, {"train.py": _CONFIG_SCRIPT.replace("SETUP", setup)})
+    monkeypatch.chdir(tmp_path)
+    (plan,) = _plans("python train.py")
+    return plan
+
+
+def test_a_configs_attn_implementation_argument_reaches_the_model(tmp_path, monkeypatch):
+    plan = _config_plan(tmp_path, monkeypatch, 'config = AutoConfig.from_pretrained(mid, attn_implementation="eager")')
+    assert _v(plan, "attn_implementation") == ("eager", "constant")
+
+
+def test_an_attn_implementation_set_on_the_config_reaches_the_model(tmp_path, monkeypatch):
+    plan = _config_plan(tmp_path, monkeypatch, 'config = AutoConfig.from_pretrained(mid)\n'
+                                               'config._attn_implementation = "flash_attention_2"')
+    assert _v(plan, "attn_implementation") == ("flash_attention_2", "constant")
+
+
+def test_a_config_that_carries_no_attention_leaves_the_library_default(tmp_path, monkeypatch):
+    plan = _config_plan(tmp_path, monkeypatch, 'config = AutoConfig.from_pretrained(mid)\nconfig.use_cache = False')
+    assert plan.get("attn_implementation").source == "library-default"
