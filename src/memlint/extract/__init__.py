@@ -179,9 +179,11 @@ def _script_trainer(plan: TrainingPlan, script: Path) -> TrainingPlan:
     from memlint.extract.source import read_source
 
     try:
-        own = extract_source(read_source(script), script, shown=str(script)).get("trainer")
+        own_plan = extract_source(read_source(script), script, shown=str(script))
     except (MemlintError, OSError, RecursionError):
         return plan
+    plan = _script_model_literals(plan, own_plan, script)
+    own = own_plan.get("trainer")
     # a trainer class the script builds settles it, a checkout subclass read as its library base (SPIN's
     # `SPINTrainer(Trainer)` is a Trainer whatever loss it computes), not a guess from the recipe's keys; a loop of
     # the script's own is no trainer class, and a framework reader's own reading stands
@@ -195,6 +197,26 @@ def _script_trainer(plan: TrainingPlan, script: Path) -> TrainingPlan:
     why = f"{script}: {own.chain[0] if own.chain else own.value}" + (
         f" (the recipe alone reads as {was.value})" if was.known and was.value != own.value else "")
     return plan.with_values(trainer=Value(own.value, own.source, own.span, (why,), shape=own.shape))
+
+
+# model-load arguments a script may write as constants in its own from_pretrained call, whatever its recipe says
+_SCRIPT_LOAD_FIELDS = ("torch_dtype", "attn_implementation")
+
+
+def _script_model_literals(plan: TrainingPlan, own: TrainingPlan, script: Path) -> TrainingPlan:
+    """A recipe run by a script that loads the model itself with constants (`from_pretrained(path,
+    torch_dtype=torch.float16, attn_implementation="flash_attention_2")`): those constants are what loads, not the
+    recipe's ModelConfig fields or their defaults. A value the script takes from its parsed arguments is unknown read
+    alone and leaves the recipe's reading standing."""
+    from memlint.plan import Value
+
+    got = {}
+    for name in _SCRIPT_LOAD_FIELDS:
+        v = own.get(name)
+        if v.known and not v.candidates and v.source in ("literal", "constant") and v.value != plan.get(name).value:
+            why = f"{script}:{v.span.line if v.span else '?'}: {v.chain[0] if v.chain else v.value}, written in the script's own load"
+            got[name] = Value(v.value, v.source, v.span, (why,))
+    return plan.with_values(**got) if got else plan
 
 
 def extract_source(source: str, path: str | Path = "<string>", shown: str | None = None,

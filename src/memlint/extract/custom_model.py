@@ -217,10 +217,20 @@ def _mlp_width(layers: Layers, h: int) -> tuple[int | None, bool]:
     return None, False
 
 
-# what a model's forward calls for attention, in the order checked (the first found decides)
-_ATTENTION = (("flash_attn_func", "flash_attention_2"), ("flash_attn_varlen", "flash_attention_2"),
-              ("flash_attn_unpadded", "flash_attention_2"),  # flash-attn 1.x's name of the varlen kernel
-              ("memory_efficient_attention", "xformers"), ("scaled_dot_product_attention", "sdpa"))
+def _kernels() -> list[tuple[Any, str, bool, str, str | None, str | None]]:
+    """(compiled pattern, attention, must be called, what it is, package, versions) of each attention kernel a model's
+    code may run, in the order checked (data/library_api.json attention_kernels)."""
+    from memlint import data
+
+    return [(re.compile(e["pattern"] + (r"\s*\(" if e.get("called") else "")), e["attention"], bool(e.get("called")),
+             e.get("ref", ""), e.get("package"), e.get("versions"))
+            for e in data.load("library_api.json")["attention_kernels"]["entries"]]
+
+
+def _code_lines(text: str) -> str:
+    """The file's text with its import lines and comment lines blanked (their line numbers kept): a kernel only imported
+    (behind a try, for a fallback) or named in a comment is not one the code runs."""
+    return "\n".join("" if ln.lstrip().startswith(("#", "import ", "from ")) else ln for ln in text.splitlines())
 
 
 def checkout_class_attention(cls: Any) -> Any:
@@ -239,23 +249,38 @@ def checkout_class_attention(cls: Any) -> Any:
     if "_attn_implementation" in text or "ATTENTION_CLASSES" in text:
         return None
     got = _attention({f}, cls.name)
-    return got if isinstance(got, Const) and got.value != "eager" else None
+    # its own code's kernel; eager only when the file has a fused kernel that the versions read rule out (ChatGLM2's
+    # SDPA behind `torch.__version__ >= 2` under a torch 1.13 pin), not for a file that calls none (the library's)
+    return got if isinstance(got, Const) and (got.value != "eager" or len(got.chain) > 1) else None
 
 
 def _attention(files: set, where: str) -> Any:
     """The attention kernel the model's own files call: flash-attn, xformers, SDPA; none of them: eager."""
     from memlint.files import read_text
+    from memlint.library.versions import in_range, installed_version
 
+    absent: list[str] = []
+    first = None
     for f in sorted(str(x) for x in files if x):
         try:
-            text = read_text(Path(f), 2_000_000, what="model source")
+            text = _code_lines(read_text(Path(f), 2_000_000, what="model source"))
         except Exception:  # noqa: BLE001 - unreadable: nothing learnt
             continue
-        for call, kind in _ATTENTION:
-            m = re.search(rf"\b{call}\w*\(", text)  # flash_attn_varlen_func(, flash_attn_unpadded_func(
-            if m:
-                line = text[: m.start()].count("\n") + 1
-                return Const(kind, "constant", None, (f"{Path(f).name}:{line} calls {m.group()[:-1]}() in {where}'s code",), f)
+        for rx, kind, called, ref, package, versions in _kernels():
+            m = rx.search(text)
+            if not m:
+                continue
+            line = text[: m.start()].count("\n") + 1
+            name = m.group().rstrip("( \t")
+            if package and versions and not in_range(installed_version(package), versions):
+                first = first or f
+                absent.append(f"{Path(f).name}:{line} {name} needs {package} {versions} ({ref}), not the {package} "
+                              f"{installed_version(package)} read: that path does not run")
+                continue
+            how = "calls" if called else "runs"
+            return Const(kind, "constant", None, (f"{Path(f).name}:{line} {how} {name}() in {where}'s code", *absent), f)
+    if absent:
+        return Const("eager", "constant", None, (f"{where}'s own attention (matmul and softmax)", *absent), first)
     if files:
         return Const("eager", "constant", None, (f"{where}'s code calls no fused attention kernel",))
     return Unknown(f"the attention {where} uses")

@@ -30,7 +30,7 @@ _SELF_DIR = re.compile(r"""\$\(\s*dirname\s+["']?(?:\$\{BASH_SOURCE(?:\[0\])?\}|
                        r"""|`\s*dirname\s+["']?(?:\$\{BASH_SOURCE(?:\[0\])?\}|\$BASH_SOURCE|\$0)["']?\s*`""")
 _SELF_DIR_PWD = re.compile(r"""\$\(\s*cd\s+["']?\.["']?\s*(?:&&|;)\s*pwd\s*\)""")
 _ARRAY_KEY = "[@]"  # env key of a bash array `A=(x y)` (its words joined by NUL)
-_ARRAY_DEF = re.compile(r"^\s*(?:local\s+|declare\s+-a\s+)?([A-Za-z_][A-Za-z0-9_]*)=\((.*)\)\s*(?:#.*)?$")
+_ARRAY_DEF = re.compile(r"^\s*(?:local\s+|declare\s+-a\s+)?([A-Za-z_][A-Za-z0-9_]*)(\+?)=\((.*)\)\s*(?:#.*)?$")
 _ARRAY_REF = re.compile(r"\$\{(#?)([A-Za-z_][A-Za-z0-9_]*)\[(@|\*|\d+)\]\}")
 _SUBST = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(//?)((?:[^/}$]|\$(?!\{))*)/(" + _UPTO + r")\}")
 _DEFAULT_HEAD = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:?[-=])")
@@ -69,7 +69,7 @@ def _logical_lines(text: str) -> Iterator[tuple[int, str, tuple[tuple[str, int],
             buf += line + " "
             continue
         if _open_array(buf + line) and i - start < 50:  # `FILES=("a"` ... `"d")`: an array over several lines
-            buf += line + " "
+            buf += _uncommented(line) + " "  # a comment after one of its words ends at that line, not the array
             continue
         buf += line
         yield start, buf, tuple(flags) if i > start else ()
@@ -78,7 +78,25 @@ def _logical_lines(text: str) -> Iterator[tuple[int, str, tuple[tuple[str, int],
         yield start, buf, tuple(flags)
 
 
-_ARRAY_OPEN = re.compile(r"^\s*(?:local\s+|declare\s+-a\s+)?[A-Za-z_][A-Za-z0-9_]*=\(")
+_ARRAY_OPEN = re.compile(r"^\s*(?:local\s+|declare\s+-a\s+)?[A-Za-z_][A-Za-z0-9_]*\+?=\(")
+
+
+def _uncommented(line: str) -> str:
+    """`line` without its trailing `# comment` (a `#` outside quotes that starts a word)."""
+    q, i = None, 0
+    while i < len(line):
+        c = line[i]
+        if q is None:
+            if c == "#" and (i == 0 or line[i - 1] in " \t"):
+                return line[:i].rstrip()
+            if c in "'\"":
+                q = c
+            elif c == "\\":
+                i += 1
+        elif c == q:
+            q = None
+        i += 1
+    return line
 
 
 def _open_array(line: str) -> bool:
@@ -176,6 +194,9 @@ def _expand(text: str, env: dict[str, str], depth: int = 0) -> str:
         words = items.split("\x00") if items else []
         if m.group(1):
             return str(len(words))
+        if m.group(3) == "@" and m.string[m.start() - 1:m.start()] == '"' and m.string[m.end():m.end() + 1] == '"':
+            # "${A[@]}": each element one word, as bash expands it (the quotes around the whole close and reopen)
+            return grow('" "'.join(w.replace("\\", "\\\\").replace('"', '\\"') for w in words), m.group(0))
         if m.group(3) in ("@", "*"):
             return grow(" ".join(words), m.group(0))
         i = int(m.group(3)) if len(m.group(3)) < 8 else len(words)
@@ -649,12 +670,16 @@ def _sets_variables(stripped: str, env: dict[str, str], exported: set[str]) -> b
     if _shifted(stripped, env):
         return True
     arr = _ARRAY_DEF.match(stripped)
-    if arr:  # `CUDAs=(${TOT_CUDA//,/ })`: a bash array of the expanded words
-        expanded = _expand(arr.group(2), env)
+    if arr:  # `CUDAs=(${TOT_CUDA//,/ })`: a bash array of the expanded words; `A+=(x y)` appends to it
+        expanded = _expand(arr.group(3), env)
+        key = arr.group(1) + _ARRAY_KEY
         try:
-            env[arr.group(1) + _ARRAY_KEY] = "\x00".join(tokens(expanded))
+            words = tokens(expanded)
         except MemlintError:
-            pass
+            return True
+        if arr.group(2) and env.get(key):
+            words = env[key].split("\x00") + words
+        env[key] = "\x00".join(words)
         return True
     exported |= _exports(stripped)
     m = _ASSIGN.match(stripped)

@@ -95,6 +95,8 @@ class ModelFields:
             attn = kw.get("attn_implementation", root.shape.attention if root.loader == "script-class" else None)
             if attn is None and isinstance(kw.get("use_flash_attention_2"), Const) and kw["use_flash_attention_2"].value:
                 attn = kw["use_flash_attention_2"].with_value("flash_attention_2")
+            if attn is None and isinstance(kw.get("config"), HfConfig):  # config=AutoConfig...(attn_implementation=...)
+                attn = _config_attention(kw["config"])
             if attn is None and root.loader == "transformers" and root.user_class is not None:
                 attn = custom_model.checkout_class_attention(root.user_class)
             if attn is None or (isinstance(attn, Const) and attn.value is None):
@@ -145,6 +147,17 @@ class ModelFields:
             if n is None and isinstance(cfg, HfConfig):
                 n = cfg.kwargs.get("num_labels")
             labels.append(n if n is not None else _libc("transformers.PretrainedConfig", "num_labels", root.line))
+
+
+def _config_attention(cfg: HfConfig) -> Any:
+    """The attention a model config carries into from_pretrained(config=cfg): AutoConfig.from_pretrained(...,
+    attn_implementation=X), or `cfg._attn_implementation = X` / `cfg.attn_implementation = X` set on it (transformers
+    reads config._attn_implementation when the load names none); None when it carries none."""
+    for key in ("attn_implementation", "_attn_implementation"):
+        v = cfg.get(key)
+        if isinstance(v, Const) and isinstance(v.value, str) and v.value:
+            return v.named(f"config.{key} = {v.value!r}, the config from_pretrained is given")
+    return None
 
 
 def _bits(v: Any) -> Any:

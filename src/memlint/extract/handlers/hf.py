@@ -91,8 +91,9 @@ class HfHandlers:
             return self.peft_config_of_folder(c)
         if owner == "AutoConfig" or owner.endswith("Config"):
             kw = {"model_id": c.arg(0, "pretrained_model_name_or_path")}
-            if "num_labels" in c.kwargs:
-                kw["num_labels"] = c.kwargs["num_labels"]
+            for key in ("num_labels", "attn_implementation"):  # what a model loaded with config=this one takes from it
+                if key in c.kwargs:
+                    kw[key] = c.kwargs[key]
             return HfConfig(c.qual, c.line or 0, kw)
         if "Tokenizer" in owner or "Processor" in owner:
             kw = dict(c.kwargs)

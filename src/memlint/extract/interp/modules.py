@@ -39,7 +39,9 @@ class ModuleFiles:
             else:
                 roots = [self.dir]
             if len(roots) > 1 and not any((r / m).exists() for r in roots for m in _CHECKOUT_MARKERS):
-                roots = [self.dir]  # no checkout around the script: only its own folder
+                # no checkout around the script: only its own folder, and the folder `python -m pkg.mod` runs in
+                # (Python's sys.path[0] for -m, whatever marks the checkout)
+                roots = [self.dir, *([Path.cwd()] if self.launch is not None and self.launch.module else [])]
             from memlint.files import allowed
 
             self._roots = [r for r in dict.fromkeys(roots) if allowed(r)]  # never a folder outside the checked root
