@@ -725,3 +725,30 @@ def test_an_undecided_branch_is_read_as_before(tmp_path, monkeypatch):
     assert launch.argv[-1] == "1"
     (launch,) = launches(tmp_path / "run.sh", "run.sh", ("small",))
     assert launch.argv[-1] == "4"
+
+
+def _code_cells(cells: list[str]) -> str:
+    return json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+                                  "source": c.splitlines(keepends=True)} for c in cells],
+                       "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+
+
+def test_a_file_the_notebook_writes_and_launches_is_read_from_its_cell(tmp_path, monkeypatch):
+    """`%%writefile train.py` then `!accelerate launch train.py ...`: the launched file is the cell's text (a
+    `-a` cell appends to it), with the notebook's own pip installs as its library versions, whatever a file of that
+    name on disk holds."""
+    cells = ["!pip install -q trl==0.12.0 transformers==4.46.0\n",
+             "%%writefile train.py\nimport sys\nfrom transformers import AutoModelForCausalLM\n"
+             "from trl import SFTConfig, SFTTrainer\nmodel = AutoModelForCausalLM.from_pretrained(sys.argv[1])\n",
+             "%%writefile -a train.py\nSFTTrainer(model=model, args=SFTConfig('o', per_device_train_batch_size=3, "
+             "max_seq_length=512)).train()\n",
+             "!accelerate launch --num_processes 2 train.py Qwen/Qwen2.5-0.5B\n"]
+    _write(tmp_path, {"nb.ipynb": _code_cells(cells), "train.py": "print('an older copy')\n"})
+    monkeypatch.chdir(tmp_path)
+    plans = extract_paths(["nb.ipynb"])
+    (plan,) = [p for p in plans if p.path.startswith("train.py")]
+    assert plan.path == "train.py (written by nb.ipynb:3)" and plan.via == "nb.ipynb:9"
+    assert _v(plan, "model_id") == ("Qwen/Qwen2.5-0.5B", "command-line")
+    assert plan.get("per_device_batch").value == 3 and plan.get("num_gpus").value == 2
+    assert plan.get("max_length").value == 512  # trl 0.12's max_seq_length, as the notebook installs it
+    assert any(p.package == "trl" and p.version == "0.12.0" for p in plan.versions)

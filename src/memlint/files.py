@@ -46,6 +46,8 @@ class Target:
     note: str | None = None  # refused before it was read (a launcher past its budget): this MEM001 note
     named_launcher: bool = False  # run by a launcher the user named (`bash run.sh`, `make train`, run.sh itself):
                                   # kept with a note when it shows no trainer, unless another of its commands trains
+    written_by: Path | None = None  # a file a notebook writes (`%%writefile train.py`): its text is that cell's,
+    text: str | None = None         # read from the notebook `written_by`, not from the disk
 
 
 # ---- .gitignore, read by pathspec (gitignore style) ------------------------------------------

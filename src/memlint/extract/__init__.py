@@ -424,7 +424,8 @@ def _shown_path(path: str) -> str:
 
 
 def _read_target(target: Target) -> tuple[TrainingPlan | None, list[str], list[int]]:
-    return _pinned(target.path, lambda: _read_target_unpinned(target))
+    # a file a notebook writes runs with the libraries that notebook installs
+    return _pinned(target.written_by or target.path, lambda: _read_target_unpinned(target))
 
 
 def _read_target_unpinned(target: Target) -> tuple[TrainingPlan | None, list[str], list[int]]:
@@ -432,7 +433,9 @@ def _read_target_unpinned(target: Target) -> tuple[TrainingPlan | None, list[str
     if target.note is not None:  # refused before reading (a launcher past its budget)
         return unreadable(shown, target.note), [], []
     try:
-        if path.suffix == ".ipynb":
+        if target.text is not None:  # a notebook's `%%writefile` cell: the text it writes
+            raw = target.text.encode("utf-8")
+        elif path.suffix == ".ipynb":
             from memlint.extract.source import notebook_bytes
 
             raw = notebook_bytes(path)  # saved outputs over max-file-size: its code cells

@@ -725,7 +725,20 @@ def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str,
     from memlint.files import Target, is_file
 
     out = []
+    written: dict | None = None  # the files a notebook writes itself (`%%writefile train.py`), read on first need
     for launch in launches(path, shown, args, env0, make):
+        if path.suffix == ".ipynb" and launch.script:
+            if written is None:
+                from memlint.extract.source import written_files
+
+                written = written_files(path)
+            key = os.path.normpath(os.path.join(launch.cwd or "", os.path.expanduser(launch.script)))
+            if key in written:  # what the notebook wrote runs, whatever a file of that name on disk holds
+                text, cell_line = written[key]
+                where = f"{key} (written by {shown}:{cell_line})"
+                out.append(Target(path.parent / key, where, False, launch, root=root, named_launcher=named,
+                                  written_by=path, text=text))
+                continue
         # beside the launcher, then the folders above it up to the checkout (`bash scripts/train.sh` run from
         # the folder that holds train.py), then the roots
         ups = [a for a in path.parent.resolve().parents][:4]

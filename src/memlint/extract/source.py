@@ -152,6 +152,40 @@ def notebook_cells(text: str, path: Path) -> tuple[list[str], list[int]]:
     return lines, starts
 
 
+def written_files(path: Path) -> dict[str, tuple[str, int]]:
+    """The files a notebook writes with `%%writefile [-a] NAME` cells: NAME (normalised, relative to the notebook's
+    folder) -> (the text it holds once every such cell ran, in order; the notebook line of its first cell, 1-based,
+    code cells counted as notebook_cells counts them). {} for a notebook that writes none or cannot be read."""
+    import os
+    import shlex
+
+    try:
+        lines, starts = notebook_cells(notebook_bytes(path).decode("utf-8-sig", errors="replace"), path)
+    except (OSError, MemlintError):
+        return {}
+    out: dict[str, tuple[str, int]] = {}
+    ends = [*starts[1:], len(lines)]
+    for start, end in zip(starts, ends):
+        first = lines[start].strip() if start < end else ""
+        if not first.startswith("%%writefile"):
+            continue
+        try:
+            words = shlex.split(first[len("%%writefile"):])
+        except ValueError:
+            continue
+        append = any(w in ("-a", "--append") for w in words)
+        names = [w for w in words if not w.startswith("-")]
+        if len(names) != 1:
+            continue
+        name = os.path.normpath(os.path.expanduser(names[0]))
+        body = "\n".join(lines[start + 1:end]) + "\n"
+        if append and name in out:
+            out[name] = (out[name][0] + body, out[name][1])
+        else:
+            out[name] = (body, start + 2)
+    return out
+
+
 def _magic_call(stripped: str) -> str:
     """The one-line Python that IPython runs for a `!` / `%` / `%%` / `?` line."""
     if stripped.startswith("%%"):
