@@ -393,6 +393,7 @@ class Window(NamedTuple):
     rows: Any
     size: Any
     line: int | None
+    how: str = "windows cut at random offsets of one token stream: data[i : i + n] for i in randint(...)"
 
 
 class BatchYield(NamedTuple):

@@ -216,7 +216,7 @@ class LengthFields:
         windows = facts.first("windows")
         if windows and not facts.first("objects", DataLoader):
             size, wline = windows[0].size, windows[0].line
-            self.put("packing", Const(True, "literal", wline, ("windows cut at random offsets of one token stream: data[i : i + n] for i in randint(...)",)), _bool, wline)
+            self.put("packing", Const(True, "literal", wline, (windows[0].how,)), _bool, wline)
             self.fields["padding"] = Value("packing", "literal", Span(self.path, wline), ("fixed-length windows, no padding",))
             self.put("max_length", size, _length, wline)
             return

@@ -62,6 +62,8 @@ class AttributeHandlers:
             return self.world_size(it, "accelerator.num_processes")
         if isinstance(obj, DeepSpeedEngine) and attr == "module":
             return obj.model
+        if isinstance(obj, Model) and attr == "module" and obj.shard is not None and obj.base is not None:
+            return obj.base  # DistributedDataParallel(model).module / FSDP(model).module: the wrapped model
         if isinstance(obj, Model) and obj.user_class is not None:  # the script's nn.Module: its own methods run
             hit = obj.user_class.lookup(attr)
             if hit is not None and hit[0] == "method" and isinstance(hit[1], Func) and not _is_property(hit[1]):

@@ -66,6 +66,25 @@ class LoopHandlers:
             return Unknown("random integers")
         return RandomOffsets(size, c.line)
 
+    def signature(self, c: Call) -> Any:
+        """inspect.signature(torch.optim.AdamW): its parameters at the version the checkout pins (or the installed
+        one), so `'fused' in inspect.signature(torch.optim.AdamW).parameters` (a probe of the library) is decided."""
+        from memlint.extract.objects import Namespace
+        from memlint.extract.values import Ref
+        from memlint.library import api
+        from memlint.library.versions import in_range, installed_version, shown_version
+
+        f = c.arg(0, "obj")
+        known = api.signature_keywords(f.qual) if type(f) is Ref else None
+        if known is None:
+            return Unknown("the signature of a callable memlint does not know")
+        package, keywords, ref = known
+        version = installed_version(package)
+        names = tuple(k for k, spec in keywords.items() if in_range(version, spec))
+        why = f"inspect.signature({f.qual}): its parameters in {shown_version(package)}" + (f" ({ref})" if ref else "")
+        params = Const(names, "library-default", c.line, (why,), c.it.cur_file())
+        return Namespace("inspect.Signature", c.line or 0, {"parameters": params}, {}, False)
+
     def bf16_supported(self, c: Call) -> Any:
         return Unknown("whether the GPU supports bf16 (hardware)")
 
@@ -144,6 +163,7 @@ def _steps_an_optimizer(fn: Any) -> bool | None:
 QUALIFIED: dict[str, Callable[[Any, Call], Any]] = {
     "torch.randint": LoopHandlers.random_offsets,
     "numpy.random.randint": LoopHandlers.random_offsets,
+    "inspect.signature": LoopHandlers.signature,
 }
 
 

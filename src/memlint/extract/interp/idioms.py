@@ -202,6 +202,29 @@ class Idioms:
         if hit is not None:
             self.facts.chunking.append(Chunking(self.ev(step, env), self.line_of(hit[0])))
 
+    def stream_block_idiom(self, sl: cst.Slice, env: Env) -> None:
+        """`buf = tokens[pos : pos + B * T + 1]` then `buf[:-1].view(B, T)` (or .reshape) in the same function:
+        a micro-batch of B rows of T tokens cut contiguously from one token stream (packed, no padding)."""
+        if sl.lower is None or sl.step is not None or not isinstance(sl.upper, cst.BinaryOperation):
+            return
+        terms: list = []
+        _add_terms(sl.upper, terms)
+        lower = self.code(sl.lower)
+        rest = [t for t in terms if self.code(t) != lower and not isinstance(t, cst.Integer)]
+        if len(rest) != 1 or len(rest) == len(terms) or not (isinstance(rest[0], cst.BinaryOperation)
+                                                             and isinstance(rest[0].operator, cst.Multiply)):
+            return
+        rows, size = self.code(rest[0].left), self.code(rest[0].right)
+        scope = self.stack[-1].node if self.stack else None
+        for sub in _walk(scope) if scope is not None else ():
+            if isinstance(sub, cst.Call) and isinstance(sub.func, cst.Attribute) and sub.func.attr.value in ("view", "reshape") \
+                    and len(sub.args) == 2 and [self.code(a.value) for a in sub.args] == [rows, size]:
+                self.facts.windows.append(Window(
+                    self.ev(rest[0].left, env), self.ev(rest[0].right, env), self.line_of(sub),
+                    f"a contiguous block of one token stream cut into rows: [{lower} : {self.code(sl.upper)}]"
+                    f" then .{sub.func.attr.value}({rows}, {size})"))
+                return
+
     def _offset_slice(self, elt: cst.CSTNode, var: str, n: str | None = None) -> tuple[cst.Subscript, cst.CSTNode] | None:
         """The first `x[var : var + n]` in `elt` (n written as `n` when given): (the subscript, n)."""
         for sub in _walk(elt):
@@ -212,6 +235,15 @@ class Idioms:
                         and (n is None or self.code(sl.upper.right) == n)):
                     return sub, sl.upper.right
         return None
+
+
+def _add_terms(node: cst.CSTNode, out: list) -> None:
+    """The terms of a sum `a + b + c`, in order."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+        _add_terms(node.left, out)
+        _add_terms(node.right, out)
+    else:
+        out.append(node)
 
 
 def _length_name(name: str) -> bool:

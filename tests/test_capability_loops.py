@@ -1,0 +1,167 @@
+"""Hand-written training loops (issue 27's capability): raw PyTorch / DDP / FSDP loops whose plan lives in
+the script and its checkout: a launcher's rank variables, a wrapper's `.module`, a token stream cut into
+B x T blocks by hand, a probe of the library's own signature (fused AdamW), and configs the checkout
+loads into its own dataclasses.
+
+Each test is a tiny made-up script (or checkout in tmp_path) written from the pattern."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from memlint.extract import extract_file, extract_targets
+from memlint.extract.shell import command_targets
+
+
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return root
+
+
+def _get(plan, *names: str) -> dict:
+    return {n: plan.fields[n].value for n in names}
+
+
+def _command(root: Path, monkeypatch, *words: str):
+    monkeypatch.chdir(root)
+    plans = extract_targets(command_targets(list(words)))
+    assert len(plans) == 1
+    return plans[0]
+
+
+_STREAM_LOOP = '''import os
+import numpy as np
+import torch
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(100, 32)
+        self.out = nn.Linear(32, 100)
+
+    def forward(self, x, y):
+        return self.out(self.emb(x)), None
+
+    def make_optimizer(self, lr):
+        return torch.optim.AdamW(self.parameters(), lr=lr)
+
+
+class Stream:
+    def __init__(self, rows, width, rank, world):
+        self.rows = rows
+        self.width = width
+        self.world = world
+        self.data = torch.tensor(np.load("stream.npy"))
+        self.at = rows * width * rank
+
+    def next_batch(self):
+        rows, width = self.rows, self.width
+        chunk = self.data[self.at : self.at + rows * width + 1]
+        x = chunk[:-1].view(rows, width)
+        y = chunk[1:].view(rows, width)
+        self.at += rows * width * self.world
+        return x, y
+
+
+distributed = int(os.environ.get("RANK", -1)) != -1
+if distributed:
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+else:
+    rank = 0
+    world = 1
+tokens_per_step = 262144
+micro = 16
+seq = 512
+steps_to_accumulate = tokens_per_step // (micro * seq * world)
+stream = Stream(micro, seq, rank, world)
+model = Net()
+if distributed:
+    model = DDP(model)
+inner = model.module if distributed else model
+opt = inner.make_optimizer(3e-4)
+for it in range(10):
+    for k in range(steps_to_accumulate):
+        x, y = stream.next_batch()
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+            _, loss = model(x, y)
+        (loss / steps_to_accumulate).backward()
+    opt.step()
+    opt.zero_grad()
+'''
+
+
+def test_a_launcher_sets_rank_so_the_distributed_branch_runs_with_its_world_size(tmp_path, monkeypatch):
+    root = _write(tmp_path, {"train.py": _STREAM_LOOP})
+    plan = _command(root, monkeypatch, "torchrun", "--standalone", "--nproc_per_node=4", "train.py")
+    # 262144 // (16 * 512 * 4) = 8, not the single-process branch's 32
+    assert plan.fields["grad_accum"].value == 8
+    assert plan.fields["num_gpus"].value == 4
+
+
+def test_a_plain_python_run_takes_the_single_process_branch(tmp_path, monkeypatch):
+    root = _write(tmp_path, {"train.py": _STREAM_LOOP})
+    plan = _command(root, monkeypatch, "python", "train.py")
+    assert plan.fields["grad_accum"].value == 32
+
+
+def test_the_module_of_a_ddp_wrapper_is_the_wrapped_model_and_its_methods_run(tmp_path, monkeypatch):
+    root = _write(tmp_path, {"train.py": _STREAM_LOOP})
+    plan = _command(root, monkeypatch, "torchrun", "--nproc_per_node=2", "train.py")
+    assert plan.fields["optimizer"].value == "adamw_torch"  # built by a method reached through model.module
+    assert plan.fields["trainer"].value == "custom-loop"
+
+
+def test_a_contiguous_block_of_a_token_stream_viewed_as_rows_is_a_packed_micro_batch(tmp_path, monkeypatch):
+    root = _write(tmp_path, {"train.py": _STREAM_LOOP})
+    plan = _command(root, monkeypatch, "torchrun", "--nproc_per_node=2", "train.py")
+    assert _get(plan, "per_device_batch", "max_length", "padding", "packing") == \
+        {"per_device_batch": 16, "max_length": 512, "padding": "packing", "packing": True}
+
+
+def test_a_slice_whose_length_is_never_viewed_as_rows_is_no_block(tmp_path):
+    text = _STREAM_LOOP.replace("x = chunk[:-1].view(rows, width)", "x = chunk[:-1]").replace(
+        "y = chunk[1:].view(rows, width)", "y = chunk[1:]")
+    plan = extract_file(_write(tmp_path, {"train.py": text}) / "train.py")
+    assert plan.fields["packing"].value is not True
+    assert plan.fields["per_device_batch"].value != 16
+
+
+_PROBE = '''import inspect
+import torch
+import torch.nn as nn
+
+model = nn.Linear(16, 16)
+device = "cuda"
+fused_available = "fused" in inspect.signature(torch.optim.AdamW).parameters
+use_fused = fused_available and device == "cuda"
+extra = dict(fused=True) if use_fused else dict()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **extra)
+for step in range(10):
+    loss = model(torch.randn(4, 16)).sum()
+    loss.backward()
+    opt.step()
+'''
+
+
+def test_a_probe_of_adamw_signature_for_fused_is_decided_by_the_torch_version(tmp_path):
+    from memlint.library.versions import pinned_versions
+
+    path = _write(tmp_path, {"train.py": _PROBE}) / "train.py"
+    with pinned_versions({"torch": "2.4.0"}):
+        assert extract_file(path).fields["optimizer"].value == "adamw_torch_fused"
+    with pinned_versions({"torch": "1.13.1"}):
+        assert extract_file(path).fields["optimizer"].value == "adamw_torch"
+
+
+def test_a_probe_of_a_callable_memlint_does_not_know_stays_unknown(tmp_path):
+    text = _PROBE.replace("inspect.signature(torch.optim.AdamW)", "inspect.signature(torch.optim.NAdam)").replace(
+        "lr=1e-3, **extra)", "lr=1e-3, fused=use_fused)")
+    plan = extract_file(_write(tmp_path, {"train.py": text}) / "train.py")
+    assert plan.fields["optimizer"].value == "adamw_torch"  # fused unknown: not claimed
