@@ -165,3 +165,101 @@ def test_a_probe_of_a_callable_memlint_does_not_know_stays_unknown(tmp_path):
         "lr=1e-3, **extra)", "lr=1e-3, fused=use_fused)")
     plan = extract_file(_write(tmp_path, {"train.py": text}) / "train.py")
     assert plan.fields["optimizer"].value == "adamw_torch"  # fused unknown: not claimed
+
+
+_SYS_PATH_TRAIN = '''import os
+import sys
+sys.path.append(os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
+import torch
+from torch.utils.data import DataLoader
+from settings.values import BATCH
+
+model = torch.nn.Linear(4, 4)
+opt = torch.optim.AdamW(model.parameters())
+for x in DataLoader(list(range(10)), batch_size=BATCH, shuffle=True):
+    model(x).sum().backward()
+    opt.step()
+'''
+
+
+def test_a_folder_put_on_sys_path_is_where_the_scripts_imports_are_found(tmp_path, monkeypatch):
+    root = _write(tmp_path, {"README.md": "x", "settings/__init__.py": "", "settings/values.py": "BATCH = 7\n",
+                             "scripts/train.py": _SYS_PATH_TRAIN})
+    monkeypatch.chdir(root / "scripts")
+    assert extract_file(Path("train.py")).fields["per_device_batch"].value == 7
+    (root / "scripts/train.py").write_text(_SYS_PATH_TRAIN.replace("sys.path.append(", "print("))
+    assert extract_file(Path("train.py")).fields["per_device_batch"].value != 7  # not on the path: not found
+
+
+_MATH_CONFIG = '''import math
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+
+
+class Cfg:
+    def __init__(self, hidden_size=256, num_hidden_layers=4, **kwargs):
+        self.hidden_size = hidden_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = kwargs.get("num_attention_heads", 8)
+        self.vocab_size = kwargs.get("vocab_size", 6400)
+        self.intermediate_size = kwargs.get("intermediate_size", math.ceil(hidden_size * math.pi / 64) * 64)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.gate = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+
+class LM(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList([MLP(cfg) for _ in range(cfg.num_hidden_layers)])
+        self.head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+
+
+class Batches:
+    def __init__(self, indices, batch_size):
+        self.indices = indices
+        self.batch_size = batch_size
+
+    def __iter__(self):
+        batch = []
+        for i in self.indices:
+            batch.append(i)
+            if len(batch) == self.batch_size:
+                yield batch
+                batch = []
+
+
+model = LM(Cfg(hidden_size=512))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+loader = DataLoader(list(range(100)), batch_sampler=Batches(list(range(100)), 12))
+for batch in loader:
+    loss = model(batch).sum()
+    loss.backward()
+    opt.step()
+'''
+
+
+def test_math_of_known_numbers_is_computed(tmp_path):
+    plan = extract_file(_write(tmp_path, {"train.py": _MATH_CONFIG}) / "train.py")
+    # 512 * pi / 64 = 25.13 -> 26 * 64 = 1664: the gated MLP's width, read from the Linears
+    assert "1664" in " ".join(plan.fields["model_id"].chain) or plan.fields["model_id"].shape
+    assert plan.fields["model_id"].known
+
+
+def test_a_dataloader_over_a_batch_sampler_takes_the_samplers_batch_size(tmp_path):
+    plan = extract_file(_write(tmp_path, {"train.py": _MATH_CONFIG}) / "train.py")
+    assert plan.fields["per_device_batch"].value == 12
+
+
+def test_a_dataloader_over_torchs_batch_sampler_takes_its_batch_size(tmp_path):
+    text = _MATH_CONFIG.replace("batch_sampler=Batches(list(range(100)), 12)",
+                                "batch_sampler=torch.utils.data.BatchSampler(range(100), 24, drop_last=True)")
+    plan = extract_file(_write(tmp_path, {"train.py": text}) / "train.py")
+    assert plan.fields["per_device_batch"].value == 24

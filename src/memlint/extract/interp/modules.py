@@ -45,6 +45,19 @@ class ModuleFiles:
             self._roots = [r for r in dict.fromkeys(roots) if allowed(r)]  # never a folder outside the checked root
         return self._roots
 
+    def add_import_root(self, folder: str, first: bool) -> bool:
+        """`sys.path.append(folder)` / `sys.path.insert(0, folder)`: imports are found there too, when the folder is
+        inside the checked root (a relative folder is read from the working directory, as Python does)."""
+        from memlint.files import allowed
+
+        p = Path(folder)
+        p = (p if p.is_absolute() else Path.cwd() / p).resolve()
+        if not p.is_dir() or not allowed(p):
+            return False
+        roots = [r for r in self.import_roots() if r.resolve() != p]
+        self._roots = [p, *roots] if first else [*roots, p]
+        return True
+
     def find_module(self, dotted: str, level: int, origin: Path | None = None) -> Path | None:
         """The file `import dotted` (with `level` leading dots) finds in the checkout; a relative one from the module
         being walked, or from `origin`."""
