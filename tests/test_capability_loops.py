@@ -263,3 +263,239 @@ def test_a_dataloader_over_torchs_batch_sampler_takes_its_batch_size(tmp_path):
                                 "batch_sampler=torch.utils.data.BatchSampler(range(100), 24, drop_last=True)")
     plan = extract_file(_write(tmp_path, {"train.py": text}) / "train.py")
     assert plan.fields["per_device_batch"].value == 24
+
+
+# ---- a YAML file merged over the checkout's dataclass tree (OmegaConf.structured / merge / from_cli) -----------
+
+
+_OMEGA_TRAIN = '''from dataclasses import dataclass, field
+from omegaconf import OmegaConf
+import torch
+from torch.utils.data import DataLoader
+
+
+@dataclass
+class DataArgs:
+    batch_size: int = 2
+    seq_len: int = 512
+
+
+@dataclass
+class OptimArgs:
+    lr: float = 1e-3
+    fused: bool = False
+
+
+@dataclass
+class TrainArgs:
+    name: str = "run"
+    accum: int = 1
+    data: DataArgs = field(default_factory=DataArgs)
+    optim: OptimArgs = field(default_factory=OptimArgs)
+
+
+def train(args: TrainArgs):
+    model = torch.nn.Linear(8, 8)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.optim.lr, fused=args.optim.fused)
+    loader = DataLoader(list(range(64)), batch_size=args.data.batch_size, shuffle=True)
+    for step, x in enumerate(loader):
+        loss = model(x).sum() / args.accum
+        loss.backward()
+        if (step + 1) % args.accum == 0:
+            opt.step()
+
+
+def main():
+    cli_args = OmegaConf.from_cli()
+    file_cfg = OmegaConf.load(cli_args.config)
+    del cli_args.config
+    default_cfg = OmegaConf.structured(TrainArgs())
+    cfg = OmegaConf.merge(default_cfg, file_cfg, cli_args)
+    cfg = OmegaConf.to_object(cfg)
+    train(cfg)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+_OMEGA_YAML = '''name: debug
+optim:
+  fused: true
+data:
+  batch_size: 24
+'''
+
+
+def test_a_yaml_merged_over_the_dataclass_tree_sets_its_nested_fields(tmp_path, monkeypatch):
+    root = _write(tmp_path, {"app/__init__.py": "", "app/train.py": _OMEGA_TRAIN, "app/configs/debug.yaml": _OMEGA_YAML})
+    plan = _command(root, monkeypatch, "torchrun", "--nproc-per-node", "2", "-m", "app.train", "config=app/configs/debug.yaml")
+    assert plan.fields["per_device_batch"].value == 24      # the YAML's data.batch_size over DataArgs' 2
+    assert plan.fields["optimizer"].value == "adamw_torch_fused"  # optim.fused from the YAML
+    assert plan.fields["grad_accum"].value == 1             # TrainArgs.accum's default: the YAML leaves it
+
+
+def test_a_dotted_command_line_key_overrides_the_yaml(tmp_path, monkeypatch):
+    root = _write(tmp_path, {"app/__init__.py": "", "app/train.py": _OMEGA_TRAIN, "app/configs/debug.yaml": _OMEGA_YAML})
+    plan = _command(root, monkeypatch, "torchrun", "--nproc-per-node", "2", "-m", "app.train",
+                    "config=app/configs/debug.yaml", "data.batch_size=6", "accum=4")
+    assert plan.fields["per_device_batch"].value == 6
+    assert plan.fields["grad_accum"].value == 4
+
+
+def test_structured_of_the_class_itself_and_a_classmethod_load(tmp_path):
+    text = _OMEGA_TRAIN.replace('''def main():
+    cli_args = OmegaConf.from_cli()
+    file_cfg = OmegaConf.load(cli_args.config)
+    del cli_args.config
+    default_cfg = OmegaConf.structured(TrainArgs())
+    cfg = OmegaConf.merge(default_cfg, file_cfg, cli_args)
+    cfg = OmegaConf.to_object(cfg)
+    train(cfg)''', '''def load(cls, path, overrides=None):
+    schema = OmegaConf.structured(cls)
+    conf = OmegaConf.merge(schema, OmegaConf.load(path))
+    conf = OmegaConf.merge(conf, OmegaConf.from_dotlist(overrides))
+    return OmegaConf.to_object(conf)
+
+
+def main():
+    train(load(TrainArgs, "debug.yaml", ["data.batch_size=12"]))''')
+    plan = extract_file(_write(tmp_path, {"train.py": text, "debug.yaml": _OMEGA_YAML}) / "train.py")
+    assert plan.fields["per_device_batch"].value == 12
+    assert plan.fields["optimizer"].value == "adamw_torch_fused"
+
+
+def test_a_merge_with_a_config_memlint_cannot_read_leaves_the_fields_unknown(tmp_path):
+    text = _OMEGA_TRAIN.replace("OmegaConf.load(cli_args.config)", "OmegaConf.load(pick_a_file())")
+    plan = extract_file(_write(tmp_path, {"train.py": text}) / "train.py")
+    assert plan.fields["per_device_batch"].value != 2  # not DataArgs' default: the file may set it
+
+
+def test_a_module_run_finds_its_packages_in_the_working_directory_without_checkout_markers(tmp_path, monkeypatch):
+    root = _write(tmp_path, {
+        "app/__init__.py": "", "app/main/__init__.py": "",
+        "app/main/train.py": _SYS_PATH_TRAIN.replace("from settings.values import BATCH", "from lib.values import BATCH"),
+        "lib/__init__.py": "", "lib/values.py": "BATCH = 5\n",
+    })
+    plan = _command(root, monkeypatch, "torchrun", "--nproc_per_node=2", "-m", "app.main.train")
+    assert plan.fields["per_device_batch"].value == 5
+
+
+# ---- a checkout's optimizer subclass, a loop cutting a batch into micro-batches ---------------------------------
+
+
+_RL_LOOP = '''import math
+import torch
+from torch.optim import AdamW
+
+
+class OffloadableAdamW(AdamW):
+    def __init__(self, params, lr=1e-3, enabled=True):
+        super().__init__(params, lr=lr)
+        self.enabled = enabled
+
+    def step(self, closure=None):
+        return super().step(closure)
+
+
+def update(model, optimizer, rows, micro_batch_size):
+    for i in range(0, len(rows), micro_batch_size):
+        part = rows[i : i + micro_batch_size]
+        loss = model(torch.tensor(part)).sum()
+        loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+model = torch.nn.Linear(4, 4)
+optimizer = OffloadableAdamW(model.parameters(), lr=1e-5, enabled=False)
+for step in range(10):
+    rows = ROWS
+    update(model, optimizer, rows, micro_batch_size=4)
+'''
+
+
+def test_a_checkout_subclass_of_a_library_optimizer_steps_as_its_base(tmp_path):
+    plan = extract_file(_write(tmp_path, {"train.py": _RL_LOOP.replace("ROWS", "fetch()")}) / "train.py")
+    assert plan.fields["optimizer"].value == "adamw_torch"
+    assert plan.fields["trainer"].value == "custom-loop"
+
+
+def test_a_loop_cutting_a_batch_into_micro_batches_sets_the_micro_batch_and_their_count(tmp_path):
+    rows = "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]"
+    plan = extract_file(_write(tmp_path, {"train.py": _RL_LOOP.replace("ROWS", rows)}) / "train.py")
+    assert plan.fields["per_device_batch"].value == 4
+    assert plan.fields["grad_accum"].value == 4  # ceil(14 / 4)
+    unknown_rows = extract_file(_write(tmp_path, {"train.py": _RL_LOOP.replace("ROWS", "fetch()")}) / "train.py")
+    assert unknown_rows.fields["per_device_batch"].value == 4
+    assert not unknown_rows.fields["grad_accum"].known
+
+
+def test_a_range_step_not_named_as_a_batch_size_is_not_a_micro_batch(tmp_path):
+    text = _RL_LOOP.replace("micro_batch_size", "stride").replace("ROWS", "[0, 1, 2, 3, 4, 5, 6, 7]")
+    plan = extract_file(_write(tmp_path, {"train.py": text}) / "train.py")
+    assert plan.fields["per_device_batch"].value != 4
+
+
+def test_padding_up_to_a_multiple_is_not_padding_to_a_common_length():
+    from memlint.extract import extract_source
+
+    src = '''import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+def periodic(arr, period):
+    return np.pad(arr, (0, period - (len(arr) % period)), constant_values=-1).reshape(-1, period)
+
+model = torch.nn.Linear(4, 4)
+opt = torch.optim.AdamW(model.parameters())
+for x in DataLoader(list(range(8)), batch_size=2, shuffle=True):
+    periodic(x, 3)
+    model(x).sum().backward()
+    opt.step()
+'''
+    plan = extract_source(src, "train.py")
+    assert plan.fields["padding"].value != "max_length"
+
+
+def test_an_xformers_kernel_in_the_checkouts_model_is_accounted_as_sdpa(tmp_path):
+    model = '''import torch.nn as nn
+from xformers.ops import memory_efficient_attention
+
+
+class Cfg:
+    def __init__(self):
+        self.n_layer = 2
+        self.n_head = 4
+        self.n_embd = 64
+        self.vocab_size = 100
+
+
+class Block(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.w1 = nn.Linear(c.n_embd, 256, bias=False)
+        self.w3 = nn.Linear(c.n_embd, 256, bias=False)
+        self.w2 = nn.Linear(256, c.n_embd, bias=False)
+
+    def forward(self, q, k, v):
+        return memory_efficient_attention(q, k, v)
+
+
+class Net(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.emb = nn.Embedding(c.vocab_size, c.n_embd)
+        self.blocks = nn.ModuleList([Block(c) for _ in range(c.n_layer)])
+'''
+    train = '''import torch
+from net import Cfg, Net
+
+model = Net(Cfg())
+opt = torch.optim.AdamW(model.parameters())
+for i in range(10):
+    model(torch.zeros(2, 8)).sum().backward()
+    opt.step()
+'''
+    plan = extract_file(_write(tmp_path, {"net.py": model, "train.py": train}) / "train.py")
+    assert plan.fields["attn_implementation"].value == "sdpa"

@@ -255,7 +255,10 @@ def _attention(files: set, where: str) -> Any:
             m = re.search(rf"\b{call}\w*\(", text)  # flash_attn_varlen_func(, flash_attn_unpadded_func(
             if m:
                 line = text[: m.start()].count("\n") + 1
-                return Const(kind, "constant", None, (f"{Path(f).name}:{line} calls {m.group()[:-1]}() in {where}'s code",), f)
+                from memlint.library import api  # xformers' kernel is accounted as SDPA's (data/library_api.json aliases)
+
+                return Const(api.attention_name(kind) or kind, "constant", None,
+                             (f"{Path(f).name}:{line} calls {m.group()[:-1]}() in {where}'s code",), f)
     if files:
         return Const("eager", "constant", None, (f"{where}'s code calls no fused attention kernel",))
     return Unknown(f"the attention {where} uses")

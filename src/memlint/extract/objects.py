@@ -405,6 +405,15 @@ class BatchYield(NamedTuple):
     file: str | None = None
 
 
+class MicroSlice(NamedTuple):
+    """`for i in range(0, n, k): ... loss.backward()` with one optimizer step after it, k named as a batch size: the
+    loop cuts a batch into micro-batches of k rows, each its own forward and backward (the micro-batch is k)."""
+
+    rows: Any
+    line: int | None
+    how: str
+
+
 class Chunking(NamedTuple):
     """`t[i : i + n] for i in range(0, total, n)`: fixed blocks of n tokens."""
 

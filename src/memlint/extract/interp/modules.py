@@ -26,7 +26,8 @@ class ModuleFiles:
         if getattr(self, "_roots", None) is None:
             roots = [self.dir]
             if self.launch is not None and self.launch.module:
-                roots.append(Path.cwd())
+                roots.append(Path.cwd())  # `python -m pkg.mod` puts the working directory on sys.path
+            own = list(roots)  # what Python's sys.path holds with no checkout around
             cur = self.dir.absolute()  # a relative "." has no parent to walk up to
             for _ in range(8):
                 if any((cur / m).exists() for m in _CHECKOUT_MARKERS):
@@ -37,9 +38,9 @@ class ModuleFiles:
                 cur = cur.parent
                 roots.append(cur)
             else:
-                roots = [self.dir]
-            if len(roots) > 1 and not any((r / m).exists() for r in roots for m in _CHECKOUT_MARKERS):
-                roots = [self.dir]  # no checkout around the script: only its own folder
+                roots = own
+            if len(roots) > len(own) and not any((r / m).exists() for r in roots for m in _CHECKOUT_MARKERS):
+                roots = own  # no checkout around the script: only its own folder (and a module run's directory)
             from memlint.files import allowed
 
             self._roots = [r for r in dict.fromkeys(roots) if allowed(r)]  # never a folder outside the checked root
