@@ -278,7 +278,10 @@ def _attention(files: set, where: str) -> Any:
                               f"{installed_version(package)} read: that path does not run")
                 continue
             how = "calls" if called else "runs"
-            return Const(kind, "constant", None, (f"{Path(f).name}:{line} {how} {name}() in {where}'s code", *absent), f)
+            from memlint.library import api  # xformers' kernel is accounted as SDPA's (data/library_api.json aliases)
+
+            return Const(api.attention_name(kind) or kind, "constant", None,
+                         (f"{Path(f).name}:{line} {how} {name}() in {where}'s code", *absent), f)
     if absent:
         return Const("eager", "constant", None, (f"{where}'s own attention (matmul and softmax)", *absent), first)
     if files:

@@ -396,6 +396,7 @@ class Window(NamedTuple):
     rows: Any
     size: Any
     line: int | None
+    how: str = "windows cut at random offsets of one token stream: data[i : i + n] for i in randint(...)"
 
 
 class BatchYield(NamedTuple):
@@ -405,6 +406,15 @@ class BatchYield(NamedTuple):
     rows: Any
     line: int | None
     file: str | None = None
+
+
+class MicroSlice(NamedTuple):
+    """`for i in range(0, n, k): ... loss.backward()` with one optimizer step after it, k named as a batch size: the
+    loop cuts a batch into micro-batches of k rows, each its own forward and backward (the micro-batch is k)."""
+
+    rows: Any
+    line: int | None
+    how: str
 
 
 class Chunking(NamedTuple):

@@ -323,3 +323,10 @@ def foreign_packages() -> frozenset[str]:
 def modelled_packages() -> frozenset[str]:
     """Top-level packages memlint models as libraries: their source is never walked as a script's own code."""
     return frozenset(_doc()["modelled_packages"])
+
+
+def signature_keywords(qual: str) -> tuple[str, Mapping[str, str | None], str] | None:
+    """(package, keyword -> the version range that has it, ref) of a library callable whose keyword
+    parameters memlint knows (data/library_api.json signature_keywords), or None."""
+    entry = _doc()["signature_keywords"]["callables"].get(qual)
+    return (entry["package"], entry["keywords"], entry.get("ref", "")) if entry else None

@@ -25,6 +25,10 @@ class LengthFields:
         train_dl = next((d for d in dls if isinstance(d.get("shuffle"), Const) and d.get("shuffle").value), dls[0] if dls else None)
         windows = self.facts.first("windows")
         yields = self.facts.first("batch_yields")
+        slices = [s for s in self.facts.first("micro_slices") if isinstance(s.rows, Const)]
+        if slices:  # the loop cuts each batch into micro-batches of k rows, a forward and backward each
+            self.put("per_device_batch", slices[0].rows.with_value(slices[0].rows.value, slices[0].how), _int, slices[0].line)
+            return train_dl
         if train_dl is not None:
             bs = train_dl.get("batch_size")
             if isinstance(bs, Const) and bs.value is None and yields:
@@ -241,7 +245,7 @@ class LengthFields:
         windows = facts.first("windows")
         if windows and not facts.first("objects", DataLoader):
             size, wline = windows[0].size, windows[0].line
-            self.put("packing", Const(True, "literal", wline, ("windows cut at random offsets of one token stream: data[i : i + n] for i in randint(...)",)), _bool, wline)
+            self.put("packing", Const(True, "literal", wline, (windows[0].how,)), _bool, wline)
             self.fields["padding"] = Value("packing", "literal", Span(self.path, wline), ("fixed-length windows, no padding",))
             self.put("max_length", size, _length, wline)
             return

@@ -182,6 +182,18 @@ class Handlers(
             opt = api.optimizer_class("bnb", c.name)
         return opt
 
+    def _library_optimizer_base(self, c: Call, cls: Class) -> Ref | None:
+        """The library optimizer class (data/library_api.json optimizer_classes) a checkout class derives from."""
+        stack, seen = list(cls.bases), 0
+        while stack and seen < 20:
+            seen += 1
+            b = stack.pop()
+            if isinstance(b, Ref) and self._optimizer_name(Call(c.it, b.qual, [], {}, False, c.line)) is not None:
+                return b
+            if isinstance(b, Class):
+                stack.extend(b.bases)
+        return None
+
     def construct_user(self, c: Call, cls: Class) -> Any:
         base = library_base(cls, api.training_arguments())
         if base:
@@ -195,6 +207,11 @@ class Handlers(
         base = library_base(cls, api.collators())
         if base:  # class CompletionCollator(DataCollatorForLanguageModeling): it pads as its library base
             return self.collator(Call(c.it, base, c.args, c.kwargs, c.open, c.line))
+        opt_base = self._library_optimizer_base(c, cls)
+        if opt_base is not None:
+            # class MemoryEfficientAdamW(torch.optim.AdamW): an optimizer of its library base's state layout, stepped
+            # as that base is (the subclass's own step() is not followed)
+            return self.call_ref(Call(c.it, opt_base.qual, c.args, c.kwargs, c.open, c.line), opt_base)
         if cls.is_dataclass:
             inst = c.new(DataclassInstance, cls.name, tuple(cls.fields), user_class=cls)
             post = cls.lookup("__post_init__")

@@ -65,6 +65,8 @@ class AttributeHandlers:
             return obj.model
         if isinstance(obj, Trainer) and attr == "model" and isinstance(obj.kwargs.get("model"), Model):
             return obj.kwargs["model"]  # trainer.model: the model it trains (its base is the one it was given)
+        if isinstance(obj, Model) and attr == "module" and obj.shard is not None and obj.base is not None:
+            return obj.base  # DistributedDataParallel(model).module / FSDP(model).module: the wrapped model
         if isinstance(obj, Model) and obj.user_class is not None:  # the script's nn.Module: its own methods run
             hit = obj.user_class.lookup(attr)
             if hit is not None and hit[0] == "method" and isinstance(hit[1], Func) and not _is_property(hit[1]):

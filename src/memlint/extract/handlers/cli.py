@@ -269,6 +269,9 @@ class CliHandlers:
         if launch is not None and launch.gpus and launch.launcher in ("torchrun", "accelerate", "deepspeed", "composer"):
             env.setdefault("WORLD_SIZE", str(launch.gpus))  # what the launcher sets for every rank
             env.setdefault("LOCAL_WORLD_SIZE", str(launch.processes or launch.gpus))
+            # and each rank's own index: the plan is a rank's, rank 0's (`ddp = int(os.environ.get("RANK", -1)) != -1`)
+            env.setdefault("RANK", "0")
+            env.setdefault("LOCAL_RANK", "0")
         if name in env:
             return self.cli_const(it, env[name], f"{name}={env[name]}")
         if isinstance(dflt, Const):

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from memlint.extract.objects import OpenFile
-from memlint.extract.values import Const, Dict, Unknown, flatten
+from dataclasses import replace
+
+from memlint.extract.objects import DataclassInstance, OpenFile, field_value
+from memlint.extract.values import Class, Const, Dict, Seq, Unknown, flatten
 from memlint.extract.handlers.common import Call, _PASS
 
 
@@ -45,11 +47,20 @@ class DataFileHandlers:
         return Unknown("a config file read at run time")
 
     def omegaconf(self, c: Call) -> Any:
-        """OmegaConf.create(d) is d; OmegaConf.merge(a, b) is b over a; to_container/to_object are the same data."""
+        """OmegaConf.create(d) is d; OmegaConf.merge(a, b) is b over a; to_container/to_object are the same data.
+        structured(Cls) / structured(Cls()) is the script's dataclass with its defaults, and a dict merged over such
+        an instance sets its fields (a nested dict sets the fields of a nested dataclass: the config tree)."""
         if c.owner != "OmegaConf":
             return _PASS
+        if c.name == "structured" and c.args and isinstance(c.args[0], Class) and c.args[0].is_dataclass:
+            return self.construct_user(Call(c.it, c.args[0].name, [], {}, False, c.line), c.args[0])
         if c.name in ("create", "to_container", "to_object", "structured"):
             return c.args[0] if c.args else Dict({}, open=True)
+        if c.args and isinstance(c.args[0], DataclassInstance):
+            out: Any = c.args[0]
+            for a in c.args[1:]:
+                out = overlay(out, a, f"OmegaConf.merge (line {c.line})")
+            return out
         merged = Dict({})
         for a in c.args:
             for d in flatten(a):
@@ -59,8 +70,67 @@ class DataFileHandlers:
                     merged.open = True
         return merged
 
+    def omegaconf_dotlist(self, c: Call) -> Any:
+        """OmegaConf.from_cli() (the command's `key=value` words; or the list given) / from_dotlist(list): the
+        dotted keys as a nested dict, each value read as YAML reads a scalar."""
+        if c.owner != "OmegaConf":
+            return _PASS
+        words = c.arg(0, "args_list" if c.name == "from_cli" else "dotlist")
+        if words is None and c.name == "from_cli":
+            launch = c.it.launch
+            if launch is None:
+                return Unknown("OmegaConf.from_cli(): the command-line arguments")
+            words = Seq([c.it.handlers.cli_const(c.it, w, f"{w!r}") for w in launch.argv])
+        if isinstance(words, Const) and isinstance(words.value, (list, tuple)):
+            words = Seq([words.with_value(w) for w in words.value])
+        if not isinstance(words, Seq) or not all(isinstance(w, Const) and isinstance(w.value, str) for w in words.items):
+            return Dict({}, open=True)
+        import yaml
+
+        out = Dict({})
+        for w in words.items:
+            key, eq, text = w.value.partition("=")
+            if not eq or key.startswith("-"):
+                continue
+            try:
+                value = yaml.safe_load(text) if text else None
+            except yaml.YAMLError:
+                value = text
+            node = out
+            parts = key.lstrip("+~").split(".")
+            for part in parts[:-1]:
+                nxt = node.items.get(part)
+                if not isinstance(nxt, Dict):
+                    nxt = node.items[part] = Dict({})
+                node = nxt
+            node.items[parts[-1]] = w.with_value(value, f"{key}={text}")
+        return out
+
     def open_file(self, c: Call) -> Any:
         return OpenFile(c.arg(0, "file"))
+
+
+def overlay(base: DataclassInstance, other: Any, how: str) -> Any:
+    """A copy of the dataclass instance `base` with the keys of dict `other` set as its fields; a dict given for a
+    field that holds a dataclass instance sets that instance's fields in turn. An unreadable `other` may set any
+    field: the copy is open (its fields unknown)."""
+    out = replace(base, kwargs=dict(base.kwargs), attrs=dict(base.attrs))
+    opts = flatten(other)
+    if len(opts) != 1 or not isinstance(opts[0], (Dict, DataclassInstance)):
+        out.open = True
+        return out
+    items = opts[0].items if isinstance(opts[0], Dict) else {**opts[0].kwargs, **opts[0].attrs}
+    for key, value in items.items():
+        cur = out.get(key)
+        if cur is None:
+            cur = field_value(out, key) if not out.open else None
+        if isinstance(cur, DataclassInstance) and isinstance(value, (Dict, DataclassInstance)):
+            value = overlay(cur, value, how)
+        out.attrs.pop(key, None)
+        out.kwargs[key] = value
+    if isinstance(opts[0], Dict) and opts[0].open:
+        out.open = True
+    return out
 
 
 def _deep_update(into: Dict, other: Dict) -> None:
@@ -84,4 +154,6 @@ BY_NAME: dict[str, Callable[[Any, Call], Any]] = {
     "to_container": DataFileHandlers.omegaconf,
     "to_object": DataFileHandlers.omegaconf,
     "structured": DataFileHandlers.omegaconf,
+    "from_cli": DataFileHandlers.omegaconf_dotlist,
+    "from_dotlist": DataFileHandlers.omegaconf_dotlist,
 }

@@ -134,6 +134,39 @@ class LanguageHandlers:
         base = next((a for a in vals if a.source != "literal"), vals[0])
         return Const(value, weakest(*(a.source for a in vals)), base.line, base.chain, base.file)
 
+    def module_attribute(self, it: Any, qual: str, attr: str, node: Any) -> Any:
+        """math.pi / math.e / math.inf: the constants (then the other handlers' module attributes)."""
+        import math
+
+        if qual == "math" and attr in _MATH_CONSTANTS:
+            return it.const(getattr(math, attr), node, "constant", (f"math.{attr}",))
+        return super().module_attribute(it, qual, attr, node)
+
+    def math_call(self, c: Call) -> Any:
+        """math.ceil / floor / sqrt / log2 / ... of known numbers: the number (`math.ceil(h * math.pi / 64) * 64`)."""
+        import math
+
+        nums = [a for a in c.args if isinstance(a, Const) and isinstance(a.value, (int, float)) and not isinstance(a.value, bool)]
+        if len(nums) != len(c.args) or not nums or c.kwargs:
+            return Unknown(f"the result of {c.qual}()")
+        try:
+            value = getattr(math, c.name)(*(a.value for a in nums))
+        except (ValueError, OverflowError, TypeError):
+            return Unknown(f"the result of {c.qual}()")
+        base = next((a for a in nums if a.source != "literal"), nums[0])
+        shown = ", ".join(repr(a.value) for a in nums)
+        return Const(value, weakest(*(a.source for a in nums)), base.line or c.line,
+                     base.chain + (f"{c.qual}({shown}) = {value!r}",), base.file)
+
+    def sys_path(self, c: Call) -> Any:
+        """sys.path.append(folder) / sys.path.insert(i, folder) with a known folder: the script's imports are
+        found there too (a research script that puts its repository's root on the path)."""
+        folder = c.arg(1 if c.name == "insert" else 0)
+        if isinstance(folder, Const) and isinstance(folder.value, str) and folder.value:
+            first = c.name == "insert" and isinstance(c.arg(0), Const) and c.arg(0).value == 0
+            c.it.add_import_root(folder.value, first)
+        return Const(None, "literal", c.line)
+
     def builtin(self, it: Any, name: str, args: list, kwargs: dict, line: int | None) -> Any:
         if name == "getattr" and len(args) >= 2:
             return self._getattr_builtin(it, args)
@@ -393,8 +426,14 @@ def _hashable(v: Any) -> bool:
 
 
 # the library calls this module answers, by qualified name (handlers/__init__.py merges the tables)
+_MATH_CONSTANTS = ("pi", "e", "tau", "inf")
+_MATH_FUNCTIONS = ("ceil", "floor", "trunc", "sqrt", "isqrt", "exp", "log", "log2", "log10", "pow", "gcd", "lcm", "fabs")
+
 QUALIFIED: dict[str, Callable[[Any, Call], Any]] = {
+    **{f"math.{name}": LanguageHandlers.math_call for name in _MATH_FUNCTIONS},
     "typing.cast": LanguageHandlers.cast,
+    "sys.path.append": LanguageHandlers.sys_path,
+    "sys.path.insert": LanguageHandlers.sys_path,
     "dataclasses.asdict": LanguageHandlers.asdict,
     "ast.literal_eval": LanguageHandlers.literal_eval,
     "typing_extensions.cast": LanguageHandlers.cast,

@@ -12,7 +12,7 @@ from typing import Any, Callable
 from memlint.extract import custom_model
 from memlint.extract.interp import BoundUnknown
 from memlint.extract.objects import (
-    Autocast, AutocastCall, DataLoader, GradHook, Instance, Model, OpenFile, RandomOffsets, Scaler, TokenizerCall,
+    Autocast, AutocastCall, DataLoader, GradHook, Instance, Model, Obj, OpenFile, RandomOffsets, Scaler, TokenizerCall,
 )
 from memlint.extract.values import Class, Const, Func, Seq, Unknown
 from memlint.extract.handlers.common import Call
@@ -41,7 +41,22 @@ class LoopHandlers:
     """torch and the script's own loop."""
 
     def dataloader(self, c: Call) -> Any:
-        return c.new(DataLoader, "torch.utils.data.DataLoader", ("dataset", "batch_size"))
+        dl = c.new(DataLoader, "torch.utils.data.DataLoader", ("dataset", "batch_size"))
+        sampler = dl.kwargs.get("batch_sampler")
+        if "batch_size" not in dl.kwargs and isinstance(sampler, (Instance, Obj)):
+            # DataLoader(ds, batch_sampler=S): S yields the batches; a BatchSampler, or the script's own sampler
+            # class, keeps their size as its batch_size (torch's BatchSampler attribute)
+            n = sampler.get("batch_size")
+            if isinstance(n, Const):
+                dl.kwargs["batch_size"] = n.with_value(n.value, f"DataLoader(batch_sampler={sampler.cls.rsplit('.', 1)[-1]}(...)) "
+                                                                f"(line {c.line}): its batch_size")
+        return dl
+
+    def batch_sampler(self, c: Call) -> Any:
+        """torch.utils.data.BatchSampler(sampler, batch_size, drop_last)."""
+        if c.head != "torch":
+            return Unknown(f"the result of {c.qual}()")
+        return Obj(c.qual, c.line or 0, {**dict(zip(("sampler", "batch_size", "drop_last"), c.args)), **c.kwargs})
 
     def scaler(self, c: Call) -> Any:
         c.it.facts.scalers.append(c.line)
@@ -65,6 +80,25 @@ class LoopHandlers:
         if size is None:
             return Unknown("random integers")
         return RandomOffsets(size, c.line)
+
+    def signature(self, c: Call) -> Any:
+        """inspect.signature(torch.optim.AdamW): its parameters at the version the checkout pins (or the installed
+        one), so `'fused' in inspect.signature(torch.optim.AdamW).parameters` (a probe of the library) is decided."""
+        from memlint.extract.objects import Namespace
+        from memlint.extract.values import Ref
+        from memlint.library import api
+        from memlint.library.versions import in_range, installed_version, shown_version
+
+        f = c.arg(0, "obj")
+        known = api.signature_keywords(f.qual) if type(f) is Ref else None
+        if known is None:
+            return Unknown("the signature of a callable memlint does not know")
+        package, keywords, ref = known
+        version = installed_version(package)
+        names = tuple(k for k, spec in keywords.items() if in_range(version, spec))
+        why = f"inspect.signature({f.qual}): its parameters in {shown_version(package)}" + (f" ({ref})" if ref else "")
+        params = Const(names, "library-default", c.line, (why,), c.it.cur_file())
+        return Namespace("inspect.Signature", c.line or 0, {"parameters": params}, {}, False)
 
     def bf16_supported(self, c: Call) -> Any:
         return Unknown("whether the GPU supports bf16 (hardware)")
@@ -144,12 +178,14 @@ def _steps_an_optimizer(fn: Any) -> bool | None:
 QUALIFIED: dict[str, Callable[[Any, Call], Any]] = {
     "torch.randint": LoopHandlers.random_offsets,
     "numpy.random.randint": LoopHandlers.random_offsets,
+    "inspect.signature": LoopHandlers.signature,
 }
 
 
 # the library calls this module answers, by last component (handlers/__init__.py merges the tables)
 BY_NAME: dict[str, Callable[[Any, Call], Any]] = {
     "DataLoader": LoopHandlers.dataloader,
+    "BatchSampler": LoopHandlers.batch_sampler,
     "autocast": LoopHandlers.autocast,
     "GradScaler": LoopHandlers.scaler,
     "is_bfloat16_supported": LoopHandlers.bf16_supported,

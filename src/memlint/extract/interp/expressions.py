@@ -227,6 +227,7 @@ class Expressions:
     def slice_of(self, base: Any, node: cst.Subscript, env: Env) -> Any:
         """seq[a:b] over a known sequence or string with constant bounds."""
         sl = node.slice[0].slice
+        self.stream_block_idiom(sl, env)
         bounds = self._slice_bounds(sl, env)
         if bounds is None:
             return Unknown("a slice with unknown bounds")

@@ -11,7 +11,7 @@ from typing import Any
 import libcst as cst
 from memlint.extract.interp.scope import Env
 from memlint.extract.interp.syntax import _walk
-from memlint.extract.objects import Chunking, RandomOffsets, Window
+from memlint.extract.objects import Chunking, MicroSlice, RandomOffsets, Window
 from memlint.extract.values import Alts, Const, Unknown
 from memlint.library import api
 
@@ -48,13 +48,35 @@ class Idioms:
         """N of `for i in range(N): ... loss.backward()` with no optimizer step inside: a loop over
         micro-batches whose gradients the step after it applies at once (gradient accumulation)."""
         if not (isinstance(node, cst.For) and isinstance(node.iter, cst.Call) and self.dotted(node.iter.func) == "range"
-                and len(node.iter.args) == 1):
+                and len(node.iter.args) in (1, 3)):
             return None
         called = {n.func.attr.value for n in _walk(node.body) if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)}
         if "backward" not in called or "step" in called:
             return None
+        if len(node.iter.args) == 3:
+            return self.micro_slice_count(node, env)
         n = self.ev(node.iter.args[0].value, env)
         return n if isinstance(n, (Const, Alts)) else None
+
+    def micro_slice_count(self, node: cst.For, env: Env) -> Any:
+        """`for i in range(0, len(rows), micro_batch_size): ... loss.backward()` then one step: micro-batches of k rows
+        (the step named as a batch size), ceil(n / k) of them (unknown when n is)."""
+        start, total, step = (a.value for a in node.iter.args)
+        name = step.value if isinstance(step, cst.Name) else step.attr.value if isinstance(step, cst.Attribute) else \
+            step.slice[-1].slice.value.evaluated_value if isinstance(step, cst.Subscript) and isinstance(
+                getattr(step.slice[-1].slice, "value", None), cst.SimpleString) else None
+        if not (isinstance(start, cst.Integer) and start.value == "0" and isinstance(name, str)
+                and _named_in(name, api.batch_size_names())):
+            return None
+        rows, n = self.ev(step, env), self.ev(total, env)
+        how = f"`for ... in {self.code(node.iter)}` cuts the batch into micro-batches of {self.code(step)} rows, a backward each"
+        self.facts.micro_slices.append(MicroSlice(rows, self.line_of(node), how))
+        if isinstance(rows, Const) and isinstance(n, Const) and isinstance(rows.value, int) and isinstance(n.value, int) \
+                and rows.value > 0 and n.value > 0:  # an empty list here is one the loop fills as it runs
+            count = -(-n.value // rows.value)
+            return n.with_value(count, f"ceil({n.value} / {rows.value}) = {count} micro-batches before the step")
+        return Unknown(f"the number of micro-batches `for ... in {self.code(node.iter)}` runs before the optimizer step "
+                       f"(line {self.line_of(node)})")
 
     def batch_yield_idiom(self, node: cst.If, env: Env) -> None:
         """`if len(batch) == n: yield collate(batch)` (or >= n): a generator that yields whole batches of n."""
@@ -134,6 +156,8 @@ class Idioms:
         """`len(ids)`, `x.size(-1)`, `x.shape[1]`, or a name bound to one (`l = x.size(-1)`)."""
         if isinstance(node, cst.Name) and node.value in self.pad_counts:
             node = self.pad_counts[node.value]
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
+            return False  # `k - len(x) % k`: up to the next multiple of k (a reshape), no common length
         code = self.code(node)
         return "len(" in code or "size" in code or "shape" in code
 
@@ -202,6 +226,29 @@ class Idioms:
         if hit is not None:
             self.facts.chunking.append(Chunking(self.ev(step, env), self.line_of(hit[0])))
 
+    def stream_block_idiom(self, sl: cst.Slice, env: Env) -> None:
+        """`buf = tokens[pos : pos + B * T + 1]` then `buf[:-1].view(B, T)` (or .reshape) in the same function:
+        a micro-batch of B rows of T tokens cut contiguously from one token stream (packed, no padding)."""
+        if sl.lower is None or sl.step is not None or not isinstance(sl.upper, cst.BinaryOperation):
+            return
+        terms: list = []
+        _add_terms(sl.upper, terms)
+        lower = self.code(sl.lower)
+        rest = [t for t in terms if self.code(t) != lower and not isinstance(t, cst.Integer)]
+        if len(rest) != 1 or len(rest) == len(terms) or not (isinstance(rest[0], cst.BinaryOperation)
+                                                             and isinstance(rest[0].operator, cst.Multiply)):
+            return
+        rows, size = self.code(rest[0].left), self.code(rest[0].right)
+        scope = self.stack[-1].node if self.stack else None
+        for sub in _walk(scope) if scope is not None else ():
+            if isinstance(sub, cst.Call) and isinstance(sub.func, cst.Attribute) and sub.func.attr.value in ("view", "reshape") \
+                    and len(sub.args) == 2 and [self.code(a.value) for a in sub.args] == [rows, size]:
+                self.facts.windows.append(Window(
+                    self.ev(rest[0].left, env), self.ev(rest[0].right, env), self.line_of(sub),
+                    f"a contiguous block of one token stream cut into rows: [{lower} : {self.code(sl.upper)}]"
+                    f" then .{sub.func.attr.value}({rows}, {size})"))
+                return
+
     def _offset_slice(self, elt: cst.CSTNode, var: str, n: str | None = None) -> tuple[cst.Subscript, cst.CSTNode] | None:
         """The first `x[var : var + n]` in `elt` (n written as `n` when given): (the subscript, n)."""
         for sub in _walk(elt):
@@ -212,6 +259,15 @@ class Idioms:
                         and (n is None or self.code(sl.upper.right) == n)):
                     return sub, sl.upper.right
         return None
+
+
+def _add_terms(node: cst.CSTNode, out: list) -> None:
+    """The terms of a sum `a + b + c`, in order."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+        _add_terms(node.left, out)
+        _add_terms(node.right, out)
+    else:
+        out.append(node)
 
 
 def _length_name(name: str) -> bool:

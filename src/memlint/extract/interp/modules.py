@@ -26,7 +26,8 @@ class ModuleFiles:
         if getattr(self, "_roots", None) is None:
             roots = [self.dir]
             if self.launch is not None and self.launch.module:
-                roots.append(Path.cwd())
+                roots.append(Path.cwd())  # `python -m pkg.mod` puts the working directory on sys.path
+            own = list(roots)  # what Python's sys.path holds with no checkout around
             cur = self.dir.absolute()  # a relative "." has no parent to walk up to
             for _ in range(8):
                 if any((cur / m).exists() for m in _CHECKOUT_MARKERS):
@@ -37,15 +38,26 @@ class ModuleFiles:
                 cur = cur.parent
                 roots.append(cur)
             else:
-                roots = [self.dir]
-            if len(roots) > 1 and not any((r / m).exists() for r in roots for m in _CHECKOUT_MARKERS):
-                # no checkout around the script: only its own folder, and the folder `python -m pkg.mod` runs in
-                # (Python's sys.path[0] for -m, whatever marks the checkout)
-                roots = [self.dir, *([Path.cwd()] if self.launch is not None and self.launch.module else [])]
+                roots = own
+            if len(roots) > len(own) and not any((r / m).exists() for r in roots for m in _CHECKOUT_MARKERS):
+                roots = own  # no checkout around the script: only its own folder (and a module run's directory)
             from memlint.files import allowed
 
             self._roots = [r for r in dict.fromkeys(roots) if allowed(r)]  # never a folder outside the checked root
         return self._roots
+
+    def add_import_root(self, folder: str, first: bool) -> bool:
+        """`sys.path.append(folder)` / `sys.path.insert(0, folder)`: imports are found there too, when the folder is
+        inside the checked root (a relative folder is read from the working directory, as Python does)."""
+        from memlint.files import allowed
+
+        p = Path(folder)
+        p = (p if p.is_absolute() else Path.cwd() / p).resolve()
+        if not p.is_dir() or not allowed(p):
+            return False
+        roots = [r for r in self.import_roots() if r.resolve() != p]
+        self._roots = [p, *roots] if first else [*roots, p]
+        return True
 
     def find_module(self, dotted: str, level: int, origin: Path | None = None) -> Path | None:
         """The file `import dotted` (with `level` leading dots) finds in the checkout; a relative one from the module
