@@ -752,3 +752,36 @@ def test_a_file_the_notebook_writes_and_launches_is_read_from_its_cell(tmp_path,
     assert plan.get("per_device_batch").value == 3 and plan.get("num_gpus").value == 2
     assert plan.get("max_length").value == 512  # trl 0.12's max_seq_length, as the notebook installs it
     assert any(p.package == "trl" and p.version == "0.12.0" for p in plan.versions)
+
+
+def test_a_script_run_by_bash_c_is_read_as_the_launchers_own_lines(tmp_path, monkeypatch):
+    """`srun ... bash -c "…"` (a SLURM job's step, a container's command): the quoted string is a script; its
+    variables (\\$X escaped inside double quotes) and its launch are read, line numbers kept."""
+    sh = '''#!/bin/bash
+#SBATCH --gres=gpu:4
+setup() {
+    echo "on $(hostname)"
+}
+export -f setup
+srun --nodes=1 --ntasks-per-node=1 bash -c "
+setup
+export MODEL=Qwen/Qwen2.5-0.5B
+torchrun --nproc_per_node 4 \\
+    train.py --model_name_or_path \\$MODEL --per_device_train_batch_size 2
+python -m eval.run --model \\$MODEL
+"
+sh -c 'python train.py --model_name_or_path gpt2'
+'''
+    _write(tmp_path, {"run.sh": sh, "train.py": _HF_ARGS_TRAIN})
+    monkeypatch.chdir(tmp_path)
+    got = launches(tmp_path / "run.sh", "run.sh")
+    assert [(g.launcher, g.line) for g in got if g.script == "train.py"] == [("torchrun", 10), ("python", 14)]
+    tr = got[0]
+    assert tr.processes == 4 and tr.argv[:2] == ("--model_name_or_path", "Qwen/Qwen2.5-0.5B")
+
+
+def test_an_unclosed_bash_c_string_leaves_the_launcher_as_it_was(tmp_path, monkeypatch):
+    sh = 'python train.py --model_name_or_path gpt2\nbash -c "python train.py\n'
+    _write(tmp_path, {"run.sh": sh, "train.py": _HF_ARGS_TRAIN})
+    monkeypatch.chdir(tmp_path)
+    assert [g.line for g in launches(tmp_path / "run.sh", "run.sh")][:1] == [1]

@@ -126,6 +126,36 @@ def _open_array(line: str) -> bool:
     return True
 
 
+_SHELL_C = re.compile(r"""(?m)^([^#\n]*?)(?<![\w-])(?:ba|z)?sh\s+-c\s+(["'])""")
+
+
+def _inline_scripts(text: str) -> str:
+    """`srun ... bash -c "…"` / `sh -c '…'`: the quoted string is a script of its own, run where it stands; its
+    lines take the place of the command (line numbers kept: the quoted text keeps its newlines), with the escapes
+    a double-quoted string undoes (`\\$X` is `$X` inside). An unclosed quote leaves the text as it is."""
+    out, pos = [], 0
+    for _ in range(64):
+        m = _SHELL_C.search(text, pos)
+        if m is None:
+            break
+        quote, i = m.group(2), m.end()
+        body = []
+        while i < len(text) and text[i] != quote:
+            if quote == '"' and text[i] == "\\" and i + 1 < len(text) and text[i + 1] in '$`"\\':
+                body.append(text[i + 1])
+                i += 2
+                continue
+            body.append(text[i])
+            i += 1
+        if i >= len(text):
+            break
+        out.append(text[pos:m.start()])
+        out.append("".join(body))
+        pos = i + 1
+    out.append(text[pos:])
+    return "".join(out)
+
+
 def _open_quote(line: str) -> bool:
     """Whether `line` ends inside a quoted string (outside a comment)."""
     q = None
@@ -504,7 +534,7 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
     cwd: str | None = None  # where standalone `cd DIR` lines have moved the launcher
     scripts: dict[str, str] | None = None  # the checkout's console scripts, read on the first line that may run one
     exported: set[str] = set(env0 or ())  # variables the commands inherit: the caller's, `export X=...`
-    lines = _recipe_lines(text, make, env) if is_make else _logical_lines(text)
+    lines = _recipe_lines(text, make, env) if is_make else _logical_lines(_inline_scripts(text))
     branches: list[list[bool | None]] = []  # the open `if` blocks: [this branch runs, an earlier branch ran]
     deadline = Deadline(MAX_SHELL_SECONDS)
     for line_no, line, flag_lines in lines:
