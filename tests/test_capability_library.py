@@ -741,3 +741,26 @@ def test_a_class_of_a_foreign_package_is_not_the_hugging_face_class_of_its_name(
     root = _write(tmp_path / "b", {"train.py": src.format(pkg="transformers")})
     plan = _plan(root, "python train.py", monkeypatch)
     assert plan.get("trainer").value == "Trainer" and plan.get("per_device_batch").value == 2
+
+
+# ---- a per-device batch that counts prompts, by version ----------------------------------------------------------
+
+_GRPO = '''
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM
+    from trl import GRPOConfig, GRPOTrainer
+
+    model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+    args = GRPOConfig("out", per_device_train_batch_size=4, {GEN}max_prompt_length=128, max_completion_length=64)
+    GRPOTrainer(model=model, reward_funcs=[len], args=args).train()
+'''
+
+
+def test_grpo_at_trl_0_14_counts_prompts_each_sampled_num_generations_times(tmp_path, monkeypatch):
+    for trl, gen, want in (("0.14.0", "num_generations=6, ", 24), ("0.14.0", "", 32), ("0.15.2", "num_generations=2, ", 4)):
+        root = _write(tmp_path / f"{trl}{gen[:18]}", {"requirements.txt": f"trl=={trl}\n",
+                                                      "train.py": _GRPO.replace("{GEN}", gen)})
+        plan = _plan(root, "python train.py", monkeypatch)
+        pdb = plan.get("per_device_batch")
+        assert pdb.value == want, (trl, gen, pdb)
+        assert ("counts prompts" in " ".join(pdb.chain)) is (trl == "0.14.0")

@@ -209,6 +209,18 @@ def trainer_by_arguments(base: str, declares) -> tuple[str, str] | None:
     return None
 
 
+def prompt_batches(trainer: str) -> Mapping[str, Any] | None:
+    """The rule (data/library_api.json prompt_batches) under which `trainer`'s per_device_train_batch_size counts
+    prompts, each sampled `times` times into the micro-batch, when the version read is in its range; else None."""
+    from memlint.library.versions import in_range, installed_version
+
+    entry = _doc()["prompt_batches"]["trainers"].get(trainer.rsplit(".", 1)[-1])
+    if entry is None:
+        return None
+    version = installed_version(entry["package"])
+    return entry if version is not None and in_range(version, entry["versions"]) else None
+
+
 def run_time_rewrites(trainer: str, loader: str) -> list[Mapping[str, Any]]:
     """The argument rewrites (data/library_api.json run_time_rewrites) a run of `trainer` over a model from
     `loader` gets when it starts (unsloth's GRPO batch: per_device_train_batch_size <- num_generations)."""

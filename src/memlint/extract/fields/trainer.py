@@ -63,6 +63,7 @@ class TrainerFields:
         self.put("per_device_batch", each("per_device_train_batch_size", "per_gpu_train_batch_size"), _int, line)
         if unsloth:
             self.run_time_rewrites(name, "unsloth", arg_objs, each)
+        self.prompt_batch(name, each)
         self.put("eval_batch", each("per_device_eval_batch_size", "per_gpu_eval_batch_size"), _int, line)
         self.put("grad_accum", each("gradient_accumulation_steps"), _int, line)
         # torch_compile=True: the Trainer compiles the model, whose forward computes the loss from the logits
@@ -104,6 +105,24 @@ class TrainerFields:
             return trainer
         self.fields["trainer"] = Value(read[0], "literal", Span(self.path, trainer.line), (f"{how}; {read[1]}",))
         return replace(trainer, cls=read[0])
+
+    def prompt_batch(self, trainer: str, each: Callable) -> None:
+        """A trainer whose per_device_train_batch_size counts prompts at the version read (TRL 0.14's GRPO): the
+        micro-batch the step runs is that many prompts × their samples (data/library_api.json prompt_batches)."""
+        rule = api.prompt_batches(trainer)
+        was = self.fields.get("per_device_batch")
+        if rule is None or was is None or not was.known or not isinstance(was.value, int):
+            return
+        times = each(rule["times"])
+        if not (isinstance(times, Const) and isinstance(times.value, int) and times.value > 0):
+            self.fields["per_device_batch"] = Value(None, "unknown", was.span, (
+                *was.chain, f"{was.value} prompts × {rule['times']}, which memlint cannot read ({rule['ref']})"))
+            return
+        from memlint.library.versions import shown_version
+
+        why = (f"{trainer} at {rule['package']} {shown_version(rule['package'])} counts prompts: {was.value} prompts × "
+               f"{rule['times']} {times.value} = {was.value * times.value} sequences per micro-batch ({rule['ref']})")
+        self.fields["per_device_batch"] = Value(was.value * times.value, was.source, was.span, (*was.chain, why))
 
     def run_time_rewrites(self, trainer: str, loader: str, arg_objs: list, each: Callable) -> None:
         """Arguments the library rewrites as the run starts (data/library_api.json run_time_rewrites): unsloth's GRPO
