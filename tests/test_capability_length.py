@@ -754,3 +754,51 @@ def test_a_dataset_mapped_without_a_tokenizer_is_tokenized_by_sft(tmp_path, monk
     monkeypatch.chdir(root)
     plan = extract_file(root / "train.py")
     assert plan.fields["max_length"].value == 1024  # SFTTrainer's max_seq_length default at 0.8.6
+
+
+_SKIP_PREPARE = '''from datasets import load_dataset
+from transformers import AutoModelForCausalLM, AutoProcessor
+from trl import SFTConfig, SFTTrainer
+
+processor = None
+
+
+def collate_fn(examples):
+    texts = [processor.apply_chat_template(e["messages"], tokenize=False) for e in examples]
+    batch = processor(text=texts, return_tensors="pt", padding=True{TRUNC})
+    batch["labels"] = batch["input_ids"].clone()
+    return batch
+
+
+def main():
+    global processor
+    processor = AutoProcessor.from_pretrained("Qwen/Qwen2-VL-2B-Instruct")
+    model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+    args = SFTConfig("out", per_device_train_batch_size=4, packing=True, max_seq_length=4096)
+    args.dataset_kwargs = {"skip_prepare_dataset": True}
+    SFTTrainer(model=model, args=args, train_dataset=load_dataset("x")["train"], data_collator=collate_fn).train()
+
+
+main()
+'''
+
+
+def test_sft_told_to_skip_preparing_the_dataset_takes_the_collators_batches(tmp_path, monkeypatch):
+    """dataset_kwargs={"skip_prepare_dataset": True}: SFTTrainer neither packs nor truncates; the script's collate
+    function (its processor, bound by a `global` statement) pads each batch; with no truncation the longest sample
+    decides, and with one the call's max_length does."""
+    root = _write(tmp_path / "a", {"requirements.txt": "trl==0.14.0\n", "train.py": _SKIP_PREPARE.replace("{TRUNC}", "")})
+    monkeypatch.chdir(root)
+    plan = extract_file(root / "train.py")
+    assert _get(plan, "packing", "padding") == {"packing": False, "padding": "longest"}
+    ml = plan.fields["max_length"]
+    assert ml.source == "unknown" and "no truncation" in " ".join(ml.chain)
+    root = _write(tmp_path / "b", {"requirements.txt": "trl==0.14.0\n",
+                                   "train.py": _SKIP_PREPARE.replace("{TRUNC}", ", truncation=True, max_length=1024")})
+    monkeypatch.chdir(root)
+    assert _get(extract_file(root / "train.py"), "max_length", "packing") == {"max_length": 1024, "packing": False}
+    root = _write(tmp_path / "c", {"requirements.txt": "trl==0.14.0\n",
+                                   "train.py": _SKIP_PREPARE.replace("{TRUNC}", "").replace(
+                                       '    args.dataset_kwargs = {"skip_prepare_dataset": True}\n', "")})
+    monkeypatch.chdir(root)
+    assert _get(extract_file(root / "train.py"), "max_length", "packing") == {"max_length": 4096, "packing": True}

@@ -310,6 +310,22 @@ def pretokenized_as_is(trainer: str | None) -> tuple[bool, str] | None:
                    f"({entry['ref']})")
 
 
+def skips_preparation(trainer: str | None) -> str | None:
+    """Why `trainer` given dataset_kwargs={'skip_prepare_dataset': True} leaves the dataset to the script's collator
+    at the version read (data/library_api.json pretokenized.skip_prepare); None when it has no such switch there."""
+    from memlint.library.versions import in_range, installed_version, shown_version
+
+    name = (trainer or "").rsplit(".", 1)[-1]
+    entry = _doc()["pretokenized"]["skip_prepare"].get(name)
+    if entry is None:
+        return None
+    version = installed_version(entry["package"])
+    if version is not None and not in_range(version, entry["versions"]):
+        return None
+    at = shown_version(entry["package"]) if version else f"the newest {entry['package']}"
+    return f"{name} at {at} does not prepare a dataset given skip_prepare_dataset ({entry['ref']})"
+
+
 def quantize_on_load(method: str) -> tuple[bool, str]:
     """Whether the installed transformers quantizes a `method` config (hqq) in from_pretrained, and why."""
     from memlint.library.versions import in_range, installed_version, shown_version

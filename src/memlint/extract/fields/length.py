@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from memlint.extract.objects import Collator, DataLoader, Dataset, Obj, field_value
-from memlint.extract.values import Alts, Const, Unknown, flatten
+from memlint.extract.values import Alts, Const, Dict, Unknown, flatten
 from memlint.library import api
 from memlint.library.defaults import default as library_default
 from memlint.plan import Span, Value
@@ -50,6 +50,10 @@ class LengthFields:
         name = trainer.cls
         line = arg_objs[0].line if arg_objs else trainer.line
         data = api.trainer(name).data if api.trainer(name) is not None else "collator"
+        skipped = self.skipped_preparation(trainer, arg_objs, name) if data == "sft" else None
+        if skipped is not None:  # dataset_kwargs skip_prepare_dataset: the script's collator makes the batches
+            data = "collator"
+            self.put("packing", Const(False, "literal", skipped.line, (skipped.why,)), _bool, line)
         if data == "sft" or (name in ("Trainer",) and unsloth and arg_objs and arg_objs[0].cls == "trl.SFTConfig"):
             packs, lengths = [], []
 
@@ -121,6 +125,21 @@ class LengthFields:
             own = self.args_length_field(arg_objs or [])
             if own is not None:
                 self.put("max_length", own, _length, line)
+
+    @staticmethod
+    def skipped_preparation(trainer: Obj, arg_objs: list[Obj] | None, name: str) -> Unknown | None:
+        """dataset_kwargs={"skip_prepare_dataset": True} (the trainer's keyword or its config's field, set after
+        construction too) at a version that honours it: why, as an Unknown (its line); None otherwise."""
+        for holder in [trainer, *(arg_objs or [])]:
+            kw = holder.get("dataset_kwargs")
+            if not isinstance(kw, Dict):
+                continue
+            flag = kw.items.get("skip_prepare_dataset")
+            if isinstance(flag, Const) and flag.value is True:
+                why = api.skips_preparation(name)
+                if why is not None:
+                    return Unknown(why, flag.line)
+        return None
 
     @staticmethod
     def pretokenized(trainer: Obj, name: str, line: int | None) -> tuple[Any, Any] | None:
@@ -298,6 +317,11 @@ class LengthFields:
             # no length read (none, or only calls whose max_length memlint cannot follow, such as a helper's
             # `max_length=tokenizer.model_max_length` of a tokenizer parameter): the script's own length argument
             lengths = self.length_argument() or self.companion_length() or lengths
+        if not lengths and calls and all(_untruncated(kw) for kw, _, _, method in calls if method != "pad"):
+            # every call that tokenizes pads but truncates nothing (`processor(text=..., padding=True)`): no cap
+            at = ", ".join(str(cl) for _, cl, _, m in calls if cl and m != "pad")
+            lengths = [Const(None, "literal", calls[0][1], (f"the tokenizer call at line {at} truncates nothing "
+                                                             "(no truncation, no max_length): the longest sample decides",))]
         self.put("max_length", _alts(lengths) if lengths else Unknown("no max_length in tokenizer calls or collators"), _length, line)
 
     def companion_length(self) -> list:
@@ -322,6 +346,12 @@ class LengthFields:
                        "memlint did not follow the data pipeline that applies it (truncation or a length filter)")
                 return [Const(v.value, v.source, v.line, v.chain + (why,), v.file)]
         return []
+
+
+def _untruncated(kw: dict) -> bool:
+    """A tokenizer call that neither truncates nor names a max_length (truncation absent or False)."""
+    trunc = kw.get("truncation")
+    return "max_length" not in kw and (trunc is None or (isinstance(trunc, Const) and trunc.value in (False, None)))
 
 
 def _call_lengths(kw: dict, kind: str | None, tok: Any, method: str) -> list:

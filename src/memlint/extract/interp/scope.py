@@ -18,11 +18,21 @@ SPREAD = "**"  # kwargs key of the objects a call spreads with **vars(obj)
 class Env:
     """One scope's names; lookups fall back to the enclosing scope."""
 
-    __slots__ = ("vars", "parent")
+    __slots__ = ("vars", "parent", "global_names")
 
     def __init__(self, parent: "Env | None" = None) -> None:
         self.vars: dict[str, Any] = {}
         self.parent = parent
+        self.global_names: frozenset[str] = frozenset()  # `global x` in this function: x is bound at module level
+
+    def binding(self, name: str) -> "Env":
+        """The scope an assignment to `name` binds in: the module's for a name this function declared global."""
+        if name not in self.global_names:
+            return self
+        env = self
+        while env.parent is not None:
+            env = env.parent
+        return env
 
     def lookup(self, name: str) -> Any:
         env: Env | None = self

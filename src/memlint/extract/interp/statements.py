@@ -82,6 +82,8 @@ class Statements:
             return True
         elif isinstance(node, (cst.Continue, cst.Break)):
             return True
+        elif isinstance(node, cst.Global):  # `global processor`: its assignments here bind the module's name
+            env.global_names = env.global_names | {n.name.value for n in node.names}
         elif isinstance(node, cst.Import):
             self.do_import(node, env)
         elif isinstance(node, cst.ImportFrom):
@@ -299,7 +301,7 @@ class Statements:
                 value = Ref(value.qual, self.line_of(stmt), "constant")
             elif isinstance(value, (Const, Seq, Dict)):
                 value = _named(value, f"{target.value} = {self.code(stmt.value) if getattr(stmt, 'value', None) is not None else '…'} (line {self.line_of(stmt)})")
-            env.vars[target.value] = value
+            env.binding(target.value).vars[target.value] = value
         elif isinstance(target, (cst.Tuple, cst.List)):
             elts = target.elements
             star = next((i for i, e in enumerate(elts) if isinstance(e, cst.StarredElement)), None)
