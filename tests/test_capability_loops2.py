@@ -164,3 +164,95 @@ def test_deepspeed_include_list_from_a_shell_variable_is_the_users_environment(t
     assert "num_gpus" not in plan.fields or plan.fields["num_gpus"].value is None
     plan = _command(root, monkeypatch, "deepspeed", "--include", "localhost:0,1", "train.py")
     assert plan.fields["num_gpus"].value == 2
+
+
+_HOOK_OPT = '''import torch
+from torch.optim import Optimizer
+
+
+class FusedSGD(Optimizer):
+    def __init__(self, model, lr=1e-3):
+        self.model = model
+        self.lr = lr
+        for n, p in self.model.named_parameters():
+            if p.requires_grad:
+                p.register_hook(self.update)
+        super().__init__(self.model.parameters(), dict(lr=lr))
+
+    def update(self, grad):
+        with torch.no_grad():
+            for n, p in self.model.named_parameters():
+                if p.grad is not None:
+                    g = p.grad.to(torch.float32)
+                    p.grad = None
+                    w = p.data.to(torch.float32)
+                    w.add_(g, alpha=-self.lr)
+                    p.data.copy_(w){extra}
+        return grad
+
+    def fused_backward(self, loss, lr):
+        self.lr = lr
+        loss.backward()
+        self.update(0)
+'''
+
+_ENGINE_LOOP = '''import deepspeed
+import torch
+from transformers import AutoModelForCausalLM
+from hookopt import FusedSGD
+
+
+class Runner:
+    def __init__(self, model, cfg):
+        self.engine, _, _, _ = deepspeed.initialize(config=cfg, model=model)
+        self.opt = FusedSGD(model, 0.01)
+
+    def train(self, loader):
+        for batch in loader:
+            loss = self.engine(**batch).loss
+            self.opt.fused_backward(loss, 0.01)
+
+
+model = AutoModelForCausalLM.from_pretrained("acme/tiny-lm")
+loader = torch.utils.data.DataLoader(range(10), batch_size=4)
+Runner(model, "ds.json").train(loader)
+'''
+
+_DS = {"fp16": {"enabled": True}, "zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 2,
+       "gradient_accumulation_steps": 1}
+
+
+def test_stateless_hook_optimizer_beside_an_engine_without_optimizer(tmp_path):
+    root = _write(tmp_path, {"hookopt.py": _HOOK_OPT.format(extra=""), "train.py": _ENGINE_LOOP,
+                             "ds.json": json.dumps(_DS)})
+    plan = extract_file(root / "train.py")
+    assert _get(plan, "optimizer", "trainer", "distributed", "per_device_batch", "grad_accum") == {
+        "optimizer": "lomo", "trainer": "custom-loop", "distributed": "zero3", "per_device_batch": 4, "grad_accum": 1}
+    assert any("register_hook" in c for c in plan.fields["optimizer"].chain)
+
+
+def test_a_hook_optimizer_that_keeps_state_is_not_read_as_stateless(tmp_path):
+    extra = "\n                    self.buf = torch.zeros_like(w)"
+    root = _write(tmp_path, {"hookopt.py": _HOOK_OPT.format(extra=extra), "train.py": _ENGINE_LOOP,
+                             "ds.json": json.dumps(_DS)})
+    plan = extract_file(root / "train.py")
+    assert plan.fields["optimizer"].value != "lomo"
+    # the engine still runs the step's bookkeeping: a loop over an engine, its optimizer unknown
+    assert plan.fields["trainer"].value == "deepspeed-engine"
+
+
+def test_an_engine_given_its_optimizer_stays_the_engines_loop(tmp_path):
+    src = _ENGINE_LOOP.replace("deepspeed.initialize(config=cfg, model=model)",
+                               "deepspeed.initialize(config=cfg, model=model, optimizer=torch.optim.AdamW(model.parameters()))")
+    root = _write(tmp_path, {"hookopt.py": _HOOK_OPT.format(extra=""), "train.py": src, "ds.json": json.dumps(_DS)})
+    plan = extract_file(root / "train.py")
+    assert _get(plan, "optimizer", "trainer") == {"optimizer": "adamw_torch", "trainer": "deepspeed-engine"}
+
+
+def test_cd_then_a_shell_script_reads_relative_paths_from_that_folder(tmp_path, monkeypatch):
+    run = "deepspeed --include localhost:0 src/train.py\n"
+    src = _ENGINE_LOOP.replace('"ds.json"', '"config/ds.json"')
+    root = _write(tmp_path, {"proj/run.sh": run, "proj/src/train.py": src, "proj/src/hookopt.py": _HOOK_OPT.format(extra=""),
+                             "proj/config/ds.json": json.dumps(_DS)})
+    plan = _command(root, monkeypatch, "cd", "proj", "&&", "bash", "run.sh")
+    assert _get(plan, "distributed", "num_gpus") == {"distributed": "zero3", "num_gpus": 1}

@@ -264,6 +264,13 @@ def kbit_prep(trainer: str | None) -> tuple[bool, str]:
                    f"({'embeddings, norms and lm_head upcast to fp32' if calls else 'no fp32 upcast'}; {entry['ref']})")
 
 
+def hook_optimizer(hook: str) -> str | None:
+    """The optim name of a checkout optimizer class that updates the weights in the parameter hook `hook` it
+    registers and keeps no state (data/library_api.json hook_optimizers)."""
+    v = _doc()["hook_optimizers"].get(hook)
+    return v if isinstance(v, str) and not hook.startswith("_") else None
+
+
 def config_checkpointing() -> str | None:
     """Why a transformers model whose config says gradient_checkpointing=True checkpoints, at the version read
     (data/library_api.json config_checkpointing); None where that version ignores the attribute."""
