@@ -256,3 +256,53 @@ def test_cd_then_a_shell_script_reads_relative_paths_from_that_folder(tmp_path, 
                              "proj/config/ds.json": json.dumps(_DS)})
     plan = _command(root, monkeypatch, "cd", "proj", "&&", "bash", "run.sh")
     assert _get(plan, "distributed", "num_gpus") == {"distributed": "zero3", "num_gpus": 1}
+
+
+_TUNE_CFG = '''model:
+  _component_: torchtune.models.llama3_1.lora_llama3_1_8b
+  lora_attn_modules: ['q_proj', 'v_proj']
+  lora_rank: 8
+  lora_alpha: 16
+tokenizer:
+  _component_: torchtune.models.llama3.llama3_tokenizer
+  path: /tmp/tokenizer.model
+checkpointer:
+  _component_: torchtune.training.FullModelHFCheckpointer
+  checkpoint_dir: /tmp/ckpt
+  checkpoint_files: [a.safetensors]
+  model_type: LLAMA3
+dataset:
+  _component_: torchtune.datasets.alpaca_dataset
+batch_size: 2
+optimizer:
+  _component_: torch.optim.AdamW
+  lr: 3e-4
+loss:
+  _component_: torch.nn.CrossEntropyLoss
+epochs: 1
+gradient_accumulation_steps: 4
+dtype: bf16
+enable_activation_checkpointing: False
+'''
+
+_TUNE_RECIPE = '''import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as Sharded, ShardingStrategy
+
+
+class Recipe:
+    def setup_model(self, model):
+        return {wrap}
+'''
+
+
+def test_tune_run_recipe_file_decides_the_sharding(tmp_path, monkeypatch):
+    for wrap, want in (("Sharded(module=model, sharding_strategy=ShardingStrategy.FULL_SHARD)", "fsdp"),
+                       ("Sharded(model, sharding_strategy=ShardingStrategy.SHARD_GRAD_OP)", "fsdp_shard_grad_op"),
+                       ("model", "none")):
+        root = _write(tmp_path, {"cfg/run.yaml": _TUNE_CFG, "my_recipe.py": _TUNE_RECIPE.format(wrap=wrap)})
+        plan = _command(root, monkeypatch, "tune", "run", "--nproc_per_node", "4", "my_recipe.py", "--config", "cfg/run.yaml")
+        assert plan.fields["distributed"].value == want, wrap
+        assert plan.fields["distributed"].span.path.endswith("my_recipe.py")
+    # a built-in recipe named without a file: the config alone does not say
+    plan = _command(root, monkeypatch, "tune", "run", "lora_finetune_x", "--config", "cfg/run.yaml")
+    assert plan.fields["distributed"].value is None
