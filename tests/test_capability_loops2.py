@@ -306,3 +306,21 @@ def test_tune_run_recipe_file_decides_the_sharding(tmp_path, monkeypatch):
     # a built-in recipe named without a file: the config alone does not say
     plan = _command(root, monkeypatch, "tune", "run", "lora_finetune_x", "--config", "cfg/run.yaml")
     assert plan.fields["distributed"].value is None
+
+
+def test_trainer_keyword_model_init_kwargs_load_the_model_it_names(tmp_path):
+    src = '''from transformers import BitsAndBytesConfig, TrainingArguments
+from trl import SFTTrainer
+from peft import LoraConfig
+
+kwargs = dict(attn_implementation="flash_attention_2", torch_dtype="auto",
+              quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4"))
+args = TrainingArguments(output_dir="out", per_device_train_batch_size=1, fp16=True)
+trainer = SFTTrainer(model="acme/tiny-lm", model_init_kwargs=kwargs, args=args, train_dataset=None,
+                     peft_config=LoraConfig(r=16), max_seq_length=1024, packing=True)
+trainer.train()
+'''
+    p = _write(tmp_path, {"train.py": src}) / "train.py"
+    plan = extract_file(p)
+    assert _get(plan, "model_id", "method", "quant_bits", "attn_implementation") == {
+        "model_id": "acme/tiny-lm", "method": "qlora", "quant_bits": 4, "attn_implementation": "flash_attention_2"}

@@ -52,11 +52,12 @@ class ModelFields:
         for m in flatten(model):
             if isinstance(m, Const) and isinstance(m.value, str):
                 kw: dict = {"pretrained_model_name_or_path": m}
-                for a in flatten(args):
+                # the config's model_init_kwargs, or the trainer's own keyword (TRL before 0.9 took it there)
+                for a in [*flatten(args), trainer]:
                     if isinstance(a, Obj):
                         init = a.get("model_init_kwargs")
                         if isinstance(init, Dict):
-                            kw.update(init.items)
+                            kw.update({k: v for k, v in init.items.items() if isinstance(k, str)})
                 out.append(Model(f"trl.{trainer.cls}(model=str)", trainer.line, kw))
         return out
 
