@@ -324,3 +324,16 @@ trainer.train()
     plan = extract_file(p)
     assert _get(plan, "model_id", "method", "quant_bits", "attn_implementation") == {
         "model_id": "acme/tiny-lm", "method": "qlora", "quant_bits": 4, "attn_implementation": "flash_attention_2"}
+
+
+def test_a_size_folder_inside_a_family_folder_names_the_checkpoint():
+    from memlint.catalog.spec import named_by_folder
+
+    spec = named_by_folder("/remote-home/share/llama_hf/7B")
+    assert spec is not None and spec.id == "huggyllama/llama-7b" and spec.assumed_from.endswith("llama_hf/7B")
+    assert named_by_folder("/data/llama/7b").id == "huggyllama/llama-7b"
+    # a word with a digit is a version: never dropped to reach another model's name
+    assert named_by_folder("/data/Llama-2/13b") is None
+    # a placeholder or a size alone names nothing
+    assert named_by_folder("/path/to/70B") is None
+    assert named_by_folder("/models/7B") is None
