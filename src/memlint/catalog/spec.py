@@ -205,16 +205,33 @@ def named_by_folder(path: str) -> ModelSpec | None:
     text = path.strip()
     if "/" in text and _HUB_ID.match(text) and not text.startswith("."):
         return None
-    name = text.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1].lower()
+    parts = text.replace("\\", "/").rstrip("/").split("/")
+    name = parts[-1].lower()
     if not name or name in (".", "..", "~"):
         return None
     hits = {c for k, c in _index().items() if k.rsplit("/", 1)[-1] == name}
+    if not hits and _BARE_SIZE.match(name) and len(parts) > 1:
+        # a size folder inside a family folder (`llama_hf/7B`, `Llama-2/7b`): the family's words then the size, the
+        # longest run of the parent's leading words that names a catalogued checkpoint (only words without a digit,
+        # such as `hf`, are dropped from its end)
+        words = [w for w in re.split(r"[-_.]", parts[-2].lower()) if w]
+        for k in range(len(words), 0, -1):
+            if k < len(words) and any(ch.isdigit() for w in words[k:] for ch in w):
+                break  # a dropped word with a digit is a version (Llama-2): another model, never dropped
+            joined = "-".join(words[:k]) + "-" + name
+            hits = {c for key, c in _index().items() if key.rsplit("/", 1)[-1] == joined}
+            if hits:
+                name = joined
+                break
     if len(hits) != 1:
         return None
     canonical = hits.pop()
     entry = entries()[canonical]
     shown = next(a for a in [canonical, *entry.get("aliases", [])] if a.lower().rsplit("/", 1)[-1] == name)
     return replace(spec_from_entry(shown, entry, source="folder-name"), assumed_from=text)
+
+
+_BARE_SIZE = re.compile(r"^\d+(?:\.\d+)?[bm]$")
 
 
 # A checkpoint that is not its base's weights' shapes: quantized exports, merged adapters of another size

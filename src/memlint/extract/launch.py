@@ -367,7 +367,8 @@ def _processes(name: str, options: dict[str, str], env: dict[str, str]) -> tuple
         return total, nodes
     if name == "deepspeed":
         n = _positive(options.get("num_gpus"))
-        if n is None and options.get("include", "").count(":"):
+        if n is None and options.get("include", "").count(":") and "$" not in options["include"].split(":")[-1]:
+            # --include localhost:0,1 (a list the shell fills from a variable is the user's environment)
             n = len(options["include"].split(":")[-1].split(","))
         return n or _visible_devices(env), nodes
     if name == "composer":

@@ -334,6 +334,17 @@ class AutocastCall(NamedTuple):
     device: Any
     enabled: Any
     line: int | None
+    wrap: str = ""   # the parallel wrapper whose mixed-precision policy computes in `dtype` (FSDP's MixedPrecision)
+
+
+class DefaultDtype(NamedTuple):
+    """`torch.set_default_dtype(torch.float16)`: the parameters of every module built after it (a transformers model
+    loaded without a dtype, the script's own nn.Module) are created in that dtype. `objects` is how many objects were
+    built before the call (those are not affected)."""
+    dtype: Any
+    line: int | None
+    objects: int
+    how: str
 
 
 class GradHook(NamedTuple):

@@ -844,6 +844,11 @@ def command_targets(words, cwd: Path | None = None) -> list:
         return [files.Target(path, shown, True, root=root, note=str(exc))]
     if not targets:
         raise MemlintError(f"{shown}: runs no Python training command memlint reads")
+    if moved:
+        # `cd DIR && bash run.sh`: the script's commands run in DIR, so the relative paths their programs open
+        # (a DeepSpeed JSON, a config file) are DIR's; a launch's cwd is relative to where memlint reads from
+        targets = [replace(t, launch=replace(t.launch, cwd=os.path.normpath(os.path.join(moved, t.launch.cwd or ""))))
+                   if getattr(t, "launch", None) is not None else t for t in targets]
     return targets
 
 

@@ -276,6 +276,26 @@ def kbit_prep(trainer: str | None) -> tuple[bool, str]:
                    f"({'embeddings, norms and lm_head upcast to fp32' if calls else 'no fp32 upcast'}; {entry['ref']})")
 
 
+def hook_optimizer(hook: str) -> str | None:
+    """The optim name of a checkout optimizer class that updates the weights in the parameter hook `hook` it
+    registers and keeps no state (data/library_api.json hook_optimizers)."""
+    v = _doc()["hook_optimizers"].get(hook)
+    return v if isinstance(v, str) and not hook.startswith("_") else None
+
+
+def config_checkpointing() -> str | None:
+    """Why a transformers model whose config says gradient_checkpointing=True checkpoints, at the version read
+    (data/library_api.json config_checkpointing); None where that version ignores the attribute."""
+    from memlint.library.versions import in_range, installed_version, shown_version
+
+    entry = _doc()["config_checkpointing"]
+    version = installed_version(entry["package"])
+    if version is not None and not in_range(version, entry["versions"]):
+        return None
+    return (f"a config with gradient_checkpointing=True: {shown_version(entry['package'])} turns "
+            f"checkpointing on as the model is built ({entry['ref']})")
+
+
 def kbit_prep_checkpointing(trainer: str | None) -> str | None:
     """Why `trainer` turns gradient checkpointing on for a 4/8-bit model it wraps in a peft_config, at the version
     read (data/library_api.json kbit_prep.checkpointing: TRL before 0.7.2 calls prepare_model_for_int8_training

@@ -102,6 +102,10 @@ def read_config(path: str | Path, shown: str | None = None, *, text: str | None 
 
         if tool_of(launch, plan.kind) is not None:
             plan = mark(plan, launch)
+        if plan.kind == "torchtune" and launch.launcher == "tune" and not plan.get("distributed").known:
+            from memlint.extract.configs.recipes import recipe_sharding
+
+            plan = recipe_sharding(plan, launch)
     return plan
 
 

@@ -156,10 +156,18 @@ class LoopFields:
             self.notes.extend(facts.notes)
         else:
             self.put("distributed", why, line=line)
+        own = [o for o in self.facts.first("objects", Optimizer) if o is not eng.optimizer]
         if isinstance(eng.optimizer, Optimizer):
             self.optimizer_from([eng.optimizer])
         elif facts is not None and facts.optimizer is not None:
             self.fields["optimizer"] = facts.optimizer
+        elif eng.optimizer is None and own:
+            # deepspeed.initialize without an optimizer (none given, none in its config): the engine only wraps the
+            # forward (and ZeRO's partitioning); the script's own optimizer updates the weights in its own loop
+            self.optimizer_from(own[-1:])
+            self.fields["trainer"] = Value("custom-loop", "literal", Span(self.path, own[-1].line), (
+                f"deepspeed.initialize (line {line}) builds an engine without an optimizer; the loop's own "
+                f"{own[-1].cls} (line {own[-1].line}) updates the weights",))
         else:
             self.put("optimizer", Unknown("the engine's optimizer is not in its config"), line=line)
         self.put("group_by_length", Const(False, "library-default", line, ("DataLoader samples without length grouping",)), _bool)

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from memlint.extract import custom_model
-from memlint.extract.objects import DeepSpeedEngine, HfConfig, Model, Obj, Optimizer, Params, Tokenizer
-from memlint.extract.values import Const, Dict, Unknown, flatten
+from memlint.extract.objects import DeepSpeedEngine, DtypeName, HfConfig, Model, Obj, Optimizer, Params, Tokenizer
+from memlint.extract.values import Const, Dict, Ref, Unknown, flatten
 from memlint.library import api
 from memlint.plan import Span, Value
 from memlint.extract.fields.convert import _Unconvertible, _alts, _bool, _dtype, _int, _libc
@@ -52,11 +52,12 @@ class ModelFields:
         for m in flatten(model):
             if isinstance(m, Const) and isinstance(m.value, str):
                 kw: dict = {"pretrained_model_name_or_path": m}
-                for a in flatten(args):
+                # the config's model_init_kwargs, or the trainer's own keyword (TRL before 0.9 took it there)
+                for a in [*flatten(args), trainer]:
                     if isinstance(a, Obj):
                         init = a.get("model_init_kwargs")
                         if isinstance(init, Dict):
-                            kw.update(init.items)
+                            kw.update({k: v for k, v in init.items.items() if isinstance(k, str)})
                 out.append(Model(f"trl.{trainer.cls}(model=str)", trainer.line, kw))
         return out
 
@@ -83,6 +84,8 @@ class ModelFields:
                 dtypes.append(later[-1].value)
             elif dt is not None and not (isinstance(dt, Const) and dt.value is None):
                 dtypes.append(dt)
+            elif self.default_dtype_at(root) is not None and root.loader in ("script-class", "transformers"):
+                dtypes.append(self.default_dtype_at(root))
             elif root.loader == "script-class":
                 dtypes.append(Const("float32", "constant", line, (f"{root.cls}(…): the script's own nn.Module creates its "
                                                                   "parameters in float32",)))
@@ -130,6 +133,27 @@ class ModelFields:
         if prepared is not None:  # else the trainer decides (library/api.kbit_prep, by installed version)
             self.fields["kbit_prep"] = Value(True, "literal", Span(self.path, prepared),
                                              ("prepare_model_for_kbit_training(model): non-quantized weights upcast to fp32",))
+
+    def default_dtype_at(self, root: Obj) -> Any:
+        """The dtype torch.set_default_dtype set before `root` was built (the last such call before it): a model
+        loaded without a dtype (transformers creates it in torch's default dtype, then loads the checkpoint into
+        it) or built from the script's own nn.Module has its parameters in it. None when no call precedes it."""
+        at = next((i for i, o in enumerate(self.facts.objects) if o is root), None)
+        if at is None:
+            return None
+        before = [d for d in self.facts.default_dtypes if d.objects <= at]
+        if not before:
+            return None
+        d = before[-1]
+        v = d.dtype
+        why = f"{d.how}: modules built afterwards create their parameters in this dtype"
+        if isinstance(v, Const):
+            return v.named(why)
+        if isinstance(v, Ref):
+            return Const(v, v.source, d.line, (why,))
+        if isinstance(v, DtypeName):
+            return v.name.with_value(v.name.value, why)
+        return v
 
     def head_of(self, root: Obj, heads: list, labels: list) -> None:
         """The output head the loaded class carries (data/library_api.json task_heads) and, for a classification

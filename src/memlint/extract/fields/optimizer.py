@@ -99,7 +99,7 @@ class OptimizerFields:
             fused = o.get("fused")
             if name == "adamw_torch" and isinstance(fused, Const) and fused.value:
                 name = "adamw_torch_fused"
-            how = f"{o.cls} (line {o.line})"
+            how = getattr(o, "how", None) or f"{o.cls} (line {o.line})"
             if layerwise and api.layerwise_optimizer(name):  # one optimizer per parameter, stepped in backward
                 name, how = api.layerwise_optimizer(name), how + ", one per parameter stepped by a post-accumulate-grad hook"
             vals.append(Const(name, "literal", o.line, (how,)))

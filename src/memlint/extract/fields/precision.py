@@ -64,9 +64,18 @@ class PrecisionFields:
             if mp is not None:
                 vals.append(_map_const(mp, lambda s: {"bf16": "amp-bf16", "fp16": "amp-fp16", "fp8": "amp-bf16", "no": "fp32",
                                                      None: "fp32"}.get(s, "fp32")))  # fp8: bf16 autocast around Float8Linear
+        dt = self.fields.get("torch_dtype")
         for ac in self.facts.autocasts:
             dtype, device, enabled, aline = ac.dtype, ac.device, ac.enabled, ac.line
             if isinstance(enabled, Const) and not enabled.value:
+                continue
+            if ac.wrap and dt is not None and dt.value in ("bf16", "fp16") and dt.source not in ("library-default", "unknown") \
+                    and {dtype_of(d) for d in flatten(dtype)} == {dt.value}:
+                # FSDP's param_dtype on weights already in that dtype: its shards are that dtype, no fp32 master copy
+                # (a policy on fp32 weights keeps fp32 shards and computes in param_dtype: autocast's accounting)
+                vals.append(Const(f"pure-{dt.value}" if dt.value == "bf16" else "amp-fp16", dt.source, aline, dt.chain + (
+                    f"{ac.wrap} (line {aline}) computes in the {dt.value} the weights already have: trained in "
+                    f"{dt.value} without an fp32 copy",), dt.span.path if dt.span and dt.span.path != self.path else None))
                 continue
             if dtype is None:
                 dev = device.value if isinstance(device, Const) else "cuda"
@@ -75,7 +84,6 @@ class PrecisionFields:
                 vals.append(_map_dtype_to_amp(dtype, aline))
         if not vals and self.facts.scalers:
             vals.append(Const("amp-fp16", "literal", self.facts.scalers[0], ("GradScaler implies fp16 autocast",)))
-        dt = self.fields.get("torch_dtype")
         if not vals and dt is not None and dt.value == "bf16":  # bf16 weights trained without autocast
             vals.append(Const("pure-bf16", dt.source, dt.line, dt.chain + ("bf16 weights and no autocast: pure bf16",),
                               dt.span.path if dt.span and dt.span.path != self.path else None))

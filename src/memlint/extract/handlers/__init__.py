@@ -212,6 +212,15 @@ class Handlers(
             # class MemoryEfficientAdamW(torch.optim.AdamW): an optimizer of its library base's state layout, stepped
             # as that base is (the subclass's own step() is not followed)
             return self.call_ref(Call(c.it, opt_base.qual, c.args, c.kwargs, c.open, c.line), opt_base)
+        hooked = _hook_update_optimizer(cls)
+        if hooked is not None:
+            # an Optimizer subclass of the checkout whose parameter hooks update the weights during backward and that
+            # keeps no state (LOMO's fused update): that layout's optim name; built on the model, stepped in backward
+            name, how = hooked
+            opt = Optimizer(cls.name, c.line or 0, {"params": c.arg(0, "params")}, {}, c.open, optim=name)
+            opt.how = f"{cls.name} ({cls.file or 'the script'}:{cls.line}): {how}"
+            c.it.facts.objects.append(opt)
+            return opt
         if cls.is_dataclass:
             inst = c.new(DataclassInstance, cls.name, tuple(cls.fields), user_class=cls)
             post = cls.lookup("__post_init__")
@@ -304,3 +313,53 @@ _BY_NAME: dict[str, Callable[[Handlers, Call], Any]] = {
 
 
 __all__ = ["Call", "Handlers", "_declares", "library_base"]
+
+
+_ALLOCATIONS = frozenset({"zeros", "zeros_like", "empty", "empty_like", "ones", "ones_like", "full", "full_like", "randn_like"})
+_IN_PLACE = frozenset({"add_", "sub_", "copy_", "addcdiv_", "addcmul_", "mul_", "lerp_"})
+
+
+def _hook_update_optimizer(cls: Class) -> tuple[str, str] | None:
+    """(optim name, why) for a checkout torch.optim.Optimizer subclass that registers a per-parameter gradient hook
+    (library/api.hook_optimizer), updates tensors in place, and allocates no state: no `self.state`, no
+    zeros/empty/ones buffers anywhere in its methods (its own and its checkout bases'). None otherwise."""
+    import libcst as cst
+
+    from memlint.extract.interp.libraries import _optimizer_class
+    from memlint.extract.interp.syntax import _walk
+
+    if not _optimizer_class(cls):
+        return None
+    hooks, in_place, state = set(), False, False
+    stack, seen = [cls], 0
+    while stack and seen < 20:
+        seen += 1
+        k = stack.pop()
+        if not isinstance(k, Class):
+            continue
+        stack.extend(k.bases)
+        for f in k.methods.values():
+            node = getattr(f, "node", None)
+            if node is None:
+                continue
+            for n in _walk(node):
+                if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute):
+                    a = n.func.attr.value
+                    if a in ("register_hook", "register_post_accumulate_grad_hook"):
+                        hooks.add(a)
+                    elif a in _IN_PLACE:
+                        in_place = True
+                    elif a in _ALLOCATIONS:
+                        state = True
+                elif isinstance(n, cst.Attribute) and n.attr.value == "state" and isinstance(n.value, cst.Name) \
+                        and n.value.value == "self":
+                    state = True
+    if len(hooks) != 1 or not in_place or state:
+        return None
+    hook = next(iter(hooks))
+    name = api.hook_optimizer(hook)
+    if name is None:
+        return None
+    return name, (f"a .{hook}() on each parameter updates the weights in place as its gradient arrives, and no "
+                  f"optimizer state is allocated: {name}'s fused update in backward")
+

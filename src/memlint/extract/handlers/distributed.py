@@ -81,7 +81,8 @@ class DistributedHandlers:
         for p in flatten(mp) if mp is not None else ():
             if isinstance(p, Obj) and p.get("param_dtype") is not None:
                 # FSDP keeps fp32 shards and computes in param_dtype: bf16/fp16 autocast's accounting
-                c.it.facts.autocasts.append(AutocastCall(p.get("param_dtype"), Const("cuda", "literal", c.line), None, c.line))
+                c.it.facts.autocasts.append(AutocastCall(p.get("param_dtype"), Const("cuda", "literal", c.line), None, c.line,
+                                                         f"{c.name}(mixed_precision=...)"))
         out = None
         for m in flatten(model):
             if isinstance(m, Model) and c.name == "fully_shard":

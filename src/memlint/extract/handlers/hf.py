@@ -146,6 +146,7 @@ class HfHandlers:
         model = Model(c.qual, c.line or 0, kw, {}, c.open, loader="peft-auto" if auto_peft else "transformers")
         if auto_peft:
             model.peft = PeftConfig("peft.AutoPeftModel", c.line or 0, {}, {}, True, adapter=True)
+        _config_checkpointing(model, c.arg(0, "config") if how == "from_config" else kw.get("config"), kw, c.line)
         c.it.facts.objects.append(model)
         return model
 
@@ -224,3 +225,21 @@ BY_NAME: dict[str, Callable[[Any, Call], Any]] = {
     "load_dataset": HfHandlers.dataset,
     "load_from_disk": HfHandlers.dataset,
 }
+
+
+def _config_checkpointing(model: Model, cfg: Any, kw: dict, line: int | None) -> None:
+    """gradient_checkpointing carried by the config the model is built from (`config.gradient_checkpointing = True`
+    set before the load, or from_pretrained(..., gradient_checkpointing=True), which sets it on the config):
+    transformers' post_init turns checkpointing on (library/api.config_checkpointing, by version). Read as the
+    load runs: an attribute set on the config afterwards does nothing."""
+    v = kw.get("gradient_checkpointing")
+    how = "from_pretrained(gradient_checkpointing=...)"
+    if v is None and isinstance(cfg, HfConfig):
+        v, how = cfg.get("gradient_checkpointing"), "config.gradient_checkpointing of the config the model is built from"
+    if v is None:
+        return
+    why = api.config_checkpointing()
+    if why is None:
+        return
+    model.gc.append(Setting(v, line, f"{how}: {why}"))
+

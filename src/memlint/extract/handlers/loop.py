@@ -12,7 +12,7 @@ from typing import Any, Callable
 from memlint.extract import custom_model
 from memlint.extract.interp import BoundUnknown
 from memlint.extract.objects import (
-    Autocast, AutocastCall, DataLoader, GradHook, Instance, Model, Obj, OpenFile, RandomOffsets, Scaler, TokenizerCall,
+    Autocast, AutocastCall, DataLoader, DefaultDtype, GradHook, Instance, Model, Obj, OpenFile, RandomOffsets, Scaler, TokenizerCall,
 )
 from memlint.extract.values import Class, Const, Func, Seq, Unknown
 from memlint.extract.handlers.common import Call
@@ -100,6 +100,21 @@ class LoopHandlers:
         params = Const(names, "library-default", c.line, (why,), c.it.cur_file())
         return Namespace("inspect.Signature", c.line or 0, {"parameters": params}, {}, False)
 
+    def default_dtype(self, c: Call) -> Any:
+        """torch.set_default_dtype(torch.float16) / torch.set_default_tensor_type(torch.cuda.HalfTensor): modules built
+        afterwards create their parameters in that dtype (a from_pretrained without a dtype among them)."""
+        from memlint.extract.values import Ref
+
+        a = c.arg(0, "d") if c.name == "set_default_dtype" else c.arg(0, "t")
+        if c.name == "set_default_tensor_type":
+            text = a.qual if type(a) is Ref else a.value if isinstance(a, Const) and isinstance(a.value, str) else ""
+            kind = text.rsplit(".", 1)[-1]
+            name = {"HalfTensor": "float16", "BFloat16Tensor": "bfloat16", "FloatTensor": "float32"}.get(kind)
+            a = Const(name, "literal", c.line, (f"torch.set_default_tensor_type({text}) (line {c.line})",)) if name else None
+        if a is not None:
+            c.it.facts.default_dtypes.append(DefaultDtype(a, c.line, len(c.it.facts.objects), f"torch.{c.name}(...) (line {c.line})"))
+        return Const(None, "literal", c.line)
+
     def bf16_supported(self, c: Call) -> Any:
         return Unknown("whether the GPU supports bf16 (hardware)")
 
@@ -179,6 +194,8 @@ QUALIFIED: dict[str, Callable[[Any, Call], Any]] = {
     "torch.randint": LoopHandlers.random_offsets,
     "numpy.random.randint": LoopHandlers.random_offsets,
     "inspect.signature": LoopHandlers.signature,
+    "torch.set_default_dtype": LoopHandlers.default_dtype,
+    "torch.set_default_tensor_type": LoopHandlers.default_dtype,
 }
 
 

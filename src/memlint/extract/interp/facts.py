@@ -36,6 +36,7 @@ class Facts:
     hand_quant: list = field(default_factory=list)       # HandQuant: bitsandbytes linears the script builds or hands to a helper
     saved_models: dict = field(default_factory=dict)    # folder (str) -> (Model, line): model.save_pretrained(folder)
     gpu_counts: list = field(default_factory=list)       # Const GPU counts, or DeviceCount (every visible GPU): mp.spawn, DataParallel
+    default_dtypes: list = field(default_factory=list)   # DefaultDtype: torch.set_default_dtype(dt) / set_default_tensor_type
     notes: list = field(default_factory=list)
     reached: dict = field(default_factory=dict)          # list name -> its length when the script's own run ended
 
