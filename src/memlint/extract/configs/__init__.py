@@ -102,10 +102,11 @@ def read_config(path: str | Path, shown: str | None = None, *, text: str | None 
 
         if tool_of(launch, plan.kind) is not None:
             plan = mark(plan, launch)
-        if plan.kind == "torchtune" and launch.launcher == "tune" and not plan.get("distributed").known:
-            from memlint.extract.configs.recipes import recipe_sharding
+        from memlint.extract.configs.registry import formats
 
-            plan = recipe_sharding(plan, launch)
+        fmt = next((f for f in formats() if f.kind == plan.kind), None)
+        if fmt is not None:
+            plan = fmt.launched(plan, launch)
     return plan
 
 

@@ -44,6 +44,13 @@ class Reader:
         return False
 
     @staticmethod
+    def launched(plan: Any, launch: Any) -> Any:
+        """The plan of a config of this format as `launch` (its framework tool's command) runs it, after the
+        command's overrides: what the command adds that the file cannot say (torchtune's recipe file). `plan` itself
+        by default."""
+        return plan
+
+    @staticmethod
     def toml_tables(keys: tuple[str, ...]) -> bool:
         """A TOML file's top-level tables are this format's (asked before the parse, and of a file that did not
         parse: its syntax error is then this format's finding)."""

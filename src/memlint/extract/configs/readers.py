@@ -764,6 +764,16 @@ class TrlRecipe(FrameworkReader):
 
 class Torchtune(FrameworkReader):
     kind = "torchtune"
+
+    @staticmethod
+    def launched(plan: Any, launch: Any) -> Any:
+        """`tune run RECIPE.py --config X`: a sharding the config leaves open is the recipe file's (extract/tune_recipe.py)."""
+        if launch.launcher == "tune" and not plan.get("distributed").known:
+            from memlint.extract.tune_recipe import recipe_sharding
+
+            return recipe_sharding(plan, launch)
+        return plan
+
     rank = 110
 
     @staticmethod

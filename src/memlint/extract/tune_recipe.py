@@ -9,8 +9,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import libcst as cst
-
 from memlint.plan import Span, TrainingPlan, Value
 
 # calls that shard a module across the processes (FSDP1, FSDP2, torchtune's FSDP2 helper), and DDP's replication
@@ -33,9 +31,12 @@ def _recipe_file(launch: Any) -> Path | None:
     return None
 
 
-def _wraps(tree: cst.Module) -> tuple[str | None, int | None, str]:
+def _wraps(parsed: Any) -> tuple[str | None, int | None, str]:
     """('fsdp' | 'fsdp_shard_grad_op' | 'none', line, call name) of the recipe's first sharding or replicating call,
     or (None, None, '') when it makes none. Import aliases (`FullyShardedDataParallel as FSDP`) are followed."""
+    import libcst as cst
+
+    tree, pos = parsed.module, parsed.pos
     alias: dict[str, str] = {}
     for node in _walk(tree):
         if isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
@@ -43,16 +44,14 @@ def _wraps(tree: cst.Module) -> tuple[str | None, int | None, str]:
                 name = n.name.value if isinstance(n.name, cst.Name) else None
                 if name and n.asname is not None and isinstance(n.asname.name, cst.Name):
                     alias[n.asname.name.value] = name
-    wrap = cst.metadata.MetadataWrapper(tree, unsafe_skip_copy=True)
-    pos = wrap.resolve(cst.metadata.PositionProvider)
-    for node in _walk(wrap.module):
+    for node in _walk(tree):
         if not isinstance(node, cst.Call):
             continue
         f = node.func
         name = f.value if isinstance(f, cst.Name) else f.attr.value if isinstance(f, cst.Attribute) else None
         name = alias.get(name, name)
         if name in _SHARDING:
-            text = wrap.module.code_for_node(node)
+            text = tree.code_for_node(node)
             kind = "fsdp_shard_grad_op" if "SHARD_GRAD_OP" in text else "none" if "NO_SHARD" in text else "fsdp"
             return kind, pos[node].start.line if node in pos else None, name
         if name in _REPLICATING:
@@ -60,7 +59,7 @@ def _wraps(tree: cst.Module) -> tuple[str | None, int | None, str]:
     return None, None, ""
 
 
-def _walk(node: cst.CSTNode):
+def _walk(node: Any):
     stack = [node]
     while stack:
         n = stack.pop()
@@ -73,16 +72,17 @@ def recipe_sharding(plan: TrainingPlan, launch: Any) -> TrainingPlan:
     import os
 
     from memlint import files
+    from memlint.extract.parsed import parse
 
     path = _recipe_file(launch)
     if path is None:
         return plan
     try:
         text = files.read_text(path, MAX_RECIPE_BYTES, what="recipe file")
-        tree = cst.parse_module(text)
+        parsed = parse(text)
     except Exception:  # unreadable or not Python: the config's own answer stands
         return plan
-    kind, line, name = _wraps(tree)
+    kind, line, name = _wraps(parsed)
     shown = os.path.relpath(path)
     if kind is None:
         v = Value("none", "literal", Span(shown, 1), (f"the recipe {shown} wraps the model in no FSDP or DDP: one "
