@@ -276,3 +276,9 @@ def test_a_shell_script_without_sbatch_lines_is_unchanged(tmp_path, monkeypatch)
     monkeypatch.chdir(root)
     [launch] = launches(root / "run.sh", "run.sh")
     assert "CUDA_VISIBLE_DEVICES" not in launch.env and launch.processes is None
+
+
+def test_a_resolver_given_a_whole_node_is_unknown_not_an_error():
+    tree = {"dirs": [_leaf("/a"), _leaf("/b")], "run": _leaf("${ceil_div:x, ${dirs}}"), "pick": _leaf("${oc.select:nope, ${dirs}}")}
+    resolve_tree(tree, _calls, [])
+    assert not isinstance(tree["run"], Leaf) and not isinstance(tree["pick"], Leaf)

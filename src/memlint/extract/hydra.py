@@ -457,7 +457,9 @@ class Resolution:
                 got = self._reference(str(args[0].value), path)
                 if not isinstance(got, Unknown) or len(args) < 2:
                     return got
-            return args[1] if len(args) > 1 else Unknown(f"{shown}: a key memlint cannot find")
+            return args[1] if len(args) > 1 and isinstance(args[1], Leaf) else Unknown(f"{shown}: a key memlint cannot find")
+        if not all(isinstance(a, Leaf) for a in args):
+            return Unknown(f"{shown}: a resolver given a whole config node")
         got = self.call(name, [a.value for a in args], shown) if self.call is not None else None
         if isinstance(got, DeviceCount) and self.devices is not None:
             return Leaf(self.devices, None, None, how=f" ({shown} = {self.devices} GPUs)")
