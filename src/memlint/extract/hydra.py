@@ -14,8 +14,11 @@ What is followed (Hydra >= 1.1 semantics):
   line's `group=option` / `group@pkg=option`, which choose the option before anything is loaded;
 * command-line value overrides `a.b=v`, `+a.b=v`, `++a.b=v`, `~a.b`, values read as Hydra reads
   them (YAML scalars and flow lists);
-* `${a.b}` interpolations over the composed config (`${oc.env:X,default}` takes the default);
-  resolvers (`${now:...}`, custom ones) and `???` stay unknown, never guessed.
+* `${a.b}`, `${.x}` / `${..x}` (relative) and nested interpolations over the composed config
+  (`${oc.env:X,default}` takes the default, `${oc.select:key,default}`); a resolver the script registers
+  (`OmegaConf.register_new_resolver(name, fn)`) is called on known arguments (a lambda's arithmetic, `eval` of
+  arithmetic, torch.cuda.device_count: the launch's GPUs); a value computed from a GPU count the launch does not
+  give is known only when it is the same for every count of a node (1-8); `${now:...}` and `???` stay unknown.
 
 Each value keeps the file and line it was written at; a command-line value points at the launch.
 """
@@ -27,14 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memlint.extract.runtime_config import MISSING, lookup
-from memlint.extract.values import Const, Dict, Seq, Unknown
+from memlint.extract.runtime_config import MISSING
+from memlint.extract.values import Const, DeviceCount, Dict, Seq, Unknown
 
 MAX_CONFIGS = 512            # config files one composition loads (each file is parsed once)
 MAX_CONFIG_BYTES = 1_000_000
 _PACKAGE = re.compile(r"^\s*#\s*@package\s+(\S+)", re.M)
-_INTERP = re.compile(r"\$\{([^{}]+)\}")
-_WHOLE = re.compile(r"^\$\{([^{}]+)\}$")
 
 
 @dataclass
@@ -49,8 +50,9 @@ class Leaf:
 
 
 class Composer:
-    def __init__(self, root: Path, shown_root: str, argv: list[str], launch: Any = None) -> None:
+    def __init__(self, root: Path, shown_root: str, argv: list[str], launch: Any = None, resolvers: Any = None) -> None:
         self.root = root
+        self.resolvers = resolvers  # call(name, args, how): a resolver the script registered, on known arguments
         self.shown_root = shown_root
         self.launch = launch
         self.loaded = 0
@@ -106,7 +108,7 @@ class Composer:
             _merge_at(tree, pkg, data)
         for op, key, raw in self.cli_values:
             self._apply_value(tree, op, key, raw)
-        _resolve_tree(tree, tree, self.notes)
+        resolve_tree(tree, self.resolvers, self.notes)
         return tree
 
     def _build(self, name: str, group: str, pkg: str, primary: bool = False) -> list[tuple[str, Any]]:
@@ -308,56 +310,293 @@ def _deep_merge(into: dict, new: dict) -> None:
             into[k] = v
 
 
-def _resolve_leaf(leaf: Leaf, tree: dict, depth: int = 0) -> Any:
-    """A Leaf with ${...} resolved against the composed tree, or an Unknown naming what is missing."""
-    text = leaf.value
-    if not (isinstance(text, str) and "${" in text):
-        return leaf
-    if depth > 8:
-        return Unknown(f"{text}: interpolation too deep")
-    m = _WHOLE.match(text)
+class PerDevice(Unknown):
+    """A value computed from torch.cuda.device_count() (a resolver's argument or result) on a machine memlint does not see."""
+
+
+_DEVICE_TRIES = tuple(range(1, 9))  # the GPU counts a value that depends on the machine's is computed for (a node's)
+
+
+class Resolution:
+    """`${...}` of a composed tree resolved as OmegaConf resolves them: absolute (`${a.b}`) and relative (`${.x}`,
+    `${..x}`) references, nested interpolations, and resolvers: `oc.env` / `oc.select` with their defaults, and the
+    ones the script registered (`OmegaConf.register_new_resolver(name, fn)`), called through `call(name, args, how)`
+    on known arguments. `devices`: the GPU count torch.cuda.device_count() is taken to return (None: unknown)."""
+
+    def __init__(self, tree: dict, call: Any, devices: int | None = None) -> None:
+        self.tree, self.call, self.devices = tree, call, devices
+        self.done: dict[tuple, Any] = {}
+        self.active: set[tuple] = set()
+        self.per_device: list[tuple] = []
+
+    def run(self) -> None:
+        self._walk(self.tree, ())
+
+    def _walk(self, node: Any, path: tuple) -> None:
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for k, v in list(items):
+            if isinstance(v, Leaf):
+                self.at(path + (k,))
+            else:
+                self._walk(v, path + (k,))
+
+    def node(self, path: tuple) -> Any:
+        cur: Any = self.tree
+        for p in path:
+            if isinstance(cur, dict) and isinstance(p, int) and p not in cur and str(p) in cur:
+                p = str(p)
+            if isinstance(cur, dict) and p in cur:
+                cur = cur[p]
+            elif isinstance(cur, list) and isinstance(p, int) and -len(cur) <= p < len(cur):
+                cur = cur[p]
+            else:
+                return MISSING
+        return cur
+
+    def _set(self, path: tuple, value: Any) -> None:
+        parent = self.node(path[:-1])
+        if isinstance(parent, (dict, list)):
+            parent[path[-1]] = value
+
+    def at(self, path: tuple) -> Any:
+        """The resolved value at `path` (a Leaf, a dict/list, an Unknown), resolved once."""
+        v = self.node(path)
+        if not (isinstance(v, Leaf) and isinstance(v.value, str) and "${" in v.value):
+            return v
+        if path in self.done:
+            return self.done[path]
+        if path in self.active or len(self.active) > 32:
+            return Unknown(f"{v.value}: a Hydra interpolation that refers to itself")
+        self.active.add(path)
+        try:
+            out = self._resolve(v, path)
+        finally:
+            self.active.discard(path)
+        if isinstance(out, PerDevice):
+            self.per_device.append(path)
+        self.done[path] = out
+        self._set(path, out)
+        return out
+
+    def _resolve(self, leaf: Leaf, path: tuple) -> Any:
+        text = leaf.value
+        try:
+            segs, end = _scan(text, 0, "")
+        except (ValueError, IndexError, RecursionError):
+            return Unknown(f"{text}: a Hydra interpolation memlint cannot read")
+        if end != len(text):
+            return Unknown(f"{text}: a Hydra interpolation memlint cannot read")
+        got = self._segments(segs, path, whole=True)
+        if isinstance(got, Leaf):
+            return Leaf(got.value, leaf.shown, leaf.line, leaf.source, f"{leaf.how} -> {got.value!r}{got.how}")
+        return got
+
+    def _segments(self, segs: list, path: tuple, whole: bool = False, arg: bool = False) -> Any:
+        """The value of a string of literal text and interpolations: an interpolation alone keeps its value's type;
+        text around one makes a string; an argument of plain text is read as a YAML scalar."""
+        parts = [s for s in segs if not (arg and isinstance(s, str) and not s.strip())]
+        if len(parts) == 1 and not isinstance(parts[0], str):
+            return self._node(parts[0], path)
+        if arg and all(isinstance(s, str) for s in segs):
+            return Leaf(_cli_value("".join(segs).strip()), None, None, how="")
+        out = []
+        for s in segs:
+            if isinstance(s, str):
+                out.append(s)
+                continue
+            v = self._node(s, path)
+            if isinstance(v, (PerDevice, DeviceCount)):
+                return PerDevice(f"a string made with {v.why}")
+            if not isinstance(v, Leaf):
+                return v if isinstance(v, Unknown) else Unknown("a Hydra interpolation of a whole node inside a string")
+            out.append(str(v.value))
+        return Leaf("".join(out).strip() if arg else "".join(out), None, None, how="")
+
+    def _node(self, seg: tuple, path: tuple) -> Any:
+        if seg[0] == "quoted":
+            v = self._segments(seg[1], path)
+            return Leaf(str(v.value), None, None, how="") if isinstance(v, Leaf) else v
+        if seg[0] == "ref":
+            key = self._segments(seg[1], path)
+            if not isinstance(key, Leaf):
+                return key
+            return self._reference(str(key.value).strip(), path)
+        _, name, args = seg
+        values = []
+        for a in args:
+            v = self._segments(a, path, arg=True)
+            if isinstance(v, Unknown) and name not in ("oc.select",):
+                return PerDevice(f"${{{name}:...}}: {v.why}") if isinstance(v, (PerDevice, DeviceCount)) else v
+            values.append(v)
+        return self._call(name, values, path)
+
+    def _reference(self, expr: str, path: tuple) -> Any:
+        dots = len(expr) - len(expr.lstrip("."))
+        keys = [int(k) if k.isdigit() else k for k in re.findall(r"[^.\[\]]+", expr[dots:])]
+        base = path[:-1] if dots else ()
+        if dots > 1:
+            base = base[:len(base) - (dots - 1)] if dots - 1 <= len(base) else None
+        if base is None or not keys:
+            return Unknown(f"${{{expr}}}: a Hydra interpolation memlint cannot resolve")
+        target = base + tuple(keys)
+        found = self.node(target)
+        if found is MISSING:
+            return Unknown(f"${{{expr}}}: a Hydra interpolation memlint cannot resolve")
+        got = self.at(target)
+        if isinstance(got, Leaf):
+            return Leaf(got.value, got.shown, got.line, got.source, f" (${{{expr}}} = {got.value!r})")
+        return got
+
+    def _call(self, name: str, args: list, path: tuple) -> Any:
+        shown = f"${{{name}:{','.join(repr(a.value) if isinstance(a, Leaf) else '?' for a in args)}}}"
+        if name == "oc.env":
+            return Leaf(args[1].value, None, None, how=f" ({shown}: its default)") if len(args) > 1 and \
+                isinstance(args[1], Leaf) else Unknown(f"{shown}: an environment variable")
+        if name == "oc.select":
+            if args and isinstance(args[0], Leaf):
+                got = self._reference(str(args[0].value), path)
+                if not isinstance(got, Unknown) or len(args) < 2:
+                    return got
+            return args[1] if len(args) > 1 and isinstance(args[1], Leaf) else Unknown(f"{shown}: a key memlint cannot find")
+        if not all(isinstance(a, Leaf) for a in args):
+            return Unknown(f"{shown}: a resolver given a whole config node")
+        got = self.call(name, [a.value for a in args], shown) if self.call is not None else None
+        if isinstance(got, DeviceCount) and self.devices is not None:
+            return Leaf(self.devices, None, None, how=f" ({shown} = {self.devices} GPUs)")
+        if isinstance(got, DeviceCount):
+            return got
+        if isinstance(got, Unknown):
+            return got
+        if got is None:
+            return Unknown(f"{shown}: a resolver memlint does not evaluate")
+        return Leaf(got, None, None, how=f" ({shown} = {got!r})")
+
+
+def _scan(s: str, i: int, stops: str) -> tuple[list, int]:
+    """Literal text and interpolations of `s` from `i` up to one of `stops` (at depth 0) or the end."""
+    segs: list = []
+    buf = []
+    depth = 0
+    arg = "," in stops
+    while i < len(s):
+        ch = s[i]
+        if s.startswith("${", i):
+            if buf:
+                segs.append("".join(buf))
+                buf = []
+            node, i = _interp(s, i)
+            segs.append(node)
+            continue
+        if ch == "\\" and i + 1 < len(s):
+            buf.append(s[i + 1])
+            i += 2
+            continue
+        if depth == 0 and ch in stops:
+            break
+        if arg and ch in "'\"" and not "".join(buf).strip():
+            close = s.find(ch, i + 1)
+            if close < 0:
+                raise ValueError("unclosed quote")
+            inner, _ = _scan(s[i + 1:close], 0, "")
+            segs.append(("quoted", inner))
+            buf = []
+            i = close + 1
+            continue
+        if arg and ch in "[{":
+            depth += 1
+        elif arg and ch in "]}" and depth:
+            depth -= 1
+        buf.append(ch)
+        i += 1
+    if buf:
+        segs.append("".join(buf))
+    return segs, i
+
+
+_RESOLVER_NAME = re.compile(r"\s*([A-Za-z_][\w.]*)\s*:")
+
+
+def _interp(s: str, i: int) -> tuple[tuple, int]:
+    """The interpolation starting at s[i] == '${': ("ref", segments) or ("call", name, [argument segments])."""
+    j = i + 2
+    m = _RESOLVER_NAME.match(s, j)
     if m:
-        target = _target(m.group(1), tree)
-        if isinstance(target, Leaf):
-            target = _resolve_leaf(target, tree, depth + 1)
-            if isinstance(target, Leaf):
-                return Leaf(target.value, leaf.shown, leaf.line, leaf.source, f"{leaf.how} -> {text} = {target.value!r}")
-            return target
-        if isinstance(target, (dict, list)):
-            return target
-        return Unknown(f"{text}: a Hydra interpolation memlint cannot resolve")
-    parts = []
-    pos = 0
-    for mm in _INTERP.finditer(text):
-        target = _target(mm.group(1), tree)
-        if isinstance(target, Leaf):
-            target = _resolve_leaf(target, tree, depth + 1)
-        if not isinstance(target, Leaf):
-            return Unknown(f"{text}: a Hydra interpolation memlint cannot resolve")
-        parts += [text[pos:mm.start()], str(target.value)]
-        pos = mm.end()
-    parts.append(text[pos:])
-    return Leaf("".join(parts), leaf.shown, leaf.line, leaf.source, leaf.how)
+        j = m.end()
+        args = []
+        while True:
+            seg, j = _scan(s, j, ",}")
+            args.append(seg)
+            if s[j] == ",":
+                j += 1
+                continue
+            j += 1  # "}"
+            break
+        if len(args) == 1 and not any(not isinstance(a, str) or a.strip() for a in args[0]):
+            args = []
+        return ("call", m.group(1), args), j
+    seg, j = _scan(s, j, "}")
+    if j >= len(s):
+        raise ValueError("unclosed interpolation")
+    return ("ref", seg), j + 1
 
 
-def _target(expr: str, tree: dict) -> Any:
-    expr = expr.strip()
-    if expr.startswith("oc.env:"):
-        bits = expr[len("oc.env:"):].split(",", 1)
-        return Leaf(_cli_value(bits[1].strip()), None, None) if len(bits) > 1 else None
-    if ":" in expr or expr.startswith("."):
-        return None  # a resolver, or a relative reference (resolved only absolutely here)
-    found = lookup(tree, expr)
-    return None if found is MISSING else found
+def arithmetic(text: str) -> int | float | None:
+    """The value of an arithmetic expression of number literals (`4 * 1`, `(512 + 7) // 8`), read, never run;
+    None for anything else (names, calls, strings)."""
+    import ast
+    import operator
+
+    ops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+
+    def ev(n: ast.AST) -> Any:
+        if isinstance(n, ast.Constant) and isinstance(n.value, (int, float)) and not isinstance(n.value, bool):
+            return n.value
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd)):
+            v = ev(n.operand)
+            return -v if isinstance(n.op, ast.USub) else v
+        if isinstance(n, ast.BinOp) and type(n.op) in ops:
+            a, b = ev(n.left), ev(n.right)
+            if isinstance(n.op, ast.Pow) and (abs(b) > 64 or abs(a) > 1_000_000):
+                raise ValueError("too large")
+            return ops[type(n.op)](a, b)
+        raise ValueError("not arithmetic")
+
+    if len(text) > 200:
+        return None
+    try:
+        return ev(ast.parse(text.strip(), mode="eval").body)
+    except (SyntaxError, ValueError, ZeroDivisionError, TypeError, OverflowError, RecursionError):
+        return None
 
 
-def _resolve_tree(node: Any, tree: dict, notes: list[str]) -> None:
-    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
-    for k, v in list(items):
-        if isinstance(v, Leaf):
-            node[k] = _resolve_leaf(v, tree)
+def resolve_tree(tree: dict, call: Any, notes: list[str]) -> None:
+    """Resolve every interpolation of the composed tree in place. A value computed from the machine's GPU count
+    (torch.cuda.device_count() through a registered resolver, unknown here) is computed for each count of
+    _DEVICE_TRIES: the same answer for all of them is that answer; different answers leave it unknown."""
+    original = _copy(tree)
+    first = Resolution(tree, call)
+    first.run()
+    if not first.per_device:
+        return
+    answers: dict[tuple, list] = {p: [] for p in first.per_device}
+    for n in _DEVICE_TRIES:
+        trial = Resolution(_copy(original), call, devices=n)
+        for p in first.per_device:
+            answers[p].append(trial.at(p))
+    for p, got in answers.items():
+        if all(isinstance(g, Leaf) for g in got) and len({repr(g.value) for g in got}) == 1:
+            src = original
+            for k in p:
+                src = src[k]
+            first._set(p, Leaf(got[0].value, src.shown, src.line, src.source,
+                               f"{src.how} -> {got[0].value!r} for every GPU count from {_DEVICE_TRIES[0]} to "
+                               f"{_DEVICE_TRIES[-1]} (torch.cuda.device_count())"))
         else:
-            _resolve_tree(v, tree, notes)
+            seen = sorted({repr(g.value) for g in got if isinstance(g, Leaf)})
+            first._set(p, PerDevice(f"{'.'.join(map(str, p))} depends on how many GPUs the machine has "
+                                    f"(torch.cuda.device_count()): {', '.join(seen[:4])}{'...' if len(seen) > 4 else ''} "
+                                    f"for {_DEVICE_TRIES[0]}-{_DEVICE_TRIES[-1]} GPUs"))
 
 
 def to_value(node: Any) -> Any:
@@ -419,8 +658,10 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def hydra_config(script_dir: Path, config_path: str | None, config_name: str | None, launch: Any) -> tuple[Any, list[str]]:
-    """The config a @hydra.main entry receives under `launch` (or with no overrides), as a value."""
+def hydra_config(script_dir: Path, config_path: str | None, config_name: str | None, launch: Any,
+                 resolvers: Any = None) -> tuple[Any, list[str]]:
+    """The config a @hydra.main entry receives under `launch` (or with no overrides), as a value; `resolvers`:
+    call(name, args, how) -> the value of a resolver the script registered (None: not registered / unknown)."""
     argv = list(launch.argv) if launch is not None else []
     i = 0
     while i < len(argv):  # --config-name X / -cn X / --config-name=X (and the same for the path)
@@ -447,7 +688,7 @@ def hydra_config(script_dir: Path, config_path: str | None, config_name: str | N
         return Unknown(f"the Hydra config folder {config_path}: {OUTSIDE}"), []
     if not is_dir(root):
         return Unknown(f"the Hydra config folder {config_path} is not in the checkout"), []
-    composer = Composer(root, config_path, [w for w in argv if not w.startswith("-")], launch)
+    composer = Composer(root, config_path, [w for w in argv if not w.startswith("-")], launch, resolvers)
     name = config_name[:-5] if config_name.endswith(".yaml") else config_name
     if not _inside(name):
         return Unknown(f"the Hydra config {name} leaves the config folder {config_path}; not read"), []

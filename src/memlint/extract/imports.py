@@ -226,7 +226,7 @@ class Imports:
         if sib is None and not lazy.level:
             return Ref(f"{lazy.dotted}.{lazy.name}")
         v = self.module_name(sib.env, lazy.name) if sib is not None else None
-        if v is not None:
+        if v is not None and v is not lazy:  # `from . import sub` in a package's __init__ binds the name to itself
             return resolved(v)
         sub = self.checkout_module(f"{lazy.dotted}.{lazy.name}" if lazy.dotted else lazy.name, lazy.level, lazy.origin)
         dotted = f"{lazy.dotted}.{lazy.name}" if lazy.dotted else lazy.name

@@ -494,6 +494,72 @@ def _recipe_lines(text: str, make: tuple | None, env: dict[str, str]):
 _EXPORT = re.compile(r"^\s*(?:export|declare\s+-x)\s+(.*)$")
 
 
+_SBATCH = re.compile(r"^#SBATCH\s+(.*)$")
+
+
+def _slurm_options(words: list[str]) -> dict[str, str]:
+    """`--opt=value` / `--opt value` / `-N 2` options of an #SBATCH line or an srun command, long names."""
+    short = {"-N": "nodes", "-n": "ntasks", "-G": "gpus"}
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if w.startswith("--") and "=" in w:
+            k, v = w[2:].split("=", 1)
+            out[k] = v
+        elif w.startswith("--") and i + 1 < len(words) and not words[i + 1].startswith("-"):
+            out[w[2:]] = words[i + 1]
+            i += 1
+        elif w in short and i + 1 < len(words):
+            out[short[w]] = words[i + 1]
+            i += 1
+        elif w[:2] in short and len(w) > 2:
+            out[short[w[:2]]] = w[2:]
+        i += 1
+    return out
+
+
+def _slurm_gpus(opts: dict[str, str]) -> int | None:
+    """GPUs per node an allocation gets: --gres=gpu[:type]:N, --gpus-per-node=[type:]N, --gpus=N on one node."""
+    m = re.search(r"(?:^|,)gpu(?::[\w.-]+)?:(\d+)(?:\(|,|$)", opts.get("gres", ""))
+    if m:
+        return int(m.group(1))
+    for key in ("gpus-per-node", "gpus"):
+        raw = opts.get(key, "")
+        m = re.fullmatch(r"(?:[\w.-]+:)?(\d+)", raw)
+        if m and (key == "gpus-per-node" or opts.get("nodes", "1") == "1"):
+            return int(m.group(1))
+    return None
+
+
+def _sbatch_job(text: str) -> dict | None:
+    """What a SLURM batch script's `#SBATCH` header asks for: GPUs per node, tasks per node, nodes (None without one)."""
+    opts: dict[str, str] = {}
+    for raw in text.splitlines()[:200]:
+        m = _SBATCH.match(raw.strip())
+        if m:
+            try:
+                opts.update(_slurm_options(shlex.split(m.group(1), comments=True)))
+            except ValueError:
+                continue
+    if not opts:
+        return None
+    nodes = opts.get("nodes", "").split("-")[0]
+    return {"gpus": _slurm_gpus(opts), "tasks": int(opts["ntasks-per-node"]) if opts.get("ntasks-per-node", "").isdigit()
+            else None, "nodes": int(nodes) if nodes.isdigit() else None}
+
+
+def _srun_tasks(launch: Launch, words: list[str], job: dict) -> Launch:
+    """`srun python ...` in a batch job: one process per task (srun's own --ntasks-per-node, else the job's), on the
+    job's nodes; the tasks are the run's processes (Lightning and torch read SLURM's task variables)."""
+    opts = _slurm_options(list(words[1:words.index("python")] if "python" in words else []))
+    tasks = int(opts["ntasks-per-node"]) if opts.get("ntasks-per-node", "").isdigit() else job.get("tasks")
+    nodes = int(opts["nodes"]) if opts.get("nodes", "").isdigit() else job.get("nodes")
+    if not tasks:
+        return launch
+    return replace(launch, processes=tasks, nodes=nodes if nodes and nodes > 1 else launch.nodes)
+
+
 def _exports(line: str) -> set[str]:
     """The names an `export X=1 Y` (or `declare -x X=1`) line exports to the commands after it."""
     m = _EXPORT.match(line)
@@ -534,6 +600,11 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
     cwd: str | None = None  # where standalone `cd DIR` lines have moved the launcher
     scripts: dict[str, str] | None = None  # the checkout's console scripts, read on the first line that may run one
     exported: set[str] = set(env0 or ())  # variables the commands inherit: the caller's, `export X=...`
+    job = _sbatch_job(text) if not is_make else None
+    if job is not None and job.get("gpus") and "CUDA_VISIBLE_DEVICES" not in env:
+        # SLURM gives the job's steps the GPUs it allocated per node (--gres=gpu:N): CUDA_VISIBLE_DEVICES lists them
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(job["gpus"]))
+        exported.add("CUDA_VISIBLE_DEVICES")
     lines = _recipe_lines(text, make, env) if is_make else _logical_lines(_inline_scripts(text))
     branches: list[list[bool | None]] = []  # the open `if` blocks: [this branch runs, an earlier branch ran]
     deadline = Deadline(MAX_SHELL_SECONDS)
@@ -579,6 +650,8 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
             continue
         if cwd and cwd != ".":
             launch = replace(launch, cwd=os.path.normpath(os.path.join(cwd, launch.cwd)) if launch.cwd else cwd)
+        if job is not None and words and words[0] == "srun" and launch.launcher == "python":
+            launch = _srun_tasks(launch, words, job)
         out.append(replace(launch, flag_lines=flag_lines) if flag_lines else launch)
     return out
 

@@ -231,9 +231,8 @@ class EntryPointHandlers:
 
     @staticmethod
     def hydra_main(it: Any, f: Func, deco: Any, env: Any) -> None:
-        """@hydra.main(config_path=, config_name=): the entry's first parameter is the composed config."""
-        from memlint.extract.hydra import hydra_config
-
+        """@hydra.main(config_path=, config_name=): the entry's first parameter is the composed config (composed again
+        when the script registers an OmegaConf resolver after the decorator ran)."""
         args = {"config_path": None, "config_name": None}
         positional = [a for a in deco.args if a.keyword is None]
         for key, a in zip(("config_path", "config_name"), positional):
@@ -246,17 +245,95 @@ class EntryPointHandlers:
         if not params:
             return None
         here = it.mod.path.parent if it.mod is not None else it.dir
-        value, notes = hydra_config(here, vals["config_path"], vals["config_name"], it.launch)
+        entry = (f, params[0].name.value, here, vals, it.line_of(deco), it.cur_file())
+        it.hydra_entries.append(entry)
+        EntryPointHandlers._compose_hydra(it, entry)
+        return None
+
+    @staticmethod
+    def _compose_hydra(it: Any, entry: tuple) -> None:
+        from memlint.extract.hydra import hydra_config
+
+        f, param, here, vals, line, file = entry
+        value, notes = hydra_config(here, vals["config_path"], vals["config_name"], it.launch,
+                                    lambda name, args, how: _call_resolver(it, name, args, how, line))
         for n in notes:
             it.facts.note(n)
         if not isinstance(value, Unknown):
             it.facts.note(f"the Hydra config {vals['config_path']}/{vals['config_name']} composed as @hydra.main would "
                           "(defaults list, overrides, interpolations)")
-        param = params[0].name.value
         f.defaults[param] = value
-        f.default_source[param] = ("literal", f"@hydra.main(config_name={vals['config_name']!r})", it.line_of(deco),
-                                   it.cur_file())
-        return None
+        f.default_source[param] = ("literal", f"@hydra.main(config_name={vals['config_name']!r})", line, file)
+
+    def register_resolver(self, c: Call) -> Any:
+        """OmegaConf.register_new_resolver(name, fn): `${name:args}` in a config calls fn (evaluated when the config
+        is composed, on known arguments); a Hydra entry composed before the registration is composed again."""
+        if c.owner != "OmegaConf" and c.head not in ("omegaconf", "OmegaConf"):
+            return _PASS
+        name, fn = c.arg(0, "name"), c.arg(1, "resolver")
+        if isinstance(name, Const) and isinstance(name.value, str) and fn is not None:
+            c.it.resolvers[name.value] = fn
+            for entry in list(c.it.hydra_entries):
+                self._compose_hydra(c.it, entry)
+        return Const(None, "literal", c.line)
+
+    def hydra_instantiate(self, c: Call) -> Any:
+        """hydra.utils.instantiate(cfg, *args, **kwargs) / hydra.utils.call: the callable `cfg._target_` names (a
+        library class or function, or one of the checkout's), called with the config's other keys as keyword
+        arguments (the call's own keywords over them, `_args_` positional); a nested config with a `_target_` is
+        built first (`_recursive_: false` keeps it a config); `_partial_: true` gives a functools.partial."""
+        if c.head != "hydra":
+            return _PASS
+        out = None
+        for cfg in flatten(c.arg(0, "config")):
+            r = self._instantiate(c.it, cfg, list(c.args[1:]), {k: v for k, v in c.kwargs.items() if k != "config"},
+                                  c.line, 0)
+            out = r if out is None else Alts((out, r)) if r is not out else out
+        return out if out is not None else Unknown("hydra.utils.instantiate()")
+
+    def _instantiate(self, it: Any, cfg: Any, args: list, kwargs: dict, line: int | None, depth: int) -> Any:
+        if not isinstance(cfg, Dict):
+            return Unknown("hydra.utils.instantiate of a config memlint cannot read")
+        target = cfg.items.get("_target_")
+        if not (isinstance(target, Const) and isinstance(target.value, str)) or depth > 8:
+            return Unknown("hydra.utils.instantiate of a config without a known _target_")
+        recursive = cfg.items.get("_recursive_")
+        recursive = not (isinstance(recursive, Const) and recursive.value is False)
+        given = cfg.items.get("_args_")
+        pos = [*(given.items if isinstance(given, Seq) else []), *args]
+        kw: dict = {}
+        for k, v in cfg.items.items():
+            if isinstance(k, str) and k.startswith("_") and k.endswith("_"):
+                continue
+            kw[k] = self._instantiate_nested(it, v, line, depth) if recursive else v
+        kw.update(kwargs)
+        fn = _hydra_target(it, target.value)
+        partial = cfg.items.get("_partial_")
+        if isinstance(partial, Const) and partial.value is True:
+            from memlint.extract.objects import Partial
+
+            return Partial("functools.partial", line or 0, kw, {}, False, func=fn, args=pos)
+        if isinstance(fn, Func):
+            return it.call_function(fn, pos, kw, line)
+        if isinstance(fn, (Ref, Class)):
+            return it.handlers.call(it, fn, pos, kw, False, line, None)
+        return fn if isinstance(fn, Unknown) else Unknown(f"{target.value}(...) (hydra.utils.instantiate)")
+
+    def _instantiate_nested(self, it: Any, v: Any, line: int | None, depth: int) -> Any:
+        if isinstance(v, Dict) and isinstance(v.items.get("_target_"), Const):
+            return self._instantiate(it, v, [], {}, line, depth + 1)
+        if isinstance(v, Seq) and any(isinstance(x, Dict) and "_target_" in x.items for x in v.items):
+            return Seq([self._instantiate_nested(it, x, line, depth) for x in v.items], v.kind)
+        return v
+
+    def hydra_get_class(self, c: Call) -> Any:
+        """hydra.utils.get_class / get_method / get_object(path): what the dotted path names."""
+        if c.head != "hydra":
+            return _PASS
+        path = c.arg(0, "path")
+        if isinstance(path, Const) and isinstance(path.value, str):
+            return _hydra_target(c.it, path.value)
+        return Unknown(f"{c.qual}() of a path memlint cannot read")
 
     def fire(self, c: Call) -> Any:
         if c.head != "fire":
@@ -366,14 +443,73 @@ class EntryPointHandlers:
                             it.write(x.attrs, sub.split(".")[1], v, x)
 
 
+def _hydra_target(it: Any, dotted: str) -> Any:
+    """What a `_target_` names: a class or function of the checkout (the longest dotted prefix that is a module of
+    it, then attributes), else the library name as a Ref."""
+    from memlint.extract.imports import SiblingModule
+
+    parts = dotted.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        mod = ".".join(parts[:i])
+        target = it.checkout_module(mod, 0)
+        if target is None:
+            continue
+        v: Any = SiblingModule(parts[i - 1], None, target, mod)
+        for attr in parts[i:]:
+            v = it.module_attribute(v, attr) if isinstance(v, SiblingModule) else \
+                it.handlers.getattr(it, v, attr, None) if not isinstance(v, Unknown) else v
+        return v
+    return Ref(dotted)
+
+
+def _call_resolver(it: Any, name: str, args: list, how: str, line: int | None) -> Any:
+    """The value a resolver the script registered gives for known arguments: a lambda or function of the script
+    (walked), `eval` of arithmetic, a library function (torch.cuda.device_count: the launch's GPUs, or
+    DeviceCount); None when `name` is not registered or the answer is not a plain value."""
+    from memlint.extract.hydra import arithmetic
+    from memlint.extract.values import DeviceCount
+
+    fn = it.resolvers.get(name)
+    if fn is None:
+        return None
+    consts = [Const(a, "literal", line, (how,)) for a in args]
+    got: Any = None
+    for f in flatten(fn):
+        if isinstance(f, Func):
+            r = it.call_function(f, consts, {}, line)
+        elif isinstance(f, Ref) and f.qual == "builtins.eval":
+            v = arithmetic(args[0]) if len(args) == 1 and isinstance(args[0], str) else None
+            r = Const(v, "literal", line) if v is not None else Unknown(f"{how}: eval of more than arithmetic")
+        elif isinstance(f, Ref) and not f.qual.startswith("builtins."):
+            r = it.handlers.call(it, f, consts, {}, False, line, None)
+        else:
+            r = Unknown(f"{how}: a resolver memlint does not evaluate")
+        if got is not None and not (isinstance(r, Const) and isinstance(got, Const) and r.value == got.value):
+            return Unknown(f"{how}: the resolver's value differs by branch")
+        got = r
+    if isinstance(got, Const) and isinstance(got.value, (int, float, str, bool)) or \
+            isinstance(got, Const) and got.value is None:
+        return got.value
+    if isinstance(got, DeviceCount):
+        return got
+    return got if isinstance(got, Unknown) else Unknown(f"{how}: a value memlint cannot read")
+
+
 # the library calls this module answers, by qualified name (handlers/__init__.py merges the tables)
 QUALIFIED: dict[str, Callable[[Any, Call], Any]] = {
     "tyro.cli": EntryPointHandlers.tyro_cli,
+    "hydra.utils.call": EntryPointHandlers.hydra_instantiate,
 }
 
 
 # the library calls this module answers, by last component (handlers/__init__.py merges the tables)
 BY_NAME: dict[str, Callable[[Any, Call], Any]] = {
+    "register_new_resolver": EntryPointHandlers.register_resolver,
+    "register_resolver": EntryPointHandlers.register_resolver,
+    "instantiate": EntryPointHandlers.hydra_instantiate,
+    "get_class": EntryPointHandlers.hydra_get_class,
+    "get_method": EntryPointHandlers.hydra_get_class,
+    "get_object": EntryPointHandlers.hydra_get_class,
     "Fire": EntryPointHandlers.fire,
     "CLI": EntryPointHandlers.jsonargparse_cli,
     "auto_cli": EntryPointHandlers.jsonargparse_cli,

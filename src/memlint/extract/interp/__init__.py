@@ -78,6 +78,8 @@ class Interpreter(Statements, Expressions, Calls, ModuleFiles, Idioms, LibraryCa
         self.timed_out = False
         self.exec_depth = 0
         self.layers: Any = None  # custom_model.Layers while a script model's __init__ runs
+        self.resolvers: dict = {}  # OmegaConf.register_new_resolver(name, fn): name -> fn
+        self.hydra_entries: list = []  # the @hydra.main entries composed so far (composed again on a new resolver)
         self.call_line: int | None = None
         self.main = self._load(path, source, "__main__", is_main=True)
 

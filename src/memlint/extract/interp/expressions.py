@@ -145,7 +145,7 @@ class Expressions:
         v = env.lookup(n)
         if v is not None:
             return v
-        if n in _BUILTIN_CALLS or n in ("range", "print", "open", "getattr", "input", "dict", "isinstance", "vars", "enumerate", "zip", "map", "filter", "set", "super", "type", "hasattr", "setattr", "iter", "next", "any", "all"):
+        if n in _BUILTIN_CALLS or n in ("range", "print", "open", "getattr", "input", "dict", "isinstance", "vars", "enumerate", "zip", "map", "filter", "set", "super", "type", "hasattr", "setattr", "iter", "next", "any", "all", "eval"):
             return Ref(f"builtins.{n}")
         if self.env_keys:
             v = self.global_name(env, n)

@@ -224,7 +224,13 @@ class Idioms:
             return
         hit = self._offset_slice(elt, var, self.code(step))
         if hit is not None:
-            self.facts.chunking.append(Chunking(self.ev(step, env), self.line_of(hit[0])))
+            n = self.ev(step, env)
+            extra = _wrapped_tokens(elt, hit[0])
+            if extra and isinstance(n, Const) and isinstance(n.value, int) and not isinstance(n.value, bool):
+                # `[bos] + t[i : i + n] + [eos]`: each block is the slice with the list literals around it
+                n = n.with_value(n.value + extra, f"[...] + {self.code(hit[0])} + [...]: {extra} more token(s) around "
+                                                  f"each block of {n.value} (line {self.line_of(hit[0])})")
+            self.facts.chunking.append(Chunking(n, self.line_of(hit[0])))
 
     def stream_block_idiom(self, sl: cst.Slice, env: Env) -> None:
         """`buf = tokens[pos : pos + B * T + 1]` then `buf[:-1].view(B, T)` (or .reshape) in the same function:
@@ -259,6 +265,22 @@ class Idioms:
                         and (n is None or self.code(sl.upper.right) == n)):
                     return sub, sl.upper.right
         return None
+
+
+def _wrapped_tokens(elt: cst.CSTNode, sub: cst.Subscript) -> int:
+    """The elements of the list literals a sum joins to the slice `sub` (`[bos] + x[i:i+n] + [eos]`: 2); 0 when the
+    slice is not a term of such a sum."""
+    for node in _walk(elt):
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+            terms: list = []
+            _add_terms(node, terms)
+            if any(t is sub for t in terms):
+                lists = [t for t in terms if t is not sub]
+                if lists and all(isinstance(t, cst.List) and not any(isinstance(e, cst.StarredElement)
+                                                                     for e in t.elements) for t in lists):
+                    return sum(len(t.elements) for t in lists)
+                return 0
+    return 0
 
 
 def _add_terms(node: cst.CSTNode, out: list) -> None:
