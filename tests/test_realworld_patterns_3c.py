@@ -132,6 +132,20 @@ def test_a_missing_checkpoint_folder_named_like_a_catalogued_checkpoint_is_sized
         raise AssertionError(f"{named!r} resolved to {got.id}")
 
 
+def test_a_path_in_a_hugging_face_cache_layout_is_the_id_it_caches():
+    """`…/hub/models--ORG--NAME/snapshots/HASH` (a shared cache on the author's machine, not on this one) is a copy of
+    ORG/NAME: sized as that checkpoint, with the path kept as what it is assumed from."""
+    from memlint.catalog import hub_cache_id, resolve
+
+    path = "/home/shared/hub/models--meta-llama--Llama-2-7b-hf/snapshots/8c22764a7e3675c50d4c7c9a4edb474456022b16"
+    assert hub_cache_id(path) == "meta-llama/Llama-2-7b-hf"
+    assert hub_cache_id("../cache/models--Qwen--Qwen2.5-0.5B/") == "Qwen/Qwen2.5-0.5B"
+    spec = resolve(path)
+    assert (spec.id, spec.assumed_from) == ("meta-llama/Llama-2-7b-hf", path)
+    for other in ("/data/models/llama-2-7b-hf-models--x", "models--only", "/srv/models/Llama-2-7b-hf/snapshots/abc"):
+        assert hub_cache_id(other) is None, other
+
+
 def test_an_estimate_on_a_checkpoint_assumed_from_its_folder_name_says_the_assumption():
     from memlint.check import check_source
 

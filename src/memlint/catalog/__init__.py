@@ -12,6 +12,8 @@ torch on this path.
 from __future__ import annotations
 
 import os
+import re
+from dataclasses import replace
 from pathlib import Path
 
 from memlint.catalog.local import spec_from_config_file
@@ -66,6 +68,16 @@ def _mtime(p: Path) -> float:
         return 0.0
 
 
+_CACHE_DIR = re.compile(r"(?:^|[/\\])models--([A-Za-z0-9][\w.-]*)--([\w.-]+?)(?:[/\\]snapshots(?:[/\\][0-9a-f]{7,64})?)?[/\\]*$")
+
+
+def hub_cache_id(path: str) -> str | None:
+    """The Hub id a path into a Hugging Face cache's layout stands for (`/home/u/hub/models--meta-llama--Llama-3.1-8B/
+    snapshots/8c22764…` is meta-llama/Llama-3.1-8B), when the path is not on this machine; None for any other path."""
+    m = _CACHE_DIR.search(path.strip())
+    return f"{m.group(1)}/{m.group(2)}" if m else None
+
+
 def resolve(model: str) -> ModelSpec:
     """A model id or a local path -> its ModelSpec, never touching the network."""
     if len(model) > 1000:
@@ -92,6 +104,14 @@ def resolve(model: str) -> ModelSpec:
         cached = _cached_config(model)
         if cached is not None:
             return spec_from_config_file(cached, model, source="hf-cache")
+    cached_id = hub_cache_id(model)
+    if cached_id is not None:  # …/models--ORG--NAME/snapshots/HASH: a Hugging Face cache's copy of ORG/NAME
+        try:
+            spec = resolve(cached_id)
+        except MemlintError:
+            spec = None
+        if spec is not None:
+            return spec if spec.assumed_from else replace(spec, assumed_from=model)
     spec = catalog_entry(model) or named_by_folder(model)
     if spec is not None:
         return spec
