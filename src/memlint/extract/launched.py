@@ -177,6 +177,28 @@ def _accelerate(plan: TrainingPlan, launch: Any, opts: dict[str, str]) -> dict[s
     return out
 
 
+def accelerate_processes(launch: Any, script: Path | None = None) -> int | None:
+    """The processes `accelerate launch --config_file X` starts, from X's num_processes (accelerate counts them over
+    every machine), when the command itself does not say; None when X is not found or says nothing readable."""
+    from memlint.extract.configs.document import load_text
+    from memlint.files import is_file, read_text
+
+    cfg = (launch.options or {}).get("config_file") if launch is not None and launch.launcher == "accelerate" else None
+    if not cfg:
+        return None
+    base = Path(launch.origin).parent if launch.line else Path.cwd()
+    run_dir = Path.cwd() / launch.cwd if launch.cwd else Path.cwd()
+    for cand in (base / cfg, run_dir / cfg, *([script.parent / cfg] if script is not None else [])):
+        if is_file(cand):
+            try:
+                doc = load_text(read_text(cand, 1_000_000, what="accelerate config"), str(cand))
+            except (OSError, MemlintError):
+                return None
+            n = doc.data.get("num_processes") if isinstance(doc.data, dict) else None
+            return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None
+    return None
+
+
 def _accelerate_config(plan: TrainingPlan, launch: Any, cfg: str, script: Path) -> TrainingPlan:
     from memlint.extract.configs import merge_launch_config
 

@@ -42,6 +42,9 @@ class LengthFields:
             self.put("per_device_batch", bs if bs is not None else _libc("torch.utils.data.DataLoader", "batch_size", train_dl.line), _int, train_dl.line)
         elif windows:  # nanoGPT's get_batch: torch.stack([data[i : i + n] for i in torch.randint(_, (B,))])
             self.put("per_device_batch", windows[0].rows, _int, windows[0].line)
+        elif self.facts.iterator_batches:  # a checkout iterator class built with its micro-batch size
+            rows = self.facts.iterator_batches[0]
+            self.put("per_device_batch", rows, _int, rows.line)
         else:
             self.put("per_device_batch", Unknown("no DataLoader found"), line=line)
         return train_dl

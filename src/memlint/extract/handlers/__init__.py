@@ -240,7 +240,30 @@ class Handlers(
         init = cls.lookup("__init__")
         if init is not None and init[0] == "method":
             c.it.call_function(init[1], [inst, *c.args], dict(c.kwargs), c.line)
+        self.iterator_batch(c, cls)
         return inst
+
+    @staticmethod
+    def iterator_batch(c: Call, cls: Class) -> None:
+        """A checkout class that iterates batches (it defines __iter__), built with a per-device batch size keyword
+        (`microbatch_size=8`, `batch_size=bs`; not a global, total or evaluation one): the loop's micro-batch when
+        no DataLoader is found."""
+        if cls.lookup("__iter__") is None:
+            return
+        names = api.batch_size_names()
+        found = []
+        for key, v in c.kwargs.items():
+            low = str(key).lower()
+            if not any(low == n or low.endswith(n) for n in names) or low.startswith(_NOT_PER_DEVICE):
+                continue
+            if isinstance(v, Const) and isinstance(v.value, (int, float)) and not isinstance(v.value, bool) \
+                    and float(v.value).is_integer() and v.value > 0:  # `batch_size / (processes * accum)`: 8.0
+                v = v.with_value(int(v.value))
+                found.append((0 if low.startswith(("micro", "mini", "per_device")) else 1, key, v))
+        if found:
+            _, key, v = min(found, key=lambda t: t[0])
+            c.it.facts.iterator_batches.append(
+                v.with_value(v.value, f"{cls.name}({key}={v.value}) (line {c.line}): the batches its __iter__ yields"))
 
     def method(self, it: Any, obj: Obj, name: str, args: list, kwargs: dict, open_kw: bool, line: int | None) -> Any:
         if isinstance(obj, ArgParser):
@@ -296,6 +319,9 @@ class Handlers(
             it.facts.grad_hooks.append(GradHook(_steps_an_optimizer(args[0] if args else kwargs.get("hook")), line))
         return Unknown(f"the result of .{name}()")
 
+
+# batch-size keywords that are not one device's micro-batch
+_NOT_PER_DEVICE = ("global", "total", "effective", "world", "eval", "val", "test")
 
 # datasets' methods that return the same rows (or a part of them): their columns are the dataset's
 _DATASET_VIEWS = frozenset({"select", "shuffle", "remove_columns", "rename_column", "rename_columns", "select_columns",

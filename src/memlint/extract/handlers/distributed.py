@@ -167,6 +167,13 @@ class DistributedHandlers:
         launch = it.launch
         if launch is not None and launch.gpus and launch.launcher in ("torchrun", "accelerate", "deepspeed", "composer"):
             return self.cli_const(it, launch.gpus, f"{how}: {launch.gpus} processes started by {launch.launcher}")
+        if launch is not None and launch.launcher == "accelerate" and launch.gpus is None:
+            from memlint.extract.launched import accelerate_processes
+
+            n = accelerate_processes(launch, it.path)
+            if n is not None:  # accelerate launch --config_file X: X's num_processes
+                return self.cli_const(it, n, f"{how}: {n} processes, num_processes of accelerate's --config_file "
+                                             f"{launch.options['config_file']}")
         return Unknown(f"{how}: the number of processes, which the launch environment decides")
 
     def lightning_method(self, it: Any, trainer: LightningTrainer, name: str, args: list, kwargs: dict, line: int | None) -> Any:

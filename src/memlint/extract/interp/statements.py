@@ -320,6 +320,11 @@ class Statements:
                     self.handlers.on_setattr(self, b, target.attr.value, value, self.line_of(stmt))
                 elif isinstance(b, Method):  # model.transformer.x = v: a part of a known object
                     self.handlers.on_sub_setattr(self, b.obj, b.name, target.attr.value, value, self.line_of(stmt))
+                elif isinstance(b, Dict):  # cfg.model.microbatch_size = n: an attribute dict (DictConfig, EasyDict)
+                    if insert_fits(b, value):
+                        b.items[target.attr.value] = value
+                    else:
+                        b.open = True
         elif isinstance(target, cst.Subscript):
             base = self.ev(target.value, env)
             key = self.subscript_key(target, env)

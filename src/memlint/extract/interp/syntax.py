@@ -65,10 +65,17 @@ def _only_raises(block: Any) -> bool:
     return not any(isinstance(n, (cst.Return, cst.Break, cst.Continue)) for st in stmts for n in _walk(st))
 
 
+_GROWS = frozenset({"append", "extend", "insert", "add"})
+
+
 @functools.lru_cache(maxsize=4096)
 def _loop_counters(node: cst.For | cst.While) -> tuple[str, ...]:
-    """Names a loop's body steps with `name += ...` (not inside a nested function or class)."""
+    """Names a loop's body steps with `name += ...`, and collections it grows (`batches.append(b)`) whose length
+    the body tests (`if len(batches) < accum: continue`): their value differs on every iteration (not inside a
+    nested function or class)."""
     names: list[str] = []
+    grown: set[str] = set()
+    measured: set[str] = set()
     stack: list = list(children(node.body))
     while stack:
         n = stack.pop()
@@ -76,8 +83,14 @@ def _loop_counters(node: cst.For | cst.While) -> tuple[str, ...]:
             continue
         if isinstance(n, cst.AugAssign) and isinstance(n.target, cst.Name) and n.target.value not in names:
             names.append(n.target.value)
+        if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and isinstance(n.func.value, cst.Name) \
+                and n.func.attr.value in _GROWS:
+            grown.add(n.func.value.value)
+        if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == "len" and len(n.args) == 1 \
+                and isinstance(n.args[0].value, cst.Name):
+            measured.add(n.args[0].value.value)
         stack.extend(children(n))
-    return tuple(names)
+    return tuple(names) + tuple(sorted((grown & measured) - set(names)))
 
 
 def _builtin_type(v: Any) -> bool:
