@@ -77,6 +77,11 @@ main(OmegaConf.create({"model": {"batch_size": 32, "accum": 1, "microbatch_size"
     assert plan.get("trainer").value == "custom-loop"
     assert plan.get("per_device_batch").value == 8  # 32 / (4 processes × 1)
     assert plan.get("optimizer").value == "adamw_torch"
+    assert plan.get("grad_accum").value == 1
+    (tmp_path / "train.py").write_text(textwrap.dedent(src).lstrip("\n").replace('"accum": 1', '"accum": 4'))
+    (plan,) = extract_targets(command_targets(tokens("accelerate launch --config_file acc.yaml train.py")))
+    # `if len(pending) < 4: continue` then `for b in pending: backward`: 4 micro-batches of 32 / (4 × 4) per step
+    assert (plan.get("per_device_batch").value, plan.get("grad_accum").value) == (2, 4)
 
 
 def test_a_list_the_loop_grows_without_testing_its_length_keeps_its_items(tmp_path, monkeypatch):

@@ -44,13 +44,46 @@ class Idioms:
         if micro is not None:
             self.micro_accum = micro  # the optimizer step after it accumulates `micro` backward passes
 
+    def length_guard(self, node: cst.If, env: Env) -> None:
+        """`if len(pending) < N: continue` (no else): past it, the list the loop collects batches in holds N of them
+        (the batches a later `for b in pending: ... backward()` accumulates before one step)."""
+        test = node.test
+        if node.orelse is not None or not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+                                           and isinstance(test.comparisons[0].operator, (cst.LessThan, cst.NotEqual))):
+            return
+        left = test.left
+        if not (isinstance(left, cst.Call) and isinstance(left.func, cst.Name) and left.func.value == "len"
+                and len(left.args) == 1 and isinstance(left.args[0].value, cst.Name)):
+            return
+        body = node.body.body
+        smalls = body if isinstance(node.body, cst.SimpleStatementSuite) else \
+            body[0].body if len(body) == 1 and isinstance(body[0], cst.SimpleStatementLine) else ()
+        if not (smalls and all(isinstance(s, cst.Continue) for s in smalls)):
+            return
+        n = self.ev(test.comparisons[0].comparator, env)
+        if isinstance(n, Const) and isinstance(n.value, int) and not isinstance(n.value, bool) and n.value > 0:
+            name = left.args[0].value.value
+            self.length_guards[name] = n.with_value(n.value, f"`{self.code(test)}: continue` (line {self.line_of(node)}): "
+                                                             f"{name} holds {n.value} batches past it")
+
     def micro_batch_count(self, node: cst.For | cst.While, env: Env) -> Any:
         """N of `for i in range(N): ... loss.backward()` with no optimizer step inside: a loop over
-        micro-batches whose gradients the step after it applies at once (gradient accumulation)."""
+        micro-batches whose gradients the step after it applies at once (gradient accumulation); the N batches a
+        `for b in pending:` loop runs when `if len(pending) < N: continue` collected them."""
+        called = {n.func.attr.value for n in _walk(node.body) if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)}
+        if isinstance(node, cst.For) and isinstance(node.iter, cst.Name) and node.iter.value in self.length_guards:
+            if "backward" in called and "step" not in called:
+                return self.length_guards[node.iter.value]
+            return None
+        if isinstance(node, cst.For) and isinstance(node.iter, cst.Call) and self.dotted(node.iter.func) == "enumerate" \
+                and node.iter.args and isinstance(node.iter.args[0].value, cst.Name) \
+                and node.iter.args[0].value.value in self.length_guards:  # for i, b in enumerate(pending)
+            if "backward" in called and "step" not in called:
+                return self.length_guards[node.iter.args[0].value.value]
+            return None
         if not (isinstance(node, cst.For) and isinstance(node.iter, cst.Call) and self.dotted(node.iter.func) == "range"
                 and len(node.iter.args) in (1, 3)):
             return None
-        called = {n.func.attr.value for n in _walk(node.body) if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)}
         if "backward" not in called or "step" in called:
             return None
         if len(node.iter.args) == 3:

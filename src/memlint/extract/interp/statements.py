@@ -102,6 +102,7 @@ class Statements:
             return self.exec_block(orelse.body.body, e)
         self.batch_yield_idiom(node, env)
         accum = self.modulo_test(node.test, env)
+        self.length_guard(node, env)
         if accum is not None and self.loop_depth:
             # `if step % N != 0: continue` in a loop walked once for all its iterations: the counter's first
             # value does not decide it, each side runs on some iteration (the optimizer step on every N-th)
