@@ -115,6 +115,10 @@ class Handlers(
         """A library call: the qualified rules first, then the name table, then optimizer classes."""
         if c.it.layers is not None and c.head == "torch" and c.name in ("Linear", "Embedding"):
             _record_layer(c)
+        if c.it.layers is not None and c.head == "torch":  # a tensor of written-out size, the nn.Parameter of it
+            table = custom_model.table_of(c.name, c.args, c.kwargs, c.line)
+            if table is not None:
+                return table
         if c.qual.startswith("builtins."):
             return self.builtin(c.it, c.name, c.args, c.kwargs, c.line)
         if c.head == "liger_kernel" and c.name.startswith("apply_liger_kernel_to_"):
