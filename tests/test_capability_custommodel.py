@@ -173,3 +173,119 @@ def test_a_3d_parameter_indexed_by_ids_is_not_a_token_embedding(tmp_path: Path):
                       .replace("return F.embedding(ids, self.weight)", "return self.weight[ids]")
     plan = extract_file(_checkout(tmp_path, {"net.py": net, "train.py": _NET_TRAIN}))
     assert plan.value("attn_implementation") != "sdpa"
+
+
+def _write(root: Path, files: dict) -> Path:
+    import textwrap
+
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+    (root / ".git").mkdir(exist_ok=True)
+    return root
+
+
+def test_a_dit_built_by_hydra_instantiate_is_read(tmp_path: Path, monkeypatch):
+    from memlint.extract import extract_targets
+    from memlint.extract.launch import tokens
+    from memlint.extract.shell import command_targets
+
+    root = _write(tmp_path, {
+        "models/__init__.py": "",
+        "models/dit.py": _DIT.replace("config.model.", "").replace(
+            "def __init__(self, config, vocab_size: int)", "def __init__(self, hidden_size, n_heads, cond_dim, n_blocks, vocab_size)"),
+        "cfg/c.yaml": '''
+            bs: 4
+            model:
+              _target_: models.dit.TinyDiT
+              hidden_size: 256
+              n_heads: 4
+              cond_dim: 64
+              n_blocks: 4
+              vocab_size: 1000
+        ''',
+        "run.py": '''
+            import hydra
+            import torch
+
+
+            @hydra.main(config_path="cfg", config_name="c")
+            def main(cfg):
+                model = hydra.utils.instantiate(cfg.model)
+                opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+                for batch in torch.utils.data.DataLoader(range(100), batch_size=cfg.bs):
+                    model(batch, None).sum().backward()
+                    opt.step()
+
+
+            main()
+        ''',
+    })
+    monkeypatch.chdir(root)
+    (plan,) = extract_targets(command_targets(tokens("python run.py")))
+    assert plan.value("attn_implementation") == "flash_attention_2"
+    assert plan.value("torch_dtype") == "fp32"
+
+
+_REGISTRY_TRAIN = '''import torch
+from types import SimpleNamespace
+from models import TinyDiT
+
+BACKBONES = {"dit": TinyDiT}
+
+
+def build_backbone(name, config, vocab_size):
+    return BACKBONES[name](config, vocab_size=vocab_size)
+
+
+config = SimpleNamespace(model=SimpleNamespace(hidden_size=256, n_heads=4, cond_dim=64, n_blocks=4))
+model = build_backbone("dit", config, 1000)
+optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+for step in range(10):
+    loss = model(None, None).sum()
+    loss.backward()
+    optimizer.step()
+'''
+
+
+def test_a_dit_from_a_registry_through_a_factory_is_read(tmp_path: Path):
+    plan = extract_file(_checkout(tmp_path, {"models.py": _DIT, "train.py": _REGISTRY_TRAIN}))
+    assert plan.value("attn_implementation") == "flash_attention_2"
+    assert plan.value("torch_dtype") == "fp32"
+
+
+_LIGHTNING_TRAIN = '''import lightning as L
+import torch
+from types import SimpleNamespace
+from models import TinyDiT
+
+
+class Diffusion(L.LightningModule):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        if config.backbone == "dit":
+            self.backbone = TinyDiT(config, vocab_size=config.vocab)
+
+    def training_step(self, batch, i):
+        return self.backbone(batch, None).sum()
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.backbone.parameters(), lr=3e-4)
+
+
+config = SimpleNamespace(backbone="dit", vocab=1000,
+                         model=SimpleNamespace(hidden_size=256, n_heads=4, cond_dim=64, n_blocks=4))
+trainer = L.Trainer(precision="bf16-mixed", devices=1)
+trainer.fit(Diffusion(config), torch.utils.data.DataLoader(range(10), batch_size=8))
+'''
+
+
+def test_a_lightning_module_holding_the_dit_as_its_backbone_is_read(tmp_path: Path):
+    # Lightning's bf16-mixed keeps the fp32 parameters the nn.Module creates; autocast runs the matmuls in bf16
+    plan = extract_file(_checkout(tmp_path, {"models.py": _DIT, "train.py": _LIGHTNING_TRAIN}))
+    assert plan.value("trainer") == "lightning"
+    assert plan.value("attn_implementation") == "flash_attention_2"
+    assert plan.value("torch_dtype") == "fp32"
+    assert plan.value("precision") == "amp-bf16"
