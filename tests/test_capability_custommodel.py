@@ -289,3 +289,45 @@ def test_a_lightning_module_holding_the_dit_as_its_backbone_is_read(tmp_path: Pa
     assert plan.value("attn_implementation") == "flash_attention_2"
     assert plan.value("torch_dtype") == "fp32"
     assert plan.value("precision") == "amp-bf16"
+
+
+_HF_CLASS_TRAIN = '''import torch
+from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+config = AutoConfig.from_pretrained("meta-llama/Llama-2-7b-hf")
+model = LlamaForCausalLM(config)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+for step in range(10):
+    model(None).loss.backward()
+    optimizer.step()
+'''
+
+
+def test_a_transformers_class_built_by_its_constructor_is_fp32_not_from_pretrained_auto(tmp_path: Path):
+    # PreTrainedModel.__init__ picks no dtype: transformers>=5's from_pretrained default ("auto") does not apply
+    plan = extract_file(_checkout(tmp_path, {"train.py": _HF_CLASS_TRAIN}))
+    assert plan.value("torch_dtype") == "fp32"
+    assert plan.get("torch_dtype").source == "constant"
+    cast = _HF_CLASS_TRAIN.replace("model = LlamaForCausalLM(config)", "model = LlamaForCausalLM(config).to(torch.bfloat16)")
+    assert extract_file(_checkout(tmp_path, {"train.py": cast})).value("torch_dtype") == "bf16"
+    default = _HF_CLASS_TRAIN.replace("config = ", "torch.set_default_dtype(torch.bfloat16)\nconfig = ")
+    assert extract_file(_checkout(tmp_path, {"train.py": default})).value("torch_dtype") == "bf16"
+    # a load still takes from_pretrained's own default
+    loaded = _HF_CLASS_TRAIN.replace("model = LlamaForCausalLM(config)", 'model = LlamaForCausalLM.from_pretrained("x/y")')
+    assert extract_file(_checkout(tmp_path, {"train.py": loaded})).get("torch_dtype").source == "library-default"
+
+
+def test_a_checkout_copy_of_a_transformers_class_built_from_a_config_is_fp32(tmp_path: Path):
+    modeling = '''from transformers import PreTrainedModel, LlamaConfig
+
+
+class MyLlamaForCausalLM(PreTrainedModel):
+    config_class = LlamaConfig
+
+    def __init__(self, config):
+        super().__init__(config)
+'''
+    train = _HF_CLASS_TRAIN.replace("model = LlamaForCausalLM(config)", "model = MyLlamaForCausalLM(config)") \
+                           .replace("import torch\n", "import torch\nfrom modeling_my import MyLlamaForCausalLM\n")
+    plan = extract_file(_checkout(tmp_path, {"modeling_my.py": modeling, "train.py": train}))
+    assert plan.value("torch_dtype") == "fp32"

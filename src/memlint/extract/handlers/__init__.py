@@ -152,7 +152,8 @@ class Handlers(
                 and isinstance(c.arg(0, "config"), HfConfig):
             # LlamaForCausalLM(config): a model built (randomly initialised) from a config, as from_config builds it
             return self._load_model(Call(c.it, c.qual + ".from_config", [c.arg(0, "config")],
-                                         {k: v for k, v in c.kwargs.items() if k != "config"}, c.open, c.line),
+                                         {**{k: v for k, v in c.kwargs.items() if k != "config"}, "_constructed": True},
+                                         c.open, c.line),
                                     c.name, "from_config")
         if c.head == "torch" and c.name in _TORCH_DTYPES:
             return f
@@ -236,7 +237,8 @@ class Handlers(
                 and _pretrained_model_class(cls):
             # the checkout's copy of a transformers model class (class LlamaForCausalLM(PreTrainedModel)) built from
             # a config: a model of that config, as transformers' own class would be (from_config)
-            return self._load_model(Call(c.it, f"{cls.name}.from_config", [cfg], dict(c.kwargs), c.open, c.line),
+            return self._load_model(Call(c.it, f"{cls.name}.from_config", [cfg], {**c.kwargs, "_constructed": True},
+                                         c.open, c.line),
                                     cls.name, "from_config")
         if custom_model.is_module_class(cls, library_base):
             return self.script_model(c, cls)
