@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from memlint.extract.objects import DataclassInstance, Instance, Obj, field_value
-from memlint.extract.values import Const, Dict, Unknown, flatten
+from memlint.extract.values import Const, Dict, Seq, Unknown, flatten
 from memlint.plan import Value
 
 # config key spellings, first found wins
@@ -41,6 +41,115 @@ class Layers:
     linears: list[tuple[int, int, Any]] = field(default_factory=list)  # (in, out, the call's file and line)
     embeddings: list[tuple[int, int]] = field(default_factory=list)
     files: set = field(default_factory=set)  # the files whose code built them
+    tokens: list[str] = field(default_factory=list)  # token embeddings read from a parameter table (how), sized or not
+
+
+@dataclass(frozen=True)
+class Table(Unknown):
+    """A tensor a script model's __init__ creates with its size written out (`torch.empty((V, D))`,
+    `torch.randn(V, D)`), or the `nn.Parameter` made of it: its values are unknown, its dimensions
+    (ints, or None where unread) are what a token embedding kept as a bare parameter is sized by."""
+
+    dims: tuple = ()
+    parameter: bool = False
+
+
+# torch calls that create a tensor of the size their arguments write out
+_FACTORIES = frozenset({"empty", "zeros", "ones", "randn", "rand", "Tensor", "FloatTensor"})
+
+
+def table_of(name: str, args: list, kwargs: dict, line: int | None) -> Table | None:
+    """The Table a torch call inside a script model's __init__ makes: a factory's size (`(V, D)` as one tuple or as
+    separate arguments, or `size=`), or `nn.Parameter(t)` of such a tensor; None for any other call."""
+    if name == "Parameter":
+        t = args[0] if args else kwargs.get("data")
+        if isinstance(t, Table):
+            return Table(f"an nn.Parameter of {len(t.dims)} dimensions", line, t.dims, True)
+        return None
+    if name not in _FACTORIES:
+        return None
+    size = kwargs.get("size")
+    if size is None:
+        size = args[0] if len(args) == 1 and isinstance(args[0], Seq) else args
+    items = size.items if isinstance(size, Seq) else size if isinstance(size, list) else None
+    if not items:
+        return None
+    return Table(f"the result of torch.{name}()", line, tuple(_whole(x) for x in items))
+
+
+def _whole(v: Any) -> int | None:
+    """A dimension: the int it is, the largest of several known ints, else None."""
+    opts = flatten(v)
+    nums = [o.value for o in opts if isinstance(o, Const) and isinstance(o.value, int) and not isinstance(o.value, bool)]
+    return max(nums) if nums and len(nums) == len(opts) else None
+
+
+def token_tables(cls: Any, model: Any, layers: Layers) -> None:
+    """A 2-D parameter the class keeps (`self.embedding = nn.Parameter(torch.empty((V, D)))`) that its methods index
+    by token ids, as nn.Embedding does (`self.embedding[x]` with x an argument of the method, or
+    `F.embedding(x, self.embedding)`): the class's token embedding, recorded as one (V, D) when both are read. A
+    table sliced (`self.pos[:T]`), added or multiplied (a positional table, a projection) is not one."""
+    tables = {k: v for k, v in model.attrs.items() if isinstance(v, Table) and v.parameter and len(v.dims) == 2}
+    if not tables:
+        return
+    for attr, how in _indexed_by_ids(cls, set(tables)).items():
+        rows, cols = tables[attr].dims
+        if rows is not None and cols is not None:
+            layers.embeddings.append((rows, cols))
+        layers.tokens.append(f"{cls.name}.{attr}: a {rows if rows is not None else '?'} × "
+                             f"{cols if cols is not None else '?'} parameter {how}")
+
+
+def _indexed_by_ids(cls: Any, attrs: set) -> dict[str, str]:
+    """{attr: how} of the `self.<attr>` tables the class's methods (its own and its checkout bases') look token ids up
+    in: subscripted by an argument of the method (or a call/attribute on one: `x.long()`), or given to
+    F.embedding / torch.embedding as the weight."""
+    import libcst as cst
+
+    from memlint.extract.interp.syntax import _walk
+    from memlint.extract.values import Class
+
+    def self_attr(n: Any) -> str | None:
+        if isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name) and n.value.value == "self" \
+                and n.attr.value in attrs:
+            return n.attr.value
+        return None
+
+    def root_name(n: Any) -> str | None:
+        while True:
+            if isinstance(n, cst.Name):
+                return n.value
+            if isinstance(n, cst.Attribute):
+                n = n.value
+            elif isinstance(n, cst.Call):
+                n = n.func
+            else:
+                return None
+
+    found: dict[str, str] = {}
+    stack, seen = [cls], 0
+    while stack and seen < 20:
+        seen += 1
+        k = stack.pop()
+        if not isinstance(k, Class):
+            continue
+        stack.extend(k.bases)
+        for fname, f in k.methods.items():
+            node = getattr(f, "node", None)
+            if node is None or fname == "__init__":
+                continue
+            params = {p.name.value for p in node.params.params if p.name.value != "self"}
+            for n in _walk(node.body):
+                if isinstance(n, cst.Subscript) and (a := self_attr(n.value)) and len(n.slice) == 1 \
+                        and isinstance(n.slice[0].slice, cst.Index) and root_name(n.slice[0].slice.value) in params:
+                    found.setdefault(a, f"indexed by the token ids {fname}() is given (self.{a}[...])")
+                elif isinstance(n, cst.Call) and isinstance(n.func, (cst.Attribute, cst.Name)) and \
+                        (n.func.attr.value if isinstance(n.func, cst.Attribute) else n.func.value) == "embedding":
+                    weight = next((x.value for x in n.args if x.keyword is not None and x.keyword.value == "weight"),
+                                  n.args[1].value if len(n.args) > 1 and n.args[1].keyword is None else None)
+                    if (a := self_attr(weight)):
+                        found.setdefault(a, f"given to {fname}()'s embedding(ids, self.{a}) lookup")
+    return found
 
 
 @dataclass(frozen=True)

@@ -89,6 +89,12 @@ class ModelFields:
             elif root.loader == "script-class":
                 dtypes.append(Const("float32", "constant", line, (f"{root.cls}(…): the script's own nn.Module creates its "
                                                                   "parameters in float32",)))
+            elif root.loader == "transformers" and kw.get("_constructed") is True:
+                # `LlamaForCausalLM(config)`: PreTrainedModel.__init__ chooses no dtype (from_pretrained's default and
+                # from_config's config.dtype do not apply): the parameters are created in torch's default, float32
+                dtypes.append(Const("float32", "constant", line, (f"{root.cls.removesuffix('.from_config')}(config): a model "
+                                                                  "class built by its constructor creates its parameters "
+                                                                  "in torch's default dtype (float32)",)))
             elif root.loader == "unsloth":
                 dtypes.append(_libc("unsloth.FastLanguageModel.from_pretrained", "dtype", line))
             elif root.open:

@@ -115,6 +115,10 @@ class Handlers(
         """A library call: the qualified rules first, then the name table, then optimizer classes."""
         if c.it.layers is not None and c.head == "torch" and c.name in ("Linear", "Embedding"):
             _record_layer(c)
+        if c.it.layers is not None and c.head == "torch":  # a tensor of written-out size, the nn.Parameter of it
+            table = custom_model.table_of(c.name, c.args, c.kwargs, c.line)
+            if table is not None:
+                return table
         if c.qual.startswith("builtins."):
             return self.builtin(c.it, c.name, c.args, c.kwargs, c.line)
         if c.head == "liger_kernel" and c.name.startswith("apply_liger_kernel_to_"):
@@ -148,7 +152,8 @@ class Handlers(
                 and isinstance(c.arg(0, "config"), HfConfig):
             # LlamaForCausalLM(config): a model built (randomly initialised) from a config, as from_config builds it
             return self._load_model(Call(c.it, c.qual + ".from_config", [c.arg(0, "config")],
-                                         {k: v for k, v in c.kwargs.items() if k != "config"}, c.open, c.line),
+                                         {**{k: v for k, v in c.kwargs.items() if k != "config"}, "_constructed": True},
+                                         c.open, c.line),
                                     c.name, "from_config")
         if c.head == "torch" and c.name in _TORCH_DTYPES:
             return f
@@ -232,7 +237,8 @@ class Handlers(
                 and _pretrained_model_class(cls):
             # the checkout's copy of a transformers model class (class LlamaForCausalLM(PreTrainedModel)) built from
             # a config: a model of that config, as transformers' own class would be (from_config)
-            return self._load_model(Call(c.it, f"{cls.name}.from_config", [cfg], dict(c.kwargs), c.open, c.line),
+            return self._load_model(Call(c.it, f"{cls.name}.from_config", [cfg], {**c.kwargs, "_constructed": True},
+                                         c.open, c.line),
                                     cls.name, "from_config")
         if custom_model.is_module_class(cls, library_base):
             return self.script_model(c, cls)

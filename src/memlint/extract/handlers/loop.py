@@ -151,12 +151,14 @@ class LoopHandlers:
                 c.it.call_function(init[1], [model, *c.args], dict(c.kwargs), c.line)
         finally:
             c.it.layers = outer
+        custom_model.token_tables(cls, model, layers)  # a bare parameter indexed by token ids is an embedding
         if outer is not None:  # a module built inside another's __init__: its layers are the outer one's
             outer.linears += layers.linears
             outer.embeddings += layers.embeddings
             outer.files |= layers.files
+            outer.tokens += layers.tokens
             return model
-        if not layers.embeddings:  # no token embedding: a loss, a head or a block, not a language model
+        if not layers.embeddings and not layers.tokens:  # no token embedding: a loss, a head or a block, not an LM
             return Instance(cls.name, c.line or 0, {}, model.attrs, c.open, user_class=cls)
         where = f"{Path(cls.file).stem if cls.file else Path(str(c.it.path)).stem}.{cls.name}"
         cfg = custom_model.config_arg(c.args, c.kwargs)
