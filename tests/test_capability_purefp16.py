@@ -264,3 +264,22 @@ def test_lightning_16_true_is_pure_fp16(tmp_path):
     assert _prec(extract_file(p)) == ("fp16", "pure-fp16")
     p = _write(tmp_path, {"lora.yaml": lit.format(p="16-mixed")}) / "lora.yaml"
     assert _prec(extract_file(p)) == ("fp32", "amp-fp16")
+
+
+# --------------------------------------------------------------------------- the other front doors
+def test_the_estimate_command_takes_pure_fp16(capsys):
+    from memlint.cli import main
+
+    assert main(["estimate", "--model", "meta-llama/Llama-3.2-1B", "--precision", "pure-fp16", "--dtype", "fp16",
+                 "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    n = out["model"]["params"]
+    assert out["components"]["weights"] == n * 2 and out["components"]["optimizer"] == n * 2 * 2
+
+
+def test_a_live_model_with_fp16_weights_and_no_autocast_is_pure_fp16():
+    from memlint.notebook.live import _precision
+
+    assert _precision("fp16", False, False, []) == ("fp16", "pure-fp16")
+    assert _precision("bf16", False, False, []) == ("bf16", "pure-bf16")
+    assert _precision("fp32", False, True, []) == ("fp32", "amp-fp16")
