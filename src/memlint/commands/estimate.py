@@ -12,7 +12,7 @@ from memlint.errors import MemlintError
 def setup_flags(p: argparse.ArgumentParser) -> None:
     """The training configuration flags `estimate` and `measure` share: each plan field's flag from its declaration
     (plan/fields.py), grouped as the plan is; the few whose conversion the table cannot say are written here."""
-    from memlint.estimate.setup import RECOMPUTE_POLICIES
+    from memlint.estimate.setup import PRECISIONS, RECOMPUTE_POLICIES
     from memlint.library.api import attention
     from memlint.library.defaults import run_default
     from memlint.plan.fields import FIELDS, GROUPS
@@ -71,7 +71,7 @@ def setup_flags(p: argparse.ArgumentParser) -> None:
                    help="prepare_model_for_kbit_training upcasts non-quantized weights to fp32 (default: what the "
                         "--objective's TRL trainer does at the installed TRL version; SFT no longer calls it from 0.26)")
     g = groups["precision and memory"]
-    g.add_argument("--precision", choices=("fp32", "amp-bf16", "amp-fp16", "pure-bf16", "master-fp32"), default=None,
+    g.add_argument("--precision", choices=PRECISIONS, default=None,
                    help=f"({dflt('precision')[1]})")
     attn, why = dflt("attn")
     g.add_argument("--attn", choices=tuple(attention()), default=attn, help=f"({why})")

@@ -13,7 +13,7 @@ from memlint.library.api import attention
 from memlint.vocab import COMPONENTS, DTYPE_BYTES, GIB  # noqa: F401 - re-exported by memlint.estimate
 from memlint.estimate import sharding
 from memlint.estimate import tensor_parallel as tp
-from memlint.estimate.setup import PARAM_SHARDS, Setup
+from memlint.estimate.setup import PARAM_SHARDS, PURE, Setup
 from memlint.gpu import DEFAULT_CONTEXT, find_gpu  # noqa: F401 - re-exported by memlint.estimate
 from memlint.gpu import table as gpus  # noqa: F401 - re-exported by memlint.estimate
 
@@ -74,7 +74,7 @@ def _reference_weights(s: Setup, accounting: str) -> tuple[int, str]:
             n = s.model.params * 2
         return n, f" + frozen reference copy {n / GIB:.2f} GiB ({s.model.params:,} × {n // s.model.params} B)"
     w, _ = ms.weight_bytes(s, accounting)
-    n = w - ms.trainable_params(s) * (4 if accounting == "real" and s.precision != "pure-bf16" else 2)
+    n = w - ms.trainable_params(s) * (4 if accounting == "real" and s.precision not in PURE else 2)
     return n, f" + frozen reference copy {n / GIB:.2f} GiB (the quantized base again)"
 
 
@@ -430,9 +430,9 @@ def _real_notes(s: Setup, tmp: int) -> list[str]:
     elif tmp:
         notes.append(f"optimizer step temporaries: {tmp / GIB:.2f} GiB ({s.optimizer['impl']} kernel)")
     if s.method != "full":
-        fp32 = s.adapter_dtype == "fp32" if s.adapter_dtype is not None else s.precision != "pure-bf16"
+        fp32 = s.adapter_dtype == "fp32" if s.adapter_dtype is not None else s.precision not in PURE
         notes.append("peft keeps LoRA adapters in fp32 on a half-precision base (autocast_adapter_dtype)"
-                     if fp32 else f"adapters kept in {s.adapter_dtype or 'bf16'} ({s.precision})")
+                     if fp32 else f"adapters kept in {s.adapter_dtype or PURE.get(s.precision, 'bf16')} ({s.precision})")
     if s.quant in ("gptq", "awq"):
         notes.append(quant_kernel_note(s))
     if s.quant == "hqq":

@@ -291,14 +291,18 @@ def _load_dtype(get, spec, notes: list[str]) -> str:
 
 def _precision(get, dtype: str, notes: list[str]) -> tuple[str, str]:
     """(dtype, precision mode) as the Trainer's bf16/fp16 flags meet the loaded dtype."""
+    from memlint.estimate.setup import PURE
+
     precision = get("precision").value or "fp32"
-    if precision == "pure-bf16" and dtype != "bf16":
-        # Lightning's / LitGPT's "bf16-true", torchtune's dtype: bf16: the precision plugin converts the
-        # module's weights to bf16 whatever they were created in
-        notes.append(f"pure bf16 training converts the {dtype} weights to bf16")
-        dtype = "bf16"
+    half = PURE.get(precision)
+    if half is not None and dtype != half:
+        # Lightning's / LitGPT's "bf16-true", torchtune's dtype: bf16 (or fp16), a DeepSpeed engine's half section:
+        # the module's weights are converted to that dtype whatever they were created in
+        notes.append(f"pure {half} training converts the {dtype} weights to {half}")
+        dtype = half
     if precision == "fp32" and dtype != "fp32":
-        precision = "pure-bf16" if dtype == "bf16" else "amp-fp16"
+        # half weights trained without autocast: weights, gradients and optimizer states in that dtype
+        precision = f"pure-{dtype}" if dtype in ("bf16", "fp16") else "amp-fp16"
     if precision == "amp-fp16" and dtype == "bf16":
         precision = "amp-bf16"
         notes.append("fp16=True on a bf16 model: estimated as bf16 autocast")
@@ -499,7 +503,12 @@ def _vision(get, spec, method: str, notes: list[str]) -> dict[str, Any]:
 def _zero_precision(get, dtype: str, precision: str, notes: list[str]) -> tuple[str, str]:
     """DeepSpeed's ZeRO optimizers keep fp32 partitions of the weights (master) and of the Adam moments whatever
     the 16-bit training dtype; the engine casts the module to it (also on one GPU: the engine is the same)."""
-    if get("distributed").value in ("zero1", "zero2", "zero3") and precision != "fp32":
+    from memlint.estimate.setup import PURE
+
+    if get("distributed").value in ("zero1", "zero2", "zero3") and precision != "fp32" and not (
+            precision in PURE and get("distributed").value == "zero3" and get("trainer").value == "custom-loop"):
+        # (pure: a loop whose ZeRO-3 engine has no optimizer (DeepSpeedZeRoOffload partitions the half weights only)
+        # and updates them itself keeps no fp32 master; stages 1 and 2 refuse an engine without an optimizer)
         notes.append("DeepSpeed ZeRO with bf16/fp16: 16-bit weights, fp32 master copy and fp32 optimizer states")
         return "bf16", "master-fp32"
     return dtype, precision
@@ -671,12 +680,14 @@ def _adapter_dtype(get, method: str, dtype: str, precision: str, kind: str, note
     """The adapters' dtype: the script's (a cast after get_peft_model, autocast_adapter_dtype=False),
     else peft's default where it differs from the precision's: fp32 adapters on a half base that
     trains without autocast (a plain bf16 loop or Trainer without bf16=True). None: the precision's."""
+    from memlint.estimate.setup import PURE
+
     if method == "full":
         return None
     v = get("adapter_dtype")
     if v.known and v.value in ("fp32", "bf16", "fp16"):
         return v.value
-    if precision == "pure-bf16" and dtype in ("bf16", "fp16") and kind in ("python", "notebook"):
+    if precision in PURE and dtype in ("bf16", "fp16") and kind in ("python", "notebook"):
         notes.append("peft's autocast_adapter_dtype=True keeps the adapters in fp32 on the half-precision base "
                      "without autocast: each adapter keeps an fp32 copy of its input")
         return "fp32"

@@ -117,8 +117,8 @@ def _offload(s: Setup) -> Step | None:
 
 def _half(s: Setup) -> tuple[str, str]:
     """The (precision, load dtype) an adapter run keeps: bf16 autocast, fp16 where the run is fp16."""
-    if s.precision == "amp-fp16":
-        return "amp-fp16", s.dtype
+    if s.precision in ("amp-fp16", "pure-fp16"):
+        return s.precision, s.dtype
     return "amp-bf16", "bf16"
 
 

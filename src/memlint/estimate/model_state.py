@@ -14,7 +14,7 @@ import re
 
 from memlint.catalog import Linear, ModelSpec
 from memlint.errors import MemlintError
-from memlint.estimate.setup import DTYPE_BYTES, Setup
+from memlint.estimate.setup import DTYPE_BYTES, PURE, Setup
 from memlint.estimate.terms import Tensor  # noqa: F401 (re-exported: model_state.Tensor)
 
 NF4_BLOCK = 64          # bitsandbytes 4-bit blocksize
@@ -182,8 +182,8 @@ def trainable_dtype(s: Setup, accounting: str) -> str:
     if s.adapter_dtype is not None:
         return s.adapter_dtype
     # peft >= 0.12 autocasts adapters to fp32 on a half base (autocast_adapter_dtype=True);
-    # pure-bf16 recipes (torchtune, litgpt) keep them bf16.
-    return "bf16" if s.precision == "pure-bf16" else "fp32"
+    # pure-bf16 recipes (torchtune, litgpt) keep them bf16 (pure-fp16 ones fp16).
+    return PURE.get(s.precision, "fp32")
 
 
 # --------------------------------------------------------------------------- weights

@@ -20,7 +20,9 @@ FOUR_BIT = ("nf4", "fp4", "gptq", "awq")
 # compute dtype per group; LoRA on it is "qlora" at <= 4 bits, "lora" at more (either is accepted).
 HQQ_BITS = (8, 6, 5, 4, 3, 2, 1)
 FLOAT8S = ("none", "all", "layers")
-PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "pure-bf16", "master-fp32")
+PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "pure-bf16", "pure-fp16", "master-fp32")
+# Half weights trained without autocast or an fp32 master copy: gradients and optimizer states in that dtype.
+PURE = {"pure-bf16": "bf16", "pure-fp16": "fp16"}
 SHARDS = ("none", "zero1", "zero2", "zero3", "fsdp", "fsdp_shard_grad_op", "fsdp_hybrid")
 # Shardings that partition the parameters themselves (and can offload them).
 PARAM_SHARDS = ("zero3", "fsdp", "fsdp_hybrid")
@@ -87,7 +89,7 @@ class Setup:
 
     dtype is the dtype the weights are loaded in (`torch_dtype`); precision says what
     the training loop does with it: fp32, autocast over the loaded weights (amp-*),
-    pure bf16 (weights, grads and optimizer states bf16), or bf16 weights with an fp32
+    pure bf16 / fp16 (weights, grads and optimizer states in that dtype), or bf16 weights with an fp32
     master copy in the optimizer (DeepSpeed / Megatron mixed precision).
     """
 
@@ -344,6 +346,8 @@ class Setup:
             raise MemlintError("--precision fp32 needs --dtype fp32 (bf16 weights without autocast is --precision pure-bf16)")
         if self.precision in ("pure-bf16", "master-fp32") and self.dtype != "bf16":
             raise MemlintError(f"--precision {self.precision} keeps bf16 weights: use --dtype bf16")
+        if self.precision == "pure-fp16" and self.dtype != "fp16":
+            raise MemlintError("--precision pure-fp16 keeps fp16 weights: use --dtype fp16")
         if self.precision == "amp-fp16" and self.dtype == "bf16":
             raise MemlintError("--precision amp-fp16 with --dtype bf16 mixes half formats; use amp-bf16 or --dtype fp16/fp32")
 
@@ -517,7 +521,7 @@ class Setup:
         """The dtype matmuls run in."""
         if self.precision in ("amp-bf16", "pure-bf16", "master-fp32"):
             return "bf16"
-        if self.precision == "amp-fp16":
+        if self.precision in ("amp-fp16", "pure-fp16"):
             return "fp16"
         return self.dtype
 

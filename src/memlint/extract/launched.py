@@ -169,7 +169,7 @@ def _accelerate(plan: TrainingPlan, launch: Any, opts: dict[str, str]) -> dict[s
     prec = plan.get("precision")
     # an accelerate loop autocasts under --mixed_precision (bf16 weights included: "pure bf16" was the guess without it)
     if mp in _PRECISION and plan.get("trainer").value == "custom-loop" and (
-            prec.source in ("library-default", "unknown") or prec.value == "pure-bf16" and mp in ("bf16", "fp16")):
+            prec.source in ("library-default", "unknown") or prec.value in ("pure-bf16", "pure-fp16") and mp in ("bf16", "fp16")):
         out["precision"] = _value(launch, _PRECISION[mp], f"accelerate launch --mixed_precision {mp}")
     ga = opts.get("gradient_accumulation_steps")
     if ga and ascii_digits(ga) and plan.get("grad_accum").source in ("library-default", "unknown"):

@@ -414,7 +414,7 @@ def _apply_lora(model: Any, setup: Setup, dropout: float) -> Any:
                         task_type=_peft_task_type(setup))
     # peft's default autocast_adapter_dtype=True keeps fp16/bf16 adapters in fp32 (a plain bf16
     # loop, adapter_dtype "fp32"); pure-bf16 recipes that keep them bf16 ask peft not to.
-    bf16_adapters = setup.adapter_dtype in ("bf16", "fp16") or (setup.adapter_dtype is None and setup.precision == "pure-bf16")
+    bf16_adapters = setup.adapter_dtype in ("bf16", "fp16") or (setup.adapter_dtype is None and setup.precision in ("pure-bf16", "pure-fp16"))
     return get_peft_model(model, config, autocast_adapter_dtype=not bf16_adapters)
 
 

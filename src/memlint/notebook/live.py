@@ -313,10 +313,10 @@ def _precision(dtype: str, bf16: bool, fp16: bool, notes: list[str]) -> tuple[st
         return dtype, "amp-fp16"
     if dtype == "fp32":
         return "fp32", "fp32"
-    if dtype == "bf16":
-        return "bf16", "pure-bf16"
-    notes.append("fp16 weights without autocast: estimated as fp16 autocast")
-    return "fp16", "amp-fp16"
+    # half weights without autocast: weights, gradients and optimizer states in that dtype
+    if dtype != "bf16":
+        dtype = "fp16"
+    return dtype, f"pure-{dtype}"
 
 
 def _default_optim() -> str:
@@ -364,7 +364,7 @@ def from_model(model: Any, *, batch: int, seq: int, optim: str | None = None, pr
     notes = [f"micro-batch {batch} × {seq} as given (--batch/--seq)"]
     if precision is None:
         notes.append("no Trainer: precision follows the weights (fp32 weights train in fp32, "
-                     "bf16 weights in pure bf16)")
+                     "bf16 / fp16 weights in pure bf16 / fp16)")
     bf16 = precision == "amp-bf16"
     fp16 = precision == "amp-fp16"
     optim = optim or _default_optim()
@@ -408,11 +408,11 @@ def _build(model: Any, rows: int, cols: int, *, grad_accum: int, optim: str, bf1
     dtype, precision = _precision(dtype, bf16, fp16, notes)
     run_precision = precision  # what the training loop really does, for the confirmation
     adapter_dtype = None
-    if precision == "pure-bf16" and lora is not None and lora["dtype"] == "fp32":
+    if precision in ("pure-bf16", "pure-fp16") and lora is not None and lora["dtype"] == "fp32":
         # peft's autocast_adapter_dtype keeps adapters fp32 and computes them in fp32, each
         # adapter keeping an fp32 copy of its input: the estimator's adapter_dtype "fp32"
         adapter_dtype = "fp32"
-        notes.append("fp32 LoRA adapters on a bf16 base without autocast (peft's autocast_adapter_dtype)")
+        notes.append(f"fp32 LoRA adapters on a {dtype} base without autocast (peft's autocast_adapter_dtype)")
     optim = known_optim(optim, notes)
     recompute = info["recompute"] or recompute_args
     recompute_from = ("TrainingArguments(gradient_checkpointing=True)" if recompute_args

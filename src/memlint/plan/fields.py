@@ -166,9 +166,9 @@ FIELDS: tuple[Field, ...] = (
           flag=Flag("--optim", "optim", str, metavar="NAME", help="HF Trainer optim name"), assume=("optim",),
           hf=("optim",), default="optim", shown="always"),
     Field("precision", "precision and memory", "name", "what the step does with the weights' dtype "
-          "(fp32, amp-bf16, amp-fp16, pure-bf16, master-fp32)", worst="last",
+          "(fp32, amp-bf16, amp-fp16, pure-bf16, pure-fp16, master-fp32)", worst="last",
           flag=Flag("--precision", custom=True), shown="always",
-          choices=("fp32", "amp-bf16", "amp-fp16", "pure-bf16", "master-fp32")),
+          choices=("fp32", "amp-bf16", "amp-fp16", "pure-bf16", "pure-fp16", "master-fp32")),
     Field("attn_implementation", "precision and memory", "name", "the attention kernel", worst="last",
           flag=Flag("--attn", "attn", str, custom=True), assume=("attn",), default="attn", shown="always"),
     Field("fused_loss", "loss", "switch", "a fused linear cross-entropy (Liger, Cut Cross-Entropy)", worst="min",

@@ -190,11 +190,11 @@ class Oumi(FrameworkReader):
                          "to enable mixed precision training'", "training", "mixed_precision_dtype")
             return
         why = "training.mixed_precision_dtype: none" if mp == "NONE" else self._fw("training.mixed_precision_dtype").why
-        value = "pure-bf16" if dtype == "bf16" else "fp32"
+        value = f"pure-{dtype}" if dtype in ("bf16", "fp16") else "fp32"
         if mp == "NONE":
             self.lit("precision", value, "training", "mixed_precision_dtype", chain=(why,))
         else:
-            self.lib("precision", value, why + ("; bf16 weights without autocast" if value == "pure-bf16" else "; no autocast"))
+            self.lib("precision", value, why + (f"; {dtype} weights without autocast" if value != "fp32" else "; no autocast"))
 
     def _data(self) -> None:
         d = self.doc

@@ -266,7 +266,8 @@ class Axolotl(FrameworkReader):
         elif fp16 or pure_fp16 or d.get("load_in_8bit") is True:
             key = "fp16" if fp16 else ("float16" if pure_fp16 else "load_in_8bit")
             self._dtype_value("torch_dtype", "fp16", key, (f"{key}: true", ref))
-            self._dtype_value("precision", "amp-fp16" if fp16 or pure_fp16 else "fp32", key, (f"{key}: true", ref))
+            # float16: true is fp16 weights without autocast (fp16: true autocasts; load_in_8bit alone: neither)
+            self._dtype_value("precision", "amp-fp16" if fp16 else ("pure-fp16" if pure_fp16 else "fp32"), key, (f"{key}: true", ref))
         else:
             key = why_src
             self._dtype_value("torch_dtype", "fp32", key, ("neither bf16 nor fp16", ref))
@@ -805,7 +806,7 @@ class Torchtune(FrameworkReader):
             dtype = dtype_name(dt)
             self.lit("torch_dtype", dtype, "dtype")
             _, pref = frameworks.substitution(self.kind, "precision")
-            self.lit("precision", "pure-bf16" if dtype == "bf16" else ("amp-fp16" if dtype == "fp16" else "fp32"), "dtype", chain=(f"dtype: {dt}", pref))
+            self.lit("precision", f"pure-{dtype}" if dtype in ("bf16", "fp16") else "fp32", "dtype", chain=(f"dtype: {dt}", pref))
         else:
             dtype = self.fw("torch_dtype", "dtype")
             self.lib("precision", "fp32", "dtype not set: fp32 training")

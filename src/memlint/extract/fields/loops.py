@@ -168,6 +168,14 @@ class LoopFields:
             self.fields["trainer"] = Value("custom-loop", "literal", Span(self.path, own[-1].line), (
                 f"deepspeed.initialize (line {line}) builds an engine without an optimizer; the loop's own "
                 f"{own[-1].cls} (line {own[-1].line}) updates the weights",))
+            if prec is not None and prec.value in ("amp-fp16", "amp-bf16"):
+                # the engine casts the module to its fp16/bf16 section's dtype; with no optimizer of its own it keeps
+                # no fp32 master copy (ZeRO-3: DeepSpeedZeRoOffload partitions the half weights only), and the
+                # loop's optimizer updates the half weights: trained in that dtype without autocast
+                half = prec.value[4:]
+                self.fields["precision"] = Value(f"pure-{half}", prec.source, prec.span, prec.chain + (
+                    f"an engine without an optimizer (line {line}) keeps no fp32 master: the {half} weights are "
+                    "updated in place",))
         else:
             self.put("optimizer", Unknown("the engine's optimizer is not in its config"), line=line)
         self.put("group_by_length", Const(False, "library-default", line, ("DataLoader samples without length grouping",)), _bool)

@@ -1,4 +1,4 @@
-"""Precision: bf16= / fp16= of the training arguments (pure bf16 on bf16 weights), a loop's autocast,
+"""Precision: bf16= / fp16= of the training arguments (pure bf16 / fp16 on half weights), a loop's autocast,
 GradScaler and Accelerator(mixed_precision=), and float8 training (torchao, accelerate's fp8).
 """
 
@@ -29,11 +29,12 @@ class PrecisionFields:
                         vals.append(b.with_value("amp-bf16", "bf16=True"))
                     elif isinstance(b, Const) and isinstance(f, Const):
                         dt = self.fields.get("torch_dtype")
-                        if dt is not None and getattr(dt, "value", None) == "bf16" and dt.source not in ("library-default", "unknown"):
-                            # the Trainer autocasts nothing and upcasts nothing: bf16 weights, gradients and
-                            # optimizer states, as the loop reader's "pure-bf16"
-                            vals.append(Const("pure-bf16", dt.source, dt.line, dt.chain + (
-                                "neither bf16 nor fp16 on bf16 weights: trained in bf16 without autocast",),
+                        half = getattr(dt, "value", None) if dt is not None else None
+                        if half in ("bf16", "fp16") and dt.source not in ("library-default", "unknown"):
+                            # the Trainer autocasts nothing and upcasts nothing: half weights, gradients and
+                            # optimizer states, as the loop reader's "pure-bf16" / "pure-fp16"
+                            vals.append(Const(f"pure-{half}", dt.source, dt.line, dt.chain + (
+                                f"neither bf16 nor fp16 on {half} weights: trained in {half} without autocast",),
                                 dt.span.path if dt.span and dt.span.path != self.path else None))
                             continue
                         src = b if b.source != "library-default" else f
@@ -73,7 +74,7 @@ class PrecisionFields:
                     and {dtype_of(d) for d in flatten(dtype)} == {dt.value}:
                 # FSDP's param_dtype on weights already in that dtype: its shards are that dtype, no fp32 master copy
                 # (a policy on fp32 weights keeps fp32 shards and computes in param_dtype: autocast's accounting)
-                vals.append(Const(f"pure-{dt.value}" if dt.value == "bf16" else "amp-fp16", dt.source, aline, dt.chain + (
+                vals.append(Const(f"pure-{dt.value}", dt.source, aline, dt.chain + (
                     f"{ac.wrap} (line {aline}) computes in the {dt.value} the weights already have: trained in "
                     f"{dt.value} without an fp32 copy",), dt.span.path if dt.span and dt.span.path != self.path else None))
                 continue
@@ -84,8 +85,9 @@ class PrecisionFields:
                 vals.append(_map_dtype_to_amp(dtype, aline))
         if not vals and self.facts.scalers:
             vals.append(Const("amp-fp16", "literal", self.facts.scalers[0], ("GradScaler implies fp16 autocast",)))
-        if not vals and dt is not None and dt.value == "bf16":  # bf16 weights trained without autocast
-            vals.append(Const("pure-bf16", dt.source, dt.line, dt.chain + ("bf16 weights and no autocast: pure bf16",),
+        if not vals and dt is not None and dt.value in ("bf16", "fp16"):  # half weights trained without autocast
+            vals.append(Const(f"pure-{dt.value}", dt.source, dt.line, dt.chain + (
+                              f"{dt.value} weights and no autocast: pure {dt.value}",),
                               dt.span.path if dt.span and dt.span.path != self.path else None))
         if not vals:
             vals.append(Const("fp32", "library-default", line, ("no autocast or mixed_precision found",)))
