@@ -132,6 +132,25 @@ def test_a_missing_checkpoint_folder_named_like_a_catalogued_checkpoint_is_sized
         raise AssertionError(f"{named!r} resolved to {got.id}")
 
 
+def test_folder_spellings_of_a_catalogued_checkpoint():
+    """ModelScope writes `.` as `___` (Qwen2___5-Coder-1___5B); folders write `_` for `-` (llama_7b); a folder named
+    after a base with more around it (yahma_llama_7b, Qwen2.5-7B-sft) keeps that base's shapes; an adapter or a
+    quantized export does not, and a name with no catalogued base in it names nothing."""
+    from memlint.catalog import resolve
+
+    for path, want in (("/models/Qwen/Qwen2___5-Coder-1___5B/", "Qwen/Qwen2.5-Coder-1.5B"),
+                       ("/data/llama_7b", "huggyllama/llama-7b"), ("/model/yahma_llama_7b", "huggyllama/llama-7b"),
+                       ("/srv/ckpt/Qwen2.5-7B-sft", "Qwen/Qwen2.5-7B")):
+        spec = resolve(path)
+        assert (spec.id, spec.source, spec.assumed_from) == (want, "folder-name", path), path
+    for path in ("/srv/ckpt/Qwen2.5-7B-lora", "/srv/ckpt/Qwen2.5-7B-gptq", "/data/my-model", "/base_model"):
+        try:
+            got = resolve(path)
+        except Exception:
+            continue
+        raise AssertionError(f"{path!r} resolved to {got.id}")
+
+
 def test_a_path_in_a_hugging_face_cache_layout_is_the_id_it_caches():
     """`…/hub/models--ORG--NAME/snapshots/HASH` (a shared cache on the author's machine, not on this one) is a copy of
     ORG/NAME: sized as that checkpoint, with the path kept as what it is assumed from."""

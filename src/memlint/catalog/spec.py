@@ -195,6 +195,18 @@ def catalog_entry(model_id: str) -> ModelSpec | None:
 _HUB_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
 
 
+def _spelling(name: str) -> str:
+    """A checkpoint name as folders spell it: ModelScope writes `.` as `___` (Qwen2___5-1___5B), and `_` stands
+    for `-` (llama_7b); case aside."""
+    return name.lower().replace("___", ".").replace("_", "-")
+
+
+def is_placeholder_name(name: str) -> bool:
+    from memlint.extract.placeholders import is_placeholder
+
+    return is_placeholder(name)
+
+
 def named_by_folder(path: str) -> ModelSpec | None:
     """A local checkpoint path that is not on this machine (`~/model_weights/llama-7b`, `/data/vicuna-7b-v1.5-16k`)
     whose last component is, letter for letter (case aside), the name of exactly one catalogued checkpoint: that
@@ -223,6 +235,16 @@ def named_by_folder(path: str) -> ModelSpec | None:
             if hits:
                 name = joined
                 break
+    if not hits:  # ModelScope's copy (Qwen2___5-7B for Qwen2.5-7B), or `_` where the id has `-` (llama_7b)
+        hits = {c for k, c in _index().items() if _spelling(k.rsplit("/", 1)[-1]) == _spelling(name)}
+        if hits:
+            name = next(k.rsplit("/", 1)[-1] for k, c in _index().items() if c in hits
+                        and _spelling(k.rsplit("/", 1)[-1]) == _spelling(name))
+    if not hits and len(parts) > 1 and not is_placeholder_name(name):
+        # a folder named after a catalogued base with more around it (yahma_llama_7b, Qwen2.5-7B-sft): a fine-tune
+        # keeps its base's shapes, by named_after_base's rule
+        spec = named_after_base("local/" + _spelling(name))
+        return replace(spec, source="folder-name", assumed_from=text) if spec is not None else None
     if len(hits) != 1:
         return None
     canonical = hits.pop()
