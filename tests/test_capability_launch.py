@@ -785,3 +785,34 @@ def test_an_unclosed_bash_c_string_leaves_the_launcher_as_it_was(tmp_path, monke
     _write(tmp_path, {"run.sh": sh, "train.py": _HF_ARGS_TRAIN})
     monkeypatch.chdir(tmp_path)
     assert [g.line for g in launches(tmp_path / "run.sh", "run.sh")][:1] == [1]
+
+
+def test_a_launcher_written_for_the_authors_machine_reads_the_checkouts_files(tmp_path, monkeypatch):
+    """`cd /home/author/repo/pkg` and `--config_file /home/author/repo/configs/x.yml` name the author's machine: the
+    checkout's folder and file of the same tail are read (said in a note); a launcher held in a variable whose quoted
+    parts are joined (`L="accelerate launch --ip "$ADDR" --role $NODE:"`) and accelerate's torchrun options
+    (--role, --tee) are read as bash and accelerate read them."""
+    sh = '''#!/bin/bash
+cd /home/author/repo/pkg
+MASTER_ADDR=$(hostname)
+LAUNCHER="accelerate launch \\
+    --config_file /home/author/repo/configs/fsdp8.yml \\
+    --main_process_ip "$MASTER_ADDR" \\
+    --machine_rank \\$SLURM_PROCID \\
+    --role $SLURMD_NODENAME: \\
+    --tee 3 \\
+    "
+CMD="-m training.run --model_name_or_path Qwen/Qwen2.5-0.5B --per_device_train_batch_size 2"
+srun --jobid $SLURM_JOB_ID bash -c "$LAUNCHER $CMD" 2>&1
+'''
+    acc = ("compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nnum_processes: 8\nmixed_precision: bf16\n"
+           "fsdp_config:\n  fsdp_sharding_strategy: FULL_SHARD\n")
+    _write(tmp_path, {"scripts/train.sh": sh, "configs/fsdp8.yml": acc, "pkg/training/__init__.py": "",
+                      "pkg/training/run.py": _HF_ARGS_TRAIN})
+    (tmp_path / ".git").mkdir()
+    monkeypatch.chdir(tmp_path)
+    (plan,) = extract_paths(["scripts/train.sh"])
+    assert plan.path.endswith("training/run.py")
+    assert plan.get("per_device_batch").value == 2 and plan.get("num_gpus").value == 8
+    assert plan.get("distributed").value == "fsdp"
+    assert any("not on this machine" in n for n in plan.notes)

@@ -92,3 +92,54 @@ def test_a_list_the_loop_grows_without_testing_its_length_keeps_its_items(tmp_pa
     only_grown = cst.parse_module("for p in x:\n    params.append(p)\n    n += 1\n").body[0]
     assert _loop_counters(grown_and_tested) == ("acc",)
     assert _loop_counters(only_grown) == ("n",)  # params is built up, not a counter the body tests
+
+
+def test_accelerate_notebook_launcher_runs_its_function_in_num_processes(tmp_path, monkeypatch):
+    from memlint.extract import extract_file
+
+    src = '''
+from accelerate import Accelerator, notebook_launcher
+from transformers import AutoModelForSeq2SeqLM
+import torch
+
+
+def training_loop(batch_size):
+    accelerator = Accelerator(mixed_precision="bf16")
+    model = AutoModelForSeq2SeqLM.from_pretrained("google/flan-t5-base")
+    optimizer = torch.optim.AdamW(model.parameters())
+    model, optimizer = accelerator.prepare(model, optimizer)
+    for batch in torch.utils.data.DataLoader([], batch_size=batch_size):
+        accelerator.backward(model(**batch).loss)
+        optimizer.step()
+
+
+notebook_launcher(training_loop, ({BS},){N})
+'''
+    for n, want in ((", num_processes=2", 2), ("", None)):
+        _write(tmp_path, {"train.py": src.replace("{BS}", "4").replace("{N}", n)})
+        monkeypatch.chdir(tmp_path)
+        plan = extract_file(tmp_path / "train.py")
+        assert plan.get("per_device_batch").value == 4  # fn(*args): the function ran with the launcher's arguments
+        assert plan.get("num_gpus").value == want, n  # not given: one process per visible GPU, unknown here
+
+
+def test_a_base_prepared_for_kbit_training_under_a_trainer_without_autocast_is_not_pure_half(tmp_path, monkeypatch):
+    from memlint.extract import extract_file
+
+    src = '''
+import torch
+from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments
+
+model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B", torch_dtype=torch.float16{Q})
+{PREP}model = get_peft_model(model, LoraConfig(r=8))
+Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=2)).train()
+'''
+    q4 = ", quantization_config=BitsAndBytesConfig(load_in_4bit=True)"
+    prep = "model = prepare_model_for_kbit_training(model)\n"
+    # prepare_model_for_kbit_training upcasts the half weights it does not quantize: fp32 training, no autocast;
+    # without it the half weights train as they are
+    for q, p, want in ((q4, prep, "fp32"), (q4, "", "pure-fp16"), ("", "", "pure-fp16")):
+        _write(tmp_path, {"train.py": src.replace("{Q}", q).replace("{PREP}", p)})
+        monkeypatch.chdir(tmp_path)
+        assert extract_file(tmp_path / "train.py").get("precision").value == want, (q, p)

@@ -7,6 +7,7 @@ the part of the command the script never sees.
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -177,6 +178,21 @@ def _accelerate(plan: TrainingPlan, launch: Any, opts: dict[str, str]) -> dict[s
     return out
 
 
+def author_file(ref: str, bases: list[Path]) -> tuple[Path, str] | None:
+    """The checkout's file an absolute path of the author's machine stands for (`--config_file
+    /home/u/repo/scripts/configs/fsdp.yml` in a checkout of repo: its scripts/configs/fsdp.yml): the longest tail of
+    the path that is a file under one of `bases`, and the note that says so; None when none is."""
+    from memlint.files import is_file
+
+    parts = [p for p in Path(ref).parts if p not in ("/", "\\")]
+    for k in range(1, len(parts)):
+        tail = Path(*parts[k:])
+        for base in bases:
+            if is_file(base / tail):
+                return base / tail, f"{ref} is not on this machine: read as the checkout's {tail}"
+    return None
+
+
 def accelerate_processes(launch: Any, script: Path | None = None) -> int | None:
     """The processes `accelerate launch --config_file X` starts, from X's num_processes (accelerate counts them over
     every machine), when the command itself does not say; None when X is not found or says nothing readable."""
@@ -188,7 +204,11 @@ def accelerate_processes(launch: Any, script: Path | None = None) -> int | None:
         return None
     base = Path(launch.origin).parent if launch.line else Path.cwd()
     run_dir = Path.cwd() / launch.cwd if launch.cwd else Path.cwd()
-    for cand in (base / cfg, run_dir / cfg, *([script.parent / cfg] if script is not None else [])):
+    cands = [base / cfg, run_dir / cfg, *([script.parent / cfg] if script is not None else [])]
+    if os.path.isabs(cfg) and not is_file(cfg):
+        mapped = author_file(cfg, [Path.cwd(), base])
+        cands = [mapped[0]] if mapped is not None else []
+    for cand in cands:
         if is_file(cand):
             try:
                 doc = load_text(read_text(cand, 1_000_000, what="accelerate config"), str(cand))
@@ -205,10 +225,16 @@ def _accelerate_config(plan: TrainingPlan, launch: Any, cfg: str, script: Path) 
     base = Path(launch.origin).parent if launch.line else Path.cwd()
     from memlint.files import is_file
 
-    for cand in (base / cfg, Path.cwd() / cfg, script.parent / cfg):
+    note = None
+    cands = [base / cfg, Path.cwd() / cfg, script.parent / cfg]
+    if os.path.isabs(cfg) and not is_file(cfg):
+        mapped = author_file(cfg, [Path.cwd(), base])
+        cands, note = ([mapped[0]], mapped[1]) if mapped is not None else ([], None)
+    for cand in cands:
         if is_file(cand):
             try:
-                return merge_launch_config(plan, cand)
+                merged = merge_launch_config(plan, cand)
+                return replace(merged, notes=merged.notes + (note,)) if note else merged
             except MemlintError as exc:
                 return replace(plan, notes=plan.notes + (f"accelerate --config_file {cfg}: {exc}",))
     return replace(plan, notes=plan.notes + (f"accelerate --config_file {cfg}: not found; its sharding is unknown",))

@@ -801,6 +801,14 @@ def _sets_variables(stripped: str, env: dict[str, str], exported: set[str]) -> b
     if _quoted_alone(val) or " " not in val.split(" #", 1)[0].strip():  # `VAR=value` alone; `VAR=1 python train.py`
         env[m.group(1)] = _unquote(_expand(val, env))                    # is a command
         return True
+    if val[:1] in "'\"":  # `X="accelerate launch --ip "$ADDR" --port 1"`: quoted parts joined into one word
+        try:
+            words = tokens(_expand(val, env))
+        except MemlintError:
+            return False
+        if len(words) == 1:
+            env[m.group(1)] = words[0]
+            return True
     return False
 
 
@@ -852,7 +860,11 @@ def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str,
             if a in stop:
                 break
         bases += [r for r in roots if r.resolve() not in {b.resolve() for b in bases}]
-        if launch.cwd:
+        if launch.cwd and os.path.isabs(os.path.expanduser(launch.cwd)):
+            # `cd /home/author/repo/pkg`: a folder of the author's machine; the checkout's folder of the same tail
+            mapped = _checkout_folder(launch.cwd, bases)
+            bases = ([mapped] if mapped is not None else []) + bases
+        elif launch.cwd:
             bases = [b / launch.cwd for b in bases] + bases
         target = None
         for base in bases:
@@ -876,6 +888,22 @@ def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str,
         out.append(Target(target, os.path.normpath(os.path.relpath(target)), False, launch, root=root,
                           named_launcher=named))
     return out
+
+
+def _checkout_folder(folder: str, bases: list[Path]) -> Path | None:
+    """The checkout's folder an absolute folder of the author's machine stands for (`cd /home/u/gritlm/gritlm` in a
+    checkout of gritlm: its gritlm/): the longest tail of its path that is a folder under one of `bases` (the launcher's
+    folder and those above it, the checkout); None when none is, or when the folder is on this machine itself."""
+    from memlint.files import allowed
+
+    parts = [p for p in Path(os.path.expanduser(folder)).parts if p not in ("/", "\\")]
+    for k in range(len(parts)):
+        tail = Path(*parts[k:])
+        for base in bases:
+            cand = base / tail
+            if allowed(cand) and cand.is_dir():
+                return cand
+    return None
 
 
 def _tool_config(launch: Launch, base: Path) -> Path | None:

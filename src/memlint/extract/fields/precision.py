@@ -30,7 +30,9 @@ class PrecisionFields:
                     elif isinstance(b, Const) and isinstance(f, Const):
                         dt = self.fields.get("torch_dtype")
                         half = getattr(dt, "value", None) if dt is not None else None
-                        if half in ("bf16", "fp16") and dt.source not in ("library-default", "unknown"):
+                        kp = self.fields.get("kbit_prep")
+                        upcast = kp is not None and kp.value is True  # prepare_model_for_kbit_training: fp32 again
+                        if half in ("bf16", "fp16") and dt.source not in ("library-default", "unknown") and not upcast:
                             # the Trainer autocasts nothing and upcasts nothing: half weights, gradients and
                             # optimizer states, as the loop reader's "pure-bf16" / "pure-fp16"
                             vals.append(Const(f"pure-{half}", dt.source, dt.line, dt.chain + (

@@ -156,6 +156,22 @@ class DistributedHandlers:
             c.it.call_function(fn, [Unknown("the process rank"), *extra], {}, c.line)
         return Const(None, "literal", c.line)
 
+    def notebook_launcher(self, c: Call) -> Any:
+        """accelerate.notebook_launcher(fn, args=(...), num_processes=N): N processes from the notebook, each running
+        fn(*args) (N: one per GPU of the machine when not given, accelerate's default on GPUs)."""
+        fn = c.arg(0, "function")
+        args = c.arg(1, "args")
+        n = c.arg(2, "num_processes")
+        if isinstance(n, Const) and isinstance(n.value, int) and not isinstance(n.value, bool) and n.value >= 1:
+            c.it.facts.gpu_counts.append(n.named(f"accelerate.notebook_launcher(num_processes={n.value}) (line {c.line})"))
+        elif n is None or isinstance(n, DeviceCount) or (isinstance(n, Const) and n.value is None):
+            c.it.facts.gpu_counts.append(DeviceCount(f"accelerate.notebook_launcher (line {c.line}): a process per "
+                                                     "visible GPU", c.line))
+        extra = list(args.items) if isinstance(args, Seq) else []
+        if isinstance(fn, Func):
+            c.it.call_function(fn, extra, {}, c.line)
+        return Const(None, "literal", c.line)
+
     def world_size_call(self, c: Call) -> Any:
         """torch.distributed.get_world_size(): the processes the launcher starts (torchrun --nproc_per_node x
         --nnodes, accelerate --num_processes, deepspeed --num_gpus); unknown without one."""
@@ -246,6 +262,8 @@ _LIGHTNING = {"Trainer": "lightning.Trainer", "Fabric": "lightning.Fabric", "Dee
 # the library calls this module answers, by qualified name (handlers/__init__.py merges the tables)
 QUALIFIED: dict[str, Callable[[Any, Call], Any]] = {
     "torch.multiprocessing.spawn": DistributedHandlers.mp_spawn,
+    "accelerate.notebook_launcher": DistributedHandlers.notebook_launcher,
+    "accelerate.launchers.notebook_launcher": DistributedHandlers.notebook_launcher,
     "torch.cuda.device_count": DistributedHandlers.device_count,
 }
 
