@@ -201,12 +201,6 @@ def _spelling(name: str) -> str:
     return name.lower().replace("___", ".").replace("_", "-")
 
 
-def is_placeholder_name(name: str) -> bool:
-    from memlint.extract.placeholders import is_placeholder
-
-    return is_placeholder(name)
-
-
 def named_by_folder(path: str) -> ModelSpec | None:
     """A local checkpoint path that is not on this machine (`~/model_weights/llama-7b`, `/data/vicuna-7b-v1.5-16k`)
     whose last component is, letter for letter (case aside), the name of exactly one catalogued checkpoint: that
@@ -240,7 +234,7 @@ def named_by_folder(path: str) -> ModelSpec | None:
         if hits:
             name = next(k.rsplit("/", 1)[-1] for k, c in _index().items() if c in hits
                         and _spelling(k.rsplit("/", 1)[-1]) == _spelling(name))
-    if not hits and len(parts) > 1 and not is_placeholder_name(name):
+    if not hits and len(parts) > 1:
         # a folder named after a catalogued base with more around it (yahma_llama_7b, Qwen2.5-7B-sft): a fine-tune
         # keeps its base's shapes, by named_after_base's rule
         spec = named_after_base("local/" + _spelling(name))
