@@ -97,6 +97,9 @@ def _pinned(path: Path, read):
         except MemlintError:
             own = ()
         pins = own + tuple(p for p in pins if p.package not in {o.package for o in own})
+    from memlint.library.dated import dated_pins
+
+    pins = pins + dated_pins(path, {p.package for p in pins})  # unpinned: the newest release before the last commit
     with checkout_versions(pins):
         got = read()
     plan = got[0] if isinstance(got, tuple) else got

@@ -38,8 +38,12 @@ class Pin:
     version: str   # what memlint reads the tables at
     source: str    # "requirements.txt:3"
     installed: bool = False  # a notebook's own `!pip install` line, not a pin file
+    dated: bool = False  # not pinned: the newest release before the script's last commit (library/dated.py)
 
     def describe(self) -> str:
+        if self.dated:
+            return (f"{self.package} {self.version} (not pinned: assumed the newest release before {self.source}; "
+                    "pin it to be exact)")
         exact = self.spec.replace(" ", "") == f"=={self.version}"
         how = "" if exact else (f", read as {self.version}: the newest behaviour the range allows in memlint's "
                                 "version tables")
