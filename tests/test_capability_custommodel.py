@@ -9,6 +9,8 @@ float32 dtype a script-built nn.Module has are read as for any checkout model. A
 from pathlib import Path
 
 from memlint.extract import extract_file
+from functools import partial
+from checkouts import write_checkout
 
 _DIT = '''import math
 import torch
@@ -175,15 +177,7 @@ def test_a_3d_parameter_indexed_by_ids_is_not_a_token_embedding(tmp_path: Path):
     assert plan.value("attn_implementation") != "sdpa"
 
 
-def _write(root: Path, files: dict) -> Path:
-    import textwrap
-
-    for rel, text in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
-    (root / ".git").mkdir(exist_ok=True)
-    return root
+_write = partial(write_checkout, dedent=True, git=True)
 
 
 def test_a_dit_built_by_hydra_instantiate_is_read(tmp_path: Path, monkeypatch):

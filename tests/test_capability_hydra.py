@@ -15,15 +15,11 @@ from memlint.extract.hydra import Leaf, arithmetic, resolve_tree
 from memlint.extract.launch import tokens
 from memlint.extract.shell import command_targets, launches
 from memlint.extract.values import DeviceCount
+from functools import partial
+from checkouts import write_checkout
 
 
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
-    (root / ".git").mkdir(exist_ok=True)
-    return root
+_write = partial(write_checkout, dedent=True, git=True)
 
 
 def _plan(root: Path, command: str, monkeypatch):

@@ -6,7 +6,6 @@ for a file named alone. Each test is a tiny made-up checkout written from the pa
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -17,14 +16,11 @@ from memlint.extract import extract_paths, extract_targets
 from memlint.extract.launch import entry_module, make_command, parse_command, tokens
 from memlint.extract.shell import command_targets, launches
 from memlint.files import checked_root
+from functools import partial
+from checkouts import write_checkout
 
 
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
-    return root
+_write = partial(write_checkout, dedent=True)
 
 
 def _plans(words: list[str] | str) -> list:

@@ -6,17 +6,12 @@ Each test is a tiny made-up script (or checkout in tmp_path) written from the pa
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from memlint.extract import extract_file, extract_source
+from checkouts import write_checkout
 
 
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
-    return root
+_write = write_checkout
 
 
 def _get(plan, *names: str) -> dict:

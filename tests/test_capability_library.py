@@ -11,14 +11,12 @@ from pathlib import Path
 from memlint.extract import extract_targets
 from memlint.extract.launch import command_target, tokens
 from memlint.library.versions import pinned_versions
+import pytest
+from functools import partial
+from checkouts import write_checkout
 
 
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
-    return root
+_write = partial(write_checkout, dedent=True)
 
 
 def _plan(root: Path, command: str, monkeypatch):

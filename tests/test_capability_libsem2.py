@@ -6,20 +6,15 @@ dtype and attention. Each test is a tiny made-up checkout written from the patte
 
 from __future__ import annotations
 
-import textwrap
-from pathlib import Path
 
 from memlint.extract import extract_targets
 from memlint.extract.launch import tokens
 from memlint.extract.shell import command_targets, launches
+from functools import partial
+from checkouts import write_checkout
 
 
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
-    return root
+_write = partial(write_checkout, dedent=True)
 
 
 def _plans(command: str) -> list:

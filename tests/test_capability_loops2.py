@@ -13,14 +13,10 @@ from pathlib import Path
 
 from memlint.extract import extract_file, extract_targets
 from memlint.extract.shell import command_targets
+from checkouts import write_checkout
 
 
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
-    return root
+_write = write_checkout
 
 
 def _get(plan, *names: str) -> dict:

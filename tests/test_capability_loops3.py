@@ -6,11 +6,12 @@ is copied."""
 from __future__ import annotations
 
 import textwrap
-from pathlib import Path
 
 from memlint.extract import extract_targets
 from memlint.extract.launch import tokens
 from memlint.extract.shell import command_targets
+from functools import partial
+from checkouts import write_checkout
 
 _LOOP = '''
 import torch
@@ -54,12 +55,7 @@ def main(config):
 '''
 
 
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(textwrap.dedent(text).lstrip("\n"))
-    return root
+_write = partial(write_checkout, dedent=True)
 
 
 def test_a_loop_over_a_checkout_iterator_with_accumulated_batches_and_an_accelerate_config(tmp_path, monkeypatch):

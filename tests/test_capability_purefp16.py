@@ -9,7 +9,6 @@ Each test is a tiny made-up script (or checkout in tmp_path) written from the pa
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -18,14 +17,10 @@ from memlint.errors import MemlintError
 from memlint.estimate import estimate
 from memlint.estimate.setup import PRECISIONS, Setup
 from memlint.plan.fields import FIELDS
+from checkouts import write_checkout
 
 
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
-    return root
+_write = write_checkout
 
 
 # --------------------------------------------------------------------------- the vocabulary and the estimator

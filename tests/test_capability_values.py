@@ -5,18 +5,12 @@ values memlint can or cannot read, keyword dicts and attribute writes, config ob
 config files loaded and merged, and computed values. Synthetic scripts written from the pattern; no
 public file is copied."""
 
-from pathlib import Path
-
 from memlint.extract import extract_file, extract_source
 from memlint.extract.launch import parse_command
+from checkouts import write_checkout
 
 
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
-    return root
+_write = write_checkout
 
 
 def _plan(tmp_path, monkeypatch, files: dict[str, str], command: list[str] | None = None, script: str = "train.py"):

@@ -5,6 +5,7 @@ Each test is a synthetic excerpt of a shape met in public scripts; the comment s
 from pathlib import Path
 
 from memlint.extract import extract_file, extract_source
+from checkouts import write_checkout
 
 
 def _fields(src: str, *names: str) -> dict:
@@ -12,12 +13,7 @@ def _fields(src: str, *names: str) -> dict:
     return {n: plan.fields[n].value for n in names}
 
 
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
-    return root
+_write = write_checkout
 
 
 _ARGPARSE = '''import argparse

@@ -9,14 +9,10 @@ from pathlib import Path
 from memlint.extract import extract_file, extract_paths, extract_source
 from memlint.extract.launch import command_target
 from memlint.extract.shell import launcher_targets, launches
+from checkouts import write_checkout
 
 
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
-    return root
+_write = write_checkout
 
 
 def _plan_of_command(words: list[str]):

@@ -127,13 +127,9 @@ def _indexed_by_ids(cls: Any, attrs: set) -> dict[str, str]:
                 return None
 
     found: dict[str, str] = {}
-    stack, seen = [cls], 0
-    while stack and seen < 20:
-        seen += 1
-        k = stack.pop()
+    for k in cls.lineage():
         if not isinstance(k, Class):
             continue
-        stack.extend(k.bases)
         for fname, f in k.methods.items():
             node = getattr(f, "node", None)
             if node is None or fname == "__init__":

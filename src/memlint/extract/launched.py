@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -196,8 +197,7 @@ def author_file(ref: str, bases: list[Path]) -> tuple[Path, str] | None:
 def accelerate_processes(launch: Any, script: Path | None = None) -> int | None:
     """The processes `accelerate launch --config_file X` starts, from X's num_processes (accelerate counts them over
     every machine), when the command itself does not say; None when X is not found or says nothing readable."""
-    from memlint.extract.configs.document import load_text
-    from memlint.files import is_file, read_text
+    from memlint.files import is_file
 
     cfg = (launch.options or {}).get("config_file") if launch is not None and launch.launcher == "accelerate" else None
     if not cfg:
@@ -211,12 +211,26 @@ def accelerate_processes(launch: Any, script: Path | None = None) -> int | None:
     for cand in cands:
         if is_file(cand):
             try:
-                doc = load_text(read_text(cand, 1_000_000, what="accelerate config"), str(cand))
-            except (OSError, MemlintError):
+                stat = cand.stat()
+            except OSError:
                 return None
-            n = doc.data.get("num_processes") if isinstance(doc.data, dict) else None
-            return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None
+            return _config_processes(str(cand), stat.st_mtime_ns, stat.st_size)
     return None
+
+
+@lru_cache(maxsize=32)
+def _config_processes(path: str, mtime_ns: int, size: int) -> int | None:
+    """num_processes of an accelerate config file, read once per version of the file (a script reads
+    accelerator.num_processes on many lines)."""
+    from memlint.extract.configs.document import load_text
+    from memlint.files import read_text
+
+    try:
+        doc = load_text(read_text(path, 1_000_000, what="accelerate config"), path)
+    except (OSError, MemlintError):
+        return None
+    n = doc.data.get("num_processes") if isinstance(doc.data, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None
 
 
 def _accelerate_config(plan: TrainingPlan, launch: Any, cfg: str, script: Path) -> TrainingPlan:

@@ -81,22 +81,35 @@ def _logical_lines(text: str) -> Iterator[tuple[int, str, tuple[tuple[str, int],
 _ARRAY_OPEN = re.compile(r"^\s*(?:local\s+|declare\s+-a\s+)?[A-Za-z_][A-Za-z0-9_]*\+?=\(")
 
 
-def _uncommented(line: str) -> str:
-    """`line` without its trailing `# comment` (a `#` outside quotes that starts a word)."""
-    q, i = None, 0
+def _scan(line: str, start: int = 0, comment_after: str = " \t") -> tuple[list[tuple[int, str]], str | None, int | None]:
+    """One pass over a shell line from `start`: the characters outside quotes (with their index), the quote left open
+    at its end (None: none), and where a `# comment` starts (a `#` outside quotes at the line's start or after one of
+    `comment_after`; None: no comment). A backslash escapes the next character outside quotes and inside "..."."""
+    bare: list[tuple[int, str]] = []
+    q, i = None, start
     while i < len(line):
         c = line[i]
         if q is None:
-            if c == "#" and (i == 0 or line[i - 1] in " \t"):
-                return line[:i].rstrip()
+            if c == "#" and (i == 0 or line[i - 1] in comment_after):
+                return bare, None, i
             if c in "'\"":
                 q = c
             elif c == "\\":
                 i += 1
+            else:
+                bare.append((i, c))
         elif c == q:
             q = None
+        elif c == "\\" and q == '"':
+            i += 1
         i += 1
-    return line
+    return bare, q, None
+
+
+def _uncommented(line: str) -> str:
+    """`line` without its trailing `# comment` (a `#` outside quotes that starts a word)."""
+    comment = _scan(line)[2]
+    return line if comment is None else line[:comment].rstrip()
 
 
 def _open_array(line: str) -> bool:
@@ -104,25 +117,11 @@ def _open_array(line: str) -> bool:
     m = _ARRAY_OPEN.match(line)
     if not m:
         return False
-    depth, q, i = 1, None, m.end()
-    while i < len(line):
-        c = line[i]
-        if q is None:
-            if c == "#" and line[i - 1] in " \t(":
-                return depth > 0
-            if c in "'\"":
-                q = c
-            elif c == "\\":
-                i += 1
-            elif c == "(":
-                depth += 1
-            elif c == ")":
-                depth -= 1
-                if depth == 0:
-                    return False
-        elif c == q:
-            q = None
-        i += 1
+    depth = 1
+    for _, c in _scan(line, m.end(), " \t(")[0]:
+        depth += {"(": 1, ")": -1}.get(c, 0)
+        if depth == 0:
+            return False
     return True
 
 
@@ -158,23 +157,8 @@ def _inline_scripts(text: str) -> str:
 
 def _open_quote(line: str) -> bool:
     """Whether `line` ends inside a quoted string (outside a comment)."""
-    q = None
-    i = 0
-    while i < len(line):
-        c = line[i]
-        if q is None:
-            if c == "#" and (i == 0 or line[i - 1] in " \t"):
-                return False
-            if c in "'\"":
-                q = c
-            elif c == "\\":
-                i += 1
-        elif c == q:
-            q = None
-        elif c == "\\" and q == '"':
-            i += 1
-        i += 1
-    return q is not None
+    _, quote, comment = _scan(line)
+    return comment is None and quote is not None
 
 
 def _too_long() -> None:

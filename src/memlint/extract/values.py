@@ -6,7 +6,7 @@ Nothing here is syntax-tree-shaped except the function and class bodies kept for
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from memlint.extract import budget
 from memlint.plan import SOURCES
@@ -119,20 +119,24 @@ class Class:
     file: str | None = None        # set when defined in a sibling module
     methods: dict = field(default_factory=dict)  # name -> Func (the class's own `def`s)
 
+    def lineage(self) -> Iterator[Any]:
+        """This class, then its bases breadth first: a class of the checkout (whose own bases follow in turn) or a
+        library class as the Ref it is; at most 20 of them (a cycle or a deep hierarchy ends there)."""
+        seen, queue = 0, [self]
+        while queue and seen < 20:
+            seen += 1
+            c = queue.pop(0)
+            yield c
+            if isinstance(c, Class):
+                queue.extend(c.bases)
+
     def lookup(self, name: str) -> tuple[str, Any] | None:
         """("field"|"method", value) of `name` on this class or its user-class bases (MRO order)."""
-        seen = 0
-        stack: list = [self]
-        while stack and seen < 20:
-            seen += 1
-            c = stack.pop(0)
-            if not isinstance(c, Class):
-                continue
-            if name in c.fields:
+        for c in self.lineage():
+            if isinstance(c, Class) and name in c.fields:
                 return "field", c.fields[name]
-            if name in c.methods:
+            if isinstance(c, Class) and name in c.methods:
                 return "method", c.methods[name]
-            stack.extend(c.bases)
         return None
 
 

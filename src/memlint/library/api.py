@@ -209,16 +209,21 @@ def trainer_by_arguments(base: str, declares) -> tuple[str, str] | None:
     return None
 
 
+def _version_read(entry: Mapping[str, Any], key: str) -> tuple[bool, str]:
+    """Whether the version memlint reads entry["package"] at (the checkout's pin, else the installed one; neither:
+    the newest, where only a range's lower bounds hold) is in entry[key], and how that version is named."""
+    from memlint.library.versions import in_range, installed_version, shown_version
+
+    version = installed_version(entry["package"])
+    at = shown_version(entry["package"]) if version else f"the newest {entry['package']}"
+    return in_range(version, entry[key]), at
+
+
 def prompt_batches(trainer: str) -> Mapping[str, Any] | None:
     """The rule (data/library_api.json prompt_batches) under which `trainer`'s per_device_train_batch_size counts
     prompts, each sampled `times` times into the micro-batch, when the version read is in its range; else None."""
-    from memlint.library.versions import in_range, installed_version
-
     entry = _doc()["prompt_batches"]["trainers"].get(trainer.rsplit(".", 1)[-1])
-    if entry is None:
-        return None
-    version = installed_version(entry["package"])
-    return entry if version is not None and in_range(version, entry["versions"]) else None
+    return entry if entry is not None and _version_read(entry, "versions")[0] else None
 
 
 def run_time_rewrites(trainer: str, loader: str) -> list[Mapping[str, Any]]:
@@ -262,16 +267,12 @@ def kbit_prep(trainer: str | None) -> tuple[bool, str]:
     """Whether `trainer` (a class name as the plan names it, or None for a plain loop) calls
     peft.prepare_model_for_kbit_training on a quantized model at the installed version of its
     package (not installed: the newest behaviour), and why, for the estimate's assumptions."""
-    from memlint.library.versions import in_range, installed_version, shown_version
-
     name = (trainer or "").rsplit(".", 1)[-1]
     entry = _doc()["kbit_prep"]["trainers"].get(name)
     if entry is None:
         return False, (f"{name or 'the training loop'} does not call prepare_model_for_kbit_training: "
                        "the non-quantized weights stay in their load dtype")
-    version = installed_version(entry["package"])
-    calls = in_range(version, entry["calls"])
-    at = shown_version(entry["package"]) if version else f"the newest {entry['package']}"
+    calls, at = _version_read(entry, "calls")
     return calls, (f"{name} {'calls' if calls else 'no longer calls'} prepare_model_for_kbit_training at {at} "
                    f"({'embeddings, norms and lm_head upcast to fp32' if calls else 'no fp32 upcast'}; {entry['ref']})")
 
@@ -286,13 +287,11 @@ def hook_optimizer(hook: str) -> str | None:
 def config_checkpointing() -> str | None:
     """Why a transformers model whose config says gradient_checkpointing=True checkpoints, at the version read
     (data/library_api.json config_checkpointing); None where that version ignores the attribute."""
-    from memlint.library.versions import in_range, installed_version, shown_version
-
     entry = _doc()["config_checkpointing"]
-    version = installed_version(entry["package"])
-    if version is not None and not in_range(version, entry["versions"]):
+    applies, at = _version_read(entry, "versions")
+    if not applies:
         return None
-    return (f"a config with gradient_checkpointing=True: {shown_version(entry['package'])} turns "
+    return (f"a config with gradient_checkpointing=True: {at} turns "
             f"checkpointing on as the model is built ({entry['ref']})")
 
 
@@ -300,16 +299,12 @@ def kbit_prep_checkpointing(trainer: str | None) -> str | None:
     """Why `trainer` turns gradient checkpointing on for a 4/8-bit model it wraps in a peft_config, at the version
     read (data/library_api.json kbit_prep.checkpointing: TRL before 0.7.2 calls prepare_model_for_int8_training
     with peft's default use_gradient_checkpointing=True); None when it follows the training arguments."""
-    from memlint.library.versions import in_range, installed_version, shown_version
-
     name = (trainer or "").rsplit(".", 1)[-1]
     entry = _doc()["kbit_prep"]["checkpointing"]["trainers"].get(name)
-    if entry is None:
+    applies, at = _version_read(entry, "versions") if entry is not None else (False, "")
+    if not applies:
         return None
-    version = installed_version(entry["package"])
-    if version is None or not in_range(version, entry["versions"]):
-        return None
-    return (f"{name} at {shown_version(entry['package'])} prepares the 4/8-bit model with peft's "
+    return (f"{name} at {at} prepares the 4/8-bit model with peft's "
             f"prepare_model_for_int8_training, whose use_gradient_checkpointing defaults to True ({entry['ref']})")
 
 
@@ -317,43 +312,30 @@ def pretokenized_as_is(trainer: str | None) -> tuple[bool, str] | None:
     """Whether `trainer` takes a dataset the script already tokenized as it is (no truncation, no packing) at the
     installed version of its package (not installed: the newest behaviour), and why; None for a trainer that
     data/library_api.json pretokenized does not list."""
-    from memlint.library.versions import in_range, installed_version, shown_version
-
     name = (trainer or "").rsplit(".", 1)[-1]
     entry = _doc()["pretokenized"]["trainers"].get(name)
     if entry is None:
         return None
-    version = installed_version(entry["package"])
-    as_is = version is not None and in_range(version, entry["as_is"])
-    at = shown_version(entry["package"]) if version else f"the newest {entry['package']}"
-    return as_is, (f"{name} at {at} {'takes a pre-tokenized dataset as it is: no truncation' if as_is else 'truncates or packs a pre-tokenized dataset too'} "
-                   f"({entry['ref']})")
+    as_is, at = _version_read(entry, "as_is")
+    does = "takes a pre-tokenized dataset as it is: no truncation" if as_is else "truncates or packs a pre-tokenized dataset too"
+    return as_is, f"{name} at {at} {does} ({entry['ref']})"
 
 
 def skips_preparation(trainer: str | None) -> str | None:
     """Why `trainer` given dataset_kwargs={'skip_prepare_dataset': True} leaves the dataset to the script's collator
     at the version read (data/library_api.json pretokenized.skip_prepare); None when it has no such switch there."""
-    from memlint.library.versions import in_range, installed_version, shown_version
-
     name = (trainer or "").rsplit(".", 1)[-1]
     entry = _doc()["pretokenized"]["skip_prepare"].get(name)
-    if entry is None:
+    applies, at = _version_read(entry, "versions") if entry is not None else (False, "")
+    if not applies:
         return None
-    version = installed_version(entry["package"])
-    if version is not None and not in_range(version, entry["versions"]):
-        return None
-    at = shown_version(entry["package"]) if version else f"the newest {entry['package']}"
     return f"{name} at {at} does not prepare a dataset given skip_prepare_dataset ({entry['ref']})"
 
 
 def quantize_on_load(method: str) -> tuple[bool, str]:
     """Whether the installed transformers quantizes a `method` config (hqq) in from_pretrained, and why."""
-    from memlint.library.versions import in_range, installed_version, shown_version
-
     entry = _doc()["quantize_on_load"][method]
-    version = installed_version(entry["package"])
-    works = in_range(version, entry["works"])
-    at = shown_version(entry["package"]) if version else f"the newest {entry['package']}"
+    works, at = _version_read(entry, "works")
     return works, f"{at} {'quantizes' if works else 'does not quantize'} it on load ({entry['works']} does; {entry['ref']})"
 
 

@@ -189,15 +189,8 @@ class Handlers(
 
     def _library_optimizer_base(self, c: Call, cls: Class) -> Ref | None:
         """The library optimizer class (data/library_api.json optimizer_classes) a checkout class derives from."""
-        stack, seen = list(cls.bases), 0
-        while stack and seen < 20:
-            seen += 1
-            b = stack.pop()
-            if isinstance(b, Ref) and self._optimizer_name(Call(c.it, b.qual, [], {}, False, c.line)) is not None:
-                return b
-            if isinstance(b, Class):
-                stack.extend(b.bases)
-        return None
+        return next((b for b in cls.lineage() if isinstance(b, Ref)
+                     and self._optimizer_name(Call(c.it, b.qual, [], {}, False, c.line)) is not None), None)
 
     def construct_user(self, c: Call, cls: Class) -> Any:
         base = library_base(cls, api.training_arguments())
@@ -363,13 +356,9 @@ def _hook_update_optimizer(cls: Class) -> tuple[str, str] | None:
     if not _optimizer_class(cls):
         return None
     hooks, in_place, state = set(), False, False
-    stack, seen = [cls], 0
-    while stack and seen < 20:
-        seen += 1
-        k = stack.pop()
+    for k in cls.lineage():
         if not isinstance(k, Class):
             continue
-        stack.extend(k.bases)
         for f in k.methods.values():
             node = getattr(f, "node", None)
             if node is None:

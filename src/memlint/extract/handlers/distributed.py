@@ -12,7 +12,7 @@ from memlint.extract.objects import (
     Namespace, Obj, Plugin, Setting,
 )
 from memlint.extract.values import Alts, Class, Const, DeviceCount, Dict, Func, Ref, Seq, Unknown, flatten
-from memlint.extract.handlers.common import LIGHTNING_HPARAMS, Call, _PASS
+from memlint.extract.handlers.common import Call, _PASS
 
 
 class DistributedHandlers:

@@ -29,15 +29,8 @@ _TOKENIZE_METHODS = {"__call__", "encode", "encode_plus", "batch_encode_plus", "
 
 def _pretrained_model_class(cls: Any) -> bool:
     """Whether a class of the checkout derives from transformers' PreTrainedModel."""
-    stack, seen = [cls], 0
-    while stack and seen < 20:
-        seen += 1
-        x = stack.pop()
-        if isinstance(x, Ref) and x.qual.startswith("transformers.") and _last(x.qual) == "PreTrainedModel":
-            return True
-        if isinstance(x, Class):
-            stack.extend(x.bases)
-    return False
+    return isinstance(cls, Class) and any(isinstance(x, Ref) and x.qual.startswith("transformers.")
+                                          and _last(x.qual) == "PreTrainedModel" for x in cls.lineage())
 
 
 def _vendored_trainer(cls: Class, names: Any) -> str | None:
@@ -206,15 +199,9 @@ class HfHandlers:
         (`class LlamaForCausalLM(LlamaPreTrainedModel)`, `LlamaPreTrainedModel(PreTrainedModel)`)."""
         if attr not in ("from_pretrained", "from_config") or not _MODEL_CLASS.match(cls.name) or _NOT_MODEL.search(cls.name):
             return None
-        seen, stack = 0, list(cls.bases)
-        while stack and seen < 20:
-            seen += 1
-            b = stack.pop()
-            if isinstance(b, Ref) and b.qual.split(".", 1)[0] == "transformers" and \
-                    (_MODEL_CLASS.match(_last(b.qual)) or _last(b.qual) == "PreTrainedModel"):
-                return ClassLoader(cls, attr)
-            if isinstance(b, Class):
-                stack.extend(b.bases)
+        if any(isinstance(b, Ref) and b.qual.split(".", 1)[0] == "transformers"
+               and (_MODEL_CLASS.match(_last(b.qual)) or _last(b.qual) == "PreTrainedModel") for b in cls.lineage()):
+            return ClassLoader(cls, attr)
         return None
 
 
