@@ -57,7 +57,7 @@ def _trace_and_estimate(**kw):
     tr = kw.get("trainer", "sft")
     prec = kw.get("precision", "fp32")
     s = Setup(tiny_spec("llama", TINY), method=kw.get("method", "full"), lora_r=16, lora_dropout=0.0,
-              dtype="bf16" if prec == "pure-bf16" else kw.get("weights", "fp32"), precision=prec,
+              dtype={"pure-bf16": "bf16", "pure-fp16": "fp16"}.get(prec, kw.get("weights", "fp32")), precision=prec,
               optim=kw.get("optim", "adamw_torch"), batch=2, seq=r["shape"][1], recompute=kw.get("recompute", False),
               objective="sft" if tr in ("sft", "trainer") else tr, trl_sft=tr == "sft", trl_version=r["versions"]["trl"])
     return r, estimate(s)
@@ -73,6 +73,16 @@ def test_sft_trainer_fused_lm_head():
     r, e = _trace_and_estimate(trainer="sft", method="lora", precision="amp-bf16", weights="bf16")
     assert e.allocated_peak == pytest.approx(r["peak"], rel=0.01)
     assert "fused LM head" in e.components["logits"].formula
+
+
+def test_pure_fp16_trainer_step_matches_its_trace():
+    """transformers' Trainer on fp16 weights with neither bf16 nor fp16 set: fp16 weights, gradients and AdamW
+    state, no fp32 master copy (the plan's pure-fp16), traced as the Trainer runs it and estimated alike; pure-bf16
+    beside it for the same model costs the same bytes."""
+    r, e = _trace_and_estimate(trainer="trainer", precision="pure-fp16")
+    assert e.allocated_peak == pytest.approx(r["peak"], rel=0.01)
+    rb, eb = _trace_and_estimate(trainer="trainer", precision="pure-bf16")
+    assert r["peak"] == pytest.approx(rb["peak"], rel=0.01)
 
 
 def test_trainer_gives_embeddings_32bit_state_under_a_bnb_8bit_optimizer():

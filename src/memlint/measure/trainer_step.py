@@ -302,7 +302,8 @@ def trainer_step(trainer: str = "sft", *, method: str = "full", precision: str =
     torch.manual_seed(seed)
     rng = random.Random(seed)
     tok = tokenizer(cfg_d["vocab_size"])
-    dtype = torch.bfloat16 if precision == "pure-bf16" or weights == "bf16" else torch.float32
+    dtype = torch.bfloat16 if precision == "pure-bf16" or weights == "bf16" else \
+        torch.float16 if precision == "pure-fp16" else torch.float32
     result: dict[str, Any] = {}
     from memlint.measure.cuda_emulation import cuda_kernels as cuda_step_kernels
 
@@ -310,8 +311,8 @@ def trainer_step(trainer: str = "sft", *, method: str = "full", precision: str =
             (cuda_trl_kernels() if cuda_kernels else contextlib.nullcontext()), \
             (cuda_step_kernels(fake=False) if cuda_kernels else contextlib.nullcontext()):
         model = _model(trainer, cfg_d, model_type, dtype, tok, ckpt)
-        if precision == "pure-bf16":
-            extra_args = {**(extra_args or {}), "bf16": False}  # bf16 weights, no autocast
+        if precision in ("pure-bf16", "pure-fp16"):
+            extra_args = {**(extra_args or {}), "bf16": False, "fp16": False}  # half weights, no autocast
         peft_config = None
         if method != "full":
             from peft import LoraConfig
@@ -349,7 +350,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trainer", choices=TRAINERS, default="sft")
     ap.add_argument("--method", choices=("full", "lora"), default="full")
-    ap.add_argument("--precision", choices=("fp32", "amp-bf16", "pure-bf16"), default="fp32")
+    ap.add_argument("--precision", choices=("fp32", "amp-bf16", "pure-bf16", "pure-fp16"), default="fp32")
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--optim", default="adamw_torch")
