@@ -328,8 +328,10 @@ def test_a_size_folder_inside_a_family_folder_names_the_checkpoint():
     spec = named_by_folder("/remote-home/share/llama_hf/7B")
     assert spec is not None and spec.id == "huggyllama/llama-7b" and spec.assumed_from.endswith("llama_hf/7B")
     assert named_by_folder("/data/llama/7b").id == "huggyllama/llama-7b"
-    # a word with a digit is a version: never dropped to reach another model's name
-    assert named_by_folder("/data/Llama-2/13b") is None
+    # a word with a digit is a version: never dropped to reach another model's name (Llama-2/13b is Llama 2's, by
+    # its -hf-less name, never Llama 1's llama-13b)
+    assert named_by_folder("/data/Llama-2/13b").id == "meta-llama/Llama-2-13b-hf"
+    assert named_by_folder("/data/Llama-9/13b") is None
     # a placeholder or a size alone names nothing
     assert named_by_folder("/path/to/70B") is None
     assert named_by_folder("/models/7B") is None

@@ -31,9 +31,9 @@ def test_no_base_is_assumed_where_the_name_does_not_say_it(name):
     assert named_after_base(name) is None
 
 
-def test_an_unknown_name_is_still_a_clear_error():
+def test_an_unknown_name_without_a_size_is_still_a_clear_error():
     with pytest.raises(MemlintError, match="unknown model"):
-        resolve("org/totally-new-architecture-13b")
+        resolve("org/totally-new-architecture")
 
 
 def test_the_plan_says_the_base_was_assumed(tmp_path, capsys):

@@ -124,7 +124,9 @@ def test_a_missing_checkpoint_folder_named_like_a_catalogued_checkpoint_is_sized
     assert resolve("./ckpt/Llama-2-7b-hf/").id == "meta-llama/Llama-2-7b-hf"
     spec = resolve("ChatGLM2-6B")  # a bare name: a folder of the working directory, as from_pretrained reads it
     assert (spec.id, spec.source, spec.assumed_from) == ("THUDM/chatglm2-6b", "folder-name", "ChatGLM2-6B")
-    for named in ("someorg/llama-7b", "/path_of_model_folder/70B", "<your_path_to_hf_converted_llama_ckpt>", "llama"):
+    # another organisation's llama-7b is sized by the size its name gives, said as such (catalog.spec.sized_by_name)
+    assert resolve("someorg/llama-7b").source == "size-name"
+    for named in ("/path_of_model_folder/70B", "<your_path_to_hf_converted_llama_ckpt>", "llama"):
         try:
             got = resolve(named)
         except Exception:

@@ -3,8 +3,9 @@
 Resolution order: a local directory with config.json -> the local Hugging Face cache
 (offline) -> the bundled catalog -> a local path not on this machine whose folder name is a
 catalogued checkpoint's (marked as assumed: `ModelSpec.assumed_from`) -> (--online) the Hub's config.json ->
-a Hub fine-tune whose name holds a catalogued base's name and size (assumed likewise) -> a clear error naming
-the closest known ids.
+a Hub fine-tune whose name holds a catalogued base's name and size (assumed likewise) -> a checkpoint named with
+its size (llm-jp-13b-v1.0): the catalogued dense decoder of that size (and family, when its name has one) in the
+middle of the range, assumed likewise, the estimate saying the range -> a clear error naming the closest known ids.
 Never the network (unless --online asks for a config.json: catalog/online.py), never trust_remote_code, never
 torch on this path.
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from memlint.catalog.local import spec_from_config_file
 from memlint.catalog.spec import (Linear, ModelSpec, catalog_entry, closest_ids, entries, known_ids, named_after_base,
-                                  named_by_folder)
+                                  named_by_folder, sized_by_name)
 from memlint.errors import MemlintError
 from memlint import files
 from memlint.files import read_bytes
@@ -120,6 +121,9 @@ def resolve(model: str) -> ModelSpec:
     if online.enabled() and online.looks_like_repo_id(model):  # opt-in: only config.json, into the HF cache
         return spec_from_config_file(online.fetch_config(model), model, source="hub")
     spec = named_after_base(model)  # offline, a fine-tune named after its catalogued base: sized as it, said so
+    if spec is not None:
+        return spec
+    spec = sized_by_name(model)  # offline, a checkpoint named with its size: a catalogued one of that size, said so
     if spec is not None:
         return spec
     close = closest_ids(model)

@@ -60,6 +60,9 @@ class ModelSpec:
     # (catalog/meta.py _count_vlm): depth, embed_dim, heads, MLP, patch / temporal patch / spatial merge sizes, the
     # merger's widths, params (all in groups["vision"] and `params`; `linears` are the text model's only)
     vision: Mapping[str, Any] | None = None
+    # source "size-name": a checkpoint the catalog lacks, sized as the catalogued one nearest the parameter count its
+    # name gives (sized_by_name); these are the ids of every catalogued checkpoint of that size, for the range
+    proxies: tuple[str, ...] = ()
 
     # Convenience views over `arch`, named as the formulas name them.
     @property
@@ -151,12 +154,17 @@ def entries() -> dict[str, Any]:
 
 @lru_cache(maxsize=1)
 def _index() -> dict[str, str]:
-    """Lower-cased id or alias -> canonical id."""
+    """Lower-cased id or alias -> canonical id. A name ending in `-hf` (the Hugging Face conversion of a checkpoint
+    first published in another format: Llama-2-13b-hf, llava-1.5-7b-hf) also stands without it (Llama-2-13b is the
+    same weights), unless that shorter name is another checkpoint's."""
     idx: dict[str, str] = {}
     for mid, entry in entries().items():
         idx[mid.lower()] = mid
         for alias in entry.get("aliases", []):
             idx[alias.lower()] = mid
+    for key, canonical in list(idx.items()):
+        if key.endswith("-hf"):
+            idx.setdefault(key[:-3], canonical)
     return idx
 
 
@@ -188,7 +196,7 @@ def catalog_entry(model_id: str) -> ModelSpec | None:
         return spec_from_entry(model_id.strip(), entries()[canonical])
     entry = entries()[canonical]
     # Report the id the user named (an -Instruct alias is not its base), spelled as published.
-    shown = next(a for a in [canonical, *entry.get("aliases", [])] if a.lower() == key)
+    shown = next((a for a in [canonical, *entry.get("aliases", [])] if a.lower() == key), model_id.strip())
     return spec_from_entry(shown, entry)
 
 
@@ -243,7 +251,7 @@ def named_by_folder(path: str) -> ModelSpec | None:
         return None
     canonical = hits.pop()
     entry = entries()[canonical]
-    shown = next(a for a in [canonical, *entry.get("aliases", [])] if a.lower().rsplit("/", 1)[-1] == name)
+    shown = next((a for a in [canonical, *entry.get("aliases", [])] if a.lower().rsplit("/", 1)[-1] == name), canonical)
     return replace(spec_from_entry(shown, entry, source="folder-name"), assumed_from=text)
 
 
@@ -323,3 +331,94 @@ def closest_ids(model_id: str, n: int = 3) -> list[str]:
     return seen
 
 
+
+
+# A parameter count in a checkpoint's name, at word boundaries: 7b, 1.5B, 350m; ModelScope's 1___5B and 1_8b are 1.5b
+# and 1.8b (_spelling turns `_` into `-`, so the decimal underscore is read first)
+_NOMINAL = re.compile(r"(?:^|[-.])(\d+(?:\.\d+)?)([bm])(?=$|[-.])")
+_DECIMAL_UNDERSCORE = re.compile(r"(?<=\d)_+(?=\d+[bm](?:$|[-_.]))")
+# a mixture of experts' name (8x7b, 30b-a3b, 16e, e4b) or a vision-language model's: the total says nothing of
+# what a dense decoder of that size holds
+_NOT_DENSE = re.compile(r"(?:^|[-.])(?:\d+x\d+(?:\.\d+)?b|a\d+(?:\.\d+)?b|\d+e|e\d+b|vl|vision|mm|moe|siglip|clip|"
+                        r"llava|vit|omni|audio|speech)(?:$|[-.])")
+_FAMILY_WORD = re.compile(r"[a-z]+")
+
+
+def nominal_params(name: str) -> int | None:
+    """The parameter count a checkpoint's name (its last path component) gives, when it gives exactly one: 13B for
+    llm-jp-13b-v1.0, 1.5B for qwen-1.5b and Qwen2___5-1___5B; None for no size or two different sizes."""
+    text = _DECIMAL_UNDERSCORE.sub(".", name.strip().replace("\\", "/").rstrip("/").rsplit("/", 1)[-1].lower())
+    text = _spelling(text)
+    sizes = {float(n) * (1e9 if unit == "b" else 1e6) for n, unit in _NOMINAL.findall(text)}
+    return int(sizes.pop()) if len(sizes) == 1 else None
+
+
+def _family_word_of(family: str) -> str:
+    """The leading letters of a catalog family (llama-3.1 -> llama, qwen2.5 -> qwen, deepseek-llm -> deepseek)."""
+    m = _FAMILY_WORD.match(family.lower())
+    return m.group(0) if m and len(m.group(0)) >= 2 else ""
+
+
+def _dense_decoder(entry: Mapping[str, Any]) -> bool:
+    arch = entry.get("arch", {})
+    return (not entry.get("text_only") and not entry.get("vision") and not arch.get("encoder")
+            and not arch.get("encoder_decoder") and not entry.get("groups", {}).get("experts"))
+
+
+def size_candidates(model_id: str) -> tuple[str, ...]:
+    """The catalogued dense decoders a checkpoint the catalog lacks may be shaped like, by the parameter count its
+    name gives (and its family, when a word of its name is a catalogued family's: qwen-1.5b is a Qwen): those whose
+    own name gives the same count, else those of its family within 35 % of it; sorted by parameter count. Empty for
+    a name without exactly one size, a mixture of experts, a vision-language model, or a name that says its weights
+    are not a dense checkpoint's (a GPTQ / AWQ / GGUF export, an adapter, a pruned or distilled model)."""
+    name = _spelling(model_id.strip().replace("\\", "/").rstrip("/").rsplit("/", 1)[-1])
+    nominal = nominal_params(model_id)
+    if nominal is None or _NOT_SAME_SHAPES.search(name) or _NOT_DENSE.search(name):
+        return ()
+    words = set(_FAMILY_WORD.findall(name))
+    dense = {mid: e for mid, e in entries().items() if _dense_decoder(e)}
+    family = {mid: e for mid, e in dense.items() if _family_word_of(e.get("family", "")) in words}
+
+    def named_size(mid: str) -> bool:
+        return any(nominal_params(n) == nominal for n in (mid, *dense[mid].get("aliases", ())))
+
+    hits = [mid for mid in family if named_size(mid)]
+    if not hits and family:
+        hits = [mid for mid, e in family.items() if abs(e["params"] - nominal) <= 0.35 * nominal]
+    if not hits and not family:
+        hits = [mid for mid in dense if named_size(mid)]
+    shapes: dict[int, str] = {}  # one checkpoint per parameter count (Qwen2-1.5B, Qwen2.5-1.5B: one shape), the shortest id
+    for mid in sorted(hits, key=lambda mid: (len(mid), mid)):
+        shapes.setdefault(dense[mid]["params"], mid)
+    return tuple(shapes[p] for p in sorted(shapes))
+
+
+def sized_by_name(model_id: str) -> ModelSpec | None:
+    """A checkpoint the catalog lacks, named with its size (llm-jp/llm-jp-13b-v1.0, /data/qwen-1.5b,
+    h2oai/h2o-danube2-1.8b-base): sized as the catalogued dense decoder of that size in the middle of the range
+    (size_candidates), marked as an assumption (source "size-name", every report says so, and the estimate says the
+    range the other candidates give). Never for a placeholder or when no catalogued checkpoint has that size."""
+    from memlint.catalog.names import is_placeholder
+
+    text = model_id.strip()
+    last = text.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+    if not last or is_placeholder(last) or (is_placeholder(text) and _BARE_SIZE.match(last.lower())):
+        return None  # `<model-13b>`; `/path/to/13B` names a size and nothing else (`/path/to/llm-jp-13b` names one)
+    if _misspelt(text):
+        return None
+    hits = size_candidates(text)
+    if not hits:
+        return None
+    middle = hits[(len(hits) - 1) // 2]
+    return replace(spec_from_entry(middle, entries()[middle], source="size-name"), assumed_from=text, proxies=hits)
+
+
+def _misspelt(model_id: str) -> bool:
+    """A Hub id of an organisation the catalog holds, spelled almost like one of its catalogued checkpoints of the same
+    size (meta-llama/Llama-3.1-8b-instrct): a misspelling, for the error to name the closest, not a model to size."""
+    if not _HUB_ID.match(model_id) or "/" not in model_id:
+        return False
+    key = model_id.lower()
+    org, size = key.split("/", 1)[0], nominal_params(key)
+    return any(k.split("/", 1)[0] == org and nominal_params(k) == size
+               and difflib.SequenceMatcher(None, key, k).ratio() >= 0.93 for k in _index() if "/" in k)

@@ -129,6 +129,7 @@ def estimate(s: Setup, accounting: str = "real", context_bytes: int | None = Non
                 f"(reserved − allocated: {frag_f})")
         notes += _real_notes(s, tmp)
         notes += _compiled_range(s, peak_alloc)
+        notes += _size_range(s, peak_alloc + overhead)
     notes += tp.notes(s)
     notes += _setup_notes(s, accounting)
     counted, s = s, s_in
@@ -403,6 +404,33 @@ def _compiled_range(s: Setup, peak_alloc: int) -> list[str]:
             f"RMSNorm its rsqrt only, the MLP activation recomputed: measured on CPU inductor), which would put the "
             f"allocated peak at {low / GIB:.2f} GiB ({100 * (low - peak_alloc) / peak_alloc:+.0f} %); published compiled "
             "runs sit between the two (--compiled-layers counts it)"]
+
+
+def _size_range(s: Setup, peak: int) -> list[str]:
+    """A model sized by the parameter count its name gives (catalog.spec.sized_by_name): the peak each catalogued
+    checkpoint of that size gives, with the script's settings, where its LoRA targets name its layers."""
+    from memlint.catalog.spec import entries, spec_from_entry
+    from memlint.errors import MemlintError
+
+    if s.model.source != "size-name" or len(s.model.proxies) < 2:
+        return []
+    peaks = {s.model.id: peak}
+    for mid in s.model.proxies:
+        if mid in peaks:
+            continue
+        cand = spec_from_entry(mid, entries()[mid])
+        if s.method != "full" and not isinstance(s.lora_targets, str) and not ms.lora_modules(cand, s.lora_targets):
+            continue  # the script's target_modules name none of its layers: not a model it trains
+        try:
+            peaks[mid] = estimate(s.with_(model=cand)).peak
+        except (MemlintError, KeyError, ValueError):
+            continue
+    if len(peaks) < 2:
+        return []
+    lo, hi = min(peaks, key=peaks.get), max(peaks, key=peaks.get)
+    return [f"the catalogued checkpoints of the size {s.model.assumed_from!r} names put the peak between "
+            f"{peaks[lo] / GIB:.2f} GiB ({lo}) and {peaks[hi] / GIB:.2f} GiB ({hi}): its own config.json decides "
+            f"(--online reads it; --assume model_id= sizes one of them)"]
 
 
 def _real_notes(s: Setup, tmp: int) -> list[str]:

@@ -339,6 +339,12 @@ def _targets(get, method: str, spec: Any, notes: list[str]) -> tuple[str, ...] |
 def assumed_model_note(spec: Any) -> str:
     """What an estimate sized on a catalogued checkpoint the model's name names says, every time: a folder that is
     not on this machine, or a Hub fine-tune of a catalogued base."""
+    if spec.source == "size-name":
+        n = len(spec.proxies)
+        among = f", the middle of the {n} catalogued checkpoints of that size" if n > 1 else ""
+        return (f"model {spec.assumed_from!r} is not in the catalog: its name gives its size, and it is sized as "
+                f"{spec.id} ({spec.params / 1e9:.2f}B parameters){among} (an assumption: the architecture is not "
+                f"known; --online reads its config.json, --assume model_id= corrects it)")
     if spec.source == "named-base":
         return (f"model {spec.assumed_from!r} is not in the catalog: sized as {spec.id}, the catalogued base its name "
                 f"names (an assumption: a fine-tune keeps its base's shapes; --online reads its config.json, "

@@ -9,29 +9,11 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+from memlint.catalog.names import is_placeholder  # noqa: F401 - the extractor's name for it
 from memlint.plan import TrainingPlan, Value
 
-_BRACKETS = re.compile(r"<[^<>]*>|\{[^{}]*\}")        # <your_model_path>, {path_to_your_model}
-_PATH_TO = re.compile(r"(?:^|[/\\])path[/_ -]?to(?:[/\\_ -]|$)", re.I)   # path/to/model, /path_to/llama
-_YOURS = re.compile(r"(?:^|[/\\_ .-])your(?:[_ -]|$)", re.I)  # your_model, YOUR_MODEL, /your/path
-_FILLER = re.compile(r"(?:^|[/\\_ .-])(?:xxx+|\.\.\.)(?:[/\\_ .-]|$)", re.I)  # xxx, xxxx/xxx
-_SHELL_VAR = re.compile(r"\$(?:\{[A-Za-z_]\w*[^}]*\}|[A-Za-z_]\w*)")  # $MODEL_KEY, ${BASE_MODEL}: never expanded
-_CAPS = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")  # MODEL_PATH, BASE_MODEL_DIR: a shell-style name
 # a folder named like a checkpoint: a parameter count (Qwen2___5-Coder-1___5B, llama-2-7b-hf, 70B)
 _SIZED = re.compile(r"(?:^|[^A-Za-z0-9])\d+(?:[._]+\d+)?[bBmM](?:[^A-Za-z0-9]|$)")
-
-
-def is_placeholder(text: str) -> bool:
-    """Whether `text`, given where a model id or path belongs, is a placeholder rather than a model."""
-    t = text.strip()
-    if not t:
-        return False
-    if _BRACKETS.search(t) or _PATH_TO.search(t) or _YOURS.search(t) or _FILLER.search(t):
-        return True
-    parts = [p for p in re.split(r"[/\\]", t) if p]
-    if parts and _SHELL_VAR.fullmatch(parts[-1]):  # a shell variable nobody set: the user's to fill in
-        return True
-    return bool(parts) and all(_CAPS.fullmatch(p) for p in parts)
 
 
 def _names_a_model(text: str) -> bool:
