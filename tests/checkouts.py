@@ -15,3 +15,13 @@ def write_checkout(root: Path, files: dict[str, str], *, dedent: bool = False, g
     if git:
         (root / ".git").mkdir(exist_ok=True)
     return root
+
+
+def git_commit(root: Path, date: str) -> None:
+    """Make `root` a real git checkout whose one commit (every file) is dated `date` (YYYY-MM-DD)."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "GIT_COMMITTER_DATE": f"{date}T12:00:00", "GIT_AUTHOR_DATE": f"{date}T12:00:00"}
+    for cmd in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
+        subprocess.run(["git", "-C", str(root), *cmd], check=True, env=env, capture_output=True)

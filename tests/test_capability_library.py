@@ -13,7 +13,7 @@ from memlint.extract.launch import command_target, tokens
 from memlint.library.versions import pinned_versions
 import pytest
 from functools import partial
-from checkouts import write_checkout
+from checkouts import git_commit, write_checkout
 
 
 _write = partial(write_checkout, dedent=True)
@@ -766,15 +766,6 @@ def test_grpo_at_trl_0_14_counts_prompts_each_sampled_num_generations_times(tmp_
 
 # ---- an unpinned library, read at the newest release before the script's last commit ----------------------------
 
-def _git_commit(root: Path, date: str) -> None:
-    import os
-    import subprocess
-
-    env = {**os.environ, "GIT_COMMITTER_DATE": f"{date}T12:00:00", "GIT_AUTHOR_DATE": f"{date}T12:00:00"}
-    for cmd in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
-        subprocess.run(["git", "-C", str(root), *cmd], check=True, env=env, capture_output=True)
-
-
 def test_an_unpinned_library_is_read_at_the_newest_release_before_the_scripts_last_commit(tmp_path, monkeypatch):
     import shutil
 
@@ -789,14 +780,14 @@ def test_an_unpinned_library_is_read_at_the_newest_release_before_the_scripts_la
         SFTTrainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=2)).train()
     '''
     old = _write(tmp_path / "old", {"train.py": src})
-    _git_commit(old, "2024-03-01")
+    git_commit(old, "2024-03-01")
     pins = {p.package: p for p in dated_pins(old / "train.py", set())}
     assert pins["trl"].version == "0.7.11" and pins["trl"].dated  # trl 0.8.0 is tagged 2024-03-19
     assert "last commit (2024-03-01)" in pins["trl"].describe()
     plan = _plan(old, "python train.py", monkeypatch)
     assert any(p.package == "trl" and p.version == "0.7.11" for p in plan.versions)
     pinned = _write(tmp_path / "pinned", {"train.py": src, "requirements.txt": "trl==0.12.0\n"})
-    _git_commit(pinned, "2024-03-01")
+    git_commit(pinned, "2024-03-01")
     plan = _plan(pinned, "python train.py", monkeypatch)  # a pin wins over the date
     assert [p.version for p in plan.versions if p.package == "trl"] == ["0.12.0"]
     loose = _write(tmp_path / "loose", {"train.py": src})  # no git history: nothing assumed

@@ -192,7 +192,8 @@ def test_a_followed_deepspeed_config_gives_stage_and_offload_with_its_own_file_a
 
 def test_a_deepspeed_file_that_is_not_there_leaves_the_stage_unknown_with_a_hint(tmp_path):
     p = tmp_path / "axolotl.yml"
-    p.write_text("base_model: meta-llama/Llama-3.1-8B\nmicro_batch_size: 1\ndeepspeed: deepspeed_configs/zero3_bf16.json\n")
+    # (a file axolotl ships, deepspeed_configs/zero3_bf16.json, is read from memlint's data: test_framework_deepspeed.py)
+    p.write_text("base_model: meta-llama/Llama-3.1-8B\nmicro_batch_size: 1\ndeepspeed: my_configs/zero3_bf16_tuned.json\n")
     plan = read_config(p)
     assert plan.value("distributed") == "deepspeed" and plan.get("distributed").span.line == 3
     assert any("pass --assume distributed=zero3" in n for n in plan.notes)

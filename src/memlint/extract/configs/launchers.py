@@ -51,6 +51,49 @@ def find_deepspeed(config: Path, shown_config: str, ref: str) -> tuple[Document 
     return None, f"{ref}: not found next to {shown_config}"
 
 
+def _spans(data: object, span: Span | None, prefix: tuple = ()) -> dict[tuple, Span]:
+    out: dict[tuple, Span] = {}
+    if isinstance(data, dict) and span is not None:
+        for k, v in data.items():
+            out[prefix + (k,)] = span
+            out.update(_spans(v, span, prefix + (k,)))
+    return out
+
+
+def shipped_deepspeed(kind: str, ref: str, config: Path, span: Span | None) -> tuple[Document | None, str]:
+    """A DeepSpeed file the framework of kind `kind` ships, which its config names by its path in the framework's own
+    repository (LLaMA-Factory's examples/deepspeed/ds_z3_offload_config.json, axolotl's deepspeed_configs/zero2.json)
+    and the checkout lacks: its memory-relevant sections as the framework shipped them when the config was last
+    committed (data/framework_deepspeed.json; the newest without git history), each key placed at `span` (the config's
+    `deepspeed:` key). (None, "") when the framework ships no such file, or did not yet at that date."""
+    import re as _re
+
+    from memlint.data import load
+    from memlint.library.dated import last_commit_date
+
+    fw = load("framework_deepspeed.json")["frameworks"].get(kind)
+    if fw is None:
+        return None, ""
+    name = _re.sub(r"^(?:\./)+", "", ref.strip().replace("\\", "/"))
+    hits = [f for f in fw["files"] if name == f or name.endswith("/" + f)]
+    if not hits:  # the file's name alone, when one shipped file has it
+        hits = [f for f in fw["files"] if f.rsplit("/", 1)[-1] == name.rsplit("/", 1)[-1]]
+    if len(hits) != 1:
+        return None, ""
+    date = last_commit_date(str(config))
+    versions = fw["files"][hits[0]]
+    if date is None:
+        version = versions[-1]
+    else:
+        version = next((v for v in versions if v["since"] <= date < v.get("until", "9999")), None)
+        if version is None:
+            return None, ""
+    when = f"as of the config's last commit ({date})" if date else "its newest version (the config has no git history)"
+    shown = f"{fw['repository']}:{hits[0]}"
+    doc = Document(shown, version["config"], _spans(version["config"], span))
+    return doc, f"{ref} is not in this checkout: read as the file {kind} ships ({version['ref']}), {when}"
+
+
 _DEEPSPEED = {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size"}
 _ACCELERATE = {"distributed_type", "compute_environment"}
 

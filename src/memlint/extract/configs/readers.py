@@ -13,7 +13,7 @@ from typing import Any
 from memlint.extract.configs import frameworks
 from memlint.extract.configs.common import Bad, Reader, dtype_name, optimizer_of_class
 from memlint.extract.configs.document import Document
-from memlint.extract.configs.launchers import apply_launch, deepspeed_facts, find_deepspeed
+from memlint.extract.configs.launchers import apply_launch, deepspeed_facts, find_deepspeed, shipped_deepspeed
 from memlint.library.defaults import default as library_default
 from memlint.library.versions import in_range, installed_version, shown_version
 
@@ -45,6 +45,11 @@ class FrameworkReader(Reader):
             if inner is not None:
                 self.read_files.append(shown)
             if inner is None:
+                shipped, why = shipped_deepspeed(self.kind, ds.strip(), self.file, self.doc.span("deepspeed"))
+                if shipped is not None:  # the framework's own file, named from its repository root
+                    self.notes.append(f"deepspeed: {why}")
+                    self._merge_ds(shipped)
+                    return
                 self.fields["distributed"] = self._ds_unknown(shown)
                 # frameworks ship their DeepSpeed files (axolotl's deepspeed_configs/zero3_bf16.json):
                 # the name is a hint for the user, never a value
@@ -89,6 +94,27 @@ class FrameworkReader(Reader):
         self.fields = merged
         self.notes.extend(notes)
         self.diagnostics.extend(diags)
+        self._ds = (facts, inner.path)
+
+    def plan(self):
+        """The optimizer the framework's Trainer steps under its DeepSpeed config, once the config's optimizer and
+        trainer are read: the DeepSpeed file's optimizer section (DeepSpeed builds it, whatever the config's
+        optimizer says), else DeepSpeed's CPU Adam where the file offloads the optimizer (accelerate swaps it)."""
+        from memlint.extract.configs.launchers import offloaded_optimizer
+        from memlint.plan import Value
+
+        facts, where = getattr(self, "_ds", (None, ""))
+        if facts is not None and facts.optimizer is not None:
+            cur, v = self.fields.get("optimizer"), facts.optimizer
+            said = (f"{where}'s optimizer section replaces the config's optimizer {cur.value!r}",) \
+                if cur is not None and cur.known and cur.value != v.value else ()
+            self.fields["optimizer"] = Value(v.value, v.source, v.span, v.chain + said)
+        elif facts is not None and facts.cpu_optimizer is not None:
+            swapped = offloaded_optimizer(self.fields.get("optimizer"), self.fields.get("trainer"), facts.cpu_optimizer,
+                                          "deepspeed")
+            if swapped is not None:
+                self.fields["optimizer"] = swapped
+        return super().plan()
 
     def offload_activations(self, key: str) -> None:
         """offload_activations from `key` (TRL activation_offloading, axolotl activation_offloading,
