@@ -122,8 +122,8 @@ def test_shell_script_forms_and_cli_errors(tmp_path, monkeypatch, capsys):
     assert shell_script(["python", "train.py"]) is None
     _write(tmp_path, {"train.py": _TRAIN, "noop.sh": "echo hello\n"})
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(MemlintError, match="runs no Python training command"):
-        command_targets(["bash", "noop.sh"])
+    (noop,) = command_targets(["bash", "noop.sh"])  # memlint's limit, said as a note on the launcher: not an error
+    assert "runs no Python training command" in noop.note
     # the CLI: one-line error, exit 2, for a missing script
     assert main(["plan", "--", "bash", "missing.sh", "2"]) == 2
     assert "missing.sh: no such file" in capsys.readouterr().err

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import json
 from typing import Any
 
@@ -67,7 +69,16 @@ def _run(args, headroom) -> int:
     if not plans:
         if not args.paths and not getattr(args, "launch_words", None):
             raise MemlintError("give a script, a config or a folder (or -- LAUNCH COMMAND)")
-        raise MemlintError("no Python scripts or notebooks found in the given paths")
+        from memlint.extract import unreadable
+        from memlint.extract.shell import unfollowed
+        from memlint.vocab import LAUNCHER_NAMES, LAUNCHER_SUFFIXES
+
+        # a launcher named alone that runs no Python command: its plan is all unknown, as a script's without a
+        # trainer is, with a note saying so
+        plans = [unreadable(p, unfollowed(p, [])) for p in args.paths
+                 if Path(p).is_file() and (Path(p).suffix in LAUNCHER_SUFFIXES or Path(p).name in LAUNCHER_NAMES)]
+        if not plans:
+            raise MemlintError("no Python scripts or notebooks found in the given paths")
     out = console()
     docs = []
     charted = []  # (path, Estimate) for --plot / --compare
@@ -94,6 +105,8 @@ def _run(args, headroom) -> int:
                 cond = None
         if args.format == "json":
             doc = {"path": plan.path, "plan": plan.to_json(), "estimate": est_doc}
+            if plan.notes:  # what the reading said: a file not followed, a value not read, an assumption
+                doc["notes"] = list(plan.notes)
             if plan.via:
                 doc["via"] = plan.via
             if plan.versions:  # the versions library defaults were read at, and the checkout file that pins each

@@ -329,12 +329,20 @@ def expand_launchers(targets: list[Target], roots: Any = (), readme: bool = Fals
         from memlint.extract.budget import OverBudget
         from memlint.extract.shell import launcher_targets
 
+        skipped: list = []
         try:
             with files.checked_root(files.target_root(t)):
                 found = launcher_targets(t.path, t.shown, [*walked, Path.cwd()], root=files.target_root(t),
-                                         named=t.explicit)
+                                         named=t.explicit, skipped=skipped)
         except OverBudget as exc:  # the launcher itself is a MEM001 note; the walk goes on
             pairs.append(replace(t, explicit=True, note=str(exc)))
+            continue
+        if not found and skipped and t.explicit and t.path.suffix != ".ipynb":
+            # a launcher the user named whose Python commands memlint cannot follow: a note saying what they run (a
+            # shell script with no such command is no training file, like a .py without a trainer: silent)
+            from memlint.extract.shell import unfollowed
+
+            pairs.append(replace(t, note=unfollowed(t.shown, skipped)))
             continue
         for pair in found:
             key = (str(pair.path.resolve()), pair.launch.origin, pair.launch.line)

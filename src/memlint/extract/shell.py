@@ -811,12 +811,13 @@ def _maybe_console(line: str) -> bool:
 
 def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str, ...] | None = None,
                      env0: dict[str, str] | None = None, make: tuple | None = None, named: bool = False,
-                     root: str | None = None) -> list:
+                     root: str | None = None, skipped: list | None = None) -> list:
     """files.Target for each launch of `path` whose script (or module) is a file of the checkout,
     looked up beside the launcher, then in each of `roots` (the checkout, the folder walked).
     `args`/`env0`/`make`: the launcher's arguments and variables when a command runs it (see `launches`);
     `named`: the user named the launcher (its commands are not dropped for showing no trainer). A script
-    outside the checked root (`python ../outside/x.py`) is not looked at; each target keeps `root`."""
+    outside the checked root (`python ../outside/x.py`) is not looked at; each target keeps `root`. `skipped`: the
+    launches whose script, module or config is no file memlint reads are appended to it."""
     from memlint.files import Target, is_file
 
     out = []
@@ -868,6 +869,8 @@ def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str,
                 target = framework_config(launch, base) or target
                 break
         if target is None:
+            if skipped is not None:
+                skipped.append(launch)
             continue
         out.append(Target(target, os.path.normpath(os.path.relpath(target)), False, launch, root=root,
                           named_launcher=named))
@@ -922,19 +925,42 @@ def command_targets(words, cwd: Path | None = None) -> list:
     from memlint.extract.budget import OverBudget
 
     root = files.checkout_root(path)
+    skipped: list = []
     try:
         with files.checked_root(root):
-            targets = launcher_targets(path, shown, [base], args=args, env0=env, root=root, named=True)
+            targets = launcher_targets(path, shown, [base], args=args, env0=env, root=root, named=True,
+                                       skipped=skipped)
     except OverBudget as exc:  # the launcher past a budget: a MEM001 note on it
         return [files.Target(path, shown, True, root=root, note=str(exc))]
-    if not targets:
-        raise MemlintError(f"{shown}: runs no Python training command memlint reads")
+    if not targets:  # a note on the launcher, saying what it runs: memlint's limit, not the user's error
+        return [files.Target(path, shown, True, root=root, note=unfollowed(shown, skipped))]
     if moved:
         # `cd DIR && bash run.sh`: the script's commands run in DIR, so the relative paths their programs open
         # (a DeepSpeed JSON, a config file) are DIR's; a launch's cwd is relative to where memlint reads from
         targets = [replace(t, launch=replace(t.launch, cwd=os.path.normpath(os.path.join(moved, t.launch.cwd or ""))))
                    if getattr(t, "launch", None) is not None else t for t in targets]
     return targets
+
+
+def unfollowed(shown: str, skipped: list) -> str:
+    """What a launcher the user named runs, when memlint reads none of it: each command's program and what it names
+    that is no file of the checkout (an installed package's module, a script or config elsewhere)."""
+    if not skipped:
+        return (f"{shown}: runs no Python training command memlint reads (no python, torchrun, accelerate, deepspeed "
+                "or framework command line whose script or config is in this checkout): name the training script or "
+                "config, or its launch command after --")
+    said = []
+    for launch in skipped[:3]:
+        what = (f"-m {launch.module}" if launch.module else launch.script or
+                f"{launch.launcher} {launch.subcommand or ''}".strip())
+        where = f"line {launch.line}" if launch.line else launch.origin
+        why = ("a module of no package in this checkout (an installed library's)" if launch.module else
+               "no such Python file in this checkout" if launch.script else "its config is not in this checkout")
+        said.append(f"`{launch.launcher} {what}` ({where}): {why}" if launch.launcher != "python" or launch.module
+                    else f"`python {what}` ({where}): {why}")
+    more = f" and {len(skipped) - 3} more" if len(skipped) > 3 else ""
+    return (f"{shown}: no training command memlint reads: " + "; ".join(said) + more +
+            ": name the training script or config, or its launch command after --")
 
 
 def _make_targets(made, cwd: Path) -> list:
