@@ -22,7 +22,7 @@ class LengthFields:
     def loader_batch(self, line: int | None) -> DataLoader | None:
         """per_device_batch from the training DataLoader (the shuffled one, else the first); the loader."""
         dls = self.facts.first("objects", DataLoader)
-        train_dl = next((d for d in dls if isinstance(d.get("shuffle"), Const) and d.get("shuffle").value), dls[0] if dls else None)
+        train_dl = next((d for d in dls if _shuffles(d)), dls[0] if dls else None)
         windows = self.facts.first("windows")
         yields = self.facts.first("batch_yields")
         slices = [s for s in self.facts.first("micro_slices") if isinstance(s.rows, Const)]
@@ -377,3 +377,21 @@ def _length(v: Any) -> int:
     if v is None:
         raise _Unconvertible("max_length is None: no truncation, the longest sample decides")
     return _int(v)
+
+
+def _shuffles(dl: Obj) -> bool:
+    """A DataLoader that shuffles, as a training one does: shuffle=True, or a RandomSampler, or a DistributedSampler
+    whose shuffle is not False (its default is True)."""
+    sh = dl.get("shuffle")
+    if isinstance(sh, Const) and sh.value:
+        return True
+    sampler = dl.get("sampler")
+    if not isinstance(sampler, Obj):
+        return False
+    name = sampler.cls.rsplit(".", 1)[-1]
+    if name == "RandomSampler":
+        return True
+    if name == "DistributedSampler":
+        s = sampler.get("shuffle")
+        return not (isinstance(s, Const) and s.value is False)
+    return False

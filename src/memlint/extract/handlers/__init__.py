@@ -37,7 +37,7 @@ from memlint.extract.objects import (
 )
 from memlint.extract.values import Class, Const, Func, Ref, Unknown
 from memlint.library import api
-from memlint.extract.handlers.attributes import AttributeHandlers, _declares
+from memlint.extract.handlers.attributes import MODULE_SELF_METHODS, AttributeHandlers, _declares
 from memlint.extract.handlers.cli import CliHandlers, _SUBCLASSED_PARSERS
 from memlint.extract.handlers.common import LIGHTNING_HPARAMS, Call, _PASS, library_base
 from memlint.extract.handlers.datafiles import DataFileHandlers
@@ -274,6 +274,13 @@ class Handlers(
             return self.save_hyperparameters(it, obj, args, kwargs, line)
         if isinstance(obj, Model):
             return self.model_method(it, obj, name, args, kwargs, line)
+        if isinstance(obj, Instance) and name in MODULE_SELF_METHODS:
+            # the script's own module around a model: `.to(torch.bfloat16)`, `.cuda()` cast or move what it holds
+            from memlint.extract.handlers.distributed import _held_models
+
+            for inner in _held_models(obj):
+                self.model_method(it, inner, name, args, kwargs, line)
+            return obj
         if isinstance(obj, Trainer) and name == "train":
             it.facts.trained.append(obj)
             return Unknown("training output")

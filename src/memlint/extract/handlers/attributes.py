@@ -19,6 +19,11 @@ from memlint.library import api
 from memlint.extract.handlers.common import LIGHTNING_HPARAMS, library_base
 
 
+# nn.Module's methods that return the module itself (a cast or a move of every parameter it holds)
+MODULE_SELF_METHODS = frozenset({"to", "cuda", "cpu", "half", "bfloat16", "float", "train", "eval", "requires_grad_"})
+_TORCH_MODULES = frozenset({"Module", "LightningModule", "PreTrainedModel"})
+
+
 class AttributeHandlers:
     """Reading and writing attributes of known objects."""
 
@@ -77,6 +82,8 @@ class AttributeHandlers:
                 return BoundMethod(hit[1], obj) if hit[0] == "method" else hit[1]
             if attr == "save_hyperparameters" and library_base(obj.user_class, LIGHTNING_HPARAMS):
                 return Method(obj, attr)  # the LightningModule's own method: it sets self.hparams
+            if attr in MODULE_SELF_METHODS and library_base(obj.user_class, _TORCH_MODULES):
+                return Method(obj, attr)  # nn.Module's .to() / .cuda() / .train(): the module itself, cast or moved
             return Unknown(f"{obj.cls}.{attr}")
         return Method(obj, attr)
 

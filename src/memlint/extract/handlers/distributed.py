@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from memlint.extract.objects import (
-    Accelerator, Accumulate, ArgNamespace, ArgParser, ArgSpec, AutocastCall, DeepSpeedEngine, LightningTrainer, Model,
-    Namespace, Obj, Plugin, Setting,
+    Accelerator, Accumulate, ArgNamespace, ArgParser, ArgSpec, AutocastCall, DeepSpeedEngine, Instance, LightningTrainer,
+    Model, Namespace, Obj, Plugin, Setting,
 )
 from memlint.extract.values import Alts, Class, Const, DeviceCount, Dict, Func, Ref, Seq, Unknown, flatten
 from memlint.extract.handlers.common import Call, _PASS
@@ -96,6 +96,11 @@ class DistributedHandlers:
                 c.it.facts.objects.append(w)
                 r = w
             else:
+                # the script's own nn.Module around a model (`FSDP(Coconut(base_causallm=model))`, a value head):
+                # wrapping the outer module shards (or replicates) the model it holds
+                for inner in _held_models(m):
+                    if inner.shard is None:
+                        inner.shard = Setting(kind, c.line, f"{c.name}(...) of the {m.cls} that holds it")
                 r = m
             out = r if out is None else Alts((out, r))
         return out if out is not None else Unknown("a wrapped model")
@@ -288,3 +293,18 @@ BY_NAME: dict[str, Callable[[Any, Call], Any]] = {
     "add_config_arguments": DistributedHandlers.deepspeed_arguments,
     "get_world_size": DistributedHandlers.world_size_call,
 }
+
+
+def _held_models(obj: Any, depth: int = 2) -> list:
+    """The models an instance of the script's own module class holds as attributes (and those of the instances it
+    holds, `depth` levels down)."""
+    if not isinstance(obj, Instance) or obj.user_class is None or depth <= 0:
+        return []
+    out = []
+    for v in list(obj.attrs.values()):
+        for x in flatten(v):
+            if isinstance(x, Model):
+                out.append(x)
+            elif isinstance(x, Instance):
+                out += _held_models(x, depth - 1)
+    return out

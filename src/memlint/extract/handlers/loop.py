@@ -52,6 +52,16 @@ class LoopHandlers:
                                                                 f"(line {c.line}): its batch_size")
         return dl
 
+    def sampler(self, c: Call) -> Any:
+        """torch's DistributedSampler(ds, shuffle=...) / RandomSampler / SequentialSampler: kept, so that a DataLoader
+        built with one says whether it shuffles (a training loader does)."""
+        if c.head != "torch":
+            return Unknown(f"the result of {c.qual}()")
+        kw = dict(c.kwargs)
+        if c.args:
+            kw.setdefault("dataset", c.args[0])
+        return Obj(c.qual, c.line or 0, kw, {}, c.open)  # not an object of the run's facts: a DataLoader's argument
+
     def batch_sampler(self, c: Call) -> Any:
         """torch.utils.data.BatchSampler(sampler, batch_size, drop_last)."""
         if c.head != "torch":
@@ -205,6 +215,9 @@ QUALIFIED: dict[str, Callable[[Any, Call], Any]] = {
 BY_NAME: dict[str, Callable[[Any, Call], Any]] = {
     "DataLoader": LoopHandlers.dataloader,
     "BatchSampler": LoopHandlers.batch_sampler,
+    "DistributedSampler": LoopHandlers.sampler,
+    "RandomSampler": LoopHandlers.sampler,
+    "SequentialSampler": LoopHandlers.sampler,
     "autocast": LoopHandlers.autocast,
     "GradScaler": LoopHandlers.scaler,
     "is_bfloat16_supported": LoopHandlers.bf16_supported,

@@ -316,7 +316,13 @@ class Statements:
         elif isinstance(target, cst.Attribute):
             base = self.ev(target.value, env)
             for b in flatten(base):
-                if isinstance(b, Obj):
+                if isinstance(b, Obj) and target.attr.value == "__dict__" and isinstance(value, Dict) and not value.open:
+                    # `self.__dict__ = dictionary` (a config class that is a namespace over a dict): its keys are
+                    # the object's attributes
+                    for key, item in value.items.items():
+                        if isinstance(key, str):
+                            self.write(b.attrs, key, item, b)
+                elif isinstance(b, Obj):
                     self.write(b.attrs, target.attr.value, value, b)
                     self.handlers.on_setattr(self, b, target.attr.value, value, self.line_of(stmt))
                 elif isinstance(b, Method):  # model.transformer.x = v: a part of a known object
