@@ -62,3 +62,14 @@ def test_a_missing_launcher_is_still_an_error(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["plan", "--", "bash", "missing.sh"]) == 2
     assert "missing.sh: no such file" in capsys.readouterr().err
+
+
+def test_a_command_of_an_installed_module_or_an_unknown_program_is_a_note(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    for words, said in ((["torchrun", "--nproc_per_node", "4", "-m", "someframework.cli.train_sft", "--max_len", "2048"],
+                         "-m someframework.cli.train_sft: no such module"),
+                        (["sometool", "sft", "--model", "Qwen/Qwen2.5-7B"], "sometool: not a Python launcher memlint reads")):
+        rc, doc = _plan_json(capsys, "--", *words)
+        assert rc == 0 and doc["estimate"] is None and said in " ".join(doc["notes"]), words
+    assert main(["plan", "--", "python", "not_here.py"]) == 2  # a missing script is the user's error
+    assert "not_here.py: no such file" in capsys.readouterr().err

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from memlint.errors import MemlintError
+from memlint.errors import MemlintError, NotFollowed
 from memlint.files import is_file, max_file_size
 
 # Wrappers that run the rest of the line as it is.
@@ -196,7 +196,7 @@ def parse_command(words: Sequence[str], origin: str = "the command line", line: 
                            f"{'|'.join(sorted(subs))}`)")
     if words[0].endswith(".py"):
         return Launch(tuple(rest), script=words[0], processes=_visible_devices(env), **base)
-    raise MemlintError(f"{words[0]}: not a Python launcher memlint reads (python, torchrun, accelerate launch, "
+    raise NotFollowed(f"{words[0]}: not a Python launcher memlint reads (python, torchrun, accelerate launch, "
                        f"deepspeed, composer, lightning run model, a framework CLI, a console script of the checkout's "
                        f"pyproject.toml or setup.py, a shell script: bash run.sh, or make TARGET)")
 
@@ -494,7 +494,8 @@ def command_target(words: Sequence[str], cwd: Path | None = None):
     elif launch.module:
         path = resolve_module(launch.module, [base, *base.parents][:6])
         if path is None:
-            raise MemlintError(f"-m {launch.module}: no such module under {base}")
+            raise NotFollowed(f"-m {launch.module}: no such module under {base} (a module of an installed package: "
+                              "memlint reads the checkout's own files; name its config or script)")
         shown = os.path.relpath(path, cwd)
     else:
         ref = _config_arg(launch)

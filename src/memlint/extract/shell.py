@@ -914,7 +914,14 @@ def command_targets(words, cwd: Path | None = None) -> list:
         return _make_targets(made, cwd)
     sh = shell_script(words)
     if sh is None:
-        return [command_target(words, cwd)]
+        from memlint import files
+        from memlint.errors import NotFollowed
+
+        try:
+            return [command_target(words, cwd)]
+        except NotFollowed as exc:  # a program memlint does not read: a note on the command, not an error
+            shown = " ".join(words[:4]) + (" …" if len(words) > 4 else "")
+            return [files.Target(cwd / "<command>", shown, True, note=f"`{shown}`: {exc}")]
     script, args, env, moved = sh
     base = cwd / moved if moved else cwd
     path = base / os.path.expanduser(script)

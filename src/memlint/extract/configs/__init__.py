@@ -159,8 +159,12 @@ def _read_config(path: str | Path | None, shown: str | None = None, *, text: str
             return None
         if doc.diagnostics and not doc.ok:  # broken YAML of no recognisable format: still a finding
             return TrainingPlan(name, {}, (f"{doc.diagnostics[0].message}",), tuple(doc.diagnostics), "config")
-        raise MemlintError(f"{name}: not a config memlint reads (axolotl, LLaMA-Factory, TRL recipe, torchtune, LitGPT, llm-foundry, "
-                           "oumi, LLM-Finetuning-Toolkit, torchtitan, NeMo, LightningCLI, nanotron, DeepSpeed or accelerate)")
+        # named alone, a config of a format memlint does not read: memlint's limit, said as a note on an all-unknown
+        # plan (as for a script without a trainer), not the user's error
+        why = (f"{name}: not a config memlint reads (axolotl, LLaMA-Factory, TRL recipe, torchtune, LitGPT, llm-foundry, "
+               "oumi, LLM-Finetuning-Toolkit, torchtitan, NeMo, LightningCLI, nanotron, DeepSpeed or accelerate): name "
+               "the script that reads it, or its launch command after --")
+        return TrainingPlan(name, {}, (why,), (), "config")
     if not doc.ok:
         notes = tuple(d.message for d in doc.diagnostics if d.kind == "syntax-error")
         if not doc.diagnostics:
