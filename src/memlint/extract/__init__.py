@@ -160,9 +160,9 @@ def _launched_config(plan: TrainingPlan | None, launch: Any) -> TrainingPlan | N
         return apply_launcher(plan, replace(launch, launcher=launch.runner), Path(launch.cwd or ".") / plan.path)
     if plan is None or launch is None or launch.launcher in TOOLS or not (launch.script or launch.module):
         if plan is not None and launch is not None:
-            from memlint.extract.launched import documented
+            from memlint.extract.launched import documented, tool_processes
 
-            plan = documented(plan, launch)
+            plan = tool_processes(documented(plan, launch), launch)
         return plan
     if launch.script:
         plan = _script_trainer(plan, Path(launch.cwd or ".") / launch.script)
@@ -443,6 +443,12 @@ def _read_target_unpinned(target: Target) -> tuple[TrainingPlan | None, list[str
     path, shown = target.path, target.shown
     if target.note is not None:  # refused before reading (a launcher past its budget)
         return unreadable(shown, target.note), [], []
+    launch = target.launch
+    if launch is not None and not launch.script and not launch.module and not path.exists():
+        from memlint.extract.configs.overrides import TOOLS
+
+        if launch.launcher in TOOLS:  # a framework CLI given its config as flags, no file: the flags are read
+            return _extract_file(path, launch, shown), [], []
     try:
         if target.text is not None:  # a notebook's `%%writefile` cell: the text it writes
             raw = target.text.encode("utf-8")

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Sequence
 
 from memlint.errors import MemlintError, NotFollowed
+from memlint.vocab import LAUNCHER_SUFFIXES
+from memlint.extract.configs.overrides import FLAGS_ONLY, flags_config
 from memlint.files import is_file, max_file_size
 
 # Wrappers that run the rest of the line as it is.
@@ -398,6 +400,8 @@ def _config_arg(launch: Launch) -> str | None:
     free = [w for w in words if not w.startswith("-")]
     if launch.launcher == "litgpt":
         return None
+    if launch.launcher in FLAGS_ONLY and words and words[0].startswith("-"):
+        return None  # `llamafactory-cli train --stage sft --model_name_or_path X ...`: the flags are the config
     return free[0] if free else None
 
 
@@ -428,9 +432,25 @@ def shell_script(words: Sequence[str]) -> tuple[str, tuple[str, ...], dict[str, 
         if i >= len(words) or words[i] == "-c":
             return None
         return words[i], tuple(words[i + 1:]), env, cwd
-    if words[0].endswith(".sh"):
+    if Path(words[0]).name == "sbatch":  # `sbatch [options] job.slurm ARGS`: the job script runs with ARGS
+        i = 1
+        while i < len(words) and words[i].startswith("-"):
+            i += 2 if "=" not in words[i] and words[i] in _SBATCH_VALUED else 1
+        if i >= len(words) or words[i] == "--wrap":
+            return None
+        return words[i], tuple(words[i + 1:]), env, cwd
+    if words[0].endswith(LAUNCHER_SUFFIXES):
         return words[0], tuple(words[1:]), env, cwd
     return None
+
+
+# sbatch's options that take a value as the next word (`-p gpu`, `--nodes 2`); the rest are flags or `--opt=value`
+_SBATCH_VALUED = frozenset({
+    "-p", "-N", "-n", "-t", "-J", "-o", "-e", "-A", "-c", "-G", "-w", "-x", "-q", "-D", "-a", "-d", "-C",
+    "--partition", "--nodes", "--ntasks", "--time", "--job-name", "--output", "--error", "--account", "--gres",
+    "--cpus-per-task", "--mem", "--mem-per-cpu", "--mem-per-gpu", "--qos", "--chdir", "--array", "--dependency",
+    "--exclude", "--nodelist", "--gpus", "--gpus-per-node", "--gpus-per-task", "--ntasks-per-node", "--constraint",
+    "--reservation", "--signal", "--export", "--mail-type", "--mail-user", "--begin", "--comment"})
 
 
 def make_command(words) -> tuple[str | None, tuple[str, ...], dict[str, str], dict[str, str], str | None] | None:
@@ -499,8 +519,10 @@ def command_target(words: Sequence[str], cwd: Path | None = None):
         shown = os.path.relpath(path, cwd)
     else:
         ref = _config_arg(launch)
-        if ref is None and launch.launcher == "litgpt":  # litgpt's defaults with the command's flags
-            return Target(base / f"litgpt {launch.subcommand}", f"litgpt {launch.subcommand}", True, launch)
+        if ref is None and (launch.launcher == "litgpt" or flags_config(launch)):
+            # litgpt's defaults with the command's flags; LLaMA-Factory's whole config given as flags
+            return Target(base / f"{launch.launcher} {launch.subcommand}", f"{launch.launcher} {launch.subcommand}",
+                          True, launch)
         if ref is None:
             raise MemlintError(f"`{launch.launcher} {launch.subcommand}`: no config file in the command")
         path = tool_config(launch, base, ref)

@@ -155,6 +155,61 @@ def _inline_scripts(text: str) -> str:
     return "".join(out)
 
 
+_HEREDOC = re.compile(r"""(?<!<)<<(-?)\s*(["']?)([A-Za-z_][A-Za-z0-9_]*)\2(?!\S)""")
+_READ_VAR = re.compile(r"^\s*read\s+(?:-[a-zA-Z]+\s+(?:''\s+|\"\"\s+|\$'[^']*'\s+)?)*([A-Za-z_][A-Za-z0-9_]*)\s*<<")
+_CAT_VAR = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)=[\"']?\$\(\s*cat\s*<<")
+_RUNS_BODY = re.compile(r"^\s*(?:ba|z)?sh\s*(?:-[a-z]+\s*)*<<")
+
+
+def _heredocs(text: str) -> str:
+    """Here-documents, line numbers kept: `read -r -d '' CMD <<EOF` … `EOF` and `CMD=$(cat <<EOF` … `EOF`)` become
+    the assignment of the body to CMD (an unquoted delimiter's backslash-newlines joined, as bash reads it; the lines
+    one command); `bash <<EOF` keeps its body as the launcher's own lines; any other (`python - <<EOF`, `cat > f
+    <<EOF`, `sbatch <<EOF`) is input to its command, not lines of the launcher, and is blanked."""
+    lines = text.split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        m = _HEREDOC.search(line) if "<<" in line and not line.lstrip().startswith("#") else None
+        if m is None:
+            out.append(line)
+            i += 1
+            continue
+        strip_tabs, quoted, delim = m.group(1) == "-", bool(m.group(2)), m.group(3)
+        body, j = [], i + 1
+        while j < len(lines) and (lines[j].lstrip("\t") if strip_tabs else lines[j]).rstrip() != delim:
+            body.append(lines[j].lstrip("\t") if strip_tabs else lines[j])
+            j += 1
+        if j >= len(lines) or j - i > 400:  # no closing delimiter: not a here-document memlint reads
+            out.append(line)
+            i += 1
+            continue
+        closing = 1  # the delimiter line, and a `)` line closing `$(cat <<EOF`
+        var = _READ_VAR.match(line) or _CAT_VAR.match(line)
+        if var is not None:
+            joined = "\n".join(body)
+            if not quoted:
+                joined = joined.replace("\\\n", " ")
+            joined = " ".join(joined.split("\n"))
+            escaped = joined.replace("\\", "\\\\").replace('"', '\\"') if not quoted else \
+                joined.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("`", "\\`")
+            out.append(f'{var.group(1)}="{escaped}"')
+            if _CAT_VAR.match(line) and j + 1 < len(lines) and lines[j + 1].strip() in (")", ')"', ")'"):
+                closing = 2
+        elif _RUNS_BODY.match(line):
+            out.append("")
+            out.extend(body)
+        else:
+            out.append(line[:m.start()].rstrip())
+            out.extend("" for _ in body)
+        out.extend("" for _ in range(closing if var is not None or not _RUNS_BODY.match(line) else 1))
+        if var is not None:
+            out.extend("" for _ in body)
+        i = j + closing
+    return "\n".join(out)
+
+
 def _open_quote(line: str) -> bool:
     """Whether `line` ends inside a quoted string (outside a comment)."""
     _, quote, comment = _scan(line)
@@ -226,11 +281,26 @@ def _expand(text: str, env: dict[str, str], depth: int = 0) -> str:
         return grow(value.replace(old, new, -1 if m.group(2) == "//" else 1), m.group(0))
 
     _checked(text)
+    if "${" in text:
+        text = _POS_DEFAULT.sub(lambda m: _positional_default(m, env), text)
     if _POS_KEY in env:
         text = _checked(_positional(text, env))
     text = _defaults(_ARRAY_REF.sub(array, _SUBST.sub(replace_all, text)), env, depth)
     grown[0] = len(text)
     return _checked(_ARITH.sub(lambda m: _arith(m, env), _VAR.sub(sub, text)))
+
+
+_POS_DEFAULT = re.compile(r"\$\{([1-9]\d?)(:?)[-=]([^{}$]*)\}")  # ${1:-5}, ${2-/ckpt}: an argument or its default
+
+
+def _positional_default(m: re.Match, env: dict[str, str]) -> str:
+    """`${1:-5}`: the launcher's argument when the command gives it (non-empty, for `:-`), else the default (also
+    when the file is read alone: as `bash run.sh` with no argument runs it)."""
+    args = env[_POS_KEY].split("\x00") if env.get(_POS_KEY) else []
+    i = int(m.group(1))
+    if i <= len(args) and (args[i - 1] != "" or not m.group(2)):
+        return shlex.quote(args[i - 1])
+    return m.group(3)
 
 
 def _positional(text: str, env: dict[str, str]) -> str:
@@ -585,11 +655,15 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
     scripts: dict[str, str] | None = None  # the checkout's console scripts, read on the first line that may run one
     exported: set[str] = set(env0 or ())  # variables the commands inherit: the caller's, `export X=...`
     job = _sbatch_job(text) if not is_make else None
+    if job is not None and "SLURM_SUBMIT_DIR" not in env:
+        # SLURM runs the job script with SLURM_SUBMIT_DIR = the folder sbatch was run in: where memlint reads from (the
+        # launcher's folder and those above it are where its paths are looked up)
+        env["SLURM_SUBMIT_DIR"] = "."
     if job is not None and job.get("gpus") and "CUDA_VISIBLE_DEVICES" not in env:
         # SLURM gives the job's steps the GPUs it allocated per node (--gres=gpu:N): CUDA_VISIBLE_DEVICES lists them
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(job["gpus"]))
         exported.add("CUDA_VISIBLE_DEVICES")
-    lines = _recipe_lines(text, make, env) if is_make else _logical_lines(_inline_scripts(text))
+    lines = _recipe_lines(text, make, env) if is_make else _logical_lines(_inline_scripts(_heredocs(text)))
     branches: list[list[bool | None]] = []  # the open `if` blocks: [this branch runs, an earlier branch ran]
     deadline = Deadline(MAX_SHELL_SECONDS)
     for line_no, line, flag_lines in lines:
@@ -860,6 +934,11 @@ def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str,
             elif launch.module:
                 target = resolve_module(launch.module, [base])
             elif launch.launcher in FRAMEWORK_CLIS:  # `llamafactory-cli train X.yaml`, `torchrun -m axolotl.cli.train X.yml`
+                from memlint.extract.configs.overrides import flags_config
+
+                if flags_config(launch):  # `llamafactory-cli train --stage sft ...`: the flags are the config
+                    target = base / f"{launch.launcher} {launch.subcommand}"
+                    break
                 target = _tool_config(launch, base)
                 if target is not None:
                     break

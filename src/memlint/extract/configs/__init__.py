@@ -110,6 +110,17 @@ def read_config(path: str | Path, shown: str | None = None, *, text: str | None 
     return plan
 
 
+def _tool(launch: Any, path: Any) -> tuple | None:
+    """How the framework tool of the launch reads its command line (overrides.TOOLS); a whole config given as
+    `--key value` flags with no file (LLaMA-Factory's HfArgumentParser) is read as flags."""
+    from memlint.extract.configs.overrides import TOOLS, flags_config
+
+    tool = TOOLS.get(launch.launcher) if launch is not None else None
+    if tool is not None and path is None and tool[1] == "key=value" and flags_config(launch):
+        tool = (tool[0], "flags", None)
+    return tool
+
+
 def _read_config(path: str | Path | None, shown: str | None = None, *, text: str | None = None, explicit: bool = True,
                  launch: Any = None) -> TrainingPlan | None:
     """The training plan of one config file (`text`: its content, when already read).
@@ -135,9 +146,7 @@ def _read_config(path: str | Path | None, shown: str | None = None, *, text: str
                 return None
         elif detect(top_keys(text, p.suffix.lower() == ".json"), p.name, text) is None:
             return None
-    from memlint.extract.configs.overrides import TOOLS
-
-    tool = TOOLS.get(launch.launcher) if launch is not None else None
+    tool = _tool(launch, path)
     if path is None:  # `litgpt finetune_lora CHECKPOINT --train.x ...`: the tool's defaults, no config file
         from memlint.extract.configs.document import Document
 

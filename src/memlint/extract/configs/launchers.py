@@ -30,6 +30,8 @@ class LaunchFacts:
     # the config offloads the optimizer and has no optimizer section: accelerate's prepare swaps a client optimizer
     # for DeepSpeed's CPU Adam (library.api.deepspeed_cpu_optimizer); the value says where the config says so
     cpu_optimizer: Value | None = None
+    # train_batch_size (the global batch over every rank and micro-batch), when the config gives a number
+    train_batch: Value | None = None
 
 
 def read_json_doc(shown: str, path: Path) -> Document:
@@ -117,6 +119,31 @@ class _DS(Reader):
         return lower.endswith(".json") and any(w in lower for w in ("deepspeed", "ds_config", "zero"))
 
 
+def _batch_facts(r: Reader, doc: Document, facts: LaunchFacts) -> None:
+    """The micro-batch and accumulation a DeepSpeed config sets (soft: the training arguments' win where they give
+    them), and its global batch (train_batch_size) for an engine to derive the accumulation from."""
+    for name, key in (("per_device_batch", "train_micro_batch_size_per_gpu"), ("grad_accum", "gradient_accumulation_steps")):
+        raw = doc.get(key)
+        if raw == "auto":
+            facts.notes.append(f"{key}: \"auto\" takes the training arguments' value")
+            continue
+        try:
+            v = r.int_at(key)
+        except Bad:
+            continue
+        if v is not None:
+            facts.soft[name] = Value(v, "literal", doc.span(key), (f"{key}: {v}",))
+
+    raw_global = doc.get("train_batch_size")
+    if raw_global != "auto":
+        try:
+            n = r.int_at("train_batch_size")
+        except Bad:
+            n = None
+        if n is not None:
+            facts.train_batch = Value(n, "literal", doc.span("train_batch_size"), (f"train_batch_size: {n}",))
+
+
 def deepspeed_facts(doc: Document) -> LaunchFacts:
     """Stage, offload, micro-batch, accumulation and precision from a DeepSpeed config."""
     r = _DS(doc, Path(doc.path))
@@ -161,18 +188,7 @@ def deepspeed_facts(doc: Document) -> LaunchFacts:
                                         (f"zero_optimization.offload_optimizer.device: {opt_dev}",))
     facts.fields["offload"] = Value(offload, "literal" if span else "library-default", span, (why,))
 
-    for name, key in (("per_device_batch", "train_micro_batch_size_per_gpu"), ("grad_accum", "gradient_accumulation_steps")):
-        raw = doc.get(key)
-        if raw == "auto":
-            facts.notes.append(f"{key}: \"auto\" takes the training arguments' value")
-            continue
-        try:
-            v = r.int_at(key)
-        except Bad:
-            continue
-        if v is not None:
-            facts.soft[name] = Value(v, "literal", doc.span(key), (f"{key}: {v}",))
-
+    _batch_facts(r, doc, facts)
     for key, prec in (("fp16", "amp-fp16"), ("bf16", "amp-bf16"), ("bfloat16", "amp-bf16")):
         enabled = doc.get(key, "enabled")
         if enabled is True:

@@ -27,6 +27,14 @@ TOOLS = {
 HYDRA = ("nemo", "key=value", None)
 HYDRA_KINDS = ("nemo",)
 COMMAND_LINE = "<command line>"
+# framework CLIs that read a whole config from flags when no config file comes first (LLaMA-Factory's read_args:
+# HfArgumentParser.parse_args_into_dataclasses over `--key value`)
+FLAGS_ONLY = frozenset({"llamafactory-cli"})
+
+
+def flags_config(launch: Any) -> bool:
+    """A framework CLI given its whole config as `--key value` flags, no config file (FLAGS_ONLY)."""
+    return launch.launcher in FLAGS_ONLY and bool(launch.argv) and launch.argv[0].startswith("--")
 _TOOL_FLAGS = {"-c", "--config", "--cfg", "--launcher"}  # the tool's own options, not config keys
 
 

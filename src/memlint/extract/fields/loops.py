@@ -127,6 +127,26 @@ class LoopFields:
         self.put("group_by_length", Const(False, "library-default", line, ("DataLoader samples without length grouping",)), _bool)
         self.data_padding(train_dl.get("collate_fn") if train_dl is not None else None, False, line)
 
+    def engine_accumulation(self, facts: Any, line: int | None) -> Value | None:
+        """An engine config with train_batch_size and no gradient_accumulation_steps: DeepSpeed divides the global
+        batch by the micro-batch and the world size (the processes the launcher starts); a world size memlint does
+        not know leaves it unknown rather than 1."""
+        tb = getattr(facts, "train_batch", None)
+        if tb is None:
+            return None
+        micro = self.fields.get("per_device_batch")
+        gpus = self.launch.gpus if self.launch is not None and self.launch.launcher in (
+            "torchrun", "deepspeed", "accelerate", "composer") else None
+        if micro is None or not micro.known or not isinstance(micro.value, int) or not gpus:
+            return Value(None, "unknown", tb.span, (f"{tb.chain[0]}: {_engine_accumulation_doc()}, and the world size "
+                                                    "is not known",))
+        per_step = micro.value * gpus
+        if tb.value % per_step:
+            return Value(None, "unknown", tb.span, (f"{tb.chain[0]} is not a multiple of {micro.value} x {gpus}: "
+                                                    "DeepSpeed refuses the config",))
+        return Value(tb.value // per_step, tb.source, tb.span, (
+            f"{tb.chain[0]} / ({micro.value} per GPU x {gpus} processes): {_engine_accumulation_doc()}",))
+
     def engine_fields(self, eng: DeepSpeedEngine) -> None:
         """A loop driven by a DeepSpeed engine: micro-batch, accumulation, precision, ZeRO stage, offload
         and the optimizer come from its config (a DataLoader's batch_size is the micro-batch when there is one)."""
@@ -143,8 +163,11 @@ class LoopFields:
             self.fields["per_device_batch"] = soft["per_device_batch"]
         else:
             self.put("per_device_batch", Unknown("no train_micro_batch_size_per_gpu in the DeepSpeed config"), line=line)
+        derived = self.engine_accumulation(facts, line)
         if "grad_accum" in soft:
             self.fields["grad_accum"] = soft["grad_accum"]
+        elif derived is not None:
+            self.fields["grad_accum"] = derived
         else:
             self.put("grad_accum", Const(1, "library-default", line, ("DeepSpeed's gradient_accumulation_steps default: 1",)), _int)
         prec = soft.get("precision")
@@ -180,6 +203,11 @@ class LoopFields:
             self.put("optimizer", Unknown("the engine's optimizer is not in its config"), line=line)
         self.put("group_by_length", Const(False, "library-default", line, ("DataLoader samples without length grouping",)), _bool)
         self.data_padding(train_dl.get("collate_fn") if train_dl is not None else None, False, line)
+
+
+def _engine_accumulation_doc() -> str:
+    return ("DeepSpeed derives gradient_accumulation_steps = train_batch_size / (train_micro_batch_size_per_gpu x "
+            "world size) when its config gives the global batch and not the accumulation")
 
 
 def _unconvertible(why: str) -> Any:
