@@ -190,3 +190,65 @@ def test_a_slurm_job_script_named_alone_is_a_launcher(tmp_path, monkeypatch):
     monkeypatch.chdir(root)
     plans = [p for p in extract_paths(["jobs/train.slurm"]) if p.get("trainer").known]
     assert plans and plans[0].get("model_id").value == "Qwen/Qwen2.5-0.5B"
+
+
+_OPTIONS = """
+    while (( "$#" )); do
+      case "$1" in
+        --gpus)
+          gpus="$2"
+          shift 2
+          ;;
+        --model|-m)
+          model="$2"
+          shift 2
+          ;;
+        --accum=*)
+          accum="${1#*=}"
+          shift
+          ;;
+        --fp16)
+          half=true
+          shift
+          ;;
+        *)
+          echo "Unknown option: $1"
+          exit 1
+          ;;
+      esac
+    done
+
+    gpus=${gpus:-0,1,2,3,4,5,6,7}
+    model=${model:-Qwen/Qwen2.5-0.5B}
+    accum=${accum:-16}
+    CUDA_VISIBLE_DEVICES=${gpus} llamafactory-cli train \\
+        --model_name_or_path ${model} --stage sft --do_train --finetuning_type lora --template qwen --dataset a \\
+        --cutoff_len 1024 --per_device_train_batch_size 2 --gradient_accumulation_steps ${accum}
+"""
+
+
+@pytest.mark.parametrize("args, want", [
+    ((), {"model_id": "Qwen/Qwen2.5-0.5B", "grad_accum": 16, "num_gpus": 8}),   # read alone: the defaults
+    (("--gpus", "0,1", "-m", "Qwen/Qwen2.5-7B", "--accum=4", "--fp16"),
+     {"model_id": "Qwen/Qwen2.5-7B", "grad_accum": 4, "num_gpus": 2}),
+])
+def test_a_launchers_own_option_loop_runs_over_its_arguments(tmp_path, monkeypatch, args, want):
+    root = _write(tmp_path, {"scripts/train.sh": _OPTIONS})
+    plan = _command(root, monkeypatch, "bash", "scripts/train.sh", *args)
+    assert _get(plan, *want) == want
+
+
+def test_a_launcher_that_runs_a_launcher(tmp_path, monkeypatch):
+    outer = "bash scripts/train.sh \\\n    --gpus 0,1,2,3 \\\n    --model Qwen/Qwen2.5-1.5B\n"
+    root = _write(tmp_path, {"scripts/train.sh": _OPTIONS, "scripts/examples/run_qwen.sh": outer})
+    plan = _command(root, monkeypatch, "bash", "scripts/examples/run_qwen.sh")
+    assert _get(plan, "model_id", "num_gpus", "grad_accum") == {"model_id": "Qwen/Qwen2.5-1.5B", "num_gpus": 4,
+                                                              "grad_accum": 16}
+    assert plan.fields["model_id"].span.path.endswith("train.sh")  # said where the command is written
+
+
+def test_a_launcher_that_runs_itself_is_not_followed_forever(tmp_path, monkeypatch):
+    root = _write(tmp_path, {"a.sh": "bash b.sh\n", "b.sh": "bash a.sh\npython train.py\n", "train.py": _TRAIN})
+    monkeypatch.chdir(root)
+    plans = extract_targets(command_targets(["bash", "a.sh"]))
+    assert 1 <= len(plans) <= 3 and all(p.get("trainer").value == "Trainer" for p in plans)

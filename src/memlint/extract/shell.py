@@ -210,6 +210,76 @@ def _heredocs(text: str) -> str:
     return "\n".join(out)
 
 
+_OPTION_LOOP = re.compile(r"""^[ \t]*while\s+(?:\(\(\s*"?\$#"?\s*(?:>\s*0\s*)?\)\)|\[\[?\s*"?\$#"?\s+-(?:gt|ne)\s+0\s*\]\]?)"""
+                          r"""\s*;?\s*(?:do)?\s*$""", re.M)
+_CASE_HEAD = re.compile(r"""^\s*case\s+"?\$\{?1\}?"?\s+in\s*$""")
+_ARM = re.compile(r"^\s*\(?\s*([^()]+?)\s*\)\s*(.*)$")
+_ARM_SET = re.compile(r"""([A-Za-z_][A-Za-z0-9_]*)=("\$\{?2\}?"|\$\{?2\}?|"\$\{1#\*=\}"|\$\{1#\*=\}|"[^"$]*"|'[^']*'|[^\s;"'$]+)""")
+_ARM_SHIFT = re.compile(r"\bshift(?:\s+(\d+))?")
+
+
+def _option_loop(text: str, args: tuple[str, ...] | None) -> str:
+    """The launcher's own option parser, `while (( "$#" )); do case "$1" in --gpus) gpus="$2"; shift 2;; ... esac;
+    done`, run over the launcher's arguments: its lines become the assignments it makes (`gpus='0,1,2,3'`), line
+    numbers kept; read alone (no arguments), it assigns nothing and the defaults after it stand."""
+    lines = text.split("\n")
+    for _ in range(4):
+        m = _OPTION_LOOP.search("\n".join(lines))
+        if m is None:
+            break
+        start = "\n".join(lines).count("\n", 0, m.start())
+        end = next((j for j in range(start + 1, min(len(lines), start + 400)) if lines[j].strip() in ("done", "done;")),
+                   None)
+        case = next((j for j in range(start, end or start) if _CASE_HEAD.match(lines[j].replace("do ", "", 1))), None) \
+            if end is not None else None
+        if end is None or case is None:
+            break
+        arms = _case_arms("\n".join(lines[case + 1:end]))
+        sets = _run_options(arms, list(args or ()))
+        said = [f"{k}={shlex.quote(v)}" for k, v in sets.items()][:end - start + 1]  # one assignment a line
+        lines[start:end + 1] = said + [""] * (end - start + 1 - len(said))
+    return "\n".join(lines)
+
+
+def _case_arms(body: str) -> list[tuple[list[str], dict[str, str], int]]:
+    """(patterns, assignments, shift count) of each `pattern) ... ;;` arm of a `case` body."""
+    arms = []
+    for chunk in body.split(";;"):
+        chunk = chunk.strip()
+        if not chunk or chunk.startswith("esac"):
+            continue
+        m = _ARM.match(chunk.replace("\n", " "))
+        if m is None:
+            continue
+        pats = [p.strip().strip("\"'") for p in m.group(1).split("|")]
+        sets = {k: v.strip("\"'") for k, v in _ARM_SET.findall(m.group(2))}
+        sh = _ARM_SHIFT.search(m.group(2))
+        arms.append((pats, sets, int(sh.group(1) or 1) if sh else 0))
+    return arms
+
+
+def _run_options(arms: list, args: list[str]) -> dict[str, str]:
+    """What the option loop assigns, run over `args`."""
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(args) and len(out) < 200:
+        a = args[i]
+        arm = next((x for x in arms for p in x[0] if p == a or (p.endswith("=*") and a.startswith(p[:-1]))), None)
+        if arm is None or not arm[2]:
+            i += 1
+            continue
+        for var, how in arm[1].items():
+            if how in ("$2", "${2}"):
+                if i + 1 < len(args):
+                    out[var] = args[i + 1]
+            elif how == "${1#*=}":
+                out[var] = a.split("=", 1)[1] if "=" in a else ""
+            else:
+                out[var] = how
+        i += arm[2]
+    return out
+
+
 def _open_quote(line: str) -> bool:
     """Whether `line` ends inside a quoted string (outside a comment)."""
     _, quote, comment = _scan(line)
@@ -636,8 +706,19 @@ def _launcher_text(path: Path) -> str | None:
         return None
 
 
+def _slurm_env(job: dict, env: dict[str, str], exported: set[str]) -> None:
+    """What SLURM sets for a job script's commands: SLURM_SUBMIT_DIR, the folder sbatch ran in (where memlint reads
+    from; the launcher's folder and those above it are where its paths are looked up), and the GPUs it allocated per
+    node (--gres=gpu:N) as CUDA_VISIBLE_DEVICES."""
+    env.setdefault("SLURM_SUBMIT_DIR", ".")
+    if job.get("gpus") and "CUDA_VISIBLE_DEVICES" not in env:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(job["gpus"]))
+        exported.add("CUDA_VISIBLE_DEVICES")
+
+
 def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: dict[str, str] | None = None,
-             make: tuple[tuple[str, ...], dict[str, str]] | None = None, text: str | None = None) -> list[Launch]:
+             make: tuple[tuple[str, ...], dict[str, str]] | None = None, text: str | None = None,
+             depth: int = 0) -> list[Launch]:
     """The training launches a shell script, Makefile or notebook (its `!` lines) runs, with their line numbers.
     `args`: the script's own arguments when a command runs it (`bash run.sh 2 /ckpt`), read for $1, "$@"
     and `shift`; None (the file read alone) leaves them unknown. `env0`: variables the command sets.
@@ -655,14 +736,10 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
     scripts: dict[str, str] | None = None  # the checkout's console scripts, read on the first line that may run one
     exported: set[str] = set(env0 or ())  # variables the commands inherit: the caller's, `export X=...`
     job = _sbatch_job(text) if not is_make else None
-    if job is not None and "SLURM_SUBMIT_DIR" not in env:
-        # SLURM runs the job script with SLURM_SUBMIT_DIR = the folder sbatch was run in: where memlint reads from (the
-        # launcher's folder and those above it are where its paths are looked up)
-        env["SLURM_SUBMIT_DIR"] = "."
-    if job is not None and job.get("gpus") and "CUDA_VISIBLE_DEVICES" not in env:
-        # SLURM gives the job's steps the GPUs it allocated per node (--gres=gpu:N): CUDA_VISIBLE_DEVICES lists them
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(job["gpus"]))
-        exported.add("CUDA_VISIBLE_DEVICES")
+    if job is not None:
+        _slurm_env(job, env, exported)
+    if not is_make and "case" in text and "$#" in text:
+        text = _option_loop(text, args)
     lines = _recipe_lines(text, make, env) if is_make else _logical_lines(_inline_scripts(_heredocs(text)))
     branches: list[list[bool | None]] = []  # the open `if` blocks: [this branch runs, an earlier branch ran]
     deadline = Deadline(MAX_SHELL_SECONDS)
@@ -686,6 +763,10 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
             cwd = moved if moved is not None else cwd
         # the launcher may be in a variable (`LAUNCH="accelerate launch ..."` then `$LAUNCH train.py`, `eval $CMD`)
         launcher_word = _LAUNCH_WORD.search(stripped) or ("$" in stripped and _LAUNCH_WORD.search(_expand(stripped, env)))
+        nested = _nested_script(stripped, path, env, exported, cwd, depth) if not is_make else None
+        if nested:  # `bash scripts/train.sh ARGS`: the launches of that launcher
+            out.extend(nested)
+            continue
         if not launcher_word and not _maybe_console(stripped):
             continue
         expanded = _expand(stripped, env)
@@ -712,6 +793,40 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
             launch = _srun_tasks(launch, words, job)
         out.append(replace(launch, flag_lines=flag_lines) if flag_lines else launch)
     return out
+
+
+_MAX_NESTED = 3  # launchers that run launchers: how deep they are followed
+
+
+def _nested_script(line: str, path: Path, env: dict[str, str], exported: set[str], cwd: str | None,
+                   depth: int) -> list[Launch]:
+    """`bash scripts/train.sh --gpus 0,1 ...` inside a launcher: the launches of that script of the checkout, run with
+    its arguments and the exported variables (looked up from where the commands run, then beside this launcher and
+    the folders above it); followed `_MAX_NESTED` deep."""
+    from memlint.files import allowed, is_file
+
+    if depth >= _MAX_NESTED or not re.search(r"\.(?:sh|bash|slurm|sbatch)\b", line):
+        return []
+    try:
+        words = tokens(_expand(line, env))
+    except MemlintError:
+        return []
+    sh = shell_script(words)
+    if sh is None:
+        return []
+    script, args, env1, moved = sh
+    rel = os.path.join(cwd or "", moved or "", os.path.expanduser(script))
+    cands = [Path(rel)] + [b / script for b in (path.parent, *list(path.parent.resolve().parents)[:4])]
+    target = next((c for c in cands if allowed(c) and is_file(c) and c.resolve() != path.resolve()), None)
+    if target is None:
+        return []
+    env0 = {**{k: env[k] for k in exported if k in env}, **env1}
+    shown = os.path.normpath(str(target))
+    found = launches(target, shown, tuple(args), env0, depth=depth + 1)
+    if cwd or moved:
+        where = os.path.normpath(os.path.join(cwd or "", moved or ""))
+        found = [replace(x, cwd=os.path.normpath(os.path.join(where, x.cwd)) if x.cwd else where) for x in found]
+    return found
 
 
 _IF = re.compile(r"^(if|elif)\s+(.*?)\s*(?:;\s*then)?\s*$")
