@@ -252,3 +252,31 @@ def test_a_launcher_that_runs_itself_is_not_followed_forever(tmp_path, monkeypat
     monkeypatch.chdir(root)
     plans = extract_targets(command_targets(["bash", "a.sh"]))
     assert 1 <= len(plans) <= 3 and all(p.get("trainer").value == "Trainer" for p in plans)
+
+
+def test_a_module_run_from_a_subfolder_imports_from_there(tmp_path, monkeypatch):
+    # `cd hw1 && torchrun -m src.cli.train`: Python's sys.path[0] is hw1, where `from src.trainer import ...` is found
+    train = """
+        from src.trainer import OwnTrainer
+        OwnTrainer("Qwen/Qwen2.5-0.5B").fit()
+    """
+    trainer = """
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        class OwnTrainer:
+            def __init__(self, name):
+                self.model = AutoModelForCausalLM.from_pretrained(name)
+                self.opt = torch.optim.AdamW(self.model.parameters())
+
+            def fit(self):
+                loader = torch.utils.data.DataLoader(list(range(8)), batch_size=3, shuffle=True)
+                for batch in loader:
+                    self.model(**batch).loss.backward()
+                    self.opt.step()
+    """
+    root = _write(tmp_path, {"hw1/src/__init__.py": "", "hw1/src/cli/__init__.py": "", "hw1/src/cli/train.py": train,
+                             "hw1/src/trainer.py": trainer})
+    plan = _command(root, monkeypatch, "cd", "hw1", "&&", "torchrun", "--nproc_per_node", "2", "-m", "src.cli.train")
+    assert _get(plan, "model_id", "per_device_batch", "trainer") == {
+        "model_id": "Qwen/Qwen2.5-0.5B", "per_device_batch": 3, "trainer": "custom-loop"}

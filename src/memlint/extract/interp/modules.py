@@ -26,7 +26,8 @@ class ModuleFiles:
         if getattr(self, "_roots", None) is None:
             roots = [self.dir]
             if self.launch is not None and self.launch.module:
-                roots.append(Path.cwd())  # `python -m pkg.mod` puts the working directory on sys.path
+                # `python -m pkg.mod` puts the working directory on sys.path: the launch's own (`cd DIR && ...`)
+                roots.append(Path.cwd() / self.launch.cwd if self.launch.cwd else Path.cwd())
             own = list(roots)  # what Python's sys.path holds with no checkout around
             cur = self.dir.absolute()  # a relative "." has no parent to walk up to
             for _ in range(8):
