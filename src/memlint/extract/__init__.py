@@ -137,6 +137,14 @@ def _extract_file(path: str | Path, launch: Any = None, shown: str | None = None
         from memlint.extract.configs import read_config
 
         plan = read_config(p if files.is_file(p) or not tool_run else None, shown=shown or str(path), launch=launch)
+        if plan is not None and plan.kind == "config" and launch is None and not plan.fields \
+                and any("not a config memlint reads" in n for n in plan.notes):
+            from memlint.extract.config_reader import reading_script
+
+            # a repository's own config: the checkout's script that reads it, as that script's run
+            by_script = reading_script(p, shown or str(path), extract_file)
+            if by_script is not None:
+                return by_script
         return _launched_config(plan, launch)
     from memlint.extract.source import outputs_note, read_source_cells
 
@@ -165,7 +173,11 @@ def _launched_config(plan: TrainingPlan | None, launch: Any) -> TrainingPlan | N
             plan = tool_processes(documented(plan, launch), launch)
         return plan
     if launch.script:
-        plan = _script_trainer(plan, Path(launch.cwd or ".") / launch.script)
+        script = Path(launch.cwd or ".") / launch.script
+        if not script.exists():  # the script of a framework cloned beside the checkout: its config read alone
+            plan = replace(plan, notes=(f"{launch.script} is not in this checkout: {plan.path} is read as its "
+                                        f"framework ({plan.kind}) reads it",) + plan.notes)
+        plan = _script_trainer(plan, script)
     from memlint.extract.launched import apply_launcher
 
     return apply_launcher(plan, launch, Path(launch.cwd or ".") / (launch.script or launch.module.replace(".", "/") + ".py"))

@@ -7,6 +7,7 @@ launchers (`scripts/finetune.sh`) go through `parse_command`. Nothing is run: th
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -419,6 +420,21 @@ def resolve_module(module: str, roots: Sequence[Path]) -> Path | None:
 _SHELLS = {"bash", "sh", "zsh", "dash"}
 
 
+def _config_of_missing_script(launch: Launch, base: Path) -> Path | None:
+    """A command whose script is not in the checkout (a framework cloned beside it: `python axolotl/scripts/finetune.py
+    configs/x.yml`) but whose argument is a config of the checkout that a framework reader knows: that config, read
+    as its framework runs it (the plan says the script was not read)."""
+    from memlint.extract.configs import detect_file
+
+    for word in launch.argv:
+        if word.startswith("-") or not word.lower().endswith((".yaml", ".yml", ".json", ".toml")):
+            continue
+        cand = base / os.path.expanduser(word)
+        if is_file(cand) and detect_file(cand) is not None:
+            return cand
+    return None
+
+
 def shell_script(words: Sequence[str]) -> tuple[str, tuple[str, ...], dict[str, str], str | None] | None:
     """(script, its arguments, the variables set before it, a `cd DIR &&` before it) when the command
     runs a shell script (`bash scripts/run.sh 2 /ckpt`, `sh -x run.sh`, `./run.sh`); None otherwise."""
@@ -528,6 +544,10 @@ def command_target(words: Sequence[str], cwd: Path | None = None):
         path = tool_config(launch, base, ref)
         shown = os.path.relpath(path, cwd) if path.is_absolute() else os.path.normpath(os.path.join(launch.cwd or "", ref))
     if not path.is_file():
+        config = _config_of_missing_script(launch, base) if launch.script else None
+        if config is not None:  # `accelerate launch axolotl/scripts/finetune.py cfg.yml`, axolotl cloned apart
+            return Target(config, os.path.normpath(os.path.join(launch.cwd or "", os.path.relpath(config, base))),
+                          True, launch)
         raise MemlintError(f"{shown}: no such file (the command's {'script' if launch.script else 'config'})")
     config = framework_config(launch, base)
     if config is not None:
