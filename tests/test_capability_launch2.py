@@ -280,3 +280,18 @@ def test_a_module_run_from_a_subfolder_imports_from_there(tmp_path, monkeypatch)
     plan = _command(root, monkeypatch, "cd", "hw1", "&&", "torchrun", "--nproc_per_node", "2", "-m", "src.cli.train")
     assert _get(plan, "model_id", "per_device_batch", "trainer") == {
         "model_id": "Qwen/Qwen2.5-0.5B", "per_device_batch": 3, "trainer": "custom-loop"}
+
+
+def test_a_backslash_inside_a_comment_continues_nothing(tmp_path, monkeypatch):
+    sh = ("#deepspeed --num_gpus 8 --hostfile $host_file --master_port=29500 \\\n"
+          "deepspeed --num_gpus 2 ./train.py\n")
+    root = _write(tmp_path, {"launch.slurm": sh, "train.py": _TRAIN})
+    plan = _command(root, monkeypatch, "bash", "launch.slurm")
+    assert _get(plan, "trainer", "num_gpus") == {"trainer": "Trainer", "num_gpus": 2}
+
+
+def test_a_script_path_of_the_authors_machine_is_the_checkouts_file(tmp_path, monkeypatch):
+    sh = "export CUDA_VISIBLE_DEVICES=0\npython /mnt/efs/someone/projects/Qwen/trl/train.py\n"
+    root = _write(tmp_path, {"trl/run.sh": sh, "trl/train.py": _TRAIN})
+    plan = _command(root, monkeypatch, "bash", "trl/run.sh")
+    assert _get(plan, "trainer", "num_gpus") == {"trainer": "Trainer", "num_gpus": 1}

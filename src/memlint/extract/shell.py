@@ -62,7 +62,8 @@ def _logical_lines(text: str) -> Iterator[tuple[int, str, tuple[tuple[str, int],
         if not buf:
             start, flags = i, []
         flags += [(m.group(1), i) for m in _FLAG.finditer(line)]
-        if line.endswith("\\"):
+        if line.endswith("\\") and (buf or not line.lstrip().startswith("#")) \
+                and _uncommented(line).endswith("\\"):  # a backslash inside a comment continues nothing
             buf += line[:-1] + " "
             continue
         if _open_quote(buf + line) and i - start < 50:  # `ARGS="` ... `"`: a quoted value over several lines
@@ -1040,8 +1041,8 @@ def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str,
             bases = ([mapped] if mapped is not None else []) + bases
         elif launch.cwd:
             bases = [b / launch.cwd for b in bases] + bases
-        target = None
-        for base in bases:
+        target, launch = _author_script(launch, bases)
+        for base in bases if target is None else ():
             if launch.script:
                 cand = base / os.path.expanduser(launch.script)
                 if cand.suffix == ".py" and is_file(cand):
@@ -1069,6 +1070,22 @@ def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str,
         out.append(Target(target, os.path.normpath(os.path.relpath(target)), False, launch, root=root,
                           named_launcher=named))
     return out
+
+
+def _author_script(launch: Launch, bases: list[Path]) -> tuple[Path | None, Launch]:
+    """`python /mnt/author/Qwen/trl/train_grpo.py`: a script of the author's machine; the checkout's file of the same
+    longest tail (launched.author_file), as a `cd /home/author/...` is read; (None, launch) for any other script."""
+    from memlint.files import is_file
+
+    script = os.path.expanduser(launch.script) if launch.script else ""
+    if not script or not os.path.isabs(script) or is_file(Path(script)):
+        return None, launch
+    from memlint.extract.launched import author_file
+
+    found = author_file(script, bases)
+    if found is None or found[0].suffix != ".py":
+        return None, launch
+    return found[0], replace(launch, script=os.path.relpath(found[0]))
 
 
 def _checkout_folder(folder: str, bases: list[Path]) -> Path | None:
