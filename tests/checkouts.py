@@ -25,3 +25,19 @@ def git_commit(root: Path, date: str) -> None:
     env = {**os.environ, "GIT_COMMITTER_DATE": f"{date}T12:00:00", "GIT_AUTHOR_DATE": f"{date}T12:00:00"}
     for cmd in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
         subprocess.run(["git", "-C", str(root), *cmd], check=True, env=env, capture_output=True)
+
+
+def plan_of_command(root: Path, monkeypatch, *words: str):
+    """The one plan of a launch command run from `root` (`bash run.sh ...`, `torchrun ... train.py`)."""
+    from memlint.extract import extract_targets
+    from memlint.extract.shell import command_targets
+
+    monkeypatch.chdir(root)
+    plans = extract_targets(command_targets(list(words)))
+    assert len(plans) == 1
+    return plans[0]
+
+
+def field_values(plan, *names: str) -> dict:
+    """The plan's values of `names`, by name."""
+    return {n: plan.fields[n].value for n in names}

@@ -75,9 +75,7 @@ for step in range(10):
 
 
 def _checkout(tmp_path: Path, files: dict) -> Path:
-    for name, text in files.items():
-        (tmp_path / name).write_text(text)
-    return tmp_path / "train.py"
+    return write_checkout(tmp_path, files) / "train.py"
 
 
 def test_a_dit_whose_token_embedding_is_an_indexed_parameter_is_a_language_model(tmp_path: Path):

@@ -5,25 +5,16 @@ DeepSpeed engine whose config gives the global batch (accumulation = global / (m
 from __future__ import annotations
 
 from functools import partial
-from pathlib import Path
 
 import pytest
 
-from checkouts import write_checkout
+from checkouts import write_checkout, plan_of_command as _command, field_values as _get
 from memlint.extract import extract_targets
 from memlint.extract.shell import _heredocs, command_targets
 
 _write = partial(write_checkout, dedent=True)
 
 
-def _command(root: Path, monkeypatch, *words: str):
-    monkeypatch.chdir(root)
-    (plan,) = extract_targets(command_targets(list(words)))
-    return plan
-
-
-def _get(plan, *names):
-    return {n: plan.fields[n].value for n in names}
 
 
 _ENGINE = """

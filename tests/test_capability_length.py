@@ -8,14 +8,11 @@ from __future__ import annotations
 
 
 from memlint.extract import extract_file, extract_source
-from checkouts import write_checkout
+from checkouts import write_checkout, field_values as _get
 
 
 _write = write_checkout
 
-
-def _get(plan, *names: str) -> dict:
-    return {n: plan.fields[n].value for n in names}
 
 
 _HEAD = '''import torch

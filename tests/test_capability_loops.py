@@ -9,23 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memlint.extract import extract_file, extract_targets
-from memlint.extract.shell import command_targets
-from checkouts import write_checkout
+from memlint.extract import extract_file
+from checkouts import write_checkout, plan_of_command as _command, field_values as _get
 
 
 _write = write_checkout
 
 
-def _get(plan, *names: str) -> dict:
-    return {n: plan.fields[n].value for n in names}
-
-
-def _command(root: Path, monkeypatch, *words: str):
-    monkeypatch.chdir(root)
-    plans = extract_targets(command_targets(list(words)))
-    assert len(plans) == 1
-    return plans[0]
 
 
 _STREAM_LOOP = '''import os

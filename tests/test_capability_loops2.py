@@ -9,25 +9,16 @@ Each test is a tiny made-up script (or checkout in tmp_path) written from the pa
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from memlint.extract import extract_file, extract_targets
-from memlint.extract.shell import command_targets
-from checkouts import write_checkout
+import pytest
+
+from memlint.extract import extract_file
+from checkouts import write_checkout, plan_of_command as _command, field_values as _get
 
 
 _write = write_checkout
 
 
-def _get(plan, *names: str) -> dict:
-    return {n: plan.fields[n].value for n in names}
-
-
-def _command(root: Path, monkeypatch, *words: str):
-    monkeypatch.chdir(root)
-    plans = extract_targets(command_targets(list(words)))
-    assert len(plans) == 1
-    return plans[0]
 
 
 _DEFAULT_DTYPE = '''import torch
@@ -102,7 +93,7 @@ from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecis
 from transformers import AutoModelForCausalLM
 
 model = AutoModelForCausalLM.from_pretrained("acme/tiny-lm", torch_dtype=torch.{weights})
-mp = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16, buffer_dtype=torch.bfloat16)
+mp = MixedPrecision(param_dtype=torch.{half}, reduce_dtype=torch.{half}, buffer_dtype=torch.{half})
 model = FSDP(model, mixed_precision=mp)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
 for b in range(3):
@@ -111,13 +102,14 @@ for b in range(3):
 '''
 
 
-def test_fsdp_mixed_precision_on_weights_already_bf16_is_pure_bf16(tmp_path):
-    p = _write(tmp_path, {"train.py": _FSDP.format(weights="bfloat16")}) / "train.py"
+@pytest.mark.parametrize("half, short", [("bfloat16", "bf16"), ("float16", "fp16")])
+def test_fsdp_mixed_precision_on_weights_already_half_is_pure_half(tmp_path, half, short):
+    p = _write(tmp_path, {"train.py": _FSDP.format(weights=half, half=half)}) / "train.py"
     plan = extract_file(p)
-    assert _get(plan, "precision", "distributed") == {"precision": "pure-bf16", "distributed": "fsdp"}
-    # the same policy on fp32 weights keeps fp32 shards and computes in bf16: autocast's accounting
-    p = _write(tmp_path, {"train.py": _FSDP.format(weights="float32")}) / "train.py"
-    assert extract_file(p).fields["precision"].value == "amp-bf16"
+    assert _get(plan, "precision", "distributed") == {"precision": f"pure-{short}", "distributed": "fsdp"}
+    # the same policy on fp32 weights keeps fp32 shards and computes in the half dtype: autocast's accounting
+    p = _write(tmp_path, {"train.py": _FSDP.format(weights="float32", half=half)}) / "train.py"
+    assert extract_file(p).fields["precision"].value == f"amp-{short}"
 
 
 _CONFIG_GC = '''import torch

@@ -127,27 +127,7 @@ Trainer(model=model, args=args, train_dataset=[]).train()
     assert _prec(extract_file(p)) == ("fp32", "amp-fp16")
 
 
-_FSDP = '''import torch
-from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecision
-from transformers import AutoModelForCausalLM
-
-model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-3.2-1B", torch_dtype=torch.{weights})
-mp = MixedPrecision(param_dtype=torch.float16, reduce_dtype=torch.float16, buffer_dtype=torch.float16)
-model = FSDP(model, mixed_precision=mp)
-opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
-for b in range(3):
-    model(b).loss.backward()
-    opt.step()
-'''
-
-
-def test_fsdp_fp16_mixed_precision_on_fp16_weights_is_pure_fp16(tmp_path):
-    p = _write(tmp_path, {"train.py": _FSDP.format(weights="float16")}) / "train.py"
-    plan = extract_file(p)
-    assert (plan.fields["precision"].value, plan.fields["distributed"].value) == ("pure-fp16", "fsdp")
-    # the same policy on fp32 weights keeps fp32 shards and computes in fp16: autocast's accounting
-    p = _write(tmp_path, {"train.py": _FSDP.format(weights="float32")}) / "train.py"
-    assert extract_file(p).fields["precision"].value == "amp-fp16"
+# FSDP's fp16 policy on fp16 weights: test_capability_loops2.py (parametrized over both half dtypes)
 
 
 _ENGINE = '''import deepspeed

@@ -5,25 +5,14 @@ in FSDP / DDP as a whole), and the training DataLoader told from evaluation ones
 from __future__ import annotations
 
 from functools import partial
-from pathlib import Path
 
 import pytest
 
-from checkouts import write_checkout
-from memlint.extract import extract_targets
-from memlint.extract.shell import command_targets
+from checkouts import write_checkout, plan_of_command as _command, field_values as _get
 
 _write = partial(write_checkout, dedent=True)
 
 
-def _command(root: Path, monkeypatch, *words: str):
-    monkeypatch.chdir(root)
-    (plan,) = extract_targets(command_targets(list(words)))
-    return plan
-
-
-def _get(plan, *names):
-    return {n: plan.fields[n].value for n in names}
 
 
 _RUN = """

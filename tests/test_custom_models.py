@@ -8,6 +8,7 @@ from pathlib import Path
 from memlint.catalog import catalog_entry
 from memlint.catalog.local import count_gpt2_like, spec_from_shape
 from memlint.estimate.from_plan import setup_from_plan
+from checkouts import write_checkout
 from memlint.extract import extract_file
 
 _GPT = '''import torch
@@ -92,9 +93,7 @@ for step in range(10):
 
 
 def _checkout(tmp_path: Path, files: dict) -> Path:
-    for name, text in files.items():
-        (tmp_path / name).write_text(text)
-    return tmp_path / "train.py"
+    return write_checkout(tmp_path, files) / "train.py"
 
 
 def test_a_gpt_of_the_checkout_is_read_as_its_gpt2_shape(tmp_path: Path):

@@ -29,7 +29,7 @@ def test_the_size_a_name_gives(name, params):
 def test_a_name_of_a_catalogued_family_is_sized_within_that_family():
     spec = resolve("autodl-tmp/qwen-1.5b")
     assert spec.source == "size-name" and spec.assumed_from == "autodl-tmp/qwen-1.5b"
-    assert all(entries()[c]["family"].startswith("qwen") for c in spec.proxies)
+    assert all(entries()[c]["family"].startswith("qwen") for c in size_candidates(spec.assumed_from))
     assert 1.4e9 < spec.params < 1.6e9
 
 
@@ -45,7 +45,7 @@ def test_a_name_of_no_catalogued_family_takes_every_dense_decoder_named_with_tha
     assert len({entries()[c]["params"] for c in hits}) == len(hits)
     assert [entries()[c]["params"] for c in hits] == sorted(entries()[c]["params"] for c in hits)
     spec = sized_by_name("some-lab/brand-new-13b-v1.0")
-    assert spec.id == hits[(len(hits) - 1) // 2] and spec.proxies == hits
+    assert spec.id == hits[(len(hits) - 1) // 2] and size_candidates(spec.assumed_from) == hits
 
 
 @pytest.mark.parametrize("name", [

@@ -60,9 +60,6 @@ class ModelSpec:
     # (catalog/meta.py _count_vlm): depth, embed_dim, heads, MLP, patch / temporal patch / spatial merge sizes, the
     # merger's widths, params (all in groups["vision"] and `params`; `linears` are the text model's only)
     vision: Mapping[str, Any] | None = None
-    # source "size-name": a checkpoint the catalog lacks, sized as the catalogued one nearest the parameter count its
-    # name gives (sized_by_name); these are the ids of every catalogued checkpoint of that size, for the range
-    proxies: tuple[str, ...] = ()
 
     # Convenience views over `arch`, named as the formulas name them.
     @property
@@ -341,7 +338,6 @@ _DECIMAL_UNDERSCORE = re.compile(r"(?<=\d)_+(?=\d+[bm](?:$|[-_.]))")
 # what a dense decoder of that size holds
 _NOT_DENSE = re.compile(r"(?:^|[-.])(?:\d+x\d+(?:\.\d+)?b|a\d+(?:\.\d+)?b|\d+e|e\d+b|vl|vision|mm|moe|siglip|clip|"
                         r"llava|vit|omni|audio|speech)(?:$|[-.])")
-_FAMILY_WORD = re.compile(r"[a-z]+")
 
 
 def nominal_params(name: str) -> int | None:
@@ -351,12 +347,6 @@ def nominal_params(name: str) -> int | None:
     text = _spelling(text)
     sizes = {float(n) * (1e9 if unit == "b" else 1e6) for n, unit in _NOMINAL.findall(text)}
     return int(sizes.pop()) if len(sizes) == 1 else None
-
-
-def _family_word_of(family: str) -> str:
-    """The leading letters of a catalog family (llama-3.1 -> llama, qwen2.5 -> qwen, deepseek-llm -> deepseek)."""
-    m = _FAMILY_WORD.match(family.lower())
-    return m.group(0) if m and len(m.group(0)) >= 2 else ""
 
 
 def _dense_decoder(entry: Mapping[str, Any]) -> bool:
@@ -375,9 +365,9 @@ def size_candidates(model_id: str) -> tuple[str, ...]:
     nominal = nominal_params(model_id)
     if nominal is None or _NOT_SAME_SHAPES.search(name) or _NOT_DENSE.search(name):
         return ()
-    words = set(_FAMILY_WORD.findall(name))
+    words = set(_NAME.findall(name))
     dense = {mid: e for mid, e in entries().items() if _dense_decoder(e)}
-    family = {mid: e for mid, e in dense.items() if _family_word_of(e.get("family", "")) in words}
+    family = {mid: e for mid, e in dense.items() if _family_word(e.get("family", "")) in words}
 
     def named_size(mid: str) -> bool:
         return any(nominal_params(n) == nominal for n in (mid, *dense[mid].get("aliases", ())))
@@ -397,7 +387,7 @@ def sized_by_name(model_id: str) -> ModelSpec | None:
     """A checkpoint the catalog lacks, named with its size (llm-jp/llm-jp-13b-v1.0, /data/qwen-1.5b,
     h2oai/h2o-danube2-1.8b-base): sized as the catalogued dense decoder of that size in the middle of the range
     (size_candidates), marked as an assumption (source "size-name", every report says so, and the estimate says the
-    range the other candidates give). Never for a placeholder or when no catalogued checkpoint has that size."""
+    range the other candidates, size_candidates(assumed_from), give). Never for a placeholder or when no catalogued checkpoint has that size."""
     from memlint.catalog.names import is_placeholder
 
     text = model_id.strip()
@@ -410,7 +400,7 @@ def sized_by_name(model_id: str) -> ModelSpec | None:
     if not hits:
         return None
     middle = hits[(len(hits) - 1) // 2]
-    return replace(spec_from_entry(middle, entries()[middle], source="size-name"), assumed_from=text, proxies=hits)
+    return replace(spec_from_entry(middle, entries()[middle], source="size-name"), assumed_from=text)
 
 
 def _misspelt(model_id: str) -> bool:

@@ -70,13 +70,12 @@ def _run(args, headroom) -> int:
         if not args.paths and not getattr(args, "launch_words", None):
             raise MemlintError("give a script, a config or a folder (or -- LAUNCH COMMAND)")
         from memlint.extract import unreadable
-        from memlint.extract.shell import unfollowed
-        from memlint.vocab import LAUNCHER_NAMES, LAUNCHER_SUFFIXES
+        from memlint.extract.shell import is_launcher, unfollowed
 
         # a launcher named alone that runs no Python command: its plan is all unknown, as a script's without a
         # trainer is, with a note saying so
         plans = [unreadable(p, unfollowed(p, [])) for p in args.paths
-                 if Path(p).is_file() and (Path(p).suffix in LAUNCHER_SUFFIXES or Path(p).name in LAUNCHER_NAMES)]
+                 if Path(p).is_file() and is_launcher(Path(p))]
         if not plans:
             raise MemlintError("no Python scripts or notebooks found in the given paths")
     out = console()

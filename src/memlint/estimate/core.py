@@ -409,13 +409,14 @@ def _compiled_range(s: Setup, peak_alloc: int) -> list[str]:
 def _size_range(s: Setup, peak: int) -> list[str]:
     """A model sized by the parameter count its name gives (catalog.spec.sized_by_name): the peak each catalogued
     checkpoint of that size gives, with the script's settings, where its LoRA targets name its layers."""
-    from memlint.catalog.spec import entries, spec_from_entry
+    from memlint.catalog.spec import entries, size_candidates, spec_from_entry
     from memlint.errors import MemlintError
 
-    if s.model.source != "size-name" or len(s.model.proxies) < 2:
+    others = size_candidates(s.model.assumed_from) if s.model.source == "size-name" else ()
+    if len(others) < 2:
         return []
     peaks = {s.model.id: peak}
-    for mid in s.model.proxies:
+    for mid in others:
         if mid in peaks:
             continue
         cand = spec_from_entry(mid, entries()[mid])

@@ -340,7 +340,9 @@ def assumed_model_note(spec: Any) -> str:
     """What an estimate sized on a catalogued checkpoint the model's name names says, every time: a folder that is
     not on this machine, or a Hub fine-tune of a catalogued base."""
     if spec.source == "size-name":
-        n = len(spec.proxies)
+        from memlint.catalog.spec import size_candidates
+
+        n = len(size_candidates(spec.assumed_from))
         among = f", the middle of the {n} catalogued checkpoints of that size" if n > 1 else ""
         return (f"model {spec.assumed_from!r} is not in the catalog: its name gives its size, and it is sized as "
                 f"{spec.id} ({spec.params / 1e9:.2f}B parameters){among} (an assumption: the architecture is not "

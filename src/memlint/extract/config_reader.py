@@ -21,34 +21,32 @@ _KW = re.compile(r"""(config_path|config_name)\s*=\s*(['"])([^'"]*)\2""")
 _STRING = re.compile(r"""(['"])([^'"\n]{3,200})\1""")
 
 
-def _candidates(config: Path, root: Path) -> list[Path]:
-    out: list[Path] = []
-    stem = config.stem
+def _candidates(config: Path, root: Path) -> list[tuple[Path, str]]:
+    """The checkout's Python files (MAX_SCRIPTS at most) whose text holds the config's stem, with their text."""
+    from memlint.files import read_text
+
+    out: list[tuple[Path, str]] = []
+    seen = 0
     for folder, dirs, names in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d not in _SKIP and not d.startswith("."))
         for n in sorted(names):
-            if n.endswith(".py"):
-                out.append(Path(folder) / n)
-                if len(out) >= MAX_SCRIPTS:
-                    return out
-    from memlint.files import read_text
+            if not n.endswith(".py"):
+                continue
+            seen += 1
+            if seen > MAX_SCRIPTS:
+                return out
+            p = Path(folder) / n
+            try:
+                text = read_text(p)
+            except Exception:  # noqa: BLE001 - an unreadable file reads nothing
+                continue
+            if config.stem in text:
+                out.append((p, text))
+    return out
 
-    def mentions(p: Path) -> bool:
-        try:
-            return stem in read_text(p)
-        except Exception:  # noqa: BLE001 - an unreadable file reads nothing
-            return False
 
-    return [p for p in out if mentions(p)]
-
-
-def _reads(script: Path, config: Path, root: Path) -> bool:
-    from memlint.files import read_text
-
-    try:
-        text = read_text(script)
-    except Exception:  # noqa: BLE001
-        return False
+def _reads(script: Path, text: str, config: Path, root: Path) -> bool:
+    """Whether the script's text names the config: its @hydra.main, or a string of the config's path."""
     target = config.resolve()
     for m in _HYDRA.finditer(text):
         kw = {k: v for k, _, v in _KW.findall(m.group(1))}
@@ -58,9 +56,7 @@ def _reads(script: Path, config: Path, root: Path) -> bool:
                 return True
     for m in _STRING.finditer(text):
         ref = m.group(2)
-        if not ref.endswith(config.suffix):
-            continue
-        if any((base / ref).resolve() == target for base in (script.parent, root)):
+        if ref.endswith(config.suffix) and any((base / ref).resolve() == target for base in (script.parent, root)):
             return True
     return False
 
@@ -71,8 +67,8 @@ def reading_script(config: Path, shown: str, extract_file: Any) -> Any:
     from memlint import files
 
     root = Path(files.checkout_root(config))
-    for script in _candidates(config, root):
-        if not _reads(script, config, root):
+    for script, text in _candidates(config, root):
+        if not _reads(script, text, config, root):
             continue
         rel = os.path.relpath(script)
         try:

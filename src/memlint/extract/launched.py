@@ -45,31 +45,24 @@ def documented(plan: TrainingPlan, launch: Any) -> TrainingPlan:
     return replace(plan, notes=(note,) + plan.notes, via=plan.via or launch.where())
 
 
-def _llamafactory_processes(launch: Any) -> dict[str, Value]:
-    """`llamafactory-cli train`: one process on one visible GPU; over several, it starts torchrun with
-    --nproc_per_node NPROC_PER_NODE (default: the visible devices), LLaMA-Factory's cli.py since 2024-06 (DDP, unless
-    the config shards). The GPUs the launch lets it see (CUDA_VISIBLE_DEVICES) or NPROC_PER_NODE say how many; with
-    neither, the machine decides (unknown)."""
-    env = launch.env
-    nproc = env.get("NPROC_PER_NODE", "").strip()
-    if nproc.isdigit() and int(nproc) > 0:
-        return {"num_gpus": _value(launch, int(nproc), f"NPROC_PER_NODE={nproc}: llamafactory-cli's torchrun processes")}
-    visible = env.get("CUDA_VISIBLE_DEVICES", "")
-    count = len([d for d in visible.split(",") if d.strip()]) if visible.strip() and "$" not in visible else None
-    if not count:
-        return {}
-    why = ("one visible GPU: llamafactory-cli trains in one process" if count == 1 else
-           f"{count} visible GPUs: llamafactory-cli starts torchrun --nproc_per_node {count} (cli.py: get_device_count())")
-    return {"num_gpus": _value(launch, count, f"CUDA_VISIBLE_DEVICES={visible}: {why}")}
-
-
 def tool_processes(plan: TrainingPlan, launch: Any) -> TrainingPlan:
-    """A framework tool's own command that starts its processes from the GPUs it sees (`llamafactory-cli train`):
-    num_gpus from the launch's environment, where the config leaves it open."""
+    """A framework tool's own command that starts its processes from the GPUs it sees, where the config leaves
+    num_gpus open. `llamafactory-cli train`: one process on one visible GPU; over several, torchrun with
+    --nproc_per_node NPROC_PER_NODE (default: the visible devices), LLaMA-Factory's cli.py since 2024-06 (DDP, unless
+    the config shards). With neither CUDA_VISIBLE_DEVICES nor NPROC_PER_NODE, the machine decides (unknown)."""
     if launch.launcher != "llamafactory-cli" or plan.get("num_gpus").known:
         return plan
-    fields = _llamafactory_processes(launch)
-    return plan.with_values(**fields) if fields else plan
+    nproc = launch.env.get("NPROC_PER_NODE", "").strip()
+    if nproc.isdigit() and int(nproc) > 0:
+        return plan.with_values(num_gpus=_value(launch, int(nproc), f"NPROC_PER_NODE={nproc}: llamafactory-cli's "
+                                                                    "torchrun processes"))
+    count = launch.processes  # the GPUs CUDA_VISIBLE_DEVICES lets it see (launch.parse_command)
+    if not count:
+        return plan
+    why = ("one visible GPU: llamafactory-cli trains in one process" if count == 1 else
+           f"{count} visible GPUs: llamafactory-cli starts torchrun --nproc_per_node {count} (cli.py: get_device_count())")
+    return plan.with_values(num_gpus=_value(launch, count, f"CUDA_VISIBLE_DEVICES={launch.env.get('CUDA_VISIBLE_DEVICES')}: "
+                                                           f"{why}"))
 
 
 def apply_launcher(plan: TrainingPlan, launch: Any, script: Path) -> TrainingPlan:

@@ -204,9 +204,7 @@ def _heredocs(text: str) -> str:
         else:
             out.append(line[:m.start()].rstrip())
             out.extend("" for _ in body)
-        out.extend("" for _ in range(closing if var is not None or not _RUNS_BODY.match(line) else 1))
-        if var is not None:
-            out.extend("" for _ in body)
+        out.extend([""] * (closing + (len(body) if var is not None else 0)))
         i = j + closing
     return "\n".join(out)
 
@@ -806,7 +804,7 @@ def _nested_script(line: str, path: Path, env: dict[str, str], exported: set[str
     the folders above it); followed `_MAX_NESTED` deep."""
     from memlint.files import allowed, is_file
 
-    if depth >= _MAX_NESTED or not re.search(r"\.(?:sh|bash|slurm|sbatch)\b", line):
+    if depth >= _MAX_NESTED or not any(suffix + " " in line + " " for suffix in LAUNCHER_SUFFIXES):
         return []
     try:
         words = tokens(_expand(line, env))

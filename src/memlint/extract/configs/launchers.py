@@ -6,6 +6,7 @@ or a script's TrainingArguments(deepspeed=...), or merged onto a script's plan.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from memlint.extract.configs import frameworks
@@ -68,15 +69,13 @@ def shipped_deepspeed(kind: str, ref: str, config: Path, span: Span | None) -> t
     and the checkout lacks: its memory-relevant sections as the framework shipped them when the config was last
     committed (data/framework_deepspeed.json; the newest without git history), each key placed at `span` (the config's
     `deepspeed:` key). (None, "") when the framework ships no such file, or did not yet at that date."""
-    import re as _re
-
     from memlint.data import load
     from memlint.library.dated import last_commit_date
 
     fw = load("framework_deepspeed.json")["frameworks"].get(kind)
     if fw is None:
         return None, ""
-    name = _re.sub(r"^(?:\./)+", "", ref.strip().replace("\\", "/"))
+    name = re.sub(r"^(?:\./)+", "", ref.strip().replace("\\", "/"))
     hits = [f for f in fw["files"] if name == f or name.endswith("/" + f)]
     if not hits:  # the file's name alone, when one shipped file has it
         hits = [f for f in fw["files"] if f.rsplit("/", 1)[-1] == name.rsplit("/", 1)[-1]]

@@ -138,14 +138,14 @@ class LoopFields:
         gpus = self.launch.gpus if self.launch is not None and self.launch.launcher in (
             "torchrun", "deepspeed", "accelerate", "composer") else None
         if micro is None or not micro.known or not isinstance(micro.value, int) or not gpus:
-            return Value(None, "unknown", tb.span, (f"{tb.chain[0]}: {_engine_accumulation_doc()}, and the world size "
+            return Value(None, "unknown", tb.span, (f"{tb.chain[0]}: {_ENGINE_ACCUMULATION}, and the world size "
                                                     "is not known",))
         per_step = micro.value * gpus
         if tb.value % per_step:
             return Value(None, "unknown", tb.span, (f"{tb.chain[0]} is not a multiple of {micro.value} x {gpus}: "
                                                     "DeepSpeed refuses the config",))
         return Value(tb.value // per_step, tb.source, tb.span, (
-            f"{tb.chain[0]} / ({micro.value} per GPU x {gpus} processes): {_engine_accumulation_doc()}",))
+            f"{tb.chain[0]} / ({micro.value} per GPU x {gpus} processes): {_ENGINE_ACCUMULATION}",))
 
     def engine_fields(self, eng: DeepSpeedEngine) -> None:
         """A loop driven by a DeepSpeed engine: micro-batch, accumulation, precision, ZeRO stage, offload
@@ -205,9 +205,9 @@ class LoopFields:
         self.data_padding(train_dl.get("collate_fn") if train_dl is not None else None, False, line)
 
 
-def _engine_accumulation_doc() -> str:
-    return ("DeepSpeed derives gradient_accumulation_steps = train_batch_size / (train_micro_batch_size_per_gpu x "
-            "world size) when its config gives the global batch and not the accumulation")
+_ENGINE_ACCUMULATION = ("DeepSpeed derives gradient_accumulation_steps = train_batch_size / "
+                        "(train_micro_batch_size_per_gpu x world size) when its config gives the global batch and not "
+                        "the accumulation")
 
 
 def _unconvertible(why: str) -> Any:
