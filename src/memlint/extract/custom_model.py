@@ -52,10 +52,12 @@ class Table(Unknown):
 
     dims: tuple = ()
     parameter: bool = False
+    sources: tuple = ()   # the value each dimension was read from (a Const), or None where unread
 
 
 # torch calls that create a tensor of the size their arguments write out
 _FACTORIES = frozenset({"empty", "zeros", "ones", "randn", "rand", "Tensor", "FloatTensor"})
+_NEW_FACTORIES = frozenset({"new_empty", "new_zeros", "new_ones"})
 
 
 def table_of(name: str, args: list, kwargs: dict, line: int | None) -> Table | None:
@@ -64,17 +66,48 @@ def table_of(name: str, args: list, kwargs: dict, line: int | None) -> Table | N
     if name == "Parameter":
         t = args[0] if args else kwargs.get("data")
         if isinstance(t, Table):
-            return Table(f"an nn.Parameter of {len(t.dims)} dimensions", line, t.dims, True)
+            return Table(f"an nn.Parameter of {len(t.dims)} dimensions", line, t.dims, True, t.sources)
         return None
     if name not in _FACTORIES:
         return None
+    return _sized(f"the result of torch.{name}()", args, kwargs, line)
+
+
+def method_table(attr: str, args: list, kwargs: dict, line: int | None) -> Table | None:
+    """`weight.new_empty(r, in_features)` (new_zeros, new_ones): a tensor of the size its arguments write out."""
+    return _sized(f"the result of ….{attr}()", args, kwargs, line) if attr in _NEW_FACTORIES else None
+
+
+def _sized(why: str, args: list, kwargs: dict, line: int | None) -> Table | None:
     size = kwargs.get("size")
     if size is None:
         size = args[0] if len(args) == 1 and isinstance(args[0], Seq) else args
     items = size.items if isinstance(size, Seq) else size if isinstance(size, list) else None
     if not items:
         return None
-    return Table(f"the result of torch.{name}()", line, tuple(_whole(x) for x in items))
+    return Table(why, line, tuple(_whole(x) for x in items), sources=tuple(_dim_const(x) for x in items))
+
+
+def _dim_const(v: Any) -> Const | None:
+    opts = flatten(v)
+    return opts[0] if len(opts) == 1 and isinstance(opts[0], Const) and _whole(v) is not None else None
+
+
+def lora_rank(model: Obj) -> Const | None:
+    """The rank of a LoRA layer written by hand: the class keeps two or more parameters named lora_* (`self.lora_A =
+    nn.Parameter(w.new_empty(r, in_features))`, `self.lora_right = nn.Parameter(torch.zeros(column, lora_dim))`);
+    the rank is the dimension they share (the smallest shared one), as the Const it was read from. None when the
+    class keeps no such pair or no shared dimension is read."""
+    tables = [v for k, v in model.attrs.items() if "lora" in str(k).lower() and isinstance(v, Table) and v.parameter]
+    if len(tables) < 2:
+        return None
+    known = [{d: src for d, src in zip(t.dims, t.sources or (None,) * len(t.dims)) if d is not None} for t in tables]
+    shared = {d for d in set(known[0]).intersection(*known[1:]) if d > 0}  # lora_dim=0: no adapter is built
+    if not shared:
+        return None
+    rank = min(shared)
+    src = next((k[rank] for k in known if k.get(rank) is not None), None)
+    return src.with_value(rank) if src is not None else Const(rank, "literal", tables[0].line)
 
 
 def _whole(v: Any) -> int | None:
@@ -221,7 +254,15 @@ def ties_weights(init_node: Any) -> bool:
 
 
 def is_module_class(cls: Any, base_of) -> bool:
-    return base_of(cls, ("Module",)) == "Module"
+    """A class of the checkout that is an nn.Module: derived from Module, or from one of torch's layers
+    (`class LoRALayer(nn.Linear)`)."""
+    if base_of(cls, ("Module",)) == "Module":
+        return True
+    return any(getattr(b, "qual", "").startswith("torch.") and b.qual.rsplit(".", 1)[-1] in _TORCH_LAYERS
+               for b in cls.lineage())
+
+
+_TORCH_LAYERS = frozenset({"Linear", "Embedding", "Conv1d", "Conv2d", "LayerNorm"})
 
 
 def _read(cfg: Any, names: tuple[str, ...], notes: list[str]) -> tuple[str, Any] | None:

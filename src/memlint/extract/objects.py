@@ -68,9 +68,11 @@ class Model(Obj):
 
 @dataclass(eq=False)
 class PeftConfig(Obj):
-    """LoraConfig and its siblings; `adapter` is set for an adapter read from disk."""
+    """LoraConfig and its siblings; `adapter` is set for an adapter read from disk, `by_hand` for a LoRA layer the
+    checkout writes itself (or loralib's), whose rank is read and whose targets are not."""
 
     adapter: Any = None
+    by_hand: bool = False
 
 
 class QuantConfig(Obj):
@@ -259,7 +261,7 @@ class DictMethod:
 
 @dataclass(eq=False)
 class SeqMethod:
-    """seq.index / seq.count of a known list or tuple."""
+    """seq.index / seq.count of a known list or tuple; seq.append / extend / insert of a list."""
 
     seq: Any
     name: str

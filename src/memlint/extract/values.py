@@ -71,6 +71,7 @@ class Alts:
 class Seq:
     items: list
     kind: str = "list"
+    grown: bool = False  # appended to a number of times memlint does not know (in a loop): its length is unknown
 
 
 @dataclass(eq=False)

@@ -54,6 +54,10 @@ class AdapterFields:
         if not loras and lost:
             self.put("method", Unknown(f"the PEFT config is {lost[0].why or 'unknown'}"), line=line)
             return
+        if not loras and (models or trainer is not None):
+            # no PEFT config reaches the trainer, but the run built LoRA layers written by hand (or loralib's)
+            reached = self.facts.objects[:self.facts.reached.get("objects", len(self.facts.objects))]
+            loras = [o for o in reached if isinstance(o, PeftConfig) and o.by_hand][-1:]
         if not loras:
             if models or trainer is not None:
                 self.put("method", Const("full", "literal", line, ("no PEFT adapter reaches the trainer",)), line=line)
@@ -67,8 +71,17 @@ class AdapterFields:
         method = min(methods, key=["full", "lora", "qlora"].index)
         q4 = "qlora" in methods
         cands = tuple(methods) if len(methods) > 1 else ()
-        self.fields["method"] = Value(method, "literal", Span(self.path, lora.line), (f"{lora.cls.rsplit('.', 1)[-1]} (line {lora.line}) applied" + (" on a 4-bit base" if q4 else ""),), cands)
+        how = f"{lora.cls}, built at line {lora.line}: LoRA written by hand" if lora.by_hand else \
+            f"{lora.cls.rsplit('.', 1)[-1]} (line {lora.line}) applied"
+        self.fields["method"] = Value(method, "literal", Span(self.path, lora.line), (how + (" on a 4-bit base" if q4 else ""),), cands)
         self.adapter_dtype(models)
+        if lora.by_hand:
+            self.put("lora_r", lora.get("r"), _int, lora.line)
+            self.put("lora_targets", lora.get("target_modules"), _targets, lora.line)
+            self.notes.append(f"{lora.cls}: LoRA written by hand; its base parameters are counted frozen and its "
+                              "adapters on peft's default target modules for the architecture (the modules the code "
+                              "swaps are not read); pass --assume lora_targets=... to be exact")
+            return
         if lora.adapter:
             for f in ("lora_r", "lora_alpha", "lora_targets", "lora_dropout", "lora_modules_to_save", "lora_task_type"):
                 self.put(f, Unknown("read from a saved adapter at run time"), line=lora.line)

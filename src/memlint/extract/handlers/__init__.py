@@ -46,7 +46,7 @@ from memlint.extract.handlers.entrypoints import EntryPointHandlers
 from memlint.extract.handlers.hf import (
     HfHandlers, _MODEL_CLASS, _NOT_MODEL, _TOKENIZE_METHODS, _pretrained_model_class, _vendored_trainer,
 )
-from memlint.extract.handlers.language import LanguageHandlers, _seq_method
+from memlint.extract.handlers.language import LanguageHandlers, _grow, _seq_method
 from memlint.extract.handlers.loop import LoopHandlers, _record_layer, _steps_an_optimizer
 from memlint.extract.handlers.peft import PeftHandlers
 from memlint.extract.handlers.quant import QuantHandlers, _hand_quant
@@ -93,6 +93,8 @@ class Handlers(
             return self.fields_update(it, f.dict.obj, f.name, args, kwargs, line)
         if isinstance(f, DictMethod):
             return self.dict_method(f.dict, f.name, args, kwargs)
+        if isinstance(f, SeqMethod) and f.name in ("append", "extend", "insert"):
+            return _grow(it, f.seq, f.name, args)
         if isinstance(f, SeqMethod):  # names.index("lora"), names.count(x) of a known sequence
             return _seq_method(f.seq, f.name, args, line)
         if isinstance(f, Partial):
@@ -196,7 +198,12 @@ class Handlers(
         base = library_base(cls, api.training_arguments())
         if base:
             return c.new(TrainingArgs, api.training_arguments()[base], ("output_dir",), user_class=cls)
-        base = library_base(cls, api.trainers()) or _vendored_trainer(cls, api.trainers())
+        base = library_base(cls, api.trainers())
+        if base:
+            own = self.own_trainer_init(c, cls)
+            if own is not None:
+                return own
+        base = base or _vendored_trainer(cls, api.trainers())
         if base:
             return self.trainer(Call(c.it, base, c.args, c.kwargs, c.open, c.line), user=cls)
         base = library_base(cls, _SUBCLASSED_PARSERS)
@@ -336,7 +343,7 @@ _DATASET_VIEWS = frozenset({"select", "shuffle", "remove_columns", "rename_colum
 
 # Library calls by qualified name, then by their last component: each module's own table.
 _QUALIFIED: dict[str, Callable[[Handlers, Call], Any]] = {
-    **language.QUALIFIED, **entrypoints.QUALIFIED, **distributed.QUALIFIED, **loop.QUALIFIED,
+    **language.QUALIFIED, **entrypoints.QUALIFIED, **distributed.QUALIFIED, **loop.QUALIFIED, **peft.QUALIFIED,
 }
 _BY_NAME: dict[str, Callable[[Handlers, Call], Any]] = {
     **language.BY_NAME, **datafiles.BY_NAME, **cli.BY_NAME, **entrypoints.BY_NAME, **hf.BY_NAME, **quant.BY_NAME,

@@ -10,8 +10,8 @@ import re
 from typing import Any, Callable
 
 from memlint.extract.objects import (
-    ClassLoader, Collator, Dataset, DtypeName, HfConfig, Model, Obj, Params, Partial, PeftConfig, Setting, Tokenizer,
-    TokenizerCall, Trainer, TrainingArgs, dtype_of,
+    ClassLoader, Collator, Dataset, DtypeName, HfConfig, Instance, Model, Obj, Params, Partial, PeftConfig, Setting,
+    Tokenizer, TokenizerCall, Trainer, TrainingArgs, dtype_of,
 )
 from memlint.extract.values import Class, Const, Dict, Func, Ref, Seq, Unknown
 from memlint.library import api
@@ -193,6 +193,31 @@ class HfHandlers:
         it.facts.tokenizer_calls.append(TokenizerCall(dict(kwargs), line, tok, name,
                                                       bool(args) or "text" in kwargs or "text_target" not in kwargs))
         return Unknown("token ids")
+
+    def library_init(self, cls: Class) -> Ref | None:
+        """`super().__init__(...)` in a checkout subclass of a library trainer or training-arguments class: that
+        library class, called with the subclass's arguments (the object memlint reads is built there)."""
+        names = {**api.trainers(), **api.training_arguments()}
+        return next((b for b in cls.lineage() if isinstance(b, Ref) and _last(b.qual) in names), None)
+
+    def own_trainer_init(self, c: Call, cls: Class) -> Any:
+        """A checkout Trainer subclass with its own `__init__` (`SFTTrainer(args, accelerator)` that loads the model,
+        builds TrainingArguments from `args` and calls `super().__init__(model=..., args=...)`): that `__init__` runs
+        on the call's arguments and the trainer its `super().__init__` builds is the result; None when it built none."""
+        init = cls.lookup("__init__")
+        if init is None or init[0] != "method" or not isinstance(init[1], Func):
+            return None
+        start = len(c.it.facts.objects)
+        holder = Instance(cls.name, c.line or 0, {}, {}, c.open, user_class=cls)
+        c.it.call_function(init[1], [holder, *c.args], dict(c.kwargs), c.line)
+        built = [o for o in c.it.facts.objects[start:] if isinstance(o, Trainer)]
+        if not built:
+            return None
+        trainer = built[-1]
+        trainer.user_class = cls.name
+        for k, v in holder.attrs.items():  # self.x = ... in the __init__: attributes of the trainer
+            trainer.attrs.setdefault(k, v)
+        return trainer
 
     def checkout_loader(self, cls: Class, attr: str) -> ClassLoader | None:
         """`Cls.from_pretrained` / `Cls.from_config` of a class the checkout defines on a transformers model base

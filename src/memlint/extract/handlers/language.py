@@ -273,7 +273,8 @@ class LanguageHandlers:
         fn = _BUILTIN_CALLS[name]
         if len(args) == 1 and isinstance(args[0], Seq) and name in ("min", "max", "sum", "len", "list", "tuple", "sorted"):
             if name == "len":
-                return Const(len(args[0].items), "literal", line)
+                return Unknown("the length of a list grown in a loop") if args[0].grown else \
+                    Const(len(args[0].items), "literal", line)
             items = args[0].items
             if name in ("list", "tuple", "sorted"):
                 return Seq(list(items), name if name == "tuple" else "list")
@@ -370,6 +371,30 @@ class LanguageHandlers:
         if isinstance(value, list):
             return Seq([f.base.with_value(x) for x in value])
         return f.base.with_value(value, f".{f.attr}(…)")
+
+
+def _grow(it: Any, seq: Seq, name: str, args: list) -> Any:
+    """names.append(x) / extend(xs) / insert(i, x) on a list: the items it gains. In a loop (walked once) or with
+    items memlint cannot list, the list is `grown`: its items are what it may hold, its length unknown (a loop
+    over it runs its body once over those items, `len()` of it is unknown)."""
+    if seq.kind != "list":
+        return Unknown(f".{name}() of a {seq.kind}")
+    new = args[-1:] if name in ("append", "insert") else None
+    if name == "extend" and args:
+        src = args[0]
+        if isinstance(src, Seq):
+            new, seq.grown = list(src.items), seq.grown or src.grown
+        elif isinstance(src, Const) and isinstance(src.value, (list, tuple)):
+            new = [src.with_value(x) for x in src.value]
+    if new is None:
+        seq.grown = True
+        return Const(None, "literal", None)
+    if len(seq.items) + len(new) > budget.MAX_LOOP_ITEMS:
+        seq.grown = True
+        return Const(None, "literal", None)
+    seq.items.extend(new)
+    seq.grown |= it.loop_depth > 0
+    return Const(None, "literal", None)
 
 
 def _seq_method(seq: Seq, name: str, args: list, line: int | None) -> Any:

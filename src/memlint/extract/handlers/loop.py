@@ -147,6 +147,10 @@ class LoopHandlers:
                 return runtime_config.read(it, src.path, "ruamel.yaml.YAML().load()")
             if isinstance(src, Const) and isinstance(src.value, str):
                 return runtime_config.read(it, src, "ruamel.yaml.YAML().load()")
+        if it.layers is not None:  # inside a script module's __init__: `weight.new_empty(r, in_features)`
+            table = custom_model.method_table(f.attr, args, kwargs, line)
+            if table is not None:
+                return table
         return Unknown(f"the result of ….{f.attr}()")
 
     def script_model(self, c: Call, cls: Class) -> Any:
@@ -161,6 +165,9 @@ class LoopHandlers:
                 c.it.call_function(init[1], [model, *c.args], dict(c.kwargs), c.line)
         finally:
             c.it.layers = outer
+        rank = custom_model.lora_rank(model)
+        if rank is not None:  # a LoRA layer written in the checkout: the model it goes into trains as LoRA
+            self.hand_lora(c.it, f"{cls.name} ({cls.file or 'the script'}:{cls.line})", rank, c.line)
         custom_model.token_tables(cls, model, layers)  # a bare parameter indexed by token ids is an embedding
         if outer is not None:  # a module built inside another's __init__: its layers are the outer one's
             outer.linears += layers.linears

@@ -53,6 +53,20 @@ class PeftHandlers:
         it.facts.objects.append(cfg)
         return self.wrap_model(it, arg(*spec["model"]), line, peft=cfg)
 
+    def hand_lora(self, it: Any, what: str, rank: Any, line: int | None) -> None:
+        """A LoRA layer written by hand (the checkout's module with lora_* parameters, or loralib's lora.Linear) was
+        built: recorded as a LoRA config of that rank whose targets memlint does not read (the code that swaps the
+        layers in); the plan's method reads it when no PEFT config reaches the trainer (fields/adapters.py)."""
+        it.facts.objects.append(PeftConfig(what, line or 0, {"r": rank, "target_modules": Unknown(
+            "the modules the checkout's own code replaces with its LoRA layer")}, by_hand=True))
+
+    def loralib_layer(self, c: Call) -> Any:
+        """loralib (microsoft/LoRA): `lora.Linear(in, out, r=16)` builds a LoRA layer in place of nn.Linear."""
+        r = c.kwargs.get("r", c.args[2] if c.name == "Linear" and len(c.args) > 2 else None)
+        if isinstance(r, Const) and isinstance(r.value, int) and r.value > 0:
+            self.hand_lora(c.it, f"loralib.{c.name}(...)", r, c.line)
+        return Unknown(f"a loralib {c.name} layer")
+
     def get_peft_model(self, c: Call) -> Any:
         if c.owner in api.unsloth_loaders():
             return self.unsloth_peft(c)
@@ -140,4 +154,9 @@ BY_NAME: dict[str, Callable[[Any, Call], Any]] = {
     "get_peft_model": PeftHandlers.get_peft_model,
     "prepare_model_for_kbit_training": PeftHandlers.kbit_prep,
     "prepare_model_for_int8_training": PeftHandlers.kbit_prep,
+}
+
+# by qualified name
+QUALIFIED: dict[str, Callable[[Any, Call], Any]] = {
+    f"loralib.{name}": PeftHandlers.loralib_layer for name in ("Linear", "Embedding", "Conv2d", "MergedLinear")
 }

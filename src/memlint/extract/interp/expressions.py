@@ -185,8 +185,11 @@ class Expressions:
                 hit = b.lookup(attr) if isinstance(b, Class) else None
                 if hit is not None:
                     return BoundMethod(hit[1], base.instance) if hit[0] == "method" else hit[1]
-            # a library base (nn.Module, Dataset, Trainer): its __init__ and methods do nothing memlint follows
-            return Ref("builtins.object") if attr == "__init__" else Unknown(f"super().{attr}")
+            if attr == "__init__":  # a library base whose construction memlint reads (a Trainer): built from these arguments
+                lib = self.handlers.library_init(base.cls)
+                return lib if lib is not None else Ref("builtins.object")
+            # a library base (nn.Module, Dataset): its __init__ and methods do nothing memlint follows
+            return Unknown(f"super().{attr}")
         if isinstance(base, Class):
             if attr == "__name__":
                 return self.const(base.name, node)
@@ -211,7 +214,7 @@ class Expressions:
             if attr in _DICT_METHODS:
                 return DictMethod(base, attr)
             return Unknown(f"{attr} of a config memlint read" if not base.open else f"{attr} (a key memlint cannot see)")
-        if isinstance(base, Seq) and attr in ("index", "count"):
+        if isinstance(base, Seq) and attr in ("index", "count", "append", "extend", "insert"):
             return SeqMethod(base, attr)
         if isinstance(base, OpenFile):
             return base if attr in ("read", "read_text", "readlines", "__enter__") else Unknown(f"file.{attr}")

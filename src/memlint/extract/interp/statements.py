@@ -232,7 +232,8 @@ class Statements:
     @staticmethod
     def known_items(it: Any) -> list | None:
         """The items of a sequence known item by item (at most MAX_UNROLL), else None."""
-        if isinstance(it, Seq) and len(it.items) <= MAX_UNROLL and not any(isinstance(x, Unknown) for x in it.items):
+        if isinstance(it, Seq) and not it.grown and len(it.items) <= MAX_UNROLL \
+                and not any(isinstance(x, Unknown) for x in it.items):
             return list(it.items)
         if isinstance(it, Const) and isinstance(it.value, (list, tuple)) and len(it.value) <= MAX_UNROLL:
             return [it.with_value(x) for x in it.value]
