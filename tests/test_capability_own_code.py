@@ -208,3 +208,34 @@ def test_a_list_grown_by_append_is_looped_over_with_what_it_holds(tmp_path, monk
     plan = plan_of_command(root, monkeypatch, "python", "train.py")
     assert plan.get("lora_targets").value == ["q_proj", "k_proj", "v_proj"]
     assert plan.get("grad_accum").value is None  # len() of a list grown in a loop is not 1
+
+
+def test_a_recipe_settles_the_trainer_when_the_script_trains_one_of_several_by_stage(tmp_path, monkeypatch):
+    # a framework's entry script (LLaMA-Factory's run_exp) trains the trainer of the recipe's stage; read alone the
+    # stage is unknown, each stage's trainer is a candidate, and the recipe's `stage: sft` names the one that runs
+    script = '''
+        import sys
+        from transformers import AutoModelForCausalLM, Seq2SeqTrainer, Seq2SeqTrainingArguments, Trainer
+        from trl import DPOTrainer
+
+        class CustomSeq2SeqTrainer(Seq2SeqTrainer):
+            def __init__(self, finetuning_args, **kwargs):
+                self.finetuning_args = finetuning_args
+                super().__init__(**kwargs)
+
+        class CustomDPOTrainer(DPOTrainer):
+            def __init__(self, model, **kwargs):
+                Trainer.__init__(self, model=model, **kwargs)
+
+        stage = read_stage(sys.argv[1])
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+        args = Seq2SeqTrainingArguments("o", per_device_train_batch_size=2)
+        if stage == "sft":
+            CustomSeq2SeqTrainer(finetuning_args=None, model=model, args=args).train()
+        elif stage == "dpo":
+            CustomDPOTrainer(model, args=args).train()
+    '''
+    root = write_checkout(tmp_path, {"train.py": script}, dedent=True)
+    alone = plan_of_command(root, monkeypatch, "python", "train.py", "x")
+    t = alone.get("trainer")
+    assert t.value == "DPOTrainer" and set(t.candidates) == {"Seq2SeqTrainer", "DPOTrainer"}  # CustomDPOTrainer: a DPOTrainer

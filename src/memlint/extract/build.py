@@ -12,6 +12,7 @@ the optimizer, parallelism, hand-written loops).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -165,6 +166,12 @@ class Builder(
         self.peft_fields(model_objs, trainer)
         if trainer is not None:
             self.trainer_fields(trainer, args, model_objs, unsloth)
+            classes = list(dict.fromkeys(t.cls for t in trained))
+            v = self.fields.get("trainer")
+            if len(classes) > 1 and v is not None and v.value in classes and not v.candidates:
+                # several trainer classes trained on branches memlint cannot decide (a framework's stages): each is a
+                # candidate, the last one the value; a recipe that names its stage settles it (extract/__init__.py)
+                self.fields["trainer"] = replace(v, candidates=tuple(c for c in classes if c != v.value) + (v.value,))
         else:
             self.loop_fields(objs, model_objs)
         self.forced_gc = self.kbit_checkpointing(trainer) if trainer is not None else None

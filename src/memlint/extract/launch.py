@@ -21,6 +21,42 @@ from memlint.files import is_file, max_file_size
 
 # Wrappers that run the rest of the line as it is.
 _WRAPPERS = {"nohup", "time", "exec", "env", "stdbuf", "nice", "sudo", "srun", "mpirun", "command", "xargs"}
+# Container runners (`singularity exec [opts] IMAGE cmd`, `docker run [opts] IMAGE cmd`): the command after the image
+# runs as it is; their options that take a value (the next word, or `--opt=value`); every other option is a flag.
+# A working-directory option moves the command there.
+_CONTAINERS = {
+    ("singularity", "exec"), ("singularity", "run"), ("apptainer", "exec"), ("apptainer", "run"),
+    ("docker", "run"), ("docker", "exec"), ("podman", "run"), ("podman", "exec"), ("nvidia-docker", "run"),
+}
+_CONTAINER_VALUES = {
+    "singularity": {"-B", "--bind", "--env", "--env-file", "-H", "--home", "--pwd", "-W", "--workdir", "--overlay",
+                    "-o", "-S", "--scratch", "--app", "--security", "--network", "--network-args", "--mount", "--hostname",
+                    "--dns", "--apply-cgroups", "--drop-caps", "--add-caps"},
+    "docker": {"-v", "--volume", "-e", "--env", "--env-file", "-w", "--workdir", "--gpus", "--name", "--shm-size",
+               "--ipc", "--network", "--net", "-p", "--publish", "--entrypoint", "-u", "--user", "--mount", "--device",
+               "--runtime", "--ulimit", "--cpus", "-m", "--memory", "--hostname", "-h", "--label", "-l", "--platform",
+               "--pid", "--cap-add", "--cap-drop", "--security-opt", "--tmpfs", "--add-host", "--restart", "--cidfile",
+               "--memory-swap", "--log-driver", "--log-opt", "--pull", "--volumes-from", "--group-add", "--cpuset-cpus"},
+}
+_CONTAINER_CWD = {"--pwd", "-w", "--workdir"}
+
+
+def _container(words: list[str]) -> tuple[list[str], str | None] | None:
+    """(the command a container runner runs, the working folder its options set) for `singularity exec --nv -B .:/w
+    img.sif python train.py`; None when `words` is no container runner or names no command after the image."""
+    if len(words) < 3 or (Path(words[0]).name, words[1]) not in _CONTAINERS:
+        return None
+    takes = _CONTAINER_VALUES["docker" if Path(words[0]).name in ("docker", "podman", "nvidia-docker") else "singularity"]
+    i, cwd = 2, None
+    while i < len(words) and words[i].startswith("-"):
+        opt = words[i].split("=", 1)[0]
+        value = words[i].split("=", 1)[1] if "=" in words[i] else (words[i + 1] if opt in takes and i + 1 < len(words) else None)
+        if opt in _CONTAINER_CWD and value:
+            cwd = value
+        i += 1 if "=" in words[i] or opt not in takes else 2
+    return (words[i + 1:], cwd) if i + 1 < len(words) else None
+
+
 _RUNNERS = {("uv", "run"), ("poetry", "run"), ("pipenv", "run"), ("conda", "run"), ("pdm", "run"), ("hatch", "run")}
 _PYTHON = re.compile(r"^(?:.*/)?python(?:\d+(?:\.\d+)*)?$")
 _ENV = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
@@ -158,6 +194,9 @@ def _command_words(words: Sequence[str]) -> tuple[list[str], dict[str, str], str
                 words = words[1:]
         elif len(words) >= 2 and (w, words[1]) in _RUNNERS:
             words = words[2:]
+        elif _container(words) is not None:
+            words, inside = _container(words)
+            cwd = inside if cwd is None or inside is None or inside.startswith("/") else f"{cwd}/{inside}"
         else:
             break
     for sep in ("&&", "||", ";", "|", "&", ">", ">>", "2>&1", "1>", "2>"):

@@ -126,7 +126,8 @@ def _open_array(line: str) -> bool:
     return True
 
 
-_SHELL_C = re.compile(r"""(?m)^([^#\n]*?)(?<![\w-])(?:ba|z)?sh\s+-c\s+(["'])""")
+# `bash -c '…'`, with the shell's own flags around -c (`bash -lc`, `bash -c -eux`, `sh -x -c`)
+_SHELL_C = re.compile(r"""(?m)^([^#\n]*?)(?<![\w-])(?:ba|z)?sh\s+(?:-[a-z]+\s+)*-[a-z]*c[a-z]*\s+(?:-[a-z]+\s+)*(["'])""")
 
 
 def _inline_scripts(text: str) -> str:
@@ -782,16 +783,41 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
             words = words[1:]
         if not launcher_word and not (scripts := console_scripts(path.parent) if scripts is None else scripts):
             continue  # no console script of the checkout (`llm-training fit --config X`) to run: they are read once
-        try:  # the exported variables come first: the command's own `VAR=x` prefix wins over them
-            launch = parse_command([f"{k}={env[k]}" for k in sorted(exported) if k in env] + words, shown, line_no, scripts)
-        except MemlintError:
-            continue
-        if cwd and cwd != ".":
-            launch = replace(launch, cwd=os.path.normpath(os.path.join(cwd, launch.cwd)) if launch.cwd else cwd)
-        if job is not None and words and words[0] == "srun" and launch.launcher == "python":
-            launch = _srun_tasks(launch, words, job)
-        out.append(replace(launch, flag_lines=flag_lines) if flag_lines else launch)
+        prefix = [f"{k}={env[k]}" for k in sorted(exported) if k in env]
+        for seg, moved in _chain(words):
+            try:  # the exported variables come first: the command's own `VAR=x` prefix wins over them
+                launch = parse_command(prefix + seg, shown, line_no, scripts)
+            except MemlintError:
+                continue
+            here = os.path.join(cwd or "", moved) if moved else cwd
+            if here and here != ".":
+                launch = replace(launch, cwd=os.path.normpath(os.path.join(here, launch.cwd)) if launch.cwd else here)
+            if job is not None and seg and seg[0] == "srun" and launch.launcher == "python":
+                launch = _srun_tasks(launch, seg, job)
+            out.append(replace(launch, flag_lines=flag_lines) if flag_lines else launch)
     return out
+
+
+def _chain(words: list[str]) -> Iterator[tuple[list[str], str | None]]:
+    """The commands of a line joined by `&&`, `;` or `||` (`source activate base && cd /workdir/repo && torchrun ...`),
+    each with the folder the chain's `cd DIR` commands before it moved to (None when none did). A leading
+    `cd DIR && cmd` stays with its command (parse_command reads it)."""
+    seps = ("&&", ";", "||")
+    words = [x for w in words for x in ((w[:-1], ";") if len(w) > 1 and w.endswith(";") else (w,))]  # `cuda; cd`
+    if not any(w in seps for w in words[3:] if words[:1] == ["cd"]) and not any(w in seps for w in words if words[:1] != ["cd"]):
+        yield words, None
+        return
+    moved: str | None = None
+    seg: list[str] = []
+    for w in [*words, "&&"]:
+        if w not in seps:
+            seg.append(w)
+            continue
+        if len(seg) == 2 and seg[0] == "cd" and "$" not in seg[1]:
+            moved = seg[1] if moved is None or seg[1].startswith(("/", "~")) else os.path.join(moved, seg[1])
+        elif seg:
+            yield (seg[1:] if seg[0] in ("do", "then", "else", "{") else seg), moved
+        seg = []
 
 
 _MAX_NESTED = 3  # launchers that run launchers: how deep they are followed

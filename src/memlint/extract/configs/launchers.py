@@ -297,8 +297,10 @@ def _accelerate_deepspeed(r: Reader, doc: Document, facts: LaunchFacts, span: Sp
         facts.fields["distributed"] = Value(f"zero{stage}", "literal", doc.span("deepspeed_config", "zero_stage"), (f"deepspeed_config.zero_stage: {stage}",))
     elif stage == 0:
         facts.fields["distributed"] = Value("none", "literal", doc.span("deepspeed_config", "zero_stage"), ("zero_stage: 0 (no ZeRO)",))
-    else:
-        facts.fields["distributed"] = Value("deepspeed", "literal", span, ("distributed_type: DEEPSPEED without a zero_stage",))
+    else:  # no zero_stage: the DeepSpeedPlugin's own default stage
+        d = frameworks.default("accelerate", "zero_stage")
+        facts.fields["distributed"] = Value(f"zero{d.value}", "library-default", span,
+                                            (f"distributed_type: DEEPSPEED without a zero_stage: {d.why}",))
     par = str(ds.get("offload_param_device", "none")).lower()
     opt = str(ds.get("offload_optimizer_device", "none")).lower()
     if par in _OFFLOAD_DEVICES:

@@ -200,7 +200,7 @@ class Handlers(
             return c.new(TrainingArgs, api.training_arguments()[base], ("output_dir",), user_class=cls)
         base = library_base(cls, api.trainers())
         if base:
-            own = self.own_trainer_init(c, cls)
+            own = self.own_trainer_init(c, cls, base)
             if own is not None:
                 return own
         base = base or _vendored_trainer(cls, api.trainers())

@@ -200,10 +200,12 @@ class HfHandlers:
         names = {**api.trainers(), **api.training_arguments()}
         return next((b for b in cls.lineage() if isinstance(b, Ref) and _last(b.qual) in names), None)
 
-    def own_trainer_init(self, c: Call, cls: Class) -> Any:
+    def own_trainer_init(self, c: Call, cls: Class, base: str) -> Any:
         """A checkout Trainer subclass with its own `__init__` (`SFTTrainer(args, accelerator)` that loads the model,
         builds TrainingArguments from `args` and calls `super().__init__(model=..., args=...)`): that `__init__` runs
-        on the call's arguments and the trainer its `super().__init__` builds is the result; None when it built none."""
+        on the call's arguments and the trainer its `super().__init__` builds is the result, of the class's library
+        base `base` (LLaMA-Factory's `CustomDPOTrainer(DPOTrainer)` calls `Trainer.__init__` itself and is still a
+        DPOTrainer); None when it built none."""
         init = cls.lookup("__init__")
         if init is None or init[0] != "method" or not isinstance(init[1], Func):
             return None
@@ -214,7 +216,7 @@ class HfHandlers:
         if not built:
             return None
         trainer = built[-1]
-        trainer.user_class = cls.name
+        trainer.cls, trainer.user_class = base, cls.name
         for k, v in holder.attrs.items():  # self.x = ... in the __init__: attributes of the trainer
             trainer.attrs.setdefault(k, v)
         return trainer

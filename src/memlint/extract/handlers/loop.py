@@ -125,8 +125,18 @@ class LoopHandlers:
             c.it.facts.default_dtypes.append(DefaultDtype(a, c.line, len(c.it.facts.objects), f"torch.{c.name}(...) (line {c.line})"))
         return Const(None, "literal", c.line)
 
+    def cuda_available(self, c: Call) -> Any:
+        """torch.cuda.is_available(): True, the run memlint sizes is on a GPU (`"cuda" if torch.cuda.is_available()
+        else "cpu"`, `fp16=torch.cuda.is_available()`)."""
+        return Const(True, "environment-default", c.line, (f"torch.cuda.is_available() (line {c.line}): True on the GPU "
+                                                            "memlint sizes",))
+
     def bf16_supported(self, c: Call) -> Any:
-        return Unknown("whether the GPU supports bf16 (hardware)")
+        """torch.cuda.is_bf16_supported() / unsloth's is_bfloat16_supported(): True on the GPUs fine-tuning runs on today
+        (Ampere and newer: A100, H100, L4, RTX 30/40/50), said as an assumption; a T4 or V100 takes the other branch."""
+        c.it.facts.note(f"line {c.line}: {c.name}() is read as True (an Ampere or newer GPU); on a T4 or V100 it is "
+                        "False and the script takes its other branch")
+        return Const(True, "environment-default", c.line, (f"{c.name}() (line {c.line}): True on Ampere and newer GPUs (assumed)",))
 
     def unknown_method(self, it: Any, f: BoundUnknown, args: list, kwargs: dict, line: int | None) -> Any:
         if f.attr == "backward":
@@ -215,6 +225,7 @@ QUALIFIED: dict[str, Callable[[Any, Call], Any]] = {
     "inspect.signature": LoopHandlers.signature,
     "torch.set_default_dtype": LoopHandlers.default_dtype,
     "torch.set_default_tensor_type": LoopHandlers.default_dtype,
+    "torch.cuda.is_available": LoopHandlers.cuda_available,
 }
 
 

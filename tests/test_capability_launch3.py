@@ -1,0 +1,104 @@
+"""Launch lines as job scripts write them: a chain of commands (`source activate base && cd /workdir/repo && torchrun
+...`), `bash -c` with the shell's own flags, and a container runner in front of the command (singularity / apptainer
+exec, docker / podman run) with its options and image."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+
+from checkouts import write_checkout, plan_of_command as _command, field_values as _get
+from memlint.extract.launch import parse_command
+
+_write = partial(write_checkout, dedent=True)
+
+_TRAIN = """
+    import argparse
+    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="Qwen/Qwen2.5-0.5B")
+    p.add_argument("--bs", type=int, default=1)
+    a = p.parse_args()
+    model = AutoModelForCausalLM.from_pretrained(a.model)
+    Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=a.bs)).train()
+"""
+
+_SINGULARITY_JOB = """
+    #!/bin/bash
+    #SBATCH --gres=gpu:4
+    export GPUS_PER_NODE=4
+    singularity exec -B .:/workdir \\
+        --env GPUS_PER_NODE=$GPUS_PER_NODE \\
+        --rocm pytorch.sif \\
+        bash -c -eux 'source activate base && \\
+        conda activate py310 && \\
+        cd /workdir/myrepo && \\
+        torchrun --nnodes=1 --nproc_per_node=${GPUS_PER_NODE} src/train.py --bs 8'
+"""
+
+
+def test_a_chain_inside_bash_c_inside_a_container_runs_its_training_command(tmp_path, monkeypatch):
+    # /workdir/myrepo is the container's path of the checkout: the script is the checkout's src/train.py
+    root = _write(tmp_path, {"src/train.py": _TRAIN, "slurm/job.slurm": _SINGULARITY_JOB})
+    plan = _command(root, monkeypatch, "bash", "slurm/job.slurm")
+    assert _get(plan, "model_id", "per_device_batch", "num_gpus") == {
+        "model_id": "Qwen/Qwen2.5-0.5B", "per_device_batch": 8, "num_gpus": 4}
+
+
+@pytest.mark.parametrize("line", [
+    "bash -lc 'cd sub && python train.py --bs 3'",
+    "sh -x -c 'cd sub && python train.py --bs 3'",
+    "source venv/bin/activate && cd sub && python train.py --bs 3",
+    "module load cuda; cd sub; python train.py --bs 3",
+])
+def test_chains_and_shell_flags(tmp_path, monkeypatch, line):
+    root = _write(tmp_path, {"sub/train.py": _TRAIN, "run.sh": line + "\n"})
+    plan = _command(root, monkeypatch, "bash", "run.sh")
+    assert plan.get("per_device_batch").value == 3
+
+
+@pytest.mark.parametrize("words, script, argv, cwd", [
+    ("singularity exec --nv -B /data:/data --pwd /w/repo image.sif python train.py --bs 4",
+     "train.py", ("--bs", "4"), "/w/repo"),
+    ("apptainer run --cleanenv --bind=/scratch img.sif python3 train.py", "train.py", (), None),
+    ("docker run --rm -it --gpus all --ipc=host -v /x:/workspace -w /workspace nvcr.io/nvidia/pytorch:24.01-py3 "
+     "torchrun --nproc_per_node 8 train.py --bs 2", "train.py", ("--bs", "2"), "/workspace"),
+    ("podman exec -e A=1 box python train.py", "train.py", (), None),
+])
+def test_container_runners_run_the_command_after_their_image(words, script, argv, cwd):
+    launch = parse_command(words.split())
+    assert (launch.script, launch.argv, launch.cwd) == (script, argv, cwd)
+
+
+def test_a_container_runner_with_no_command_runs_nothing_memlint_reads():
+    from memlint.errors import MemlintError
+
+    with pytest.raises(MemlintError):
+        parse_command("docker run --rm -v /x:/y myimage".split())
+
+
+def test_an_accelerate_deepspeed_config_without_a_stage_is_the_plugins_default_zero2(tmp_path, monkeypatch):
+    cfg = "distributed_type: DEEPSPEED\nmixed_precision: bf16\nnum_processes: 2\ndeepspeed_config: {}\n"
+    root = _write(tmp_path, {"train.py": _TRAIN, "ds.yaml": cfg})
+    plan = _command(root, monkeypatch, "accelerate", "launch", "--config_file", "ds.yaml", "train.py")
+    d = plan.get("distributed")
+    assert d.value == "zero2" and d.source == "library-default" and "DeepSpeedPlugin" in d.chain[0]
+    (root / "ds.yaml").write_text(cfg.replace("{}", "{zero_stage: 3}"))
+    assert _command(root, monkeypatch, "accelerate", "launch", "--config_file", "ds.yaml", "train.py").get(
+        "distributed").value == "zero3"
+
+
+def test_the_gpu_checks_read_as_a_modern_gpu_and_say_so(tmp_path, monkeypatch):
+    script = """
+        import torch
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+        use_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+        args = TrainingArguments("o", bf16=use_bf16, fp16=not use_bf16)
+        Trainer(model=model, args=args).train()
+    """
+    root = _write(tmp_path, {"train.py": script})
+    plan = _command(root, monkeypatch, "python", "train.py")
+    assert plan.get("precision").value == "amp-bf16"
+    assert any("is_bf16_supported() is read as True" in n and "V100" in n for n in plan.notes)
