@@ -102,3 +102,22 @@ def test_the_gpu_checks_read_as_a_modern_gpu_and_say_so(tmp_path, monkeypatch):
     plan = _command(root, monkeypatch, "python", "train.py")
     assert plan.get("precision").value == "amp-bf16"
     assert any("is_bf16_supported() is read as True" in n and "V100" in n for n in plan.notes)
+
+
+@pytest.mark.parametrize("gpu, precision", [("T4", "amp-fp16"), ("A100", "amp-bf16"), (None, "amp-bf16")])
+def test_a_colab_notebooks_gpu_decides_the_bf16_check(tmp_path, gpu, precision):
+    import json
+
+    from memlint.extract import extract_file
+
+    code = ["import torch\n", "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n",
+            "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-0.5B')\n",
+            "args = TrainingArguments('o', bf16=torch.cuda.is_bf16_supported(), fp16=not torch.cuda.is_bf16_supported())\n",
+            "Trainer(model=model, args=args).train()\n"]
+    meta = {"colab": {"provenance": [], **({"gpuType": gpu} if gpu else {})}, "accelerator": "GPU"}
+    nb = {"cells": [{"cell_type": "code", "metadata": {}, "source": code, "outputs": [], "execution_count": None}],
+          "metadata": meta, "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "nb.ipynb"
+    path.write_text(json.dumps(nb))
+    plan = extract_file(path)
+    assert plan.get("precision").value == precision

@@ -50,6 +50,20 @@ def read_source_cells(path: Path) -> tuple[str, list[int] | None]:
 NOTEBOOK_OUTPUTS_FACTOR = 8
 
 
+def colab_gpu(path: Path) -> str | None:
+    """The GPU a Colab notebook was saved to run on (its metadata's `colab.gpuType` / `gpuType`: "T4", "A100", "L4"),
+    or None (not a notebook, no such metadata, unreadable)."""
+    if path.suffix != ".ipynb":
+        return None
+    try:
+        meta = json.loads(notebook_bytes(path)).get("metadata") or {}
+    except (OSError, ValueError, RecursionError, AttributeError):
+        return None
+    gpu = (meta.get("colab") or {}).get("gpuType") if isinstance(meta.get("colab"), dict) else None
+    gpu = gpu or meta.get("gpuType")
+    return gpu if isinstance(gpu, str) and gpu else None
+
+
 def notebook_bytes(path: Path) -> bytes:
     """A notebook's content for reading its code: the file itself, or, where saved outputs and attachments take it
     past max-file-size, its code cells alone as a notebook (their lines unchanged), when those fit within the limit.

@@ -35,7 +35,7 @@ from memlint.extract.objects import (
     GradHook, HfConfig, HfParser, Instance, LigerPatch, LightningTrainer, Method, Model, Obj, OpenFile, Optimizer,
     OptimizerStep, Params, Partial, Scaler, SeqMethod, Tokenizer, TokenizerCall, Trainer, TrainingArgs,
 )
-from memlint.extract.values import Class, Const, Func, Ref, Unknown
+from memlint.extract.values import Class, Const, Func, Ref, Unknown, flatten
 from memlint.library import api
 from memlint.extract.handlers.attributes import MODULE_SELF_METHODS, AttributeHandlers, _declares
 from memlint.extract.handlers.cli import CliHandlers, _SUBCLASSED_PARSERS
@@ -199,7 +199,7 @@ class Handlers(
         if base:
             return c.new(TrainingArgs, api.training_arguments()[base], ("output_dir",), user_class=cls)
         base = library_base(cls, api.trainers())
-        if base:
+        if base and not _library_call(c):  # `ProjectTrainer(args, accelerator)`: its own __init__ builds the model
             own = self.own_trainer_init(c, cls, base)
             if own is not None:
                 return own
@@ -352,6 +352,16 @@ _BY_NAME: dict[str, Callable[[Handlers, Call], Any]] = {
 
 
 __all__ = ["Call", "Handlers", "_declares", "library_base"]
+
+
+def _library_call(c: Call) -> bool:
+    """A trainer subclass called as its library base is (`MyTrainer(model=model, args=args, ...)`, or the model
+    first): read with the library's knowledge of that trainer, not through a copy of the library's __init__ that
+    the subclass may carry."""
+    if "model" in c.kwargs or "model_init" in c.kwargs:
+        return True
+    return bool(c.args) and any(isinstance(x, Model) or isinstance(x, Const) and isinstance(x.value, str)
+                                for x in flatten(c.args[0]))
 
 
 _ALLOCATIONS = frozenset({"zeros", "zeros_like", "empty", "empty_like", "ones", "ones_like", "full", "full_like", "randn_like"})
