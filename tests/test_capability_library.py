@@ -792,3 +792,20 @@ def test_an_unpinned_library_is_read_at_the_newest_release_before_the_scripts_la
     assert [p.version for p in plan.versions if p.package == "trl"] == ["0.12.0"]
     loose = _write(tmp_path / "loose", {"train.py": src})  # no git history: nothing assumed
     assert dated_pins(loose / "train.py", set()) == ()
+
+
+def test_a_file_with_no_git_history_is_dated_by_its_modification_time_when_it_is_older_than_today(tmp_path):
+    # an archive of the repository (GitHub's tarball or zip) keeps each file's commit time; a fresh file dates nothing
+    import datetime
+    import os
+
+    from memlint.library.dated import dated_pins, last_change
+
+    src = "from trl import SFTTrainer\n"
+    f = _write(tmp_path / "archive", {"train.py": src}) / "train.py"
+    assert dated_pins(f, set()) == ()
+    when = datetime.datetime(2024, 3, 1, 12, tzinfo=datetime.timezone.utc).timestamp()
+    os.utime(f, (when, when))
+    last_change.cache_clear()
+    pins = {p.package: p for p in dated_pins(f, set())}
+    assert pins["trl"].version == "0.7.11" and "modification time (no git history) (2024-03-01)" in pins["trl"].describe()

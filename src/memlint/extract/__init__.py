@@ -137,6 +137,10 @@ def _extract_file(path: str | Path, launch: Any = None, shown: str | None = None
         from memlint.extract.configs import read_config
 
         plan = read_config(p if files.is_file(p) or not tool_run else None, shown=shown or str(path), launch=launch)
+        if plan is not None and plan.kind == "lightning-cli" and files.is_file(p):
+            from memlint.extract.lightning_cli import with_classes
+
+            plan = with_classes(plan, p, shown or str(path), extract_source)  # the config's model and data classes, run as fit runs them
         if plan is not None and plan.kind == "config" and launch is None and not plan.fields \
                 and any("not a config memlint reads" in n for n in plan.notes):
             from memlint.extract.config_reader import reading_script

@@ -1,8 +1,8 @@
 """Library versions of a script its checkout does not pin: the newest release before the script's last commit
 (the issue's rule: code written in 2023 ran 2023's TRL, not today's). The commit date comes from the checkout's own
-git history (`git log -1 -- FILE`, no network); the release dates are data (data/releases.json). A file with no git
-history, a package the data does not list, or a file changed after the last release listed: no assumption (the
-installed version is read, as before)."""
+git history (`git log -1 -- FILE`, no network), else from the file's modification time when it is before today (an
+archive keeps the commit's time); the release dates are data (data/releases.json). A file nothing dates, a package the
+data does not list, or a file changed after the last release listed: no assumption (the installed version is read)."""
 
 from __future__ import annotations
 
@@ -44,17 +44,38 @@ def last_commit_date(path: str) -> str | None:
     return date if out.returncode == 0 and len(date) == 10 else None
 
 
+@lru_cache(maxsize=256)
+def last_change(path: str) -> tuple[str, str] | None:
+    """(YYYY-MM-DD, how it was read) of the last change of `path`: its last commit, else, with no git history, the
+    file's modification time when it is before today (a GitHub archive or zip keeps each file's commit time; a
+    clone or a fresh edit carries today's date, which dates nothing); None when neither dates it."""
+    date = last_commit_date(path)
+    if date is not None:
+        return date, "last commit"
+    import datetime
+
+    try:
+        mtime = os.stat(path).st_mtime
+    except OSError:
+        return None
+    day = datetime.datetime.fromtimestamp(mtime, datetime.timezone.utc).date()
+    if day >= datetime.datetime.now(datetime.timezone.utc).date():
+        return None
+    return day.isoformat(), "modification time (no git history)"
+
+
 def dated_pins(path: str | os.PathLike, pinned: set[str], shown: str | None = None) -> tuple[Pin, ...]:
     """A Pin (dated) for each package of data/releases.json that `pinned` lacks: its newest release on or before the
-    last commit of `path`; () when the file has no git history or was changed after every release listed."""
-    date = last_commit_date(str(path))
-    if date is None:
+    last change of `path` (last_change); () when nothing dates the file or it changed after every release listed."""
+    change = last_change(str(path))
+    if change is None:
         return ()
+    date, how = change
     out = []
     for package, releases in _releases().items():
         if package in pinned or not releases or date > releases[-1][1]:
             continue
         before = [v for v, d in releases if d <= date]
         if before:
-            out.append(Pin(package, "", before[-1], f"{shown or Path(path).name}'s last commit ({date})", dated=True))
+            out.append(Pin(package, "", before[-1], f"{shown or Path(path).name}'s {how} ({date})", dated=True))
     return tuple(out)

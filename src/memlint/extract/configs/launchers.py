@@ -70,7 +70,7 @@ def shipped_deepspeed(kind: str, ref: str, config: Path, span: Span | None) -> t
     committed (data/framework_deepspeed.json; the newest without git history), each key placed at `span` (the config's
     `deepspeed:` key). (None, "") when the framework ships no such file, or did not yet at that date."""
     from memlint.data import load
-    from memlint.library.dated import last_commit_date
+    from memlint.library.dated import last_change
 
     fw = load("framework_deepspeed.json")["frameworks"].get(kind)
     if fw is None:
@@ -81,7 +81,8 @@ def shipped_deepspeed(kind: str, ref: str, config: Path, span: Span | None) -> t
         hits = [f for f in fw["files"] if f.rsplit("/", 1)[-1] == name.rsplit("/", 1)[-1]]
     if len(hits) != 1:
         return None, ""
-    date = last_commit_date(str(config))
+    change = last_change(str(config))
+    date = change[0] if change else None
     versions = fw["files"][hits[0]]
     if date is None:
         version = versions[-1]
@@ -89,7 +90,7 @@ def shipped_deepspeed(kind: str, ref: str, config: Path, span: Span | None) -> t
         version = next((v for v in versions if v["since"] <= date < v.get("until", "9999")), None)
         if version is None:
             return None, ""
-    when = f"as of the config's last commit ({date})" if date else "its newest version (the config has no git history)"
+    when = f"as of the config's {change[1]} ({date})" if change else "its newest version (nothing dates the config)"
     shown = f"{fw['repository']}:{hits[0]}"
     doc = Document(shown, version["config"], _spans(version["config"], span))
     return doc, f"{ref} is not in this checkout: read as the file {kind} ships ({version['ref']}), {when}"
