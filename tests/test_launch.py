@@ -549,6 +549,38 @@ def test_an_unknown_model_gets_the_plan_costed_on_common_checkpoints():
     assert "conditional on the model" in c.text()
 
 
+def test_an_unknown_micro_batch_gets_the_largest_micro_batch_that_fits():
+    from memlint.estimate.conditional import conditional
+    from memlint.estimate.core import estimate, find_gpu
+    from memlint.estimate.from_plan import apply_assumptions, setup_from_plan
+    from memlint.extract import extract_source
+    from memlint.gpu import fit_of
+    from memlint.plan import Value
+
+    src = _UNSIZED.replace("MODEL", "'Qwen/Qwen2.5-0.5B'").replace("per_device_train_batch_size=2", "per_device_train_batch_size=int(sys.argv[1])")
+    plan = extract_source(src, "t.py").with_values(max_length=Value(2048, "assumed"))
+    gpu = find_gpu("RTX4090")
+    c = conditional(plan, {}, gpu)
+    assert c.kind == "max_batch" and c.unknown == ("per_device_batch",) and c.seq == 2048
+    b = c.rows[0].max_batch
+    fits = lambda n: fit_of(estimate(setup_from_plan(apply_assumptions(plan, [f"per_device_batch={n}"])[0]).setup), gpu).ok
+    assert b and fits(b) and not fits(b + 1)  # the boundary, recomputed by the estimator
+    assert "largest micro-batch that fits at 2,048 tokens" in c.text()
+
+
+def test_an_unknown_model_and_micro_batch_get_the_checkpoints_at_micro_batch_1():
+    from memlint.estimate.conditional import conditional
+    from memlint.estimate.core import find_gpu
+    from memlint.extract import extract_source
+    from memlint.plan import Value
+
+    src = _UNSIZED.replace("MODEL", "sys.argv[1]").replace("per_device_train_batch_size=2", "per_device_train_batch_size=int(sys.argv[2])")
+    plan = extract_source(src, "t.py").with_values(max_length=Value(1024, "assumed"))
+    c = conditional(plan, {}, find_gpu("A100-80GB"))
+    assert c.kind == "checkpoints" and set(c.unknown) == {"model_id", "per_device_batch"} and c.batch == 1
+    assert all(r.peak for r in c.rows) and "at micro-batch 1" in c.text()
+
+
 def test_require_estimate_fails_a_run_memlint_could_not_size(tmp_path):
     (tmp_path / "train.py").write_text(_UNSIZED.replace("MODEL", "sys.argv[1]"))
     cmd = [sys.executable, "-m", "memlint", "check", "train.py", "--gpu", "RTX4090", "--select", "MEM006"]

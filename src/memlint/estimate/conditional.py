@@ -4,7 +4,9 @@
   sample that fits on the target GPU(s) at the script's micro-batch (at micro-batch 1 when that is
   unknown too: the most any micro-batch allows);
 - the model is unknown (from the command line, a private checkpoint): what the rest of the plan costs
-  on common checkpoints (and the catalog ids closest to the one the script names).
+  on common checkpoints (and the catalog ids closest to the one the script names), at micro-batch 1 when the
+  micro-batch is unknown too (the least any run holds: "does not fit" is then certain, "fits" is not);
+- only the micro-batch is unknown (a batch memlint could not follow): the largest micro-batch that fits.
 """
 
 from __future__ import annotations
@@ -28,12 +30,13 @@ class Row:
     peak: int | None = None       # bytes per GPU, when the sequence length is known
     fits: bool | None = None
     max_seq: int | None = None    # the longest sequence that fits, when it is not
+    max_batch: int | None = None  # the largest micro-batch that fits, when the micro-batch is unknown
 
 
 @dataclass(frozen=True)
 class Conditional:
     unknown: tuple[str, ...]
-    kind: str                     # max_seq | checkpoints
+    kind: str                     # max_seq | max_batch | checkpoints
     batch: int
     seq: int | None
     rows: tuple[Row, ...]
@@ -45,6 +48,9 @@ class Conditional:
 
     def text(self) -> str:
         """One line: what the plan costs, conditional on the unknowns."""
+        if self.kind == "max_batch":
+            parts = [f"{r.max_batch} on {r.gpu}" if r.max_batch else f"not even 1 on {r.gpu}" for r in self.rows]
+            return f"largest micro-batch that fits at {self.seq:,} tokens (the micro-batch is unknown): " + ", ".join(parts)
         if self.kind == "max_seq":
             parts = [f"{r.max_seq:,} tokens on {r.gpu}" if r.max_seq else f"not even {_SEQ_STEP} tokens on {r.gpu}"
                      for r in self.rows]
@@ -61,7 +67,9 @@ class Conditional:
                 parts.append(f"{name} {gib(r.peak, 1)} GiB{verdict}")
             else:
                 parts.append(f"{name} up to {r.max_seq:,} tokens" if r.max_seq else f"{name} does not fit")
-        return f"with this plan{on}, conditional on the model: " + ", ".join(parts)
+        at1 = " at micro-batch 1 (the micro-batch is unknown; a larger one needs more)" if "per_device_batch" in \
+            self.unknown else ""
+        return f"with this plan{on}{at1}, conditional on the model: " + ", ".join(parts)
 
 
 def _targets(gpu: tuple[str, int, int] | None) -> list[tuple[str, int, int]]:
@@ -103,6 +111,12 @@ def conditional(plan: TrainingPlan, extra: Mapping[str, Any] | None = None, gpu:
             missing.add("model_id")
     if missing - {"model_id", "max_length", "per_device_batch"}:
         return None  # an unknown sharding leaves nothing to condition on
+    if missing == {"per_device_batch"}:  # model and length known: the largest micro-batch that fits
+        return _max_batch(plan, extra, gpu, accounting, min_headroom)
+    lone = "per_device_batch" in missing and "model_id" in missing
+    if lone:  # the model and the micro-batch unknown: the checkpoints' table at micro-batch 1, the least any run holds
+        plan = _with(plan, per_device_batch=1)
+        missing.discard("per_device_batch")
     if "per_device_batch" in missing:
         if missing != {"per_device_batch", "max_length"}:
             return None  # an unknown micro-batch with a known length (or model) leaves nothing to condition on
@@ -146,4 +160,19 @@ def conditional(plan: TrainingPlan, extra: Mapping[str, Any] | None = None, gpu:
                             fits=fit_of(est, target, min_headroom).ok if target else None))
     if not rows:
         return None
-    return Conditional(tuple(sorted(missing)), "checkpoints", int(batch), seq, tuple(rows))
+    unknown = sorted(missing | ({"per_device_batch"} if lone else set()))
+    return Conditional(tuple(unknown), "checkpoints", int(batch), seq, tuple(rows))
+
+
+def _max_batch(plan: TrainingPlan, extra: Mapping[str, Any], gpu: tuple[str, int, int] | None, accounting: str,
+               min_headroom: float) -> Conditional:
+    """The largest micro-batch that fits each target GPU, the model and the length known."""
+    from memlint.estimate.from_plan import setup_from_plan
+    from memlint.estimate.levers import largest_batch
+
+    seq = plan.value("max_length")
+    seq = max(seq) if isinstance(seq, list) else seq
+    s = setup_from_plan(_with(plan, per_device_batch=1), extra).setup
+    rows = tuple(Row(plan.value("model_id"), g[0], max_batch=largest_batch(s, g, accounting, min_headroom, limit=1024))
+                 for g in _targets(gpu))
+    return Conditional(("per_device_batch",), "max_batch", 1, int(seq), rows)
