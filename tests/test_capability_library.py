@@ -809,3 +809,20 @@ def test_a_file_with_no_git_history_is_dated_by_its_modification_time_when_it_is
     last_change.cache_clear()
     pins = {p.package: p for p in dated_pins(f, set())}
     assert pins["trl"].version == "0.7.11" and "modification time (no git history) (2024-03-01)" in pins["trl"].describe()
+
+
+@pytest.mark.parametrize("trl, expected", [("0.19.1", 512), ("0.21.0", 1024)])
+def test_an_attribute_a_config_class_no_longer_has_is_read_by_nothing(tmp_path, monkeypatch, trl, expected):
+    # SFTConfig.max_seq_length was renamed max_length (removed in TRL 0.20): set as an attribute it is ignored there
+    src = '''
+        from transformers import AutoModelForCausalLM
+        from trl import SFTConfig, SFTTrainer
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+        args = SFTConfig(output_dir="o", per_device_train_batch_size=2)
+        args.max_seq_length = 512
+        SFTTrainer(model=model, args=args).train()
+    '''
+    root = _write(tmp_path, {"train.py": src, "requirements.txt": f"trl=={trl}\n"})
+    plan = _plan(root, "python train.py", monkeypatch)
+    assert plan.get("max_length").value == expected
+    assert any("has no max_seq_length" in n for n in plan.notes) == (expected == 1024)

@@ -74,14 +74,15 @@ class LengthFields:
             for a in arg_objs or []:
                 p = trainer.kwargs.get("packing", a.get("packing"))
                 packs.append(p if p is not None else sft_field(a, "packing"))
-                ml = trainer.kwargs.get("max_seq_length", a.get("max_length", a.get("max_seq_length")))
+                lost = self.lost_field(a, "max_seq_length")  # args.max_seq_length = n where SFTConfig lacks it
+                ml = trainer.kwargs.get("max_seq_length", a.get("max_length", None if lost else a.get("max_seq_length")))
                 if isinstance(ml, Const) and ml.value is None and "max_seq_length" in trainer.kwargs:
                     ml = None  # SFTTrainer(max_seq_length=None) (TRL < 0.20): the trainer's default applies
                 if ml is None and unsloth:
                     ml = self.unsloth_length(models)
                 if ml is None:
                     ml = sft_field(a, "max_length")
-                    if isinstance(ml, Unknown):
+                    if isinstance(ml, Unknown) and not lost:
                         ml = sft_field(a, "max_seq_length")
                 lengths.append(ml)
             as_is = self.pretokenized(trainer, name, line)
@@ -128,6 +129,18 @@ class LengthFields:
             own = self.args_length_field(arg_objs or [])
             if own is not None:
                 self.put("max_length", own, _length, line)
+
+    def lost_field(self, a: Obj, attr: str) -> bool:
+        """`a.attr = v` on a config class that no longer has `attr` at the version read (SFTConfig.max_seq_length from
+        TRL 0.20): nothing reads it, said in a note. (As a keyword the class raises TypeError: read as written.)"""
+        from memlint.library.versions import in_range, installed_version, shown_version
+
+        gone = api.removed_config_field(a.cls, attr)
+        if gone is None or attr not in a.attrs or attr in a.kwargs or not in_range(installed_version(gone[0]), gone[1]):
+            return False
+        self.notes.append(f"{a.cls.rsplit('.', 1)[-1]}.{attr} is set (line {getattr(a.attrs[attr], 'line', None) or a.line}) "
+                          f"but {a.cls} has no {attr} at {shown_version(gone[0])} ({gone[2]}): nothing reads it")
+        return True
 
     @staticmethod
     def skipped_preparation(trainer: Obj, arg_objs: list[Obj] | None, name: str) -> Unknown | None:
