@@ -121,20 +121,3 @@ def test_a_colab_notebooks_gpu_decides_the_bf16_check(tmp_path, gpu, precision):
     path.write_text(json.dumps(nb))
     plan = extract_file(path)
     assert plan.get("precision").value == precision
-
-
-@pytest.mark.parametrize("colab, gpus", [(True, 1), (False, None)])
-def test_a_colab_notebook_runs_on_one_gpu_where_the_code_spreads_over_every_visible_one(tmp_path, colab, gpus):
-    import json
-
-    from memlint.extract import extract_file
-
-    code = ["from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n",
-            "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-0.5B', device_map='auto')\n",
-            "Trainer(model=model, args=TrainingArguments('o')).train()\n"]
-    meta = {"colab": {"provenance": []}} if colab else {"kernelspec": {"name": "python3"}}
-    nb = {"cells": [{"cell_type": "code", "metadata": {}, "source": code, "outputs": [], "execution_count": None}],
-          "metadata": meta, "nbformat": 4, "nbformat_minor": 5}
-    path = tmp_path / "nb.ipynb"
-    path.write_text(json.dumps(nb))
-    assert extract_file(path).get("num_gpus").value == gpus

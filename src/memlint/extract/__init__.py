@@ -154,25 +154,8 @@ def _extract_file(path: str | Path, launch: Any = None, shown: str | None = None
 
     source, cells = read_source_cells(p)
     plan = extract_source(source, p, shown=shown or str(path), launch=launch, cells=cells)
-    if cells is not None:
-        plan = _colab_gpus(plan, p, shown or str(path))
     note = outputs_note(p) if cells is not None else None
     return replace(plan, notes=plan.notes + (note,)) if note else plan
-
-
-def _colab_gpus(plan: TrainingPlan, path: Path, shown: str) -> TrainingPlan:
-    """A notebook saved from Colab runs on the one GPU a Colab runtime has: num_gpus 1 where the code leaves it open
-    (device_map="auto", DataParallel, a Trainer over every visible GPU)."""
-    from memlint.extract.source import colab_gpu, is_colab
-    from memlint.plan import Span, Value
-
-    v = plan.get("num_gpus")
-    if v.known or plan.get("trainer").value is None or not is_colab(path):
-        return plan
-    gpu = colab_gpu(path)
-    why = f"{shown}: a Colab notebook (its metadata{', gpuType ' + gpu if gpu else ''}): a Colab runtime has one GPU"
-    notes = tuple(n for n in plan.notes if not n.startswith("num_gpus is unknown"))
-    return replace(plan.with_values(num_gpus=Value(1, "literal", Span(shown, 1), (why,))), notes=notes)
 
 
 def _launched_config(plan: TrainingPlan | None, launch: Any) -> TrainingPlan | None:

@@ -50,29 +50,18 @@ def read_source_cells(path: Path) -> tuple[str, list[int] | None]:
 NOTEBOOK_OUTPUTS_FACTOR = 8
 
 
-def _colab(path: Path) -> tuple[bool, str | None]:
-    """(saved from Colab, the GPU its metadata names: `colab.gpuType` / `gpuType`, "T4", "A100", "L4")."""
+def colab_gpu(path: Path) -> str | None:
+    """The GPU a Colab notebook was saved to run on (its metadata's `colab.gpuType` / `gpuType`: "T4", "A100", "L4"),
+    or None (not a notebook, no such metadata, unreadable)."""
     if path.suffix != ".ipynb":
-        return False, None
+        return None
     try:
         meta = json.loads(notebook_bytes(path)).get("metadata") or {}
     except (OSError, ValueError, RecursionError, AttributeError):
-        return False, None
-    if not isinstance(meta, dict):
-        return False, None
-    colab = meta.get("colab")
-    gpu = (colab.get("gpuType") if isinstance(colab, dict) else None) or meta.get("gpuType")
-    return isinstance(colab, dict), gpu if isinstance(gpu, str) and gpu else None
-
-
-def colab_gpu(path: Path) -> str | None:
-    """The GPU a Colab notebook was saved to run on, or None (not a notebook, no such metadata, unreadable)."""
-    return _colab(path)[1]
-
-
-def is_colab(path: Path) -> bool:
-    """A notebook saved from Google Colab (its metadata has a `colab` section): it runs on one GPU."""
-    return _colab(path)[0]
+        return None
+    gpu = (meta.get("colab") or {}).get("gpuType") if isinstance(meta.get("colab"), dict) else None
+    gpu = gpu or meta.get("gpuType")
+    return gpu if isinstance(gpu, str) and gpu else None
 
 
 def notebook_bytes(path: Path) -> bytes:
