@@ -21,6 +21,12 @@ from memlint.errors import MemlintError
     ("org/model-4bit", None),                       # a bit width is no size
     ("org/model-v2", None),
     ("org/distill-7b-from-70b", None),              # two sizes: which one is it?
+    # a run's saved checkpoint: the folder above it names the model
+    ("/home/u/models/luacoder-7b/beta2/checkpoint-2272", 7_000_000_000),
+    ("./out/qwen-1.5b-sft/step_500", 1_500_000_000),
+    ("/models/llama-7b/lora-adapter-r8", None),       # an adapter saved under its base: not the base's weights
+    ("/models/llama-7b/13b-merge", 13_000_000_000),   # the nearest size wins
+    ("./checkpoints/pretrain/step_48000_best", None),
 ])
 def test_the_size_a_name_gives(name, params):
     assert nominal_params(name) == params

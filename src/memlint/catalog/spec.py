@@ -340,10 +340,34 @@ _NOT_DENSE = re.compile(r"(?:^|[-.])(?:\d+x\d+(?:\.\d+)?b|a\d+(?:\.\d+)?b|\d+e|e
                         r"llava|vit|omni|audio|speech)(?:$|[-.])")
 
 
+def naming_component(model_id: str) -> str:
+    """The path component that names a checkpoint: its last, or, for a local folder a training run saved
+    (/models/luacoder-7b/beta2/checkpoint-2272, ./out/qwen-1.5b-sft/step_500), the nearest of its last three that
+    gives a size, the ones after it naming the run's saves and saying nothing of other weights (no adapter, export or
+    second size). A Hub id (org/name) is its name."""
+    parts = [p for p in model_id.strip().replace("\\", "/").rstrip("/").split("/") if p not in ("", ".", "..", "~")]
+    last = parts[-1] if parts else ""
+    local = model_id.strip().startswith(("/", "./", "../", "~")) or len(parts) > 2
+    if not local or _sizes(last):
+        return last
+    for i in range(len(parts) - 2, max(len(parts) - 4, -1), -1):
+        after = parts[i + 1:]
+        if any(_NOT_SAME_SHAPES.search(p.lower()) or _sizes(p) for p in after):
+            return last
+        if len(_sizes(parts[i])) == 1:
+            return parts[i]
+    return last
+
+
+def _sizes(component: str) -> set[float]:
+    text = _spelling(_DECIMAL_UNDERSCORE.sub(".", component.lower()))
+    return {float(n) * (1e9 if unit == "b" else 1e6) for n, unit in _NOMINAL.findall(text)}
+
+
 def nominal_params(name: str) -> int | None:
-    """The parameter count a checkpoint's name (its last path component) gives, when it gives exactly one: 13B for
+    """The parameter count a checkpoint's name (its naming path component) gives, when it gives exactly one: 13B for
     llm-jp-13b-v1.0, 1.5B for qwen-1.5b and Qwen2___5-1___5B; None for no size or two different sizes."""
-    text = _DECIMAL_UNDERSCORE.sub(".", name.strip().replace("\\", "/").rstrip("/").rsplit("/", 1)[-1].lower())
+    text = _DECIMAL_UNDERSCORE.sub(".", naming_component(name).lower())
     text = _spelling(text)
     sizes = {float(n) * (1e9 if unit == "b" else 1e6) for n, unit in _NOMINAL.findall(text)}
     return int(sizes.pop()) if len(sizes) == 1 else None
@@ -361,7 +385,7 @@ def size_candidates(model_id: str) -> tuple[str, ...]:
     own name gives the same count, else those of its family within 35 % of it; sorted by parameter count. Empty for
     a name without exactly one size, a mixture of experts, a vision-language model, or a name that says its weights
     are not a dense checkpoint's (a GPTQ / AWQ / GGUF export, an adapter, a pruned or distilled model)."""
-    name = _spelling(model_id.strip().replace("\\", "/").rstrip("/").rsplit("/", 1)[-1])
+    name = _spelling(naming_component(model_id))
     nominal = nominal_params(model_id)
     if nominal is None or _NOT_SAME_SHAPES.search(name) or _NOT_DENSE.search(name):
         return ()
@@ -391,7 +415,7 @@ def sized_by_name(model_id: str) -> ModelSpec | None:
     from memlint.catalog.names import is_placeholder
 
     text = model_id.strip()
-    last = text.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+    last = naming_component(text)
     if not last or is_placeholder(last) or (is_placeholder(text) and _BARE_SIZE.match(last.lower())):
         return None  # `<model-13b>`; `/path/to/13B` names a size and nothing else (`/path/to/llm-jp-13b` names one)
     if _misspelt(text):
