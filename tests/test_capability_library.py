@@ -826,3 +826,26 @@ def test_an_attribute_a_config_class_no_longer_has_is_read_by_nothing(tmp_path, 
     plan = _plan(root, "python train.py", monkeypatch)
     assert plan.get("max_length").value == expected
     assert any("has no max_seq_length" in n for n in plan.notes) == (expected == 1024)
+
+
+def test_a_trainer_keyword_a_dated_version_lacks_is_read_a_pinned_one_is_not(tmp_path, monkeypatch):
+    # DPOTrainer(max_length=...) is taken by TRL < 0.13: a version assumed from the file's date (2025) yields to the
+    # keyword the script passes (it ran on a version that takes it); a pin of 0.17 rejects it
+    import datetime
+    import os
+    import shutil
+
+    if shutil.which("git") is None:
+        pytest.skip("no git")
+    src = '''
+        from transformers import AutoModelForCausalLM, TrainingArguments
+        from trl import DPOTrainer
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+        DPOTrainer(model, None, args=TrainingArguments("o", per_device_train_batch_size=1), beta=0.1,
+                   max_length=1536, max_prompt_length=1024).train()
+    '''
+    dated = _write(tmp_path / "dated", {"train.py": src})
+    git_commit(dated, "2025-05-11")
+    assert _plan(dated, "python train.py", monkeypatch).get("max_length").value == 1536
+    pinned = _write(tmp_path / "pinned", {"train.py": src, "requirements.txt": "trl==0.17.0\n"})
+    assert _plan(pinned, "python train.py", monkeypatch).get("max_length").value != 1536

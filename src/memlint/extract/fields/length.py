@@ -205,8 +205,8 @@ class LengthFields:
     def trainer_keyword(self, trainer: Obj, key: str) -> Any:
         """A length keyword given to the trainer itself (TRL's DPOTrainer(max_length=1536) beside a
         TrainingArguments; data/library_api.json trainer_length_keywords), or None. The versions that
-        accept it decide: a checkout pin outside them rejects the call (a note); unpinned, a script that
-        passes it runs on a version that takes it."""
+        accept it decide: a checkout pin outside them rejects the call (a note); unpinned, or a version assumed
+        from the file's date, a script that passes it runs on a version that takes it."""
         from memlint.library.versions import checkout_pin, in_range
 
         v = trainer.kwargs.get(key)
@@ -216,9 +216,13 @@ class LengthFields:
         _field, package, versions, ref = facts
         pin = checkout_pin(package)
         if pin is not None and not in_range(pin.version, versions):
-            self.notes.append(f"{trainer.cls}({key}=...) (line {trainer.line}): {pin.describe()} does not take it "
-                              f"({package}{versions} does: {ref}); not read")
-            return None
+            if pin.dated:  # a version assumed from a date, not pinned: the keyword says the script ran on one that takes it
+                self.notes.append(f"{trainer.cls}({key}=...) (line {trainer.line}): {package}{versions} takes it, not "
+                                  f"{pin.describe()}; read as the keyword says ({ref})")
+            else:
+                self.notes.append(f"{trainer.cls}({key}=...) (line {trainer.line}): {pin.describe()} does not take it "
+                                  f"({package}{versions} does: {ref}); not read")
+                return None
         if isinstance(v, Const) and v.value is None:
             return None  # None: the trainer's own default applies
         how = f"{trainer.cls}({key}=...) (line {trainer.line}), a keyword {package}{versions} takes ({ref})"
