@@ -121,3 +121,30 @@ def test_a_colab_notebooks_gpu_decides_the_bf16_check(tmp_path, gpu, precision):
     path.write_text(json.dumps(nb))
     plan = extract_file(path)
     assert plan.get("precision").value == precision
+
+
+def test_accelerate_launch_reads_the_deepspeed_file_its_command_names(tmp_path, monkeypatch):
+    import json
+
+    ds = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}, "bf16": {"enabled": "auto"}}
+    root = _write(tmp_path, {"train.py": _TRAIN, "configs/ds.conf": json.dumps(ds)})
+    plan = _command(root, monkeypatch, "accelerate", "launch", "--num_processes", "4", "--use_deepspeed",
+                    "--deepspeed_config_file", "configs/ds.conf", "train.py")
+    assert _get(plan, "distributed", "offload", "num_gpus") == {"distributed": "zero3", "offload": "optimizer", "num_gpus": 4}
+
+
+def test_a_recipe_trained_in_the_scripts_own_loop_is_a_custom_loop(tmp_path, monkeypatch):
+    script = """
+        import sys, yaml, torch
+        from transformers import AutoModelForCausalLM
+        cfg = yaml.safe_load(open(sys.argv[1]))
+        model = AutoModelForCausalLM.from_pretrained(cfg["model_name_or_path"])
+        optimizer = torch.optim.AdamW(model.parameters())
+        for batch in loader:
+            model(**batch).loss.backward()
+            optimizer.step()
+    """
+    recipe = "model_name_or_path: Qwen/Qwen2.5-0.5B\nmax_seq_length: 1024\nper_device_train_batch_size: 2\n"
+    root = _write(tmp_path, {"train.py": script, "recipe.yaml": recipe})
+    plan = _command(root, monkeypatch, "accelerate", "launch", "--num_processes", "2", "train.py", "recipe.yaml")
+    assert plan.kind == "trl-recipe" and plan.get("trainer").value == "custom-loop"

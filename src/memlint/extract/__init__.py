@@ -208,7 +208,8 @@ def _script_trainer(plan: TrainingPlan, script: Path) -> TrainingPlan:
     # the script's own is no trainer class, and a framework reader's own reading stands
     from memlint.library.api import trainer as trainer_facts
 
-    if not own.known or own.candidates or not (own.shape or trainer_facts(str(own.value)) is not None):
+    own_loop = own.value == "custom-loop" and plan.kind == "trl-recipe"  # a recipe the script trains on in its own loop
+    if not own.known or own.candidates or not (own.shape or trainer_facts(str(own.value)) is not None or own_loop):
         return plan
     from memlint.plan import Value
 

@@ -161,6 +161,20 @@ def _megatron(launch: Any) -> dict[str, Value]:
     return out
 
 
+def _deepspeed_file(launch: Any, ref: str) -> dict[str, Value]:
+    """distributed and offload of the DeepSpeed config `accelerate launch --deepspeed_config_file REF` names, looked up
+    from where the command runs; {} when it is not there."""
+    from memlint.extract.configs.launchers import deepspeed_facts, find_deepspeed
+
+    inner, shown = find_deepspeed(Path(launch.cwd or ".") / "accelerate-launch", launch.origin, ref)
+    if inner is None:
+        return {}
+    facts = deepspeed_facts(inner).fields
+    how = f"accelerate launch --deepspeed_config_file {ref} ({launch.where()})"
+    return {k: Value(v.value, v.source, v.span, (how,) + v.chain, v.candidates) for k, v in facts.items()
+            if k in ("distributed", "offload") and v.known}
+
+
 def _accelerate(plan: TrainingPlan, launch: Any, opts: dict[str, str]) -> dict[str, Value]:
     """accelerate launch's own flags: --use_deepspeed --zero_stage / --deepspeed_config_file, --use_fsdp,
     --mixed_precision (which an Accelerator() without mixed_precision= reads from the environment)."""
@@ -171,6 +185,8 @@ def _accelerate(plan: TrainingPlan, launch: Any, opts: dict[str, str]) -> dict[s
             out["distributed"] = _value(launch, _ZERO[stage], f"accelerate launch --use_deepspeed --zero_stage {stage}")
         elif "deepspeed_config_file" not in opts:
             out["distributed"] = _value(launch, "deepspeed", "accelerate launch --use_deepspeed (stage not given)")
+        else:  # the DeepSpeed JSON the command names: its stage and offload
+            out.update(_deepspeed_file(launch, opts["deepspeed_config_file"]))
         for key, what in (("offload_param_device", "params"), ("offload_optimizer_device", "optimizer")):
             if opts.get(key) in ("cpu", "nvme"):
                 out["offload"] = _value(launch, what, f"accelerate launch --{key} {opts[key]}")
