@@ -50,8 +50,10 @@ class Leaf:
 
 
 class Composer:
-    def __init__(self, root: Path, shown_root: str, argv: list[str], launch: Any = None, resolvers: Any = None) -> None:
+    def __init__(self, root: Path, shown_root: str, argv: list[str], launch: Any = None, resolvers: Any = None,
+                 search: list[Path] | None = None) -> None:
         self.root = root
+        self.search = list(search or ())  # the primary config's hydra.searchpath folders, after the config folder
         self.resolvers = resolvers  # call(name, args, how): a resolver the script registered, on known arguments
         self.shown_root = shown_root
         self.launch = launch
@@ -90,7 +92,17 @@ class Composer:
     def _is_group(self, group: str) -> bool:
         from memlint.files import is_dir
 
-        return bool(group) and _inside(group) and is_dir(self.root / group)
+        return bool(group) and _inside(group) and any(is_dir(r / group) for r in (self.root, *self.search))
+
+    def _find(self, rel: str) -> Path:
+        """A config file of the composition: in the config folder, else in the first searchpath folder that has it."""
+        from memlint.files import is_file
+
+        for r in (self.root, *self.search):
+            for cand in (r / rel, (r / rel).with_suffix(".yml")):
+                if is_file(cand):
+                    return cand
+        return self.root / rel
 
     # ---- the defaults tree ----------------------------------------------------------------------
 
@@ -118,9 +130,7 @@ class Composer:
         if not _inside(rel):  # `/../x` or `../../x`: Hydra's config folder is the whole world it reads
             self.notes.append(f"hydra: {name} leaves the config folder; not read")
             return []
-        path = self.root / rel
-        if not is_file(path) and is_file(self.root / f"{name}.yml"):
-            path = self.root / f"{name}.yml"
+        path = self._find(rel)
         self.loaded += 1
         if self.loaded > MAX_CONFIGS:
             note = f"hydra: more than {MAX_CONFIGS} config files; the rest were not read"
@@ -191,8 +201,8 @@ class Composer:
         for opt in options:
             if not isinstance(opt, (str, int, float)) or not _inside(f"{abs_group}/{opt}"):
                 continue
-            path = self.root / abs_group / f"{opt}.yaml"
-            if not is_file(path) and not is_file(self.root / abs_group / f"{opt}.yml"):
+            path = self._find(f"{abs_group}/{opt}.yaml")
+            if not is_file(path):
                 if not optional:
                     self.notes.append(f"hydra: {abs_group}/{opt}.yaml not found; its keys are unknown")
                 continue
@@ -688,11 +698,50 @@ def hydra_config(script_dir: Path, config_path: str | None, config_name: str | N
         return Unknown(f"the Hydra config folder {config_path}: {OUTSIDE}"), []
     if not is_dir(root):
         return Unknown(f"the Hydra config folder {config_path} is not in the checkout"), []
-    composer = Composer(root, config_path, [w for w in argv if not w.startswith("-")], launch, resolvers)
     name = config_name[:-5] if config_name.endswith(".yaml") else config_name
     if not _inside(name):
         return Unknown(f"the Hydra config {name} leaves the config folder {config_path}; not read"), []
     if not is_file(root / f"{name}.yaml") and not is_file(root / f"{name}.yml"):
         return Unknown(f"the Hydra config {config_path}/{name}.yaml is not in the checkout"), []
+    search = search_path(root / f"{name}.yaml" if is_file(root / f"{name}.yaml") else root / f"{name}.yml",
+                         script_dir, launch)
+    composer = Composer(root, config_path, [w for w in argv if not w.startswith("-")], launch, resolvers, search)
     tree = composer.compose(name)
     return to_value(tree), composer.notes
+
+
+def search_path(primary: Path, script_dir: Path, launch: Any) -> list[Path]:
+    """The folders a primary config's `hydra: searchpath:` adds (`pkg://configs`: the package folder an install of the
+    checkout imports, looked up from the script's folder up to the checkout, in each folder's declared package roots;
+    `file://path`: from where the command runs), those in the checkout only."""
+    from memlint.extract.configs.document import load_text
+    from memlint.extract.launch import declared_package_roots
+    from memlint.files import allowed, is_dir, read_text, root_in_force
+
+    try:
+        doc = load_text(read_text(primary, encoding="utf-8-sig"), str(primary))
+    except (OSError, UnicodeDecodeError):
+        return []
+    entries = doc.get("hydra", "searchpath") if doc.ok else None
+    if not isinstance(entries, list):
+        return []
+    top = root_in_force()
+    ups = [script_dir, *script_dir.resolve().parents][:8]
+    if top is not None:
+        ups = ups[: next((i + 1 for i, u in enumerate(ups) if u.resolve() == Path(top).resolve()), len(ups))]
+    out: list[Path] = []
+    for entry in entries:
+        if not isinstance(entry, str):
+            continue
+        if entry.startswith("pkg://"):
+            rel = Path(*entry[len("pkg://"):].strip("/").split("."))
+            cands = [b / rel for u in ups for b in (u, u / "src", *declared_package_roots(u))]
+        elif entry.startswith("file://"):
+            rel = entry[len("file://"):]
+            cands = [Path(launch.cwd or ".") / rel if launch is not None else Path(rel), script_dir / rel]
+        else:
+            continue
+        hit = next((c for c in cands if _inside(str(rel)) and allowed(c) and is_dir(c)), None)
+        if hit is not None and hit not in out:
+            out.append(hit)
+    return out

@@ -446,14 +446,57 @@ def _config_arg(launch: Launch) -> str | None:
 
 
 def resolve_module(module: str, roots: Sequence[Path]) -> Path | None:
-    """The file `python -m pkg.mod` runs, looked up under each root (and its src/ folder)."""
+    """The file `python -m pkg.mod` runs, looked up under each root (its src/ folder, and the package folders its
+    pyproject.toml or setup.cfg declares: an editable install of the checkout imports from there)."""
     parts = module.split(".")
     for root in roots:
-        for base in (root, root / "src"):
+        for base in (root, root / "src", *declared_package_roots(root)):
             for cand in (base.joinpath(*parts).with_suffix(".py"), base.joinpath(*parts, "__main__.py")):
                 if is_file(cand):
                     return cand
     return None
+
+
+def declared_package_roots(root: Path) -> tuple[Path, ...]:
+    """The folders the project at `root` installs its packages from, as its pyproject.toml declares them (setuptools'
+    `packages.find.where` and `package-dir`, poetry's `packages = [{from = ...}]`, hatch's wheel `packages`) or its
+    setup.cfg (`package_dir = =src`, `[options.packages.find] where`); read as text, never run."""
+    import configparser
+    import tomllib
+
+    from memlint.files import allowed, read_text
+
+    out: list[str] = []
+    py = root / "pyproject.toml"
+    if allowed(py) and is_file(py):
+        try:
+            doc = tomllib.loads(read_text(py, encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
+            doc = {}
+        tool = doc.get("tool", {}) if isinstance(doc.get("tool"), dict) else {}
+        st = tool.get("setuptools", {}) if isinstance(tool.get("setuptools"), dict) else {}
+        find = (st.get("packages") or {}).get("find") if isinstance(st.get("packages"), dict) else None
+        if isinstance(find, dict) and isinstance(find.get("where"), list):
+            out += [w for w in find["where"] if isinstance(w, str)]
+        if isinstance(st.get("package-dir"), dict) and isinstance(st["package-dir"].get(""), str):
+            out.append(st["package-dir"][""])
+        poetry = tool.get("poetry", {}) if isinstance(tool.get("poetry"), dict) else {}
+        out += [p["from"] for p in poetry.get("packages", []) if isinstance(p, dict) and isinstance(p.get("from"), str)]
+        wheel = (((tool.get("hatch") or {}).get("build") or {}).get("targets") or {}).get("wheel") or {} \
+            if isinstance(tool.get("hatch"), dict) else {}
+        if isinstance(wheel, dict) and isinstance(wheel.get("packages"), list):
+            out += [str(Path(p).parent) for p in wheel["packages"] if isinstance(p, str) and "/" in p]
+    cfg = root / "setup.cfg"
+    if allowed(cfg) and is_file(cfg):
+        parser = configparser.ConfigParser()
+        try:
+            parser.read_string(read_text(cfg, encoding="utf-8"))
+            pkg_dir = parser.get("options", "package_dir", fallback="")
+            out += [line.split("=", 1)[1].strip() for line in pkg_dir.splitlines() if line.strip().startswith("=")]
+            out += [w.strip() for w in parser.get("options.packages.find", "where", fallback="").split() if w.strip()]
+        except (OSError, UnicodeDecodeError, configparser.Error):
+            pass
+    return tuple(dict.fromkeys(root / w for w in out if w not in ("", ".") and not os.path.isabs(w) and ".." not in w))
 
 
 _SHELLS = {"bash", "sh", "zsh", "dash"}

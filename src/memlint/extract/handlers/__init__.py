@@ -103,6 +103,10 @@ class Handlers(
             return Unknown("a call")
         if isinstance(f, Model):
             return Unknown("the model's outputs")
+        if isinstance(f, Instance) and f.user_class is not None:  # `job(cfg)`: the checkout class's __call__ runs
+            hit = f.user_class.lookup("__call__")
+            if hit is not None and hit[0] == "method" and isinstance(hit[1], Func):
+                return it.call_function(hit[1], [f, *args], dict(kwargs), line)
         if isinstance(f, Obj):
             return Unknown("a call")
         if isinstance(f, Unknown):

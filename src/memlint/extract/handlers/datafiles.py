@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from dataclasses import replace
 
-from memlint.extract.objects import DataclassInstance, OpenFile, field_value
+from memlint.extract.objects import DataclassInstance, Obj, OpenFile, field_value
 from memlint.extract.values import Class, Const, Dict, Seq, Unknown, flatten
 from memlint.extract.handlers.common import Call, _PASS
 
@@ -69,6 +69,21 @@ class DataFileHandlers:
                 else:
                     merged.open = True
         return merged
+
+    def omegaconf_select(self, c: Call) -> Any:
+        """OmegaConf.select(cfg, "trainer.model_name", default=x): the value at the dotted key of a config memlint
+        read; the default where the key is absent (a config known whole), Unknown where it cannot be seen."""
+        if c.owner != "OmegaConf":
+            return _PASS
+        cfg, key, default = c.arg(0, "cfg"), c.arg(1, "key"), c.kwargs.get("default")
+        if not (isinstance(key, Const) and isinstance(key.value, str)):
+            return Unknown("OmegaConf.select of an unknown key")
+        node: Any = cfg
+        for part in key.value.split("."):
+            node = c.it.attribute(node, part, None) if isinstance(node, (Dict, Obj)) else Unknown(f"{key.value}")
+            if isinstance(node, Unknown) and default is not None and _absent(cfg, key.value):
+                return default
+        return node
 
     def omegaconf_dotlist(self, c: Call) -> Any:
         """OmegaConf.from_cli() (the command's `key=value` words; or the list given) / from_dotlist(list): the
@@ -154,6 +169,19 @@ BY_NAME: dict[str, Callable[[Any, Call], Any]] = {
     "to_container": DataFileHandlers.omegaconf,
     "to_object": DataFileHandlers.omegaconf,
     "structured": DataFileHandlers.omegaconf,
+    "select": DataFileHandlers.omegaconf_select,
     "from_cli": DataFileHandlers.omegaconf_dotlist,
     "from_dotlist": DataFileHandlers.omegaconf_dotlist,
 }
+
+
+def _absent(cfg: Any, dotted: str) -> bool:
+    """Whether a config read whole (no key memlint cannot see) lacks the dotted key."""
+    node = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, Dict) or node.open:
+            return False
+        if part not in node.items:
+            return True
+        node = node.items[part]
+    return False
