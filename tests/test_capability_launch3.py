@@ -148,3 +148,21 @@ def test_a_recipe_trained_in_the_scripts_own_loop_is_a_custom_loop(tmp_path, mon
     root = _write(tmp_path, {"train.py": script, "recipe.yaml": recipe})
     plan = _command(root, monkeypatch, "accelerate", "launch", "--num_processes", "2", "train.py", "recipe.yaml")
     assert plan.kind == "trl-recipe" and plan.get("trainer").value == "custom-loop"
+
+
+def test_a_config_the_launcher_names_from_its_own_folder_is_read(tmp_path, monkeypatch):
+    # `cd "$(dirname "$0")"` then `--config recipe.yaml`: the recipe beside the launcher is what the script loads
+    script = """
+        import argparse, yaml
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+        p = argparse.ArgumentParser()
+        p.add_argument("--config")
+        cfg = yaml.safe_load(open(p.parse_args().config))
+        model = AutoModelForCausalLM.from_pretrained(cfg["model"])
+        Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=cfg["bs"])).train()
+    """
+    launcher = '#!/bin/bash\ncd "$(dirname "$0")"\npython ../../scripts/train.py --config recipe.yaml\n'
+    root = _write(tmp_path, {"scripts/train.py": script, "recipes/small/run.sh": launcher,
+                             "recipes/small/recipe.yaml": "model: Qwen/Qwen2.5-0.5B\nbs: 3\n"})
+    plan = _command(root, monkeypatch, "bash", "recipes/small/run.sh")
+    assert _get(plan, "model_id", "per_device_batch") == {"model_id": "Qwen/Qwen2.5-0.5B", "per_device_batch": 3}

@@ -31,6 +31,10 @@ def candidates(it: Any, ref: str) -> list[Path]:
     if launch is not None and launch.cwd:
         out.append(Path.cwd() / launch.cwd / p)
     out += [Path.cwd() / p, it.dir / p]
+    origin = getattr(launch, "origin", None)
+    if launch is not None and origin and origin != "the command line":
+        # the launcher's own folder (`cd "$(dirname "$0")"` before the command, or a path written for it)
+        out.append(Path.cwd() / Path(origin).parent / (launch.cwd or "") / p)
     roots = it.import_roots() if hasattr(it, "import_roots") else []
     out += [r / p for r in roots]
     return list(dict.fromkeys(out))
