@@ -239,3 +239,24 @@ def test_a_recipe_settles_the_trainer_when_the_script_trains_one_of_several_by_s
     alone = plan_of_command(root, monkeypatch, "python", "train.py", "x")
     t = alone.get("trainer")
     assert t.value == "DPOTrainer" and set(t.candidates) == {"Seq2SeqTrainer", "DPOTrainer"}  # CustomDPOTrainer: a DPOTrainer
+
+
+def test_an_unsloth_sft_run_names_its_trainer_class_and_keeps_unsloths_step(tmp_path, monkeypatch):
+    # labellers name the trainer class (SFTTrainer); the estimate still takes unsloth's own step (no k-bit preparation)
+    from memlint.estimate.from_plan import setup_from_plan, trainer_step
+
+    script = '''
+        from unsloth import FastLanguageModel
+        from trl import SFTConfig, SFTTrainer
+        model, tokenizer = FastLanguageModel.from_pretrained("unsloth/Llama-3.2-1B-Instruct", max_seq_length=2048,
+                                                             load_in_4bit=True)
+        model = FastLanguageModel.get_peft_model(model, r=16)
+        SFTTrainer(model=model, tokenizer=tokenizer, args=SFTConfig(output_dir="o", per_device_train_batch_size=2)).train()
+    '''
+    root = write_checkout(tmp_path, {"train.py": script}, dedent=True)
+    plan = plan_of_command(root, monkeypatch, "python", "train.py")
+    t = plan.get("trainer")
+    assert t.value == "SFTTrainer" and dict(t.shape).get("stack") == "unsloth"
+    assert trainer_step(plan.get) == "unsloth"
+    setup = setup_from_plan(plan).setup
+    assert setup is not None and not setup.kbit_prep

@@ -195,8 +195,17 @@ def _trl_fields(get, objective: str) -> dict:
     """trl_sft (the sft objective run by TRL's SFTTrainer) and the TRL version whose step layout applies."""
     from memlint.library.versions import installed_version
 
-    trl_sft = objective == "sft" and get("trainer").known and get("trainer").value == "SFTTrainer"
+    trl_sft = objective == "sft" and trainer_step(get) == "SFTTrainer"
     return {"trl_sft": trl_sft, "trl_version": installed_version("trl") if objective != "sft" or trl_sft else None}
+
+
+def trainer_step(get) -> str | None:
+    """Whose training step runs: the trainer class, or "unsloth" for an SFT trainer over an unsloth model (its own
+    step: fused loss, offloaded checkpoints, no k-bit preparation); None when unknown."""
+    v = get("trainer")
+    if not v.known:
+        return None
+    return "unsloth" if dict(v.shape).get("stack") == "unsloth" else v.value
 
 
 def _trainer_builds_optimizer(get) -> bool:
@@ -709,7 +718,7 @@ def _kbit_prep(get, quant: str, notes: list[str]) -> bool:
     if v.known:
         return bool(v.value)
     # the trainer's behaviour even on an unquantized plan: a QLoRA lever applied to it upcasts as the run would
-    calls, why = kbit_prep_of(get("trainer").value if get("trainer").known else None)
+    calls, why = kbit_prep_of(trainer_step(get))
     if quant != "none":
         notes.append(why)
     return calls

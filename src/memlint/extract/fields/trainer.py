@@ -21,16 +21,17 @@ class TrainerFields:
 
     def trainer_fields(self, trainer: Obj, args: Any, models: list[Obj], unsloth: bool) -> None:
         name = trainer.cls
-        # unsloth's SFT path is its own; a preference or generation trainer over an unsloth model is still that trainer
+        # unsloth's SFT path is its own (its step layout, no k-bit preparation): the trainer class as the script names it,
+        # marked as run by unsloth; a preference or generation trainer over an unsloth model is that trainer's step
         data = api.trainer(name).data if api.trainer(name) is not None else "collator"
-        label = "unsloth" if unsloth and data in ("sft", "collator") else name
+        label = name
         how = f"{name}(...) (line {trainer.line})" + (" over an unsloth FastLanguageModel" if unsloth else "")
-        shape: tuple = ()
+        shape: tuple = (("stack", "unsloth"),) if unsloth and data in ("sft", "collator") else ()
         if trainer.user_class:
             how = f"{trainer.user_class}, a subclass of {name} (line {trainer.line})"
             objective = checkout_objective(trainer.user_class, name)
             if objective is not None:  # the checkout's own SimPO/ORPO/CPO trainer: no reference model
-                shape = (("class", trainer.user_class), ("objective", objective))
+                shape = shape + (("class", trainer.user_class), ("objective", objective))
                 how += (f"; its name says {api.objective_name(objective)}: read as that reference-free preference step "
                         "(chosen and rejected in one forward, no reference model; data/preference.json checkout_trainers)")
         self.fields["trainer"] = Value(label, "literal", Span(self.path, trainer.line), (how,), shape=shape)
