@@ -142,7 +142,7 @@ def main() -> None:
         nogpu = _timed(["check", str(folder), *quiet], None)
         _timed(["check", str(folder), "--gpu", "RTX4090", *quiet], cache, runs=1)  # fill the cache
         warm = _timed(["check", str(folder), "--gpu", "RTX4090", *quiet], cache)
-        proc = subprocess.run([sys.executable, "-m", "memlint", "check", str(folder), "--gpu", "RTX4090", "-q",
+        proc = subprocess.run([sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-m", "memlint", "check", str(folder), "--gpu", "RTX4090", "-q",
                                "--no-cache"], capture_output=True, text=True, cwd=ROOT,
                               env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
     jobs = os.cpu_count() or 1

@@ -53,7 +53,7 @@ def run(root: Path, cache: Path, jobs: int, interrupt: float | None = None) -> t
     env.pop("MEMLINT_NO_CACHE", None)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "memlint", "check", "-j", str(jobs), "--exit-zero", "."],
+    proc = subprocess.Popen([sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-m", "memlint", "check", "-j", str(jobs), "--exit-zero", "."],
                             cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:

@@ -101,7 +101,7 @@ def main() -> int:
     ap.add_argument("manifests", nargs="+")
     ap.add_argument("--no-command", action="store_true", help="read the files alone, ignoring the launch commands")
     ap.add_argument("--show-misses", action="store_true", help="print every field memlint read differently")
-    ap.add_argument("--memlint", default=f"{sys.executable} -m memlint", help="how to run memlint")
+    ap.add_argument("--memlint", default=f"{sys.executable}{' -P' if sys.version_info >= (3, 11) else ''} -m memlint", help="how to run memlint (-P: the checkout's own modules never shadow the standard library's)")
     args = ap.parse_args()
     entries = [e for m in args.manifests for e in json.loads(Path(m).read_text(encoding="utf-8"))]
     memlint = args.memlint.split()

@@ -1199,6 +1199,36 @@ def test_python_m_memlint_imports_nothing_from_the_working_directory(tmp_path):
     assert not list(tmp_path.glob("PWNED*"))
 
 
+# the modules runpy itself imports before `python -m memlint` reaches memlint's package (its guard cannot run
+# earlier): the `memlint` command and `python -P -m memlint` never put the working directory on sys.path at all
+_RUNPY_IMPORTS = ("types", "functools", "collections", "contextlib", "importlib", "warnings", "operator", "keyword",
+                  "reprlib")
+
+
+@pytest.mark.parametrize("form", ["command", "safe-path"])
+def test_the_memlint_command_and_python_P_import_nothing_from_the_working_directory(tmp_path, form):
+    work = tmp_path / "checkout"
+    work.mkdir()
+    pwned = tmp_path / "PWNED"
+    for mod in (*_RUNPY_IMPORTS, "tomllib", "json"):
+        (work / f"{mod}.py").write_text(f"open({str(pwned)!r} + '-{mod}', 'w').write('ran')\nraise SystemExit(7)\n")
+    (work / "train.py").write_text(SCRIPT)
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    if form == "command":  # what pip's console script does: its own folder first on sys.path, never the cwd
+        entry = tmp_path / "bin" / "memlint"
+        entry.parent.mkdir()
+        entry.write_text("import sys\nfrom memlint.cli import main\nsys.exit(main())\n")
+        argv = [sys.executable, str(entry)]
+    else:
+        if sys.version_info < (3, 11):
+            pytest.skip("python -P is 3.11+")
+        argv = [sys.executable, "-P", "-m", "memlint"]
+    proc = subprocess.run([*argv, "check", ".", "--no-cache", "--gpu", "RTX4090"], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode in (0, 1) and "train.py" in proc.stdout, proc.stderr[-1000:]
+    assert not list(tmp_path.glob("PWNED*"))
+
+
 # ---- issue #29: every reader has a size, depth and time budget --------------------------------------------
 
 def _timed(capsys, *argv: str) -> tuple[int, str, str, float]:
