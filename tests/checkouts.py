@@ -41,3 +41,17 @@ def plan_of_command(root: Path, monkeypatch, *words: str):
 def field_values(plan, *names: str) -> dict:
     """The plan's values of `names`, by name."""
     return {n: plan.fields[n].value for n in names}
+
+
+# a Trainer script whose model and micro-batch come from argparse (--model, --batch_size), for launch tests
+ARGPARSE_TRAIN = '''
+import argparse
+from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+p = argparse.ArgumentParser()
+p.add_argument("--model", default="gpt2")
+p.add_argument("--batch_size", type=int, default=1)
+a = p.parse_args()
+model = AutoModelForCausalLM.from_pretrained(a.model)
+Trainer(model=model, args=TrainingArguments(output_dir="o", per_device_train_batch_size=a.batch_size)).train()
+'''

@@ -17,7 +17,7 @@ from memlint.extract.launch import entry_module, make_command, parse_command, to
 from memlint.extract.shell import command_targets, launches
 from memlint.files import checked_root
 from functools import partial
-from checkouts import write_checkout
+from checkouts import ARGPARSE_TRAIN, write_checkout
 
 
 _write = partial(write_checkout, dedent=True)
@@ -318,17 +318,7 @@ def test_saved_outputs_over_the_size_budget_are_not_code(tmp_path, monkeypatch):
 # ---- 7. the README's own command for a file named alone --------------------------------------------------------------
 
 
-_ARGPARSE_TRAIN = '''
-import argparse
-from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
 
-p = argparse.ArgumentParser()
-p.add_argument("--model", default="gpt2")
-p.add_argument("--batch_size", type=int, default=1)
-a = p.parse_args()
-model = AutoModelForCausalLM.from_pretrained(a.model)
-Trainer(model=model, args=TrainingArguments(output_dir="o", per_device_train_batch_size=a.batch_size)).train()
-'''
 
 
 def test_a_file_named_alone_runs_as_its_readme_documents(tmp_path, monkeypatch, capsys):
@@ -346,7 +336,7 @@ def test_a_file_named_alone_runs_as_its_readme_documents(tmp_path, monkeypatch, 
     python train.py --batch_size 99   # python code, not a command
     ```
     '''
-    _write(tmp_path, {"ch1/train.py": _ARGPARSE_TRAIN, "ch1/README.md": readme})
+    _write(tmp_path, {"ch1/train.py": ARGPARSE_TRAIN, "ch1/README.md": readme})
     monkeypatch.chdir(tmp_path)
     (plan,) = extract_paths(["ch1/train.py"])
     assert plan.get("model_id").value == "Qwen/Qwen2.5-0.5B" and plan.get("per_device_batch").value == 8
@@ -371,7 +361,7 @@ def test_a_readme_with_several_runs_of_the_file_leaves_it_alone(tmp_path, monkey
     ```
     '''
     docs = "```console\n$ python ../train.py --model c/x\n```\n"
-    _write(tmp_path, {"train.py": _ARGPARSE_TRAIN, "README.md": readme, "docs/usage.md": docs})
+    _write(tmp_path, {"train.py": ARGPARSE_TRAIN, "README.md": readme, "docs/usage.md": docs})
     monkeypatch.chdir(tmp_path)
     (plan,) = extract_paths(["train.py"])
     assert plan.get("model_id").value == "gpt2" and plan.via is None
@@ -382,7 +372,7 @@ def test_a_readme_command_for_a_config_and_only_inside_the_checked_root(tmp_path
     lf = "model_name_or_path: Qwen/Qwen2.5-1.5B\nstage: sft\ndo_train: true\nfinetuning_type: full\n"
     _write(tmp_path, {"repo/README.md": readme, "repo/train/examples/sft.yaml": lf,
                       "README.md": "```\npython repo/other/train.py --model outside/x\n```\n",
-                      "repo/other/train.py": _ARGPARSE_TRAIN})
+                      "repo/other/train.py": ARGPARSE_TRAIN})
     monkeypatch.chdir(tmp_path / "repo")
     (plan,) = extract_paths(["train/examples/sft.yaml"])
     assert plan.via == "README.md:2" and any("README's command" in n for n in plan.notes)

@@ -8,21 +8,10 @@ from functools import partial
 
 import pytest
 
-from checkouts import write_checkout, plan_of_command as _command, field_values as _get
+from checkouts import ARGPARSE_TRAIN, write_checkout, plan_of_command as _command, field_values as _get
 from memlint.extract.launch import parse_command
 
 _write = partial(write_checkout, dedent=True)
-
-_TRAIN = """
-    import argparse
-    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
-    p = argparse.ArgumentParser()
-    p.add_argument("--model", default="Qwen/Qwen2.5-0.5B")
-    p.add_argument("--bs", type=int, default=1)
-    a = p.parse_args()
-    model = AutoModelForCausalLM.from_pretrained(a.model)
-    Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=a.bs)).train()
-"""
 
 _SINGULARITY_JOB = """
     #!/bin/bash
@@ -34,26 +23,26 @@ _SINGULARITY_JOB = """
         bash -c -eux 'source activate base && \\
         conda activate py310 && \\
         cd /workdir/myrepo && \\
-        torchrun --nnodes=1 --nproc_per_node=${GPUS_PER_NODE} src/train.py --bs 8'
+        torchrun --nnodes=1 --nproc_per_node=${GPUS_PER_NODE} src/train.py --model Qwen/Qwen2.5-0.5B --batch_size 8'
 """
 
 
 def test_a_chain_inside_bash_c_inside_a_container_runs_its_training_command(tmp_path, monkeypatch):
     # /workdir/myrepo is the container's path of the checkout: the script is the checkout's src/train.py
-    root = _write(tmp_path, {"src/train.py": _TRAIN, "slurm/job.slurm": _SINGULARITY_JOB})
+    root = _write(tmp_path, {"src/train.py": ARGPARSE_TRAIN, "slurm/job.slurm": _SINGULARITY_JOB})
     plan = _command(root, monkeypatch, "bash", "slurm/job.slurm")
     assert _get(plan, "model_id", "per_device_batch", "num_gpus") == {
         "model_id": "Qwen/Qwen2.5-0.5B", "per_device_batch": 8, "num_gpus": 4}
 
 
 @pytest.mark.parametrize("line", [
-    "bash -lc 'cd sub && python train.py --bs 3'",
-    "sh -x -c 'cd sub && python train.py --bs 3'",
-    "source venv/bin/activate && cd sub && python train.py --bs 3",
-    "module load cuda; cd sub; python train.py --bs 3",
+    "bash -lc 'cd sub && python train.py --batch_size 3'",
+    "sh -x -c 'cd sub && python train.py --batch_size 3'",
+    "source venv/bin/activate && cd sub && python train.py --batch_size 3",
+    "module load cuda; cd sub; python train.py --batch_size 3",
 ])
 def test_chains_and_shell_flags(tmp_path, monkeypatch, line):
-    root = _write(tmp_path, {"sub/train.py": _TRAIN, "run.sh": line + "\n"})
+    root = _write(tmp_path, {"sub/train.py": ARGPARSE_TRAIN, "run.sh": line + "\n"})
     plan = _command(root, monkeypatch, "bash", "run.sh")
     assert plan.get("per_device_batch").value == 3
 
@@ -80,7 +69,7 @@ def test_a_container_runner_with_no_command_runs_nothing_memlint_reads():
 
 def test_an_accelerate_deepspeed_config_without_a_stage_is_the_plugins_default_zero2(tmp_path, monkeypatch):
     cfg = "distributed_type: DEEPSPEED\nmixed_precision: bf16\nnum_processes: 2\ndeepspeed_config: {}\n"
-    root = _write(tmp_path, {"train.py": _TRAIN, "ds.yaml": cfg})
+    root = _write(tmp_path, {"train.py": ARGPARSE_TRAIN, "ds.yaml": cfg})
     plan = _command(root, monkeypatch, "accelerate", "launch", "--config_file", "ds.yaml", "train.py")
     d = plan.get("distributed")
     assert d.value == "zero2" and d.source == "library-default" and "DeepSpeedPlugin" in d.chain[0]
@@ -127,7 +116,7 @@ def test_accelerate_launch_reads_the_deepspeed_file_its_command_names(tmp_path, 
     import json
 
     ds = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}, "bf16": {"enabled": "auto"}}
-    root = _write(tmp_path, {"train.py": _TRAIN, "configs/ds.conf": json.dumps(ds)})
+    root = _write(tmp_path, {"train.py": ARGPARSE_TRAIN, "configs/ds.conf": json.dumps(ds)})
     plan = _command(root, monkeypatch, "accelerate", "launch", "--num_processes", "4", "--use_deepspeed",
                     "--deepspeed_config_file", "configs/ds.conf", "train.py")
     assert _get(plan, "distributed", "offload", "num_gpus") == {"distributed": "zero3", "offload": "optimizer", "num_gpus": 4}

@@ -80,6 +80,15 @@ def find_gpu(name: str) -> Gpu:
     return Gpu(f"{gib:g} GiB", int(gib * GIB), DEFAULT_CONTEXT)
 
 
+def family_supports(name: str, capability: str) -> bool | None:
+    """Whether every GPU a name stands for (`V100`: the 16 and 32 GB boards; `T4`) has `capability` (a gpus.json key);
+    None when the name stands for none, or for GPUs that differ in it."""
+    key = _norm(name)
+    found = {bool(g[capability]) for label, g in table().items() if capability in g
+             and any(_norm(n) == key or _norm(n).startswith(key) for n in (label, *g["aliases"]))} if key else set()
+    return found.pop() if len(found) == 1 else None
+
+
 def common_gpus() -> list[Gpu]:
     """The GPUs shown when none is named (gpus.json "common"): the estimate's table, the smallest that fits."""
     return [Gpu(label, g["total_bytes"], g["context_bytes"]) for label, g in table().items() if g.get("common", True)]

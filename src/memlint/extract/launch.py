@@ -194,8 +194,8 @@ def _command_words(words: Sequence[str]) -> tuple[list[str], dict[str, str], str
                 words = words[1:]
         elif len(words) >= 2 and (w, words[1]) in _RUNNERS:
             words = words[2:]
-        elif _container(words) is not None:
-            words, inside = _container(words)
+        elif (inner := _container(words)) is not None:
+            words, inside = inner
             cwd = inside if cwd is None or inside is None or inside.startswith("/") else f"{cwd}/{inside}"
         else:
             break

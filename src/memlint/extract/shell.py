@@ -804,7 +804,8 @@ def _chain(words: list[str]) -> Iterator[tuple[list[str], str | None]]:
     `cd DIR && cmd` stays with its command (parse_command reads it)."""
     seps = ("&&", ";", "||")
     words = [x for w in words for x in ((w[:-1], ";") if len(w) > 1 and w.endswith(";") else (w,))]  # `cuda; cd`
-    if not any(w in seps for w in words[3:] if words[:1] == ["cd"]) and not any(w in seps for w in words if words[:1] != ["cd"]):
+    rest = words[3:] if words[:1] == ["cd"] else words  # `cd DIR && cmd` alone is parse_command's
+    if not any(w in seps for w in rest):
         yield words, None
         return
     moved: str | None = None

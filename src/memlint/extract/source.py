@@ -6,7 +6,9 @@ line numbers survive. IPython itself is never imported.
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import re
 from pathlib import Path
 
@@ -52,9 +54,19 @@ NOTEBOOK_OUTPUTS_FACTOR = 8
 
 def colab_gpu(path: Path) -> str | None:
     """The GPU a Colab notebook was saved to run on (its metadata's `colab.gpuType` / `gpuType`: "T4", "A100", "L4"),
-    or None (not a notebook, no such metadata, unreadable)."""
+    or None (not a notebook, no such metadata, unreadable); the notebook is read once per version of the file."""
     if path.suffix != ".ipynb":
         return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return _colab_gpu(str(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _colab_gpu(path: str, _mtime: int, _size: int) -> str | None:
+    path = Path(path)
     try:
         meta = json.loads(notebook_bytes(path)).get("metadata") or {}
     except (OSError, ValueError, RecursionError, AttributeError):

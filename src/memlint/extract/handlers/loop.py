@@ -138,8 +138,10 @@ class LoopHandlers:
 
         nb = next((p for p in (Path(str(c.it.path)), Path(getattr(c.it.launch, "origin", "") or "x")) if p.suffix == ".ipynb"), None)
         gpu = colab_gpu(nb) if nb is not None else None
-        if gpu is not None:  # the notebook's Colab metadata names its GPU: bf16 from Ampere (A100, L4, H100) on
-            ok = gpu.upper() not in _NO_BF16
+        from memlint.gpu import family_supports
+
+        ok = family_supports(gpu, "bf16") if gpu is not None else None
+        if ok is not None:  # the notebook's Colab metadata names its GPU (gpus.json says whether it has bf16)
             return Const(ok, "literal", c.line, (f"{c.name}() (line {c.line}): {ok} on the {gpu} the notebook's Colab "
                                                  f"metadata names ({nb.name})",))
         c.it.facts.note(f"line {c.line}: {c.name}() is read as True (an Ampere or newer GPU); on a T4 or V100 it is "
@@ -227,9 +229,6 @@ def _steps_an_optimizer(fn: Any) -> bool | None:
 
 
 # the library calls this module answers, by qualified name (handlers/__init__.py merges the tables)
-# GPUs a Colab notebook may name that have no bf16 (before Ampere)
-_NO_BF16 = frozenset({"T4", "V100", "P100", "K80", "P4"})
-
 QUALIFIED: dict[str, Callable[[Any, Call], Any]] = {
     "torch.randint": LoopHandlers.random_offsets,
     "numpy.random.randint": LoopHandlers.random_offsets,
