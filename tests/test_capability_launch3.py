@@ -52,7 +52,12 @@ def test_chains_and_shell_flags(tmp_path, monkeypatch, line):
      "train.py", ("--bs", "4"), "/w/repo"),
     ("apptainer run --cleanenv --bind=/scratch img.sif python3 train.py", "train.py", (), None),
     ("docker run --rm -it --gpus all --ipc=host -v /x:/workspace -w /workspace nvcr.io/nvidia/pytorch:24.01-py3 "
-     "torchrun --nproc_per_node 8 train.py --bs 2", "train.py", ("--bs", "2"), "/workspace"),
+     "torchrun --nproc_per_node 8 train.py --bs 2", "train.py", ("--bs", "2"), "/x"),
+    # the working folder inside a bind is the host's folder it binds: `$(pwd)` is where the command runs
+    ("docker run --rm -v $(pwd):/workspace -w /workspace/sub img python train.py", "train.py", (), "sub"),
+    ("singularity exec --nv --pwd $HOME/.local/app/ex -B ./local:$HOME/.local img.sif python run.py",
+     "run.py", (), "local/app/ex"),
+    ("docker run -v $DATA:/data -w /data img python train.py", "train.py", (), "/data"),  # an unknown host folder
     ("podman exec -e A=1 box python train.py", "train.py", (), None),
 ])
 def test_container_runners_run_the_command_after_their_image(words, script, argv, cwd):

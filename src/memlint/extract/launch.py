@@ -43,18 +43,71 @@ _CONTAINER_CWD = {"--pwd", "-w", "--workdir"}
 
 def _container(words: list[str]) -> tuple[list[str], str | None] | None:
     """(the command a container runner runs, the working folder its options set) for `singularity exec --nv -B .:/w
-    img.sif python train.py`; None when `words` is no container runner or names no command after the image."""
+    img.sif python train.py`; None when `words` is no container runner or names no command after the image. A working
+    folder inside a bound folder (`--pwd $HOME/.local/app -B ./local:$HOME/.local`) is the host's folder it binds
+    (`./local/app`): the files the command runs there are the checkout's."""
     if len(words) < 3 or (Path(words[0]).name, words[1]) not in _CONTAINERS:
         return None
     takes = _CONTAINER_VALUES["docker" if Path(words[0]).name in ("docker", "podman", "nvidia-docker") else "singularity"]
-    i, cwd = 2, None
+    i, cwd, binds = 2, None, []
     while i < len(words) and words[i].startswith("-"):
         opt = words[i].split("=", 1)[0]
         value = words[i].split("=", 1)[1] if "=" in words[i] else (words[i + 1] if opt in takes and i + 1 < len(words) else None)
         if opt in _CONTAINER_CWD and value:
             cwd = value
+        elif opt in _CONTAINER_BINDS and value:
+            binds += [b.split(":")[:2] for b in value.split(",") if b.count(":") >= 1]
         i += 1 if "=" in words[i] or opt not in takes else 2
+    if cwd is not None:
+        cwd = _bound(cwd, binds)
     return (words[i + 1:], cwd) if i + 1 < len(words) else None
+
+
+_CONTAINER_BINDS = {"-B", "--bind", "-v", "--volume"}
+
+
+def _bound(folder: str, binds: list[list[str]]) -> str:
+    """The host folder a container's folder is, through the longest bind (`host:container`) that holds it; the folder
+    itself when no bind does."""
+    inside = folder.rstrip("/")
+    for host, at in sorted(binds, key=lambda b: -len(b[1])):
+        at = at.rstrip("/")
+        host = "." if host in _HERE else host
+        if at and (inside == at or inside.startswith(at + "/")) and "$" not in host and "`" not in host:
+            return os.path.normpath(host + inside[len(at):])
+    return folder
+
+
+_HERE = {"$(pwd)", "$PWD", "${PWD}", "`pwd`", ".", "./"}  # a bind of the folder the command runs from
+
+
+def _shell_string(words: list[str]) -> list[str] | None:
+    """The words of the command string `bash -c "…"` (`sh -lc`, `bash -c -eux "…"`) runs, when it is one command line;
+    None for any other command."""
+    if len(words) < 3 or Path(words[0]).name not in _SHELLS:
+        return None
+    i = 1
+    while i < len(words) and words[i].startswith("-") and not (words[i][1:2] != "-" and "c" in words[i]):
+        i += 1
+    if i >= len(words) or not words[i].startswith("-"):
+        return None
+    i += 1
+    while i < len(words) and words[i].startswith("-"):  # `bash -c -eux "…"`
+        i += 1
+    if i >= len(words) or "\n" in words[i]:
+        return None
+    try:
+        return tokens(words[i])
+    except MemlintError:
+        return None
+
+
+# The options of wrappers that take a value as the next word (`srun --job-name demo`, `mpirun -np 4`)
+_WRAPPER_VALUED = {
+    "srun": frozenset(),  # filled below from sbatch's (srun takes the same)
+    "mpirun": frozenset({"-np", "-n", "-x", "-H", "--host", "--hostfile", "-hostfile", "--map-by", "--bind-to",
+                         "-npernode", "--npernode", "-N"}),
+}
 
 
 _RUNNERS = {("uv", "run"), ("poetry", "run"), ("pipenv", "run"), ("conda", "run"), ("pdm", "run"), ("hatch", "run")}
@@ -190,8 +243,12 @@ def _command_words(words: Sequence[str]) -> tuple[list[str], dict[str, str], str
             words = words[1:]
         elif w in _WRAPPERS:
             words = words[1:]
+            valued = _WRAPPER_VALUED.get(w, frozenset())
             while words and words[0].startswith("-") and w in ("env", "nice", "stdbuf", "srun", "mpirun"):
-                words = words[1:]
+                # `srun --job-name demo --gpus-per-node 1 cmd`: an option's value is not the command
+                words = words[2:] if words[0] in valued and "=" not in words[0] else words[1:]
+        elif (inner := _shell_string(words)) is not None:  # `bash -c "HF_TOKEN=x bash run.sh"`: the string's words
+            words = inner
         elif len(words) >= 2 and (w, words[1]) in _RUNNERS:
             words = words[2:]
         elif (inner := _container(words)) is not None:
@@ -378,6 +435,26 @@ def entry_module(module: str) -> tuple[str, str | None] | None:
     return None
 
 
+def framework_script(launch: Launch) -> Launch | None:
+    """A launch of a framework's own entry script that is not a file of the checkout (`python ../../src/train_bash.py
+    --stage sft --finetuning_type lora ...`, run inside a clone of LLaMA-Factory the launcher set up), recognised by its
+    name and the flags only that framework takes (frameworks.json "entry_scripts"), as the framework tool's command
+    (`llamafactory-cli train --stage sft ...`), the process launcher kept as its runner; None for any other launch."""
+    from dataclasses import replace
+
+    from memlint.data import load
+
+    if not launch.script or not launch.argv:
+        return None
+    flags = {w.split("=", 1)[0] for w in launch.argv if w.startswith("--")}
+    for fw in load("frameworks.json")["frameworks"].values():
+        entry = fw.get("entry_scripts")
+        if entry and Path(launch.script).name in entry["names"] and flags >= set(entry["signature"]):
+            tool, sub = entry["tool"]
+            return replace(launch, script=None, launcher=tool, subcommand=sub, runner=launch.launcher)
+    return None
+
+
 def _framework_module(launch: Launch) -> Launch:
     """A launch of a framework's entry module (`torchrun --nproc_per_node 8 -m axolotl.cli.train X --deepspeed Y`) as
     the framework tool's own command (`axolotl train X --deepspeed Y`), the process launcher kept as its runner:
@@ -549,6 +626,9 @@ _SBATCH_VALUED = frozenset({
     "--cpus-per-task", "--mem", "--mem-per-cpu", "--mem-per-gpu", "--qos", "--chdir", "--array", "--dependency",
     "--exclude", "--nodelist", "--gpus", "--gpus-per-node", "--gpus-per-task", "--ntasks-per-node", "--constraint",
     "--reservation", "--signal", "--export", "--mail-type", "--mail-user", "--begin", "--comment"})
+_WRAPPER_VALUED["srun"] = _SBATCH_VALUED | frozenset({"--cpu-bind", "--distribution", "-m", "--mpi",
+                                                     "--ntasks-per-gpu", "--container-image", "--container-mounts",
+                                                     "--container-workdir"})
 
 
 def make_command(words) -> tuple[str | None, tuple[str, ...], dict[str, str], dict[str, str], str | None] | None:

@@ -50,6 +50,8 @@ def tool_processes(plan: TrainingPlan, launch: Any) -> TrainingPlan:
     num_gpus open. `llamafactory-cli train`: one process on one visible GPU; over several, torchrun with
     --nproc_per_node NPROC_PER_NODE (default: the visible devices), LLaMA-Factory's cli.py since 2024-06 (DDP, unless
     the config shards). With neither CUDA_VISIBLE_DEVICES nor NPROC_PER_NODE, the machine decides (unknown)."""
+    if launch.launcher == "tune" and not plan.get("num_gpus").known:
+        return _tune_processes(plan, launch)
     if launch.launcher != "llamafactory-cli" or plan.get("num_gpus").known:
         return plan
     nproc = launch.env.get("NPROC_PER_NODE", "").strip()
@@ -63,6 +65,26 @@ def tool_processes(plan: TrainingPlan, launch: Any) -> TrainingPlan:
            f"{count} visible GPUs: llamafactory-cli starts torchrun --nproc_per_node {count} (cli.py: get_device_count())")
     return plan.with_values(num_gpus=_value(launch, count, f"CUDA_VISIBLE_DEVICES={launch.env.get('CUDA_VISIBLE_DEVICES')}: "
                                                            f"{why}"))
+
+
+def _tune_processes(plan: TrainingPlan, launch: Any) -> TrainingPlan:
+    """`tune run [torchrun options] RECIPE --config X`: torchrun's processes when --nproc_per_node is given, else one
+    process (torchtune's _cli/run.py runs the recipe in this process when no distributed option is given); a
+    single-device recipe (`lora_finetune_single_device`) holds the whole model on its one GPU."""
+    from memlint.extract.tune_recipe import recipe_word
+
+    recipe, nproc = recipe_word(launch)
+    if recipe is None:
+        return plan
+    if nproc is None:
+        plan = plan.with_values(num_gpus=_value(launch, 1, f"`tune run {recipe}` with no --nproc_per_node: one process"))
+    elif nproc.isdigit() and int(nproc) > 0:
+        plan = plan.with_values(num_gpus=_value(launch, int(nproc), f"tune run --nproc_per_node {nproc}"))
+    if "single_device" in recipe and not plan.get("distributed").known:
+        notes = tuple(n for n in plan.notes if not n.startswith("distributed is unknown"))
+        plan = replace(plan.with_values(distributed=_value(launch, "none", f"the single-device recipe {recipe}")),
+                       notes=notes)
+    return plan
 
 
 def apply_launcher(plan: TrainingPlan, launch: Any, script: Path) -> TrainingPlan:

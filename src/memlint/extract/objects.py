@@ -304,6 +304,7 @@ class ClassLoader:
 
     cls: Any
     name: str
+    owner: str = ""  # the class name transformers' loader is read as (the subclass's, or its transformers base's)
 
 
 @dataclass(frozen=True)

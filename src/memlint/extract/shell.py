@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Iterator
 
 from memlint.errors import MemlintError
-from memlint.extract.launch import (FRAMEWORK_CLIS, Launch, command_target, console_scripts, framework_config, make_command,
-                                    parse_command, resolve_module, shell_script, tokens)
+from memlint.extract.configs.overrides import flags_config
+from memlint.extract.launch import (FRAMEWORK_CLIS, Launch, command_target, console_scripts, framework_config,
+                                    framework_script, make_command, parse_command, resolve_module, shell_script, tokens)
 from memlint.vocab import LAUNCHER_NAMES, LAUNCHER_SUFFIXES
 
 _MAX_BYTES = 256_000
@@ -130,6 +131,18 @@ def _open_array(line: str) -> bool:
 _SHELL_C = re.compile(r"""(?m)^([^#\n]*?)(?<![\w-])(?:ba|z)?sh\s+(?:-[a-z]+\s+)*-[a-z]*c[a-z]*\s+(?:-[a-z]+\s+)*(["'])""")
 
 
+_IN_CONTAINER = re.compile(r"(?<![\w-])(?:singularity|apptainer|docker|podman|nvidia-docker)\s+(?:exec|run)\s")
+
+
+def _continued(text: str, start: int) -> str:
+    """The physical lines before `start` that continue (`\\` at their end) onto the line at `start`."""
+    lines = text[:start].split("\n")[:-1]
+    kept: list[str] = []
+    while lines and lines[-1].rstrip().endswith("\\"):
+        kept.insert(0, lines.pop())
+    return "\n".join(kept)
+
+
 def _inline_scripts(text: str) -> str:
     """`srun ... bash -c "…"` / `sh -c '…'`: the quoted string is a script of its own, run where it stands; its
     lines take the place of the command (line numbers kept: the quoted text keeps its newlines), with the escapes
@@ -150,8 +163,12 @@ def _inline_scripts(text: str) -> str:
             i += 1
         if i >= len(text):
             break
-        out.append(text[pos:m.start()])
-        out.append("".join(body))
+        if "\n" not in body and _IN_CONTAINER.search(_continued(text, m.start()) + m.group(1)):
+            # `singularity exec --pwd D -B a:b img bash -c "cmd"`: one command, read with the container's folder
+            out.append(text[pos:i + 1])
+        else:
+            out.append(text[pos:m.start()])
+            out.append("".join(body))
         pos = i + 1
     out.append(text[pos:])
     return "".join(out)
@@ -735,6 +752,7 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
     cwd: str | None = None  # where standalone `cd DIR` lines have moved the launcher
     scripts: dict[str, str] | None = None  # the checkout's console scripts, read on the first line that may run one
     exported: set[str] = set(env0 or ())  # variables the commands inherit: the caller's, `export X=...`
+    copies: dict[str, str] = {}  # `cp run.sh app/examples/demo.sh`: the copy's path -> the file copied
     job = _sbatch_job(text) if not is_make else None
     if job is not None:
         _slurm_env(job, env, exported)
@@ -755,15 +773,12 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
         elif _settles(stripped, path, env, exported, branches):
             continue
         if stripped.startswith("cd ") and not is_make:
-            expanded = _expand(stripped, env)
-            try:
-                moved = _cd(tokens(expanded), cwd)
-            except MemlintError:
-                moved = None
-            cwd = moved if moved is not None else cwd
+            cwd = _moved(stripped, env, cwd)
         # the launcher may be in a variable (`LAUNCH="accelerate launch ..."` then `$LAUNCH train.py`, `eval $CMD`)
         launcher_word = _LAUNCH_WORD.search(stripped) or ("$" in stripped and _LAUNCH_WORD.search(_expand(stripped, env)))
-        nested = _nested_script(stripped, path, env, exported, cwd, depth) if not is_make else None
+        if stripped.startswith("cp ") and not is_make:
+            _copied(stripped, env, cwd, copies)
+        nested = _nested_script(stripped, path, env, exported, cwd, depth, copies) if not is_make else None
         if nested:  # `bash scripts/train.sh ARGS`: the launches of that launcher
             out.extend(nested)
             continue
@@ -798,6 +813,15 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
     return out
 
 
+def _moved(line: str, env: dict[str, str], cwd: str | None) -> str | None:
+    """The folder a standalone `cd DIR` line moves the launcher to (where it was when DIR cannot be read)."""
+    try:
+        moved = _cd(tokens(_expand(line, env)), cwd)
+    except MemlintError:
+        moved = None
+    return moved if moved is not None else cwd
+
+
 def _chain(words: list[str]) -> Iterator[tuple[list[str], str | None]]:
     """The commands of a line joined by `&&`, `;` or `||` (`source activate base && cd /workdir/repo && torchrun ...`),
     each with the folder the chain's `cd DIR` commands before it moved to (None when none did). A leading
@@ -824,14 +848,33 @@ def _chain(words: list[str]) -> Iterator[tuple[list[str], str | None]]:
 _MAX_NESTED = 3  # launchers that run launchers: how deep they are followed
 
 
+def _copied(line: str, env: dict[str, str], cwd: str | None, copies: dict[str, str]) -> None:
+    """`cp SRC DST` (`cp -f run.sh app/examples/`): DST (or DST/SRC's name) is SRC from here on, both as paths from
+    where the launcher's commands run."""
+    try:
+        words = [w for w in tokens(_expand(line, env)) if not w.startswith("-")]
+    except MemlintError:
+        return
+    if len(words) != 3 or any("$" in w or "*" in w for w in words[1:]):
+        return
+    src, dst = (os.path.normpath(os.path.join(cwd or "", os.path.expanduser(w))) for w in words[1:])
+    if words[2].endswith("/") or ("." not in os.path.basename(dst) and "." in os.path.basename(src)):  # into a folder
+        dst = os.path.join(dst, os.path.basename(src))
+    copies[dst] = copies.get(src, src)
+
+
+_RUNS_LAUNCHER = re.compile(r"\.(?:" + "|".join(x.lstrip(".") for x in LAUNCHER_SUFFIXES) + r")(?=[\s\"';&|)]|$)")
+
+
 def _nested_script(line: str, path: Path, env: dict[str, str], exported: set[str], cwd: str | None,
-                   depth: int) -> list[Launch]:
+                   depth: int, copies: dict[str, str] | None = None) -> list[Launch]:
     """`bash scripts/train.sh --gpus 0,1 ...` inside a launcher: the launches of that script of the checkout, run with
     its arguments and the exported variables (looked up from where the commands run, then beside this launcher and
-    the folders above it); followed `_MAX_NESTED` deep."""
+    the folders above it); followed `_MAX_NESTED` deep. A script the launcher copied before (`copies`) is the file it
+    copied, run where the copy is."""
     from memlint.files import allowed, is_file
 
-    if depth >= _MAX_NESTED or not any(suffix + " " in line + " " for suffix in LAUNCHER_SUFFIXES):
+    if depth >= _MAX_NESTED or not _RUNS_LAUNCHER.search(line):
         return []
     try:
         words = tokens(_expand(line, env))
@@ -843,6 +886,8 @@ def _nested_script(line: str, path: Path, env: dict[str, str], exported: set[str
     script, args, env1, moved = sh
     rel = os.path.join(cwd or "", moved or "", os.path.expanduser(script))
     cands = [Path(rel)] + [b / script for b in (path.parent, *list(path.parent.resolve().parents)[:4])]
+    if copies and (src := copies.get(os.path.normpath(rel))) is not None:
+        cands = [Path(src)] + [b / src for b in (path.parent, *list(path.parent.resolve().parents)[:4])] + cands
     target = next((c for c in cands if allowed(c) and is_file(c) and c.resolve() != path.resolve()), None)
     if target is None:
         return []
@@ -1075,8 +1120,6 @@ def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str,
             elif launch.module:
                 target = resolve_module(launch.module, [base])
             elif launch.launcher in FRAMEWORK_CLIS:  # `llamafactory-cli train X.yaml`, `torchrun -m axolotl.cli.train X.yml`
-                from memlint.extract.configs.overrides import flags_config
-
                 if flags_config(launch):  # `llamafactory-cli train --stage sft ...`: the flags are the config
                     target = base / f"{launch.launcher} {launch.subcommand}"
                     break
@@ -1088,6 +1131,9 @@ def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str,
                 # recipe.yaml` recipe, `-m torchtitan.train --job.config_file X`): the run is that config
                 target = framework_config(launch, base) or target
                 break
+        if target is None and (tool := framework_script(launch)) is not None and flags_config(tool):
+            # `python ../../src/train_bash.py --stage sft ...` in the framework's clone: the flags are the config
+            launch, target = tool, path.parent / f"{tool.launcher} {tool.subcommand}"
         if target is None:
             if skipped is not None:
                 skipped.append(launch)

@@ -52,6 +52,19 @@ def read_source_cells(path: Path) -> tuple[str, list[int] | None]:
 NOTEBOOK_OUTPUTS_FACTOR = 8
 
 
+def bf16_assumed(paths: tuple[Path, ...]) -> tuple[bool, str | None]:
+    """(whether the GPU the run is on has bf16, where that is said): the GPU a notebook among `paths` names in its Colab
+    metadata (gpus.json says whether it has bf16), else (True, None): Ampere and newer, the GPUs fine-tuning runs on."""
+    from memlint.gpu import family_supports
+
+    nb = next((p for p in paths if p.suffix == ".ipynb"), None)
+    gpu = colab_gpu(nb) if nb is not None else None
+    ok = family_supports(gpu, "bf16") if gpu is not None else None
+    if ok is None:
+        return True, None
+    return ok, f"the {gpu} the notebook's Colab metadata names ({nb.name})"
+
+
 def colab_gpu(path: Path) -> str | None:
     """The GPU a Colab notebook was saved to run on (its metadata's `colab.gpuType` / `gpuType`: "T4", "A100", "L4"),
     or None (not a notebook, no such metadata, unreadable); the notebook is read once per version of the file."""

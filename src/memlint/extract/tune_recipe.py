@@ -31,6 +31,26 @@ def _recipe_file(launch: Any) -> Path | None:
     return None
 
 
+_TORCHRUN_VALUED = frozenset({"--nproc_per_node", "--nproc-per-node", "--nnodes", "--node_rank", "--node-rank",
+                              "--master_addr", "--master-addr", "--master_port", "--master-port", "--rdzv_backend",
+                              "--rdzv-backend", "--rdzv_endpoint", "--rdzv-endpoint", "--rdzv_id", "--rdzv-id"})
+
+
+def recipe_word(launch: Any) -> tuple[str | None, str | None]:
+    """(the recipe `tune run` runs, its --nproc_per_node or None) from the command's words: torchrun's options come
+    before the recipe (`tune run --nproc_per_node 4 lora_finetune_distributed --config X`)."""
+    words, nproc, i = list(launch.argv), None, 0
+    while i < len(words) and words[i].startswith("-") and words[i] != "--config":
+        opt, _, inline = words[i].partition("=")
+        value = inline if inline else (words[i + 1] if opt in _TORCHRUN_VALUED and i + 1 < len(words) else None)
+        if opt in ("--nproc_per_node", "--nproc-per-node"):
+            nproc = value
+        i += 1 if inline or opt not in _TORCHRUN_VALUED else 2
+    if i >= len(words) or words[i].startswith("-"):
+        return None, nproc
+    return Path(words[i]).stem, nproc
+
+
 def _wraps(parsed: Any) -> tuple[str | None, int | None, str]:
     """('fsdp' | 'fsdp_shard_grad_op' | 'none', line, call name) of the recipe's first sharding or replicating call,
     or (None, None, '') when it makes none. Import aliases (`FullyShardedDataParallel as FSDP`) are followed."""

@@ -28,6 +28,23 @@ class ModelFields:
             if vals:
                 self.put(name, _alts(vals), _int, procs[0].line)
 
+    def unsloth_dtype(self, line: int | None) -> Const:
+        """Unsloth's load dtype when the script leaves it None: bfloat16 where the GPU has bf16, else float16
+        (FastLanguageModel.from_pretrained: `dtype = torch.float16 if not SUPPORTS_BFLOAT16 else torch.bfloat16`); the
+        GPU is the one a Colab notebook's metadata names, else an Ampere or newer one, said in a note."""
+        from pathlib import Path
+
+        from memlint.extract.source import bf16_assumed
+
+        ok, why = bf16_assumed((Path(self.path),))
+        name = "bfloat16" if ok else "float16"
+        if why is None:
+            self.notes.append(f"unsloth's dtype=None loads in {name} on an Ampere or newer GPU (assumed); on a T4 or "
+                              "V100 it loads in float16")
+            return Const(name, "environment-default", line, ("unsloth dtype=None: bfloat16 where the GPU supports it "
+                                                             "(Ampere and newer, assumed), else float16",))
+        return Const(name, "library-default", line, (f"unsloth dtype=None: {name} on {why}",))
+
     def loop_model(self, objs: list) -> Any:
         for eng in self.facts.first("objects", DeepSpeedEngine):
             if isinstance(eng.model, Model):
@@ -96,9 +113,11 @@ class ModelFields:
                                                                   "class built by its constructor creates its parameters "
                                                                   "in torch's default dtype (float32)",)))
             elif root.loader == "unsloth":
-                dtypes.append(_libc("unsloth.FastLanguageModel.from_pretrained", "dtype", line))
+                dtypes.append(self.unsloth_dtype(line))
             elif root.open:
                 dtypes.append(Unknown("dtype may be set by **kwargs"))
+            elif _bitsandbytes(self.quant_of(root)):  # transformers 4.x forces a bitsandbytes load to float16
+                dtypes.append(_libc("transformers.from_pretrained", "dtype_bitsandbytes", line))
             else:
                 dtypes.append(_libc("transformers.from_pretrained", "dtype", line))
             attn = kw.get("attn_implementation", root.shape.attention if root.loader == "script-class" else None)
@@ -221,3 +240,12 @@ def _quant_type(v: Any) -> str:
     if v in ("nf4", "fp4", "gptq", "awq", "hqq"):
         return v
     raise _Unconvertible(f"quant type {v!r}")
+
+
+def _bitsandbytes(quant: dict) -> bool:
+    """Whether a load is a bitsandbytes 4- or 8-bit one (every reading of its bits says 4 or 8, its type is no
+    GPTQ/AWQ/HQQ)."""
+    bits = [x for x in flatten(quant.get("bits")) if x is not None]
+    kind = quant.get("type")
+    return (bool(bits) and all(isinstance(x, Const) and x.value in (4, 8) for x in bits)
+            and not (isinstance(kind, Const) and kind.value in ("gptq", "awq", "hqq", "int4")))

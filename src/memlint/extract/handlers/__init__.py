@@ -82,8 +82,9 @@ class Handlers(
         if isinstance(f, OpenFile):
             return f  # f.read(): the content, read where it is parsed
         if isinstance(f, ClassLoader):
-            model = self.call_ref(Call(it, f"transformers.{f.cls.name}.{f.name}", args, kwargs, open_kw, line),
-                                  Ref(f"transformers.{f.cls.name}.{f.name}"))
+            owner = f.owner or f.cls.name
+            model = self.call_ref(Call(it, f"transformers.{owner}.{f.name}", args, kwargs, open_kw, line),
+                                  Ref(f"transformers.{owner}.{f.name}"))
             if isinstance(model, Model):
                 model.user_class = f.cls
             return model

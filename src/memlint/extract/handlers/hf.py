@@ -223,13 +223,17 @@ class HfHandlers:
 
     def checkout_loader(self, cls: Class, attr: str) -> ClassLoader | None:
         """`Cls.from_pretrained` / `Cls.from_config` of a class the checkout defines on a transformers model base
-        (`class LlamaForCausalLM(LlamaPreTrainedModel)`, `LlamaPreTrainedModel(PreTrainedModel)`)."""
-        if attr not in ("from_pretrained", "from_config") or not _MODEL_CLASS.match(cls.name) or _NOT_MODEL.search(cls.name):
+        (`class LlamaForCausalLM(LlamaPreTrainedModel)`, `LlamaPreTrainedModel(PreTrainedModel)`, `class
+        Model(Qwen2ForCausalLM)`: the base makes it a model, whatever the subclass is called)."""
+        if attr not in ("from_pretrained", "from_config") or _NOT_MODEL.search(cls.name):
             return None
-        if any(isinstance(b, Ref) and b.qual.split(".", 1)[0] == "transformers"
-               and (_MODEL_CLASS.match(_last(b.qual)) or _last(b.qual) == "PreTrainedModel") for b in cls.lineage()):
-            return ClassLoader(cls, attr)
-        return None
+        base = next((b for b in cls.lineage() if isinstance(b, Ref) and b.qual.split(".", 1)[0] == "transformers"
+                     and (_MODEL_CLASS.match(_last(b.qual)) or _last(b.qual) == "PreTrainedModel")), None)
+        if base is None:
+            return None
+        # loaded as the class it is named as when that names a model, else as its transformers base
+        named = cls.name if _MODEL_CLASS.match(cls.name) or _last(base.qual) == "PreTrainedModel" else _last(base.qual)
+        return ClassLoader(cls, attr, named)
 
 
 # the library calls this module answers, by last component (handlers/__init__.py merges the tables)

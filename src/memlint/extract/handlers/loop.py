@@ -134,16 +134,11 @@ class LoopHandlers:
     def bf16_supported(self, c: Call) -> Any:
         """torch.cuda.is_bf16_supported() / unsloth's is_bfloat16_supported(): True on the GPUs fine-tuning runs on today
         (Ampere and newer: A100, H100, L4, RTX 30/40/50), said as an assumption; a T4 or V100 takes the other branch."""
-        from memlint.extract.source import colab_gpu
+        from memlint.extract.source import bf16_assumed
 
-        nb = next((p for p in (Path(str(c.it.path)), Path(getattr(c.it.launch, "origin", "") or "x")) if p.suffix == ".ipynb"), None)
-        gpu = colab_gpu(nb) if nb is not None else None
-        from memlint.gpu import family_supports
-
-        ok = family_supports(gpu, "bf16") if gpu is not None else None
-        if ok is not None:  # the notebook's Colab metadata names its GPU (gpus.json says whether it has bf16)
-            return Const(ok, "literal", c.line, (f"{c.name}() (line {c.line}): {ok} on the {gpu} the notebook's Colab "
-                                                 f"metadata names ({nb.name})",))
+        ok, why = bf16_assumed((Path(str(c.it.path)), Path(getattr(c.it.launch, "origin", "") or "x")))
+        if why is not None:  # the notebook's Colab metadata names its GPU (gpus.json says whether it has bf16)
+            return Const(ok, "literal", c.line, (f"{c.name}() (line {c.line}): {ok} on {why}",))
         c.it.facts.note(f"line {c.line}: {c.name}() is read as True (an Ampere or newer GPU); on a T4 or V100 it is "
                         "False and the script takes its other branch")
         return Const(True, "environment-default", c.line, (f"{c.name}() (line {c.line}): True on Ampere and newer GPUs (assumed)",))

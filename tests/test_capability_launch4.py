@@ -1,0 +1,198 @@
+"""Job scripts that set up a framework and run it from there: `srun` with its options, a launcher copied into a
+framework's clone (`cp run.sh app/examples/demo.sh`) and run inside a container whose working folder is a bound
+folder of the checkout, and a framework's own entry script that the checkout does not hold (LLaMA-Factory's
+`src/train_bash.py --stage sft ...`), recognised by its name and the flags only that framework takes. Also `tune run`'s
+processes, a checkout subclass of a transformers model whatever its name, and the load dtypes libraries choose."""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+
+import pytest
+
+from checkouts import ARGPARSE_TRAIN, field_values as _get, plan_of_command as _command, write_checkout
+from memlint.extract.launch import parse_command
+
+_write = partial(write_checkout, dedent=True)
+
+_LF_FLAGS = """
+    CUDA_VISIBLE_DEVICES=0 python ../../src/train_bash.py \\
+        --stage sft --do_train \\
+        --model_name_or_path meta-llama/Llama-2-7b-hf \\
+        --finetuning_type lora --lora_target q_proj,v_proj \\
+        --cutoff_len 1024 --per_device_train_batch_size 2 --gradient_accumulation_steps 8 \\
+        --quantization_bit 4 --fp16
+"""
+
+
+def test_a_launcher_copied_into_a_framework_clone_and_run_in_a_container_is_read(tmp_path, monkeypatch):
+    # srun (options with values) -> bash -c "./job.sh" -> cp demo.sh into the clone -> singularity --pwd (a bound
+    # folder of the checkout) -> bash demo.sh -> python ../../src/train_bash.py (LLaMA-Factory's, not in the checkout)
+    root = _write(tmp_path, {
+        "class/srun.sh": 'srun --job-name demo --nodes 1 --gpus-per-node 1 --account X -o logs/o.out \\\n'
+                         '  bash -c "./job.sh" &\n',
+        "class/job.sh": """
+            #!/bin/bash
+            cp demo.sh local/app/LLaMA-Factory/examples/qlora/my_demo.sh
+            singularity exec --nv --pwd $HOME/.local/app/LLaMA-Factory/examples/qlora -B ./local:$HOME/.local \\
+              images/cuda.sif \\
+              bash -c "HF_TOKEN=x bash my_demo.sh"
+        """,
+        "class/demo.sh": _LF_FLAGS,
+    })
+    plan = _command(root / "class", monkeypatch, "bash", "srun.sh")
+    assert _get(plan, "model_id", "method", "quant_bits", "per_device_batch", "grad_accum", "max_length", "trainer",
+                "num_gpus") == {
+        "model_id": "meta-llama/Llama-2-7b-hf", "method": "qlora", "quant_bits": 4, "per_device_batch": 2,
+        "grad_accum": 8, "max_length": 1024, "trainer": "Seq2SeqTrainer", "num_gpus": 1}
+
+
+def test_without_the_copy_the_missing_launcher_runs_nothing(tmp_path, monkeypatch):
+    # the same job with its `cp` line taken out: nothing is at the container's path, so nothing is read
+    root = _write(tmp_path, {
+        "job.sh": "singularity exec --pwd /w/app -B ./local:/w img.sif bash -c \"bash my_demo.sh\"\n",
+        "demo.sh": _LF_FLAGS,
+    })
+    from memlint.extract.shell import command_targets
+
+    monkeypatch.chdir(root)
+    assert not any("llamafactory" in str(t.path) for t in command_targets(["bash", "job.sh"]))
+    (root / "local/app").mkdir(parents=True)
+    (root / "job.sh").write_text("cp demo.sh local/app/my_demo.sh\n" + (root / "job.sh").read_text())
+    assert [str(t.path.name) for t in command_targets(["bash", "job.sh"])] == ["llamafactory-cli train"]
+
+
+@pytest.mark.parametrize("script, flags, read", [
+    ("src/train.py", "--stage sft --do_train --finetuning_type lora --model_name_or_path Qwen/Qwen2.5-0.5B", True),
+    ("train_bash.py", "--stage sft --do_train --finetuning_type full --model_name_or_path Qwen/Qwen2.5-0.5B", True),
+    ("src/train.py", "--model_name_or_path Qwen/Qwen2.5-0.5B --finetuning_type lora", False),  # no --stage
+    ("src/finetune.py", "--stage sft --finetuning_type lora --model_name_or_path Qwen/Qwen2.5-0.5B", False),
+])
+def test_a_frameworks_entry_script_missing_from_the_checkout_is_read_by_its_flags(tmp_path, monkeypatch, script,
+                                                                                    flags, read):
+    from memlint.extract.launch import framework_script
+
+    launch = parse_command(["python", script, *flags.split()])
+    tool = framework_script(launch)
+    assert (tool is not None) == read
+    if read:
+        assert (tool.launcher, tool.subcommand, tool.runner, tool.script) == ("llamafactory-cli", "train", "python", None)
+        root = _write(tmp_path, {"run.sh": f"python {script} {flags} --per_device_train_batch_size 3\n"})
+        assert _get(_command(root, monkeypatch, "bash", "run.sh"), "model_id", "per_device_batch") == {
+            "model_id": "Qwen/Qwen2.5-0.5B", "per_device_batch": 3}
+
+
+def test_the_checkouts_own_script_of_that_name_is_read_as_itself(tmp_path, monkeypatch):
+    # a checkout that has its own src/train.py: that file runs, whatever flags it is given
+    root = _write(tmp_path, {"src/train.py": ARGPARSE_TRAIN,
+                             "run.sh": "python src/train.py --stage sft --finetuning_type lora --batch_size 5\n"})
+    plan = _command(root, monkeypatch, "bash", "run.sh")
+    assert _get(plan, "per_device_batch", "trainer") == {"per_device_batch": 5, "trainer": "Trainer"}
+
+
+@pytest.mark.parametrize("words, command", [
+    ("srun --job-name demo --gpus-per-node 1 --cpus-per-task 4 python train.py --bs 2", ("train.py", ("--bs", "2"))),
+    ("srun -N 1 -o out.log --quit-on-interrupt python train.py", ("train.py", ())),
+    ("mpirun -np 4 -x NCCL_DEBUG python train.py", ("train.py", ())),
+])
+def test_wrapper_options_with_values_are_not_the_command(words, command):
+    launch = parse_command(words.split())
+    assert (launch.script, launch.argv) == command
+
+
+@pytest.mark.parametrize("line, cwd", [
+    ("cp run.sh app/ex/demo.sh", "app/ex/demo.sh"),
+    ("cp -f run.sh app/ex/", "app/ex/run.sh"),
+    ("cp run.sh app/ex", "app/ex/run.sh"),  # a folder: the copy keeps its name
+])
+def test_cp_records_where_the_copy_is(line, cwd):
+    from memlint.extract.shell import _copied
+
+    copies: dict[str, str] = {}
+    _copied(line, {}, None, copies)
+    assert copies == {cwd: "run.sh"}
+
+
+_TUNE_CONFIG = """
+    model:
+      _component_: torchtune.models.llama3.lora_llama3_8b
+      lora_attn_modules: ['q_proj', 'v_proj']
+      lora_rank: 8
+    tokenizer:
+      _component_: torchtune.models.llama3.llama3_tokenizer
+      path: /tmp/Meta-Llama-3-8B/original/tokenizer.model
+    checkpointer:
+      _component_: torchtune.training.FullModelMetaCheckpointer
+      checkpoint_dir: /tmp/Meta-Llama-3-8B/original/
+    dataset:
+      _component_: torchtune.datasets.alpaca_dataset
+    batch_size: 2
+    dtype: bf16
+"""
+
+
+@pytest.mark.parametrize("words, gpus, distributed", [
+    (["tune", "run", "lora_finetune_single_device", "--config", "my.yaml"], 1, "none"),
+    (["tune", "run", "--nproc_per_node", "4", "lora_finetune_distributed", "--config", "my.yaml"], 4, None),
+])
+def test_tune_run_starts_the_processes_its_command_says(tmp_path, monkeypatch, words, gpus, distributed):
+    root = _write(tmp_path, {"my.yaml": _TUNE_CONFIG})
+    plan = _command(root, monkeypatch, *words)
+    assert plan.get("num_gpus").value == gpus
+    assert plan.get("distributed").value == distributed
+
+
+def test_a_checkout_subclass_of_a_transformers_model_loads_whatever_it_is_called(tmp_path, monkeypatch):
+    script = """
+        from transformers import Qwen2ForCausalLM, Trainer, TrainingArguments
+
+        class Model(Qwen2ForCausalLM):
+            def __init__(self, config):
+                super().__init__(config)
+
+        model = Model.from_pretrained("Qwen/Qwen2.5-7B-Instruct", attn_implementation="sdpa")
+        Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=2)).train()
+    """
+    root = _write(tmp_path, {"train.py": script})
+    plan = _command(root, monkeypatch, "python", "train.py")
+    assert _get(plan, "model_id", "attn_implementation") == {"model_id": "Qwen/Qwen2.5-7B-Instruct",
+                                                             "attn_implementation": "sdpa"}
+
+
+_UNSLOTH = ["from unsloth import FastLanguageModel\n",
+            "from trl import SFTTrainer, SFTConfig\n",
+            "model, tok = FastLanguageModel.from_pretrained('unsloth/Llama-3.2-1B', max_seq_length=1024, dtype=None, "
+            "load_in_4bit=True)\n",
+            "model = FastLanguageModel.get_peft_model(model, r=16)\n",
+            "SFTTrainer(model=model, args=SFTConfig('o', per_device_train_batch_size=2)).train()\n"]
+
+
+@pytest.mark.parametrize("gpu, dtype", [("T4", "fp16"), ("A100", "bf16"), (None, "bf16")])
+def test_unsloths_load_dtype_follows_the_gpus_bf16(tmp_path, gpu, dtype):
+    from memlint.extract import extract_file
+
+    meta = {"colab": {"provenance": [], **({"gpuType": gpu} if gpu else {})}, "accelerator": "GPU"}
+    nb = {"cells": [{"cell_type": "code", "metadata": {}, "source": _UNSLOTH, "outputs": [], "execution_count": None}],
+          "metadata": meta, "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "nb.ipynb"
+    path.write_text(json.dumps(nb))
+    plan = extract_file(path)
+    assert plan.get("torch_dtype").value == dtype
+    assert (gpu is None) == any("unsloth's dtype=None loads in bfloat16" in n for n in plan.notes)
+
+
+_BNB = """
+    import torch
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments
+    bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.bfloat16)
+    model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B", quantization_config=bnb)
+    Trainer(model=model, args=TrainingArguments("o")).train()
+"""
+
+
+@pytest.mark.parametrize("pin, dtype", [("transformers==4.44.2", "fp16"), ("transformers==5.1.0", "auto")])
+def test_a_bitsandbytes_load_without_a_dtype_is_float16_before_transformers_5(tmp_path, monkeypatch, pin, dtype):
+    root = _write(tmp_path, {"train.py": _BNB, "requirements.txt": pin + "\n"})
+    plan = _command(root, monkeypatch, "python", "train.py")
+    assert plan.get("torch_dtype").value == dtype
