@@ -80,13 +80,28 @@ def find_gpu(name: str) -> Gpu:
     return Gpu(f"{gib:g} GiB", int(gib * GIB), DEFAULT_CONTEXT)
 
 
+def _family(name: str, key: str) -> set:
+    """The values of gpus.json's `key` over every GPU a name stands for (`V100`: the 16 and 32 GB boards)."""
+    norm = _norm(name)
+    return {g[key] for label, g in table().items() if g.get(key) is not None
+            and any(_norm(n) == norm or _norm(n).startswith(norm) for n in (label, *g["aliases"]))} if norm else set()
+
+
 def family_supports(name: str, capability: str) -> bool | None:
     """Whether every GPU a name stands for (`V100`: the 16 and 32 GB boards; `T4`) has `capability` (a gpus.json key);
     None when the name stands for none, or for GPUs that differ in it."""
-    key = _norm(name)
-    found = {bool(g[capability]) for label, g in table().items() if capability in g
-             and any(_norm(n) == key or _norm(n).startswith(key) for n in (label, *g["aliases"]))} if key else set()
+    found = {bool(v) for v in _family(name, capability)}
     return found.pop() if len(found) == 1 else None
+
+
+def family_capability(name: str) -> tuple[int, int] | None:
+    """The CUDA compute capability (major, minor) every GPU a name stands for has (gpus.json "compute_capability");
+    None when the name stands for none, or for GPUs that differ in it."""
+    found = _family(name, "compute_capability")
+    if len(found) != 1:
+        return None
+    major, _, minor = found.pop().partition(".")
+    return (int(major), int(minor or 0)) if major.isdigit() and (minor or "0").isdigit() else None
 
 
 def common_gpus() -> list[Gpu]:

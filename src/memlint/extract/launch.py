@@ -162,6 +162,7 @@ FRAMEWORK_CLIS = {
     "axolotl": ({"train"}, ()),
     "llamafactory-cli": ({"train"}, ()),
     "tune": ({"run"}, ("--config",)),
+    "swift": ({"sft", "pt", "rlhf"}, ()),  # ms-swift: `--key value` flags, or (4.x) a YAML/JSON file first
 }
 
 

@@ -91,7 +91,13 @@ def apply_launcher(plan: TrainingPlan, launch: Any, script: Path) -> TrainingPla
     plan = documented(plan, launch)
     fields: dict[str, Value] = {}
     opts = launch.options
-    if launch.gpus:
+    shard = str(plan.get("distributed").value or "")
+    if launch.launcher == "python" and launch.gpus and launch.gpus > 1 and shard.startswith(("zero", "fsdp")):
+        # a Trainer given DeepSpeed or FSDP starts no processes itself: plain `python` is a world of one on one GPU,
+        # however many CUDA_VISIBLE_DEVICES shows (DeepSpeed and FSDP wrap no DataParallel)
+        fields["num_gpus"] = _value(launch, 1, f"python: one process (world size 1: {shard} over one GPU, however many "
+                                               "are visible)")
+    elif launch.gpus:
         how = {"torchrun": "torchrun --nproc_per_node", "accelerate": "accelerate launch --num_processes",
                "deepspeed": "deepspeed --num_gpus", "composer": "composer -n", "lightning": "lightning --devices",
                }.get(launch.launcher, "CUDA_VISIBLE_DEVICES")

@@ -432,10 +432,12 @@ class MicroSlice(NamedTuple):
 
 
 class Chunking(NamedTuple):
-    """`t[i : i + n] for i in range(0, total, n)`: fixed blocks of n tokens."""
+    """`t[i : i + n] for i in range(0, total, n)`: fixed blocks of n tokens (or a dataset's `__getitem__` that
+    returns one such block per index)."""
 
     size: Any
     line: int | None
+    how: str = "token stream cut into fixed blocks: t[i : i + n] for i in range(0, total, n)"
 
 
 # ---- reading values off objects -------------------------------------------------------------------

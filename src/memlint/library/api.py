@@ -103,6 +103,12 @@ def length_arguments() -> frozenset[str]:
 
 
 @data.derived
+def dataclass_field_helpers() -> frozenset[str]:
+    """Calls that declare a dataclass field with default= / default_factory= (dataclasses.field and its wrappers)."""
+    return frozenset(_doc()["dataclass_field_helpers"]["names"])
+
+
+@data.derived
 def batch_size_names() -> frozenset[str]:
     """Names scripts give a batch size (a count of samples, never a length in tokens)."""
     return frozenset(_doc()["batch_size_names"]["names"])

@@ -3,8 +3,8 @@
 Formats are told apart by their keys (and, for a file that does not parse, by its name); each format is one module
 of this package whose reader says how its files look (configs/registry.py finds them): axolotl, LLaMA-Factory, TRL
 recipes, torchtune, LitGPT, llm-foundry (Composer), oumi, LLM-Finetuning-Toolkit (llmtune), torchtitan job TOML,
-NVIDIA NeMo 1.x / NeMo-Megatron YAML, LightningCLI (jsonargparse) YAML, nanotron run YAML, DeepSpeed JSON and
-accelerate config YAML. (xtuner's configs are Python: extract/xtuner.py reads them.)
+NVIDIA NeMo 1.x / NeMo-Megatron YAML, LightningCLI (jsonargparse) YAML, nanotron run YAML, ms-swift YAML (and its
+`swift sft|pt|rlhf` flags), DeepSpeed JSON and accelerate config YAML. (xtuner's configs are Python: extract/xtuner.py reads them.)
 `merge_launch_config` lays a DeepSpeed or accelerate config over a script's plan.
 """
 
@@ -171,7 +171,7 @@ def _read_config(path: str | Path | None, shown: str | None = None, *, text: str
         # named alone, a config of a format memlint does not read: memlint's limit, said as a note on an all-unknown
         # plan (as for a script without a trainer), not the user's error
         why = (f"{name}: not a config memlint reads (axolotl, LLaMA-Factory, TRL recipe, torchtune, LitGPT, llm-foundry, "
-               "oumi, LLM-Finetuning-Toolkit, torchtitan, NeMo, LightningCLI, nanotron, DeepSpeed or accelerate): name "
+               "oumi, LLM-Finetuning-Toolkit, torchtitan, NeMo, LightningCLI, nanotron, ms-swift, DeepSpeed or accelerate): name "
                "the script that reads it, or its launch command after --")
         return TrainingPlan(name, {}, (why,), (), "config")
     if not doc.ok:

@@ -21,6 +21,7 @@ TOOLS = {
     "llamafactory-cli": ("llama-factory", "key=value", None),
     "tune": ("torchtune", "key=value", None),
     "llmtune": ("llmtune", "none", None),
+    "swift": ("ms-swift", "flags", None),
 }
 # a Hydra entry script's overrides (NeMo's `megatron_gpt_finetuning.py ... model.micro_batch_size=2 trainer.devices=8`):
 # key=value, +key=value, ++key=value after the script (launch.py _hydra_config finds the config it composes)
@@ -29,7 +30,7 @@ HYDRA_KINDS = ("nemo",)
 COMMAND_LINE = "<command line>"
 # framework CLIs that read a whole config from flags when no config file comes first (LLaMA-Factory's read_args:
 # HfArgumentParser.parse_args_into_dataclasses over `--key value`)
-FLAGS_ONLY = frozenset({"llamafactory-cli"})
+FLAGS_ONLY = frozenset({"llamafactory-cli", "swift"})
 
 
 def flags_config(launch: Any) -> bool:

@@ -277,7 +277,7 @@ class LengthFields:
         reached_calls = [c for c in reached_calls if c.text]  # text_target= alone tokenizes the labels only
         if chunking and (facts.reached.get("chunking", 1) or not facts.reached.get("tokenizer_calls")):
             size, cline = chunking[0].size, chunking[0].line
-            self.put("packing", Const(True, "literal", cline, ("token stream cut into fixed blocks: t[i : i + n] for i in range(0, total, n)",)), _bool, cline)
+            self.put("packing", Const(True, "literal", cline, (chunking[0].how,)), _bool, cline)
             self.fields["padding"] = Value("packing", "literal", Span(self.path, cline), ("fixed-length blocks, no padding",))
             self.put("max_length", size, _length, cline)
             return

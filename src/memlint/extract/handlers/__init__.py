@@ -44,7 +44,7 @@ from memlint.extract.handlers.datafiles import DataFileHandlers
 from memlint.extract.handlers.distributed import DistributedHandlers, _LIGHTNING
 from memlint.extract.handlers.entrypoints import EntryPointHandlers
 from memlint.extract.handlers.hf import (
-    HfHandlers, _MODEL_CLASS, _NOT_MODEL, _TOKENIZE_METHODS, _pretrained_model_class, _vendored_trainer,
+    HfHandlers, _MODEL_CLASS, _NOT_MODEL, _TOKENIZE_METHODS, _copied_trainer, _pretrained_model_class, _vendored_trainer,
 )
 from memlint.extract.handlers.language import LanguageHandlers, _grow, _seq_method
 from memlint.extract.handlers.loop import LoopHandlers, _record_layer, _steps_an_optimizer
@@ -204,6 +204,7 @@ class Handlers(
         if base:
             return c.new(TrainingArgs, api.training_arguments()[base], ("output_dir",), user_class=cls)
         base = library_base(cls, api.trainers())
+        base = _copied_trainer(cls, base, api.trainers()) or base  # `class DPOTrainer(Trainer)`: TRL's, copied
         if base and not _library_call(c):  # `ProjectTrainer(args, accelerator)`: its own __init__ builds the model
             own = self.own_trainer_init(c, cls, base)
             if own is not None:

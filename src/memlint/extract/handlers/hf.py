@@ -50,6 +50,26 @@ def _vendored_trainer(cls: Class, names: Any) -> str | None:
     return named if vendored else None
 
 
+def _copied_trainer(cls: Class, base: str | None, names: Any) -> str | None:
+    """A copy of a library trainer kept in the repository on top of a more general library base (ATM-RAG's
+    `class DPOTrainer(Trainer)`, TRL's DPOTrainer copied over transformers' Trainer): the checkout class nearest the
+    call whose name is another library trainer's and which carries that trainer's loss (its own compute_loss,
+    concatenated_forward or get_batch_loss_metrics) is that trainer; None for any other class."""
+    stack: list = [cls]
+    for _ in range(20):
+        if not stack:
+            break
+        x = stack.pop(0)
+        if isinstance(x, Class):
+            if x.name in names and x.name != base and _TRAINER_LOSS & set(x.methods):
+                return x.name
+            stack.extend(x.bases)
+    return None
+
+
+_TRAINER_LOSS = frozenset({"compute_loss", "concatenated_forward", "get_batch_loss_metrics"})
+
+
 class HfHandlers:
     """transformers and datasets."""
 

@@ -143,6 +143,26 @@ class LoopHandlers:
                         "False and the script takes its other branch")
         return Const(True, "environment-default", c.line, (f"{c.name}() (line {c.line}): True on Ampere and newer GPUs (assumed)",))
 
+    def device_capability(self, c: Call) -> Any:
+        """torch.cuda.get_device_capability(): (major, minor) of the GPU a Colab notebook's metadata names, else (8, 0),
+        an Ampere GPU (the GPUs fine-tuning runs on today), said as an assumption: `if
+        torch.cuda.get_device_capability()[0] >= 8:` picks FlashAttention-2 and bf16 on those."""
+        from memlint.extract.source import colab_gpu
+        from memlint.gpu import family_capability
+
+        nb = next((p for p in (Path(str(c.it.path)), Path(getattr(c.it.launch, "origin", "") or "x"))
+                   if p.suffix == ".ipynb"), None)
+        gpu = colab_gpu(nb) if nb is not None else None
+        cap = family_capability(gpu) if gpu is not None else None
+        if cap is not None:
+            why = f"{c.name}() (line {c.line}): {cap} on the {gpu} the notebook's Colab metadata names ({nb.name})"
+            return Seq([Const(cap[0], "literal", c.line, (why,)), Const(cap[1], "literal", c.line, (why,))], "tuple")
+        c.it.facts.note(f"line {c.line}: {c.name}() is read as (8, 0), an Ampere GPU; on a T4 or V100 (7.x) the script "
+                        "takes its other branch")
+        why = f"{c.name}() (line {c.line}): (8, 0) on an Ampere GPU (assumed)"
+        return Seq([Const(8, "environment-default", c.line, (why,)), Const(0, "environment-default", c.line, (why,))],
+                   "tuple")
+
     def unknown_method(self, it: Any, f: BoundUnknown, args: list, kwargs: dict, line: int | None) -> Any:
         if f.attr == "backward":
             it.facts.backward.append(line)
@@ -245,4 +265,5 @@ BY_NAME: dict[str, Callable[[Any, Call], Any]] = {
     "GradScaler": LoopHandlers.scaler,
     "is_bfloat16_supported": LoopHandlers.bf16_supported,
     "is_bf16_supported": LoopHandlers.bf16_supported,
+    "get_device_capability": LoopHandlers.device_capability,
 }

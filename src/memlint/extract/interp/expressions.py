@@ -231,6 +231,7 @@ class Expressions:
         """seq[a:b] over a known sequence or string with constant bounds."""
         sl = node.slice[0].slice
         self.stream_block_idiom(sl, env)
+        self.item_block_idiom(sl, env)
         bounds = self._slice_bounds(sl, env)
         if bounds is None:
             return Unknown("a slice with unknown bounds")

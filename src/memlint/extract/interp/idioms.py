@@ -288,6 +288,29 @@ class Idioms:
                     f" then .{sub.func.attr.value}({rows}, {size})"))
                 return
 
+    def item_block_idiom(self, sl: cst.Slice, env: Env) -> None:
+        """A dataset's `__getitem__` that returns `tokens[start : start + n]` (or `end = start + n` then
+        `tokens[start:end]`): every sample is one fixed block of n tokens of a token stream (packed, no padding)."""
+        if sl.lower is None or sl.upper is None or sl.step is not None or not self.stack \
+                or self.stack[-1].qual.rsplit(".", 1)[-1] != "__getitem__" or self.facts.chunking:
+            return
+        lower, upper = self.code(sl.lower), sl.upper
+        if isinstance(upper, cst.Name):  # `end = start + n` earlier in the method
+            upper = next((a.value for a in _walk(self.stack[-1].node) if isinstance(a, cst.Assign)
+                          and len(a.targets) == 1 and self.code(a.targets[0].target) == upper.value), None)
+        if not (isinstance(upper, cst.BinaryOperation) and isinstance(upper.operator, cst.Add)
+                and self.code(upper.left) == lower):
+            return
+        step = upper.right
+        name = step.value if isinstance(step, cst.Name) else step.attr.value if isinstance(step, cst.Attribute) else None
+        if name is not None and _named_in(name, api.batch_size_names()):
+            return  # `self.data[i : i + self.batch_size]`: a batch of samples, not a block of tokens
+        n = self.ev(step, env)
+        if isinstance(n, Const) and isinstance(n.value, int) and not isinstance(n.value, bool) and n.value > 1:
+            self.facts.chunking.append(Chunking(n, self.line_of(sl), f"each sample is one block of {n.value} tokens of "
+                                                                     f"a token stream: [{lower} : {self.code(sl.upper)}] "
+                                                                     "in the dataset's __getitem__"))
+
     def _offset_slice(self, elt: cst.CSTNode, var: str, n: str | None = None) -> tuple[cst.Subscript, cst.CSTNode] | None:
         """The first `x[var : var + n]` in `elt` (n written as `n` when given): (the subscript, n)."""
         for sub in _walk(elt):

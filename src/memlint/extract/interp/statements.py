@@ -12,6 +12,7 @@ from memlint.extract.interp.scope import _ABSENT, Env, GlobalsView, _named
 from memlint.extract.interp.syntax import MAX_UNROLL, _PLAIN_SMALL, _loop_counters, _only_raises, _walk
 from memlint.extract.objects import Fields, Method, Obj, Range
 from memlint.extract.values import Class, Const, Dict, Func, RaisedBy, Ref, Seq, Unknown, flatten, insert_fits, merge
+from memlint.library import api
 
 
 class Statements:
@@ -419,7 +420,9 @@ class Statements:
         env.vars[node.name.value] = cls
 
     def field_default(self, value: cst.CSTNode, env: Env) -> Any:
-        if isinstance(value, cst.Call) and self.dotted(value.func).split(".")[-1] == "field":
+        """A dataclass field's default: dataclasses.field(default=..., default_factory=...) and the helpers that wrap it
+        with the same two keywords (library_api.json dataclass_field_helpers), else the value itself."""
+        if isinstance(value, cst.Call) and self.dotted(value.func).split(".")[-1] in api.dataclass_field_helpers():
             for a in value.args:
                 if a.keyword is not None and a.keyword.value == "default":
                     return self.ev(a.value, env)

@@ -1,0 +1,152 @@
+"""Values real scripts set in ways the first readers missed: transformers' HfArg dataclass fields, the GPU's compute
+capability, a copy of a TRL trainer kept in the repository, a Trainer given DeepSpeed under plain `python`, and a
+dataset whose `__getitem__` returns fixed blocks of a token stream."""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+
+import pytest
+
+from checkouts import field_values as _get, plan_of_command as _command, write_checkout
+
+_write = partial(write_checkout, dedent=True)
+
+
+def test_hfarg_fields_keep_their_defaults(tmp_path, monkeypatch):
+    script = """
+        from dataclasses import dataclass
+        from transformers import AutoModelForCausalLM, HfArgumentParser, Trainer, TrainingArguments
+        from transformers.hf_argparser import HfArg
+        from peft import LoraConfig, get_peft_model
+
+        @dataclass
+        class Arguments(TrainingArguments):
+            model_name_or_path: str = HfArg(default="Qwen/Qwen2.5-0.5B", help="the model")
+            lora_r: int = HfArg(default=16, help="rank")
+            bf16: bool = HfArg(default=True, help="bf16")
+
+        args = HfArgumentParser(Arguments).parse_args_into_dataclasses()[0]
+        model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path)
+        model = get_peft_model(model, LoraConfig(r=args.lora_r, task_type="CAUSAL_LM"))
+        Trainer(model=model, args=args).train()
+    """
+    root = _write(tmp_path, {"train.py": script})
+    plan = _command(root, monkeypatch, "python", "train.py", "--output_dir", "o")
+    assert _get(plan, "model_id", "lora_r", "precision") == {"model_id": "Qwen/Qwen2.5-0.5B", "lora_r": 16,
+                                                             "precision": "amp-bf16"}
+
+
+_CAPABILITY = ["import torch\n",
+               "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n",
+               "if torch.cuda.get_device_capability()[0] >= 8:\n",
+               "    attn_implementation = 'flash_attention_2'\n",
+               "else:\n",
+               "    attn_implementation = 'eager'\n",
+               "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-0.5B', attn_implementation=attn_implementation)\n",
+               "Trainer(model=model, args=TrainingArguments('o')).train()\n"]
+
+
+@pytest.mark.parametrize("gpu, attn", [("T4", "eager"), ("A100", "flash_attention_2"), ("L4", "flash_attention_2"),
+                                       (None, "flash_attention_2")])
+def test_the_gpus_compute_capability_picks_the_branch(tmp_path, gpu, attn):
+    from memlint.extract import extract_file
+
+    meta = {"colab": {"provenance": [], **({"gpuType": gpu} if gpu else {})}, "accelerator": "GPU"}
+    nb = {"cells": [{"cell_type": "code", "metadata": {}, "source": _CAPABILITY, "outputs": [], "execution_count": None}],
+          "metadata": meta, "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "nb.ipynb"
+    path.write_text(json.dumps(nb))
+    plan = extract_file(path)
+    assert plan.get("attn_implementation").value == attn
+    assert (gpu is None) == any("get_device_capability() is read as (8, 0)" in n for n in plan.notes)
+
+
+_COPIED_DPO = """
+    from transformers import Trainer
+
+    class DPOTrainer(Trainer):
+        def __init__(self, model=None, ref_model=None, args=None, beta=0.1, max_length=None, **kwargs):
+            self.max_length = max_length
+            super().__init__(model=model, args=args, **kwargs)
+
+        def concatenated_forward(self, model, batch):
+            return model(**batch)
+
+        def compute_loss(self, model, inputs, return_outputs=False):
+            return self.concatenated_forward(model, inputs)
+"""
+
+
+@pytest.mark.parametrize("name, loss, trainer", [
+    ("DPOTrainer", True, "DPOTrainer"),     # TRL's DPOTrainer, copied over transformers' Trainer
+    ("DPOTrainer", False, "Trainer"),       # named so, but without the trainer's loss: not a copy of it
+    ("MyTrainer", True, "Trainer"),         # a subclass of its own name
+])
+def test_a_copy_of_a_trl_trainer_in_the_repository_is_that_trainer(tmp_path, monkeypatch, name, loss, trainer):
+    utils = _COPIED_DPO.replace("class DPOTrainer", f"class {name}")
+    if not loss:
+        utils = utils.split("        def concatenated_forward")[0]
+    script = f"""
+        from transformers import AutoModelForCausalLM, TrainingArguments
+        from dpo_utils import {name}
+
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+        trainer = {name}(model=model, ref_model=None, args=TrainingArguments("o"), max_length=1024)
+        trainer.train()
+    """
+    root = _write(tmp_path, {"dpo_utils.py": utils, "train.py": script})
+    assert _command(root, monkeypatch, "python", "train.py").get("trainer").value == trainer
+
+
+@pytest.mark.parametrize("ds, gpus", [("ds.json", 1), (None, 4)])
+def test_a_trainer_with_deepspeed_under_plain_python_is_one_process(tmp_path, monkeypatch, ds, gpus):
+    script = """
+        import sys
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+        ds = sys.argv[1] if len(sys.argv) > 1 else None
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+        Trainer(model=model, args=TrainingArguments("o", deepspeed=DS)).train()
+    """.replace("DS", repr(ds))
+    root = _write(tmp_path, {"train.py": script, "ds.json": '{"zero_optimization": {"stage": 3}}',
+                             "run.sh": "export CUDA_VISIBLE_DEVICES=0,1,2,3\npython train.py\n"})
+    assert _command(root, monkeypatch, "bash", "run.sh").get("num_gpus").value == gpus
+
+
+_BLOCKS = """
+    import torch
+    from torch.utils.data import Dataset, DataLoader
+    from transformers import AutoModelForCausalLM
+
+    class Blocks(Dataset):
+        def __init__(self, tokens, seq_length):
+            self.tokens = tokens
+            self.seq_length = seq_length
+
+        def __len__(self):
+            return len(self.tokens) // self.seq_length
+
+        def __getitem__(self, i):
+            start_idx = i * self.seq_length
+            END
+            return {"input_ids": self.tokens[start_idx:end_idx]}
+
+    model = AutoModelForCausalLM.from_pretrained("gpt2")
+    opt = torch.optim.AdamW(model.parameters())
+    loader = DataLoader(Blocks(torch.load("t.pt"), seq_length=512), batch_size=4)
+    for batch in loader:
+        loss = model(input_ids=batch["input_ids"], labels=batch["input_ids"]).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+"""
+
+
+@pytest.mark.parametrize("end, packed", [("end_idx = start_idx + self.seq_length", True),
+                                         ("end_idx = start_idx + self.batch_size", False)])
+def test_a_dataset_returning_fixed_blocks_of_a_token_stream_is_packed(tmp_path, monkeypatch, end, packed):
+    root = _write(tmp_path, {"train.py": _BLOCKS.replace("END", end)})
+    plan = _command(root, monkeypatch, "python", "train.py")
+    assert (plan.get("packing").value, plan.get("max_length").value) == ((True, 512) if packed else (False, None))
+    assert plan.get("per_device_batch").value == 4
