@@ -79,15 +79,20 @@ _COPIED_DPO = """
 """
 
 
-@pytest.mark.parametrize("name, loss, trainer", [
-    ("DPOTrainer", True, "DPOTrainer"),     # TRL's DPOTrainer, copied over transformers' Trainer
-    ("DPOTrainer", False, "Trainer"),       # named so, but without the trainer's loss: not a copy of it
-    ("MyTrainer", True, "Trainer"),         # a subclass of its own name
+@pytest.mark.parametrize("name, keep, trainer", [
+    ("DPOTrainer", "all", "DPOTrainer"),         # TRL's DPOTrainer, copied over transformers' Trainer
+    ("DPOTrainer", "none", "Trainer"),           # named so, but without the trainer's methods: not a copy of it
+    ("RewardTrainer", "compute_loss", "Trainer"),  # a custom compute_loss alone is any project's own trainer
+    ("MyTrainer", "all", "Trainer"),             # a subclass of its own name
 ])
-def test_a_copy_of_a_trl_trainer_in_the_repository_is_that_trainer(tmp_path, monkeypatch, name, loss, trainer):
+def test_a_copy_of_a_trl_trainer_in_the_repository_is_that_trainer(tmp_path, monkeypatch, name, keep, trainer):
     utils = _COPIED_DPO.replace("class DPOTrainer", f"class {name}")
-    if not loss:
-        utils = utils.split("        def concatenated_forward")[0]
+    head, rest = utils.split("        def concatenated_forward")
+    if keep == "none":
+        utils = head
+    elif keep == "compute_loss":
+        utils = head + "        def compute_loss" + rest.split("        def compute_loss")[1].replace(
+            "self.concatenated_forward(model, inputs)", "model(**inputs)")
     script = f"""
         from transformers import AutoModelForCausalLM, TrainingArguments
         from dpo_utils import {name}
@@ -150,3 +155,66 @@ def test_a_dataset_returning_fixed_blocks_of_a_token_stream_is_packed(tmp_path, 
     plan = _command(root, monkeypatch, "python", "train.py")
     assert (plan.get("packing").value, plan.get("max_length").value) == ((True, 512) if packed else (False, None))
     assert plan.get("per_device_batch").value == 4
+
+
+_SLICED = """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained("gpt2")
+    tok = AutoTokenizer.from_pretrained("gpt2")
+    opt = torch.optim.AdamW(model.parameters())
+    prompts = [line for line in open("data.txt")]
+    micro_batch_size = 2
+    for j in range(len(prompts) // micro_batch_size):
+        batch = SLICE
+        ids = tok(batch, return_tensors="pt", padding=True).input_ids
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad()
+"""
+
+
+@pytest.mark.parametrize("cut, batch", [
+    ("prompts[j * micro_batch_size:j * micro_batch_size + micro_batch_size]", 2),
+    ("prompts[j * micro_batch_size:(j + 1) * micro_batch_size]", 2),
+    ("prompts[j:j + 3]", None),  # a width not named as a batch size says nothing
+])
+def test_a_loop_that_cuts_its_batches_from_a_list_has_that_micro_batch(tmp_path, monkeypatch, cut, batch):
+    root = _write(tmp_path, {"train.py": _SLICED.replace("SLICE", cut)})
+    assert _command(root, monkeypatch, "python", "train.py").get("per_device_batch").value == batch
+
+
+_HAND_PAD = """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    def collate(texts, tok):
+        ids = [tok.encode(t) for t in texts]
+        lens = [len(x) for x in ids]
+        max_len = MAXLEN
+        mask = []
+        for i in range(len(ids)):
+            padding_num = max_len - lens[i]
+            ids[i] = ids[i] + [tok.pad_token_id] * padding_num
+            mask.append([1.0] * (lens[i] - 1))
+        return torch.tensor(ids)
+
+    model = AutoModelForCausalLM.from_pretrained("gpt2")
+    tok = AutoTokenizer.from_pretrained("gpt2")
+    opt = torch.optim.AdamW(model.parameters())
+    rows = [line for line in open("data.txt")]
+    batch_size = 4
+    for j in range(len(rows) // batch_size):
+        ids = collate(rows[j * batch_size:(j + 1) * batch_size], tok)
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad()
+"""
+
+
+@pytest.mark.parametrize("maxlen, padding", [("max(lens)", "longest"), ("512", "max_length")])
+def test_padding_written_by_hand_to_the_longest_of_a_list_of_lengths(tmp_path, monkeypatch, maxlen, padding):
+    root = _write(tmp_path, {"train.py": _HAND_PAD.replace("MAXLEN", maxlen)})
+    plan = _command(root, monkeypatch, "python", "train.py")
+    assert (plan.get("padding").value, plan.get("per_device_batch").value) == (padding, 4)

@@ -92,7 +92,10 @@ def apply_launcher(plan: TrainingPlan, launch: Any, script: Path) -> TrainingPla
     fields: dict[str, Value] = {}
     opts = launch.options
     shard = str(plan.get("distributed").value or "")
-    if launch.launcher == "python" and launch.gpus and launch.gpus > 1 and shard.startswith(("zero", "fsdp")):
+    from memlint.library import api
+
+    if launch.launcher == "python" and launch.gpus and launch.gpus > 1 and shard.startswith(("zero", "fsdp")) \
+            and plan.get("trainer").value in api.trainers():  # a script that spawns its own processes is not one
         # a Trainer given DeepSpeed or FSDP starts no processes itself: plain `python` is a world of one on one GPU,
         # however many CUDA_VISIBLE_DEVICES shows (DeepSpeed and FSDP wrap no DataParallel)
         fields["num_gpus"] = _value(launch, 1, f"python: one process (world size 1: {shard} over one GPU, however many "

@@ -45,6 +45,9 @@ class LengthFields:
         elif self.facts.iterator_batches:  # a checkout iterator class built with its micro-batch size
             rows = self.facts.iterator_batches[0]
             self.put("per_device_batch", rows, _int, rows.line)
+        elif self.facts.batch_slices:  # `prompts[j * mb : j * mb + mb]`: the loop's batches cut from a list
+            rows = self.facts.batch_slices[0]
+            self.put("per_device_batch", rows, _int, rows.line)
         else:
             self.put("per_device_batch", Unknown("no DataLoader found"), line=line)
         return train_dl

@@ -53,8 +53,11 @@ def _vendored_trainer(cls: Class, names: Any) -> str | None:
 def _copied_trainer(cls: Class, base: str | None, names: Any) -> str | None:
     """A copy of a library trainer kept in the repository on top of a more general library base (ATM-RAG's
     `class DPOTrainer(Trainer)`, TRL's DPOTrainer copied over transformers' Trainer): the checkout class nearest the
-    call whose name is another library trainer's and which carries that trainer's loss (its own compute_loss,
-    concatenated_forward or get_batch_loss_metrics) is that trainer; None for any other class."""
+    call whose name is another library trainer's and which carries that trainer's own methods (TRL's
+    concatenated_forward or get_batch_loss_metrics: a compute_loss alone is any custom trainer's) is that trainer;
+    None for any other class."""
+    if base is None:  # no library base: a whole copy of the library's classes (_vendored_trainer)
+        return None
     stack: list = [cls]
     for _ in range(20):
         if not stack:
@@ -67,7 +70,7 @@ def _copied_trainer(cls: Class, base: str | None, names: Any) -> str | None:
     return None
 
 
-_TRAINER_LOSS = frozenset({"compute_loss", "concatenated_forward", "get_batch_loss_metrics"})
+_TRAINER_LOSS = frozenset({"concatenated_forward", "get_batch_loss_metrics"})  # TRL's preference trainers' own
 
 
 class HfHandlers:

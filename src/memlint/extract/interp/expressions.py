@@ -232,6 +232,7 @@ class Expressions:
         sl = node.slice[0].slice
         self.stream_block_idiom(sl, env)
         self.item_block_idiom(sl, env)
+        self.batch_slice_idiom(sl, env)
         bounds = self._slice_bounds(sl, env)
         if bounds is None:
             return Unknown("a slice with unknown bounds")

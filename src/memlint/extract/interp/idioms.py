@@ -180,10 +180,24 @@ class Idioms:
                 count = self.pad_counts[count.value]  # padding_len = max_len - len(ids); [pad] * padding_len
             if not (isinstance(count, cst.BinaryOperation) and isinstance(count.operator, cst.Subtract)):
                 continue
-            if not self.is_length(count.right):
+            if not (self.is_length(count.right) or self._length_item(count.right) and self._one_width(count.left)):
                 continue
             self.record_pad(count.left, self.line_of(node), env)
             return
+
+    @staticmethod
+    def _length_item(node: cst.CSTNode) -> bool:
+        """`lens[i]`: an item of a list of the samples' lengths (its name ends in len/lens/length/lengths)."""
+        return isinstance(node, cst.Subscript) and isinstance(node.value, cst.Name) \
+            and node.value.value.lower().endswith(("len", "lens", "length", "lengths"))
+
+    def _one_width(self, node: cst.CSTNode) -> bool:
+        """A width every row is brought to: `max_len` bound to `max(lengths)` or to a number, not another row's own
+        length (`[1.0] * (full_lens[i] - prompt_lens[i])` fills a mask)."""
+        if isinstance(node, cst.Name) and node.value in self.pad_counts:
+            node = self.pad_counts[node.value]
+        return isinstance(node, cst.Integer) or isinstance(node, cst.Call) and self.dotted(node.func) == "max" \
+            or isinstance(node, (cst.Name, cst.Attribute))
 
     def is_length(self, node: cst.CSTNode) -> bool:
         """`len(ids)`, `x.size(-1)`, `x.shape[1]`, or a name bound to one (`l = x.size(-1)`)."""
@@ -310,6 +324,29 @@ class Idioms:
             self.facts.chunking.append(Chunking(n, self.line_of(sl), f"each sample is one block of {n.value} tokens of "
                                                                      f"a token stream: [{lower} : {self.code(sl.upper)}] "
                                                                      "in the dataset's __getitem__"))
+
+    def batch_slice_idiom(self, sl: cst.Slice, env: Env) -> None:
+        """`prompts[j * k : j * k + k]` or `rows[j * k : (j + 1) * k]` with k named as a batch size
+        (`micro_batch_size`): a batch of k samples cut from a list, the micro-batch of a loop with no DataLoader."""
+        if sl.lower is None or sl.upper is None or sl.step is not None:
+            return
+        up = sl.upper
+        k = None
+        if isinstance(up, cst.BinaryOperation) and isinstance(up.operator, cst.Add) \
+                and self.code(up.left) == self.code(sl.lower):
+            k = up.right
+        elif isinstance(up, cst.BinaryOperation) and isinstance(up.operator, cst.Multiply) \
+                and isinstance(sl.lower, cst.BinaryOperation) and isinstance(sl.lower.operator, cst.Multiply) \
+                and self.code(up.right) == self.code(sl.lower.right):  # (j + 1) * k after j * k
+            k = up.right
+        name = k.value if isinstance(k, cst.Name) else k.attr.value if isinstance(k, cst.Attribute) else None
+        if name is None or not _named_in(name, api.batch_size_names()) or name.lower().startswith(("eval", "val", "test")):
+            return
+        rows = self.ev(k, env)
+        if isinstance(rows, Const) and isinstance(rows.value, int) and not isinstance(rows.value, bool) and rows.value > 0:
+            self.facts.batch_slices.append(rows.with_value(rows.value, f"[{self.code(sl.lower)} : {self.code(up)}] "
+                                                                       f"(line {self.line_of(sl)}): batches of "
+                                                                       f"{self.code(k)} = {rows.value} samples"))
 
     def _offset_slice(self, elt: cst.CSTNode, var: str, n: str | None = None) -> tuple[cst.Subscript, cst.CSTNode] | None:
         """The first `x[var : var + n]` in `elt` (n written as `n` when given): (the subscript, n)."""
