@@ -196,3 +196,57 @@ def test_a_bitsandbytes_load_without_a_dtype_is_float16_before_transformers_5(tm
     root = _write(tmp_path, {"train.py": _BNB, "requirements.txt": pin + "\n"})
     plan = _command(root, monkeypatch, "python", "train.py")
     assert plan.get("torch_dtype").value == dtype
+
+
+@pytest.mark.parametrize("python", ["$(shell command -v python 2> /dev/null || command -v python3 2> /dev/null || echo python3)",
+                                    "$(shell which python3)"])
+def test_a_makefile_python_found_by_the_shell_runs_the_recipes_script(tmp_path, monkeypatch, python):
+    root = _write(tmp_path, {"src/train.py": ARGPARSE_TRAIN,
+                             "Makefile": f"PYTHON := {python}\n\nfinetune:\n\t$(PYTHON) src/train.py --batch_size 6\n"})
+    assert _command(root, monkeypatch, "make", "finetune").get("per_device_batch").value == 6
+
+
+def test_a_make_target_that_runs_no_training_is_a_note_not_an_error(tmp_path, monkeypatch):
+    from memlint.extract.shell import command_targets
+
+    root = _write(tmp_path, {"Makefile": "lint:\n\truff check .\n"})
+    monkeypatch.chdir(root)
+    targets = command_targets(["make", "lint"])
+    assert len(targets) == 1 and "`make lint`" in targets[0].note and "runs no Python training" in targets[0].note
+
+
+@pytest.mark.parametrize("line", ["uv run src/train.py --batch_size 7", "uv run --with torch --frozen src/train.py --batch_size 7",
+                                  "poetry run python src/train.py --batch_size 7", "./src/train.py --batch_size 7"])
+def test_a_job_script_running_a_python_file_through_a_runner_is_read(tmp_path, monkeypatch, line):
+    root = _write(tmp_path, {"src/train.py": ARGPARSE_TRAIN, "job.sh": "#!/bin/bash\n#SBATCH --gpus=1\n" + line + "\n"})
+    assert _command(root, monkeypatch, "bash", "job.sh").get("per_device_batch").value == 7
+
+
+_ACCEL_DS = """
+    import torch
+    from accelerate import Accelerator, DeepSpeedPlugin
+    from transformers import AutoModelForCausalLM
+    PLUGIN
+    model = AutoModelForCausalLM.from_pretrained("gpt2")
+    opt = torch.optim.AdamW(model.parameters())
+    loader = torch.utils.data.DataLoader(torch.load("d.pt"), batch_size=1)
+    model, opt, loader = accelerator.prepare(model, opt, loader)
+    for batch in loader:
+        with accelerator.accumulate(model):
+            loss = model(**batch).loss
+            accelerator.backward(loss)
+            opt.step()
+            opt.zero_grad()
+"""
+
+
+@pytest.mark.parametrize("plugin, distributed, accum", [
+    ("accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=3, gradient_accumulation_steps=2))",
+     "zero3", 2),                                   # the script's own plugin: its stage and accumulation
+    ("accelerator = Accelerator()", "zero2", 1),    # --use_deepspeed alone: the plugin's default stage
+])
+def test_accelerate_use_deepspeed_without_a_stage(tmp_path, monkeypatch, plugin, distributed, accum):
+    root = _write(tmp_path, {"train.py": _ACCEL_DS.replace("PLUGIN", plugin)})
+    plan = _command(root, monkeypatch, "accelerate", "launch", "--num_processes", "4", "--use_deepspeed", "train.py")
+    assert _get(plan, "distributed", "grad_accum", "num_gpus") == {"distributed": distributed, "grad_accum": accum,
+                                                                   "num_gpus": 4}

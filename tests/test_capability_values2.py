@@ -177,6 +177,7 @@ _SLICED = """
 
 @pytest.mark.parametrize("cut, batch", [
     ("prompts[j * micro_batch_size:j * micro_batch_size + micro_batch_size]", 2),
+    ("prompts[slice(j * micro_batch_size, (j + 1) * micro_batch_size)]", 2),
     ("prompts[j * micro_batch_size:(j + 1) * micro_batch_size]", 2),
     ("prompts[j:j + 3]", None),  # a width not named as a batch size says nothing
 ])
@@ -218,3 +219,44 @@ def test_padding_written_by_hand_to_the_longest_of_a_list_of_lengths(tmp_path, m
     root = _write(tmp_path, {"train.py": _HAND_PAD.replace("MAXLEN", maxlen)})
     plan = _command(root, monkeypatch, "python", "train.py")
     assert (plan.get("padding").value, plan.get("per_device_batch").value) == (padding, 4)
+
+
+_UNIMPORTED = ["from transformers import AutoModelForCausalLM\n",
+               "# from trl import SFTTrainer, SFTConfig\n",
+               "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-0.5B')\n",
+               "trainer = SFTTrainer(model=model, args=SFTConfig(output_dir='o', per_device_train_batch_size=3))\n",
+               "trainer.train()\n"]
+
+
+@pytest.mark.parametrize("suffix, trainer", [(".ipynb", "SFTTrainer"), (".py", None)])
+def test_a_notebook_uses_the_classes_its_kernel_imported_earlier(tmp_path, suffix, trainer):
+    from memlint.extract import extract_file
+
+    path = tmp_path / f"train{suffix}"
+    if suffix == ".ipynb":
+        nb = {"cells": [{"cell_type": "code", "metadata": {}, "source": _UNIMPORTED, "outputs": [],
+                         "execution_count": None}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+        path.write_text(json.dumps(nb))
+    else:
+        path.write_text("".join(_UNIMPORTED))
+    plan = extract_file(path)
+    assert plan.get("trainer").value == trainer
+    assert (trainer is not None) == any("never imported in the notebook" in n for n in plan.notes)
+
+
+@pytest.mark.parametrize("readme, trl", [
+    ("## Setup\n\n```bash\npip install trl==0.16.0 peft==0.14.0\n```\n", "0.16.0"),
+    ("## Environment\n\n```\ntorch==2.5.0\ntrl==0.12.1\n```\n", "0.12.1"),
+    ("Install trl==0.9.6 first (prose outside a code block is not an instruction).\n", None),
+])
+def test_the_readmes_install_block_pins_versions_last(tmp_path, readme, trl):
+    from memlint.library.pins import checkout_pins
+
+    root = _write(tmp_path, {"README.md": readme, "sub/train.py": "print()\n"}, git=True)
+    pins = {p.package: (p.version, p.source) for p in checkout_pins(root / "sub" / "train.py")}
+    assert pins.get("trl", (None,))[0] == trl
+    if trl:
+        assert pins["trl"][1].rsplit("/", 1)[-1].startswith("README.md:")
+    # a requirements file beside it wins over the README
+    (root / "requirements.txt").write_text("trl==0.20.0\n")
+    assert {p.package: p.version for p in checkout_pins(root / "sub" / "train.py")}["trl"] == "0.20.0"

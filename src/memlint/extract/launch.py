@@ -110,6 +110,10 @@ _WRAPPER_VALUED = {
 }
 
 
+# the options of `uv run` / `poetry run` / `conda run` ... that take a value as the next word
+_RUNNER_VALUED = frozenset({"--with", "--with-requirements", "--with-editable", "--python", "-p", "--project",
+                            "--directory", "--extra", "--group", "--env-file", "--index", "--package", "-n", "--name",
+                            "--prefix", "--cwd"})
 _RUNNERS = {("uv", "run"), ("poetry", "run"), ("pipenv", "run"), ("conda", "run"), ("pdm", "run"), ("hatch", "run")}
 _PYTHON = re.compile(r"^(?:.*/)?python(?:\d+(?:\.\d+)*)?$")
 _ENV = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
@@ -252,6 +256,9 @@ def _command_words(words: Sequence[str]) -> tuple[list[str], dict[str, str], str
             words = inner
         elif len(words) >= 2 and (w, words[1]) in _RUNNERS:
             words = words[2:]
+            while words and words[0].startswith("-") and words[0] != "--":  # `uv run --with torch --frozen train.py`
+                words = words[2:] if words[0] in _RUNNER_VALUED and "=" not in words[0] else words[1:]
+            words = words[1:] if words[:1] == ["--"] else words
         elif (inner := _container(words)) is not None:
             words, inside = inner
             cwd = inside if cwd is None or inside is None or inside.startswith("/") else f"{cwd}/{inside}"

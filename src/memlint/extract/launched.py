@@ -215,7 +215,16 @@ def _accelerate(plan: TrainingPlan, launch: Any, opts: dict[str, str]) -> dict[s
         if stage in _ZERO:
             out["distributed"] = _value(launch, _ZERO[stage], f"accelerate launch --use_deepspeed --zero_stage {stage}")
         elif "deepspeed_config_file" not in opts:
-            out["distributed"] = _value(launch, "deepspeed", "accelerate launch --use_deepspeed (stage not given)")
+            cur = plan.get("distributed")
+            if not (cur.known and str(cur.value).startswith("zero") and cur.source != "library-default"):
+                # no --zero_stage: the DeepSpeedPlugin reads ACCELERATE_DEEPSPEED_ZERO_STAGE, unset, so its default;
+                # a DeepSpeedPlugin(zero_stage=N) the script builds itself keeps its own stage
+                from memlint.extract.configs import frameworks
+
+                dflt = frameworks.default("accelerate", "zero_stage")
+                out["distributed"] = _value(launch, _ZERO.get(str(dflt.value), "deepspeed") if dflt else "deepspeed",
+                                            f"accelerate launch --use_deepspeed with no --zero_stage: "
+                                            f"{dflt.why if dflt else 'stage unknown'}")
         else:  # the DeepSpeed JSON the command names: its stage and offload
             out.update(_deepspeed_file(launch, opts["deepspeed_config_file"]))
         for key, what in (("offload_param_device", "params"), ("offload_optimizer_device", "optimizer")):

@@ -44,6 +44,7 @@ _BARE_NAME = re.compile(r"(?<![\w$])[A-Za-z_]\w*")
 _SMALL_INT = re.compile(r"-?\d{1,18}")
 _ARITH = re.compile(r"\$\(\(([^$]*?)\)\)")  # stops at the next `$`: no scan to the end per unclosed `$((`
 _LAUNCH_WORD = re.compile(r"(?:^|[\s;&|(\"'])(?:python\d*(?:\.\d+)*|torchrun|accelerate|deepspeed|composer|lightning|"
+                          r"(?:uv|poetry|pipenv|pdm|hatch|conda)\s+run|[\w./-]*\w\.py(?=\s|$)|"  # `uv run train.py`, `./train.py`
                           + "|".join(map(re.escape, FRAMEWORK_CLIS)) + r")\b")  # and the framework tools (`llamafactory-cli train`)
 
 
@@ -587,7 +588,7 @@ def _make_recipes(text: str, goals: tuple[str, ...] | None, env: dict[str, str],
         if m:
             current = None
             name, op = m.group(1), m.group(2)
-            value = _expand(s[m.end():].strip(), env)
+            value = _make_shell_python(_expand(s[m.end():].strip(), env))
             if name in fixed or (op == "?" and name in env):
                 continue
             env[name] = f"{env[name]} {value}" if op == "+" and env.get(name) else value
@@ -624,6 +625,16 @@ def _make_recipes(text: str, goals: tuple[str, ...] | None, env: dict[str, str],
     for g in goals:
         visit(g, 0)
     return seq
+
+
+_SHELL_PYTHON = re.compile(r"^\$\(shell\s.*?\b(python\d*(?:\.\d+)?)\b")
+
+
+def _make_shell_python(value: str) -> str:
+    """`$(shell command -v python 2> /dev/null || echo python3)`, `$(shell which python3)`: the Python interpreter
+    the shell finds, named by the first interpreter the command mentions; any other value as it is."""
+    m = _SHELL_PYTHON.match(value)
+    return m.group(1) if m else value
 
 
 def _recipe_lines(text: str, make: tuple | None, env: dict[str, str]):
@@ -1263,10 +1274,14 @@ def _make_targets(made, cwd: Path) -> list:
     shown = os.path.normpath(os.path.join(moved or "", makefile))
     if not path.is_file():
         raise MemlintError(f"{shown}: no such file (the command's Makefile)")
-    targets = launcher_targets(path, shown, [base], env0=env, make=(goals, variables), named=True)
-    if not targets:
+    skipped: list = []
+    targets = launcher_targets(path, shown, [base], env0=env, make=(goals, variables), named=True, skipped=skipped)
+    if not targets:  # as for a shell script: a note on the Makefile, memlint's limit rather than the user's error
+        from memlint import files
+
         what = f"make {' '.join(goals)}".strip() if goals else "make (the default goal)"
-        raise MemlintError(f"{shown}: `{what}` runs no Python training command memlint reads")
+        return [files.Target(path, shown, True, root=files.checkout_root(path),
+                             note=unfollowed(f"{shown}: `{what}`", skipped))]
     return targets
 
 

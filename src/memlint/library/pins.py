@@ -312,7 +312,7 @@ def _pin_folder(start: Path) -> Path | None:
 
     folder = start.resolve()
     for n, d in enumerate((folder, *folder.parents)):
-        if any(is_file(d / name) for name in _PIN_FILES) or any(_requirement_files(d)):
+        if any(is_file(d / name) for name in _PIN_FILES) or any(_requirement_files(d)) or _readme_pins(d, ""):
             return d
         if os.path.lexists(d / ".git") or n >= _MAX_UP:
             return None
@@ -369,6 +369,7 @@ def _pins_in(folder: Path, prefix: str) -> tuple[Pin, ...]:
                          ("pyproject.toml", _poetry_reqs)):
         if is_file(folder / name):
             found += reader(folder / name, rel(name))
+    found += _readme_pins(folder, rel("README.md"))  # last: the README's install instructions
     known = _known_packages()
     out: dict[str, Pin] = {}
     for name, spec, source in found:
@@ -380,6 +381,41 @@ def _pins_in(folder: Path, prefix: str) -> tuple[Pin, ...]:
         if version is not None:
             out[pkg] = Pin(pkg, spec, version, source)
     return tuple(out.values())
+
+
+_FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
+_README = ("README.md", "readme.md", "Readme.md")
+
+
+def _readme_pins(folder: Path, shown: str) -> list[tuple[str, str, str]]:
+    """The versions a folder's README tells the user to install, inside its fenced code blocks: `pip install
+    trl==0.16.0 peft==0.14.0` lines and requirement lines (`transformers==4.48.2` alone on a line). Read after every
+    pin file (the README is the weakest word on a version)."""
+    from memlint.files import is_file
+
+    path = next((folder / n for n in _README if is_file(folder / n)), None)
+    text = _read(path) if path is not None else None
+    if not text:
+        return []
+    out: list[tuple[str, str, str]] = []
+    fenced = False
+    for i, line in enumerate(text.splitlines(), 1):
+        if _FENCE.match(line):
+            fenced = not fenced
+            continue
+        body = re.sub(r"^\s*(?:\$|>)\s+", "", line.split(" #")[0]).strip()
+        if not fenced or not body:
+            continue
+        words = body.split()
+        if "install" in words[:4] and any(re.fullmatch(r"(?:\S*/)?pip3?|uv|python3?", w) for w in words[:3]):
+            reqs = [w.strip("'\"") for w in words[words.index("install") + 1:] if not w.startswith("-")]
+        else:
+            reqs = [body] if re.fullmatch(r"[A-Za-z0-9_.\-\[\],]+\s*(?:==|>=|~=|<=|<|>)[^\s;]+", body) else []
+        for w in reqs:
+            req = _requirement(w)
+            if req is not None:
+                out.append((req[0], req[1], f"{shown or path.name}:{i}"))
+    return out
 
 
 def install_pins(source: str, shown: str) -> tuple[Pin, ...]:

@@ -46,6 +46,9 @@ class LoopFields:
             plug = a.get("gradient_accumulation_plugin")
             if isinstance(plug, Obj) and plug.get("num_steps") is not None:
                 acc_kw.append(plug.get("num_steps"))
+            ds = a.get("deepspeed_plugin")  # DeepSpeedPlugin(gradient_accumulation_steps=N): the engine steps every N
+            if not acc_kw and isinstance(ds, Obj) and ds.get("gradient_accumulation_steps") is not None:
+                acc_kw.append(ds.get("gradient_accumulation_steps"))
         if acc_kw:
             self.put("grad_accum", _alts(acc_kw), _int, accs[0].line)
         elif acc:

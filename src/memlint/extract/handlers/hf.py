@@ -217,6 +217,19 @@ class HfHandlers:
                                                       bool(args) or "text" in kwargs or "text_target" not in kwargs))
         return Unknown("token ids")
 
+    @staticmethod
+    def kernel_class(name: str) -> Ref | None:
+        """A trainer or training-arguments class memlint knows by this exact name (SFTTrainer, SFTConfig,
+        TrainingArguments), as the library that defines it: a notebook cell that uses it without importing it ran in a
+        kernel that had imported it."""
+        args = api.training_arguments()
+        if name in args and args[name].rsplit(".", 1)[-1] == name:
+            return Ref(args[name])
+        facts = api.trainers().get(name)
+        if facts is not None and facts.arguments:
+            return Ref(f"{facts.arguments.split('.', 1)[0]}.{name}")
+        return None
+
     def library_init(self, cls: Class) -> Ref | None:
         """`super().__init__(...)` in a checkout subclass of a library trainer or training-arguments class: that
         library class, called with the subclass's arguments (the object memlint reads is built there)."""

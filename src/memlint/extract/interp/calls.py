@@ -107,6 +107,9 @@ class Calls:
             return self.locals_of(env)
         if isinstance(node.func, cst.Name) and node.func.value == "super" and env.lookup("super") is None:
             return self.super_of(node, env)
+        if isinstance(node.func, cst.Name) and node.func.value == "slice" and len(node.args) == 2 \
+                and env.lookup("slice") is None:  # slice(j * k, (j + 1) * k): as rows[j * k : (j + 1) * k]
+            self.batch_slice_idiom(cst.Slice(lower=node.args[0].value, upper=node.args[1].value), env)
         func = self.ev(node.func, env)
         self.callee_idioms(func, node, env)
         args: list = []

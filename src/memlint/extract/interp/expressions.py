@@ -157,6 +157,12 @@ class Expressions:
                 return v
         for mod in self.star_imports:
             return Ref(f"{mod}.{n}")
+        if str(self.path).endswith(".ipynb"):  # a notebook's kernel may hold an import its cells no longer make
+            hit = self.handlers.kernel_class(n)
+            if hit is not None:
+                self.facts.note(f"{n} is used but never imported in the notebook: read as {hit.qual} (an import an "
+                                "earlier run of the kernel made)")
+                return hit
         return Unknown(f"the name {n}")
 
     def attribute(self, base: Any, attr: str, node: cst.CSTNode) -> Any:
