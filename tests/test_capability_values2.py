@@ -260,3 +260,37 @@ def test_the_readmes_install_block_pins_versions_last(tmp_path, readme, trl):
     # a requirements file beside it wins over the README
     (root / "requirements.txt").write_text("trl==0.20.0\n")
     assert {p.package: p.version for p in checkout_pins(root / "sub" / "train.py")}["trl"] == "0.20.0"
+
+
+def test_a_package_put_on_sys_path_by_pardir_is_imported_and_the_trained_engine_is_read(tmp_path, monkeypatch):
+    ds_utils = """
+        def get_train_ds_config(offload, stage=2, dtype="bf16"):
+            return {"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": stage},
+                    "bf16": {"enabled": dtype == "bf16"}}
+    """
+    main = """
+        import argparse, os, sys
+        sys.path.append(os.path.abspath(os.path.join(os.path.dirname(__file__), os.path.pardir)))
+        import deepspeed
+        import torch
+        from transformers import AutoModelForCausalLM
+        from dschat.ds_utils import get_train_ds_config
+
+        p = argparse.ArgumentParser()
+        p.add_argument("--zero_stage", type=int, default=0)
+        args = p.parse_args()
+        ds_config = get_train_ds_config(offload=False, stage=args.zero_stage)
+        model = AutoModelForCausalLM.from_pretrained("gpt2", torch_dtype=torch.bfloat16)
+        opt = torch.optim.AdamW(model.parameters())
+        model, opt, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=ds_config)
+        ref = AutoModelForCausalLM.from_pretrained("gpt2", torch_dtype=torch.bfloat16)
+        ref, *_ = deepspeed.initialize(model=ref, config=ds_config)
+        for batch in torch.utils.data.DataLoader(torch.load("d.pt"), batch_size=2):
+            loss = model(**batch).loss
+            model.backward(loss)
+            model.step()
+    """
+    root = _write(tmp_path, {"training/dschat/__init__.py": "", "training/dschat/ds_utils.py": ds_utils,
+                             "training/dpo/main.py": main}, git=True)
+    plan = _command(root / "training" / "dpo", monkeypatch, "deepspeed", "main.py", "--zero_stage", "3")
+    assert _get(plan, "distributed", "trainer") == {"distributed": "zero3", "trainer": "deepspeed-engine"}

@@ -23,7 +23,10 @@ class LoopFields:
         accs = self.facts.first("objects", Accelerator)
         engines = self.facts.first("objects", DeepSpeedEngine)
         if engines:
-            self.engine_fields(engines[-1])
+            # the engine that trains: built with an optimizer or the parameters to optimize (a frozen reference model
+            # wrapped after it, `ref, *_ = deepspeed.initialize(model=ref, config=ds_config)`, steps nothing)
+            trained = [e for e in engines if e.get("optimizer") is not None or e.get("model_parameters") is not None]
+            self.engine_fields((trained or engines)[-1])
             return
         lightning = [o for o in self.facts.first("objects", LightningTrainer) if o.cls in ("lightning.Trainer", "lightning.Fabric")]
         if lightning:

@@ -140,6 +140,8 @@ class LanguageHandlers:
 
         if qual == "math" and attr in _MATH_CONSTANTS:
             return it.const(getattr(math, attr), node, "constant", (f"math.{attr}",))
+        if qual in ("os.path", "os", "posixpath") and attr in _PATH_CONSTANTS:  # os.path.pardir: ".."
+            return it.const(_PATH_CONSTANTS[attr], node, "constant", (f"{qual}.{attr}",))
         return super().module_attribute(it, qual, attr, node)
 
     def math_call(self, c: Call) -> Any:
@@ -451,6 +453,7 @@ def _hashable(v: Any) -> bool:
 
 
 # the library calls this module answers, by qualified name (handlers/__init__.py merges the tables)
+_PATH_CONSTANTS = {"pardir": "..", "curdir": ".", "sep": "/", "extsep": "."}
 _MATH_CONSTANTS = ("pi", "e", "tau", "inf")
 _MATH_FUNCTIONS = ("ceil", "floor", "trunc", "sqrt", "isqrt", "exp", "log", "log2", "log10", "pow", "gcd", "lcm", "fabs")
 
