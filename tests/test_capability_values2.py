@@ -294,3 +294,18 @@ def test_a_package_put_on_sys_path_by_pardir_is_imported_and_the_trained_engine_
                              "training/dpo/main.py": main}, git=True)
     plan = _command(root / "training" / "dpo", monkeypatch, "deepspeed", "main.py", "--zero_stage", "3")
     assert _get(plan, "distributed", "trainer") == {"distributed": "zero3", "trainer": "deepspeed-engine"}
+
+
+@pytest.mark.parametrize("load, flags, precision", [
+    ("torch_dtype='auto'", "", "pure-bf16"),            # the checkpoint's bf16, no autocast
+    ("torch_dtype='auto'", ", bf16=True", "amp-bf16"),
+    ("", "", "fp32"),                                   # transformers 4.x (pinned): fp32 weights
+])
+def test_torch_dtype_auto_trains_in_the_checkpoints_dtype(tmp_path, monkeypatch, load, flags, precision):
+    script = f"""
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B"{", " + load if load else ""})
+        Trainer(model=model, args=TrainingArguments("o"{flags})).train()
+    """
+    root = _write(tmp_path, {"train.py": script, "requirements.txt": "transformers==4.46.0\n"})
+    assert _command(root, monkeypatch, "python", "train.py").get("precision").value == precision

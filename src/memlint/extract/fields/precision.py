@@ -8,6 +8,7 @@ from typing import Any
 
 from memlint.extract.objects import Accelerator, DtypeName, Obj, dtype_of, field_value
 from memlint.extract.values import Const, Ref, Unknown, flatten
+from memlint.plan import Value
 from memlint.extract.fields.convert import _Unconvertible, _alts, _map_const
 
 
@@ -30,9 +31,15 @@ class PrecisionFields:
                     elif isinstance(b, Const) and isinstance(f, Const):
                         dt = self.fields.get("torch_dtype")
                         half = getattr(dt, "value", None) if dt is not None else None
+                        if half == "auto" and dt.source != "library-default":
+                            # torch_dtype="auto" written: the checkpoint's own dtype, where the catalog knows the model
+                            # (transformers 5's default "auto" is left to the estimate: the version is often a guess)
+                            dt = self.checkpoint_dtype(dt)
+                            half = dt.value
                         kp = self.fields.get("kbit_prep")
                         upcast = kp is not None and kp.value is True  # prepare_model_for_kbit_training: fp32 again
-                        if half in ("bf16", "fp16") and dt.source not in ("library-default", "unknown") and not upcast:
+                        if half in ("bf16", "fp16") and (dt.source not in ("library-default", "unknown")
+                                                         or dict(dt.shape).get("checkpoint")) and not upcast:
                             # the Trainer autocasts nothing and upcasts nothing: half weights, gradients and
                             # optimizer states, as the loop reader's "pure-bf16" / "pure-fp16"
                             vals.append(Const(f"pure-{half}", dt.source, dt.line, dt.chain + (
@@ -44,6 +51,25 @@ class PrecisionFields:
                     else:
                         vals.append(b if isinstance(b, Unknown) else f)
         self.put("precision", _alts(vals), line=arg_objs[0].line)
+
+    def checkpoint_dtype(self, dt: Any) -> Any:
+        """torch_dtype "auto" as the dtype the checkpoint was saved in, when
+        memlint's catalog (or the local Hugging Face cache) knows the model; `dt` itself otherwise."""
+        mid = self.fields.get("model_id")
+        if mid is None or not isinstance(mid.value, str) or not mid.value:
+            return dt
+        from memlint.catalog import resolve
+        from memlint.errors import MemlintError
+        from memlint.vocab import dtype_name
+
+        try:
+            name = dtype_name(str(resolve(mid.value).torch_dtype or ""))
+        except (MemlintError, OSError, ValueError):
+            return dt
+        if name not in ("bf16", "fp16"):
+            return dt
+        return Value(name, dt.source, dt.span, dt.chain + (f"torch_dtype auto: {mid.value}'s checkpoint is saved in "
+                                                           f"{name} (catalog)",), shape=(("checkpoint", name),))
 
     def float8_field(self) -> None:
         """float8_training: torchao's convert_to_float8_training(model) ("all": every linear; "layers" with a
