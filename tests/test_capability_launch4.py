@@ -160,28 +160,6 @@ def test_a_checkout_subclass_of_a_transformers_model_loads_whatever_it_is_called
                                                              "attn_implementation": "sdpa"}
 
 
-_UNSLOTH = ["from unsloth import FastLanguageModel\n",
-            "from trl import SFTTrainer, SFTConfig\n",
-            "model, tok = FastLanguageModel.from_pretrained('unsloth/Llama-3.2-1B', max_seq_length=1024, dtype=None, "
-            "load_in_4bit=True)\n",
-            "model = FastLanguageModel.get_peft_model(model, r=16)\n",
-            "SFTTrainer(model=model, args=SFTConfig('o', per_device_train_batch_size=2)).train()\n"]
-
-
-@pytest.mark.parametrize("gpu, dtype", [("T4", "fp16"), ("A100", "bf16"), (None, "bf16")])
-def test_unsloths_load_dtype_follows_the_gpus_bf16(tmp_path, gpu, dtype):
-    from memlint.extract import extract_file
-
-    meta = {"colab": {"provenance": [], **({"gpuType": gpu} if gpu else {})}, "accelerator": "GPU"}
-    nb = {"cells": [{"cell_type": "code", "metadata": {}, "source": _UNSLOTH, "outputs": [], "execution_count": None}],
-          "metadata": meta, "nbformat": 4, "nbformat_minor": 5}
-    path = tmp_path / "nb.ipynb"
-    path.write_text(json.dumps(nb))
-    plan = extract_file(path)
-    assert plan.get("torch_dtype").value == dtype
-    assert (gpu is None) == any("unsloth's dtype=None loads in bfloat16" in n for n in plan.notes)
-
-
 _BNB = """
     import torch
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments

@@ -155,7 +155,7 @@ def test_a_probe_of_a_callable_memlint_does_not_know_stays_unknown(tmp_path):
 
 _SYS_PATH_TRAIN = '''import os
 import sys
-sys.path.append(os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
+sys.path.append(os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "lib")))
 import torch
 from torch.utils.data import DataLoader
 from settings.values import BATCH
@@ -169,12 +169,13 @@ for x in DataLoader(list(range(10)), batch_size=BATCH, shuffle=True):
 
 
 def test_a_folder_put_on_sys_path_is_where_the_scripts_imports_are_found(tmp_path, monkeypatch):
-    root = _write(tmp_path, {"README.md": "x", "settings/__init__.py": "", "settings/values.py": "BATCH = 7\n",
+    root = _write(tmp_path, {"README.md": "x", "lib/settings/__init__.py": "", "lib/settings/values.py": "BATCH = 7\n",
                              "scripts/train.py": _SYS_PATH_TRAIN})
     monkeypatch.chdir(root / "scripts")
     assert extract_file(Path("train.py")).fields["per_device_batch"].value == 7
     (root / "scripts/train.py").write_text(_SYS_PATH_TRAIN.replace("sys.path.append(", "print("))
-    assert extract_file(Path("train.py")).fields["per_device_batch"].value != 7  # not on the path: not found
+    # lib/ is no package root of the project (its top and the script's folder are): not on the path, not found
+    assert extract_file(Path("train.py")).fields["per_device_batch"].value != 7
 
 
 _MATH_CONFIG = '''import math

@@ -309,3 +309,31 @@ def test_torch_dtype_auto_trains_in_the_checkpoints_dtype(tmp_path, monkeypatch,
     """
     root = _write(tmp_path, {"train.py": script, "requirements.txt": "transformers==4.46.0\n"})
     assert _command(root, monkeypatch, "python", "train.py").get("precision").value == precision
+
+
+def test_a_checkout_without_git_imports_its_own_package_from_its_top(tmp_path, monkeypatch):
+    # a GitHub archive: no .git, pyproject or setup.py, only the README and .gitignore at its top
+    utils = """
+        import yaml
+
+        def load_config(path):
+            with open(path) as f:
+                return yaml.safe_load(f)
+    """
+    train = """
+        import argparse
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+        from src.training.utils import load_config
+
+        p = argparse.ArgumentParser()
+        p.add_argument("--config", required=True)
+        cfg = load_config(p.parse_args().config)
+        model = AutoModelForCausalLM.from_pretrained(cfg["model"])
+        Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=cfg["batch"])).train()
+    """
+    root = _write(tmp_path / "repo", {"README.md": "# x\n", ".gitignore": "out/\n", "src/__init__.py": "",
+                                      "src/training/__init__.py": "", "src/training/utils.py": utils,
+                                      "src/training/train.py": train,
+                                      "config/c.yaml": "model: Qwen/Qwen2.5-0.5B\nbatch: 6\n"})
+    plan = _command(root, monkeypatch, "python", "src/training/train.py", "--config", "config/c.yaml")
+    assert _get(plan, "model_id", "per_device_batch") == {"model_id": "Qwen/Qwen2.5-0.5B", "per_device_batch": 6}

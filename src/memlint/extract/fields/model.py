@@ -28,23 +28,6 @@ class ModelFields:
             if vals:
                 self.put(name, _alts(vals), _int, procs[0].line)
 
-    def unsloth_dtype(self, line: int | None) -> Const:
-        """Unsloth's load dtype when the script leaves it None: bfloat16 where the GPU has bf16, else float16
-        (FastLanguageModel.from_pretrained: `dtype = torch.float16 if not SUPPORTS_BFLOAT16 else torch.bfloat16`); the
-        GPU is the one a Colab notebook's metadata names, else an Ampere or newer one, said in a note."""
-        from pathlib import Path
-
-        from memlint.extract.source import bf16_assumed
-
-        ok, why = bf16_assumed((Path(self.path),))
-        name = "bfloat16" if ok else "float16"
-        if why is None:
-            self.notes.append(f"unsloth's dtype=None loads in {name} on an Ampere or newer GPU (assumed); on a T4 or "
-                              "V100 it loads in float16")
-            return Const(name, "environment-default", line, ("unsloth dtype=None: bfloat16 where the GPU supports it "
-                                                             "(Ampere and newer, assumed), else float16",))
-        return Const(name, "library-default", line, (f"unsloth dtype=None: {name} on {why}",))
-
     def loop_model(self, objs: list) -> Any:
         for eng in self.facts.first("objects", DeepSpeedEngine):
             if isinstance(eng.model, Model):
@@ -112,8 +95,8 @@ class ModelFields:
                 dtypes.append(Const("float32", "constant", line, (f"{root.cls.removesuffix('.from_config')}(config): a model "
                                                                   "class built by its constructor creates its parameters "
                                                                   "in torch's default dtype (float32)",)))
-            elif root.loader == "unsloth":
-                dtypes.append(self.unsloth_dtype(line))
+            elif root.loader == "unsloth":  # dtype=None: bf16 or fp16 by the GPU, decided at run time ("auto")
+                dtypes.append(_libc("unsloth.FastLanguageModel.from_pretrained", "dtype", line))
             elif root.open:
                 dtypes.append(Unknown("dtype may be set by **kwargs"))
             elif _bitsandbytes(self.quant_of(root)):  # transformers 4.x forces a bitsandbytes load to float16

@@ -42,10 +42,29 @@ class ModuleFiles:
                 roots = own
             if len(roots) > len(own) and not any((r / m).exists() for r in roots for m in _CHECKOUT_MARKERS):
                 roots = own  # no checkout around the script: only its own folder (and a module run's directory)
+            if roots == own:
+                roots += self._archive_roots()
             from memlint.files import allowed
 
             self._roots = [r for r in dict.fromkeys(roots) if allowed(r)]  # never a folder outside the checked root
         return self._roots
+
+    def _archive_roots(self) -> list[Path]:
+        """A checkout without .git, pyproject or setup.py (a GitHub archive): the folders from the script's up to the
+        checked root memlint settled from the project's README, LICENSE or .gitignore, where `python src/train.py`'s
+        `from src.data import x` finds its package (the repository's top on the path, as its README runs it)."""
+        from memlint.files import root_in_force
+
+        top = root_in_force()
+        if not top:
+            return []
+        top_path, cur, out = Path(top).resolve(), self.dir.resolve(), []
+        if top_path != cur and top_path not in cur.parents:
+            return []
+        while cur != top_path and len(out) < 8:
+            cur = cur.parent
+            out.append(cur)
+        return out
 
     def add_import_root(self, folder: str, first: bool) -> bool:
         """`sys.path.append(folder)` / `sys.path.insert(0, folder)`: imports are found there too, when the folder is
