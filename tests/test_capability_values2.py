@@ -337,3 +337,18 @@ def test_a_checkout_without_git_imports_its_own_package_from_its_top(tmp_path, m
                                       "config/c.yaml": "model: Qwen/Qwen2.5-0.5B\nbatch: 6\n"})
     plan = _command(root, monkeypatch, "python", "src/training/train.py", "--config", "config/c.yaml")
     assert _get(plan, "model_id", "per_device_batch") == {"model_id": "Qwen/Qwen2.5-0.5B", "per_device_batch": 6}
+
+
+def test_training_arguments_spread_by_to_dict_into_an_sft_config(tmp_path, monkeypatch):
+    script = """
+        from transformers import AutoModelForCausalLM, TrainingArguments
+        from trl import SFTConfig, SFTTrainer
+        args = TrainingArguments(output_dir="o", per_device_train_batch_size=3, gradient_accumulation_steps=5)
+        args = SFTConfig(packing=True, **args.to_dict())
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+        SFTTrainer(model=model, args=args).train()
+    """
+    root = _write(tmp_path, {"train.py": script, "requirements.txt": "trl==0.13.0\ntransformers==4.48.0\n"})
+    plan = _command(root, monkeypatch, "python", "train.py")
+    assert _get(plan, "per_device_batch", "grad_accum", "packing", "precision", "gradient_checkpointing") == {
+        "per_device_batch": 3, "grad_accum": 5, "packing": True, "precision": "fp32", "gradient_checkpointing": False}

@@ -166,6 +166,7 @@ def test_axolotl_qlora_uses_its_own_bnb_config_and_lora_with_4bit_uses_transform
     with pinned_versions(GOLDEN_VERSIONS):
         plan = read_config(p)
     assert (plan.value("quant_bits"), plan.value("quant_type"), plan.value("double_quant")) == (4, "fp4", False)
+    assert plan.value("method") == "qlora"  # LoRA over a 4-bit base, whatever the adapter key calls it
 
 
 def test_torchtune_builder_names_the_model_and_the_method():

@@ -167,6 +167,7 @@ FRAMEWORK_CLIS = {
     "llamafactory-cli": ({"train"}, ()),
     "tune": ({"run"}, ("--config",)),
     "swift": ({"sft", "pt", "rlhf"}, ()),  # ms-swift: `--key value` flags, or (4.x) a YAML/JSON file first
+    "verl-sft": ({"train"}, ()),  # `torchrun -m verl.trainer.fsdp_sft_trainer key=value ...`: its packaged config
 }
 
 

@@ -4,7 +4,7 @@ Formats are told apart by their keys (and, for a file that does not parse, by it
 of this package whose reader says how its files look (configs/registry.py finds them): axolotl, LLaMA-Factory, TRL
 recipes, torchtune, LitGPT, llm-foundry (Composer), oumi, LLM-Finetuning-Toolkit (llmtune), torchtitan job TOML,
 NVIDIA NeMo 1.x / NeMo-Megatron YAML, LightningCLI (jsonargparse) YAML, nanotron run YAML, ms-swift YAML (and its
-`swift sft|pt|rlhf` flags), DeepSpeed JSON and accelerate config YAML. (xtuner's configs are Python: extract/xtuner.py reads them.)
+`swift sft|pt|rlhf` flags), verl's SFT trainer (its packaged config under key=value overrides), DeepSpeed JSON and accelerate config YAML. (xtuner's configs are Python: extract/xtuner.py reads them.)
 `merge_launch_config` lays a DeepSpeed or accelerate config over a script's plan.
 """
 
@@ -113,10 +113,11 @@ def read_config(path: str | Path, shown: str | None = None, *, text: str | None 
 def _tool(launch: Any, path: Any) -> tuple | None:
     """How the framework tool of the launch reads its command line (overrides.TOOLS); a whole config given as
     `--key value` flags with no file (LLaMA-Factory's HfArgumentParser) is read as flags."""
-    from memlint.extract.configs.overrides import TOOLS, flags_config
+    from memlint.extract.configs.overrides import PACKAGED_CONFIG, TOOLS, flags_config
 
     tool = TOOLS.get(launch.launcher) if launch is not None else None
-    if tool is not None and path is None and tool[1] == "key=value" and flags_config(launch):
+    if tool is not None and path is None and tool[1] == "key=value" and flags_config(launch) \
+            and launch.launcher not in PACKAGED_CONFIG:
         tool = (tool[0], "flags", None)
     return tool
 

@@ -22,6 +22,7 @@ TOOLS = {
     "tune": ("torchtune", "key=value", None),
     "llmtune": ("llmtune", "none", None),
     "swift": ("ms-swift", "flags", None),
+    "verl-sft": ("verl-sft", "key=value", None),
 }
 # a Hydra entry script's overrides (NeMo's `megatron_gpt_finetuning.py ... model.micro_batch_size=2 trainer.devices=8`):
 # key=value, +key=value, ++key=value after the script (launch.py _hydra_config finds the config it composes)
@@ -31,10 +32,16 @@ COMMAND_LINE = "<command line>"
 # framework CLIs that read a whole config from flags when no config file comes first (LLaMA-Factory's read_args:
 # HfArgumentParser.parse_args_into_dataclasses over `--key value`)
 FLAGS_ONLY = frozenset({"llamafactory-cli", "swift"})
+# framework tools whose config is packaged with the framework (Hydra's config_name): the command's key=value
+# overrides over its defaults are the whole config
+PACKAGED_CONFIG = frozenset({"verl-sft"})
 
 
 def flags_config(launch: Any) -> bool:
-    """A framework CLI given its whole config as `--key value` flags, no config file (FLAGS_ONLY)."""
+    """A framework CLI given its whole config as `--key value` flags, no config file (FLAGS_ONLY), or a framework
+    whose config is packaged with it, overridden by key=value (PACKAGED_CONFIG)."""
+    if launch.launcher in PACKAGED_CONFIG:
+        return True
     return launch.launcher in FLAGS_ONLY and bool(launch.argv) and launch.argv[0].startswith("--")
 _TOOL_FLAGS = {"-c", "--config", "--cfg", "--launcher"}  # the tool's own options, not config keys
 
@@ -157,6 +164,6 @@ def mark(plan: TrainingPlan, launch: Any) -> TrainingPlan:
     for name, v in plan.fields.items():
         if isinstance(v, Value) and v.span is not None and v.span.path == origin and v.source == "literal":
             span = v.span if launch.line else None
-            v = Value(v.value, "command-line", span, v.chain + (f"({launch.where()})",), v.candidates)
+            v = Value(v.value, "command-line", span, v.chain + (f"({launch.where()})",), v.candidates, v.shape)
         fields[name] = v
     return replace(plan, fields=fields)

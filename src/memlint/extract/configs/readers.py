@@ -322,7 +322,10 @@ class Axolotl(FrameworkReader):
         if not isinstance(adapter, str) or adapter not in ("lora", "qlora"):
             self.unknown("method", f"adapter {adapter!r} is not LoRA or QLoRA", "adapter")
             return
-        self.lit("method", adapter, "adapter")
+        if adapter == "lora" and b4:  # LoRA on a 4-bit base (load_in_4bit reaches from_pretrained): QLoRA's memory
+            self.lit("method", "qlora", "adapter", chain=("adapter: lora with load_in_4bit: true: LoRA over a 4-bit base",))
+        else:
+            self.lit("method", adapter, "adapter")
         for name, key in (("lora_r", "lora_r"), ("lora_alpha", "lora_alpha")):
             try:
                 v = self.int_at(key)

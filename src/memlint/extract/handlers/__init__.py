@@ -35,7 +35,7 @@ from memlint.extract.objects import (
     GradHook, HfConfig, HfParser, Instance, LigerPatch, LightningTrainer, Method, Model, Obj, OpenFile, Optimizer,
     OptimizerStep, Params, Partial, Scaler, SeqMethod, Tokenizer, TokenizerCall, Trainer, TrainingArgs,
 )
-from memlint.extract.values import Class, Const, Func, Ref, Unknown, flatten
+from memlint.extract.values import Class, Const, Dict, Func, Ref, Unknown, flatten
 from memlint.library import api
 from memlint.extract.handlers.attributes import MODULE_SELF_METHODS, AttributeHandlers, _declares
 from memlint.extract.handlers.cli import CliHandlers, _SUBCLASSED_PARSERS
@@ -280,6 +280,8 @@ class Handlers(
     def method(self, it: Any, obj: Obj, name: str, args: list, kwargs: dict, open_kw: bool, line: int | None) -> Any:
         if isinstance(obj, ArgParser):
             return self.argparse_method(it, obj, name, args, kwargs, line)
+        if isinstance(obj, TrainingArgs) and name == "to_dict" and not args:
+            return _args_dict(obj)
         if isinstance(obj, HfParser):
             return self.hfparser_method(it, obj, name, args, kwargs, line)
         if name == "save_hyperparameters" and isinstance(getattr(obj, "user_class", None), Class) \
@@ -358,6 +360,25 @@ _BY_NAME: dict[str, Callable[[Handlers, Call], Any]] = {
 
 
 __all__ = ["Call", "Handlers", "_declares", "library_base"]
+
+
+# TrainingArguments fields a memory plan reads: to_dict() carries each, set or at its default, into the next config
+_PLAN_ARGS = ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps", "bf16", "fp16",
+              "gradient_checkpointing", "optim", "group_by_length", "deepspeed", "fsdp", "torch_compile")
+
+
+def _args_dict(obj: Any) -> Any:
+    """`training_args.to_dict()`: every field, set or at its default (`SFTConfig(**args.to_dict())` takes the
+    TrainingArguments defaults over SFTConfig's own)."""
+    from memlint.extract.objects import field_value
+
+    items = {k: v for k, v in obj.kwargs.items() if isinstance(k, str)}
+    for k in _PLAN_ARGS:
+        if k not in items:
+            v = field_value(obj, k)
+            if not isinstance(v, Unknown):
+                items[k] = v
+    return Dict(items, bool(obj.open))
 
 
 def _library_call(c: Call) -> bool:

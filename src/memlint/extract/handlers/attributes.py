@@ -50,6 +50,8 @@ class AttributeHandlers:
             hit = uc.lookup(attr) if isinstance(uc, Class) and attr not in obj.kwargs else None
             if hit is not None and hit[0] == "method" and isinstance(hit[1], Func) and not _is_property(hit[1]):
                 return BoundMethod(hit[1], obj)  # cfg.create_bnb_config("4bit"): a method of the script's dataclass
+            if attr == "to_dict" and isinstance(obj, TrainingArgs) and attr not in obj.kwargs:
+                return Method(obj, attr)  # training_args.to_dict(): read by the handlers' method()
             return field_value(obj, attr)
         if isinstance(obj, (PeftConfig, QuantConfig, Collator, DataLoader, Accelerator, Tokenizer, HfConfig, Plugin)):
             if attr in obj.kwargs:
