@@ -352,3 +352,27 @@ def test_training_arguments_spread_by_to_dict_into_an_sft_config(tmp_path, monke
     plan = _command(root, monkeypatch, "python", "train.py")
     assert _get(plan, "per_device_batch", "grad_accum", "packing", "precision", "gradient_checkpointing") == {
         "per_device_batch": 3, "grad_accum": 5, "packing": True, "precision": "fp32", "gradient_checkpointing": False}
+
+
+def test_a_generator_that_yields_whole_batches_gives_the_micro_batch(tmp_path, monkeypatch):
+    script = """
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        def get_batch_iterator(rows, batch_size=1):
+            batch = []
+            for r in rows:
+                batch.append(r)
+                if len(batch) == batch_size:
+                    yield torch.stack(batch)
+                    batch = []
+
+        model = AutoModelForCausalLM.from_pretrained("gpt2")
+        opt = torch.optim.AdamW(model.parameters())
+        for ids in get_batch_iterator(torch.load("rows.pt"), batch_size=6):
+            model(input_ids=ids, labels=ids).loss.backward()
+            opt.step()
+            opt.zero_grad()
+    """
+    root = _write(tmp_path, {"train.py": script})
+    assert _command(root, monkeypatch, "python", "train.py").get("per_device_batch").value == 6

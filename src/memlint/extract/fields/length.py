@@ -48,6 +48,11 @@ class LengthFields:
         elif self.facts.batch_slices:  # `prompts[j * mb : j * mb + mb]`: the loop's batches cut from a list
             rows = self.facts.batch_slices[0]
             self.put("per_device_batch", rows, _int, rows.line)
+        elif yields and isinstance(yields[0].rows, Const):  # a generator of the checkout yielding whole batches
+            y = yields[0]
+            self.put("per_device_batch", y.rows.with_value(y.rows.value, f"a generator yields batches of {y.rows.value} "
+                                                                        f"rows (`if len(batch) == n: yield`, line {y.line})"),
+                     _int, y.line)
         else:
             self.put("per_device_batch", Unknown("no DataLoader found"), line=line)
         return train_dl
