@@ -539,6 +539,10 @@ def test_unsloths_grpo_config_sets_the_batch_to_the_number_of_generations(tmp_pa
     """
     (tmp_path / "c.py").write_text(textwrap.dedent(plain).lstrip("\n"))
     assert _plan(root, "python c.py", monkeypatch).get("per_device_batch").value == 1
+    # under TRL 0.14, which counts prompts (each sampled num_generations times), unsloth rewrites nothing: 1 prompt × 4
+    (tmp_path / "requirements.txt").write_text("trl==0.14.0\n")
+    b = _plan(root, "python a.py", monkeypatch).get("per_device_batch")
+    assert b.value == 4 and "counts prompts" in b.chain[-1]
 
 
 def test_a_trainer_subclass_whose_arguments_carry_num_generations_runs_grpos_step(tmp_path, monkeypatch):

@@ -237,7 +237,9 @@ def run_time_rewrites(trainer: str, loader: str) -> list[Mapping[str, Any]]:
     `loader` gets when it starts (unsloth's GRPO batch: per_device_train_batch_size <- num_generations)."""
     table = _doc()["run_time_rewrites"]
     name = trainer.rsplit(".", 1)[-1]
-    return [e for k, e in table.items() if not k.startswith("_") and e["trainer"] == name and e["loader"] == loader]
+    counts_prompts = prompt_batches(name) is not None  # TRL 0.14's GRPO: a batch of prompts, no multiple required
+    return [e for k, e in table.items() if not k.startswith("_") and e["trainer"] == name and e["loader"] == loader
+            and not (e.get("not_with") == "prompt_batches" and counts_prompts)]
 
 
 def deepspeed_cpu_optimizer(optim: str, via: str) -> tuple[str, str] | None:
