@@ -27,6 +27,16 @@ def git_commit(root: Path, date: str) -> None:
         subprocess.run(["git", "-C", str(root), *cmd], check=True, env=env, capture_output=True)
 
 
+def write_notebook(path: Path, source: list[str], colab_gpu: str | None = None) -> Path:
+    """A one-cell notebook of `source` lines at `path`, its Colab metadata naming `colab_gpu` (gpuType) when given."""
+    import json
+
+    meta = {"colab": {"provenance": [], **({"gpuType": colab_gpu} if colab_gpu else {})}, "accelerator": "GPU"}
+    cell = {"cell_type": "code", "metadata": {}, "source": source, "outputs": [], "execution_count": None}
+    path.write_text(json.dumps({"cells": [cell], "metadata": meta, "nbformat": 4, "nbformat_minor": 5}))
+    return path
+
+
 def plan_of_command(root: Path, monkeypatch, *words: str):
     """The one plan of a launch command run from `root` (`bash run.sh ...`, `torchrun ... train.py`)."""
     from memlint.extract import extract_targets

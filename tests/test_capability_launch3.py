@@ -8,7 +8,7 @@ from functools import partial
 
 import pytest
 
-from checkouts import ARGPARSE_TRAIN, write_checkout, plan_of_command as _command, field_values as _get
+from checkouts import ARGPARSE_TRAIN, write_checkout, write_notebook, plan_of_command as _command, field_values as _get
 from memlint.extract.launch import parse_command
 
 _write = partial(write_checkout, dedent=True)
@@ -100,20 +100,13 @@ def test_the_gpu_checks_read_as_a_modern_gpu_and_say_so(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("gpu, precision", [("T4", "amp-fp16"), ("A100", "amp-bf16"), (None, "amp-bf16")])
 def test_a_colab_notebooks_gpu_decides_the_bf16_check(tmp_path, gpu, precision):
-    import json
-
     from memlint.extract import extract_file
 
     code = ["import torch\n", "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n",
             "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-0.5B')\n",
             "args = TrainingArguments('o', bf16=torch.cuda.is_bf16_supported(), fp16=not torch.cuda.is_bf16_supported())\n",
             "Trainer(model=model, args=args).train()\n"]
-    meta = {"colab": {"provenance": [], **({"gpuType": gpu} if gpu else {})}, "accelerator": "GPU"}
-    nb = {"cells": [{"cell_type": "code", "metadata": {}, "source": code, "outputs": [], "execution_count": None}],
-          "metadata": meta, "nbformat": 4, "nbformat_minor": 5}
-    path = tmp_path / "nb.ipynb"
-    path.write_text(json.dumps(nb))
-    plan = extract_file(path)
+    plan = extract_file(write_notebook(tmp_path / "nb.ipynb", code, gpu))
     assert plan.get("precision").value == precision
 
 

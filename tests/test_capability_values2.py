@@ -4,12 +4,11 @@ dataset whose `__getitem__` returns fixed blocks of a token stream."""
 
 from __future__ import annotations
 
-import json
 from functools import partial
 
 import pytest
 
-from checkouts import field_values as _get, plan_of_command as _command, write_checkout
+from checkouts import field_values as _get, plan_of_command as _command, write_checkout, write_notebook
 
 _write = partial(write_checkout, dedent=True)
 
@@ -53,12 +52,7 @@ _CAPABILITY = ["import torch\n",
 def test_the_gpus_compute_capability_picks_the_branch(tmp_path, gpu, attn):
     from memlint.extract import extract_file
 
-    meta = {"colab": {"provenance": [], **({"gpuType": gpu} if gpu else {})}, "accelerator": "GPU"}
-    nb = {"cells": [{"cell_type": "code", "metadata": {}, "source": _CAPABILITY, "outputs": [], "execution_count": None}],
-          "metadata": meta, "nbformat": 4, "nbformat_minor": 5}
-    path = tmp_path / "nb.ipynb"
-    path.write_text(json.dumps(nb))
-    plan = extract_file(path)
+    plan = extract_file(write_notebook(tmp_path / "nb.ipynb", _CAPABILITY, gpu))
     assert plan.get("attn_implementation").value == attn
     assert (gpu is None) == any("get_device_capability() is read as (8, 0)" in n for n in plan.notes)
 
@@ -234,9 +228,7 @@ def test_a_notebook_uses_the_classes_its_kernel_imported_earlier(tmp_path, suffi
 
     path = tmp_path / f"train{suffix}"
     if suffix == ".ipynb":
-        nb = {"cells": [{"cell_type": "code", "metadata": {}, "source": _UNIMPORTED, "outputs": [],
-                         "execution_count": None}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
-        path.write_text(json.dumps(nb))
+        write_notebook(path, _UNIMPORTED)
     else:
         path.write_text("".join(_UNIMPORTED))
     plan = extract_file(path)

@@ -102,12 +102,6 @@ def _shell_string(words: list[str]) -> list[str] | None:
         return None
 
 
-# The options of wrappers that take a value as the next word (`srun --job-name demo`, `mpirun -np 4`)
-_WRAPPER_VALUED = {
-    "srun": frozenset(),  # filled below from sbatch's (srun takes the same)
-    "mpirun": frozenset({"-np", "-n", "-x", "-H", "--host", "--hostfile", "-hostfile", "--map-by", "--bind-to",
-                         "-npernode", "--npernode", "-N"}),
-}
 
 
 # the options of `uv run` / `poetry run` / `conda run` ... that take a value as the next word
@@ -635,9 +629,14 @@ _SBATCH_VALUED = frozenset({
     "--cpus-per-task", "--mem", "--mem-per-cpu", "--mem-per-gpu", "--qos", "--chdir", "--array", "--dependency",
     "--exclude", "--nodelist", "--gpus", "--gpus-per-node", "--gpus-per-task", "--ntasks-per-node", "--constraint",
     "--reservation", "--signal", "--export", "--mail-type", "--mail-user", "--begin", "--comment"})
-_WRAPPER_VALUED["srun"] = _SBATCH_VALUED | frozenset({"--cpu-bind", "--distribution", "-m", "--mpi",
-                                                     "--ntasks-per-gpu", "--container-image", "--container-mounts",
-                                                     "--container-workdir"})
+# The options of wrappers that take a value as the next word (`srun --job-name demo`, `mpirun -np 4`): srun takes
+# sbatch's and a few of its own
+_WRAPPER_VALUED = {
+    "srun": _SBATCH_VALUED | frozenset({"--cpu-bind", "--distribution", "-m", "--mpi", "--ntasks-per-gpu",
+                                        "--container-image", "--container-mounts", "--container-workdir"}),
+    "mpirun": frozenset({"-np", "-n", "-x", "-H", "--host", "--hostfile", "-hostfile", "--map-by", "--bind-to",
+                         "-npernode", "--npernode", "-N"}),
+}
 
 
 def make_command(words) -> tuple[str | None, tuple[str, ...], dict[str, str], dict[str, str], str | None] | None:

@@ -31,12 +31,13 @@ _TRL = {"per_device_train_batch_size", "use_peft", "max_seq_length", "max_length
 class FrameworkReader(Reader):
     """Shared parts: the model id, DeepSpeed/FSDP settings, the unknown-key check."""
 
-    def model_id(self, key: str) -> None:
-        v = self.doc.get(key)
+    def model_id(self, *path: str) -> None:
+        """model_id from the key at `path` (`base_model`; verl's `model`, `partial_pretrain`)."""
+        v = self.doc.get(*path)
         if isinstance(v, str) and v.strip():
-            self.lit("model_id", v.strip(), key)
+            self.lit("model_id", v.strip(), *path)
         else:
-            self.unknown("model_id", f"no {key} in the config", *((key,) if self.doc.has(key) else ()))
+            self.unknown("model_id", f"no {'.'.join(path)} in the config", *(path if self.doc.has(*path) else ()))
 
     def distributed(self, fsdp_keys: tuple[str, ...] = ("fsdp",)) -> None:
         ds = self.doc.get("deepspeed")

@@ -46,11 +46,7 @@ class VerlSft(FrameworkReader):
 
     def read(self) -> None:
         d = self.doc
-        v = d.get("model", "partial_pretrain")
-        if isinstance(v, str) and v.strip():
-            self.lit("model_id", v.strip(), "model", "partial_pretrain")
-        else:
-            self.unknown("model_id", "no model.partial_pretrain", *(("model", "partial_pretrain") if v is not None else ()))
+        self.model_id("model", "partial_pretrain")
         load, why = frameworks.substitution(self.kind, "load")
         self.lib("torch_dtype", load, why)
         rank = self.int_field("lora_r", "model", "lora_rank", default_key="model.lora_rank") or 0
