@@ -219,11 +219,52 @@ def _visible_devices(env: dict[str, str]) -> int | None:
 
 
 def tokens(command: str) -> list[str]:
-    """A shell command line split into words (comments dropped, quotes removed)."""
+    """A shell command line split into words (comments dropped, quotes removed). A command or arithmetic
+    substitution left unexpanded (`$(($SLURM_NNODES * 2))`, `$(hostname -i)`) is one word, as bash reads it."""
+    command, held = _hold_substitutions(command)
     try:
-        return shlex.split(command, comments=True, posix=True)
+        words = shlex.split(command, comments=True, posix=True)
     except ValueError as exc:
         raise MemlintError(f"cannot read the command: {exc}") from None
+    if held:
+        words = [_HELD.sub(lambda m: held[int(m.group(1))], w) for w in words]
+    return words
+
+
+_HELD = re.compile(r"\x00(\d+)\x00")
+
+
+def _hold_substitutions(command: str) -> tuple[str, list[str]]:
+    """`command` with each `$(...)` outside single quotes (balanced, nested ones inside it) replaced by a marker
+    with no space in it, and the substitutions in order; a `$(` left open is kept as written."""
+    if "$(" not in command:
+        return command, []
+    out: list[str] = []
+    held: list[str] = []
+    i, quote = 0, ""
+    while i < len(command):
+        c = command[i]
+        if c == "\\" and quote != "'":
+            out.append(command[i:i + 2])
+            i += 2
+            continue
+        if c in "'\"" and (not quote or quote == c):
+            quote = "" if quote else c
+        elif c == "$" and quote != "'" and command.startswith("$(", i):
+            depth, j = 0, i + 1
+            while j < len(command):
+                depth += {"(": 1, ")": -1}.get(command[j], 0)
+                if depth == 0:
+                    break
+                j += 1
+            if depth == 0:
+                out.append(f"\x00{len(held)}\x00")
+                held.append(command[i:j + 1])
+                i = j + 1
+                continue
+        out.append(c)
+        i += 1
+    return "".join(out), held
 
 
 def _command_words(words: Sequence[str]) -> tuple[list[str], dict[str, str], str | None]:

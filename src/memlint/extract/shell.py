@@ -698,7 +698,8 @@ def _sbatch_job(text: str) -> dict | None:
         return None
     nodes = opts.get("nodes", "").split("-")[0]
     return {"gpus": _slurm_gpus(opts), "tasks": int(opts["ntasks-per-node"]) if opts.get("ntasks-per-node", "").isdigit()
-            else None, "nodes": int(nodes) if nodes.isdigit() else None}
+            else None, "nodes": int(nodes) if nodes.isdigit() else None,
+            "ntasks": int(opts["ntasks"]) if opts.get("ntasks", "").isdigit() else None}
 
 
 def _srun_tasks(launch: Launch, words: list[str], job: dict) -> Launch:
@@ -739,6 +740,14 @@ def _slurm_env(job: dict, env: dict[str, str], exported: set[str]) -> None:
     from; the launcher's folder and those above it are where its paths are looked up), and the GPUs it allocated per
     node (--gres=gpu:N) as CUDA_VISIBLE_DEVICES."""
     env.setdefault("SLURM_SUBMIT_DIR", ".")
+    nodes, per_node = job.get("nodes") or 1, job.get("tasks")
+    ntasks = job.get("ntasks") or (nodes * per_node if per_node else None)
+    # sbatch(1) OUTPUT ENVIRONMENT VARIABLES: the allocation's sizes, as `$((SLURM_NNODES * 2))` reads them
+    for name, value in (("SLURM_JOB_NUM_NODES", nodes), ("SLURM_NNODES", nodes), ("SLURM_NTASKS", ntasks),
+                        ("SLURM_NPROCS", ntasks), ("SLURM_NTASKS_PER_NODE", per_node),
+                        ("SLURM_GPUS_ON_NODE", job.get("gpus")), ("SLURM_GPUS_PER_NODE", job.get("gpus"))):
+        if value is not None:
+            env.setdefault(name, str(value))
     if job.get("gpus") and "CUDA_VISIBLE_DEVICES" not in env:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(job["gpus"]))
         exported.add("CUDA_VISIBLE_DEVICES")

@@ -109,6 +109,12 @@ def dataclass_field_helpers() -> frozenset[str]:
 
 
 @data.derived
+def training_imports() -> frozenset[str]:
+    """Packages a fine-tuning run cannot start without (a guarded import of one took the import, not its fallback)."""
+    return frozenset(_doc()["training_imports"]["names"])
+
+
+@data.derived
 def batch_size_names() -> frozenset[str]:
     """Names scripts give a batch size (a count of samples, never a length in tokens)."""
     return frozenset(_doc()["batch_size_names"]["names"])

@@ -397,7 +397,7 @@ def _readme_pins(folder: Path, shown: str) -> list[tuple[str, str, str]]:
     text = _read(path) if path is not None else None
     if not text:
         return []
-    out: list[tuple[str, str, str]] = []
+    out: dict[str, tuple[str, str, str] | None] = {}  # the instructions run in order: a later install of a package wins
     fenced = False
     for i, line in enumerate(text.splitlines(), 1):
         if _FENCE.match(line):
@@ -407,15 +407,21 @@ def _readme_pins(folder: Path, shown: str) -> list[tuple[str, str, str]]:
         if not fenced or not body:
             continue
         words = body.split()
+        upgrade = False
         if "install" in words[:4] and any(re.fullmatch(r"(?:\S*/)?pip3?|uv|python3?", w) for w in words[:3]):
+            opts = [w for w in words[words.index("install") + 1:] if w.startswith("-")]
+            upgrade = any(w in ("-U", "--upgrade") or (re.fullmatch(r"-[a-zA-Z]+", w) and "U" in w) for w in opts)
             reqs = [w.strip("'\"") for w in words[words.index("install") + 1:] if not w.startswith("-")]
         else:
             reqs = [body] if re.fullmatch(r"[A-Za-z0-9_.\-\[\],]+\s*(?:==|>=|~=|<=|<|>)[^\s;]+", body) else []
         for w in reqs:
             req = _requirement(w)
             if req is not None:
-                out.append((req[0], req[1], f"{shown or path.name}:{i}"))
-    return out
+                out[normalise(req[0])] = (req[0], req[1], f"{shown or path.name}:{i}")
+            elif upgrade and (head := _NAME_HEAD.match(w)) is not None and head.group(0) == w:
+                # `pip install --upgrade trl` after `pip install trl==0.14.0`: the newest release, no pin
+                out[normalise(head.group(1))] = None
+    return [v for v in out.values() if v is not None]
 
 
 def install_pins(source: str, shown: str) -> tuple[Pin, ...]:

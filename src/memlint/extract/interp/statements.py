@@ -272,7 +272,9 @@ class Statements:
     def exec_try(self, node: cst.Try | cst.TryStar, env: Env) -> None:
         handlers = [lambda e, h=h: self.exec_block(h.body.body, e) for h in node.handlers]
         raised = False
-        if handlers and all(isinstance(st, cst.SimpleStatementLine) and all(isinstance(x, _PLAIN_SMALL) for x in st.body)
+        if handlers and self._import_succeeds(node, env):
+            self.exec_block(node.body.body, env)
+        elif handlers and all(isinstance(st, cst.SimpleStatementLine) and all(isinstance(x, _PLAIN_SMALL) for x in st.body)
                             for st in node.body.body):
             # A body of plain assignments is walked once: a call in it that raises (RaisedBy) runs the
             # handlers; a body that binds only constants raised nothing; otherwise either may have run.
@@ -290,6 +292,33 @@ class Statements:
             self.exec_block(node.orelse.body.body, env)
         if node.finalbody is not None:
             self.exec_block(node.finalbody.body.body, env)
+
+    def _import_succeeds(self, node: cst.Try | cst.TryStar, env: Env) -> bool:
+        """A try body of imports alone, whose handlers catch a failed import, that cannot fail in the run sized: each
+        module is one the file already imported (`import x` at the top, then `try: import x` / `except
+        ImportError: x = None`) or a package no fine-tuning run starts without (library_api.json
+        training_imports). The handlers' fallbacks are then not what runs."""
+        imports = [x for st in node.body.body for x in getattr(st, "body", ())]
+        if not imports or not all(isinstance(st, cst.SimpleStatementLine) for st in node.body.body) or not all(
+                isinstance(x, (cst.Import, cst.ImportFrom)) for x in imports):
+            return False
+        if not all(h.type is not None and {self.dotted(t).rsplit(".", 1)[-1] for t in (
+                [e.value for e in h.type.elements] if isinstance(h.type, cst.Tuple) else [h.type])} <= {
+                "ImportError", "ModuleNotFoundError"} for h in node.handlers):
+            return False
+        for x in imports:
+            if isinstance(x, cst.ImportFrom):
+                if x.relative or x.module is None:
+                    return False
+                mods = [self.dotted(x.module)]
+            else:
+                mods = [self.dotted(a.name) for a in x.names]
+            for mod in mods:
+                top = mod.split(".")[0]
+                known = env.vars.get(top)
+                if top not in api.training_imports() and not (type(known) is Ref and known.qual.split(".")[0] == top):
+                    return False
+        return True
 
     # ---- binding -----------------------------------------------------------------------------
 

@@ -1,0 +1,51 @@
+"""Job scripts as bash and SLURM read them: a command or arithmetic substitution is one word however many spaces it
+holds (`--num_processes $(($SLURM_NNODES * 2))`), and the sizes sbatch allocates are the variables SLURM sets
+(SLURM_JOB_NUM_NODES, SLURM_NTASKS, SLURM_GPUS_ON_NODE...)."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+
+from checkouts import ARGPARSE_TRAIN, field_values as _get, plan_of_command as _command, write_checkout
+from memlint.extract.launch import tokens
+
+_write = partial(write_checkout, dedent=True)
+
+
+@pytest.mark.parametrize("line, words", [
+    ("accelerate launch --num_processes $(($N * 2)) train.py", ["accelerate", "launch", "--num_processes", "$(($N * 2))", "train.py"]),
+    ('torchrun --master_addr "$(hostname -i | cut -d " " -f1)" x.py', ["torchrun", "--master_addr", '$(hostname -i | cut -d " " -f1)', "x.py"]),
+    ("echo '$(a b)' c", ["echo", "$(a b)", "c"]),  # single quotes: no substitution, shlex's own reading
+    ("python x.py --n $(( (A + 1) * B ))", ["python", "x.py", "--n", "$(( (A + 1) * B ))"]),
+    ("python x.py $(unclosed a b", ["python", "x.py", "$(unclosed", "a", "b"]),
+])
+def test_a_substitution_is_one_word(line, words):
+    assert tokens(line) == words
+
+
+_SBATCH = """
+    #!/bin/bash
+    #SBATCH --nodes=4
+    #SBATCH --ntasks-per-node=1
+    #SBATCH --gres=gpu:a100:2
+    export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+    srun accelerate launch --multi_gpu \\
+        --num_processes {procs} \\
+        --num_machines $SLURM_JOB_NUM_NODES --main_process_ip $MASTER_ADDR \\
+        train.py --batch_size 2
+"""
+
+
+@pytest.mark.parametrize("procs, gpus", [
+    ("$(($SLURM_JOB_NUM_NODES * 2))", 8),
+    ("$((SLURM_NNODES * SLURM_GPUS_ON_NODE))", 8),
+    ("$SLURM_NTASKS", 4),
+    ("$(($UNSET_BY_SLURM * 2))", None),  # not a variable SLURM sets: the count is unknown, the script still read
+])
+def test_a_job_scripts_process_count_from_the_allocation(tmp_path, monkeypatch, procs, gpus):
+    root = _write(tmp_path, {"job.sh": _SBATCH.format(procs=procs), "train.py": ARGPARSE_TRAIN})
+    plan = _command(root, monkeypatch, "bash", "job.sh")
+    assert _get(plan, "per_device_batch") == {"per_device_batch": 2}
+    assert getattr(plan.fields.get("num_gpus"), "value", None) == gpus

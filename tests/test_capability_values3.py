@@ -1,0 +1,86 @@
+"""Values real scripts set in ways earlier readers missed (fifth pass): an import guarded by `try`/`except
+ImportError` of a package the run cannot start without, or of one the file already imported, took the import; its
+fallback (`torch = None`) is not what runs."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+
+from checkouts import field_values as _get, plan_of_command as _command, write_checkout
+
+_write = partial(write_checkout, dedent=True)
+
+_GUARDED = """
+    {top}
+    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+
+    try:
+        import {module}
+    except {caught}:
+        {module} = None
+
+    use_4bit = True
+    if use_4bit and not torch.cuda.is_available():
+        use_4bit = False
+    use_bf16 = False
+    if torch is None:
+        raise ImportError("no torch")
+    else:
+        use_bf16 = torch.cuda.is_available()
+    model = AutoModelForCausalLM.from_pretrained("gpt2", load_in_4bit=use_4bit)
+    if use_4bit:
+        model = prepare_model_for_kbit_training(model)
+    model = get_peft_model(model, LoraConfig(r=8, task_type="CAUSAL_LM"))
+    Trainer(model=model, args=TrainingArguments(output_dir="o", bf16=use_bf16)).train()
+"""
+
+
+@pytest.mark.parametrize("top, module, caught, read", [
+    ("import torch", "torch", "ImportError", True),        # imported above: the second import cannot fail
+    ("", "torch", "(ImportError, ModuleNotFoundError)", True),  # a package no training run lacks
+    ("import torch", "torch", "Exception", False),         # any error: the fallback may be what ran
+])
+def test_a_guarded_import_of_a_package_the_run_needs_took_the_import(tmp_path, monkeypatch, top, module, caught, read):
+    root = _write(tmp_path, {"train.py": _GUARDED.format(top=top, module=module, caught=caught)})
+    plan = _command(root, monkeypatch, "python", "train.py")
+    got = {n: getattr(plan.fields.get(n), "value", None) for n in ("method", "quant_bits", "precision")}
+    if read:
+        assert got == {"method": "qlora", "quant_bits": 4, "precision": "amp-bf16"}
+    else:
+        assert got != {"method": "qlora", "quant_bits": 4, "precision": "amp-bf16"}
+
+
+def test_an_optional_accelerator_keeps_both_branches(tmp_path, monkeypatch):
+    # flash_attn is optional: its fallback may be what runs, so the attention is not taken from the import
+    script = """
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+        try:
+            import flash_attn
+            attn = "flash_attention_2"
+        except ImportError:
+            attn = "sdpa"
+        model = AutoModelForCausalLM.from_pretrained("gpt2", attn_implementation=attn)
+        Trainer(model=model, args=TrainingArguments(output_dir="o")).train()
+    """
+    root = _write(tmp_path, {"train.py": script})
+    plan = _command(root, monkeypatch, "python", "train.py")
+    assert getattr(plan.fields.get("attn_implementation"), "value", None) != "flash_attention_2"
+
+
+@pytest.mark.parametrize("readme, trl", [
+    # the instructions run in order: an unversioned upgrade after a pin installs the newest release (no pin)
+    ("```bash\npip install -U -q trl==0.14.0\npip install --upgrade trl\n```\n", None),
+    ("```bash\npip install trl==0.14.0\npip install -qU trl\n```\n", None),
+    # an unversioned install of an installed package keeps its version (pip: requirement already satisfied)
+    ("```bash\npip install trl==0.14.0\npip install trl\n```\n", "0.14.0"),
+    # a later pin replaces an earlier one
+    ("```bash\npip install trl==0.14.0\n```\nthen\n```bash\npip install -U trl==0.16.1\n```\n", "0.16.1"),
+])
+def test_the_readmes_install_lines_run_in_order(tmp_path, readme, trl):
+    from memlint.library.pins import checkout_pins
+
+    root = _write(tmp_path, {"README.md": readme, "train.py": "import trl\n"})
+    assert {p.package: p.version for p in checkout_pins(root / "train.py")}.get("trl") == trl
