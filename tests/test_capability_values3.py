@@ -84,3 +84,20 @@ def test_the_readmes_install_lines_run_in_order(tmp_path, readme, trl):
 
     root = _write(tmp_path, {"README.md": readme, "train.py": "import trl\n"})
     assert {p.package: p.version for p in checkout_pins(root / "train.py")}.get("trl") == trl
+
+
+def test_a_try_body_with_a_compound_statement_is_read(tmp_path, monkeypatch):
+    script = """
+        import torch
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+        try:
+            if torch.cuda.is_available():
+                import torch.cuda
+        except ImportError:
+            pass
+        model = AutoModelForCausalLM.from_pretrained("gpt2")
+        Trainer(model=model, args=TrainingArguments(output_dir="o", per_device_train_batch_size=3)).train()
+    """
+    root = _write(tmp_path, {"train.py": script})
+    plan = _command(root, monkeypatch, "python", "train.py")
+    assert _get(plan, "model_id", "per_device_batch") == {"model_id": "gpt2", "per_device_batch": 3}

@@ -298,9 +298,10 @@ class Statements:
         module is one the file already imported (`import x` at the top, then `try: import x` / `except
         ImportError: x = None`) or a package no fine-tuning run starts without (library_api.json
         training_imports). The handlers' fallbacks are then not what runs."""
-        imports = [x for st in node.body.body for x in getattr(st, "body", ())]
-        if not imports or not all(isinstance(st, cst.SimpleStatementLine) for st in node.body.body) or not all(
-                isinstance(x, (cst.Import, cst.ImportFrom)) for x in imports):
+        if not all(isinstance(st, cst.SimpleStatementLine) for st in node.body.body):
+            return False
+        imports = [x for st in node.body.body for x in st.body]
+        if not imports or not all(isinstance(x, (cst.Import, cst.ImportFrom)) for x in imports):
             return False
         if not all(h.type is not None and {self.dotted(t).rsplit(".", 1)[-1] for t in (
                 [e.value for e in h.type.elements] if isinstance(h.type, cst.Tuple) else [h.type])} <= {
