@@ -49,3 +49,16 @@ def test_a_job_scripts_process_count_from_the_allocation(tmp_path, monkeypatch, 
     plan = _command(root, monkeypatch, "bash", "job.sh")
     assert _get(plan, "per_device_batch") == {"per_device_batch": 2}
     assert getattr(plan.fields.get("num_gpus"), "value", None) == gpus
+
+
+def test_an_accelerate_config_relative_to_the_folder_the_command_moved_to(tmp_path, monkeypatch):
+    # `cd app && bash scripts/run.sh`, run.sh: `accelerate launch --config_file ../acc/fsdp.yaml train.py`: the config
+    # is relative to app/ (where the command runs), not to scripts/ nor to where memlint is run from
+    root = _write(tmp_path, {
+        "acc/fsdp.yaml": "distributed_type: FSDP\nnum_processes: 4\nfsdp_config:\n  fsdp_sharding_strategy: FULL_SHARD\n",
+        "app/scripts/run.sh": "accelerate launch --config_file ../acc/fsdp.yaml src/train.py --batch_size 2\n",
+        "app/src/train.py": ARGPARSE_TRAIN,
+    })
+    plan = _command(root, monkeypatch, "cd", "app", "&&", "bash", "scripts/run.sh")
+    assert _get(plan, "distributed", "num_gpus", "per_device_batch") == {"distributed": "fsdp", "num_gpus": 4,
+                                                                          "per_device_batch": 2}

@@ -270,6 +270,22 @@ def author_file(ref: str, bases: list[Path]) -> tuple[Path, str] | None:
     return None
 
 
+def _accelerate_config_files(launch: Any, cfg: str, script: Path | None) -> tuple[list[Path], str | None]:
+    """Where `accelerate launch --config_file CFG` may be, in order: beside the launcher that runs it, in the folder
+    the command runs in (`cd sub && accelerate launch --config_file ../x.yaml`: relative to sub), in memlint's
+    folder, beside the script; an absolute path of the author's machine as the checkout's file of the same tail
+    (with the note saying so)."""
+    from memlint.files import is_file
+
+    base = Path(launch.origin).parent if launch.line else Path.cwd()
+    run_dirs = [base / launch.cwd, Path.cwd() / launch.cwd] if launch.cwd else []
+    if os.path.isabs(cfg) and not is_file(cfg):
+        mapped = author_file(cfg, [Path.cwd(), base])
+        return ([mapped[0]], mapped[1]) if mapped is not None else ([], None)
+    return [base / cfg, *(d / cfg for d in run_dirs), Path.cwd() / cfg,
+            *([script.parent / cfg] if script is not None else [])], None
+
+
 def accelerate_processes(launch: Any, script: Path | None = None) -> int | None:
     """The processes `accelerate launch --config_file X` starts, from X's num_processes (accelerate counts them over
     every machine), when the command itself does not say; None when X is not found or says nothing readable."""
@@ -278,12 +294,7 @@ def accelerate_processes(launch: Any, script: Path | None = None) -> int | None:
     cfg = (launch.options or {}).get("config_file") if launch is not None and launch.launcher == "accelerate" else None
     if not cfg:
         return None
-    base = Path(launch.origin).parent if launch.line else Path.cwd()
-    run_dir = Path.cwd() / launch.cwd if launch.cwd else Path.cwd()
-    cands = [base / cfg, run_dir / cfg, *([script.parent / cfg] if script is not None else [])]
-    if os.path.isabs(cfg) and not is_file(cfg):
-        mapped = author_file(cfg, [Path.cwd(), base])
-        cands = [mapped[0]] if mapped is not None else []
+    cands, _ = _accelerate_config_files(launch, cfg, script)
     for cand in cands:
         if is_file(cand):
             try:
@@ -312,14 +323,9 @@ def _config_processes(path: str, mtime_ns: int, size: int) -> int | None:
 def _accelerate_config(plan: TrainingPlan, launch: Any, cfg: str, script: Path) -> TrainingPlan:
     from memlint.extract.configs import merge_launch_config
 
-    base = Path(launch.origin).parent if launch.line else Path.cwd()
     from memlint.files import is_file
 
-    note = None
-    cands = [base / cfg, Path.cwd() / cfg, script.parent / cfg]
-    if os.path.isabs(cfg) and not is_file(cfg):
-        mapped = author_file(cfg, [Path.cwd(), base])
-        cands, note = ([mapped[0]], mapped[1]) if mapped is not None else ([], None)
+    cands, note = _accelerate_config_files(launch, cfg, script)
     for cand in cands:
         if is_file(cand):
             try:
