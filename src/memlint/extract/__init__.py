@@ -126,7 +126,8 @@ def extract_file(path: str | Path, launch: Any = None, shown: str | None = None)
         return _pinned(Path(path), lambda: _extract_file(path, launch, shown))
 
 
-def _extract_file(path: str | Path, launch: Any = None, shown: str | None = None) -> TrainingPlan:
+def _extract_file(path: str | Path, launch: Any = None, shown: str | None = None, text: str | None = None) -> TrainingPlan:
+    """`text`: the file's content when it is not on disk as read (a config a notebook writes before running it)."""
     from memlint import files
     from memlint.extract.configs.overrides import TOOLS
 
@@ -136,7 +137,8 @@ def _extract_file(path: str | Path, launch: Any = None, shown: str | None = None
     if p.suffix.lower() in CONFIG_SUFFIXES or tool_run:
         from memlint.extract.configs import read_config
 
-        plan = read_config(p if files.is_file(p) or not tool_run else None, shown=shown or str(path), launch=launch)
+        plan = read_config(p if files.is_file(p) or not tool_run or text is not None else None, shown=shown or str(path),
+                           text=text, launch=launch)
         if plan is not None and plan.kind == "lightning-cli" and files.is_file(p):
             from memlint.extract.lightning_cli import with_classes
 
@@ -461,7 +463,7 @@ def _read_target_unpinned(target: Target) -> tuple[TrainingPlan | None, list[str
     if target.note is not None:  # refused before reading (a launcher past its budget)
         return unreadable(shown, target.note), [], []
     launch = target.launch
-    if launch is not None and not launch.script and not launch.module and not path.exists():
+    if launch is not None and not launch.script and not launch.module and not path.exists() and target.text is None:
         from memlint.extract.configs.overrides import TOOLS
 
         if launch.launcher in TOOLS:  # a framework CLI given its config as flags, no file: the flags are read
@@ -492,7 +494,7 @@ def _read_target_unpinned(target: Target) -> tuple[TrainingPlan | None, list[str
         # a launch command's config (`memlint check -- torchrun train.py recipe.yaml`, a Hydra script's NeMo
         # config): read with the command's overrides and launcher, as `extract_file` reads it
         try:
-            plan = _extract_file(path, target.launch, shown)
+            plan = _extract_file(path, target.launch, shown, text=text if target.text is not None else None)
         except MemlintError as exc:
             return unreadable(shown, str(exc).removeprefix(f"{shown}: ")), [], []
         return plan, (source_lines(text) if plan is not None else []), []

@@ -15,7 +15,7 @@ from typing import Iterator
 
 from memlint.errors import MemlintError
 from memlint.extract.configs.overrides import flags_config
-from memlint.extract.launch import (FRAMEWORK_CLIS, Launch, command_target, console_scripts, framework_config,
+from memlint.extract.launch import (FRAMEWORK_CLIS, Launch, _config_arg, command_target, console_scripts, framework_config,
                                     framework_script, make_command, parse_command, resolve_module, shell_script, tokens)
 from memlint.vocab import LAUNCHER_NAMES, LAUNCHER_SUFFIXES
 
@@ -1103,12 +1103,15 @@ def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str,
     out = []
     written: dict | None = None  # the files a notebook writes itself (`%%writefile train.py`), read on first need
     for launch in launches(path, shown, args, env0, make):
-        if path.suffix == ".ipynb" and launch.script:
+        ref = launch.script if launch.script else (
+            _config_arg(launch) if not launch.module and launch.launcher in FRAMEWORK_CLIS else None)
+        if path.suffix == ".ipynb" and ref:
             if written is None:
-                from memlint.extract.source import written_files
+                from memlint.extract.source import written_configs, written_files
 
-                written = written_files(path)
-            key = os.path.normpath(os.path.join(launch.cwd or "", os.path.expanduser(launch.script)))
+                # a `%%writefile` cell, or a config dumped from a dict the notebook builds (`yaml.dump(args, f)`)
+                written = {**written_configs(path), **written_files(path)}
+            key = os.path.normpath(os.path.join(launch.cwd or "", os.path.expanduser(ref)))
             if key in written:  # what the notebook wrote runs, whatever a file of that name on disk holds
                 text, cell_line = written[key]
                 where = f"{key} (written by {shown}:{cell_line})"

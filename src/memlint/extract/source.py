@@ -225,6 +225,155 @@ def written_files(path: Path) -> dict[str, tuple[str, int]]:
     return out
 
 
+MAX_WRITTEN_CONFIG = 200_000  # characters of one written config
+
+
+def written_configs(path: Path) -> dict[str, tuple[str, int]]:
+    """The config files a notebook writes from a dict it builds (`args = dict(stage="sft", ...)` then `with open(NAME,
+    "w") as f: yaml.dump(args, f)`, `json.dump(args, open(NAME, "w"))`), for the framework command it then runs
+    (`!llamafactory-cli train NAME`): NAME (normalised, relative to the notebook's folder, after the `%cd` lines
+    before it) -> (the file's text, the notebook line of the dump). Read statically: literal values (and names bound
+    to literals) only; a key whose value is not one is left out. The last write of a name wins."""
+    import ast
+
+    try:
+        lines, cells = notebook_cells(notebook_bytes(path).decode("utf-8-sig", errors="replace"), path)
+        tree = ast.parse(transform_lines(lines, cells=cells or None))
+    except (OSError, MemlintError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return {}
+    state = _NotebookWrites()
+    for stmt in tree.body:
+        state.statement(stmt)
+    return state.out
+
+
+class _NotebookWrites:
+    """The walk written_configs makes over a notebook's top-level statements, in order."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, object] = {}
+        self.cwd = ""
+        self.out: dict[str, tuple[str, int]] = {}
+
+    def statement(self, stmt) -> None:
+        import ast
+
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            self.assign(stmt.targets[0], stmt.value)
+        elif isinstance(stmt, ast.With):
+            files = {item.optional_vars.id: item.context_expr for item in stmt.items
+                     if isinstance(item.optional_vars, ast.Name)}
+            for inner in stmt.body:
+                self.call(inner, files) if isinstance(inner, ast.Expr) else self.statement(inner)
+        elif isinstance(stmt, ast.Expr):
+            self.call(stmt, {})
+
+    def assign(self, target, value) -> None:
+        import ast
+
+        if isinstance(target, ast.Name):
+            got = self.literal(value)
+            if got is _NOT_LITERAL:
+                self.values.pop(target.id, None)
+            else:
+                self.values[target.id] = got
+        elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and \
+                isinstance(self.values.get(target.value.id), dict):
+            key, got = self.literal(target.slice), self.literal(value)
+            if isinstance(key, str) and got is not _NOT_LITERAL:
+                self.values[target.value.id][key] = got
+
+    def call(self, stmt, files: dict) -> None:
+        import ast
+
+        c = stmt.value
+        if not isinstance(c, ast.Call) or not isinstance(c.func, ast.Attribute):
+            return
+        name = c.func.attr
+        owner = c.func.value.id if isinstance(c.func.value, ast.Name) else ""
+        if name == "run_line_magic" or (name == "chdir" and owner == "os"):
+            self.moved(c)
+        elif name == "update" and owner in self.values and isinstance(self.values[owner], dict):
+            for kw in c.keywords:
+                got = self.literal(kw.value)
+                if kw.arg is not None and got is not _NOT_LITERAL:
+                    self.values[owner][kw.arg] = got
+        elif name in ("dump", "safe_dump") and owner in ("json", "yaml") and len(c.args) >= 2 and \
+                isinstance(c.args[0], ast.Name) and isinstance(self.values.get(c.args[0].id), dict):
+            target = c.args[1]
+            target = files.get(target.id) if isinstance(target, ast.Name) else target
+            where = self.opened(target)
+            if where is not None:
+                import json
+
+                text = json.dumps(self.values[c.args[0].id], indent=2, default=str)
+                if len(text) <= MAX_WRITTEN_CONFIG:
+                    self.out[where] = (text, stmt.lineno)
+
+    def moved(self, c) -> None:
+        """`%cd DIR` (run_line_magic('cd', 'DIR')) and os.chdir('DIR'): where later relative names are."""
+        import ast
+        import os
+
+        args = [a.value for a in c.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        if c.func.attr == "run_line_magic" and len(args) == 2 and args[0] == "cd":
+            folder = args[1].strip()
+        elif c.func.attr == "chdir" and len(args) == 1:
+            folder = args[0]
+        else:
+            return
+        self.cwd = os.path.normpath(os.path.join(self.cwd, os.path.expanduser(folder)))
+
+    def opened(self, node) -> str | None:
+        """The file `open(NAME, "w")` writes, relative to the notebook's folder; None for anything else."""
+        import ast
+        import os
+
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "open" and node.args):
+            return None
+        name = self.literal(node.args[0])
+        mode = self.literal(node.args[1]) if len(node.args) > 1 else next(
+            (self.literal(k.value) for k in node.keywords if k.arg == "mode"), "r")
+        if not isinstance(name, str) or not isinstance(mode, str) or "w" not in mode:
+            return None
+        return os.path.normpath(os.path.join(self.cwd, os.path.expanduser(name)))
+
+    def literal(self, node):
+        """A literal value (dict(k=v), {...}, lists, constants, names bound to literals), else _NOT_LITERAL; a dict
+        keeps its literal items."""
+        import ast
+
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Name):
+            return self.values.get(node.id, _NOT_LITERAL) if node.id not in ("True", "False", "None") else \
+                {"True": True, "False": False, "None": None}[node.id]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            v = self.literal(node.operand)
+            return -v if isinstance(v, (int, float)) and not isinstance(v, bool) else _NOT_LITERAL
+        if isinstance(node, (ast.List, ast.Tuple)):
+            items = [self.literal(e) for e in node.elts]
+            return _NOT_LITERAL if any(i is _NOT_LITERAL for i in items) else items
+        if isinstance(node, ast.Dict):
+            out = {}
+            for k, v in zip(node.keys, node.values):
+                key, got = self.literal(k) if k is not None else _NOT_LITERAL, self.literal(v)
+                if isinstance(key, str) and got is not _NOT_LITERAL:
+                    out[key] = got
+            return out
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args:
+            out = {}
+            for kw in node.keywords:
+                got = self.literal(kw.value)
+                if kw.arg is not None and got is not _NOT_LITERAL:
+                    out[kw.arg] = got
+            return out
+        return _NOT_LITERAL
+
+
+_NOT_LITERAL = object()
+
+
 def _magic_call(stripped: str) -> str:
     """The one-line Python that IPython runs for a `!` / `%` / `%%` / `?` line."""
     if stripped.startswith("%%"):
