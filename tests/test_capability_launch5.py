@@ -62,3 +62,17 @@ def test_an_accelerate_config_relative_to_the_folder_the_command_moved_to(tmp_pa
     plan = _command(root, monkeypatch, "cd", "app", "&&", "bash", "scripts/run.sh")
     assert _get(plan, "distributed", "num_gpus", "per_device_batch") == {"distributed": "fsdp", "num_gpus": 4,
                                                                           "per_device_batch": 2}
+
+
+@pytest.mark.parametrize("words, script, processes", [
+    ("fabric run --devices 4 --accelerator cuda train.py --lr 1", "train.py", 4),
+    ("fabric run model --devices=2 train.py", "train.py", 2),
+    ("lightning run model --devices 8 train.py", "train.py", 8),
+    ("lightning run app app.py --cloud --name x", "app.py", None),
+    ("lightning run experiment train.py --requirements deepspeed --num_nodes=2 --cloud_compute=gpu-fast", "train.py", None),
+])
+def test_lightning_and_fabric_run_commands(words, script, processes):
+    from memlint.extract.launch import parse_command
+
+    launch = parse_command(words.split())
+    assert (launch.script, launch.processes) == (script, processes)

@@ -331,6 +331,15 @@ def parse_command(words: Sequence[str], origin: str = "the command line", line: 
         return _launcher("composer", rest, base)
     if head == "lightning" and rest[:2] == ["run", "model"]:
         return _launcher("lightning", rest[2:], base)
+    if head == "fabric" and rest[:1] == ["run"]:  # Lightning 2.2+: `fabric run [model] SCRIPT`, lightning run model's options
+        return _launcher("lightning", rest[2:] if rest[1:2] == ["model"] else rest[1:], base)
+    if head == "lightning" and rest[:1] == ["run"] and rest[1:2] in (["app"], ["experiment"]):
+        # `lightning run app|experiment SCRIPT --cloud ...`: the script runs as itself (on machines its options name)
+        # options before and after it are the app's, not the script's (its arguments keep their defaults)
+        script = next((w for w in rest[2:] if w.endswith(".py")), None)
+        if script is None:
+            raise NotFollowed(f"`lightning {' '.join(rest[:2])}` names no Python file")
+        return Launch((), script=script, processes=_visible_devices(env), **base)
     if head in FRAMEWORK_CLIS:
         subs, _ = FRAMEWORK_CLIS[head]
         if rest and rest[0] in subs:
@@ -340,7 +349,7 @@ def parse_command(words: Sequence[str], origin: str = "the command line", line: 
     if words[0].endswith(".py"):
         return Launch(tuple(rest), script=words[0], processes=_visible_devices(env), **base)
     raise NotFollowed(f"{words[0]}: not a Python launcher memlint reads (python, torchrun, accelerate launch, "
-                       f"deepspeed, composer, lightning run model, a framework CLI, a console script of the checkout's "
+                       f"deepspeed, composer, lightning run model|app, fabric run, a framework CLI, a console script of the checkout's "
                        f"pyproject.toml or setup.py, a shell script: bash run.sh, or make TARGET)")
 
 
