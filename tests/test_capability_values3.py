@@ -101,3 +101,54 @@ def test_a_try_body_with_a_compound_statement_is_read(tmp_path, monkeypatch):
     root = _write(tmp_path, {"train.py": script})
     plan = _command(root, monkeypatch, "python", "train.py")
     assert _get(plan, "model_id", "per_device_batch") == {"model_id": "gpt2", "per_device_batch": 3}
+
+
+_ARGV_PARSER = """
+    import sys
+    from argparse import ArgumentParser
+    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+    def _bool(x):
+        return x is not None and x.lower().strip() == "true"
+
+    def parse():
+        p = ArgumentParser()
+        p.add_argument("-bm", "--base-model", default="gpt2")
+        p.add_argument("-bs", "--batch-size", type=int, default=4)
+        p.add_argument("--use-bf16", default="false", type=lambda x: _bool(x))
+        {parse}
+
+    args = parse()
+    model = AutoModelForCausalLM.from_pretrained(args.base_model)
+    Trainer(model=model, args=TrainingArguments(output_dir="o", per_device_train_batch_size=args.batch_size,
+                                                bf16=args.use_bf16)).train()
+"""
+
+
+@pytest.mark.parametrize("parse, model", [
+    ("a = sys.argv\n        a.pop(0)\n        return p.parse_args(a)", "Qwen/Qwen2.5-0.5B"),
+    ("return p.parse_args(sys.argv[1:])", "Qwen/Qwen2.5-0.5B"),
+    ("return p.parse_args()", "Qwen/Qwen2.5-0.5B"),
+    ("return p.parse_args(['--base-model', 'other'])", None),  # the script's own words: not the command's
+])
+def test_parse_args_given_the_command_line_reads_it(tmp_path, monkeypatch, parse, model):
+    root = _write(tmp_path, {"train.py": _ARGV_PARSER.replace("{parse}", parse)})
+    plan = _command(root, monkeypatch, "python", "train.py", "--base-model", "Qwen/Qwen2.5-0.5B", "-bs", "2")
+    got = {n: getattr(plan.fields.get(n), "value", None) for n in ("model_id", "per_device_batch", "precision")}
+    if model is None:
+        assert got["model_id"] != "Qwen/Qwen2.5-0.5B"
+    else:  # the string default "false" goes through type=: False, so fp32
+        assert got == {"model_id": model, "per_device_batch": 2, "precision": "fp32"}
+
+
+@pytest.mark.parametrize("trl", ["0.15.2", "0.16.1", "0.19.1"])
+def test_sft_config_max_seq_length_none_keeps_the_trainers_default(tmp_path, monkeypatch, trl):
+    script = """
+        from transformers import AutoModelForCausalLM
+        from trl import SFTConfig, SFTTrainer
+        model = AutoModelForCausalLM.from_pretrained("gpt2")
+        SFTTrainer(model=model, args=SFTConfig(output_dir="o", max_seq_length=None)).train()
+    """
+    root = _write(tmp_path, {"train.py": script, "requirements.txt": f"trl=={trl}\n"})
+    plan = _command(root, monkeypatch, "python", "train.py")
+    assert _get(plan, "max_length") == {"max_length": 1024}

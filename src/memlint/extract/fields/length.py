@@ -57,6 +57,27 @@ class LengthFields:
             self.put("per_device_batch", Unknown("no DataLoader found"), line=line)
         return train_dl
 
+    def sft_length(self, a: Obj, trainer: Obj, models: list[Obj], unsloth: bool, sft_field: Any) -> Any:
+        """The length an SFT trainer cuts its samples at, from its config `a` (or the trainer's own keyword)."""
+        lost = self.lost_field(a, "max_seq_length")  # args.max_seq_length = n where SFTConfig lacks it
+        ml = trainer.kwargs.get("max_seq_length", a.get("max_length", None if lost else a.get("max_seq_length")))
+        if isinstance(ml, Const) and ml.value is None and ("max_seq_length" in trainer.kwargs or (
+                a.get("max_length") is None and not lost)):
+            # SFTTrainer(max_seq_length=None) (TRL < 0.20), SFTConfig(max_seq_length=None): the trainer's default
+            # length applies (before 0.16 the trainer's min(model_max_length, 1024); 0.16-0.19 a None alias
+            # leaves max_length at its default)
+            ml = None
+        if ml is None and unsloth:
+            ml = self.unsloth_length(models)
+        if ml is None:
+            ml = sft_field(a, "max_length")
+            if isinstance(ml, Unknown) and not lost:
+                ml = sft_field(a, "max_seq_length")
+                d = library_default("trl.SFTConfig", "max_seq_length")
+                if isinstance(ml, Const) and ml.value is None and d is not None:  # None: the trainer's default
+                    ml = Const(d.value, "library-default", ml.line, ml.chain + (d.why,), ml.file)
+        return ml
+
     def padding_and_length(self, trainer: Obj, arg_objs: list[Obj] | None, models: list[Obj], unsloth: bool) -> None:
         name = trainer.cls
         line = arg_objs[0].line if arg_objs else trainer.line
@@ -82,17 +103,7 @@ class LengthFields:
             for a in arg_objs or []:
                 p = trainer.kwargs.get("packing", a.get("packing"))
                 packs.append(p if p is not None else sft_field(a, "packing"))
-                lost = self.lost_field(a, "max_seq_length")  # args.max_seq_length = n where SFTConfig lacks it
-                ml = trainer.kwargs.get("max_seq_length", a.get("max_length", None if lost else a.get("max_seq_length")))
-                if isinstance(ml, Const) and ml.value is None and "max_seq_length" in trainer.kwargs:
-                    ml = None  # SFTTrainer(max_seq_length=None) (TRL < 0.20): the trainer's default applies
-                if ml is None and unsloth:
-                    ml = self.unsloth_length(models)
-                if ml is None:
-                    ml = sft_field(a, "max_length")
-                    if isinstance(ml, Unknown) and not lost:
-                        ml = sft_field(a, "max_seq_length")
-                lengths.append(ml)
+                lengths.append(self.sft_length(a, trainer, models, unsloth, sft_field))
             as_is = self.pretokenized(trainer, name, line)
             if as_is is not None:  # the script's own rows of input_ids, taken as they are
                 packs, lengths = [as_is[0]], [as_is[1]]

@@ -51,14 +51,45 @@ class CliHandlers:
             return Const(None, "literal", line)
         if name in ("parse_args", "parse_known_args", "parse_intermixed_args"):
             given = bool(args) and not (isinstance(args[0], Const) and args[0].value is None)
-            ns = ArgNamespace(p.cls, line or 0, parser=p, given=given)
-            if not given and it.launch is not None:
-                ns.cli = self.argparse_cli(it, p)
+            words = self.argv_words(it, args[0]) if given else None
+            ns = ArgNamespace(p.cls, line or 0, parser=p, given=given and words is None)
+            if (not given or words is not None) and it.launch is not None:
+                ns.cli = self.argparse_cli(it, p, words)
+            if not ns.given:
+                self.typed_defaults(it, ns)
             return ns if name != "parse_known_args" else Seq([ns, Unknown("remaining arguments")], "tuple")
         return Unknown(f"parser.{name}()")
 
-    def argparse_cli(self, it: Any, p: ArgParser) -> dict:
-        """dest -> the value the launch command's words give it, as argparse would parse them."""
+    @staticmethod
+    def typed_defaults(it: Any, ns: ArgNamespace) -> None:
+        """A string default goes through the argument's own type= function, as argparse parses it (`default="false",
+        type=lambda x: _parse_bool_arg(x)` is False): the converted defaults become the namespace's attributes."""
+        for dest, spec in ns.parser.args.items():
+            conv, dflt = spec.kwargs.get("type"), spec.kwargs.get("default")
+            if dest in ns.cli or not isinstance(conv, Func) or not (isinstance(dflt, Const) and isinstance(dflt.value, str)):
+                continue
+            how = f"add_argument({spec.flag!r}, …) (line {spec.line})"
+            got = it.call_function(conv, [dflt.via("argparse-default", how, spec.line, spec.file)], {}, None)
+            if isinstance(got, Const):
+                ns.attrs[dest] = got
+
+    @staticmethod
+    def argv_words(it: Any, given: Any) -> tuple[str, ...] | None:
+        """The words of a list handed to parse_args() that is the command line itself (`parse_args(sys.argv[1:])`,
+        `a = sys.argv; a.pop(0); parse_args(a)`: every item a command-line word, the script's own name left out);
+        None for any other list (the script parses words of its own)."""
+        if it.launch is None or not isinstance(given, Seq) or not all(
+                isinstance(x, Const) and x.source == "command-line" and isinstance(x.value, str) for x in given.items):
+            return None
+        words = [x.value for x in given.items]
+        argv = list(it.launch.argv)
+        if words and words[0] == (it.launch.script or it.launch.module or "script") and words[1:] == argv:
+            words = words[1:]  # sys.argv whole, its first word popped at run time (a list's pop is not followed)
+        return tuple(words) if words == argv[len(argv) - len(words):] else None
+
+    def argparse_cli(self, it: Any, p: ArgParser, words: tuple[str, ...] | None = None) -> dict:
+        """dest -> the value the launch command's words (or `words`, the part of them parse_args() is given) give
+        it, as argparse would parse them."""
         from memlint.extract.cli_args import Option, match_argparse
 
         options = []
@@ -72,7 +103,7 @@ class CliHandlers:
             const = kw.get("const")
             options.append(Option(dest, spec.flags, act.replace("-", "_"), nargs.value if isinstance(nargs, Const) else None,
                                   const.value if isinstance(const, Const) else (True if act == "store_const" else None)))
-        matched = match_argparse(options, it.launch.argv)
+        matched = match_argparse(options, it.launch.argv if words is None else words)
         out = {}
         for dest, raw in matched.values.items():
             spec = p.args[dest]
