@@ -76,3 +76,16 @@ def test_lightning_and_fabric_run_commands(words, script, processes):
 
     launch = parse_command(words.split())
     assert (launch.script, launch.processes) == (script, processes)
+
+
+@pytest.mark.parametrize("listing, gpus", [
+    ("$( scontrol show hostnames $SLURM_JOB_NODELIST )", 12),  # the job's 3 nodes, one name each
+    ('$(scontrol show hostnames "$SLURM_JOB_NODELIST")', 12),
+    ("$(cat my_hosts.txt)", None),  # a command memlint does not know: the array and its length are unknown
+])
+def test_an_array_of_the_jobs_hostnames_counts_its_nodes(tmp_path, monkeypatch, listing, gpus):
+    job = (f"#!/bin/bash\n#SBATCH --nodes=3\n#SBATCH --gres=gpu:4\nnodes=( {listing} )\nnum_nodes=${{#nodes[@]}}\n"
+           "srun torchrun --nnodes $num_nodes --nproc_per_node 4 train.py --batch_size 2\n")
+    root = _write(tmp_path, {"job.sh": job, "train.py": ARGPARSE_TRAIN})
+    plan = _command(root, monkeypatch, "bash", "job.sh")
+    assert getattr(plan.fields.get("num_gpus"), "value", None) == gpus

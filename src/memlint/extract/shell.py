@@ -1031,6 +1031,23 @@ def _settles(stripped: str, path: Path, env: dict[str, str], exported: set[str],
     return _sets_variables(stripped, env, exported)
 
 
+_HOSTNAMES = re.compile(r"\$\(\s*scontrol\s+show\s+hostnames?(?:\s+\S+)?\s*\)")
+
+
+def _hostnames(words: list[str], env: dict[str, str]) -> list[str] | None:
+    """An array's words with `$(scontrol show hostnames $SLURM_JOB_NODELIST)` as the job's nodes, one word each (its
+    count is the allocation's, SLURM_JOB_NUM_NODES); None when a command substitution left is not known."""
+    out: list[str] = []
+    for w in words:
+        if _HOSTNAMES.fullmatch(w) and env.get("SLURM_JOB_NUM_NODES", "").isdigit():
+            out += [f"node{i}" for i in range(int(env["SLURM_JOB_NUM_NODES"]))]
+        elif "$(" in w:
+            return None
+        else:
+            out.append(w)
+    return out
+
+
 def _sets_variables(stripped: str, env: dict[str, str], exported: set[str]) -> bool:
     """Read a shell line that only sets variables (`shift`, an array, `X=...`, `export X=...`) into `env` and
     `exported`; False for a line that runs a command (`VAR=1 python train.py` included)."""
@@ -1041,8 +1058,11 @@ def _sets_variables(stripped: str, env: dict[str, str], exported: set[str]) -> b
         expanded = _expand(arr.group(3), env)
         key = arr.group(1) + _ARRAY_KEY
         try:
-            words = tokens(expanded)
+            words = _hostnames(tokens(expanded), env)
         except MemlintError:
+            return True
+        if words is None:  # a command's output memlint does not know: the array is unknown
+            env.pop(key, None)
             return True
         if arr.group(2) and env.get(key):
             words = env[key].split("\x00") + words
