@@ -89,3 +89,12 @@ def test_an_array_of_the_jobs_hostnames_counts_its_nodes(tmp_path, monkeypatch, 
     root = _write(tmp_path, {"job.sh": job, "train.py": ARGPARSE_TRAIN})
     plan = _command(root, monkeypatch, "bash", "job.sh")
     assert getattr(plan.fields.get("num_gpus"), "value", None) == gpus
+
+
+@pytest.mark.parametrize("devices, processes", [
+    ("0,1,2", 3), ("GPU-8a1c2f3e-1111-2222-3333-444455556666", 1), ("1,2,...", None), ("<your_gpus>", None), ("0,", 1),
+])
+def test_visible_devices_that_are_a_placeholder_give_no_count(devices, processes):
+    from memlint.extract.launch import parse_command
+
+    assert parse_command([f"CUDA_VISIBLE_DEVICES={devices}", "python", "train.py"]).processes == processes

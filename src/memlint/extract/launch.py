@@ -215,7 +215,10 @@ def _visible_devices(env: dict[str, str]) -> int | None:
     value = env.get("CUDA_VISIBLE_DEVICES")
     if value is None or not value.strip() or "$" in value:
         return None
-    return len([d for d in value.split(",") if d.strip()])
+    devices = [d.strip() for d in value.split(",") if d.strip()]
+    if not all(re.fullmatch(r"\d+|(?:GPU|MIG)-[\w/-]+", d) for d in devices):
+        return None  # `1,2,...` or `<gpu ids>`: a placeholder the user fills in, not a count
+    return len(devices)
 
 
 def tokens(command: str) -> list[str]:
