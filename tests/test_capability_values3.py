@@ -152,3 +152,37 @@ def test_sft_config_max_seq_length_none_keeps_the_trainers_default(tmp_path, mon
     root = _write(tmp_path, {"train.py": script, "requirements.txt": f"trl=={trl}\n"})
     plan = _command(root, monkeypatch, "python", "train.py")
     assert _get(plan, "max_length") == {"max_length": 1024}
+
+
+_PARTIAL_MAP = """
+    from functools import partial
+    from datasets import load_dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments, DataCollatorForSeq2Seq
+
+    def chunk(n, tok, rows):
+        buf = sum(tok(rows["text"])["input_ids"], [])
+        total = len(buf) // n * n
+        return {{"input_ids": [buf[i : i + n] for i in range(0, total, n)]}}
+
+    def tokenize(n, tok, row):
+        return tok(row["text"], truncation=True, max_length=n)
+
+    tokenizer = AutoTokenizer.from_pretrained("gpt2")
+    model = AutoModelForCausalLM.from_pretrained("gpt2")
+    ds = load_dataset("json", data_files="x.json")["train"]
+    USE = {use}
+    if USE:
+        ds = ds.map(partial(chunk, 512, tokenizer), batched=True)
+    else:
+        ds = ds.map(partial(tokenize, 256, tokenizer))
+    Trainer(model=model, args=TrainingArguments(output_dir="o"), train_dataset=ds,
+            data_collator=DataCollatorForSeq2Seq(tokenizer, padding=True)).train()
+"""
+
+
+@pytest.mark.parametrize("use, length, padding", [(False, 256, "longest"), (True, 512, "packing")])
+def test_a_partial_mapped_over_the_dataset_gets_its_bound_arguments_first(tmp_path, monkeypatch, use, length, padding):
+    # partial(f, n, tok)(row) is f(n, tok, row): the map runs the branch taken, not a helper the other branch uses
+    root = _write(tmp_path, {"train.py": _PARTIAL_MAP.format(use=use)})
+    plan = _command(root, monkeypatch, "python", "train.py")
+    assert _get(plan, "max_length", "padding") == {"max_length": length, "padding": padding}

@@ -181,7 +181,8 @@ class HfHandlers:
             return
         if isinstance(extra, Dict):
             fn_kw.update({k: v for k, v in extra.items.items() if isinstance(k, str)})
-        it.call_function(target, [Unknown("a dataset example"), *fn_args], fn_kw, line)
+        # partial(fn, a, b)(example) is fn(a, b, example): the bound positionals come first
+        it.call_function(target, [*fn_args, Unknown("a dataset example")], fn_kw, line)
 
     def model_method(self, it: Any, model: Model, name: str, args: list, kwargs: dict, line: int | None) -> Any:
         if name == "gradient_checkpointing_enable":
