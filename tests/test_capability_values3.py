@@ -8,7 +8,7 @@ from functools import partial
 
 import pytest
 
-from checkouts import field_values as _get, plan_of_command as _command, write_checkout
+from checkouts import field_values as _get, plan_of_command as _command, write_checkout, write_notebook
 
 _write = partial(write_checkout, dedent=True)
 
@@ -186,3 +186,37 @@ def test_a_partial_mapped_over_the_dataset_gets_its_bound_arguments_first(tmp_pa
     root = _write(tmp_path, {"train.py": _PARTIAL_MAP.format(use=use)})
     plan = _command(root, monkeypatch, "python", "train.py")
     assert _get(plan, "max_length", "padding") == {"max_length": length, "padding": padding}
+
+
+_SPREAD_NB = ["from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n",
+              "model = AutoModelForCausalLM.from_pretrained('gpt2', device_map='auto')\n",
+              "Trainer(model=model, args=TrainingArguments(output_dir='o')).train()\n"]
+
+
+@pytest.mark.parametrize("colab, gpus", [("T4", 1), (None, None)])
+def test_a_colab_notebooks_runtime_has_one_gpu(tmp_path, colab, gpus):
+    from memlint.extract import extract_file
+
+    path = tmp_path / "nb.ipynb"
+    write_notebook(path, _SPREAD_NB, colab)
+    if colab is None:  # no Colab section at all: device_map="auto" spreads over the machine's GPUs, unknown
+        import json
+
+        doc = json.loads(path.read_text())
+        doc["metadata"] = {}
+        path.write_text(json.dumps(doc))
+    assert extract_file(path).get("num_gpus").value == gpus
+
+
+@pytest.mark.parametrize("words, gpus", [(("python", "train.py"), 1), (("torchrun", "--nproc_per_node", "2", "train.py"), 2)])
+def test_unsloth_in_one_process_is_one_gpu(tmp_path, monkeypatch, words, gpus):
+    script = """
+        from unsloth import FastLanguageModel
+        from trl import SFTConfig, SFTTrainer
+        model, tokenizer = FastLanguageModel.from_pretrained("unsloth/Llama-3.2-1B", max_seq_length=2048, load_in_4bit=True)
+        model = FastLanguageModel.get_peft_model(model, r=16)
+        SFTTrainer(model=model, tokenizer=tokenizer, args=SFTConfig(output_dir="o")).train()
+    """
+    root = _write(tmp_path, {"train.py": script})
+    plan = _command(root, monkeypatch, *words)
+    assert _get(plan, "num_gpus") == {"num_gpus": gpus}

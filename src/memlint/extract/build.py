@@ -184,15 +184,34 @@ class Builder(
         for why, names in self.maybe.items():
             self.notes.append(f"{', '.join(names)}: on some paths {why}; the plan shows the values memlint can read")
         self.visible_gpus_field(model_objs)
-        if self.script.suffix == ".ipynb" and not self.fields.get("num_gpus", Value(None, "unknown")).known \
-                and not all_visible(self.fields.get("num_gpus")):
-            self.fields["num_gpus"] = Value(1, "library-default", None, ("a notebook runs one process (one GPU)",))
+        self.one_gpu_runtimes(model_objs)
         plan = TrainingPlan(self.path, self.fields, tuple(dict.fromkeys(self.notes)), kind="notebook" if self.script.suffix == ".ipynb" else "python")
         if self.launch is not None:
             from memlint.extract.launched import apply_launcher
 
             plan = apply_launcher(plan, self.launch, self.script)
         return plan
+
+    def one_gpu_runtimes(self, model_objs: list) -> None:
+        """num_gpus where the run has one GPU whatever the code spreads over: a notebook's one process (device_map="auto"
+        aside: it spreads over the machine's GPUs), a Colab notebook's runtime (one GPU even under device_map="auto"),
+        and a model unsloth loads in one process (onto one device: unsloth's own device_map)."""
+        if self.fields.get("num_gpus", Value(None, "unknown")).known:
+            return
+        from memlint.extract.source import colab_runtime
+
+        spread = all_visible(self.fields.get("num_gpus"))
+        if self.script.suffix == ".ipynb" and colab_runtime(self.script):
+            why = "a Colab notebook: its runtime has one GPU" + (" (device_map over every visible GPU is that one)" if spread
+                                                               else "")
+            self.fields["num_gpus"] = Value(1, "environment-default", None, (why,))
+            self.notes[:] = [n for n in self.notes if not n.startswith("num_gpus is unknown")]
+        elif any(getattr(self.root(m), "loader", None) == "unsloth" for m in model_objs):
+            self.fields["num_gpus"] = Value(1, "library-default", None, (
+                "unsloth loads the model onto one GPU in one process (several GPUs take a launcher: torchrun, accelerate)",))
+            self.notes[:] = [n for n in self.notes if not n.startswith("num_gpus is unknown")]
+        elif self.script.suffix == ".ipynb" and not spread:
+            self.fields["num_gpus"] = Value(1, "library-default", None, ("a notebook runs one process (one GPU)",))
 
     @staticmethod
     def root(m: Obj) -> Obj:

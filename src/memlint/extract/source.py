@@ -77,16 +77,34 @@ def colab_gpu(path: Path) -> str | None:
     return _colab_gpu(str(path), st.st_mtime_ns, st.st_size)
 
 
+def colab_runtime(path: Path) -> bool:
+    """A notebook saved from Google Colab (its metadata's `colab` section): it runs on a Colab runtime, one GPU."""
+    if path.suffix != ".ipynb":
+        return False
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return _colab_meta(str(path), st.st_mtime_ns, st.st_size)[0]
+
+
+def _colab_gpu(path: str, mtime: int, size: int) -> str | None:
+    return _colab_meta(path, mtime, size)[1]
+
+
 @functools.lru_cache(maxsize=64)
-def _colab_gpu(path: str, _mtime: int, _size: int) -> str | None:
+def _colab_meta(path: str, _mtime: int, _size: int) -> tuple[bool, str | None]:
+    """(saved from Colab, the GPU type its metadata names) of a notebook."""
     path = Path(path)
     try:
         meta = json.loads(notebook_bytes(path)).get("metadata") or {}
     except (OSError, ValueError, RecursionError, AttributeError):
-        return None
+        return False, None
+    if not isinstance(meta, dict):
+        return False, None
     gpu = (meta.get("colab") or {}).get("gpuType") if isinstance(meta.get("colab"), dict) else None
     gpu = gpu or meta.get("gpuType")
-    return gpu if isinstance(gpu, str) and gpu else None
+    return isinstance(meta.get("colab"), dict), (gpu if isinstance(gpu, str) and gpu else None)
 
 
 def notebook_bytes(path: Path) -> bytes:
