@@ -98,3 +98,12 @@ def test_visible_devices_that_are_a_placeholder_give_no_count(devices, processes
     from memlint.extract.launch import parse_command
 
     assert parse_command([f"CUDA_VISIBLE_DEVICES={devices}", "python", "train.py"]).processes == processes
+
+
+def test_an_array_with_a_word_built_around_a_substitution_keeps_its_words(tmp_path, monkeypatch):
+    # `--run_name "x_$(basename $model)"` is one word whatever basename prints: the array is read
+    job = ('model=gpt2\nrun_name="sft_$(basename $model)_v1"\nargs=(\n  --run_name $run_name\n  --batch_size 3\n)\n'
+           'python train.py "${args[@]}"\n')
+    root = _write(tmp_path, {"run.sh": job, "train.py": ARGPARSE_TRAIN})
+    plan = _command(root, monkeypatch, "bash", "run.sh")
+    assert _get(plan, "per_device_batch") == {"per_device_batch": 3}

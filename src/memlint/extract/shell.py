@@ -1041,8 +1041,8 @@ def _hostnames(words: list[str], env: dict[str, str]) -> list[str] | None:
     for w in words:
         if _HOSTNAMES.fullmatch(w) and env.get("SLURM_JOB_NUM_NODES", "").isdigit():
             out += [f"node{i}" for i in range(int(env["SLURM_JOB_NUM_NODES"]))]
-        elif "$(" in w:
-            return None
+        elif w.startswith("$(") and w.endswith(")") and not w.startswith("$(("):
+            return None  # a command's output, split into words: how many is not known
         else:
             out.append(w)
     return out
