@@ -107,3 +107,37 @@ def test_an_array_with_a_word_built_around_a_substitution_keeps_its_words(tmp_pa
     root = _write(tmp_path, {"run.sh": job, "train.py": ARGPARSE_TRAIN})
     plan = _command(root, monkeypatch, "bash", "run.sh")
     assert _get(plan, "per_device_batch") == {"per_device_batch": 3}
+
+
+_MODAL = """
+    import modal
+
+    app = modal.App("ft")
+
+    @app.function(gpu="T4")
+    def evaluate():
+        from transformers import AutoModelForCausalLM
+        AutoModelForCausalLM.from_pretrained("gpt2").generate()
+
+    @app.function(gpu={gpu}, timeout=3600)
+    def train():
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+        model = AutoModelForCausalLM.from_pretrained("gpt2")
+        Trainer(model=model, args=TrainingArguments(output_dir="o", per_device_train_batch_size=2)).train()
+
+    @app.local_entrypoint()
+    def main():
+        train.remote()
+        evaluate.remote()
+"""
+
+
+@pytest.mark.parametrize("gpu, gpus", [
+    ('"H100:2"', 2), ('"a100-80gb"', 1), ('["H100:8", "A100:8"]', 8), ("modal.gpu.A100(count=4, size='80GB')", 4),
+    ("GPU_CONFIG", None),  # a name memlint cannot read: the count is unknown
+])
+def test_a_modal_function_runs_on_the_gpus_it_asks_for(tmp_path, monkeypatch, gpu, gpus):
+    root = _write(tmp_path, {"train.py": _MODAL.format(gpu=gpu)})
+    plan = _command(root, monkeypatch, "modal", "run", "train.py::main")
+    assert getattr(plan.fields.get("num_gpus"), "value", None) == gpus
+    assert _get(plan, "per_device_batch") == {"per_device_batch": 2}

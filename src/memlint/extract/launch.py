@@ -334,6 +334,12 @@ def parse_command(words: Sequence[str], origin: str = "the command line", line: 
         return _launcher("composer", rest, base)
     if head == "lightning" and rest[:2] == ["run", "model"]:
         return _launcher("lightning", rest[2:], base)
+    if head == "modal" and rest[:1] == ["run"]:
+        # `modal run train.py[::fn] --flag x`: the app's functions run on the GPUs their decorators ask for
+        target = next((w for w in rest[1:] if not w.startswith("-")), None)
+        if target is None or not target.split("::")[0].endswith(".py"):
+            raise NotFollowed("`modal run` names no Python file (a module path is not read)")
+        return Launch(tuple(rest[rest.index(target) + 1:]), script=target.split("::")[0], **base)
     if head == "fabric" and rest[:1] == ["run"]:  # Lightning 2.2+: `fabric run [model] SCRIPT`, lightning run model's options
         return _launcher("lightning", rest[2:] if rest[1:2] == ["model"] else rest[1:], base)
     if head == "lightning" and rest[:1] == ["run"] and rest[1:2] in (["app"], ["experiment"]):
@@ -352,7 +358,7 @@ def parse_command(words: Sequence[str], origin: str = "the command line", line: 
     if words[0].endswith(".py"):
         return Launch(tuple(rest), script=words[0], processes=_visible_devices(env), **base)
     raise NotFollowed(f"{words[0]}: not a Python launcher memlint reads (python, torchrun, accelerate launch, "
-                       f"deepspeed, composer, lightning run model|app, fabric run, a framework CLI, a console script of the checkout's "
+                       f"deepspeed, composer, lightning run model|app, fabric run, modal run, a framework CLI, a console script of the checkout's "
                        f"pyproject.toml or setup.py, a shell script: bash run.sh, or make TARGET)")
 
 

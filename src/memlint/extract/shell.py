@@ -43,7 +43,7 @@ _SHIFT = re.compile(r"^shift(?:\s+(\d+))?\s*(?:[;#].*)?$")
 _BARE_NAME = re.compile(r"(?<![\w$])[A-Za-z_]\w*")
 _SMALL_INT = re.compile(r"-?\d{1,18}")
 _ARITH = re.compile(r"\$\(\(([^$]*?)\)\)")  # stops at the next `$`: no scan to the end per unclosed `$((`
-_LAUNCH_WORD = re.compile(r"(?:^|[\s;&|(\"'])(?:python\d*(?:\.\d+)*|torchrun|accelerate|deepspeed|composer|lightning|fabric\s+run|"
+_LAUNCH_WORD = re.compile(r"(?:^|[\s;&|(\"'])(?:python\d*(?:\.\d+)*|torchrun|accelerate|deepspeed|composer|lightning|fabric\s+run|modal\s+run|"
                           r"(?:uv|poetry|pipenv|pdm|hatch|conda)\s+run|[\w./-]*\w\.py(?=\s|$)|"  # `uv run train.py`, `./train.py`
                           + "|".join(map(re.escape, FRAMEWORK_CLIS)) + r")\b")  # and the framework tools (`llamafactory-cli train`)
 

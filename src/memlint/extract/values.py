@@ -107,6 +107,7 @@ class Func:
     click: list = field(default_factory=list)  # (param, flags, is_flag, type name) of its @click.option decorators
     typer: bool = False            # an @app.command() of a typer.Typer app: typer fills its parameters from the command
     cli: str = ""                  # a CLI library that calls it with the command's words when the script runs: "fastcore" (@call_parse)
+    gpus: Any = None               # the GPUs its decorator runs it on (a cloud function's request): a count or DeviceCount
 
 
 @dataclass(eq=False)

@@ -28,6 +28,9 @@ class ParallelFields:
         if cur is not None and cur.known:
             return
         found: list = self.facts.gpu_counts[: self.facts.reached.get("gpu_counts", len(self.facts.gpu_counts))]
+        remote = self.remote_gpus(models)
+        if remote is not None:
+            found = [remote]
         for m in models:
             dm = self.root(m).kwargs.get("device_map")
             if isinstance(dm, Const) and isinstance(dm.value, str) and dm.value in _SPREAD_MAPS:
@@ -44,6 +47,15 @@ class ParallelFields:
         self.fields["num_gpus"] = Value(None, "unknown", Span(self.path, spread.line) if spread.line else None, (why,),
                                         shape=(("gpus", "all-visible"),))
         self.notes.append(f"num_gpus is unknown ({why}); pass --assume num_gpus=N")
+
+    def remote_gpus(self, models: list[Obj]) -> Any:
+        """The GPUs of the decorated remote function (Modal's @app.function(gpu=...)) that built the trained model: the
+        machine the run has, whatever spreads over it."""
+        roots = {id(self.root(m)) for m in models}
+        for gpus, first, end in self.facts.remote_runs:
+            if any(id(o) in roots for o in self.facts.objects[first:end]):
+                return gpus
+        return None
 
     def parallelism_fields(self, configs: list) -> None:
         """accelerate's ParallelismConfig(tp_size=N, cp_size=N, ...) (accelerate >= 1.10), given to

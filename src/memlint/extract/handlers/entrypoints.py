@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from memlint.extract.interp import BoundUnknown
 from memlint.extract.objects import Obj, TrainingArgs
-from memlint.extract.values import Alts, Class, Const, Dict, Func, Ref, Seq, Unknown, flatten
+from memlint.extract.values import Alts, Class, Const, DeviceCount, Dict, Func, Ref, Seq, Unknown, flatten
 from memlint.extract.handlers.common import Call, _PASS, _last, class_fields
 
 
@@ -104,7 +104,25 @@ def _fastcore_param(it: Any, f: Func, q: Any) -> dict:
 
 
 class EntryPointHandlers:
-    """Decorated and wrapped entry points (click, typer, fastcore, hydra, fire, tyro, jsonargparse)."""
+    """Decorated and wrapped entry points (click, typer, fastcore, hydra, fire, tyro, jsonargparse), and functions a
+    cloud app runs remotely (Modal's @app.function(gpu=...))."""
+
+    @staticmethod
+    def cloud_function(it: Any, f: Func, deco: Any, env: Any) -> None:
+        """`@app.function(gpu="H100:2")` on a Modal app: the function runs in a container with that many GPUs of that
+        kind; the count is the run's GPUs when it trains there (one process spreading over them, or a launcher it
+        starts whose own count says more)."""
+        kw = {a.keyword.value: a.value for a in deco.args if a.keyword is not None}
+        if "gpu" not in kw:
+            return
+        got = _gpu_request(it.ev(kw["gpu"], env))
+        line = it.line_of(deco)
+        if got is None:
+            f.gpus = DeviceCount(f"@{it.code(deco.func)}(gpu=...) (line {line}): a GPU request memlint does not read", line)
+            return
+        count, kind = got
+        f.gpus = Const(count, "literal", line, (f"@{it.code(deco.func)}(gpu={it.code(kw['gpu'])}) (line {line}): the "
+                                                f"function runs on {count} × {kind}",), it.cur_file())
 
     def decorate(self, it: Any, f: Func, deco: Any, env: Any) -> Any:
         import libcst as cst
@@ -117,6 +135,11 @@ class EntryPointHandlers:
         if not isinstance(deco, cst.Call):
             return None
         callee = it.ev(deco.func, env)
+        if isinstance(deco.func, cst.Attribute) and deco.func.attr.value in ("function", "cls"):
+            owner = it.ev(deco.func.value, env)
+            if isinstance(owner, Obj) and owner.cls in _CLOUD_APPS:  # @app.function(gpu="H100:2"): where f runs
+                self.cloud_function(it, f, deco, env)
+                return None
         if _is_typer_command(callee):
             f.typer = True
             return None
@@ -495,8 +518,39 @@ def _call_resolver(it: Any, name: str, args: list, how: str, line: int | None) -
     return got if isinstance(got, Unknown) else Unknown(f"{how}: a value memlint cannot read")
 
 
+_CLOUD_APPS = ("modal.App", "modal.Stub")
+_MODAL_GPUS = ("T4", "L4", "A10G", "A10", "A100", "A100-40GB", "A100-80GB", "L40S", "H100", "H100!", "H200", "B200", "Any")
+
+
+def _cloud_app(self: Any, c: Call) -> Any:
+    """modal.App() / modal.Stub(): an app whose decorated functions run remotely on the GPUs they ask for."""
+    return Obj(c.qual, c.line or 0, dict(c.kwargs), {}, c.open)
+
+
+def _cloud_gpu(self: Any, c: Call) -> Any:
+    """modal.gpu.A100(count=2, size="80GB") (Modal before 0.73): a GPU spec object."""
+    return Obj(c.qual, c.line or 0, dict(c.kwargs), {}, c.open)
+
+
+def _gpu_request(spec: Any) -> tuple[int, str] | None:
+    """(count, kind) of a Modal `gpu=` request: "H100", "a100-80gb:4", ["H100", "A100"] (the first choice),
+    modal.gpu.H100(count=8); None for anything else."""
+    if isinstance(spec, Seq) and spec.items:
+        return _gpu_request(spec.items[0])
+    if isinstance(spec, Const) and isinstance(spec.value, str) and spec.value.strip():
+        kind, _, n = spec.value.strip().partition(":")
+        return (int(n), kind) if n.isdigit() and int(n) > 0 else (1, kind) if not n else None
+    if isinstance(spec, Obj) and spec.cls.startswith("modal.gpu."):
+        n = spec.get("count")
+        count = n.value if isinstance(n, Const) and isinstance(n.value, int) and n.value > 0 else 1 if n is None else None
+        return (count, spec.cls.rsplit(".", 1)[-1]) if count else None
+    return None
+
+
 # the library calls this module answers, by qualified name (handlers/__init__.py merges the tables)
 QUALIFIED: dict[str, Callable[[Any, Call], Any]] = {
+    **{app: _cloud_app for app in _CLOUD_APPS},
+    **{f"modal.gpu.{g}": _cloud_gpu for g in _MODAL_GPUS},
     "tyro.cli": EntryPointHandlers.tyro_cli,
     "hydra.utils.call": EntryPointHandlers.hydra_instantiate,
 }

@@ -61,6 +61,7 @@ class Calls:
         self.stack.append(f)
         self.frames.append(env)
         self.returns.append([])
+        first = len(self.facts.objects)
         try:
             if isinstance(node, cst.Lambda):
                 result = self.ev(node.body, env)
@@ -74,6 +75,8 @@ class Calls:
             self.frames.pop()
             self.mod = prev_mod
             self.entry_line = prev_entry
+            if f.gpus is not None:  # the objects built in this run live on the GPUs the decorator asks for
+                self.facts.remote_runs.append((f.gpus, first, len(self.facts.objects)))
         if not rets:
             return Const(None, "literal", None)
         out = rets[0]

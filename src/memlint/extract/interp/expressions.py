@@ -17,6 +17,8 @@ from memlint.extract.values import (Alts, Class, Const, Dict, Func, ModuleVal, R
                                     to_python, weakest)
 from memlint.library import api
 
+_REMOTE_CALLS = ("remote", "local", "spawn", "remote_gen")  # how a decorated remote function is called
+
 
 class Expressions:
     """The Interpreter's part that evaluates expressions."""
@@ -182,6 +184,8 @@ class Expressions:
         if isinstance(base, ModuleVal):
             v = self.module_name(base.env, attr)
             return resolved(v) if v is not None else Unknown(f"{base.name}.{attr}")
+        if isinstance(base, Func) and base.gpus is not None and attr in _REMOTE_CALLS:
+            return base  # f.remote(...) of a function its decorator runs on remote GPUs: runs f there
         if isinstance(base, Obj) and attr == "__dict__":  # args.__dict__: vars(args)
             return Fields(base)
         if isinstance(base, Obj):
