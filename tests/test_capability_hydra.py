@@ -8,6 +8,8 @@ written from the pattern; no public file is copied."""
 from __future__ import annotations
 
 import textwrap
+
+import pytest
 from pathlib import Path
 
 from memlint.extract import extract_targets
@@ -278,3 +280,49 @@ def test_a_resolver_given_a_whole_node_is_unknown_not_an_error():
     tree = {"dirs": [_leaf("/a"), _leaf("/b")], "run": _leaf("${ceil_div:x, ${dirs}}"), "pick": _leaf("${oc.select:nope, ${dirs}}")}
     resolve_tree(tree, _calls, [])
     assert not isinstance(tree["run"], Leaf) and not isinstance(tree["pick"], Leaf)
+
+
+_COMPOSE = """
+    import argparse
+    from pathlib import Path
+    from hydra import {init}, compose
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+    from transformers import AutoModelForCausalLM, HfArgumentParser, Trainer, TrainingArguments
+
+    def load_config(config_file, overrides=[]):
+        {where}
+        with {init}({key}=config_dir, version_base=None):
+            config = compose(config_name=Path(config_file).name, overrides=overrides)
+        OmegaConf.resolve(config)
+        return OmegaConf.to_container(config)
+
+    p = argparse.ArgumentParser()
+    p.add_argument("-c", "--config_file", required=True)
+    p.add_argument("-o", "--overrides", nargs="+", default=[])
+    a = p.parse_args()
+    cfg = load_config(a.config_file, a.overrides)
+    targs, = HfArgumentParser((TrainingArguments,)).parse_dict(cfg["training_args"], allow_extra_keys=True)
+    model = AutoModelForCausalLM.from_pretrained(cfg["model"]["name"])
+    collator = instantiate(cfg["collator"])
+    Trainer(model=model, args=targs, data_collator=collator).train()
+"""
+
+
+@pytest.mark.parametrize("init, key, where", [
+    ("initialize_config_dir", "config_dir", "config_dir = Path(config_file).parent.absolute().__str__()"),
+    ("initialize", "config_path", 'config_dir = "conf"'),  # relative to the module that calls initialize()
+])
+def test_a_config_composed_by_hydras_compose_api_in_a_helper(tmp_path, monkeypatch, init, key, where):
+    root = _write(tmp_path, {
+        "train.py": _COMPOSE.replace("{init}", init).replace("{key}", key).replace("{where}", where),
+        "conf/train.yaml": "defaults:\n  - model: small\n  - _self_\ncollator:\n  _target_: mypkg.collate.Collator.build\n"
+                           "training_args:\n  per_device_train_batch_size: 4\n  bf16: true\n",
+        "conf/model/small.yaml": "name: gpt2\n",
+        "mypkg/__init__.py": "",  # a class's own method as the _target_
+        "mypkg/collate.py": "class Collator:\n    @classmethod\n    def build(cls):\n        return cls()\n",
+    })
+    plan = _plan(root, "python train.py -c conf/train.yaml -o training_args.per_device_train_batch_size=8 "
+                       "model.name=Qwen/Qwen2.5-0.5B", monkeypatch)
+    got = {n: plan.get(n).value for n in ("model_id", "per_device_batch", "precision")}
+    assert got == {"model_id": "Qwen/Qwen2.5-0.5B", "per_device_batch": 8, "precision": "amp-bf16"}

@@ -387,6 +387,15 @@ def _has_shell_line(path: Path) -> bool:
 
 def extract_targets(targets: list[Target]) -> list[TrainingPlan]:
     """Plans of `targets` (files.collect, or a launch command's target)."""
+    read = _read_targets(targets, 0)
+    drop = untrained_commands(read)
+    return [plan for i, (_, plan) in enumerate(read) if i not in drop]
+
+
+MAX_SPAWN_DEPTH = 2  # a Python launcher that runs a Python launcher that runs the training script, at most
+
+
+def _read_targets(targets: list[Target], depth: int) -> list[tuple[Target, TrainingPlan]]:
     from memlint import files
 
     read = []
@@ -396,10 +405,35 @@ def extract_targets(targets: list[Target]) -> list[TrainingPlan]:
                 plan = unreadable(target.shown, target.note)
             else:
                 plan = extract_file(target.path, target.launch, target.shown) if target.explicit else read_target(target)[0]
-        if plan is not None:
+            spawned = _spawned(target, plan, depth) if plan is not None and plan.spawns and not trains(plan) else []
+        if spawned:  # a Python launcher: the run is the commands it starts (`subprocess.run(f"torchrun ... {script}")`)
+            read.extend(spawned)
+        elif plan is not None:
             read.append((target, plan))
-    drop = untrained_commands(read)
-    return [plan for i, (_, plan) in enumerate(read) if i not in drop]
+    return read
+
+
+def _spawned(target: Target, plan: TrainingPlan, depth: int) -> list[tuple[Target, TrainingPlan]]:
+    """The plans of the commands a script that trains nothing itself runs (plan.spawns), each read with its words as
+    a command line run from where memlint runs; those that train."""
+    from memlint.errors import NotFollowed
+    from memlint.extract.launch import command_target
+
+    if depth >= MAX_SPAWN_DEPTH:
+        return []
+    out = []
+    for words, line in plan.spawns:
+        try:
+            spawned = command_target(list(words), Path.cwd())
+        except (MemlintError, NotFollowed, OSError):
+            continue
+        if spawned.launch is None or spawned.path == target.path:
+            continue
+        launch = replace(spawned.launch, origin=target.shown, line=line)
+        shown = _shown_path(str(spawned.path)) if os.path.isabs(spawned.shown) else spawned.shown
+        got = _read_targets([replace(spawned, launch=launch, explicit=True, shown=shown)], depth + 1)
+        out += [(t, replace(p, via=p.via or f"{target.shown}:{line}")) for t, p in got if trains(p)]
+    return out
 
 
 def untrained_commands(read: list[tuple[Target, TrainingPlan]]) -> set[int]:

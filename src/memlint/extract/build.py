@@ -185,7 +185,8 @@ class Builder(
             self.notes.append(f"{', '.join(names)}: on some paths {why}; the plan shows the values memlint can read")
         self.visible_gpus_field(model_objs)
         self.one_gpu_runtimes(model_objs)
-        plan = TrainingPlan(self.path, self.fields, tuple(dict.fromkeys(self.notes)), kind="notebook" if self.script.suffix == ".ipynb" else "python")
+        plan = TrainingPlan(self.path, self.fields, tuple(dict.fromkeys(self.notes)), kind="notebook" if self.script.suffix == ".ipynb" else "python",
+                            spawns=tuple(self.facts.spawns))
         if self.launch is not None:
             from memlint.extract.launched import apply_launcher
 

@@ -67,14 +67,15 @@ def match_argparse(options: Sequence[Option], words: Sequence[str], allow_abbrev
     out = Matched()
     i = 0
     words = list(words)
-    free: list[str] = []
+    free: list[tuple[int, str]] = []  # (position, word): what no option claims, positionals first
+    unclaimed: list[tuple[int, str]] = []
     while i < len(words):
         w = words[i]
         if w == "--":
-            free.extend(words[i + 1:])
+            free.extend(enumerate(words[i + 1:], i + 1))
             break
         if not w.startswith("-") or _is_number(w):
-            free.append(w)
+            free.append((i, w))
             i += 1
             continue
         flag, inline = (w.split("=", 1) + [None])[:2] if w.startswith("--") and "=" in w else (w, None)
@@ -85,7 +86,7 @@ def match_argparse(options: Sequence[Option], words: Sequence[str], allow_abbrev
         if opt is None and not flag.startswith("--") and len(flag) > 2 and flag[:2] in by_flag:
             opt, inline = by_flag[flag[:2]], flag[2:]  # -lvalue
         if opt is None:
-            out.rest.append(w)
+            unclaimed.append((i, w))
             i += 1
             continue
         i += 1
@@ -103,10 +104,10 @@ def match_argparse(options: Sequence[Option], words: Sequence[str], allow_abbrev
         lo, hi = _takes(opt)
         if not free:
             break
-        taken, free = free[:hi], free[hi:]
+        taken, free = [w for _, w in free[:hi]], free[hi:]
         out.values[opt.dest] = _action_value(opt, opt.dest, taken, None)
         out.flags[opt.dest] = opt.dest
-    out.rest += free
+    out.rest += [w for _, w in sorted(unclaimed + free)]  # in the command's order (parse_known_args' extras)
     return out
 
 

@@ -56,6 +56,17 @@ class DeviceCount(Unknown):
 
 
 @dataclass(frozen=True)
+class Template(Unknown):
+    """A string some of whose parts are not known (an f-string over unknowns): `text` holds the known parts, HOLE
+    where each unknown part goes. Unknown to everything but what reads a command line from it."""
+
+    text: str = ""
+
+
+HOLE = "\x00"
+
+
+@dataclass(frozen=True)
 class RaisedBy(Unknown):
     """The value of a call that raises here (ast.literal_eval of a non-literal): a try around it runs its handler."""
 

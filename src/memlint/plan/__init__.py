@@ -7,7 +7,7 @@ here knows about syntax trees or torch.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from memlint.plan.fields import PLAN_FIELDS, SOURCES  # one declaration per field: plan/fields.py
@@ -100,6 +100,9 @@ class TrainingPlan:
     # The library versions the script's checkout pins (library.pins.Pin): defaults are read at
     # these instead of the installed versions, by extract and by the estimate alike.
     versions: tuple[Any, ...] = ()
+    # The commands the script runs itself (subprocess, os.system): (words, line). A script that trains nothing
+    # itself is read as the commands it runs (extract.extract_targets).
+    spawns: tuple[tuple[tuple[str, ...], int | None], ...] = ()
 
     def __post_init__(self) -> None:
         unknown = set(self.fields) - set(PLAN_FIELDS)
@@ -118,8 +121,7 @@ class TrainingPlan:
     def with_values(self, **values: Value) -> "TrainingPlan":
         merged = dict(self.fields)
         merged.update(values)
-        return TrainingPlan(self.path, merged, self.notes, self.diagnostics, self.kind, self.via, self.sources,
-                            self.versions)
+        return replace(self, fields=merged)
 
     @property
     def shown(self) -> str:

@@ -53,11 +53,16 @@ class CliHandlers:
             given = bool(args) and not (isinstance(args[0], Const) and args[0].value is None)
             words = self.argv_words(it, args[0]) if given else None
             ns = ArgNamespace(p.cls, line or 0, parser=p, given=given and words is None)
+            rest: list = []
             if (not given or words is not None) and it.launch is not None:
-                ns.cli = self.argparse_cli(it, p, words)
+                ns.cli = self.argparse_cli(it, p, words, rest)
             if not ns.given:
                 self.typed_defaults(it, ns)
-            return ns if name != "parse_known_args" else Seq([ns, Unknown("remaining arguments")], "tuple")
+            if name != "parse_known_args":
+                return ns
+            extras = Seq([self.cli_const(it, w, f"an argument parse_known_args() leaves: {w!r}") for w in rest]) \
+                if (not given or words is not None) and it.launch is not None else Unknown("remaining arguments")
+            return Seq([ns, extras], "tuple")
         return Unknown(f"parser.{name}()")
 
     @staticmethod
@@ -87,7 +92,7 @@ class CliHandlers:
             words = words[1:]  # sys.argv whole, its first word popped at run time (a list's pop is not followed)
         return tuple(words) if words == argv[len(argv) - len(words):] else None
 
-    def argparse_cli(self, it: Any, p: ArgParser, words: tuple[str, ...] | None = None) -> dict:
+    def argparse_cli(self, it: Any, p: ArgParser, words: tuple[str, ...] | None = None, rest: list | None = None) -> dict:
         """dest -> the value the launch command's words (or `words`, the part of them parse_args() is given) give
         it, as argparse would parse them."""
         from memlint.extract.cli_args import Option, match_argparse
@@ -104,6 +109,8 @@ class CliHandlers:
             options.append(Option(dest, spec.flags, act.replace("-", "_"), nargs.value if isinstance(nargs, Const) else None,
                                   const.value if isinstance(const, Const) else (True if act == "store_const" else None)))
         matched = match_argparse(options, it.launch.argv if words is None else words)
+        if rest is not None:
+            rest.extend(matched.rest)
         out = {}
         for dest, raw in matched.values.items():
             spec = p.args[dest]

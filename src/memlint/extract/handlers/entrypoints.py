@@ -5,6 +5,7 @@ function's parameters (or a dataclass's fields) the way that library parses them
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
 from memlint.extract.interp import BoundUnknown
@@ -288,6 +289,44 @@ class EntryPointHandlers:
         f.defaults[param] = value
         f.default_source[param] = ("literal", f"@hydra.main(config_name={vals['config_name']!r})", line, file)
 
+    def hydra_initialize(self, c: Call) -> Any:
+        """hydra's initialize(config_path=...) (relative to the calling module) / initialize_config_dir(config_dir=...)
+        (absolute): where a later compose() finds its configs."""
+        if c.head != "hydra":
+            return _PASS
+        key = "config_dir" if c.name == "initialize_config_dir" else "config_path"
+        where = c.arg(0, key)
+        if isinstance(where, Const) and isinstance(where.value, str):
+            here = c.it.mod.path.parent if c.it.mod is not None else c.it.dir
+            c.it.config_dir = (str(here / where.value) if key == "config_path" else where.value,
+                               f"{c.name}({key}={where.value!r}) (line {c.line})")
+        else:
+            c.it.config_dir = None
+        return Const(None, "literal", c.line)
+
+    def hydra_compose(self, c: Call) -> Any:
+        """hydra's compose(config_name=..., overrides=[...]) inside initialize*(): the config composed as Hydra would
+        (defaults list, the overrides, interpolations), from the folder initialize() named."""
+        from memlint.extract.hydra import hydra_config
+        from memlint.extract.launch import Launch
+
+        if c.head != "hydra":
+            return _PASS
+        name, overrides = c.arg(0, "config_name"), c.arg(1, "overrides")
+        if c.it.config_dir is None or not (isinstance(name, Const) and isinstance(name.value, str)):
+            return Unknown("hydra compose() without a config folder and name memlint can read")
+        words = [x.value for x in overrides.items if isinstance(x, Const) and isinstance(x.value, str)] \
+            if isinstance(overrides, Seq) else []
+        folder, how = c.it.config_dir
+        value, notes = hydra_config(Path.cwd(), folder, name.value, Launch(tuple(words)),
+                                    lambda n, args, w: _call_resolver(c.it, n, args, w, c.line))
+        for n in notes:
+            c.it.facts.note(n)
+        if not isinstance(value, Unknown):
+            c.it.facts.note(f"the Hydra config {name.value} composed from {how} as compose() would (defaults list, "
+                            "overrides, interpolations)")
+        return value
+
     def register_resolver(self, c: Call) -> Any:
         """OmegaConf.register_new_resolver(name, fn): `${name:args}` in a config calls fn (evaluated when the config
         is composed, on known arguments); a Hydra entry composed before the registration is composed again."""
@@ -479,8 +518,15 @@ def _hydra_target(it: Any, dotted: str) -> Any:
             continue
         v: Any = SiblingModule(parts[i - 1], None, target, mod)
         for attr in parts[i:]:
-            v = it.module_attribute(v, attr) if isinstance(v, SiblingModule) else \
-                it.handlers.getattr(it, v, attr, None) if not isinstance(v, Unknown) else v
+            if isinstance(v, SiblingModule):
+                v = it.module_attribute(v, attr)
+            elif isinstance(v, Obj):
+                v = it.handlers.getattr(it, v, attr, None)
+            elif isinstance(v, Class):  # `_target_: pkg.mod.Config.from_name`: a class's own method or attribute
+                hit = v.lookup(attr)
+                v = hit[1] if hit is not None else Unknown(f"{v.name}.{attr}")
+            elif not isinstance(v, Unknown):
+                v = Unknown(f"{dotted}: {attr} of a value memlint does not follow")
         return v
     return Ref(dotted)
 
@@ -549,6 +595,9 @@ def _gpu_request(spec: Any) -> tuple[int, str] | None:
 
 # the library calls this module answers, by qualified name (handlers/__init__.py merges the tables)
 QUALIFIED: dict[str, Callable[[Any, Call], Any]] = {
+    "hydra.initialize": EntryPointHandlers.hydra_initialize,
+    "hydra.initialize_config_dir": EntryPointHandlers.hydra_initialize,
+    "hydra.compose": EntryPointHandlers.hydra_compose,
     **{app: _cloud_app for app in _CLOUD_APPS},
     **{f"modal.gpu.{g}": _cloud_gpu for g in _MODAL_GPUS},
     "tyro.cli": EntryPointHandlers.tyro_cli,

@@ -13,18 +13,61 @@ from typing import Any, Callable
 from memlint.extract import budget
 from memlint.extract.interp import BoundStr, SPREAD, _BUILTIN_CALLS
 from memlint.extract.objects import DtypeName, Fields, Namespace, Obj, OpenFile, Partial, Range
-from memlint.extract.values import Alts, Class, Const, Dict, RaisedBy, Ref, Seq, Unknown, flatten, insert_fits, weakest
+from memlint.extract.values import (HOLE, Alts, Class, Const, Dict, RaisedBy, Ref, Seq, Template, Unknown, flatten,
+                                    insert_fits, weakest)
 from memlint.extract.handlers.common import Call, _PASS
 
 
-_PATH_SAME = {"resolve", "absolute", "expanduser"}  # pathlib methods that name the same file (a path is a string here)
+_PATH_SAME = {"resolve", "absolute", "expanduser", "__str__", "as_posix", "__fspath__"}  # pathlib methods that name the same file (a path is a string here)
 
 
 _STR_METHODS = {"split", "rsplit", "lower", "upper", "strip", "replace", "format", "join", "startswith", "endswith", "rstrip", "lstrip"}
 
 
+_UNKNOWN_WORD = "$__unknown__"  # a part of a spawned command memlint does not know: an unset variable to the launch
+
+
+def _command_words(cmd: Any, shell: bool) -> list[str] | None:
+    """The words of a command a script runs (subprocess's args, os.system's string): a string (split as the shell
+    splits it when shell=True or for os.system; the program alone otherwise), a list of strings; an unknown part is a
+    word memlint does not know. None when the command itself is not known."""
+    from memlint.errors import MemlintError
+    from memlint.extract.launch import tokens
+
+    if isinstance(cmd, (Const, Template)) and (isinstance(getattr(cmd, "value", None), str) or isinstance(cmd, Template)):
+        text = cmd.value if isinstance(cmd, Const) else cmd.text.replace(HOLE, _UNKNOWN_WORD)
+        if not shell:
+            return [text]
+        try:
+            return tokens(text)
+        except MemlintError:
+            return None
+    if isinstance(cmd, Seq) and not cmd.grown and cmd.items:
+        out = []
+        for x in cmd.items:
+            if isinstance(x, Const) and isinstance(x.value, (str, int, float)) and not isinstance(x.value, bool):
+                out.append(str(x.value))
+            elif isinstance(x, Template):
+                out.append(x.text.replace(HOLE, _UNKNOWN_WORD))
+            else:
+                out.append(_UNKNOWN_WORD)
+        return out if not out[0].startswith("$") else None
+    return None
+
+
 class LanguageHandlers:
     """The language and the standard library."""
+
+    def spawn(self, c: Call) -> Any:
+        """subprocess.run / call / check_call / check_output / Popen and os.system: the command the script runs (a
+        launcher written in Python: `subprocess.run(f"torchrun --nproc_per_node {n} {script} {args}", shell=True)`)
+        is kept; a script that trains nothing itself is read as the commands it runs (extract_targets)."""
+        cmd = c.arg(0, "args") if c.head == "subprocess" else c.arg(0, "command")
+        shell = c.head == "os" or (isinstance(c.kwargs.get("shell"), Const) and bool(c.kwargs["shell"].value))
+        words = _command_words(cmd, shell)
+        if words:
+            c.it.facts.spawns.append((tuple(words), c.line))
+        return Unknown(f"the result of {c.qual}()")
 
     def partial(self, c: Call) -> Any:
         if c.head != "functools":
@@ -467,6 +510,8 @@ QUALIFIED: dict[str, Callable[[Any, Call], Any]] = {
     "typing_extensions.cast": LanguageHandlers.cast,
     "os.path.join": LanguageHandlers.path_join,
     "posixpath.join": LanguageHandlers.path_join,
+    **{f"subprocess.{name}": LanguageHandlers.spawn for name in ("run", "call", "check_call", "check_output", "Popen")},
+    "os.system": LanguageHandlers.spawn,
 }
 
 

@@ -81,6 +81,7 @@ class Interpreter(Statements, Expressions, Calls, ModuleFiles, Idioms, LibraryCa
         self.layers: Any = None  # custom_model.Layers while a script model's __init__ runs
         self.resolvers: dict = {}  # OmegaConf.register_new_resolver(name, fn): name -> fn
         self.hydra_entries: list = []  # the @hydra.main entries composed so far (composed again on a new resolver)
+        self.config_dir: tuple | None = None  # (folder, how): where a config composer's initialize() call points
         self.call_line: int | None = None
         self.main = self._load(path, source, "__main__", is_main=True)
 

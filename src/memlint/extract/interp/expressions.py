@@ -4,6 +4,7 @@ of them."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import libcst as cst
@@ -13,11 +14,14 @@ from memlint.extract.interp.scope import BoundStr, BoundUnknown, Env, GlobalsVie
 from memlint.extract.interp.syntax import (MAX_ALTS, _BINOPS, _BUILTIN_CALLS, _CMPOPS, _DICT_METHODS, _builtin_type,
                                            _is_classmethod, _string_value)
 from memlint.extract.objects import BoundMethod, DictMethod, Fields, Obj, OpenFile, RandomOffsets, SeqMethod
-from memlint.extract.values import (Alts, Class, Const, Dict, Func, ModuleVal, Ref, Seq, Unknown, flatten, merge,
-                                    to_python, weakest)
+from memlint.extract.values import (HOLE, Alts, Class, Const, Dict, Func, ModuleVal, Ref, Seq, Template, Unknown,
+                                    flatten, merge, to_python, weakest)
 from memlint.library import api
 
 _REMOTE_CALLS = ("remote", "local", "spawn", "remote_gen")  # how a decorated remote function is called
+_PATH_PARTS = {"parent": lambda p: os.path.dirname(p.rstrip("/")) or ".", "name": lambda p: os.path.basename(p.rstrip("/")),
+               "stem": lambda p: os.path.splitext(os.path.basename(p.rstrip("/")))[0],
+               "suffix": lambda p: os.path.splitext(p.rstrip("/"))[1]}
 
 
 class Expressions:
@@ -54,9 +58,11 @@ class Expressions:
             return self.const(_string_value(node), node)
         if t is cst.ConcatenatedString:
             try:
-                return self.const(node.evaluated_value, node)
+                value = node.evaluated_value  # None where a part is an f-string
             except Exception:
-                return Unknown("a string")
+                value = None
+            # f-strings among the parts: each part's value, joined
+            return self.const(value, node) if isinstance(value, (str, bytes)) else self.concatenated(node, env)
         if t is cst.Name:
             return self.name(node, env)
         if t is cst.Attribute:
@@ -212,6 +218,8 @@ class Expressions:
                     return loader
             return hit[1] if hit is not None else Unknown(f"{base.name}.{attr}")
         if isinstance(base, Const) and isinstance(base.value, str):
+            if attr in _PATH_PARTS:  # Path(p).parent / .name / .stem / .suffix: a path is a string here
+                return base.with_value(_PATH_PARTS[attr](base.value), f".{attr}")
             return BoundStr(base, attr)
         if isinstance(base, Fields) and attr in ("update", "setdefault"):  # args.__dict__.update(cfg): sets fields
             return DictMethod(base, attr)
@@ -441,17 +449,42 @@ class Expressions:
             return Const(value, src, self.line_of(node), (f"{self.code(node)} = {value}",), self.cur_file())
         return Unknown(left.why if isinstance(left, Unknown) else "a comparison")
 
+    def concatenated(self, node: cst.ConcatenatedString, env: Env) -> Any:
+        """`f"a {x} " f"b {y}"`: the parts joined; a Template where a part is not known."""
+        left, right = self.ev(node.left, env), self.ev(node.right, env)
+        texts = []
+        for v in (left, right):
+            if isinstance(v, Const) and isinstance(v.value, str):
+                texts.append(v.value)
+            elif isinstance(v, Template):
+                texts.append(v.text)
+            else:
+                return Unknown(v.why if isinstance(v, Unknown) else "a string")
+        text = "".join(texts)
+        if len(text) > budget.MAX_STR:
+            return self.over()
+        if isinstance(left, Const) and isinstance(right, Const):
+            return self._combine(text, node, left, right)
+        hole = left if isinstance(left, Template) else right
+        return Template(hole.why, self.line_of(node), text)
+
     def fstring(self, node: cst.FormattedString, env: Env) -> Any:
         parts: list[str] = []
         consts: list[Const] = []
         total = 0
+        holes: list[Any] = []  # the parts not known: the string is a Template of the known ones
         for part in node.parts:
             if isinstance(part, cst.FormattedStringText):
                 parts.append(part.value)
                 continue
             v = self.ev(part.expression, env)
             if not isinstance(v, Const):
-                return Unknown(v.why if isinstance(v, Unknown) else "an f-string over non-constants")
+                holes.append(v)
+                parts.append(v.text if isinstance(v, Template) else HOLE)
+                total += len(parts[-1])
+                if total > budget.MAX_STR:
+                    return self.over()
+                continue
             spec = ""
             if part.format_spec:
                 if not all(isinstance(s, cst.FormattedStringText) for s in part.format_spec):
@@ -473,6 +506,10 @@ class Expressions:
                 return self.over()
             consts.append(v)
         text = "".join(parts)
+        if holes:
+            first = holes[0]
+            return Template(first.why if isinstance(first, Unknown) else "an f-string over non-constants",
+                            self.line_of(node), text)
         if not consts:
             return self.const(text, node)
         return self._combine(text, node, *consts)

@@ -38,6 +38,7 @@ class Facts:
     iterator_batches: list = field(default_factory=list)  # (Const rows, line, how): a checkout iterable built with a batch size
     saved_models: dict = field(default_factory=dict)    # folder (str) -> (Model, line): model.save_pretrained(folder)
     gpu_counts: list = field(default_factory=list)       # Const GPU counts, or DeviceCount (every visible GPU): mp.spawn, DataParallel
+    spawns: list = field(default_factory=list)           # (words, line) of each command the script runs (subprocess, os.system)
     remote_runs: list = field(default_factory=list)      # (GPU count, first object, end object) of each run of a function its decorator runs on GPUs
     default_dtypes: list = field(default_factory=list)   # DefaultDtype: torch.set_default_dtype(dt) / set_default_tensor_type
     notes: list = field(default_factory=list)
