@@ -239,9 +239,17 @@ _HELD = re.compile(r"\x00(\d+)\x00")
 
 def _hold_substitutions(command: str) -> tuple[str, list[str]]:
     """`command` with each `$(...)` outside single quotes (balanced, nested ones inside it) replaced by a marker
-    with no space in it, and the substitutions in order; a `$(` left open is kept as written."""
+    with no space in it, and the substitutions in order; a `$(` left open is kept as written. One pass for the
+    parentheses' pairs, one for the text: linear in the command's length."""
     if "$(" not in command:
         return command, []
+    closes: dict[int, int] = {}
+    opened: list[int] = []
+    for k, ch in enumerate(command):
+        if ch == "(":
+            opened.append(k)
+        elif ch == ")" and opened:
+            closes[opened.pop()] = k
     out: list[str] = []
     held: list[str] = []
     i, quote = 0, ""
@@ -253,18 +261,12 @@ def _hold_substitutions(command: str) -> tuple[str, list[str]]:
             continue
         if c in "'\"" and (not quote or quote == c):
             quote = "" if quote else c
-        elif c == "$" and quote != "'" and command.startswith("$(", i):
-            depth, j = 0, i + 1
-            while j < len(command):
-                depth += {"(": 1, ")": -1}.get(command[j], 0)
-                if depth == 0:
-                    break
-                j += 1
-            if depth == 0:
-                out.append(f"\x00{len(held)}\x00")
-                held.append(command[i:j + 1])
-                i = j + 1
-                continue
+        elif c == "$" and quote != "'" and command.startswith("$(", i) and i + 1 in closes:
+            j = closes[i + 1]
+            out.append(f"\x00{len(held)}\x00")
+            held.append(command[i:j + 1])
+            i = j + 1
+            continue
         out.append(c)
         i += 1
     return "".join(out), held
