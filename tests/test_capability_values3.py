@@ -220,3 +220,28 @@ def test_unsloth_in_one_process_is_one_gpu(tmp_path, monkeypatch, words, gpus):
     root = _write(tmp_path, {"train.py": script})
     plan = _command(root, monkeypatch, *words)
     assert _get(plan, "num_gpus") == {"num_gpus": gpus}
+
+
+def test_a_data_processor_classs_own_length_cap_is_the_scripts(tmp_path, monkeypatch):
+    # `self.max_seq_len = max_seq_len` (default 1024) on the script's own processor, used where it cuts the samples
+    script = """
+        from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+
+        class DataProcessor:
+            def __init__(self, tokenizer, path=None, max_seq_len: int = 1024):
+                self.tok = tokenizer
+                self.max_seq_len = int(max_seq_len)
+
+            def encode(self, text):
+                ids = self.tok(text)["input_ids"]
+                return ids[-self.max_seq_len:]
+
+        tok = AutoTokenizer.from_pretrained("gpt2")
+        proc = DataProcessor(tok, path="x.jsonl")
+        rows = [proc.encode(t) for t in ["a", "b"]]
+        model = AutoModelForCausalLM.from_pretrained("gpt2")
+        Trainer(model=model, args=TrainingArguments(output_dir="o"), train_dataset=rows).train()
+    """
+    root = _write(tmp_path, {"train.py": script})
+    plan = _command(root, monkeypatch, "python", "train.py")
+    assert _get(plan, "max_length") == {"max_length": 1024}

@@ -31,7 +31,9 @@ class AttributeHandlers:
         value = self._getattr(it, obj, attr, line)
         if attr in api.length_arguments() and (
                 isinstance(obj, (ArgNamespace, Namespace, DataclassInstance)) and not isinstance(obj, TrainingArgs)
-                or isinstance(obj, TrainingArgs) and _declares(obj.user_class, attr)):
+                or isinstance(obj, TrainingArgs) and _declares(obj.user_class, attr)
+                or isinstance(obj, Instance) and isinstance(value, Const) and type(value.value) is int):
+            # (a script class's own cap, `self.max_seq_len = max_seq_len` of a data processor, counts as the script's)
             # a TrainingArguments subclass's own field (`model_max_length: int = field(...)`) is the script's too
             it.facts.length_args.append(LengthArg(attr, value, line))
         if attr in api.target_length_arguments() and isinstance(obj, (ArgNamespace, Namespace, DataclassInstance)):
