@@ -147,7 +147,9 @@ _BLOCKS = """
 def test_a_dataset_returning_fixed_blocks_of_a_token_stream_is_packed(tmp_path, monkeypatch, end, packed):
     root = _write(tmp_path, {"train.py": _BLOCKS.replace("END", end)})
     plan = _command(root, monkeypatch, "python", "train.py")
-    assert (plan.get("packing").value, plan.get("max_length").value) == ((True, 512) if packed else (False, None))
+    # not packed: no blocks of seq_length are cut; the dataset's own seq_length (512) is the length fallback
+    assert (plan.get("packing").value, plan.get("max_length").value) == ((True, 512) if packed else (False, 512))
+    assert packed or any("own length argument" in c for c in plan.get("max_length").chain)
     assert plan.get("per_device_batch").value == 4
 
 

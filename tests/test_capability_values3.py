@@ -245,3 +245,25 @@ def test_a_data_processor_classs_own_length_cap_is_the_scripts(tmp_path, monkeyp
     root = _write(tmp_path, {"train.py": script})
     plan = _command(root, monkeypatch, "python", "train.py")
     assert _get(plan, "max_length") == {"max_length": 1024}
+
+
+@pytest.mark.parametrize("demo", [
+    'tokenizer.encode("My experiments are going strong!", padding="max_length", max_length=10)',
+    'x = tokenizer(["a sentence", "another"], padding="max_length", max_length=10, return_tensors="pt")',
+])
+def test_a_tokenizer_call_on_text_written_in_the_script_is_a_demonstration(tmp_path, monkeypatch, demo):
+    script = f"""
+        from datasets import load_dataset
+        from transformers import (AutoModelForCausalLM, AutoTokenizer, DataCollatorForLanguageModeling, Trainer,
+                                  TrainingArguments)
+        tokenizer = AutoTokenizer.from_pretrained("gpt2")
+        {demo}
+        ds = load_dataset("json", data_files="d.json")["train"].map(lambda r: tokenizer(r["text"], truncation=True,
+                                                                                      max_length=256))
+        model = AutoModelForCausalLM.from_pretrained("gpt2")
+        Trainer(model=model, args=TrainingArguments(output_dir="o"), train_dataset=ds,
+                data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False)).train()
+    """
+    root = _write(tmp_path, {"train.py": script})
+    plan = _command(root, monkeypatch, "python", "train.py")
+    assert _get(plan, "max_length", "padding") == {"max_length": 256, "padding": "longest"}

@@ -73,6 +73,14 @@ def _copied_trainer(cls: Class, base: str | None, names: Any) -> str | None:
 _TRAINER_LOSS = frozenset({"concatenated_forward", "get_batch_loss_metrics"})  # TRL's preference trainers' own
 
 
+def _literal_text(text: Any) -> bool:
+    """Text written in the script itself: a string literal, or a list or tuple of them."""
+    if isinstance(text, Const):
+        return isinstance(text.value, str) and text.source in ("literal", "constant")
+    return isinstance(text, Seq) and bool(text.items) and not text.grown and all(
+        isinstance(x, Const) and isinstance(x.value, str) and x.source in ("literal", "constant") for x in text.items)
+
+
 class HfHandlers:
     """transformers and datasets."""
 
@@ -214,6 +222,11 @@ class HfHandlers:
         return Unknown(f"the result of model.{name}()")
 
     def tokenize(self, it: Any, tok: Tokenizer, args: list, kwargs: dict, line: int | None, name: str = "__call__") -> Any:
+        text = args[0] if args else kwargs.get("text")
+        if name != "pad" and _literal_text(text):
+            # tokenizer("My experiments are going strong!", max_length=10): a demonstration on text written in the
+            # script, not the training data; it says nothing about the length or padding the run uses
+            return Unknown("token ids")
         it.facts.tokenizer_calls.append(TokenizerCall(dict(kwargs), line, tok, name,
                                                       bool(args) or "text" in kwargs or "text_target" not in kwargs))
         return Unknown("token ids")
