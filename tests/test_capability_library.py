@@ -14,6 +14,7 @@ from memlint.library.versions import pinned_versions
 import pytest
 from functools import partial
 from checkouts import git_commit, write_checkout
+from memlint.extract.shell import command_targets
 
 
 _write = partial(write_checkout, dedent=True)
@@ -796,6 +797,47 @@ def test_an_unpinned_library_is_read_at_the_newest_release_before_the_scripts_la
     assert [p.version for p in plan.versions if p.package == "trl"] == ["0.12.0"]
     loose = _write(tmp_path / "loose", {"train.py": src})  # no git history: nothing assumed
     assert dated_pins(loose / "train.py", set()) == ()
+
+
+@pytest.mark.parametrize("date, dtype, optimizer, attention", [
+    ("2023-06-01", "float32", "adamw_hf", "eager"),          # transformers 4.29: float32 loads, adamw_hf, no SDPA
+    ("2024-06-01", "float32", "adamw_torch", "sdpa"),        # transformers 4.41
+])
+def test_an_unpinned_transformers_is_read_at_the_release_of_the_scripts_day(tmp_path, monkeypatch, date, dtype,
+                                                                             optimizer, attention):
+    import shutil
+
+    if shutil.which("git") is None:
+        pytest.skip("no git")
+    src = """
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+        model = AutoModelForCausalLM.from_pretrained("gpt2")
+        Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=2)).train()
+    """
+    root = _write(tmp_path, {"train.py": src})
+    git_commit(root, date)
+    plan = _plan(root, "python train.py", monkeypatch)
+    assert (plan.get("torch_dtype").value, plan.get("optimizer").value, plan.get("attn_implementation").value) == (
+        {"float32": "fp32"}.get(dtype, dtype), optimizer, attention)
+    assert any(p.package == "transformers" and p.dated for p in plan.versions)
+
+
+@pytest.mark.parametrize("date, cutoff", [("2024-03-01", 1024), ("2025-04-01", 2048)])
+def test_a_llama_factory_run_from_flags_is_dated_by_its_launcher(tmp_path, monkeypatch, date, cutoff):
+    # `python src/train_bash.py --stage sft ...` in a launcher, LLaMA-Factory not in the checkout: the launcher's date
+    # picks the release (cutoff_len's default is 1024 before LLaMA-Factory 0.9.1, 2048 from it)
+    import shutil
+
+    if shutil.which("git") is None:
+        pytest.skip("no git")
+    run = ("python src/train_bash.py --stage sft --do_train --model_name_or_path Qwen/Qwen2.5-0.5B --finetuning_type lora "
+           "--per_device_train_batch_size 2 --output_dir o\n")
+    root = _write(tmp_path, {"run.sh": run})
+    git_commit(root, date)
+    monkeypatch.chdir(root)
+    [plan] = extract_targets(command_targets(["bash", "run.sh"]))
+    assert plan.get("max_length").value == cutoff
+    assert any(p.package == "llamafactory" and p.dated for p in plan.versions)
 
 
 def test_a_file_with_no_git_history_is_dated_by_its_modification_time_when_it_is_older_than_today(tmp_path):

@@ -400,7 +400,9 @@ def setup_from_plan(plan: TrainingPlan, extra: Mapping[str, Any] | None = None) 
     with checkout_versions(plan.versions):
         planned = _setup_from_plan(plan, extra)
     if plan.versions:
-        pinned = "; ".join(p.describe() for p in plan.versions)
+        from memlint.library.pins import describe_pins
+
+        pinned = "; ".join(describe_pins(plan.versions))
         planned = replace(planned, notes=(f"library defaults read at the checkout's pinned versions: {pinned}",
                                           *planned.notes))
     return planned

@@ -81,12 +81,16 @@ def _signal_in_code(raw: bytes) -> bool:
     return False
 
 
-def _pinned(path: Path, read):
+def _pinned(path: Path, read, launch: Any = None):
     """`read()`'s plan, with library defaults read at the versions the checkout of `path` pins
-    (requirements.txt, pyproject.toml, setup.py, environment.yml), which the plan then records."""
+    (requirements.txt, pyproject.toml, setup.py, environment.yml), which the plan then records. A framework tool run
+    from flags alone (no file at `path`) is dated and pinned by the launcher that runs it."""
     from memlint.library.pins import checkout_pins, pin_files
     from memlint.library.versions import checkout_versions
 
+    origin = Path(launch.origin) if launch is not None and launch.line and launch.origin else None
+    if not path.exists() and origin is not None and origin.is_file():
+        path = origin
     pins = checkout_pins(path)
     if path.suffix == ".ipynb":  # the notebook's own `!pip install trl==0.4.7` first: it is what the notebook runs
         from memlint.extract.source import read_source
@@ -123,7 +127,7 @@ def extract_file(path: str | Path, launch: Any = None, shown: str | None = None)
 
     root = files.root_in_force() or files.checkout_root(path)
     with files.checked_root(root):
-        return _pinned(Path(path), lambda: _extract_file(path, launch, shown))
+        return _pinned(Path(path), lambda: _extract_file(path, launch, shown), launch)
 
 
 def _extract_file(path: str | Path, launch: Any = None, shown: str | None = None, text: str | None = None) -> TrainingPlan:
@@ -489,7 +493,7 @@ def _shown_path(path: str) -> str:
 
 def _read_target(target: Target) -> tuple[TrainingPlan | None, list[str], list[int]]:
     # a file a notebook writes runs with the libraries that notebook installs
-    return _pinned(target.written_by or target.path, lambda: _read_target_unpinned(target))
+    return _pinned(target.written_by or target.path, lambda: _read_target_unpinned(target), target.launch)
 
 
 def _read_target_unpinned(target: Target) -> tuple[TrainingPlan | None, list[str], list[int]]:

@@ -67,7 +67,7 @@ def last_change(path: str) -> tuple[str, str] | None:
 def dated_pins(path: str | os.PathLike, pinned: set[str], shown: str | None = None) -> tuple[Pin, ...]:
     """A Pin (dated) for each package of data/releases.json that `pinned` lacks: its newest release on or before the
     last change of `path` (last_change); () when nothing dates the file or it changed after every release listed."""
-    change = last_change(str(path))
+    change = last_change(os.path.abspath(path))  # cached by the absolute path: a launcher's origin is relative
     if change is None:
         return ()
     date, how = change

@@ -51,6 +51,23 @@ class Pin:
         return f"{self.package} {self.version} ({by} {self.source}: {self.package}{self.spec}{how})"
 
 
+def describe_pins(pins) -> list[str]:
+    """How the versions defaults are read at are said: each pin on its own; the versions assumed from one date (not
+    pinned) together."""
+    out: list[str] = []
+    dated: dict[str, list[str]] = {}
+    for pin in pins:
+        if pin.dated:
+            dated.setdefault(pin.source, []).append(f"{pin.package} {pin.version}")
+        else:
+            out.append(pin.describe())
+    for source, names in dated.items():
+        one = len(names) == 1
+        out.append(f"{', '.join(names)} (not pinned: assumed the newest {'release' if one else 'releases'} before "
+                   f"{source}; pin {'it' if one else 'them'} to be exact)")
+    return out
+
+
 from memlint.library.versions import normalise  # noqa: E402  (one spelling of a package name)
 
 

@@ -80,8 +80,10 @@ def render_plan(plan: TrainingPlan, est_doc, detail, console, conditional=None, 
     hidden = len(PLAN_FIELDS) - len(shown)
     if hidden:
         console.print(f"[dim]({hidden} more fields, unknown or not used by this run: --all shows them)[/dim]")
-    for pin in plan.versions:  # library defaults read at the checkout's pins, not the installed versions
-        console.print(f"[dim]- library defaults at {markup(pin.describe())}[/dim]")
+    from memlint.library.pins import describe_pins
+
+    for line in describe_pins(plan.versions):  # library defaults read at the checkout's pins, not the installed versions
+        console.print(f"[dim]- library defaults at {markup(line)}[/dim]")
     for note in plan.notes:
         console.print(f"[dim]- {markup(note)}[/dim]")
     if isinstance(detail, MemlintError):
