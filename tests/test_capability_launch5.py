@@ -141,3 +141,13 @@ def test_a_modal_function_runs_on_the_gpus_it_asks_for(tmp_path, monkeypatch, gp
     plan = _command(root, monkeypatch, "modal", "run", "train.py::main")
     assert getattr(plan.fields.get("num_gpus"), "value", None) == gpus
     assert _get(plan, "per_device_batch") == {"per_device_batch": 2}
+
+
+@pytest.mark.parametrize("count", [
+    "$(echo $GPUS | tr ',' '\\n' | wc -l)", "$(echo \"${GPUS}\" | awk -F',' '{print NF}')",
+])
+def test_a_count_of_a_comma_list_of_gpus(tmp_path, monkeypatch, count):
+    job = f'GPUS="0,1,2,3,4,5"\nN={count}\naccelerate launch --num_processes $N train.py --batch_size 2\n'
+    root = _write(tmp_path, {"run.sh": job, "train.py": ARGPARSE_TRAIN})
+    plan = _command(root, monkeypatch, "bash", "run.sh")
+    assert _get(plan, "num_gpus", "per_device_batch") == {"num_gpus": 6, "per_device_batch": 2}

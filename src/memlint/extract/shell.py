@@ -1031,6 +1031,8 @@ def _settles(stripped: str, path: Path, env: dict[str, str], exported: set[str],
     return _sets_variables(stripped, env, exported)
 
 
+_COUNT_LIST = re.compile(r"""\$\(\s*echo\s+["']?\$\{?(\w+)\}?["']?\s*\|\s*(?:tr\s+["']?,["']?\s+["']?\\n["']?\s*\|\s*wc\s+-l"""
+                         r"""|awk\s+-F\s*["']?,["']?\s+["']\{\s*print\s+NF;?\s*\}["'])\s*\)""")
 _HOSTNAMES = re.compile(r"\$\(\s*scontrol\s+show\s+hostnames?(?:\s+\S+)?\s*\)")
 
 
@@ -1075,6 +1077,11 @@ def _sets_variables(stripped: str, env: dict[str, str], exported: set[str]) -> b
     val = m.group(2).strip()
     if _POSITIONAL.match(val) and _POS_KEY not in env:  # `X=${1}`: the launcher's own argument, unknown here (X stays
         return True                                     # unset, so a later `${X:-default}` is the default it documents)
+    counted = _COUNT_LIST.fullmatch(val.strip())
+    if counted and env.get(counted.group(1)) and "$" not in env[counted.group(1)]:
+        # `N=$(echo $GPUS | tr ',' '\n' | wc -l)` / `awk -F, '{print NF}'`: the items of a comma list
+        env[m.group(1)] = str(len([x for x in env[counted.group(1)].split(",") if x.strip()]))
+        return True
     if val.startswith("$(") and val.endswith(")"):  # `X=$((A / B))` computed, `X=$(nvidia-smi ...)` unknown:
         got = _expand(val, env)                     # X stays unset unless it came out a number
         if re.fullmatch(r"-?\d+", got):
