@@ -324,6 +324,8 @@ class TokenizerCall(NamedTuple):
     tokenizer: Tokenizer | None = None
     method: str = "__call__"  # "pad": tokenizer.pad(), which pads and never truncates
     text: bool = True  # the call tokenizes source text (positional or text=); False: text_target= only (labels)
+    literal: bool = False  # on text written in the script (`tok("hello", max_length=10)`): a demonstration, unless no
+                           # call on the data says more
 
 
 class OptimizerStep(NamedTuple):

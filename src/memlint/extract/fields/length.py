@@ -292,6 +292,10 @@ class LengthFields:
         facts = self.facts
         chunking = facts.first("chunking")
         reached_calls = facts.first("tokenizer_calls")
+        if all(c.literal for c in reached_calls):  # only demonstrations reached: a call on the data wins where one is
+            reached_calls = [c for c in facts.tokenizer_calls if not c.literal] or reached_calls
+        elif any(c.literal for c in reached_calls):
+            reached_calls = [c for c in reached_calls if not c.literal]
         self.target_length(reached_calls, line)
         reached_calls = [c for c in reached_calls if c.text]  # text_target= alone tokenizes the labels only
         if chunking and (facts.reached.get("chunking", 1) or not facts.reached.get("tokenizer_calls")):

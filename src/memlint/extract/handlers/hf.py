@@ -223,12 +223,11 @@ class HfHandlers:
 
     def tokenize(self, it: Any, tok: Tokenizer, args: list, kwargs: dict, line: int | None, name: str = "__call__") -> Any:
         text = args[0] if args else kwargs.get("text")
-        if name != "pad" and _literal_text(text):
-            # tokenizer("My experiments are going strong!", max_length=10): a demonstration on text written in the
-            # script, not the training data; it says nothing about the length or padding the run uses
-            return Unknown("token ids")
+        # tokenizer("My experiments are going strong!", max_length=10): on text written in the script, a demonstration
+        # when another call tokenizes the data (fields/length.py)
         it.facts.tokenizer_calls.append(TokenizerCall(dict(kwargs), line, tok, name,
-                                                      bool(args) or "text" in kwargs or "text_target" not in kwargs))
+                                                      bool(args) or "text" in kwargs or "text_target" not in kwargs,
+                                                      name != "pad" and _literal_text(text)))
         return Unknown("token ids")
 
     @staticmethod
