@@ -40,6 +40,7 @@ def test_a_config_the_notebook_dumps_then_trains_from(tmp_path, monkeypatch, wri
                                                   "max_length", "precision", "trainer")}
     assert got == {"model_id": "Qwen/Qwen2.5-0.5B", "method": "lora", "lora_r": 16, "per_device_batch": 8,
                    "grad_accum": 2, "max_length": 1024, "precision": "amp-bf16", "trainer": "Seq2SeqTrainer"}
+    assert plans[0].via.startswith("tune.ipynb:")  # run by the notebook's `!llamafactory-cli train` line
 
 
 def test_only_literal_values_are_written(tmp_path):

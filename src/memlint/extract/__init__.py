@@ -535,6 +535,8 @@ def _read_target_unpinned(target: Target) -> tuple[TrainingPlan | None, list[str
             plan = _extract_file(path, target.launch, shown, text=text if target.text is not None else None)
         except MemlintError as exc:
             return unreadable(shown, str(exc).removeprefix(f"{shown}: ")), [], []
+        if plan is not None and plan.via is None and target.launch.line:  # the launcher line that runs the config
+            plan = replace(plan, via=target.launch.where())
         return plan, (source_lines(text) if plan is not None else []), []
     if path.suffix in CONFIG_SUFFIXES:
         plan = read_config_text(path, shown, text, target.explicit, target.launch)
