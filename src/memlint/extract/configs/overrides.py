@@ -23,6 +23,7 @@ TOOLS = {
     "llmtune": ("llmtune", "none", None),
     "swift": ("ms-swift", "flags", None),
     "verl-sft": ("verl-sft", "key=value", None),
+    "verl-ppo": ("verl-ppo", "key=value", None),
 }
 # a Hydra entry script's overrides (NeMo's `megatron_gpt_finetuning.py ... model.micro_batch_size=2 trainer.devices=8`):
 # key=value, +key=value, ++key=value after the script (launch.py _hydra_config finds the config it composes)
@@ -34,7 +35,7 @@ COMMAND_LINE = "<command line>"
 FLAGS_ONLY = frozenset({"llamafactory-cli", "swift"})
 # framework tools whose config is packaged with the framework (Hydra's config_name): the command's key=value
 # overrides over its defaults are the whole config
-PACKAGED_CONFIG = frozenset({"verl-sft"})
+PACKAGED_CONFIG = frozenset({"verl-sft", "verl-ppo"})
 
 
 def flags_config(launch: Any) -> bool:
