@@ -267,3 +267,24 @@ def test_a_tokenizer_call_on_text_written_in_the_script_is_a_demonstration(tmp_p
     root = _write(tmp_path, {"train.py": script})
     plan = _command(root, monkeypatch, "python", "train.py")
     assert _get(plan, "max_length", "padding") == {"max_length": 256, "padding": "longest"}
+
+
+def test_a_trainer_subclass_built_by_its_own_init_handed_to_a_library_call(tmp_path, monkeypatch):
+    # the subclass's trainer object is handed to a library function (a logger): read, not an internal error
+    script = """
+        import wandb
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+        class MyTrainer(Trainer):
+            def __init__(self, model_id, batch):
+                model = AutoModelForCausalLM.from_pretrained(model_id)
+                super().__init__(model=model, args=TrainingArguments("o", per_device_train_batch_size=batch))
+
+        trainer = MyTrainer("gpt2", 3)
+        wandb.watch(trainer)
+        trainer.train()
+    """
+    root = _write(tmp_path, {"train.py": script})
+    plan = _command(root, monkeypatch, "python", "train.py")
+    assert not any("could not read" in n for n in plan.notes)
+    assert _get(plan, "model_id", "trainer") == {"model_id": "gpt2", "trainer": "Trainer"}

@@ -282,7 +282,8 @@ class Calls:
                 elif isinstance(x, BoundMethod) and isinstance(x.func, Func) and not x.func.ran:
                     # collate_fn=dataset.collate_fn: the library calls the method of that instance
                     self.call_function(x.func, [x.instance], {}, line)
-                elif isinstance(x, Obj) and getattr(x, "user_class", None) is not None and not getattr(x, "_protocols_ran", False):
+                elif isinstance(x, Obj) and isinstance(getattr(x, "user_class", None), Class) \
+                        and not getattr(x, "_protocols_ran", False):
                     # a collator, dataset or model of the script's own class handed to the library: the
                     # library calls its __call__ / __getitem__ / __iter__, with this instance as self
                     x._protocols_ran = True
