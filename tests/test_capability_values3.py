@@ -288,3 +288,46 @@ def test_a_trainer_subclass_built_by_its_own_init_handed_to_a_library_call(tmp_p
     plan = _command(root, monkeypatch, "python", "train.py")
     assert not any("could not read" in n for n in plan.notes)
     assert _get(plan, "model_id", "trainer") == {"model_id": "gpt2", "trainer": "Trainer"}
+
+
+_PACKING_LOOP = """
+    import argparse
+    import torch
+    from torch.utils.data import DataLoader
+    from transformers import AutoModelForCausalLM
+
+    class Rows(torch.utils.data.Dataset):
+        def __getitem__(self, i):
+            return torch.ones(10, dtype=torch.long)
+
+        def __len__(self):
+            return 100
+
+        def collate_fn(self, items):
+            return torch.nn.utils.rnn.pad_sequence(items, batch_first=True)
+
+        def packing_collate_fn(self, items):
+            packed = []
+            for ids in items:
+                packed.append(ids.flatten())
+            return torch.cat(packed, dim=0).unsqueeze(0)
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--packing_samples", action="store_true", default=False)
+    args = p.parse_args()
+    ds = Rows()
+    loader = DataLoader(ds, batch_size=4, collate_fn=ds.packing_collate_fn if args.packing_samples else ds.collate_fn)
+    model = AutoModelForCausalLM.from_pretrained("gpt2")
+    opt = torch.optim.AdamW(model.parameters())
+    for batch in loader:
+        model(input_ids=batch, labels=batch).loss.backward()
+        opt.step()
+"""
+
+
+@pytest.mark.parametrize("flag, padding, packing", [(True, "packing", True), (False, "longest", False)])
+def test_a_collate_function_that_concatenates_the_batch_into_one_row_packs(tmp_path, monkeypatch, flag, padding, packing):
+    root = _write(tmp_path, {"train.py": _PACKING_LOOP})
+    plan = _command(root, monkeypatch, "python", "train.py", *(["--packing_samples"] if flag else []))
+    assert _get(plan, "padding", "packing", "per_device_batch") == {"padding": padding, "packing": packing,
+                                                                   "per_device_batch": 4}

@@ -349,7 +349,12 @@ class LengthFields:
                 lengths.append(c)
         if not pads and collator is None and tokenizer_given:
             pads.append(("longest", Const(True, "library-default", line, ("Trainer pads with DataCollatorWithPadding when given a tokenizer",)), line))
-        best = next((p for p in pads if p[0] == "max_length"), None) or next((p for p in pads if p[0] == "longest"), None)
+        packed = next((p for p in pads if p[0] == "packing"), None)
+        if packed is not None:  # a collate function that concatenates the batch's samples into one row
+            self.put("packing", Const(True, "literal", packed[2], ("the collate function concatenates the batch's samples "
+                                                                    "into one row",), packed[1].file), _bool, packed[2])
+        best = packed or next((p for p in pads if p[0] == "max_length"), None) or next(
+            (p for p in pads if p[0] == "longest"), None)
         if best is None:
             self.put("padding", Unknown("no padding found in tokenizer calls or collators"), line=line)
         else:

@@ -21,6 +21,8 @@ from memlint.extract.values import Alts, Class, Const, Func, Ref, Seq, Unknown
 # tensors built to pad a sample by hand: torch.full((1, n - l), pad), F.pad(x, (0, n - len(x)))
 _TENSOR_PADS = {"torch.full", "torch.nn.functional.pad", "numpy.full", "numpy.pad"}
 _ARRAY_LOADS = {"numpy.load", "numpy.memmap", "numpy.fromfile", "torch.load"}  # data a companion script may have written
+_CONCATS = {"torch.cat", "torch.concat", "torch.concatenate"}
+_ONE_ROW = {"unsqueeze": ("0",), "view": ("1", "-1"), "reshape": ("1", "-1")}  # x.unsqueeze(0), x.view(1, -1)
 
 
 def _optimizer_class(cls: Any) -> bool:
@@ -106,11 +108,28 @@ class LibraryCalls:
             name = array_name(node.args[0].value)
             if name is not None:
                 self.facts.array_loads.append((name, self.line_of(node)))
+        self.packed_row_idiom(node, env)
         if type(func) is Ref and func.qual.endswith("nn.utils.rnn.pad_sequence") \
                 and not (self.stack and _reporting(self.stack[-1].qual)):  # pads to the batch's longest
             from memlint.extract.objects import HandPad
 
             self.facts.hand_pads.append(HandPad("longest", None, self.line_of(node), self.cur_file()))
+
+    def packed_row_idiom(self, node: cst.Call, env: Env) -> None:
+        """`torch.cat(packed_input_ids, dim=0).unsqueeze(0)` in a collate function: the batch's samples concatenated
+        into one row (a packing collator: OpenRLHF's packing_collate_fn, flash-attn varlen batches), no padding."""
+        f = node.func
+        if not (isinstance(f, cst.Attribute) and f.attr.value in _ONE_ROW and isinstance(f.value, cst.Call)
+                and [self.code(a.value) for a in node.args] == list(_ONE_ROW[f.attr.value])):
+            return
+        if not (self.stack and "collate" in self.stack[-1].qual.lower()):
+            return
+        inner = f.value
+        head = self.ev(inner.func, env)
+        if type(head) is Ref and head.qual in _CONCATS and inner.args and isinstance(inner.args[0].value, cst.Name):
+            from memlint.extract.objects import HandPad
+
+            self.facts.hand_pads.append(HandPad("packing", None, self.line_of(node), self.cur_file()))
 
     def all_linear_names(self, f: Func, node: cst.CSTNode, out: Any) -> Any:
         """What a script's function returned (`out`), or peft's all-linear when the function is the
