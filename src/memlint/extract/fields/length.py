@@ -291,11 +291,7 @@ class LengthFields:
     def data_padding(self, collator: Any, tokenizer_given: bool, line: int | None) -> None:
         facts = self.facts
         chunking = facts.first("chunking")
-        reached_calls = facts.first("tokenizer_calls")
-        if all(c.literal for c in reached_calls):  # only demonstrations reached: a call on the data wins where one is
-            reached_calls = [c for c in facts.tokenizer_calls if not c.literal] or reached_calls
-        elif any(c.literal for c in reached_calls):
-            reached_calls = [c for c in reached_calls if not c.literal]
+        reached_calls = _data_calls(facts)
         self.target_length(reached_calls, line)
         reached_calls = [c for c in reached_calls if c.text]  # text_target= alone tokenizes the labels only
         if chunking and (facts.reached.get("chunking", 1) or not facts.reached.get("tokenizer_calls")):
@@ -394,6 +390,15 @@ class LengthFields:
                        "memlint did not follow the data pipeline that applies it (truncation or a length filter)")
                 return [Const(v.value, v.source, v.line, v.chain + (why,), v.file)]
         return []
+
+
+def _data_calls(facts: Any) -> list:
+    """The tokenizer calls the run reached, those on text written in the script (demonstrations) left out where a
+    call on the data (reached or not) says more."""
+    reached = facts.first("tokenizer_calls")
+    if all(c.literal for c in reached):
+        return [c for c in facts.tokenizer_calls if not c.literal] or reached
+    return [c for c in reached if not c.literal]
 
 
 def _untruncated(kw: dict) -> bool:
