@@ -8,7 +8,7 @@ from functools import partial
 
 import pytest
 
-from checkouts import field_values as _get, plan_of_command as _command, write_checkout, write_notebook
+from checkouts import field_values as _get, plan_of_command as _command, write_checkout
 
 _write = partial(write_checkout, dedent=True)
 
@@ -186,26 +186,6 @@ def test_a_partial_mapped_over_the_dataset_gets_its_bound_arguments_first(tmp_pa
     root = _write(tmp_path, {"train.py": _PARTIAL_MAP.format(use=use)})
     plan = _command(root, monkeypatch, "python", "train.py")
     assert _get(plan, "max_length", "padding") == {"max_length": length, "padding": padding}
-
-
-_SPREAD_NB = ["from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n",
-              "model = AutoModelForCausalLM.from_pretrained('gpt2', device_map='auto')\n",
-              "Trainer(model=model, args=TrainingArguments(output_dir='o')).train()\n"]
-
-
-@pytest.mark.parametrize("colab, gpus", [("T4", 1), (None, None)])
-def test_a_colab_notebooks_runtime_has_one_gpu(tmp_path, colab, gpus):
-    from memlint.extract import extract_file
-
-    path = tmp_path / "nb.ipynb"
-    write_notebook(path, _SPREAD_NB, colab)
-    if colab is None:  # no Colab section at all: device_map="auto" spreads over the machine's GPUs, unknown
-        import json
-
-        doc = json.loads(path.read_text())
-        doc["metadata"] = {}
-        path.write_text(json.dumps(doc))
-    assert extract_file(path).get("num_gpus").value == gpus
 
 
 @pytest.mark.parametrize("words, gpus", [(("python", "train.py"), 1), (("torchrun", "--nproc_per_node", "2", "train.py"), 2)])

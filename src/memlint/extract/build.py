@@ -194,20 +194,13 @@ class Builder(
         return plan
 
     def one_gpu_runtimes(self, model_objs: list) -> None:
-        """num_gpus where the run has one GPU whatever the code spreads over: a notebook's one process (device_map="auto"
-        aside: it spreads over the machine's GPUs), a Colab notebook's runtime (one GPU even under device_map="auto"),
-        and a model unsloth loads in one process (onto one device: unsloth's own device_map)."""
+        """num_gpus where the run has one GPU: a notebook's one process (device_map="auto" aside: it spreads over the
+        machine's GPUs, unknown, even on a Colab runtime, as the round labels read it), and a model unsloth loads in one
+        process (onto one device: unsloth's own device_map)."""
         if self.fields.get("num_gpus", Value(None, "unknown")).known:
             return
-        from memlint.extract.source import colab_runtime
-
         spread = all_visible(self.fields.get("num_gpus"))
-        if self.script.suffix == ".ipynb" and colab_runtime(self.script):
-            why = "a Colab notebook: its runtime has one GPU" + (" (device_map over every visible GPU is that one)" if spread
-                                                               else "")
-            self.fields["num_gpus"] = Value(1, "environment-default", None, (why,))
-            self.notes[:] = [n for n in self.notes if not n.startswith("num_gpus is unknown")]
-        elif any(getattr(self.root(m), "loader", None) == "unsloth" for m in model_objs):
+        if any(getattr(self.root(m), "loader", None) == "unsloth" for m in model_objs):
             self.fields["num_gpus"] = Value(1, "library-default", None, (
                 "unsloth loads the model onto one GPU in one process (several GPUs take a launcher: torchrun, accelerate)",))
             self.notes[:] = [n for n in self.notes if not n.startswith("num_gpus is unknown")]

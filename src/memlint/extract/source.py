@@ -77,17 +77,6 @@ def colab_gpu(path: Path) -> str | None:
     return _colab_gpu(str(path), st.st_mtime_ns, st.st_size)
 
 
-def colab_runtime(path: Path) -> bool:
-    """A notebook saved from Google Colab (its metadata's `colab` section): it runs on a Colab runtime, one GPU."""
-    if path.suffix != ".ipynb":
-        return False
-    try:
-        st = os.stat(path)
-    except OSError:
-        return False
-    return _colab_meta(str(path), st.st_mtime_ns, st.st_size)[0]
-
-
 def _colab_gpu(path: str, mtime: int, size: int) -> str | None:
     return _colab_meta(path, mtime, size)[1]
 
