@@ -151,3 +151,22 @@ def test_a_count_of_a_comma_list_of_gpus(tmp_path, monkeypatch, count):
     root = _write(tmp_path, {"run.sh": job, "train.py": ARGPARSE_TRAIN})
     plan = _command(root, monkeypatch, "bash", "run.sh")
     assert _get(plan, "num_gpus", "per_device_batch") == {"num_gpus": 6, "per_device_batch": 2}
+
+
+@pytest.mark.parametrize("source", ['source "$(dirname "$0")/../generic/run_common.sh"', ". scripts/generic/run_common.sh"])
+def test_a_sourced_script_runs_its_commands_with_the_callers_variables(tmp_path, monkeypatch, source):
+    # the model's launcher exports its values and sources a shared script that builds the command and runs it
+    root = _write(tmp_path, {
+        "scripts/gemma/ft.sh": f'export MODEL="Qwen/Qwen2.5-0.5B"\nexport BATCH=6\n{source}\n',
+        "scripts/generic/run_common.sh": 'EXTRA="--batch_size $BATCH"\npython train.py --model "$MODEL" $EXTRA\n',
+        "train.py": ARGPARSE_TRAIN,
+    })
+    plan = _command(root, monkeypatch, "bash", "scripts/gemma/ft.sh")
+    assert _get(plan, "model_id", "per_device_batch") == {"model_id": "Qwen/Qwen2.5-0.5B", "per_device_batch": 6}
+
+
+def test_a_sourced_file_of_variables_sets_them_for_the_lines_after(tmp_path, monkeypatch):
+    root = _write(tmp_path, {"env.sh": "BATCH=5\n", "run.sh": "source env.sh\npython train.py --batch_size $BATCH\n",
+                             "train.py": ARGPARSE_TRAIN})
+    plan = _command(root, monkeypatch, "bash", "run.sh")
+    assert _get(plan, "per_device_batch") == {"per_device_batch": 5}

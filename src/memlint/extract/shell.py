@@ -778,10 +778,14 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
         _slurm_env(job, env, exported)
     if not is_make and "case" in text and "$#" in text:
         text = _option_loop(text, args)
-    lines = _recipe_lines(text, make, env) if is_make else _logical_lines(_inline_scripts(_heredocs(text)))
+    lines = list(_recipe_lines(text, make, env) if is_make else _logical_lines(_inline_scripts(_heredocs(text))))
     branches: list[list[bool | None]] = []  # the open `if` blocks: [this branch runs, an earlier branch ran]
     deadline = Deadline(MAX_SHELL_SECONDS)
-    for line_no, line, flag_lines in lines:
+    sourced: set[str] = {str(path.resolve())}  # the files `source`d so far (a file sources each once)
+    i = 0
+    while i < len(lines):
+        line_no, line, flag_lines = lines[i]
+        i += 1
         if deadline.passed():
             raise OverBudget(f"not read: stopped reading after {MAX_SHELL_SECONDS:g} s at line {line_no}, over memlint's "
                              "time budget for a launcher")
@@ -790,6 +794,10 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
             continue
         if is_make:  # a recipe line (its variables were read by _make_recipes)
             stripped = stripped.lstrip("@-+ ")
+        elif _SOURCE.match(stripped) and not any(taken is False for taken, _ in branches):
+            # `source ../generic/finetune.sh` / `. ./env.sh`: its lines run here, in this shell, with its variables
+            lines[i:i] = [(line_no, text_line, ()) for _, text_line, _ in _source_lines(stripped, path, env, cwd, sourced)]
+            continue
         elif _settles(stripped, path, env, exported, branches):
             continue
         if stripped.startswith("cd ") and not is_make:
@@ -831,6 +839,28 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
                 launch = _srun_tasks(launch, seg, job)
             out.append(replace(launch, flag_lines=flag_lines) if flag_lines else launch)
     return out
+
+
+_MAX_SOURCED = 8  # files one launcher sources, at most
+
+
+def _source_lines(line: str, path: Path, env: dict[str, str], cwd: str | None, seen: set[str]) -> list:
+    """The logical lines of the file a `source FILE` (or `. FILE`) line reads, from where the commands run, then beside
+    the launcher and the folders above it (`source "$(dirname "$0")/../generic/x.sh"`), a file of the checkout within
+    the launcher budget; [] for any other (a virtualenv's activate, a file outside the checkout, one read before)."""
+    from memlint.files import allowed, is_file
+
+    ref = _unquote(_expand(_SOURCE.match(line).group(1), env))
+    if not ref or "$" in ref or len(seen) > _MAX_SOURCED:
+        return []
+    ref = os.path.expanduser(ref)
+    cands = [Path(os.path.join(cwd or "", ref))] + [b / ref for b in (path.parent, *list(path.parent.resolve().parents)[:4])]
+    target = next((c for c in cands if allowed(c) and is_file(c)), None)
+    if target is None or str(target.resolve()) in seen or target.suffix not in ("", ".sh", ".bash", ".env"):
+        return []
+    seen.add(str(target.resolve()))
+    text = _launcher_text(target)
+    return list(_logical_lines(_inline_scripts(_heredocs(text)))) if text else []
 
 
 def _moved(line: str, env: dict[str, str], cwd: str | None) -> str | None:
@@ -923,7 +953,6 @@ def _nested_script(line: str, path: Path, env: dict[str, str], exported: set[str
 _IF = re.compile(r"^(if|elif)\s+(.*?)\s*(?:;\s*then)?\s*$")
 _TEST = re.compile(r"^(?:\[\[\s+(.*)\s+\]\]|\[\s+(.*)\s+\]|test\s+(.*))$")
 _SOURCE = re.compile(r"^(?:source|\.)\s+(\S+)\s*(?:[;#].*)?$")
-_MAX_SOURCE_DEPTH = 3
 
 
 def _condition(cond: str, env: dict[str, str]) -> bool | None:
@@ -993,40 +1022,14 @@ def _branch(stripped: str, env: dict[str, str], branches: list[list[bool | None]
     return False
 
 
-def _sourced(ref: str, path: Path, env: dict[str, str], exported: set[str], depth: int) -> None:
-    """Read the variables a `source FILE` / `. FILE` line sets: FILE looked up from the launcher's folder
-    and the folders above it (where the launcher is run from), only inside the checked root."""
-    from memlint.files import is_file
-
-    rel = _unquote(_expand(ref, env))
-    if depth >= _MAX_SOURCE_DEPTH or "$" in rel or not rel or rel.startswith(("/", "~")):
-        return
-    here = path.parent
-    for base in [here, *list(here.resolve().parents)[:4]]:
-        cand = base / rel
-        if is_file(cand):
-            text = _launcher_text(cand)
-            if text is None:
-                return
-            branches: list[list[bool | None]] = []
-            for _, line, _flags in _logical_lines(text):
-                stripped = _self_dir(line.strip())
-                if stripped and not stripped.startswith("#"):
-                    _settles(stripped, cand, env, exported, branches, depth + 1)
-            return
-
-
-def _settles(stripped: str, path: Path, env: dict[str, str], exported: set[str], branches: list[list[bool | None]],
-             depth: int = 0) -> bool:
+def _settles(stripped: str, path: Path, env: dict[str, str], exported: set[str], branches: list[list[bool | None]]) -> bool:
     """Whether a launcher line is settled without running a command: a branch line, a line of a branch that
-    does not run, `source FILE` (its variables read), or a line that only sets variables."""
+    does not run, a `source FILE` memlint does not read, or a line that only sets variables."""
     if _branch(stripped, env, branches):
         return True
     if any(taken is False for taken, _ in branches):
         return True
-    m = _SOURCE.match(stripped)
-    if m:
-        _sourced(m.group(1), path, env, exported, depth)
+    if _SOURCE.match(stripped):  # a file memlint does not read (a virtualenv's activate): nothing it sets is known
         return True
     return _sets_variables(stripped, env, exported)
 
