@@ -311,3 +311,42 @@ def test_a_collate_function_that_concatenates_the_batch_into_one_row_packs(tmp_p
     plan = _command(root, monkeypatch, "python", "train.py", *(["--packing_samples"] if flag else []))
     assert _get(plan, "padding", "packing", "per_device_batch") == {"padding": padding, "packing": packing,
                                                                    "per_device_batch": 4}
+
+
+_SUBCOMMANDS = """
+    import argparse
+    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+    def train(args):
+        model = AutoModelForCausalLM.from_pretrained(args.model_dir)
+        Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=args.batch_size)).train()
+
+    def main():
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--gpu_id", type=int, default=0)
+        subparsers = parser.add_subparsers(dest="command")
+        t = subparsers.add_parser("train")
+        t.add_argument("--model_dir", default="gpt2")
+        t.add_argument("--batch_size", type=int, default=2)
+        e = subparsers.add_parser("evaluate")
+        e.add_argument("--target_model", default="m")
+        args = parser.parse_args()
+        if args.command is None:
+            parser.print_help()
+            return
+        if args.command == "train":
+            train(args)
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+@pytest.mark.parametrize("words, model, batch", [
+    (("train", "--model_dir", "Qwen/Qwen2.5-0.5B", "--batch_size", "8"), "Qwen/Qwen2.5-0.5B", 8),
+    (("--gpu_id", "1", "train"), "gpt2", 2),  # the subcommand's defaults
+])
+def test_argparse_subcommands_read_the_named_subcommands_arguments(tmp_path, monkeypatch, words, model, batch):
+    root = _write(tmp_path, {"main.py": _SUBCOMMANDS})
+    plan = _command(root, monkeypatch, "python", "main.py", *words)
+    assert _get(plan, "model_id", "per_device_batch") == {"model_id": model, "per_device_batch": batch}

@@ -197,6 +197,8 @@ class ArgParser(Obj):
 
     args: dict = field(default_factory=dict)    # dest -> ArgSpec
     order: list = field(default_factory=list)
+    subs: dict = field(default_factory=dict)    # add_subparsers(): subcommand name -> its ArgParser
+    sub_dest: str | None = None                 # add_subparsers(dest=...): the attribute naming the subcommand
 
 
 class ArgSpec(NamedTuple):

@@ -11,7 +11,7 @@ import re
 import shlex
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from memlint.errors import MemlintError
 from memlint.extract.configs.overrides import flags_config
@@ -827,17 +827,26 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
         if not launcher_word and not (scripts := console_scripts(path.parent) if scripts is None else scripts):
             continue  # no console script of the checkout (`llm-training fit --config X`) to run: they are read once
         prefix = [f"{k}={env[k]}" for k in sorted(exported) if k in env]
-        for seg, moved in _chain(words):
-            try:  # the exported variables come first: the command's own `VAR=x` prefix wins over them
-                launch = parse_command(prefix + seg, shown, line_no, scripts)
-            except MemlintError:
-                continue
-            here = os.path.join(cwd or "", moved) if moved else cwd
-            if here and here != ".":
-                launch = replace(launch, cwd=os.path.normpath(os.path.join(here, launch.cwd)) if launch.cwd else here)
-            if job is not None and seg and seg[0] == "srun" and launch.launcher == "python":
-                launch = _srun_tasks(launch, seg, job)
-            out.append(replace(launch, flag_lines=flag_lines) if flag_lines else launch)
+        out += _segment_launches(words, prefix, shown, line_no, scripts, cwd, job, flag_lines)
+    return out
+
+
+def _segment_launches(words: list[str], prefix: list[str], shown: str, line_no: int, scripts: dict | None,
+                      cwd: str | None, job: dict | None, flag_lines: Any) -> list[Launch]:
+    """The launches of one launcher line's commands (`a && b; c`), each run where the line's `cd`s moved it, the
+    exported variables (`prefix`) first: the command's own `VAR=x` prefix wins over them."""
+    out = []
+    for seg, moved in _chain(words):
+        try:
+            launch = parse_command(prefix + seg, shown, line_no, scripts)
+        except MemlintError:
+            continue
+        here = os.path.join(cwd or "", moved) if moved else cwd
+        if here and here != ".":
+            launch = replace(launch, cwd=os.path.normpath(os.path.join(here, launch.cwd)) if launch.cwd else here)
+        if job is not None and seg and seg[0] == "srun" and launch.launcher == "python":
+            launch = _srun_tasks(launch, seg, job)
+        out.append(replace(launch, flag_lines=flag_lines) if flag_lines else launch)
     return out
 
 

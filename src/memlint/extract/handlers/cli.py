@@ -44,6 +44,16 @@ class CliHandlers:
             return Const(None, "literal", line)
         if name in ("add_argument_group", "add_mutually_exclusive_group"):
             return ArgParser(p.cls, line or 0, args=p.args, order=p.order)
+        if name == "add_subparsers":  # a holder whose add_parser() makes each subcommand's parser
+            dest = kwargs.get("dest")
+            p.sub_dest = dest.value if isinstance(dest, Const) and isinstance(dest.value, str) else None
+            return ArgParser(f"{p.cls}.subparsers", line or 0, subs=p.subs, sub_dest=p.sub_dest)
+        if name == "add_parser" and p.cls.endswith(".subparsers"):
+            sub = ArgParser(p.cls.removesuffix(".subparsers"), line or 0)
+            cmd = args[0] if args else kwargs.get("name")
+            if isinstance(cmd, Const) and isinstance(cmd.value, str):
+                p.subs[cmd.value] = sub
+            return sub
         if name == "set_defaults":
             for k, v in kwargs.items():
                 spec = table.get(k) or ArgSpec({}, line, k)
@@ -52,6 +62,8 @@ class CliHandlers:
         if name in ("parse_args", "parse_known_args", "parse_intermixed_args"):
             given = bool(args) and not (isinstance(args[0], Const) and args[0].value is None)
             words = self.argv_words(it, args[0]) if given else None
+            if p.subs:
+                p = self.with_subcommand(it, p, words)
             ns = ArgNamespace(p.cls, line or 0, parser=p, given=given and words is None)
             rest: list = []
             if (not given or words is not None) and it.launch is not None:
@@ -64,6 +76,23 @@ class CliHandlers:
                 if (not given or words is not None) and it.launch is not None else Unknown("remaining arguments")
             return Seq([ns, extras], "tuple")
         return Unknown(f"parser.{name}()")
+
+    @staticmethod
+    def with_subcommand(it: Any, p: ArgParser, words: tuple[str, ...] | None) -> ArgParser:
+        """A parser with subcommands (add_subparsers / add_parser) as parse_args() reads it: the command's first word
+        that names a subcommand picks that subcommand's arguments beside the parser's own, its name the value of
+        add_subparsers' dest; with no command (or none named), every subcommand's arguments, the name unknown."""
+        argv = list(words if words is not None else (it.launch.argv if it.launch is not None else ()))
+        chosen = next((w for w in argv if not w.startswith("-") and w in p.subs), None) if it.launch is not None else None
+        merged = ArgParser(p.cls, p.line, args=dict(p.args), order=list(p.order))
+        for name, sub in ([(chosen, p.subs[chosen])] if chosen else list(p.subs.items())):
+            for dest, spec in sub.args.items():
+                merged.args.setdefault(dest, spec)
+        if p.sub_dest:
+            value = Const(chosen, "command-line", it.launch.line if it.launch is not None else None, (
+                f"the subcommand {chosen!r}",)) if chosen else Unknown("the subcommand the command names")
+            merged.args[p.sub_dest] = ArgSpec({"default": value}, p.line, p.sub_dest, it.cur_file())
+        return merged
 
     @staticmethod
     def typed_defaults(it: Any, ns: ArgNamespace) -> None:
