@@ -350,3 +350,22 @@ def test_argparse_subcommands_read_the_named_subcommands_arguments(tmp_path, mon
     root = _write(tmp_path, {"main.py": _SUBCOMMANDS})
     plan = _command(root, monkeypatch, "python", "main.py", *words)
     assert _get(plan, "model_id", "per_device_batch") == {"model_id": model, "per_device_batch": batch}
+
+
+@pytest.mark.parametrize("config, bits, known", [("Mxfp4Config(dequantize=True)", None, True),
+                                                 ("Mxfp4Config()", None, False)])
+def test_an_mxfp4_checkpoint_dequantized_on_load_trains_unquantized(tmp_path, monkeypatch, config, bits, known):
+    script = f"""
+        import torch
+        from transformers import AutoModelForCausalLM, Mxfp4Config
+        from peft import LoraConfig, get_peft_model
+        from trl import SFTConfig, SFTTrainer
+        model = AutoModelForCausalLM.from_pretrained("openai/gpt-oss-20b", dtype=torch.bfloat16,
+                                                     quantization_config={config})
+        model = get_peft_model(model, LoraConfig(r=8, target_modules="all-linear"))
+        SFTTrainer(model=model, args=SFTConfig(output_dir="o")).train()
+    """
+    root = _write(tmp_path, {"train.py": script})
+    plan = _command(root, monkeypatch, "python", "train.py")
+    got = plan.get("quant_bits")
+    assert (got.value, got.known) == (bits, known)

@@ -57,6 +57,8 @@ class QuantFields:
             return _int4_config(b)
         if isinstance(b, QuantConfig) and b.cls == "transformers.HqqConfig":
             return _hqq_config(b)
+        if isinstance(b, QuantConfig) and b.cls == "transformers.Mxfp4Config":
+            return _mxfp4_config(b)
         if isinstance(b, QuantConfig):
             def field(name: str) -> Any:
                 v = b.get(name)
@@ -127,6 +129,17 @@ def _hqq_config(b: QuantConfig) -> dict:
     group = b.get("group_size") or _libc(b.cls, "group_size", b.line)
     return {"bits": bits, "type": Const("hqq", "literal", b.line, ("HqqConfig(...)",)),
             "double": None, "compute": None, "group": group}
+
+
+def _mxfp4_config(b: QuantConfig) -> dict:
+    """Mxfp4Config(dequantize=True): an MXFP4 checkpoint (gpt-oss) dequantized to bf16 on load, so the base trained is
+    not quantized; without dequantize the MXFP4 weights stay, which memlint does not size."""
+    deq = b.get("dequantize")
+    if isinstance(deq, Const) and deq.value is True:
+        return {"bits": deq.with_value(None, "Mxfp4Config(dequantize=True): the MXFP4 weights dequantized on load"),
+                "type": None, "double": None, "compute": None}
+    unk = Unknown("Mxfp4Config without dequantize=True: MXFP4 weights, which memlint does not size")
+    return {"bits": unk, "type": unk, "double": None, "compute": None}
 
 
 def _may_be_4bit(bits: Any) -> bool:

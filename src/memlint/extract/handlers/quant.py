@@ -44,8 +44,8 @@ class QuantHandlers:
         return c.new(QuantConfig, "transformers.BitsAndBytesConfig")
 
     def int4_config(self, c: Call) -> Any:
-        """GPTQConfig(bits=4, group_size=128, ...) / AwqConfig(...) / HqqConfig(nbits=4, group_size=64): a GPTQ / AWQ /
-        HQQ base (build.quant_of_config)."""
+        """GPTQConfig(bits=4, group_size=128, ...) / AwqConfig(...) / HqqConfig(nbits=4, group_size=64) / Mxfp4Config
+        (gpt-oss): a GPTQ / AWQ / HQQ / MXFP4 base (fields/quant.py quant_of_config)."""
         return c.new(QuantConfig, f"transformers.{c.name}")
 
     def quantized_linear_args(self, it: Any, f: Any, args: list, kwargs: dict, line: int | None) -> None:
@@ -68,4 +68,5 @@ BY_NAME: dict[str, Callable[[Any, Call], Any]] = {
     "GPTQConfig": QuantHandlers.int4_config,
     "AwqConfig": QuantHandlers.int4_config,
     "HqqConfig": QuantHandlers.int4_config,
+    "Mxfp4Config": QuantHandlers.int4_config,
 }
