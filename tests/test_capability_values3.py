@@ -369,3 +369,18 @@ def test_an_mxfp4_checkpoint_dequantized_on_load_trains_unquantized(tmp_path, mo
     plan = _command(root, monkeypatch, "python", "train.py")
     got = plan.get("quant_bits")
     assert (got.value, got.known) == (bits, known)
+
+
+@pytest.mark.parametrize("weights, bits", [('weights="int4"', 4), ('weights="int8"', 8), ("", 8)])
+def test_a_quanto_config_quantizes_the_base_to_its_weight_width(tmp_path, monkeypatch, weights, bits):
+    script = f"""
+        from transformers import AutoModelForCausalLM, QuantoConfig
+        from peft import LoraConfig, get_peft_model
+        from trl import SFTConfig, SFTTrainer
+        model = AutoModelForCausalLM.from_pretrained("gpt2", quantization_config=QuantoConfig({weights}))
+        model = get_peft_model(model, LoraConfig(r=8))
+        SFTTrainer(model=model, args=SFTConfig(output_dir="o")).train()
+    """
+    root = _write(tmp_path, {"train.py": script})
+    plan = _command(root, monkeypatch, "python", "train.py")
+    assert _get(plan, "quant_bits", "method") == {"quant_bits": bits, "method": "qlora" if bits == 4 else "lora"}

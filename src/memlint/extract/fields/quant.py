@@ -59,6 +59,8 @@ class QuantFields:
             return _hqq_config(b)
         if isinstance(b, QuantConfig) and b.cls == "transformers.Mxfp4Config":
             return _mxfp4_config(b)
+        if isinstance(b, QuantConfig) and b.cls == "transformers.QuantoConfig":
+            return _quanto_config(b)
         if isinstance(b, QuantConfig):
             def field(name: str) -> Any:
                 v = b.get(name)
@@ -140,6 +142,27 @@ def _mxfp4_config(b: QuantConfig) -> dict:
                 "type": None, "double": None, "compute": None}
     unk = Unknown("Mxfp4Config without dequantize=True: MXFP4 weights, which memlint does not size")
     return {"bits": unk, "type": unk, "double": None, "compute": None}
+
+
+_QUANTO_BITS = {"int8": 8, "float8": 8, "int4": 4, "int2": 2}  # transformers QuantoConfig(weights=...)
+
+
+def _quanto_config(b: QuantConfig) -> dict:
+    """QuantoConfig(weights="int4") (optimum-quanto): the base's linear weights quantized to that many bits on load
+    (weights default "int8"; activations, when given, are not stored between steps)."""
+    w = b.get("weights")
+    name = w.value if isinstance(w, Const) else "int8" if w is None else None
+    if name not in _QUANTO_BITS:
+        unk = Unknown(f"QuantoConfig(weights={name!r}): not a width memlint knows")
+        return {"bits": unk, "type": unk, "double": None, "compute": None}
+    how = f"QuantoConfig(weights={name!r})" + ("" if w is not None else " (transformers' default)")
+    # sized as packed integer weights of that width (the 4-bit formats memlint names are bitsandbytes' and the
+    # checkpoints'; quanto's own per-group scales are not counted)
+    bits = Const(_QUANTO_BITS[name], "literal" if w is not None else "library-default", b.line, (how,))
+    if bits.value != 4:
+        return {"bits": bits, "type": None, "double": None, "compute": None}
+    other = Unknown(f"{how}: quanto's int4, not a bitsandbytes 4-bit format (sized as packed 4-bit weights)")
+    return {"bits": bits, "type": other, "double": other, "compute": None}
 
 
 def _may_be_4bit(bits: Any) -> bool:

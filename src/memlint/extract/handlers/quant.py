@@ -69,4 +69,5 @@ BY_NAME: dict[str, Callable[[Any, Call], Any]] = {
     "AwqConfig": QuantHandlers.int4_config,
     "HqqConfig": QuantHandlers.int4_config,
     "Mxfp4Config": QuantHandlers.int4_config,
+    "QuantoConfig": QuantHandlers.int4_config,
 }
