@@ -384,3 +384,28 @@ def test_a_quanto_config_quantizes_the_base_to_its_weight_width(tmp_path, monkey
     root = _write(tmp_path, {"train.py": script})
     plan = _command(root, monkeypatch, "python", "train.py")
     assert _get(plan, "quant_bits", "method") == {"quant_bits": bits, "method": "qlora" if bits == 4 else "lora"}
+
+
+@pytest.mark.parametrize("lib", ["draccus", "pyrallis"])
+def test_a_dataclass_config_a_wrap_decorator_builds_from_the_command(tmp_path, monkeypatch, lib):
+    script = f"""
+        from dataclasses import dataclass
+        import {lib}
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+        @dataclass
+        class FinetuneConfig:
+            model_path: str = "gpt2"
+            batch_size: int = 2
+
+        @{lib}.wrap()
+        def finetune(cfg: FinetuneConfig) -> None:
+            model = AutoModelForCausalLM.from_pretrained(cfg.model_path)
+            Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=cfg.batch_size)).train()
+
+        if __name__ == "__main__":
+            finetune()
+    """
+    root = _write(tmp_path, {"finetune.py": script})
+    plan = _command(root, monkeypatch, "python", "finetune.py", "--model_path", "Qwen/Qwen2.5-0.5B", "--batch_size", "16")
+    assert _get(plan, "model_id", "per_device_batch") == {"model_id": "Qwen/Qwen2.5-0.5B", "per_device_batch": 16}

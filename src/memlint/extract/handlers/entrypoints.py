@@ -149,6 +149,8 @@ class EntryPointHandlers:
         name = _last(callee.qual)
         if callee.qual == "hydra.main":
             return self.hydra_main(it, f, deco, env)
+        if callee.qual in _DATACLASS_WRAPS:
+            return self.dataclass_wrap(it, f, deco, env)
         if name in ("option", "argument") and callee.qual.split(".")[0] in ("click", "option", "argument") or (
                 name in ("option", "argument") and "click" in callee.qual):
             decls = [a.value for a in deco.args if a.keyword is None]
@@ -288,6 +290,26 @@ class EntryPointHandlers:
                           "(defaults list, overrides, interpolations)")
         f.defaults[param] = value
         f.default_source[param] = ("literal", f"@hydra.main(config_name={vals['config_name']!r})", line, file)
+
+    def dataclass_wrap(self, it: Any, f: Func, deco: Any, env: Any) -> None:
+        """`@draccus.wrap()` / `@pyrallis.wrap()` on `def main(cfg: Config)`: the function runs with cfg the dataclass
+        built from its field defaults with the command's `--field value` (and `--nested.field value`) words over them,
+        as tyro.cli builds it; the script calls `main()` with no argument."""
+        params = _params(f)
+        if not params or params[0].annotation is None:
+            return None
+        cls = it.ev(params[0].annotation.annotation, env)
+        if not isinstance(cls, Class):
+            return None
+        line = it.line_of(deco)
+        inst = self.construct_user(Call(it, cls.name, [], {}, False, line), cls)
+        if isinstance(inst, Obj):
+            self.apply_field_words(it, inst, cls)
+            name = params[0].name.value
+            f.defaults[name] = inst
+            f.default_source[name] = ("literal", f"@{it.code(deco.func)}() builds {cls.name} from the command line",
+                                      line, it.cur_file())
+        return None
 
     def hydra_initialize(self, c: Call) -> Any:
         """hydra's initialize(config_path=...) (relative to the calling module) / initialize_config_dir(config_dir=...)
@@ -564,6 +586,7 @@ def _call_resolver(it: Any, name: str, args: list, how: str, line: int | None) -
     return got if isinstance(got, Unknown) else Unknown(f"{how}: a value memlint cannot read")
 
 
+_DATACLASS_WRAPS = ("draccus.wrap", "pyrallis.wrap")  # @wrap() main(cfg: Config): the config from the command line
 _CLOUD_APPS = ("modal.App", "modal.Stub")
 _MODAL_GPUS = ("T4", "L4", "A10G", "A10", "A100", "A100-40GB", "A100-80GB", "L40S", "H100", "H100!", "H200", "B200", "Any")
 
