@@ -409,3 +409,17 @@ def test_a_dataclass_config_a_wrap_decorator_builds_from_the_command(tmp_path, m
     root = _write(tmp_path, {"finetune.py": script})
     plan = _command(root, monkeypatch, "python", "finetune.py", "--model_path", "Qwen/Qwen2.5-0.5B", "--batch_size", "16")
     assert _get(plan, "model_id", "per_device_batch") == {"model_id": "Qwen/Qwen2.5-0.5B", "per_device_batch": 16}
+
+
+@pytest.mark.parametrize("config, rank", [("AdaLoraConfig(init_r=12, target_r=4, lora_alpha=32)", 12),
+                                          ("AdaLoraConfig(lora_alpha=32)", 12), ("LoraConfig(r=16)", 16)])
+def test_adalora_adapters_start_at_init_r(tmp_path, monkeypatch, config, rank):
+    script = f"""
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+        from peft import AdaLoraConfig, LoraConfig, get_peft_model
+        model = get_peft_model(AutoModelForCausalLM.from_pretrained("gpt2"), {config})
+        Trainer(model=model, args=TrainingArguments("o")).train()
+    """
+    root = _write(tmp_path, {"train.py": script})
+    plan = _command(root, monkeypatch, "python", "train.py")
+    assert _get(plan, "method", "lora_r") == {"method": "lora", "lora_r": rank}

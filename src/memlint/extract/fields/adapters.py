@@ -86,8 +86,9 @@ class AdapterFields:
             for f in ("lora_r", "lora_alpha", "lora_targets", "lora_dropout", "lora_modules_to_save", "lora_task_type"):
                 self.put(f, Unknown("read from a saved adapter at run time"), line=lora.line)
             return
-        cls = lora.cls if lora.cls.startswith("unsloth") else "peft.LoraConfig"
-        for field, arg in (("lora_r", "r"), ("lora_alpha", "lora_alpha"), ("lora_targets", "target_modules"),
+        ada = lora.cls.endswith("AdaLoraConfig")  # AdaLoRA's adapters start at init_r (pruned towards target_r)
+        cls = lora.cls if lora.cls.startswith("unsloth") else "peft.AdaLoraConfig" if ada else "peft.LoraConfig"
+        for field, arg in (("lora_r", "init_r" if ada else "r"), ("lora_alpha", "lora_alpha"), ("lora_targets", "target_modules"),
                            ("lora_dropout", "lora_dropout"), ("lora_modules_to_save", "modules_to_save"),
                            ("lora_task_type", "task_type")):
             v = lora.get(arg)
