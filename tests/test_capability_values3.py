@@ -423,3 +423,14 @@ def test_adalora_adapters_start_at_init_r(tmp_path, monkeypatch, config, rank):
     root = _write(tmp_path, {"train.py": script})
     plan = _command(root, monkeypatch, "python", "train.py")
     assert _get(plan, "method", "lora_r") == {"method": "lora", "lora_r": rank}
+
+
+def test_from_pretrained_takes_the_private_attention_keyword(tmp_path, monkeypatch):
+    script = """
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+        model = AutoModelForCausalLM.from_pretrained("gpt2", _attn_implementation="flash_attention_2")
+        Trainer(model=model, args=TrainingArguments("o")).train()
+    """
+    root = _write(tmp_path, {"train.py": script})
+    plan = _command(root, monkeypatch, "python", "train.py")
+    assert _get(plan, "attn_implementation") == {"attn_implementation": "flash_attention_2"}

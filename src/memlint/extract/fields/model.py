@@ -103,7 +103,7 @@ class ModelFields:
                 dtypes.append(_libc("transformers.from_pretrained", "dtype_bitsandbytes", line))
             else:
                 dtypes.append(_libc("transformers.from_pretrained", "dtype", line))
-            attn = kw.get("attn_implementation", root.shape.attention if root.loader == "script-class" else None)
+            attn = _attention_keyword(kw, root)
             if attn is None and isinstance(kw.get("use_flash_attention_2"), Const) and kw["use_flash_attention_2"].value:
                 attn = kw["use_flash_attention_2"].with_value("flash_attention_2")
             if attn is None and isinstance(kw.get("config"), HfConfig):  # config=AutoConfig...(attn_implementation=...)
@@ -232,3 +232,10 @@ def _bitsandbytes(quant: dict) -> bool:
     kind = quant.get("type")
     return (bool(bits) and all(isinstance(x, Const) and x.value in (4, 8) for x in bits)
             and not (isinstance(kind, Const) and kind.value in ("gptq", "awq", "hqq", "int4")))
+
+
+def _attention_keyword(kw: dict, root: Any) -> Any:
+    """The load's attention: attn_implementation=, its private spelling `_attn_implementation=` (from_pretrained takes
+    both), or a script class's own attention."""
+    default = root.shape.attention if root.loader == "script-class" else None
+    return kw.get("attn_implementation", kw.get("_attn_implementation", default))
