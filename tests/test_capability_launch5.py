@@ -170,3 +170,13 @@ def test_a_sourced_file_of_variables_sets_them_for_the_lines_after(tmp_path, mon
                              "train.py": ARGPARSE_TRAIN})
     plan = _command(root, monkeypatch, "bash", "run.sh")
     assert _get(plan, "per_device_batch") == {"per_device_batch": 5}
+
+
+@pytest.mark.parametrize("expr, value", [
+    ("$((GLOBAL / (PER * GPUS)))", "4"), ("$(( (GLOBAL / PER) / GPUS ))", "4"), ("$((2 * (3 + (4 - 1))))", "12"),
+    ("$((GLOBAL / (PER * UNSET)))", "$((GLOBAL / (PER * UNSET)))"),  # a name not set: left as written
+])
+def test_shell_arithmetic_with_nested_parentheses(expr, value):
+    from memlint.extract.shell import _expand
+
+    assert _expand(expr, {"GLOBAL": "128", "PER": "4", "GPUS": "8"}) == value

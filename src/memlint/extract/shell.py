@@ -42,7 +42,9 @@ _POS_KEY = "\x00pos"  # env key of the launcher's positional arguments (joined b
 _SHIFT = re.compile(r"^shift(?:\s+(\d+))?\s*(?:[;#].*)?$")
 _BARE_NAME = re.compile(r"(?<![\w$])[A-Za-z_]\w*")
 _SMALL_INT = re.compile(r"-?\d{1,18}")
-_ARITH = re.compile(r"\$\(\(([^$]*?)\)\)")  # stops at the next `$`: no scan to the end per unclosed `$((`
+# `$(( ... ))` up to the first `))` whose inner parentheses balance (`$((A / (B * C)))`); [^$] stops at the next `$`:
+# no scan to the end per unclosed `$((`
+_ARITH = re.compile(r"\$\(\(((?:[^$()]|\((?:[^$()]|\([^$()]*\))*\))*?)\)\)")
 _LAUNCH_WORD = re.compile(r"(?:^|[\s;&|(\"'])(?:python\d*(?:\.\d+)*|torchrun|accelerate|deepspeed|composer|lightning|fabric\s+run|modal\s+run|"
                           r"(?:uv|poetry|pipenv|pdm|hatch|conda)\s+run|[\w./-]*\w\.py(?=\s|$)|"  # `uv run train.py`, `./train.py`
                           + "|".join(map(re.escape, FRAMEWORK_CLIS)) + r")\b")  # and the framework tools (`llamafactory-cli train`)
