@@ -52,3 +52,17 @@ def test_only_literal_values_are_written(tmp_path):
 
     doc = json.loads(written["a.yaml"][0])
     assert doc["learning_rate"] == 1e-4 and doc["per_device_train_batch_size"] == 8 and "report_to" not in doc
+
+
+def test_a_config_written_by_a_writefile_cell_is_read_too(tmp_path, monkeypatch):
+    import json
+
+    cells = [["%%writefile train_qwen.yaml\n", "stage: sft\n", "do_train: true\n", "model_name_or_path: Qwen/Qwen2.5-0.5B\n",
+              "finetuning_type: lora\n", "per_device_train_batch_size: 4\n", "output_dir: o\n"],
+             ["!llamafactory-cli train train_qwen.yaml\n"]]
+    doc = {"cells": [{"cell_type": "code", "metadata": {}, "source": c, "outputs": [], "execution_count": None}
+                     for c in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (tmp_path / "tune.ipynb").write_text(json.dumps(doc))
+    monkeypatch.chdir(tmp_path)
+    plans = [p for p in extract_paths(["tune.ipynb"]) if p.fields.get("trainer") and p.fields["trainer"].value]
+    assert [(p.get("model_id").value, p.get("per_device_batch").value) for p in plans] == [("Qwen/Qwen2.5-0.5B", 4)]

@@ -532,7 +532,7 @@ def _read_target_unpinned(target: Target) -> tuple[TrainingPlan | None, list[str
         # a launch command's config (`memlint check -- torchrun train.py recipe.yaml`, a Hydra script's NeMo
         # config): read with the command's overrides and launcher, as `extract_file` reads it
         try:
-            plan = _extract_file(path, target.launch, shown, text=text if target.text is not None else None)
+            plan = _extract_file(path, target.launch, shown, text=target.text)
         except MemlintError as exc:
             return unreadable(shown, str(exc).removeprefix(f"{shown}: ")), [], []
         if plan is not None and plan.via is None and target.launch.line:  # the launcher line that runs the config

@@ -194,17 +194,15 @@ class Builder(
         return plan
 
     def one_gpu_runtimes(self, model_objs: list) -> None:
-        """num_gpus where the run has one GPU: a notebook's one process (device_map="auto" aside: it spreads over the
-        machine's GPUs, unknown, even on a Colab runtime, as the round labels read it), and a model unsloth loads in one
-        process (onto one device: unsloth's own device_map)."""
+        """num_gpus where the run has one GPU: a notebook's one process (unless device_map="auto" spreads it over the
+        machine's GPUs: unknown), and a model unsloth loads in one process (onto one device: unsloth's own device_map)."""
         if self.fields.get("num_gpus", Value(None, "unknown")).known:
             return
-        spread = all_visible(self.fields.get("num_gpus"))
         if any(getattr(self.root(m), "loader", None) == "unsloth" for m in model_objs):
             self.fields["num_gpus"] = Value(1, "library-default", None, (
                 "unsloth loads the model onto one GPU in one process (several GPUs take a launcher: torchrun, accelerate)",))
             self.notes[:] = [n for n in self.notes if not n.startswith("num_gpus is unknown")]
-        elif self.script.suffix == ".ipynb" and not spread:
+        elif self.script.suffix == ".ipynb" and not all_visible(self.fields.get("num_gpus")):
             self.fields["num_gpus"] = Value(1, "library-default", None, ("a notebook runs one process (one GPU)",))
 
     @staticmethod

@@ -865,8 +865,7 @@ def _source_lines(line: str, path: Path, env: dict[str, str], cwd: str | None, s
     if not ref or "$" in ref or len(seen) > _MAX_SOURCED:
         return []
     ref = os.path.expanduser(ref)
-    cands = [Path(os.path.join(cwd or "", ref))] + [b / ref for b in (path.parent, *list(path.parent.resolve().parents)[:4])]
-    target = next((c for c in cands if allowed(c) and is_file(c)), None)
+    target = next((c for c in [Path(os.path.join(cwd or "", ref)), *_beside(path, ref)] if allowed(c) and is_file(c)), None)
     if target is None or str(target.resolve()) in seen or target.suffix not in ("", ".sh", ".bash", ".env"):
         return []
     seen.add(str(target.resolve()))
@@ -927,6 +926,12 @@ def _copied(line: str, env: dict[str, str], cwd: str | None, copies: dict[str, s
 _RUNS_LAUNCHER = re.compile(r"\.(?:" + "|".join(x.lstrip(".") for x in LAUNCHER_SUFFIXES) + r")(?=[\s\"';&|)]|$)")
 
 
+def _beside(path: Path, ref: str) -> list[Path]:
+    """`ref` looked up beside the launcher `path` and in the four folders above it (a launcher run from the checkout's
+    top or from its own folder names files relative to either)."""
+    return [b / ref for b in (path.parent, *list(path.parent.resolve().parents)[:4])]
+
+
 def _nested_script(line: str, path: Path, env: dict[str, str], exported: set[str], cwd: str | None,
                    depth: int, copies: dict[str, str] | None = None) -> list[Launch]:
     """`bash scripts/train.sh --gpus 0,1 ...` inside a launcher: the launches of that script of the checkout, run with
@@ -946,9 +951,9 @@ def _nested_script(line: str, path: Path, env: dict[str, str], exported: set[str
         return []
     script, args, env1, moved = sh
     rel = os.path.join(cwd or "", moved or "", os.path.expanduser(script))
-    cands = [Path(rel)] + [b / script for b in (path.parent, *list(path.parent.resolve().parents)[:4])]
+    cands = [Path(rel), *_beside(path, script)]
     if copies and (src := copies.get(os.path.normpath(rel))) is not None:
-        cands = [Path(src)] + [b / src for b in (path.parent, *list(path.parent.resolve().parents)[:4])] + cands
+        cands = [Path(src), *_beside(path, src), *cands]
     target = next((c for c in cands if allowed(c) and is_file(c) and c.resolve() != path.resolve()), None)
     if target is None:
         return []
@@ -1142,19 +1147,21 @@ def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str,
     from memlint.files import Target, is_file
 
     out = []
-    written: dict | None = None  # the files a notebook writes itself (`%%writefile train.py`), read on first need
+    # the files a notebook writes itself, read on first need: `%%writefile NAME` cells, and for a framework command's
+    # config also a config dumped from a dict the notebook builds (`yaml.dump(args, f)`: a second parse, so only then)
+    written: dict[str, dict] = {}
     for launch in launches(path, shown, args, env0, make):
-        ref = launch.script if launch.script else (
-            _config_arg(launch) if not launch.module and launch.launcher in FRAMEWORK_CLIS else None)
+        kind = "script" if launch.script else "config" if not launch.module and launch.launcher in FRAMEWORK_CLIS else None
+        ref = launch.script if kind == "script" else _config_arg(launch) if kind else None
         if path.suffix == ".ipynb" and ref:
-            if written is None:
+            if kind not in written:
                 from memlint.extract.source import written_configs, written_files
 
-                # a `%%writefile` cell, or a config dumped from a dict the notebook builds (`yaml.dump(args, f)`)
-                written = {**written_configs(path), **written_files(path)}
+                written[kind] = written_files(path) if kind == "script" else {**written_configs(path),
+                                                                                  **written_files(path)}
             key = os.path.normpath(os.path.join(launch.cwd or "", os.path.expanduser(ref)))
-            if key in written:  # what the notebook wrote runs, whatever a file of that name on disk holds
-                text, cell_line = written[key]
+            if key in written[kind]:  # what the notebook wrote runs, whatever a file of that name on disk holds
+                text, cell_line = written[kind][key]
                 where = f"{key} (written by {shown}:{cell_line})"
                 out.append(Target(path.parent / key, where, False, launch, root=root, named_launcher=named,
                                   written_by=path, text=text))
@@ -1241,7 +1248,7 @@ def _checkout_folder(folder: str, bases: list[Path]) -> Path | None:
 
 def _tool_config(launch: Launch, base: Path) -> Path | None:
     """The config file a framework tool's command in a launcher trains from, looked up from `base`."""
-    from memlint.extract.launch import _config_arg, tool_config
+    from memlint.extract.launch import tool_config
 
     ref = _config_arg(launch)
     if ref is None:

@@ -77,23 +77,16 @@ def colab_gpu(path: Path) -> str | None:
     return _colab_gpu(str(path), st.st_mtime_ns, st.st_size)
 
 
-def _colab_gpu(path: str, mtime: int, size: int) -> str | None:
-    return _colab_meta(path, mtime, size)[1]
-
-
 @functools.lru_cache(maxsize=64)
-def _colab_meta(path: str, _mtime: int, _size: int) -> tuple[bool, str | None]:
-    """(saved from Colab, the GPU type its metadata names) of a notebook."""
+def _colab_gpu(path: str, _mtime: int, _size: int) -> str | None:
     path = Path(path)
     try:
         meta = json.loads(notebook_bytes(path)).get("metadata") or {}
     except (OSError, ValueError, RecursionError, AttributeError):
-        return False, None
-    if not isinstance(meta, dict):
-        return False, None
+        return None
     gpu = (meta.get("colab") or {}).get("gpuType") if isinstance(meta.get("colab"), dict) else None
     gpu = gpu or meta.get("gpuType")
-    return isinstance(meta.get("colab"), dict), (gpu if isinstance(gpu, str) and gpu else None)
+    return gpu if isinstance(gpu, str) and gpu else None
 
 
 def notebook_bytes(path: Path) -> bytes:
@@ -311,8 +304,6 @@ class _NotebookWrites:
             target = files.get(target.id) if isinstance(target, ast.Name) else target
             where = self.opened(target)
             if where is not None:
-                import json
-
                 text = json.dumps(self.values[c.args[0].id], indent=2, default=str)
                 if len(text) <= MAX_WRITTEN_CONFIG:
                     self.out[where] = (text, stmt.lineno)
@@ -320,7 +311,6 @@ class _NotebookWrites:
     def moved(self, c) -> None:
         """`%cd DIR` (run_line_magic('cd', 'DIR')) and os.chdir('DIR'): where later relative names are."""
         import ast
-        import os
 
         args = [a.value for a in c.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
         if c.func.attr == "run_line_magic" and len(args) == 2 and args[0] == "cd":
@@ -334,7 +324,6 @@ class _NotebookWrites:
     def opened(self, node) -> str | None:
         """The file `open(NAME, "w")` writes, relative to the notebook's folder; None for anything else."""
         import ast
-        import os
 
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "open" and node.args):
             return None

@@ -588,16 +588,12 @@ def _call_resolver(it: Any, name: str, args: list, how: str, line: int | None) -
 
 _DATACLASS_WRAPS = ("draccus.wrap", "pyrallis.wrap")  # @wrap() main(cfg: Config): the config from the command line
 _CLOUD_APPS = ("modal.App", "modal.Stub")
-_MODAL_GPUS = ("T4", "L4", "A10G", "A10", "A100", "A100-40GB", "A100-80GB", "L40S", "H100", "H100!", "H200", "B200", "Any")
+_MODAL_GPUS = ("T4", "L4", "A10G", "A100", "L40S", "H100", "H200", "B200", "Any")  # modal.gpu.X classes (before 0.73)
 
 
-def _cloud_app(self: Any, c: Call) -> Any:
-    """modal.App() / modal.Stub(): an app whose decorated functions run remotely on the GPUs they ask for."""
-    return Obj(c.qual, c.line or 0, dict(c.kwargs), {}, c.open)
-
-
-def _cloud_gpu(self: Any, c: Call) -> Any:
-    """modal.gpu.A100(count=2, size="80GB") (Modal before 0.73): a GPU spec object."""
+def _cloud_object(self: Any, c: Call) -> Any:
+    """modal.App() / modal.Stub() (an app whose decorated functions run remotely on the GPUs they ask for) and
+    modal.gpu.A100(count=2, size="80GB") (a GPU request): kept with their keywords."""
     return Obj(c.qual, c.line or 0, dict(c.kwargs), {}, c.open)
 
 
@@ -621,8 +617,7 @@ QUALIFIED: dict[str, Callable[[Any, Call], Any]] = {
     "hydra.initialize": EntryPointHandlers.hydra_initialize,
     "hydra.initialize_config_dir": EntryPointHandlers.hydra_initialize,
     "hydra.compose": EntryPointHandlers.hydra_compose,
-    **{app: _cloud_app for app in _CLOUD_APPS},
-    **{f"modal.gpu.{g}": _cloud_gpu for g in _MODAL_GPUS},
+    **{name: _cloud_object for name in (*_CLOUD_APPS, *(f"modal.gpu.{g}" for g in _MODAL_GPUS))},
     "tyro.cli": EntryPointHandlers.tyro_cli,
     "hydra.utils.call": EntryPointHandlers.hydra_instantiate,
 }

@@ -34,8 +34,9 @@ def _command_words(cmd: Any, shell: bool) -> list[str] | None:
     from memlint.errors import MemlintError
     from memlint.extract.launch import tokens
 
-    if isinstance(cmd, (Const, Template)) and (isinstance(getattr(cmd, "value", None), str) or isinstance(cmd, Template)):
-        text = cmd.value if isinstance(cmd, Const) else cmd.text.replace(HOLE, _UNKNOWN_WORD)
+    text = cmd.text.replace(HOLE, _UNKNOWN_WORD) if isinstance(cmd, Template) else \
+        cmd.value if isinstance(cmd, Const) and isinstance(cmd.value, str) else None
+    if text is not None:
         if not shell:
             return [text]
         try:
