@@ -440,7 +440,7 @@ def test_a_console_script_of_the_checkout_runs_its_module(tmp_path, monkeypatch,
     from memlint.extract.launch import console_scripts
 
     _package(tmp_path, how)
-    assert console_scripts(tmp_path / "config") == {"my-train": "mypkg.cli.main"}
+    assert console_scripts(tmp_path / "config") == {"my-train": "mypkg.cli.main:main"}
     monkeypatch.chdir(tmp_path)
     (plan,) = _plans("my-train fit --config config/sft.yaml")
     assert plan.kind == "lightning-cli" and plan.path == "config/sft.yaml"

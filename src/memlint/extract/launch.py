@@ -186,6 +186,8 @@ class Launch:
     runner: str | None = None           # the process launcher that runs a framework tool's entry module
                                         # (`torchrun --nproc_per_node 8 -m axolotl.cli.train X`: torchrun)
     documented: bool = False            # the README's command for a file named alone (`origin` is the README)
+    entry: str | None = None            # the function a console script calls (`pkg.cli:main`): its module may be a
+                                        # package's __init__.py
 
     def line_of(self, how: str) -> int | None:
         """The line a value given as `how` ("--flag value") was written on: the flag's own line of a
@@ -324,7 +326,9 @@ def parse_command(words: Sequence[str], origin: str = "the command line", line: 
     rest = words[1:]
     base = {"env": env, "origin": origin, "line": line, "cwd": cwd}
     if scripts and words[0] in scripts:  # `llm-training fit --config X`: the package's entry point, its module
-        return _framework_module(Launch(tuple(rest), module=scripts[words[0]], processes=_visible_devices(env), **base))
+        module, _, entry = scripts[words[0]].partition(":")
+        return _framework_module(Launch(tuple(rest), module=module, processes=_visible_devices(env), entry=entry or None,
+                                        **base))
     if _PYTHON.match(words[0]):
         return _framework_module(_python(rest, base))
     if head in ("torchrun", "torch.distributed.run"):
@@ -365,7 +369,7 @@ def parse_command(words: Sequence[str], origin: str = "the command line", line: 
                        f"pyproject.toml or setup.py, a shell script: bash run.sh, or make TARGET)")
 
 
-_SETUP_ENTRY = re.compile(r"""['"]\s*([A-Za-z0-9_.\-]+)\s*=\s*([A-Za-z_][\w.]*)\s*(?::\s*[\w.]+)?\s*['"]""")
+_SETUP_ENTRY = re.compile(r"""['"]\s*([A-Za-z0-9_.\-]+)\s*=\s*([A-Za-z_][\w.]*\s*(?::\s*[\w.]+)?)\s*['"]""")
 
 
 def console_scripts(start: Path) -> dict[str, str]:
@@ -402,7 +406,7 @@ def _entry_points(name: str, text: str) -> dict[str, str]:
             for k, v in (table if isinstance(table, dict) else {}).items():
                 ref = v.get("reference", v.get("callable")) if isinstance(v, dict) else v
                 if isinstance(k, str) and isinstance(ref, str) and ref.strip():
-                    out[k] = ref.split(":", 1)[0].strip()
+                    out[k] = _entry_ref(ref)
         return out
     if name == "setup.cfg":
         import configparser
@@ -413,10 +417,15 @@ def _entry_points(name: str, text: str) -> dict[str, str]:
             lines = cp.get("options.entry_points", "console_scripts", fallback="")
         except (configparser.Error, ValueError):
             return {}
-        return {k.strip(): v.split(":", 1)[0].strip() for k, _, v in
-                (ln.partition("=") for ln in lines.splitlines() if "=" in ln)}
+        return {k.strip(): _entry_ref(v) for k, _, v in (ln.partition("=") for ln in lines.splitlines() if "=" in ln)}
     at = text.find("console_scripts")
-    return {m.group(1): m.group(2) for m in _SETUP_ENTRY.finditer(text[at:at + 4000])} if at >= 0 else {}
+    return {m.group(1): _entry_ref(m.group(2)) for m in _SETUP_ENTRY.finditer(text[at:at + 4000])} if at >= 0 else {}
+
+
+def _entry_ref(ref: str) -> str:
+    """`pkg.cli:main [extra]` as "pkg.cli:main" (module, then the function after a colon when given)."""
+    module, _, func = ref.split("[", 1)[0].partition(":")
+    return f"{module.strip()}:{func.strip()}" if func.strip() else module.strip()
 
 
 def _python(rest: list[str], base: dict) -> Launch:
@@ -587,13 +596,15 @@ def _config_arg(launch: Launch) -> str | None:
     return free[0] if free else None
 
 
-def resolve_module(module: str, roots: Sequence[Path]) -> Path | None:
+def resolve_module(module: str, roots: Sequence[Path], package: bool = False) -> Path | None:
     """The file `python -m pkg.mod` runs, looked up under each root (its src/ folder, and the package folders its
-    pyproject.toml or setup.cfg declares: an editable install of the checkout imports from there)."""
+    pyproject.toml or setup.cfg declares: an editable install of the checkout imports from there). `package`: the
+    module a console script imports its function from (`pkg:main`), which may be a package's __init__.py."""
     parts = module.split(".")
     for root in roots:
         for base in (root, root / "src", *declared_package_roots(root)):
-            for cand in (base.joinpath(*parts).with_suffix(".py"), base.joinpath(*parts, "__main__.py")):
+            cands = (base.joinpath(*parts).with_suffix(".py"), base.joinpath(*parts, "__main__.py"))
+            for cand in cands + ((base.joinpath(*parts, "__init__.py"),) if package else ()):
                 if is_file(cand):
                     return cand
     return None
@@ -760,7 +771,7 @@ def command_target(words: Sequence[str], cwd: Path | None = None):
         path = base / os.path.expanduser(launch.script)
         shown = os.path.normpath(os.path.join(launch.cwd or "", launch.script))
     elif launch.module:
-        path = resolve_module(launch.module, [base, *base.parents][:6])
+        path = resolve_module(launch.module, [base, *base.parents][:6], package=launch.entry is not None)
         if path is None:
             raise NotFollowed(f"-m {launch.module}: no such module under {base} (a module of an installed package: "
                               "memlint reads the checkout's own files; name its config or script)")

@@ -131,6 +131,10 @@ class Class:
     is_dataclass: bool
     file: str | None = None        # set when defined in a sibling module
     methods: dict = field(default_factory=dict)  # name -> Func (the class's own `def`s)
+    validated: bool = False        # a pydantic-style model: keyword fields, a dict for a model-annotated field nests
+    aliases: dict = field(default_factory=dict)  # the key an input dict uses -> the field (Field(alias="model"))
+    nested: dict = field(default_factory=dict)   # field -> the model Class its annotation names
+    class_attrs: dict = field(default_factory=dict)  # a dataclass's plain class attributes (no annotation: no field)
 
     def lineage(self) -> Iterator[Any]:
         """This class, then its bases breadth first: a class of the checkout (whose own bases follow in turn) or a
@@ -150,6 +154,8 @@ class Class:
                 return "field", c.fields[name]
             if isinstance(c, Class) and name in c.methods:
                 return "method", c.methods[name]
+            if isinstance(c, Class) and name in c.class_attrs:
+                return "field", c.class_attrs[name]
         return None
 
 

@@ -109,6 +109,24 @@ def dataclass_field_helpers() -> frozenset[str]:
 
 
 @data.derived
+def positional_field_helpers() -> frozenset[str]:
+    """Field helpers whose first positional argument is the default (pydantic's Field)."""
+    return frozenset(_doc()["dataclass_field_helpers"]["positional"])
+
+
+@data.derived
+def validated_model_bases() -> frozenset[str]:
+    """Library bases of keyword-field models that build nested models from dicts (pydantic)."""
+    return frozenset(_doc()["validated_models"]["bases"])
+
+
+@data.derived
+def dict_constructors() -> frozenset[str]:
+    """Classmethods of those models that build an instance from one dict (model_validate, parse_obj)."""
+    return frozenset(_doc()["validated_models"]["constructors"])
+
+
+@data.derived
 def training_imports() -> frozenset[str]:
     """Packages a fine-tuning run cannot start without (a guarded import of one took the import, not its fallback)."""
     return frozenset(_doc()["training_imports"]["names"])

@@ -81,6 +81,8 @@ class Handlers(
             return self.tokenize(it, f, args, kwargs, line)
         if isinstance(f, OpenFile):
             return f  # f.read(): the content, read where it is parsed
+        if isinstance(f, ClassLoader) and f.cls.validated and f.name in api.dict_constructors():
+            return self.from_dict(it, f.cls, args, kwargs, line)
         if isinstance(f, ClassLoader):
             owner = f.owner or f.cls.name
             model = self.call_ref(Call(it, f"transformers.{owner}.{f.name}", args, kwargs, open_kw, line),
@@ -233,6 +235,8 @@ class Handlers(
             c.it.facts.objects.append(opt)
             return opt
         if cls.is_dataclass:
+            if cls.validated:
+                c = self.validated_input(c, cls)
             inst = c.new(DataclassInstance, cls.name, tuple(cls.fields), user_class=cls)
             post = cls.lookup("__post_init__")
             if post is not None and post[0] == "method" and isinstance(post[1], Func):
@@ -254,6 +258,32 @@ class Handlers(
             c.it.call_function(init[1], [inst, *c.args], dict(c.kwargs), c.line)
         self.iterator_batch(c, cls)
         return inst
+
+    def class_loader(self, cls: Class, attr: str) -> ClassLoader | None:
+        """A class attribute the checkout does not define that a library base gives it: a validated model's
+        constructor from a dict (`Config.model_validate`), a transformers model's loaders (`from_pretrained`)."""
+        if cls.validated and attr in api.dict_constructors():
+            return ClassLoader(cls, attr)
+        return self.checkout_loader(cls, attr)
+
+    def validated_input(self, c: Call, cls: Class) -> Call:
+        """The keywords a pydantic model keeps: each key under the field it aliases (`Field(alias="model")`), and a
+        dict given for a field annotated with a model built into that model (pydantic validates nested models)."""
+        kwargs = {}
+        for key, v in c.kwargs.items():
+            name = next((a for c_ in cls.lineage() if isinstance(c_, Class) for a in [c_.aliases.get(key)] if a), key)
+            sub = next((c_.nested[name] for c_ in cls.lineage() if isinstance(c_, Class) and name in c_.nested), None)
+            if sub is not None and isinstance(v, Dict):
+                v = self.construct_user(Call(c.it, sub.name, [], dict(v.items), v.open, c.line), sub)
+            kwargs[name] = v
+        return Call(c.it, c.qual, c.args, kwargs, c.open, c.line)
+
+    def from_dict(self, it: Any, cls: Class, args: list, kwargs: dict, line: int | None) -> Any:
+        """`Config.model_validate(d)` / `Config.parse_obj(d)`: the model built from the dict's keys."""
+        d = args[0] if args else kwargs.get("obj")
+        if isinstance(d, Dict):
+            return self.construct_user(Call(it, cls.name, [], dict(d.items), d.open, line), cls)
+        return self.construct_user(Call(it, cls.name, [], {}, True, line), cls)
 
     @staticmethod
     def iterator_batch(c: Call, cls: Class) -> None:

@@ -104,6 +104,20 @@ def _fastcore_param(it: Any, f: Func, q: Any) -> dict:
     return out
 
 
+def _click_action(it: Any, kw: dict, env: Any) -> tuple[str, Any]:
+    """How a click option or argument takes the command's words, in argparse's terms: a flag (`is_flag=True`), a
+    counter (`count=True`), a repeated option (`multiple=True`); `nargs=-1` takes every remaining word."""
+    def on(key: str) -> bool:
+        v = it.ev(kw[key], env) if key in kw else None
+        return isinstance(v, Const) and bool(v.value)
+
+    nargs = it.ev(kw["nargs"], env) if "nargs" in kw else None
+    nargs = {-1: "*", 1: None}.get(nargs.value, nargs.value) if isinstance(nargs, Const) and isinstance(nargs.value, int) else None
+    if on("is_flag"):
+        return "store_true", None
+    return ("count" if on("count") else "append" if on("multiple") else "store"), nargs
+
+
 class EntryPointHandlers:
     """Decorated and wrapped entry points (click, typer, fastcore, hydra, fire, tyro, jsonargparse), and functions a
     cloud app runs remotely (Modal's @app.function(gpu=...))."""
@@ -178,19 +192,19 @@ class EntryPointHandlers:
                 f.defaults[param] = Const(False if "is_flag" in kw else None, "literal", dline, (), it.cur_file())
             f.default_source[param] = ("click-default", how, dline, it.cur_file())
             typ = it.ev(kw["type"], env) if "type" in kw else None
-            is_flag = "is_flag" in kw and isinstance(it.ev(kw["is_flag"], env), Const) and bool(it.ev(kw["is_flag"], env).value)
-            f.click.append((param, tuple(n.split("/")[0] for n in names if n.startswith("-")), is_flag,
-                            _last(typ.qual) if isinstance(typ, Ref) else None))
+            f.click.append((param, tuple(n.split("/")[0] for n in names if n.startswith("-")),
+                            *_click_action(it, kw, env), _last(typ.qual) if isinstance(typ, Ref) else None))
         return None
 
     def click_arguments(self, it: Any, f: Func) -> dict:
         """What click passes a @click.command function: each option's default, or the command's value."""
         from memlint.extract.cli_args import Option, literal, match_argparse, str_to_bool
 
-        options = [Option(p, flags, "store_true" if is_flag else "store") for p, flags, is_flag, _ in f.click if flags]
+        # an argument (no flags) takes the command's bare words in declaration order, as click's parser does
+        options = [Option(p, flags, action, nargs) for p, flags, action, nargs, _ in f.click]
         matched = match_argparse(options, it.launch.argv, allow_abbrev=False) if it.launch is not None else None
         out = {}
-        for param, _flags, _is_flag, typ in f.click:
+        for param, _flags, _action, _nargs, typ in f.click:
             if matched is not None and param in matched.values:
                 raw = matched.values[param]
                 if isinstance(raw, str):

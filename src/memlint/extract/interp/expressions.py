@@ -5,6 +5,7 @@ of them."""
 from __future__ import annotations
 
 import os
+import posixpath
 from typing import Any
 
 import libcst as cst
@@ -213,7 +214,7 @@ class Expressions:
             if hit is not None and hit[0] == "method" and isinstance(hit[1], Func) and _is_classmethod(hit[1]):
                 return BoundMethod(hit[1], base)  # Config.from_name("7B"): `cls` is the class
             if hit is None:  # a checkout subclass of a transformers model: from_pretrained is transformers'
-                loader = self.handlers.checkout_loader(base, attr)
+                loader = self.handlers.class_loader(base, attr)
                 if loader is not None:
                     return loader
             return hit[1] if hit is not None else Unknown(f"{base.name}.{attr}")
@@ -343,6 +344,9 @@ class Expressions:
                     return Unknown("a large power")
                 if op == "Modulo" and isinstance(a.value, str):
                     value = a.value % b.value
+                elif op == "Divide" and isinstance(a.value, str) and isinstance(b.value, str):
+                    # paths are strings here; `base / "config.yaml"` runs only when one side is a pathlib path
+                    value = posixpath.join(a.value, b.value)
                 else:
                     value = _BINOPS[op](a.value, b.value)
             except Exception:

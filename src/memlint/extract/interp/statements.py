@@ -357,6 +357,9 @@ class Statements:
                 elif isinstance(b, Obj):
                     self.write(b.attrs, target.attr.value, value, b)
                     self.handlers.on_setattr(self, b, target.attr.value, value, self.line_of(stmt))
+                elif isinstance(b, Class) and target.attr.value != "__dict__":
+                    # `train_config.batch_size = 64`: a class used as a namespace of settings, read through the class
+                    self.write(b.fields, target.attr.value, value, b)
                 elif isinstance(b, Method):  # model.transformer.x = v: a part of a known object
                     self.handlers.on_sub_setattr(self, b.obj, b.name, target.attr.value, value, self.line_of(stmt))
                 elif isinstance(b, Dict):  # cfg.model.microbatch_size = n: an attribute dict (DictConfig, EasyDict)
@@ -417,8 +420,13 @@ class Statements:
     def def_class(self, node: cst.ClassDef, env: Env) -> None:
         bases = Bases(self.base_value(a.value, env) for a in node.bases if not a.keyword)
         decos = [self.dotted(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator) for d in node.decorators]
-        is_dc = any(d.split(".")[-1] == "dataclass" for d in decos)
+        validated = any(isinstance(b, Ref) and b.qual in api.validated_model_bases() or isinstance(b, Class) and b.validated
+                        for b in bases)
+        is_dc = validated or any(d.split(".")[-1] == "dataclass" for d in decos)
+        aliases: dict[str, str] = {}
+        nested: dict[str, Class] = {}
         fields: dict[str, Any] = {}
+        class_attrs: dict[str, Any] = {}
         lines: dict[str, int | None] = {}
         cls_env = Env(env)
         methods: dict[str, Func] = {}
@@ -438,21 +446,47 @@ class Statements:
                         name = small.target.value
                         fields[name] = self.field_default(small.value, cls_env) if small.value is not None else Unknown(f"field {name} has no default")
                         lines[name] = self.line_of(small)
+                        if validated:
+                            self.model_field(name, small, cls_env, aliases, nested)
                     elif isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
                         name = small.targets[0].target.value
                         cls_env.vars[name] = self.ev(small.value, cls_env)
                         if not is_dc:
                             fields[name] = cls_env.vars[name]
                             lines[name] = self.line_of(small)
-        cls = Class(node.name.value, bases, fields, lines, self.line_of(node), is_dc, self.cur_file(), methods)
+                        else:  # `dataset = "alpaca"` in a dataclass: a class attribute, not a field
+                            class_attrs[name] = cls_env.vars[name]
+        cls = Class(node.name.value, bases, fields, lines, self.line_of(node), is_dc, self.cur_file(), methods,
+                    validated, aliases, nested)
+        cls.class_attrs = class_attrs
         for f in methods.values():
             f.owner = cls
         env.vars[node.name.value] = cls
 
+    def model_field(self, name: str, small: cst.AnnAssign, env: Env, aliases: dict, nested: dict) -> None:
+        """A validated model's field: the key an input dict gives it (`Field(alias="model")`, `validation_alias=`)
+        and the model class its annotation names (`dataset: DatasetConfig`: a dict given for it builds one)."""
+        v = small.value
+        if isinstance(v, cst.Call) and self.dotted(v.func).split(".")[-1] in api.positional_field_helpers():
+            for a in v.args:
+                if a.keyword is not None and a.keyword.value in ("alias", "validation_alias"):
+                    key = self.ev(a.value, env)
+                    if isinstance(key, Const) and isinstance(key.value, str):
+                        aliases[key.value] = name
+        ann = self.ev(small.annotation.annotation, env)
+        if isinstance(ann, Class) and ann.validated:
+            nested[name] = ann
+
     def field_default(self, value: cst.CSTNode, env: Env) -> Any:
         """A dataclass field's default: dataclasses.field(default=..., default_factory=...) and the helpers that wrap it
-        with the same two keywords (library_api.json dataclass_field_helpers), else the value itself."""
+        with the same two keywords (library_api.json dataclass_field_helpers; a validated model's Field also takes it as
+        its first positional argument, `...` for a required field), else the value itself."""
         if isinstance(value, cst.Call) and self.dotted(value.func).split(".")[-1] in api.dataclass_field_helpers():
+            first = value.args[0] if value.args and value.args[0].keyword is None else None
+            if first is not None and self.dotted(value.func).split(".")[-1] in api.positional_field_helpers():
+                if isinstance(first.value, cst.Ellipsis):
+                    return Unknown("a required field")
+                return self.ev(first.value, env)
             for a in value.args:
                 if a.keyword is not None and a.keyword.value == "default":
                     return self.ev(a.value, env)
