@@ -134,7 +134,7 @@ _TUNE_CONFIG = """
 
 @pytest.mark.parametrize("words, gpus, distributed", [
     (["tune", "run", "lora_finetune_single_device", "--config", "my.yaml"], 1, "none"),
-    (["tune", "run", "--nproc_per_node", "4", "lora_finetune_distributed", "--config", "my.yaml"], 4, None),
+    (["tune", "run", "--nproc_per_node", "4", "lora_finetune_distributed", "--config", "my.yaml"], 4, "fsdp"),
 ])
 def test_tune_run_starts_the_processes_its_command_says(tmp_path, monkeypatch, words, gpus, distributed):
     root = _write(tmp_path, {"my.yaml": _TUNE_CONFIG})

@@ -12,6 +12,9 @@ from pathlib import Path
 
 from memlint.extract import extract_targets
 from memlint.extract.launch import command_target, tokens
+from memlint.files import Target
+
+from checkouts import plan_of_command
 
 QLORA = """\
 model:
@@ -70,3 +73,36 @@ def test_a_config_path_still_wins(tmp_path, monkeypatch):
     (tmp_path / "my.yaml").write_text(textwrap.dedent(QLORA))
     plan = _plan(tmp_path, "tune run lora_finetune_single_device --config my.yaml batch_size=1", monkeypatch)
     assert plan.value("per_device_batch") == 1 and plan.value("chunked_loss") == 0
+
+
+def test_a_distributed_recipe_shards_with_fsdp_over_the_slurm_gpus(tmp_path, monkeypatch):
+    # `#SBATCH --gpus 2` sets SLURM_GPUS; torchtune's built-in *_distributed recipes shard the model with FSDP
+    lora = QLORA.replace("qlora_llama3_2_3b", "lora_llama3_2_3b")
+    (tmp_path / "my.yaml").write_text(textwrap.dedent(lora))
+    (tmp_path / "job.slurm").write_text("#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --gpus 2\n"
+                                        "tune run --nproc_per_node=$SLURM_GPUS --nnodes=$SLURM_JOB_NUM_NODES "
+                                        "lora_finetune_distributed --config my.yaml\n")
+    plan = plan_of_command(tmp_path, monkeypatch, "sbatch", "job.slurm")
+    assert (plan.value("distributed"), plan.value("num_gpus")) == ("fsdp", 2)
+
+
+def test_a_single_device_config_read_alone_trains_on_one_gpu(tmp_path, monkeypatch):
+    (tmp_path / "3B_lora_single_device.yaml").write_text(textwrap.dedent(QLORA))
+    monkeypatch.chdir(tmp_path)
+    [plan] = extract_targets([Target(Path("3B_lora_single_device.yaml"), "3B_lora_single_device.yaml", True)])
+    assert (plan.value("distributed"), plan.value("num_gpus")) == ("none", 1)
+    (tmp_path / "3B_lora.yaml").write_text(textwrap.dedent(QLORA))
+    [plan] = extract_targets([Target(Path("3B_lora.yaml"), "3B_lora.yaml", True)])
+    assert plan.value("num_gpus") is None
+
+
+def test_the_checkpoint_folder_names_the_instruct_variant_of_the_builders_model(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    got = {}
+    for folder in ("/tmp/Llama-3.2-3B-Instruct/", "/tmp/Llama-3.2-3B/", "/tmp/my-finetune/", "/tmp/Llama-3.2-3B-Instruct-abl/"):
+        (tmp_path / "c.yaml").write_text(textwrap.dedent(QLORA) + f"checkpointer:\n  checkpoint_dir: {folder}\n")
+        [plan] = extract_targets([Target(Path("c.yaml"), "c.yaml", True)])
+        got[folder] = plan.value("model_id")
+    assert got == {"/tmp/Llama-3.2-3B-Instruct/": "meta-llama/Llama-3.2-3B-Instruct",
+                   "/tmp/Llama-3.2-3B/": "meta-llama/Llama-3.2-3B", "/tmp/my-finetune/": "meta-llama/Llama-3.2-3B",
+                   "/tmp/Llama-3.2-3B-Instruct-abl/": "meta-llama/Llama-3.2-3B"}

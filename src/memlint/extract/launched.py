@@ -80,11 +80,18 @@ def _tune_processes(plan: TrainingPlan, launch: Any) -> TrainingPlan:
         plan = plan.with_values(num_gpus=_value(launch, 1, f"`tune run {recipe}` with no --nproc_per_node: one process"))
     elif nproc.isdigit() and int(nproc) > 0:
         plan = plan.with_values(num_gpus=_value(launch, int(nproc), f"tune run --nproc_per_node {nproc}"))
-    if "single_device" in recipe and not plan.get("distributed").known:
-        notes = tuple(n for n in plan.notes if not n.startswith("distributed is unknown"))
-        plan = replace(plan.with_values(distributed=_value(launch, "none", f"the single-device recipe {recipe}")),
-                       notes=notes)
-    return plan
+    if plan.get("distributed").known:
+        return plan
+    if "single_device" in recipe:
+        shard = _value(launch, "none", f"the single-device recipe {recipe}")
+    elif recipe.endswith("_distributed"):
+        # torchtune's built-in distributed recipes (full_finetune_, lora_finetune_, lora_dpo_, qat_, ..._distributed)
+        # shard the model with FSDP (training.shard_model: fully_shard; FSDP FULL_SHARD before 0.3) on every process
+        shard = _value(launch, "fsdp", f"the distributed recipe {recipe} shards the model with FSDP")
+    else:
+        return plan
+    notes = tuple(n for n in plan.notes if not n.startswith("distributed is unknown"))
+    return replace(plan.with_values(distributed=shard), notes=notes)
 
 
 def apply_launcher(plan: TrainingPlan, launch: Any, script: Path) -> TrainingPlan:

@@ -701,7 +701,8 @@ def _sbatch_job(text: str) -> dict | None:
     nodes = opts.get("nodes", "").split("-")[0]
     return {"gpus": _slurm_gpus(opts), "tasks": int(opts["ntasks-per-node"]) if opts.get("ntasks-per-node", "").isdigit()
             else None, "nodes": int(nodes) if nodes.isdigit() else None,
-            "ntasks": int(opts["ntasks"]) if opts.get("ntasks", "").isdigit() else None}
+            "ntasks": int(opts["ntasks"]) if opts.get("ntasks", "").isdigit() else None,
+            "gpus_total": int(m.group(1)) if (m := re.fullmatch(r"(?:[\w.-]+:)?(\d+)", opts.get("gpus", ""))) else None}
 
 
 def _srun_tasks(launch: Launch, words: list[str], job: dict) -> Launch:
@@ -747,7 +748,8 @@ def _slurm_env(job: dict, env: dict[str, str], exported: set[str]) -> None:
     # sbatch(1) OUTPUT ENVIRONMENT VARIABLES: the allocation's sizes, as `$((SLURM_NNODES * 2))` reads them
     for name, value in (("SLURM_JOB_NUM_NODES", nodes), ("SLURM_NNODES", nodes), ("SLURM_NTASKS", ntasks),
                         ("SLURM_NPROCS", ntasks), ("SLURM_NTASKS_PER_NODE", per_node),
-                        ("SLURM_GPUS_ON_NODE", job.get("gpus")), ("SLURM_GPUS_PER_NODE", job.get("gpus"))):
+                        ("SLURM_GPUS_ON_NODE", job.get("gpus")), ("SLURM_GPUS_PER_NODE", job.get("gpus")),
+                        ("SLURM_GPUS", job.get("gpus_total"))):  # set only for --gpus / -G: the job's whole count
         if value is not None:
             env.setdefault(name, str(value))
     if job.get("gpus") and "CUDA_VISIBLE_DEVICES" not in env:
@@ -1189,7 +1191,7 @@ def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str,
                 if cand.suffix == ".py" and is_file(cand):
                     target = cand
             elif launch.module:
-                target = resolve_module(launch.module, [base])
+                target = resolve_module(launch.module, [base], package=launch.entry is not None)
             elif launch.launcher in FRAMEWORK_CLIS:  # `llamafactory-cli train X.yaml`, `torchrun -m axolotl.cli.train X.yml`
                 if flags_config(launch):  # `llamafactory-cli train --stage sft ...`: the flags are the config
                     target = base / f"{launch.launcher} {launch.subcommand}"
@@ -1437,7 +1439,7 @@ def _launches_file(launch: Launch, bases: list[Path], target: Path) -> bool:
         base = base / launch.cwd if launch.cwd else base
         if launch.script and (base / os.path.expanduser(launch.script)).resolve() == target:
             return True
-        if launch.module and (found := resolve_module(launch.module, [base])) is not None and found.resolve() == target:
+        if launch.module and (found := resolve_module(launch.module, [base], package=launch.entry is not None)) is not None and found.resolve() == target:
             return True
         if launch.launcher in FRAMEWORK_CLIS and not launch.script and not launch.module:
             found = _tool_config(launch, base)

@@ -793,6 +793,22 @@ class TrlRecipe(FrameworkReader):
 # ---- torchtune ---------------------------------------------------------------------------------
 
 
+_VARIANT = re.compile(r"-(instruct|chat|it)$", re.I)
+
+
+def _checkpoint_variant(mid: str, folder: Any) -> str | None:
+    """The checkpoint a torchtune config loads when its checkpoint folder is named for an instruct or chat variant
+    of the checkpoint its builder is made for (`/tmp/Llama-3.2-1B-Instruct/` with llama3_2_1b): same architecture,
+    that variant's weights; None otherwise."""
+    if not isinstance(folder, str):
+        return None
+    org, _, name = mid.rpartition("/")
+    tail = folder.rstrip("/").rsplit("/", 1)[-1]
+    if not tail.lower().startswith(name.lower()) or not _VARIANT.fullmatch(tail[len(name):]):
+        return None
+    return f"{org}/{name}{tail[len(name):]}" if org else tail
+
+
 class Torchtune(FrameworkReader):
     kind = "torchtune"
 
@@ -823,7 +839,12 @@ class Torchtune(FrameworkReader):
             base = f"{module}.{fn.split('_', 1)[1] if method != 'full' else fn}"
             mid = fw["models"].get(base)
             chain = (f"model._component_: {comp}", fw["models"]["_doc"])
-            if mid:
+            variant = _checkpoint_variant(mid, d.get("checkpointer", "checkpoint_dir")) if mid else None
+            if variant:  # the builder's architecture, loaded from its instruct/chat checkpoint's folder
+                self.lit("model_id", variant, "checkpointer", "checkpoint_dir",
+                         chain=chain + (f"checkpointer.checkpoint_dir names {variant.split('/')[-1]}, a variant of "
+                                        f"{mid} the builder makes",))
+            elif mid:
                 self.lit("model_id", mid, "model", "_component_", chain=chain)
             else:
                 self.unknown("model_id", f"torchtune builder {base} is not in memlint's table", "model", "_component_")
@@ -1045,6 +1066,8 @@ class Torchtune(FrameworkReader):
         if "single_device" in Path(self.doc.path).stem:
             self.lib("distributed", "none", "a single-device config (its name says so)")
             self.lib("offload", "none", "single device")
+            self.lib("num_gpus", 1, "a single-device config (its name says so): torchtune's single-device recipes "
+                                    "train on one GPU")
         else:
             self.unknown("distributed", "torchtune shards only under a distributed recipe; which one `tune run` uses is not in the config")
 
