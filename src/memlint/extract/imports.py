@@ -25,7 +25,7 @@ from libcst.metadata import CodePosition, CodeRange
 
 from memlint.extract import slicing
 from memlint.extract.parsed import ParserSyntaxError
-from memlint.extract.values import Const, Dict, Func, Ref, Unknown, to_python
+from memlint.extract.values import Const, Dict, Func, Ref, Seq, Unknown, to_python
 from memlint.files import max_file_size, read_text
 
 # Env, Module and Interpreter are extract/interp/'s (which imports this module): named in comments, typed Any here.
@@ -258,6 +258,17 @@ class Imports:
         mod = self.read_module(m.target, m.dotted, frozenset({attr}))
         v = self.module_name(mod.env, attr) if mod is not None else None
         return resolved(v) if v is not None else Unknown(f"{m.name}.{attr}")
+
+    def module_members(self, m: Any) -> Any:
+        """inspect.getmembers(module) of a module of the checkout: its (name, value) pairs, sorted by name as
+        inspect sorts them (the module read whole); a list of unknown length when it cannot be read."""
+        mod = self.read_module(m.target, m.dotted, None) if isinstance(m, SiblingModule) else m
+        env = getattr(mod, "env", None)
+        if env is None:
+            return Unknown(f"inspect.getmembers({m.name})")
+        pairs = [Seq([Const(k, "literal", None), resolved(v)], "tuple") for k, v in sorted(env.vars.items())
+                 if not k.startswith("__")]
+        return Seq(pairs, "list")
 
     def module_name(self, env: Any, name: str) -> Any:
         """A module's name `name` (one of its star imports' too, or a lazy package's submodule's), or None."""

@@ -13,7 +13,7 @@ from typing import Any, Callable
 from memlint.extract import budget
 from memlint.extract.interp import BoundStr, SPREAD, _BUILTIN_CALLS
 from memlint.extract.objects import DtypeName, Fields, Namespace, Obj, OpenFile, Partial, Range
-from memlint.extract.values import (HOLE, Alts, Class, Const, Dict, RaisedBy, Ref, Seq, Template, Unknown, flatten,
+from memlint.extract.values import (HOLE, Alts, Class, Const, Dict, ModuleVal, RaisedBy, Ref, Seq, Template, Unknown, flatten,
                                     insert_fits, weakest)
 from memlint.extract.handlers.common import Call, _PASS
 
@@ -160,6 +160,18 @@ class LanguageHandlers:
             return Ref(name.value)
         return Unknown("importlib.import_module() of a name not known statically")
 
+    def getmembers(self, c: Call) -> Any:
+        """inspect.getmembers(module): the (name, value) pairs of a module of the checkout (llama-recipes picks its
+        dataset config class by name: `{k: v for k, v in inspect.getmembers(datasets)}[name]`)."""
+        from memlint.extract.imports import SiblingModule
+
+        if c.qual != "inspect.getmembers":
+            return _PASS
+        m = c.arg(0, "object")
+        if isinstance(m, (SiblingModule, ModuleVal)) and len(c.args) + len(c.kwargs) == 1:
+            return c.it.module_members(m)
+        return Unknown("inspect.getmembers()")
+
     def path_value(self, c: Call) -> Any:
         """pathlib.Path(a, b) / os.path.dirname(p) / abspath / expanduser / basename: the path as a string."""
         import os
@@ -264,6 +276,8 @@ class LanguageHandlers:
                              (obj.kind in kinds or "Sequence" in kinds or "Iterable" in kinds), "literal", line)
             if isinstance(obj, Dict):
                 return Const(bool(kinds & {"dict", "Mapping", "MutableMapping"}), "literal", line)
+            if isinstance(obj, Class) and None not in kinds:  # a class object is an instance of type only
+                return Const("type" in kinds, "literal", line)
             if isinstance(obj, Const):
                 pyname = type(obj.value).__name__
                 return Const(pyname in kinds or (pyname == "bool" and "int" in kinds), "literal", line)
@@ -282,6 +296,8 @@ class LanguageHandlers:
         if not (isinstance(key, Const) and isinstance(key.value, str)):
             return Unknown(f"{name}() with an unknown name")
         attr = key.value
+        if isinstance(obj, Class):  # a class of the checkout used as a namespace of settings (llama-recipes' configs)
+            return self._class_attr_builtin(it, name, obj, attr, args, line)
         if name == "hasattr":
             if not isinstance(obj, Obj):
                 return Unknown("hasattr")
@@ -294,6 +310,21 @@ class LanguageHandlers:
         if name == "setattr" and len(args) > 2 and isinstance(obj, Obj):
             it.write(obj.attrs, attr, args[2], obj)
             self.on_setattr(it, obj, attr, args[2], line)
+            return Const(None, "literal", line)
+        return Unknown(f"{name}()")
+
+    @staticmethod
+    def _class_attr_builtin(it: Any, name: str, cls: Class, attr: str, args: list, line: int | None) -> Any:
+        """hasattr(Cls, name): whether the class or a base of the checkout declares it (unknown when a library base
+        may); setattr(Cls, name, v): the class attribute set, as `Cls.name = v` sets it."""
+        if name == "hasattr":
+            if cls.lookup(attr) is not None:
+                return Const(True, "literal", line)
+            library_base = any(not isinstance(b, Class) and getattr(b, "qual", "") != "builtins.object"
+                               for b in cls.lineage() if b is not cls)
+            return Unknown("hasattr of a class with a library base") if library_base else Const(False, "literal", line)
+        if name == "setattr" and len(args) > 2:
+            it.write(cls.fields, attr, args[2], cls)
             return Const(None, "literal", line)
         return Unknown(f"{name}()")
 
@@ -524,6 +555,7 @@ BY_NAME: dict[str, Callable[[Any, Call], Any]] = {
     "get": LanguageHandlers.environ,
     "getenv": LanguageHandlers.environ,
     "import_module": LanguageHandlers.import_module,
+    "getmembers": LanguageHandlers.getmembers,
     "Path": LanguageHandlers.path_value,
     "PurePath": LanguageHandlers.path_value,
     "dirname": LanguageHandlers.path_value,

@@ -19,7 +19,9 @@ from memlint.extract.objects import Model
 from memlint.extract.values import Alts, Class, Const, Func, Ref, Seq, Unknown
 
 # tensors built to pad a sample by hand: torch.full((1, n - l), pad), F.pad(x, (0, n - len(x)))
-_TENSOR_PADS = {"torch.full", "torch.nn.functional.pad", "numpy.full", "numpy.pad"}
+# torch.cat((ids, torch.zeros(max_words - ids.shape[0]))): a run of pad values appended (llama-recipes' datasets)
+_TENSOR_PADS = {"torch.full", "torch.nn.functional.pad", "numpy.full", "numpy.pad", "torch.zeros", "torch.ones",
+                "numpy.zeros", "numpy.ones"}
 _ARRAY_LOADS = {"numpy.load", "numpy.memmap", "numpy.fromfile", "torch.load"}  # data a companion script may have written
 _CONCATS = {"torch.cat", "torch.concat", "torch.concatenate"}
 _ONE_ROW = {"unsqueeze": ("0",), "view": ("1", "-1"), "reshape": ("1", "-1")}  # x.unsqueeze(0), x.view(1, -1)
@@ -90,7 +92,10 @@ class LibraryCalls:
         """`torch.full((1, n - l), pad)`, `F.pad(x, (0, n - x.size(-1)), value=pad)`: a tensor
         padded by hand to n (n the batch's longest when it is a max over the batch)."""
         for a in node.args:
-            for sub in _walk(a.value):
+            value = a.value
+            if isinstance(value, cst.Name) and value.value in self.pad_counts:
+                value = self.pad_counts[value.value]  # padding = max_words - ids.shape[0]; torch.zeros(padding)
+            for sub in _walk(value):
                 if isinstance(sub, cst.BinaryOperation) and isinstance(sub.operator, cst.Subtract) \
                         and self.is_length(sub.right):
                     self.record_pad(sub.left, self.line_of(node), env)
@@ -109,11 +114,28 @@ class LibraryCalls:
             if name is not None:
                 self.facts.array_loads.append((name, self.line_of(node)))
         self.packed_row_idiom(node, env)
+        if type(func) is Ref and func.qual == "torch.randint":
+            self.random_tokens_idiom(node, env)
         if type(func) is Ref and func.qual.endswith("nn.utils.rnn.pad_sequence") \
                 and not (self.stack and _reporting(self.stack[-1].qual)):  # pads to the batch's longest
             from memlint.extract.objects import HandPad
 
             self.facts.hand_pads.append(HandPad("longest", None, self.line_of(node), self.cur_file()))
+
+    def random_tokens_idiom(self, node: cst.Call, env: Env) -> None:
+        """`torch.randint(model.vocab_size, (batch_size, seq_len))`: random token ids (the high bound named as a
+        vocabulary size) of a two-dimensional shape: a synthetic micro-batch of B rows of T tokens."""
+        from memlint.extract.objects import RandomBatch
+
+        pos = [a.value for a in node.args if a.keyword is None]
+        kw = {a.keyword.value: a.value for a in node.args if a.keyword is not None}
+        high = kw.get("high", pos[1] if len(pos) >= 3 else pos[0] if pos else None)
+        size = kw.get("size", pos[-1] if len(pos) >= 2 else None)
+        if high is None or "vocab" not in self.code(high).lower() or not isinstance(size, (cst.Tuple, cst.List)) \
+                or len(size.elements) != 2:
+            return
+        rows, length = (self.ev(e.value, env) for e in size.elements)
+        self.facts.random_batches.append(RandomBatch(rows, length, self.line_of(node)))
 
     def packed_row_idiom(self, node: cst.Call, env: Env) -> None:
         """`torch.cat(packed_input_ids, dim=0).unsqueeze(0)` in a collate function: the batch's samples concatenated
