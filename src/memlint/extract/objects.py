@@ -417,6 +417,16 @@ class Window(NamedTuple):
     how: str = "windows cut at random offsets of one token stream: data[i : i + n] for i in randint(...)"
 
 
+class RandomBatch(NamedTuple):
+    """`torch.randint(vocab_size, (B, T))`: a synthetic micro-batch of B rows of exactly T random token ids (a
+    benchmark or a smoke-test loop): every row is full, none is padded or packed."""
+
+    rows: Any
+    size: Any
+    line: int | None
+    how: str = "random token ids of a fixed shape (B, T): every row T tokens"
+
+
 class BatchYield(NamedTuple):
     """`if len(batch) == n: yield ...`: a dataset's __iter__ that yields whole batches of n rows (its
     DataLoader built with batch_size=None): the micro-batch is n."""

@@ -42,6 +42,8 @@ class LengthFields:
             self.put("per_device_batch", bs if bs is not None else _libc("torch.utils.data.DataLoader", "batch_size", train_dl.line), _int, train_dl.line)
         elif windows:  # nanoGPT's get_batch: torch.stack([data[i : i + n] for i in torch.randint(_, (B,))])
             self.put("per_device_batch", windows[0].rows, _int, windows[0].line)
+        elif randoms := self.facts.first("random_batches"):  # torch.randint(vocab_size, (B, T)): random token ids
+            self.put("per_device_batch", randoms[0].rows, _int, randoms[0].line)
         elif self.facts.iterator_batches:  # a checkout iterator class built with its micro-batch size
             rows = self.facts.iterator_batches[0]
             self.put("per_device_batch", rows, _int, rows.line)
@@ -288,24 +290,39 @@ class LengthFields:
         if lengths:
             self.put("target_len", _alts(lengths), _length, line)
 
-    def data_padding(self, collator: Any, tokenizer_given: bool, line: int | None) -> None:
+    def fixed_rows(self, chunking: list, reached_calls: list) -> bool:
+        """Rows every one of the same length, no tokenizer padding them: fixed-length blocks of one token stream or
+        windows at random offsets of it (packed), or random token ids of a fixed shape (full rows). Whether found."""
         facts = self.facts
-        chunking = facts.first("chunking")
-        reached_calls = _data_calls(facts)
-        self.target_length(reached_calls, line)
-        reached_calls = [c for c in reached_calls if c.text]  # text_target= alone tokenizes the labels only
         if chunking and (facts.reached.get("chunking", 1) or not facts.reached.get("tokenizer_calls")):
             size, cline = chunking[0].size, chunking[0].line
             self.put("packing", Const(True, "literal", cline, (chunking[0].how,)), _bool, cline)
             self.fields["padding"] = Value("packing", "literal", Span(self.path, cline), ("fixed-length blocks, no padding",))
             self.put("max_length", size, _length, cline)
-            return
+            return True
         windows = facts.first("windows")
         if windows and not facts.first("objects", DataLoader):
             size, wline = windows[0].size, windows[0].line
             self.put("packing", Const(True, "literal", wline, (windows[0].how,)), _bool, wline)
             self.fields["padding"] = Value("packing", "literal", Span(self.path, wline), ("fixed-length windows, no padding",))
             self.put("max_length", size, _length, wline)
+            return True
+        randoms = facts.first("random_batches")
+        if randoms and not facts.first("objects", DataLoader) and not reached_calls:
+            rb = randoms[0]
+            self.put("packing", Const(False, "literal", rb.line, (rb.how,)), _bool, rb.line)
+            self.fields["padding"] = Value("max_length", "literal", Span(self.path, rb.line), (rb.how,))
+            self.put("max_length", rb.size, _length, rb.line)
+            return True
+        return False
+
+    def data_padding(self, collator: Any, tokenizer_given: bool, line: int | None) -> None:
+        facts = self.facts
+        chunking = facts.first("chunking")
+        reached_calls = _data_calls(facts)
+        self.target_length(reached_calls, line)
+        reached_calls = [c for c in reached_calls if c.text]  # text_target= alone tokenizes the labels only
+        if self.fixed_rows(chunking, reached_calls):
             return
         self.put("packing", Const(False, "library-default", line, ("no packing found",)), _bool, line)
         calls = []

@@ -131,6 +131,24 @@ class LoopHandlers:
         return Const(True, "environment-default", c.line, (f"torch.cuda.is_available() (line {c.line}): True on the GPU "
                                                             "memlint sizes",))
 
+    def device(self, c: Call) -> Any:
+        """torch.device("cuda") / torch.device("cuda:1") / torch.device("cuda", 1): an object whose `.type` and
+        `.index` the script tests (`if device.type == "cuda":`)."""
+        kind = c.arg(0, "type")
+        if not (isinstance(kind, Const) and isinstance(kind.value, str)):
+            return Unknown("torch.device() of an unknown device")
+        name, _, index = kind.value.partition(":")
+        idx = c.arg(1, "index")
+        index_v = Const(int(index), "literal", c.line) if index.isdigit() else idx if idx is not None \
+            else Const(None, "literal", c.line)
+        return Instance("device", c.line or 0, dict(c.kwargs), {"type": kind.with_value(name), "index": index_v}, c.open)
+
+    def other_backend_available(self, c: Call) -> Any:
+        """torch.backends.mps.is_available() / torch.xpu.is_available() (and is_built): False, the run memlint sizes
+        is on an NVIDIA GPU (`if torch.backends.mps.is_available(): device = "mps" elif torch.cuda.is_available()`)."""
+        return Const(False, "environment-default", c.line, (f"{c.qual}() (line {c.line}): False on the CUDA GPU "
+                                                             "memlint sizes",))
+
     def bf16_supported(self, c: Call) -> Any:
         """torch.cuda.is_bf16_supported() / unsloth's is_bfloat16_supported(): True on the GPUs fine-tuning runs on today
         (Ampere and newer: A100, H100, L4, RTX 30/40/50), said as an assumption; a T4 or V100 takes the other branch."""
@@ -251,6 +269,11 @@ QUALIFIED: dict[str, Callable[[Any, Call], Any]] = {
     "torch.set_default_dtype": LoopHandlers.default_dtype,
     "torch.set_default_tensor_type": LoopHandlers.default_dtype,
     "torch.cuda.is_available": LoopHandlers.cuda_available,
+    "torch.device": LoopHandlers.device,
+    "torch.backends.mps.is_available": LoopHandlers.other_backend_available,
+    "torch.backends.mps.is_built": LoopHandlers.other_backend_available,
+    "torch.mps.is_available": LoopHandlers.other_backend_available,
+    "torch.xpu.is_available": LoopHandlers.other_backend_available,
 }
 
 

@@ -1,0 +1,69 @@
+"""The device a script picks for itself, as the CUDA run memlint sizes sees it: `torch.backends.mps.is_available()`
+(and torch.xpu's) is False there, `torch.cuda.is_available()` True, and `torch.device("cuda")` is an object whose
+`.type` the script tests (`if device.type == "cuda":` loads the model in bf16 with flash attention)."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+
+from checkouts import field_values as _get, plan_of_command as _command, write_checkout
+
+_write = partial(write_checkout, dedent=True)
+
+_SCRIPT = """
+    import torch
+    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+    if torch.backends.mps.is_available():
+        device = torch.device("mps")
+    elif torch.cuda.is_available():
+        device = torch.device({spec})
+    else:
+        device = torch.device("cpu")
+    if {test}:
+        model = AutoModelForCausalLM.from_pretrained("gpt2", torch_dtype=torch.bfloat16, attn_implementation="eager")
+    else:
+        model = AutoModelForCausalLM.from_pretrained("gpt2", torch_dtype=torch.float32)
+    Trainer(model=model, args=TrainingArguments(output_dir="o")).train()
+"""
+
+
+@pytest.mark.parametrize("spec, test, cuda", [
+    ('"cuda"', 'device.type == "cuda"', True),
+    ('"cuda:0"', 'device.type == "cuda" and device.index == 0', True),
+    ('"cuda", 1', 'device.index == 1', True),
+    ('"cuda"', 'device.type == "mps"', False),
+])
+def test_the_script_picks_the_cuda_device(tmp_path, monkeypatch, spec, test, cuda):
+    root = _write(tmp_path, {"train.py": _SCRIPT.format(spec=spec, test=test)})
+    plan = _command(root, monkeypatch, "python", "train.py")
+    want = {"torch_dtype": "bf16", "attn_implementation": "eager"} if cuda else {"torch_dtype": "fp32"}
+    assert _get(plan, *want) == want
+
+
+@pytest.mark.parametrize("high, read", [("model.config.vocab_size", True), ("vocab_size", True), ("2", False)])
+def test_random_token_ids_of_a_fixed_shape_are_the_micro_batch(tmp_path, monkeypatch, high, read):
+    script = f"""
+        import argparse, torch
+        from transformers import AutoModelForCausalLM
+        p = argparse.ArgumentParser()
+        p.add_argument("--batch_size", type=int, default=8)
+        p.add_argument("--seq_len", type=int, default=128)
+        args = p.parse_args()
+        model = AutoModelForCausalLM.from_pretrained("gpt2")
+        vocab_size = model.config.vocab_size
+        opt = torch.optim.AdamW(model.parameters())
+        for step in range(10):
+            inp = torch.randint({high}, (args.batch_size, args.seq_len), device="cuda")
+            model(input_ids=inp, labels=inp).loss.backward()
+            opt.step()
+    """
+    root = _write(tmp_path, {"bench.py": script})
+    plan = _command(root, monkeypatch, "python", "bench.py", "--batch_size", "2", "--seq_len", "4096")
+    got = _get(plan, "per_device_batch", "max_length", "padding", "packing")
+    if read:
+        assert got == {"per_device_batch": 2, "max_length": 4096, "padding": "max_length", "packing": False}
+    else:
+        assert got["per_device_batch"] is None
