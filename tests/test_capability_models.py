@@ -208,3 +208,18 @@ def test_a_console_script_of_a_src_layout_package_runs_its_init(tmp_path, monkey
     root = _write(tmp_path, {"pyproject.toml": pyproject, "src/kit/__init__.py": init, "job.yaml": "model: gpt2\nbatch: 5\n"})
     plan = _command(root, monkeypatch, "uv", "run", "kit", "job.yaml")
     assert _get(plan, "model_id", "per_device_batch") == {"model_id": "gpt2", "per_device_batch": 5}
+
+
+@pytest.mark.parametrize("parse", [
+    "json.loads(r'''\n{\"model\": {\"id\": \"Qwen/Qwen2.5-0.5B\"}, \"batch\": 6}\n''')",
+    "yaml.safe_load('''\nmodel:\n  id: Qwen/Qwen2.5-0.5B\nbatch: 6\n''')",
+    "tomllib.loads('''\nbatch = 6\n[model]\nid = \"Qwen/Qwen2.5-0.5B\"\n''')",
+])
+def test_a_config_written_as_text_in_the_script_is_parsed(tmp_path, monkeypatch, parse):
+    script = "import json, tomllib, yaml\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n" \
+             f"CFG = {parse}\n" \
+             "model = AutoModelForCausalLM.from_pretrained(CFG['model']['id'])\n" \
+             "Trainer(model=model, args=TrainingArguments(output_dir='o', per_device_train_batch_size=CFG['batch'])).train()\n"
+    root = write_checkout(tmp_path, {"train.py": script})
+    plan = _command(root, monkeypatch, "python", "train.py")
+    assert _get(plan, "model_id", "per_device_batch") == {"model_id": "Qwen/Qwen2.5-0.5B", "per_device_batch": 6}

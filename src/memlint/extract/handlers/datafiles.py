@@ -14,6 +14,36 @@ from memlint.extract.values import Class, Const, Dict, Seq, Unknown, flatten
 from memlint.extract.handlers.common import Call, _PASS
 
 
+def _text_data(src: Const, qual: str, is_json: bool) -> Any:
+    """The data a JSON / YAML / TOML text written in the script holds (`CFG = json.loads(r'''{...}''')`), each value
+    at the string's line."""
+    import json
+
+    text = src.value
+    try:
+        if is_json:
+            data = json.loads(text)
+        elif qual.split(".")[0] in ("toml", "tomllib", "tomli"):
+            import tomllib
+
+            data = tomllib.loads(text)
+        else:
+            from memlint.extract.configs.document import load_text
+
+            data = load_text(text, "the script", is_json=False).data
+    except (ValueError, RecursionError):
+        return Unknown(f"{qual}() of a text that does not parse")
+
+    def conv(v: Any, key: str) -> Any:
+        if isinstance(v, dict):
+            return Dict({k: conv(x, f"{key}.{k}" if key else str(k)) for k, x in v.items()})
+        if isinstance(v, list):
+            return Seq([conv(x, f"{key}[{i}]") for i, x in enumerate(v)])
+        return Const(v, "constant", src.line, src.chain + (f"{key}: {v!r} in the text {qual}() parses",), src.file)
+
+    return conv(data, "")
+
+
 class DataFileHandlers:
     """Data files and the dicts read from them."""
 
@@ -41,7 +71,11 @@ class DataFileHandlers:
         if isinstance(src, OpenFile):
             return runtime_config.read(c.it, src.path, f"{c.qual}()")
         if c.owner == "OmegaConf" or c.name in ("load", "safe_load", "full_load") and isinstance(src, Const):
+            if c.head == "yaml" and isinstance(src, Const) and isinstance(src.value, str) and "\n" in src.value:
+                return _text_data(src, c.qual, is_json=False)  # yaml.safe_load("""..."""): the text itself
             return runtime_config.read(c.it, src, f"{c.qual}()")
+        if c.name == "loads" and isinstance(src, Const) and isinstance(src.value, str):
+            return _text_data(src, c.qual, is_json=c.head == "json")  # json.loads('{...}'): data written in the script
         if isinstance(src, Dict):  # yaml.safe_load of a dict a test put together, json.loads(json.dumps(d))
             return src
         return Unknown("a config file read at run time")
