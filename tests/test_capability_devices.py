@@ -67,3 +67,39 @@ def test_random_token_ids_of_a_fixed_shape_are_the_micro_batch(tmp_path, monkeyp
         assert got == {"per_device_batch": 2, "max_length": 4096, "padding": "max_length", "packing": False}
     else:
         assert got["per_device_batch"] is None
+
+
+@pytest.mark.parametrize("cut", [
+    # build-nanogpt's DataLoaderLite: a block past the current position
+    "buf = self.tokens[self.pos : self.pos + self.B * self.T + 1]\n                self.pos += self.B * self.T",
+    # a streaming batcher: the first B * T + 1 tokens of a buffer, the length bound first
+    "required = self.B * self.T + 1\n                buf = torch.tensor(self.tokens[:required])",
+])
+def test_a_token_stream_cut_into_b_rows_of_t_tokens(tmp_path, monkeypatch, cut):
+    script = f"""
+        import torch
+        from transformers import GPT2LMHeadModel
+
+        class Loader:
+            def __init__(self, B, T):
+                self.B, self.T, self.pos = B, T, 0
+                self.tokens = torch.load("tokens.pt")
+
+            def next_batch(self):
+                {cut}
+                x = buf[:-1].view(self.B, self.T)
+                y = buf[1:].view(self.B, self.T)
+                return x, y
+
+        model = GPT2LMHeadModel.from_pretrained("gpt2")
+        loader = Loader(B=4, T=512)
+        opt = torch.optim.AdamW(model.parameters())
+        for step in range(10):
+            x, y = loader.next_batch()
+            model(input_ids=x, labels=y).loss.backward()
+            opt.step()
+    """
+    root = _write(tmp_path, {"train.py": script})
+    plan = _command(root, monkeypatch, "python", "train.py")
+    assert _get(plan, "per_device_batch", "max_length", "padding") == {"per_device_batch": 4, "max_length": 512,
+                                                                      "padding": "packing"}

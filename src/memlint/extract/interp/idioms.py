@@ -282,14 +282,19 @@ class Idioms:
     def stream_block_idiom(self, sl: cst.Slice, env: Env) -> None:
         """`buf = tokens[pos : pos + B * T + 1]` then `buf[:-1].view(B, T)` (or .reshape) in the same function:
         a micro-batch of B rows of T tokens cut contiguously from one token stream (packed, no padding)."""
-        if sl.lower is None or sl.step is not None or not isinstance(sl.upper, cst.BinaryOperation):
+        upper = sl.upper
+        if isinstance(upper, cst.Name) and upper.value in self.pad_counts:  # required = B * T + 1; buf[:required]
+            upper = self.pad_counts[upper.value]
+        if sl.step is not None or not isinstance(upper, cst.BinaryOperation):
             return
         terms: list = []
-        _add_terms(sl.upper, terms)
-        lower = self.code(sl.lower)
+        _add_terms(upper, terms)
+        lower = self.code(sl.lower) if sl.lower is not None else None
         rest = [t for t in terms if self.code(t) != lower and not isinstance(t, cst.Integer)]
-        if len(rest) != 1 or len(rest) == len(terms) or not (isinstance(rest[0], cst.BinaryOperation)
-                                                             and isinstance(rest[0].operator, cst.Multiply)):
+        # [pos : pos + B * T + 1] past a position, or [: B * T + 1] from the start of a buffer
+        anchored = len(rest) < len(terms) if lower is not None else any(isinstance(t, cst.Integer) for t in terms)
+        if len(rest) != 1 or not anchored or not (isinstance(rest[0], cst.BinaryOperation)
+                                                  and isinstance(rest[0].operator, cst.Multiply)):
             return
         rows, size = self.code(rest[0].left), self.code(rest[0].right)
         scope = self.stack[-1].node if self.stack else None
@@ -298,7 +303,7 @@ class Idioms:
                     and len(sub.args) == 2 and [self.code(a.value) for a in sub.args] == [rows, size]:
                 self.facts.windows.append(Window(
                     self.ev(rest[0].left, env), self.ev(rest[0].right, env), self.line_of(sub),
-                    f"a contiguous block of one token stream cut into rows: [{lower} : {self.code(sl.upper)}]"
+                    f"a contiguous block of one token stream cut into rows: [{lower or ''} : {self.code(sl.upper)}]"
                     f" then .{sub.func.attr.value}({rows}, {size})"))
                 return
 
