@@ -109,6 +109,13 @@ def dataclass_field_helpers() -> frozenset[str]:
 
 
 @data.derived
+def bnb_config_without_flags() -> tuple[str, int, str]:
+    """(transformers versions, bits, why) of a BitsAndBytesConfig with neither load_in flag that still quantizes."""
+    d = _doc()["bnb_config_without_flags"]
+    return d["versions"], d["bits"], d["_doc"]
+
+
+@data.derived
 def positional_field_helpers() -> frozenset[str]:
     """Field helpers whose first positional argument is the default (pydantic's Field)."""
     return frozenset(_doc()["dataclass_field_helpers"]["positional"])

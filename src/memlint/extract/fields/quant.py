@@ -67,7 +67,7 @@ class QuantFields:
                 if v is None or (isinstance(v, Const) and v.value is None and name == "bnb_4bit_compute_dtype"):
                     return _libc(cls, name, b.line) if not b.open else Unknown(f"{name} may be set by **kwargs")
                 return v
-            bits = _bits_from(b.get("load_in_4bit"), b.get("load_in_8bit"), b.line)
+            bits = _flagless_bnb(b, _bits_from(b.get("load_in_4bit"), b.get("load_in_8bit"), b.line))
             if not _may_be_4bit(bits):
                 return {"bits": bits, "type": None, "double": None, "compute": None}
             return {
@@ -93,6 +93,21 @@ class QuantFields:
             "double": _libc(cls, "bnb_4bit_use_double_quant", line),
             "compute": _libc(cls, "bnb_4bit_compute_dtype", line),
         }
+
+
+def _flagless_bnb(b: QuantConfig, bits: Any) -> Any:
+    """The bits of a BitsAndBytesConfig that sets neither load_in flag to True: 4 from transformers 4.38 (its quantizer
+    picks 4-bit unless load_in_8bit), unquantized before (library_api.json bnb_config_without_flags)."""
+    from memlint.library import api
+    from memlint.library.versions import in_range, installed_version, shown_version
+
+    if b.open or b.cls != "transformers.BitsAndBytesConfig" or not (isinstance(bits, Const) and bits.value is None):
+        return bits
+    versions, n, why = api.bnb_config_without_flags()
+    if not in_range(installed_version("transformers"), versions):
+        return bits
+    return Const(n, "library-default", b.line, (f"BitsAndBytesConfig(...) without load_in_4bit/load_in_8bit quantizes "
+                                                 f"to {n} bits in {shown_version('transformers')} ({why})",))
 
 
 def _bits_from(b4: Any, b8: Any, line: int | None) -> Any:
