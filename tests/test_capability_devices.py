@@ -103,3 +103,25 @@ def test_a_token_stream_cut_into_b_rows_of_t_tokens(tmp_path, monkeypatch, cut):
     plan = _command(root, monkeypatch, "python", "train.py")
     assert _get(plan, "per_device_batch", "max_length", "padding") == {"per_device_batch": 4, "max_length": 512,
                                                                       "padding": "packing"}
+
+
+@pytest.mark.parametrize("extra, gpus", [
+    ("", 1),                                                    # run as `python train.py`: one process
+    ('\n    import torch\n    model = torch.nn.DataParallel(model)', None),  # spreads over every visible GPU
+    ('\n    args.deepspeed = "ds.json"', None),                # DeepSpeed needs a launcher's processes
+])
+def test_a_script_named_alone_runs_as_python_runs_it(tmp_path, monkeypatch, extra, gpus):
+    from memlint.extract import extract_targets
+    from memlint.files import Target
+    from pathlib import Path
+
+    script = f"""
+    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+    model = AutoModelForCausalLM.from_pretrained("gpt2")
+    args = TrainingArguments(output_dir="o"){extra}
+    Trainer(model=model, args=args).train()
+    """
+    root = _write(tmp_path, {"train.py": script, "ds.json": '{"zero_optimization": {"stage": 2}}'})
+    monkeypatch.chdir(root)
+    [plan] = extract_targets([Target(Path("train.py"), "train.py", True)])
+    assert plan.value("num_gpus") == gpus

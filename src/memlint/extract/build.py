@@ -204,6 +204,21 @@ class Builder(
             self.notes[:] = [n for n in self.notes if not n.startswith("num_gpus is unknown")]
         elif self.script.suffix == ".ipynb" and not all_visible(self.fields.get("num_gpus")):
             self.fields["num_gpus"] = Value(1, "library-default", None, ("a notebook runs one process (one GPU)",))
+        elif self.script.suffix == ".py" and self.launch is None and self.runs_alone():
+            # a script named alone runs as `python script.py` (as `memlint -- python script.py` reads it): one process
+            self.fields["num_gpus"] = Value(1, "library-default", None, (
+                "read as `python` runs it: one process (name the launch command when a launcher starts it)",))
+            self.notes[:] = [n for n in self.notes if not n.startswith("num_gpus is unknown")]
+
+    def runs_alone(self) -> bool:
+        """Whether the script, run by plain `python`, is one process on one GPU: a trainer memlint reads that starts no
+        processes itself, no sharding or data parallelism that needs a launcher, no spread over every visible GPU."""
+        from memlint.extract.launched import _SELF_LAUNCHING
+
+        trainer, shard = self.fields.get("trainer"), self.fields.get("distributed")
+        return trainer is not None and trainer.known and trainer.value not in _SELF_LAUNCHING \
+            and shard is not None and shard.value == "none" and not all_visible(self.fields.get("num_gpus")) \
+            and not self.facts.spawns
 
     @staticmethod
     def root(m: Obj) -> Obj:
