@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from memlint.extract.objects import (
     Accelerator, Accumulate, ArgNamespace, ArgParser, ArgSpec, AutocastCall, DeepSpeedEngine, Instance, LightningTrainer,
-    Model, Namespace, Obj, Plugin, Setting,
+    Model, Namespace, Obj, Plugin, Setting, Trainer,
 )
 from memlint.extract.values import Alts, Class, Const, DeviceCount, Dict, Func, Ref, Seq, Unknown, flatten
 from memlint.extract.handlers.common import Call, _PASS
@@ -177,6 +177,31 @@ class DistributedHandlers:
             c.it.call_function(fn, extra, {}, c.line)
         return Const(None, "literal", c.line)
 
+    def ray_scaling(self, c: Call) -> Any:
+        """ray.train.ScalingConfig(num_workers=N, use_gpu=True): the workers a Ray trainer starts, kept for it."""
+        return c.new(Obj, "ray.train.ScalingConfig", ("trainer_resources", "num_workers", "use_gpu"))
+
+    def ray_trainer(self, c: Call) -> Any:
+        """ray.train.torch.TorchTrainer(train_loop_per_worker, train_loop_config=cfg, scaling_config=...): each of
+        num_workers workers (one GPU each with use_gpu=True; CPU workers by default) runs train_loop_per_worker(cfg)
+        in a torch process group (TransformersTrainer / LightningTrainer of Ray 2.x call their init function alike)."""
+        fn = c.arg(0, "train_loop_per_worker")
+        if fn is None:
+            fn = c.kwargs.get("trainer_init_per_worker", c.kwargs.get("lightning_config"))
+        cfg = c.kwargs.get("train_loop_config", c.kwargs.get("trainer_init_config"))
+        sc = c.kwargs.get("scaling_config")
+        n = sc.kwargs.get("num_workers") if isinstance(sc, Obj) else None
+        gpu = sc.kwargs.get("use_gpu") if isinstance(sc, Obj) else None
+        if isinstance(n, Const) and isinstance(n.value, int) and not isinstance(n.value, bool) and n.value >= 1 \
+                and isinstance(gpu, Const) and gpu.value is True:
+            c.it.facts.gpu_counts.append(n.named(f"Ray's ScalingConfig(num_workers={n.value}, use_gpu=True) (line "
+                                                 f"{sc.line}): a worker process per GPU"))
+        if isinstance(fn, Func):
+            out = c.it.call_function(fn, [cfg if cfg is not None else Dict({})] if fn.node.params.params else [], {}, c.line)
+            if isinstance(out, Trainer) and c.kwargs.get("trainer_init_per_worker") is fn:
+                c.it.facts.trained.append(out)  # TransformersTrainer: Ray's fit() trains the Trainer the function built
+        return c.new(Obj, c.qual)
+
     def world_size_call(self, c: Call) -> Any:
         """torch.distributed.get_world_size(): the processes the launcher starts (torchrun --nproc_per_node x
         --nnodes, accelerate --num_processes, deepspeed --num_gpus); unknown without one."""
@@ -270,6 +295,13 @@ QUALIFIED: dict[str, Callable[[Any, Call], Any]] = {
     "accelerate.notebook_launcher": DistributedHandlers.notebook_launcher,
     "accelerate.launchers.notebook_launcher": DistributedHandlers.notebook_launcher,
     "torch.cuda.device_count": DistributedHandlers.device_count,
+    "ray.train.ScalingConfig": DistributedHandlers.ray_scaling,
+    "ray.air.ScalingConfig": DistributedHandlers.ray_scaling,
+    "ray.air.config.ScalingConfig": DistributedHandlers.ray_scaling,
+    "ray.train.torch.TorchTrainer": DistributedHandlers.ray_trainer,
+    "ray.train.torch.torch_trainer.TorchTrainer": DistributedHandlers.ray_trainer,
+    "ray.train.huggingface.TransformersTrainer": DistributedHandlers.ray_trainer,
+    "ray.train.lightning.LightningTrainer": DistributedHandlers.ray_trainer,
 }
 
 
