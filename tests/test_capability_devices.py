@@ -125,3 +125,69 @@ def test_a_script_named_alone_runs_as_python_runs_it(tmp_path, monkeypatch, extr
     monkeypatch.chdir(root)
     [plan] = extract_targets([Target(Path("train.py"), "train.py", True)])
     assert plan.value("num_gpus") == gpus
+
+
+def test_random_token_ids_with_low_high_and_size_keyword(tmp_path, monkeypatch):
+    script = """
+        import torch
+        from transformers import AutoModelForCausalLM
+        model = AutoModelForCausalLM.from_pretrained("gpt2")
+        opt = torch.optim.AdamW(model.parameters())
+        with torch.no_grad():
+            model(torch.randint(0, model.config.vocab_size, size=(1, 8)))  # a warm-up call
+        for step in range(10):
+            inp = torch.randint(0, model.config.vocab_size, size=(6, 256))
+            model(input_ids=inp, labels=inp).loss.backward()
+            opt.step()
+    """
+    root = _write(tmp_path, {"bench.py": script})
+    plan = _command(root, monkeypatch, "python", "bench.py")
+    assert _get(plan, "per_device_batch", "max_length") == {"per_device_batch": 6, "max_length": 256}
+
+
+def test_zero_rows_filling_out_a_short_batch_are_not_sample_padding(tmp_path, monkeypatch):
+    script = """
+        import torch
+        from torch.utils.data import DataLoader
+        from transformers import AutoModelForCausalLM, AutoTokenizer, DataCollatorWithPadding
+        tok = AutoTokenizer.from_pretrained("gpt2")
+        model = AutoModelForCausalLM.from_pretrained("gpt2")
+        B = 8
+        def collate(texts):
+            x = tok(texts, padding="longest", truncation=True, max_length=512, return_tensors="pt")["input_ids"]
+            if x.size(0) < B:
+                x = torch.cat([x, torch.zeros(B - x.size(0), x.size(1), dtype=x.dtype)])
+            return {"input_ids": x, "labels": x}
+        ds = [t for t in open("data.txt")]
+        opt = torch.optim.AdamW(model.parameters())
+        for batch in DataLoader(ds, batch_size=B, collate_fn=collate):
+            model(**batch).loss.backward()
+            opt.step()
+    """
+    root = _write(tmp_path, {"train.py": script, "data.txt": "a\n"})
+    plan = _command(root, monkeypatch, "python", "train.py")
+    assert _get(plan, "padding") == {"padding": "longest"}
+
+
+@pytest.mark.parametrize("files", [
+    {"train.py": "import os\nLOCAL_RANK = int(os.environ['LOCAL_RANK'])\n"},           # written for a launcher
+    {"run.sh": "torchrun --nproc_per_node 8 \\\n    train.py --lr 1e-4\n"},              # a launcher beside it
+    {"README.md": "Train with `accelerate launch --num_processes 4 train.py`.\n\nOr `python train.py` on one GPU.\n"},
+])
+def test_a_script_meant_for_a_launcher_is_not_assumed_one_process(tmp_path, monkeypatch, files):
+    from pathlib import Path
+
+    from memlint.extract import extract_targets
+    from memlint.files import Target
+
+    body = """
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+        model = AutoModelForCausalLM.from_pretrained("gpt2")
+        Trainer(model=model, args=TrainingArguments(output_dir="o")).train()
+    """
+    import textwrap
+    script = files.pop("train.py", "") + textwrap.dedent(body)
+    root = write_checkout(tmp_path, {"train.py": script, **files})
+    monkeypatch.chdir(root)
+    [plan] = extract_targets([Target(Path("train.py"), "train.py", True)])
+    assert plan.value("num_gpus") is None

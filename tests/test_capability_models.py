@@ -223,3 +223,54 @@ def test_a_config_written_as_text_in_the_script_is_parsed(tmp_path, monkeypatch,
     root = write_checkout(tmp_path, {"train.py": script})
     plan = _command(root, monkeypatch, "python", "train.py")
     assert _get(plan, "model_id", "per_device_batch") == {"model_id": "Qwen/Qwen2.5-0.5B", "per_device_batch": 6}
+
+
+def test_a_click_group_subcommand_takes_the_words_after_its_name(tmp_path, monkeypatch):
+    script = """
+        import click
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+        @click.group()
+        def cli():
+            pass
+
+        @cli.command()
+        @click.argument("model_name")
+        @click.option("--shuffle/--no-shuffle", default=False)
+        def finetune(model_name, shuffle):
+            model = AutoModelForCausalLM.from_pretrained(model_name)
+            Trainer(model=model, args=TrainingArguments(output_dir="o")).train()
+
+        if __name__ == "__main__":
+            cli()
+    """
+    root = _write(tmp_path, {"cli.py": script})
+    plan = _command(root, monkeypatch, "python", "cli.py", "finetune", "--shuffle", "Qwen/Qwen2.5-0.5B")
+    assert _get(plan, "model_id") == {"model_id": "Qwen/Qwen2.5-0.5B"}
+
+
+def test_a_console_script_runs_its_own_function_of_a_module_with_several(tmp_path, monkeypatch):
+    init = """
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+        def train():
+            model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+            Trainer(model=model, args=TrainingArguments(output_dir="o", per_device_train_batch_size=2)).train()
+
+        def evaluate():
+            model = AutoModelForCausalLM.from_pretrained("gpt2")
+            Trainer(model=model, args=TrainingArguments(output_dir="o", per_device_train_batch_size=16)).train()
+    """
+    pyproject = _PYPROJECT.replace('kit = "kit.main:main"', 'kit-train = "kit:train"\nkit-eval = "kit:evaluate"')
+    root = _write(tmp_path, {"pyproject.toml": pyproject, "src/kit/__init__.py": init})
+    assert _get(_command(root, monkeypatch, "kit-train"), "model_id") == {"model_id": "Qwen/Qwen2.5-0.5B"}
+    assert _get(_command(root, monkeypatch, "kit-eval"), "model_id") == {"model_id": "gpt2"}
+
+
+def test_a_pydantic_field_with_an_alias_ignores_its_own_name(tmp_path, monkeypatch):
+    # pydantic's default: a field declared with alias="model" is set by "model" only (not by "train_model")
+    cfg = _CONFIG.replace("model: Qwen/Qwen2.5-0.5B", "train_model: Qwen/Qwen2.5-0.5B")
+    root = _write(tmp_path, {"pyproject.toml": _PYPROJECT, "kit/__init__.py": "",
+                             "kit/main.py": _MAIN.format(build="RunConfig.model_validate(d)"), "cfg.yml": cfg})
+    plan = _command(root, monkeypatch, "kit", "cfg.yml")
+    assert _get(plan, "model_id")["model_id"] is None

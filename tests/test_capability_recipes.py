@@ -138,3 +138,22 @@ def test_a_class_attribute_write_is_read_through_the_class(tmp_path, monkeypatch
     root = _write(tmp_path, {"train.py": script})
     plan = _command(root, monkeypatch, "python", "train.py")
     assert _get(plan, "model_id", "per_device_batch") == {"model_id": "Qwen/Qwen2.5-0.5B", "per_device_batch": 8}
+
+
+def test_a_dataclass_keeps_its_field_defaults_for_instances_after_a_class_write(tmp_path, monkeypatch):
+    script = """
+        from dataclasses import dataclass
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+        @dataclass
+        class TC:
+            batch: int = 4
+
+        TC.batch = 64
+        assert hasattr(TC, "__dataclass_fields__")
+        model = AutoModelForCausalLM.from_pretrained("gpt2")
+        Trainer(model=model, args=TrainingArguments(output_dir="o", per_device_train_batch_size=TC().batch)).train()
+    """
+    root = _write(tmp_path, {"train.py": script})
+    plan = _command(root, monkeypatch, "python", "train.py")
+    assert _get(plan, "per_device_batch") == {"per_device_batch": 4}

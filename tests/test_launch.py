@@ -135,7 +135,7 @@ def test_without_the_command_the_same_script_reads_its_defaults(tmp_path, monkey
 
     plan = extract_file(root / "train.py")
     assert _v(plan, "model_id") == ("facebook/opt-125m", "dataclass-default")
-    assert plan.get("num_gpus").source == "unknown"
+    assert (plan.get("num_gpus").value, plan.get("num_gpus").source) == (1, "library-default")  # run as `python train.py`
 
 
 _ARGS = """

@@ -106,3 +106,11 @@ def test_the_checkpoint_folder_names_the_instruct_variant_of_the_builders_model(
     assert got == {"/tmp/Llama-3.2-3B-Instruct/": "meta-llama/Llama-3.2-3B-Instruct",
                    "/tmp/Llama-3.2-3B/": "meta-llama/Llama-3.2-3B", "/tmp/my-finetune/": "meta-llama/Llama-3.2-3B",
                    "/tmp/Llama-3.2-3B-Instruct-abl/": "meta-llama/Llama-3.2-3B"}
+
+
+def test_the_command_recipe_wins_over_a_single_device_config_name(tmp_path, monkeypatch):
+    lora = QLORA.replace("qlora_llama3_2_3b", "lora_llama3_2_3b")
+    (tmp_path / "3B_lora_single_device.yaml").write_text(textwrap.dedent(lora))
+    plan = plan_of_command(tmp_path, monkeypatch, "tune", "run", "--nproc_per_node", "4", "lora_finetune_distributed",
+                           "--config", "3B_lora_single_device.yaml")
+    assert (plan.value("distributed"), plan.value("num_gpus")) == ("fsdp", 4)

@@ -12,6 +12,8 @@ the optimizer, parallelism, hand-written loops).
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
@@ -218,7 +220,7 @@ class Builder(
         trainer, shard = self.fields.get("trainer"), self.fields.get("distributed")
         return trainer is not None and trainer.known and trainer.value not in _SELF_LAUNCHING \
             and shard is not None and shard.value == "none" and not all_visible(self.fields.get("num_gpus")) \
-            and not self.facts.spawns
+            and not self.facts.spawns and not _made_for_a_launcher(self.script)
 
     @staticmethod
     def root(m: Obj) -> Obj:
@@ -232,6 +234,47 @@ class Builder(
             m = m.base
             out.append(m)
         return out
+
+
+# what a script written for a process launcher does itself (a process group, its rank, a DDP wrap, accelerate's or
+# DeepSpeed's engine), and the launchers that run a script in several processes
+_RANKED = re.compile(r"init_process_group|LOCAL_RANK|WORLD_SIZE|DistributedDataParallel|\bAccelerator\(|"
+                     r"deepspeed\.initialize|fully_shard|FullyShardedDataParallel")
+_LAUNCHERS = re.compile(r"torchrun|torch\.distributed\.(run|launch)|accelerate\s+launch|\bdeepspeed\b|\bsrun\b|"
+                        r"\bmpirun\b|--nproc[_-]per[_-]node")
+
+
+def _made_for_a_launcher(script: Path) -> bool:
+    """Whether a script named alone is written for a process launcher (it sets up its own rank or process group) or
+    a launcher or README beside it runs it with one (torchrun, accelerate launch, deepspeed, srun): then plain
+    `python` is not how it runs, and its GPUs are the launcher's."""
+    from memlint import files
+    from memlint.errors import MemlintError
+
+    def text(p: Path) -> str:
+        try:
+            return files.read_text(p, 400_000, what="launcher scan") if files.allowed(p) and files.is_file(p) else ""
+        except (OSError, UnicodeDecodeError, MemlintError):  # over a limit, unreadable: nothing learnt from it
+            return ""
+
+    if _RANKED.search(text(script)):
+        return True
+    seen = 0
+    for folder in [script.parent, *script.parent.parents][:3]:
+        if not files.allowed(folder):
+            break
+        try:
+            near = sorted(p for p in folder.iterdir() if p.suffix in (".sh", ".slurm", ".md") or p.name == "Makefile")
+        except OSError:
+            continue
+        for p in near[:20]:
+            seen += 1
+            body = text(p).replace("\\\n", " ")  # a command continued over lines is one line
+            if script.name in body and any(script.name in ln and _LAUNCHERS.search(ln) for ln in body.splitlines()):
+                return True
+        if seen >= 40:
+            break
+    return False
 
 
 def _reason(why: str) -> str:

@@ -50,8 +50,8 @@ def tool_processes(plan: TrainingPlan, launch: Any) -> TrainingPlan:
     num_gpus open. `llamafactory-cli train`: one process on one visible GPU; over several, torchrun with
     --nproc_per_node NPROC_PER_NODE (default: the visible devices), LLaMA-Factory's cli.py since 2024-06 (DDP, unless
     the config shards). With neither CUDA_VISIBLE_DEVICES nor NPROC_PER_NODE, the machine decides (unknown)."""
-    if launch.launcher == "tune" and not plan.get("num_gpus").known:
-        return _tune_processes(plan, launch)
+    if launch.launcher == "tune" and (not plan.get("num_gpus").known or plan.get("num_gpus").source == "library-default"):
+        return _tune_processes(plan, launch)  # the command's recipe and processes win over a config's name
     if launch.launcher != "llamafactory-cli" or plan.get("num_gpus").known:
         return plan
     nproc = launch.env.get("NPROC_PER_NODE", "").strip()
@@ -80,8 +80,8 @@ def _tune_processes(plan: TrainingPlan, launch: Any) -> TrainingPlan:
         plan = plan.with_values(num_gpus=_value(launch, 1, f"`tune run {recipe}` with no --nproc_per_node: one process"))
     elif nproc.isdigit() and int(nproc) > 0:
         plan = plan.with_values(num_gpus=_value(launch, int(nproc), f"tune run --nproc_per_node {nproc}"))
-    if plan.get("distributed").known:
-        return plan
+    if plan.get("distributed").known and plan.get("distributed").source != "library-default":
+        return plan  # the config's own sharding keys; a default from the config's file name gives way to the recipe
     if "single_device" in recipe:
         shard = _value(launch, "none", f"the single-device recipe {recipe}")
     elif recipe.endswith("_distributed"):

@@ -115,7 +115,7 @@ class Func:
     ran: bool = False
     calls: int = 0
     owner: Any = None              # the Class whose method this is
-    click: list = field(default_factory=list)  # (param, flags, is_flag, type name) of its @click.option decorators
+    click: list = field(default_factory=list)  # (param, flags, action, nargs, type name) of its @click.option/argument decorators
     typer: bool = False            # an @app.command() of a typer.Typer app: typer fills its parameters from the command
     cli: str = ""                  # a CLI library that calls it with the command's words when the script runs: "fastcore" (@call_parse)
     gpus: Any = None               # the GPUs its decorator runs it on (a cloud function's request): a count or DeviceCount
@@ -146,6 +146,19 @@ class Class:
             yield c
             if isinstance(c, Class):
                 queue.extend(c.bases)
+
+    def class_lookup(self, name: str) -> tuple[str, Any] | None:
+        """`name` read on the class object itself: a class attribute set on it (`Cfg.batch = 64`, which a dataclass's
+        instances do not see: their defaults were taken when the class was made) before its fields and methods."""
+        for c in self.lineage():
+            if isinstance(c, Class) and name in c.class_attrs:
+                return "field", c.class_attrs[name]
+        return self.lookup(name)
+
+    def attribute_store(self) -> dict:
+        """Where `Cls.name = v` writes: a dataclass's own class attributes (its instances keep their field defaults),
+        another class's attributes (its instances read them through the class)."""
+        return self.class_attrs if self.is_dataclass else self.fields
 
     def lookup(self, name: str) -> tuple[str, Any] | None:
         """("field"|"method", value) of `name` on this class or its user-class bases (MRO order)."""

@@ -42,8 +42,6 @@ class LengthFields:
             self.put("per_device_batch", bs if bs is not None else _libc("torch.utils.data.DataLoader", "batch_size", train_dl.line), _int, train_dl.line)
         elif windows:  # nanoGPT's get_batch: torch.stack([data[i : i + n] for i in torch.randint(_, (B,))])
             self.put("per_device_batch", windows[0].rows, _int, windows[0].line)
-        elif randoms := self.facts.first("random_batches"):  # torch.randint(vocab_size, (B, T)): random token ids
-            self.put("per_device_batch", randoms[0].rows, _int, randoms[0].line)
         elif self.facts.iterator_batches:  # a checkout iterator class built with its micro-batch size
             rows = self.facts.iterator_batches[0]
             self.put("per_device_batch", rows, _int, rows.line)
@@ -55,6 +53,8 @@ class LengthFields:
             self.put("per_device_batch", y.rows.with_value(y.rows.value, f"a generator yields batches of {y.rows.value} "
                                                                         f"rows (`if len(batch) == n: yield`, line {y.line})"),
                      _int, y.line)
+        elif randoms := self.facts.first("random_batches"):  # torch.randint(vocab_size, (B, T)): random token ids
+            self.put("per_device_batch", randoms[-1].rows, _int, randoms[-1].line)  # the last: past any warm-up call
         else:
             self.put("per_device_batch", Unknown("no DataLoader found"), line=line)
         return train_dl
@@ -308,8 +308,8 @@ class LengthFields:
             self.put("max_length", size, _length, wline)
             return True
         randoms = facts.first("random_batches")
-        if randoms and not facts.first("objects", DataLoader) and not reached_calls:
-            rb = randoms[0]
+        if randoms and not facts.first("objects", DataLoader) and not reached_calls and not facts.first("batch_yields"):
+            rb = randoms[-1]
             self.put("packing", Const(False, "literal", rb.line, (rb.how,)), _bool, rb.line)
             self.fields["padding"] = Value("max_length", "literal", Span(self.path, rb.line), (rb.how,))
             self.put("max_length", rb.size, _length, rb.line)

@@ -270,7 +270,11 @@ class Handlers(
         """The keywords a pydantic model keeps: each key under the field it aliases (`Field(alias="model")`), and a
         dict given for a field annotated with a model built into that model (pydantic validates nested models)."""
         kwargs = {}
+        aliased = {f for c_ in cls.lineage() if isinstance(c_, Class) for f in c_.aliases.values()}
+        strict = cls.class_lookup("model_config") is None and cls.class_lookup("Config") is None  # no populate_by_name
         for key, v in c.kwargs.items():
+            if strict and key in aliased and not any(isinstance(c_, Class) and key in c_.aliases for c_ in cls.lineage()):
+                continue  # a field with an alias takes its value by the alias only (pydantic's default)
             name = next((a for c_ in cls.lineage() if isinstance(c_, Class) for a in [c_.aliases.get(key)] if a), key)
             sub = next((c_.nested[name] for c_ in cls.lineage() if isinstance(c_, Class) and name in c_.nested), None)
             if sub is not None and isinstance(v, Dict):

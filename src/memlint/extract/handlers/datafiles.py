@@ -30,7 +30,10 @@ def _text_data(src: Const, qual: str, is_json: bool) -> Any:
         else:
             from memlint.extract.configs.document import load_text
 
-            data = load_text(text, "the script", is_json=False).data
+            doc = load_text(text, "the script", is_json=False)
+            if doc.data is None and doc.diagnostics:
+                return Unknown(f"{qual}() of a text that does not parse")
+            data = doc.data
     except (ValueError, RecursionError):
         return Unknown(f"{qual}() of a text that does not parse")
 
@@ -71,7 +74,8 @@ class DataFileHandlers:
         if isinstance(src, OpenFile):
             return runtime_config.read(c.it, src.path, f"{c.qual}()")
         if c.owner == "OmegaConf" or c.name in ("load", "safe_load", "full_load") and isinstance(src, Const):
-            if c.head == "yaml" and isinstance(src, Const) and isinstance(src.value, str) and "\n" in src.value:
+            if c.head == "yaml" and isinstance(src, Const) and isinstance(src.value, str) \
+                    and ("\n" in src.value or src.value.lstrip().startswith(("{", "["))):
                 return _text_data(src, c.qual, is_json=False)  # yaml.safe_load("""..."""): the text itself
             return runtime_config.read(c.it, src, f"{c.qual}()")
         if c.name == "loads" and isinstance(src, Const) and isinstance(src.value, str):

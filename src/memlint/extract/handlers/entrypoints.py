@@ -6,6 +6,7 @@ function's parameters (or a dataclass's fields) the way that library parses them
 from __future__ import annotations
 
 from pathlib import Path
+import re
 from typing import Any, Callable
 
 from memlint.extract.interp import BoundUnknown
@@ -104,16 +105,28 @@ def _fastcore_param(it: Any, f: Func, q: Any) -> dict:
     return out
 
 
-def _click_action(it: Any, kw: dict, env: Any) -> tuple[str, Any]:
-    """How a click option or argument takes the command's words, in argparse's terms: a flag (`is_flag=True`), a
-    counter (`count=True`), a repeated option (`multiple=True`); `nargs=-1` takes every remaining word."""
+def _subcommand_words(name: str, argv: list[str]) -> list[str]:
+    """The words a click command sees: those after its own name when the command line names it as a group's
+    subcommand (click names a command after its function, `_` as `-`, 8.2 dropping a _command/_cmd suffix)."""
+    short = re.sub(r"_(command|cmd|group|grp)$", "", name)
+    names = {name, name.replace("_", "-"), short, short.replace("_", "-")}
+    for i, w in enumerate(argv):
+        if w in names:
+            return argv[i + 1:]
+    return argv
+
+
+def _click_action(it: Any, kw: dict, env: Any, names: list) -> tuple[str, Any]:
+    """How a click option or argument takes the command's words, in argparse's terms: a flag (`is_flag=True`,
+    `"--x/--no-x"`, `flag_value=`), a counter (`count=True`), a repeated option (`multiple=True`); `nargs=-1` takes
+    every remaining word."""
     def on(key: str) -> bool:
         v = it.ev(kw[key], env) if key in kw else None
         return isinstance(v, Const) and bool(v.value)
 
     nargs = it.ev(kw["nargs"], env) if "nargs" in kw else None
     nargs = {-1: "*", 1: None}.get(nargs.value, nargs.value) if isinstance(nargs, Const) and isinstance(nargs.value, int) else None
-    if on("is_flag"):
+    if on("is_flag") or "flag_value" in kw or any("/" in n for n in names if n.startswith("-")):
         return "store_true", None
     return ("count" if on("count") else "append" if on("multiple") else "store"), nargs
 
@@ -193,16 +206,18 @@ class EntryPointHandlers:
             f.default_source[param] = ("click-default", how, dline, it.cur_file())
             typ = it.ev(kw["type"], env) if "type" in kw else None
             f.click.append((param, tuple(n.split("/")[0] for n in names if n.startswith("-")),
-                            *_click_action(it, kw, env), _last(typ.qual) if isinstance(typ, Ref) else None))
+                            *_click_action(it, kw, env, names), _last(typ.qual) if isinstance(typ, Ref) else None))
         return None
 
     def click_arguments(self, it: Any, f: Func) -> dict:
         """What click passes a @click.command function: each option's default, or the command's value."""
         from memlint.extract.cli_args import Option, literal, match_argparse, str_to_bool
 
-        # an argument (no flags) takes the command's bare words in declaration order, as click's parser does
+        # an argument (no flags) takes the command's bare words in declaration order, as click's parser does; a
+        # subcommand of a group (`cli.py finetune MODEL`) takes the words after its own name
         options = [Option(p, flags, action, nargs) for p, flags, action, nargs, _ in f.click]
-        matched = match_argparse(options, it.launch.argv, allow_abbrev=False) if it.launch is not None else None
+        words = _subcommand_words(f.node.name.value, list(it.launch.argv)) if it.launch is not None else None
+        matched = match_argparse(options, words, allow_abbrev=False) if words is not None else None
         out = {}
         for param, _flags, _action, _nargs, typ in f.click:
             if matched is not None and param in matched.values:

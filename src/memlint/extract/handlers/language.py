@@ -318,13 +318,15 @@ class LanguageHandlers:
         """hasattr(Cls, name): whether the class or a base of the checkout declares it (unknown when a library base
         may); setattr(Cls, name, v): the class attribute set, as `Cls.name = v` sets it."""
         if name == "hasattr":
-            if cls.lookup(attr) is not None:
+            if attr.startswith("__"):
+                return Unknown("hasattr of a special attribute")  # __dataclass_fields__, __name__, __dict__
+            if cls.class_lookup(attr) is not None:
                 return Const(True, "literal", line)
             library_base = any(not isinstance(b, Class) and getattr(b, "qual", "") != "builtins.object"
                                for b in cls.lineage() if b is not cls)
             return Unknown("hasattr of a class with a library base") if library_base else Const(False, "literal", line)
         if name == "setattr" and len(args) > 2:
-            it.write(cls.fields, attr, args[2], cls)
+            it.write(cls.attribute_store(), attr, args[2], cls)
             return Const(None, "literal", line)
         return Unknown(f"{name}()")
 

@@ -99,6 +99,8 @@ class Interpreter(Statements, Expressions, Calls, ModuleFiles, Idioms, LibraryCa
         self.facts.reached = {name: len(getattr(self.facts, name)) for name in
                               ("objects", "tokenizer_calls", "chunking", "windows", "random_batches", "length_args", "target_length_args", "hand_pads", "batch_yields", "micro_slices", "steps", "autocasts", "liger_calls",
                                "backward", "grad_hooks", "hand_quant", "gpu_counts")}
+        if self.run_entry():
+            return self.facts  # a console script's function ran: other functions of its module are other commands
         # Functions nothing called (entry points of other launchers, helpers passed by name)
         # still say how the script trains: walk them once, their parameters at their defaults.
         # Those the script imports by name from its own modules count too (a collate_fn in utils/).
@@ -113,6 +115,18 @@ class Interpreter(Statements, Expressions, Calls, ModuleFiles, Idioms, LibraryCa
             if not f.ran and (f.module is self.main or id(f) in imported):
                 self.call_function(f, [], {}, self.line_of(f.node), entry=True)
         return self.facts
+
+    def run_entry(self) -> bool:
+        """A console script's function (`kit = "kit.cli:train"`): called as the script's command calls it, once. Whether
+        there was one to run."""
+        name = getattr(self.launch, "entry", None) if self.launch is not None else None
+        v = self.main.env.vars.get(name) if name else None
+        f = v.get() if type(v) is Lazy else v
+        if type(f) is not Func:
+            return False
+        if not f.ran:
+            self.call_function(f, [], {}, self.line_of(f.node), entry=True)
+        return True
 
     def _exec_module(self, mod: Module) -> None:
         prev, self.mod = self.mod, mod

@@ -210,7 +210,7 @@ class Expressions:
         if isinstance(base, Class):
             if attr == "__name__":
                 return self.const(base.name, node)
-            hit = base.lookup(attr)
+            hit = base.class_lookup(attr)
             if hit is not None and hit[0] == "method" and isinstance(hit[1], Func) and _is_classmethod(hit[1]):
                 return BoundMethod(hit[1], base)  # Config.from_name("7B"): `cls` is the class
             if hit is None:  # a checkout subclass of a transformers model: from_pretrained is transformers'

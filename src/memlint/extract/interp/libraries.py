@@ -88,9 +88,12 @@ class LibraryCalls:
     _optimizer_class = staticmethod(_optimizer_class)
     _dtype_ref = staticmethod(_dtype_ref)
 
-    def tensor_pad_idiom(self, node: cst.Call, env: Env) -> None:
+    def tensor_pad_idiom(self, node: cst.Call, env: Env, qual: str = "") -> None:
         """`torch.full((1, n - l), pad)`, `F.pad(x, (0, n - x.size(-1)), value=pad)`: a tensor
         padded by hand to n (n the batch's longest when it is a max over the batch)."""
+        sized = [a for a in node.args if a.keyword is None]
+        if qual.endswith((".zeros", ".ones")) and (len(sized) != 1 or isinstance(sized[0].value, (cst.Tuple, cst.List))):
+            return  # torch.zeros(B - x.size(0), x.size(1)): rows filling out a short batch, not a sample's padding
         for a in node.args:
             value = a.value
             if isinstance(value, cst.Name) and value.value in self.pad_counts:
@@ -106,7 +109,7 @@ class LibraryCalls:
         read: a tensor padded by hand (torch.full, F.pad), an array file a companion script wrote (np.load,
         torch.load), pad_sequence (pads to the batch's longest)."""
         if type(func) is Ref and func.qual in _TENSOR_PADS:
-            self.tensor_pad_idiom(node, env)
+            self.tensor_pad_idiom(node, env, func.qual)
         if type(func) is Ref and func.qual in _ARRAY_LOADS and node.args:
             from memlint.extract.companion import array_name
 
@@ -129,8 +132,10 @@ class LibraryCalls:
 
         pos = [a.value for a in node.args if a.keyword is None]
         kw = {a.keyword.value: a.value for a in node.args if a.keyword is not None}
-        high = kw.get("high", pos[1] if len(pos) >= 3 else pos[0] if pos else None)
+        # randint(high, size) / randint(low, high, size) / randint(low, high, size=...) / randint(high, size=...)
         size = kw.get("size", pos[-1] if len(pos) >= 2 else None)
+        bounds = pos if "size" in kw else pos[:-1]
+        high = kw.get("high", bounds[1] if len(bounds) >= 2 else bounds[0] if bounds else None)
         if high is None or "vocab" not in self.code(high).lower() or not isinstance(size, (cst.Tuple, cst.List)) \
                 or len(size.elements) != 2:
             return

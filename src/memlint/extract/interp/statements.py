@@ -359,7 +359,7 @@ class Statements:
                     self.handlers.on_setattr(self, b, target.attr.value, value, self.line_of(stmt))
                 elif isinstance(b, Class) and target.attr.value != "__dict__":
                     # `train_config.batch_size = 64`: a class used as a namespace of settings, read through the class
-                    self.write(b.fields, target.attr.value, value, b)
+                    self.write(b.attribute_store(), target.attr.value, value, b)
                 elif isinstance(b, Method):  # model.transformer.x = v: a part of a known object
                     self.handlers.on_sub_setattr(self, b.obj, b.name, target.attr.value, value, self.line_of(stmt))
                 elif isinstance(b, Dict):  # cfg.model.microbatch_size = n: an attribute dict (DictConfig, EasyDict)
@@ -439,6 +439,9 @@ class Statements:
                         f.defaults[param.name.value] = self.ev(param.default, env)
                         f.default_source[param.name.value] = ("function-default", f"def {stmt.name.value}({param.name.value}={self.code(param.default)})", self.line_of(param), self.cur_file())
                 methods[stmt.name.value] = f
+                continue
+            if isinstance(stmt, cst.ClassDef):  # a nested class (a model's `class Config:`): present, not read
+                class_attrs[stmt.name.value] = Unknown(f"the nested class {stmt.name.value}")
                 continue
             if isinstance(stmt, cst.SimpleStatementLine):
                 for small in stmt.body:
