@@ -191,3 +191,31 @@ def test_a_script_meant_for_a_launcher_is_not_assumed_one_process(tmp_path, monk
     monkeypatch.chdir(root)
     [plan] = extract_targets([Target(Path("train.py"), "train.py", True)])
     assert plan.value("num_gpus") is None
+
+
+@pytest.mark.parametrize("meta, dtype, precision", [
+    ({"kaggle": {"accelerator": "nvidiaTeslaT4", "isGpuEnabled": True}}, "fp16", "amp-fp16"),
+    ({"kaggle": {"accelerator": "nvidiaTeslaP100"}}, "fp16", "amp-fp16"),
+    ({"colab": {"gpuType": "A100"}}, "bf16", "amp-bf16"),
+    ({}, "auto", "amp-bf16"),  # no GPU named: unsloth decides at run time; bf16 support assumed (said)
+])
+def test_a_notebooks_saved_gpu_decides_unsloth_and_bf16(tmp_path, monkeypatch, meta, dtype, precision):
+    import json
+
+    from memlint.extract import extract_file
+
+    source = [
+        "from unsloth import FastLanguageModel, is_bfloat16_supported\n",
+        "from trl import SFTTrainer, SFTConfig\n",
+        "model, tok = FastLanguageModel.from_pretrained('unsloth/Llama-3.2-1B', max_seq_length=1024, dtype=None, "
+        "load_in_4bit=True)\n",
+        "model = FastLanguageModel.get_peft_model(model, r=16)\n",
+        "args = SFTConfig(output_dir='o', fp16=not is_bfloat16_supported(), bf16=is_bfloat16_supported())\n",
+        "SFTTrainer(model=model, tokenizer=tok, args=args, train_dataset=None).train()\n",
+    ]
+    cell = {"cell_type": "code", "metadata": {}, "source": source, "outputs": [], "execution_count": None}
+    nb = tmp_path / "nb.ipynb"
+    nb.write_text(json.dumps({"cells": [cell], "metadata": meta, "nbformat": 4, "nbformat_minor": 5}))
+    monkeypatch.chdir(tmp_path)
+    plan = extract_file(nb)
+    assert (plan.value("torch_dtype"), plan.value("precision")) == (dtype, precision)

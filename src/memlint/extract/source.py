@@ -62,12 +62,13 @@ def bf16_assumed(paths: tuple[Path, ...]) -> tuple[bool, str | None]:
     ok = family_supports(gpu, "bf16") if gpu is not None else None
     if ok is None:
         return True, None
-    return ok, f"the {gpu} the notebook's Colab metadata names ({nb.name})"
+    return ok, f"the {gpu} the notebook's metadata names ({nb.name})"
 
 
 def colab_gpu(path: Path) -> str | None:
-    """The GPU a Colab notebook was saved to run on (its metadata's `colab.gpuType` / `gpuType`: "T4", "A100", "L4"),
-    or None (not a notebook, no such metadata, unreadable); the notebook is read once per version of the file."""
+    """The GPU a Colab or Kaggle notebook was saved to run on (its metadata's `colab.gpuType` / `gpuType`: "T4", "A100",
+    "L4"; Kaggle's `kaggle.accelerator`: "nvidiaTeslaT4"), or None (not a notebook, no such metadata, unreadable); the
+    notebook is read once per version of the file."""
     if path.suffix != ".ipynb":
         return None
     try:
@@ -86,6 +87,11 @@ def _colab_gpu(path: str, _mtime: int, _size: int) -> str | None:
         return None
     gpu = (meta.get("colab") or {}).get("gpuType") if isinstance(meta.get("colab"), dict) else None
     gpu = gpu or meta.get("gpuType")
+    if not (isinstance(gpu, str) and gpu) and isinstance(meta.get("kaggle"), dict):
+        # Kaggle's metadata: {"kaggle": {"accelerator": "nvidiaTeslaT4" | "nvidiaTeslaP100" | "nvidiaL4" | ...}}
+        acc = meta["kaggle"].get("accelerator")
+        m = re.search(r"(T4|P100|L4|A100|H100|V100)", acc) if isinstance(acc, str) else None
+        gpu = m.group(1) if m else None
     return gpu if isinstance(gpu, str) and gpu else None
 
 

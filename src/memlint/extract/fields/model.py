@@ -96,7 +96,7 @@ class ModelFields:
                                                                   "class built by its constructor creates its parameters "
                                                                   "in torch's default dtype (float32)",)))
             elif root.loader == "unsloth":  # dtype=None: bf16 or fp16 by the GPU, decided at run time ("auto")
-                dtypes.append(_libc("unsloth.FastLanguageModel.from_pretrained", "dtype", line))
+                dtypes.append(self.unsloth_dtype(line))
             elif root.open:
                 dtypes.append(Unknown("dtype may be set by **kwargs"))
             elif _bitsandbytes(self.quant_of(root)):  # transformers 4.x forces a bitsandbytes load to float16
@@ -141,6 +141,17 @@ class ModelFields:
         if prepared is not None:  # else the trainer decides (library/api.kbit_prep, by installed version)
             self.fields["kbit_prep"] = Value(True, "literal", Span(self.path, prepared),
                                              ("prepare_model_for_kbit_training(model): non-quantized weights upcast to fp32",))
+
+    def unsloth_dtype(self, line: int | None) -> Any:
+        """unsloth's dtype=None: bf16 where the GPU supports it, else fp16 (FastLanguageModel.from_pretrained); a
+        notebook whose Colab or Kaggle metadata names its GPU says which, else it is decided at run time ("auto")."""
+        from memlint.extract.source import bf16_assumed
+
+        ok, why = bf16_assumed((self.script,))
+        if why is None:
+            return _libc("unsloth.FastLanguageModel.from_pretrained", "dtype", line)
+        name = "bfloat16" if ok else "float16"
+        return Const(name, "environment-default", line, (f"unsloth's dtype=None: {name} on {why}",))
 
     def default_dtype_at(self, root: Obj) -> Any:
         """The dtype torch.set_default_dtype set before `root` was built (the last such call before it): a model

@@ -173,7 +173,7 @@ class LoopHandlers:
         gpu = colab_gpu(nb) if nb is not None else None
         cap = family_capability(gpu) if gpu is not None else None
         if cap is not None:
-            why = f"{c.name}() (line {c.line}): {cap} on the {gpu} the notebook's Colab metadata names ({nb.name})"
+            why = f"{c.name}() (line {c.line}): {cap} on the {gpu} the notebook's metadata names ({nb.name})"
             return Seq([Const(cap[0], "literal", c.line, (why,)), Const(cap[1], "literal", c.line, (why,))], "tuple")
         c.it.facts.note(f"line {c.line}: {c.name}() is read as (8, 0), an Ampere GPU; on a T4 or V100 (7.x) the script "
                         "takes its other branch")
