@@ -505,3 +505,19 @@ optim_wrapper = dict(type=AmpOptimWrapper, optimizer=dict(type=AdamW), dtype=tor
     assert plan.get("lora_r").source == "unknown" and plan.get("per_device_batch").source == "unknown"
     assert plan.value("lora_alpha") == 16 and plan.value("grad_accum") == 1  # accumulative_counts absent: mmengine's 1
     assert plan.value("precision") == "amp-bf16"  # dtype=torch.bfloat16, not only the string spelling
+
+
+@pytest.mark.parametrize("words, env, want", [
+    (["--deepspeed", "deepspeed_zero3"], "", ("zero3", "none", 1)),
+    (["--deepspeed", "deepspeed_zero2_offload"], "NPROC_PER_NODE=4 ", ("zero2", "optimizer", 4)),
+    ([], "", ("none", "none", 1)),
+])
+def test_xtuner_train_reads_its_deepspeed_name_and_processes(tmp_path, monkeypatch, words, env, want):
+    import shutil
+
+    from checkouts import plan_of_command
+
+    shutil.copy(FIXTURES / "scripts" / "xtuner_qwen_qlora_config.py", tmp_path / "cfg.py")
+    (tmp_path / "run.sh").write_text(f"{env}xtuner train cfg.py {' '.join(words)} --work-dir out\n")
+    plan = plan_of_command(tmp_path, monkeypatch, "bash", "run.sh")
+    assert (plan.value("distributed"), plan.value("offload"), plan.value("num_gpus")) == want

@@ -280,6 +280,10 @@ def extract_source(source: str, path: str | Path = "<string>", shown: str | None
         from memlint.extract.xtuner import xtuner_plan
 
         plan = xtuner_plan(name, interp.main_names())  # an xtuner (mmengine) config: dict(type=...) trees, no trainer call
+        if plan is not None and launch is not None and launch.launcher == "xtuner":
+            from memlint.extract.xtuner import xtuner_launched
+
+            plan = xtuner_launched(plan, launch)
         if plan is None:
             builder = Builder(name, p, facts, launch)
             plan = builder.build()

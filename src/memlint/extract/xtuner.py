@@ -8,6 +8,7 @@ way xtuner builds them. Facts are in data/frameworks.json under "xtuner".
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from memlint import data
@@ -44,6 +45,33 @@ def xtuner_plan(shown: str, names: dict) -> TrainingPlan | None:
     r = _Reader(shown, names)
     r.read()
     return TrainingPlan(shown, r.fields, tuple(dict.fromkeys(r.notes)), tuple(r.diagnostics), _KIND)
+
+
+def xtuner_launched(plan: TrainingPlan, launch: Any) -> TrainingPlan:
+    """`xtuner train CONFIG --deepspeed NAME` with NPROC_PER_NODE: the ZeRO stage and offload of xtuner's DeepSpeed
+    config NAME (frameworks.json deepspeed_names; a JSON path is read as DeepSpeed's), and torchrun's processes."""
+    from memlint.extract.launched import _value
+
+    argv, fields = list(launch.argv), {}
+    ref = next((w.split("=", 1)[1] for w in argv if w.startswith("--deepspeed=")), None)
+    if ref is None and "--deepspeed" in argv and argv.index("--deepspeed") + 1 < len(argv):
+        ref = argv[argv.index("--deepspeed") + 1]
+    names = _fw().get("deepspeed_names", {})
+    if ref is not None and ref in names and not ref.startswith("_"):
+        stage, offload = names[ref]
+        fields["distributed"] = _value(launch, f"zero{stage}", f"--deepspeed {ref}")
+        fields["offload"] = _value(launch, offload, f"--deepspeed {ref}")
+    elif ref is not None and ref.endswith(".json"):
+        from memlint.extract.configs.launchers import deepspeed_facts, find_deepspeed
+
+        doc, _ = find_deepspeed(Path(launch.cwd or ".") / "x", launch.where(), ref)
+        if doc is not None:
+            got = deepspeed_facts(doc).fields
+            fields.update({k: got[k] for k in ("distributed", "offload") if k in got})
+    nproc = launch.env.get("NPROC_PER_NODE", "").strip()
+    if nproc.isdigit() and int(nproc) > 0:  # xtuner's entry point runs torchrun --nproc_per_node NPROC_PER_NODE
+        fields["num_gpus"] = _value(launch, int(nproc), f"NPROC_PER_NODE={nproc}")
+    return plan.with_values(**fields) if fields else plan
 
 
 class _Reader:
