@@ -219,3 +219,20 @@ def test_a_notebooks_saved_gpu_decides_unsloth_and_bf16(tmp_path, monkeypatch, m
     monkeypatch.chdir(tmp_path)
     plan = extract_file(nb)
     assert (plan.value("torch_dtype"), plan.value("precision")) == (dtype, precision)
+
+
+@pytest.mark.parametrize("attn, want", [
+    ("kernels-community/vllm-flash-attn3", "flash_attention_3"),
+    ("kernels-community/flash-attn3", "flash_attention_3"),
+    ("kernels-community/flash-attn", "flash_attention_2"),
+    ("kernels-community/some-other-kernel", None),
+])
+def test_a_hub_kernel_attention_is_the_attention_its_repository_names(tmp_path, monkeypatch, attn, want):
+    script = f"""
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+        model = AutoModelForCausalLM.from_pretrained("gpt2", attn_implementation="{attn}")
+        Trainer(model=model, args=TrainingArguments(output_dir="o")).train()
+    """
+    root = _write(tmp_path, {"train.py": script})
+    plan = _command(root, monkeypatch, "python", "train.py")
+    assert _get(plan, "attn_implementation") == {"attn_implementation": want}

@@ -213,6 +213,12 @@ def attention_name(text: str) -> str | None:
     key = str(text).strip().lower()
     if key in attention():
         return key
+    if "/" in key:  # a Hub kernel repository ("kernels-community/flash-attn3"): the attention its name says
+        import re
+
+        repo = key.split(":", 1)[0].rsplit("/", 1)[-1]
+        return next((e["attention"] for e in _doc()["attention_hub_kernels"]["entries"] if re.search(e["pattern"], repo)),
+                    None)
     return _doc()["attention_aliases"].get(key)
 
 

@@ -227,6 +227,9 @@ def _dtype_strict(v: Any) -> str:
 def _attn(v: Any) -> str:
     if isinstance(v, str) and v in api.attention():
         return v
+    name = api.attention_name(v) if isinstance(v, str) and "/" in v else None  # a Hub kernel repository
+    if name is not None:
+        return name
     raise _Unconvertible(f"attn_implementation {v!r}")
 
 
