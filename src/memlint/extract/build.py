@@ -208,8 +208,13 @@ class Builder(
             self.fields["num_gpus"] = Value(1, "library-default", None, ("a notebook runs one process (one GPU)",))
         elif self.script.suffix == ".py" and self.launch is None and self.runs_alone():
             # a script named alone runs as `python script.py` (as `memlint -- python script.py` reads it): one process
+            from memlint.library import api
+
+            spread = (" (a Trainer that sees several GPUs replicates the model over them with DataParallel, each GPU "
+                      "holding about this much: CUDA_VISIBLE_DEVICES=0 makes it one)"
+                      if self.fields["trainer"].value in api.trainers() else "")
             self.fields["num_gpus"] = Value(1, "library-default", None, (
-                "read as `python` runs it: one process (name the launch command when a launcher starts it)",))
+                f"read as `python` runs it: one process{spread}; name the launch command when a launcher starts it",))
             self.notes[:] = [n for n in self.notes if not n.startswith("num_gpus is unknown")]
 
     def runs_alone(self) -> bool:
