@@ -274,3 +274,42 @@ def test_a_pydantic_field_with_an_alias_ignores_its_own_name(tmp_path, monkeypat
                              "kit/main.py": _MAIN.format(build="RunConfig.model_validate(d)"), "cfg.yml": cfg})
     plan = _command(root, monkeypatch, "kit", "cfg.yml")
     assert _get(plan, "model_id")["model_id"] is None
+
+
+@pytest.mark.parametrize("words, want", [
+    (("train", "--model", "Qwen/Qwen2.5-0.5B", "--bs", "4"), {"model_id": "Qwen/Qwen2.5-0.5B", "per_device_batch": 4}),
+    (("eval",), {"model_id": "gpt2", "per_device_batch": 64}),
+])
+def test_argparse_subcommands_dispatch_through_set_defaults(tmp_path, monkeypatch, words, want):
+    # `sub.set_defaults(func=train)` then `args.func(args)`: the subcommand's function runs; set_defaults' keys take no
+    # word of the command line; the script's own run decides the trainer before functions nothing called
+    script = """
+        import argparse
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+        def train(args):
+            model = AutoModelForCausalLM.from_pretrained(args.model)
+            Trainer(model=model, args=TrainingArguments(output_dir="o", per_device_train_batch_size=args.bs)).train()
+
+        def evaluate(args):
+            model = AutoModelForCausalLM.from_pretrained("gpt2")
+            Trainer(model=model, args=TrainingArguments(output_dir="o", per_device_train_batch_size=64)).train()
+
+        def main():
+            p = argparse.ArgumentParser()
+            sub = p.add_subparsers(dest="cmd", required=True)
+            t = sub.add_parser("train")
+            t.add_argument("--model", default="gpt2")
+            t.add_argument("--bs", type=int, default=2)
+            t.set_defaults(func=train)
+            e = sub.add_parser("eval")
+            e.set_defaults(func=evaluate)
+            args = p.parse_args()
+            args.func(args)
+
+        if __name__ == "__main__":
+            main()
+    """
+    root = _write(tmp_path, {"cli.py": script})
+    plan = _command(root, monkeypatch, "python", "cli.py", *words)
+    assert _get(plan, *want) == want

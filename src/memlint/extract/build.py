@@ -136,7 +136,7 @@ class Builder(
     def build(self) -> TrainingPlan:
         objs = self.facts.objects
         trainers = self.facts.first("objects", Trainer)
-        trained = [t for t in self.facts.trained if isinstance(t, Trainer)]
+        trained = self.facts.first("trained", Trainer)  # those the script's own run trained, before other commands
         trainer = (trained or trainers or [None])[-1]
         if len({id(t) for t in trained}) > 1:
             self.notes.append("more than one trainer is trained; the plan follows the last one")

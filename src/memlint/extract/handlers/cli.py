@@ -56,8 +56,9 @@ class CliHandlers:
             return sub
         if name == "set_defaults":
             for k, v in kwargs.items():
-                spec = table.get(k) or ArgSpec({}, line, k)
-                table[k] = ArgSpec({**spec.kwargs, "default": v}, line, spec.flag, spec.file)
+                # a default with no add_argument (`set_defaults(func=train)`) takes no word of the command line
+                spec = table.get(k) or ArgSpec({_DEFAULT_ONLY: Const(True, "literal", line)}, line, k)
+                table[k] = ArgSpec({**spec.kwargs, "default": v}, line, spec.flag, spec.file, spec.flags)
             return Const(None, "literal", line)
         if name in ("parse_args", "parse_known_args", "parse_intermixed_args"):
             given = bool(args) and not (isinstance(args[0], Const) and args[0].value is None)
@@ -129,6 +130,8 @@ class CliHandlers:
         options = []
         for dest, spec in p.args.items():
             kw = spec.kwargs
+            if _DEFAULT_ONLY in kw:
+                continue
             action = kw.get("action")
             act = action.value if isinstance(action, Const) and isinstance(action.value, str) else "store"
             if isinstance(action, Ref) and action.name == "BooleanOptionalAction":
@@ -379,6 +382,9 @@ class CliHandlers:
         if isinstance(action, Const) and action.value in ("store_true", "store_false"):
             return Const(action.value == "store_false", "argparse-default", spec.line, (how,), spec.file)
         return Const(None, "argparse-default", spec.line, (how,), spec.file)
+
+
+_DEFAULT_ONLY = "<set_defaults>"  # an ArgSpec key: the dest has a set_defaults() value and no add_argument
 
 
 @functools.lru_cache(maxsize=1)
