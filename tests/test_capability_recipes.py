@@ -157,3 +157,41 @@ def test_a_dataclass_keeps_its_field_defaults_for_instances_after_a_class_write(
     root = _write(tmp_path, {"train.py": script})
     plan = _command(root, monkeypatch, "python", "train.py")
     assert _get(plan, "per_device_batch") == {"per_device_batch": 4}
+
+
+@pytest.mark.parametrize("join, want", [
+    ("tokenized_source + tokenized_target", 1280),   # qlora.py: prompt and response truncated apart, then joined
+    ("tokenized_source", 1024),                      # the prompt alone
+])
+def test_two_token_lists_truncated_apart_and_joined_hold_the_sum_of_their_caps(tmp_path, monkeypatch, join, want):
+    script = f"""
+        import torch
+        from dataclasses import dataclass
+        from torch.nn.utils.rnn import pad_sequence
+        from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+
+        @dataclass
+        class DataCollatorForCausalLM:
+            tokenizer: object
+            source_max_len: int
+            target_max_len: int
+
+            def __call__(self, instances):
+                sources = [ex["input"] for ex in instances]
+                targets = [ex["output"] for ex in instances]
+                src = self.tokenizer(sources, max_length=self.source_max_len, truncation=True, add_special_tokens=False)
+                tgt = self.tokenizer(targets, max_length=self.target_max_len, truncation=True, add_special_tokens=False)
+                input_ids = []
+                for tokenized_source, tokenized_target in zip(src["input_ids"], tgt["input_ids"]):
+                    input_ids.append(torch.tensor({join}))
+                input_ids = pad_sequence(input_ids, batch_first=True, padding_value=0)
+                return {{"input_ids": input_ids, "labels": input_ids}}
+
+        tok = AutoTokenizer.from_pretrained("gpt2")
+        model = AutoModelForCausalLM.from_pretrained("gpt2")
+        collator = DataCollatorForCausalLM(tokenizer=tok, source_max_len=1024, target_max_len=256)
+        Trainer(model=model, args=TrainingArguments(output_dir="o"), data_collator=collator, train_dataset=[]).train()
+    """
+    root = _write(tmp_path, {"train.py": script})
+    plan = _command(root, monkeypatch, "python", "train.py")
+    assert _get(plan, "max_length", "padding") == {"max_length": want, "padding": "longest"}

@@ -51,6 +51,15 @@ class Unknown:
 
 
 @dataclass(frozen=True)
+class TokenIds(Unknown):
+    """Token ids a tokenizer call returned (the whole output, its `input_ids`, one sample's list): unknown values, each
+    sample at most `cap` tokens when the call truncates to a known length; two such lists joined with `+` hold at most
+    the sum (a prompt and a response truncated apart, then concatenated: qlora.py's collator)."""
+
+    cap: Any = None
+
+
+@dataclass(frozen=True)
 class DeviceCount(Unknown):
     """torch.cuda.device_count() where the launch does not set CUDA_VISIBLE_DEVICES: every GPU the machine shows."""
 

@@ -355,6 +355,7 @@ class LengthFields:
                     pads.append((kind, p, c.line))
                 if c.get("max_length") is not None:
                     lengths.append(c.get("max_length"))
+        lengths += facts.first("joined_caps")  # a prompt and a response truncated apart, then joined: the sum
         for hp in facts.first("hand_pads"):
             c = hp.length if isinstance(hp.length, Const) else None
             pads.append((hp.kind, Const(hp.kind, "literal", hp.line, ("padding written in the script's own collate code",), hp.file), hp.line))

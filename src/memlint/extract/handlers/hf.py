@@ -13,7 +13,7 @@ from memlint.extract.objects import (
     ClassLoader, Collator, Dataset, DtypeName, HfConfig, Instance, Model, Obj, Params, Partial, PeftConfig, Setting,
     Tokenizer, TokenizerCall, Trainer, TrainingArgs, dtype_of,
 )
-from memlint.extract.values import Class, Const, Dict, Func, Ref, Seq, Unknown
+from memlint.extract.values import Class, Const, Dict, Func, Ref, Seq, TokenIds, Unknown
 from memlint.library import api
 from memlint.extract.handlers.common import Call, _last
 
@@ -228,7 +228,10 @@ class HfHandlers:
         it.facts.tokenizer_calls.append(TokenizerCall(dict(kwargs), line, tok, name,
                                                       bool(args) or "text" in kwargs or "text_target" not in kwargs,
                                                       name != "pad" and _literal_text(text)))
-        return Unknown("token ids")
+        cap, trunc = kwargs.get("max_length"), kwargs.get("truncation")
+        capped = isinstance(cap, Const) and isinstance(cap.value, int) and not isinstance(cap.value, bool) \
+            and isinstance(trunc, Const) and trunc.value not in (False, None, "do_not_truncate")
+        return TokenIds("token ids", line, cap if capped else None)
 
     @staticmethod
     def kernel_class(name: str) -> Ref | None:

@@ -13,7 +13,7 @@ from typing import Any, Callable
 from memlint.extract import budget
 from memlint.extract.interp import BoundStr, SPREAD, _BUILTIN_CALLS
 from memlint.extract.objects import DtypeName, Fields, Namespace, Obj, OpenFile, Partial, Range
-from memlint.extract.values import (HOLE, Alts, Class, Const, Dict, ModuleVal, RaisedBy, Ref, Seq, Template, Unknown, flatten,
+from memlint.extract.values import (HOLE, Alts, Class, Const, Dict, ModuleVal, RaisedBy, Ref, Seq, Template, TokenIds, Unknown, flatten,
                                     insert_fits, weakest)
 from memlint.extract.handlers.common import Call, _PASS
 
@@ -248,6 +248,10 @@ class LanguageHandlers:
             if args:
                 d.open = True
             return d
+        if name == "zip" and any(isinstance(a, TokenIds) for a in args) and not kwargs:
+            # zip(sources["input_ids"], targets["input_ids"]): pairs of token lists, how many unknown
+            row = [a if isinstance(a, TokenIds) else Unknown("an item of zip()") for a in args]
+            return Seq([Seq(row, "tuple")], "list", grown=True)
         if name == "vars":
             if args and isinstance(args[0], Obj):
                 return Fields(args[0])

@@ -15,7 +15,7 @@ from memlint.extract.interp.scope import BoundStr, BoundUnknown, Env, GlobalsVie
 from memlint.extract.interp.syntax import (MAX_ALTS, _BINOPS, _BUILTIN_CALLS, _CMPOPS, _DICT_METHODS, _builtin_type,
                                            _is_classmethod, _string_value)
 from memlint.extract.objects import BoundMethod, DictMethod, Fields, Obj, OpenFile, RandomOffsets, SeqMethod
-from memlint.extract.values import (HOLE, Alts, Class, Const, Dict, Func, ModuleVal, Ref, Seq, Template, Unknown,
+from memlint.extract.values import (HOLE, Alts, Class, Const, Dict, Func, ModuleVal, Ref, Seq, Template, TokenIds, Unknown,
                                     flatten, merge, to_python, weakest)
 from memlint.library import api
 
@@ -296,7 +296,9 @@ class Expressions:
         out = None
         for b in flatten(base):
             v: Any
-            if not isinstance(key, Const):
+            if isinstance(b, TokenIds):  # out["input_ids"], ids[i]: token ids still, at most as many
+                v = b
+            elif not isinstance(key, Const):
                 v = Unknown("an item with an unknown key")
             elif isinstance(b, Seq) and isinstance(key.value, int) and -len(b.items) <= key.value < len(b.items):
                 v = b.items[key.value]
@@ -354,6 +356,8 @@ class Expressions:
             return self._combine(value, node, a, b)
         if isinstance(a, Seq) and isinstance(b, Seq) and op == "Add":
             return self.sized(Seq(a.items + b.items, a.kind), (a, b))
+        if op == "Add" and isinstance(a, TokenIds) and isinstance(b, TokenIds):
+            return self.joined_ids(a, b, node)
         if isinstance(a, Dict) and isinstance(b, Dict) and op == "BitOr":
             return self.sized(Dict({**a.items, **b.items}, a.open or b.open), (a, b))
         for x in (a, b):

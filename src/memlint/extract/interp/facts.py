@@ -34,6 +34,7 @@ class Facts:
     grad_hooks: list = field(default_factory=list)       # GradHook: p.register_post_accumulate_grad_hook(fn)
     lora_freezes: list = field(default_factory=list)     # lines of the checkout's only_optimize_lora_parameters(model)
     hand_quant: list = field(default_factory=list)       # HandQuant: bitsandbytes linears the script builds or hands to a helper
+    joined_caps: list = field(default_factory=list)  # Const: caps of two truncated token lists joined with `+`, summed
     random_batches: list = field(default_factory=list)  # RandomBatch: torch.randint(vocab_size, (B, T)) as the input
     batch_slices: list = field(default_factory=list)  # Const rows: `rows[j * k : j * k + k]`, k named as a batch size
     iterator_batches: list = field(default_factory=list)  # (Const rows, line, how): a checkout iterable built with a batch size

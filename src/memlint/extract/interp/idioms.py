@@ -12,7 +12,7 @@ import libcst as cst
 from memlint.extract.interp.scope import Env
 from memlint.extract.interp.syntax import _walk
 from memlint.extract.objects import Chunking, MicroSlice, RandomOffsets, Window
-from memlint.extract.values import Alts, Const, Unknown
+from memlint.extract.values import Alts, Const, Unknown, weakest
 from memlint.library import api
 
 
@@ -198,6 +198,21 @@ class Idioms:
             node = self.pad_counts[node.value]
         return isinstance(node, cst.Integer) or isinstance(node, cst.Call) and self.dotted(node.func) == "max" \
             or isinstance(node, (cst.Name, cst.Attribute))
+
+    def joined_ids(self, a: Any, b: Any, node: cst.CSTNode) -> Any:
+        """`source_ids + target_ids`: two token lists truncated apart and concatenated hold at most the sum of their caps
+        (qlora.py's collator: source_max_len + target_max_len); the sum is the sample's length when both are known."""
+        from memlint.extract.values import TokenIds
+
+        caps = [x.cap for x in (a, b)]
+        if not all(isinstance(c, Const) and isinstance(c.value, int) for c in caps):
+            return TokenIds("token ids", self.line_of(node), None)
+        line = self.line_of(node)
+        total = Const(caps[0].value + caps[1].value, weakest(caps[0].source, caps[1].source), line,
+                      (*caps[0].chain, *caps[1].chain, f"two token lists truncated apart ({caps[0].value} and "
+                       f"{caps[1].value} tokens) joined at line {line}: {self.code(node)}"), caps[0].file)
+        self.facts.joined_caps.append(total)
+        return TokenIds("token ids", line, total)
 
     def is_length(self, node: cst.CSTNode) -> bool:
         """`len(ids)`, `x.size(-1)`, `x.shape[1]`, or a name bound to one (`l = x.size(-1)`)."""
