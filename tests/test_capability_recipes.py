@@ -195,3 +195,34 @@ def test_two_token_lists_truncated_apart_and_joined_hold_the_sum_of_their_caps(t
     root = _write(tmp_path, {"train.py": script})
     plan = _command(root, monkeypatch, "python", "train.py")
     assert _get(plan, "max_length", "padding") == {"max_length": want, "padding": "longest"}
+
+
+@pytest.mark.parametrize("size", ["buf.numel()", "len(buf)", "buf.size(0)", "buf.shape[0]"])
+def test_a_generator_that_cuts_a_filling_buffer_into_blocks_packs(tmp_path, monkeypatch, size):
+    script = f"""
+        import torch as t
+        import datasets as ds
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+        class Data:
+            def __init__(self, max_seq_length):
+                self.max_seq_length = max_seq_length
+
+            def chunk_iterable(self, it):
+                buf = t.empty(0)
+                for eg in it:
+                    buf = t.cat((buf, eg["input_ids"]))
+                    while {size} >= self.max_seq_length:
+                        yield {{"input_ids": buf[: self.max_seq_length]}}
+                        buf = buf[self.max_seq_length :]
+
+            def train_dataset(self):
+                return ds.Dataset.from_generator(lambda: self.chunk_iterable(ds.load_dataset("x", split="train")))
+
+        model = AutoModelForCausalLM.from_pretrained("gpt2")
+        data = Data(2048)
+        Trainer(model=model, args=TrainingArguments(output_dir="o"), train_dataset=data.train_dataset()).train()
+    """
+    root = _write(tmp_path, {"train.py": script})
+    plan = _command(root, monkeypatch, "python", "train.py")
+    assert _get(plan, "max_length", "padding", "packing") == {"max_length": 2048, "padding": "packing", "packing": True}

@@ -97,6 +97,15 @@ class HfHandlers:
     def dataset(self, c: Call) -> Any:
         return Dataset(c.qual, c.line or 0)
 
+    def dataset_from_generator(self, c: Call) -> Any:
+        """datasets' Dataset.from_generator(gen, gen_kwargs=...) / IterableDataset.from_generator: the rows `gen` yields
+        (a packer, a tokenizing loop), run once as the library runs it."""
+        gen = c.arg(0, "generator")
+        kw = c.kwargs.get("gen_kwargs")
+        if isinstance(gen, Func):
+            c.it.call_function(gen, [], dict(kw.items) if isinstance(kw, Dict) else {}, c.line)
+        return Dataset(c.qual, c.line or 0)
+
     def from_pretrained(self, c: Call) -> Any:
         owner, how = c.owner, c.name
         if owner in api.unsloth_loaders():
@@ -294,6 +303,7 @@ BY_NAME: dict[str, Callable[[Any, Call], Any]] = {
     "from_config": HfHandlers.from_pretrained,
     "load_dataset": HfHandlers.dataset,
     "load_from_disk": HfHandlers.dataset,
+    "from_generator": HfHandlers.dataset_from_generator,
 }
 
 

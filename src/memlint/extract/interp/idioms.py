@@ -255,7 +255,8 @@ class Idioms:
 
     def buffer_chunk_idiom(self, node: cst.While, env: Env) -> None:
         """`while len(buf) > n: blocks.append(buf[:n]); buf = buf[n:]`: a token buffer cut into blocks of n
-        (a packing dataset's __init__). The same n bounds the loop and both slices."""
+        (a packing dataset's __init__, a generator that yields each block); the buffer's length also as a tensor's
+        (`buf.numel()`, `buf.size(0)`, `buf.shape[0]`). The same n bounds the loop and both slices."""
         heads, tails = {}, set()
         for sub in _walk(node.body):
             if isinstance(sub, cst.Subscript) and len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Slice):
@@ -268,7 +269,7 @@ class Idioms:
                     tails.add(self.code(sl.lower))
         test = self.code(node.test)
         for code, (expr, sub) in heads.items():
-            if code in tails and "len(" in test and code in test:
+            if code in tails and any(w in test for w in ("len(", ".numel()", ".size(", ".shape[")) and code in test:
                 self.facts.chunking.append(Chunking(self.ev(expr, env), self.line_of(sub)))
                 return
 
