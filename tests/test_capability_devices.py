@@ -236,3 +236,19 @@ def test_a_hub_kernel_attention_is_the_attention_its_repository_names(tmp_path, 
     root = _write(tmp_path, {"train.py": script})
     plan = _command(root, monkeypatch, "python", "train.py")
     assert _get(plan, "attn_implementation") == {"attn_implementation": want}
+
+
+def test_the_one_process_reading_looks_at_the_text_read_not_the_file_now(tmp_path, monkeypatch):
+    # `memlint diff` reads a script's text at BASE: whether it was written for a launcher is that text's, not the
+    # working copy's
+    from memlint.extract import extract_source
+
+    body = ("from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+            "model = AutoModelForCausalLM.from_pretrained('gpt2')\n"
+            "Trainer(model=model, args=TrainingArguments(output_dir='o')).train()\n")
+    ranked = "import os\nLOCAL_RANK = int(os.environ['LOCAL_RANK'])\n" + body
+    (tmp_path / "train.py").write_text(ranked)
+    monkeypatch.chdir(tmp_path)
+    assert extract_source(body, tmp_path / "train.py", "train.py").value("num_gpus") == 1
+    (tmp_path / "train.py").write_text(body)
+    assert extract_source(ranked, tmp_path / "train.py", "train.py").value("num_gpus") is None

@@ -285,7 +285,7 @@ def extract_source(source: str, path: str | Path = "<string>", shown: str | None
 
             plan = xtuner_launched(plan, launch)
         if plan is None:
-            builder = Builder(name, p, facts, launch)
+            builder = Builder(name, p, facts, launch, source)
             plan = builder.build()
             read = builder.read_files
         else:

@@ -65,9 +65,10 @@ class Builder(
 ):
     """One file's plan from its interpreter facts."""
 
-    def __init__(self, path: str, script: Path, facts: Any, launch: Any = None) -> None:
+    def __init__(self, path: str, script: Path, facts: Any, launch: Any = None, source: str = "") -> None:
         self.path = path
         self.script = script
+        self.source = source  # the text read (a `memlint diff` base's, not the file's now)
         self.facts = facts
         self.launch = launch
         self.fields: dict[str, Value] = {}
@@ -225,7 +226,7 @@ class Builder(
         trainer, shard = self.fields.get("trainer"), self.fields.get("distributed")
         return trainer is not None and trainer.known and trainer.value not in _SELF_LAUNCHING \
             and shard is not None and shard.value == "none" and not all_visible(self.fields.get("num_gpus")) \
-            and not self.facts.spawns and not _made_for_a_launcher(self.script)
+            and not self.facts.spawns and not _made_for_a_launcher(self.script, self.source)
 
     @staticmethod
     def root(m: Obj) -> Obj:
@@ -249,10 +250,10 @@ _LAUNCHERS = re.compile(r"torchrun|torch\.distributed\.(run|launch)|accelerate\s
                         r"\bmpirun\b|--nproc[_-]per[_-]node")
 
 
-def _made_for_a_launcher(script: Path) -> bool:
-    """Whether a script named alone is written for a process launcher (it sets up its own rank or process group) or
-    a launcher or README beside it runs it with one (torchrun, accelerate launch, deepspeed, srun): then plain
-    `python` is not how it runs, and its GPUs are the launcher's."""
+def _made_for_a_launcher(script: Path, source: str) -> bool:
+    """Whether a script named alone (its text `source`) is written for a process launcher (it sets up its own rank or
+    process group) or a launcher or README beside it runs it with one (torchrun, accelerate launch, deepspeed, srun):
+    then plain `python` is not how it runs, and its GPUs are the launcher's."""
     from memlint import files
     from memlint.errors import MemlintError
 
@@ -262,7 +263,7 @@ def _made_for_a_launcher(script: Path) -> bool:
         except (OSError, UnicodeDecodeError, MemlintError):  # over a limit, unreadable: nothing learnt from it
             return ""
 
-    if _RANKED.search(text(script)):
+    if _RANKED.search(source):
         return True
     seen = 0
     for folder in [script.parent, *script.parent.parents][:3]:

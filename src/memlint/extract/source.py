@@ -90,8 +90,8 @@ def _colab_gpu(path: str, _mtime: int, _size: int) -> str | None:
     if not (isinstance(gpu, str) and gpu) and isinstance(meta.get("kaggle"), dict):
         # Kaggle's metadata: {"kaggle": {"accelerator": "nvidiaTeslaT4" | "nvidiaTeslaP100" | "nvidiaL4" | ...}}
         acc = meta["kaggle"].get("accelerator")
-        m = re.search(r"(T4|P100|L4|A100|H100|V100)", acc) if isinstance(acc, str) else None
-        gpu = m.group(1) if m else None
+        m = re.fullmatch(r"nvidia(?:Tesla)?([A-Z]?\d+)\w*", acc) if isinstance(acc, str) else None
+        gpu = m.group(1) if m else None  # gpus.json says what that GPU has
     return gpu if isinstance(gpu, str) and gpu else None
 
 

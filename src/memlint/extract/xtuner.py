@@ -64,7 +64,7 @@ def xtuner_launched(plan: TrainingPlan, launch: Any) -> TrainingPlan:
     elif ref is not None and ref.endswith(".json"):
         from memlint.extract.configs.launchers import deepspeed_facts, find_deepspeed
 
-        doc, _ = find_deepspeed(Path(launch.cwd or ".") / "x", launch.where(), ref)
+        doc, _ = find_deepspeed(Path(plan.path), plan.path, ref)
         if doc is not None:
             got = deepspeed_facts(doc).fields
             fields.update({k: got[k] for k in ("distributed", "offload") if k in got})

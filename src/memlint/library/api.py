@@ -3,6 +3,7 @@ classes and attention implementations, for extract/, fix/ and estimate/ alike.""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -214,8 +215,6 @@ def attention_name(text: str) -> str | None:
     if key in attention():
         return key
     if "/" in key:  # a Hub kernel repository ("kernels-community/flash-attn3"): the attention its name says
-        import re
-
         repo = key.split(":", 1)[0].rsplit("/", 1)[-1]
         return next((e["attention"] for e in _doc()["attention_hub_kernels"]["entries"] if re.search(e["pattern"], repo)),
                     None)

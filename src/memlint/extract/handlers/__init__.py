@@ -269,14 +269,18 @@ class Handlers(
     def validated_input(self, c: Call, cls: Class) -> Call:
         """The keywords a pydantic model keeps: each key under the field it aliases (`Field(alias="model")`), and a
         dict given for a field annotated with a model built into that model (pydantic validates nested models)."""
-        kwargs = {}
-        aliased = {f for c_ in cls.lineage() if isinstance(c_, Class) for f in c_.aliases.values()}
+        aliases: dict = {}
+        nested: dict = {}
+        for c_ in reversed([x for x in cls.lineage() if isinstance(x, Class)]):  # a subclass's declaration wins
+            aliases.update(c_.aliases)
+            nested.update(c_.nested)
         strict = cls.class_lookup("model_config") is None and cls.class_lookup("Config") is None  # no populate_by_name
+        kwargs = {}
         for key, v in c.kwargs.items():
-            if strict and key in aliased and not any(isinstance(c_, Class) and key in c_.aliases for c_ in cls.lineage()):
+            if strict and key in aliases.values() and key not in aliases:
                 continue  # a field with an alias takes its value by the alias only (pydantic's default)
-            name = next((a for c_ in cls.lineage() if isinstance(c_, Class) for a in [c_.aliases.get(key)] if a), key)
-            sub = next((c_.nested[name] for c_ in cls.lineage() if isinstance(c_, Class) and name in c_.nested), None)
+            name = aliases.get(key, key)
+            sub = nested.get(name)
             if sub is not None and isinstance(v, Dict):
                 v = self.construct_user(Call(c.it, sub.name, [], dict(v.items), v.open, c.line), sub)
             kwargs[name] = v

@@ -184,10 +184,11 @@ class DistributedHandlers:
     def ray_trainer(self, c: Call) -> Any:
         """ray.train.torch.TorchTrainer(train_loop_per_worker, train_loop_config=cfg, scaling_config=...): each of
         num_workers workers (one GPU each with use_gpu=True; CPU workers by default) runs train_loop_per_worker(cfg)
-        in a torch process group (TransformersTrainer / LightningTrainer of Ray 2.x call their init function alike)."""
+        in a torch process group; Ray 2.x's TransformersTrainer calls its trainer_init_per_worker alike and trains the
+        Trainer it returns (its LightningTrainer takes a config, no function: only its workers are read)."""
         fn = c.arg(0, "train_loop_per_worker")
         if fn is None:
-            fn = c.kwargs.get("trainer_init_per_worker", c.kwargs.get("lightning_config"))
+            fn = c.kwargs.get("trainer_init_per_worker")
         cfg = c.kwargs.get("train_loop_config", c.kwargs.get("trainer_init_config"))
         sc = c.kwargs.get("scaling_config")
         n = sc.kwargs.get("num_workers") if isinstance(sc, Obj) else None

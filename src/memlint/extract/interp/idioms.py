@@ -12,7 +12,7 @@ import libcst as cst
 from memlint.extract.interp.scope import Env
 from memlint.extract.interp.syntax import _walk
 from memlint.extract.objects import Chunking, MicroSlice, RandomOffsets, Window
-from memlint.extract.values import Alts, Const, Unknown, weakest
+from memlint.extract.values import Alts, Const, TokenIds, Unknown, weakest
 from memlint.library import api
 
 
@@ -202,8 +202,6 @@ class Idioms:
     def joined_ids(self, a: Any, b: Any, node: cst.CSTNode) -> Any:
         """`source_ids + target_ids`: two token lists truncated apart and concatenated hold at most the sum of their caps
         (qlora.py's collator: source_max_len + target_max_len); the sum is the sample's length when both are known."""
-        from memlint.extract.values import TokenIds
-
         caps = [x.cap for x in (a, b)]
         if not all(isinstance(c, Const) and isinstance(c.value, int) for c in caps):
             return TokenIds("token ids", self.line_of(node), None)

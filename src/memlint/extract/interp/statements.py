@@ -460,8 +460,7 @@ class Statements:
                         else:  # `dataset = "alpaca"` in a dataclass: a class attribute, not a field
                             class_attrs[name] = cls_env.vars[name]
         cls = Class(node.name.value, bases, fields, lines, self.line_of(node), is_dc, self.cur_file(), methods,
-                    validated, aliases, nested)
-        cls.class_attrs = class_attrs
+                    validated, aliases, nested, class_attrs)
         for f in methods.values():
             f.owner = cls
         env.vars[node.name.value] = cls
