@@ -588,6 +588,59 @@ def test_a_trainer_subclass_whose_arguments_carry_num_generations_runs_grpos_ste
     assert _plan(root, "python train.py", monkeypatch).get("trainer").value == "Trainer"
 
 
+def test_a_trainer_copy_given_trls_grpo_config_runs_grpos_step(tmp_path, monkeypatch):
+    """A repository's copy of TRL's GRPO trainer on transformers' Trainer, given TRL's own GRPOConfig that the script
+    leaves num_generations out of: TRL's class has the field (at its default), so the step is GRPO's."""
+    copy = '''
+        from transformers import Trainer
+
+        class VisionGRPOTrainer(Trainer):
+            def __init__(self, model, reward_funcs, args=None, train_dataset=None, **kwargs):
+                super().__init__(model=model, args=args, train_dataset=train_dataset)
+    '''
+    script = '''
+        from trl import {args_class}
+        from copied import VisionGRPOTrainer
+        args = {args_class}(output_dir="o", per_device_train_batch_size=2, max_prompt_length=256,
+                            max_completion_length=256)
+        VisionGRPOTrainer(model="Qwen/Qwen2.5-0.5B-Instruct", reward_funcs=[len], args=args).train()
+    '''
+    root = _write(tmp_path, {"copied.py": copy, "train.py": script.replace("{args_class}", "GRPOConfig")})
+    plan = _plan(root, "python train.py", monkeypatch)
+    assert plan.get("trainer").value == "GRPOTrainer" and "num_generations" in " ".join(plan.get("trainer").chain)
+    assert plan.get("max_length").value == 512
+    # TRL's SFTConfig has no num_generations: the copy given it is a Trainer
+    (tmp_path / "train.py").write_text(textwrap.dedent(script.replace("{args_class}", "SFTConfig")).lstrip("\n"))
+    assert _plan(root, "python train.py", monkeypatch).get("trainer").value == "Trainer"
+
+
+def test_a_model_id_given_to_a_trainer_subclass_of_transformers_trainer_is_loaded_by_its_own_init(tmp_path, monkeypatch):
+    """transformers' Trainer takes only a model object: a subclass called with a model id loads it in its own
+    __init__ (a copied GRPO trainer with its own attn_implementation= keyword), which is what runs."""
+    copy = '''
+        from transformers import AutoModelForCausalLM, Trainer
+
+        class VisionGRPOTrainer(Trainer):
+            def __init__(self, model, reward_funcs, args=None, attn_implementation="sdpa", **kwargs):
+                init = args.model_init_kwargs or {}
+                init["attn_implementation"] = attn_implementation
+                if isinstance(model, str):
+                    model = AutoModelForCausalLM.from_pretrained(model, **init)
+                super().__init__(model=model, args=args)
+    '''
+    script = '''
+        from trl import GRPOConfig
+        from copied import VisionGRPOTrainer
+        args = GRPOConfig(output_dir="o", per_device_train_batch_size=2)
+        VisionGRPOTrainer(model="Qwen/Qwen2.5-0.5B-Instruct", reward_funcs=[len], args=args,
+                          attn_implementation="flash_attention_2").train()
+    '''
+    root = _write(tmp_path, {"copied.py": copy, "train.py": script})
+    plan = _plan(root, "python train.py", monkeypatch)
+    assert (plan.get("trainer").value, plan.get("model_id").value, plan.get("attn_implementation").value) == (
+        "GRPOTrainer", "Qwen/Qwen2.5-0.5B-Instruct", "flash_attention_2")
+
+
 def test_a_known_but_unresolvable_model_id_with_an_unknown_length_still_gets_the_checkpoint_table(tmp_path, monkeypatch):
     # the checkout's LlamaForCausalLM.from_pretrained("org/some-llama-7b") names the model; memlint cannot size it offline
     root = _write(tmp_path, {"modeling_llama.py": _MODELING, "main.py": _MAIN})

@@ -25,7 +25,7 @@ from libcst.metadata import CodePosition, CodeRange
 
 from memlint.extract import slicing
 from memlint.extract.parsed import ParserSyntaxError
-from memlint.extract.values import Const, Dict, Func, Ref, Seq, Unknown, to_python
+from memlint.extract.values import Class, Const, Dict, Func, Ref, Seq, Unknown, to_python
 from memlint.files import max_file_size, read_text
 
 # Env, Module and Interpreter are extract/interp/'s (which imports this module): named in comments, typed Any here.
@@ -140,6 +140,7 @@ class Imports:
         self.env_keys: dict[int, Path] = {}  # the scope (id of its Env) of each module of the checkout read -> its key
         self.bodies: set[tuple[Path, int]] = set()  # (module, line) of the functions whose bodies' names were read
         self.stars: dict[int, list[tuple[Path, str]]] = {}  # per module scope (id of its Env): its star imports' modules
+        self.library_copies: dict[str, Any] = {}  # qualified name -> the class a copy of its library defines, or None
 
     def main_names(self) -> dict:
         """The script's module-level names, an imported one read when asked for."""
@@ -356,6 +357,44 @@ class Imports:
                 e = e.parent
         return self.ev(node, env)
 
+    def _library_copy_import(self, node: cst.ImportFrom, dotted: str, level: int, env: Any) -> bool:
+        """A relative import inside the checkout's copy of a modelled library (`from .grpo_trainer import GRPOTrainer`
+        in a fork's trl/trainer/): the library's own name, modelled as the library's (a Ref), never its copied source."""
+        parts = self.library_copy_name(self.mod.path)
+        if parts is None or isinstance(node.names, cst.ImportStar):
+            return False
+        package = parts if self.mod.path.name == "__init__.py" else parts[:-1]
+        if level - 1 >= len(package):
+            return False
+        base = ".".join([*package[:len(package) - (level - 1)], *([dotted] if dotted else [])])
+        for alias in node.names:
+            name = self.dotted(alias.name)
+            env.vars[alias.asname.name.value if alias.asname else name] = Ref(f"{base}.{name}")
+        return True
+
+    def library_copy_class(self, qual: str) -> Any:
+        """`pkg.mod.Name` of a modelled library that its data does not know, where the checkout holds a copy of the
+        library (a fork adding its own trainer): the class that copy defines, read from it (its bases inside the
+        library stay the library's), or None."""
+        if not qual.rpartition(".")[2][:1].isupper():
+            return None  # a class's name (a function of the library is not read from a copy)
+        if qual not in self.library_copies:
+            self.library_copies[qual] = self._library_copy_class(qual)
+        return self.library_copies[qual]
+
+    def _library_copy_class(self, qual: str) -> Any:
+        for _ in range(4):  # a package's __init__ re-exporting its submodule's name: followed there
+            dotted, _, name = qual.rpartition(".")
+            target = self.find_module(dotted, 0, copy=True) if dotted else None
+            if target is None or target.resolve() == self.path.resolve():
+                return None
+            mod = self.read_module(target, dotted, frozenset({name}))
+            v = resolved(self.module_name(mod.env, name)) if mod is not None else None
+            if not isinstance(v, Ref) or v.qual == qual:
+                return v if isinstance(v, Class) else None
+            qual = v.qual
+        return None
+
     def do_import(self, node: cst.Import, env: Any) -> None:
         """`import m` of a module of the checkout: read for each attribute the script uses of it, when it does."""
         for alias in node.names:
@@ -370,6 +409,8 @@ class Imports:
     def do_import_from(self, node: cst.ImportFrom, env: Any) -> None:
         dotted = self.dotted(node.module) if node.module is not None else ""
         level = len(node.relative)
+        if level and self.mod is not None and not self.mod.is_main and self._library_copy_import(node, dotted, level, env):
+            return
         if isinstance(node.names, cst.ImportStar):
             # a module of the checkout: read for a name when one the importer does not bind is used (star_name);
             # a package's __init__ re-exporting its submodules is not read whole for one of them

@@ -128,3 +128,110 @@ def _literal(v: Any, depth: int = 0) -> Any:
     if isinstance(v, list):
         return [_literal(x, depth + 1) for x in v[:256]]
     return v if isinstance(v, _SCALARS) else None
+
+
+# ---- LightningCLI called in a script (`cli = LightningCLI(Model, DataModule, trainer_defaults={...})`) ----------
+
+_SUBCOMMANDS = ("fit", "validate", "test", "predict")
+_SECTIONS = ("model", "data", "trainer")
+
+
+def script_cli(handlers: Any, c: Any) -> Any:
+    """`LightningCLI(model_class, datamodule_class, trainer_defaults=...)` in a script run as `python main.py fit
+    --model.lr 3e-3 --data.batch_size 4 --trainer.max_epochs 5 [--config cfg.yaml]`: LightningCLI builds the model
+    and data module from their `__init__` parameters (the command's `--model.*` / `--data.*` words, a `--config`
+    file's sections, else the parameters' defaults) and lightning's Trainer from `trainer_defaults` under the file's
+    and the command's `trainer` values, then runs the subcommand (fit) unless `run=False`. The result holds `.model`,
+    `.datamodule` and `.trainer` as the script reads them after."""
+    from memlint.extract.handlers.common import Call
+    from memlint.extract.imports import resolved as resolved_value
+    from memlint.extract.objects import Instance, LightningTrainer
+    from memlint.extract.values import Const, Dict
+
+    it = c.it
+    words = list(it.launch.argv) if it.launch is not None else []
+    sub, given, configs = _cli_words(words)
+    sections: dict[str, dict] = {name: {} for name in _SECTIONS}
+    defaults = resolved_value(c.kwargs.get("trainer_defaults"))
+    if isinstance(defaults, Dict):
+        sections["trainer"].update({k: v for k, v in defaults.items.items() if isinstance(k, str)})
+    for path in configs:
+        _config_sections(it, path, sections)
+    for (section, key), word in given.items():
+        sections[section][key] = handlers.cli_const(it, _word_value(word), f"--{section}.{key} {word}")
+    model_class = resolved_value(c.arg(0, "model_class"))
+    data_class = resolved_value(c.arg(1, "datamodule_class"))
+    model = _build(handlers, c, model_class, sections["model"])
+    data = _build(handlers, c, data_class, sections["data"]) if data_class is not None else None
+    trainer = Call(it, "lightning.Trainer", [], sections["trainer"], False, c.line).new(LightningTrainer,
+                                                                                       "lightning.Trainer")
+    run = c.kwargs.get("run")
+    if not (isinstance(run, Const) and run.value is False) and sub in (None, "fit"):
+        handlers.lightning_method(it, trainer, "fit", [model], {"datamodule": data} if data is not None else {}, c.line)
+    out = Instance("LightningCLI", c.line or 0, {}, {}, False)
+    out.attrs.update({"model": model, "datamodule": data if data is not None else Const(None, "literal", c.line),
+                      "trainer": trainer})
+    return out
+
+
+def _cli_words(words: list[str]) -> tuple[str | None, dict[tuple[str, str], str], list[str]]:
+    """(the subcommand, {(section, key): word} of `--model.lr 3e-3` / `--trainer.max_epochs=5`, the --config files)."""
+    sub, given, configs = None, {}, []
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if sub is None and w in _SUBCOMMANDS:
+            sub = w
+        elif w.startswith("--") or w == "-c":
+            key, eq, value = (w[2:].partition("=") if w.startswith("--") else ("config", "", ""))
+            if not eq and i + 1 < len(words) and not words[i + 1].startswith("--"):
+                value, i = words[i + 1], i + 1
+            section, _, name = key.partition(".")
+            name = name.removeprefix("init_args.")
+            if key == "config" and value:
+                configs.append(value)
+            elif section in _SECTIONS and name and "." not in name and (eq or value):
+                given[(section, name)] = value
+        i += 1
+    return sub, given, configs
+
+
+def _word_value(word: str) -> Any:
+    """A command-line word as jsonargparse reads a plain value: true/false, null, a number, else the string."""
+    low = word.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("null", "none"):
+        return None
+    for kind in (int, float):
+        try:
+            return kind(word)
+        except ValueError:
+            pass
+    return word
+
+
+def _config_sections(it: Any, path: str, sections: dict[str, dict]) -> None:
+    """A `--config` file's model / data / trainer sections (a model given by class_path: its init_args)."""
+    from memlint.extract import runtime_config
+    from memlint.extract.values import Const, Dict
+
+    doc = runtime_config.read(it, Const(path, "command-line", None), f"LightningCLI --config {path}")
+    if not isinstance(doc, Dict):
+        return
+    for name in _SECTIONS:
+        part = doc.items.get(name)
+        if isinstance(part, Dict) and isinstance(part.items.get("init_args"), Dict):
+            part = part.items["init_args"]
+        if isinstance(part, Dict):
+            sections[name].update({k: v for k, v in part.items.items() if isinstance(k, str)})
+
+
+def _build(handlers: Any, c: Any, cls: Any, kwargs: dict) -> Any:
+    """The checkout's class built with `kwargs` as LightningCLI builds it (its other parameters at their defaults)."""
+    from memlint.extract.handlers.common import Call
+    from memlint.extract.values import Class, Unknown
+
+    if not isinstance(cls, Class):
+        return Unknown("a class LightningCLI builds that memlint cannot read")
+    return handlers.construct_user(Call(c.it, cls.name, [], dict(kwargs), False, c.line), cls)

@@ -199,6 +199,7 @@ class ArgParser(Obj):
     order: list = field(default_factory=list)
     subs: dict = field(default_factory=dict)    # add_subparsers(): subcommand name -> its ArgParser
     sub_dest: str | None = None                 # add_subparsers(dest=...): the attribute naming the subcommand
+    sub_class: Any = None                       # add_subparsers(parser_class=...): the class add_parser() builds
 
 
 class ArgSpec(NamedTuple):
@@ -225,6 +226,7 @@ class HfParser(Obj):
     """HfArgumentParser / TrlParser over dataclasses."""
 
     classes: list = field(default_factory=list)
+    own: Any = None                   # ArgParser of the arguments added with add_argument / set_defaults, if any
 
 
 @dataclass(eq=False)

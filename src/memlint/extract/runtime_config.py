@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from memlint.extract.values import Const, Dict, Seq, Unknown
+from memlint.extract.values import Alts, Const, Dict, Seq, Unknown
 from memlint.vocab import ascii_digits
 
 MAX_CONFIG_BYTES = 2_000_000
@@ -69,7 +69,14 @@ def outside(it: Any, ref: str) -> Path | None:
 
 
 def read(it: Any, path_value: Any, how: str) -> Any:
-    """The abstract value of the data file `path_value` names (a Const string), or an Unknown saying why."""
+    """The abstract value of the data file `path_value` names (a Const string), or an Unknown saying why. A path that
+    is one of several (a config's value or the option's default None): the file each named path holds, None left out
+    (opening None fails: that path never reaches here)."""
+    if isinstance(path_value, Alts):
+        paths = [o for o in path_value.options if not (isinstance(o, Const) and o.value is None)]
+        if 1 <= len(paths) <= 4:
+            reads = [read(it, p, how) for p in paths]
+            return reads[0] if len(reads) == 1 else Alts(tuple(reads))
     if not (isinstance(path_value, Const) and isinstance(path_value.value, str)):
         why = path_value.why if isinstance(path_value, Unknown) and path_value.why else "a path memlint cannot read"
         return Unknown(f"a config file read at run time ({why})")

@@ -147,6 +147,12 @@ def batch_size_names() -> frozenset[str]:
 
 
 @data.derived
+def accumulation_names() -> frozenset[str]:
+    """Names scripts give the number of micro-batches an optimizer step accumulates (gradient_accumulation_steps)."""
+    return frozenset(_doc()["accumulation_names"]["names"])
+
+
+@data.derived
 def reporting_words() -> frozenset[str]:
     """First words that name a reporting helper (plot_losses, print_batch): its padding is not a batch's."""
     return frozenset(_doc()["reporting_words"]["names"])

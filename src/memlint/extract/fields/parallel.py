@@ -43,10 +43,26 @@ class ParallelFields:
         spread = next((f for f in found if isinstance(f, DeviceCount)), None)
         if spread is None:
             return
+        colab = self.colab_gpus(spread)
+        if colab is not None:
+            self.put("num_gpus", colab, _int)
+            return
         why = f"{spread.why}: as many as the machine shows"
         self.fields["num_gpus"] = Value(None, "unknown", Span(self.path, spread.line) if spread.line else None, (why,),
                                         shape=(("gpus", "all-visible"),))
         self.notes.append(f"num_gpus is unknown ({why}); pass --assume num_gpus=N")
+
+    def colab_gpus(self, spread: DeviceCount) -> Const | None:
+        """What spreads over every visible GPU in a notebook saved on a Colab GPU runtime: its one GPU."""
+        from memlint.extract.source import colab_machine_gpus
+
+        origin = getattr(self.launch, "origin", None) if self.launch is not None else None
+        nb = next((p for p in (self.script, Path(str(origin)) if origin else None) if p is not None
+                   and p.suffix == ".ipynb"), None)
+        found = colab_machine_gpus(nb)
+        if found is None:
+            return None
+        return Const(found[0], "environment-default", spread.line, (spread.why, found[1]))
 
     def remote_gpus(self, models: list[Obj]) -> Any:
         """The GPUs of the decorated remote function (Modal's @app.function(gpu=...)) that built the trained model: the
@@ -177,6 +193,15 @@ class ParallelFields:
                 shown = os.path.normpath(os.path.join(os.path.dirname(self.path), ref)) if base == self.script.parent \
                     else os.path.relpath(p)
                 return p, shown
+        if os.path.isabs(os.path.expanduser(ref)):
+            # `--deepspeed $prefix/repo/scripts/zero3.json` (an empty or author's-machine prefix): the checkout's file
+            # of the same longest tail, as the script itself is found
+            from memlint.extract.launched import author_file
+
+            found = author_file(ref, bases)
+            if found is not None:
+                self.notes.append(found[1])
+                return found[0], os.path.relpath(found[0])
         return None
 
     def lightning_strategy(self, tr: LightningTrainer, line: int) -> None:
@@ -190,6 +215,9 @@ class ParallelFields:
                     offload.append(s.with_value("params" if "stage_3" in s.value or "fsdp" in s.value else "optimizer"))
             elif isinstance(s, LightningTrainer) and s.cls == "lightning.DeepSpeedStrategy":
                 st = s.get("stage")
+                if st is None and "config" not in s.kwargs:  # DeepSpeedStrategy(stage=2) by default
+                    st = Const(2, "library-default", s.line, ("DeepSpeedStrategy() stage default 2 (lightning's "
+                                                              "strategies/deepspeed.py)",))
                 vals.append(st.with_value(f"zero{st.value}") if isinstance(st, Const) and st.value in (1, 2, 3)
                             else Const("deepspeed", "literal", s.line, ("DeepSpeedStrategy",)))
                 for key, what in (("offload_parameters", "params"), ("offload_optimizer", "optimizer")):

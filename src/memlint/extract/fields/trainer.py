@@ -100,8 +100,13 @@ class TrainerFields:
         that trainer's step (library.api.trainer_by_arguments); `trainer` as it reads."""
         from memlint.extract.handlers.attributes import _declares
 
+        from memlint.library.defaults import default as library_default
+
+        # a field set, or declared by the script's class or the library's arguments class (TRL's GRPOConfig has
+        # num_generations at its default whether or not the script writes it)
         read = api.trainer_by_arguments(trainer.cls, lambda f: any(
-            f in a.attrs or f in a.kwargs or f in a.cli or _declares(a.user_class, f) for a in arg_objs))
+            f in a.attrs or f in a.kwargs or f in a.cli or _declares(a.user_class, f)
+            or library_default(a.cls, f) is not None for a in arg_objs))
         if read is None:
             return trainer
         self.fields["trainer"] = Value(read[0], "literal", Span(self.path, trainer.line), (f"{how}; {read[1]}",))

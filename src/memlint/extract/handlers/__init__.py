@@ -151,6 +151,10 @@ class Handlers(
             return Unknown(f"a bitsandbytes {c.name} layer")
         if c.head in ("pytorch_lightning", "lightning", "lightning_fabric") and c.name in _LIGHTNING:
             return c.new(LightningTrainer, _LIGHTNING[c.name])
+        if c.head in ("pytorch_lightning", "lightning") and c.name == "LightningCLI":
+            from memlint.extract.lightning_cli import script_cli
+
+            return script_cli(self, c)
         handler = _QUALIFIED.get(c.qual) or _BY_NAME.get(c.name) or (
             self._data_handler(c.name) if c.head not in api.foreign_packages() else None)  # composer.Trainer: Composer's
         if handler is not None:
@@ -169,6 +173,16 @@ class Handlers(
         opt = self._optimizer_name(c)
         if opt is not None:
             return c.new(Optimizer, c.qual, ("params", "lr"), optim=opt)
+        if c.head in api.modelled_packages() and handler is None:
+            cls = c.it.library_copy_class(c.qual)  # a fork's own class (trl.trainer.IndexedGRPOTrainer)
+            if cls is not None:
+                return self.construct_user(c, cls)
+        if handler is None and c.name.endswith("Trainer") and c.head not in api.modelled_packages():
+            base = _trainer_of_arguments(c.kwargs.get("args"))
+            if base is not None:  # an installed package's trainer (not in the checkout) given a library's arguments
+                out = self.trainer(Call(c.it, base, c.args, c.kwargs, c.open, c.line))
+                out.user_class = c.name
+                return out
         return Unknown(f"the result of {c.qual}()")
 
     @staticmethod
@@ -207,7 +221,9 @@ class Handlers(
             return c.new(TrainingArgs, api.training_arguments()[base], ("output_dir",), user_class=cls)
         base = library_base(cls, api.trainers())
         base = _copied_trainer(cls, base, api.trainers()) or base  # `class DPOTrainer(Trainer)`: TRL's, copied
-        if base and not _library_call(c):  # `ProjectTrainer(args, accelerator)`: its own __init__ builds the model
+        # `ProjectTrainer(args, accelerator)`, or a model id given to a subclass of transformers' Trainer (which
+        # takes only a model object): its own __init__ builds the model
+        if base and (not _library_call(c) or _id_for_an_object_trainer(c, base)):
             own = self.own_trainer_init(c, cls, base)
             if own is not None:
                 return own
@@ -253,6 +269,7 @@ class Handlers(
         if custom_model.is_module_class(cls, library_base):
             return self.script_model(c, cls)
         inst = Instance(cls.name, c.line or 0, {}, {}, c.open, user_class=cls)
+        c.it.instances.append(inst)
         init = cls.lookup("__init__")
         if init is not None and init[0] == "method":
             c.it.call_function(init[1], [inst, *c.args], dict(c.kwargs), c.line)
@@ -322,6 +339,12 @@ class Handlers(
             return _args_dict(obj)
         if isinstance(obj, HfParser):
             return self.hfparser_method(it, obj, name, args, kwargs, line)
+        if obj.cls == "importlib.ModuleSpec" and name == "load_module":  # SourceFileLoader(name, path).load_module()
+            return self.load_module(it, obj, line)
+        uc = getattr(obj, "user_class", None)
+        if name in ("dict", "model_dump") and not args and isinstance(uc, Class) and uc.validated:
+            # a pydantic model's fields as a dict (v1's .dict(), v2's .model_dump()), as dataclasses.asdict gives them
+            return self.asdict(Call(it, "dataclasses.asdict", [obj], {}, False, line))
         if name == "save_hyperparameters" and isinstance(getattr(obj, "user_class", None), Class) \
                 and library_base(obj.user_class, LIGHTNING_HPARAMS):
             return self.save_hyperparameters(it, obj, args, kwargs, line)
@@ -366,7 +389,9 @@ class Handlers(
         if isinstance(obj, Dataset) and name in ("map", "filter", "with_transform", "set_transform"):
             before = len(it.facts.tokenizer_calls)
             self.mapped_function(it, args, kwargs, line)
-            made = tuple(it.facts.tokenizer_calls[before:])
+            # `apply_chat_template(..., tokenize=False)` makes a string, not token ids
+            made = tuple(c for c in it.facts.tokenizer_calls[before:]
+                         if not (isinstance(c.kwargs.get("tokenize"), Const) and c.kwargs["tokenize"].value is False))
             if made and name == "map":  # `ds.map(lambda x: tokenizer(x["text"]))`: rows of input_ids from here on
                 obj.tokenized_by = (*obj.tokenized_by, *made)
             return obj
@@ -417,6 +442,26 @@ def _args_dict(obj: Any) -> Any:
             if not isinstance(v, Unknown):
                 items[k] = v
     return Dict(items, bool(obj.open))
+
+
+def _trainer_of_arguments(args: Any) -> str | None:
+    """The library trainer a library's training-arguments object belongs to (TrainingArguments: Trainer, TRL's
+    SFTConfig: SFTTrainer): a `...Trainer` class of an installed package memlint cannot read, built with such
+    arguments, is read as a subclass of that trainer (LLaVA's `LLaVATrainer(model=..., args=training_args)`)."""
+    if not isinstance(args, TrainingArgs):
+        return None
+    names = [n for n, f in api.trainers().items() if f.arguments == args.cls]
+    own = args.cls.rsplit(".", 1)[-1].replace("TrainingArguments", "Trainer").replace("Config", "Trainer")
+    return own if own in names else min(names, key=len) if names else None
+
+
+def _id_for_an_object_trainer(c: Call, base: str) -> bool:
+    """A model id (a string) given as the model of a subclass of a trainer that takes only a model object
+    (transformers' Trainer: its arguments are transformers'): the subclass's own __init__ loads it."""
+    facts = api.trainer(base)
+    model = c.kwargs.get("model", c.args[0] if c.args else None)
+    return facts is not None and facts.arguments.startswith("transformers.") \
+        and isinstance(model, Const) and isinstance(model.value, str)
 
 
 def _library_call(c: Call) -> bool:

@@ -50,10 +50,14 @@ class AttributeHandlers:
         if isinstance(obj, (TrainingArgs, DataclassInstance)):
             uc = obj.user_class
             hit = uc.lookup(attr) if isinstance(uc, Class) and attr not in obj.kwargs else None
+            if hit is not None and hit[0] == "method" and isinstance(hit[1], Func) and _is_getter(hit[1]):
+                return it.call_function(hit[1], [obj], {}, line)  # `@property def grad_accum(self)`: its value
             if hit is not None and hit[0] == "method" and isinstance(hit[1], Func) and not _is_property(hit[1]):
                 return BoundMethod(hit[1], obj)  # cfg.create_bnb_config("4bit"): a method of the script's dataclass
             if attr == "to_dict" and isinstance(obj, TrainingArgs) and attr not in obj.kwargs:
                 return Method(obj, attr)  # training_args.to_dict(): read by the handlers' method()
+            if attr in ("dict", "model_dump") and isinstance(uc, Class) and uc.validated and hit is None:
+                return Method(obj, attr)  # a pydantic model's .dict() / .model_dump(): read by the handlers' method()
             return field_value(obj, attr)
         if isinstance(obj, (PeftConfig, QuantConfig, Collator, DataLoader, Accelerator, Tokenizer, HfConfig, Plugin)):
             if attr in obj.kwargs:
@@ -82,6 +86,8 @@ class AttributeHandlers:
                 return BoundMethod(hit[1], obj)
         if isinstance(obj, Instance) and obj.user_class is not None:
             hit = obj.user_class.lookup(attr)
+            if hit is not None and hit[0] == "method" and isinstance(hit[1], Func) and _is_getter(hit[1]):
+                return it.call_function(hit[1], [obj], {}, line)  # a @property of the script's class: its value
             if hit is not None:
                 return BoundMethod(hit[1], obj) if hit[0] == "method" else hit[1]
             if attr == "save_hyperparameters" and library_base(obj.user_class, LIGHTNING_HPARAMS):
@@ -151,6 +157,13 @@ class AttributeHandlers:
 
             return name in declared_fields(getattr(obj, "library", None) or obj.cls)
         return False
+
+
+def _is_getter(f: Func) -> bool:
+    """A `@property` / `@cached_property` getter (not its setter)."""
+    return any(getattr(d.decorator, "value", None) in ("property", "cached_property") or
+               getattr(getattr(d.decorator, "attr", None), "value", None) == "cached_property"
+               for d in f.node.decorators)
 
 
 def _is_property(f: Func) -> bool:

@@ -47,13 +47,19 @@ class CliHandlers:
         if name == "add_subparsers":  # a holder whose add_parser() makes each subcommand's parser
             dest = kwargs.get("dest")
             p.sub_dest = dest.value if isinstance(dest, Const) and isinstance(dest.value, str) else None
-            return ArgParser(f"{p.cls}.subparsers", line or 0, subs=p.subs, sub_dest=p.sub_dest)
+            return ArgParser(f"{p.cls}.subparsers", line or 0, subs=p.subs, sub_dest=p.sub_dest,
+                             sub_class=kwargs.get("parser_class"))
         if name == "add_parser" and p.cls.endswith(".subparsers"):
             sub = ArgParser(p.cls.removesuffix(".subparsers"), line or 0)
+            made: Any = sub
+            if isinstance(p.sub_class, Ref) and p.sub_class.name in _DATACLASS_PARSERS:
+                # add_subparsers(parser_class=TrlParser): add_parser("train", dataclass_types=[...]) is one of those
+                made = self.hfparser(Call(it, p.sub_class.qual, [], kwargs, False, line))
+                made.own = sub
             cmd = args[0] if args else kwargs.get("name")
             if isinstance(cmd, Const) and isinstance(cmd.value, str):
                 p.subs[cmd.value] = sub
-            return sub
+            return made
         if name == "set_defaults":
             for k, v in kwargs.items():
                 # a default with no add_argument (`set_defaults(func=train)`) takes no word of the command line
@@ -194,6 +200,12 @@ class CliHandlers:
     def hfparser_method(self, it: Any, p: HfParser, name: str, args: list, kwargs: dict, line: int | None) -> Any:
         from memlint.extract import runtime_config
 
+        if name in ("add_argument", "set_defaults", "add_argument_group", "add_mutually_exclusive_group"):
+            # its own arguments beside the dataclasses' (an argparse table; parsed into one more namespace)
+            if p.own is None:
+                p.own = ArgParser(p.cls, line or 0)
+            return self.argparse_method(it, p.own, name, args, kwargs, line)
+
         from_file = name in ("parse_json_file", "parse_yaml_file", "parse_dict", "parse_yaml_and_args")
         if name.startswith("parse_"):
             data = None
@@ -218,6 +230,8 @@ class CliHandlers:
                 post = o.user_class.lookup("__post_init__") if isinstance(o, DataclassInstance) and o.user_class else None
                 if post is not None and post[0] == "method" and isinstance(post[1], Func):
                     it.call_function(post[1], [o], {}, line)  # `if self.use_qlora: self.use_lora = True`
+            if p.own is not None and p.own.args and not from_file:  # the namespace of its own arguments, after them
+                out.append(self.own_namespace(it, p.own, line))
             # HfArgumentParser.parse_args_into_dataclasses and TrlParser.parse_args_and_config
             # both take (args, return_remaining_strings, ...) and then append the leftovers.
             rest = kwargs.get("return_remaining_strings", args[1] if len(args) > 1 else None)
@@ -225,6 +239,15 @@ class CliHandlers:
                 out.append(Unknown("remaining strings"))
             return Seq(out, "tuple")
         return Unknown(f"parser.{name}()")
+
+    def own_namespace(self, it: Any, own: ArgParser, line: int | None) -> ArgNamespace:
+        """The namespace HfArgumentParser appends after the dataclasses for the arguments added to it with
+        add_argument / set_defaults: argparse's reading of the command's words over those."""
+        ns = ArgNamespace(own.cls, line or 0, parser=own, given=False)
+        if it.launch is not None:
+            ns.cli = self.argparse_cli(it, own, None, [])
+        self.typed_defaults(it, ns)
+        return ns
 
     @staticmethod
     def _declared(objs: list) -> list[tuple[Obj, dict]]:
@@ -397,6 +420,7 @@ def _option_names() -> frozenset[str]:
 
 
 _SUBCLASSED_PARSERS = ("HfArgumentParser", "TrlParser", "ArgumentParser")
+_DATACLASS_PARSERS = ("HfArgumentParser", "TrlParser")
 
 
 # the library calls this module answers, by last component (handlers/__init__.py merges the tables)

@@ -95,6 +95,18 @@ class LanguageHandlers:
         base = next((a for a in args if a.source != "literal"), args[0])
         return Const(value, weakest(*(a.source for a in args)), base.line, base.chain, base.file)
 
+    def path_exists(self, c: Call) -> Any:
+        """os.path.isfile / exists of a path inside the checked root that names a file there: True (the script then
+        reads the config it checked for). Anything else (missing, a folder, outside the root) stays unknown: the file
+        may be made or mounted at run time, and nothing outside the root is looked at."""
+        from memlint.extract.runtime_config import find
+
+        path = c.arg(0, "path")
+        if isinstance(path, Const) and isinstance(path.value, str) and path.value and find(c.it, path.value) is not None:
+            return Const(True, path.source, c.line, (*path.chain, f"{c.qual}({path.value!r}): a file of the checkout"),
+                         path.file)
+        return Unknown(f"whether {c.qual}() finds the path at run time")
+
     def namespace(self, c: Call) -> Any:
         """argparse.Namespace(**vars(a), **vars(b), x=1) / types.SimpleNamespace(...)."""
         if c.head not in ("argparse", "types"):
@@ -159,6 +171,37 @@ class LanguageHandlers:
         if isinstance(name, Const) and isinstance(name.value, str) and re.fullmatch(r"[A-Za-z_][\w.]*", name.value):
             return Ref(name.value)
         return Unknown("importlib.import_module() of a name not known statically")
+
+    def spec_from_file(self, c: Call) -> Any:
+        """importlib.util.spec_from_file_location(name, path) (a config written as Python, loaded by its path): the
+        spec, kept for module_from_spec / SourceFileLoader(name, path).load_module()."""
+        if not c.qual.startswith("importlib."):
+            return _PASS
+        path = c.arg(1, "location")
+        if c.name == "SourceFileLoader" or c.name == "spec_from_file_location":
+            return Obj("importlib.ModuleSpec", c.line or 0, {"name": c.arg(0, "name"), "location": path}, {}, False)
+        return Unknown(f"the result of {c.qual}()")
+
+    def module_from_spec(self, c: Call) -> Any:
+        """importlib.util.module_from_spec(spec) of a spec made from a path of the checkout: that file, read as a module
+        of the checkout is (its names when the script uses them; nothing runs): `spec.loader.exec_module(mod)` then
+        `mod.config` reads the config file the command names."""
+        from memlint.extract.imports import SiblingModule
+        from memlint.extract.runtime_config import find
+
+        spec = c.arg(0, "spec")
+        if not c.qual.startswith("importlib.") or not (isinstance(spec, Obj) and spec.cls == "importlib.ModuleSpec"):
+            return _PASS
+        path, name = spec.kwargs.get("location"), spec.kwargs.get("name")
+        target = find(c.it, path.value) if isinstance(path, Const) and isinstance(path.value, str) else None
+        if target is None or target.suffix != ".py":
+            return Unknown("a module loaded from a path memlint cannot read")
+        shown = name.value if isinstance(name, Const) and isinstance(name.value, str) else target.stem
+        return SiblingModule(shown, None, target, target.stem)
+
+    def load_module(self, it: Any, spec: Obj, line: int | None) -> Any:
+        """SourceFileLoader(name, path).load_module(): the module, as module_from_spec reads it."""
+        return self.module_from_spec(Call(it, "importlib.util.module_from_spec", [spec], {}, False, line))
 
     def getmembers(self, c: Call) -> Any:
         """inspect.getmembers(module): the (name, value) pairs of a module of the checkout (llama-recipes picks its
@@ -285,6 +328,8 @@ class LanguageHandlers:
             if isinstance(obj, Const):
                 pyname = type(obj.value).__name__
                 return Const(pyname in kinds or (pyname == "bool" and "int" in kinds), "literal", line)
+            if isinstance(obj, Obj) and kinds and kinds <= _BUILTIN_KINDS:
+                return Const(False, "literal", line)  # a model, tokenizer or config object is no str / int / list
             uc = getattr(obj, "user_class", None)
             if isinstance(obj, Obj) and isinstance(uc, Class):
                 names = set()
@@ -538,6 +583,9 @@ _PATH_CONSTANTS = {"pardir": "..", "curdir": ".", "sep": "/", "extsep": "."}
 _MATH_CONSTANTS = ("pi", "e", "tau", "inf")
 _MATH_FUNCTIONS = ("ceil", "floor", "trunc", "sqrt", "isqrt", "exp", "log", "log2", "log10", "pow", "gcd", "lcm", "fabs")
 
+_BUILTIN_KINDS = frozenset({"str", "bytes", "int", "float", "bool", "list", "tuple", "dict", "set", "frozenset"})
+
+
 QUALIFIED: dict[str, Callable[[Any, Call], Any]] = {
     **{f"math.{name}": LanguageHandlers.math_call for name in _MATH_FUNCTIONS},
     "typing.cast": LanguageHandlers.cast,
@@ -548,6 +596,8 @@ QUALIFIED: dict[str, Callable[[Any, Call], Any]] = {
     "typing_extensions.cast": LanguageHandlers.cast,
     "os.path.join": LanguageHandlers.path_join,
     "posixpath.join": LanguageHandlers.path_join,
+    "os.path.isfile": LanguageHandlers.path_exists,
+    "os.path.exists": LanguageHandlers.path_exists,
     **{f"subprocess.{name}": LanguageHandlers.spawn for name in ("run", "call", "check_call", "check_output", "Popen")},
     "os.system": LanguageHandlers.spawn,
 }
@@ -561,6 +611,9 @@ BY_NAME: dict[str, Callable[[Any, Call], Any]] = {
     "get": LanguageHandlers.environ,
     "getenv": LanguageHandlers.environ,
     "import_module": LanguageHandlers.import_module,
+    "spec_from_file_location": LanguageHandlers.spec_from_file,
+    "SourceFileLoader": LanguageHandlers.spec_from_file,
+    "module_from_spec": LanguageHandlers.module_from_spec,
     "getmembers": LanguageHandlers.getmembers,
     "Path": LanguageHandlers.path_value,
     "PurePath": LanguageHandlers.path_value,

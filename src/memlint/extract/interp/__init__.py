@@ -72,6 +72,7 @@ class Interpreter(Statements, Expressions, Calls, ModuleFiles, Idioms, LibraryCa
         self.length_guards: dict[str, Any] = {}  # `if len(pending) < N: continue`: pending holds N items past it
         self.loop_depth = 0  # loops walked once for all their (unknown) iterations that we are inside
         self.funcs: list[Func] = []
+        self.instances: list = []  # objects of the checkout's own classes the run built (Instance), in order
         self.star_imports: list[str] = []
         self.init_imports()
         self.steps = 0
@@ -114,7 +115,25 @@ class Interpreter(Statements, Expressions, Calls, ModuleFiles, Idioms, LibraryCa
         for f in list(self.funcs):
             if not f.ran and (f.module is self.main or id(f) in imported):
                 self.call_function(f, [], {}, self.line_of(f.node), entry=True)
+        if not (self.facts.trained or self.facts.steps or self.facts.backward):
+            self.run_uncalled_methods()
         return self.facts
+
+    def run_uncalled_methods(self) -> None:
+        """Nothing trained: an object of the checkout's own class the run built whose methods nothing called (a wrapper
+        whose `train()` the script leaves commented out, or a notebook calls) still says how the script trains: its
+        public methods run once on that object, their parameters at their defaults, until one trains."""
+        seen: set[int] = set()
+        for inst in list(self.instances)[:8]:
+            cls = getattr(inst, "user_class", None)
+            if cls is None or id(cls) in seen:
+                continue
+            seen.add(id(cls))
+            for name, f in list(cls.methods.items()):
+                if type(f) is Func and not f.ran and not name.startswith("_"):
+                    self.call_function(f, [inst], {}, self.line_of(f.node), entry=True)
+                if self.facts.trained or self.facts.steps:
+                    return
 
     def run_entry(self) -> bool:
         """A console script's function (`kit = "kit.cli:train"`): called as the script's command calls it, once. Whether

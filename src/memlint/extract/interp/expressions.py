@@ -38,6 +38,8 @@ class Expressions:
                     return None
             elif isinstance(o, (Obj, Func, Class, Ref, ModuleVal, SiblingModule)):
                 vals.add(True)
+            elif isinstance(o, (Dict, Seq)) and o.items:  # a dict or list that holds an item (a loaded config)
+                vals.add(True)
             else:
                 return None
         return vals.pop() if len(vals) == 1 else None
@@ -76,7 +78,10 @@ class Expressions:
         if t is cst.BinaryOperation:
             if type(node.operator) is cst.Multiply:
                 self.hand_pad_idiom(node, env)
-            return self.binop(type(node.operator).__name__, self.ev(node.left, env), self.ev(node.right, env), node)
+            right = self.ev(node.right, env)
+            if type(node.operator) is cst.Divide:
+                self.accumulation_divisor(node.right, right)
+            return self.binop(type(node.operator).__name__, self.ev(node.left, env), right, node)
         if t is cst.UnaryOperation:
             return self.unary(node, self.ev(node.expression, env))
         if t is cst.BooleanOperation:

@@ -34,15 +34,33 @@ class Idioms:
 
     def exec_loop(self, node: cst.For | cst.While, env: Env) -> None:
         micro = self.micro_batch_count(node, env)
-        backward, steps = len(self.facts.backward), len(self.facts.steps)
+        backward, steps, divisors = len(self.facts.backward), len(self.facts.steps), len(self.facts.loss_divisors)
         self._exec_loop(node, env)
-        if micro is None and isinstance(node, cst.For) and len(self.facts.backward) > backward and len(self.facts.steps) == steps:
+        accumulated = len(self.facts.backward) > backward and len(self.facts.steps) == steps
+        if micro is None and accumulated and _range_with_step(node, self.dotted):
+            # `for i in range(0, n, k): train_micro_step(rows[i:i + k])`: the backward is in a function it calls
+            micro = self.micro_slice_count(node, env)
+        if isinstance(micro, Unknown) and accumulated and len(self.facts.loss_divisors) > divisors:
+            # the count is unknown, but the loss each backward takes is divided by the accumulation the author set
+            micro = self.facts.loss_divisors[-1]
+        if micro is None and isinstance(node, cst.For) and accumulated:
             # `for mb in batch.split(k): compute_loss_and_backward(mb)` then one step: the step accumulates a
             # number of backward passes memlint does not count (not 1)
             micro = Unknown(f"the number of micro-batches `for ... in {self.code(node.iter)}` runs before the "
                             f"optimizer step (line {self.line_of(node)})")
         if micro is not None:
             self.micro_accum = micro  # the optimizer step after it accumulates `micro` backward passes
+
+    def accumulation_divisor(self, node: cst.CSTNode, value: Any) -> None:
+        """`loss / gradient_accumulation_steps` (any name of data/library_api.json accumulation_names): the number of
+        backward passes the author accumulates per optimizer step, kept for a loop whose own count is unknown."""
+        name = node.value if isinstance(node, cst.Name) else node.attr.value if isinstance(node, cst.Attribute) else None
+        if name is None or not _named_in(name, api.accumulation_names()):
+            return
+        if isinstance(value, Const) and isinstance(value.value, int) and not isinstance(value.value, bool) and value.value > 0:
+            self.facts.loss_divisors.append(value.with_value(value.value, (
+                f"the loss is divided by {self.code(node)} = {value.value} before each backward (line "
+                f"{self.line_of(node)}): {value.value} micro-batches per optimizer step")))
 
     def length_guard(self, node: cst.If, env: Env) -> None:
         """`if len(pending) < N: continue` (no else): past it, the list the loop collects batches in holds N of them
@@ -420,3 +438,10 @@ def _named_in(name: str, vocabulary: frozenset[str]) -> bool:
     """`name` is one of `vocabulary`, in any case, alone or as the end of a longer name."""
     low = name.lower()
     return any(low == v or low.endswith("_" + v) for v in vocabulary)
+
+
+def _range_with_step(node: cst.For | cst.While, dotted: Any) -> bool:
+    """`for i in range(start, stop, step)`."""
+    return isinstance(node, cst.For) and isinstance(node.iter, cst.Call) and dotted(node.iter.func) == "range" \
+        and len(node.iter.args) == 3
+

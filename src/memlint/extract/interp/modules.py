@@ -79,16 +79,17 @@ class ModuleFiles:
         self._roots = [p, *roots] if first else [*roots, p]
         return True
 
-    def find_module(self, dotted: str, level: int, origin: Path | None = None) -> Path | None:
+    def find_module(self, dotted: str, level: int, origin: Path | None = None, copy: bool = False) -> Path | None:
         """The file `import dotted` (with `level` leading dots) finds in the checkout; a relative one from the module
-        being walked, or from `origin`."""
+        being walked, or from `origin`. `copy`: a modelled library's own module too, where the checkout holds a copy
+        of the library (a fork: read only for a name the library's data does not know)."""
         parts = dotted.split(".") if dotted else []
         if level:
             here = (origin if origin is not None else self.mod.path if self.mod is not None else self.path).parent
             for _ in range(level - 1):
                 here = here.parent
             roots = [here]
-        elif parts and parts[0] in api.modelled_packages():
+        elif parts and parts[0] in api.modelled_packages() and not copy:
             return None  # the library (its calls are modelled), even where its source is in the script's checkout
         else:
             roots = self.import_roots()
@@ -98,6 +99,20 @@ class ModuleFiles:
             target = cand if cand is not None and is_file(cand) else pkg if is_file(pkg) else None
             if target is not None and (parts or level):
                 return target
+        return None
+
+    def library_copy_name(self, path: Path) -> list[str] | None:
+        """The dotted parts of a module of the checkout's copy of a modelled library (a fork of it the script puts on
+        sys.path: `pkg/sub/x.py` under an import root, pkg a modelled library -> ["pkg", "sub", "x"]), or None."""
+        rp = path.resolve()
+        for root in self.import_roots():
+            try:
+                rel = rp.relative_to(root.resolve())
+            except ValueError:
+                continue
+            parts = list(rel.with_suffix("").parts)
+            if len(parts) > 1 and parts[0] in api.modelled_packages():
+                return parts[:-1] if parts[-1] == "__init__" else parts
         return None
 
     # ---- positions and constants -------------------------------------------------------------

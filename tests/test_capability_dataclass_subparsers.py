@@ -1,0 +1,84 @@
+"""TRL's / transformers' dataclass parsers as argparse subcommands and with arguments of their own:
+`add_subparsers(parser_class=TrlParser)` makes each `add_parser("train", dataclass_types=[...])` a TrlParser, whose
+`set_defaults(handler=train, parser=p)` the main parse returns; the subcommand's `parse_args_and_config()` reads the
+dataclasses' flags from the command and appends a namespace of the arguments added with add_argument, as
+HfArgumentParser does. Synthetic checkouts written from the pattern."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from checkouts import field_values as _get, plan_of_command as _command, write_checkout
+
+_write = partial(write_checkout, dedent=True)
+
+_MAIN = """
+    import argparse
+    from trl import GRPOConfig, GRPOTrainer, ModelConfig, ScriptArguments, TrlParser
+
+
+    def train(script_args, grpo_cfg, model_cfg, custom):
+        reward = [len] if custom.method == "rlvr" else [abs]
+        GRPOTrainer(model=model_cfg.model_name_or_path, args=grpo_cfg, reward_funcs=reward,
+                    train_dataset=None).train()
+
+
+    def evaluate(ns):
+        print(ns.eval_dataset)
+
+
+    def build_parser():
+        parser = argparse.ArgumentParser()
+        subparsers = parser.add_subparsers(dest="command", required=True, parser_class=TrlParser)
+        p_train = subparsers.add_parser("train", dataclass_types=[ScriptArguments, GRPOConfig, ModelConfig])
+        p_train.add_argument("--method", default="rlvr")
+        p_train.set_defaults(handler=train, parser=p_train)
+        p_eval = subparsers.add_parser("eval")
+        p_eval.add_argument("--eval_dataset", default="")
+        p_eval.set_defaults(handler=evaluate, parser=p_eval)
+        return parser
+
+
+    def main():
+        ns, _ = build_parser().parse_known_args()
+        parsed = ns.parser.parse_args_and_config(return_remaining_strings=True)
+        ns.handler(*list(parsed[:-1]))
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_a_trl_parser_subcommand_reads_its_dataclasses_from_the_command(tmp_path, monkeypatch):
+    root = _write(tmp_path, {"main.py": _MAIN})
+    plan = _command(root, monkeypatch, "accelerate", "launch", "main.py", "train", "--model_name_or_path",
+                    "Qwen/Qwen3-8B", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "4",
+                    "--max_prompt_length", "256", "--max_completion_length", "768", "--method", "rlvr")
+    assert _get(plan, "trainer", "model_id", "per_device_batch", "grad_accum", "max_length") == {
+        "trainer": "GRPOTrainer", "model_id": "Qwen/Qwen3-8B", "per_device_batch": 2, "grad_accum": 4,
+        "max_length": 1024}
+    assert plan.fields["per_device_batch"].source == "command-line"
+
+
+def test_an_hf_parsers_own_argument_comes_back_in_one_more_namespace(tmp_path, monkeypatch):
+    script = """
+        from dataclasses import dataclass, field
+        from transformers import AutoModelForCausalLM, HfArgumentParser, Trainer, TrainingArguments
+
+        @dataclass
+        class ModelArguments:
+            model_name: str = field(default="gpt2")
+
+        parser = HfArgumentParser((ModelArguments, TrainingArguments))
+        parser.add_argument("--max_len", type=int, default=256)
+        model_args, training_args, extra = parser.parse_args_into_dataclasses()
+        model = AutoModelForCausalLM.from_pretrained(model_args.model_name)
+        ids = tokenizer("x", truncation=True, max_length=extra.max_len, padding="max_length")
+        Trainer(model=model, args=training_args).train()
+    """
+    root = _write(tmp_path, {"train.py": script})
+    plan = _command(root, monkeypatch, "python", "train.py", "--output_dir", "o", "--model_name", "Qwen/Qwen2.5-0.5B",
+                    "--max_len", "1024", "--per_device_train_batch_size", "3")
+    assert _get(plan, "model_id", "per_device_batch", "max_length") == {
+        "model_id": "Qwen/Qwen2.5-0.5B", "per_device_batch": 3, "max_length": 1024}

@@ -1,0 +1,82 @@
+"""A hand-written loop whose forward and backward live in a helper it calls (a GRPO or RL loop's
+`micro_step(...)`): `for i in range(0, n, micro_batch_size)` still cuts micro-batches of that many rows, and
+where the loop's own count cannot be read (rows of a shuffled slice), the loss the helper divides by the
+accumulation the author named (`loss / gradient_accumulation_steps`) says how many backward passes one optimizer
+step takes. Synthetic scripts written from the pattern."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from checkouts import field_values as _get, plan_of_command as _command, write_checkout
+
+_write = partial(write_checkout, dedent=True)
+
+_LOOP = """
+    import argparse
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--train-batch-size", type=int, default=64)
+    p.add_argument("--gradient-accumulation-steps", type=int, default=16)
+    args = p.parse_args()
+
+
+    def micro_step(model, ids, gradient_accumulation_steps):
+        logits = model(ids).logits
+        loss = logits.float().logsumexp(-1).mean()
+        scaled = loss {DIVIDE}
+        scaled.backward()
+        return loss.detach()
+
+
+    def train(args):
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B", torch_dtype=torch.bfloat16)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
+        micro_train_batch_size = args.train_batch_size // args.gradient_accumulation_steps
+        input_ids = torch.randint(0, 1000, (256, 512))
+        for start in range(0, 256, args.train_batch_size):
+            perm = torch.randperm(256)[start:start + args.train_batch_size]
+            optimizer.zero_grad()
+            for mb_start in range(0, len(perm), micro_train_batch_size):
+                mb = perm[mb_start:mb_start + micro_train_batch_size]
+                micro_step(model, input_ids[mb], {ACCUM})
+            optimizer.step()
+
+
+    train(args)
+"""
+
+
+def _plan(tmp_path, monkeypatch, divide="/ gradient_accumulation_steps", accum="args.gradient_accumulation_steps",
+          *words):
+    _write(tmp_path, {"grpo.py": _LOOP.replace("{DIVIDE}", divide).replace("{ACCUM}", accum)})
+    return _command(tmp_path, monkeypatch, "python", "grpo.py", *words)
+
+
+def test_micro_batches_cut_in_a_loop_whose_backward_is_in_a_helper(tmp_path, monkeypatch):
+    plan = _plan(tmp_path, monkeypatch)
+    assert _get(plan, "per_device_batch", "grad_accum") == {"per_device_batch": 4, "grad_accum": 16}
+    assert "loss is divided by gradient_accumulation_steps = 16" in " ".join(plan.fields["grad_accum"].chain)
+
+
+def test_the_command_line_sets_the_micro_batch_and_the_divisor(tmp_path, monkeypatch):
+    plan = _plan(tmp_path, monkeypatch, "/ gradient_accumulation_steps", "args.gradient_accumulation_steps",
+                 "--train-batch-size", "32", "--gradient-accumulation-steps", "8")
+    assert _get(plan, "per_device_batch", "grad_accum") == {"per_device_batch": 4, "grad_accum": 8}
+
+
+def test_a_loss_divided_by_another_name_says_nothing_of_accumulation(tmp_path, monkeypatch):
+    plan = _plan(tmp_path, monkeypatch, "/ 2", "2")
+    assert _get(plan, "per_device_batch", "grad_accum") == {"per_device_batch": 4, "grad_accum": None}
+
+
+def test_a_divisor_outside_the_accumulating_loop_is_not_its_count(tmp_path, monkeypatch):
+    """A division by the accumulation name before the loop (a learning-rate or log scale) is no loop's count."""
+    text = _LOOP.replace("{DIVIDE}", "/ 2").replace("{ACCUM}", "2").replace(
+        "        micro_train_batch_size = ", "        warm = 100 / args.gradient_accumulation_steps\n"
+                                           "        micro_train_batch_size = ")
+    _write(tmp_path, {"grpo.py": text})
+    plan = _command(tmp_path, monkeypatch, "python", "grpo.py")
+    assert plan.fields["grad_accum"].value is None
