@@ -252,31 +252,3 @@ def test_the_one_process_reading_looks_at_the_text_read_not_the_file_now(tmp_pat
     assert extract_source(body, tmp_path / "train.py", "train.py").value("num_gpus") == 1
     (tmp_path / "train.py").write_text(body)
     assert extract_source(ranked, tmp_path / "train.py", "train.py").value("num_gpus") is None
-
-
-@pytest.mark.parametrize("meta, gpus", [
-    ({"colab": {"gpuType": "T4"}, "accelerator": "GPU"}, 1),  # a Colab runtime has one GPU
-    ({"kaggle": {"accelerator": "nvidiaTeslaT4"}}, None),      # Kaggle's T4 runtime is two
-    ({"colab": {"provenance": []}}, None),                     # no GPU saved: where it runs is not said
-    ({"colab": {"gpuType": "T4"}, "kernelspec": {"display_name": "Python 3 (ipykernel)", "name": "python3"}},
-     None),                                                    # last saved by a Jupyter server, not Colab
-    ({}, None),
-])
-def test_device_map_auto_in_a_notebook_saved_on_a_colab_gpu_spreads_over_its_one_gpu(tmp_path, monkeypatch, meta, gpus):
-    import json
-
-    from memlint.extract import extract_file
-
-    source = [
-        "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n",
-        "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-0.5B', device_map='auto')\n",
-        "Trainer(model=model, args=TrainingArguments(output_dir='o')).train()\n",
-    ]
-    cell = {"cell_type": "code", "metadata": {}, "source": source, "outputs": [], "execution_count": None}
-    nb = tmp_path / "nb.ipynb"
-    nb.write_text(json.dumps({"cells": [cell], "metadata": meta, "nbformat": 4, "nbformat_minor": 5}))
-    monkeypatch.chdir(tmp_path)
-    got = extract_file(nb).fields["num_gpus"]
-    assert got.value == gpus
-    if gpus:
-        assert "Colab runtime has one GPU" in " ".join(got.chain)

@@ -95,33 +95,6 @@ def _colab_gpu(path: str, _mtime: int, _size: int) -> str | None:
     return gpu if isinstance(gpu, str) and gpu else None
 
 
-def colab_machine_gpus(path: Path | None) -> tuple[int, str] | None:
-    """(1, why) for a notebook saved on a Colab runtime with a GPU (its metadata's `colab` section and a GPU type):
-    a Colab runtime has one GPU, so what spreads over every visible GPU spreads over that one. None otherwise
-    (Kaggle's accelerators may be two GPUs; a notebook without the metadata may run anywhere)."""
-    if path is None or path.suffix != ".ipynb":
-        return None
-    gpu = colab_gpu(path)
-    if gpu is None or _not_saved_on_colab(str(path)):
-        return None
-    return 1, f"a Colab runtime has one GPU (the {gpu} the notebook's metadata names, {path.name})"
-
-
-@functools.lru_cache(maxsize=64)
-def _not_saved_on_colab(path: str) -> bool:
-    """Whether a notebook with a saved GPU was not last saved on Colab (Kaggle's, or a Jupyter server's)."""
-    try:
-        meta = json.loads(notebook_bytes(Path(path))).get("metadata") or {}
-    except (OSError, ValueError, RecursionError, AttributeError):
-        return True
-    if isinstance(meta.get("kaggle"), dict) or not isinstance(meta.get("colab"), dict) and "gpuType" not in meta:
-        return True
-    # last saved by Colab (its kernelspec is "Python 3"), not by a Jupyter server that kept Colab's old metadata
-    # ("Python 3 (ipykernel)": the notebook moved to another machine, maybe one of several GPUs)
-    spec = meta.get("kernelspec")
-    return isinstance(spec, dict) and spec.get("display_name") not in (None, "Python 3")
-
-
 def notebook_bytes(path: Path) -> bytes:
     """A notebook's content for reading its code: the file itself, or, where saved outputs and attachments take it
     past max-file-size, its code cells alone as a notebook (their lines unchanged), when those fit within the limit.

@@ -43,26 +43,10 @@ class ParallelFields:
         spread = next((f for f in found if isinstance(f, DeviceCount)), None)
         if spread is None:
             return
-        colab = self.colab_gpus(spread)
-        if colab is not None:
-            self.put("num_gpus", colab, _int)
-            return
         why = f"{spread.why}: as many as the machine shows"
         self.fields["num_gpus"] = Value(None, "unknown", Span(self.path, spread.line) if spread.line else None, (why,),
                                         shape=(("gpus", "all-visible"),))
         self.notes.append(f"num_gpus is unknown ({why}); pass --assume num_gpus=N")
-
-    def colab_gpus(self, spread: DeviceCount) -> Const | None:
-        """What spreads over every visible GPU in a notebook saved on a Colab GPU runtime: its one GPU."""
-        from memlint.extract.source import colab_machine_gpus
-
-        origin = getattr(self.launch, "origin", None) if self.launch is not None else None
-        nb = next((p for p in (self.script, Path(str(origin)) if origin else None) if p is not None
-                   and p.suffix == ".ipynb"), None)
-        found = colab_machine_gpus(nb)
-        if found is None:
-            return None
-        return Const(found[0], "environment-default", spread.line, (spread.why, found[1]))
 
     def remote_gpus(self, models: list[Obj]) -> Any:
         """The GPUs of the decorated remote function (Modal's @app.function(gpu=...)) that built the trained model: the
