@@ -75,8 +75,9 @@ def test_a_yaml_path_that_names_no_file_leaves_both_branches(tmp_path, monkeypat
     """The file may be made at run time: os.path.isfile of a missing path is unknown, never False."""
     root = _write(tmp_path, _FILES)
     plan = _command(root, monkeypatch, "deepspeed", "--num_gpus", "2", "train.py", "--yaml_config", "configs/gone.yaml")
-    assert plan.fields["grad_accum"].value != 4
-    assert plan.fields["distributed"].value != "zero2"  # no JSON named: the stage is not read from one
+    # no YAML read: the DeepSpeed JSON it would name is unknown, so are the engine's micro-batch and stage
+    assert _get(plan, "per_device_batch", "distributed") == {"per_device_batch": None, "distributed": None}
+    assert plan.fields["distributed"].source == "unknown"
 
 
 _PY_CONFIG = """
@@ -160,3 +161,20 @@ def test_a_deepspeed_json_named_by_an_authors_absolute_path_is_the_checkouts_fil
     plan = _command(root, monkeypatch, "bash", "scripts/stage3.sh")
     assert _get(plan, "distributed", "per_device_batch") == {"distributed": "zero3", "per_device_batch": 4}
     assert any("read as the checkout's scripts/zero3.json" in n for n in plan.notes)
+
+
+def test_isfile_of_an_authors_absolute_path_stays_unknown(tmp_path, monkeypatch):
+    """`os.path.exists("/home/alice/proj/src/big.yaml")` is False on the user's machine whatever the checkout holds
+    under src/: memlint never answers True for it (both branches stay; the larger batch is the worst case)."""
+    script = """
+        import os, yaml
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+        cfg = {"bs": 2}
+        if os.path.exists("/home/alice/proj/src/big.yaml"):
+            cfg = yaml.safe_load(open("/home/alice/proj/src/big.yaml"))
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+        Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=cfg["bs"])).train()
+    """
+    root = _write(tmp_path, {"src/train.py": script, "src/big.yaml": "bs: 1\n", "pyproject.toml": "[project]\nname='x'\n"})
+    got = _command(root, monkeypatch, "python", "src/train.py").fields["per_device_batch"]
+    assert got.value == 2 and set(got.candidates) == {1, 2}

@@ -82,3 +82,27 @@ def test_an_hf_parsers_own_argument_comes_back_in_one_more_namespace(tmp_path, m
                     "--max_len", "1024", "--per_device_train_batch_size", "3")
     assert _get(plan, "model_id", "per_device_batch", "max_length") == {
         "model_id": "Qwen/Qwen2.5-0.5B", "per_device_batch": 3, "max_length": 1024}
+
+
+def test_set_defaults_of_a_dataclass_field_is_that_fields_default_under_the_command(tmp_path, monkeypatch):
+    """HfArgumentParser.set_defaults(per_device_train_batch_size=6): argparse's default of that dataclass option
+    (no extra namespace: the script unpacks two), which the command's word still overrides."""
+    script = """
+        from dataclasses import dataclass, field
+        from transformers import AutoModelForCausalLM, HfArgumentParser, Trainer, TrainingArguments
+
+        @dataclass
+        class ModelArguments:
+            model_name: str = field(default="Qwen/Qwen2.5-0.5B")
+
+        parser = HfArgumentParser((ModelArguments, TrainingArguments))
+        parser.set_defaults(per_device_train_batch_size=6, output_dir="o")
+        model_args, training_args = parser.parse_args_into_dataclasses()
+        model = AutoModelForCausalLM.from_pretrained(model_args.model_name)
+        Trainer(model=model, args=training_args).train()
+    """
+    root = _write(tmp_path, {"train.py": script})
+    plan = _command(root, monkeypatch, "python", "train.py")
+    assert _get(plan, "model_id", "per_device_batch") == {"model_id": "Qwen/Qwen2.5-0.5B", "per_device_batch": 6}
+    plan = _command(root, monkeypatch, "python", "train.py", "--per_device_train_batch_size", "3")
+    assert plan.fields["per_device_batch"].value == 3

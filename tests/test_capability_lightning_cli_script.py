@@ -125,3 +125,24 @@ def test_a_deepspeed_strategy_object_without_a_stage_is_stage_two(tmp_path, monk
     root = _checkout(tmp_path, main=main)
     plan = _command(root, monkeypatch, "python", "main.py")
     assert _get(plan, "distributed", "offload") == {"distributed": "zero2", "offload": "optimizer"}
+
+
+def test_configs_and_words_apply_in_the_commands_order_a_config_before_the_subcommand_nested_by_it(tmp_path, monkeypatch):
+    root = _checkout(tmp_path, **{
+        "top.yaml": "fit:\n  data:\n    batch_size: 32\n    max_length: 4096\n",
+        "sub.yaml": "data:\n  batch_size: 16\n",
+        "data.yaml": "batch_size: 5\nmax_length: 128\n",
+    })
+    plan = _command(root, monkeypatch, "python", "main.py", "--config", "top.yaml", "fit")
+    assert _get(plan, "per_device_batch", "max_length") == {"per_device_batch": 32, "max_length": 4096}
+    plan = _command(root, monkeypatch, "python", "main.py", "fit", "--data.batch_size", "2", "--config", "sub.yaml")
+    assert plan.fields["per_device_batch"].value == 16  # the later --config wins
+    plan = _command(root, monkeypatch, "python", "main.py", "fit", "--config", "sub.yaml", "--data.batch_size", "2")
+    assert plan.fields["per_device_batch"].value == 2
+    plan = _command(root, monkeypatch, "python", "main.py", "fit", "--data", "data.yaml")
+    assert _get(plan, "per_device_batch", "max_length") == {"per_device_batch": 5, "max_length": 128}
+
+
+def test_a_subcommand_other_than_fit_trains_nothing(tmp_path, monkeypatch):
+    root = _checkout(tmp_path)
+    assert _command(root, monkeypatch, "python", "main.py", "validate").fields["per_device_batch"].value is None

@@ -107,3 +107,26 @@ def test_a_chat_template_rendered_as_text_leaves_the_trainer_to_truncate(tmp_pat
     # tokenized by the script (tokenize=True): trl 0.8.6 takes the rows as they are, untruncated
     (tmp_path / "nb.py").write_text((tmp_path / "nb.py").read_text().replace("tokenize=False", "tokenize=True"))
     assert _command(root, monkeypatch, "python", "nb.py").fields["max_length"].value is None
+
+
+def test_a_pydantic_dump_keeps_to_its_include_and_exclude(tmp_path, monkeypatch):
+    script = """
+        from pydantic import BaseModel
+        from transformers import AutoModelForCausalLM, TrainingArguments, Trainer
+        from peft import LoraConfig, get_peft_model
+
+        class LoRa(BaseModel):
+            r: int = 8
+            lora_alpha: int = 16
+            note: str = "x"
+
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+        model = get_peft_model(model, LoraConfig(**LoRa(r=32).model_dump({KW})))
+        Trainer(model=model, args=TrainingArguments("o")).train()
+    """
+    cases = {'exclude={"note"}': 32, 'include={"lora_alpha"}': 8, "by_alias=True": None}
+    for kw, r in cases.items():
+        root = _write(tmp_path / str(abs(hash(kw))), {"train.py": script.replace("{KW}", kw)})
+        got = _command(root, monkeypatch, "python", "train.py").fields["lora_r"]
+        assert (got.value if got.source != "unknown" else None) == r, kw
+

@@ -59,3 +59,26 @@ def test_a_run_that_trains_walks_no_other_method(tmp_path, monkeypatch):
     root2 = _write(tmp_path / "b", {"wrapper.py": _WRAPPER.replace("    def train(self):", "    def _train(self):"),
                                     "main.py": _MAIN.replace("{CALL}", "pass")})
     assert _command(root2, monkeypatch, "python", "main.py").fields["trainer"].value is None
+
+
+def test_a_method_the_script_never_calls_nor_comments_out_is_not_walked(tmp_path, monkeypatch):
+    """An inference script whose class also has a finetune() it never calls: nothing trains."""
+    script = """
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+        class Assistant:
+            def __init__(self):
+                self.model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-7B-Instruct")
+
+            def chat(self, text):
+                return self.model.generate(text)
+
+            def finetune(self, ds):
+                Trainer(model=self.model, args=TrainingArguments("o", per_device_train_batch_size=4),
+                        train_dataset=ds).train()
+
+        bot = Assistant()
+        bot.chat("hello")  # the finetune() above is for another day
+    """
+    root = _write(tmp_path, {"infer.py": script})
+    assert _command(root, monkeypatch, "python", "infer.py").fields["trainer"].value is None

@@ -150,15 +150,18 @@ def script_cli(handlers: Any, c: Any) -> Any:
 
     it = c.it
     words = list(it.launch.argv) if it.launch is not None else []
-    sub, given, configs = _cli_words(words)
+    sub, actions = _cli_words(words)
     sections: dict[str, dict] = {name: {} for name in _SECTIONS}
     defaults = resolved_value(c.kwargs.get("trainer_defaults"))
     if isinstance(defaults, Dict):
         sections["trainer"].update({k: v for k, v in defaults.items.items() if isinstance(k, str)})
-    for path in configs:
-        _config_sections(it, path, sections)
-    for (section, key), word in given.items():
-        sections[section][key] = handlers.cli_const(it, _word_value(word), f"--{section}.{key} {word}")
+    for kind, section, key, word in actions:  # in the command's order: a later value wins, as jsonargparse reads it
+        if kind == "config":  # a config before the subcommand is nested by subcommand (`fit: {model: ...}`)
+            _config_sections(it, word, sections, sub or "fit" if section == "before" else None)
+        elif kind == "file":  # `--model model.yaml`: a whole section's file
+            _config_sections(it, word, sections, None, only=section)
+        else:
+            sections[section][key] = handlers.cli_const(it, _word_value(word), f"--{section}.{key} {word}")
     model_class = resolved_value(c.arg(0, "model_class"))
     data_class = resolved_value(c.arg(1, "datamodule_class"))
     model = _build(handlers, c, model_class, sections["model"])
@@ -174,9 +177,11 @@ def script_cli(handlers: Any, c: Any) -> Any:
     return out
 
 
-def _cli_words(words: list[str]) -> tuple[str | None, dict[tuple[str, str], str], list[str]]:
-    """(the subcommand, {(section, key): word} of `--model.lr 3e-3` / `--trainer.max_epochs=5`, the --config files)."""
-    sub, given, configs = None, {}, []
+def _cli_words(words: list[str]) -> tuple[str | None, list[tuple[str, str, str, str]]]:
+    """(the subcommand, what the words say in order: ("config", "before" | "after", "", path) of `--config F` /
+    `-c F` (before or after the subcommand), ("file", section, "", path) of `--model model.yaml`, ("word", section,
+    key, value) of `--model.lr 3e-3` / `--trainer.max_epochs=5`)."""
+    sub, actions = None, []
     i = 0
     while i < len(words):
         w = words[i]
@@ -189,11 +194,13 @@ def _cli_words(words: list[str]) -> tuple[str | None, dict[tuple[str, str], str]
             section, _, name = key.partition(".")
             name = name.removeprefix("init_args.")
             if key == "config" and value:
-                configs.append(value)
+                actions.append(("config", "after" if sub else "before", "", value))
+            elif key in _SECTIONS and value.endswith((".yaml", ".yml", ".json")):
+                actions.append(("file", key, "", value))
             elif section in _SECTIONS and name and "." not in name and (eq or value):
-                given[(section, name)] = value
+                actions.append(("word", section, name, value))
         i += 1
-    return sub, given, configs
+    return sub, actions
 
 
 def _word_value(word: str) -> Any:
@@ -211,12 +218,17 @@ def _word_value(word: str) -> Any:
     return word
 
 
-def _config_sections(it: Any, path: str, sections: dict[str, dict]) -> None:
-    """A `--config` file's model / data / trainer sections (a model given by class_path: its init_args)."""
+def _config_sections(it: Any, path: str, sections: dict[str, dict], nested: str | None, only: str | None = None) -> None:
+    """A `--config` file's model / data / trainer sections (a model given by class_path: its init_args); `nested`:
+    the subcommand whose section holds them (a config given before it); `only`: the file is that one section."""
     from memlint.extract import runtime_config
     from memlint.extract.values import Const, Dict
 
     doc = runtime_config.read(it, Const(path, "command-line", None), f"LightningCLI --config {path}")
+    if isinstance(doc, Dict) and nested is not None and isinstance(doc.items.get(nested), Dict):
+        doc = doc.items[nested]
+    if isinstance(doc, Dict) and only is not None:
+        doc = Dict({only: doc})
     if not isinstance(doc, Dict):
         return
     for name in _SECTIONS:

@@ -43,6 +43,7 @@ class Setting(NamedTuple):
     value: Any
     line: int | None
     how: str
+    kbit_only: bool = False          # peft's k-bit preparation: applies to a 4/8-bit (or GPTQ) model only
 
 
 # ---- models and what wraps them --------------------------------------------------------------
@@ -227,6 +228,7 @@ class HfParser(Obj):
 
     classes: list = field(default_factory=list)
     own: Any = None                   # ArgParser of the arguments added with add_argument / set_defaults, if any
+    defaults: dict = field(default_factory=dict)  # set_defaults(key=v) of a key a dataclass declares: its new default
 
 
 @dataclass(eq=False)

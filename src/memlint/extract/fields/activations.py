@@ -113,8 +113,12 @@ class ActivationFields:
                 per_model.append(forced)
                 continue
             resolved = []
+            bits = self.fields.get("quant_bits")
+            unquantized = bits is not None and bits.known and bits.value is None and not bits.candidates
             for mm in self.chain(m) if m is not None else []:
                 for setting in mm.gc:
+                    if setting.kbit_only and unquantized:
+                        continue  # prepare_model_for_kbit_training on a 16/32-bit model leaves checkpointing off
                     v, line, how = setting.value, setting.line, setting.how
                     if isinstance(v, tuple):  # ("library-default", cls, field)
                         d = library_default(v[1], v[2])

@@ -199,7 +199,9 @@ class ParallelFields:
                     offload.append(s.with_value("params" if "stage_3" in s.value or "fsdp" in s.value else "optimizer"))
             elif isinstance(s, LightningTrainer) and s.cls == "lightning.DeepSpeedStrategy":
                 st = s.get("stage")
-                if st is None and "config" not in s.kwargs:  # DeepSpeedStrategy(stage=2) by default
+                zero = s.get("zero_optimization")
+                if st is None and "config" not in s.kwargs and (zero is None or isinstance(zero, Const) and zero.value is True):
+                    # DeepSpeedStrategy(zero_optimization=True, stage=2) by default
                     st = Const(2, "library-default", s.line, ("DeepSpeedStrategy() stage default 2 (lightning's "
                                                               "strategies/deepspeed.py)",))
                 vals.append(st.with_value(f"zero{st.value}") if isinstance(st, Const) and st.value in (1, 2, 3)

@@ -35,7 +35,7 @@ from memlint.extract.objects import (
     GradHook, HfConfig, HfParser, Instance, LigerPatch, LightningTrainer, Method, Model, Obj, OpenFile, Optimizer,
     OptimizerStep, Params, Partial, Scaler, SeqMethod, Tokenizer, TokenizerCall, Trainer, TrainingArgs,
 )
-from memlint.extract.values import Class, Const, Dict, Func, Ref, Unknown, flatten
+from memlint.extract.values import Class, Const, Dict, Func, Ref, Seq, Unknown, flatten
 from memlint.library import api
 from memlint.extract.handlers.attributes import MODULE_SELF_METHODS, AttributeHandlers, _declares
 from memlint.extract.handlers.cli import CliHandlers, _SUBCLASSED_PARSERS
@@ -178,7 +178,7 @@ class Handlers(
             if cls is not None:
                 return self.construct_user(c, cls)
         if handler is None and c.name.endswith("Trainer") and c.head not in api.modelled_packages():
-            base = _trainer_of_arguments(c.kwargs.get("args"))
+            base = _trainer_of_arguments(c.kwargs.get("args", c.args[1] if len(c.args) > 1 else None))
             if base is not None:  # an installed package's trainer (not in the checkout) given a library's arguments
                 out = self.trainer(Call(c.it, base, c.args, c.kwargs, c.open, c.line))
                 out.user_class = c.name
@@ -344,7 +344,7 @@ class Handlers(
         uc = getattr(obj, "user_class", None)
         if name in ("dict", "model_dump") and not args and isinstance(uc, Class) and uc.validated:
             # a pydantic model's fields as a dict (v1's .dict(), v2's .model_dump()), as dataclasses.asdict gives them
-            return self.asdict(Call(it, "dataclasses.asdict", [obj], {}, False, line))
+            return _dumped(self.asdict(Call(it, "dataclasses.asdict", [obj], {}, False, line)), kwargs)
         if name == "save_hyperparameters" and isinstance(getattr(obj, "user_class", None), Class) \
                 and library_base(obj.user_class, LIGHTNING_HPARAMS):
             return self.save_hyperparameters(it, obj, args, kwargs, line)
@@ -442,6 +442,27 @@ def _args_dict(obj: Any) -> Any:
             if not isinstance(v, Unknown):
                 items[k] = v
     return Dict(items, bool(obj.open))
+
+
+def _dumped(fields: Any, kwargs: dict) -> Any:
+    """A pydantic model's dump with its keywords: include= / exclude= (names), exclude_none=; by_alias=,
+    exclude_unset= or exclude_defaults= (which memlint does not follow) leave it unknown."""
+    if not isinstance(fields, Dict):
+        return fields
+    items = dict(fields.items)
+    for key, v in kwargs.items():
+        truth = v.value if isinstance(v, Const) else None
+        names = {x.value for x in flatten(v.items if isinstance(v, Seq) else list(v.items) if isinstance(v, Dict) else [])
+                 if isinstance(x, Const)} if isinstance(v, (Seq, Dict)) else None
+        if key in ("include", "exclude") and names is not None:
+            items = {k: x for k, x in items.items() if (k in names) == (key == "include")}
+        elif key == "exclude_none" and isinstance(truth, bool):
+            items = {k: x for k, x in items.items() if not (truth and isinstance(x, Const) and x.value is None)}
+        elif key == "mode" or key in ("by_alias", "exclude_unset", "exclude_defaults") and truth is False:
+            continue
+        else:
+            return Unknown(f"a pydantic dump with {key}=")
+    return Dict(items)
 
 
 def _trainer_of_arguments(args: Any) -> str | None:

@@ -167,9 +167,9 @@ def _is_getter(f: Func) -> bool:
 
 
 def _is_property(f: Func) -> bool:
-    return any(getattr(d.decorator, "value", None) in ("property", "cached_property") or
-               getattr(getattr(d.decorator, "attr", None), "value", None) in ("cached_property", "setter")
-               for d in f.node.decorators)
+    """A property's getter or setter (a method read as an attribute, never called as one)."""
+    return _is_getter(f) or any(getattr(getattr(d.decorator, "attr", None), "value", None) == "setter"
+                                for d in f.node.decorators)
 
 
 def _declares(c: Any, attr: str) -> bool:

@@ -12,7 +12,10 @@ from typing import Any, Callable
 
 from memlint.extract import budget
 from memlint.extract.interp import BoundStr, SPREAD, _BUILTIN_CALLS
-from memlint.extract.objects import DtypeName, Fields, Namespace, Obj, OpenFile, Partial, Range
+from memlint.extract.objects import (
+    Accelerator, Collator, DataLoader, DtypeName, Fields, HfConfig, Model, Namespace, Obj, OpenFile, Optimizer, Partial,
+    PeftConfig, QuantConfig, Range, Tokenizer, Trainer, TrainingArgs,
+)
 from memlint.extract.values import (HOLE, Alts, Class, Const, Dict, ModuleVal, RaisedBy, Ref, Seq, Template, TokenIds, Unknown, flatten,
                                     insert_fits, weakest)
 from memlint.extract.handlers.common import Call, _PASS
@@ -96,13 +99,19 @@ class LanguageHandlers:
         return Const(value, weakest(*(a.source for a in args)), base.line, base.chain, base.file)
 
     def path_exists(self, c: Call) -> Any:
-        """os.path.isfile / exists of a path inside the checked root that names a file there: True (the script then
-        reads the config it checked for). Anything else (missing, a folder, outside the root) stays unknown: the file
+        """os.path.isfile / exists of a path that names a file of the checked root where Python resolves it (relative
+        to the working directory the command runs in, or absolute): True (the script then reads the config it checked
+        for). Anything else (missing, a folder, outside the root, an author's absolute path) stays unknown: the file
         may be made or mounted at run time, and nothing outside the root is looked at."""
-        from memlint.extract.runtime_config import find
+        from pathlib import Path
+
+        from memlint.files import is_file
 
         path = c.arg(0, "path")
-        if isinstance(path, Const) and isinstance(path.value, str) and path.value and find(c.it, path.value) is not None:
+        launch = c.it.launch
+        here = Path.cwd() / launch.cwd if launch is not None and launch.cwd else Path.cwd()
+        if isinstance(path, Const) and isinstance(path.value, str) and path.value \
+                and is_file(here / Path(path.value).expanduser()):
             return Const(True, path.source, c.line, (*path.chain, f"{c.qual}({path.value!r}): a file of the checkout"),
                          path.file)
         return Unknown(f"whether {c.qual}() finds the path at run time")
@@ -328,7 +337,7 @@ class LanguageHandlers:
             if isinstance(obj, Const):
                 pyname = type(obj.value).__name__
                 return Const(pyname in kinds or (pyname == "bool" and "int" in kinds), "literal", line)
-            if isinstance(obj, Obj) and kinds and kinds <= _BUILTIN_KINDS:
+            if isinstance(obj, _NOT_BUILTIN) and kinds and kinds <= _BUILTIN_KINDS:
                 return Const(False, "literal", line)  # a model, tokenizer or config object is no str / int / list
             uc = getattr(obj, "user_class", None)
             if isinstance(obj, Obj) and isinstance(uc, Class):
@@ -584,6 +593,9 @@ _MATH_CONSTANTS = ("pi", "e", "tau", "inf")
 _MATH_FUNCTIONS = ("ceil", "floor", "trunc", "sqrt", "isqrt", "exp", "log", "log2", "log10", "pow", "gcd", "lcm", "fabs")
 
 _BUILTIN_KINDS = frozenset({"str", "bytes", "int", "float", "bool", "list", "tuple", "dict", "set", "frozenset"})
+# objects of library classes that subclass no builtin (a DatasetDict or a ModelOutput is a dict: not listed)
+_NOT_BUILTIN = (Model, Tokenizer, TrainingArgs, Optimizer, PeftConfig, QuantConfig, HfConfig, Collator, DataLoader,
+                Accelerator, Trainer)
 
 
 QUALIFIED: dict[str, Callable[[Any, Call], Any]] = {

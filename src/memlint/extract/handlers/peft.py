@@ -83,7 +83,9 @@ class PeftHandlers:
         gc = c.kwargs.get("use_gradient_checkpointing", c.args[1] if len(c.args) > 1 else None)
         if gc is None:
             gc = ("library-default", "peft.prepare_model_for_kbit_training", "use_gradient_checkpointing")
-        out = self.wrap_model(c.it, c.arg(0, "model"), c.line, gc=Setting(gc, c.line, f"{c.name}(...)"))
+        # peft turns checkpointing on only for a model loaded in 4/8 bits (or GPTQ / AQLM): `if (loaded_in_kbit or
+        # is_gptq_quantized ...) and use_gradient_checkpointing` (peft utils/other.py, every release since 0.4)
+        out = self.wrap_model(c.it, c.arg(0, "model"), c.line, gc=Setting(gc, c.line, f"{c.name}(...)", kbit_only=True))
         for m in flatten(out):
             if isinstance(m, Model):
                 m.kbit_line = c.line

@@ -26,6 +26,8 @@ facts.py holds `Facts`, what the walk records. This module keeps the walk's stat
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +86,7 @@ class Interpreter(Statements, Expressions, Calls, ModuleFiles, Idioms, LibraryCa
         self.hydra_entries: list = []  # the @hydra.main entries composed so far (composed again on a new resolver)
         self.config_dir: tuple | None = None  # (folder, how): where a config composer's initialize() call points
         self.call_line: int | None = None
+        self.source = source
         self.main = self._load(path, source, "__main__", is_main=True)
 
     # ---- modules ---------------------------------------------------------------------------
@@ -120,9 +123,11 @@ class Interpreter(Statements, Expressions, Calls, ModuleFiles, Idioms, LibraryCa
         return self.facts
 
     def run_uncalled_methods(self) -> None:
-        """Nothing trained: an object of the checkout's own class the run built whose methods nothing called (a wrapper
-        whose `train()` the script leaves commented out, or a notebook calls) still says how the script trains: its
-        public methods run once on that object, their parameters at their defaults, until one trains."""
+        """Nothing trained: a method of an object of the checkout's own class the run built, which the script calls
+        only in a line it commented out (`# trainer.train()  # uncomment to retrain`), still says how the script
+        trains: it runs once on that object, its parameters at their defaults. A method the script never names, or
+        names only in live code that does not run (an inference script's unused `finetune()`), is not walked."""
+        commented = set(re.findall(r"#[^\n]*?\.(\w+)\(", self.source))
         seen: set[int] = set()
         for inst in list(self.instances)[:8]:
             cls = getattr(inst, "user_class", None)
@@ -130,9 +135,9 @@ class Interpreter(Statements, Expressions, Calls, ModuleFiles, Idioms, LibraryCa
                 continue
             seen.add(id(cls))
             for name, f in list(cls.methods.items()):
-                if type(f) is Func and not f.ran and not name.startswith("_"):
+                if type(f) is Func and not f.ran and name in commented and not name.startswith("_"):
                     self.call_function(f, [inst], {}, self.line_of(f.node), entry=True)
-                if self.facts.trained or self.facts.steps:
+                if self.facts.trained or self.facts.steps or self.facts.backward:
                     return
 
     def run_entry(self) -> bool:

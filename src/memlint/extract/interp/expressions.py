@@ -78,10 +78,10 @@ class Expressions:
         if t is cst.BinaryOperation:
             if type(node.operator) is cst.Multiply:
                 self.hand_pad_idiom(node, env)
-            right = self.ev(node.right, env)
+            left, right = self.ev(node.left, env), self.ev(node.right, env)  # left first, as Python does
             if type(node.operator) is cst.Divide:
                 self.accumulation_divisor(node.right, right)
-            return self.binop(type(node.operator).__name__, self.ev(node.left, env), right, node)
+            return self.binop(type(node.operator).__name__, left, right, node)
         if t is cst.UnaryOperation:
             return self.unary(node, self.ev(node.expression, env))
         if t is cst.BooleanOperation:
