@@ -80,3 +80,45 @@ def test_a_divisor_outside_the_accumulating_loop_is_not_its_count(tmp_path, monk
     _write(tmp_path, {"grpo.py": text})
     plan = _command(tmp_path, monkeypatch, "python", "grpo.py")
     assert plan.fields["grad_accum"].value is None
+
+
+_RL_LOOP = """
+    import torch
+    from torch.utils.data import DataLoader
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    G, P, C = 4, 256, 256
+    tok = AutoTokenizer.from_pretrained("Qwen/Qwen2.5-0.5B-Instruct")
+    model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B-Instruct")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    for batch in DataLoader(["q1", "q2"], batch_size=1):
+        enc = tok({PROMPTS}, padding="max_length", max_length=P, truncation=True, return_tensors="pt")
+        seqs = model.generate(**enc, max_new_tokens=C{TIMES})
+        {FORWARD}
+        opt.step()
+        opt.zero_grad()
+"""
+
+
+def test_a_hand_written_rl_loop_trains_on_the_generated_sequences(tmp_path, monkeypatch):
+    """`tok([prompt] * G, max_length=P)` then `model.generate(**enc, max_new_tokens=C)` and a forward on the output:
+    G rows of P + C tokens (num_return_sequences=G on one prompt: the same)."""
+    cases = {
+        "repeat": ("[batch[0]] * G", "", "model(seqs).logits.mean().backward()"),
+        "returns": ("[batch[0]]", ", num_return_sequences=G", "model(input_ids=seqs).logits.mean().backward()"),
+    }
+    for name, (prompts, times, forward) in cases.items():
+        text = _RL_LOOP.replace("{PROMPTS}", prompts).replace("{TIMES}", times).replace("{FORWARD}", forward)
+        root = _write(tmp_path / name, {"rl.py": text})
+        plan = _command(root, monkeypatch, "python", "rl.py")
+        assert _get(plan, "per_device_batch", "max_length") == {"per_device_batch": 4, "max_length": 512}, name
+
+
+def test_generation_nothing_trains_on_leaves_the_batch_and_length_to_the_data(tmp_path, monkeypatch):
+    """A sample generated for a look (no forward on it) says nothing of the training batch."""
+    text = _RL_LOOP.replace("{PROMPTS}", "batch").replace("{TIMES}", "").replace(
+        "{FORWARD}", "print(tok.decode(seqs[0]))\n        model(**enc).logits.mean().backward()").replace(
+        "batch_size=1", "batch_size=2")
+    root = _write(tmp_path, {"rl.py": text})
+    plan = _command(root, monkeypatch, "python", "rl.py")
+    assert _get(plan, "per_device_batch", "max_length") == {"per_device_batch": 2, "max_length": 256}

@@ -130,3 +130,32 @@ def test_a_pydantic_dump_keeps_to_its_include_and_exclude(tmp_path, monkeypatch)
         got = _command(root, monkeypatch, "python", "train.py").fields["lora_r"]
         assert (got.value if got.source != "unknown" else None) == r, kw
 
+
+
+def test_adapters_on_a_part_of_the_model_make_it_a_lora_run(tmp_path, monkeypatch):
+    """`self.language_model = get_peft_model(self.language_model, cfg)` in the model class's own method (a VLM's
+    wrap_llm_lora), or the same in the script: the model the run trains carries the adapters."""
+    in_method = """
+        import torch, transformers
+        from peft import LoraConfig, get_peft_model
+        from transformers import PreTrainedModel
+
+        class ChatModel(PreTrainedModel):
+            def wrap_llm_lora(self, r=128, lora_alpha=256):
+                cfg = LoraConfig(r=r, lora_alpha=lora_alpha, target_modules=["q_proj", "v_proj"])
+                self.language_model = get_peft_model(self.language_model, cfg)
+
+        model = ChatModel.from_pretrained("Qwen/Qwen2.5-7B-Instruct", torch_dtype=torch.bfloat16)
+        {WRAP}
+        transformers.Trainer(model=model, args=transformers.TrainingArguments("o")).train()
+    """
+    for name, wrap in {"method": "model.wrap_llm_lora(r=8, lora_alpha=16)",
+                       "script": "model.language_model = get_peft_model(model.language_model, "
+                                 "LoraConfig(r=8, lora_alpha=16, target_modules=['q_proj', 'v_proj']))",
+                       "none": "pass"}.items():
+        root = _write(tmp_path / name, {"train.py": in_method.replace("{WRAP}", wrap)})
+        plan = _command(root, monkeypatch, "python", "train.py")
+        if name == "none":
+            assert plan.fields["method"].value == "full"
+        else:
+            assert _get(plan, "method", "lora_r") == {"method": "lora", "lora_r": 8}, name

@@ -57,6 +57,8 @@ class TokenIds(Unknown):
     the sum (a prompt and a response truncated apart, then concatenated: qlora.py's collator)."""
 
     cap: Any = None
+    rows: Any = None         # a Const: the rows when the tokenized list's length is known (`[prompt] * G`)
+    generated: bool = False  # a generate() output: prompt + new tokens (what an RL loop then trains on)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,12 @@ class LengthFields:
         windows = self.facts.first("windows")
         yields = self.facts.first("batch_yields")
         slices = [s for s in self.facts.first("micro_slices") if isinstance(s.rows, Const)]
+        fed = [(g.rows, at) for g, at in self.facts.first("generated_batches") if isinstance(g.rows, Const)]
+        if fed and not slices:  # the loop runs the model on generate()'s output: its rows are the micro-batch
+            rows, at = fed[0]
+            self.put("per_device_batch", rows.with_value(rows.value, f"the model runs on {rows.value} generated "
+                                                                     f"sequences (line {at})"), _int, at)
+            return train_dl
         if slices:  # the loop cuts each batch into micro-batches of k rows, a forward and backward each
             self.put("per_device_batch", slices[0].rows.with_value(slices[0].rows.value, slices[0].how), _int, slices[0].line)
             return train_dl
@@ -356,6 +362,9 @@ class LengthFields:
                 if c.get("max_length") is not None:
                     lengths.append(c.get("max_length"))
         lengths += facts.first("joined_caps")  # a prompt and a response truncated apart, then joined: the sum
+        generated = [g.cap for g, _ in facts.first("generated_batches") if isinstance(g.cap, Const)]
+        if generated:  # the model runs on generate()'s output: prompt + new tokens, longer than any prompt
+            lengths = generated
         for hp in facts.first("hand_pads"):
             c = hp.length if isinstance(hp.length, Const) else None
             pads.append((hp.kind, Const(hp.kind, "literal", hp.line, ("padding written in the script's own collate code",), hp.file), hp.line))

@@ -35,7 +35,7 @@ from memlint.extract.objects import (
     GradHook, HfConfig, HfParser, Instance, LigerPatch, LightningTrainer, Method, Model, Obj, OpenFile, Optimizer,
     OptimizerStep, Params, Partial, Scaler, SeqMethod, Tokenizer, TokenizerCall, Trainer, TrainingArgs,
 )
-from memlint.extract.values import Class, Const, Dict, Func, Ref, Seq, Unknown, flatten
+from memlint.extract.values import Class, Const, Dict, Func, Ref, Seq, TokenIds, Unknown, flatten
 from memlint.library import api
 from memlint.extract.handlers.attributes import MODULE_SELF_METHODS, AttributeHandlers, _declares
 from memlint.extract.handlers.cli import CliHandlers, _SUBCLASSED_PARSERS
@@ -105,6 +105,10 @@ class Handlers(
                 return it.call_function(f.func, f.args + args, {**f.kwargs, **kwargs}, line)
             return Unknown("a call")
         if isinstance(f, Model):
+            fed = next((x for x in [*args, *kwargs.values()] for x in flatten(x)
+                        if isinstance(x, TokenIds) and x.generated), None)
+            if fed is not None:  # a forward over generate()'s output: the batch an RL loop trains on
+                it.facts.generated_batches.append((fed, line))
             return Unknown("the model's outputs")
         if isinstance(f, Instance) and f.user_class is not None:  # `job(cfg)`: the checkout class's __call__ runs
             hit = f.user_class.lookup("__call__")

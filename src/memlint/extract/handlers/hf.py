@@ -13,7 +13,7 @@ from memlint.extract.objects import (
     ClassLoader, Collator, Dataset, DtypeName, HfConfig, Instance, Model, Obj, Params, Partial, PeftConfig, Setting,
     Tokenizer, TokenizerCall, Trainer, TrainingArgs, dtype_of,
 )
-from memlint.extract.values import Class, Const, Dict, Func, Ref, Seq, TokenIds, Unknown
+from memlint.extract.values import Class, Const, Dict, Func, Ref, Seq, TokenIds, Unknown, flatten, weakest
 from memlint.library import api
 from memlint.extract.handlers.common import Call, _last
 
@@ -202,6 +202,8 @@ class HfHandlers:
         it.call_function(target, [*fn_args, Unknown("a dataset example")], fn_kw, line)
 
     def model_method(self, it: Any, model: Model, name: str, args: list, kwargs: dict, line: int | None) -> Any:
+        if name == "generate":
+            return self.generated(it, args, kwargs, line)
         if name == "gradient_checkpointing_enable":
             model.gc.append(Setting(Const(True, "literal", line), line, "model.gradient_checkpointing_enable()"))
             return Const(None, "literal", line)
@@ -240,7 +242,27 @@ class HfHandlers:
         cap, trunc = kwargs.get("max_length"), kwargs.get("truncation")
         capped = isinstance(cap, Const) and isinstance(cap.value, int) and not isinstance(cap.value, bool) \
             and isinstance(trunc, Const) and trunc.value not in (False, None, "do_not_truncate")
-        return TokenIds("token ids", line, cap if capped else None)
+        rows = Const(len(text.items), "constant", line, (f"a list of {len(text.items)} texts tokenized at line {line}",)) \
+            if isinstance(text, Seq) and text.items and not text.grown else None
+        return TokenIds("token ids", line, cap if capped else None, rows=rows)
+
+    @staticmethod
+    def generated(it: Any, args: list, kwargs: dict, line: int | None) -> Any:
+        """model.generate(**enc, max_new_tokens=C[, num_return_sequences=G]): token ids of at most the prompt's cap + C
+        tokens, rows × G of them; what a hand-written RL loop then runs the model on (model(seqs)) is that batch."""
+        prompt = next((x for x in [*args, *kwargs.values()] for x in flatten(x) if isinstance(x, TokenIds)), None)
+        new, times = kwargs.get("max_new_tokens"), kwargs.get("num_return_sequences")
+        cap = prompt.cap if prompt is not None else None
+        ok = all(isinstance(v, Const) and isinstance(v.value, int) and not isinstance(v.value, bool) for v in (cap, new))
+        total = Const(cap.value + new.value, weakest(cap.source, new.source), line, (
+            *cap.chain, f"model.generate(max_new_tokens={new.value}) (line {line}): the prompt's {cap.value} tokens + "
+            f"{new.value} new ones",), cap.file) if ok else None
+        rows = prompt.rows if prompt is not None else None
+        if isinstance(rows, Const) and isinstance(times, Const) and isinstance(times.value, int):
+            rows = rows.with_value(rows.value * times.value, f"× num_return_sequences={times.value}")
+        elif times is not None:
+            rows = None
+        return TokenIds("generated token ids", line, total, rows=rows, generated=True)
 
     @staticmethod
     def kernel_class(name: str) -> Ref | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from memlint.extract.objects import Model, PeftConfig, Setting
+from memlint.extract.objects import Method, Model, PeftConfig, Setting
 from memlint.extract.values import Alts, Const, Dict, Unknown, flatten
 from memlint.library import api
 from memlint.extract.handlers.common import Call
@@ -70,7 +70,13 @@ class PeftHandlers:
     def get_peft_model(self, c: Call) -> Any:
         if c.owner in api.unsloth_loaders():
             return self.unsloth_peft(c)
-        out = self.wrap_model(c.it, c.arg(0, "model"), c.line, peft=c.arg(1, "peft_config"))
+        part = c.arg(0, "model")
+        if isinstance(part, Method) and isinstance(part.obj, Model) and part.obj.peft is None:
+            # get_peft_model(model.language_model, cfg) (a VLM's language model, in the model class's own method or
+            # the script): adapters on a part of the model the run trains, which then trains as LoRA
+            part.obj.peft = c.arg(1, "peft_config")
+            return part
+        out = self.wrap_model(c.it, part, c.line, peft=c.arg(1, "peft_config"))
         cast = c.kwargs.get("autocast_adapter_dtype")
         for m in flatten(out) if cast is not None else ():
             if isinstance(m, Model):

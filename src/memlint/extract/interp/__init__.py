@@ -102,7 +102,7 @@ class Interpreter(Statements, Expressions, Calls, ModuleFiles, Idioms, LibraryCa
         self._exec_module(self.main)
         self.facts.reached = {name: len(getattr(self.facts, name)) for name in
                               ("objects", "tokenizer_calls", "chunking", "windows", "random_batches", "joined_caps", "length_args", "target_length_args", "hand_pads", "batch_yields", "micro_slices", "steps", "autocasts", "liger_calls",
-                               "backward", "grad_hooks", "hand_quant", "gpu_counts", "trained")}
+                               "backward", "grad_hooks", "hand_quant", "gpu_counts", "trained", "generated_batches")}
         if self.run_entry():
             return self.facts  # a console script's function ran: other functions of its module are other commands
         # Functions nothing called (entry points of other launchers, helpers passed by name)

@@ -13,7 +13,7 @@ from memlint.extract.interp.syntax import (MAX_CALLS_PER_FUNC, MAX_DEPTH, MAX_EX
                                            _CLASS_CHECKS, _NO_CALLBACK)
 from memlint.extract.objects import BoundMethod, Fields, Obj, OpenFile, Partial
 from memlint.extract.parsed import ParserSyntaxError
-from memlint.extract.values import Alts, Class, Const, Dict, Func, Ref, Seq, Unknown, flatten, merge
+from memlint.extract.values import Alts, Class, Const, Dict, Func, Ref, Seq, TokenIds, Unknown, flatten, merge
 from memlint.files import max_file_size, read_text
 from memlint.library import api
 
@@ -139,6 +139,9 @@ class Calls:
                         open_kwargs |= d.open
                     elif isinstance(d, Const) and isinstance(d.value, dict):
                         kwargs.update({k: d.with_value(x, f"[{k!r}]") for k, x in d.value.items()})
+                    elif isinstance(d, TokenIds):  # **enc of a tokenizer's output: its input_ids (and attention mask)
+                        kwargs.setdefault("input_ids", d)
+                        open_kwargs = True
                     else:
                         open_kwargs = True
             elif a.keyword is not None:

@@ -25,6 +25,9 @@ _PATH_PARTS = {"parent": lambda p: os.path.dirname(p.rstrip("/")) or ".", "name"
                "suffix": lambda p: os.path.splitext(p.rstrip("/"))[1]}
 
 
+_MAX_REPEAT = 256  # items a repeated list (`[x] * n`) is spelt out to; longer ones stay unknown
+
+
 class Expressions:
     """The Interpreter's part that evaluates expressions."""
 
@@ -361,6 +364,11 @@ class Expressions:
             return self._combine(value, node, a, b)
         if isinstance(a, Seq) and isinstance(b, Seq) and op == "Add":
             return self.sized(Seq(a.items + b.items, a.kind), (a, b))
+        if op == "Multiply" and isinstance(b, Seq) and isinstance(a, Const):
+            a, b = b, a
+        if op == "Multiply" and isinstance(a, Seq) and isinstance(b, Const) and type(b.value) is int \
+                and not a.grown and 0 <= len(a.items) * b.value <= _MAX_REPEAT:
+            return self.sized(Seq(a.items * b.value, a.kind), (a,))  # `[prompt] * G`: G copies, G rows
         if op == "Add" and isinstance(a, TokenIds) and isinstance(b, TokenIds):
             return self.joined_ids(a, b, node)
         if isinstance(a, Dict) and isinstance(b, Dict) and op == "BitOr":
