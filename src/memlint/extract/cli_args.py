@@ -183,6 +183,40 @@ def literal(text: str, like: Any = None) -> Any:
         return text
 
 
+def fire_literal(text: str) -> Any:
+    """A command-line word as python-fire reads it (fire.parser._LiteralEval): a Python literal, where a bare name
+    inside a list, tuple or dict is its own string (`[q_proj,k_proj]` -> ['q_proj', 'k_proj']); any other word as
+    literal() reads it. Parsed, never evaluated."""
+    import ast
+
+    stripped = text.strip()
+    if not (stripped[:1] in "[({" and stripped[-1:] in "])}"):
+        return literal(text)
+    try:
+        tree = ast.parse(stripped, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return literal(text)
+
+    def value(node: ast.AST, depth: int = 0) -> Any:
+        if depth > 8:
+            raise ValueError("too deep")
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            items = [value(e, depth + 1) for e in node.elts]
+            return tuple(items) if isinstance(node, ast.Tuple) else items
+        if isinstance(node, ast.Dict) and all(k is not None for k in node.keys):
+            return {value(k, depth + 1): value(v, depth + 1) for k, v in zip(node.keys, node.values)}
+        raise ValueError("not a literal")
+
+    try:
+        return value(tree)
+    except (ValueError, TypeError):
+        return text
+
+
 def match_fields(words: Sequence[str], known: Iterable[str], bools: Iterable[str] = (),
                  accept_any: bool = False, abbrev: Iterable[str] | None = None) -> Matched:
     """HfArgumentParser / fire / typer style `--name value` words: `--name=value`, `--name value`,

@@ -329,7 +329,8 @@ def _pin_folder(start: Path) -> Path | None:
 
     folder = start.resolve()
     for n, d in enumerate((folder, *folder.parents)):
-        if any(is_file(d / name) for name in _PIN_FILES) or any(_requirement_files(d)) or _readme_pins(d, ""):
+        if any(is_file(d / name) for name in _PIN_FILES) or any(_requirement_files(d)) or _script_pins(d, "") \
+                or _readme_pins(d, ""):
             return d
         if os.path.lexists(d / ".git") or n >= _MAX_UP:
             return None
@@ -386,6 +387,7 @@ def _pins_in(folder: Path, prefix: str) -> tuple[Pin, ...]:
                          ("pyproject.toml", _poetry_reqs)):
         if is_file(folder / name):
             found += reader(folder / name, rel(name))
+    found += _script_pins(folder, prefix)  # a setup script's installs
     found += _readme_pins(folder, rel("README.md"))  # last: the README's install instructions
     known = _known_packages()
     out: dict[str, Pin] = {}
@@ -414,10 +416,39 @@ def _readme_pins(folder: Path, shown: str) -> list[tuple[str, str, str]]:
     text = _read(path) if path is not None else None
     if not text:
         return []
-    out: dict[str, tuple[str, str, str] | None] = {}  # the instructions run in order: a later install of a package wins
-    fenced = False
+    return _install_lines(text, shown or path.name, fences=True)
+
+
+_SETUP_SCRIPT = re.compile(r"(?:setup|install|env|environment|prepare|requirements)[\w.-]*\.sh", re.I)
+
+
+def _script_pins(folder: Path, prefix: str) -> list[tuple[str, str, str]]:
+    """The versions a setup shell script of the folder installs (`setup.sh`, `install_env.sh`: `pip install
+    transformers==4.34.0` lines), read after the pin files and before the README."""
+    from memlint.files import allowed, is_file
+
+    if not allowed(folder):
+        return []
+    try:
+        names = sorted(n for n in os.listdir(folder) if _SETUP_SCRIPT.fullmatch(n))[:8]
+    except OSError:
+        return []
+    out: list[tuple[str, str, str]] = []
+    for f in (folder / n for n in names):
+        if is_file(f):
+            text = _read(f)
+            if text:
+                out += _install_lines(text, os.path.join(prefix, f.name) if prefix else f.name, fences=False)
+    return out
+
+
+def _install_lines(text: str, shown: str, fences: bool) -> list[tuple[str, str, str]]:
+    """The `pip install pkg==x` (and bare requirement) lines of instructions, in order (a later install of a package
+    wins); `fences`: only inside a Markdown file's fenced code blocks."""
+    out: dict[str, tuple[str, str, str] | None] = {}
+    fenced = not fences
     for i, line in enumerate(text.splitlines(), 1):
-        if _FENCE.match(line):
+        if fences and _FENCE.match(line):
             fenced = not fenced
             continue
         body = re.sub(r"^\s*(?:\$|>)\s+", "", line.split(" #")[0]).strip()
@@ -434,7 +465,7 @@ def _readme_pins(folder: Path, shown: str) -> list[tuple[str, str, str]]:
         for w in reqs:
             req = _requirement(w)
             if req is not None:
-                out[normalise(req[0])] = (req[0], req[1], f"{shown or path.name}:{i}")
+                out[normalise(req[0])] = (req[0], req[1], f"{shown}:{i}")
             elif upgrade and (head := _NAME_HEAD.match(w)) is not None and head.group(0) == w:
                 # `pip install --upgrade trl` after `pip install trl==0.14.0`: the newest release, no pin
                 out[normalise(head.group(1))] = None

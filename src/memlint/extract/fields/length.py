@@ -153,7 +153,10 @@ class LengthFields:
         has_tok = trainer.kwargs.get("processing_class", trainer.kwargs.get("tokenizer")) is not None
         self.data_padding(collator, has_tok, trainer.line)
         if not self.fields["max_length"].known:
-            own = self.args_length_field(arg_objs or [])
+            # a length field of the script's own arguments class counts where something reads it: the checkout's own
+            # trainer subclass, or the script (a library Trainer never reads a field it does not declare)
+            read = {la.name for la in self.facts.length_args}
+            own = self.args_length_field(arg_objs or [], None if getattr(trainer, "user_class", None) else read)
             if own is not None:
                 self.put("max_length", own, _length, line)
 
@@ -207,10 +210,11 @@ class LengthFields:
         return Const(False, "library-default", line, (why,)), length
 
     @staticmethod
-    def args_length_field(arg_objs: list[Obj]) -> Any:
+    def args_length_field(arg_objs: list[Obj], read: set | None = None) -> Any:
         """A length field the script's own TrainingArguments subclass declares (a checkout GRPOConfig's
         max_seq_len), set in the call, by a later attribute write (`args.max_seq_len = 4096`) or its default:
-        the trainer that takes those arguments reads it to cut its sequences."""
+        the trainer that takes those arguments reads it to cut its sequences. `read`: only the fields among these
+        names (those the script reads), None for any (a trainer of the checkout may read any)."""
         for a in arg_objs:
             c = getattr(a, "user_class", None)
             declared: set = set()
@@ -221,6 +225,8 @@ class LengthFields:
                 nxt = [b for b in c.bases if hasattr(b, "fields")]
                 c = nxt[0] if nxt else None
             for name in sorted(declared & api.length_arguments()):
+                if read is not None and name not in read:
+                    continue
                 v = a.get(name)
                 v = v if v is not None else field_value(a, name)
                 if isinstance(v, Const) and isinstance(v.value, int) and not isinstance(v.value, bool) and v.value > 0:

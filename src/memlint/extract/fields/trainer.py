@@ -171,9 +171,13 @@ class TrainerFields:
         rm = trainer.kwargs.get("ref_model")
         vals: list[Any] = []
         for a in arg_objs:
-            pre = a.get("precompute_ref_log_probs")
+            pre = trainer.kwargs.get("precompute_ref_log_probs", a.get("precompute_ref_log_probs"))
             if pre is None:
                 pre = field_value(a, "precompute_ref_log_probs")
+            if isinstance(pre, Unknown) and a.cls.endswith("TrainingArguments"):
+                # TRL before its DPOConfig (0.9) took precompute_ref_log_probs on the trainer, default False
+                pre = Const(False, "library-default", line, (f"{trainer.cls}(precompute_ref_log_probs=False) default: "
+                                                             "training arguments of transformers carry no such field",))
             for p in flatten(pre):
                 if isinstance(p, Const) and p.value:
                     vals.append(p.with_value("precomputed", "precompute_ref_log_probs=True: reference log-probs computed before training"))

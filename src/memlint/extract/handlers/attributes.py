@@ -58,7 +58,10 @@ class AttributeHandlers:
                 return Method(obj, attr)  # training_args.to_dict(): read by the handlers' method()
             if attr in ("dict", "model_dump") and isinstance(uc, Class) and uc.validated and hit is None:
                 return Method(obj, attr)  # a pydantic model's .dict() / .model_dump(): read by the handlers' method()
-            return field_value(obj, attr)
+            got = field_value(obj, attr)
+            if isinstance(got, Unknown) and hit is not None and hit[0] == "field" and _class_attribute(uc, attr):
+                return hit[1]  # `sharding_strategy = ShardingStrategy.FULL_SHARD` unannotated: the class's, on each instance
+            return got
         if isinstance(obj, (PeftConfig, QuantConfig, Collator, DataLoader, Accelerator, Tokenizer, HfConfig, Plugin)):
             if attr in obj.kwargs:
                 return obj.kwargs[attr]
@@ -157,6 +160,12 @@ class AttributeHandlers:
 
             return name in declared_fields(getattr(obj, "library", None) or obj.cls)
         return False
+
+
+def _class_attribute(c: Any, attr: str) -> bool:
+    """`attr` is a plain class attribute (no annotation) of the class or a user-class base, not a field."""
+    return any(isinstance(k, Class) and attr in k.class_attrs and attr not in k.fields for k in c.lineage()) \
+        if isinstance(c, Class) else False
 
 
 def _is_getter(f: Func) -> bool:

@@ -460,15 +460,15 @@ class EntryPointHandlers:
     def fire_arguments(self, it: Any, f: Func) -> tuple[list, dict]:
         """fire's reading of the command's words for `f`: `--name value`, `--name=value`, `--flag` (True),
         `--noflag` (False), bare words for the positional parameters; values as Python literals."""
-        from memlint.extract.cli_args import literal, match_fields
+        from memlint.extract.cli_args import fire_literal, match_fields
 
         p = f.node.params
         names = [q.name.value for q in [*p.posonly_params, *p.params, *p.kwonly_params]]
         bools = {n for n, d in f.defaults.items() if isinstance(d, Const) and isinstance(d.value, bool)}
         matched = match_fields(it.launch.argv, names, bools, accept_any=p.star_kwarg is not None)
-        kwargs = {k: self.cli_const(it, literal(v) if isinstance(v, str) else v, f"{matched.flags[k]} {v!r}")
+        kwargs = {k: self.cli_const(it, fire_literal(v) if isinstance(v, str) else v, f"{matched.flags[k]} {v!r}")
                   for k, v in matched.values.items() if not isinstance(v, list)}
-        args = [self.cli_const(it, literal(w), f"positional {w!r}") for w in matched.rest if not w.startswith("-")]
+        args = [self.cli_const(it, fire_literal(w), f"positional {w!r}") for w in matched.rest if not w.startswith("-")]
         return args, kwargs
 
     def tyro_cli(self, c: Call) -> Any:

@@ -1,0 +1,114 @@
+"""Smaller reading capabilities found by the failure surveys of fresh repositories (synthetic scripts written from
+each pattern): python-fire's list literal on the command line, an unannotated class attribute of a config dataclass
+read on an instance, TRL's pre-0.9 DPOTrainer(model, ref_model, args=TrainingArguments(...)), a length field of a
+TrainingArguments subclass that nothing reads, and the versions a setup shell script installs."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from checkouts import field_values as _get, plan_of_command as _command, write_checkout
+
+_write = partial(write_checkout, dedent=True)
+
+
+def test_a_fire_list_literal_of_bare_names_is_a_list_of_strings(tmp_path, monkeypatch):
+    script = """
+        from typing import List
+        import fire
+        from peft import LoraConfig, get_peft_model
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+        def train(base_model: str = "Qwen/Qwen2.5-0.5B", lora_target_modules: List[str] = ["q_proj", "v_proj"]):
+            model = AutoModelForCausalLM.from_pretrained(base_model)
+            model = get_peft_model(model, LoraConfig(r=16, target_modules=lora_target_modules))
+            Trainer(model=model, args=TrainingArguments(output_dir="o")).train()
+
+        if __name__ == "__main__":
+            fire.Fire(train)
+    """
+    root = _write(tmp_path, {"finetune.py": script})
+    plan = _command(root, monkeypatch, "python", "finetune.py", "--lora_target_modules", "[q_proj,k_proj,v_proj,o_proj]")
+    assert plan.fields["lora_targets"].value == ["q_proj", "k_proj", "v_proj", "o_proj"]
+    plan = _command(root, monkeypatch, "python", "finetune.py", "--lora_target_modules", "['q_proj', 'o_proj']")
+    assert plan.fields["lora_targets"].value == ["q_proj", "o_proj"]
+
+
+def test_an_unannotated_class_attribute_of_a_config_dataclass_is_read_on_its_instance(tmp_path, monkeypatch):
+    script = """
+        from dataclasses import dataclass
+        import torch
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
+        from transformers import AutoModelForCausalLM
+
+        @dataclass
+        class FsdpConfig:
+            sharding_strategy = ShardingStrategy.{STRATEGY}
+            pure_bf16: bool = True
+
+        cfg = FsdpConfig()
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+        model = FSDP(model, sharding_strategy=cfg.sharding_strategy, device_id=0)
+        opt = torch.optim.AdamW(model.parameters())
+        for batch in loader:
+            model(**batch).loss.backward()
+            opt.step()
+    """
+    root = _write(tmp_path, {"train.py": script.replace("{STRATEGY}", "FULL_SHARD")})
+    assert _command(root, monkeypatch, "python", "train.py").fields["distributed"].value == "fsdp"
+    (tmp_path / "train.py").write_text((tmp_path / "train.py").read_text().replace(
+        "    sharding_strategy = ShardingStrategy.FULL_SHARD\n", ""))
+    assert _command(root, monkeypatch, "python", "train.py").fields["distributed"].value is None
+
+
+def test_a_pre_0_9_dpo_trainer_given_a_reference_model_positionally(tmp_path, monkeypatch):
+    script = """
+        import torch
+        from transformers import AutoModelForCausalLM, TrainingArguments
+        from trl import DPOTrainer
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B", torch_dtype=torch.bfloat16)
+        model_ref = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B", torch_dtype=torch.bfloat16)
+        args = TrainingArguments(output_dir="o", per_device_train_batch_size=2, bf16=True)
+        DPOTrainer(model, model_ref, args=args, beta=0.1, train_dataset=ds, tokenizer=tok, max_length=1024{PRE}).train()
+    """
+    for pre, want in (("", "model"), (", precompute_ref_log_probs=True", "precomputed")):
+        root = _write(tmp_path / str(bool(pre)), {"requirements.txt": "trl==0.8.6\n",
+                                                   "dpo.py": script.replace("{PRE}", pre)})
+        plan = _command(root, monkeypatch, "python", "dpo.py")
+        assert _get(plan, "trainer", "ref_model") == {"trainer": "DPOTrainer", "ref_model": want}, pre
+
+
+def test_a_length_field_nothing_reads_is_no_cap(tmp_path, monkeypatch):
+    """A TrainingArguments subclass declaring max_seq_length, given to transformers' Trainer (which reads no such
+    field) and never read by the script: the length stays the data's; read by the script, it counts."""
+    script = """
+        from dataclasses import dataclass, field
+        from transformers import AutoModelForCausalLM, HfArgumentParser, Trainer, TrainingArguments
+
+        @dataclass
+        class MyArgs(TrainingArguments):
+            max_seq_length: int = field(default=32768)
+
+        (args,) = HfArgumentParser(MyArgs).parse_args_into_dataclasses()
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+        {USE}
+        Trainer(model=model, args=args, train_dataset=None).train()
+    """
+    root = _write(tmp_path / "unused", {"train.py": script.replace("{USE}", "pass")})
+    assert _command(root, monkeypatch, "python", "train.py", "--output_dir", "o").fields["max_length"].value is None
+    root = _write(tmp_path / "used", {"train.py": script.replace("{USE}", "print(args.max_seq_length)")})
+    assert _command(root, monkeypatch, "python", "train.py", "--output_dir", "o").fields["max_length"].value == 32768
+
+
+def test_a_setup_shell_script_pins_the_versions_it_installs(tmp_path):
+    from memlint.library.pins import checkout_pins
+
+    _write(tmp_path, {"train.py": "import transformers\n",
+                      "setup.sh": "conda create -n x python=3.10 -y\n"
+                                  "pip install transformers==4.34.0 'fschat[train]==0.2.32'\n",
+                      "requirements.txt": "peft==0.6.0\n"})
+    pins = {p.package: (p.version, p.source.rsplit("/", 1)[-1]) for p in checkout_pins(tmp_path / "train.py")}
+    assert pins["transformers"] == ("4.34.0", "setup.sh:2")
+    assert pins["peft"] == ("0.6.0", "requirements.txt:1")  # a pin file still comes first
+    (tmp_path / "setup.sh").rename(tmp_path / "run_train.sh")  # a launcher is no setup script
+    assert "transformers" not in {p.package for p in checkout_pins(tmp_path / "train.py")}
