@@ -112,3 +112,23 @@ def test_a_setup_shell_script_pins_the_versions_it_installs(tmp_path):
     assert pins["peft"] == ("0.6.0", "requirements.txt:1")  # a pin file still comes first
     (tmp_path / "setup.sh").rename(tmp_path / "run_train.sh")  # a launcher is no setup script
     assert "transformers" not in {p.package for p in checkout_pins(tmp_path / "train.py")}
+
+
+def test_peft_kbit_preparation_turns_checkpointing_on_for_a_kbit_model_only(tmp_path, monkeypatch):
+    """prepare_model_for_kbit_training checkpoints a model loaded in 4/8 bits (peft: `if (loaded_in_kbit or
+    is_gptq_quantized ...) and use_gradient_checkpointing`), or one the script marks so itself; not a 16-bit one."""
+    script = """
+        from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments
+        from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B"{Q})
+        {MARK}
+        model = prepare_model_for_kbit_training(model)
+        model = get_peft_model(model, LoraConfig(r=8))
+        Trainer(model=model, args=TrainingArguments("o")).train()
+    """
+    cases = {"16-bit": ("", "pass", False),
+             "4-bit": (", quantization_config=BitsAndBytesConfig(load_in_4bit=True)", "pass", True),
+             "marked": ("", "model.is_loaded_in_8bit = True", True)}
+    for name, (q, mark, want) in cases.items():
+        root = _write(tmp_path / name, {"t.py": script.replace("{Q}", q).replace("{MARK}", mark)})
+        assert _command(root, monkeypatch, "python", "t.py").fields["gradient_checkpointing"].value is want, name

@@ -115,9 +115,13 @@ class ActivationFields:
             resolved = []
             bits = self.fields.get("quant_bits")
             unquantized = bits is not None and bits.known and bits.value is None and not bits.candidates
-            for mm in self.chain(m) if m is not None else []:
+            chain = self.chain(m) if m is not None else []
+            # peft tests the model's is_loaded_in_8bit / is_loaded_in_4bit: a script may set them itself
+            flagged = any(isinstance(x.attrs.get(k), Const) and x.attrs[k].value is True for x in chain
+                          for k in ("is_loaded_in_8bit", "is_loaded_in_4bit"))
+            for mm in chain:
                 for setting in mm.gc:
-                    if setting.kbit_only and unquantized:
+                    if setting.kbit_only and unquantized and not flagged:
                         continue  # prepare_model_for_kbit_training on a 16/32-bit model leaves checkpointing off
                     v, line, how = setting.value, setting.line, setting.how
                     if isinstance(v, tuple):  # ("library-default", cls, field)
