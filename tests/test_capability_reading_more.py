@@ -132,3 +132,38 @@ def test_peft_kbit_preparation_turns_checkpointing_on_for_a_kbit_model_only(tmp_
     for name, (q, mark, want) in cases.items():
         root = _write(tmp_path / name, {"t.py": script.replace("{Q}", q).replace("{MARK}", mark)})
         assert _command(root, monkeypatch, "python", "t.py").fields["gradient_checkpointing"].value is want, name
+
+
+def test_a_checkpoint_saved_in_4_bit_is_loaded_quantized_without_a_config(tmp_path, monkeypatch):
+    script = """
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+        from peft import LoraConfig, get_peft_model
+        model = AutoModelForCausalLM.from_pretrained("{ID}", device_map={"": 0})
+        model = get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
+        Trainer(model=model, args=TrainingArguments("o")).train()
+    """
+    for mid, want in (("unsloth/llama-3-8b-Instruct-bnb-4bit", {"method": "qlora", "quant_bits": 4, "quant_type": "nf4"}),
+                      ("meta-llama/Meta-Llama-3-8B-Instruct", {"method": "lora", "quant_bits": None})):
+        root = _write(tmp_path / mid.split("/")[0], {"t.py": script.replace("{ID}", mid)})
+        plan = _command(root, monkeypatch, "python", "t.py")
+        assert _get(plan, *want) == want, mid
+
+
+def test_unsloths_vision_collator_truncates_at_the_models_max_seq_length(tmp_path, monkeypatch):
+    script = """
+        from unsloth import FastVisionModel
+        from unsloth.trainer import UnslothVisionDataCollator
+        from trl import SFTTrainer, SFTConfig
+
+        model, tokenizer = FastVisionModel.from_pretrained("unsloth/Qwen2.5-VL-7B-Instruct", load_in_4bit=True,
+                                                           max_seq_length=4096)
+        model = FastVisionModel.get_peft_model(model, r=16, lora_alpha=16)
+        SFTTrainer(model=model, tokenizer=tokenizer, train_dataset=[],
+                   data_collator=UnslothVisionDataCollator(model, tokenizer{CAP}),
+                   args=SFTConfig(per_device_train_batch_size=2, output_dir="o", dataset_text_field="",
+                                  dataset_kwargs={"skip_prepare_dataset": True})).train()
+    """
+    for cap, want in (("", 4096), (", max_seq_length=1024", 1024)):
+        root = _write(tmp_path / str(want), {"train.py": script.replace("{CAP}", cap)})
+        plan = _command(root, monkeypatch, "python", "train.py")
+        assert _get(plan, "max_length", "padding") == {"max_length": want, "padding": "longest"}, cap

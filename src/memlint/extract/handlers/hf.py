@@ -92,6 +92,20 @@ class HfHandlers:
         return c.new(Trainer, c.name, facts.positional, user_class=user.name if user else None)
 
     def collator(self, c: Call) -> Any:
+        if c.name == "UnslothVisionDataCollator":
+            # unsloth's vision collator truncates at its max_seq_length, else at the model's (the unsloth load's own)
+            out = c.new(Collator, f"unsloth.{c.name}", ("model", "processor"))
+            cap = c.kwargs.get("max_seq_length")
+            model = out.kwargs.get("model")
+            if cap is None and isinstance(model, Model):
+                root = model
+                while root.base is not None:
+                    root = root.base
+                cap = root.kwargs.get("max_seq_length")
+            if isinstance(cap, Const) and isinstance(cap.value, int):
+                out.kwargs["max_length"] = cap.with_value(cap.value, f"UnslothVisionDataCollator (line {c.line}) "
+                                                                     "truncates at the model's max_seq_length")
+            return out
         return c.new(Collator, f"transformers.{c.name}", ("tokenizer",))
 
     def dataset(self, c: Call) -> Any:
