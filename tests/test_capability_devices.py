@@ -252,3 +252,31 @@ def test_the_one_process_reading_looks_at_the_text_read_not_the_file_now(tmp_pat
     assert extract_source(body, tmp_path / "train.py", "train.py").value("num_gpus") == 1
     (tmp_path / "train.py").write_text(body)
     assert extract_source(ranked, tmp_path / "train.py", "train.py").value("num_gpus") is None
+
+
+@pytest.mark.parametrize("meta, pins, precision", [
+    ({"colab": {"gpuType": "T4"}}, "", "amp-fp16"),       # fp16 weights on the T4: unsloth autocasts in fp16
+    ({"colab": {"gpuType": "A100"}}, "", "amp-bf16"),
+    ({"colab": {"gpuType": "T4"}}, "unsloth==2024.8\ntrl==0.9.6\n", "pure-fp16"),  # before unsloth patched TRL
+])
+def test_unsloth_sets_mixed_precision_from_the_models_dtype(tmp_path, monkeypatch, meta, pins, precision):
+    import json
+
+    from memlint.extract import extract_file
+
+    source = [
+        "from unsloth import FastLanguageModel\n",
+        "from trl import SFTTrainer, SFTConfig\n",
+        "model, tok = FastLanguageModel.from_pretrained('unsloth/Llama-3.2-1B', max_seq_length=1024, dtype=None, "
+        "load_in_4bit=True)\n",
+        "model = FastLanguageModel.get_peft_model(model, r=16)\n",
+        "args = SFTConfig(output_dir='o', per_device_train_batch_size=2)\n",
+        "SFTTrainer(model=model, tokenizer=tok, args=args, train_dataset=None).train()\n",
+    ]
+    cell = {"cell_type": "code", "metadata": {}, "source": source, "outputs": [], "execution_count": None}
+    nb = tmp_path / "nb.ipynb"
+    nb.write_text(json.dumps({"cells": [cell], "metadata": meta, "nbformat": 4, "nbformat_minor": 5}))
+    if pins:
+        (tmp_path / "requirements.txt").write_text(pins)
+    monkeypatch.chdir(tmp_path)
+    assert extract_file(nb).value("precision") == precision

@@ -72,6 +72,7 @@ class Builder(
         self.facts = facts
         self.launch = launch
         self.fields: dict[str, Value] = {}
+        self.unsloth_trained = False  # the trained model came from unsloth's loader (build() sets it)
         self.notes: list[str] = list(facts.notes)
         self.maybe: dict[str, list[str]] = {}
         self.ds_offload: list[Const] = []  # offload read from a followed DeepSpeed config
@@ -164,6 +165,7 @@ class Builder(
                 self.notes.append(f"the trainer's model is {why}; the plan follows the model loaded at line {self.root(loaded).line}")
         # unsloth's kernels and offloaded checkpoints cost less, so a path without it is the worst case
         unsloth = bool(model_objs) and all(self.root(m).loader == "unsloth" for m in model_objs)
+        self.unsloth_trained = unsloth
 
         self.model_fields(model_objs, trainer)
         self.peft_fields(model_objs, trainer)

@@ -146,6 +146,14 @@ def batch_size_names() -> frozenset[str]:
     return frozenset(_doc()["batch_size_names"]["names"])
 
 
+def unsloth_mixed_precision() -> str | None:
+    """Why a TRL trainer over an unsloth model with neither fp16 nor bf16 set takes its mixed precision from the
+    model's dtype at the unsloth version read (data/library_api.json unsloth_mixed_precision), or None."""
+    entry = _doc()["unsloth_mixed_precision"]
+    applies, at = _version_read(entry, "versions")
+    return f"unsloth at {at}: {entry['ref']}" if applies else None
+
+
 @data.derived
 def accumulation_names() -> frozenset[str]:
     """Names scripts give the number of micro-batches an optimizer step accumulates (gradient_accumulation_steps)."""

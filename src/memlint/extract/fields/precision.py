@@ -9,6 +9,7 @@ from typing import Any
 from memlint.extract.objects import Accelerator, DtypeName, Obj, dtype_of, field_value
 from memlint.extract.values import Const, Ref, Unknown, flatten
 from memlint.plan import Value
+from memlint.library import api
 from memlint.extract.fields.convert import _Unconvertible, _alts, _map_const
 
 
@@ -20,6 +21,10 @@ class PrecisionFields:
         for a in arg_objs:
             bf = a.get("bf16")
             fp = a.get("fp16")
+            by_model = self.unsloth_precision(a, bf, fp)
+            if by_model is not None:
+                vals.append(by_model)
+                continue
             bf = bf if bf is not None and not (isinstance(bf, Const) and bf.value is None and a.cls.startswith("trl.")) else field_value(a, "bf16")
             fp = fp if fp is not None else field_value(a, "fp16")
             for b in flatten(bf):
@@ -51,6 +56,25 @@ class PrecisionFields:
                     else:
                         vals.append(b if isinstance(b, Unknown) else f)
         self.put("precision", _alts(vals), line=arg_objs[0].line)
+
+    def unsloth_precision(self, a: Obj, bf: Any, fp: Any) -> Any:
+        """A TRL config over a model unsloth loaded, the script setting neither fp16 nor bf16 (data/library_api.json
+        unsloth_mixed_precision): unsloth's patched trainer autocasts in the model's dtype (fp16 weights: fp16, else
+        bf16); None where that does not apply."""
+        if not a.cls.startswith("trl.") or any(isinstance(v, Const) and v.value is not None for v in (bf, fp)) \
+                or "bf16" in getattr(a, "cli", {}) or "fp16" in getattr(a, "cli", {}):
+            return None
+        if not self.unsloth_trained:  # the model the trainer trains came from unsloth's loader
+            return None
+        why = api.unsloth_mixed_precision()
+        dt = self.fields.get("torch_dtype")
+        if why is None or dt is None:
+            return None
+        if dt.value == "fp16":
+            return Const("amp-fp16", dt.source, dt.line, dt.chain + (f"fp16 weights: fp16 autocast ({why})",))
+        if dt.value in ("bf16", "auto") and dt.known:
+            return Const("amp-bf16", dt.source, dt.line, dt.chain + (f"{dt.value} weights: bf16 autocast ({why})",))
+        return None
 
     def checkpoint_dtype(self, dt: Any) -> Any:
         """torch_dtype "auto" as the dtype the checkpoint was saved in, when
