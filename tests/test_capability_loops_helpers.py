@@ -122,34 +122,3 @@ def test_generation_nothing_trains_on_leaves_the_batch_and_length_to_the_data(tm
     root = _write(tmp_path, {"rl.py": text})
     plan = _command(root, monkeypatch, "python", "rl.py")
     assert _get(plan, "per_device_batch", "max_length") == {"per_device_batch": 2, "max_length": 256}
-
-
-def test_a_loop_with_no_batching_memlint_follows_takes_the_scripts_micro_batch_setting(tmp_path, monkeypatch):
-    """One example per forward, picked by index (no DataLoader): `micro_batch_size = 1` at the top level is the
-    micro-batch; a DataLoader's batch_size still wins where there is one."""
-    script = """
-        import random, torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        total_batch_size = 64
-        micro_batch_size = 1
-        grad_acc_steps = total_batch_size // micro_batch_size
-        tok = AutoTokenizer.from_pretrained("Qwen/Qwen2.5-0.5B")
-        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B", torch_dtype=torch.bfloat16)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
-        data = [{"text": "a"}, {"text": "b"}]
-        {LOADER}
-        for step in range(10):
-            for micro_step in range(grad_acc_steps):
-                example = data[random.randrange(len(data))]
-                ids = tok(example["text"], return_tensors="pt").input_ids
-                (model(ids, labels=ids).loss / grad_acc_steps).backward()
-            opt.step()
-            opt.zero_grad()
-    """
-    root = _write(tmp_path / "a", {"dpo.py": script.replace("{LOADER}", "pass")})
-    plan = _command(root, monkeypatch, "python", "dpo.py")
-    assert _get(plan, "per_device_batch", "grad_accum") == {"per_device_batch": 1, "grad_accum": 64}
-    root = _write(tmp_path / "b", {"dpo.py": script.replace("{LOADER}", "loader = torch.utils.data.DataLoader(data, "
-                                                                         "batch_size=4, shuffle=True)")})
-    assert _command(root, monkeypatch, "python", "dpo.py").fields["per_device_batch"].value == 4

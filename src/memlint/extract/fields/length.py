@@ -61,10 +61,6 @@ class LengthFields:
                      _int, y.line)
         elif randoms := self.facts.first("random_batches"):  # torch.randint(vocab_size, (B, T)): random token ids
             self.put("per_device_batch", randoms[-1].rows, _int, randoms[-1].line)  # the last: past any warm-up call
-        elif self.facts.batch_settings:  # no batching memlint follows: the script's own micro-batch setting
-            v = self.facts.batch_settings[-1]
-            self.put("per_device_batch", v.with_value(v.value, "the script's own micro-batch setting; memlint did not "
-                                                                "follow how the loop forms its batches"), _int, v.line)
         else:
             self.put("per_device_batch", Unknown("no DataLoader found"), line=line)
         return train_dl

@@ -24,7 +24,6 @@ class Facts:
     target_length_args: list = field(default_factory=list)  # LengthArg: args.max_target_length (a seq2seq's labels)
     hand_pads: list = field(default_factory=list)        # HandPad: padding the script writes itself
     batch_yields: list = field(default_factory=list)     # BatchYield: `if len(batch) == n: yield batch` in a dataset
-    batch_settings: list = field(default_factory=list)     # Const: `micro_batch_size = 1` at the script's top level
     generated_batches: list = field(default_factory=list)  # (TokenIds, line): the model run on generate()'s output
     loss_divisors: list = field(default_factory=list)    # Const: N of `loss / gradient_accumulation_steps`
     micro_slices: list = field(default_factory=list)     # MicroSlice: `for i in range(0, n, k)`: a backward per k rows

@@ -62,14 +62,6 @@ class Idioms:
                 f"the loss is divided by {self.code(node)} = {value.value} before each backward (line "
                 f"{self.line_of(node)}): {value.value} micro-batches per optimizer step")))
 
-    def micro_batch_setting(self, name: str, value: Any) -> None:
-        """`micro_batch_size = 1` at the script's top level (a name of data/library_api.json batch_size_names that says
-        micro or per-device): the script's own micro-batch setting, for a loop whose batches memlint cannot see."""
-        low = name.lower()
-        if _named_in(name, api.batch_size_names()) and low.startswith(("micro", "per_device", "train_micro")) \
-                and isinstance(value, Const) and type(value.value) is int and value.value > 0:
-            self.facts.batch_settings.append(value)
-
     def length_guard(self, node: cst.If, env: Env) -> None:
         """`if len(pending) < N: continue` (no else): past it, the list the loop collects batches in holds N of them
         (the batches a later `for b in pending: ... backward()` accumulates before one step)."""

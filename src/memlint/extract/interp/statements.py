@@ -335,8 +335,6 @@ class Statements:
             elif isinstance(value, (Const, Seq, Dict)):
                 value = _named(value, f"{target.value} = {self.code(stmt.value) if getattr(stmt, 'value', None) is not None else '…'} (line {self.line_of(stmt)})")
             env.binding(target.value).vars[target.value] = value
-            if self.mod is self.main and env is self.main.env:
-                self.micro_batch_setting(target.value, value)
         elif isinstance(target, (cst.Tuple, cst.List)):
             elts = target.elements
             star = next((i for i, e in enumerate(elts) if isinstance(e, cst.StarredElement)), None)
