@@ -106,3 +106,48 @@ def test_set_defaults_of_a_dataclass_field_is_that_fields_default_under_the_comm
     assert _get(plan, "model_id", "per_device_batch") == {"model_id": "Qwen/Qwen2.5-0.5B", "per_device_batch": 6}
     plan = _command(root, monkeypatch, "python", "train.py", "--per_device_train_batch_size", "3")
     assert plan.fields["per_device_batch"].value == 3
+
+
+_H4 = """
+    import os, sys
+    from transformers import HfArgumentParser
+
+    class H4ArgumentParser(HfArgumentParser):
+        def parse(self):
+            if len(sys.argv) == 2 and sys.argv[1].endswith(".yaml"):
+                output = self.parse_yaml_file(os.path.abspath(sys.argv[1]))
+            elif len(sys.argv) > 2 and sys.argv[1].endswith(".yaml"):
+                output = self.parse_yaml_and_args(os.path.abspath(sys.argv[1]), sys.argv[2:])
+            else:
+                output = self.parse_args_into_dataclasses()
+            if len(output) == 1:
+                output = output[0]
+            return output
+"""
+
+_RW = """
+    from dataclasses import dataclass, field
+    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+    from arguments import H4ArgumentParser
+
+    @dataclass
+    class ModelArguments:
+        model_name_or_path: str = field(default=None)
+
+    parser = H4ArgumentParser((ModelArguments, TrainingArguments))
+    model_args, training_args = parser.parse()
+    model = AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path)
+    Trainer(model=model, args=training_args).train()
+"""
+
+
+def test_a_parser_subclass_of_the_checkout_runs_its_own_parse_over_the_yaml_and_the_flags(tmp_path, monkeypatch):
+    """alignment-handbook's H4ArgumentParser copied into a repository: `train.py recipe.yaml --key=value` reads the
+    YAML its parse() names (sys.argv[1]) and the flags over it; the run is the script's, not the YAML read alone."""
+    root = _write(tmp_path, {"arguments.py": _H4, "train.py": _RW, "recipe.yaml":
+                             "model_name_or_path: Qwen/Qwen2.5-0.5B\nper_device_train_batch_size: 4\n"
+                             "gradient_accumulation_steps: 4\noutput_dir: o\n"})
+    plan = _command(root, monkeypatch, "accelerate", "launch", "train.py", "recipe.yaml",
+                    "--model_name_or_path=Qwen/Qwen2.5-1.5B", "--gradient_accumulation_steps=8")
+    assert _get(plan, "model_id", "per_device_batch", "grad_accum") == {
+        "model_id": "Qwen/Qwen2.5-1.5B", "per_device_batch": 4, "grad_accum": 8}

@@ -969,11 +969,22 @@ def _read_hydra_decorator(script: Path, names: set[str]) -> dict[str, str]:
 
 def _parses_yaml_itself(script: Path) -> bool:
     """Whether the script hands a YAML file to its HfArgumentParser itself (then the script, with the
-    rest of the command over the YAML, says more than the YAML read alone)."""
-    from memlint.files import read_bytes
+    rest of the command over the YAML, says more than the YAML read alone): in its own text, or in a module beside
+    it that it imports (a repository's own H4ArgumentParser whose parse() reads sys.argv[1])."""
+    from memlint.files import is_file, read_bytes
 
-    try:
-        text = read_bytes(script).decode("utf-8", errors="replace")
-    except (OSError, MemlintError):
-        return False
-    return "parse_yaml_file(" in text or "parse_yaml_and_args(" in text
+    def text_of(path: Path) -> str:
+        try:
+            return read_bytes(path).decode("utf-8", errors="replace")
+        except (OSError, MemlintError):
+            return ""
+
+    def says(text: str) -> bool:
+        return "parse_yaml_file(" in text or "parse_yaml_and_args(" in text
+
+    text = text_of(script)
+    if says(text):
+        return True
+    names = set(re.findall(r"^\s*(?:from\s+\.?(\w+)\s+import|import\s+(\w+))", text, re.M))
+    beside = [script.parent / f"{n}.py" for pair in names for n in pair if n][:16]
+    return any(is_file(p) and says(text_of(p)) for p in beside)

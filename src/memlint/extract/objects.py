@@ -229,6 +229,7 @@ class HfParser(Obj):
     classes: list = field(default_factory=list)
     own: Any = None                   # ArgParser of the arguments added with add_argument / set_defaults, if any
     defaults: dict = field(default_factory=dict)  # set_defaults(key=v) of a key a dataclass declares: its new default
+    user_class: Any = None            # the checkout's subclass (H4ArgumentParser): its own methods run
 
 
 @dataclass(eq=False)

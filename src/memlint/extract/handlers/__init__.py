@@ -235,8 +235,11 @@ class Handlers(
         if base:
             return self.trainer(Call(c.it, base, c.args, c.kwargs, c.open, c.line), user=cls)
         base = library_base(cls, _SUBCLASSED_PARSERS)
-        if base:  # class ArgumentParserPlus(HfArgumentParser): parses as its library base does
-            return _BY_NAME[base](self, Call(c.it, base, c.args, c.kwargs, c.open, c.line))
+        if base:  # class ArgumentParserPlus(HfArgumentParser): parses as its library base does, its own methods run
+            made = _BY_NAME[base](self, Call(c.it, base, c.args, c.kwargs, c.open, c.line))
+            if isinstance(made, HfParser):
+                made.user_class = cls
+            return made
         base = library_base(cls, api.collators())
         if base:  # class CompletionCollator(DataCollatorForLanguageModeling): it pads as its library base
             return self.collator(Call(c.it, base, c.args, c.kwargs, c.open, c.line))

@@ -200,6 +200,11 @@ class CliHandlers:
     def hfparser_method(self, it: Any, p: HfParser, name: str, args: list, kwargs: dict, line: int | None) -> Any:
         from memlint.extract import runtime_config
 
+        own = p.user_class.lookup(name) if isinstance(p.user_class, Class) and not name.startswith("parse_") else None
+        if own is not None and own[0] == "method" and isinstance(own[1], Func):
+            # a method the checkout's subclass adds (H4ArgumentParser.parse(): the YAML named first, then the flags):
+            # it runs, its calls of the library's parse_* methods read as the library's
+            return it.call_function(own[1], [p, *args], dict(kwargs), line)
         if name == "set_defaults":
             # a plain value: a dataclass field's new default (argparse's default of that option); a function or parser
             # (`set_defaults(handler=train, parser=p)`), or a key of an argument added to it: one of its own

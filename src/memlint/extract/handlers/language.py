@@ -98,6 +98,16 @@ class LanguageHandlers:
         base = next((a for a in args if a.source != "literal"), args[0])
         return Const(value, weakest(*(a.source for a in args)), base.line, base.chain, base.file)
 
+    def path_normal(self, c: Call) -> Any:
+        """os.path.abspath / realpath / normpath of a known path: the path, normalised (kept relative: memlint reads a
+        relative path from the working directory the command runs in, as the absolute one would be)."""
+        import posixpath
+
+        path = c.arg(0, "path")
+        if not (isinstance(path, Const) and isinstance(path.value, str) and path.value):
+            return Unknown("a path")
+        return path.with_value(posixpath.normpath(path.value), f"{c.qual}({path.value!r})")
+
     def path_exists(self, c: Call) -> Any:
         """os.path.isfile / exists of a path that names a file of the checked root where Python resolves it (relative
         to the working directory the command runs in, or absolute): True (the script then reads the config it checked
@@ -609,6 +619,7 @@ QUALIFIED: dict[str, Callable[[Any, Call], Any]] = {
     "os.path.join": LanguageHandlers.path_join,
     "posixpath.join": LanguageHandlers.path_join,
     "os.path.isfile": LanguageHandlers.path_exists,
+    **{f"os.path.{name}": LanguageHandlers.path_normal for name in ("abspath", "realpath", "normpath")},
     "os.path.exists": LanguageHandlers.path_exists,
     **{f"subprocess.{name}": LanguageHandlers.spawn for name in ("run", "call", "check_call", "check_output", "Popen")},
     "os.system": LanguageHandlers.spawn,
