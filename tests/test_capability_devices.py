@@ -257,6 +257,7 @@ def test_the_one_process_reading_looks_at_the_text_read_not_the_file_now(tmp_pat
 @pytest.mark.parametrize("meta, pins, precision", [
     ({"colab": {"gpuType": "T4"}}, "", "amp-fp16"),       # fp16 weights on the T4: unsloth autocasts in fp16
     ({"colab": {"gpuType": "A100"}}, "", "amp-bf16"),
+    ({"colab": {"gpuType": "T4", "explicit": True}}, "", "amp-fp16"),  # fp16=False, bf16=False: the same
     ({"colab": {"gpuType": "T4"}}, "unsloth==2024.8\ntrl==0.9.6\n", "pure-fp16"),  # before unsloth patched TRL
 ])
 def test_unsloth_sets_mixed_precision_from_the_models_dtype(tmp_path, monkeypatch, meta, pins, precision):
@@ -270,7 +271,8 @@ def test_unsloth_sets_mixed_precision_from_the_models_dtype(tmp_path, monkeypatc
         "model, tok = FastLanguageModel.from_pretrained('unsloth/Llama-3.2-1B', max_seq_length=1024, dtype=None, "
         "load_in_4bit=True)\n",
         "model = FastLanguageModel.get_peft_model(model, r=16)\n",
-        "args = SFTConfig(output_dir='o', per_device_train_batch_size=2)\n",
+        "args = SFTConfig(output_dir='o', per_device_train_batch_size=2" +
+        (", fp16=False, bf16=False" if meta["colab"].pop("explicit", False) else "") + ")\n",
         "SFTTrainer(model=model, tokenizer=tok, args=args, train_dataset=None).train()\n",
     ]
     cell = {"cell_type": "code", "metadata": {}, "source": source, "outputs": [], "execution_count": None}

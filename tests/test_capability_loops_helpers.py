@@ -122,3 +122,33 @@ def test_generation_nothing_trains_on_leaves_the_batch_and_length_to_the_data(tm
     root = _write(tmp_path, {"rl.py": text})
     plan = _command(root, monkeypatch, "python", "rl.py")
     assert _get(plan, "per_device_batch", "max_length") == {"per_device_batch": 2, "max_length": 256}
+
+
+def test_a_generated_sample_checked_before_a_trainer_run_leaves_the_trainers_batch_and_length(tmp_path, monkeypatch):
+    """A sanity check that generates and runs the model on the sample (no backward through it) before a Trainer
+    run: the Trainer's data decides the batch and the length."""
+    script = """
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+        tok = AutoTokenizer.from_pretrained("Qwen/Qwen2.5-0.5B")
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+        enc = tok(["Hello"], truncation=True, max_length=16, return_tensors="pt")
+        with torch.no_grad():
+            out = model.generate(**enc, max_new_tokens=16)
+            model(out, labels=out)
+        ds = load_dataset("x").map(lambda r: tok(r["text"], truncation=True, max_length=2048))
+        Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=8), train_dataset=ds).train()
+    """
+    root = _write(tmp_path, {"train.py": script})
+    plan = _command(root, monkeypatch, "python", "train.py")
+    assert _get(plan, "per_device_batch", "max_length") == {"per_device_batch": 8, "max_length": 2048}
+
+
+def test_token_ids_moved_to_the_device_are_the_same_ids(tmp_path, monkeypatch):
+    text = _RL_LOOP.replace("{PROMPTS}", "[batch[0]] * G").replace("{TIMES}", "").replace(
+        "{FORWARD}", "model(seqs).logits.mean().backward()").replace(
+        'return_tensors="pt")', 'return_tensors="pt").to("cuda")')
+    root = _write(tmp_path, {"rl.py": text})
+    plan = _command(root, monkeypatch, "python", "rl.py")
+    assert _get(plan, "per_device_batch", "max_length") == {"per_device_batch": 4, "max_length": 512}
+

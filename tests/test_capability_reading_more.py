@@ -96,7 +96,11 @@ def test_a_length_field_nothing_reads_is_no_cap(tmp_path, monkeypatch):
     """
     root = _write(tmp_path / "unused", {"train.py": script.replace("{USE}", "pass")})
     assert _command(root, monkeypatch, "python", "train.py", "--output_dir", "o").fields["max_length"].value is None
-    root = _write(tmp_path / "used", {"train.py": script.replace("{USE}", "print(args.max_seq_length)")})
+    # the checkout's own trainer subclass may read it (a custom loss cutting at args.max_seq_length): it counts
+    own = script.replace("{USE}", "pass").replace("Trainer(model=", "MyTrainer(model=").replace(
+        "(args,) =", "class MyTrainer(Trainer):\n            def compute_loss(self, model, inputs, **kw):\n"
+                     "                return model(**inputs).loss\n\n        (args,) =")
+    root = _write(tmp_path / "own", {"train.py": own})
     assert _command(root, monkeypatch, "python", "train.py", "--output_dir", "o").fields["max_length"].value == 32768
 
 
@@ -112,6 +116,19 @@ def test_a_setup_shell_script_pins_the_versions_it_installs(tmp_path):
     assert pins["peft"] == ("0.6.0", "requirements.txt:1")  # a pin file still comes first
     (tmp_path / "setup.sh").rename(tmp_path / "run_train.sh")  # a launcher is no setup script
     assert "transformers" not in {p.package for p in checkout_pins(tmp_path / "train.py")}
+
+
+def test_a_setup_script_below_the_repository_hides_none_of_its_pins_and_comments_install_nothing(tmp_path):
+    from memlint.library.pins import checkout_pins
+
+    _write(tmp_path, {"requirements.txt": "trl==0.8.6\ntransformers==4.38.2\n",
+                      "scripts/install_deps.sh": "pip install deepspeed==0.14.0\n# pip install trl==0.7.4  # old API\n",
+                      "scripts/train.py": "import trl\n"}, git=True)
+    pins = {p.package: p.version for p in checkout_pins(tmp_path / "scripts/train.py")}
+    assert (pins.get("trl"), pins.get("transformers")) == ("0.8.6", "4.38.2")
+    (tmp_path / "requirements.txt").unlink()
+    pins = {p.package: p.version for p in checkout_pins(tmp_path / "scripts/train.py")}
+    assert pins.get("deepspeed") == "0.14.0" and "trl" not in pins  # the setup script, its comment installing nothing
 
 
 def test_peft_kbit_preparation_turns_checkpointing_on_for_a_kbit_model_only(tmp_path, monkeypatch):
@@ -167,3 +184,20 @@ def test_unsloths_vision_collator_truncates_at_the_models_max_seq_length(tmp_pat
         root = _write(tmp_path / str(want), {"train.py": script.replace("{CAP}", cap)})
         plan = _command(root, monkeypatch, "python", "train.py")
         assert _get(plan, "max_length", "padding") == {"max_length": want, "padding": "longest"}, cap
+
+
+def test_unsloths_vision_collator_falls_back_to_the_loaders_default_length(tmp_path, monkeypatch):
+    script = """
+        from unsloth import FastVisionModel
+        from unsloth.trainer import UnslothVisionDataCollator
+        from trl import SFTTrainer, SFTConfig
+
+        model, tokenizer = FastVisionModel.from_pretrained("unsloth/Qwen2.5-VL-7B-Instruct", load_in_4bit=True)
+        SFTTrainer(model=model, tokenizer=tokenizer, train_dataset=[],
+                   data_collator=UnslothVisionDataCollator(model, tokenizer, max_seq_length=None),
+                   args=SFTConfig(per_device_train_batch_size=2, output_dir="o", dataset_text_field="",
+                                  dataset_kwargs={"skip_prepare_dataset": True})).train()
+    """
+    root = _write(tmp_path, {"train.py": script})
+    assert _command(root, monkeypatch, "python", "train.py").fields["max_length"].value == 2048
+

@@ -985,6 +985,6 @@ def _parses_yaml_itself(script: Path) -> bool:
     text = text_of(script)
     if says(text):
         return True
-    names = set(re.findall(r"^\s*(?:from\s+\.?(\w+)\s+import|import\s+(\w+))", text, re.M))
+    names = set(re.findall(r"^[ \t]*(?:from[ \t]+\.?(\w+)[ \t]+import|import[ \t]+(\w+))", text, re.M))
     beside = [script.parent / f"{n}.py" for pair in names for n in pair if n][:16]
     return any(is_file(p) and says(text_of(p)) for p in beside)

@@ -328,13 +328,15 @@ def _pin_folder(start: Path) -> Path | None:
     from memlint.files import is_file
 
     folder = start.resolve()
+    scripted: Path | None = None
     for n, d in enumerate((folder, *folder.parents)):
-        if any(is_file(d / name) for name in _PIN_FILES) or any(_requirement_files(d)) or _script_pins(d, "") \
-                or _readme_pins(d, ""):
+        if any(is_file(d / name) for name in _PIN_FILES) or any(_requirement_files(d)) or _readme_pins(d, ""):
             return d
+        if scripted is None and _script_pins(d, ""):
+            scripted = d  # a setup script's installs: the pins only where no folder up to the top has pin files
         if os.path.lexists(d / ".git") or n >= _MAX_UP:
-            return None
-    return None
+            return scripted
+    return scripted
 
 
 def _requirement_files(folder: Path) -> list[Path]:
@@ -452,7 +454,7 @@ def _install_lines(text: str, shown: str, fences: bool) -> list[tuple[str, str, 
             fenced = not fenced
             continue
         body = re.sub(r"^\s*(?:\$|>)\s+", "", line.split(" #")[0]).strip()
-        if not fenced or not body:
+        if not fenced or not body or body.startswith("#"):  # a commented-out install runs nothing
             continue
         words = body.split()
         upgrade = False

@@ -27,7 +27,7 @@ class LengthFields:
         yields = self.facts.first("batch_yields")
         slices = [s for s in self.facts.first("micro_slices") if isinstance(s.rows, Const)]
         fed = [(g.rows, at) for g, at in self.facts.first("generated_batches") if isinstance(g.rows, Const)]
-        if fed and not slices:  # the loop runs the model on generate()'s output: its rows are the micro-batch
+        if fed and not slices and self.hand_loop():  # the loop runs the model on generate()'s output: its rows are the micro-batch
             rows, at = fed[0]
             self.put("per_device_batch", rows.with_value(rows.value, f"the model runs on {rows.value} generated "
                                                                      f"sequences (line {at})"), _int, at)
@@ -368,9 +368,8 @@ class LengthFields:
                 if c.get("max_length") is not None:
                     lengths.append(c.get("max_length"))
         lengths += facts.first("joined_caps")  # a prompt and a response truncated apart, then joined: the sum
-        generated = [g.cap for g, _ in facts.first("generated_batches") if isinstance(g.cap, Const)]
-        if generated:  # the model runs on generate()'s output: prompt + new tokens, longer than any prompt
-            lengths = generated
+        if self.hand_loop():  # a hand loop runs the model on generate()'s output: prompt + new tokens (the worst case)
+            lengths += [g.cap for g, _ in facts.first("generated_batches") if isinstance(g.cap, Const)]
         for hp in facts.first("hand_pads"):
             c = hp.length if isinstance(hp.length, Const) else None
             pads.append((hp.kind, Const(hp.kind, "literal", hp.line, ("padding written in the script's own collate code",), hp.file), hp.line))
@@ -412,6 +411,11 @@ class LengthFields:
             self.notes.append(f"max_length: the script loads pre-tokenized data ({', '.join(names)}, line {line}); no script "
                               "of the checkout memlint read writes it, so the length it was cut to is not known")
         return [found] if found is not None else []
+
+    def hand_loop(self) -> bool:
+        """The run is the script's own loop (no library trainer whose data path decides the batches)."""
+        t = self.fields.get("trainer")
+        return t is None or t.value not in api.trainers()
 
     def length_argument(self) -> list:
         """The script's own length argument (args.max_seq_length, cfg.cutoff_len) when no tokenizer call

@@ -61,8 +61,10 @@ class PrecisionFields:
         """A TRL config over a model unsloth loaded, the script setting neither fp16 nor bf16 (data/library_api.json
         unsloth_mixed_precision): unsloth's patched trainer autocasts in the model's dtype (fp16 weights: fp16, else
         bf16); None where that does not apply."""
-        if not a.cls.startswith("trl.") or any(isinstance(v, Const) and v.value is not None for v in (bf, fp)) \
-                or "bf16" in getattr(a, "cli", {}) or "fp16" in getattr(a, "cli", {}):
+        cli = getattr(a, "cli", {})
+        given = [v for v in (bf, fp, cli.get("bf16"), cli.get("fp16")) if v is not None]
+        # unsloth reads `getattr(args, "bf16", False)`: only a True (or a value memlint cannot read) turns it off
+        if not a.cls.startswith("trl.") or any(not (isinstance(v, Const) and v.value in (False, None)) for v in given):
             return None
         if not self.unsloth_trained:  # the model the trainer trains came from unsloth's loader
             return None

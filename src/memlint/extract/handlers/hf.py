@@ -97,11 +97,16 @@ class HfHandlers:
             out = c.new(Collator, f"unsloth.{c.name}", ("model", "processor"))
             cap = c.kwargs.get("max_seq_length")
             model = out.kwargs.get("model")
-            if cap is None and isinstance(model, Model):
+            if (cap is None or isinstance(cap, Const) and cap.value is None) and isinstance(model, Model):
                 root = model
                 while root.base is not None:
                     root = root.base
                 cap = root.kwargs.get("max_seq_length")
+                if cap is None and root.loader == "unsloth":  # the loader's own default
+                    from memlint.library.defaults import default as library_default
+
+                    d = library_default("unsloth.FastLanguageModel.from_pretrained", "max_seq_length")
+                    cap = Const(d.value, "library-default", c.line, (d.why,)) if d is not None else None
             if isinstance(cap, Const) and isinstance(cap.value, int):
                 out.kwargs["max_length"] = cap.with_value(cap.value, f"UnslothVisionDataCollator (line {c.line}) "
                                                                      "truncates at the model's max_seq_length")

@@ -182,6 +182,8 @@ class LoopHandlers:
                    "tuple")
 
     def unknown_method(self, it: Any, f: BoundUnknown, args: list, kwargs: dict, line: int | None) -> Any:
+        if f.same is not None:  # `enc.to("cuda")` of token ids: the same ids, on the device
+            return f.same
         if f.attr == "backward":
             it.facts.backward.append(line)
         if f.attr == "step" and not args:  # an optimizer memlint cannot see built (`self.optimizers.step()`)

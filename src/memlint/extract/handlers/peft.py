@@ -75,6 +75,9 @@ class PeftHandlers:
             # get_peft_model(model.language_model, cfg) (a VLM's language model, in the model class's own method or
             # the script): adapters on a part of the model the run trains, which then trains as LoRA
             part.obj.peft = c.arg(1, "peft_config")
+            c.it.facts.note(f"line {c.line}: get_peft_model on .{part.name} of the model: peft freezes that part only; "
+                            "the rest of the model stays trainable unless the script freezes it (memlint counts the "
+                            "adapters alone)")
             return part
         out = self.wrap_model(c.it, part, c.line, peft=c.arg(1, "peft_config"))
         cast = c.kwargs.get("autocast_adapter_dtype")

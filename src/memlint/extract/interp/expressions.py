@@ -245,8 +245,11 @@ class Expressions:
             return SeqMethod(base, attr)
         if isinstance(base, OpenFile):
             return base if attr in ("read", "read_text", "readlines", "__enter__") else Unknown(f"file.{attr}")
+        if isinstance(base, TokenIds) and attr in ("input_ids", "data"):
+            return base  # a tokenizer output's input_ids: the same token ids
         if isinstance(base, Unknown):
-            return BoundUnknown(base.why or "something unknown", base.line, attr)
+            moved = base if isinstance(base, TokenIds) and attr in ("to", "cuda", "cpu", "long", "int") else None
+            return BoundUnknown(base.why or "something unknown", base.line, attr, moved)
         return Unknown(f"attribute {attr}")
 
     def subscript_key(self, node: cst.Subscript, env: Env) -> Any:

@@ -105,6 +105,7 @@ class BoundUnknown(Unknown):
     """A method or attribute of something unknown: dataset.map, loss.backward."""
 
     attr: str = ""
+    same: Any = None   # what calling it gives back unchanged (token ids' `.to("cuda")`), or None
 
 
 def _named(v: Any, how: str, memo: set | None = None) -> Any:
