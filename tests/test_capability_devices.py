@@ -200,24 +200,8 @@ def test_a_script_meant_for_a_launcher_is_not_assumed_one_process(tmp_path, monk
     ({}, "auto", "amp-bf16"),  # no GPU named: unsloth decides at run time; bf16 support assumed (said)
 ])
 def test_a_notebooks_saved_gpu_decides_unsloth_and_bf16(tmp_path, monkeypatch, meta, dtype, precision):
-    import json
-
-    from memlint.extract import extract_file
-
-    source = [
-        "from unsloth import FastLanguageModel, is_bfloat16_supported\n",
-        "from trl import SFTTrainer, SFTConfig\n",
-        "model, tok = FastLanguageModel.from_pretrained('unsloth/Llama-3.2-1B', max_seq_length=1024, dtype=None, "
-        "load_in_4bit=True)\n",
-        "model = FastLanguageModel.get_peft_model(model, r=16)\n",
-        "args = SFTConfig(output_dir='o', fp16=not is_bfloat16_supported(), bf16=is_bfloat16_supported())\n",
-        "SFTTrainer(model=model, tokenizer=tok, args=args, train_dataset=None).train()\n",
-    ]
-    cell = {"cell_type": "code", "metadata": {}, "source": source, "outputs": [], "execution_count": None}
-    nb = tmp_path / "nb.ipynb"
-    nb.write_text(json.dumps({"cells": [cell], "metadata": meta, "nbformat": 4, "nbformat_minor": 5}))
-    monkeypatch.chdir(tmp_path)
-    plan = extract_file(nb)
+    plan = _unsloth_notebook_plan(tmp_path, monkeypatch, meta,
+                                  ", fp16=not is_bfloat16_supported(), bf16=is_bfloat16_supported()")
     assert (plan.value("torch_dtype"), plan.value("precision")) == (dtype, precision)
 
 
@@ -261,24 +245,31 @@ def test_the_one_process_reading_looks_at_the_text_read_not_the_file_now(tmp_pat
     ({"colab": {"gpuType": "T4"}}, "unsloth==2024.8\ntrl==0.9.6\n", "pure-fp16"),  # before unsloth patched TRL
 ])
 def test_unsloth_sets_mixed_precision_from_the_models_dtype(tmp_path, monkeypatch, meta, pins, precision):
+    explicit = ", fp16=False, bf16=False" if meta["colab"].pop("explicit", False) else ""
+    if pins:
+        (tmp_path / "requirements.txt").write_text(pins)
+    plan = _unsloth_notebook_plan(tmp_path, monkeypatch, meta, ", per_device_train_batch_size=2" + explicit)
+    assert plan.value("precision") == precision
+
+
+def _unsloth_notebook_plan(tmp_path, monkeypatch, meta: dict, config_args: str):
+    """The plan of a one-cell unsloth SFT notebook saved with notebook metadata `meta`, its SFTConfig(...) given
+    `config_args` after output_dir."""
     import json
 
     from memlint.extract import extract_file
 
     source = [
-        "from unsloth import FastLanguageModel\n",
+        "from unsloth import FastLanguageModel, is_bfloat16_supported\n",
         "from trl import SFTTrainer, SFTConfig\n",
         "model, tok = FastLanguageModel.from_pretrained('unsloth/Llama-3.2-1B', max_seq_length=1024, dtype=None, "
         "load_in_4bit=True)\n",
         "model = FastLanguageModel.get_peft_model(model, r=16)\n",
-        "args = SFTConfig(output_dir='o', per_device_train_batch_size=2" +
-        (", fp16=False, bf16=False" if meta["colab"].pop("explicit", False) else "") + ")\n",
+        f"args = SFTConfig(output_dir='o'{config_args})\n",
         "SFTTrainer(model=model, tokenizer=tok, args=args, train_dataset=None).train()\n",
     ]
     cell = {"cell_type": "code", "metadata": {}, "source": source, "outputs": [], "execution_count": None}
     nb = tmp_path / "nb.ipynb"
     nb.write_text(json.dumps({"cells": [cell], "metadata": meta, "nbformat": 4, "nbformat_minor": 5}))
-    if pins:
-        (tmp_path / "requirements.txt").write_text(pins)
     monkeypatch.chdir(tmp_path)
-    assert extract_file(nb).value("precision") == precision
+    return extract_file(nb)
