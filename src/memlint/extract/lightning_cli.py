@@ -143,6 +143,7 @@ def script_cli(handlers: Any, c: Any) -> Any:
     file's sections, else the parameters' defaults) and lightning's Trainer from `trainer_defaults` under the file's
     and the command's `trainer` values, then runs the subcommand (fit) unless `run=False`. The result holds `.model`,
     `.datamodule` and `.trainer` as the script reads them after."""
+    from memlint.extract.cli_args import literal
     from memlint.extract.handlers.common import Call
     from memlint.extract.imports import resolved as resolved_value
     from memlint.extract.objects import Instance, LightningTrainer
@@ -161,7 +162,7 @@ def script_cli(handlers: Any, c: Any) -> Any:
         elif kind == "file":  # `--model model.yaml`: a whole section's file
             _config_sections(it, word, sections, None, only=section)
         else:
-            sections[section][key] = handlers.cli_const(it, _word_value(word), f"--{section}.{key} {word}")
+            sections[section][key] = handlers.cli_const(it, literal(word), f"--{section}.{key} {word}")
     model_class = resolved_value(c.arg(0, "model_class"))
     data_class = resolved_value(c.arg(1, "datamodule_class"))
     model = _build(handlers, c, model_class, sections["model"])
@@ -201,21 +202,6 @@ def _cli_words(words: list[str]) -> tuple[str | None, list[tuple[str, str, str, 
                 actions.append(("word", section, name, value))
         i += 1
     return sub, actions
-
-
-def _word_value(word: str) -> Any:
-    """A command-line word as jsonargparse reads a plain value: true/false, null, a number, else the string."""
-    low = word.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    if low in ("null", "none"):
-        return None
-    for kind in (int, float):
-        try:
-            return kind(word)
-        except ValueError:
-            pass
-    return word
 
 
 def _config_sections(it: Any, path: str, sections: dict[str, dict], nested: str | None, only: str | None = None) -> None:

@@ -239,9 +239,10 @@ class CliHandlers:
                 if name == "parse_args_and_config":  # TrlParser: `--config recipe.yaml`, then the flags over it
                     self.trl_config_file(it, objs)
                 self.dataclass_cli(it, objs)
-            for o in objs if p.defaults else ():  # parser.set_defaults(field=v), under what the file and command give
-                o.kwargs.update({k: v for k, v in p.defaults.items() if self._field_of(o, k) and k not in o.kwargs
-                                 and k not in getattr(o, "cli", {})})
+            for o, fields in self._declared(objs) if p.defaults else ():  # set_defaults(field=v), under file and command
+                # (TrainingArguments' fields are many, memlint knows some: a plain key goes to it)
+                o.kwargs.update({k: v for k, v in p.defaults.items() if (k in fields or isinstance(o, TrainingArgs))
+                                 and k not in o.kwargs and k not in getattr(o, "cli", {})})
             for o in objs:  # the parser builds each dataclass with cls(**values): its __post_init__ runs
                 post = o.user_class.lookup("__post_init__") if isinstance(o, DataclassInstance) and o.user_class else None
                 if post is not None and post[0] == "method" and isinstance(post[1], Func):
@@ -255,17 +256,6 @@ class CliHandlers:
                 out.append(Unknown("remaining strings"))
             return Seq(out, "tuple")
         return Unknown(f"parser.{name}()")
-
-    @staticmethod
-    def _field_of(o: Obj, key: str) -> bool:
-        """Whether a parsed dataclass takes `key`: its class declares it, or, a library arguments class, memlint knows
-        the field (its defaults) or cannot tell (TrainingArguments' fields are many: a plain key goes to it)."""
-        from memlint.library.defaults import declared_fields
-
-        if key in class_fields(getattr(o, "user_class", None)):
-            return True
-        lib = getattr(o, "library", None) or (o.cls if isinstance(o, TrainingArgs) else None)
-        return bool(lib) and (key in declared_fields(lib) or isinstance(o, TrainingArgs))
 
     def own_namespace(self, it: Any, own: ArgParser, line: int | None) -> ArgNamespace:
         """The namespace HfArgumentParser appends after the dataclasses for the arguments added to it with

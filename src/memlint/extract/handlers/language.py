@@ -98,16 +98,6 @@ class LanguageHandlers:
         base = next((a for a in args if a.source != "literal"), args[0])
         return Const(value, weakest(*(a.source for a in args)), base.line, base.chain, base.file)
 
-    def path_normal(self, c: Call) -> Any:
-        """os.path.abspath / realpath / normpath of a known path: the path, normalised (kept relative: memlint reads a
-        relative path from the working directory the command runs in, as the absolute one would be)."""
-        import posixpath
-
-        path = c.arg(0, "path")
-        if not (isinstance(path, Const) and isinstance(path.value, str) and path.value):
-            return Unknown("a path")
-        return path.with_value(posixpath.normpath(path.value), f"{c.qual}({path.value!r})")
-
     def path_exists(self, c: Call) -> Any:
         """os.path.isfile / exists of a path that names a file of the checked root where Python resolves it (relative
         to the working directory the command runs in, or absolute): True (the script then reads the config it checked
@@ -196,10 +186,8 @@ class LanguageHandlers:
         spec, kept for module_from_spec / SourceFileLoader(name, path).load_module()."""
         if not c.qual.startswith("importlib."):
             return _PASS
-        path = c.arg(1, "location")
-        if c.name == "SourceFileLoader" or c.name == "spec_from_file_location":
-            return Obj("importlib.ModuleSpec", c.line or 0, {"name": c.arg(0, "name"), "location": path}, {}, False)
-        return Unknown(f"the result of {c.qual}()")
+        return Obj("importlib.ModuleSpec", c.line or 0, {"name": c.arg(0, "name"), "location": c.arg(1, "location")},
+                   {}, False)
 
     def module_from_spec(self, c: Call) -> Any:
         """importlib.util.module_from_spec(spec) of a spec made from a path of the checkout: that file, read as a module
@@ -619,7 +607,6 @@ QUALIFIED: dict[str, Callable[[Any, Call], Any]] = {
     "os.path.join": LanguageHandlers.path_join,
     "posixpath.join": LanguageHandlers.path_join,
     "os.path.isfile": LanguageHandlers.path_exists,
-    **{f"os.path.{name}": LanguageHandlers.path_normal for name in ("abspath", "realpath", "normpath")},
     "os.path.exists": LanguageHandlers.path_exists,
     **{f"subprocess.{name}": LanguageHandlers.spawn for name in ("run", "call", "check_call", "check_output", "Popen")},
     "os.system": LanguageHandlers.spawn,
