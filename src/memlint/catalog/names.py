@@ -12,6 +12,7 @@ _YOURS = re.compile(r"(?:^|[/\\_ .-])your(?:[_ -]|$)", re.I)  # your_model, YOUR
 _FILLER = re.compile(r"(?:^|[/\\_ .-])(?:xxx+|\.\.\.)(?:[/\\_ .-]|$)", re.I)  # xxx, xxxx/xxx
 _SHELL_VAR = re.compile(r"\$(?:\{[A-Za-z_]\w*[^}]*\}|[A-Za-z_]\w*)")  # $MODEL_KEY, ${BASE_MODEL}: never expanded
 _CAPS = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")  # MODEL_PATH, BASE_MODEL_DIR: a shell-style name
+_CAPS_WORD = re.compile(r"[A-Z][A-Z0-9_]*")  # /BASE/MODEL/PATH, /DATA/PATH: a path spelled in capitals, word by word
 
 
 def is_placeholder(text: str) -> bool:
@@ -23,5 +24,7 @@ def is_placeholder(text: str) -> bool:
         return True
     parts = [p for p in re.split(r"[/\\]", t) if p]
     if parts and _SHELL_VAR.fullmatch(parts[-1]):  # a shell variable nobody set: the user's to fill in
+        return True
+    if len(parts) >= 2 and all(_CAPS_WORD.fullmatch(p) for p in parts):  # no Hub id nor folder is capitals throughout
         return True
     return bool(parts) and all(_CAPS.fullmatch(p) for p in parts)

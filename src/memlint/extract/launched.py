@@ -216,8 +216,20 @@ def _deepspeed_file(launch: Any, ref: str) -> dict[str, Value]:
 def _accelerate(plan: TrainingPlan, launch: Any, opts: dict[str, str]) -> dict[str, Value]:
     """accelerate launch's own flags: --use_deepspeed --zero_stage / --deepspeed_config_file, --use_fsdp,
     --mixed_precision (which an Accelerator() without mixed_precision= reads from the environment)."""
+    from memlint.library import api
+
     out: dict[str, Value] = {}
-    if opts.get("use_deepspeed") == "true" or "deepspeed_config_file" in opts or "zero_stage" in opts:
+    ds_flags = [k for k in ("deepspeed_config_file", "zero_stage") if k in opts]
+    if ds_flags and opts.get("use_deepspeed") != "true" and "config_file" not in opts:
+        # accelerate applies its DeepSpeed flags only under --use_deepspeed (or a config whose distributed_type is
+        # DEEPSPEED): launch.py's _validate_launch_command; memlint reads a launch as the checkout shows it, with no
+        # saved machine config, so these flags are ignored
+        cur = plan.get("distributed")
+        if cur.source in ("library-default", "unknown"):
+            out["distributed"] = _value(launch, "none", f"accelerate launch --{ds_flags[0]} without --use_deepspeed: "
+                                                        "accelerate ignores it, no DeepSpeed (unless the machine's saved "
+                                                        "accelerate config says DEEPSPEED)")
+    elif opts.get("use_deepspeed") == "true" or ds_flags:
         stage = opts.get("zero_stage")
         if stage in _ZERO:
             out["distributed"] = _value(launch, _ZERO[stage], f"accelerate launch --use_deepspeed --zero_stage {stage}")
@@ -256,6 +268,13 @@ def _accelerate(plan: TrainingPlan, launch: Any, opts: dict[str, str]) -> dict[s
     if mp in _PRECISION and plan.get("trainer").value == "custom-loop" and (
             prec.source in ("library-default", "unknown") or prec.value in ("pure-bf16", "pure-fp16") and mp in ("bf16", "fp16")):
         out["precision"] = _value(launch, _PRECISION[mp], f"accelerate launch --mixed_precision {mp}")
+    elif mp in _PRECISION and plan.get("trainer").value in api.trainers() and prec.source == "library-default" \
+            and prec.value == "fp32":
+        # TrainingArguments with neither fp16 nor bf16 keeps the launcher's ACCELERATE_MIXED_PRECISION for the Trainer's
+        # Accelerator (training_args.py __post_init__, transformers 4.30 to 5.x)
+        out["precision"] = _value(launch, _PRECISION[mp], f"accelerate launch --mixed_precision {mp}: the training "
+                                                          "arguments set neither fp16 nor bf16, so the Trainer's "
+                                                          "Accelerator keeps it")
     ga = opts.get("gradient_accumulation_steps")
     if ga and ascii_digits(ga) and plan.get("grad_accum").source in ("library-default", "unknown"):
         out["grad_accum"] = _value(launch, int(ga), f"accelerate launch --gradient_accumulation_steps {ga}")
