@@ -4,7 +4,7 @@ flags without --use_deepspeed are ignored (accelerate's _validate_launch_command
 
 from __future__ import annotations
 
-from tests.checkouts import field_values, plan_of_command, write_checkout
+from checkouts import field_values, plan_of_command, write_checkout
 
 TRAIN = """
 from transformers import AutoModelForCausalLM, Trainer, TrainingArguments

@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 from memlint.errors import MemlintError
 from memlint.library.api import _optimizer_classes, attention, objective_name
+from memlint.library.api import trainer as api_trainer
 from memlint.library.api import kbit_prep as kbit_prep_of
 from memlint.vocab import ascii_digits, dtype_name
 from memlint.plan import PLAN_FIELDS, TrainingPlan, Value
@@ -228,6 +229,9 @@ _REF_MODELS = {"model": "copy", "auto": "auto", "precomputed": "precomputed"}
 def _objective(get, method: str, notes: list[str]) -> tuple[str, str]:
     """(objective, ref_model) from the plan's trainer and ref_model fields."""
     trainer = get("trainer").value if get("trainer").known else None
+    facts = api_trainer(str(trainer)) if trainer is not None else None
+    if facts is not None and facts.not_modelled:
+        raise MemlintError(f"{trainer}: {facts.not_modelled}; the plan is read, with no estimate")
     objective = dict(get("trainer").shape).get("objective") or TRAINER_OBJECTIVES.get(str(trainer), "sft")
     if dict(get("trainer").shape).get("class"):
         notes.append(f"{dict(get('trainer').shape)['class']}: the checkout's own {trainer} subclass, read by its name as "

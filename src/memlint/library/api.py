@@ -24,6 +24,9 @@ class TrainerFacts:
     data: str                       # collator | sft | preference | generation
     objective: str = "sft"          # data/preference.json's objective
     reference: bool = False         # runs a reference model (DPO, KTO)
+    versions: str | None = None     # the versions of its package whose signature this is (None: every version)
+    aliases: tuple[tuple[str, str], ...] = ()  # (another version's keyword, the parameter it names)
+    not_modelled: str | None = None  # why its step has no estimate
 
 
 @data.derived
@@ -38,7 +41,8 @@ def trainers() -> Mapping[str, TrainerFacts]:
     default_positional = tuple(doc["trainer_positional"])
     return {
         name: TrainerFacts(name, e["arguments"], tuple(e.get("positional", default_positional)), e["data"],
-                           e.get("objective", "sft"), bool(e.get("reference", False)))
+                           e.get("objective", "sft"), bool(e.get("reference", False)), e.get("versions"),
+                           tuple(e.get("aliases", {}).items()), e.get("not_modelled"))
         for name, e in doc["trainers"].items()
     }
 

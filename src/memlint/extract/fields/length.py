@@ -129,7 +129,11 @@ class LengthFields:
         if data in ("preference", "generation"):
             lengths = []
             for a in arg_objs or []:
-                if data == "generation":
+                if data == "generation" and api.trainer(name) is not None and api.trainer(name).objective == "ppo":
+                    r = a.get("response_length") or field_value(a, "response_length")
+                    shown = f" + response_length {r.value}" if isinstance(r, Const) else ""
+                    lengths.append(Unknown(f"{name} does not truncate prompts: their length is the data's{shown}"))
+                elif data == "generation":
                     p = a.get("max_prompt_length") or field_value(a, "max_prompt_length")
                     c = a.get("max_completion_length") or field_value(a, "max_completion_length")
                     if isinstance(p, Const) and isinstance(c, Const) and isinstance(p.value, int) and isinstance(c.value, int):

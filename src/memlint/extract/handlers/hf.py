@@ -6,6 +6,8 @@ casts), tokenizer calls, load_dataset and `ds.map(fn)`.
 
 from __future__ import annotations
 
+import dataclasses
+
 import re
 from typing import Any, Callable
 
@@ -89,6 +91,18 @@ class HfHandlers:
 
     def trainer(self, c: Call, user: Class | None = None) -> Any:
         facts = api.trainer(c.name)
+        if facts.versions is not None:
+            from memlint.library.versions import in_range, installed_version, shown_version
+
+            package = facts.arguments.split(".", 1)[0]
+            if not in_range(installed_version(package), facts.versions):  # another class of the same name
+                return Unknown(f"the result of {c.name}() ({package} {shown_version(package)}: not the {c.name} of "
+                               f"{package} {facts.versions} that memlint reads)")
+        kwargs = dict(c.kwargs)
+        for old, new in facts.aliases:  # an earlier version's keyword for the same parameter
+            if old in kwargs and new not in kwargs:
+                kwargs[new] = kwargs.pop(old)
+        c = dataclasses.replace(c, kwargs=kwargs) if kwargs != c.kwargs else c
         return c.new(Trainer, c.name, facts.positional, user_class=user.name if user else None)
 
     def collator(self, c: Call) -> Any:
