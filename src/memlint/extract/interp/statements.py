@@ -339,12 +339,7 @@ class Statements:
             elts = target.elements
             star = next((i for i, e in enumerate(elts) if isinstance(e, cst.StarredElement)), None)
             for i, el in enumerate(elts):
-                t = el.value
-                if star is not None and i >= star:
-                    item = Unknown("a starred unpacking")
-                else:
-                    item = self.unpack(value, i, len(elts))
-                self.assign(t, item, env, stmt)
+                self.assign(el.value, self.unpack(value, i, len(elts), star), env, stmt)
         elif isinstance(target, cst.Attribute):
             base = self.ev(target.value, env)
             for b in flatten(base):
@@ -382,15 +377,22 @@ class Statements:
                 elif isinstance(b, Fields) and isinstance(key, Const) and isinstance(key.value, str):
                     self.write(b.obj.attrs, key.value, value, b.obj)  # vars(args)["lr"] = v sets args.lr
 
-    def unpack(self, value: Any, i: int, n: int) -> Any:
+    def unpack(self, value: Any, i: int, n: int, star: int | None = None) -> Any:
+        """Target i of n in `a, b = value`; with a starred target at `star` (`a, *rest = value`), the targets before it
+        take the first items, the starred one a list of the middle, those after it the last items."""
         out = None
         for v in flatten(value):
-            if isinstance(v, Seq) and len(v.items) == n:
-                item = v.items[i]
-            elif isinstance(v, Const) and isinstance(v.value, (list, tuple)) and len(v.value) == n:
-                item = v.with_value(v.value[i])
-            else:
+            items = v.items if isinstance(v, Seq) else list(v.value) if isinstance(v, Const) and isinstance(
+                v.value, (list, tuple)) else None
+            if items is None or (len(items) != n if star is None else len(items) < n - 1):
                 item = Unknown(v.why if isinstance(v, Unknown) else "an unpacked value")
+            else:
+                k = i if star is None or i < star else len(items) - (n - i) if i > star else None
+                if k is not None:
+                    item = items[k] if isinstance(v, Seq) else v.with_value(items[k])
+                else:  # the starred target: the items between the others, as a list
+                    mid = items[star:len(items) - (n - 1 - star)]
+                    item = Seq(list(mid), "list") if isinstance(v, Seq) else v.with_value(list(mid))
             out = item if out is None else merge(out, item)
         return out
 
