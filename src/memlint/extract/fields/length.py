@@ -22,7 +22,9 @@ class LengthFields:
     def loader_batch(self, line: int | None) -> DataLoader | None:
         """per_device_batch from the training DataLoader (the shuffled one, else the first); the loader."""
         dls = self.facts.first("objects", DataLoader)
-        train_dl = next((d for d in dls if _shuffles(d)), dls[0] if dls else None)
+        looped = [d for d in self.facts.train_loaders if d in dls]  # iterated by the loop that runs the backward
+        train_dl = looped[0] if looped else next((d for d in dls if _shuffles(d)), dls[0] if dls else None)
+        self.looped_loader = train_dl if looped else None
         windows = self.facts.first("windows")
         yields = self.facts.first("batch_yields")
         slices = [s for s in self.facts.first("micro_slices") if isinstance(s.rows, Const)]
@@ -336,6 +338,11 @@ class LengthFields:
         facts = self.facts
         chunking = facts.first("chunking")
         reached_calls = _data_calls(facts)
+        looped = getattr(self, "looped_loader", None)
+        if looped is not None:  # the tokenizer calls of another DataLoader's collate_fn are not the training loop's
+            other = {id(tc) for a, b, obj in facts.handed_calls if isinstance(obj, DataLoader) and obj is not looped
+                     for tc in facts.tokenizer_calls[a:b]}
+            reached_calls = [tc for tc in reached_calls if id(tc) not in other]
         self.target_length(reached_calls, line)
         reached_calls = [c for c in reached_calls if c.text]  # text_target= alone tokenizes the labels only
         if self.fixed_rows(chunking, reached_calls):

@@ -14,7 +14,7 @@ from memlint.extract.interp import BoundUnknown
 from memlint.extract.objects import (
     Autocast, AutocastCall, DataLoader, DefaultDtype, GradHook, Instance, Model, Obj, OpenFile, RandomOffsets, Scaler, TokenizerCall,
 )
-from memlint.extract.values import Class, Const, Func, Seq, Unknown
+from memlint.extract.values import Class, Const, Func, Seq, Unknown, flatten
 from memlint.extract.handlers.common import Call
 from memlint.extract.handlers.hf import _TOKENIZE_METHODS
 
@@ -39,6 +39,14 @@ def _record_layer(c: Call) -> None:
 
 class LoopHandlers:
     """torch and the script's own loop."""
+
+    def on_training_loop(self, it: Any, values: list, line: int | None) -> None:
+        """A `for` loop whose body ran a backward: the DataLoaders it iterates (directly or wrapped by enumerate/tqdm)
+        are the training step's."""
+        for v in values:
+            for x in flatten(v):
+                if isinstance(x, DataLoader) and x not in it.facts.train_loaders:
+                    it.facts.train_loaders.append(x)
 
     def dataloader(self, c: Call) -> Any:
         dl = c.new(DataLoader, "torch.utils.data.DataLoader", ("dataset", "batch_size"))

@@ -275,6 +275,15 @@ class Calls:
             return result
         # A function handed to something memlint does not model (dataset.map(tokenize),
         # trainer callbacks) may still run: walk it once with unknown arguments.
+        tokenized = len(self.facts.tokenizer_calls)
+        self.walk_handed(args, kwargs, line)
+        if len(self.facts.tokenizer_calls) > tokenized:  # the calls of what `result` was handed, for its readers
+            self.facts.handed_calls.append((tokenized, len(self.facts.tokenizer_calls), result))
+        return result
+
+    def walk_handed(self, args: list, kwargs: dict, line: int | None) -> None:
+        """Walk the functions, partials, bound methods and the script's own objects handed to a call memlint models
+        only by its result: the library calls them back."""
         for v in [*args, *kwargs.values()]:
             for x in flatten(v):
                 if isinstance(x, Func) and not x.ran:
@@ -294,4 +303,3 @@ class Calls:
                         hit = x.user_class.lookup(name)
                         if hit is not None and hit[0] == "method" and isinstance(hit[1], Func):
                             self.call_function(hit[1], [x], {}, line)
-        return result

@@ -32,6 +32,9 @@ class Facts:
     autocasts: list = field(default_factory=list)        # AutocastCall
     steps: list = field(default_factory=list)            # OptimizerStep
     backward: list = field(default_factory=list)         # lines of loss.backward()
+    train_loaders: list = field(default_factory=list)    # DataLoaders a loop with a backward in its body iterates
+    handed_calls: list = field(default_factory=list)     # (start, end, object): tokenizer_calls[start:end] ran in functions
+                                                         # handed to the call that built `object` (a collate_fn)
     scalers: list = field(default_factory=list)          # GradScaler lines
     grad_hooks: list = field(default_factory=list)       # GradHook: p.register_post_accumulate_grad_hook(fn)
     lora_freezes: list = field(default_factory=list)     # lines of the checkout's only_optimize_lora_parameters(model)

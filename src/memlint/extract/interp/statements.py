@@ -209,6 +209,7 @@ class Statements:
                 self.chunk_idiom(node.body, node.target.value, node.iter.args[2].value, env)
 
         carried = _loop_counters(node)
+        backward_before = len(self.facts.backward)
 
         def body(e: Env) -> bool:
             if isinstance(node, cst.For):
@@ -227,8 +228,21 @@ class Statements:
             self.ev(node.test, env)
             self.buffer_chunk_idiom(node, env)
         self.branches(env, [body], exhaustive=False)
+        if isinstance(node, cst.For) and len(self.facts.backward) > backward_before:
+            # a loop whose body runs a backward: what it iterates feeds the training step
+            self.handlers.on_training_loop(self, [it, *self.wrapped_iterables(node.iter, env)], self.line_of(node))
         if node.orelse is not None:
             self.exec_block(node.orelse.body.body, env)
+
+    def wrapped_iterables(self, node: cst.BaseExpression, env: Env) -> list:
+        """What a loop's iterable wraps, read without calling anything again: `enumerate(tqdm(loader))` -> [loader]."""
+        for _ in range(4):
+            if not (isinstance(node, cst.Call) and node.args):
+                return []
+            node = node.args[0].value
+            if isinstance(node, (cst.Name, cst.Attribute)):
+                return [self.ev(node, env)]
+        return []
 
     @staticmethod
     def known_items(it: Any) -> list | None:

@@ -1,0 +1,55 @@
+"""The DataLoader a hand-written loop trains on is the one the loop with the backward iterates (directly or through
+enumerate/tqdm), not the first one built; the tokenizer calls of another loader's collate_fn are not its padding."""
+
+from __future__ import annotations
+
+import pytest
+
+from checkouts import field_values, write_checkout
+from memlint.extract import extract_targets
+from memlint.extract.launch import command_target
+
+COLLATE = """
+def collate(batch, tokenizer=None, max_length=2048):
+    data = tokenizer([b["text"] for b in batch], return_tensors="pt", padding="max_length", truncation=True, max_length=max_length)
+    data["labels"] = data["input_ids"].clone()
+    return data
+"""
+TRAIN = """
+import argparse, torch
+from functools import partial
+from torch.utils.data import DataLoader
+from tqdm import tqdm
+from transformers import AutoModelForCausalLM, AutoTokenizer, DataCollatorWithPadding
+from du import collate
+p = argparse.ArgumentParser(); p.add_argument("--tp", type=int, default=1); a = p.parse_args()
+tok = AutoTokenizer.from_pretrained("gpt2"); model = AutoModelForCausalLM.from_pretrained("gpt2")
+loader = DataLoader([], batch_size=2, collate_fn=partial(collate, tokenizer=tok, max_length=2048))
+optimizer = torch.optim.AdamW(model.parameters(), 1e-5)
+if a.tp > 1:
+    loader = DataLoader([], batch_size=4, collate_fn=DataCollatorWithPadding(tok))
+eval_loader = DataLoader([], batch_size=16, collate_fn=partial(collate, tokenizer=tok, max_length=512))
+for step, batch in enumerate(tqdm(loader)):
+    loss = model(**batch).loss
+    loss.backward(); optimizer.step(); optimizer.zero_grad()
+with torch.no_grad():
+    for batch in eval_loader:
+        model(**batch)
+"""
+
+
+def _plan(tmp_path, monkeypatch, *argv: str):
+    write_checkout(tmp_path, {"train.py": TRAIN, "du.py": COLLATE}, dedent=True, git=True)
+    monkeypatch.chdir(tmp_path)
+    return extract_targets([command_target(["python", "train.py", *argv])])[0]
+
+
+@pytest.mark.parametrize("argv, want", [
+    (("--tp", "2"), {"per_device_batch": 4, "padding": "longest"}),
+    ((), {"per_device_batch": 2, "padding": "max_length"}),
+])
+def test_the_loop_with_the_backward_names_the_training_loader(tmp_path, monkeypatch, argv, want):
+    plan = _plan(tmp_path, monkeypatch, *argv)
+    assert field_values(plan, "per_device_batch", "padding") == want
+    if not argv:
+        assert plan.fields["max_length"].value == 2048  # the eval loader's 512 is not the training step's
