@@ -384,6 +384,9 @@ def _spec(v: Value, model_id: str, notes: list[str]) -> Any:
 def script_class_note(spec: Any, shape: Mapping[str, Any]) -> str:
     """What an estimate of a model class of the script's own checkout says, every time."""
     arch = {"gpt2": "GPT-2 (GPT2LMHeadModel)", "llama": "Llama (LlamaForCausalLM)"}.get(spec.model_type, spec.model_type)
+    if shape.get("_built"):  # a transformers model class built from a config class the script writes
+        return (f"the model is built from {shape['_built']}: transformers' {spec.model_type} with that class's defaults "
+                f"and the script's keywords ({spec.params:,} parameters), randomly initialised")
     extra = ", without biases (bias=False)" if shape.get("bias") is False else ""
     return (f"the model is the script's own class {spec.id}: its shape is read from the script's code and counted "
             f"with Hugging Face {arch}'s accounting{extra} ({spec.params:,} parameters); the class's own layers may "

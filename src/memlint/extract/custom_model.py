@@ -192,6 +192,7 @@ class Shape:
     family_how: str = ""
     attention: Any = None          # a Const: the attention the class's files call (sdpa, flash-attn, xformers)
     notes: tuple[str, ...] = ()
+    origin: str = "the script's own class"  # where the shape was read
 
 
 def with_shape(v: Value, shape: Shape) -> Value:
@@ -200,7 +201,7 @@ def with_shape(v: Value, shape: Shape) -> Value:
     vocabulary and context) is named by that checkpoint; the count is still the script's class's."""
     if shape.config is None:
         return replace(v, chain=v.chain + (f"not sized: {shape.why}",))
-    v = replace(v, chain=v.chain + (f"shape read from the script's own class: {shape.family_how}",),
+    v = replace(v, chain=v.chain + (f"shape read from {shape.origin}: {shape.family_how}",),
                 shape=tuple(shape.config.items()))
     named = catalog_named(shape.config)
     if named is not None:

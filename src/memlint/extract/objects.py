@@ -80,8 +80,12 @@ class QuantConfig(Obj):
     """transformers.BitsAndBytesConfig."""
 
 
+@dataclass(eq=False)
 class HfConfig(Obj):
-    """AutoConfig.from_pretrained(...) or `model.config`."""
+    """AutoConfig.from_pretrained(...) or `model.config`; a config class built by the script (`LlamaConfig(...)`) carries
+    the shape it describes (a custom_model.Shape)."""
+
+    shape: Any = None
 
 
 @dataclass(eq=False)

@@ -180,6 +180,12 @@ def trainer_length_keyword(trainer: str, keyword: str) -> tuple[str, str, str, s
 
 
 @data.derived
+def config_classes() -> Mapping[str, Any]:
+    """transformers config classes by name -> {model_type, defaults, aliases} (library_api.json config_classes)."""
+    return {k: v for k, v in _doc()["config_classes"].items() if not k.startswith("_")}
+
+
+@data.derived
 def checkout_lora() -> Mapping[str, Any]:
     """LoRA helpers written in training checkouts (DeepSpeed-Chat's convert_linear_layer_to_lora), by function name."""
     return _doc()["checkout_lora"]["functions"]

@@ -196,6 +196,8 @@ class Handlers(
             return Handlers.training_args
         if api.trainer(name) is not None:
             return Handlers.trainer
+        if name in api.config_classes():
+            return Handlers.config_class
         if name in api.peft_configs():
             return Handlers.peft_config
         if name in api.collators():

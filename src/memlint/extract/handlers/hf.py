@@ -86,6 +86,28 @@ def _literal_text(text: Any) -> bool:
 class HfHandlers:
     """transformers and datasets."""
 
+    def config_class(self, c: Call) -> Any:
+        """`LlamaConfig(hidden_size=512, num_hidden_layers=8, ...)`: the shape of the model a script builds from it, the
+        class's defaults (library_api.json config_classes) under the keywords the script gives; unknown where one of
+        those keywords is (`vocab_size=len(tokenizer)`)."""
+        from memlint.extract.custom_model import Shape
+
+        entry = api.config_classes()[c.name]
+        described = f"{c.name}(...) (line {c.line})"
+        given = {entry["aliases"].get(k, k): v for k, v in c.kwargs.items()}
+        shaped = set(entry["defaults"]) | {"num_key_value_heads", "head_dim", "intermediate_size", "tie_word_embeddings"}
+        unread = [k for k, v in given.items() if k in shaped and not (
+            isinstance(v, Const) and isinstance(v.value, (int, bool)) and not isinstance(v.value, float))]
+        if c.args or c.open or unread:
+            why = (f"{described}: " + (f"{', '.join(unread)} not known" if unread else "arguments memlint cannot read"))
+            return HfConfig(c.qual, c.line or 0, {}, shape=Shape(described, None, why))
+        config = {"model_type": entry["model_type"], **entry["defaults"],
+                  **{k: v.value for k, v in given.items() if k in shaped}, "_built": described}
+        how = (f"transformers {c.name}'s defaults, the script's " + (", ".join(f"{k}={config[k]}" for k in given if k in shaped)
+                                                                      or "no keywords"))
+        return HfConfig(c.qual, c.line or 0, {}, shape=Shape(described, config, family_how=how,
+                                                            origin=f"the {c.name} the script builds"))
+
     def training_args(self, c: Call) -> Any:
         return c.new(TrainingArgs, api.training_arguments()[c.name], ("output_dir",))
 
@@ -200,16 +222,22 @@ class HfHandlers:
 
     def _load_model(self, c: Call, owner: str, how: str) -> Model:
         kw = dict(c.kwargs)
+        shape = None
         if how == "from_config":
             cfg = c.arg(0, "config")
             kw["pretrained_model_name_or_path"] = cfg.kwargs.get("model_id") if isinstance(cfg, Obj) else Unknown("a model config")
             kw["_from_config"] = True
+            shape = cfg.shape if isinstance(cfg, HfConfig) else None
+            if shape is not None:  # a config class the script built: randomly initialised weights of that shape
+                kw["pretrained_model_name_or_path"] = Const(shape.described, "literal", c.line, (
+                    f"{owner}(...) built from {shape.described}: randomly initialised",)) if shape.config is not None \
+                    else Unknown(shape.why)
         elif c.args:
             kw.setdefault("pretrained_model_name_or_path", c.args[0])
         if "pretrained_model_name_or_path" in kw:
             kw["pretrained_model_name_or_path"] = self.saved_base(c.it, kw["pretrained_model_name_or_path"])
         auto_peft = owner.startswith("AutoPeftModel")
-        model = Model(c.qual, c.line or 0, kw, {}, c.open, loader="peft-auto" if auto_peft else "transformers")
+        model = Model(c.qual, c.line or 0, kw, {}, c.open, loader="peft-auto" if auto_peft else "transformers", shape=shape)
         if auto_peft:
             model.peft = PeftConfig("peft.AutoPeftModel", c.line or 0, {}, {}, True, adapter=True)
         _config_checkpointing(model, c.arg(0, "config") if how == "from_config" else kw.get("config"), kw, c.line)
