@@ -4,6 +4,8 @@ flags without --use_deepspeed are ignored (accelerate's _validate_launch_command
 
 from __future__ import annotations
 
+import pytest
+
 from checkouts import field_values, plan_of_command, write_checkout
 
 TRAIN = """
@@ -42,3 +44,40 @@ def test_deepspeed_config_file_with_use_deepspeed_is_read(tmp_path, monkeypatch)
     plan = _plan(tmp_path, monkeypatch,
                  "accelerate launch --use_deepspeed --num_processes 2 --deepspeed_config_file ds.json train.py")
     assert plan.fields["distributed"].value == "zero2"
+
+
+LOOP = """
+import torch
+from accelerate import Accelerator
+from accelerate.utils import DummyOptim, DummyScheduler
+from transformers import AutoModelForCausalLM
+accelerator = Accelerator(gradient_accumulation_steps=4, mixed_precision="bf16")
+model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B-Instruct", torch_dtype=torch.bfloat16)
+loader = torch.utils.data.DataLoader(torch.randint(0, 1000, (64, 512)), batch_size=2)
+optim = {optimizer}(model.parameters(), lr=2e-5)
+model, optim, loader = accelerator.prepare(model, optim, loader)
+for batch in loader:
+    with accelerator.accumulate(model):
+        loss = model(input_ids=batch, labels=batch).loss
+        accelerator.backward(loss); optim.step(); optim.zero_grad()
+"""
+ACCELERATE_DS = """
+compute_environment: LOCAL_MACHINE
+deepspeed_config:
+  deepspeed_config_file: ds.json
+distributed_type: DEEPSPEED
+num_machines: 1
+num_processes: 2
+"""
+
+
+@pytest.mark.parametrize("section, optimizer, want", [
+    (', "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}', "DummyOptim", "deepspeed_adam"),
+    ("", "torch.optim.AdamW", "deepspeed_adam"),  # no section, optimizer offloaded: accelerate swaps in CPU Adam
+])
+def test_an_accelerate_deepspeed_optimizer_section_builds_the_loop_optimizer(tmp_path, monkeypatch, section, optimizer, want):
+    ds = '{"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}' + section + '}'
+    root = write_checkout(tmp_path, {"train.py": LOOP.format(optimizer=optimizer), "ds.json": ds, "ds.yaml": ACCELERATE_DS,
+                                     "run.sh": "accelerate launch --config_file ds.yaml train.py\n"}, dedent=True, git=True)
+    plan = plan_of_command(root, monkeypatch, "bash", "run.sh")
+    assert field_values(plan, "optimizer", "distributed") == {"optimizer": want, "distributed": "zero3"}

@@ -283,6 +283,7 @@ def _accelerate_deepspeed(r: Reader, doc: Document, facts: LaunchFacts, span: Sp
         else:
             sub = deepspeed_facts(inner)
             facts.cpu_optimizer = sub.cpu_optimizer
+            facts.optimizer = sub.optimizer
             facts.fields.update(sub.fields)
             facts.soft.update(sub.soft)
             facts.notes.extend(sub.notes)
@@ -420,7 +421,14 @@ def apply_launch(fields: dict[str, Value], facts: LaunchFacts, origin: str,
     diags = list(facts.diagnostics)
     merged.update(facts.fields)
     swapped = offloaded_optimizer(merged.get("optimizer"), merged.get("trainer"), facts.cpu_optimizer, kind)
-    if swapped is not None:
+    if kind == "accelerate" and facts.optimizer is not None:
+        # accelerate's prepare refuses a client optimizer next to a DeepSpeed optimizer section (the script passes
+        # DummyOptim, as the Trainer does): the engine builds the section's optimizer (accelerator.py _prepare_deepspeed)
+        v = facts.optimizer
+        merged["optimizer"] = Value(v.value, v.source, v.span, v.chain + (
+            "the DeepSpeed config's optimizer section: accelerate hands it to the engine in place of the script's "
+            "(DummyOptim)",))
+    elif swapped is not None:
         merged["optimizer"] = swapped
     for name, v in facts.soft.items():
         cur = merged.get(name)
