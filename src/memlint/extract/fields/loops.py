@@ -112,6 +112,7 @@ class LoopFields:
             self.put("precision", Const("fp32", "library-default", line, ("lightning's default precision: 32-true",)), line=line)
         else:
             self.put("precision", prec, lambda v: api.lightning_precision(v) or _unconvertible(f"precision {v!r}"), line)
+        self.true_precision_dtype()
         if not fabric:
             acc = tr.get("accumulate_grad_batches")
             self.put("grad_accum", acc if acc is not None else Const(1, "library-default", line, ("accumulate_grad_batches default 1",)), _int, line)
@@ -132,6 +133,17 @@ class LoopFields:
             self.put("optimizer", Unknown("no optimizer found (configure_optimizers)"), line=line)
         self.put("group_by_length", Const(False, "library-default", line, ("DataLoader samples without length grouping",)), _bool)
         self.data_padding(train_dl.get("collate_fn") if train_dl is not None else None, False, line)
+
+    def true_precision_dtype(self) -> None:
+        """Lightning's "bf16-true" / "16-true": the Trainer's and Fabric's precision plugin converts the module's
+        parameters to that dtype (setup / init_module), whatever the load left them in."""
+        pv, dt = self.fields.get("precision"), self.fields.get("torch_dtype")
+        if pv is None or not pv.known or pv.value not in ("pure-bf16", "pure-fp16") or dt is None \
+                or dt.source not in ("library-default", "unknown"):
+            return
+        half = "bf16" if pv.value == "pure-bf16" else "fp16"
+        self.fields["torch_dtype"] = Value(half, pv.source, pv.span, pv.chain + (
+            f"Lightning's {'bf16' if half == 'bf16' else '16'}-true precision converts the module's parameters to {half}",))
 
     def engine_accumulation(self, facts: Any, line: int | None) -> Value | None:
         """An engine config with train_batch_size and no gradient_accumulation_steps: DeepSpeed divides the global
