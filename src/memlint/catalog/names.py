@@ -13,6 +13,9 @@ _FILLER = re.compile(r"(?:^|[/\\_ .-])(?:xxx+|\.\.\.)(?:[/\\_ .-]|$)", re.I)  # 
 _SHELL_VAR = re.compile(r"\$(?:\{[A-Za-z_]\w*[^}]*\}|[A-Za-z_]\w*)")  # $MODEL_KEY, ${BASE_MODEL}: never expanded
 _CAPS = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")  # MODEL_PATH, BASE_MODEL_DIR: a shell-style name
 _CAPS_WORD = re.compile(r"[A-Z][A-Z0-9_]*")  # /BASE/MODEL/PATH, /DATA/PATH: a path spelled in capitals, word by word
+# PATH-TO-DS-CONFIG, MODEL-DIR: capital words joined by hyphens, one of them a word that names a place to fill in
+_CAPS_HYPHENS = re.compile(r"[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+")
+_FILL_WORDS = {"PATH", "DIR", "FOLDER", "FILE", "CONFIG", "CKPT", "CHECKPOINT", "NAME", "YOUR", "MY"}
 
 
 def is_placeholder(text: str) -> bool:
@@ -24,6 +27,8 @@ def is_placeholder(text: str) -> bool:
         return True
     parts = [p for p in re.split(r"[/\\]", t) if p]
     if parts and _SHELL_VAR.fullmatch(parts[-1]):  # a shell variable nobody set: the user's to fill in
+        return True
+    if parts and _CAPS_HYPHENS.fullmatch(parts[-1]) and _FILL_WORDS & set(parts[-1].split("-")):
         return True
     if len(parts) >= 2 and all(_CAPS_WORD.fullmatch(p) for p in parts):  # no Hub id nor folder is capitals throughout
         return True
