@@ -53,3 +53,36 @@ def test_the_loop_with_the_backward_names_the_training_loader(tmp_path, monkeypa
     assert field_values(plan, "per_device_batch", "padding") == want
     if not argv:
         assert plan.fields["max_length"].value == 2048  # the eval loader's 512 is not the training step's
+
+
+
+OWN_DATASET = """
+import torch
+from torch.utils.data import Dataset
+from tqdm import tqdm
+from transformers import AutoModelForCausalLM, AutoTokenizer
+class Pairs(Dataset):
+    def __init__(self, path): self.rows = open(path).readlines()
+    def __len__(self): return len(self.rows)
+    def __getitem__(self, i): return self.rows[i]
+ITER
+tok = AutoTokenizer.from_pretrained("gpt2")
+model = AutoModelForCausalLM.from_pretrained("gpt2")
+opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+train = Pairs("train.txt")
+for idx, ex in enumerate(tqdm(train)):
+    ids = tok(ex, return_tensors="pt").input_ids
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward(); opt.step(); opt.zero_grad()
+"""
+
+
+@pytest.mark.parametrize("own_iter, want", [
+    ("", 1),  # a map-style dataset iterated by the training loop: one example a step
+    ("    def __iter__(self):\n        yield self.rows\n", None),  # its own __iter__ may yield whole batches: unknown
+])
+def test_a_training_loop_over_a_dataset_itself_takes_one_example_a_step(tmp_path, monkeypatch, own_iter, want):
+    write_checkout(tmp_path, {"train.py": OWN_DATASET.replace("ITER\n", own_iter)}, dedent=True, git=True)
+    monkeypatch.chdir(tmp_path)
+    plan = extract_targets([command_target(["python", "train.py"])])[0]
+    assert plan.fields["per_device_batch"].value == want

@@ -63,6 +63,11 @@ class LengthFields:
                      _int, y.line)
         elif randoms := self.facts.first("random_batches"):  # torch.randint(vocab_size, (B, T)): random token ids
             self.put("per_device_batch", randoms[-1].rows, _int, randoms[-1].line)  # the last: past any warm-up call
+        elif self.facts.train_datasets and not dls:  # `for example in dataset:` with the backward in the body
+            at = self.facts.train_datasets[0][1]
+            self.put("per_device_batch", Const(1, "literal", at, (f"the training loop (line {at}) takes one example of "
+                                                                  "the dataset per step (no DataLoader batches it)",)),
+                     _int, at)
         else:
             self.put("per_device_batch", Unknown("no DataLoader found"), line=line)
         return train_dl

@@ -12,7 +12,7 @@ from typing import Any, Callable
 from memlint.extract import custom_model
 from memlint.extract.interp import BoundUnknown
 from memlint.extract.objects import (
-    Autocast, AutocastCall, DataLoader, DefaultDtype, GradHook, Instance, Model, Obj, OpenFile, RandomOffsets, Scaler, TokenizerCall,
+    Autocast, AutocastCall, DataLoader, Dataset, DefaultDtype, GradHook, Instance, Model, Obj, OpenFile, RandomOffsets, Scaler, TokenizerCall,
 )
 from memlint.extract.values import Class, Const, Func, Seq, Unknown, flatten
 from memlint.extract.handlers.common import Call
@@ -47,6 +47,8 @@ class LoopHandlers:
             for x in flatten(v):
                 if isinstance(x, DataLoader) and x not in it.facts.train_loaders:
                     it.facts.train_loaders.append(x)
+                elif _map_style_dataset(x) and all(d is not x for d, _ in it.facts.train_datasets):
+                    it.facts.train_datasets.append((x, line))
 
     def dataloader(self, c: Call) -> Any:
         dl = c.new(DataLoader, "torch.utils.data.DataLoader", ("dataset", "batch_size"))
@@ -300,3 +302,13 @@ BY_NAME: dict[str, Callable[[Any, Call], Any]] = {
     "is_bf16_supported": LoopHandlers.bf16_supported,
     "get_device_capability": LoopHandlers.device_capability,
 }
+
+
+def _map_style_dataset(x: Any) -> bool:
+    """A dataset whose iteration yields one example at a time: a datasets Dataset, or an object of the script's own
+    class with __getitem__ and no __iter__ of its own (an __iter__ may yield whole batches)."""
+    if isinstance(x, Dataset):
+        return True
+    cls = getattr(x, "user_class", None)
+    return isinstance(x, Obj) and isinstance(cls, Class) and cls.lookup("__getitem__") is not None \
+        and cls.lookup("__iter__") is None

@@ -33,6 +33,7 @@ class Facts:
     steps: list = field(default_factory=list)            # OptimizerStep
     backward: list = field(default_factory=list)         # lines of loss.backward()
     train_loaders: list = field(default_factory=list)    # DataLoaders a loop with a backward in its body iterates
+    train_datasets: list = field(default_factory=list)   # (dataset, line): a dataset such a loop iterates itself
     handed_calls: list = field(default_factory=list)     # (start, end, object): tokenizer_calls[start:end] ran in functions
                                                          # handed to the call that built `object` (a collate_fn)
     scalers: list = field(default_factory=list)          # GradScaler lines
