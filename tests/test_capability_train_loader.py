@@ -86,3 +86,31 @@ def test_a_training_loop_over_a_dataset_itself_takes_one_example_a_step(tmp_path
     monkeypatch.chdir(tmp_path)
     plan = extract_targets([command_target(["python", "train.py"])])[0]
     assert plan.fields["per_device_batch"].value == want
+
+
+WRAPPED = """
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer, DataCollatorWithPadding, Trainer, TrainingArguments
+tok = AutoTokenizer.from_pretrained("gpt2")
+model = AutoModelForCausalLM.from_pretrained("gpt2")
+ds = Dataset.from_list([{"text": "a"}]).map(lambda ex: tok(ex["text"], truncation=True, max_length=256))
+class WrappedCollator:
+    def __init__(self, tokenizer):
+        self.inner = INNER
+    def __call__(self, feats):
+        return self.inner(feats)
+args = TrainingArguments("out", per_device_train_batch_size=4)
+Trainer(model=model, args=args, train_dataset=ds, data_collator=WrappedCollator(tok)).train()
+"""
+
+
+@pytest.mark.parametrize("inner, want", [
+    ('DataCollatorWithPadding(tokenizer, padding="max_length", max_length=256)', "max_length"),
+    ("DataCollatorWithPadding(tokenizer)", "longest"),
+    ("None", None),  # holds no library collator: its own code pads, unread
+])
+def test_the_script_collator_class_pads_as_the_library_collator_it_holds(tmp_path, monkeypatch, inner, want):
+    write_checkout(tmp_path, {"train.py": WRAPPED.replace("INNER", inner)}, dedent=True, git=True)
+    monkeypatch.chdir(tmp_path)
+    plan = extract_targets([command_target(["python", "train.py"])])[0]
+    assert plan.fields["padding"].value == want

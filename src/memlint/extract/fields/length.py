@@ -372,7 +372,7 @@ class LengthFields:
             if kind:
                 pads.append((kind, p if isinstance(p, Const) else Unknown("padding"), cl))
             lengths += _call_lengths(kw, kind, tok, method)
-        for c in flatten(collator) if collator is not None else []:
+        for c in _held_collators(collator) if collator is not None else []:
             if isinstance(c, Collator):
                 cname = c.cls.rsplit(".", 1)[-1]
                 p = c.get("padding")
@@ -443,6 +443,17 @@ class LengthFields:
                        "memlint did not follow the data pipeline that applies it (truncation or a length filter)")
                 return [Const(v.value, v.source, v.line, v.chain + (why,), v.file)]
         return []
+
+
+def _held_collators(collator: Any) -> list:
+    """The collators `collator` stands for: itself, and for an object of the script's own class the library collators
+    it holds (`self.inner = DataCollatorWithPadding(tok)`, called from its __call__)."""
+    out = []
+    for c in flatten(collator):
+        out.append(c)
+        if not isinstance(c, Collator) and isinstance(c, Obj) and getattr(c, "user_class", None) is not None:
+            out.extend(x for v in c.attrs.values() for x in flatten(v) if isinstance(x, Collator))
+    return out
 
 
 def _data_calls(facts: Any) -> list:
