@@ -76,3 +76,12 @@ def test_the_older_ppo_trainer_is_not_read_as_the_trainer_based_one(tmp_path, mo
     plan = _plan(tmp_path, monkeypatch, OLD_API, "0.11.4")
     assert plan.fields["trainer"].value != "PPOTrainer"
     assert plan.fields["per_device_batch"].value != 8  # not TrainingArguments' default for a config without the field
+
+
+def test_ppo_configs_default_sft_model_path(tmp_path, monkeypatch):
+    text = NEW_API.format(keywords=KEYWORDS["new"]).replace(
+        'policy = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2-0.5B-Instruct")',
+        "policy = AutoModelForCausalLM.from_pretrained(args.sft_model_path)")
+    text = text.replace("args = PPOConfig(", "args = PPOConfig(").replace("tok = AutoTokenizer", "args = PPOConfig(output_dir='out', per_device_train_batch_size=4, gradient_accumulation_steps=2)\ntok = AutoTokenizer", 1)
+    plan = _plan(tmp_path, monkeypatch, text, "0.17.0")
+    assert plan.fields["model_id"].value == "EleutherAI/pythia-160m"

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from memlint.errors import MemlintError
 from memlint.library.api import _optimizer_classes, attention, objective_name
-from memlint.library.api import trainer as api_trainer
+from memlint.library.api import prompt_learning_configs, trainer as api_trainer
 from memlint.library.api import kbit_prep as kbit_prep_of
 from memlint.vocab import ascii_digits, dtype_name
 from memlint.plan import PLAN_FIELDS, TrainingPlan, Value
@@ -256,6 +256,9 @@ def _method(get, notes: list[str], spec: Any = None) -> tuple[str, str, bool, in
     through LoRA. A pre-quantized GPTQ / AWQ checkpoint (its config.json's quantization_config) is loaded quantized
     whatever the script passes, so it decides the base."""
     method = get("method").value or "full"
+    if method in prompt_learning_configs().values():
+        raise MemlintError(f"method {method}: peft's prompt-learning step (virtual tokens on a frozen base) is not "
+                           "modelled; the plan is read, with no estimate")
     quant = "none"
     bits = get("quant_bits").value
     group = get("quant_group_size").value if get("quant_group_size").known else None

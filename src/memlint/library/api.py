@@ -180,6 +180,12 @@ def trainer_length_keyword(trainer: str, keyword: str) -> tuple[str, str, str, s
 
 
 @data.derived
+def prompt_learning_configs() -> Mapping[str, str]:
+    """peft's prompt-learning config classes -> the plan's method (library_api.json prompt_learning_configs)."""
+    return {k: v for k, v in _doc()["prompt_learning_configs"].items() if not k.startswith("_")}
+
+
+@data.derived
 def config_classes() -> Mapping[str, Any]:
     """transformers config classes by name -> {model_type, defaults, aliases} (library_api.json config_classes)."""
     return {k: v for k, v in _doc()["config_classes"].items() if not k.startswith("_")}

@@ -63,6 +63,11 @@ class AdapterFields:
                 self.put("method", Const("full", "literal", line, ("no PEFT adapter reaches the trainer",)), line=line)
             return
         lora = loras[-1]
+        prompt = api.prompt_learning_configs().get(lora.cls.rsplit(".", 1)[-1])
+        if prompt is not None:  # virtual tokens on a frozen base: no LoRA rank, alpha or targets
+            self.fields["method"] = Value(prompt, "literal", Span(self.path, lora.line), (
+                f"{lora.cls.rsplit('.', 1)[-1]} (line {lora.line}) applied: peft's {prompt}, the base frozen",))
+            return
         bits = self.fields.get("quant_bits")
         bit_opts = (bits.candidates or (bits.value,)) if bits is not None else (None,)
         methods = list(dict.fromkeys("qlora" if b == 4 else "lora" for b in bit_opts))

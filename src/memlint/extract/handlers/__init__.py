@@ -198,7 +198,7 @@ class Handlers(
             return Handlers.trainer
         if name in api.config_classes():
             return Handlers.config_class
-        if name in api.peft_configs():
+        if name in api.peft_configs() or name in api.prompt_learning_configs():
             return Handlers.peft_config
         if name in api.collators():
             return Handlers.collator
