@@ -57,3 +57,38 @@ def test_a_keyword_memlint_cannot_read_leaves_the_model_unknown(tmp_path, monkey
     plan = _plan(tmp_path, monkeypatch, "LlamaConfig, LlamaForCausalLM", config, "LlamaForCausalLM(config)")
     assert not plan.fields["model_id"].known
     assert "LlamaConfig(...)" in " ".join(plan.fields["model_id"].chain) + str(plan.fields["model_id"].value)
+
+
+def _real_params(build: str) -> int:
+    """The parameter count transformers itself builds, on the meta device (the truth the estimate is checked against)."""
+    import torch
+    import transformers as T
+
+    with torch.device("meta"):
+        model = eval(build, {"T": T})
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("imports, config, after, model, real", [
+    ("LlamaConfig, LlamaForCausalLM", "LlamaConfig(hidden_size=512, intermediate_size=1376, num_attention_heads=8)",
+     "config.num_hidden_layers = 2", "LlamaForCausalLM(config)",
+     "T.LlamaForCausalLM(T.LlamaConfig(hidden_size=512, intermediate_size=1376, num_attention_heads=8, num_hidden_layers=2))"),
+    ("GPT2Config, GPT2LMHeadModel", "GPT2Config(n_layer=4, n_embd=256, n_head=4, n_inner=4096)", "", "GPT2LMHeadModel(config)",
+     "T.GPT2LMHeadModel(T.GPT2Config(n_layer=4, n_embd=256, n_head=4, n_inner=4096))"),
+    ("BartConfig, BartForConditionalGeneration", "BartConfig(encoder_layers=2, decoder_layers=2)", "",
+     "BartForConditionalGeneration(config)", "T.BartForConditionalGeneration(T.BartConfig(encoder_layers=2, decoder_layers=2))"),
+    ("T5Config, T5ForConditionalGeneration", 'T5Config(num_layers=2, num_decoder_layers=8, feed_forward_proj="gated-gelu")', "",
+     "T5ForConditionalGeneration(config)",
+     'T.T5ForConditionalGeneration(T.T5Config(num_layers=2, num_decoder_layers=8, feed_forward_proj="gated-gelu"))'),
+])
+def test_the_count_is_the_built_models(tmp_path, monkeypatch, imports, config, after, model, real):
+    plan = _plan(tmp_path, monkeypatch, imports, config + ("\n" + after if after else ""), model)
+    planned = setup_from_plan(plan.with_values(max_length=Value(512, "assumed")))
+    assert planned.setup.model.params == _real_params(real)
+
+
+def test_a_keyword_whose_alias_changed_across_versions_leaves_the_model_unknown(tmp_path, monkeypatch):
+    plan = _plan(tmp_path, monkeypatch, "BartConfig, BartForConditionalGeneration", "BartConfig(num_hidden_layers=2)",
+                 "BartForConditionalGeneration(config)")
+    assert not plan.fields["model_id"].known
+    assert "different transformers versions" in plan.fields["model_id"].chain[-1]

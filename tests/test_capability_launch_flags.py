@@ -81,3 +81,24 @@ def test_an_accelerate_deepspeed_optimizer_section_builds_the_loop_optimizer(tmp
                                      "run.sh": "accelerate launch --config_file ds.yaml train.py\n"}, dedent=True, git=True)
     plan = plan_of_command(root, monkeypatch, "bash", "run.sh")
     assert field_values(plan, "optimizer", "distributed") == {"optimizer": want, "distributed": "zero3"}
+
+
+def test_deepspeed_flags_beside_use_fsdp_leave_fsdp(tmp_path, monkeypatch):
+    plan = _plan(tmp_path, monkeypatch, "accelerate launch --use_fsdp --num_processes 2 --zero_stage 3 train.py")
+    assert plan.fields["distributed"].value == "fsdp"
+
+
+def test_launcher_mixed_precision_reaches_a_trainer_whose_flags_are_false(tmp_path, monkeypatch):
+    plan = _plan(tmp_path, monkeypatch, "accelerate launch --num_processes 2 --mixed_precision bf16 train.py",
+                 extra=", bf16=False, fp16=False")
+    assert plan.fields["precision"].value == "amp-bf16"
+
+
+def test_a_client_optimizer_beside_an_optimizer_section_is_kept_and_said(tmp_path, monkeypatch):
+    ds = '{"zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}}'
+    root = write_checkout(tmp_path, {"train.py": LOOP.format(optimizer="torch.optim.SGD"), "ds.json": ds,
+                                     "ds.yaml": ACCELERATE_DS, "run.sh": "accelerate launch --config_file ds.yaml train.py\n"},
+                          dedent=True, git=True)
+    plan = plan_of_command(root, monkeypatch, "bash", "run.sh")
+    assert plan.fields["optimizer"].value == "sgd"
+    assert any("refuses both" in n for n in plan.notes)

@@ -72,8 +72,9 @@ def test_ppo_has_no_estimate_and_says_why(tmp_path, monkeypatch):
         setup_from_plan(plan.with_values(max_length=Value(512, "assumed")))
 
 
-def test_the_older_ppo_trainer_is_not_read_as_the_trainer_based_one(tmp_path, monkeypatch):
-    plan = _plan(tmp_path, monkeypatch, OLD_API, "0.11.4")
+@pytest.mark.parametrize("trl", ["0.11.4", None])  # pinned before 0.12, or unpinned: the call's own keywords tell
+def test_the_older_ppo_trainer_is_not_read_as_the_trainer_based_one(tmp_path, monkeypatch, trl):
+    plan = _plan(tmp_path, monkeypatch, OLD_API, trl)
     assert plan.fields["trainer"].value != "PPOTrainer"
     assert plan.fields["per_device_batch"].value != 8  # not TrainingArguments' default for a config without the field
 

@@ -114,3 +114,53 @@ def test_the_script_collator_class_pads_as_the_library_collator_it_holds(tmp_pat
     monkeypatch.chdir(tmp_path)
     plan = extract_targets([command_target(["python", "train.py"])])[0]
     assert plan.fields["padding"].value == want
+
+
+SHARED = """
+import torch
+from torch.utils.data import DataLoader
+from transformers import AutoModelForCausalLM, AutoTokenizer
+tok = AutoTokenizer.from_pretrained("gpt2"); model = AutoModelForCausalLM.from_pretrained("gpt2")
+def collate(batch):
+    data = tok([b["text"] for b in batch], return_tensors="pt", padding="max_length", truncation=True, max_length=1024)
+    data["labels"] = data["input_ids"].clone()
+    return data
+eval_loader = DataLoader([], batch_size=16, collate_fn=collate)
+train_loader = DataLoader([], batch_size=4, shuffle=True, collate_fn=collate)
+optimizer = torch.optim.AdamW(model.parameters(), 1e-5)
+LOOP
+"""
+LOOPS = {
+    "nested": """
+for epoch in range(3):
+    for batch in train_loader:
+        loss = model(**batch).loss
+        loss.backward(); optimizer.step(); optimizer.zero_grad()
+    with torch.no_grad():
+        for batch in eval_loader:
+            model(**batch)
+""",
+    "zip": """
+for vb, tb in zip(eval_loader, train_loader):
+    loss = model(**tb).loss
+    loss.backward(); optimizer.step(); optimizer.zero_grad()
+""",
+    "shared": """
+def run_epoch(loader, train):
+    for batch in loader:
+        loss = model(**batch).loss
+        if train:
+            loss.backward(); optimizer.step(); optimizer.zero_grad()
+run_epoch(eval_loader, False)
+run_epoch(train_loader, True)
+""",
+}
+
+
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+def test_a_collate_shared_with_an_eval_loader_built_first_still_pads_the_training_one(tmp_path, monkeypatch, loop):
+    write_checkout(tmp_path, {"train.py": SHARED.replace("LOOP\n", LOOPS[loop])}, dedent=True, git=True)
+    monkeypatch.chdir(tmp_path)
+    plan = extract_targets([command_target(["python", "train.py"])])[0]
+    assert field_values(plan, "per_device_batch", "padding", "max_length") == {
+        "per_device_batch": 4, "padding": "max_length", "max_length": 1024}

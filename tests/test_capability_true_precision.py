@@ -30,7 +30,7 @@ for _ in range(10):
     ("bf16-true", "", {"torch_dtype": "bf16", "precision": "pure-bf16"}),
     ("16-true", "", {"torch_dtype": "fp16", "precision": "pure-fp16"}),
     ("bf16-mixed", "", {"precision": "amp-bf16"}),
-    ("bf16-true", ", torch_dtype=torch.float32", {"torch_dtype": "fp32", "precision": "pure-bf16"}),  # the script's own
+    ("bf16-true", ", torch_dtype=torch.float32", {"torch_dtype": "bf16", "precision": "pure-bf16"}),  # converted at setup
 ])
 def test_true_precision_names_the_parameters_dtype(tmp_path, monkeypatch, precision, dtype, want):
     write_checkout(tmp_path, {"train.py": FABRIC.format(precision=precision, dtype=dtype)}, dedent=True, git=True)

@@ -55,3 +55,17 @@ def test_too_few_items_for_the_targets_are_unknown(tmp_path, monkeypatch):
         Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=a)).train()
         """)
     assert not plan.fields["per_device_batch"].known
+
+
+def test_a_list_grown_in_a_loop_leaves_the_starred_length_and_the_tail_unknown(tmp_path, monkeypatch):
+    plan = _plan(tmp_path, monkeypatch, """
+        import sys
+        xs = [3]
+        for a in range(int(sys.argv[1])):
+            xs.append(5)
+        first, *rest, last = xs
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+        model = AutoModelForCausalLM.from_pretrained("gpt2")
+        Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=len(rest), gradient_accumulation_steps=last)).train()
+        """)
+    assert not plan.fields["per_device_batch"].known and not plan.fields["grad_accum"].known

@@ -126,11 +126,13 @@ def spec_from_shape(shape: Mapping[str, Any], model_id: str):
         entry = count_gpt2_like(cfg)  # nanoGPT's bias=False has no HF spelling: counted in closed form
         entry["config"] = _config_of(cfg)
         return spec_from_entry(model_id, entry, source="script-class")
-    return spec_from_config(cfg, where, model_id, "script-class")
+    return spec_from_config(cfg, where, model_id, "script-class", match=not cfg.get("_built"))
 
 
-def spec_from_config(cfg: dict[str, Any], path: Path, model_id: str, source: str):
-    for cid, entry in entries().items():
+def spec_from_config(cfg: dict[str, Any], path: Path, model_id: str, source: str, match: bool = True):
+    """The spec of a config: a catalogued checkpoint's where the shape is one's (`match`), else counted. A config a
+    script builds from a class (`_built`) is counted itself: the catalog compares the shape keys only."""
+    for cid, entry in entries().items() if match else ():
         if _matches(cfg, entry):
             spec = spec_from_entry(model_id, entry, source=source)
             return spec

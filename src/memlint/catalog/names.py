@@ -30,6 +30,6 @@ def is_placeholder(text: str) -> bool:
         return True
     if parts and _CAPS_HYPHENS.fullmatch(parts[-1]) and _FILL_WORDS & set(parts[-1].split("-")):
         return True
-    if len(parts) >= 2 and all(_CAPS_WORD.fullmatch(p) for p in parts):  # no Hub id nor folder is capitals throughout
-        return True
+    if len(parts) >= 2 and all(_CAPS_WORD.fullmatch(p) for p in parts) and parts[-1] in _FILL_WORDS | {"MODEL"}:
+        return True  # capitals throughout, ending in a word that names what to fill in
     return bool(parts) and all(_CAPS.fullmatch(p) for p in parts)

@@ -203,7 +203,7 @@ def with_shape(v: Value, shape: Shape) -> Value:
         return replace(v, chain=v.chain + (f"not sized: {shape.why}",))
     v = replace(v, chain=v.chain + (f"shape read from {shape.origin}: {shape.family_how}",),
                 shape=tuple(shape.config.items()))
-    named = catalog_named(shape.config)
+    named = catalog_named(shape.config) if not shape.config.get("_built") else None  # a built config is counted itself
     if named is not None:
         v = replace(v, value=named[0], chain=v.chain + (named[1],))
     return v

@@ -220,7 +220,9 @@ def _accelerate(plan: TrainingPlan, launch: Any, opts: dict[str, str]) -> dict[s
 
     out: dict[str, Value] = {}
     ds_flags = [k for k in ("deepspeed_config_file", "zero_stage") if k in opts]
-    if ds_flags and opts.get("use_deepspeed") != "true" and "config_file" not in opts:
+    use_ds = opts.get("use_deepspeed") == "true"
+    other = opts.get("use_fsdp") == "true" or opts.get("use_megatron_lm") == "true"
+    if ds_flags and not use_ds and not other and "config_file" not in opts:
         # accelerate applies its DeepSpeed flags only under --use_deepspeed (or a config whose distributed_type is
         # DEEPSPEED): launch.py's _validate_launch_command; memlint reads a launch as the checkout shows it, with no
         # saved machine config, so these flags are ignored
@@ -229,7 +231,7 @@ def _accelerate(plan: TrainingPlan, launch: Any, opts: dict[str, str]) -> dict[s
             out["distributed"] = _value(launch, "none", f"accelerate launch --{ds_flags[0]} without --use_deepspeed: "
                                                         "accelerate ignores it, no DeepSpeed (unless the machine's saved "
                                                         "accelerate config says DEEPSPEED)")
-    elif opts.get("use_deepspeed") == "true" or ds_flags:
+    elif use_ds or (ds_flags and not other):
         stage = opts.get("zero_stage")
         if stage in _ZERO:
             out["distributed"] = _value(launch, _ZERO[stage], f"accelerate launch --use_deepspeed --zero_stage {stage}")
@@ -268,8 +270,7 @@ def _accelerate(plan: TrainingPlan, launch: Any, opts: dict[str, str]) -> dict[s
     if mp in _PRECISION and plan.get("trainer").value == "custom-loop" and (
             prec.source in ("library-default", "unknown") or prec.value in ("pure-bf16", "pure-fp16") and mp in ("bf16", "fp16")):
         out["precision"] = _value(launch, _PRECISION[mp], f"accelerate launch --mixed_precision {mp}")
-    elif mp in _PRECISION and plan.get("trainer").value in api.trainers() and prec.source == "library-default" \
-            and prec.value == "fp32":
+    elif mp in _PRECISION and plan.get("trainer").value in api.trainers() and prec.known and prec.value == "fp32":
         # TrainingArguments with neither fp16 nor bf16 keeps the launcher's ACCELERATE_MIXED_PRECISION for the Trainer's
         # Accelerator (training_args.py __post_init__, transformers 4.30 to 5.x)
         out["precision"] = _value(launch, _PRECISION[mp], f"accelerate launch --mixed_precision {mp}: the training "

@@ -82,10 +82,10 @@ class QuantConfig(Obj):
 
 @dataclass(eq=False)
 class HfConfig(Obj):
-    """AutoConfig.from_pretrained(...) or `model.config`; a config class built by the script (`LlamaConfig(...)`) carries
-    the shape it describes (a custom_model.Shape)."""
+    """AutoConfig.from_pretrained(...) or `model.config`; or a config class the script builds (`LlamaConfig(...)`:
+    built_by names it, kwargs hold its keywords)."""
 
-    shape: Any = None
+    built_by: str | None = None
 
 
 @dataclass(eq=False)

@@ -27,6 +27,7 @@ class TrainerFacts:
     versions: str | None = None     # the versions of its package whose signature this is (None: every version)
     aliases: tuple[tuple[str, str], ...] = ()  # (another version's keyword, the parameter it names)
     not_modelled: str | None = None  # why its step has no estimate
+    api_keywords: tuple[str, ...] = ()  # a call in the described API passes one of these
 
 
 @data.derived
@@ -42,7 +43,7 @@ def trainers() -> Mapping[str, TrainerFacts]:
     return {
         name: TrainerFacts(name, e["arguments"], tuple(e.get("positional", default_positional)), e["data"],
                            e.get("objective", "sft"), bool(e.get("reference", False)), e.get("versions"),
-                           tuple(e.get("aliases", {}).items()), e.get("not_modelled"))
+                           tuple(e.get("aliases", {}).items()), e.get("not_modelled"), tuple(e.get("api_keywords", ())))
         for name, e in doc["trainers"].items()
     }
 
@@ -183,6 +184,11 @@ def trainer_length_keyword(trainer: str, keyword: str) -> tuple[str, str, str, s
 def prompt_learning_configs() -> Mapping[str, str]:
     """peft's prompt-learning config classes -> the plan's method (library_api.json prompt_learning_configs)."""
     return {k: v for k, v in _doc()["prompt_learning_configs"].items() if not k.startswith("_")}
+
+
+def config_shape_keywords() -> tuple[str, ...]:
+    """Config keywords besides the shape keys that change a model's parameter count (library_api.json)."""
+    return tuple(_doc()["config_classes"]["_shape_keywords"])
 
 
 @data.derived

@@ -421,13 +421,16 @@ def apply_launch(fields: dict[str, Value], facts: LaunchFacts, origin: str,
     diags = list(facts.diagnostics)
     merged.update(facts.fields)
     swapped = offloaded_optimizer(merged.get("optimizer"), merged.get("trainer"), facts.cpu_optimizer, kind)
-    if kind == "accelerate" and facts.optimizer is not None:
-        # accelerate's prepare refuses a client optimizer next to a DeepSpeed optimizer section (the script passes
-        # DummyOptim, as the Trainer does): the engine builds the section's optimizer (accelerator.py _prepare_deepspeed)
+    if kind == "accelerate" and facts.optimizer is not None and _defers_optimizer(merged):
+        # beside a DeepSpeed optimizer section accelerate's prepare takes only DummyOptim (as the Trainer passes): the
+        # engine builds the section's optimizer (accelerator.py _prepare_deepspeed)
         v = facts.optimizer
         merged["optimizer"] = Value(v.value, v.source, v.span, v.chain + (
-            "the DeepSpeed config's optimizer section: accelerate hands it to the engine in place of the script's "
-            "(DummyOptim)",))
+            "the DeepSpeed config's optimizer section: the engine builds it in place of the script's DummyOptim",))
+    elif kind == "accelerate" and facts.optimizer is not None:
+        notes.append(f"{origin}: the DeepSpeed config has an optimizer section and the script builds its own optimizer "
+                     "({}); accelerate's prepare() refuses both (use accelerate.utils.DummyOptim)".format(
+                         merged["optimizer"].value))
     elif swapped is not None:
         merged["optimizer"] = swapped
     for name, v in facts.soft.items():
@@ -440,6 +443,15 @@ def apply_launch(fields: dict[str, Value], facts: LaunchFacts, origin: str,
                                     f"transformers refuses to start when a non-\"auto\" DeepSpeed value disagrees (use \"auto\")",
                                     v.span or Span(origin, 1, 1)))
     return merged, notes, diags
+
+
+def _defers_optimizer(fields: dict[str, Value]) -> bool:
+    """Whether the run hands accelerate a DummyOptim: a library Trainer (its create_optimizer does under a DeepSpeed
+    optimizer section) or a loop whose optimizer memlint does not read as a torch optimizer (DummyOptim is none)."""
+    from memlint.library import api
+
+    opt, trainer = fields.get("optimizer"), fields.get("trainer")
+    return opt is None or not opt.known or (trainer is not None and trainer.value in api.trainers())
 
 
 def offloaded_optimizer(cur: Value | None, trainer: Value | None, cpu: Value | None, kind: str) -> Value | None:

@@ -23,7 +23,8 @@ class LengthFields:
         """per_device_batch from the training DataLoader (the shuffled one, else the first); the loader."""
         dls = self.facts.first("objects", DataLoader)
         looped = [d for d in self.facts.train_loaders if d in dls]  # iterated by the loop that runs the backward
-        train_dl = looped[0] if looped else next((d for d in dls if _shuffles(d)), dls[0] if dls else None)
+        pool = looped or dls  # several looped (a loop shared by training and evaluation): the shuffled one
+        train_dl = next((d for d in pool if _shuffles(d)), pool[0] if pool else None)
         self.looped_loader = train_dl if looped else None
         windows = self.facts.first("windows")
         yields = self.facts.first("batch_yields")
@@ -345,7 +346,10 @@ class LengthFields:
         reached_calls = _data_calls(facts)
         looped = getattr(self, "looped_loader", None)
         if looped is not None:  # the tokenizer calls of another DataLoader's collate_fn are not the training loop's
-            other = {id(tc) for a, b, obj in facts.handed_calls if isinstance(obj, DataLoader) and obj is not looped
+            mine = _callbacks(looped.get("collate_fn"))
+            theirs = {t for d in facts.objects if isinstance(d, DataLoader) and d is not looped
+                      for t in _callbacks(d.get("collate_fn"))} - mine
+            other = {id(tc) for a, b, target in facts.handed_calls if id(target) in theirs
                      for tc in facts.tokenizer_calls[a:b]}
             reached_calls = [tc for tc in reached_calls if id(tc) not in other]
         self.target_length(reached_calls, line)
@@ -443,6 +447,13 @@ class LengthFields:
                        "memlint did not follow the data pipeline that applies it (truncation or a length filter)")
                 return [Const(v.value, v.source, v.line, v.chain + (why,), v.file)]
         return []
+
+
+def _callbacks(collate: Any) -> set[int]:
+    """The ids of what a DataLoader's collate_fn runs (interp.calls.handed_target of each)."""
+    from memlint.extract.interp.calls import handed_target
+
+    return {id(handed_target(x)) for x in flatten(collate)} if collate is not None else set()
 
 
 def _held_collators(collator: Any) -> list:

@@ -136,10 +136,9 @@ class LoopFields:
 
     def true_precision_dtype(self) -> None:
         """Lightning's "bf16-true" / "16-true": the Trainer's and Fabric's precision plugin converts the module's
-        parameters to that dtype (setup / init_module), whatever the load left them in."""
-        pv, dt = self.fields.get("precision"), self.fields.get("torch_dtype")
-        if pv is None or not pv.known or pv.value not in ("pure-bf16", "pure-fp16") or dt is None \
-                or dt.source not in ("library-default", "unknown"):
+        parameters to that dtype (HalfPrecision.convert_module at setup), whatever the load made them."""
+        pv = self.fields.get("precision")
+        if pv is None or not pv.known or pv.value not in ("pure-bf16", "pure-fp16"):
             return
         half = "bf16" if pv.value == "pure-bf16" else "fp16"
         self.fields["torch_dtype"] = Value(half, pv.source, pv.span, pv.chain + (

@@ -87,26 +87,9 @@ class HfHandlers:
     """transformers and datasets."""
 
     def config_class(self, c: Call) -> Any:
-        """`LlamaConfig(hidden_size=512, num_hidden_layers=8, ...)`: the shape of the model a script builds from it, the
-        class's defaults (library_api.json config_classes) under the keywords the script gives; unknown where one of
-        those keywords is (`vocab_size=len(tokenizer)`)."""
-        from memlint.extract.custom_model import Shape
-
-        entry = api.config_classes()[c.name]
-        described = f"{c.name}(...) (line {c.line})"
-        given = {entry["aliases"].get(k, k): v for k, v in c.kwargs.items()}
-        shaped = set(entry["defaults"]) | {"num_key_value_heads", "head_dim", "intermediate_size", "tie_word_embeddings"}
-        unread = [k for k, v in given.items() if k in shaped and not (
-            isinstance(v, Const) and isinstance(v.value, (int, bool)) and not isinstance(v.value, float))]
-        if c.args or c.open or unread:
-            why = (f"{described}: " + (f"{', '.join(unread)} not known" if unread else "arguments memlint cannot read"))
-            return HfConfig(c.qual, c.line or 0, {}, shape=Shape(described, None, why))
-        config = {"model_type": entry["model_type"], **entry["defaults"],
-                  **{k: v.value for k, v in given.items() if k in shaped}, "_built": described}
-        how = (f"transformers {c.name}'s defaults, the script's " + (", ".join(f"{k}={config[k]}" for k in given if k in shaped)
-                                                                      or "no keywords"))
-        return HfConfig(c.qual, c.line or 0, {}, shape=Shape(described, config, family_how=how,
-                                                            origin=f"the {c.name} the script builds"))
+        """`LlamaConfig(hidden_size=512, num_hidden_layers=8, ...)`: a config the script builds a model from; its shape
+        is read when the model is built (config_shape), after any `config.x = v` the script writes."""
+        return HfConfig(c.qual, c.line or 0, dict(c.kwargs), {}, c.open or bool(c.args), built_by=c.name)
 
     def training_args(self, c: Call) -> Any:
         return c.new(TrainingArgs, api.training_arguments()[c.name], ("output_dir",))
@@ -120,6 +103,10 @@ class HfHandlers:
             if not in_range(installed_version(package), facts.versions):  # another class of the same name
                 return Unknown(f"the result of {c.name}() ({package} {shown_version(package)}: not the {c.name} of "
                                f"{package} {facts.versions} that memlint reads)")
+        if facts.api_keywords and not set(facts.api_keywords) & set(c.kwargs):
+            # called as another API of the same name (TRL's older PPOTrainer(config, model, ref_model, tokenizer))
+            return Unknown(f"the result of {c.name}() (none of {', '.join(facts.api_keywords)}: not the {c.name} "
+                           "memlint reads)")
         kwargs = dict(c.kwargs)
         for old, new in facts.aliases:  # an earlier version's keyword for the same parameter
             if old in kwargs and new not in kwargs:
@@ -227,7 +214,7 @@ class HfHandlers:
             cfg = c.arg(0, "config")
             kw["pretrained_model_name_or_path"] = cfg.kwargs.get("model_id") if isinstance(cfg, Obj) else Unknown("a model config")
             kw["_from_config"] = True
-            shape = cfg.shape if isinstance(cfg, HfConfig) else None
+            shape = config_shape(cfg) if isinstance(cfg, HfConfig) and cfg.built_by else None
             if shape is not None:  # a config class the script built: randomly initialised weights of that shape
                 kw["pretrained_model_name_or_path"] = Const(shape.described, "literal", c.line, (
                     f"{owner}(...) built from {shape.described}: randomly initialised",)) if shape.config is not None \
@@ -406,3 +393,30 @@ def _config_checkpointing(model: Model, cfg: Any, kw: dict, line: int | None) ->
         return
     model.gc.append(Setting(v, line, f"{how}: {why}"))
 
+
+def config_shape(cfg: HfConfig) -> Any:
+    """The custom_model.Shape of a model built from a config class the script writes: the class's __init__ defaults
+    (library_api.json config_classes) under the script's keywords and later attribute writes; unknown where a keyword
+    that sets the shape is, or one whose meaning changed across versions is given."""
+    from memlint.catalog.local import RECORDED_SHAPE_KEYS, SHAPE_KEYS
+    from memlint.extract.custom_model import Shape
+
+    entry = api.config_classes()[cfg.built_by]
+    described = f"{cfg.built_by}(...) (line {cfg.line})"
+    given = {entry["aliases"].get(k, k): v for k, v in {**cfg.kwargs, **cfg.attrs}.items()}
+    shaped = set(entry["defaults"]) | set(SHAPE_KEYS) | set(RECORDED_SHAPE_KEYS) | set(api.config_shape_keywords())
+    unread = [k for k, v in given.items() if k in shaped and not (isinstance(v, Const) and _literal(v.value))]
+    unstable = [k for k in given if k in entry.get("version_dependent", ())]
+    if cfg.open or unread or unstable:
+        why = (f"{', '.join(unread)} not known" if unread else f"{', '.join(unstable)} means different things in "
+               "different transformers versions" if unstable else "arguments memlint cannot read")
+        return Shape(described, None, f"{described}: {why}")
+    config = {"model_type": entry["model_type"], **entry["defaults"],
+              **{k: v.value for k, v in given.items() if isinstance(v, Const) and _literal(v.value)}, "_built": described}
+    how = f"transformers {cfg.built_by}'s defaults, the script's " + (
+        ", ".join(f"{k}={config[k]}" for k in given if k in shaped) or "no shape keywords")
+    return Shape(described, config, family_how=how, origin=f"the {cfg.built_by} the script builds")
+
+
+def _literal(x: Any) -> bool:
+    return x is None or isinstance(x, (bool, int, float, str))

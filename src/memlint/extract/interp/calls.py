@@ -275,10 +275,7 @@ class Calls:
             return result
         # A function handed to something memlint does not model (dataset.map(tokenize),
         # trainer callbacks) may still run: walk it once with unknown arguments.
-        tokenized = len(self.facts.tokenizer_calls)
         self.walk_handed(args, kwargs, line)
-        if len(self.facts.tokenizer_calls) > tokenized:  # the calls of what `result` was handed, for its readers
-            self.facts.handed_calls.append((tokenized, len(self.facts.tokenizer_calls), result))
         return result
 
     def walk_handed(self, args: list, kwargs: dict, line: int | None) -> None:
@@ -286,6 +283,7 @@ class Calls:
         only by its result: the library calls them back."""
         for v in [*args, *kwargs.values()]:
             for x in flatten(v):
+                start = len(self.facts.tokenizer_calls)
                 if isinstance(x, Func) and not x.ran:
                     self.call_function(x, [], {}, line)
                 elif isinstance(x, Partial):
@@ -303,3 +301,10 @@ class Calls:
                         hit = x.user_class.lookup(name)
                         if hit is not None and hit[0] == "method" and isinstance(hit[1], Func):
                             self.call_function(hit[1], [x], {}, line)
+                if len(self.facts.tokenizer_calls) > start:  # what this callback tokenized, for the readers
+                    self.facts.handed_calls.append((start, len(self.facts.tokenizer_calls), handed_target(x)))
+
+
+def handed_target(x: Any) -> Any:
+    """What a callback handed to a library call runs: the function of a partial or bound method, else itself."""
+    return x.func if isinstance(x, (Partial, BoundMethod)) else x

@@ -34,8 +34,8 @@ class Facts:
     backward: list = field(default_factory=list)         # lines of loss.backward()
     train_loaders: list = field(default_factory=list)    # DataLoaders a loop with a backward in its body iterates
     train_datasets: list = field(default_factory=list)   # (dataset, line): a dataset such a loop iterates itself
-    handed_calls: list = field(default_factory=list)     # (start, end, object): tokenizer_calls[start:end] ran in functions
-                                                         # handed to the call that built `object` (a collate_fn)
+    handed_calls: list = field(default_factory=list)     # (start, end, target): tokenizer_calls[start:end] ran in a
+                                                         # callback (a collate_fn) handed to a library call
     scalers: list = field(default_factory=list)          # GradScaler lines
     grad_hooks: list = field(default_factory=list)       # GradHook: p.register_post_accumulate_grad_hook(fn)
     lora_freezes: list = field(default_factory=list)     # lines of the checkout's only_optimize_lora_parameters(model)

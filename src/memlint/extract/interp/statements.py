@@ -235,9 +235,10 @@ class Statements:
             self.exec_block(node.orelse.body.body, env)
 
     def wrapped_iterables(self, node: cst.BaseExpression, env: Env) -> list:
-        """What a loop's iterable wraps, read without calling anything again: `enumerate(tqdm(loader))` -> [loader]."""
+        """What a loop's iterable wraps, read without calling anything again: `enumerate(tqdm(loader))` -> [loader];
+        only through calls of one positional argument (not `zip(a, b)`, whose first is not the only one)."""
         for _ in range(4):
-            if not (isinstance(node, cst.Call) and node.args):
+            if not (isinstance(node, cst.Call) and len([a for a in node.args if a.keyword is None]) == 1):
                 return []
             node = node.args[0].value
             if isinstance(node, (cst.Name, cst.Attribute)):
@@ -398,7 +399,9 @@ class Statements:
         for v in flatten(value):
             items = v.items if isinstance(v, Seq) else list(v.value) if isinstance(v, Const) and isinstance(
                 v.value, (list, tuple)) else None
-            if items is None or (len(items) != n if star is None else len(items) < n - 1):
+            grown = isinstance(v, Seq) and v.grown  # appended to in a loop: its length, so its tail, unknown
+            if items is None or (len(items) != n if star is None else len(items) < n - 1) or (
+                    grown and star is not None and i > star):
                 item = Unknown(v.why if isinstance(v, Unknown) else "an unpacked value")
             else:
                 k = i if star is None or i < star else len(items) - (n - i) if i > star else None
@@ -406,7 +409,7 @@ class Statements:
                     item = items[k] if isinstance(v, Seq) else v.with_value(items[k])
                 else:  # the starred target: the items between the others, as a list
                     mid = items[star:len(items) - (n - 1 - star)]
-                    item = Seq(list(mid), "list") if isinstance(v, Seq) else v.with_value(list(mid))
+                    item = Seq(list(mid), "list", grown) if isinstance(v, Seq) else v.with_value(list(mid))
             out = item if out is None else merge(out, item)
         return out
 
