@@ -38,10 +38,15 @@ with torch.no_grad():
 """
 
 
-def _plan(tmp_path, monkeypatch, *argv: str):
-    write_checkout(tmp_path, {"train.py": TRAIN, "du.py": COLLATE}, dedent=True, git=True)
+def _run(tmp_path, monkeypatch, files: dict[str, str], *argv: str):
+    """The plan of `python train.py ARGV` in a checkout of `files`."""
+    write_checkout(tmp_path, files, dedent=True, git=True)
     monkeypatch.chdir(tmp_path)
     return extract_targets([command_target(["python", "train.py", *argv])])[0]
+
+
+def _plan(tmp_path, monkeypatch, *argv: str):
+    return _run(tmp_path, monkeypatch, {"train.py": TRAIN, "du.py": COLLATE}, *argv)
 
 
 @pytest.mark.parametrize("argv, want", [
@@ -82,9 +87,7 @@ for idx, ex in enumerate(tqdm(train)):
     ("    def __iter__(self):\n        yield self.rows\n", None),  # its own __iter__ may yield whole batches: unknown
 ])
 def test_a_training_loop_over_a_dataset_itself_takes_one_example_a_step(tmp_path, monkeypatch, own_iter, want):
-    write_checkout(tmp_path, {"train.py": OWN_DATASET.replace("ITER\n", own_iter)}, dedent=True, git=True)
-    monkeypatch.chdir(tmp_path)
-    plan = extract_targets([command_target(["python", "train.py"])])[0]
+    plan = _run(tmp_path, monkeypatch, {"train.py": OWN_DATASET.replace("ITER\n", own_iter)})
     assert plan.fields["per_device_batch"].value == want
 
 
@@ -110,9 +113,7 @@ Trainer(model=model, args=args, train_dataset=ds, data_collator=WrappedCollator(
     ("None", None),  # holds no library collator: its own code pads, unread
 ])
 def test_the_script_collator_class_pads_as_the_library_collator_it_holds(tmp_path, monkeypatch, inner, want):
-    write_checkout(tmp_path, {"train.py": WRAPPED.replace("INNER", inner)}, dedent=True, git=True)
-    monkeypatch.chdir(tmp_path)
-    plan = extract_targets([command_target(["python", "train.py"])])[0]
+    plan = _run(tmp_path, monkeypatch, {"train.py": WRAPPED.replace("INNER", inner)})
     assert plan.fields["padding"].value == want
 
 
@@ -159,8 +160,6 @@ run_epoch(train_loader, True)
 
 @pytest.mark.parametrize("loop", sorted(LOOPS))
 def test_a_collate_shared_with_an_eval_loader_built_first_still_pads_the_training_one(tmp_path, monkeypatch, loop):
-    write_checkout(tmp_path, {"train.py": SHARED.replace("LOOP\n", LOOPS[loop])}, dedent=True, git=True)
-    monkeypatch.chdir(tmp_path)
-    plan = extract_targets([command_target(["python", "train.py"])])[0]
+    plan = _run(tmp_path, monkeypatch, {"train.py": SHARED.replace("LOOP\n", LOOPS[loop])})
     assert field_values(plan, "per_device_batch", "padding", "max_length") == {
         "per_device_batch": 4, "padding": "max_length", "max_length": 1024}
