@@ -1,12 +1,12 @@
 """peft's prompt-learning methods (PrefixTuningConfig, PromptTuningConfig, PromptEncoderConfig): the plan names the
-method and no LoRA fields; the estimate says their step is not modelled instead of sizing it as something else."""
+method and no LoRA fields; the estimate sizes a frozen base with adapters standing in for the virtual tokens, and
+says so."""
 
 from __future__ import annotations
 
 import pytest
 
 from checkouts import write_checkout
-from memlint.errors import MemlintError
 from memlint.estimate.from_plan import setup_from_plan
 from memlint.extract import extract_targets
 from memlint.extract.launch import command_target
@@ -30,5 +30,6 @@ def test_prompt_learning_is_named_and_not_estimated(tmp_path, monkeypatch, cls, 
     plan = extract_targets([command_target(["python", "train.py"])])[0]
     assert plan.fields["method"].value == method
     assert not plan.get("lora_r").known
-    with pytest.raises(MemlintError, match="prompt-learning step .* is not modelled"):
-        setup_from_plan(plan.with_values(max_length=Value(512, "assumed")))
+    planned = setup_from_plan(plan.with_values(max_length=Value(512, "assumed")))
+    assert planned.setup is not None and planned.setup.method == "lora"
+    assert any(n.startswith(f"{method}: estimated as a frozen base") for n in planned.notes)

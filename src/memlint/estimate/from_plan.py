@@ -257,8 +257,11 @@ def _method(get, notes: list[str], spec: Any = None) -> tuple[str, str, bool, in
     whatever the script passes, so it decides the base."""
     method = get("method").value or "full"
     if method in prompt_learning_configs().values():
-        raise MemlintError(f"method {method}: peft's prompt-learning step (virtual tokens on a frozen base) is not "
-                           "modelled; the plan is read, with no estimate")
+        # a frozen base whose backward runs through every layer, a few trainable virtual tokens: LoRA's layout with
+        # adapters standing in for the tokens (their per-layer keys and values are not counted)
+        notes.append(f"{method}: estimated as a frozen base with LoRA adapters standing in for the virtual tokens' few "
+                     "trainable parameters (a slight overcount; the prefix's keys and values per layer are not counted)")
+        method = "lora"
     quant = "none"
     bits = get("quant_bits").value
     group = get("quant_group_size").value if get("quant_group_size").known else None
