@@ -476,7 +476,8 @@ class LlamaFactory(FrameworkReader):
         self.fused_flag("enable_liger_kernel", "liger", frameworks.default(self.kind, "enable_liger_kernel").why)
         self.distributed(("fsdp",))
         self._vision()
-        self.trainer({"sft": "Seq2SeqTrainer", "pt": "Trainer", "dpo": "DPOTrainer", "kto": "KTOTrainer", "rm": "RewardTrainer", "ppo": "PPOTrainer"}.get(str(stage), str(stage)),
+        self.trainer({"sft": "Seq2SeqTrainer", "pt": "Trainer", "dpo": "DPOTrainer", "kto": "KTOTrainer", "rm": "RewardTrainer", "ppo": "PPOTrainer",
+                      "orpo": "ORPOTrainer"}.get(str(stage), str(stage)),  # stage: orpo, LLaMA-Factory 0.6-0.7
                      f"LLaMA-Factory stage: {stage}")
         for flag in ("use_galore", "use_badam", "use_apollo", "use_adam_mini", "use_muon"):
             if d.get(flag) is True:

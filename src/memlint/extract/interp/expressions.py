@@ -14,7 +14,7 @@ from memlint.extract.imports import SiblingModule, resolved
 from memlint.extract.interp.scope import BoundStr, BoundUnknown, Env, GlobalsView, SuperOf, _hashable
 from memlint.extract.interp.syntax import (MAX_ALTS, _BINOPS, _BUILTIN_CALLS, _CMPOPS, _DICT_METHODS, _builtin_type,
                                            _is_classmethod, _string_value)
-from memlint.extract.objects import BoundMethod, DictMethod, Fields, Obj, OpenFile, RandomOffsets, SeqMethod
+from memlint.extract.objects import BoundMethod, DictMethod, DtypeName, Fields, Obj, OpenFile, RandomOffsets, SeqMethod
 from memlint.extract.values import (HOLE, Alts, Class, Const, Dict, Func, ModuleVal, Ref, Seq, Template, TokenIds, Unknown,
                                     flatten, merge, to_python, weakest)
 from memlint.library import api
@@ -23,6 +23,18 @@ _REMOTE_CALLS = ("remote", "local", "spawn", "remote_gen")  # how a decorated re
 _PATH_PARTS = {"parent": lambda p: os.path.dirname(p.rstrip("/")) or ".", "name": lambda p: os.path.basename(p.rstrip("/")),
                "stem": lambda p: os.path.splitext(os.path.basename(p.rstrip("/")))[0],
                "suffix": lambda p: os.path.splitext(p.rstrip("/"))[1]}
+
+
+def _ancestors(path: str) -> list[str]:
+    """pathlib's .parents of `path`, as strings (at most 16)."""
+    out, p = [], path.rstrip("/")
+    for _ in range(16):
+        up = _PATH_PARTS["parent"](p)
+        if up == p or not p:
+            break
+        out.append(up)
+        p = up
+    return out
 
 
 _MAX_REPEAT = 256  # items a repeated list (`[x] * n`) is spelt out to; longer ones stay unknown
@@ -39,7 +51,7 @@ class Expressions:
                     vals.add(bool(o.value))
                 except Exception:
                     return None
-            elif isinstance(o, (Obj, Func, Class, Ref, ModuleVal, SiblingModule)):
+            elif isinstance(o, (Obj, Func, Class, Ref, ModuleVal, SiblingModule, DtypeName)):  # getattr(mod, NAME) too
                 vals.add(True)
             elif isinstance(o, (Dict, Seq)) and o.items:  # a dict or list that holds an item (a loaded config)
                 vals.add(True)
@@ -229,6 +241,8 @@ class Expressions:
         if isinstance(base, Const) and isinstance(base.value, str):
             if attr in _PATH_PARTS:  # Path(p).parent / .name / .stem / .suffix: a path is a string here
                 return base.with_value(_PATH_PARTS[attr](base.value), f".{attr}")
+            if attr == "parents":  # Path(__file__).resolve().parents[1]: the ancestors, nearest first
+                return Seq([base.with_value(x, f".parents[{i}]") for i, x in enumerate(_ancestors(base.value))], "tuple")
             return BoundStr(base, attr)
         if isinstance(base, Fields) and attr in ("update", "setdefault"):  # args.__dict__.update(cfg): sets fields
             return DictMethod(base, attr)

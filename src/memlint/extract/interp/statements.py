@@ -309,14 +309,14 @@ class Statements:
             self.exec_block(node.finalbody.body.body, env)
 
     def _import_succeeds(self, node: cst.Try | cst.TryStar, env: Env) -> bool:
-        """A try body of imports alone, whose handlers catch a failed import, that cannot fail in the run sized: each
+        """A try body whose handlers catch only a failed import, and whose imports cannot fail in the run sized: each
         module is one the file already imported (`import x` at the top, then `try: import x` / `except
         ImportError: x = None`) or a package no fine-tuning run starts without (library_api.json
-        training_imports). The handlers' fallbacks are then not what runs."""
-        if not all(isinstance(st, cst.SimpleStatementLine) for st in node.body.body):
-            return False
-        imports = [x for st in node.body.body for x in st.body]
-        if not imports or not all(isinstance(x, (cst.Import, cst.ImportFrom)) for x in imports):
+        training_imports). The handlers' fallbacks are then not what runs (`try: import torch; fp16 =
+        torch.cuda.is_available()` / `except ImportError: fp16 = False`: the body's value)."""
+        imports = [x for st in node.body.body if isinstance(st, cst.SimpleStatementLine) for x in st.body
+                   if isinstance(x, (cst.Import, cst.ImportFrom))]
+        if not imports:
             return False
         if not all(h.type is not None and {self.dotted(t).rsplit(".", 1)[-1] for t in (
                 [e.value for e in h.type.elements] if isinstance(h.type, cst.Tuple) else [h.type])} <= {

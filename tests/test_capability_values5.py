@@ -1,0 +1,84 @@
+"""Values read as Python runs them: a try body whose handlers catch only a failed import of a package every run has
+(its other statements are what runs); getattr(torch, NAME) is truthy; Path(__file__).resolve().parents[N] on sys.path;
+LLaMA-Factory's `stage: orpo` (0.6-0.7) is ORPO's trainer."""
+
+from __future__ import annotations
+
+import pytest
+
+from checkouts import field_values, write_checkout
+from memlint.extract import extract_targets
+from memlint.extract.launch import command_target
+
+
+def _plan(tmp_path, monkeypatch, files: dict[str, str], script: str = "train.py"):
+    write_checkout(tmp_path, files, dedent=True, git=True)
+    monkeypatch.chdir(tmp_path)
+    return extract_targets([command_target(["python", script])])[0]
+
+
+@pytest.mark.parametrize("body, want", [
+    ("import torch\n    use_fp16 = True", "amp-fp16"),  # the import cannot fail: the body's value
+    ("import flash_attn\n    use_fp16 = True", None),  # a package a run may lack: either may run
+])
+def test_an_import_guard_keeps_the_body_value(tmp_path, monkeypatch, body, want):
+    plan = _plan(tmp_path, monkeypatch, {"train.py": f"""
+from transformers import AutoModelForCausalLM, TrainingArguments, Trainer
+model = AutoModelForCausalLM.from_pretrained("gpt2")
+use_fp16 = False
+try:
+    {body}
+except ImportError:
+    use_fp16 = False
+Trainer(model=model, args=TrainingArguments(output_dir="o", fp16=use_fp16)).train()
+"""})
+    prec = plan.fields["precision"]
+    assert (prec.value if not prec.candidates else None) == want
+
+
+def test_getattr_of_a_dtype_name_is_truthy(tmp_path, monkeypatch):
+    plan = _plan(tmp_path, monkeypatch, {"train.py": """
+import torch
+from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+storage = getattr(torch, "bfloat16")
+dtype = storage if storage else torch.float32
+model = AutoModelForCausalLM.from_pretrained("gpt2", torch_dtype=dtype)
+Trainer(model=model, args=TrainingArguments(output_dir="o")).train()
+"""})
+    assert plan.fields["torch_dtype"].value == "bf16"
+
+
+def test_sys_path_from_path_parents(tmp_path, monkeypatch):
+    plan = _plan(tmp_path, monkeypatch, {
+        "scripts/train.py": """
+import sys
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+from pkg.helpers import load_model
+from transformers import TrainingArguments, Trainer
+model = load_model("Qwen/Qwen2.5-0.5B-Instruct")
+Trainer(model=model, args=TrainingArguments(output_dir="o")).train()
+""",
+        "lib/pkg/__init__.py": "",
+        "lib/pkg/helpers.py": """
+def load_model(name):
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+    return AutoModelForCausalLM.from_pretrained(name, quantization_config=BitsAndBytesConfig(load_in_4bit=True))
+"""}, "scripts/train.py")
+    assert field_values(plan, "model_id", "quant_bits") == {"model_id": "Qwen/Qwen2.5-0.5B-Instruct", "quant_bits": 4}
+
+
+def test_llamafactory_stage_orpo(tmp_path, monkeypatch):
+    plan = _plan(tmp_path, monkeypatch, {"orpo.yaml": """
+model_name_or_path: meta-llama/Meta-Llama-3-8B-Instruct
+stage: orpo
+do_train: true
+finetuning_type: lora
+dataset: dpo_mix_en
+template: llama3
+cutoff_len: 1024
+output_dir: saves/x
+per_device_train_batch_size: 1
+gradient_accumulation_steps: 8
+"""}, "orpo.yaml")
+    assert plan.fields["trainer"].value == "ORPOTrainer"
