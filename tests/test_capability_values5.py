@@ -82,3 +82,21 @@ per_device_train_batch_size: 1
 gradient_accumulation_steps: 8
 """}, "orpo.yaml")
     assert plan.fields["trainer"].value == "ORPOTrainer"
+
+
+@pytest.mark.parametrize("launch, want", [(["python", "train.py"], None), (["torchrun", "--nproc_per_node", "2", "train.py"], 2)])
+def test_a_launcher_variable_is_unset_under_plain_python(tmp_path, monkeypatch, launch, want):
+    write_checkout(tmp_path, {"train.py": """
+import os
+from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+device_map = "auto"
+if os.environ.get("LOCAL_RANK") is not None:
+    device_map = {"": int(os.environ["LOCAL_RANK"])}
+model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-7B", device_map=device_map)
+Trainer(model=model, args=TrainingArguments(output_dir="o", per_device_train_batch_size=1)).train()
+"""}, dedent=True, git=True)
+    monkeypatch.chdir(tmp_path)
+    plan = extract_targets([command_target(launch)])[0]
+    assert plan.fields["num_gpus"].value == want
+    if want is None:  # device_map="auto" in one process: every visible GPU
+        assert dict(plan.fields["num_gpus"].shape).get("gpus") == "all-visible"

@@ -84,7 +84,10 @@ class LanguageHandlers:
         key = c.args[0] if c.args else None
         if not (isinstance(key, Const) and isinstance(key.value, str)):
             return Unknown("an environment variable")
-        return self.env_value(c.it, key.value, c.arg(1, "default"), c.line)
+        dflt = c.arg(1, "default")
+        if dflt is None and c.qual.endswith((".get", "getenv")):  # os.environ.get(NAME) / os.getenv(NAME): None when unset
+            dflt = Const(None, "literal", c.line)
+        return self.env_value(c.it, key.value, dflt, c.line, unset_known=True)
 
     def path_join(self, c: Call) -> Any:
         import posixpath
