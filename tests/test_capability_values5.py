@@ -100,3 +100,21 @@ Trainer(model=model, args=TrainingArguments(output_dir="o", per_device_train_bat
     assert plan.fields["num_gpus"].value == want
     if want is None:  # device_map="auto" in one process: every visible GPU
         assert dict(plan.fields["num_gpus"].shape).get("gpus") == "all-visible"
+
+
+def test_one_line_bodies_run(tmp_path, monkeypatch):
+    plan = _plan(tmp_path, monkeypatch, {"train.py": """
+import yaml
+from transformers import AutoModelForCausalLM, TrainingArguments, Trainer
+class Cfg:
+    def __init__(self, raw): self.raw = raw
+    def section(self, name): return self.raw.get(name, {})
+class Names: base = "gpt2"
+cfg = Cfg(yaml.safe_load(open("exp.yaml")))
+tr = cfg.section("training")
+bs = 2
+if tr: bs = int(tr.get("per_device_train_batch_size", 2))
+model = AutoModelForCausalLM.from_pretrained(cfg.section("model").get("name", Names.base))
+Trainer(model=model, args=TrainingArguments(output_dir="o", per_device_train_batch_size=bs)).train()
+""", "exp.yaml": "model:\n  name: Qwen/Qwen2.5-0.5B\ntraining:\n  per_device_train_batch_size: 8\n"})
+    assert field_values(plan, "model_id", "per_device_batch") == {"model_id": "Qwen/Qwen2.5-0.5B", "per_device_batch": 8}

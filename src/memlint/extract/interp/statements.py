@@ -44,6 +44,8 @@ class Statements:
                 if self.exec_small(small, env):
                     return True
             return False
+        if isinstance(stmt, cst.BaseSmallStatement):  # a one-line body (`def f(x): return x`, `if c: y = 1`)
+            return self.exec_small(stmt, env)
         if isinstance(stmt, cst.FunctionDef):
             self.def_function(stmt, env)
         elif isinstance(stmt, cst.ClassDef):
@@ -312,8 +314,8 @@ class Statements:
         """A try body whose handlers catch only a failed import, and whose imports cannot fail in the run sized: each
         module is one the file already imported (`import x` at the top, then `try: import x` / `except
         ImportError: x = None`) or a package no fine-tuning run starts without (library_api.json
-        training_imports). The handlers' fallbacks are then not what runs (`try: import torch; fp16 =
-        torch.cuda.is_available()` / `except ImportError: fp16 = False`: the body's value)."""
+        training_imports). The handlers' fallbacks are then not what runs (`try: import x; flag = x.ready()` /
+        `except ImportError: flag = False`: the body's value)."""
         imports = [x for st in node.body.body if isinstance(st, cst.SimpleStatementLine) for x in st.body
                    if isinstance(x, (cst.Import, cst.ImportFrom))]
         if not imports:
@@ -449,7 +451,8 @@ class Statements:
         lines: dict[str, int | None] = {}
         cls_env = Env(env)
         methods: dict[str, Func] = {}
-        for stmt in node.body.body:
+        body = node.body.body if isinstance(node.body, cst.IndentedBlock) else [cst.SimpleStatementLine(body=node.body.body)]
+        for stmt in body:  # (a one-line body, `class C: name = "x"`, as one line of it)
             if isinstance(stmt, cst.FunctionDef):
                 f = Func(stmt, env, self.mod, f"{node.name.value}.{stmt.name.value}")
                 p = stmt.params
