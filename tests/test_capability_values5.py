@@ -118,3 +118,25 @@ model = AutoModelForCausalLM.from_pretrained(cfg.section("model").get("name", Na
 Trainer(model=model, args=TrainingArguments(output_dir="o", per_device_train_batch_size=bs)).train()
 """, "exp.yaml": "model:\n  name: Qwen/Qwen2.5-0.5B\ntraining:\n  per_device_train_batch_size: 8\n"})
     assert field_values(plan, "model_id", "per_device_batch") == {"model_id": "Qwen/Qwen2.5-0.5B", "per_device_batch": 8}
+
+
+@pytest.mark.parametrize("completion, want", [
+    ("max_seq_length - max_prompt_length", 768),  # the budget left after a prompt length the data decides
+    ("max_seq_length - 100", None),  # the prompt's own length is still the data's
+])
+def test_a_completion_budget_left_from_a_total(tmp_path, monkeypatch, completion, want):
+    plan = _plan(tmp_path, monkeypatch, {"train.py": f"""
+from datasets import load_dataset
+from transformers import AutoModelForCausalLM
+from trl import GRPOConfig, GRPOTrainer
+max_seq_length = 768
+ds = load_dataset("trl-lib/tldr", split="train")
+longest = max(len(x) for x in ds["prompt"])
+max_prompt_length = longest + 1
+max_completion_length = {completion}
+args = GRPOConfig(output_dir="o", per_device_train_batch_size=4, num_generations=4,
+                  max_prompt_length=max_prompt_length, max_completion_length=max_completion_length)
+model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B-Instruct")
+GRPOTrainer(model=model, reward_funcs=[], args=args, train_dataset=ds).train()
+"""})
+    assert plan.fields["max_length"].value == want

@@ -50,6 +50,15 @@ class Unknown:
     line: int | None = None
 
 
+@dataclass(frozen=True, eq=False)
+class Remainder(Unknown):
+    """`total - part` with `part` unknown: unknown itself, but `part + (total - part)` is `total` (a completion budget
+    written as a whole length minus a prompt length the data decides)."""
+
+    total: Any = None
+    part: Any = None
+
+
 @dataclass(frozen=True)
 class TokenIds(Unknown):
     """Token ids a tokenizer call returned (the whole output, its `input_ids`, one sample's list): unknown values, each

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from memlint.extract.objects import Collator, DataLoader, Dataset, Obj, field_value
-from memlint.extract.values import Alts, Const, Dict, Unknown, flatten
+from memlint.extract.values import Alts, Const, Dict, Remainder, Unknown, flatten
 from memlint.library import api
 from memlint.library.defaults import default as library_default
 from memlint.plan import Span, Value
@@ -137,18 +137,8 @@ class LengthFields:
         if data in ("preference", "generation"):
             lengths = []
             for a in arg_objs or []:
-                if data == "generation" and api.trainer(name) is not None and api.trainer(name).objective == "ppo":
-                    r = a.get("response_length") or field_value(a, "response_length")
-                    shown = f" + response_length {r.value}" if isinstance(r, Const) else ""
-                    lengths.append(Unknown(f"{name} does not truncate prompts: their length is the data's{shown}"))
-                elif data == "generation":
-                    p = a.get("max_prompt_length") or field_value(a, "max_prompt_length")
-                    c = a.get("max_completion_length") or field_value(a, "max_completion_length")
-                    if isinstance(p, Const) and isinstance(c, Const) and isinstance(p.value, int) and isinstance(c.value, int):
-                        src = c if c.source != "library-default" else p
-                        lengths.append(src.with_value(p.value + c.value, f"max_prompt_length {p.value} + max_completion_length {c.value}"))
-                    else:  # an unknown or untruncated (None) prompt or completion length decides
-                        lengths.append(p if not isinstance(p, Const) or p.value is None else c)
+                if data == "generation":
+                    lengths.append(self.generation_length(name, a))
                 else:
                     ml = self.trainer_keyword(trainer, "max_length")
                     ml = ml if ml is not None else a.get("max_length")
@@ -171,6 +161,24 @@ class LengthFields:
             own = self.args_length_field(arg_objs or [], None if getattr(trainer, "user_class", None) else read)
             if own is not None:
                 self.put("max_length", own, _length, line)
+
+    def generation_length(self, name: str, a: Obj) -> Any:
+        """The longest sequence an on-policy trainer trains on: GRPO's max_prompt_length + max_completion_length (a
+        completion budget left from a total whatever the prompt: the total); PPO's prompts are not truncated."""
+        if api.trainer(name) is not None and api.trainer(name).objective == "ppo":
+            r = a.get("response_length") or field_value(a, "response_length")
+            shown = f" + response_length {r.value}" if isinstance(r, Const) else ""
+            return Unknown(f"{name} does not truncate prompts: their length is the data's{shown}")
+        p = a.get("max_prompt_length") or field_value(a, "max_prompt_length")
+        c = a.get("max_completion_length") or field_value(a, "max_completion_length")
+        if isinstance(p, Const) and isinstance(c, Const) and isinstance(p.value, int) and isinstance(c.value, int):
+            src = c if c.source != "library-default" else p
+            return src.with_value(p.value + c.value, f"max_prompt_length {p.value} + max_completion_length {c.value}")
+        if isinstance(c, Remainder) and c.part is p:  # completion = total - a data-decided prompt length
+            t = c.total
+            return t.with_value(t.value, f"max_completion_length = {t.value} - max_prompt_length: prompt and completion "
+                                         f"together {t.value}")
+        return p if not isinstance(p, Const) or p.value is None else c  # an unknown or untruncated length decides
 
     def lost_field(self, a: Obj, attr: str) -> bool:
         """`a.attr = v` on a config class that no longer has `attr` at the version read (SFTConfig.max_seq_length from

@@ -15,7 +15,7 @@ from memlint.extract.interp.scope import BoundStr, BoundUnknown, Env, GlobalsVie
 from memlint.extract.interp.syntax import (MAX_ALTS, _BINOPS, _BUILTIN_CALLS, _CMPOPS, _DICT_METHODS, _builtin_type,
                                            _is_classmethod, _string_value)
 from memlint.extract.objects import BoundMethod, DictMethod, DtypeName, Fields, Obj, OpenFile, RandomOffsets, SeqMethod
-from memlint.extract.values import (HOLE, Alts, Class, Const, Dict, Func, ModuleVal, Ref, Seq, Template, TokenIds, Unknown,
+from memlint.extract.values import (HOLE, Alts, Class, Const, Dict, Func, ModuleVal, Ref, Remainder, Seq, Template, TokenIds, Unknown,
                                     flatten, merge, to_python, weakest)
 from memlint.library import api
 
@@ -390,6 +390,14 @@ class Expressions:
             return self.joined_ids(a, b, node)
         if isinstance(a, Dict) and isinstance(b, Dict) and op == "BitOr":
             return self.sized(Dict({**a.items, **b.items}, a.open or b.open), (a, b))
+        if op == "Subtract" and isinstance(a, Const) and type(a.value) is int and isinstance(b, Unknown) \
+                and not isinstance(b, Remainder):
+            return Remainder(f"{self.code(node)}: {a.value} minus {b.why or 'an unknown'}", None, a, b)
+        if op == "Add":  # part + (total - part): the total
+            for x, y in ((a, b), (b, a)):
+                if isinstance(y, Remainder) and y.part is x:
+                    return y.total.with_value(y.total.value, f"{self.code(node)} = {y.total.value} (the unknown part "
+                                                             "added back to what remained of the total)")
         for x in (a, b):
             if isinstance(x, Unknown):
                 return x
