@@ -140,3 +140,19 @@ model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B-Instruct")
 GRPOTrainer(model=model, reward_funcs=[], args=args, train_dataset=ds).train()
 """})
     assert plan.fields["max_length"].value == want
+
+
+def test_copies_keep_their_values_and_leave_the_original(tmp_path, monkeypatch):
+    plan = _plan(tmp_path, monkeypatch, {"train.py": """
+import copy
+from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+base = {"model": {"id": "gpt2"}, "train": {"bs": 4, "acc": 2}}
+cfg = copy.deepcopy(dict(base))
+cfg["train"]["acc"] = 8
+shallow = copy.copy(base)
+model = AutoModelForCausalLM.from_pretrained(cfg["model"]["id"])
+args = TrainingArguments("o", per_device_train_batch_size=shallow["train"]["bs"], gradient_accumulation_steps=base["train"]["acc"])
+Trainer(model=model, args=args).train()
+"""})
+    assert field_values(plan, "model_id", "per_device_batch", "grad_accum") == {
+        "model_id": "gpt2", "per_device_batch": 4, "grad_accum": 2}  # the deep copy's write leaves base's 2

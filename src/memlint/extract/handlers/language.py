@@ -145,6 +145,12 @@ class LanguageHandlers:
         # a type-checker hint: cast(T, x) is x at run time
         return c.args[1] if len(c.args) > 1 else c.kwargs.get("val", Unknown("typing.cast()"))
 
+    def copied(self, c: Call) -> Any:
+        """copy.copy(x) / copy.deepcopy(x): x's value in a new container (a deep copy's nested dicts and lists too), so
+        that writes to the copy leave the original as it was."""
+        x = c.arg(0, "x")
+        return _copy(x, deep=c.name == "deepcopy") if x is not None else Unknown(f"{c.qual}()")
+
     def literal_eval(self, c: Call) -> Any:
         """ast.literal_eval of a known string: the literal it spells (a safe parse, never an eval);
         a string that is no literal raises, which RaisedBy tells the enclosing try."""
@@ -602,6 +608,8 @@ _NOT_BUILTIN = (Model, Tokenizer, TrainingArgs, Optimizer, PeftConfig, QuantConf
 QUALIFIED: dict[str, Callable[[Any, Call], Any]] = {
     **{f"math.{name}": LanguageHandlers.math_call for name in _MATH_FUNCTIONS},
     "typing.cast": LanguageHandlers.cast,
+    "copy.copy": LanguageHandlers.copied,
+    "copy.deepcopy": LanguageHandlers.copied,
     "sys.path.append": LanguageHandlers.sys_path,
     "sys.path.insert": LanguageHandlers.sys_path,
     "dataclasses.asdict": LanguageHandlers.asdict,
@@ -637,3 +645,13 @@ BY_NAME: dict[str, Callable[[Any, Call], Any]] = {
     "normpath": LanguageHandlers.path_value,
     "expanduser": LanguageHandlers.path_value,
 }
+
+
+def _copy(x: Any, deep: bool, depth: int = 0) -> Any:
+    """A copy of a dict or list value (its items copied too when `deep`, to a few levels); other values as they are."""
+    inner = (lambda v: _copy(v, deep, depth + 1)) if deep and depth < 8 else (lambda v: v)
+    if isinstance(x, Dict):
+        return Dict({k: inner(v) for k, v in x.items.items()}, x.open)
+    if isinstance(x, Seq):
+        return Seq([inner(v) for v in x.items], x.kind, x.grown)
+    return x
