@@ -4,6 +4,8 @@ LLaMA-Factory's `stage: orpo` (0.6-0.7) is ORPO's trainer."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from checkouts import field_values, write_checkout
@@ -156,3 +158,23 @@ Trainer(model=model, args=args).train()
 """})
     assert field_values(plan, "model_id", "per_device_batch", "grad_accum") == {
         "model_id": "gpt2", "per_device_batch": 4, "grad_accum": 2}  # the deep copy's write leaves base's 2
+
+
+def test_a_yaml_parser_in_any_imported_sibling_is_found_every_run(tmp_path):
+    """Which sibling modules are read must not depend on set order (PYTHONHASHSEED): the same answer every run."""
+    import os
+    import subprocess
+    import sys
+
+    names = [f"mod{i:02d}" for i in range(30)]
+    files = {f"{n}.py": "X = 1\n" for n in names}
+    files["mod24.py"] = "def parse(p):\n    return p.parse_yaml_file('cfg.yaml')\n"
+    files["train.py"] = "".join(f"import {n}\n" for n in names)
+    write_checkout(tmp_path, files)
+    code = ("import sys; from pathlib import Path; from memlint.extract.launch import _parses_yaml_itself; "
+            f"print(_parses_yaml_itself(Path({str(tmp_path / 'train.py')!r})))")
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    got = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONHASHSEED": str(seed), "PYTHONPATH": src}).stdout.strip()
+           for seed in range(6)}
+    assert got == {"True"}

@@ -985,6 +985,7 @@ def _parses_yaml_itself(script: Path) -> bool:
     text = text_of(script)
     if says(text):
         return True
-    names = set(re.findall(r"^[ \t]*(?:from[ \t]+\.?(\w+)[ \t]+import|import[ \t]+(\w+))", text, re.M))
-    beside = [script.parent / f"{n}.py" for pair in names for n in pair if n][:16]
+    found = re.findall(r"^[ \t]*(?:from[ \t]+\.?(\w+)[ \t]+import|import[ \t]+(\w+))", text, re.M)
+    names = dict.fromkeys(n for pair in found for n in pair if n)  # in the file's order: the same files every run
+    beside = [script.parent / f"{n}.py" for n in names][:32]
     return any(is_file(p) and says(text_of(p)) for p in beside)
