@@ -178,3 +178,28 @@ def test_a_yaml_parser_in_any_imported_sibling_is_found_every_run(tmp_path):
                           env={**os.environ, "PYTHONHASHSEED": str(seed), "PYTHONPATH": src}).stdout.strip()
            for seed in range(6)}
     assert got == {"True"}
+
+
+def test_a_notebook_shell_command_continued_and_expanded(tmp_path, monkeypatch):
+    import json
+
+    cells = [["BATCH = 16\n", "MODEL = 'Qwen/Qwen2.5-0.5B'\n"],
+             ["!python /content/drive/MyDrive/proj/train.py \\\n", "    --model {MODEL} \\\n", "    --batch_size $BATCH\n"]]
+    nb = {"cells": [{"cell_type": "code", "metadata": {}, "source": c, "outputs": [], "execution_count": None} for c in cells],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    write_checkout(tmp_path, {"run.ipynb": json.dumps(nb), "train.py": """
+import argparse
+from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+p = argparse.ArgumentParser()
+p.add_argument("--model")
+p.add_argument("--batch_size", type=int, default=1)
+a = p.parse_args()
+model = AutoModelForCausalLM.from_pretrained(a.model)
+Trainer(model=model, args=TrainingArguments(output_dir="o", per_device_train_batch_size=a.batch_size)).train()
+"""}, git=True)
+    monkeypatch.chdir(tmp_path)
+    from memlint.extract import extract_paths
+
+    launched = [p for p in extract_paths(["run.ipynb"]) if p.path.endswith("train.py")]
+    assert launched and field_values(launched[0], "model_id", "per_device_batch") == {
+        "model_id": "Qwen/Qwen2.5-0.5B", "per_device_batch": 16}

@@ -557,11 +557,47 @@ def notebook_shell(path: Path) -> str:
         lines, _ = notebook_cells(notebook_bytes(path).decode("utf-8", errors="replace"), path)
     except (MemlintError, OSError):
         return ""
-    out = []
+    out: list[str] = []
+    names: dict[str, str] = {}  # the notebook's own `NAME = literal` lines so far: IPython expands {NAME} / $NAME
     for line in lines:
         s = line.strip()
-        out.append(s[1:] if s.startswith("!") else "cd " + s[4:] if s.startswith("%cd ") else "")
+        if out and out[-1].endswith("\\") and s and not s.startswith("!"):  # a `!` command continued on the next line
+            out.append(_expanded(s, names))
+            continue
+        if not s.startswith(("!", "%")):
+            _literal_name(s, names)
+        out.append(_expanded(s[1:], names) if s.startswith("!") else "cd " + s[4:] if s.startswith("%cd ") else "")
     return "\n".join(out)
+
+
+_NAME_ASSIGN = re.compile(r"^([A-Za-z_]\w*)\s*=\s*(.+?)\s*(?:#.*)?$")
+
+
+def _literal_name(line: str, names: dict[str, str]) -> None:
+    """`NAME = 32` / `NAME = 'full'` in a code cell: the value IPython puts in a `!` command's {NAME} (another
+    assignment to NAME forgets it)."""
+    import ast
+
+    m = _NAME_ASSIGN.match(line)
+    if not m:
+        return
+    try:
+        v = ast.literal_eval(m.group(2))
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        names.pop(m.group(1), None)
+        return
+    if isinstance(v, (str, int, float)) and not isinstance(v, bool) and len(str(v)) <= 200:
+        names[m.group(1)] = str(v)
+    else:
+        names.pop(m.group(1), None)
+
+
+def _expanded(command: str, names: dict[str, str]) -> str:
+    """IPython's expansion of a `!` command: {NAME} and $NAME of the notebook's own literal names (others as written)."""
+    if not names:
+        return command
+    command = re.sub(r"\{([A-Za-z_]\w*)\}", lambda m: names.get(m.group(1), m.group(0)), command)
+    return re.sub(r"\$([A-Za-z_]\w*)", lambda m: names.get(m.group(1), m.group(0)), command)
 
 
 _MAKE_RULE = re.compile(r"^([^\s:=#][^:=#]*?)\s*::?(?!=)\s*([^;=#]*?)\s*(?:[;#].*)?$")
