@@ -186,6 +186,7 @@ def prompt_learning_configs() -> Mapping[str, str]:
     return {k: v for k, v in _doc()["prompt_learning_configs"].items() if not k.startswith("_")}
 
 
+@data.derived
 def config_shape_keywords() -> tuple[str, ...]:
     """Config keywords besides the shape keys that change a model's parameter count (library_api.json)."""
     return tuple(_doc()["config_classes"]["_shape_keywords"])

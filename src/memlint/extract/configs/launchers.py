@@ -429,8 +429,7 @@ def apply_launch(fields: dict[str, Value], facts: LaunchFacts, origin: str,
             "the DeepSpeed config's optimizer section: the engine builds it in place of the script's DummyOptim",))
     elif kind == "accelerate" and facts.optimizer is not None:
         notes.append(f"{origin}: the DeepSpeed config has an optimizer section and the script builds its own optimizer "
-                     "({}); accelerate's prepare() refuses both (use accelerate.utils.DummyOptim)".format(
-                         merged["optimizer"].value))
+                     f"({merged['optimizer'].value}); accelerate's prepare() refuses both (use accelerate.utils.DummyOptim)")
     elif swapped is not None:
         merged["optimizer"] = swapped
     for name, v in facts.soft.items():

@@ -22,10 +22,7 @@ class LengthFields:
     def loader_batch(self, line: int | None) -> DataLoader | None:
         """per_device_batch from the training DataLoader (the shuffled one, else the first); the loader."""
         dls = self.facts.first("objects", DataLoader)
-        looped = [d for d in self.facts.train_loaders if d in dls]  # iterated by the loop that runs the backward
-        pool = looped or dls  # several looped (a loop shared by training and evaluation): the shuffled one
-        train_dl = next((d for d in pool if _shuffles(d)), pool[0] if pool else None)
-        self.looped_loader = train_dl if looped else None
+        train_dl = _training_loader(self.facts)[0]
         windows = self.facts.first("windows")
         yields = self.facts.first("batch_yields")
         slices = [s for s in self.facts.first("micro_slices") if isinstance(s.rows, Const)]
@@ -352,8 +349,8 @@ class LengthFields:
         facts = self.facts
         chunking = facts.first("chunking")
         reached_calls = _data_calls(facts)
-        looped = getattr(self, "looped_loader", None)
-        if looped is not None:  # the tokenizer calls of another DataLoader's collate_fn are not the training loop's
+        looped, by_loop = _training_loader(facts)
+        if by_loop:  # the tokenizer calls of another DataLoader's collate_fn are not the training loop's
             mine = _callbacks(looped.get("collate_fn"))
             theirs = {t for d in facts.objects if isinstance(d, DataLoader) and d is not looped
                       for t in _callbacks(d.get("collate_fn"))} - mine
@@ -455,6 +452,16 @@ class LengthFields:
                        "memlint did not follow the data pipeline that applies it (truncation or a length filter)")
                 return [Const(v.value, v.source, v.line, v.chain + (why,), v.file)]
         return []
+
+
+def _training_loader(facts: Any) -> tuple[DataLoader | None, bool]:
+    """The DataLoader the training step takes its batches from, and whether a loop with a backward in its body iterates
+    it: among the loaders such loops iterate (else all), the shuffled one (a loop shared by training and evaluation),
+    else the first."""
+    dls = facts.first("objects", DataLoader)
+    looped = [d for d in facts.train_loaders if d in dls]
+    pool = looped or dls
+    return next((d for d in pool if _shuffles(d)), pool[0] if pool else None), bool(looped)
 
 
 def _callbacks(collate: Any) -> set[int]:

@@ -372,9 +372,8 @@ class CliHandlers:
             return self.env_value(it, key.value, None, line)
         return Unknown(f"an item of {ref.qual}")
 
-    def env_value(self, it: Any, name: str, dflt: Any, line: int | None, unset_known: bool = False) -> Any:
-        """An environment variable: the launch command's value, else the default the code gives (a `.get` without
-        one: None, where the variable is one only a distributed launcher sets and the launch is plain `python`)."""
+    def env_value(self, it: Any, name: str, dflt: Any, line: int | None) -> Any:
+        """An environment variable: the launch command's value, else the default the code gives."""
         launch = it.launch
         env = dict(getattr(launch, "env", {}) or {})
         if launch is not None and launch.gpus and launch.launcher in ("torchrun", "accelerate", "deepspeed", "composer"):
@@ -385,9 +384,6 @@ class CliHandlers:
             env.setdefault("LOCAL_RANK", "0")
         if name in env:
             return self.cli_const(it, env[name], f"{name}={env[name]}")
-        if isinstance(dflt, Const) and dflt.value is None and dflt.source == "literal" and unset_known and not (
-                launch is not None and launch.launcher == "python" and name in _LAUNCHER_VARIABLES):
-            dflt = None  # os.environ.get(NAME) of a variable the machine may set: unknown
         if isinstance(dflt, Const):
             how = f"os.environ.get({name!r}, {dflt.value!r}): {name} unset, its default"
             return Const(dflt.value, "environment-default", dflt.line or line, dflt.chain + (how,), dflt.file)
@@ -442,6 +438,11 @@ def _option_names() -> frozenset[str]:
 
 # set by torchrun / accelerate / deepspeed for each process, never by a plain `python` run
 _LAUNCHER_VARIABLES = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK"})
+
+
+def launcher_variable_unset(launch: Any, name: str) -> bool:
+    """Whether `name` is a variable only a distributed launcher sets and the launch is plain `python` (unset then)."""
+    return launch is not None and launch.launcher == "python" and name in _LAUNCHER_VARIABLES
 _SUBCLASSED_PARSERS = ("HfArgumentParser", "TrlParser", "ArgumentParser")
 _DATACLASS_PARSERS = ("HfArgumentParser", "TrlParser")
 

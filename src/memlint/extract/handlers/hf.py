@@ -7,7 +7,6 @@ casts), tokenizer calls, load_dataset and `ds.map(fn)`.
 from __future__ import annotations
 
 import dataclasses
-
 import re
 from typing import Any, Callable
 

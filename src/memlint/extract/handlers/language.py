@@ -18,6 +18,7 @@ from memlint.extract.objects import (
 )
 from memlint.extract.values import (HOLE, Alts, Class, Const, Dict, ModuleVal, RaisedBy, Ref, Seq, Template, TokenIds, Unknown, flatten,
                                     insert_fits, weakest)
+from memlint.extract.handlers.cli import launcher_variable_unset
 from memlint.extract.handlers.common import Call, _PASS
 
 
@@ -85,9 +86,9 @@ class LanguageHandlers:
         if not (isinstance(key, Const) and isinstance(key.value, str)):
             return Unknown("an environment variable")
         dflt = c.arg(1, "default")
-        if dflt is None and c.qual.endswith((".get", "getenv")):  # os.environ.get(NAME) / os.getenv(NAME): None when unset
-            dflt = Const(None, "literal", c.line)
-        return self.env_value(c.it, key.value, dflt, c.line, unset_known=True)
+        if dflt is None and c.qual.endswith((".get", "getenv")) and launcher_variable_unset(c.it.launch, key.value):
+            dflt = Const(None, "literal", c.line)  # os.environ.get("LOCAL_RANK") under plain `python`: None
+        return self.env_value(c.it, key.value, dflt, c.line)
 
     def path_join(self, c: Call) -> Any:
         import posixpath

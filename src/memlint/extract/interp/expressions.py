@@ -26,11 +26,11 @@ _PATH_PARTS = {"parent": lambda p: os.path.dirname(p.rstrip("/")) or ".", "name"
 
 
 def _ancestors(path: str) -> list[str]:
-    """pathlib's .parents of `path`, as strings (at most 16)."""
-    out, p = [], path.rstrip("/")
-    for _ in range(16):
-        up = _PATH_PARTS["parent"](p)
-        if up == p or not p:
+    """pathlib's .parents of `path`, as strings (at most 16): up to "/" for an absolute path, "." for a relative one."""
+    out, p = [], path.rstrip("/") or "/"
+    while len(out) < 16:
+        up = posixpath.dirname(p) or "."
+        if up == p:
             break
         out.append(up)
         p = up
