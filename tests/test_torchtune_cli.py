@@ -114,3 +114,22 @@ def test_the_command_recipe_wins_over_a_single_device_config_name(tmp_path, monk
     plan = plan_of_command(tmp_path, monkeypatch, "tune", "run", "--nproc_per_node", "4", "lora_finetune_distributed",
                            "--config", "3B_lora_single_device.yaml")
     assert (plan.value("distributed"), plan.value("num_gpus")) == ("fsdp", 4)
+
+
+def test_a_config_named_by_the_authors_absolute_path_and_a_recipe_without_its_suffix(tmp_path, monkeypatch):
+    # `tune run --nproc_per_node 1 proj/full_finetune_single_device --config /lfs/u/proj-repo/proj/configs/c.yaml`
+    # in a launcher: the config is the checkout's proj/configs/c.yaml (the longest tail of the author's path that
+    # is a file here), the recipe the checkout's proj/full_finetune_single_device.py
+    full = QLORA.replace("qlora_llama3_2_3b", "llama3_2_3b").replace("batch_size: 4", "batch_size: 7")
+    (tmp_path / "proj" / "configs").mkdir(parents=True)
+    (tmp_path / "proj" / "configs" / "c.yaml").write_text(textwrap.dedent(full))
+    (tmp_path / "proj" / "full_finetune_single_device.py").write_text("model = shard_model(model)\n")
+    (tmp_path / "proj" / "scripts").mkdir()
+    (tmp_path / "proj" / "scripts" / "train.sh").write_text(
+        "tune run --nproc_per_node 1 proj/full_finetune_single_device "
+        "--config /lfs/local/0/u/proj-repo/proj/configs/c.yaml\n")
+    plan = plan_of_command(tmp_path, monkeypatch, "bash", "proj/scripts/train.sh")
+    assert plan.path.endswith("proj/configs/c.yaml")
+    assert (plan.value("per_device_batch"), plan.value("trainer")) == (7, "torchtune")
+    # the recipe file was found: its sharding call decides the distributed field
+    assert plan.value("distributed") == "fsdp"

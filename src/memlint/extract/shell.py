@@ -1221,6 +1221,7 @@ def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str,
         elif launch.cwd:
             bases = [b / launch.cwd for b in bases] + bases
         target, launch = _author_script(launch, bases)
+        launch = _author_config(launch, bases)
         for base in bases if target is None else ():
             if launch.script:
                 cand = base / os.path.expanduser(launch.script)
@@ -1266,6 +1267,29 @@ def _author_script(launch: Launch, bases: list[Path]) -> tuple[Path | None, Laun
     if found is None or found[0].suffix != ".py":
         return None, launch
     return found[0], replace(launch, script=os.path.relpath(found[0]))
+
+
+def _author_config(launch: Launch, bases: list[Path]) -> Launch:
+    """`tune run R --config /lfs/u/proj/configs/x.yaml`: a framework tool's config named by a path of the author's
+    machine; the launch given the checkout's file of the same longest tail (launched.author_file), as a script of
+    the author's machine is read; the launch unchanged for any other command."""
+    from memlint.files import is_file
+
+    if launch.launcher not in FRAMEWORK_CLIS or launch.script or launch.module:
+        return launch
+    ref = _config_arg(launch)
+    ref = os.path.expanduser(ref) if ref else ""
+    if not ref or not os.path.isabs(ref) or is_file(Path(ref)):
+        return launch
+    from memlint.extract.launched import author_file
+
+    found = author_file(ref, bases)
+    if found is None:
+        return launch
+    new = os.path.relpath(found[0])
+    argv = tuple(new if w == ref else (w.split("=", 1)[0] + "=" + new if w.endswith("=" + ref) else w)
+                 for w in launch.argv)
+    return replace(launch, argv=argv)
 
 
 def _checkout_folder(folder: str, bases: list[Path]) -> Path | None:

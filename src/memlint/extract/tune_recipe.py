@@ -26,8 +26,12 @@ def _recipe_file(launch: Any) -> Path | None:
     for w in launch.argv:
         if w == "--config":
             break
-        if w.endswith(".py") and not w.startswith("-") and is_file(base / w):
+        if w.startswith("-"):
+            continue
+        if w.endswith(".py") and is_file(base / w):
             return base / w
+        if "/" in w and is_file(base / f"{w}.py"):  # `tune run recipes/my_recipe --config X`: the checkout's file
+            return base / f"{w}.py"
     return None
 
 
