@@ -178,3 +178,40 @@ def test_isfile_of_an_authors_absolute_path_stays_unknown(tmp_path, monkeypatch)
     root = _write(tmp_path, {"src/train.py": script, "src/big.yaml": "bs: 1\n", "pyproject.toml": "[project]\nname='x'\n"})
     got = _command(root, monkeypatch, "python", "src/train.py").fields["per_device_batch"]
     assert got.value == 2 and set(got.candidates) == {1, 2}
+
+
+_DS_TRAIN = """
+    from transformers import AutoModelForCausalLM, HfArgumentParser, Trainer, TrainingArguments
+    (targs,) = HfArgumentParser((TrainingArguments,)).parse_args_into_dataclasses()
+    model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+    Trainer(model=model, args=targs).train()
+"""
+
+
+def test_a_deepspeed_json_whose_folder_was_renamed_is_the_checkouts_one_file_of_that_name(tmp_path, monkeypatch):
+    """`--deepspeed ./configs/ds.json` where the checkout holds config/ds.json only (its folder renamed after the
+    launcher was written): that file, said in a note; with two files of the name, which one ran is unknown."""
+    files = {
+        "pyproject.toml": "[project]\nname = 'x'\n",
+        "hf/train.py": _DS_TRAIN,
+        "hf/config/ds.json": '{"zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW"}}\n',
+        "hf/run.sh": "cd hf\ntorchrun --nproc_per_node=4 train.py --deepspeed ./configs/ds.json --output_dir o\n",
+    }
+    plan = _command(_write(tmp_path / "one", files), monkeypatch, "bash", "hf/run.sh")
+    assert _get(plan, "distributed", "num_gpus") == {"distributed": "zero2", "num_gpus": 4}
+    assert any("./configs/ds.json is not in the checkout: read as its only file of that name, hf/config/ds.json" in n
+               for n in plan.notes)
+    files["old/ds.json"] = '{"zero_optimization": {"stage": 3}}\n'
+    plan = _command(_write(tmp_path / "two", files), monkeypatch, "bash", "hf/run.sh")
+    assert plan.value("distributed") == "deepspeed"
+
+
+def test_a_missing_deepspeed_json_names_its_stage_as_a_hint_never_a_value(tmp_path, monkeypatch):
+    root = _write(tmp_path, {
+        "pyproject.toml": "[project]\nname = 'x'\n",
+        "train.py": _DS_TRAIN,
+        "run.sh": "deepspeed --include localhost:0 train.py --deepspeed ds_zero2_no_offload.json --output_dir o\n",
+    })
+    plan = _command(root, monkeypatch, "bash", "run.sh")
+    assert plan.value("distributed") == "deepspeed"
+    assert any("the name suggests ZeRO-2: pass --assume distributed=zero2" in n for n in plan.notes)

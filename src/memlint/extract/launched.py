@@ -297,6 +297,35 @@ def author_file(ref: str, bases: list[Path]) -> tuple[Path, str] | None:
     return None
 
 
+_NAMESAKE_SKIP = frozenset({".git", ".venv", "venv", "node_modules", "__pycache__", "site-packages", "wandb"})
+
+
+def checkout_namesake(ref: str, root: str | Path, limit: int = 20000) -> tuple[Path, str] | None:
+    """The checkout's one file named as `ref` is (`--deepspeed ./configs/ds.json` where the checkout holds only
+    config/ds.json: a folder renamed after the launcher was written), and the note that says so; None when no file
+    or several files of that name are in the checkout (which one ran is unknown), or past `limit` entries walked.
+    Hidden folders, virtual environments and links are not walked."""
+    from memlint.files import allowed, is_file
+
+    name = os.path.basename(os.path.normpath(ref))
+    if not name or name in (".", ".."):
+        return None
+    hits, seen = [], 0
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in _NAMESAKE_SKIP and not d.startswith("."))
+        seen += len(dirs) + len(names)
+        if seen > limit:
+            return None
+        if name in names and allowed(os.path.join(folder, name)) and is_file(os.path.join(folder, name)):
+            hits.append(Path(folder) / name)
+            if len(hits) > 1:
+                return None
+    if not hits:
+        return None
+    shown = os.path.relpath(hits[0], root)
+    return hits[0], f"{ref} is not in the checkout: read as its only file of that name, {shown}"
+
+
 def _accelerate_config_files(launch: Any, cfg: str, script: Path | None) -> tuple[list[Path], str | None]:
     """Where `accelerate launch --config_file CFG` may be, in order: beside the launcher that runs it, in the folder
     the command runs in (`cd sub && accelerate launch --config_file ../x.yaml`: relative to sub), in memlint's

@@ -54,9 +54,7 @@ class FrameworkReader(Reader):
                 self.fields["distributed"] = self._ds_unknown(shown)
                 # frameworks ship their DeepSpeed files (axolotl's deepspeed_configs/zero3_bf16.json):
                 # the name is a hint for the user, never a value
-                hint = re.search(r"(?:zero|z)_?([0-3])", Path(ds).name.lower())
-                guess = f"; the name suggests ZeRO-{hint.group(1)}: pass --assume distributed=zero{hint.group(1)}" if hint and hint.group(1) != "0" else ""
-                self.notes.append(f"distributed: {shown}; DeepSpeed stage unknown{guess}")
+                self.notes.append(f"distributed: {shown}; DeepSpeed stage unknown{stage_hint(ds)}")
                 return
             self._merge_ds(inner)
             return
@@ -1073,3 +1071,8 @@ class Torchtune(FrameworkReader):
             self.unknown("distributed", "torchtune shards only under a distributed recipe; which one `tune run` uses is not in the config")
 
 
+def stage_hint(ref: str) -> str:
+    """What a DeepSpeed file's name suggests when the file is not there (`ds_zero2_no_offload.json`, axolotl's
+    `zero3_bf16.json`): a hint for the user, never a value; "" when the name says no stage."""
+    hint = re.search(r"(?:zero|z|stage)[_-]?([1-3])", Path(ref).name.lower())
+    return f"; the name suggests ZeRO-{hint.group(1)}: pass --assume distributed=zero{hint.group(1)}" if hint else ""

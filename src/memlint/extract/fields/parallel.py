@@ -149,6 +149,10 @@ class ParallelFields:
         if isinstance(cfg, str):
             found = self._find_file(cfg)
             if found is None:
+                from memlint.extract.configs.readers import stage_hint
+
+                if hint := stage_hint(cfg):
+                    self.notes.append(f"distributed: {cfg} is not in the checkout{hint}")
                 return None, v.with_value("deepspeed", f"{cfg}: not found next to the script, stage unknown")
             p, shown = found
             self.read_files.append(str(p))
@@ -186,6 +190,14 @@ class ParallelFields:
             if found is not None:
                 self.notes.append(found[1])
                 return found[0], os.path.relpath(found[0])
+        # a folder renamed since the launcher was written: the checkout's one file of that name
+        from memlint.extract.launched import checkout_namesake
+        from memlint.files import checkout_root
+
+        found = checkout_namesake(ref, checkout_root(self.script))
+        if found is not None:
+            self.notes.append(found[1])
+            return found[0], os.path.relpath(found[0])
         return None
 
     def lightning_strategy(self, tr: LightningTrainer, line: int) -> None:
