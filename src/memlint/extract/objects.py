@@ -262,6 +262,21 @@ class OpenFile:
     path: Any                         # the abstract path value (a Const string when known)
 
 
+@dataclass(frozen=True)
+class FieldNames:
+    """The field names of a library config class (`{f.name for f in dataclasses.fields(SFTConfig)}`,
+    `inspect.signature(TrainingArguments.__init__).parameters`): a script probing which fields its installed library
+    has. Membership is decided where memlint's tables say (library.defaults.has_field), unknown for other names."""
+
+    cls: str            # the library class: "trl.SFTConfig"
+    line: int | None
+
+    def has(self, name: str) -> Any:
+        from memlint.library.defaults import has_field
+
+        return has_field(self.cls, name)
+
+
 @dataclass(eq=False)
 class DictMethod:
     """d.get / d.items / d.update ... of a known dict (or OmegaConf / EasyDict config)."""

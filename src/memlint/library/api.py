@@ -446,6 +446,16 @@ def removed_config_field(cls: str, attr: str) -> tuple[str, str, str] | None:
     return entry["package"], f["versions"], f["ref"]
 
 
+def added_config_field(cls: str, attr: str) -> tuple[str, str, str] | None:
+    """(package, versions with it, ref) of a field config class `cls` gained in a later version (data/library_api.json
+    added_config_fields), or None."""
+    entry = _doc()["added_config_fields"].get(cls)
+    if not isinstance(entry, dict) or attr not in entry["fields"]:
+        return None
+    f = entry["fields"][attr]
+    return entry["package"], f["versions"], f["ref"]
+
+
 def signature_keywords(qual: str) -> tuple[str, Mapping[str, str | None], str] | None:
     """(package, keyword -> the version range that has it, ref) of a library callable whose keyword
     parameters memlint knows (data/library_api.json signature_keywords), or None."""

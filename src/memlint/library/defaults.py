@@ -53,6 +53,29 @@ def declared_fields(cls: str) -> frozenset[str]:
     return frozenset(entry["fields"]) | frozenset(entry.get("declared", ()))
 
 
+def has_field(cls: str, name: str) -> Default | None:
+    """Whether library config class `cls` has field `name` at the installed version (the newest known if absent), as
+    a script that probes it finds (`name in {f.name for f in fields(cls)}`): False where the field was removed or
+    not yet added (data/library_api.json), True for a field memlint reads (its defaults or `declared` list, its
+    bases' too); None for any other name (memlint's tables do not list every field)."""
+    from memlint.library import api
+
+    for probe, present in ((api.removed_config_field, False), (api.added_config_field, True)):
+        hit = probe(cls, name)
+        if hit is not None:
+            package, versions, ref = hit
+            inside = in_range(installed_version(package), versions)
+            if inside != present:
+                return Default(False, f"{cls} has no field {name} in {shown_version(package)} ({ref})")
+    table, seen, cur = _table(), set(), cls
+    while cur and cur not in seen and cur in table:
+        seen.add(cur)
+        if name in declared_fields(cur):
+            return Default(True, f"{cls}.{name} is a field of {cls}")
+        cur = table[cur].get("inherits")
+    return None
+
+
 def lora_default_targets(model_type: str) -> Default | None:
     """peft's target_modules for a LoraConfig that leaves them out, for a base model of `model_type`
     (None: peft has no default for it and raises)."""

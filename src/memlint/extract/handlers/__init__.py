@@ -31,7 +31,7 @@ from typing import Any, Callable
 from memlint.extract import custom_model
 from memlint.extract.interp import BoundStr, BoundUnknown
 from memlint.extract.objects import (
-    Accelerator, ArgParser, ClassLoader, DataclassInstance, Dataset, DeepSpeedEngine, DictMethod, DtypeName, Fields,
+    Accelerator, ArgParser, ClassLoader, DataclassInstance, Dataset, DeepSpeedEngine, DictMethod, DtypeName, FieldNames, Fields,
     GradHook, HfConfig, HfParser, Instance, LigerPatch, LightningTrainer, Method, Model, Obj, OpenFile, Optimizer,
     OptimizerStep, Params, Partial, Scaler, SeqMethod, Tokenizer, TokenizerCall, Trainer, TrainingArgs,
 )
@@ -94,6 +94,8 @@ class Handlers(
             f = f.ref
         if isinstance(f, DictMethod) and isinstance(f.dict, Fields):  # args.__dict__.update(cfg): each key a field
             return self.fields_update(it, f.dict.obj, f.name, args, kwargs, line)
+        if isinstance(f, DictMethod) and isinstance(f.dict, FieldNames):  # parameters.keys(): the names themselves
+            return f.dict
         if isinstance(f, DictMethod):
             return self.dict_method(f.dict, f.name, args, kwargs)
         if isinstance(f, SeqMethod) and f.name in ("append", "extend", "insert"):

@@ -13,7 +13,7 @@ from typing import Any, Callable
 from memlint.extract import budget
 from memlint.extract.interp import BoundStr, SPREAD, _BUILTIN_CALLS
 from memlint.extract.objects import (
-    Accelerator, Collator, DataLoader, DtypeName, Fields, HfConfig, Model, Namespace, Obj, OpenFile, Optimizer, Partial,
+    Accelerator, Collator, DataLoader, DtypeName, FieldNames, Fields, HfConfig, Model, Namespace, Obj, OpenFile, Optimizer, Partial,
     PeftConfig, QuantConfig, Range, Tokenizer, Trainer, TrainingArgs,
 )
 from memlint.extract.values import (HOLE, Alts, Class, Const, Dict, ModuleVal, RaisedBy, Ref, Seq, Template, TokenIds, Unknown, flatten,
@@ -286,6 +286,8 @@ class LanguageHandlers:
         return Const(None, "literal", c.line)
 
     def builtin(self, it: Any, name: str, args: list, kwargs: dict, line: int | None) -> Any:
+        if name in ("set", "frozenset", "list", "tuple", "sorted") and len(args) == 1 and isinstance(args[0], FieldNames):
+            return args[0]  # set(inspect.signature(C).parameters): the same names
         if name == "getattr" and len(args) >= 2:
             return self._getattr_builtin(it, args)
         if name == "input":

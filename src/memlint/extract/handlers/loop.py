@@ -12,7 +12,7 @@ from typing import Any, Callable
 from memlint.extract import custom_model
 from memlint.extract.interp import BoundUnknown
 from memlint.extract.objects import (
-    Autocast, AutocastCall, DataLoader, Dataset, DefaultDtype, GradHook, Instance, Model, Obj, OpenFile, RandomOffsets, Scaler, TokenizerCall,
+    Autocast, AutocastCall, DataLoader, Dataset, DefaultDtype, FieldNames, GradHook, Instance, Model, Obj, OpenFile, RandomOffsets, Scaler, TokenizerCall,
 )
 from memlint.extract.values import Class, Const, Func, Seq, Unknown, flatten
 from memlint.extract.handlers.common import Call
@@ -101,6 +101,14 @@ class LoopHandlers:
             return Unknown("random integers")
         return RandomOffsets(size, c.line)
 
+    def dataclass_fields(self, c: Call) -> Any:
+        """dataclasses.fields(SFTConfig) of a library config class: its fields, whose names a script collects to keep
+        only the keywords its installed version takes; dataclasses.is_dataclass of one: True."""
+        cls = library_config_class(c.arg(0, "class_or_instance"))
+        if cls is None:
+            return Unknown(f"dataclasses.{c.name}() of a class memlint does not know")
+        return FieldNames(cls, c.line) if c.name == "fields" else Const(True, "literal", c.line, (f"{cls} is a dataclass",))
+
     def signature(self, c: Call) -> Any:
         """inspect.signature(torch.optim.AdamW): its parameters at the version the checkout pins (or the installed
         one), so `'fused' in inspect.signature(torch.optim.AdamW).parameters` (a probe of the library) is decided."""
@@ -111,6 +119,9 @@ class LoopHandlers:
 
         f = c.arg(0, "obj")
         known = api.signature_keywords(f.qual) if type(f) is Ref else None
+        if known is None and (cls := library_config_class(f)) is not None:
+            # a config class's keywords are its fields (`'max_seq_length' in inspect.signature(SFTConfig).parameters`)
+            return Namespace("inspect.Signature", c.line or 0, {"parameters": FieldNames(cls, c.line)}, {}, False)
         if known is None:
             return Unknown("the signature of a callable memlint does not know")
         package, keywords, ref = known
@@ -278,6 +289,8 @@ QUALIFIED: dict[str, Callable[[Any, Call], Any]] = {
     "torch.randint": LoopHandlers.random_offsets,
     "numpy.random.randint": LoopHandlers.random_offsets,
     "inspect.signature": LoopHandlers.signature,
+    "dataclasses.fields": LoopHandlers.dataclass_fields,
+    "dataclasses.is_dataclass": LoopHandlers.dataclass_fields,
     "torch.set_default_dtype": LoopHandlers.default_dtype,
     "torch.set_default_tensor_type": LoopHandlers.default_dtype,
     "torch.cuda.is_available": LoopHandlers.cuda_available,
@@ -312,3 +325,17 @@ def _map_style_dataset(x: Any) -> bool:
     cls = getattr(x, "user_class", None)
     return isinstance(x, Obj) and isinstance(cls, Class) and cls.lookup("__getitem__") is not None \
         and cls.lookup("__iter__") is None
+
+
+def library_config_class(f: Any) -> str | None:
+    """The library config class (data/library_defaults.json's name) a value names: `SFTConfig`, `SFTConfig.__init__`
+    imported from trl, transformers' TrainingArguments; None for anything else."""
+    from memlint.extract.values import Ref
+    from memlint.library import api
+
+    if type(f) is not Ref:
+        return None
+    qual = f.qual.removesuffix(".__init__")
+    if qual.split(".", 1)[0] not in ("trl", "transformers", "unsloth"):
+        return None
+    return api.training_arguments().get(qual.rsplit(".", 1)[-1])

@@ -14,7 +14,7 @@ from memlint.extract.imports import SiblingModule, resolved
 from memlint.extract.interp.scope import BoundStr, BoundUnknown, Env, GlobalsView, SuperOf, _hashable
 from memlint.extract.interp.syntax import (MAX_ALTS, _BINOPS, _BUILTIN_CALLS, _CMPOPS, _DICT_METHODS, _builtin_type,
                                            _is_classmethod, _string_value)
-from memlint.extract.objects import BoundMethod, DictMethod, DtypeName, Fields, Obj, OpenFile, RandomOffsets, SeqMethod
+from memlint.extract.objects import BoundMethod, DictMethod, DtypeName, FieldNames, Fields, Obj, OpenFile, RandomOffsets, SeqMethod
 from memlint.extract.values import (HOLE, Alts, Class, Const, Dict, Func, ModuleVal, Ref, Remainder, Seq, Template, TokenIds, Unknown,
                                     flatten, merge, to_python, weakest)
 from memlint.library import api
@@ -244,6 +244,8 @@ class Expressions:
             if attr == "parents":  # Path(__file__).resolve().parents[1]: the ancestors, nearest first
                 return Seq([base.with_value(x, f".parents[{i}]") for i, x in enumerate(_ancestors(base.value))], "tuple")
             return BoundStr(base, attr)
+        if isinstance(base, FieldNames) and attr == "keys":  # signature.parameters.keys(): the same names
+            return DictMethod(base, attr)
         if isinstance(base, Fields) and attr in ("update", "setdefault"):  # args.__dict__.update(cfg): sets fields
             return DictMethod(base, attr)
         if isinstance(base, Fields) and attr in _DICT_METHODS:  # vars(args).items(): the fields as a dict
@@ -363,6 +365,8 @@ class Expressions:
         return out
 
     def _binop1(self, op: str, a: Any, b: Any, node: cst.CSTNode) -> Any:
+        if isinstance(a, FieldNames) and op == "Subtract":
+            return a  # `set(sig.parameters) - {"self"}`: the fields (self is none of them)
         if isinstance(a, Const) and isinstance(b, Const) and op in _BINOPS:
             if not budget.binop_fits(op, a.value, b.value):
                 return self.over()
@@ -469,6 +473,11 @@ class Expressions:
         return result
 
     def _compare_pair(self, op: str, left: Any, right: Any, node: cst.Comparison, ct: Any) -> Any:
+        if op in ("In", "NotIn") and isinstance(right, FieldNames):
+            has = right.has(left.value) if isinstance(left, Const) and isinstance(left.value, str) else None
+            if has is None:
+                return Unknown(f"whether {right.cls} has a field {getattr(left, 'value', '?')!r} in the installed version")
+            return Const(has.value == (op == "In"), "library-default", self.line_of(node), (has.why,), self.cur_file())
         if op in ("In", "NotIn") and isinstance(right, (Dict, GlobalsView)) and isinstance(left, Const) \
                 and _hashable(left.value) and not getattr(right, "open", False):
             keys = right.items if isinstance(right, Dict) else right.env.vars  # membership needs only the keys
@@ -566,6 +575,9 @@ class Expressions:
         exact = self.exact_comprehension(node, env)
         if exact is not None:
             return exact
+        names = self.field_names_comprehension(node, env)
+        if names is not None:
+            return names
         inner = Env(env)
         comp = node.for_in
         ranges, offsets = [], []
@@ -587,6 +599,31 @@ class Expressions:
             self.ev(elt, inner)
         return Unknown("a comprehension")
 
+    def field_names_comprehension(self, node: Any, env: Env) -> FieldNames | None:
+        """`{f.name for f in fields(Cls)}` (a set or list, no `if`): the class's field names."""
+        comp = node.for_in
+        if isinstance(node, cst.DictComp) or comp.inner_for_in is not None or comp.ifs \
+                or not isinstance(comp.target, cst.Name):
+            return None
+        elt = node.elt
+        if not (isinstance(elt, cst.Attribute) and elt.attr.value == "name" and isinstance(elt.value, cst.Name)
+                and elt.value.value == comp.target.value):
+            return None
+        names = self.ev(comp.iter, env)
+        return names if isinstance(names, FieldNames) else None
+
+    def field_probe(self, test: Any, env: Env) -> bool:
+        """Whether `test` asks a class's field names for a name they may or may not hold (`k in valid` where memlint's
+        tables do not list k): a key memlint reads of no such class, so keeping or dropping it changes nothing it
+        reads."""
+        if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+                and type(test.comparisons[0].operator).__name__ in ("In", "NotIn")):
+            return False
+        right = self.ev(test.comparisons[0].comparator, env)
+        left = self.ev(test.left, env)
+        return isinstance(right, FieldNames) and isinstance(left, Const) and isinstance(left.value, str) \
+            and right.has(left.value) is None
+
     def exact_comprehension(self, node: Any, env: Env) -> Any:
         comp = node.for_in
         if comp.inner_for_in is not None:
@@ -602,6 +639,8 @@ class Expressions:
             keep = True
             for cond in comp.ifs:
                 truth = self.truth(self.ev(cond.test, inner))
+                if truth is None and self.field_probe(cond.test, inner):
+                    truth = False  # a name memlint reads of no such class: dropping it changes nothing memlint reads
                 if truth is None:
                     return None
                 keep = keep and truth
