@@ -151,3 +151,44 @@ def test_a_parser_subclass_of_the_checkout_runs_its_own_parse_over_the_yaml_and_
                     "--model_name_or_path=Qwen/Qwen2.5-1.5B", "--gradient_accumulation_steps=8")
     assert _get(plan, "model_id", "per_device_batch", "grad_accum") == {
         "model_id": "Qwen/Qwen2.5-1.5B", "per_device_batch": 4, "grad_accum": 8}
+
+
+def test_a_parser_of_the_checkouts_own_installed_package_runs_its_parse(tmp_path, monkeypatch):
+    """The same parser in a package of the checkout installed from src/ (`from alignment import H4ArgumentParser`,
+    setup.py's package_dir): the script with its recipe is the run, so a keyword the script writes into its trainer
+    (`SFTTrainer(..., packing=True)`) and a flag over the recipe both count."""
+    script = """
+        from dataclasses import dataclass, field
+        from transformers import AutoModelForCausalLM
+        from trl import SFTConfig, SFTTrainer
+        from alignment import (
+            H4ArgumentParser,
+        )
+
+        @dataclass
+        class ModelArguments:
+            model_name_or_path: str = field(default=None)
+
+        def main():
+            parser = H4ArgumentParser((ModelArguments, SFTConfig))
+            model_args, training_args = parser.parse()
+            model = AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path)
+            SFTTrainer(model=model, args=training_args, train_dataset=None, packing=True).train()
+
+        if __name__ == "__main__":
+            main()
+    """
+    root = _write(tmp_path, {
+        "setup.py": "from setuptools import find_packages, setup\nsetup(name='x', package_dir={'': 'src'}, "
+                    "packages=find_packages('src'))\n",
+        "src/alignment/__init__.py": "from .configs import H4ArgumentParser\n",
+        "src/alignment/configs.py": _H4,
+        "scripts/run_sft.py": script,
+        "recipes/sft.yaml": "model_name_or_path: Qwen/Qwen2.5-0.5B\nper_device_train_batch_size: 4\n"
+                            "gradient_accumulation_steps: 4\nmax_seq_length: 1024\noutput_dir: o\n",
+    })
+    plan = _command(root, monkeypatch, "accelerate", "launch", "scripts/run_sft.py", "recipes/sft.yaml",
+                    "--gradient_accumulation_steps=16")
+    assert plan.path.endswith("run_sft.py")
+    assert _get(plan, "model_id", "per_device_batch", "grad_accum", "packing") == {
+        "model_id": "Qwen/Qwen2.5-0.5B", "per_device_batch": 4, "grad_accum": 16, "packing": True}

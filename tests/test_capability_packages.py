@@ -68,3 +68,17 @@ def test_a_module_of_a_declared_package_folder_with_a_hydra_search_path(tmp_path
     plan = plan_of_command(root, monkeypatch, "uv", "run", "python", "-m", "llm.job.launch", "compute=big")
     assert field_values(plan, "model_id", "per_device_batch", "grad_accum", "trainer") == {
         "model_id": "Qwen/Qwen2.5-0.5B", "per_device_batch": 2, "grad_accum": 8, "trainer": "Trainer"}
+
+
+def test_a_module_of_a_package_folder_setup_py_declares(tmp_path, monkeypatch):
+    """setup.py's `package_dir={"": "lib"}` / `find_packages("lib")`, read as text: `python -m demo.train` of the
+    editable install runs lib/demo/train.py."""
+    train = ("from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+             "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-0.5B')\n"
+             "Trainer(model=model, args=TrainingArguments('o', per_device_train_batch_size=3)).train()\n")
+    for setup in ("setup(name='demo', package_dir={'': 'lib'}, packages=['demo'])\n",
+                  "setup(name='demo', packages=find_packages(where='lib'))\n"):
+        root = write_checkout(tmp_path / str(len(setup)), {"setup.py": "from setuptools import setup, find_packages\n" + setup,
+                                                            "lib/demo/__init__.py": "", "lib/demo/train.py": train})
+        plan = plan_of_command(root, monkeypatch, "python", "-m", "demo.train")
+        assert plan.value("per_device_batch") == 3

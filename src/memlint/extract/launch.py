@@ -639,6 +639,14 @@ def declared_package_roots(root: Path) -> tuple[Path, ...]:
             if isinstance(tool.get("hatch"), dict) else {}
         if isinstance(wheel, dict) and isinstance(wheel.get("packages"), list):
             out += [str(Path(p).parent) for p in wheel["packages"] if isinstance(p, str) and "/" in p]
+    setup = root / "setup.py"
+    if allowed(setup) and is_file(setup):  # `package_dir={"": "src"}`, `find_packages("src")`: read as text, never run
+        try:
+            text = read_text(setup, encoding="utf-8")[:200_000]
+        except (OSError, UnicodeDecodeError):
+            text = ""
+        out += re.findall(r"""package_dir\s*=\s*\{\s*['"]{2}\s*:\s*['"]([^'"]+)['"]""", text)
+        out += re.findall(r"""find_(?:namespace_)?packages\(\s*(?:where\s*=\s*)?['"]([^'"]+)['"]""", text)
     cfg = root / "setup.cfg"
     if allowed(cfg) and is_file(cfg):
         parser = configparser.ConfigParser()
@@ -988,4 +996,17 @@ def _parses_yaml_itself(script: Path) -> bool:
     found = re.findall(r"^[ \t]*(?:from[ \t]+\.?(\w+)[ \t]+import|import[ \t]+(\w+))", text, re.M)
     names = dict.fromkeys(n for pair in found for n in pair if n)  # in the file's order: the same files every run
     beside = [script.parent / f"{n}.py" for n in names][:32]
-    return any(is_file(p) and says(text_of(p)) for p in beside)
+    if any(is_file(p) and says(text_of(p)) for p in beside):
+        return True
+    # a package of the checkout the script imports (`from alignment import H4ArgumentParser` with the checkout's
+    # src/alignment/ installed in editable mode): its modules
+    for n in list(names)[:16]:
+        if is_file(script.parent / f"{n}.py"):
+            continue
+        found_mod = resolve_module(n, [script.parent, *script.parents][:4], package=True)
+        if found_mod is None or found_mod.name != "__init__.py":
+            continue
+        modules = sorted(p for p in found_mod.parent.glob("*.py") if is_file(p))[:32]
+        if any(says(text_of(p)) for p in modules):
+            return True
+    return False
