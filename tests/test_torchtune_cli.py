@@ -133,3 +133,27 @@ def test_a_config_named_by_the_authors_absolute_path_and_a_recipe_without_its_su
     assert (plan.value("per_device_batch"), plan.value("trainer")) == (7, "torchtune")
     # the recipe file was found: its sharding call decides the distributed field
     assert plan.value("distributed") == "fsdp"
+
+
+def test_interpolations_resolve_and_an_unknown_builder_loads_its_checkpoint_folder(tmp_path, monkeypatch):
+    # torchtune loads its YAML with OmegaConf: `checkpoint_dir: ${model_dir}` is the top-level model_dir, `${batch}` an
+    # int; a builder memlint's table lacks (a generic builder with its sizes written out) is the checkpoint it loads
+    cfg = """\
+model_dir: /data/ckpts/base-model
+batch: 6
+model:
+  _component_: torchtune.models.llama2.lora_llama2
+  lora_attn_modules: ['q_proj', 'v_proj']
+  vocab_size: 32000
+  num_layers: 22
+  lora_rank: 8
+  lora_alpha: 16
+checkpointer:
+  _component_: torchtune.training.FullModelHFCheckpointer
+  checkpoint_dir: ${model_dir}
+batch_size: ${batch}
+dtype: bf16
+"""
+    (tmp_path / "c.yaml").write_text(cfg)
+    plan = _plan(tmp_path, "tune run lora_finetune_single_device --config c.yaml", monkeypatch)
+    assert (plan.value("model_id"), plan.value("per_device_batch"), plan.value("method")) == ("/data/ckpts/base-model", 6, "lora")

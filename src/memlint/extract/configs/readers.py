@@ -827,6 +827,12 @@ class Torchtune(FrameworkReader):
         return "_component_:" in text or "_component_" in keys
 
     def read(self) -> None:
+        from memlint.extract.configs.interpolate import resolve
+
+        # torchtune loads its YAML with OmegaConf: `checkpoint_dir: ${model_dir}` is the top-level model_dir
+        for path, why in resolve(self.doc).unresolved.items():
+            self.unread[path] = why
+            self.notes.append(f"{'.'.join(map(str, path))}: {why}")
         d = self.doc
         fw = frameworks.framework(self.kind)
         self.offload_activations("enable_activation_offloading")
@@ -845,6 +851,12 @@ class Torchtune(FrameworkReader):
                                         f"{mid} the builder makes",))
             elif mid:
                 self.lit("model_id", mid, "model", "_component_", chain=chain)
+            elif isinstance(ckpt := d.get("checkpointer", "checkpoint_dir"), str) and ckpt.strip():
+                # a builder memlint's table lacks (a generic `lora_llama2` with its sizes written out, a vision model):
+                # the checkpoint folder the checkpointer loads is the model
+                self.lit("model_id", ckpt, "checkpointer", "checkpoint_dir",
+                         chain=(f"model._component_: {comp} is not in memlint's table of torchtune builders; "
+                                f"checkpointer.checkpoint_dir: {ckpt} is the checkpoint it loads",))
             else:
                 self.unknown("model_id", f"torchtune builder {base} is not in memlint's table", "model", "_component_")
             self.lit("method", method, "model", "_component_", chain=(f"builder {fn}",))
