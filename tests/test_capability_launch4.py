@@ -228,3 +228,19 @@ def test_accelerate_use_deepspeed_without_a_stage(tmp_path, monkeypatch, plugin,
     plan = _command(root, monkeypatch, "accelerate", "launch", "--num_processes", "4", "--use_deepspeed", "train.py")
     assert _get(plan, "distributed", "grad_accum", "num_gpus") == {"distributed": distributed, "grad_accum": accum,
                                                                    "num_gpus": 4}
+
+
+def test_a_command_run_over_ssh_is_the_quoted_commands(tmp_path, monkeypatch):
+    # `ssh "$HOST" "cd /workspace/repo && source venv/bin/activate && axolotl train cfg.yml"`: the quoted command runs
+    # on the host, from its copy of the checkout (the launcher synced it); options before the host are ssh's own
+    cfg = ("base_model: Qwen/Qwen2.5-0.5B\nadapter: lora\nlora_r: 8\nmicro_batch_size: 3\n"
+           "gradient_accumulation_steps: 2\nsequence_len: 1024\n")
+    for line in ('ssh "$HOST" "cd /workspace/repo && source /workspace/venv/bin/activate && axolotl train cfgs/a.yml"',
+                 "ssh -p 2222 -i ~/.ssh/key -t $HOST 'axolotl train cfgs/a.yml'"):
+        root = _write(tmp_path / str(len(line)), {
+            "cfgs/a.yml": cfg,
+            "scripts/train.sh": f'HOST="${{1:-}}"\nif [ -n "$HOST" ]; then\n  {line}\nfi\n',
+        })
+        plan = _command(root, monkeypatch, "bash", "scripts/train.sh", "gpu-box")
+        assert _get(plan, "model_id", "per_device_batch", "lora_r") == {
+            "model_id": "Qwen/Qwen2.5-0.5B", "per_device_batch": 3, "lora_r": 8}

@@ -134,6 +134,11 @@ def _open_array(line: str) -> bool:
 _SHELL_C = re.compile(r"""(?m)^([^#\n]*?)(?<![\w-])(?:ba|z)?sh\s+(?:-[a-z]+\s+)*-[a-z]*c[a-z]*\s+(?:-[a-z]+\s+)*(["'])""")
 
 
+# `ssh [options] HOST "…"`: the quoted command runs on the host (the checkout's copy there, as the launcher syncs it)
+_SSH = re.compile(r"""(?m)^([^#\n]*?)(?<![\w-])ssh\s+(?:-[pilJFoLRDbcEeOSWw]\s*\S+\s+|-[tTAXYqvnNfCgKkMsxyG46]+\s+)*"""
+                  r"""(?:"[^"\n]*"|'[^'\n]*'|[^\s"'-][^\s"']*)\s+(["'])""")
+
+
 _IN_CONTAINER = re.compile(r"(?<![\w-])(?:singularity|apptainer|docker|podman|nvidia-docker)\s+(?:exec|run)\s")
 
 
@@ -152,10 +157,11 @@ def _inline_scripts(text: str) -> str:
     a double-quoted string undoes (`\\$X` is `$X` inside). An unclosed quote leaves the text as it is."""
     out, pos = [], 0
     for _ in range(64):
-        m = _SHELL_C.search(text, pos)
-        if m is None:
+        found = [m for m in (_SHELL_C.search(text, pos), _SSH.search(text, pos)) if m is not None]
+        if not found:
             break
-        quote, i = m.group(2), m.end()
+        m = min(found, key=lambda x: x.start())
+        quote, i = m.group(m.lastindex), m.end()
         body = []
         while i < len(text) and text[i] != quote:
             if quote == '"' and text[i] == "\\" and i + 1 < len(text) and text[i + 1] in '$`"\\':
@@ -166,7 +172,7 @@ def _inline_scripts(text: str) -> str:
             i += 1
         if i >= len(text):
             break
-        if "\n" not in body and _IN_CONTAINER.search(_continued(text, m.start()) + m.group(1)):
+        if m.re is _SHELL_C and "\n" not in body and _IN_CONTAINER.search(_continued(text, m.start()) + m.group(1)):
             # `singularity exec --pwd D -B a:b img bash -c "cmd"`: one command, read with the container's folder
             out.append(text[pos:i + 1])
         else:
