@@ -194,8 +194,8 @@ class ParallelFields:
         from memlint.extract.launched import checkout_namesake
         from memlint.files import checkout_root
 
-        found = checkout_namesake(ref, checkout_root(self.script))
-        if found is not None:
+        found = checkout_namesake(ref, checkout_root(self.script)) if is_file(self.script) else None
+        if found is not None:  # (a script read from text, not from its checkout, has no checkout to search)
             self.notes.append(found[1])
             return found[0], os.path.relpath(found[0])
         return None
