@@ -58,7 +58,9 @@ def test_nproc_per_node_starts_processes_and_fills_the_accumulation_over_them(tm
         "num_gpus": 4, "grad_accum": 2, "method": "full", "distributed": "zero3", "offload": "params"}
 
 
-@pytest.mark.parametrize("preset, distributed", [("zero2", "zero2"), ("zero3", "zero3"), ("zero1", "zero1")])
+@pytest.mark.parametrize("preset, distributed", [("zero2", "zero2"), ("zero3", "zero3"), ("zero1", "zero1"),
+                                                 ("'default-zero3'", "zero3"), ("default-zero2", "zero2"),
+                                                 ("zero3-offload", "zero3")])  # the last three: ms-swift 2.x's names
 def test_the_deepspeed_presets_are_the_files_ms_swift_ships(tmp_path, monkeypatch, preset, distributed):
     plan = _plan(tmp_path, monkeypatch, f"NPROC_PER_NODE=2 swift sft --model Qwen/Qwen2.5-0.5B --deepspeed {preset} "
                                         "--max_length 512\n")
