@@ -93,9 +93,12 @@ class RaisedBy(Unknown):
 
 @dataclass(frozen=True)
 class Alts:
-    """Every value a name may hold when branches disagree."""
+    """Every value a name may hold when branches disagree. `fork`: (the branching, the branches each option came
+    from) when the options are the names' values after one `if` whose test memlint cannot decide; two names of the
+    same branching hold their values together (a call given both is read once per branch)."""
 
     options: tuple[Any, ...]
+    fork: tuple | None = field(default=None, compare=False)
 
 
 @dataclass(eq=False)
@@ -277,6 +280,11 @@ def merge(a: Any, b: Any) -> Any:
     if len(opts) > budget.MAX_ALTERNATIVES:
         return Unknown("one of too many alternatives")
     return opts[0] if len(opts) == 1 else Alts(tuple(opts))
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two values are the same option of a merge (the same object, equal constants, the same library name)."""
+    return _same(a, b)
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -11,7 +11,8 @@ from memlint.extract.imports import Bases, resolved
 from memlint.extract.interp.scope import _ABSENT, Env, GlobalsView, _named
 from memlint.extract.interp.syntax import MAX_UNROLL, _PLAIN_SMALL, _loop_counters, _only_raises, _walk
 from memlint.extract.objects import Fields, Method, Obj, Range
-from memlint.extract.values import Class, Const, Dict, Func, RaisedBy, Ref, Seq, Unknown, flatten, insert_fits, merge
+from memlint.extract.values import (Alts, Class, Const, Dict, Func, RaisedBy, Ref, Seq, Unknown, flatten, insert_fits, merge,
+                                    same_value)
 from memlint.library import api
 
 
@@ -157,7 +158,7 @@ class Statements:
                     merged[k] = merge(resolved(merged[k]), resolved(v))
                 else:
                     merged[k] = v
-        env.vars = merged
+        env.vars = _forked(merged, [r[1] for r in live])
         self._merge_writes(touched, [r[2] for r in live])
         return all(r[0] for r in results)
 
@@ -533,3 +534,23 @@ class Statements:
         if isinstance(factory, (Class, Ref)):
             return self.handlers.call(self, factory, [], {}, False, self.line_of(node), node)
         return Unknown("a default_factory")
+
+
+_MAX_FORK = 4  # branches of one `if` whose names keep their values together
+
+
+def _forked(merged: dict, branches: list[dict]) -> dict:
+    """`merged` with each name the branches bound differently marked with the branch each of its values came from
+    (values.Alts.fork), so that `model` and `model_kwargs` set together in one branch stay together."""
+    if not 1 < len(branches) <= _MAX_FORK:
+        return merged
+    token = object()
+    for k, m in merged.items():
+        if not isinstance(m, Alts) or m.fork is not None or any(k not in b for b in branches):
+            continue
+        per = [flatten(resolved(b[k])) for b in branches]
+        sets = tuple(frozenset(i for i, vals in enumerate(per) if any(same_value(o, x) for x in vals))
+                     for o in m.options)
+        if all(sets):
+            merged[k] = Alts(m.options, (token, sets))
+    return merged
