@@ -11,7 +11,7 @@ from memlint.extract import extract_targets
 from memlint.extract.launch import tokens
 from memlint.extract.shell import command_targets
 from functools import partial
-from checkouts import write_checkout
+from checkouts import plan_of_command, write_checkout
 
 _LOOP = '''
 import torch
@@ -139,3 +139,35 @@ Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=2))
         _write(tmp_path, {"train.py": src.replace("{Q}", q).replace("{PREP}", p)})
         monkeypatch.chdir(tmp_path)
         assert extract_file(tmp_path / "train.py").get("precision").value == want, (q, p)
+
+
+def test_a_counter_the_loop_steps_and_resets_under_its_test_counts_the_accumulation(tmp_path, monkeypatch):
+    """`accum += 1` ... `if accum == args.accum_steps: scaler.step(opt); ...; accum = 0`: the optimizer steps once every
+    accum_steps backward passes; a counter tested without a reset (`if step == 1000: break`) is no accumulation."""
+    script = """
+        import argparse, torch
+        from torch.utils.data import DataLoader
+        from transformers import AutoModelForCausalLM
+        p = argparse.ArgumentParser()
+        p.add_argument("--accum_steps", type=int, default=4)
+        args = p.parse_args()
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B").cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+        loader = DataLoader(ds, batch_size=2)
+        accum = 0
+        step = 0
+        for batch in loader:
+            loss = model(**batch).loss / args.accum_steps
+            loss.backward()
+            accum += 1
+            step += 1
+            if step == 1000:
+                break
+            if accum == args.accum_steps:
+                opt.step()
+                opt.zero_grad()
+                accum = 0
+    """
+    root = write_checkout(tmp_path, {"train.py": script}, dedent=True)
+    plan = plan_of_command(root, monkeypatch, "python", "train.py", "--accum_steps", "16")
+    assert (plan.value("grad_accum"), plan.value("per_device_batch")) == (16, 2)

@@ -70,6 +70,7 @@ class Interpreter(Statements, Expressions, Calls, ModuleFiles, Idioms, LibraryCa
         self.returns: list[list] = []
         self.writes: list[dict] = []  # per branch being walked: the object attributes it assigned (branches())
         self.accum: list[Any] = []   # `if step % N == 0:` blocks we are inside
+        self.counters: list[tuple[str, ...]] = []  # the names each enclosing loop steps (`accum += 1`)
         self.micro_accum: Any = None  # N of the last `for _ in range(N): ... backward()` loop
         self.length_guards: dict[str, Any] = {}  # `if len(pending) < N: continue`: pending holds N items past it
         self.loop_depth = 0  # loops walked once for all their (unknown) iterations that we are inside

@@ -157,6 +157,23 @@ class Idioms:
                 return n
         return None
 
+    def counter_test(self, node: cst.If, env: Env) -> Any:
+        """N of `accum += 1` ... `if accum == N: optimizer.step(); accum = 0` (or `>= N`): a counter the loop steps,
+        reset in the block its test guards, counts the backward passes each optimizer step accumulates."""
+        test = node.test
+        if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(test.left, cst.Name)
+                and isinstance(test.comparisons[0].operator, (cst.Equal, cst.GreaterThanEqual))
+                and self.counters and test.left.value in self.counters[-1]):
+            return None
+        name = test.left.value
+        resets = any(isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name)
+                     and n.targets[0].target.value == name and isinstance(n.value, cst.Integer)
+                     and n.value.evaluated_value == 0 for n in _walk(node.body))
+        if not resets:
+            return None
+        n = self.ev(test.comparisons[0].comparator, env)
+        return n if isinstance(n, (Const, Unknown)) else None
+
     def trim_to_longest(self, sl: cst.Slice) -> None:
         """`input_ids[:, :lengths.max() + 1]`: a padded batch cut to its longest row (a collator that trims
         what was stored at a fixed width): padding to the longest of the batch."""

@@ -106,6 +106,8 @@ class Statements:
             return self.exec_block(orelse.body.body, e)
         self.batch_yield_idiom(node, env)
         accum = self.modulo_test(node.test, env)
+        if accum is None and self.loop_depth:
+            accum = self.counter_test(node, env)
         self.length_guard(node, env)
         if accum is not None and self.loop_depth:
             # `if step % N != 0: continue` in a loop walked once for all its iterations: the counter's first
@@ -222,10 +224,12 @@ class Statements:
                 if e.lookup(name) is not None:
                     e.vars[name] = Unknown(f"{name}, which changes on every iteration of the loop at line {self.line_of(node)}")
             self.loop_depth += 1
+            self.counters.append(carried)
             try:
                 self.exec_block(node.body.body, e)
             finally:
                 self.loop_depth -= 1
+                self.counters.pop()
             return False
         if not isinstance(node, cst.For):
             self.ev(node.test, env)
