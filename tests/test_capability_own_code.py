@@ -260,3 +260,29 @@ def test_an_unsloth_sft_run_names_its_trainer_class_and_keeps_unsloths_step(tmp_
     assert trainer_step(plan.get) == "unsloth"
     setup = setup_from_plan(plan).setup
     assert setup is not None and not setup.kbit_prep
+
+
+def test_a_trainer_given_an_optimizer_memlint_does_not_model_says_so(tmp_path, monkeypatch):
+    """`Trainer(optimizers=(FiraAdamW(...), None))` with the checkout's own Optimizer subclass: that optimizer replaces
+    the arguments' optim, so the optimizer is unknown (the class named), never the arguments' default; a torch
+    optimizer given the same way is read."""
+    from checkouts import plan_of_command, write_checkout
+
+    opt = ("import torch\nclass FiraAdamW(torch.optim.Optimizer):\n"
+           "    def __init__(self, params, lr=1e-3):\n        super().__init__(params, dict(lr=lr))\n")
+    script = """
+        import torch, transformers
+        from transformers import AutoModelForCausalLM
+        from myopt import FiraAdamW
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+        optimizer = OPT
+        transformers.Trainer(model=model, optimizers=(optimizer, None),
+                             args=transformers.TrainingArguments("o", per_device_train_batch_size=2)).train()
+    """
+    for made, want in (("FiraAdamW(model.parameters(), lr=0.1)", None), ("torch.optim.SGD(model.parameters(), lr=0.1)", "sgd")):
+        root = write_checkout(tmp_path / want if want else tmp_path / "own",
+                              {"myopt.py": opt, "train.py": script.replace("OPT", made)}, dedent=True)
+        plan = plan_of_command(root, monkeypatch, "python", "train.py")
+        assert plan.value("optimizer") == want
+        if want is None:
+            assert any("FiraAdamW" in n for n in plan.notes)

@@ -71,10 +71,19 @@ class TrainerFields:
         self.put("compiled_loss", each("torch_compile"), _bool, line)
         self.args_checkpointing(arg_objs)
         optims = trainer.kwargs.get("optimizers")
-        opt_objs = []
+        opt_objs, others = [], []
         if isinstance(optims, Seq) and optims.items:
-            opt_objs = [o for o in flatten(optims.items[0]) if isinstance(o, Optimizer)]
-        if opt_objs:
+            given = flatten(optims.items[0])
+            opt_objs = [o for o in given if isinstance(o, Optimizer)]
+            others = [o for o in given if not isinstance(o, Optimizer) and not (isinstance(o, Const) and o.value is None)]
+        if others:
+            # Trainer(optimizers=(FiraAdamW(...), None)): an optimizer memlint does not model replaces optim=
+            what = next((getattr(getattr(o, "user_class", None), "name", None) for o in others
+                         if getattr(o, "user_class", None) is not None), None)
+            self.put("optimizer", Unknown(f"Trainer(optimizers=(...)) is given {f'the checkout class {what}' if what else 'an optimizer'}"
+                                          " memlint does not model; it replaces the arguments' optim"), line=line)
+            opt_objs = opt_objs or others
+        elif opt_objs:
             self.optimizer_from(opt_objs)
         else:
             self.put("optimizer", each("optim"), _optim, line)
