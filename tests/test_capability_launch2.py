@@ -142,6 +142,20 @@ def test_positional_defaults_are_the_argument_or_the_default(tmp_path, monkeypat
         assert (launch.argv[-1], launch.processes) == (model, procs), args
 
 
+def test_required_arguments_are_the_argument_given(tmp_path, monkeypatch):
+    """`MODEL="${1:?usage}"`, `${2?unset}` and `${X:?set X}`: the argument (or variable) when given; as written when
+    not (bash stops there), so nothing after it takes a value memlint made up."""
+    from memlint.extract.shell import launches
+
+    sh = ('MODEL="${1:?model required: a | b}"\nCOND="${2?condition}"\nexport N=3\n'
+          'torchrun --nproc_per_node ${N:?N unset} train.py --config "configs/${COND}.yaml" --model "${MODEL}"\n')
+    root = _write(tmp_path, {"run.sh": sh, "train.py": "import sys\n"})
+    (launch,) = launches(root / "run.sh", "run.sh", ("qwen", "vi"))
+    assert (launch.argv, launch.processes) == (("--config", "configs/vi.yaml", "--model", "qwen"), 3)
+    (launch,) = launches(root / "run.sh", "run.sh", ("qwen",))
+    assert launch.argv[1] == "configs/${2?condition}.yaml"
+
+
 _SBATCH_JOB = """
     #!/bin/bash
     #SBATCH --nodes=1

@@ -378,6 +378,7 @@ def _expand(text: str, env: dict[str, str], depth: int = 0) -> str:
 
     _checked(text)
     if "${" in text:
+        text = _REQUIRED.sub(lambda m: _required(m, env), text)
         text = _POS_DEFAULT.sub(lambda m: _positional_default(m, env), text)
     if _POS_KEY in env:
         text = _checked(_positional(text, env))
@@ -387,6 +388,20 @@ def _expand(text: str, env: dict[str, str], depth: int = 0) -> str:
 
 
 _POS_DEFAULT = re.compile(r"\$\{([1-9]\d?)(:?)[-=]([^{}$]*)\}")  # ${1:-5}, ${2-/ckpt}: an argument or its default
+_REQUIRED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*|[1-9]\d?)(:?)\?[^{}$]*\}")  # ${1:?usage}, ${MODEL?unset}
+
+
+def _required(m: re.Match, env: dict[str, str]) -> str:
+    """`${1:?model required}` / `${X?unset}`: the argument (or variable) when it is given (non-empty, for `:?`);
+    as written otherwise (bash stops there with the message: nothing after it runs with a value)."""
+    key = m.group(1)
+    if key.isdigit():
+        args = env[_POS_KEY].split("\x00") if env.get(_POS_KEY) else []
+        i = int(key)
+        value = args[i - 1] if i <= len(args) else None
+        return m.group(0) if value is None or (m.group(2) and value == "") else shlex.quote(value)
+    value = env.get(key)
+    return m.group(0) if value is None or (m.group(2) and value == "") else value
 
 
 def _positional_default(m: re.Match, env: dict[str, str]) -> str:
