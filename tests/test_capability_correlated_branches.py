@@ -59,3 +59,29 @@ def test_names_of_different_tests_still_combine_freely(tmp_path, monkeypatch):
     plan = _command(_write(tmp_path, {"train.py": script}), monkeypatch, "python", "train.py")
     assert set(plan.fields["per_device_batch"].candidates) == {2, 8}
     assert set(plan.fields["grad_accum"].candidates) == {1, 4}
+
+
+def test_a_deepspeed_dict_item_written_in_both_branches_reads_its_last_write(tmp_path, monkeypatch):
+    # OpenRLHF's get_ds_train_config: `if dynamic: ds["train_micro_batch_size_per_gpu"] = 1 else: ... = micro`; the
+    # DeepSpeed dict's reader takes one value per key, the last written (as a dict item kept its last write before)
+    script = """
+        import argparse, deepspeed
+        from transformers import AutoModelForCausalLM
+        p = argparse.ArgumentParser()
+        p.add_argument("--micro", type=int, default=2)
+        p.add_argument("--dynamic", action="store_true")
+        args = p.parse_args()
+        ds = {"zero_optimization": {"stage": 2}, "bf16": {"enabled": True}}
+        if args.dynamic or input():
+            ds["train_micro_batch_size_per_gpu"] = 1
+        else:
+            ds["train_micro_batch_size_per_gpu"] = args.micro
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+        engine, opt, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds)
+        for batch in loader:
+            loss = engine(**batch).loss
+            engine.backward(loss)
+            engine.step()
+    """
+    plan = _command(_write(tmp_path, {"train.py": script}), monkeypatch, "python", "train.py", "--micro", "4")
+    assert (plan.value("per_device_batch"), plan.value("distributed")) == (4, "zero2")

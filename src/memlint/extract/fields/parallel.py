@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from memlint.extract.objects import LightningTrainer, Obj, Plugin, field_value
-from memlint.extract.values import Const, DeviceCount, Dict, Unknown, flatten, to_python
+from memlint.extract.values import Alts, Const, DeviceCount, Dict, Unknown, flatten, to_python
 from memlint.library import api
 from memlint.plan import SOURCES, Span, Value
 from memlint.extract.fields.convert import _alts, _int, _map_const
@@ -244,6 +244,10 @@ def _known_python(d: Dict) -> dict:
     """A dict's entries that are known, as plain data (unknown entries left out: the reader's defaults apply)."""
     out = {}
     for k, x in d.items.items():
+        if isinstance(x, Alts) and x.options and isinstance(x.options[-1], (Dict, Const)):
+            # an item written in both branches of a test memlint cannot decide: the last write, as the dict's readers
+            # take one value (`if dynamic: ds["micro"] = 1 else: ds["micro"] = args.micro`)
+            x = x.options[-1]
         if isinstance(x, Dict):
             out[k] = _known_python(x)
             continue
