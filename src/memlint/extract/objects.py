@@ -352,6 +352,8 @@ class TokenizerCall(NamedTuple):
     text: bool = True  # the call tokenizes source text (positional or text=); False: text_target= only (labels)
     literal: bool = False  # on text written in the script (`tok("hello", max_length=10)`): a demonstration, unless no
                            # call on the data says more
+    part: bool = False     # capped at a length named for one part (max_length=self.max_prompt_length): the prompt's
+                           # cap, not the sequence's
 
 
 class OptimizerStep(NamedTuple):

@@ -103,6 +103,11 @@ def target_length_arguments() -> frozenset[str]:
 
 
 @data.derived
+def part_length_words() -> frozenset[str]:
+    """Words that name a part of a sequence in a length's name (max_prompt_length): data/library_api.json."""
+    return frozenset(_doc()["part_length_words"]["words"])
+
+
 def length_arguments() -> frozenset[str]:
     """Names of a script's own sequence-length argument (args.max_seq_length, cfg.cutoff_len)."""
     return frozenset(_doc()["length_arguments"]["names"])

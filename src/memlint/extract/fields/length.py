@@ -485,9 +485,9 @@ def _held_collators(collator: Any) -> list:
 def _data_calls(facts: Any) -> list:
     """The tokenizer calls the run reached, those on text written in the script (demonstrations) left out where a
     call on the data (reached or not) says more."""
-    reached = facts.first("tokenizer_calls")
+    reached = [c for c in facts.first("tokenizer_calls") if not c.part]  # a prompt's cap is not the sequence's
     if all(c.literal for c in reached):
-        return [c for c in facts.tokenizer_calls if not c.literal] or reached
+        return [c for c in facts.tokenizer_calls if not c.literal and not c.part] or reached
     return [c for c in reached if not c.literal]
 
 

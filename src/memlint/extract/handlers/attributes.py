@@ -73,8 +73,13 @@ class AttributeHandlers:
             root = obj
             while root.base is not None:
                 root = root.base
-            return HfConfig("config", line or 0, {"model_id": root.kwargs.get("pretrained_model_name_or_path",
-                                                                             root.kwargs.get("model_name"))})
+            kwargs = {"model_id": root.kwargs.get("pretrained_model_name_or_path", root.kwargs.get("model_name"))}
+            klass = next((p for p in reversed(root.cls.split(".")) if p[:1].isupper()), "")  # X.from_pretrained: X
+            if klass and api.task_head(klass) == "causal-lm":
+                # a ...ForCausalLM is decoder-only (a trainer's `if model.config.is_encoder_decoder:` branch never runs)
+                kwargs["is_encoder_decoder"] = Const(False, "library-default", line, (
+                    f"{klass} is a decoder-only model: config.is_encoder_decoder is False",))
+            return HfConfig("config", line or 0, kwargs)
         if isinstance(obj, Accelerator) and attr == "num_processes":
             return self.world_size(it, "accelerator.num_processes")
         if isinstance(obj, DeepSpeedEngine) and attr == "module":

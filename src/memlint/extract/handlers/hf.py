@@ -285,7 +285,8 @@ class HfHandlers:
         # when another call tokenizes the data (fields/length.py)
         it.facts.tokenizer_calls.append(TokenizerCall(dict(kwargs), line, tok, name,
                                                       bool(args) or "text" in kwargs or "text_target" not in kwargs,
-                                                      name != "pad" and _literal_text(text)))
+                                                      name != "pad" and _literal_text(text),
+                                                      _part_cap(getattr(it, "call_node", None))))
         cap, trunc = kwargs.get("max_length"), kwargs.get("truncation")
         capped = isinstance(cap, Const) and isinstance(cap.value, int) and not isinstance(cap.value, bool) \
             and isinstance(trunc, Const) and trunc.value not in (False, None, "do_not_truncate")
@@ -419,3 +420,19 @@ def config_shape(cfg: HfConfig) -> Any:
 
 def _literal(x: Any) -> bool:
     return x is None or isinstance(x, (bool, int, float, str))
+
+
+def _part_cap(node: Any) -> bool:
+    """Whether a tokenizer call's max_length is written as a length named for one part of the sequence
+    (`max_length=self.max_prompt_length`, `max_length=args.max_response_len`: library.api.part_length_words)."""
+    import libcst as cst
+
+    if not isinstance(node, cst.Call):
+        return False
+    arg = next((a for a in node.args if a.keyword is not None and a.keyword.value == "max_length"), None)
+    expr = arg.value if arg is not None else None
+    name = expr.attr.value if isinstance(expr, cst.Attribute) else expr.value if isinstance(expr, cst.Name) else None
+    if name is None:
+        return False
+    words = name.lower().split("_")
+    return any(w in api.part_length_words() for w in words)

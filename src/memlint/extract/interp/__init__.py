@@ -87,6 +87,7 @@ class Interpreter(Statements, Expressions, Calls, ModuleFiles, Idioms, LibraryCa
         self.hydra_entries: list = []  # the @hydra.main entries composed so far (composed again on a new resolver)
         self.config_dir: tuple | None = None  # (folder, how): where a config composer's initialize() call points
         self.call_line: int | None = None
+        self.call_node: Any = None  # the syntax of the call being read (what its arguments were written as)
         self.source = source
         self.main = self._load(path, source, "__main__", is_main=True)
 

@@ -268,6 +268,7 @@ class Calls:
         # lines are reported against the script (values keep their own file and line).
         at = line if self.cur_file() is None else (self.entry_line or line)
         self.call_line = line  # the call's own line in its own file (the layers a script model builds)
+        self.call_node = node  # and its syntax (the expressions its arguments were written as)
         result = self.forked_call(f, args, kwargs, open_kwargs, at, node)
         if isinstance(f, Ref) and (f.name.removeprefix("builtins.") in _NO_CALLBACK or f.qual == "functools.partial"):
             # super(C, self), isinstance(x, C), print(x): nothing calls x back; partial(f, k=v) binds

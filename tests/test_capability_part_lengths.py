@@ -1,0 +1,48 @@
+"""A checkout's preference trainer (SPIN, SimPO: copies of TRL's DPOTrainer) tokenizes the prompt alone, capped at
+`max_length=self.max_prompt_length`, and builds the sequence from prompt and response up to its max_length: a length
+named for one part (library.api.part_length_words) is not the sequence's. And such a trainer's encoder-decoder
+branches (`if model.config.is_encoder_decoder:`) never run for a ...ForCausalLM model, which is decoder-only.
+Synthetic checkouts written from the pattern."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from checkouts import plan_of_command as _command, write_checkout
+
+_write = partial(write_checkout, dedent=True)
+
+
+def test_a_causal_lm_is_decoder_only(tmp_path, monkeypatch):
+    script = """
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+        bs = 16 if model.config.is_encoder_decoder else 2
+        Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=bs)).train()
+    """
+    plan = _command(_write(tmp_path, {"train.py": script}), monkeypatch, "python", "train.py")
+    assert plan.value("per_device_batch") == 2 and not plan.fields["per_device_batch"].candidates
+
+
+def test_a_tokenizer_call_capped_at_the_prompts_length_is_not_the_sequences(tmp_path, monkeypatch):
+    script = """
+        import argparse
+        from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+        p = argparse.ArgumentParser()
+        p.add_argument("--max_prompt_length", type=int, default=128)
+        p.add_argument("--max_length", type=int, default=1024)
+        args = p.parse_args()
+        tok = AutoTokenizer.from_pretrained("Qwen/Qwen2.5-0.5B")
+
+        def encode(ex):
+            prompt = tok(ex["prompt"], truncation=True, max_length=args.max_prompt_length)["input_ids"]
+            response = tok(ex["response"], add_special_tokens=False)["input_ids"]
+            ids = (prompt + response)[:args.max_length]
+            return {"input_ids": ids, "labels": ids}
+
+        ds = load_dataset("json", data_files="d.json")["train"].map(encode)
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+        Trainer(model=model, train_dataset=ds, args=TrainingArguments("o", per_device_train_batch_size=2)).train()
+    """
+    plan = _command(_write(tmp_path, {"train.py": script}), monkeypatch, "python", "train.py")
+    assert plan.value("max_length") == 1024
