@@ -46,3 +46,18 @@ def test_a_tokenizer_call_capped_at_the_prompts_length_is_not_the_sequences(tmp_
     """
     plan = _command(_write(tmp_path, {"train.py": script}), monkeypatch, "python", "train.py")
     assert plan.value("max_length") == 1024
+
+
+def test_trls_dpo_collator_pads_to_the_longest(tmp_path, monkeypatch):
+    # SimPO's trainer (a copy of TRL's DPOTrainer on transformers' Trainer) pads with TRL's DPODataCollatorWithPadding
+    script = """
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+        from trl.trainer.utils import DPODataCollatorWithPadding
+
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+        Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=2),
+                data_collator=DPODataCollatorWithPadding(pad_token_id=0, label_pad_token_id=-100)).train()
+    """
+    plan = _command(_write(tmp_path, {"train.py": script, "requirements.txt": "trl==0.11.4\n"}), monkeypatch,
+                    "python", "train.py")
+    assert plan.value("padding") == "longest"
