@@ -61,3 +61,25 @@ def test_trls_dpo_collator_pads_to_the_longest(tmp_path, monkeypatch):
     plan = _command(_write(tmp_path, {"train.py": script, "requirements.txt": "trl==0.11.4\n"}), monkeypatch,
                     "python", "train.py")
     assert plan.value("padding") == "longest"
+
+
+def test_a_trainer_keyword_given_none_takes_the_trainers_own_fallback(tmp_path, monkeypatch):
+    # TRL's DPOTrainer(max_length=None) before 0.12 warned and fell back to 512 (dpo_trainer.py, v0.5-v0.11)
+    script = """
+        from dataclasses import dataclass, field
+        from typing import Optional
+        from transformers import AutoModelForCausalLM, HfArgumentParser, TrainingArguments
+        from trl import DPOTrainer
+
+        @dataclass
+        class Args(TrainingArguments):
+            max_length: Optional[int] = field(default=None)
+
+        (args,) = HfArgumentParser((Args,)).parse_args_into_dataclasses()
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+        DPOTrainer(model, None, args=args, train_dataset=None, max_length=args.max_length).train()
+    """
+    for pin, want in (("trl==0.8.6", 512), ("trl==0.12.1", None)):
+        root = _write(tmp_path / pin, {"train.py": script, "requirements.txt": pin + "\n"})
+        plan = _command(root, monkeypatch, "python", "train.py", "--output_dir", "o")
+        assert plan.value("max_length") == want, pin

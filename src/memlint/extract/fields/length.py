@@ -274,7 +274,13 @@ class LengthFields:
                                   f"({package}{versions} does: {ref}); not read")
                 return None
         if isinstance(v, Const) and v.value is None:
-            return None  # None: the trainer's own default applies
+            # None: the trainer's own fallback applies (TRL's DPOTrainer before 0.12: 512), as its config class's default
+            arguments = api.trainer(trainer.cls).arguments if api.trainer(trainer.cls) is not None else None
+            d = library_default(arguments, _field) if arguments else None
+            if d is None:
+                return None
+            return Const(d.value, "library-default", v.line, (*v.chain, f"{trainer.cls}({key}=None) (line {trainer.line}): "
+                                                              f"the trainer's own fallback, {d.why}"), v.file)
         how = f"{trainer.cls}({key}=...) (line {trainer.line}), a keyword {package}{versions} takes ({ref})"
         return v.with_value(v.value, how) if isinstance(v, Const) else v
 
