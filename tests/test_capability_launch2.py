@@ -156,6 +156,20 @@ def test_required_arguments_are_the_argument_given(tmp_path, monkeypatch):
     assert launch.argv[1] == "configs/${2?condition}.yaml"
 
 
+def test_a_command_built_up_with_appends_and_run_by_eval(tmp_path, monkeypatch):
+    """`CMD="accelerate launch ... \"train.py\""`, then `CMD+=" --flag ${VAR}"` lines (some under a test), then
+    `eval "${CMD}"`: the command as built."""
+    from memlint.extract.shell import launches
+
+    sh = ('BS=4\nUSE_PEFT=True\nCMD="accelerate launch --num_processes 2 \\"train.py\\""\n'
+          'CMD+=" --output_dir o"\nif [ "${USE_PEFT}" = "True" ]; then\n    CMD+=" --lora_r 16"\nfi\n'
+          'CMD+=" --per_device_train_batch_size ${BS}"\necho "${CMD}"\neval "${CMD}"\n')
+    root = _write(tmp_path, {"run.sh": sh, "train.py": "import sys\n"})
+    (launch,) = launches(root / "run.sh", "run.sh", None)
+    assert (launch.script, launch.processes) == ("train.py", 2)
+    assert launch.argv == ("--output_dir", "o", "--lora_r", "16", "--per_device_train_batch_size", "4")
+
+
 _SBATCH_JOB = """
     #!/bin/bash
     #SBATCH --nodes=1

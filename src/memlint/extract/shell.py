@@ -20,6 +20,7 @@ from memlint.extract.launch import (FRAMEWORK_CLIS, Launch, _config_arg, command
 from memlint.vocab import LAUNCHER_NAMES, LAUNCHER_SUFFIXES
 
 _MAX_BYTES = 256_000
+_APPEND = re.compile(r"^\s*(?:export\s+|local\s+)?([A-Za-z_][A-Za-z0-9_]*)\+=(?!\()(.*)$")  # X+="more" (not an array's +=(...))
 _ASSIGN = re.compile(r"^\s*(?:export\s+|local\s+|readonly\s+|declare\s+(?:-\w+\s+)*)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 # A default's text stops at the next `${` (nested defaults are _defaults' business): each match attempt then
 # scans to the next `${`, not to the end of the line (8,000 unclosed `${A:-` were a quadratic scan).
@@ -1149,6 +1150,14 @@ def _sets_variables(stripped: str, env: dict[str, str], exported: set[str]) -> b
         env[key] = "\x00".join(words)
         return True
     exported |= _exports(stripped)
+    app = _APPEND.match(stripped)
+    if app is not None:  # `CMD+=" --lora_r ${R}"`: the string grows (a command built up, then `eval "$CMD"`)
+        val = app.group(2).strip()
+        if _quoted_alone(val) or " " not in val:
+            env[app.group(1)] = env.get(app.group(1), "") + _unquote(_expand(val, env))
+        else:
+            env.pop(app.group(1), None)
+        return True
     m = _ASSIGN.match(stripped)
     if not m:
         return False
