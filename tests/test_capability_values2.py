@@ -77,6 +77,8 @@ _COPIED_DPO = """
     ("DPOTrainer", "all", "DPOTrainer"),         # TRL's DPOTrainer, copied over transformers' Trainer
     ("DPOTrainer", "none", "Trainer"),           # named so, but without the trainer's methods: not a copy of it
     ("RewardTrainer", "compute_loss", "Trainer"),  # a custom compute_loss alone is any project's own trainer
+    # TRL's RewardTrainer copied (v0.4-v0.11 carry __init__, compute_loss and prediction_step only): that trainer
+    ("RewardTrainer", "compute_loss+prediction_step", "RewardTrainer"),
     ("MyTrainer", "all", "Trainer"),             # a subclass of its own name
 ])
 def test_a_copy_of_a_trl_trainer_in_the_repository_is_that_trainer(tmp_path, monkeypatch, name, keep, trainer):
@@ -84,9 +86,12 @@ def test_a_copy_of_a_trl_trainer_in_the_repository_is_that_trainer(tmp_path, mon
     head, rest = utils.split("        def concatenated_forward")
     if keep == "none":
         utils = head
-    elif keep == "compute_loss":
+    elif keep.startswith("compute_loss"):
         utils = head + "        def compute_loss" + rest.split("        def compute_loss")[1].replace(
             "self.concatenated_forward(model, inputs)", "model(**inputs)")
+        if keep.endswith("prediction_step"):
+            utils += ("\n        def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):\n"
+                      "            return None, None, None\n")
     script = f"""
         from transformers import AutoModelForCausalLM, TrainingArguments
         from dpo_utils import {name}

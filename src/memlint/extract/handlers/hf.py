@@ -65,13 +65,17 @@ def _copied_trainer(cls: Class, base: str | None, names: Any) -> str | None:
             break
         x = stack.pop(0)
         if isinstance(x, Class):
-            if x.name in names and x.name != base and _TRAINER_LOSS & set(x.methods):
+            if x.name in names and x.name != base and (_TRAINER_LOSS & set(x.methods)
+                                                       or _COPIED_OWN.get(x.name, frozenset({""})) <= set(x.methods)):
                 return x.name
             stack.extend(x.bases)
     return None
 
 
 _TRAINER_LOSS = frozenset({"concatenated_forward", "get_batch_loss_metrics"})  # TRL's preference trainers' own
+# a trainer copied without those: the methods its copies always carry (TRL's RewardTrainer, v0.4 on: its pairwise
+# compute_loss and the prediction_step that returns both rewards; visualize_samples from 0.12)
+_COPIED_OWN = {"RewardTrainer": frozenset({"compute_loss", "prediction_step"})}
 
 
 def _literal_text(text: Any) -> bool:
