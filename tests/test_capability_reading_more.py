@@ -201,3 +201,25 @@ def test_unsloths_vision_collator_falls_back_to_the_loaders_default_length(tmp_p
     root = _write(tmp_path, {"train.py": script})
     assert _command(root, monkeypatch, "python", "train.py").fields["max_length"].value == 2048
 
+
+
+def test_a_bnb_4bit_checkpoint_loads_quantized_whatever_the_load_flags_say(tmp_path, monkeypatch):
+    """A checkpoint saved in 4-bit by bitsandbytes (its folder in the Hub cache, `.../models--unsloth--X-bnb-4bit/
+    snapshots/<hash>`) loads quantized from its config.json: `quantization_config=None` and `load_in_4bit=False` ask
+    for no quantization but do not undo the checkpoint's own."""
+    script = """
+        import argparse
+        from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments
+        from peft import LoraConfig, get_peft_model
+        p = argparse.ArgumentParser()
+        p.add_argument("--load_in_4bit", type=lambda s: s == "True", default=False)
+        args = p.parse_args()
+        quant = BitsAndBytesConfig(load_in_4bit=True) if args.load_in_4bit else None
+        model = AutoModelForCausalLM.from_pretrained("{ID}", quantization_config=quant)
+        model = get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
+        Trainer(model=model, args=TrainingArguments("o")).train()
+    """
+    path = "/mnt/hub/models--unsloth--Meta-Llama-3.1-8B-Instruct-bnb-4bit/snapshots/0123abc"
+    root = _write(tmp_path, {"t.py": script.replace("{ID}", path)})
+    plan = _command(root, monkeypatch, "python", "t.py", "--load_in_4bit", "False")
+    assert _get(plan, "method", "quant_bits", "quant_type") == {"method": "qlora", "quant_bits": 4, "quant_type": "nf4"}

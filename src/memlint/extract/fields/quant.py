@@ -13,7 +13,9 @@ from memlint.extract.values import Const, Ref, Unknown, flatten
 from memlint.extract.fields.convert import _alts, _libc
 
 
-_BNB_4BIT_NAME = re.compile(r"[-_.]bnb[-_]4bit$", re.I)  # a Hub id of a checkpoint saved by bitsandbytes in 4 bits
+# a Hub id of a checkpoint saved by bitsandbytes in 4 bits, alone or as a folder of a path (the Hub cache's
+# models--unsloth--X-bnb-4bit/snapshots/<hash>)
+_BNB_4BIT_NAME = re.compile(r"[-_.]bnb[-_]4bit(?:/|$)", re.I)
 
 
 class QuantFields:
@@ -83,22 +85,22 @@ class QuantFields:
             }
         if b is not None and not (isinstance(b, Const) and b.value is None):
             return {k: Unknown("a quantization config memlint could not follow") for k in ("bits", "type", "double", "compute")}
-        if isinstance(b, Const):
-            return {"bits": b.with_value(None, "quantization_config=None: not quantized"), "type": None, "double": None, "compute": None}
         b4, b8 = kw.get("load_in_4bit"), kw.get("load_in_8bit")
         mid = kw.get("pretrained_model_name_or_path")
-        if b4 is None and b8 is None and b is None and isinstance(mid, Const) and isinstance(mid.value, str) \
-                and _BNB_4BIT_NAME.search(mid.value):
+        off = all(x is None or isinstance(x, Const) and not x.value for x in (b4, b8))
+        if off and isinstance(mid, Const) and isinstance(mid.value, str) and _BNB_4BIT_NAME.search(mid.value.rstrip("/")):
             # a checkpoint saved quantized by bitsandbytes (unsloth's `-bnb-4bit` mirrors): its config.json carries
             # the quantization_config from_pretrained applies with no argument
             why = (f"{mid.value}: a checkpoint saved in 4-bit by bitsandbytes; from_pretrained applies the "
                    "quantization_config of its config.json")
-            unsloth = mid.value.lower().startswith("unsloth/")
+            unsloth = mid.value.lower().startswith("unsloth/") or "models--unsloth--" in mid.value.lower()
             return {"bits": mid.with_value(4, why),
                     "type": mid.with_value("nf4", why + " (unsloth's mirrors: nf4)") if unsloth else Unknown(why),
                     "double": mid.with_value(True, why + " (unsloth's mirrors: double quantization)") if unsloth
                     else Unknown(why),
                     "compute": Unknown(f"{why}: its compute dtype")}
+        if isinstance(b, Const):
+            return {"bits": b.with_value(None, "quantization_config=None: not quantized"), "type": None, "double": None, "compute": None}
         if b4 is None and b8 is None and root.open:
             unk = Unknown("quantization may be set by **kwargs")
             return {"bits": unk, "type": unk, "double": unk, "compute": unk}
