@@ -170,6 +170,18 @@ def test_a_command_built_up_with_appends_and_run_by_eval(tmp_path, monkeypatch):
     assert launch.argv == ("--output_dir", "o", "--lora_r", "16", "--per_device_train_batch_size", "4")
 
 
+def test_a_loop_over_a_list_of_one_binds_its_variable(tmp_path, monkeypatch):
+    """`for MODEL in "${MODELS[@]}"; do` over an array whose other entries are commented out: the one model; a
+    loop over several values leaves its variable unknown (each pass takes another)."""
+    from memlint.extract.shell import launches
+
+    sh = ('MODELS=(\n    # "big/model-70B"\n    "Qwen/Qwen2.5-0.5B"\n)\nfor MODEL in "${MODELS[@]}"; do\n'
+          '    for SEED in 1 2 3\n    do\n        python train.py --model ${MODEL} --seed $SEED\n    done\ndone\n')
+    root = _write(tmp_path, {"run.sh": sh, "train.py": "import sys\n"})
+    (launch,) = launches(root / "run.sh", "run.sh", None)
+    assert launch.argv == ("--model", "Qwen/Qwen2.5-0.5B", "--seed", "$SEED")
+
+
 _SBATCH_JOB = """
     #!/bin/bash
     #SBATCH --nodes=1

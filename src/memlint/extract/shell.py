@@ -1129,10 +1129,30 @@ def _hostnames(words: list[str], env: dict[str, str]) -> list[str] | None:
     return out
 
 
+_FOR_HEAD = re.compile(r"^for\s+([A-Za-z_][A-Za-z0-9_]*)\s+in\s+(.+?)\s*(?:;\s*do)?\s*$")
+
+
+def _loop_variable(stripped: str, env: dict[str, str]) -> bool:
+    """`for MODEL in "${MODELS[@]}"; do` (its body on the lines that follow): the loop variable is the list's one
+    word when the list has one (the others commented out), unknown otherwise (each pass takes another)."""
+    m = _FOR_HEAD.match(stripped)
+    if m is None or re.search(r"\bdo\s+\S", stripped):
+        return False
+    try:
+        words = tokens(_expand(m.group(2), env))
+    except MemlintError:
+        words = []
+    if len(words) == 1 and "$" not in words[0]:
+        env[m.group(1)] = words[0]
+    else:
+        env.pop(m.group(1), None)
+    return True
+
+
 def _sets_variables(stripped: str, env: dict[str, str], exported: set[str]) -> bool:
-    """Read a shell line that only sets variables (`shift`, an array, `X=...`, `export X=...`) into `env` and
-    `exported`; False for a line that runs a command (`VAR=1 python train.py` included)."""
-    if _shifted(stripped, env):
+    """Read a shell line that only sets variables (`shift`, an array, `X=...`, `export X=...`, a loop's head) into
+    `env` and `exported`; False for a line that runs a command (`VAR=1 python train.py` included)."""
+    if _shifted(stripped, env) or _loop_variable(stripped, env):
         return True
     arr = _ARRAY_DEF.match(stripped)
     if arr:  # `CUDAs=(${TOT_CUDA//,/ })`: a bash array of the expanded words; `A+=(x y)` appends to it
