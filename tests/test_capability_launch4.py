@@ -244,3 +244,24 @@ def test_a_command_run_over_ssh_is_the_quoted_commands(tmp_path, monkeypatch):
         plan = _command(root, monkeypatch, "bash", "scripts/train.sh", "gpu-box")
         assert _get(plan, "model_id", "per_device_batch", "lora_r") == {
             "model_id": "Qwen/Qwen2.5-0.5B", "per_device_batch": 3, "lora_r": 8}
+
+
+def test_a_config_the_notebook_writes_from_a_string_is_there_for_the_script_it_runs(tmp_path, monkeypatch):
+    # a Colab cell writes the YAML text (`with open("cfg.yaml", "w") as f: f.write(cfg)`), a later cell runs
+    # `!python train.py --config cfg.yaml`: the script reads that text, though no cfg.yaml is in the checkout
+    from checkouts import write_notebook
+    from memlint.extract import extract_paths
+
+    train = ("import argparse, yaml\n"
+             "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+             "p = argparse.ArgumentParser(); p.add_argument('--config'); a = p.parse_args()\n"
+             "cfg = yaml.safe_load(open(a.config))\n"
+             "model = AutoModelForCausalLM.from_pretrained(cfg['model'])\n"
+             "Trainer(model=model, args=TrainingArguments('o', per_device_train_batch_size=cfg['batch'])).train()\n")
+    root = _write(tmp_path, {"train.py": train})
+    write_notebook(root / "nb.ipynb", ['cfg = """\n', "model: Qwen/Qwen2.5-0.5B\n", "batch: 3\n", '"""\n',
+                                       "with open('cfg.yaml', 'w') as f:\n", "    f.write(cfg)\n",
+                                       "!python train.py --config cfg.yaml\n"])
+    monkeypatch.chdir(root)
+    plans = [p for p in extract_paths(["nb.ipynb"]) if p.path.endswith("train.py")]
+    assert plans and (plans[0].value("model_id"), plans[0].value("per_device_batch")) == ("Qwen/Qwen2.5-0.5B", 3)

@@ -48,6 +48,8 @@ class Target:
                                   # kept with a note when it shows no trainer, unless another of its commands trains
     written_by: Path | None = None  # a file a notebook writes (`%%writefile train.py`): its text is that cell's,
     text: str | None = None         # read from the notebook `written_by`, not from the disk
+    writes: dict | None = None      # the config files the launching notebook wrote before the command (absolute path
+                                    # -> (text, where)): there for the script's run-time reads
 
 
 # ---- .gitignore, read by pathspec (gitignore style) ------------------------------------------
@@ -514,6 +516,25 @@ def max_file_size() -> int:
 def configure(limit: int | None) -> None:
     """The limit for this run (a command's settings); None puts the default back."""
     _limit[0] = MAX_FILE_SIZE if limit is None else limit
+
+
+_written: list[dict[str, tuple[str, str]]] = []  # files a notebook writes before the command it runs
+
+
+@contextmanager
+def written_overlay(written: dict[str, tuple[str, str]] | None) -> Iterator[None]:
+    """Inside the block, the files a notebook wrote before running a script (`f.write(yaml_text)` to cfg.yaml, then
+    `!python train.py --config cfg.yaml`) are there for the script: absolute path -> (text, where it was written)."""
+    _written.append(dict(written or {}))
+    try:
+        yield
+    finally:
+        _written.pop()
+
+
+def written_text(path: str | os.PathLike) -> tuple[str, str] | None:
+    """(text, where it was written) of a file a notebook wrote (written_overlay), else None."""
+    return _written[-1].get(os.path.abspath(path)) if _written else None
 
 
 @contextmanager

@@ -408,7 +408,7 @@ def _read_targets(targets: list[Target], depth: int) -> list[tuple[Target, Train
 
     read = []
     for target in targets:
-        with files.checked_root(files.target_root(target)):
+        with files.checked_root(files.target_root(target)), files.written_overlay(target.writes):
             if target.note is not None:  # refused before reading (a launcher past its budget)
                 plan = unreadable(target.shown, target.note)
             else:

@@ -53,10 +53,10 @@ def _checkout_copies(it: Any, p: Path) -> list[Path]:
 
 def find(it: Any, ref: str) -> Path | None:
     """The first candidate that is a file inside the checked root (files.is_file never looks outside it)."""
-    from memlint.files import is_file
+    from memlint.files import is_file, written_text
 
     for cand in candidates(it, ref):
-        if is_file(cand):
+        if written_text(cand) is not None or is_file(cand):
             return cand
     return None
 
@@ -90,12 +90,17 @@ def read(it: Any, path_value: Any, how: str) -> Any:
             refuse_outside(away)
             return Unknown(f"{ref}: a config file outside the checked root; not read")
         return Unknown(f"{ref}: a config file read at run time, not found in the checkout")
-    from memlint.files import read_text
+    from memlint.files import read_text, written_text
 
+    written = written_text(found)
     try:
-        if found.stat().st_size > MAX_CONFIG_BYTES:
+        if written is not None:  # the launching notebook wrote it before the command (its text, not the disk's)
+            text = written[0]
+            it.facts.note(f"{ref}: the file the notebook writes at {written[1]} before it runs this script")
+        elif found.stat().st_size > MAX_CONFIG_BYTES:
             return Unknown(f"{ref}: larger than {MAX_CONFIG_BYTES // 1_000_000} MB; not read")
-        text = read_text(found, encoding="utf-8-sig")  # a regular file within max-file-size
+        else:
+            text = read_text(found, encoding="utf-8-sig")  # a regular file within max-file-size
     except (OSError, UnicodeDecodeError):
         return Unknown(f"{ref}: unreadable")
     from memlint.extract.configs.document import load_text

@@ -1298,8 +1298,16 @@ def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str,
             if skipped is not None:
                 skipped.append(launch)
             continue
+        writes = None
+        if path.suffix == ".ipynb" and launch.script:  # the configs the notebook wrote before it runs the script
+            if "configs" not in written:
+                from memlint.extract.source import written_configs
+
+                written["configs"] = {os.path.abspath(path.parent / k): (text, f"{shown}:{line}")
+                                      for k, (text, line) in written_configs(path).items()}
+            writes = written["configs"] or None
         out.append(Target(target, os.path.normpath(os.path.relpath(target)), False, launch, root=root,
-                          named_launcher=named))
+                          named_launcher=named, writes=writes))
     return out
 
 

@@ -236,7 +236,8 @@ MAX_WRITTEN_CONFIG = 200_000  # characters of one written config
 
 def written_configs(path: Path) -> dict[str, tuple[str, int]]:
     """The config files a notebook writes from a dict it builds (`args = dict(stage="sft", ...)` then `with open(NAME,
-    "w") as f: yaml.dump(args, f)`, `json.dump(args, open(NAME, "w"))`), for the framework command it then runs
+    "w") as f: yaml.dump(args, f)`, `json.dump(args, open(NAME, "w"))`) or from a string (`f.write(yaml_text)`), for
+    the command it then runs
     (`!llamafactory-cli train NAME`): NAME (normalised, relative to the notebook's folder, after the `%cd` lines
     before it) -> (the file's text, the notebook line of the dump). Read statically: literal values (and names bound
     to literals) only; a key whose value is not one is left out. The last write of a name wins."""
@@ -304,6 +305,12 @@ class _NotebookWrites:
                 got = self.literal(kw.value)
                 if kw.arg is not None and got is not _NOT_LITERAL:
                     self.values[owner][kw.arg] = got
+        elif name == "write" and owner in files and len(c.args) == 1 and isinstance(self.literal(c.args[0]), str):
+            # `with open("cfg.yaml", "w") as f: f.write(yaml_text)`: the text the notebook wrote, as written
+            where = self.opened(files[owner])
+            text = self.literal(c.args[0])
+            if where is not None and len(text) <= MAX_WRITTEN_CONFIG:
+                self.out[where] = (text, stmt.lineno)
         elif name in ("dump", "safe_dump") and owner in ("json", "yaml") and len(c.args) >= 2 and \
                 isinstance(c.args[0], ast.Name) and isinstance(self.values.get(c.args[0].id), dict):
             target = c.args[1]
