@@ -83,3 +83,20 @@ def test_a_trainer_keyword_given_none_takes_the_trainers_own_fallback(tmp_path, 
         root = _write(tmp_path / pin, {"train.py": script, "requirements.txt": pin + "\n"})
         plan = _command(root, monkeypatch, "python", "train.py", "--output_dir", "o")
         assert plan.value("max_length") == want, pin
+
+
+def test_max_length_without_truncation_caps_nothing(tmp_path, monkeypatch):
+    # tokenizer(text, truncation=False, max_length=8000, return_overflowing_tokens=True): no truncation, so the longest
+    # sample decides; with truncation=True the same call caps at 8000
+    script = """
+        from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+        tok = AutoTokenizer.from_pretrained("Qwen/Qwen2.5-0.5B")
+        def enc(ex):
+            return tok(ex["text"], truncation=TRUNC, max_length=8000, return_overflowing_tokens=True)
+        ds = load_dataset("json", data_files="d.json")["train"].map(enc)
+        model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+        Trainer(model=model, train_dataset=ds, args=TrainingArguments("o", per_device_train_batch_size=1)).train()
+    """
+    for trunc, want in (("False", None), ("True", 8000)):
+        root = _write(tmp_path / trunc, {"train.py": script.replace("TRUNC", trunc)})
+        assert _command(root, monkeypatch, "python", "train.py").value("max_length") == want, trunc

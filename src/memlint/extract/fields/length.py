@@ -511,6 +511,8 @@ def _call_lengths(kw: dict, kind: str | None, tok: Any, method: str) -> list:
     ml = kw.get("max_length")
     if method == "pad" and kind != "max_length":
         return []
+    if isinstance(trunc, Const) and trunc.value in (False, "do_not_truncate") and kind != "max_length":
+        return []  # truncation=False: max_length caps nothing (the tokenizer warns and keeps every token)
     if ml is not None and not all(isinstance(x, Const) and x.value is None for x in flatten(ml)):
         return [ml]
     if (isinstance(trunc, Const) and trunc.value) or kind == "max_length":
