@@ -265,3 +265,14 @@ def test_a_config_the_notebook_writes_from_a_string_is_there_for_the_script_it_r
     monkeypatch.chdir(root)
     plans = [p for p in extract_paths(["nb.ipynb"]) if p.path.endswith("train.py")]
     assert plans and (plans[0].value("model_id"), plans[0].value("per_device_batch")) == ("Qwen/Qwen2.5-0.5B", 3)
+
+
+def test_a_refused_read_keeps_the_plans_launcher():
+    # a launched script that reads a file outside the checked root gets a not-read note; the launcher line that runs
+    # it (the plan's `via`) is kept, so a notebook's launched training script is still known as launched
+    from memlint.extract import not_read
+    from memlint.plan import TrainingPlan
+
+    plan = TrainingPlan("scripts/train.py", via="nb.ipynb:12")
+    got = not_read(plan, [("/home/u/.cache/x.json", "not read: outside the checked root")])
+    assert got.via == "nb.ipynb:12" and got.diagnostics

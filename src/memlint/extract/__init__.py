@@ -485,7 +485,7 @@ def not_read(plan: TrainingPlan, refused: list[tuple[str, str]], own: str | os.P
             diags.append(Diagnostic("not-read", f"{why} (followed from {plan.path})", Span(os.path.normpath(path), 1, 1)))
     if not diags:
         return plan
-    return replace(plan, diagnostics=plan.diagnostics + tuple(diags), via=None, sources=())
+    return replace(plan, diagnostics=plan.diagnostics + tuple(diags), sources=())
 
 
 def _shown_path(path: str) -> str:
