@@ -40,6 +40,25 @@ def test_a_model_and_its_loading_keywords_set_in_one_branch_are_read_together(tm
     plan = _command(root, monkeypatch, "python", "train.py")
     got = {k: plan.value(k) for k in ("model_id", "method", "quant_bits", "torch_dtype")}
     assert got == {"model_id": "Qwen/Qwen2.5-7B", "method": "qlora", "quant_bits": 4, "torch_dtype": "bf16"}
+    assert not any("more than one trainer" in n for n in plan.notes)  # one trainer, read once
+
+
+def test_a_name_the_test_does_not_touch_keeps_every_value(tmp_path, monkeypatch):
+    # `model` holds two values before the `if`; only `args` is set in its branches: both values of each stay
+    script = """
+        from peft import LoraConfig, get_peft_model
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+        base = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+        model = get_peft_model(base, LoraConfig(r=8, target_modules=["q_proj"])) if input() else base
+        if input():
+            args = TrainingArguments("o", per_device_train_batch_size=2)
+        else:
+            args = TrainingArguments("o", per_device_train_batch_size=4)
+        Trainer(model=model, args=args).train()
+    """
+    plan = _command(_write(tmp_path, {"train.py": script}), monkeypatch, "python", "train.py")
+    assert set(plan.fields["per_device_batch"].candidates) == {2, 4}
+    assert not any("more than one trainer" in n for n in plan.notes)
 
 
 def test_names_of_different_tests_still_combine_freely(tmp_path, monkeypatch):
@@ -85,3 +104,7 @@ def test_a_deepspeed_dict_item_written_in_both_branches_reads_its_last_write(tmp
     """
     plan = _command(_write(tmp_path, {"train.py": script}), monkeypatch, "python", "train.py", "--micro", "4")
     assert (plan.value("per_device_batch"), plan.value("distributed")) == (4, "zero2")
+    # written on one branch only: still its last write in the text (not the value before the test)
+    one = script.replace('    ds["train_micro_batch_size_per_gpu"] = 1\n', '    ds["zero_optimization"] = {"stage": 3}\n')
+    plan = _command(_write(tmp_path / "one", {"train.py": one}), monkeypatch, "python", "train.py", "--micro", "4")
+    assert plan.value("distributed") == "zero3"

@@ -79,3 +79,20 @@ def test_a_probe_of_a_field_memlint_does_not_list_keeps_both_branches(tmp_path, 
     plan = _command(_write(tmp_path, {"train.py": script, "requirements.txt": "trl==0.21.0\n"}), monkeypatch,
                     "python", "train.py")
     assert set(plan.fields["per_device_batch"].candidates) == {2, 8}
+
+
+def test_a_key_the_tables_do_not_list_is_kept_by_the_filter(tmp_path, monkeypatch):
+    # model_init_kwargs is a field memlint reads that its field tables do not list: `k in names` keeps it (the key was
+    # written for the class); `k not in names` stays undecided, as any filter memlint cannot decide
+    script = """
+        from dataclasses import fields
+        from trl import SFTConfig, SFTTrainer
+        kw = dict(output_dir="o", per_device_train_batch_size=2, bf16=True,
+                  model_init_kwargs={"torch_dtype": "bfloat16"})
+        names = {f.name for f in fields(SFTConfig)}
+        kw = {k: v for k, v in kw.items() if k in names}
+        SFTTrainer(model="Qwen/Qwen2.5-0.5B", args=SFTConfig(**kw), train_dataset=None).train()
+    """
+    plan = _command(_write(tmp_path, {"train.py": script, "requirements.txt": "trl==0.19.0\n"}), monkeypatch,
+                    "python", "train.py")
+    assert (plan.value("torch_dtype"), plan.value("per_device_batch")) == ("bf16", 2)

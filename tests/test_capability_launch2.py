@@ -147,7 +147,7 @@ def test_required_arguments_are_the_argument_given(tmp_path, monkeypatch):
     not (bash stops there), so nothing after it takes a value memlint made up."""
     from memlint.extract.shell import launches
 
-    sh = ('MODEL="${1:?model required: a | b}"\nCOND="${2?condition}"\nexport N=3\n'
+    sh = ('MODEL=${1:?usage: $0 MODEL COND}\nCOND="${2?condition}"\nexport N=3\n'
           'torchrun --nproc_per_node ${N:?N unset} train.py --config "configs/${COND}.yaml" --model "${MODEL}"\n')
     root = _write(tmp_path, {"run.sh": sh, "train.py": "import sys\n"})
     (launch,) = launches(root / "run.sh", "run.sh", ("qwen", "vi"))
@@ -180,6 +180,10 @@ def test_a_loop_over_a_list_of_one_binds_its_variable(tmp_path, monkeypatch):
     root = _write(tmp_path, {"run.sh": sh, "train.py": "import sys\n"})
     (launch,) = launches(root / "run.sh", "run.sh", None)
     assert launch.argv == ("--model", "Qwen/Qwen2.5-0.5B", "--seed", "$SEED")
+    # a brace expansion or a glob is several words: unknown
+    sh2 = "for BS in {4..8}; do\n    python train.py --bs $BS\ndone\nfor F in cfg/*.yaml; do\n    python train.py --c $F\ndone\n"
+    root = _write(tmp_path / "brace", {"run.sh": sh2, "train.py": "import sys\n"})
+    assert [la.argv for la in launches(root / "run.sh", "run.sh", None)] == [("--bs", "$BS"), ("--c", "$F")]
 
 
 _SBATCH_JOB = """

@@ -265,6 +265,15 @@ def test_a_config_the_notebook_writes_from_a_string_is_there_for_the_script_it_r
     monkeypatch.chdir(root)
     plans = [p for p in extract_paths(["nb.ipynb"]) if p.path.endswith("train.py")]
     assert plans and (plans[0].value("model_id"), plans[0].value("per_device_batch")) == ("Qwen/Qwen2.5-0.5B", 3)
+    # two writes in one `with` are one file; the script itself written by the notebook (%%writefile) reads it too
+    write_notebook(root / "nb2.ipynb", ["%%writefile train2.py\n", *train.splitlines(keepends=True)])
+    nb = json.loads((root / "nb2.ipynb").read_text())
+    nb["cells"].append({**nb["cells"][0], "source": [
+        "with open('cfg2.yaml', 'w') as f:\n", "    f.write('model: Qwen/Qwen2.5-0.5B\\n')\n",
+        "    f.write('batch: 5\\n')\n", "!python train2.py --config cfg2.yaml\n"]})
+    (root / "nb2.ipynb").write_text(json.dumps(nb))
+    plans = [p for p in extract_paths(["nb2.ipynb"]) if "train2.py" in p.path]
+    assert plans and (plans[0].value("model_id"), plans[0].value("per_device_batch")) == ("Qwen/Qwen2.5-0.5B", 5)
 
 
 def test_a_refused_read_keeps_the_plans_launcher():

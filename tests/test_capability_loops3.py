@@ -171,3 +171,7 @@ def test_a_counter_the_loop_steps_and_resets_under_its_test_counts_the_accumulat
     root = write_checkout(tmp_path, {"train.py": script}, dedent=True)
     plan = plan_of_command(root, monkeypatch, "python", "train.py", "--accum_steps", "16")
     assert (plan.value("grad_accum"), plan.value("per_device_batch")) == (16, 2)
+    # a running total stepped by something else (tokens seen) is no count of passes
+    tokens = script.replace("accum += 1", "accum += batch['input_ids'].numel()")
+    root = write_checkout(tmp_path / "tokens", {"train.py": tokens}, dedent=True)
+    assert plan_of_command(root, monkeypatch, "python", "train.py", "--accum_steps", "16").value("grad_accum") != 16

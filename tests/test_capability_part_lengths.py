@@ -83,6 +83,10 @@ def test_a_trainer_keyword_given_none_takes_the_trainers_own_fallback(tmp_path, 
         root = _write(tmp_path / pin, {"train.py": script, "requirements.txt": pin + "\n"})
         plan = _command(root, monkeypatch, "python", "train.py", "--output_dir", "o")
         assert plan.value("max_length") == want, pin
+    # the keyword None leaves the arguments' own value (TRL sets args.max_length only from a keyword not None)
+    root = _write(tmp_path / "given", {"train.py": script, "requirements.txt": "trl==0.8.6\n"})
+    plan = _command(root, monkeypatch, "python", "train.py", "--output_dir", "o", "--max_length", "2048")
+    assert plan.value("max_length") == 2048
 
 
 def test_max_length_without_truncation_caps_nothing(tmp_path, monkeypatch):

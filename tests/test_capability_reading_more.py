@@ -223,3 +223,6 @@ def test_a_bnb_4bit_checkpoint_loads_quantized_whatever_the_load_flags_say(tmp_p
     root = _write(tmp_path, {"t.py": script.replace("{ID}", path)})
     plan = _command(root, monkeypatch, "python", "t.py", "--load_in_4bit", "False")
     assert _get(plan, "method", "quant_bits", "quant_type") == {"method": "qlora", "quant_bits": 4, "quant_type": "nf4"}
+    # a folder under one named so is something else (a model merged back to 16 bits)
+    root = _write(tmp_path / "merged", {"t.py": script.replace("{ID}", "outputs/Qwen2.5-7B-bnb-4bit/merged_16bit")})
+    assert _command(root, monkeypatch, "python", "t.py").value("quant_bits") is None

@@ -131,6 +131,11 @@ def test_a_config_named_by_the_authors_absolute_path_and_a_recipe_without_its_su
     plan = plan_of_command(tmp_path, monkeypatch, "bash", "proj/scripts/train.sh")
     assert plan.path.endswith("proj/configs/c.yaml")
     assert (plan.value("per_device_batch"), plan.value("trainer")) == (7, "torchtune")
+    # a path under the author's home written with `~`
+    monkeypatch.setenv("HOME", "/home/someone-else")
+    (tmp_path / "proj" / "scripts" / "home.sh").write_text(
+        "tune run --nproc_per_node 1 proj/full_finetune_single_device --config ~/proj-repo/proj/configs/c.yaml\n")
+    assert plan_of_command(tmp_path, monkeypatch, "bash", "proj/scripts/home.sh").value("per_device_batch") == 7
     # the recipe file was found: its sharding call decides the distributed field
     assert plan.value("distributed") == "fsdp"
 

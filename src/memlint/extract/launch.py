@@ -1003,7 +1003,7 @@ def _parses_yaml_itself(script: Path) -> bool:
     for n in list(names)[:16]:
         if is_file(script.parent / f"{n}.py"):
             continue
-        found_mod = resolve_module(n, [script.parent, *script.parents][:4], package=True)
+        found_mod = resolve_module(n, list(script.parents)[:4], package=True)
         if found_mod is None or found_mod.name != "__init__.py":
             continue
         modules = sorted(p for p in found_mod.parent.glob("*.py") if is_file(p))[:32]

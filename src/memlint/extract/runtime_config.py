@@ -96,7 +96,7 @@ def read(it: Any, path_value: Any, how: str) -> Any:
     try:
         if written is not None:  # the launching notebook wrote it before the command (its text, not the disk's)
             text = written[0]
-            it.facts.note(f"{ref}: the file the notebook writes at {written[1]} before it runs this script")
+            it.facts.note(f"{ref}: read as the notebook writes it at {written[1]} (not the checkout's file)")
         elif found.stat().st_size > MAX_CONFIG_BYTES:
             return Unknown(f"{ref}: larger than {MAX_CONFIG_BYTES // 1_000_000} MB; not read")
         else:

@@ -389,7 +389,7 @@ def _expand(text: str, env: dict[str, str], depth: int = 0) -> str:
 
 
 _POS_DEFAULT = re.compile(r"\$\{([1-9]\d?)(:?)[-=]([^{}$]*)\}")  # ${1:-5}, ${2-/ckpt}: an argument or its default
-_REQUIRED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*|[1-9]\d?)(:?)\?[^{}$]*\}")  # ${1:?usage}, ${MODEL?unset}
+_REQUIRED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*|[1-9]\d?)(:?)\?[^{}]*\}")  # ${1:?usage: $0 M}, ${MODEL?unset}
 
 
 def _required(m: re.Match, env: dict[str, str]) -> str:
@@ -1142,7 +1142,7 @@ def _loop_variable(stripped: str, env: dict[str, str]) -> bool:
         words = tokens(_expand(m.group(2), env))
     except MemlintError:
         words = []
-    if len(words) == 1 and "$" not in words[0]:
+    if len(words) == 1 and not any(c in words[0] for c in "${*?["):  # (brace expansion and globs are several words)
         env[m.group(1)] = words[0]
     else:
         env.pop(m.group(1), None)
@@ -1182,6 +1182,8 @@ def _sets_variables(stripped: str, env: dict[str, str], exported: set[str]) -> b
     if not m:
         return False
     val = m.group(2).strip()
+    if "?" in val:  # `MODEL=${1:?usage: run.sh MODEL}`: the argument given (its message's spaces are no command)
+        val = _REQUIRED.sub(lambda r: _required(r, env), val)
     if _POSITIONAL.match(val) and _POS_KEY not in env:  # `X=${1}`: the launcher's own argument, unknown here (X stays
         return True                                     # unset, so a later `${X:-default}` is the default it documents)
     counted = _COUNT_LIST.fullmatch(val.strip())
@@ -1252,7 +1254,8 @@ def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str,
                 text, cell_line = written[kind][key]
                 where = f"{key} (written by {shown}:{cell_line})"
                 out.append(Target(path.parent / key, where, False, launch, root=root, named_launcher=named,
-                                  written_by=path, text=text))
+                                  written_by=path, text=text,
+                                  writes=_notebook_writes(path, shown, written) if kind == "script" else None))
                 continue
         # beside the launcher, then the folders above it up to the checkout (`bash scripts/train.sh` run from
         # the folder that holds train.py), then the roots
@@ -1298,17 +1301,21 @@ def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str,
             if skipped is not None:
                 skipped.append(launch)
             continue
-        writes = None
-        if path.suffix == ".ipynb" and launch.script:  # the configs the notebook wrote before it runs the script
-            if "configs" not in written:
-                from memlint.extract.source import written_configs
-
-                written["configs"] = {os.path.abspath(path.parent / k): (text, f"{shown}:{line}")
-                                      for k, (text, line) in written_configs(path).items()}
-            writes = written["configs"] or None
+        writes = _notebook_writes(path, shown, written) if path.suffix == ".ipynb" and launch.script else None
         out.append(Target(target, os.path.normpath(os.path.relpath(target)), False, launch, root=root,
                           named_launcher=named, writes=writes))
     return out
+
+
+def _notebook_writes(path: Path, shown: str, written: dict) -> dict | None:
+    """The config files a notebook writes (from a dict or a string) before it runs a script: absolute path -> (text,
+    where), for the script's run-time reads (files.written_overlay); read once per notebook into `written`."""
+    if "configs" not in written:
+        from memlint.extract.source import written_configs
+
+        written["configs"] = {os.path.abspath(path.parent / k): (text, f"{shown}:{line}")
+                              for k, (text, line) in written_configs(path).items()}
+    return written["configs"] or None
 
 
 def _author_script(launch: Launch, bases: list[Path]) -> tuple[Path | None, Launch]:
@@ -1335,8 +1342,8 @@ def _author_config(launch: Launch, bases: list[Path]) -> Launch:
 
     if launch.launcher not in FRAMEWORK_CLIS or launch.script or launch.module:
         return launch
-    ref = _config_arg(launch)
-    ref = os.path.expanduser(ref) if ref else ""
+    raw = _config_arg(launch) or ""
+    ref = os.path.expanduser(raw)
     if not ref or not os.path.isabs(ref) or is_file(Path(ref)):
         return launch
     from memlint.extract.launched import author_file
@@ -1345,7 +1352,7 @@ def _author_config(launch: Launch, bases: list[Path]) -> Launch:
     if found is None:
         return launch
     new = os.path.relpath(found[0])
-    argv = tuple(new if w == ref else (w.split("=", 1)[0] + "=" + new if w.endswith("=" + ref) else w)
+    argv = tuple(new if w == raw else (w.split("=", 1)[0] + "=" + new if w.endswith("=" + raw) else w)
                  for w in launch.argv)
     return replace(launch, argv=argv)
 

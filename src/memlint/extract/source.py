@@ -261,6 +261,7 @@ class _NotebookWrites:
         self.values: dict[str, object] = {}
         self.cwd = ""
         self.out: dict[str, tuple[str, int]] = {}
+        self.opened_here: set[str] = set()  # the files the `with` being walked wrote already (a later write appends)
 
     def statement(self, stmt) -> None:
         import ast
@@ -270,8 +271,10 @@ class _NotebookWrites:
         elif isinstance(stmt, ast.With):
             files = {item.optional_vars.id: item.context_expr for item in stmt.items
                      if isinstance(item.optional_vars, ast.Name)}
+            self.opened_here = set()
             for inner in stmt.body:
                 self.call(inner, files) if isinstance(inner, ast.Expr) else self.statement(inner)
+            self.opened_here = set()
         elif isinstance(stmt, ast.Expr):
             self.call(stmt, {})
 
@@ -305,12 +308,24 @@ class _NotebookWrites:
                 got = self.literal(kw.value)
                 if kw.arg is not None and got is not _NOT_LITERAL:
                     self.values[owner][kw.arg] = got
-        elif name == "write" and owner in files and len(c.args) == 1 and isinstance(self.literal(c.args[0]), str):
-            # `with open("cfg.yaml", "w") as f: f.write(yaml_text)`: the text the notebook wrote, as written
+        elif name == "write" and owner in files:
+            # `with open("cfg.yaml", "w") as f: f.write(yaml_text)`: the text the notebook wrote, as written (the
+            # writes of one `with` joined; one memlint cannot read leaves the file unknown)
             where = self.opened(files[owner])
-            text = self.literal(c.args[0])
-            if where is not None and len(text) <= MAX_WRITTEN_CONFIG:
+            text = self.literal(c.args[0]) if len(c.args) == 1 else _NOT_LITERAL
+            if where is None:
+                return
+            done = self.opened_here
+            if not isinstance(text, str) or where in done and where not in self.out:
+                self.out.pop(where, None)
+                done.add(where)
+                return
+            text = (self.out[where][0] + text) if where in done else text
+            done.add(where)
+            if len(text) <= MAX_WRITTEN_CONFIG:
                 self.out[where] = (text, stmt.lineno)
+            else:
+                self.out.pop(where, None)
         elif name in ("dump", "safe_dump") and owner in ("json", "yaml") and len(c.args) >= 2 and \
                 isinstance(c.args[0], ast.Name) and isinstance(self.values.get(c.args[0].id), dict):
             target = c.args[1]

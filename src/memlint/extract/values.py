@@ -95,7 +95,7 @@ class RaisedBy(Unknown):
 class Alts:
     """Every value a name may hold when branches disagree. `fork`: (the branching, the branches each option came
     from) when the options are the names' values after one `if` whose test memlint cannot decide; two names of the
-    same branching hold their values together (a call given both is read once per branch)."""
+    same branching hold their values together (a model id and the keywords it is loaded with)."""
 
     options: tuple[Any, ...]
     fork: tuple | None = field(default=None, compare=False)
@@ -112,6 +112,8 @@ class Seq:
 class Dict:
     items: dict
     open: bool = False  # has entries that could not be resolved
+    last: dict = field(default_factory=dict)  # each item's last write in the script's text (`if t: d[k] = 3`: 3),
+                                              # for readers that take one value per key (a DeepSpeed config dict)
 
 
 @dataclass(frozen=True)
@@ -280,6 +282,19 @@ def merge(a: Any, b: Any) -> Any:
     if len(opts) > budget.MAX_ALTERNATIVES:
         return Unknown("one of too many alternatives")
     return opts[0] if len(opts) == 1 else Alts(tuple(opts))
+
+
+def paired(value: Any, option: Any, other: Any) -> list:
+    """The options of `other` set on the same branches as `option` (one of `value`'s options) when both are names of
+    one undecided `if` (Alts.fork); every option of `other` otherwise."""
+    opts = flatten(other)
+    if not (isinstance(value, Alts) and isinstance(other, Alts) and value.fork and other.fork
+            and value.fork[0] is other.fork[0]):
+        return opts
+    mine = next((b for o, b in zip(value.options, value.fork[1]) if o is option), None)
+    if mine is None:
+        return opts
+    return [o for o, b in zip(other.options, other.fork[1]) if b & mine]
 
 
 def same_value(a: Any, b: Any) -> bool:

@@ -53,6 +53,23 @@ def declared_fields(cls: str) -> frozenset[str]:
     return frozenset(entry["fields"]) | frozenset(entry.get("declared", ()))
 
 
+def none_fallback(cls: str, field: str) -> Default | None:
+    """What the trainer takes for `field` of `cls` left None at the installed version, where its entry in
+    data/library_defaults.json says None falls back to it (`"none_falls_back": true`); None elsewhere (None is then
+    the value: no truncation)."""
+    entry = _table().get(cls)
+    if entry is None:
+        return None
+    version = installed_version(entry["package"])
+    for cand in entry["fields"].get(field, ()):
+        if in_range(version, cand.get("versions")):
+            if not cand.get("none_falls_back"):
+                return None
+            return Default(cand["value"], f"{cls}.{field} None: the trainer falls back to {cand['value']} in "
+                                          f"{shown_version(entry['package'])} ({cand.get('ref', '')})")
+    return None
+
+
 def has_field(cls: str, name: str) -> Default | None:
     """Whether library config class `cls` has field `name` at the installed version (the newest known if absent), as
     a script that probes it finds (`name in {f.name for f in fields(cls)}`): False where the field was removed or

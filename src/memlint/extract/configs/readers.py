@@ -811,6 +811,27 @@ def _checkpoint_variant(mid: str, folder: Any) -> str | None:
 class Torchtune(FrameworkReader):
     kind = "torchtune"
 
+    def _model_id(self, comp: str, base: str, mid: str | None, fw: dict) -> None:
+        """The model a builder makes: its Hub id (or the instruct/chat variant its checkpoint folder names); for a
+        builder memlint's table lacks, the checkpoint folder the checkpointer loads."""
+        d = self.doc
+        chain = (f"model._component_: {comp}", fw["models"]["_doc"])
+        variant = _checkpoint_variant(mid, d.get("checkpointer", "checkpoint_dir")) if mid else None
+        if variant:  # the builder's architecture, loaded from its instruct/chat checkpoint's folder
+            self.lit("model_id", variant, "checkpointer", "checkpoint_dir",
+                     chain=chain + (f"checkpointer.checkpoint_dir names {variant.split('/')[-1]}, a variant of "
+                                    f"{mid} the builder makes",))
+        elif mid:
+            self.lit("model_id", mid, "model", "_component_", chain=chain)
+        elif isinstance(ckpt := d.get("checkpointer", "checkpoint_dir"), str) and ckpt.strip():
+            # a builder memlint's table lacks (a generic `lora_llama2` with its sizes written out, a vision model):
+            # the checkpoint folder the checkpointer loads is the model
+            self.lit("model_id", ckpt, "checkpointer", "checkpoint_dir",
+                     chain=(f"model._component_: {comp} is not in memlint's table of torchtune builders; "
+                            f"checkpointer.checkpoint_dir: {ckpt} is the checkpoint it loads",))
+        else:
+            self.unknown("model_id", f"torchtune builder {base} is not in memlint's table", "model", "_component_")
+
     @staticmethod
     def launched(plan: Any, launch: Any) -> Any:
         """`tune run RECIPE.py --config X`: a sharding the config leaves open is the recipe file's (extract/tune_recipe.py)."""
@@ -843,22 +864,7 @@ class Torchtune(FrameworkReader):
             method = "qlora" if fn.startswith("qlora_") else "lora" if fn.startswith("lora_") else "full"
             base = f"{module}.{fn.split('_', 1)[1] if method != 'full' else fn}"
             mid = fw["models"].get(base)
-            chain = (f"model._component_: {comp}", fw["models"]["_doc"])
-            variant = _checkpoint_variant(mid, d.get("checkpointer", "checkpoint_dir")) if mid else None
-            if variant:  # the builder's architecture, loaded from its instruct/chat checkpoint's folder
-                self.lit("model_id", variant, "checkpointer", "checkpoint_dir",
-                         chain=chain + (f"checkpointer.checkpoint_dir names {variant.split('/')[-1]}, a variant of "
-                                        f"{mid} the builder makes",))
-            elif mid:
-                self.lit("model_id", mid, "model", "_component_", chain=chain)
-            elif isinstance(ckpt := d.get("checkpointer", "checkpoint_dir"), str) and ckpt.strip():
-                # a builder memlint's table lacks (a generic `lora_llama2` with its sizes written out, a vision model):
-                # the checkpoint folder the checkpointer loads is the model
-                self.lit("model_id", ckpt, "checkpointer", "checkpoint_dir",
-                         chain=(f"model._component_: {comp} is not in memlint's table of torchtune builders; "
-                                f"checkpointer.checkpoint_dir: {ckpt} is the checkpoint it loads",))
-            else:
-                self.unknown("model_id", f"torchtune builder {base} is not in memlint's table", "model", "_component_")
+            self._model_id(comp, base, mid, fw)
             self.lit("method", method, "model", "_component_", chain=(f"builder {fn}",))
         else:
             self.unknown("model_id", "no model._component_")

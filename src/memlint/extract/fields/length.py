@@ -274,13 +274,7 @@ class LengthFields:
                                   f"({package}{versions} does: {ref}); not read")
                 return None
         if isinstance(v, Const) and v.value is None:
-            # None: the trainer's own fallback applies (TRL's DPOTrainer before 0.12: 512), as its config class's default
-            arguments = api.trainer(trainer.cls).arguments if api.trainer(trainer.cls) is not None else None
-            d = library_default(arguments, _field) if arguments else None
-            if d is None:
-                return None
-            return Const(d.value, "library-default", v.line, (*v.chain, f"{trainer.cls}({key}=None) (line {trainer.line}): "
-                                                              f"the trainer's own fallback, {d.why}"), v.file)
+            return None  # None: the arguments' value applies (TRL sets args.max_length only from a keyword not None)
         how = f"{trainer.cls}({key}=...) (line {trainer.line}), a keyword {package}{versions} takes ({ref})"
         return v.with_value(v.value, how) if isinstance(v, Const) else v
 
@@ -289,6 +283,14 @@ class LengthFields:
         (max_length): the trainer then falls back to its config class's default."""
         v = field_value(a, attr)
         facts = api.trainer(name)
+        if isinstance(v, Const) and v.value is None and facts is not None:
+            # None where the trainer falls back to a length of its own at this version (TRL's DPOTrainer before 0.12
+            # warned and took 512)
+            from memlint.library.defaults import none_fallback
+
+            d = none_fallback(facts.arguments, attr)
+            if d is not None:
+                return Const(d.value, "library-default", v.line, (*v.chain, d.why), v.file)
         if isinstance(v, Unknown) and facts is not None and a.cls.endswith(".TrainingArguments") \
                 and facts.arguments != a.cls:
             d = library_default(facts.arguments, attr)

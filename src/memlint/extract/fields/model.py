@@ -9,7 +9,7 @@ from typing import Any
 
 from memlint.extract import custom_model
 from memlint.extract.objects import DeepSpeedEngine, DtypeName, HfConfig, Model, Obj, Optimizer, Params, Tokenizer
-from memlint.extract.values import Const, Dict, Ref, Unknown, flatten
+from memlint.extract.values import Alts, Const, Dict, Ref, Unknown, flatten, paired
 from memlint.library import api
 from memlint.plan import Span, Value
 from memlint.extract.fields.convert import _Unconvertible, _alts, _bool, _dtype, _int, _libc
@@ -52,12 +52,16 @@ class ModelFields:
         for m in flatten(model):
             if isinstance(m, Const) and isinstance(m.value, str):
                 kw: dict = {"pretrained_model_name_or_path": m}
-                # the config's model_init_kwargs, or the trainer's own keyword (TRL before 0.9 took it there)
+                # the config's model_init_kwargs, or the trainer's own keyword (TRL before 0.9 took it there); set in
+                # the same branch of an undecided `if` as the id (alignment-handbook: the id with its keywords, or a
+                # loaded PeftModel with None), the keywords of the id's branch
                 for a in [*flatten(args), trainer]:
                     if isinstance(a, Obj):
                         init = a.get("model_init_kwargs")
-                        if isinstance(init, Dict):
-                            kw.update({k: v for k, v in init.items.items() if isinstance(k, str)})
+                        dicts = [x for x in paired(model, m, init) if isinstance(x, Dict)] \
+                            if isinstance(init, Alts) and init.fork is not None else [init] if isinstance(init, Dict) else []
+                        if len(dicts) == 1:
+                            kw.update({k: v for k, v in dicts[0].items.items() if isinstance(k, str)})
                 out.append(Model(f"trl.{trainer.cls}(model=str)", trainer.line, kw))
         return out
 

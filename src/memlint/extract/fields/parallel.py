@@ -244,10 +244,10 @@ def _known_python(d: Dict) -> dict:
     """A dict's entries that are known, as plain data (unknown entries left out: the reader's defaults apply)."""
     out = {}
     for k, x in d.items.items():
-        if isinstance(x, Alts) and x.options and isinstance(x.options[-1], (Dict, Const)):
-            # an item written in both branches of a test memlint cannot decide: the last write, as the dict's readers
-            # take one value (`if dynamic: ds["micro"] = 1 else: ds["micro"] = args.micro`)
-            x = x.options[-1]
+        if isinstance(x, Alts) and k in d.last:
+            # an item written under a test memlint cannot decide: its last write in the script's text, as the dict's
+            # readers take one value (`if dynamic: ds["micro"] = 1 else: ds["micro"] = args.micro`)
+            x = d.last[k]
         if isinstance(x, Dict):
             out[k] = _known_python(x)
             continue

@@ -15,7 +15,7 @@ from memlint.extract.fields.convert import _alts, _libc
 
 # a Hub id of a checkpoint saved by bitsandbytes in 4 bits, alone or as a folder of a path (the Hub cache's
 # models--unsloth--X-bnb-4bit/snapshots/<hash>)
-_BNB_4BIT_NAME = re.compile(r"[-_.]bnb[-_]4bit(?:/|$)", re.I)
+_BNB_4BIT_NAME = re.compile(r"[-_.]bnb[-_]4bit$|(?:^|/)models--[^/]*[-_.]bnb[-_]4bit(?:/|$)", re.I)
 
 
 class QuantFields:

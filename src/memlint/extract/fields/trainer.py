@@ -70,24 +70,7 @@ class TrainerFields:
         # torch_compile=True: the Trainer compiles the model, whose forward computes the loss from the logits
         self.put("compiled_loss", each("torch_compile"), _bool, line)
         self.args_checkpointing(arg_objs)
-        optims = trainer.kwargs.get("optimizers")
-        opt_objs, others = [], []
-        if isinstance(optims, Seq) and optims.items:
-            given = flatten(optims.items[0])
-            opt_objs = [o for o in given if isinstance(o, Optimizer)]
-            others = [o for o in given if not isinstance(o, Optimizer) and not (isinstance(o, Const) and o.value is None)]
-        if others:
-            # Trainer(optimizers=(FiraAdamW(...), None)): an optimizer memlint does not model replaces optim=
-            what = next((getattr(getattr(o, "user_class", None), "name", None) for o in others
-                         if getattr(o, "user_class", None) is not None), None)
-            self.put("optimizer", Unknown(f"Trainer(optimizers=(...)) is given {f'the checkout class {what}' if what else 'an optimizer'}"
-                                          " memlint does not model; it replaces the arguments' optim"), line=line)
-            opt_objs = opt_objs or others
-        elif opt_objs:
-            self.optimizer_from(opt_objs)
-        else:
-            self.put("optimizer", each("optim"), _optim, line)
-            self.galore_fields(each, line)
+        opt_objs = self.given_optimizer(trainer, each, line)
         self.parallelism_fields([a.get("parallelism_config") for a in arg_objs])
         self.precision_from(arg_objs)
         gbl = []
@@ -103,6 +86,29 @@ class TrainerFields:
         self.padding_and_length(trainer, arg_objs, models, unsloth)
         if api.trainer(name) is not None and api.trainer(name).reference:
             self.reference_field(trainer, arg_objs)
+
+    def given_optimizer(self, trainer: Trainer, each: Callable, line: int | None) -> list:
+        """The optimizer of `Trainer(optimizers=(opt, sched))` when given (one memlint does not model, the checkout's
+        own Optimizer subclass, is unknown and named), else the arguments' optim; the optimizers given."""
+        optims = trainer.kwargs.get("optimizers")
+        opt_objs, others = [], []
+        if isinstance(optims, Seq) and optims.items:
+            given = flatten(optims.items[0])
+            opt_objs = [o for o in given if isinstance(o, Optimizer)]
+            others = [o for o in given if not isinstance(o, Optimizer) and not (isinstance(o, Const) and o.value is None)]
+        if others:
+            # Trainer(optimizers=(FiraAdamW(...), None)): an optimizer memlint does not model replaces optim=
+            what = next((getattr(getattr(o, "user_class", None), "name", None) for o in others
+                         if getattr(o, "user_class", None) is not None), None)
+            self.put("optimizer", Unknown(f"Trainer(optimizers=(...)) is given {f'the checkout class {what}' if what else 'an optimizer'}"
+                                          " memlint does not model; it replaces the arguments' optim"), line=line)
+            return opt_objs or others
+        if opt_objs:
+            self.optimizer_from(opt_objs)
+        else:
+            self.put("optimizer", each("optim"), _optim, line)
+            self.galore_fields(each, line)
+        return opt_objs
 
     def trainer_by_arguments(self, trainer: Trainer, arg_objs: list, how: str) -> Trainer:
         """A subclass of transformers' Trainer whose arguments carry a trainer's own field (GRPO's num_generations) runs

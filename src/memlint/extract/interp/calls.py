@@ -269,7 +269,7 @@ class Calls:
         at = line if self.cur_file() is None else (self.entry_line or line)
         self.call_line = line  # the call's own line in its own file (the layers a script model builds)
         self.call_node = node  # and its syntax (the expressions its arguments were written as)
-        result = self.forked_call(f, args, kwargs, open_kwargs, at, node)
+        result = self.handlers.call(self, f, args, kwargs, open_kwargs, at, node)
         if isinstance(f, Ref) and (f.name.removeprefix("builtins.") in _NO_CALLBACK or f.qual == "functools.partial"):
             # super(C, self), isinstance(x, C), print(x): nothing calls x back; partial(f, k=v) binds
             # f's arguments, and whatever calls the partial later runs f with them
@@ -278,29 +278,6 @@ class Calls:
         # trainer callbacks) may still run: walk it once with unknown arguments.
         self.walk_handed(args, kwargs, line)
         return result
-
-    def forked_call(self, f: Any, args: list, kwargs: dict, open_kwargs: bool, at: int | None, node: Any) -> Any:
-        """A call memlint models, given two or more values set together in the branches of one undecided `if`
-        (`model` and `model_kwargs`): read once per branch with that branch's values, the results merged; else once."""
-        marks = [v.fork for v in (*args, *kwargs.values()) if isinstance(v, Alts) and v.fork is not None]
-        tokens = [m[0] for m in marks]
-        token = next((t for t in dict.fromkeys(tokens) if tokens.count(t) > 1), None)
-        if token is None:
-            return self.handlers.call(self, f, args, kwargs, open_kwargs, at, node)
-        branches = sorted(set().union(*(b for m in marks if m[0] is token for b in m[1])))
-
-        def pick(v: Any, branch: int) -> Any:
-            if not (isinstance(v, Alts) and v.fork is not None and v.fork[0] is token):
-                return v
-            opts = [o for o, b in zip(v.options, v.fork[1]) if branch in b]
-            return opts[0] if len(opts) == 1 else Alts(tuple(opts))
-
-        out = None
-        for b in branches:
-            r = self.handlers.call(self, f, [pick(a, b) for a in args], {k: pick(v, b) for k, v in kwargs.items()},
-                                   open_kwargs, at, node)
-            out = r if out is None else merge(out, r)
-        return out
 
     def walk_handed(self, args: list, kwargs: dict, line: int | None) -> None:
         """Walk the functions, partials, bound methods and the script's own objects handed to a call memlint models

@@ -366,7 +366,10 @@ class Expressions:
 
     def _binop1(self, op: str, a: Any, b: Any, node: cst.CSTNode) -> Any:
         if isinstance(a, FieldNames) and op == "Subtract":
-            return a  # `set(sig.parameters) - {"self"}`: the fields (self is none of them)
+            # `set(sig.parameters) - {"self"}`: the fields (self is none of them); another name taken out: unknown
+            names = to_python(b)
+            return a if isinstance(names, Const) and isinstance(names.value, (set, frozenset, list, tuple)) \
+                and set(names.value) <= {"self"} else Unknown("a class's field names with some taken out")
         if isinstance(a, Const) and isinstance(b, Const) and op in _BINOPS:
             if not budget.binop_fits(op, a.value, b.value):
                 return self.over()
@@ -613,11 +616,10 @@ class Expressions:
         return names if isinstance(names, FieldNames) else None
 
     def field_probe(self, test: Any, env: Env) -> bool:
-        """Whether `test` asks a class's field names for a name they may or may not hold (`k in valid` where memlint's
-        tables do not list k): a key memlint reads of no such class, so keeping or dropping it changes nothing it
-        reads."""
+        """Whether `test` asks whether a class's field names hold a name memlint's tables do not list (`k in valid`):
+        a key the script wrote for that class, kept (the class takes it, or memlint reads nothing of it)."""
         if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
-                and type(test.comparisons[0].operator).__name__ in ("In", "NotIn")):
+                and type(test.comparisons[0].operator).__name__ == "In"):
             return False
         right = self.ev(test.comparisons[0].comparator, env)
         left = self.ev(test.left, env)
@@ -640,7 +642,7 @@ class Expressions:
             for cond in comp.ifs:
                 truth = self.truth(self.ev(cond.test, inner))
                 if truth is None and self.field_probe(cond.test, inner):
-                    truth = False  # a name memlint reads of no such class: dropping it changes nothing memlint reads
+                    truth = True  # a key written for the class that memlint's tables do not list: kept
                 if truth is None:
                     return None
                 keep = keep and truth

@@ -9,7 +9,7 @@ import libcst as cst
 from memlint.extract import budget
 from memlint.extract.imports import Bases, resolved
 from memlint.extract.interp.scope import _ABSENT, Env, GlobalsView, _named
-from memlint.extract.interp.syntax import MAX_UNROLL, _PLAIN_SMALL, _loop_counters, _only_raises, _walk
+from memlint.extract.interp.syntax import MAX_UNROLL, _PLAIN_SMALL, _loop_counters, _only_raises, _unit_counters, _walk
 from memlint.extract.objects import Fields, Method, Obj, Range
 from memlint.extract.values import (Alts, Class, Const, Dict, Func, RaisedBy, Ref, Seq, Unknown, flatten, insert_fits, merge,
                                     same_value)
@@ -224,7 +224,7 @@ class Statements:
                 if e.lookup(name) is not None:
                     e.vars[name] = Unknown(f"{name}, which changes on every iteration of the loop at line {self.line_of(node)}")
             self.loop_depth += 1
-            self.counters.append(carried)
+            self.counters.append(_unit_counters(node))
             try:
                 self.exec_block(node.body.body, e)
             finally:
@@ -393,6 +393,7 @@ class Statements:
                         # a dict item keeps its last write; under a test memlint cannot decide, each branch's write
                         # is one value of the item (`if probe: kw["x"] = 8 else: kw["x"] = 2`)
                         self.write(b.items, key.value, value, b)
+                        b.last[key.value] = value
                     else:
                         b.open = True
                 elif isinstance(b, GlobalsView) and isinstance(key, Const) and isinstance(key.value, str):
@@ -545,12 +546,14 @@ _MAX_FORK = 4  # branches of one `if` whose names keep their values together
 
 def _forked(merged: dict, branches: list[dict]) -> dict:
     """`merged` with each name the branches bound differently marked with the branch each of its values came from
-    (values.Alts.fork), so that `model` and `model_kwargs` set together in one branch stay together."""
+    (values.Alts.fork), so that a reader of two names set together in one branch (`model` and `model_kwargs`) can
+    pair their values (fields/model.py string_models)."""
     if not 1 < len(branches) <= _MAX_FORK:
         return merged
     token = object()
     for k, m in merged.items():
-        if not isinstance(m, Alts) or m.fork is not None or any(k not in b for b in branches):
+        if not isinstance(m, Alts) or m.fork is not None or any(k not in b for b in branches) \
+                or all(b[k] is branches[0][k] for b in branches):  # the same value on every branch: not this `if`'s
             continue
         per = [flatten(resolved(b[k])) for b in branches]
         sets = tuple(frozenset(i for i, vals in enumerate(per) if any(same_value(o, x) for x in vals))

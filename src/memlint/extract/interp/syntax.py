@@ -69,6 +69,22 @@ _GROWS = frozenset({"append", "extend", "insert", "add"})
 
 
 @functools.lru_cache(maxsize=4096)
+def _unit_counters(node: cst.For | cst.While) -> tuple[str, ...]:
+    """Names a loop's body steps by one (`accum += 1`; not inside a nested function or class): counters of its
+    passes, which a test against N turns into once every N passes."""
+    names: list[str] = []
+    stack: list = list(children(node.body))
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if isinstance(n, cst.AugAssign) and isinstance(n.target, cst.Name) and isinstance(n.operator, cst.AddAssign) \
+                and isinstance(n.value, cst.Integer) and n.value.evaluated_value == 1 and n.target.value not in names:
+            names.append(n.target.value)
+        stack.extend(children(n))
+    return tuple(names)
+
+
 def _loop_counters(node: cst.For | cst.While) -> tuple[str, ...]:
     """Names a loop's body steps with `name += ...`, and collections it grows (`batches.append(b)`) whose length
     the body tests (`if len(batches) < accum: continue`): their value differs on every iteration (not inside a
