@@ -285,3 +285,17 @@ def test_a_refused_read_keeps_the_plans_launcher():
     plan = TrainingPlan("scripts/train.py", via="nb.ipynb:12")
     got = not_read(plan, [("/home/u/.cache/x.json", "not read: outside the checked root")])
     assert got.via == "nb.ipynb:12" and got.diagnostics
+
+
+def test_a_tool_run_by_its_path_and_a_launcher_of_the_authors_machine(tmp_path, monkeypatch):
+    # `VAR=x /home/u/proj/scripts/run.sh` (a launcher named by a path of the author's machine, variables before it)
+    # runs the checkout's scripts/run.sh, which runs ms-swift by its virtual environment's path ("$SWIFT_BIN" sft)
+    root = _write(tmp_path, {
+        "run_gpu.sh": "BASE=Qwen/Qwen2.5-0.5B\nBASE_MODEL=\"$BASE\" \\\nMAX_LEN=1024 \\\n"
+                      "/home/u/proj/scripts/run_sft.sh\n",
+        "scripts/run_sft.sh": "SWIFT_BIN=${SWIFT_BIN:-/home/u/proj/.venv/bin/swift}\n"
+                              "\"$SWIFT_BIN\" sft --model \"$BASE_MODEL\" --max_length \"$MAX_LEN\" --train_type lora\n",
+    })
+    plan = _command(root, monkeypatch, "bash", "run_gpu.sh")
+    assert _get(plan, "model_id", "max_length", "method") == {"model_id": "Qwen/Qwen2.5-0.5B", "max_length": 1024,
+                                                              "method": "lora"}

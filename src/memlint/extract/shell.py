@@ -46,7 +46,7 @@ _SMALL_INT = re.compile(r"-?\d{1,18}")
 # `$(( ... ))` up to the first `))` whose inner parentheses balance (`$((A / (B * C)))`); [^$] stops at the next `$`:
 # no scan to the end per unclosed `$((`
 _ARITH = re.compile(r"\$\(\(((?:[^$()]|\((?:[^$()]|\([^$()]*\))*\))*?)\)\)")
-_LAUNCH_WORD = re.compile(r"(?:^|[\s;&|(\"'])(?:python\d*(?:\.\d+)*|torchrun|accelerate|deepspeed|composer|lightning|fabric\s+run|modal\s+run|"
+_LAUNCH_WORD = re.compile(r"(?:^|[\s;&|(\"'/])(?:python\d*(?:\.\d+)*|torchrun|accelerate|deepspeed|composer|lightning|fabric\s+run|modal\s+run|"
                           r"(?:uv|poetry|pipenv|pdm|hatch|conda)\s+run|[\w./-]*\w\.py(?=\s|$)|"  # `uv run train.py`, `./train.py`
                           + "|".join(map(re.escape, FRAMEWORK_CLIS)) + r")\b")  # and the framework tools (`llamafactory-cli train`)
 
@@ -1015,6 +1015,12 @@ def _nested_script(line: str, path: Path, env: dict[str, str], exported: set[str
     if copies and (src := copies.get(os.path.normpath(rel))) is not None:
         cands = [Path(src), *_beside(path, src), *cands]
     target = next((c for c in cands if allowed(c) and is_file(c) and c.resolve() != path.resolve()), None)
+    if target is None and os.path.isabs(os.path.expanduser(script)):
+        # `/home/author/repo/scripts/run.sh` (a launcher of the author's machine): the checkout's file of that tail
+        from memlint.extract.launched import author_file
+
+        found = author_file(os.path.expanduser(script), [path.parent, *list(path.resolve().parents)[:4]])
+        target = found[0] if found is not None and found[0].resolve() != path.resolve() else None
     if target is None:
         return []
     env0 = {**{k: env[k] for k in exported if k in env}, **env1}
