@@ -203,3 +203,25 @@ Trainer(model=model, args=TrainingArguments(output_dir="o", per_device_train_bat
     launched = [p for p in extract_paths(["run.ipynb"]) if p.path.endswith("train.py")]
     assert launched and field_values(launched[0], "model_id", "per_device_batch") == {
         "model_id": "Qwen/Qwen2.5-0.5B", "per_device_batch": 16}
+
+
+def test_a_path_made_absolute_against_the_project_root_is_read(tmp_path, monkeypatch):
+    """`path if path.is_absolute() else ROOT / path` (a project_path helper) then `.open()`: the checkout's config."""
+    from checkouts import plan_of_command, write_checkout
+
+    script = """
+        import yaml
+        from pathlib import Path
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+        ROOT = Path(__file__).resolve().parents[1]
+        def project_path(value):
+            path = Path(value).expanduser()
+            return path if path.is_absolute() else ROOT / path
+        with project_path("configs/c.yaml").open(encoding="utf-8") as h:
+            cfg = yaml.safe_load(h)
+        model = AutoModelForCausalLM.from_pretrained("gpt2")
+        Trainer(model=model, args=TrainingArguments("o", per_device_train_batch_size=cfg["bs"])).train()
+    """
+    root = write_checkout(tmp_path, {"src/train.py": script, "src/__init__.py": "", "configs/c.yaml": "bs: 3\n"},
+                          dedent=True)
+    assert plan_of_command(root, monkeypatch, "python", "-m", "src.train").value("per_device_batch") == 3

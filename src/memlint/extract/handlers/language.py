@@ -489,6 +489,8 @@ class LanguageHandlers:
             return OpenFile(f.base)
         if f.attr in _PATH_SAME and not args and not kwargs:  # Path(p).expanduser().resolve(): the same file
             return f.base
+        if f.attr == "is_absolute" and not args and not kwargs:  # Path(p).is_absolute() as the Linux machine reads it
+            return f.base.with_value(f.base.value.startswith("/"), ".is_absolute()")
         if f.attr not in _STR_METHODS:
             return Unknown("a string method")
         vals = []
