@@ -441,24 +441,24 @@ def modelled_packages() -> frozenset[str]:
     return frozenset(_doc()["modelled_packages"])
 
 
-def removed_config_field(cls: str, attr: str) -> tuple[str, str, str] | None:
-    """(package, versions without it, ref) of a field config class `cls` lost (data/library_api.json
-    removed_config_fields), or None."""
-    entry = _doc()["removed_config_fields"].get(cls)
+def _config_field_versions(table: str, cls: str, attr: str) -> tuple[str, str, str] | None:
+    entry = _doc()[table].get(cls)
     if not isinstance(entry, dict) or attr not in entry["fields"]:
         return None
     f = entry["fields"][attr]
     return entry["package"], f["versions"], f["ref"]
+
+
+def removed_config_field(cls: str, attr: str) -> tuple[str, str, str] | None:
+    """(package, versions without it, ref) of a field config class `cls` lost (data/library_api.json
+    removed_config_fields), or None."""
+    return _config_field_versions("removed_config_fields", cls, attr)
 
 
 def added_config_field(cls: str, attr: str) -> tuple[str, str, str] | None:
     """(package, versions with it, ref) of a field config class `cls` gained in a later version (data/library_api.json
     added_config_fields), or None."""
-    entry = _doc()["added_config_fields"].get(cls)
-    if not isinstance(entry, dict) or attr not in entry["fields"]:
-        return None
-    f = entry["fields"][attr]
-    return entry["package"], f["versions"], f["ref"]
+    return _config_field_versions("added_config_fields", cls, attr)
 
 
 def signature_keywords(qual: str) -> tuple[str, Mapping[str, str | None], str] | None:
