@@ -276,7 +276,7 @@ def merge(a: Any, b: Any) -> Any:
         return a
     opts: list = []
     for o in flatten(a) + flatten(b):
-        if any(_same(o, p) for p in opts):
+        if any(same_value(o, p) for p in opts):
             continue
         opts.append(o)
     if len(opts) > budget.MAX_ALTERNATIVES:
@@ -299,10 +299,6 @@ def paired(value: Any, option: Any, other: Any) -> list:
 
 def same_value(a: Any, b: Any) -> bool:
     """Whether two values are the same option of a merge (the same object, equal constants, the same library name)."""
-    return _same(a, b)
-
-
-def _same(a: Any, b: Any) -> bool:
     if a is b:
         return True
     if isinstance(a, Const) and isinstance(b, Const):

@@ -108,6 +108,7 @@ def part_length_words() -> frozenset[str]:
     return frozenset(_doc()["part_length_words"]["words"])
 
 
+@data.derived
 def length_arguments() -> frozenset[str]:
     """Names of a script's own sequence-length argument (args.max_seq_length, cfg.cutoff_len)."""
     return frozenset(_doc()["length_arguments"]["names"])

@@ -22,8 +22,9 @@ def _table() -> dict:
     return data.load("library_defaults.json")["classes"]
 
 
-def default(cls: str, field: str) -> Default | None:
-    """The default of `field` for library class `cls` ("trl.SFTConfig"), or None if unknown."""
+def _entry(cls: str, field: str) -> tuple[str, str, dict] | None:
+    """(class, package, entry) of the data entry for `field` of `cls` (or of a class it inherits from) that holds at
+    the installed versions, or None."""
     table = _table()
     seen = set()
     while cls and cls not in seen:
@@ -38,10 +39,18 @@ def default(cls: str, field: str) -> Default | None:
                 continue
             if not all(in_range(installed_version(p), r) for p, r in cand.get("requires", {}).items()):
                 continue
-            shown = shown_version(package)
-            return Default(cand["value"], f"{cls}.{field} default in {shown}: {cand.get('ref', '')}".rstrip(": "))
+            return cls, package, cand
         cls = entry.get("inherits")
     return None
+
+
+def default(cls: str, field: str) -> Default | None:
+    """The default of `field` for library class `cls` ("trl.SFTConfig"), or None if unknown."""
+    hit = _entry(cls, field)
+    if hit is None:
+        return None
+    owner, package, cand = hit
+    return Default(cand["value"], f"{owner}.{field} default in {shown_version(package)}: {cand.get('ref', '')}".rstrip(": "))
 
 
 def declared_fields(cls: str) -> frozenset[str]:
@@ -57,17 +66,12 @@ def none_fallback(cls: str, field: str) -> Default | None:
     """What the trainer takes for `field` of `cls` left None at the installed version, where its entry in
     data/library_defaults.json says None falls back to it (`"none_falls_back": true`); None elsewhere (None is then
     the value: no truncation)."""
-    entry = _table().get(cls)
-    if entry is None:
+    hit = _entry(cls, field)
+    if hit is None or not hit[2].get("none_falls_back"):
         return None
-    version = installed_version(entry["package"])
-    for cand in entry["fields"].get(field, ()):
-        if in_range(version, cand.get("versions")):
-            if not cand.get("none_falls_back"):
-                return None
-            return Default(cand["value"], f"{cls}.{field} None: the trainer falls back to {cand['value']} in "
-                                          f"{shown_version(entry['package'])} ({cand.get('ref', '')})")
-    return None
+    owner, package, cand = hit
+    return Default(cand["value"], f"{owner}.{field} None: the trainer falls back to {cand['value']} in "
+                                  f"{shown_version(package)} ({cand.get('ref', '')})")
 
 
 def has_field(cls: str, name: str) -> Default | None:

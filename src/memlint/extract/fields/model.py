@@ -9,7 +9,7 @@ from typing import Any
 
 from memlint.extract import custom_model
 from memlint.extract.objects import DeepSpeedEngine, DtypeName, HfConfig, Model, Obj, Optimizer, Params, Tokenizer
-from memlint.extract.values import Alts, Const, Dict, Ref, Unknown, flatten, paired
+from memlint.extract.values import Const, Dict, Ref, Unknown, flatten, paired
 from memlint.library import api
 from memlint.plan import Span, Value
 from memlint.extract.fields.convert import _Unconvertible, _alts, _bool, _dtype, _int, _libc
@@ -57,11 +57,9 @@ class ModelFields:
                 # loaded PeftModel with None), the keywords of the id's branch
                 for a in [*flatten(args), trainer]:
                     if isinstance(a, Obj):
-                        init = a.get("model_init_kwargs")
-                        dicts = [x for x in paired(model, m, init) if isinstance(x, Dict)] \
-                            if isinstance(init, Alts) and init.fork is not None else [init] if isinstance(init, Dict) else []
-                        if len(dicts) == 1:
-                            kw.update({k: v for k, v in dicts[0].items.items() if isinstance(k, str)})
+                        init = paired(model, m, a.get("model_init_kwargs"))
+                        if len(init) == 1 and isinstance(init[0], Dict):
+                            kw.update({k: v for k, v in init[0].items.items() if isinstance(k, str)})
                 out.append(Model(f"trl.{trainer.cls}(model=str)", trainer.line, kw))
         return out
 

@@ -290,7 +290,7 @@ class HfHandlers:
         it.facts.tokenizer_calls.append(TokenizerCall(dict(kwargs), line, tok, name,
                                                       bool(args) or "text" in kwargs or "text_target" not in kwargs,
                                                       name != "pad" and _literal_text(text),
-                                                      _part_cap(getattr(it, "call_node", None))))
+                                                      _part_cap(it.call_node)))
         cap, trunc = kwargs.get("max_length"), kwargs.get("truncation")
         capped = isinstance(cap, Const) and isinstance(cap.value, int) and not isinstance(cap.value, bool) \
             and isinstance(trunc, Const) and trunc.value not in (False, None, "do_not_truncate")

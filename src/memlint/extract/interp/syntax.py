@@ -85,6 +85,7 @@ def _unit_counters(node: cst.For | cst.While) -> tuple[str, ...]:
     return tuple(names)
 
 
+@functools.lru_cache(maxsize=4096)
 def _loop_counters(node: cst.For | cst.While) -> tuple[str, ...]:
     """Names a loop's body steps with `name += ...`, and collections it grows (`batches.append(b)`) whose length
     the body tests (`if len(batches) < accum: continue`): their value differs on every iteration (not inside a
