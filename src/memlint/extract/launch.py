@@ -562,6 +562,9 @@ def _processes(name: str, options: dict[str, str], env: dict[str, str]) -> tuple
         return _positive(n), nodes
     if name == "accelerate":
         total = _positive(options.get("num_processes"))
+        if total is None and "config_file" not in options and not nodes:
+            # no config: --num_processes defaults to the GPUs the process sees (launch.py _validate_launch_command)
+            return _visible_devices(env), nodes
         if total is not None and nodes:
             return max(total // nodes, 1), nodes
         return total, nodes
