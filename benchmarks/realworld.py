@@ -12,7 +12,8 @@ subprocess from the checkout's root, as a user would: `memlint plan --format jso
 A label says what the file does when run as its command runs it (null: not knowable from the
 checkout). Vocabulary differences are settled here, not in memlint: "unset" dtype, "default"
 attention and "trainer-default" optimizer match a library-default value; "ddp" is memlint's
-"none" over several GPUs; DeepSpeed's own Adam variants are memlint's "deepspeed_adam".
+"none" over several GPUs; DeepSpeed's own Adam variants are memlint's "deepspeed_adam"; transformers'
+"adamw_8bit" and "adamw_bnb_8bit" name one optimizer.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ _DEEPSPEED_ADAM = {"deepspeed-adamw", "deepspeed-fusedadam", "deepspeed-adam", "
                    "deepspeed-cpuadam"}
 _ALIASES = {"optimizer": {"decoupled_adamw": "decoupled_adamw", "decoupled_lionw": "decoupled_lionw"},
             "attn_implementation": {"xformers": "sdpa"}, "distributed": {"ddp": "none"}}
+# transformers' two names of one optimizer: OptimizerNames.ADAMW_8BIT and ADAMW_BNB both build bitsandbytes' AdamW with
+# optim_bits=8 (trainer.py get_optimizer_cls_and_kwargs, 4.36 to 5.x)
+_SAME_OPTIMIZER = {"adamw_8bit": "adamw_bnb_8bit"}
 
 
 def agree(field: str, label, got: dict | None, labels: dict) -> bool | None:
@@ -54,6 +58,8 @@ def agree(field: str, label, got: dict | None, labels: dict) -> bool | None:
     if field == "optimizer" and label in _DEEPSPEED_ADAM:
         return value == "deepspeed_adam"
     label = _ALIASES.get(field, {}).get(label, label) if isinstance(label, str) else label
+    if field == "optimizer" and isinstance(value, str) and isinstance(label, str):
+        value, label = _SAME_OPTIMIZER.get(value, value), _SAME_OPTIMIZER.get(label, label)
     if field == "model_id" and isinstance(value, str) and isinstance(label, str):
         return value.rstrip("/") == label.rstrip("/")
     if isinstance(label, list) or isinstance(value, list):
