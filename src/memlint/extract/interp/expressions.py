@@ -176,6 +176,20 @@ class Expressions:
             return v
         if n in _BUILTIN_CALLS or n in ("range", "print", "open", "getattr", "input", "dict", "isinstance", "vars", "enumerate", "zip", "map", "filter", "set", "super", "type", "hasattr", "setattr", "iter", "next", "any", "all", "eval"):
             return Ref(f"builtins.{n}")
+        v = self.imported_global(env, n)
+        if v is not None:
+            return v
+        if str(self.path).endswith(".ipynb"):  # a notebook's kernel may hold an import its cells no longer make
+            hit = self.handlers.kernel_class(n)
+            if hit is not None:
+                self.facts.note(f"{n} is used but never imported in the notebook: read as {hit.qual} (an import an "
+                                "earlier run of the kernel made)")
+                return hit
+        return Unknown(f"the name {n}")
+
+    def imported_global(self, env: Env, n: str) -> Any:
+        """A module-level name the script's own assignments do not bind: one its environment-key reads or its
+        `from m import *` bring (None when neither does)."""
         if self.env_keys:
             v = self.global_name(env, n)
             if v is not None:
@@ -186,13 +200,7 @@ class Expressions:
                 return v
         for mod in self.star_imports:
             return Ref(f"{mod}.{n}")
-        if str(self.path).endswith(".ipynb"):  # a notebook's kernel may hold an import its cells no longer make
-            hit = self.handlers.kernel_class(n)
-            if hit is not None:
-                self.facts.note(f"{n} is used but never imported in the notebook: read as {hit.qual} (an import an "
-                                "earlier run of the kernel made)")
-                return hit
-        return Unknown(f"the name {n}")
+        return None
 
     def attribute(self, base: Any, attr: str, node: cst.CSTNode) -> Any:
         if isinstance(base, Alts):
@@ -337,6 +345,10 @@ class Expressions:
                     self.facts.length_args.append(LengthArg(key.value, v, self.line_of(node)))
             elif isinstance(b, GlobalsView) and isinstance(key.value, str) and key.value in b.env.vars:
                 v = resolved(b.env.vars[key.value])
+            elif isinstance(b, GlobalsView) and isinstance(key.value, str) and key.value.isidentifier():
+                # globals()[name] of a name a star import brings: the module's namespace holds it as the name does
+                v = self.imported_global(b.env, key.value)
+                v = Unknown(f"globals()[{key.value!r}]") if v is None else v
             elif isinstance(b, Const) and isinstance(b.value, (list, tuple, dict, str)):
                 try:
                     v = b.with_value(b.value[key.value], f"[{key.value!r}]")
