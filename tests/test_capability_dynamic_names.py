@@ -53,3 +53,59 @@ def test_globals_item_of_a_name_nothing_binds_stays_unknown(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     (plan,) = extract_paths(["train.py"])
     assert not plan.get("model_id").known
+
+
+_PARSED = '''
+    from dataclasses import dataclass, field
+    from transformers import AutoModelForCausalLM, HfArgumentParser, Trainer, TrainingArguments
+
+
+    @dataclass
+    class ModelArguments:
+        model_name_or_path: str = field(default="facebook/opt-350m")
+
+
+    @dataclass
+    class DataArguments:
+        max_len: int = 1024
+
+
+    def parse(classes):
+        parsed = HfArgumentParser(classes).parse_args_into_dataclasses()
+        return BY_NAME
+
+
+    def main():
+        a = parse((ModelArguments, DataArguments, TrainingArguments))
+        margs, targs = a["ModelArguments"], a["TrainingArguments"]
+        model = AutoModelForCausalLM.from_pretrained(margs.model_name_or_path)
+        Trainer(model=model, args=targs).train()
+
+
+    if __name__ == "__main__":
+        main()
+    '''
+
+
+def _parsed_plan(tmp_path, monkeypatch, by_name):
+    from checkouts import plan_of_command
+
+    write_checkout(tmp_path, {"train.py": _PARSED.replace("BY_NAME", by_name)}, dedent=True)
+    return plan_of_command(tmp_path, monkeypatch, "python", "train.py", "--output_dir", "o",
+                           "--per_device_train_batch_size", "3")
+
+
+def test_parsed_dataclasses_keyed_by_zip_of_their_names(tmp_path, monkeypatch):
+    plan = _parsed_plan(tmp_path, monkeypatch, 'dict(zip(["ModelArguments", "DataArguments", "TrainingArguments"], parsed))')
+    assert plan.get("model_id").value == "facebook/opt-350m" and plan.get("per_device_batch").value == 3
+
+
+def test_parsed_dataclasses_keyed_by_their_class_names(tmp_path, monkeypatch):
+    plan = _parsed_plan(tmp_path, monkeypatch, "{type(p).__name__: p for p in parsed}")
+    assert plan.get("model_id").value == "facebook/opt-350m" and plan.get("per_device_batch").value == 3
+
+
+def test_zip_stops_at_the_shortest_and_a_grown_list_stays_unknown(tmp_path, monkeypatch):
+    plan = _parsed_plan(tmp_path, monkeypatch, 'dict(zip(["ModelArguments", "DataArguments"], parsed))')
+    assert plan.get("model_id").value == "facebook/opt-350m"
+    assert not plan.get("per_device_batch").known  # no "TrainingArguments" key: zip stopped at two

@@ -306,6 +306,9 @@ class LanguageHandlers:
                 every = self.fields_dict(it, base.obj)
                 if every is not None:
                     return Dict({**every.items, **kwargs}, every.open)
+            pairs = _pairs(base)
+            if pairs is not None:  # dict(zip(names, parsed)), dict([("a", 1)]): the pairs, keyed by their names
+                return Dict({**dict(pairs), **kwargs})
             d = Dict(dict(kwargs))
             if args:
                 d.open = True
@@ -314,6 +317,9 @@ class LanguageHandlers:
             # zip(sources["input_ids"], targets["input_ids"]): pairs of token lists, how many unknown
             row = [a if isinstance(a, TokenIds) else Unknown("an item of zip()") for a in args]
             return Seq([Seq(row, "tuple")], "list", grown=True)
+        if name == "zip" and args and all(isinstance(a, Seq) and not a.grown for a in args) and not kwargs:
+            # zip over lists of known length: the tuples, as long as the shortest
+            return Seq([Seq(list(row), "tuple") for row in zip(*(a.items for a in args))], "list")
         if name == "vars":
             if args and isinstance(args[0], Obj):
                 return Fields(args[0])
@@ -333,7 +339,11 @@ class LanguageHandlers:
             cls = getattr(obj, "user_class", None)
             if isinstance(obj, Const) and type(obj.value) in (bool, int, float, str, type(None), list, tuple, dict):
                 return Ref(f"builtins.{type(obj.value).__name__}")  # compared with type(True), bool, ... by name
-            return cls if isinstance(cls, Class) else Unknown("a type")
+            if isinstance(cls, Class):
+                return cls
+            if isinstance(obj, Obj) and obj.cls.rpartition(".")[2][:1].isupper():
+                return Ref(obj.cls)  # type(training_args): the library class it was built from (not a loader's name)
+            return Unknown("a type")
         if name == "isinstance" and len(args) > 1:
             kinds = {x.name if isinstance(x, Ref) else x.name if isinstance(x, Class) else None
                      for x in (args[1].items if isinstance(args[1], Seq) else [args[1]])}
@@ -660,3 +670,16 @@ def _copy(x: Any, deep: bool, depth: int = 0) -> Any:
     if isinstance(x, Seq):
         return Seq([inner(v) for v in x.items], x.kind, x.grown)
     return x
+
+
+def _pairs(v: Any) -> list | None:
+    """The (key, value) pairs of a known list of 2-tuples whose keys are constants, or None."""
+    if not isinstance(v, Seq) or v.grown:
+        return None
+    out = []
+    for row in v.items:
+        if not (isinstance(row, Seq) and len(row.items) == 2 and isinstance(row.items[0], Const)
+                and _hashable(row.items[0].value)):
+            return None
+        out.append((row.items[0].value, row.items[1]))
+    return out
