@@ -163,6 +163,7 @@ FRAMEWORK_CLIS = {
     "swift": ({"sft", "pt", "rlhf"}, ()),  # ms-swift: `--key value` flags, or (4.x) a YAML/JSON file first
     "verl-sft": ({"train"}, ()),  # `torchrun -m verl.trainer.fsdp_sft_trainer key=value ...`: its packaged config
     "verl-ppo": ({"train"}, ()),  # `python3 -m verl.trainer.main_ppo key=value ...`: its packaged config
+    "openrlhf": ({"sft", "dpo", "rm", "kto", "prm"}, ()),  # `deepspeed --module openrlhf.cli.train_sft --flag v ...`
 }
 
 

@@ -24,6 +24,7 @@ TOOLS = {
     "swift": ("ms-swift", "flags", None),
     "verl-sft": ("verl-sft", "key=value", None),
     "verl-ppo": ("verl-ppo", "key=value", None),
+    "openrlhf": ("openrlhf", "flags", None),
 }
 # a Hydra entry script's overrides (NeMo's `megatron_gpt_finetuning.py ... model.micro_batch_size=2 trainer.devices=8`):
 # key=value, +key=value, ++key=value after the script (launch.py _hydra_config finds the config it composes)
@@ -32,7 +33,7 @@ HYDRA_KINDS = ("nemo",)
 COMMAND_LINE = "<command line>"
 # framework CLIs that read a whole config from flags when no config file comes first (LLaMA-Factory's read_args:
 # HfArgumentParser.parse_args_into_dataclasses over `--key value`)
-FLAGS_ONLY = frozenset({"llamafactory-cli", "swift"})
+FLAGS_ONLY = frozenset({"llamafactory-cli", "swift", "openrlhf"})
 # framework tools whose config is packaged with the framework (Hydra's config_name): the command's key=value
 # overrides over its defaults are the whole config
 PACKAGED_CONFIG = frozenset({"verl-sft", "verl-ppo"})

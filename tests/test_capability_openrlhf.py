@@ -1,0 +1,69 @@
+"""OpenRLHF's DeepSpeed trainers run as `deepspeed --module openrlhf.cli.train_<x> --flag value ...` (the package
+installed, not in the checkout): the command's flags over the CLI's defaults (data/frameworks.json "openrlhf"), both
+flag spellings (v0.4-v0.10.1 and the sectioned flags of v0.10.2 on), and the accumulation over the processes."""
+
+from checkouts import plan_of_command, write_checkout
+
+_SFT = '''
+set -x
+read -r -d '' training_commands <<EOF
+openrlhf.cli.train_sft \\
+   --max_len 4096 \\
+   --dataset Open-Orca/OpenOrca \\
+   --train_batch_size 256 \\
+   --micro_train_batch_size 2 \\
+   --pretrain meta-llama/Meta-Llama-3-8B \\
+   --zero_stage 3 \\
+   --bf16 \\
+   --flash_attn \\
+   --gradient_checkpointing
+EOF
+
+if [[ ${1} != "slurm" ]]; then
+    deepspeed --num_gpus 4 --module $training_commands
+fi
+'''
+
+
+def test_an_openrlhf_sft_launcher_of_the_old_flags(tmp_path, monkeypatch):
+    write_checkout(tmp_path, {"train_sft.sh": _SFT})
+    plan = plan_of_command(tmp_path, monkeypatch, "bash", "train_sft.sh")
+    got = {k: plan.get(k).value for k in ("model_id", "method", "per_device_batch", "grad_accum", "max_length",
+                                           "distributed", "num_gpus", "precision", "torch_dtype",
+                                           "attn_implementation", "gradient_checkpointing", "optimizer", "padding")}
+    assert got == {"model_id": "meta-llama/Meta-Llama-3-8B", "method": "full", "per_device_batch": 2,
+                   "grad_accum": 32,  # 256 / 2 / 4 processes
+                   "max_length": 4096, "distributed": "zero3", "num_gpus": 4, "precision": "amp-bf16",
+                   "torch_dtype": "bf16", "attn_implementation": "flash_attention_2", "gradient_checkpointing": True,
+                   "optimizer": "deepspeed_adam", "padding": "longest"}
+    assert plan.get("trainer").value == "openrlhf"
+
+
+def test_openrlhf_sectioned_flags_and_the_dpo_defaults(tmp_path, monkeypatch):
+    sh = ("deepspeed --include localhost:0,1 --module openrlhf.cli.train_dpo --model.model_name_or_path Qwen/Qwen2.5-7B "
+          "--ds.lora.rank 16 --ds.load_in_4bit --train.micro_batch_size 1\n")
+    write_checkout(tmp_path, {"run.sh": sh})
+    plan = plan_of_command(tmp_path, monkeypatch, "bash", "run.sh")
+    assert plan.get("model_id").value == "Qwen/Qwen2.5-7B"
+    assert (plan.get("method").value, plan.get("lora_r").value, plan.get("quant_bits").value) == ("qlora", 16, 4)
+    assert plan.get("max_length").value == 512 and plan.get("max_length").source == "library-default"  # DPO's 512
+    assert plan.get("grad_accum").value == 64  # the default global batch 128 / 1 / 2 processes
+    assert plan.get("distributed").value == "zero2"  # --ds.zero_stage's default
+    assert dict(plan.get("trainer").shape).get("objective") == "dpo" and plan.get("ref_model").value == "copy"
+
+
+def test_openrlhf_reward_model_defaults_and_an_unknown_process_count(tmp_path, monkeypatch):
+    write_checkout(tmp_path, {"rm.sh": "deepspeed --module openrlhf.cli.train_rm --pretrain gpt2 --param_dtype fp16\n"})
+    plan = plan_of_command(tmp_path, monkeypatch, "bash", "rm.sh")
+    assert plan.get("per_device_batch").value == 1  # train_rm's micro-batch default
+    assert (plan.get("torch_dtype").value, plan.get("precision").value) == ("fp16", "amp-fp16")
+    assert plan.get("grad_accum").value == 128  # one process until the launcher says more
+    assert dict(plan.get("trainer").shape).get("objective") == "reward"
+
+
+def test_an_openrlhf_command_without_its_bf16_switch_before_param_dtype(tmp_path, monkeypatch):
+    """`--flash_attn` exists only before v0.8.10, so the command runs a version whose --bf16 switch is off: the Actor
+    loads torch_dtype='auto' and DeepSpeed trains in fp32."""
+    write_checkout(tmp_path, {"sft.sh": "deepspeed --module openrlhf.cli.train_sft --pretrain gpt2 --flash_attn\n"})
+    plan = plan_of_command(tmp_path, monkeypatch, "bash", "sft.sh")
+    assert (plan.get("torch_dtype").value, plan.get("precision").value) == ("auto", "fp32")
