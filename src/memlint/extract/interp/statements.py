@@ -394,6 +394,11 @@ class Statements:
                         # is one value of the item (`if probe: kw["x"] = 8 else: kw["x"] = 2`)
                         self.write(b.items, key.value, value, b)
                         b.last[key.value] = value
+                    elif _known_keys(key) and insert_fits(b, value):
+                        # kw[name] = v, name one of known keys (`"eval_strategy" if probe else "evaluation_strategy"`):
+                        # each key may hold v; the dict's other items stay known
+                        for k in _known_keys(key):
+                            b.items[k] = merge(value, b.items.get(k, Unknown(f"the item {k!r} may not be set")))
                     else:
                         b.open = True
                 elif isinstance(b, GlobalsView) and isinstance(key, Const) and isinstance(key.value, str):
@@ -561,3 +566,13 @@ def _forked(merged: dict, branches: list[dict]) -> dict:
         if all(sets):
             merged[k] = Alts(m.options, (token, sets))
     return merged
+
+
+def _known_keys(key: Any) -> tuple:
+    """The keys an item key may be when it is one of several constants (Alts of hashable constants), else ()."""
+    if not isinstance(key, Alts):
+        return ()
+    opts = tuple(flatten(key))
+    if not opts or not all(isinstance(o, Const) and isinstance(o.value, (str, int)) for o in opts):
+        return ()
+    return tuple(dict.fromkeys(o.value for o in opts))
