@@ -123,6 +123,12 @@ def apply_launcher(plan: TrainingPlan, launch: Any, script: Path) -> TrainingPla
             # (a script with no trainer memlint reads may start its own workers: Ray, mp.spawn; Lightning's Trainer
             # starts one process per device itself)
             fields["num_gpus"] = _value(launch, 1, "python: one process")
+    if launch.launcher == "accelerate" and opts.get("num_processes") not in (None, "true") and launch.gpus is None:
+        # `--num_processes $n`, n from `$(nvidia-smi --list-gpus | wc -l)`: the command's count, decided when it runs,
+        # wins over a config file's num_processes
+        fields["num_gpus"] = Value(None, "unknown", Span(launch.origin, launch.line_of("--num_processes"))
+                                   if launch.line else None, (f"accelerate launch --num_processes "
+                                                              f"{opts['num_processes']}: decided when the command runs",))
     if launch.launcher == "accelerate":
         fields.update(_accelerate(plan, launch, opts))
     fields.update(_megatron(launch))

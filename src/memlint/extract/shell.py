@@ -45,6 +45,8 @@ _BARE_NAME = re.compile(r"(?<![\w$])[A-Za-z_]\w*")
 _SMALL_INT = re.compile(r"-?\d{1,18}")
 # `$(( ... ))` up to the first `))` whose inner parentheses balance (`$((A / (B * C)))`); [^$] stops at the next `$`:
 # no scan to the end per unclosed `$((`
+# `$(expr 16 / 8)` and `` `expr 2 \* 2` `` (expr(1)): the words between, no nested substitution
+_EXPR = re.compile(r"\$\(\s*expr\s+([^$()`]*)\)|`\s*expr\s+([^$`]*)`")
 _ARITH = re.compile(r"\$\(\(((?:[^$()]|\((?:[^$()]|\([^$()]*\))*\))*?)\)\)")
 _LAUNCH_WORD = re.compile(r"(?:^|[\s;&|(\"'/])(?:python\d*(?:\.\d+)*|torchrun|accelerate|deepspeed|composer|lightning|fabric\s+run|modal\s+run|"
                           r"(?:uv|poetry|pipenv|pdm|hatch|conda)\s+run|[\w./-]*\w\.py(?=\s|$)|"  # `uv run train.py`, `./train.py`
@@ -385,7 +387,8 @@ def _expand(text: str, env: dict[str, str], depth: int = 0) -> str:
         text = _checked(_positional(text, env))
     text = _defaults(_ARRAY_REF.sub(array, _SUBST.sub(replace_all, text)), env, depth)
     grown[0] = len(text)
-    return _checked(_ARITH.sub(lambda m: _arith(m, env), _VAR.sub(sub, text)))
+    text = _ARITH.sub(lambda m: _arith(m, env), _VAR.sub(sub, text))
+    return _checked(_EXPR.sub(lambda m: _expr_command(m, env), text) if "expr" in text else text)
 
 
 _POS_DEFAULT = re.compile(r"\$\{([1-9]\d?)(:?)[-=]([^{}$]*)\}")  # ${1:-5}, ${2-/ckpt}: an argument or its default
@@ -492,13 +495,25 @@ def _arith(m: re.Match, env: dict[str, str] | None = None) -> str:
     """$(( 1024 / 8 / 4 )) once its variables are expanded: integer + - * / % and parentheses, as bash
     computes them (division truncates); a bare name (`$((N_GPUS * 2))`) is its variable's value, as in bash;
     anything else stays as written."""
+    return _integer_expression(m.group(1), env, m.group(0))
+
+
+def _expr_command(m: re.Match, env: dict[str, str] | None = None) -> str:
+    """`$(expr 16 / $N)` and `` `expr 2 \\* 2` ``: expr(1)'s integer arithmetic, its words an operator or a number once
+    the variables are expanded (`\\*` and a quoted `*` are its multiplication); anything else stays as written."""
+    words = m.group(1) if m.group(1) is not None else m.group(2)
+    words = words.replace("\\*", "*").replace("'*'", "*").replace('"*"', "*")
+    return _integer_expression(words, env, m.group(0))
+
+
+def _integer_expression(expr: str, env: dict[str, str] | None, written: str) -> str:
     import ast
 
-    expr = m.group(1).strip()
+    expr = expr.strip()
     if env:
         expr = _BARE_NAME.sub(lambda n: env[n.group(0)] if _SMALL_INT.fullmatch(env.get(n.group(0), "")) else n.group(0), expr)
     if not re.fullmatch(r"[\d\s+\-*/%()]+", expr):
-        return m.group(0)
+        return written
 
     def ev(n: ast.AST) -> int:
         if isinstance(n, ast.Constant) and type(n.value) is int:
@@ -521,7 +536,7 @@ def _arith(m: re.Match, env: dict[str, str] | None = None) -> str:
     try:
         return str(ev(ast.parse(expr, mode="eval").body))
     except (SyntaxError, ValueError, RecursionError):
-        return m.group(0)
+        return written
 
 
 def _unquote(value: str) -> str:

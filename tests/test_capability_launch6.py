@@ -1,0 +1,37 @@
+"""Launch values decided by the command itself: expr(1)'s arithmetic (`$(expr 16 / $N)`, `` `expr 2 \\* 2` ``) and an
+accelerate process count the command computes when it runs, which wins over its config file's num_processes."""
+
+from checkouts import plan_of_command, write_checkout
+
+_TRAIN = '''
+from transformers import AutoModelForCausalLM, HfArgumentParser, Trainer, TrainingArguments
+
+(args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses()
+model = AutoModelForCausalLM.from_pretrained("gpt2")
+Trainer(model=model, args=args).train()
+'''
+
+
+def test_expr_arithmetic_in_a_launch_command(tmp_path, monkeypatch):
+    sh = ("nproc=8\ntorchrun --nproc_per_node $nproc train.py --output_dir o "
+          "--gradient_accumulation_steps $(expr 16 / $nproc) --per_device_train_batch_size `expr 2 \\* 3`\n")
+    write_checkout(tmp_path, {"train.py": _TRAIN, "run.sh": sh})
+    plan = plan_of_command(tmp_path, monkeypatch, "bash", "run.sh")
+    assert (plan.get("grad_accum").value, plan.get("per_device_batch").value) == (2, 6)
+
+
+def test_expr_of_something_not_arithmetic_stays_unknown(tmp_path, monkeypatch):
+    sh = "torchrun train.py --output_dir o --gradient_accumulation_steps $(expr length abc)\n"
+    write_checkout(tmp_path, {"train.py": _TRAIN, "run.sh": sh})
+    plan = plan_of_command(tmp_path, monkeypatch, "bash", "run.sh")
+    assert not plan.get("grad_accum").known
+
+
+def test_a_process_count_computed_at_run_time_wins_over_the_config_files(tmp_path, monkeypatch):
+    acc = "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nnum_processes: 8\nmixed_precision: 'no'\n"
+    sh = "n=$(nvidia-smi --list-gpus | wc -l)\naccelerate launch --config_file acc.yaml --num_processes $n train.py --output_dir o\n"
+    write_checkout(tmp_path, {"train.py": _TRAIN, "run.sh": sh, "acc.yaml": acc})
+    plan = plan_of_command(tmp_path, monkeypatch, "bash", "run.sh")
+    assert not plan.get("num_gpus").known and "--num_processes" in plan.get("num_gpus").chain[0]
+    write_checkout(tmp_path, {"run.sh": sh.replace("$n", "4")})
+    assert plan_of_command(tmp_path, monkeypatch, "bash", "run.sh").get("num_gpus").value == 4
