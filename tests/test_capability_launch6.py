@@ -35,3 +35,29 @@ def test_a_process_count_computed_at_run_time_wins_over_the_config_files(tmp_pat
     assert not plan.get("num_gpus").known and "--num_processes" in plan.get("num_gpus").chain[0]
     write_checkout(tmp_path, {"run.sh": sh.replace("$n", "4")})
     assert plan_of_command(tmp_path, monkeypatch, "bash", "run.sh").get("num_gpus").value == 4
+
+
+_KEYED = '''declare -A BS
+BS["a"]=16
+BS[b]=4
+declare -A GA=( [a]=2 ["b"]=8 )
+KEY="${1:-a}"
+torchrun train.py --output_dir o --per_device_train_batch_size ${BS[$KEY]:-8} --gradient_accumulation_steps ${GA[$KEY]}
+'''
+
+
+def test_bash_associative_arrays_keyed_by_the_launchers_argument(tmp_path, monkeypatch):
+    write_checkout(tmp_path, {"train.py": _TRAIN, "run.sh": _KEYED})
+    plan = plan_of_command(tmp_path, monkeypatch, "bash", "run.sh")
+    assert (plan.get("per_device_batch").value, plan.get("grad_accum").value) == (16, 2)
+    plan = plan_of_command(tmp_path, monkeypatch, "bash", "run.sh", "b")
+    assert (plan.get("per_device_batch").value, plan.get("grad_accum").value) == (4, 8)
+    plan = plan_of_command(tmp_path, monkeypatch, "bash", "run.sh", "zz")  # a key the arrays lack: BS's default
+    assert plan.get("per_device_batch").value == 8 and not plan.get("grad_accum").known
+
+
+def test_an_item_set_under_a_key_memlint_cannot_expand_keeps_a_missing_key_unknown(tmp_path, monkeypatch):
+    sh = _KEYED.replace('BS[b]=4', 'BS[$(hostname)]=4')
+    write_checkout(tmp_path, {"train.py": _TRAIN, "run.sh": sh})
+    plan = plan_of_command(tmp_path, monkeypatch, "bash", "run.sh", "zz")
+    assert not plan.get("per_device_batch").known  # the unknown key may be "zz": not the default

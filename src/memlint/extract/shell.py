@@ -34,6 +34,12 @@ _SELF_DIR_PWD = re.compile(r"""\$\(\s*cd\s+["']?\.["']?\s*(?:&&|;)\s*pwd\s*\)"""
 _ARRAY_KEY = "[@]"  # env key of a bash array `A=(x y)` (its words joined by NUL)
 _ARRAY_DEF = re.compile(r"^\s*(?:local\s+|declare\s+-a\s+)?([A-Za-z_][A-Za-z0-9_]*)(\+?)=\((.*)\)\s*(?:#.*)?$")
 _ARRAY_REF = re.compile(r"\$\{(#?)([A-Za-z_][A-Za-z0-9_]*)\[(@|\*|\d+)\]\}")
+# bash's associative (and keyed) arrays: `declare -A BS`, `BS["a"]=16`, `declare -A BS=([a]=16 [b]=8)`, `${BS[$KEY]:-8}`
+_ASSOC_DECLARE = re.compile(r"^\s*(?:declare|local|typeset)\s+-A\s+([A-Za-z_]\w*)(?:=\((.*)\))?\s*(?:#.*)?$")
+_ASSOC_SET = re.compile(r"^\s*([A-Za-z_]\w*)\[([^\]\s]+)\]=(.*)$")
+_ASSOC_ITEM = re.compile(r"\[([^\]\s]+)\]=(\"[^\"]*\"|'[^']*'|\S*)")
+_ASSOC_REF = re.compile(r"\$\{([A-Za-z_]\w*)\[([^\]{}\s]+)\](?:(:?[-=])(" + _UPTO + r"))?\}")
+_DECLARED = "[#declared]"  # env key marking an associative array as declared (a missing key is then unset)
 _SUBST = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(//?)((?:[^/}$]|\$(?!\{))*)/(" + _UPTO + r")\}")
 _DEFAULT_HEAD = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:?[-=])")
 _POSITIONAL = re.compile(r"""^["']?\$(?:\{\d+\}|\d)["']?$""")
@@ -385,6 +391,21 @@ def _expand(text: str, env: dict[str, str], depth: int = 0) -> str:
         text = _POS_DEFAULT.sub(lambda m: _positional_default(m, env), text)
     if _POS_KEY in env:
         text = _checked(_positional(text, env))
+    def keyed(m: re.Match) -> str:  # ${BS[$KEY]}, ${BS[a]:-8}: an associative array's item, or its default
+        name, key = m.group(1), m.group(2)
+        if key in ("@", "*") or key.isdigit():
+            return m.group(0)  # an indexed array's (array() above)
+        key = _unquote(_VAR.sub(sub, key))
+        if "$" in key or "`" in key:
+            return m.group(0)
+        if f"{name}[{key}]" in env:
+            return grow(env[f"{name}[{key}]"], m.group(0))
+        if name + _DECLARED in env and m.group(3) and m.group(4) is not None:
+            return grow(_expand(m.group(4), env, depth + 1), m.group(0))
+        return m.group(0)
+
+    if "[" in text:
+        text = _ASSOC_REF.sub(keyed, text)
     text = _defaults(_ARRAY_REF.sub(array, _SUBST.sub(replace_all, text)), env, depth)
     grown[0] = len(text)
     text = _ARITH.sub(lambda m: _arith(m, env), _VAR.sub(sub, text))
@@ -1170,10 +1191,32 @@ def _loop_variable(stripped: str, env: dict[str, str]) -> bool:
     return True
 
 
+def _keyed_array(stripped: str, env: dict[str, str]) -> bool:
+    """`declare -A BS` / `declare -A BS=([a]=16 [b]=8)` / `BS["a"]=16` / `BS[$KEY]=16`: each item under `BS[key]`
+    (a key memlint cannot expand is an item it does not know); True when the line was one of these."""
+    dec = _ASSOC_DECLARE.match(stripped)
+    if dec:
+        env[dec.group(1) + _DECLARED] = "1"
+        for item in _ASSOC_ITEM.finditer(dec.group(2) or ""):
+            env[f"{dec.group(1)}[{_unquote(item.group(1))}]"] = _unquote(_expand(item.group(2), env))
+        return True
+    it = _ASSOC_SET.match(stripped)
+    if not it:
+        return False
+    key = _unquote(_expand(it.group(2), env))
+    if "$" in key or "`" in key:
+        env.pop(it.group(1) + _DECLARED, None)  # an item under a key memlint cannot tell: a missing key may be it
+        return True
+    env[f"{it.group(1)}[{key}]"] = _unquote(_expand(it.group(3).strip(), env))
+    return True
+
+
 def _sets_variables(stripped: str, env: dict[str, str], exported: set[str]) -> bool:
     """Read a shell line that only sets variables (`shift`, an array, `X=...`, `export X=...`, a loop's head) into
     `env` and `exported`; False for a line that runs a command (`VAR=1 python train.py` included)."""
     if _shifted(stripped, env) or _loop_variable(stripped, env):
+        return True
+    if _keyed_array(stripped, env):
         return True
     arr = _ARRAY_DEF.match(stripped)
     if arr:  # `CUDAs=(${TOT_CUDA//,/ })`: a bash array of the expanded words; `A+=(x y)` appends to it
