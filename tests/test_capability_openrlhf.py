@@ -36,7 +36,7 @@ def test_an_openrlhf_sft_launcher_of_the_old_flags(tmp_path, monkeypatch):
                    "max_length": 4096, "distributed": "zero3", "num_gpus": 4, "precision": "amp-bf16",
                    "torch_dtype": "bf16", "attn_implementation": "flash_attention_2", "gradient_checkpointing": True,
                    "optimizer": "deepspeed_adam", "padding": "longest"}
-    assert plan.get("trainer").value == "openrlhf"
+    assert plan.get("trainer").value == "deepspeed-engine"
 
 
 def test_openrlhf_sectioned_flags_and_the_dpo_defaults(tmp_path, monkeypatch):
@@ -57,7 +57,7 @@ def test_openrlhf_reward_model_defaults_and_an_unknown_process_count(tmp_path, m
     plan = plan_of_command(tmp_path, monkeypatch, "bash", "rm.sh")
     assert plan.get("per_device_batch").value == 1  # train_rm's micro-batch default
     assert (plan.get("torch_dtype").value, plan.get("precision").value) == ("fp16", "amp-fp16")
-    assert plan.get("grad_accum").value == 128  # one process until the launcher says more
+    assert not plan.get("grad_accum").known  # the global batch over processes the launcher does not count
     assert dict(plan.get("trainer").shape).get("objective") == "reward"
 
 
@@ -66,4 +66,16 @@ def test_an_openrlhf_command_without_its_bf16_switch_before_param_dtype(tmp_path
     loads torch_dtype='auto' and DeepSpeed trains in fp32."""
     write_checkout(tmp_path, {"sft.sh": "deepspeed --module openrlhf.cli.train_sft --pretrain gpt2 --flash_attn\n"})
     plan = plan_of_command(tmp_path, monkeypatch, "bash", "sft.sh")
+    assert (plan.get("torch_dtype").value, plan.get("precision").value) == ("auto", "fp32")
+
+
+def test_the_checkouts_own_copy_of_the_cli_tells_its_versions_defaults(tmp_path, monkeypatch):
+    """A fork of OpenRLHF run from its repository: its train_sft.py declares --flash_attn and --bf16 (before v0.8.10),
+    so a command giving neither trains with eager attention, torch_dtype 'auto' and DeepSpeed in fp32."""
+    cli = ('import argparse\np = argparse.ArgumentParser()\np.add_argument("--flash_attn", action="store_true")\n'
+           'p.add_argument("--bf16", action="store_true")\np.add_argument("--pretrain", type=str)\n')
+    write_checkout(tmp_path, {"openrlhf/__init__.py": "", "openrlhf/cli/__init__.py": "", "openrlhf/cli/train_sft.py": cli,
+                              "sft.sh": "deepspeed --module openrlhf.cli.train_sft --pretrain gpt2\n"})
+    plan = plan_of_command(tmp_path, monkeypatch, "bash", "sft.sh")
+    assert plan.get("attn_implementation").value == "eager"
     assert (plan.get("torch_dtype").value, plan.get("precision").value) == ("auto", "fp32")

@@ -75,3 +75,12 @@ def test_an_item_under_an_unknown_key_still_opens_the_dict(tmp_path, monkeypatch
     monkeypatch.chdir(tmp_path)
     (plan,) = extract_paths(["train.py"])
     assert not plan.get("distributed").known
+
+
+def test_a_hand_pad_to_the_longest_length_in_the_batch_is_still_read(tmp_path, monkeypatch):
+    longest = _COLLATOR.replace('max_length = batch["input_ids"].shape[1]', "max_length = max(len(x) for x in labels)")
+    longest = longest.replace('self.tok.pad(feats, padding=True, return_tensors="pt")', "{}")  # the hand pad alone
+    write_checkout(tmp_path, {"train.py": longest})
+    monkeypatch.chdir(tmp_path)
+    (plan,) = extract_paths(["train.py"])
+    assert plan.get("padding").value == "longest"

@@ -53,12 +53,15 @@ class OpenRlhf(FrameworkReader):
     def launched(plan: Any, launch: Any) -> Any:
         """The accumulation over the processes the launcher starts: the global batch × ring-attention × tensor
         parallel sizes / micro-batch / world size (deepspeed.py setup_distributed)."""
-        if launch is None or not getattr(launch, "gpus", None):
-            return plan
         acc, bs = plan.fields.get("grad_accum"), plan.fields.get("per_device_batch")
         shape = dict(acc.shape) if acc is not None else {}
         if acc is None or "global" not in shape or bs is None or not isinstance(bs.value, int) or bs.value <= 0:
             return plan
+        if launch is None or not getattr(launch, "gpus", None):  # the world size divides the global batch: unknown
+            fields = dict(plan.fields)
+            fields["grad_accum"] = Value(None, "unknown", acc.span, acc.chain[:1] + (
+                "the launcher's process count is not known, so neither is the accumulation",), acc.candidates, acc.shape)
+            return replace(plan, fields=fields)
         scale = int(shape.get("scale", 1))
         n = max(1, int(shape["global"]) * scale // bs.value // launch.gpus)
         fields = dict(plan.fields)
@@ -101,8 +104,30 @@ class OpenRlhf(FrameworkReader):
 
     # ---- fields ------------------------------------------------------------------------------------
 
+    def _vendored_flags(self) -> frozenset[str]:
+        """The flags of the checkout's own copy of the CLI (`openrlhf/cli/train_sft.py` beside the launcher, a fork
+        run from its repository): its argparse says which version's flags, and so which defaults, the run has."""
+        import re
+
+        from memlint.files import is_file, read_text
+
+        src = self.file.parent / "openrlhf" / "cli" / f"train_{self.command}.py"
+        if not is_file(src):
+            return frozenset()
+        try:
+            text = read_text(src, 1 << 20, what="sibling-module budget")
+        except (OSError, UnicodeDecodeError, ValueError):
+            return frozenset()
+        return frozenset(re.findall(r'add_argument\(\s*"--([\w.]+)"', text))
+
+    def _older(self, flag: str, newer: str) -> bool:
+        """The command runs a version of the flag `flag` that `newer` replaced: the command gives it, or the
+        checkout's own CLI declares it and not its replacement."""
+        return self.doc.get(flag) is not None or flag in self.vendored and newer not in self.vendored
+
     def read(self) -> None:
         self.command = getattr(self.doc, "command", None) or "sft"
+        self.vendored = self._vendored_flags()
         self.sectioned = any(isinstance(self.doc.data.get(k), dict) for k in ("train", "ds", "model", "data"))
         model = self._get("model")
         if isinstance(model, str) and model.strip():
@@ -150,7 +175,8 @@ class OpenRlhf(FrameworkReader):
             return
         if raw is None:
             value, why = self._default("param_dtype")
-            if value == "unset" or "flash_attn" in self.doc.data:  # `--flash_attn`: before 0.8.10, so before 0.9.2
+            if value == "unset" or self._older("flash_attn", "attn_implementation") or self._older("bf16", "param_dtype"):
+                # `--flash_attn` (before 0.8.10) or the --bf16 switch left off (before 0.9.2)
                 why = frameworks.framework(self.kind)["defaults"]["param_dtype"][-1]["ref"]
                 self.lib("torch_dtype", "auto", why)
                 self.lib("precision", "fp32", why)
@@ -182,6 +208,8 @@ class OpenRlhf(FrameworkReader):
                      chain=("--packing_samples: train_*.py switches attention to flash_attention_2",))
         else:
             value, why = self._default("attn_implementation")
+            if self._older("flash_attn", "attn_implementation"):  # before 0.8.10: eager unless --flash_attn
+                value, why = "eager", frameworks.framework(self.kind)["defaults"]["attn_implementation"][-1]["ref"]
             self.lib("attn_implementation", value, why)
 
     def _accumulation(self, micro: int | None) -> None:
@@ -225,8 +253,10 @@ class OpenRlhf(FrameworkReader):
     def _trainer(self) -> None:
         objectives, ref = frameworks.substitution(self.kind, "objective")
         objective = objectives.get(self.command, "sft")
-        self.fields["trainer"] = Value("openrlhf", "literal", None, (f"openrlhf.cli.train_{self.command}: {ref}",),
-                                       shape=(("objective", objective),))
+        # OpenRLHF's trainers drive a DeepSpeed engine themselves (engine.backward / engine.step), as a script that calls
+        # deepspeed.initialize does: memlint's name for that loop, the objective in the shape
+        self.fields["trainer"] = Value("deepspeed-engine", "literal", None,
+                                       (f"openrlhf.cli.train_{self.command}: {ref}",), shape=(("objective", objective),))
         if objective in ("dpo", "kto"):
             value, why = frameworks.substitution(self.kind, "reference")
             offloaded = self._switch("ref_offload") is True

@@ -266,7 +266,8 @@ class Idioms:
                 target = self.pad_counts[target.value]
         code = self.code(target)
         value = self.ev(target, env)
-        if self.is_length(target) and not (isinstance(value, Const) and isinstance(value.value, int)):
+        if self.is_length(target) and "max(" not in code and "min(" not in code \
+                and not (isinstance(value, Const) and isinstance(value.value, int)):
             # `[-100] * (batch["input_ids"].shape[1] - len(labels))`, `[True] * (len(seq) - n_prompt)`: brought to the
             # width of another tensor the script already has (a batch the tokenizer padded, the sequence itself), so
             # this is not where the batch's padding is decided
