@@ -53,16 +53,57 @@ NOTEBOOK_OUTPUTS_FACTOR = 8
 
 
 def bf16_assumed(paths: tuple[Path, ...]) -> tuple[bool, str | None]:
-    """(whether the GPU the run is on has bf16, where that is said): the GPU a notebook among `paths` names in its Colab
-    metadata (gpus.json says whether it has bf16), else (True, None): Ampere and newer, the GPUs fine-tuning runs on."""
+    """(whether the GPU the run is on has bf16, where that is said): the GPU a notebook among `paths` names (its Colab
+    metadata, else its text; gpus.json says whether it has bf16), else (True, None): Ampere and newer, the GPUs
+    fine-tuning runs on."""
     from memlint.gpu import family_supports
 
     nb = next((p for p in paths if p.suffix == ".ipynb"), None)
-    gpu = colab_gpu(nb) if nb is not None else None
-    ok = family_supports(gpu, "bf16") if gpu is not None else None
+    named = notebook_gpu(nb) if nb is not None else None
+    ok = family_supports(named[0], "bf16") if named is not None else None
     if ok is None:
         return True, None
-    return ok, f"the {gpu} the notebook's metadata names ({nb.name})"
+    return ok, named[1]
+
+
+def notebook_gpu(path: Path) -> tuple[str, str] | None:
+    """(the GPU a notebook runs on, where it says so): its Colab or Kaggle metadata, else the one GPU its markdown
+    names ("Run all on a free Tesla T4 Google Colab instance"); None when neither names one, or the text names several."""
+    gpu = colab_gpu(path)
+    if gpu is not None:
+        return gpu, f"the {gpu} the notebook's metadata names ({path.name})"
+    if path.suffix != ".ipynb":
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    gpu = _prose_gpu(str(path), st.st_mtime_ns, st.st_size)
+    return (gpu, f"the {gpu} the notebook's text names ({path.name}: its only GPU)") if gpu is not None else None
+
+
+# a GPU named in prose: NVIDIA's data-centre and workstation boards as notebooks name them (gpus.json decides what each
+# has; a name gpus.json does not know is no GPU)
+_PROSE_GPU = re.compile(r"\b(?:Tesla\s+|NVIDIA\s+)?(T4|P100|V100|A100|A10G?|L4|L40S?|H100|H200|A6000|RTX\s?[2-5]0[6-9]0(?:\s?Ti)?)\b")
+
+
+@functools.lru_cache(maxsize=64)
+def _prose_gpu(path: str, _mtime: int, _size: int) -> str | None:
+    from memlint.gpu import family_supports
+
+    try:
+        cells = json.loads(notebook_bytes(Path(path))).get("cells") or []
+    except (OSError, ValueError, RecursionError, AttributeError):
+        return None
+    named = set()
+    for c in cells:
+        if not isinstance(c, dict) or c.get("cell_type") != "markdown":
+            continue
+        src = c.get("source")
+        text = "".join(src) if isinstance(src, list) else src if isinstance(src, str) else ""
+        named |= {m.group(1).replace(" ", "") for m in _PROSE_GPU.finditer(text[:100_000])}
+    named = {g for g in named if family_supports(g, "bf16") is not None}
+    return named.pop() if len(named) == 1 else None
 
 
 def colab_gpu(path: Path) -> str | None:

@@ -186,15 +186,15 @@ class LoopHandlers:
         """torch.cuda.get_device_capability(): (major, minor) of the GPU a Colab notebook's metadata names, else (8, 0),
         an Ampere GPU (the GPUs fine-tuning runs on today), said as an assumption: `if
         torch.cuda.get_device_capability()[0] >= 8:` picks FlashAttention-2 and bf16 on those."""
-        from memlint.extract.source import colab_gpu
+        from memlint.extract.source import notebook_gpu
         from memlint.gpu import family_capability
 
         nb = next((p for p in (Path(str(c.it.path)), Path(getattr(c.it.launch, "origin", "") or "x"))
                    if p.suffix == ".ipynb"), None)
-        gpu = colab_gpu(nb) if nb is not None else None
-        cap = family_capability(gpu) if gpu is not None else None
+        named = notebook_gpu(nb) if nb is not None else None
+        cap = family_capability(named[0]) if named is not None else None
         if cap is not None:
-            why = f"{c.name}() (line {c.line}): {cap} on the {gpu} the notebook's metadata names ({nb.name})"
+            why = f"{c.name}() (line {c.line}): {cap} on {named[1]}"
             return Seq([Const(cap[0], "literal", c.line, (why,)), Const(cap[1], "literal", c.line, (why,))], "tuple")
         c.it.facts.note(f"line {c.line}: {c.name}() is read as (8, 0), an Ampere GPU; on a T4 or V100 (7.x) the script "
                         "takes its other branch")

@@ -1,0 +1,40 @@
+"""A notebook that names the GPU it runs on only in its text ("Run all on a free Tesla T4 Google Colab instance", as
+unsloth's notebooks do): that GPU decides what `dtype=None` and `is_bfloat16_supported()` read, as the Colab
+metadata's gpuType does; a text naming several GPUs names none."""
+
+import json
+
+from memlint.extract import extract_paths
+
+_CODE = '''from unsloth import FastLanguageModel, is_bfloat16_supported
+from trl import SFTTrainer
+from transformers import TrainingArguments
+
+model, tok = FastLanguageModel.from_pretrained("unsloth/llama-3-8b-bnb-4bit", max_seq_length=2048, dtype=None,
+                                               load_in_4bit=True)
+model = FastLanguageModel.get_peft_model(model, r=16)
+args = TrainingArguments(output_dir="o", per_device_train_batch_size=2, fp16=not is_bfloat16_supported(),
+                         bf16=is_bfloat16_supported())
+SFTTrainer(model=model, tokenizer=tok, args=args, max_seq_length=2048).train()
+'''
+
+
+def _notebook(path, markdown):
+    cells = [{"cell_type": "markdown", "metadata": {}, "source": [markdown]},
+             {"cell_type": "code", "metadata": {}, "source": [_CODE], "outputs": [], "execution_count": None}]
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+
+
+def test_the_gpu_a_notebooks_text_names_decides_bf16(tmp_path, monkeypatch):
+    _notebook(tmp_path / "nb.ipynb", "To run this, press Runtime and Run all on a **free** Tesla T4 Google Colab instance!")
+    monkeypatch.chdir(tmp_path)
+    (plan,) = extract_paths(["nb.ipynb"])
+    assert plan.get("torch_dtype").value == "fp16" and plan.get("precision").value == "amp-fp16"
+    assert "T4" in plan.get("torch_dtype").chain[-1]
+
+
+def test_a_text_naming_several_gpus_names_none(tmp_path, monkeypatch):
+    _notebook(tmp_path / "nb.ipynb", "Runs on a T4; an A100 is faster.")
+    monkeypatch.chdir(tmp_path)
+    (plan,) = extract_paths(["nb.ipynb"])
+    assert plan.get("torch_dtype").value == "auto" and plan.get("precision").value == "amp-bf16"
