@@ -29,7 +29,7 @@ TOOLS = {
 # a Hydra entry script's overrides (NeMo's `megatron_gpt_finetuning.py ... model.micro_batch_size=2 trainer.devices=8`):
 # key=value, +key=value, ++key=value after the script (launch.py _hydra_config finds the config it composes)
 HYDRA = ("nemo", "key=value", None)
-HYDRA_KINDS = ("nemo",)
+HYDRA_KINDS = ("nemo", "verl-ppo", "verl-sft")  # frameworks.json entries with "hydra" (a test checks they agree)
 COMMAND_LINE = "<command line>"
 # framework CLIs that read a whole config from flags when no config file comes first (LLaMA-Factory's read_args:
 # HfArgumentParser.parse_args_into_dataclasses over `--key value`)
@@ -63,7 +63,7 @@ def tool_of(launch: Any, kind: str | None) -> tuple | None:
         return None
     tool = TOOLS.get(launch.launcher)
     if tool is None and launch.script and kind in HYDRA_KINDS:
-        return HYDRA
+        return (kind, "key=value", None)
     return tool or framework_tool(kind, launch)
 
 
@@ -87,7 +87,7 @@ def overrides(launch: Any, config_ref: str | None, tool: tuple | None = None) ->
     if tool is None:
         return []
     _, style, positional_key = tool
-    if tool[0] not in {t[0] for t in TOOLS.values()} and tool != HYDRA:  # the config flag of a framework's entry point
+    if tool[0] not in {t[0] for t in TOOLS.values()} and tool[0] not in HYDRA_KINDS:  # the config flag of a framework's entry point
         from memlint.extract.configs.frameworks import table
 
         skip = set(table()[tool[0]].get("read_from_flag", ()))

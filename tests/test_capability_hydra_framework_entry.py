@@ -1,0 +1,65 @@
+"""A script of the checkout built on verl's PPO trainer (a RayPPOTrainer subclass under its own @hydra.main) composes
+the checkout's copy of verl's ppo_trainer.yaml as verl's own entry does: the run is that config under the command's
+key=value overrides, read by verl's reader."""
+
+from checkouts import plan_of_command, write_checkout
+
+from memlint.extract.configs.frameworks import table
+from memlint.extract.configs.overrides import HYDRA_KINDS
+
+_MAIN = '''
+import hydra
+import ray
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+
+class MyTrainer(RayPPOTrainer):
+    pass
+
+
+@hydra.main(config_path="config", config_name="ppo_trainer", version_base=None)
+def main(config):
+    ray.init()
+    MyTrainer(config=config).fit()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+_PPO = '''data:
+  max_prompt_length: 512
+  max_response_length: 512
+actor_rollout_ref:
+  model:
+    path: ~/models/deepseek-llm-7b-chat
+    enable_gradient_checkpointing: False
+    use_remove_padding: False
+  actor:
+    strategy: fsdp
+    ppo_mini_batch_size: 256
+    ppo_micro_batch_size_per_gpu: 8
+    use_dynamic_bsz: False
+    ulysses_sequence_parallel_size: 1
+  rollout:
+    n: 1
+trainer:
+  n_gpus_per_node: 8
+  nnodes: 1
+'''
+
+
+def test_a_checkout_hydra_entry_over_verls_ppo_config(tmp_path, monkeypatch):
+    sh = ("python3 main_custom.py data.max_response_length=1024 actor_rollout_ref.model.path=Qwen/Qwen2.5-3B "
+          "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16 trainer.n_gpus_per_node=4 "
+          "actor_rollout_ref.rollout.n=8\n")
+    write_checkout(tmp_path, {"main_custom.py": _MAIN, "config/ppo_trainer.yaml": _PPO, "train.sh": sh})
+    plan = plan_of_command(tmp_path, monkeypatch, "bash", "train.sh")
+    assert plan.get("model_id").value == "Qwen/Qwen2.5-3B" and plan.get("model_id").source == "command-line"
+    assert (plan.get("per_device_batch").value, plan.get("max_length").value, plan.get("num_gpus").value) == (16, 1536, 4)
+    assert plan.get("grad_accum").value == 32  # 256 × 8 / 4 ranks / 16
+    assert plan.get("trainer").value == "verl"
+
+
+def test_the_hydra_framework_kinds_are_the_data_ones():
+    assert set(HYDRA_KINDS) == {name for name, fw in table().items() if "hydra" in fw}
