@@ -18,8 +18,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from memlint.catalog.local import spec_from_config_file
-from memlint.catalog.spec import (Linear, ModelSpec, catalog_entry, closest_ids, entries, known_ids, named_after_base,
-                                  named_by_folder, sized_by_name)
+from memlint.catalog.spec import (Linear, ModelSpec, catalog_entry, chat_or_base_sibling, closest_ids, entries, known_ids,
+                                  named_after_base, named_by_folder, sized_by_name)
 from memlint.errors import MemlintError
 from memlint import files
 from memlint.files import read_bytes
@@ -121,6 +121,9 @@ def resolve(model: str) -> ModelSpec:
     if online.enabled() and online.looks_like_repo_id(model):  # opt-in: only config.json, into the HF cache
         return spec_from_config_file(online.fetch_config(model), model, source="hub")
     spec = named_after_base(model)  # offline, a fine-tune named after its catalogued base: sized as it, said so
+    if spec is not None:
+        return spec
+    spec = chat_or_base_sibling(model)  # offline, the base of a catalogued chat release (or the reverse), said so
     if spec is not None:
         return spec
     spec = sized_by_name(model)  # offline, a checkpoint named with its size: a catalogued one of that size, said so

@@ -298,6 +298,31 @@ def named_after_base(model_id: str) -> ModelSpec | None:
     return replace(spec_from_entry(canonical, entries()[canonical], source="named-base"), assumed_from=text)
 
 
+# the suffixes an organisation's chat/instruct release adds to its base's name (Qwen/Qwen1.5-0.5B-Chat of
+# Qwen/Qwen1.5-0.5B, meta-llama/Llama-2-7b-chat-hf of Llama-2-7b-hf, google/gemma-2-2b-it of gemma-2-2b): the two share
+# every shape (the same config.json apart from its name)
+_VARIANT_SUFFIXES = ("-chat", "-instruct", "-it", "-chat-hf", "-hf", "-base")
+
+
+def chat_or_base_sibling(model_id: str) -> ModelSpec | None:
+    """A checkpoint of the catalogue's organisation whose name is a catalogued checkpoint's with a chat/instruct/base
+    suffix added or removed (Qwen/Qwen1.5-0.5B beside Qwen/Qwen1.5-0.5B-Chat): that one's shapes, marked as assumed
+    from the name (source "named-variant"); none when several siblings differ in shape or the name says its weights
+    differ (a GPTQ / AWQ / GGUF export, an adapter)."""
+    text = model_id.strip()
+    if not _HUB_ID.match(text) or "/" not in text or text.lower() in _index():
+        return None
+    org, name = text.lower().split("/", 1)
+    if _NOT_SAME_SHAPES.search(name):
+        return None
+    stems = {name} | {name[: -len(s)] for s in _VARIANT_SUFFIXES if name.endswith(s) and len(name) > len(s) + 3}
+    cands = {f"{org}/{stem}{suffix}" for stem in stems for suffix in ("", *_VARIANT_SUFFIXES)} - {text.lower()}
+    hits = sorted({_index()[c] for c in cands if c in _index()})
+    if not hits or len({entries()[h]["params"] for h in hits}) != 1:
+        return None
+    return replace(spec_from_entry(hits[0], entries()[hits[0]], source="named-variant"), assumed_from=text)
+
+
 _NAME = re.compile(r"[a-z]+")
 
 

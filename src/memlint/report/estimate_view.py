@@ -94,7 +94,7 @@ def render(est: Estimate, targets, console, extra: Mapping[str, int] | None = No
     from rich.table import Table
 
     m = est.setup.model
-    source = (f"catalog, assumed from the name of {m.assumed_from}" if m.source == "named-base" else
+    source = (f"catalog, assumed from the name of {m.assumed_from}" if m.source in ("named-base", "named-variant") else
               f"catalog, assumed from the size the name {m.assumed_from} gives" if m.source == "size-name" else
               f"catalog, assumed from the folder name of {m.assumed_from}") if m.assumed_from else m.source
     params = m.params
