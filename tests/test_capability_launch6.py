@@ -61,3 +61,37 @@ def test_an_item_set_under_a_key_memlint_cannot_expand_keeps_a_missing_key_unkno
     write_checkout(tmp_path, {"train.py": _TRAIN, "run.sh": sh})
     plan = plan_of_command(tmp_path, monkeypatch, "bash", "run.sh", "zz")
     assert not plan.get("per_device_batch").known  # the unknown key may be "zz": not the default
+
+
+_ENV = '''pick_model() {
+    case "$1" in
+        a) echo /models/qwen-7b ;;
+        b|c) echo "Qwen/Qwen2.5-1.5B" ;;
+        *) echo gpt2 ;;
+    esac
+}
+size() { echo "$1"; }
+'''
+_RUN = '''source env.sh
+KEY="${1:-b}"
+MODEL=$(pick_model "$KEY")
+BS=$(size 6)
+torchrun train.py --output_dir o --per_device_train_batch_size $BS --run_name $MODEL
+'''
+
+
+def test_a_value_the_launchers_own_function_echoes(tmp_path, monkeypatch):
+    train = _TRAIN.replace('from_pretrained("gpt2")', "from_pretrained(args.run_name)")
+    write_checkout(tmp_path, {"train.py": train, "env.sh": _ENV, "run.sh": _RUN})
+    plan = plan_of_command(tmp_path, monkeypatch, "bash", "run.sh")
+    assert (plan.get("model_id").value, plan.get("per_device_batch").value) == ("Qwen/Qwen2.5-1.5B", 6)
+    assert plan_of_command(tmp_path, monkeypatch, "bash", "run.sh", "a").get("model_id").value == "/models/qwen-7b"
+    assert plan_of_command(tmp_path, monkeypatch, "bash", "run.sh", "zz").get("model_id").value == "gpt2"
+
+
+def test_a_function_whose_output_memlint_cannot_tell_leaves_the_value_unset(tmp_path, monkeypatch):
+    env = "pick_model() {\n    ls /models | head -1\n}\n"
+    train = _TRAIN.replace('from_pretrained("gpt2")', "from_pretrained(args.run_name)")
+    write_checkout(tmp_path, {"train.py": train, "env.sh": env, "run.sh": _RUN.replace("BS=$(size 6)", "BS=2")})
+    plan = plan_of_command(tmp_path, monkeypatch, "bash", "run.sh")
+    assert plan.get("model_id").value != "Qwen/Qwen2.5-1.5B" and plan.get("per_device_batch").value == 2

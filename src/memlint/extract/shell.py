@@ -898,6 +898,8 @@ def launches(path: Path, shown: str, args: tuple[str, ...] | None = None, env0: 
             continue
         elif _settles(stripped, path, env, exported, branches):
             continue
+        if not is_make and ("(" in stripped or stripped.startswith("function ")):
+            _function_def(stripped, lines, i, env)  # kept for `$(name args)`; its lines are read on as before
         if stripped.startswith("cd ") and not is_make:
             cwd = _moved(stripped, env, cwd)
         # the launcher may be in a variable (`LAUNCH="accelerate launch ..."` then `$LAUNCH train.py`, `eval $CMD`)
@@ -1191,6 +1193,67 @@ def _loop_variable(stripped: str, env: dict[str, str]) -> bool:
     return True
 
 
+_FN = "\x00fn:"  # env key of a shell function's body (its lines joined by newlines)
+_FUNC_DEF = re.compile(r"^(?:function\s+([A-Za-z_][\w-]*)\s*(?:\(\s*\))?|([A-Za-z_][\w-]*)\s*\(\s*\))\s*\{\s*(.*?)\s*$")
+_ECHO = re.compile(r"^\s*(?:echo|printf\s+['\"]%s\\?n?['\"])\s+(.+?)\s*;?\s*$")
+_MAX_FUNCTION_LINES = 200
+
+
+def _function_def(stripped: str, lines: list, i: int, env: dict[str, str]) -> None:
+    """`name() {` (or `function name {`) at line i-1: its body, up to the `}` that closes it, kept under env[_FN+name]
+    for a later `$(name args)`; a one-line `name() { echo ...; }` too."""
+    m = _FUNC_DEF.match(stripped)
+    if m is None:
+        return
+    name, rest = m.group(1) or m.group(2), m.group(3)
+    if rest.endswith("}"):  # one line: `pick() { echo "/models/$1"; }`
+        env[_FN + name] = rest[:-1].strip().rstrip(";")
+        return
+    body, depth = ([rest] if rest else []), 1
+    for _, text, _ in lines[i:i + _MAX_FUNCTION_LINES]:
+        t = text.strip()
+        depth += t.endswith("{") - (t == "}" or t.startswith("}"))
+        if depth <= 0:
+            env[_FN + name] = "\n".join(body)
+            return
+        body.append(text)
+
+
+def _function_output(val: str, env: dict[str, str]) -> str | None:
+    """What `$(name args)` prints when `name` is the launcher's function and its body echoes one value for these
+    arguments: a single `echo X`, or the `case "$1" in pattern) echo X ;; esac` arm the first argument selects
+    (`*` the fallback); None for anything else (a pipe, a command's output, no arm)."""
+    import fnmatch
+
+    try:
+        words = tokens(_expand(val[2:-1].strip(), env))
+    except MemlintError:
+        return None
+    body = env.get(_FN + words[0]) if words else None
+    if body is None or any(c in val for c in "|`"):
+        return None
+    fenv = {**env, _POS_KEY: "\x00".join(words[1:])}
+    head = next((j for j, ln in enumerate(body.splitlines()) if _CASE_HEAD.match(ln)), None)
+    if head is None:
+        echoes = [e for e in map(_ECHO.match, body.splitlines()) if e]
+        text = echoes[0].group(1) if len(echoes) == 1 and len(body.splitlines()) == 1 else None
+    else:
+        arg = words[1] if len(words) > 1 else ""
+        text = None
+        for chunk in "\n".join(body.splitlines()[head + 1:]).split(";;"):
+            arm = _ARM.match(chunk.strip().replace("\n", " "))
+            if arm is None or chunk.strip().startswith("esac"):
+                continue
+            if any(fnmatch.fnmatchcase(arg, p.strip().strip("\"'")) for p in arm.group(1).split("|")):
+                echo = _ECHO.match(arm.group(2))
+                text = echo.group(1) if echo else None
+                break
+    if text is None:
+        return None
+    out = _unquote(_expand(text, fenv))
+    return out if "$" not in out and "`" not in out else None
+
+
 def _keyed_array(stripped: str, env: dict[str, str]) -> bool:
     """`declare -A BS` / `declare -A BS=([a]=16 [b]=8)` / `BS["a"]=16` / `BS[$KEY]=16`: each item under `BS[key]`
     (a key memlint cannot expand is an item it does not know); True when the line was one of these."""
@@ -1254,6 +1317,9 @@ def _sets_variables(stripped: str, env: dict[str, str], exported: set[str]) -> b
     if counted and env.get(counted.group(1)) and "$" not in env[counted.group(1)]:
         # `N=$(echo $GPUS | tr ',' '\n' | wc -l)` / `awk -F, '{print NF}'`: the items of a comma list
         env[m.group(1)] = str(len([x for x in env[counted.group(1)].split(",") if x.strip()]))
+        return True
+    if val.startswith("$(") and val.endswith(")") and (out := _function_output(val, env)) is not None:
+        env[m.group(1)] = out  # `MODEL=$(model_path "$KEY")`: what the launcher's own function echoes for that argument
         return True
     if val.startswith("$(") and val.endswith(")"):  # `X=$((A / B))` computed, `X=$(nvidia-smi ...)` unknown:
         got = _expand(val, env)                     # X stays unset unless it came out a number
