@@ -209,22 +209,20 @@ def test_a_launcher_in_a_shell_variable_is_expanded(tmp_path, monkeypatch):
     assert plan.get("num_gpus").value == 8
 
 
-def test_accelerate_launch_without_a_config_runs_one_process_per_visible_gpu(tmp_path, monkeypatch):
-    """No --config_file: accelerate's own defaults, as on a machine with no saved `accelerate config`
-    (launch.py _validate_launch_command): --num_processes is the GPUs the process sees and several of them are
-    --multi_gpu (DDP, no sharding); the saved config that would override it is said."""
+def test_accelerate_launch_without_a_config_leaves_the_sharding_to_the_machine(tmp_path, monkeypatch):
+    """No --config_file and nothing in the command that settles the processes: the machine's saved `accelerate config`
+    decides the sharding (unknown); CUDA_VISIBLE_DEVICES alone gives the process count accelerate defaults to (one per
+    visible GPU: launch.py _validate_launch_command), and over several, DDP."""
     _write(tmp_path, {"train.py": _TRAIN})
     monkeypatch.chdir(tmp_path)
     (plan,) = _plans("accelerate launch train.py")
-    assert _v(plan, "distributed") == ("none", "library-default")
-    assert "no saved accelerate config" in plan.get("distributed").chain[0]
-    gpus = plan.get("num_gpus")
-    assert not gpus.known and dict(gpus.shape).get("gpus") == "all-visible"
+    assert _v(plan, "distributed") == (None, "unknown")
+    assert "saved accelerate config" in plan.get("distributed").chain[0]
     (plan,) = _plans("CUDA_VISIBLE_DEVICES=0,1,2 accelerate launch train.py")
     assert _v(plan, "num_gpus") == (3, "command-line") and plan.get("distributed").value == "none"
     (plan,) = _plans("accelerate launch --num_processes 1 train.py")
     assert plan.get("distributed").value == "none" and plan.get("num_gpus").value == 1
-    (plan,) = _plans("accelerate launch --use_fsdp train.py")  # a sharding flag is not the no-config default
+    (plan,) = _plans("accelerate launch --use_fsdp train.py")
     assert plan.get("distributed").value == "fsdp"
 
 

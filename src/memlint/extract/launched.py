@@ -136,8 +136,13 @@ def apply_launcher(plan: TrainingPlan, launch: Any, script: Path) -> TrainingPla
     if launch.launcher in ("torchrun", "accelerate", "deepspeed") and launch.gpus and launch.gpus > 1 \
             and cur.value == "none" and cur.source == "library-default" and "distributed" not in fields:
         fields["distributed"] = _value(launch, "none", f"{launch.launcher}: {launch.gpus} data-parallel processes (DDP)")
-    elif launch.launcher == "accelerate" and "config_file" not in opts and "distributed" not in fields:
-        fields.update(_accelerate_unconfigured(plan, launch, opts))
+    elif launch.launcher == "accelerate" and not _ACCELERATE_SAYS & set(opts) and cur.source == "library-default" \
+            and "distributed" not in fields and not launch.gpus:
+        # `accelerate launch train.py`: the machine's saved `accelerate config` (default_config.yaml) sets the processes
+        # and the sharding, which the checkout does not hold (without one: a process per visible GPU, DDP)
+        fields["distributed"] = Value(None, "unknown", None, (f"accelerate launch without --config_file or a "
+                                      f"process count ({launch.where()}): the machine's saved accelerate config decides "
+                                      "(with none saved: one process per visible GPU, DDP)",))
     plan = plan.with_values(**fields)
     if launch.line:
         plan = replace(plan, via=launch.where())
@@ -148,31 +153,6 @@ def apply_launcher(plan: TrainingPlan, launch: Any, script: Path) -> TrainingPla
         if "num_gpus" in fields:  # `--num_processes=3` on the command line wins over the config file's num_processes
             plan = plan.with_values(num_gpus=fields["num_gpus"])
     return plan
-
-
-def _accelerate_unconfigured(plan: TrainingPlan, launch: Any, opts: dict[str, str]) -> dict[str, Value]:
-    """`accelerate launch train.py` with no --config_file: read as accelerate runs it on a machine with no saved
-    `accelerate config` (as the checkout shows it; memlint reads the DeepSpeed flags the same way): one process per
-    visible GPU (--num_processes defaults to torch.cuda.device_count()) and, over several, --multi_gpu, that is DDP
-    (accelerate/commands/launch.py _validate_launch_command, 0.20 to 1.x). A saved default_config.yaml overrides
-    both: said."""
-    out: dict[str, Value] = {}
-    sharded = {"use_deepspeed", "use_fsdp", "use_megatron_lm", "cpu", "tpu", "deepspeed_config_file", "zero_stage"}
-    if sharded & set(opts):
-        return out
-    saved = ("with no saved accelerate config (a default_config.yaml from `accelerate config` on the machine "
-             "overrides this)")
-    cur = plan.get("distributed")
-    if cur.source == "library-default":
-        out["distributed"] = Value("none", "library-default", Span(launch.origin, launch.line_of("accelerate"))
-                                   if launch.line else None,
-                                   (f"accelerate launch ({launch.where()}) {saved}: one process per visible GPU, "
-                                    "DDP over several",))
-    if launch.gpus is None and "num_processes" not in opts and not plan.get("num_gpus").known:
-        out["num_gpus"] = Value(None, "unknown", Span(launch.origin, launch.line) if launch.line else None,
-                                (f"accelerate launch without --num_processes ({launch.where()}) {saved}: one process "
-                                 "per GPU the machine shows",), shape=(("gpus", "all-visible"),))
-    return out
 
 
 def _unread_configs(plan: TrainingPlan, launch: Any) -> TrainingPlan:
