@@ -53,6 +53,8 @@ class Table(Unknown):
     dims: tuple = ()
     parameter: bool = False
     sources: tuple = ()   # the value each dimension was read from (a Const), or None where unread
+    # methods that give the same tensor or layer back, its sizes kept (`self.lora_A = self.lora_A.to(dtype)`)
+    kept_by_moves = ("to", "cuda", "cpu", "float", "half", "bfloat16", "requires_grad_", "type")
 
 
 # torch calls that create a tensor of the size their arguments write out
@@ -86,6 +88,14 @@ def _sized(why: str, args: list, kwargs: dict, line: int | None) -> Table | None
     if not items:
         return None
     return Table(why, line, tuple(_whole(x) for x in items), sources=tuple(_dim_const(x) for x in items))
+
+
+def linear_table(args: list, kwargs: dict, line: int | None) -> Table:
+    """`nn.Linear(in_features, out_features)` inside a script model's __init__: a Table of its (in, out), each dimension
+    the int it was read as or None (a LoRA layer's `nn.Linear(base.in_features, r)` and `nn.Linear(r,
+    base.out_features)` share r whatever the wrapped layer's sizes)."""
+    dims = [args[i] if i < len(args) else kwargs.get(n) for i, n in enumerate(("in_features", "out_features"))]
+    return Table("an nn.Linear", line, tuple(_whole(d) for d in dims), True, tuple(_dim_const(d) for d in dims))
 
 
 def _dim_const(v: Any) -> Const | None:

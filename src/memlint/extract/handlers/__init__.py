@@ -130,6 +130,8 @@ class Handlers(
         """A library call: the qualified rules first, then the name table, then optimizer classes."""
         if c.it.layers is not None and c.head == "torch" and c.name in ("Linear", "Embedding"):
             _record_layer(c)
+            if c.name == "Linear":  # its (in, out), read or not: a hand-written LoRA pair shares its rank through them
+                return custom_model.linear_table(c.args, c.kwargs, c.line)
         if c.it.layers is not None and c.head == "torch":  # a tensor of written-out size, the nn.Parameter of it
             table = custom_model.table_of(c.name, c.args, c.kwargs, c.line)
             if table is not None:

@@ -273,6 +273,8 @@ class Expressions:
             return base  # a tokenizer output's input_ids: the same token ids
         if isinstance(base, Unknown):
             moved = base if isinstance(base, TokenIds) and attr in ("to", "cuda", "cpu", "long", "int") else None
+            if getattr(base, "kept_by_moves", ()) and attr in base.kept_by_moves:
+                moved = base  # a layer's `.to(dtype)` / `.cuda()`: the same layer (its sizes kept)
             return BoundUnknown(base.why or "something unknown", base.line, attr, moved)
         return Unknown(f"attribute {attr}")
 
