@@ -95,3 +95,14 @@ def test_a_function_whose_output_memlint_cannot_tell_leaves_the_value_unset(tmp_
     write_checkout(tmp_path, {"train.py": train, "env.sh": env, "run.sh": _RUN.replace("BS=$(size 6)", "BS=2")})
     plan = plan_of_command(tmp_path, monkeypatch, "bash", "run.sh")
     assert plan.get("model_id").value != "Qwen/Qwen2.5-1.5B" and plan.get("per_device_batch").value == 2
+
+
+def test_a_function_naming_its_argument_before_its_case(tmp_path, monkeypatch):
+    env = ('export BIG="/cache/models--Qwen--Qwen2.5-7B"\n'
+           'model_path() {\n    local key="$1"\n    case "$key" in\n        big) echo "$BIG" ;;\n'
+           '        *) echo "" ;;\n    esac\n}\n')
+    run = 'source env.sh\nMODEL=$(model_path "${1:-big}")\ntorchrun train.py --output_dir o --run_name $MODEL\n'
+    train = _TRAIN.replace('from_pretrained("gpt2")', "from_pretrained(args.run_name)")
+    write_checkout(tmp_path, {"train.py": train, "env.sh": env, "run.sh": run})
+    plan = plan_of_command(tmp_path, monkeypatch, "bash", "run.sh")
+    assert plan.get("model_id").value == "/cache/models--Qwen--Qwen2.5-7B"

@@ -1197,6 +1197,8 @@ _FN = "\x00fn:"  # env key of a shell function's body (its lines joined by newli
 _FUNC_DEF = re.compile(r"^(?:function\s+([A-Za-z_][\w-]*)\s*(?:\(\s*\))?|([A-Za-z_][\w-]*)\s*\(\s*\))\s*\{\s*(.*?)\s*$")
 _ECHO = re.compile(r"^\s*(?:echo|printf\s+['\"]%s\\?n?['\"])\s+(.+?)\s*;?\s*$")
 _MAX_FUNCTION_LINES = 200
+_LOCAL_ARG = re.compile(r"""^\s*(?:local\s+)?([A-Za-z_]\w*)=["']?\$(?:\{(\d)\}|(\d))["']?\s*$""")
+_CASE_ON = re.compile(r"""^\s*case\s+"?\$\{?([A-Za-z_]\w*|\d)\}?"?\s+in\s*$""")
 
 
 def _function_def(stripped: str, lines: list, i: int, env: dict[str, str]) -> None:
@@ -1233,14 +1235,23 @@ def _function_output(val: str, env: dict[str, str]) -> str | None:
     if body is None or any(c in val for c in "|`"):
         return None
     fenv = {**env, _POS_KEY: "\x00".join(words[1:])}
-    head = next((j for j, ln in enumerate(body.splitlines()) if _CASE_HEAD.match(ln)), None)
+    lines = body.splitlines()
+    for ln in lines:  # `local key="$1"`: the function's own names for its arguments
+        loc = _LOCAL_ARG.match(ln)
+        if loc:
+            n = int(loc.group(2) or loc.group(3))
+            fenv[loc.group(1)] = words[n] if n < len(words) else ""
+    head = next((j for j, ln in enumerate(lines) if _CASE_ON.match(ln)), None)
     if head is None:
-        echoes = [e for e in map(_ECHO.match, body.splitlines()) if e]
-        text = echoes[0].group(1) if len(echoes) == 1 and len(body.splitlines()) == 1 else None
+        echoes = [e for e in map(_ECHO.match, lines) if e]
+        text = echoes[0].group(1) if len(echoes) == 1 and len(lines) == 1 else None
     else:
-        arg = words[1] if len(words) > 1 else ""
+        sel = _CASE_ON.match(lines[head]).group(1)
+        arg = (words[int(sel)] if int(sel) < len(words) else "") if sel.isdigit() else fenv.get(sel)
+        if arg is None:
+            return None
         text = None
-        for chunk in "\n".join(body.splitlines()[head + 1:]).split(";;"):
+        for chunk in "\n".join(lines[head + 1:]).split(";;"):
             arm = _ARM.match(chunk.strip().replace("\n", " "))
             if arm is None or chunk.strip().startswith("esac"):
                 continue
