@@ -100,12 +100,30 @@ class MsSwift(FrameworkReader):
         assert d is not None, key
         return d
 
+    def _registered_model(self) -> bool:
+        """ms-swift 2.x: `--model_type qwen2-7b-instruct` alone names a checkpoint of its registry (register_model:
+        a ModelScope id, downloaded unless USE_HF, and the Hugging Face id of the same weights, data/
+        swift_model_types.json); the model is that Hugging Face id, the ModelScope one said."""
+        from memlint.data import load
+
+        kind = self.doc.get("model_type")
+        hit = load("swift_model_types.json")["model_types"].get(kind.strip()) if isinstance(kind, str) else None
+        if hit is None:
+            return False
+        ms, hf = hit
+        chain = (f"--model_type {kind}: ms-swift 2.x's registry loads {ms} from ModelScope"
+                 + (f" (the same weights as {hf} on the Hugging Face Hub, with USE_HF=1)" if hf else ""),)
+        self.lit("model_id", hf or ms, "model_type", chain=chain)
+        return True
+
     # ---- fields ---------------------------------------------------------------------------------
 
     def _model(self) -> None:
         key = self._first("model", "model_id_or_path")
         if key is not None and isinstance(self.doc.get(key), str) and self.doc.get(key).strip():
             self.lit("model_id", self.doc.get(key).strip(), key)
+        elif self._registered_model():
+            pass
         else:
             self.unknown("model_id", "no --model (ms-swift's --model_type names a model family, not a checkpoint)",
                          *(("model_type",) if self.doc.has("model_type") else ()))
