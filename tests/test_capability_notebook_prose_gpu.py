@@ -38,3 +38,11 @@ def test_a_text_naming_several_gpus_names_none(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (plan,) = extract_paths(["nb.ipynb"])
     assert plan.get("torch_dtype").value == "auto" and plan.get("precision").value == "amp-bf16"
+
+
+def test_the_gpu_the_text_says_to_run_on_wins_over_one_it_mentions(tmp_path, monkeypatch):
+    _notebook(tmp_path / "nb.ipynb", 'Press "Run all" on a free Tesla T4 Google Colab instance!\n\n'
+                                     "News: CodeLlama 34b 2x faster [A100 on Colab](https://example.org)")
+    monkeypatch.chdir(tmp_path)
+    (plan,) = extract_paths(["nb.ipynb"])
+    assert plan.get("torch_dtype").value == "fp16"

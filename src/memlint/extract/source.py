@@ -95,15 +95,27 @@ def _prose_gpu(path: str, _mtime: int, _size: int) -> str | None:
         cells = json.loads(notebook_bytes(Path(path))).get("cells") or []
     except (OSError, ValueError, RecursionError, AttributeError):
         return None
-    named = set()
+    named, run_on = set(), set()
     for c in cells:
         if not isinstance(c, dict) or c.get("cell_type") != "markdown":
             continue
         src = c.get("source")
         text = "".join(src) if isinstance(src, list) else src if isinstance(src, str) else ""
-        named |= {m.group(1).replace(" ", "") for m in _PROSE_GPU.finditer(text[:100_000])}
-    named = {g for g in named if family_supports(g, "bf16") is not None}
-    return named.pop() if len(named) == 1 else None
+        for line in text[:100_000].splitlines():
+            here = {m.group(1).replace(" ", "") for m in _PROSE_GPU.finditer(line)}
+            named |= here
+            if _RUN_ON.search(line):  # "press Run all on a free Tesla T4 Google Colab instance"
+                run_on |= here
+    for found in (run_on, named):  # the GPU the notebook says to run on, else the one it names at all
+        found = {g for g in found if family_supports(g, "bf16") is not None}
+        if len(found) == 1:
+            return found.pop()
+        if found:
+            return None
+    return None
+
+
+_RUN_ON = re.compile(r"\brun(?:s|ning)?\b[^.!?]*\b(?:on|with)\b", re.I)
 
 
 def colab_gpu(path: Path) -> str | None:
