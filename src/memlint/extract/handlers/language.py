@@ -236,11 +236,12 @@ class LanguageHandlers:
         """pathlib.Path(a, b) / os.path.dirname(p) / abspath / expanduser / basename: the path as a string."""
         import os
         import posixpath
+        from pathlib import PurePosixPath
 
         vals = [a for a in c.args if isinstance(a, Const) and isinstance(a.value, str)]
         if len(vals) != len(c.args) or not vals:
             return Unknown("a path")
-        fn = {"Path": lambda *a: posixpath.join(*a), "PurePath": lambda *a: posixpath.join(*a),
+        fn = {"Path": lambda *a: str(PurePosixPath(*a)), "PurePath": lambda *a: str(PurePosixPath(*a)),
               "dirname": posixpath.dirname, "basename": posixpath.basename, "abspath": lambda p: p,
               "realpath": lambda p: p, "normpath": posixpath.normpath, "expanduser": os.path.expanduser,
               "join": lambda *a: posixpath.join(*a)}.get(c.name)

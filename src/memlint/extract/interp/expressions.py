@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+from pathlib import PurePosixPath
 from typing import Any
 
 import libcst as cst
@@ -393,8 +394,9 @@ class Expressions:
                 if op == "Modulo" and isinstance(a.value, str):
                     value = a.value % b.value
                 elif op == "Divide" and isinstance(a.value, str) and isinstance(b.value, str):
-                    # paths are strings here; `base / "config.yaml"` runs only when one side is a pathlib path
-                    value = posixpath.join(a.value, b.value)
+                    # paths are strings here; `base / "config.yaml"` runs only when one side is a pathlib path, and
+                    # pathlib drops "." parts (Path(".") / "models" is "models")
+                    value = str(PurePosixPath(a.value) / b.value)
                 else:
                     value = _BINOPS[op](a.value, b.value)
             except Exception:

@@ -260,6 +260,10 @@ class Statements:
             return list(it.items)
         if isinstance(it, Const) and isinstance(it.value, (list, tuple)) and len(it.value) <= MAX_UNROLL:
             return [it.with_value(x) for x in it.value]
+        if isinstance(it, Dict) and not it.open and len(it.items) <= MAX_UNROLL:
+            return [Const(k, "literal", None, (f"a key of the dict: {k!r}",)) for k in it.items]  # a dict iterates its keys
+        if isinstance(it, Const) and isinstance(it.value, dict) and len(it.value) <= MAX_UNROLL:
+            return [it.with_value(k) for k in it.value]
         return None
 
     def iter_items(self, it: Any) -> Any:
@@ -269,6 +273,8 @@ class Statements:
                 opts.extend(v.items)
             elif isinstance(v, Const) and isinstance(v.value, (list, tuple)):
                 opts.extend(v.with_value(x) for x in v.value)
+            elif isinstance(v, Dict) and not v.open and v.items:
+                opts.extend(Const(k, "literal", None) for k in v.items)
             elif isinstance(v, Range):
                 opts.append(Unknown("a loop counter"))
             else:
