@@ -472,11 +472,13 @@ def test_placeholder_model_paths_are_unknown_with_a_note_saying_what_to_assume(t
 
     for text in ("<your_model_path>", "path/to/model", "{path_to_your_model}", "/path/to/llama", "YOUR_MODEL", "xxx",
                  "/MODEL_PATH/", "./models/your-model", "$MODEL_KEY", "${BASE_MODEL}", "/data/$model",
-                 "/BASE/MODEL/PATH", "/POLICY/BASE/MODEL/PATH", "DATA/PATH", "MODEL-DIR", "/data/CKPT-FILE"):
+                 "/BASE/MODEL/PATH", "/POLICY/BASE/MODEL/PATH", "DATA/PATH", "MODEL-DIR", "/data/CKPT-FILE",
+                 "path2llama", "/data/path2model"):
         assert is_placeholder(text), text
     for text in ("meta-llama/Llama-2-7b-hf", "gpt2", "~/model_weights/llama-7b", "/data/LLM_MODELS/qwen", "THUDM/chatglm3-6b",
                  "$HOME/models/llama-7b", "BAAI/bge-large-en", "GPT2", "/MODELS/llama-7b", "GPT-J",
-                 "./LLAMA-2-7B", "EleutherAI/GPT-NEOX-20B", "/DATA/MODELS/LLAMA2_7B", "BAAI/AQUILA", "N/A"):
+                 "./LLAMA-2-7B", "EleutherAI/GPT-NEOX-20B", "/DATA/MODELS/LLAMA2_7B", "BAAI/AQUILA", "N/A",
+                 "pathology-model", "/data/path22/model"):
         assert not is_placeholder(text), text
     src = '''
         import argparse

@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 
 _BRACKETS = re.compile(r"<[^<>]*>|\{[^{}]*\}")        # <your_model_path>, {path_to_your_model}
-_PATH_TO = re.compile(r"(?:^|[/\\])path[/_ -]?(?:to|of)(?:[/\\_ -]|$)", re.I)   # path/to/model, /path_to/llama, /path_of_model_folder/8B
+# path/to/model, /path_to/llama, /path_of_model_folder/8B, path2llama
+_PATH_TO = re.compile(r"(?:^|[/\\])path(?:[/_ -]?(?:to|of)(?:[/\\_ -]|$)|2[a-z])", re.I)
 _YOURS = re.compile(r"(?:^|[/\\_ .-])your(?:[_ -]|$)", re.I)  # your_model, YOUR_MODEL, /your/path
 _FILLER = re.compile(r"(?:^|[/\\_ .-])(?:xxx+|\.\.\.)(?:[/\\_ .-]|$)", re.I)  # xxx, xxxx/xxx
 _SHELL_VAR = re.compile(r"\$(?:\{[A-Za-z_]\w*[^}]*\}|[A-Za-z_]\w*)")  # $MODEL_KEY, ${BASE_MODEL}: never expanded
