@@ -24,3 +24,9 @@ def test_the_registry_holds_ids_of_both_hubs():
     table = load("swift_model_types.json")["model_types"]
     assert len(table) > 300
     assert table["qwen2-7b-instruct"] == ["qwen/Qwen2-7B-Instruct", "Qwen/Qwen2-7B-Instruct"]
+
+
+def test_a_checkpoint_folder_given_by_ckpt_dir_is_the_model(tmp_path, monkeypatch):
+    write_checkout(tmp_path, {"run.sh": "swift rlhf --rlhf_type grpo --ckpt_dir out/v0/checkpoint-100 --train_type full\n"})
+    plan = plan_of_command(tmp_path, monkeypatch, "bash", "run.sh")
+    assert plan.get("model_id").value == "out/v0/checkpoint-100"

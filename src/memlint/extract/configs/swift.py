@@ -124,6 +124,12 @@ class MsSwift(FrameworkReader):
             self.lit("model_id", self.doc.get(key).strip(), key)
         elif self._registered_model():
             pass
+        elif isinstance(self.doc.get("ckpt_dir"), str) and self.doc.get("ckpt_dir").strip():
+            # 3.x CompatArguments._handle_ckpt_dir: a checkpoint folder without adapter_config.json is the model
+            self.lit("model_id", self.doc.get("ckpt_dir").strip(), "ckpt_dir", chain=(
+                f"--ckpt_dir {self.doc.get('ckpt_dir').strip()}: ms-swift loads a full checkpoint folder as the model "
+                "(CompatArguments._handle_ckpt_dir; a folder holding adapter_config.json would be an adapter over "
+                "the base its args.json names)",))
         else:
             self.unknown("model_id", "no --model (ms-swift's --model_type names a model family, not a checkpoint)",
                          *(("model_type",) if self.doc.has("model_type") else ()))
