@@ -79,3 +79,19 @@ def test_the_checkouts_own_copy_of_the_cli_tells_its_versions_defaults(tmp_path,
     plan = plan_of_command(tmp_path, monkeypatch, "bash", "sft.sh")
     assert plan.get("attn_implementation").value == "eager"
     assert (plan.get("torch_dtype").value, plan.get("precision").value) == ("auto", "fp32")
+
+
+def test_openrlhf_ray_ppo_submitted_as_a_ray_job(tmp_path, monkeypatch):
+    """`ray job submit ... -- python3 -m openrlhf.cli.train_ppo_ray ...`: the command after `--` runs; the actor's
+    processes are --actor_num_nodes × --actor_num_gpus_per_node, its length the prompt's and the generation's, and
+    no estimate (memlint models no PPO step), said."""
+    sh = ("ray job submit --address=http://127.0.0.1:8265 -- python3 -m openrlhf.cli.train_ppo_ray "
+          "--actor_num_nodes 1 --actor_num_gpus_per_node 4 --pretrain Qwen/Qwen2.5-7B --micro_train_batch_size 2 "
+          "--train_batch_size 128 --prompt_max_len 1024 --generate_max_len 512 --zero_stage 3 --bf16\n")
+    write_checkout(tmp_path, {"run.sh": sh})
+    plan = plan_of_command(tmp_path, monkeypatch, "bash", "run.sh")
+    got = {k: plan.get(k).value for k in ("model_id", "num_gpus", "per_device_batch", "grad_accum", "max_length",
+                                           "distributed", "trainer")}
+    assert got == {"model_id": "Qwen/Qwen2.5-7B", "num_gpus": 4, "per_device_batch": 2, "grad_accum": 16,
+                   "max_length": 1536, "distributed": "zero3", "trainer": "deepspeed-engine"}
+    assert "PPO" in dict(plan.get("trainer").shape)["not_modelled"]

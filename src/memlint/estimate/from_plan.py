@@ -232,6 +232,8 @@ def _objective(get, method: str, notes: list[str]) -> tuple[str, str]:
     facts = api_trainer(str(trainer)) if trainer is not None else None
     if facts is not None and facts.not_modelled:
         raise MemlintError(f"{trainer}: {facts.not_modelled}; the plan is read, with no estimate")
+    if dict(get("trainer").shape).get("not_modelled"):  # a framework's step memlint does not model (OpenRLHF's PPO)
+        raise MemlintError(f"{dict(get('trainer').shape)['not_modelled']}; the plan is read, with no estimate")
     objective = dict(get("trainer").shape).get("objective") or TRAINER_OBJECTIVES.get(str(trainer), "sft")
     if dict(get("trainer").shape).get("class"):
         notes.append(f"{dict(get('trainer').shape)['class']}: the checkout's own {trainer} subclass, read by its name as "

@@ -163,7 +163,7 @@ FRAMEWORK_CLIS = {
     "swift": ({"sft", "pt", "rlhf"}, ()),  # ms-swift: `--key value` flags, or (4.x) a YAML/JSON file first
     "verl-sft": ({"train"}, ()),  # `torchrun -m verl.trainer.fsdp_sft_trainer key=value ...`: its packaged config
     "verl-ppo": ({"train"}, ()),  # `python3 -m verl.trainer.main_ppo key=value ...`: its packaged config
-    "openrlhf": ({"sft", "dpo", "rm", "kto", "prm"}, ()),  # `deepspeed --module openrlhf.cli.train_sft --flag v ...`
+    "openrlhf": ({"sft", "dpo", "rm", "kto", "prm", "ppo_ray"}, ()),  # `deepspeed --module openrlhf.cli.train_sft --flag v ...`
 }
 
 
@@ -304,6 +304,8 @@ def _command_words(words: Sequence[str]) -> tuple[list[str], dict[str, str], str
             while words and words[0].startswith("-") and words[0] != "--":  # `uv run --with torch --frozen train.py`
                 words = words[2:] if words[0] in _RUNNER_VALUED and "=" not in words[0] else words[1:]
             words = words[1:] if words[:1] == ["--"] else words
+        elif words[:3] == ["ray", "job", "submit"] and "--" in words:  # `ray job submit [opts] -- CMD`: CMD runs
+            words = words[words.index("--") + 1:]
         elif (inner := _container(words)) is not None:
             words, inside = inner
             cwd = inside if cwd is None or inside is None or inside.startswith("/") else f"{cwd}/{inside}"

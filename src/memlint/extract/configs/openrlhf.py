@@ -37,6 +37,10 @@ _FLAGS = {
     "ring": (("ring_attn_size",), ("ds", "ring_attn_size")),
     "tp": (("ds_tensor_parallel_size",), ("ds", "tensor_parallel_size")),
     "ref_offload": (("ref_offload",), ("ref", "offload")),
+    "actor_model": (("pretrain",), ("actor", "model_name_or_path")),
+    "actor_nodes": (("actor_num_nodes",), ("actor", "num_nodes")),
+    "actor_gpus": (("actor_num_gpus_per_node",), ("actor", "num_gpus_per_node")),
+    "actor_checkpointing": (("gradient_checkpointing",), ("actor", "gradient_checkpointing_enable")),
 }
 _TRUE = ("true", "1", "yes")
 
@@ -57,6 +61,15 @@ class OpenRlhf(FrameworkReader):
         shape = dict(acc.shape) if acc is not None else {}
         if acc is None or "global" not in shape or bs is None or not isinstance(bs.value, int) or bs.value <= 0:
             return plan
+        gpus = plan.fields.get("num_gpus")
+        if gpus is not None and isinstance(gpus.value, int) and gpus.value > 0 \
+                and getattr(launch, "subcommand", None) == "ppo_ray":
+            # Ray places the actor's processes, not the launcher: its own count divides the batch
+            n = max(1, int(shape["global"]) * int(shape.get("scale", 1)) // bs.value // gpus.value)
+            fields = dict(plan.fields)
+            fields["grad_accum"] = Value(n, acc.source, acc.span, acc.chain + (
+                f"{shape['global']} / micro-batch {bs.value} / {gpus.value} actor processes = {n}",))
+            return replace(plan, fields=fields)
         if launch is None or not getattr(launch, "gpus", None):  # the world size divides the global batch: unknown
             fields = dict(plan.fields)
             fields["grad_accum"] = Value(None, "unknown", acc.span, acc.chain[:1] + (
@@ -129,23 +142,29 @@ class OpenRlhf(FrameworkReader):
         self.command = getattr(self.doc, "command", None) or "sft"
         self.vendored = self._vendored_flags()
         self.sectioned = any(isinstance(self.doc.data.get(k), dict) for k in ("train", "ds", "model", "data"))
-        model = self._get("model")
+        ppo = self.command == "ppo_ray"
+        model_key = "actor_model" if ppo else "model"
+        model = self._get(model_key)
         if isinstance(model, str) and model.strip():
-            self.lit("model_id", model.strip(), *self._path("model"))
+            self.lit("model_id", model.strip(), *self._path(model_key))
         else:
-            self.unknown("model_id", f"no --{'.'.join(self._path('model'))} in the command")
+            self.unknown("model_id", f"no --{'.'.join(self._path(model_key))} in the command")
         self._method()
         self._precision()
         self._attention()
         micro = self._int("per_device_batch", "micro", "micro_train_batch_size")
+        if ppo:
+            self._actor_gpus()
         self._accumulation(micro)
-        self._int("max_length", "max_len", "max_len")
+        if not (ppo and self._ppo_length()):
+            self._int("max_length", "max_len", "max_len")
         packed = self._switch("packing") is True
         self.lib("padding", "longest", frameworks.substitution(self.kind, "padding")[1]) if not packed else \
             self.lit("padding", "packing", *self._path("packing"))
         self.lit("packing", True, *self._path("packing")) if packed else self.lib("packing", False, "--packing_samples off")
-        gc = self._switch("checkpointing")
-        self.lit("gradient_checkpointing", True, *self._path("checkpointing")) if gc else \
+        ckpt = "actor_checkpointing" if ppo else "checkpointing"
+        gc = self._switch(ckpt)
+        self.lit("gradient_checkpointing", True, *self._path(ckpt)) if gc else \
             self.lib("gradient_checkpointing", False, self._default("gradient_checkpointing")[1])
         self._sharding()
         self._trainer()
@@ -212,6 +231,40 @@ class OpenRlhf(FrameworkReader):
                 value, why = "eager", frameworks.framework(self.kind)["defaults"]["attn_implementation"][-1]["ref"]
             self.lib("attn_implementation", value, why)
 
+    def _actor_gpus(self) -> None:
+        """train_ppo_ray: the actor's processes, --actor_num_nodes × --actor_num_gpus_per_node (Ray places them)."""
+        try:
+            nodes, per = self.int_at(*self._path("actor_nodes")), self.int_at(*self._path("actor_gpus"))
+        except Bad:
+            self.unknown("num_gpus", "--actor_num_nodes / --actor_num_gpus_per_node are not integers")
+            return
+        if nodes is None and per is None:
+            value, why = self._default("actor_gpus")
+            self.fields["num_gpus"] = Value(value, "library-default", None, (why,))
+            return
+        nodes, per = nodes or 1, per if per is not None else 8
+        span = self.doc.span(*self._path("actor_gpus")) or self.doc.span(*self._path("actor_nodes"))
+        self.fields["num_gpus"] = Value(nodes * per, "literal", span, (
+            f"--actor_num_nodes {nodes} × --actor_num_gpus_per_node {per}: the actor's DeepSpeed processes",))
+
+    def _ppo_length(self) -> bool:
+        """train_ppo_ray before v0.9.8: --prompt_max_len + --generate_max_len (1024 each) when the command gives
+        either and no --max_len; True when set here."""
+        if self._get("max_len") is not None:
+            return False
+        prompt, gen = self.doc.get("prompt_max_len"), self.doc.get("generate_max_len")
+        if prompt is None and gen is None:
+            return False
+        try:
+            p, g = self.int_at("prompt_max_len") or 1024, self.int_at("generate_max_len") or 1024
+        except Bad:
+            self.unknown("max_length", "--prompt_max_len / --generate_max_len are not integers")
+            return True
+        self.fields["max_length"] = Value(p + g, "literal", self.doc.span("generate_max_len") or
+                                          self.doc.span("prompt_max_len"), (
+            f"--prompt_max_len {p} + --generate_max_len {g}: the longest sequence the actor trains on",))
+        return True
+
     def _accumulation(self, micro: int | None) -> None:
         """--train_batch_size over micro-batches and processes: one process until the launcher says more (launched)."""
         try:
@@ -255,8 +308,11 @@ class OpenRlhf(FrameworkReader):
         objective = objectives.get(self.command, "sft")
         # OpenRLHF's trainers drive a DeepSpeed engine themselves (engine.backward / engine.step), as a script that calls
         # deepspeed.initialize does: memlint's name for that loop, the objective in the shape
+        shape = (("objective", objective),)
+        if self.command == "ppo_ray":
+            shape += (("not_modelled", frameworks.substitution(self.kind, "ppo_not_modelled")[0]),)
         self.fields["trainer"] = Value("deepspeed-engine", "literal", None,
-                                       (f"openrlhf.cli.train_{self.command}: {ref}",), shape=(("objective", objective),))
+                                       (f"openrlhf.cli.train_{self.command}: {ref}",), shape=shape)
         if objective in ("dpo", "kto"):
             value, why = frameworks.substitution(self.kind, "reference")
             offloaded = self._switch("ref_offload") is True
