@@ -63,3 +63,30 @@ def test_a_checkout_hydra_entry_over_verls_ppo_config(tmp_path, monkeypatch):
 
 def test_the_hydra_framework_kinds_are_the_data_ones():
     assert set(HYDRA_KINDS) == {name for name, fw in table().items() if "hydra" in fw}
+
+
+_SFT_YAML = '''data:
+  train_batch_size: 64
+  micro_batch_size_per_gpu: 4
+  max_length: 1024
+model:
+  partial_pretrain: /data/models/Qwen2.5-3B
+  enable_gradient_checkpointing: False
+  lora_rank: 0
+optim:
+  lr: 1e-5
+ulysses_sequence_parallel_size: 1
+use_remove_padding: False
+'''
+
+
+def test_a_checkout_vendoring_verl_runs_its_own_copy_of_the_packaged_config(tmp_path, monkeypatch):
+    sh = ("torchrun --nproc_per_node=2 -m verl.trainer.fsdp_sft_trainer data.micro_batch_size_per_gpu=2 "
+          "data.max_length=4096\n")
+    write_checkout(tmp_path, {"verl/__init__.py": "", "verl/trainer/__init__.py": "",
+                              "verl/trainer/fsdp_sft_trainer.py": "import hydra\n",
+                              "verl/trainer/config/sft_trainer.yaml": _SFT_YAML, "scripts/run.sh": sh})
+    plan = plan_of_command(tmp_path, monkeypatch, "bash", "scripts/run.sh")
+    assert plan.get("model_id").value == "/data/models/Qwen2.5-3B"  # the copy's edit, not verl's packaged default
+    assert (plan.get("per_device_batch").value, plan.get("max_length").value) == (2, 4096)
+    assert plan.get("grad_accum").value == 16  # 64 / 2 ranks / 2

@@ -792,6 +792,9 @@ def command_target(words: Sequence[str], cwd: Path | None = None):
         shown = os.path.relpath(path, cwd)
     else:
         ref = _config_arg(launch)
+        copy = packaged_copy(launch, base)
+        if ref is None and copy is not None:  # a checkout that vendors the framework: its own copy of the config
+            return Target(copy, os.path.relpath(copy, cwd), True, launch)
         if ref is None and (launch.launcher == "litgpt" or flags_config(launch)):
             # litgpt's defaults with the command's flags; LLaMA-Factory's whole config given as flags
             return Target(base / f"{launch.launcher} {launch.subcommand}", f"{launch.launcher} {launch.subcommand}",
@@ -810,6 +813,20 @@ def command_target(words: Sequence[str], cwd: Path | None = None):
     if config is not None:
         path, shown = config, os.path.normpath(os.path.join(launch.cwd or "", os.path.relpath(config, base)))
     return Target(path, shown, True, launch)
+
+
+def packaged_copy(launch: Launch, base: Path) -> Path | None:
+    """The checkout's own copy of the config a framework packages (frameworks.json "packaged_config": verl's
+    verl/trainer/config/sft_trainer.yaml), where a checkout vendoring the framework (and maybe editing it) runs its
+    entry module from `base`: that file, under the command's overrides, is the run's config; None elsewhere."""
+    from memlint.extract.configs.frameworks import table
+    from memlint.extract.configs.overrides import PACKAGED_CONFIG, TOOLS
+
+    if launch.launcher not in PACKAGED_CONFIG:
+        return None
+    rel = table().get(TOOLS[launch.launcher][0], {}).get("packaged_config")
+    cand = base / rel if rel else None
+    return cand if cand is not None and is_file(cand) else None
 
 
 def tool_config(launch: Launch, base: Path, ref: str) -> Path:

@@ -1425,7 +1425,10 @@ def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str,
                 target = resolve_module(launch.module, [base], package=launch.entry is not None)
             elif launch.launcher in FRAMEWORK_CLIS:  # `llamafactory-cli train X.yaml`, `torchrun -m axolotl.cli.train X.yml`
                 if flags_config(launch):  # `llamafactory-cli train --stage sft ...`: the flags are the config
-                    target = base / f"{launch.launcher} {launch.subcommand}"
+                    from memlint.extract.launch import packaged_copy
+
+                    copy = next((c for b in bases if (c := packaged_copy(launch, b)) is not None), None)
+                    target = copy or base / f"{launch.launcher} {launch.subcommand}"
                     break
                 target = _tool_config(launch, base)
                 if target is not None:
