@@ -90,3 +90,33 @@ def test_a_checkout_vendoring_verl_runs_its_own_copy_of_the_packaged_config(tmp_
     assert plan.get("model_id").value == "/data/models/Qwen2.5-3B"  # the copy's edit, not verl's packaged default
     assert (plan.get("per_device_batch").value, plan.get("max_length").value) == (2, 4096)
     assert plan.get("grad_accum").value == 16  # 64 / 2 ranks / 2
+
+
+_PPO_01 = '''data:
+  max_prompt_length: 256
+  max_response_length: 1024
+actor_rollout_ref:
+  model:
+    path: ~/models/deepseek-llm-7b-chat
+  actor:
+    strategy: fsdp
+    ppo_mini_batch_size: 256
+    ppo_micro_batch_size: 64
+    ulysses_sequence_parallel_size: 1
+  rollout:
+    n: 1
+trainer:
+  n_gpus_per_node: 8
+  nnodes: 1
+'''
+
+
+def test_verl_01s_global_micro_batch_counts_prompts_with_their_responses(tmp_path, monkeypatch):
+    """verl 0.1 (a checkout's copy of its ppo_trainer.yaml has no ppo_micro_batch_size_per_gpu): fsdp_workers divides the
+    global ppo_micro_batch_size over the ranks and multiplies it by rollout.n, as it does the mini-batch."""
+    sh = ("python3 -m verl.trainer.main_ppo actor_rollout_ref.rollout.n=4 actor_rollout_ref.actor.ppo_mini_batch_size=32 "
+          "actor_rollout_ref.actor.ppo_micro_batch_size=8 trainer.n_gpus_per_node=4\n")
+    write_checkout(tmp_path, {"verl/__init__.py": "", "verl/trainer/__init__.py": "", "verl/trainer/main_ppo.py": "",
+                              "verl/trainer/config/ppo_trainer.yaml": _PPO_01, "run.sh": sh})
+    plan = plan_of_command(tmp_path, monkeypatch, "bash", "run.sh")
+    assert (plan.get("per_device_batch").value, plan.get("grad_accum").value) == (8, 4)  # 8/4×4; 32/4×4 / 8

@@ -180,6 +180,16 @@ class VerlPpo(FrameworkReader):
             self.lib("padding", "max_length", frameworks.substitution(self.kind, "padding")[1])
             self.lib("packing", False, "use_remove_padding off: padded rows")
 
+    def _micro_times_n(self) -> bool:
+        """verl 0.1 multiplied the global ppo_micro_batch_size by rollout.n (its config had no per-GPU micro-batch): a
+        config file without ppo_micro_batch_size_per_gpu anywhere (a checkout's copy of 0.1's ppo_trainer.yaml), or
+        the pinned version's behaviour."""
+        if self.file.is_file() and not self.doc.has("actor_rollout_ref", "actor", "ppo_micro_batch_size_per_gpu") \
+                and self.doc.has("actor_rollout_ref", "actor", "ppo_micro_batch_size"):
+            return True
+        d = frameworks.default(self.kind, "micro_batch_times_n")
+        return bool(d and d.value)
+
     def _batches(self, actor: tuple[str, ...]) -> None:
         """per_device_batch: ppo_micro_batch_size_per_gpu (use_dynamic_bsz: a token budget instead); the accumulation:
         ppo_mini_batch_size × rollout.n / data-parallel ranks / micro-batch, once the GPUs are known."""
@@ -199,8 +209,12 @@ class VerlPpo(FrameworkReader):
         if self.doc.get(*actor, "ppo_micro_batch_size_per_gpu") is None and isinstance(whole, int) and whole > 0 \
                 and isinstance(world, int) and isinstance(sp, int) and sp > 0:
             micro = max(1, whole // max(1, world // sp))
-            self.fields["per_device_batch"] = Value(micro, "literal", self.doc.span(*actor, "ppo_micro_batch_size"), (
-                f"ppo_micro_batch_size {whole} over {max(1, world // sp)} data-parallel ranks",))
+            why = f"ppo_micro_batch_size {whole} over {max(1, world // sp)} data-parallel ranks"
+            if self._micro_times_n() and isinstance(n, int) and n > 0:
+                micro *= n  # verl 0.1: the micro-batch counts prompts, each with its rollout.n responses
+                why += f", × rollout.n {n} (verl 0.1's fsdp_workers)"
+            self.fields["per_device_batch"] = Value(micro, "literal", self.doc.span(*actor, "ppo_micro_batch_size"),
+                                                    (why,))
         else:
             micro = self.int_field("per_device_batch", *actor, "ppo_micro_batch_size_per_gpu",
                                    default_key="actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu")
