@@ -106,3 +106,25 @@ def test_a_function_naming_its_argument_before_its_case(tmp_path, monkeypatch):
     write_checkout(tmp_path, {"train.py": train, "env.sh": env, "run.sh": run})
     plan = plan_of_command(tmp_path, monkeypatch, "bash", "run.sh")
     assert plan.get("model_id").value == "/cache/models--Qwen--Qwen2.5-7B"
+
+
+_LF_TRAIN = 'from llamafactory.train.tuner import run_exp\n\n\ndef main():\n    run_exp()\n\n\nif __name__ == "__main__":\n    main()\n'
+_LF_FLAGS = ("--model_name_or_path meta-llama/Llama-3.1-8B --stage sft --do_train --finetuning_type lora --lora_rank 64 "
+             "--cutoff_len 4096 --bf16 true --per_device_train_batch_size 1")
+
+
+def test_a_vendored_llama_factory_entry_script_is_the_tools_command(tmp_path, monkeypatch):
+    write_checkout(tmp_path, {"LLaMA-Factory/src/train.py": _LF_TRAIN, "LLaMA-Factory/src/llamafactory/__init__.py": "",
+                              "run.sh": f"torchrun --nproc_per_node 2 LLaMA-Factory/src/train.py {_LF_FLAGS}\n"})
+    plan = plan_of_command(tmp_path, monkeypatch, "bash", "run.sh")
+    assert (plan.get("model_id").value, plan.get("lora_r").value, plan.get("max_length").value) == (
+        "meta-llama/Llama-3.1-8B", 64, 4096)
+    assert plan.get("gradient_checkpointing").value is True  # LLaMA-Factory's default, not the Trainer's
+    assert plan.get("num_gpus").value == 2
+
+
+def test_a_train_py_of_the_checkouts_own_taking_similar_flags_is_read_as_itself(tmp_path, monkeypatch):
+    own = _TRAIN.replace("from transformers import", "import sys  # --stage --finetuning_type\nfrom transformers import")
+    write_checkout(tmp_path, {"src/train.py": own, "run.sh": f"python src/train.py --output_dir o {_LF_FLAGS}\n"})
+    plan = plan_of_command(tmp_path, monkeypatch, "bash", "run.sh")
+    assert plan.get("trainer").value == "Trainer"  # the script itself, not LLaMA-Factory

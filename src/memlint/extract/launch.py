@@ -532,6 +532,25 @@ def framework_script(launch: Launch) -> Launch | None:
     return None
 
 
+def vendored_entry(launch: Launch, script: Path) -> Launch | None:
+    """The framework's own entry script kept in the checkout (`torchrun LLaMA-Factory/src/train.py --stage sft ...`, a
+    vendored clone): recognised as framework_script does, and by its import of the framework's package
+    (frameworks.json entry_scripts "imports"), it is the framework tool's command; None for any other script."""
+    from memlint.data import load
+    from memlint.files import read_text
+
+    tool = framework_script(launch)
+    if tool is None:
+        return None
+    words = next((fw["entry_scripts"].get("imports", ()) for fw in load("frameworks.json")["frameworks"].values()
+                  if fw.get("entry_scripts", {}).get("tool") == [tool.launcher, tool.subcommand]), ())
+    try:
+        head = read_text(script, 1 << 20, what="sibling-module budget")[:8000]
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return tool if any(re.search(rf"^\s*(?:from|import)\s+{re.escape(w)}\b", head, re.M) for w in words) else None
+
+
 def _framework_module(launch: Launch) -> Launch:
     """A launch of a framework's entry module (`torchrun --nproc_per_node 8 -m axolotl.cli.train X --deepspeed Y`) as
     the framework tool's own command (`axolotl train X --deepspeed Y`), the process launcher kept as its runner:
@@ -781,6 +800,9 @@ def command_target(words: Sequence[str], cwd: Path | None = None):
             raise
         launch = parse_command(words, scripts=scripts)
     base = cwd / launch.cwd if launch.cwd else cwd
+    if launch.script and (tool := vendored_entry(launch, base / os.path.expanduser(launch.script))) is not None \
+            and flags_config(tool):  # `torchrun LLaMA-Factory/src/train.py --stage sft ...`: the tool's own command
+        return Target(base / f"{tool.launcher} {tool.subcommand}", f"{tool.launcher} {tool.subcommand}", True, tool)
     if launch.script:
         path = base / os.path.expanduser(launch.script)
         shown = os.path.normpath(os.path.join(launch.cwd or "", launch.script))

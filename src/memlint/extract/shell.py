@@ -16,7 +16,8 @@ from typing import Any, Iterator
 from memlint.errors import MemlintError
 from memlint.extract.configs.overrides import flags_config
 from memlint.extract.launch import (FRAMEWORK_CLIS, Launch, _config_arg, command_target, console_scripts, framework_config,
-                                    framework_script, make_command, parse_command, resolve_module, shell_script, tokens)
+                                    framework_script, make_command, parse_command, resolve_module, shell_script, tokens,
+                                    vendored_entry)
 from memlint.vocab import LAUNCHER_NAMES, LAUNCHER_SUFFIXES
 
 _MAX_BYTES = 256_000
@@ -1421,6 +1422,10 @@ def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str,
                 cand = base / os.path.expanduser(launch.script)
                 if cand.suffix == ".py" and is_file(cand):
                     target = cand
+                    tool = vendored_entry(launch, cand)
+                    if tool is not None and flags_config(tool):  # a vendored LLaMA-Factory's src/train.py --stage sft
+                        launch, target = tool, cand.parent / f"{tool.launcher} {tool.subcommand}"
+                        break
             elif launch.module:
                 target = resolve_module(launch.module, [base], package=launch.entry is not None)
             elif launch.launcher in FRAMEWORK_CLIS:  # `llamafactory-cli train X.yaml`, `torchrun -m axolotl.cli.train X.yml`
