@@ -128,3 +128,33 @@ def test_a_train_py_of_the_checkouts_own_taking_similar_flags_is_read_as_itself(
     write_checkout(tmp_path, {"src/train.py": own, "run.sh": f"python src/train.py --output_dir o {_LF_FLAGS}\n"})
     plan = plan_of_command(tmp_path, monkeypatch, "bash", "run.sh")
     assert plan.get("trainer").value == "Trainer"  # the script itself, not LLaMA-Factory
+
+
+def test_a_function_that_pipes_or_runs_two_commands_gives_no_value(tmp_path, monkeypatch):
+    env = "upper() { echo \"$1\" | sed 's/x/Qwen/'; }\nbs() { echo 8; echo 16; }\n"
+    run = 'source env.sh\nMODEL=$(upper "x/Qwen2-0.5B")\nBS=$(bs)\ntorchrun train.py --output_dir o --run_name $MODEL\n'
+    train = _TRAIN.replace('from_pretrained("gpt2")', "from_pretrained(args.run_name)")
+    write_checkout(tmp_path, {"train.py": train, "env.sh": env, "run.sh": run})
+    plan = plan_of_command(tmp_path, monkeypatch, "bash", "run.sh")
+    assert plan.get("model_id").value != "x/Qwen2-0.5B | sed 's/x/Qwen/'" and "|" not in str(plan.get("model_id").value)
+
+
+def test_a_very_long_echo_line_is_read_without_a_stall(tmp_path, monkeypatch):
+    """Each pattern over a function's lines ends in a greedy group: a 20,000-character line is one pass, not a cubic
+    backtrack (a stalled read would never finish this test)."""
+    env = "f() { echo a" + " " * 20000 + "x; }\n"
+    run = "source env.sh\nBS=$(f)\ntorchrun train.py --output_dir o --per_device_train_batch_size 4\n"
+    write_checkout(tmp_path, {"train.py": _TRAIN, "env.sh": env, "run.sh": run})
+    assert plan_of_command(tmp_path, monkeypatch, "bash", "run.sh").get("per_device_batch").value == 4
+
+
+def test_associative_array_edge_cases(tmp_path, monkeypatch):
+    run = ('declare -A BS\nBS[big]="4"; BS[huge]=1\nK="${1:-huge}"\n'
+           'torchrun train.py --output_dir o --per_device_train_batch_size ${BS[$K]:-2} '
+           '--gradient_accumulation_steps $(expr 16/8)\n')
+    write_checkout(tmp_path, {"train.py": _TRAIN, "run.sh": run})
+    plan = plan_of_command(tmp_path, monkeypatch, "bash", "run.sh")
+    assert plan.get("per_device_batch").value == 1  # the second item of the line, as bash sets it
+    assert not plan.get("grad_accum").known  # `expr 16/8` prints 16/8: no arithmetic without spaces
+    plan = plan_of_command(tmp_path, monkeypatch, "bash", "run.sh", "big")
+    assert plan.get("per_device_batch").value == 4

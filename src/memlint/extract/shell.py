@@ -41,6 +41,7 @@ _ASSOC_SET = re.compile(r"^\s*([A-Za-z_]\w*)\[([^\]\s]+)\]=(.*)$")
 _ASSOC_ITEM = re.compile(r"\[([^\]\s]+)\]=(\"[^\"]*\"|'[^']*'|\S*)")
 _ASSOC_REF = re.compile(r"\$\{([A-Za-z_]\w*)\[([^\]{}\s]+)\](?:(:?[-=])(" + _UPTO + r"))?\}")
 _DECLARED = "[#declared]"  # env key marking an associative array as declared (a missing key is then unset)
+_UNTOLD = "[#untold]"  # env key marking an array given an item under a key memlint could not expand
 _SUBST = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(//?)((?:[^/}$]|\$(?!\{))*)/(" + _UPTO + r")\}")
 _DEFAULT_HEAD = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:?[-=])")
 _POSITIONAL = re.compile(r"""^["']?\$(?:\{\d+\}|\d)["']?$""")
@@ -397,11 +398,11 @@ def _expand(text: str, env: dict[str, str], depth: int = 0) -> str:
         if key in ("@", "*") or key.isdigit():
             return m.group(0)  # an indexed array's (array() above)
         key = _unquote(_VAR.sub(sub, key))
-        if "$" in key or "`" in key:
+        if "$" in key or "`" in key or name + _DECLARED not in env:
             return m.group(0)
         if f"{name}[{key}]" in env:
             return grow(env[f"{name}[{key}]"], m.group(0))
-        if name + _DECLARED in env and m.group(3) and m.group(4) is not None:
+        if name + _DECLARED in env and name + _UNTOLD not in env and m.group(3) and m.group(4) is not None:
             return grow(_expand(m.group(4), env, depth + 1), m.group(0))
         return m.group(0)
 
@@ -524,8 +525,11 @@ def _expr_command(m: re.Match, env: dict[str, str] | None = None) -> str:
     """`$(expr 16 / $N)` and `` `expr 2 \\* 2` ``: expr(1)'s integer arithmetic, its words an operator or a number once
     the variables are expanded (`\\*` and a quoted `*` are its multiplication); anything else stays as written."""
     words = m.group(1) if m.group(1) is not None else m.group(2)
-    words = words.replace("\\*", "*").replace("'*'", "*").replace('"*"', "*")
-    return _integer_expression(words, env, m.group(0))
+    words = words.replace("\\*", "*").replace("'*'", "*").replace('"*"', "*").split()
+    if len(words) % 2 == 0 or any(len(w) != 1 or w not in "+-*/%" for w in words[1::2]) \
+            or not all(re.fullmatch(r"-?\d+", w) for w in words[::2]):
+        return m.group(0)  # expr takes each operand and operator as its own word (`expr 16/8` prints 16/8)
+    return _integer_expression(" ".join(words), env, m.group(0))
 
 
 def _integer_expression(expr: str, env: dict[str, str] | None, written: str) -> str:
@@ -1195,8 +1199,10 @@ def _loop_variable(stripped: str, env: dict[str, str]) -> bool:
 
 
 _FN = "\x00fn:"  # env key of a shell function's body (its lines joined by newlines)
-_FUNC_DEF = re.compile(r"^(?:function\s+([A-Za-z_][\w-]*)\s*(?:\(\s*\))?|([A-Za-z_][\w-]*)\s*\(\s*\))\s*\{\s*(.*?)\s*$")
-_ECHO = re.compile(r"^\s*(?:echo|printf\s+['\"]%s\\?n?['\"])\s+(.+?)\s*;?\s*$")
+# (each matched against a right-stripped line, its pattern ending in a greedy `(.*)`: no backtracking over long lines)
+_FUNC_DEF = re.compile(r"^(?:function\s+([A-Za-z_][\w-]*)\s*(?:\(\s*\))?|([A-Za-z_][\w-]*)\s*\(\s*\))\s*\{\s*(.*)$")
+_ECHO = re.compile(r"^\s*(?:echo|printf\s+['\"]%s\\?n?['\"])\s+(\S.*)$")
+_MAX_ECHO = 2000  # characters of an echoed value memlint reads
 _MAX_FUNCTION_LINES = 200
 _LOCAL_ARG = re.compile(r"""^\s*(?:local\s+)?([A-Za-z_]\w*)=["']?\$(?:\{(\d)\}|(\d))["']?\s*$""")
 _CASE_ON = re.compile(r"""^\s*case\s+"?\$\{?([A-Za-z_]\w*|\d)\}?"?\s+in\s*$""")
@@ -1205,10 +1211,10 @@ _CASE_ON = re.compile(r"""^\s*case\s+"?\$\{?([A-Za-z_]\w*|\d)\}?"?\s+in\s*$""")
 def _function_def(stripped: str, lines: list, i: int, env: dict[str, str]) -> None:
     """`name() {` (or `function name {`) at line i-1: its body, up to the `}` that closes it, kept under env[_FN+name]
     for a later `$(name args)`; a one-line `name() { echo ...; }` too."""
-    m = _FUNC_DEF.match(stripped)
+    m = _FUNC_DEF.match(stripped.rstrip())
     if m is None:
         return
-    name, rest = m.group(1) or m.group(2), m.group(3)
+    name, rest = m.group(1) or m.group(2), m.group(3).rstrip()
     if rest.endswith("}"):  # one line: `pick() { echo "/models/$1"; }`
         env[_FN + name] = rest[:-1].strip().rstrip(";")
         return
@@ -1244,8 +1250,7 @@ def _function_output(val: str, env: dict[str, str]) -> str | None:
             fenv[loc.group(1)] = words[n] if n < len(words) else ""
     head = next((j for j, ln in enumerate(lines) if _CASE_ON.match(ln)), None)
     if head is None:
-        echoes = [e for e in map(_ECHO.match, lines) if e]
-        text = echoes[0].group(1) if len(echoes) == 1 and len(lines) == 1 else None
+        text = _echoed(lines[0]) if len(lines) == 1 else None
     else:
         sel = _CASE_ON.match(lines[head]).group(1)
         arg = (words[int(sel)] if int(sel) < len(words) else "") if sel.isdigit() else fenv.get(sel)
@@ -1253,12 +1258,12 @@ def _function_output(val: str, env: dict[str, str]) -> str | None:
             return None
         text = None
         for chunk in "\n".join(lines[head + 1:]).split(";;"):
-            arm = _ARM.match(chunk.strip().replace("\n", " "))
-            if arm is None or chunk.strip().startswith("esac"):
+            chunk = chunk.strip()
+            arm = _ARM.match(chunk.replace("\n", " ")) if len(chunk) <= _MAX_ECHO else None
+            if arm is None or chunk.startswith("esac"):
                 continue
             if any(fnmatch.fnmatchcase(arg, p.strip().strip("\"'")) for p in arm.group(1).split("|")):
-                echo = _ECHO.match(arm.group(2))
-                text = echo.group(1) if echo else None
+                text = _echoed(arm.group(2))
                 break
     if text is None:
         return None
@@ -1266,9 +1271,49 @@ def _function_output(val: str, env: dict[str, str]) -> str | None:
     return out if "$" not in out and "`" not in out else None
 
 
+def _echoed(line: str) -> str | None:
+    """The words `echo X` (or `printf '%s\\n' X`) prints, when the line is that one command (no pipe, no second command,
+    no redirection, no command substitution): None otherwise."""
+    line = line.strip()
+    if len(line) > _MAX_ECHO:
+        return None
+    m = _ECHO.match(line)
+    if m is None:
+        return None
+    text = m.group(1).rstrip().removesuffix(";").rstrip()
+    try:
+        words = shlex.split(text, posix=True)
+    except ValueError:
+        return None
+    bare = re.sub(r'"[^"]*"|\'[^\']*\'', "", text)  # the text outside quotes
+    if not words or any(c in bare for c in "|;&><`") or "$(" in text:
+        return None
+    return text
+
+
+def _unquoted_parts(text: str, sep: str) -> list[str]:
+    """`text` split at each `sep` outside quotes (the non-empty parts)."""
+    parts, cur, quote = [], [], None
+    for ch in text:
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == sep:
+            parts.append("".join(cur))
+            cur = []
+            continue
+        cur.append(ch)
+    parts.append("".join(cur))
+    return [p for p in parts if p.strip()]
+
+
 def _keyed_array(stripped: str, env: dict[str, str]) -> bool:
     """`declare -A BS` / `declare -A BS=([a]=16 [b]=8)` / `BS["a"]=16` / `BS[$KEY]=16`: each item under `BS[key]`
     (a key memlint cannot expand is an item it does not know); True when the line was one of these."""
+    parts = _unquoted_parts(stripped, ";")
+    if len(parts) > 1 and all(_ASSOC_SET.match(p) or _ASSOC_DECLARE.match(p) for p in parts):
+        return all([_keyed_array(p.strip(), env) for p in parts])  # `BS[big]=4; BS[huge]=1`: each, in order
     dec = _ASSOC_DECLARE.match(stripped)
     if dec:
         env[dec.group(1) + _DECLARED] = "1"
@@ -1276,13 +1321,19 @@ def _keyed_array(stripped: str, env: dict[str, str]) -> bool:
             env[f"{dec.group(1)}[{_unquote(item.group(1))}]"] = _unquote(_expand(item.group(2), env))
         return True
     it = _ASSOC_SET.match(stripped)
-    if not it:
-        return False
+    if not it or it.group(1) + _DECLARED not in env:
+        return False  # `A[i]=x` of an array `declare -A` did not make keyed: bash's indexed array, not read
     key = _unquote(_expand(it.group(2), env))
     if "$" in key or "`" in key:
-        env.pop(it.group(1) + _DECLARED, None)  # an item under a key memlint cannot tell: a missing key may be it
+        env[it.group(1) + _UNTOLD] = "1"  # an item under a key memlint cannot tell: a missing key may be it
         return True
-    env[f"{it.group(1)}[{key}]"] = _unquote(_expand(it.group(3).strip(), env))
+    try:  # `BS[big]="4"; BS[huge]=1`: the value is the first word, up to an unquoted `;`
+        lex = shlex.shlex(it.group(3).strip(), posix=True, punctuation_chars=";&|")
+        lex.whitespace_split = True
+        value = next(iter(lex), "")
+    except ValueError:
+        return True
+    env[f"{it.group(1)}[{key}]"] = _expand(value, env)
     return True
 
 
