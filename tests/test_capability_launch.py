@@ -818,3 +818,12 @@ srun --jobid $SLURM_JOB_ID bash -c "$LAUNCHER $CMD" 2>&1
     assert plan.get("per_device_batch").value == 2 and plan.get("num_gpus").value == 8
     assert plan.get("distributed").value == "fsdp"
     assert any("not on this machine" in n for n in plan.notes)
+
+
+def test_accelerate_launch_with_a_process_count_it_cannot_read_or_on_the_cpu(tmp_path, monkeypatch):
+    _write(tmp_path, {"train.py": _TRAIN})
+    monkeypatch.chdir(tmp_path)
+    (plan,) = _plans("CUDA_VISIBLE_DEVICES=0,1,2,3 accelerate launch --num_processes $NP train.py")
+    assert not plan.get("num_gpus").known  # the command's own count, unread: not the visible GPUs
+    (plan,) = _plans("CUDA_VISIBLE_DEVICES=0,1,2,3 accelerate launch --cpu train.py")
+    assert plan.get("num_gpus").value != 4

@@ -46,3 +46,16 @@ def test_the_gpu_the_text_says_to_run_on_wins_over_one_it_mentions(tmp_path, mon
     monkeypatch.chdir(tmp_path)
     (plan,) = extract_paths(["nb.ipynb"])
     assert plan.get("torch_dtype").value == "fp16"
+
+
+def test_a_gpu_named_in_a_negation_or_a_malformed_cell_names_none(tmp_path, monkeypatch):
+    _notebook(tmp_path / "nb.ipynb", "This notebook does NOT fit on a T4.")
+    monkeypatch.chdir(tmp_path)
+    (plan,) = extract_paths(["nb.ipynb"])
+    assert plan.get("torch_dtype").value == "auto"
+    nb = tmp_path / "nb.ipynb"
+    doc = json.loads(nb.read_text())
+    doc["cells"][0]["source"] = ["Run on a free Tesla T4\n", 5]  # a non-string in a markdown cell's source
+    nb.write_text(json.dumps(doc))
+    (plan,) = extract_paths(["nb.ipynb"])
+    assert plan.get("model_id").value == "unsloth/llama-3-8b-bnb-4bit" and plan.get("torch_dtype").value == "fp16"

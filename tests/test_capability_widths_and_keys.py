@@ -84,3 +84,27 @@ def test_a_hand_pad_to_the_longest_length_in_the_batch_is_still_read(tmp_path, m
     monkeypatch.chdir(tmp_path)
     (plan,) = extract_paths(["train.py"])
     assert plan.get("padding").value == "longest"
+
+
+def test_a_pad_to_a_width_read_from_a_config_is_still_max_length(tmp_path, monkeypatch):
+    """`[eos] * (block_size - len(ids))`, block_size from a JSON memlint cannot read: a fixed width all the same
+    (only a width that is another tensor's own length leaves the padding to where that tensor was padded)."""
+    train = '''
+import json
+from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+cfg = json.load(open("missing.json"))
+block_size = cfg["block_size"]
+
+
+def collate(rows):
+    return [r["ids"] + [0] * (block_size - len(r["ids"])) for r in rows]
+
+
+model = AutoModelForCausalLM.from_pretrained("gpt2")
+Trainer(model=model, args=TrainingArguments(output_dir="o", per_device_train_batch_size=2), data_collator=collate).train()
+'''
+    write_checkout(tmp_path, {"train.py": train})
+    monkeypatch.chdir(tmp_path)
+    (plan,) = extract_paths(["train.py"])
+    assert plan.get("padding").value == "max_length"

@@ -584,7 +584,8 @@ def _processes(name: str, options: dict[str, str], env: dict[str, str]) -> tuple
         return _positive(n), nodes
     if name == "accelerate":
         total = _positive(options.get("num_processes"))
-        if total is None and "config_file" not in options and not nodes:
+        if total is None and "config_file" not in options and not nodes and "num_processes" not in options \
+                and not {"cpu", "tpu", "use_cpu"} & set(options):
             # no config: --num_processes defaults to the GPUs the process sees (launch.py _validate_launch_command)
             return _visible_devices(env), nodes
         if total is not None and nodes:

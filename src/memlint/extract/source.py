@@ -100,8 +100,11 @@ def _prose_gpu(path: str, _mtime: int, _size: int) -> str | None:
         if not isinstance(c, dict) or c.get("cell_type") != "markdown":
             continue
         src = c.get("source")
-        text = "".join(src) if isinstance(src, list) else src if isinstance(src, str) else ""
+        text = "".join(x for x in src if isinstance(x, str)) if isinstance(src, list) else src if isinstance(src, str) \
+            else ""
         for line in text[:100_000].splitlines():
+            if _NEGATED.search(line):  # "does not fit on a T4": not the GPU it runs on
+                continue
             here = {m.group(1).replace(" ", "") for m in _PROSE_GPU.finditer(line)}
             named |= here
             if _RUN_ON.search(line):  # "press Run all on a free Tesla T4 Google Colab instance"
@@ -115,6 +118,7 @@ def _prose_gpu(path: str, _mtime: int, _size: int) -> str | None:
     return None
 
 
+_NEGATED = re.compile(r"\b(?:not|cannot|never|no)\b|n't\b", re.I)
 _RUN_ON = re.compile(r"\brun(?:s|ning)?\b[^.!?]*\b(?:on|with)\b", re.I)
 
 

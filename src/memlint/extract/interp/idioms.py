@@ -6,6 +6,7 @@ vocabularies (length and batch-size names, reporting words) are data (memlint.li
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import libcst as cst
@@ -266,7 +267,7 @@ class Idioms:
                 target = self.pad_counts[target.value]
         code = self.code(target)
         value = self.ev(target, env)
-        if self.is_length(target) and "max(" not in code and "min(" not in code \
+        if re.search(r"\blen\(|\.size\(|\.shape\b", code) and "max(" not in code and "min(" not in code \
                 and not (isinstance(value, Const) and isinstance(value.value, int)):
             # `[-100] * (batch["input_ids"].shape[1] - len(labels))`, `[True] * (len(seq) - n_prompt)`: brought to the
             # width of another tensor the script already has (a batch the tokenizer padded, the sequence itself), so
