@@ -95,3 +95,29 @@ def test_openrlhf_ray_ppo_submitted_as_a_ray_job(tmp_path, monkeypatch):
     assert got == {"model_id": "Qwen/Qwen2.5-7B", "num_gpus": 4, "per_device_batch": 2, "grad_accum": 16,
                    "max_length": 1536, "distributed": "zero3", "trainer": "deepspeed-engine"}
     assert "PPO" in dict(plan.get("trainer").shape)["not_modelled"]
+
+
+def test_openrlhf_lora_targets_4bit_format_and_packing(tmp_path, monkeypatch):
+    """--target_modules (nargs="*") defaults to all-linear; --load_in_4bit is NF4 with double quantization; packing
+    switches attention to flash_attention_2 over an eager flag; a DPO step materialises fp32 logits (Actor.forward)."""
+    sh = ("deepspeed --module openrlhf.cli.train_sft --pretrain gpt2 --lora_rank 8 --load_in_4bit --packing_samples "
+          "--attn_implementation eager --param_dtype bf16\n"
+          "deepspeed --module openrlhf.cli.train_dpo --pretrain gpt2 --lora_rank 8 --target_modules q_proj v_proj\n")
+    write_checkout(tmp_path, {"sft.sh": sh.splitlines()[0] + "\n", "dpo.sh": sh.splitlines()[1] + "\n"})
+    plan = plan_of_command(tmp_path, monkeypatch, "bash", "sft.sh")
+    assert plan.get("lora_targets").value == "all-linear"
+    assert (plan.get("quant_type").value, plan.get("double_quant").value) == ("nf4", True)
+    assert plan.get("attn_implementation").value == "flash_attention_2"
+    plan = plan_of_command(tmp_path, monkeypatch, "bash", "dpo.sh")
+    assert plan.get("lora_targets").value == ["q_proj", "v_proj"]
+
+
+def test_an_openrlhf_dpo_estimate_counts_fp32_logits(tmp_path, monkeypatch, capsys):
+    from memlint.cli import main
+
+    write_checkout(tmp_path, {"dpo.sh": "deepspeed --num_gpus 1 --module openrlhf.cli.train_dpo --pretrain gpt2 "
+                                        "--param_dtype bf16 --micro_train_batch_size 1 --max_len 512\n"})
+    monkeypatch.chdir(tmp_path)
+    main(["plan", "dpo.sh"])
+    out = capsys.readouterr().out
+    assert "2·b·s·V × 4 B logits" in out and "the trainer's fp32 copy" in out

@@ -817,7 +817,7 @@ def _materialised_logps(s: Setup, base: ActivationTerms, rows: int, R: str, form
     m = s.model
     V = m.vocab
     a = DTYPE_BYTES[s.compute_dtype]
-    amp = s.precision in ("amp-bf16", "amp-fp16")
+    amp = s.precision in ("amp-bf16", "amp-fp16") or bool(layout.get("fp32_logits"))  # OpenRLHF: .to(float32)
     lp = 4 if amp else a                       # the logits TRL sees
     n = rows * s.seq * V
     row = (s.seq - 1) * V                      # one row's shifted logits, elements
@@ -829,7 +829,8 @@ def _materialised_logps(s: Setup, base: ActivationTerms, rows: int, R: str, form
     temps = 2 * row * lp if half else 0        # the previous and the current row's log_softmax
     alive = L + C + (saved if half else 0)     # the policy's logits, their copy and what backward keeps
     policy = max(conv, alive)
-    parts = [f"{R}·s·V × {lp} B logits" + (f" (accelerate's fp32 copy of the {a}-byte lm_head output)" if lp != a else ""),
+    who = "the trainer's" if layout.get("fp32_logits") else "accelerate's"
+    parts = [f"{R}·s·V × {lp} B logits" + (f" ({who} fp32 copy of the {a}-byte lm_head output)" if lp != a else ""),
              f"log_softmax per row saved, {R}·(s-1)·V × {lp} B" if half else "gather - logsumexp (keeps the logits)"]
     if C:
         parts.append(f"+ the contiguous shifted copy {R}·(s-1)·V × {lp} B (trl 0.29)")
@@ -882,6 +883,8 @@ def logps_layout(s: Setup) -> dict:
     (data/preference.json). ORPO, CPO and SimPO (`materialised`) always materialise the logits."""
     from memlint.library.versions import in_range
 
+    if s.logps_framework in preference().get("framework_layouts", {}):
+        return preference()["framework_layouts"][s.logps_framework]
     for entry in preference()["logps_layouts"]:
         if in_range(s.trl_version, entry.get("versions")):
             if preference()["objectives"][s.objective].get("materialised") and entry["layout"] != "logits":

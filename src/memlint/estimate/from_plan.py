@@ -197,6 +197,9 @@ def _trl_fields(get, objective: str) -> dict:
     from memlint.library.versions import installed_version
 
     trl_sft = objective == "sft" and trainer_step(get) == "SFTTrainer"
+    framework = dict(get("trainer").shape).get("framework")  # a framework's own preference step (OpenRLHF's)
+    if framework:
+        return {"trl_sft": False, "trl_version": None, "logps_framework": framework}
     return {"trl_sft": trl_sft, "trl_version": installed_version("trl") if objective != "sft" or trl_sft else None}
 
 

@@ -195,6 +195,8 @@ class Setup:
     ref_model: str = "auto"
     # The TRL version whose step layout to model (data/preference.json); None: the newest known.
     trl_version: str | None = None
+    # a framework whose own preference step runs instead of TRL's (data/preference.json "framework_layouts")
+    logps_framework: str | None = None
     # the optimizer is built by transformers' Trainer from `optim` (create_optimizer: under a bitsandbytes 8-bit
     # optimizer every nn.Embedding keeps 32-bit state); False: the script builds it itself
     trainer_optimizer: bool = True

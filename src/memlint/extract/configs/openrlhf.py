@@ -37,6 +37,7 @@ _FLAGS = {
     "ring": (("ring_attn_size",), ("ds", "ring_attn_size")),
     "tp": (("ds_tensor_parallel_size",), ("ds", "tensor_parallel_size")),
     "ref_offload": (("ref_offload",), ("ref", "offload")),
+    "targets": (("target_modules",), ("ds", "lora", "target_modules")),
     "actor_model": (("pretrain",), ("actor", "model_name_or_path")),
     "actor_nodes": (("actor_num_nodes",), ("actor", "num_nodes")),
     "actor_gpus": (("actor_num_gpus_per_node",), ("actor", "num_gpus_per_node")),
@@ -175,11 +176,24 @@ class OpenRlhf(FrameworkReader):
         four = self._switch("4bit") is True
         if four:
             self.lit("quant_bits", 4, *self._path("4bit"))
+            # actor.py: BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            # bnb_4bit_compute_dtype=torch.bfloat16)
+            for name, value in (("quant_type", "nf4"), ("double_quant", True), ("compute_dtype", "bf16")):
+                self.lib(name, value, "--load_in_4bit: OpenRLHF's Actor quantizes NF4 with double quantization, "
+                                      "computing in bf16 (openrlhf/models/actor.py)")
         else:
             self.lib("quant_bits", None, "--load_in_4bit off")
         if rank > 0:
             self.lit("method", "qlora" if four else "lora", *self._path("lora_rank"))
             self._int("lora_alpha", "lora_alpha", "lora_alpha")
+            targets = self._get("targets")
+            if targets is None:
+                self.lib("lora_targets", "all-linear", "train_*.py --target_modules (--ds.lora.target_modules) default "
+                                                       "'all-linear' (v0.4.0-v0.11.0)")
+            else:
+                items = targets if isinstance(targets, list) else [targets]
+                names = [str(x) for x in items if str(x).strip()]
+                self.lit("lora_targets", "all-linear" if names == ["all-linear"] else names, *self._path("targets"))
         else:
             self.fields.pop("lora_r", None)
             self.lib("method", "full", "--lora_rank 0: the whole model trains")
@@ -216,15 +230,16 @@ class OpenRlhf(FrameworkReader):
 
     def _attention(self) -> None:
         raw = self._get("attn")
-        if isinstance(raw, str) and raw.strip():
+        if self._switch("packing") is True and "flash_attention" not in str(raw or ""):
+            # train_*.py: --packing_samples switches attention to flash_attention_2 (before v0.8.10: --flash_attn on)
+            self.lit("attn_implementation", "flash_attention_2", *self._path("packing"),
+                     chain=("--packing_samples: train_*.py switches attention to flash_attention_2",))
+        elif isinstance(raw, str) and raw.strip():
             name = raw.strip()
             self.lit("attn_implementation", "flash_attention_2" if name.startswith("flash_attention") else name,
                      *self._path("attn"))
         elif str(self.doc.get("flash_attn") or "").lower() in _TRUE:
             self.lit("attn_implementation", "flash_attention_2", "flash_attn")
-        elif self._switch("packing") is True:  # train_*.py turns FlashAttention-2 on for packed samples
-            self.lit("attn_implementation", "flash_attention_2", *self._path("packing"),
-                     chain=("--packing_samples: train_*.py switches attention to flash_attention_2",))
         else:
             value, why = self._default("attn_implementation")
             if self._older("flash_attn", "attn_implementation"):  # before 0.8.10: eager unless --flash_attn
@@ -308,7 +323,7 @@ class OpenRlhf(FrameworkReader):
         objective = objectives.get(self.command, "sft")
         # OpenRLHF's trainers drive a DeepSpeed engine themselves (engine.backward / engine.step), as a script that calls
         # deepspeed.initialize does: memlint's name for that loop, the objective in the shape
-        shape = (("objective", objective),)
+        shape = (("objective", objective), ("framework", "openrlhf"))
         if self.command == "ppo_ray":
             shape += (("not_modelled", frameworks.substitution(self.kind, "ppo_not_modelled")[0]),)
         self.fields["trainer"] = Value("deepspeed-engine", "literal", None,

@@ -46,6 +46,8 @@ def flags_config(launch: Any) -> bool:
         return True
     return launch.launcher in FLAGS_ONLY and bool(launch.argv) and launch.argv[0].startswith("--")
 _TOOL_FLAGS = {"-c", "--config", "--cfg", "--launcher"}  # the tool's own options, not config keys
+# flags a tool's argparse reads with nargs="*" (several words): OpenRLHF's LoRA targets
+_NARGS = {"openrlhf": {"target_modules", "ds.lora.target_modules"}}
 
 
 def _scalar(raw: str) -> Any:
@@ -111,6 +113,15 @@ def overrides(launch: Any, config_ref: str | None, tool: tuple | None = None) ->
                 if i + 1 < len(words) and not words[i + 1].startswith("--"):
                     raw = words[i + 1]
                     i += 1
+                    if key in _NARGS.get(tool[0], ()):  # `--target_modules q_proj v_proj`: argparse's nargs="*"
+                        more = []
+                        while i + 1 < len(words) and not words[i + 1].startswith("-"):
+                            more.append(words[i + 1])
+                            i += 1
+                        if more:
+                            out.append((tuple(key.replace("-", "_").split(".")), [raw, *more], w))
+                            i += 1
+                            continue
                 else:
                     raw = "true"  # a bare flag is a switch
             if key and key not in ("config",):
