@@ -81,7 +81,8 @@ def test_every_setup_field_has_an_estimate_flag():
     custom = {"model", "precision", "images", "image_size", "quant", "quant_group_size", "quant_bits",
               "lora_targets", "modules_to_save", "peft_task_type", "attn", "shard", "nodes", "kbit_prep",
               "recompute_policy", "galore_targets", "objective", "trl_version", "task_head", "loss_parallel",
-              "model_code", "litgpt_version", "trl_sft", "compiled_layers", "trainer_optimizer"}
+              "model_code", "litgpt_version", "trl_sft", "compiled_layers", "trainer_optimizer",
+              "logps_framework"}
     missing = {f.name for f in dataclasses.fields(Setup)} - declared - custom
     assert not missing, f"Setup fields no estimate flag sets: {sorted(missing)} (declare a Flag in plan/fields.py)"
 

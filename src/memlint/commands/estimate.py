@@ -99,6 +99,9 @@ def _objective_flags(g: Any) -> None:
     g.add_argument("--trl-sft", action=argparse.BooleanOptionalAction, default=False,
                    help="the sft objective run by TRL's SFTTrainer (what its compute_loss keeps of the logits at "
                         "--trl-version: the fused LM head from 1.15), not transformers' Trainer")
+    g.add_argument("--logps-framework", choices=("openrlhf",), default=None,
+                   help="a framework whose own preference step runs instead of TRL's (openrlhf: the reference's log-probs "
+                        "first, the policy's logits materialised in fp32)")
     # not a plan field: plans do not turn it on (torchtune's published compile row shows the loss's saving only)
     g.add_argument("--trainer-optimizer", action=argparse.BooleanOptionalAction, default=True,
                    help="the optimizer is built by transformers' Trainer from --optim (under a bitsandbytes 8-bit "
@@ -178,6 +181,7 @@ def setup_from_args(args: argparse.Namespace):
         attn=args.attn, shard=args.shard, nodes=args.nodes, kbit_prep=_kbit_prep(args, quant),
         recompute_policy=args.recompute_policy, galore_targets=_galore_targets(args.galore_targets),
         objective=args.objective, trl_version=args.trl_version or installed_version("trl"), trl_sft=args.trl_sft,
+        logps_framework=args.logps_framework,
         compiled_layers=args.compiled_layers, trainer_optimizer=args.trainer_optimizer,
         task_head=args.head, loss_parallel=args.loss_parallel, model_code=args.model_code,
         litgpt_version=(args.litgpt_version or installed_version("litgpt")) if args.model_code == "litgpt" else None,
