@@ -505,6 +505,14 @@ def _read_target_unpinned(target: Target) -> tuple[TrainingPlan | None, list[str
     if target.note is not None:  # refused before reading (a launcher past its budget)
         return unreadable(shown, target.note), [], []
     launch = target.launch
+    if launch is not None and launch.launcher == "tune" and target.text is None and not path.exists():
+        from memlint.extract.launch import _config_arg, builtin_tool_config
+
+        ref = _config_arg(launch)
+        bundled = builtin_tool_config(launch, ref) if ref else None  # read here, inside the checkout's pins
+        if bundled is not None:
+            target = replace(target, text=bundled[0], shown=bundled[1])
+            shown = target.shown
     if launch is not None and not launch.script and not launch.module and not path.exists() and target.text is None:
         from memlint.extract.configs.overrides import TOOLS
 

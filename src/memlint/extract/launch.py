@@ -826,6 +826,9 @@ def command_target(words: Sequence[str], cwd: Path | None = None):
             raise MemlintError(f"`{launch.launcher} {launch.subcommand}`: no config file in the command")
         path = tool_config(launch, base, ref)
         shown = os.path.relpath(path, cwd) if path.is_absolute() else os.path.normpath(os.path.join(launch.cwd or "", ref))
+        bundled = builtin_tool_config(launch, ref) if not is_file(path) else None
+        if bundled is not None:  # `tune run R --config llama3_1/8B_lora`: torchtune's own config, torchtune not installed
+            return Target(base / "recipes" / "configs" / f"{ref}.yaml", bundled[1], False, launch)
     if not path.is_file():
         config = _config_of_missing_script(launch, base) if launch.script else None
         if config is not None:  # `accelerate launch axolotl/scripts/finetune.py cfg.yml`, axolotl cloned apart
@@ -877,6 +880,20 @@ def tool_config(launch: Launch, base: Path, ref: str) -> Path:
             allow([cand])
             return cand
     return path
+
+
+def builtin_tool_config(launch: Launch, ref: str) -> tuple[str, str] | None:
+    """(text, how it is shown) of a framework tool's built-in config memlint bundles, for a name the checkout and the
+    installed packages do not hold: torchtune's recipes/configs at the pinned version."""
+    if launch.launcher != "tune" or Path(ref).suffix or ".." in ref or ref.startswith("/"):
+        return None
+    from memlint.extract.configs.torchtune_builtin import builtin_config
+
+    hit = builtin_config(ref)  # at the version the checkout pins, when called inside its pins
+    if hit is None:
+        return None
+    text, tags = hit
+    return text, f"torchtune's built-in config {ref} (bundled with memlint; {tags})"
 
 
 def framework_config(launch: Launch, base: Path) -> Path | None:

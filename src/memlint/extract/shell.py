@@ -1497,13 +1497,19 @@ def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str,
         if target is None and (tool := framework_script(launch)) is not None and flags_config(tool):
             # `python ../../src/train_bash.py --stage sft ...` in the framework's clone: the flags are the config
             launch, target = tool, path.parent / f"{tool.launcher} {tool.subcommand}"
+        bundled = None
+        if target is None and launch.launcher == "tune" and (ref := _config_arg(launch)) is not None:
+            from memlint.extract.launch import builtin_tool_config
+
+            bundled = builtin_tool_config(launch, ref)  # torchtune's own config, torchtune not installed here
+            target = path.parent / "recipes" / "configs" / f"{ref}.yaml" if bundled is not None else None
         if target is None:
             if skipped is not None:
                 skipped.append(launch)
             continue
         writes = _notebook_writes(path, shown, written) if path.suffix == ".ipynb" and launch.script else None
-        out.append(Target(target, os.path.normpath(os.path.relpath(target)), False, launch, root=root,
-                          named_launcher=named, writes=writes))
+        out.append(Target(target, bundled[1] if bundled else os.path.normpath(os.path.relpath(target)), False, launch,
+                          root=root, named_launcher=named, writes=writes))  # (a bundled config's text: read_target)
     return out
 
 
