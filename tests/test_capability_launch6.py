@@ -158,3 +158,20 @@ def test_associative_array_edge_cases(tmp_path, monkeypatch):
     assert not plan.get("grad_accum").known  # `expr 16/8` prints 16/8: no arithmetic without spaces
     plan = plan_of_command(tmp_path, monkeypatch, "bash", "run.sh", "big")
     assert plan.get("per_device_batch").value == 4
+
+
+def test_a_fish_launcher_is_read_as_its_bash_twin(tmp_path, monkeypatch):
+    fish = ("#!/usr/bin/env fish\nset -x CUDA_VISIBLE_DEVICES 0,1\nset BS 4\n"
+            "for lr in 1e-4 3e-4\n    if test $lr = 1e-4\n        torchrun --nproc_per_node 2 train.py --output_dir o \\\n"
+            "            --per_device_train_batch_size $BS --learning_rate $lr\n    end\nend\n")
+    write_checkout(tmp_path, {"train.py": _TRAIN, "sweep.fish": fish})
+    plan = plan_of_command(tmp_path, monkeypatch, "fish", "sweep.fish")
+    assert (plan.get("per_device_batch").value, plan.get("num_gpus").value) == (4, 2)
+
+
+def test_fish_blocks_close_as_bash_blocks():
+    from memlint.extract.shell import fish_as_bash
+
+    out = fish_as_bash("function go\n  echo hi\nend\nif test -n x\n  a\nelse if test y\n  b\nelse\n  c\nend\n")
+    assert out.splitlines() == ["go() {", "  echo hi", "}", "if test -n x; then", "  a", "elif test y; then", "  b",
+                                "else", "  c", "fi"]

@@ -18,7 +18,8 @@ PY_SUFFIXES = (".py", ".ipynb")
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml")  # read only when their keys say which framework they belong to
 READABLE_SUFFIXES = PY_SUFFIXES + CONFIG_SUFFIXES
 # Shell launchers: a folder walk reads the training commands they run (extract/shell.py)
-LAUNCHER_SUFFIXES = (".sh", ".bash", ".slurm", ".sbatch")  # SLURM job scripts are shell scripts
+LAUNCHER_SUFFIXES = (".sh", ".bash", ".slurm", ".sbatch", ".fish")  # SLURM job scripts are shell scripts; fish's
+# blocks are read as bash's (extract/shell.py fish_as_bash)
 LAUNCHER_NAMES = ("Makefile", "makefile", "GNUmakefile")
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}

@@ -686,7 +686,7 @@ def declared_package_roots(root: Path) -> tuple[Path, ...]:
     return tuple(dict.fromkeys(root / w for w in out if w not in ("", ".") and not os.path.isabs(w) and ".." not in w))
 
 
-_SHELLS = {"bash", "sh", "zsh", "dash"}
+_SHELLS = {"bash", "sh", "zsh", "dash", "fish"}
 
 
 def _config_of_missing_script(launch: Launch, base: Path) -> Path | None:

@@ -832,9 +832,49 @@ def _launcher_text(path: Path) -> str | None:
             return None
         if path.suffix == ".ipynb":
             return notebook_shell(path)
-        return read_bytes(path).decode("utf-8", errors="replace")  # a regular file within max-file-size
+        text = read_bytes(path).decode("utf-8", errors="replace")  # a regular file within max-file-size
+        return fish_as_bash(text) if path.suffix == ".fish" or text.startswith(("#!/usr/bin/env fish", "#!/usr/bin/fish")) \
+            else text
     except OSError:
         return None
+
+
+_FISH_SET = re.compile(r"^(\s*)set\s+((?:-[a-zA-Z]+\s+|--[a-z]+\s+)*)([A-Za-z_]\w*)\s*(.*)$")
+_FISH_OPEN = re.compile(r"^(\s*)(for|while|if|else if|function|begin|switch)\b(.*)$")
+
+
+def fish_as_bash(text: str) -> str:
+    """A fish script's lines as bash would write them, line for line (`set -x VAR value`, `for x in a b` ... `end`, `if` /
+    `else if` / `else` ... `end`, `function name` ... `end`, `$argv[1]`): what memlint reads of a launcher is the same
+    in both shells once the blocks are spelled alike."""
+    out, blocks = [], []
+    for line in text.splitlines():
+        body = line.split("#", 1)[0] if not line.lstrip().startswith("#!") else ""
+        line = re.sub(r"\$argv\[(\d)\]", r"${\1}", line).replace("$argv", '"$@"')
+        st = _FISH_SET.match(body)
+        opened = _FISH_OPEN.match(body)
+        if st:
+            flags, value = st.group(2), st.group(4).strip()
+            words = value if value[:1] in "'\"" and len(value) > 1 and value[-1] == value[0] else f'"{value}"'
+            out.append(f"{st.group(1)}{'export ' if ('x' in flags or '--export' in flags) else ''}{st.group(3)}={words}")
+        elif opened and opened.group(2) != "else if":
+            kind, rest = opened.group(2), opened.group(3).rstrip()
+            blocks.append(kind)
+            out.append(opened.group(1) + {"for": f"for{rest}; do", "while": f"while{rest}; do", "if": f"if{rest}; then",
+                                          "function": f"{rest.split()[0] if rest.split() else 'f'}() {{",
+                                          "begin": "{", "switch": f"case{rest} in"}[kind])
+        elif opened:
+            out.append(f"{opened.group(1)}elif{opened.group(3).rstrip()}; then")
+        elif body.strip() == "else":
+            out.append(line)
+        elif body.strip() == "end" and blocks:
+            kind = blocks.pop()
+            out.append(body.replace("end", {"for": "done", "while": "done", "if": "fi", "function": "}", "begin": "}",
+                                            "switch": "esac"}[kind], 1))
+        else:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
 
 
 def _slurm_env(job: dict, env: dict[str, str], exported: set[str]) -> None:
