@@ -72,13 +72,8 @@ def notebook_gpu(path: Path) -> tuple[str, str] | None:
     gpu = colab_gpu(path)
     if gpu is not None:
         return gpu, f"the {gpu} the notebook's metadata names ({path.name})"
-    if path.suffix != ".ipynb":
-        return None
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    gpu = _prose_gpu(str(path), st.st_mtime_ns, st.st_size)
+    version = _notebook_version(path)
+    gpu = _prose_gpu(*version) if version is not None else None
     return (gpu, f"the {gpu} the notebook's text names ({path.name}: its only GPU)") if gpu is not None else None
 
 
@@ -126,13 +121,19 @@ def colab_gpu(path: Path) -> str | None:
     """The GPU a Colab or Kaggle notebook was saved to run on (its metadata's `colab.gpuType` / `gpuType`: "T4", "A100",
     "L4"; Kaggle's `kaggle.accelerator`: "nvidiaTeslaT4"), or None (not a notebook, no such metadata, unreadable); the
     notebook is read once per version of the file."""
+    version = _notebook_version(path)
+    return _colab_gpu(*version) if version is not None else None
+
+
+def _notebook_version(path: Path) -> tuple[str, int, int] | None:
+    """(path, mtime, size) of a notebook, the key its cached reads are kept under; None for any other file."""
     if path.suffix != ".ipynb":
         return None
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return _colab_gpu(str(path), st.st_mtime_ns, st.st_size)
+    return str(path), st.st_mtime_ns, st.st_size
 
 
 @functools.lru_cache(maxsize=64)
