@@ -37,15 +37,51 @@ def _read(git: str, tag: str) -> dict[str, list[str | None]]:
                             names[t.id] = st.value.value
     out: dict[str, list[str | None]] = {}
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "register_model" and len(node.args) >= 2):
+        _register(node, names, {}, out)
+    for loop in tree.body:  # `for model_size in ['0.5B', ...]: size = model_size.lower()...; register_model(f'...', ...)`
+        if not (isinstance(loop, ast.For) and isinstance(loop.target, ast.Name) and isinstance(loop.iter, ast.List)):
             continue
-        kind, ms = node.args[0], node.args[1]
-        if not (isinstance(kind, ast.Attribute) and kind.attr in names and isinstance(ms, ast.Constant)):
-            continue
-        hf = next((k.value.value for k in node.keywords if k.arg == "hf_model_id" and isinstance(k.value, ast.Constant)),
-                  None)
-        out[names[kind.attr]] = [ms.value, hf]
+        for item in loop.iter.elts:
+            env = {loop.target.id: _value(item, {})}
+            for st in loop.body:
+                if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+                    env[st.targets[0].id] = _value(st.value, env)
+                for node in ast.walk(st):
+                    _register(node, names, env, out)
     return out
+
+
+def _register(node: ast.AST, names: dict[str, str], env: dict, out: dict) -> None:
+    """One `register_model(ModelType.x | f'...', 'modelscope/id' | f'...', ..., hf_model_id=...)` call into `out`."""
+    if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "register_model" and len(node.args) >= 2):
+        return
+    kind_node = node.args[0]
+    kind = names.get(kind_node.attr) if isinstance(kind_node, ast.Attribute) else _value(kind_node, env)
+    ms = _value(node.args[1], env)
+    hf = next((_value(k.value, env) for k in node.keywords if k.arg == "hf_model_id"), None)
+    if isinstance(kind, str) and isinstance(ms, str):
+        out[kind] = [ms, hf if isinstance(hf, str) else None]
+
+
+def _value(node: ast.AST, env: dict):
+    """A string the loop body computes: a constant, a loop name, an f-string of them, `.lower()` / `.upper()` /
+    `.replace(a, b)` of one; None for anything else."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        return env.get(node.id)
+    if isinstance(node, ast.JoinedStr):
+        parts = [_value(v.value if isinstance(v, ast.FormattedValue) else v, env) for v in node.values]
+        return "".join(parts) if all(isinstance(p, str) for p in parts) else None
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        base = _value(node.func.value, env)
+        args = [_value(a, env) for a in node.args]
+        if isinstance(base, str) and all(isinstance(a, str) for a in args):
+            if node.func.attr in ("lower", "upper") and not args:
+                return getattr(base, node.func.attr)()
+            if node.func.attr == "replace" and len(args) == 2:
+                return base.replace(*args)
+    return None
 
 
 def main() -> int:

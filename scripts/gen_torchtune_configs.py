@@ -45,18 +45,18 @@ def main() -> int:
     tags = sorted((t for t in _git(git, "tag").split() if re.fullmatch(r"v0\.\d+\.\d+", t)),
                   key=lambda t: tuple(int(x) for x in t[1:].split(".")))
     table: dict[str, list[list[str]]] = {}
-    last: dict[str, str] = {}
+    previous = None
     for tag in tags:
         names = [n for n in _git(git, "ls-tree", "-r", "--name-only", tag, "recipes/configs").split() if n.endswith(".yaml")]
         for n in names:
             name = n[len("recipes/configs/"):-len(".yaml")]
             text = _reduce(_git(git, "show", f"{tag}:{n}"))
             runs = table.setdefault(name, [])
-            if runs and runs[-1][2] == text and runs[-1][1] == last.get(name):
+            if runs and runs[-1][2] == text and runs[-1][1] == previous:  # unchanged since the tag before
                 runs[-1][1] = tag
             else:
                 runs.append([tag, tag, text])
-        last = {k: v[-1][1] for k, v in table.items()}
+        previous = tag
     blob = base64.b64encode(zlib.compress(json.dumps(table, sort_keys=True).encode(), 9)).decode()
     doc = {"_doc": [f"torchtune's built-in recipe configs at tags {tags[0]}..{tags[-1]} (pytorch/torchtune recipes/configs), "
                     "name -> [[first tag, last tag, text]], comments and unread sections dropped, stored as "

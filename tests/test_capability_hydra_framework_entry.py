@@ -111,12 +111,39 @@ trainer:
 '''
 
 
-def test_verl_01s_global_micro_batch_counts_prompts_with_their_responses(tmp_path, monkeypatch):
-    """verl 0.1 (a checkout's copy of its ppo_trainer.yaml has no ppo_micro_batch_size_per_gpu): fsdp_workers divides the
-    global ppo_micro_batch_size over the ranks and multiplies it by rollout.n, as it does the mini-batch."""
+_WORKERS_TIMES_N = """
+class ActorRolloutRefWorker:
+    def __init__(self, config):
+        self.config.actor.ppo_mini_batch_size //= world
+        self.config.actor.ppo_micro_batch_size //= world
+        self.config.actor.ppo_mini_batch_size *= self.config.rollout.n
+        self.config.actor.ppo_micro_batch_size *= self.config.rollout.n
+"""
+
+
+def test_a_vendored_verl_that_multiplies_the_micro_batch_by_n(tmp_path, monkeypatch):
+    """A checkout vendoring a verl snapshot whose fsdp_workers.py multiplies the global ppo_micro_batch_size by
+    rollout.n (main between PRs #80 and #136, as TinyZero froze it): per GPU 8/4×4; the same config over a verl that
+    only divides it (every release) gives 8/4."""
     sh = ("python3 -m verl.trainer.main_ppo actor_rollout_ref.rollout.n=4 actor_rollout_ref.actor.ppo_mini_batch_size=32 "
           "actor_rollout_ref.actor.ppo_micro_batch_size=8 trainer.n_gpus_per_node=4\n")
-    write_checkout(tmp_path, {"verl/__init__.py": "", "verl/trainer/__init__.py": "", "verl/trainer/main_ppo.py": "",
-                              "verl/trainer/config/ppo_trainer.yaml": _PPO_01, "run.sh": sh})
+    files = {"verl/__init__.py": "", "verl/trainer/__init__.py": "", "verl/trainer/main_ppo.py": "",
+             "verl/trainer/config/ppo_trainer.yaml": _PPO_01, "run.sh": sh}
+    write_checkout(tmp_path / "a", {**files, "verl/workers/fsdp_workers.py": _WORKERS_TIMES_N})
+    plan = plan_of_command(tmp_path / "a", monkeypatch, "bash", "run.sh")
+    assert (plan.get("per_device_batch").value, plan.get("grad_accum").value) == (8, 4)  # 32/4×4 / 8
+    released = _WORKERS_TIMES_N.replace("        self.config.actor.ppo_micro_batch_size *= self.config.rollout.n\n", "")
+    write_checkout(tmp_path / "b", {**files, "verl/workers/fsdp_workers.py": released})
+    plan = plan_of_command(tmp_path / "b", monkeypatch, "bash", "run.sh")
+    assert (plan.get("per_device_batch").value, plan.get("grad_accum").value) == (2, 16)
+
+
+def test_a_vendored_verl_run_naming_its_own_config_composes_that_one(tmp_path, monkeypatch):
+    """`--config-path cfg --config-name my_ppo`: the command's config, not the vendored copy of verl's packaged one."""
+    mine = _PPO.replace("ppo_micro_batch_size_per_gpu: 8", "ppo_micro_batch_size_per_gpu: 7")
+    main = _MAIN.replace('config_path="config", config_name="ppo_trainer"', 'config_path="config", config_name="ppo_trainer"')
+    write_checkout(tmp_path, {"verl/__init__.py": "", "verl/trainer/__init__.py": "", "verl/trainer/main_ppo.py": main,
+                              "verl/trainer/config/ppo_trainer.yaml": _PPO, "cfg/my_ppo.yaml": mine,
+                              "run.sh": "python3 -m verl.trainer.main_ppo --config-path cfg --config-name my_ppo\n"})
     plan = plan_of_command(tmp_path, monkeypatch, "bash", "run.sh")
-    assert (plan.get("per_device_batch").value, plan.get("grad_accum").value) == (8, 4)  # 8/4×4; 32/4×4 / 8
+    assert "verl/trainer/config/ppo_trainer.yaml" not in plan.path

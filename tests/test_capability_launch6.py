@@ -175,3 +175,10 @@ def test_fish_blocks_close_as_bash_blocks():
     out = fish_as_bash("function go\n  echo hi\nend\nif test -n x\n  a\nelse if test y\n  b\nelse\n  c\nend\n")
     assert out.splitlines() == ["go() {", "  echo hi", "}", "if test -n x; then", "  a", "elif test y; then", "  b",
                                 "else", "  c", "fi"]
+
+
+def test_associative_arrays_declared_with_other_flags_too(tmp_path, monkeypatch):
+    for decl in ("declare -gA BS", "declare -Ar BS=([big]=4)", "declare -A -g BS"):
+        run = f"{decl}\nBS[big]=4\nSIZE=big\ntorchrun train.py --output_dir o --per_device_train_batch_size ${{BS[$SIZE]}}\n"
+        write_checkout(tmp_path, {"train.py": _TRAIN, "run.sh": run})
+        assert plan_of_command(tmp_path, monkeypatch, "bash", "run.sh").get("per_device_batch").value == 4, decl

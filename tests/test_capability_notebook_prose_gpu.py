@@ -59,3 +59,11 @@ def test_a_gpu_named_in_a_negation_or_a_malformed_cell_names_none(tmp_path, monk
     nb.write_text(json.dumps(doc))
     (plan,) = extract_paths(["nb.ipynb"])
     assert plan.get("model_id").value == "unsloth/llama-3-8b-bnb-4bit" and plan.get("torch_dtype").value == "fp16"
+
+
+def test_a_very_long_markdown_line_is_read_in_one_pass(tmp_path, monkeypatch):
+    """"run " repeated 24,000 times: the run-on pattern is bounded (a rescan per "run" would never finish this test)."""
+    _notebook(tmp_path / "nb.ipynb", "run " * 24000)
+    monkeypatch.chdir(tmp_path)
+    (plan,) = extract_paths(["nb.ipynb"])
+    assert plan.get("torch_dtype").value == "auto"

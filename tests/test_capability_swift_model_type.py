@@ -30,3 +30,8 @@ def test_a_checkpoint_folder_given_by_ckpt_dir_is_the_model(tmp_path, monkeypatc
     write_checkout(tmp_path, {"run.sh": "swift rlhf --rlhf_type grpo --ckpt_dir out/v0/checkpoint-100 --train_type full\n"})
     plan = plan_of_command(tmp_path, monkeypatch, "bash", "run.sh")
     assert plan.get("model_id").value == "out/v0/checkpoint-100"
+
+
+def test_model_types_registered_in_a_loop_are_in_the_registry():
+    table = load("swift_model_types.json")["model_types"]
+    assert table["qwen2_5-7b-instruct"] == ["qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-7B-Instruct"]

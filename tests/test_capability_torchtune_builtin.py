@@ -26,3 +26,15 @@ def test_the_newest_config_when_nothing_is_pinned(tmp_path, monkeypatch):
 def test_a_name_torchtune_never_shipped_is_not_found():
     assert builtin_config("llama9/1T_lora") is None
     assert builtin_config("llama3_1/8B_lora_single_device") is not None
+
+
+def test_a_config_the_pinned_torchtune_did_not_ship_is_said(tmp_path, monkeypatch):
+    """llama3_1 configs arrived after torchtune 0.1.x: a checkout pinning 0.1.1 gets no other version's text."""
+    write_checkout(tmp_path, {"start.sh": _RUN, "requirements.txt": "torchtune==0.1.1\n"})
+    plan = plan_of_command(tmp_path, monkeypatch, "bash", "start.sh")
+    assert not plan.get("model_id").known and any("no such config" in n for n in plan.notes)
+
+
+def test_a_local_version_suffix_reads_as_its_release(tmp_path, monkeypatch):
+    write_checkout(tmp_path, {"start.sh": _RUN, "requirements.txt": "torchtune==0.2.1+cu121\n"})
+    assert plan_of_command(tmp_path, monkeypatch, "bash", "start.sh").get("grad_accum").value == 64

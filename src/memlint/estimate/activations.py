@@ -817,7 +817,7 @@ def _materialised_logps(s: Setup, base: ActivationTerms, rows: int, R: str, form
     m = s.model
     V = m.vocab
     a = DTYPE_BYTES[s.compute_dtype]
-    amp = s.precision in ("amp-bf16", "amp-fp16") or bool(layout.get("fp32_logits"))  # OpenRLHF: .to(float32)
+    amp = s.precision in ("amp-bf16", "amp-fp16") or _fp32_logits(layout)  # OpenRLHF >= 0.5.6: .to(float32)
     lp = 4 if amp else a                       # the logits TRL sees
     n = rows * s.seq * V
     row = (s.seq - 1) * V                      # one row's shifted logits, elements
@@ -829,7 +829,7 @@ def _materialised_logps(s: Setup, base: ActivationTerms, rows: int, R: str, form
     temps = 2 * row * lp if half else 0        # the previous and the current row's log_softmax
     alive = L + C + (saved if half else 0)     # the policy's logits, their copy and what backward keeps
     policy = max(conv, alive)
-    who = "the trainer's" if layout.get("fp32_logits") else "accelerate's"
+    who = "the trainer's" if _fp32_logits(layout) else "accelerate's"
     parts = [f"{R}·s·V × {lp} B logits" + (f" ({who} fp32 copy of the {a}-byte lm_head output)" if lp != a else ""),
              f"log_softmax per row saved, {R}·(s-1)·V × {lp} B" if half else "gather - logsumexp (keeps the logits)"]
     if C:
@@ -866,6 +866,18 @@ def _materialised_logps(s: Setup, base: ActivationTerms, rows: int, R: str, form
     return ActivationTerms(base.body, base.per_layer, fwd, bwd, formula,
                            " ".join(parts) + "; backward: the logits' gradients (4 × the fp32 logits, or"
                            " max(saved + two rows, 3 × the half logits))")
+
+
+def _fp32_logits(layout: dict) -> bool:
+    """Whether a framework's own step casts the policy's logits to fp32 (data/preference.json framework_layouts:
+    OpenRLHF's Actor.forward from v0.5.6), at the version the checkout pins (the newest when none)."""
+    since = layout.get("fp32_logits_since")
+    if not since:
+        return False
+    from memlint.library.versions import in_range, installed_version
+
+    version = installed_version("openrlhf")
+    return version is None or in_range(version, f">={since}")
 
 
 def _chunked_logps(s: Setup, base: ActivationTerms, rows: int, R: str, formula: str, layout: dict) -> ActivationTerms:

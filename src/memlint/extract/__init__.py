@@ -510,6 +510,8 @@ def _read_target_unpinned(target: Target) -> tuple[TrainingPlan | None, list[str
 
         ref = _config_arg(launch)
         bundled = builtin_tool_config(launch, ref) if ref else None  # read here, inside the checkout's pins
+        if bundled is not None and not bundled[0]:  # a built-in name of other torchtune versions than the pinned one
+            return unreadable(bundled[1], "tune run would find no such config at this version"), [], []
         if bundled is not None:
             target = replace(target, text=bundled[0], shown=bundled[1])
             shown = target.shown

@@ -850,6 +850,8 @@ def packaged_copy(launch: Launch, base: Path) -> Path | None:
 
     if launch.launcher not in PACKAGED_CONFIG:
         return None
+    if any(w.split("=", 1)[0] in _HYDRA_FLAGS for w in launch.argv):
+        return None  # `--config-path cfg --config-name my_ppo`: the command composes its own config
     rel = table().get(TOOLS[launch.launcher][0], {}).get("packaged_config")
     cand = base / rel if rel else None
     return cand if cand is not None and is_file(cand) else None
@@ -889,9 +891,15 @@ def builtin_tool_config(launch: Launch, ref: str) -> tuple[str, str] | None:
         return None
     from memlint.extract.configs.torchtune_builtin import builtin_config
 
-    hit = builtin_config(ref)  # at the version the checkout pins, when called inside its pins
-    if hit is None:
+    from memlint.extract.configs.torchtune_builtin import known_config
+
+    if not known_config(ref):
         return None
+    hit = builtin_config(ref)  # at the version the checkout pins, when called inside its pins
+    if hit is None:  # a name torchtune shipped at other versions than this one
+        from memlint.library.versions import shown_version
+
+        return "", f"torchtune's built-in config {ref} (not shipped by {shown_version('torchtune')})"
     text, tags = hit
     return text, f"torchtune's built-in config {ref} (bundled with memlint; {tags})"
 

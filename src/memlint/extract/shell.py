@@ -36,7 +36,8 @@ _ARRAY_KEY = "[@]"  # env key of a bash array `A=(x y)` (its words joined by NUL
 _ARRAY_DEF = re.compile(r"^\s*(?:local\s+|declare\s+-a\s+)?([A-Za-z_][A-Za-z0-9_]*)(\+?)=\((.*)\)\s*(?:#.*)?$")
 _ARRAY_REF = re.compile(r"\$\{(#?)([A-Za-z_][A-Za-z0-9_]*)\[(@|\*|\d+)\]\}")
 # bash's associative (and keyed) arrays: `declare -A BS`, `BS["a"]=16`, `declare -A BS=([a]=16 [b]=8)`, `${BS[$KEY]:-8}`
-_ASSOC_DECLARE = re.compile(r"^\s*(?:declare|local|typeset)\s+-A\s+([A-Za-z_]\w*)(?:=\((.*)\))?\s*(?:#.*)?$")
+_ASSOC_DECLARE = re.compile(r"^\s*(?:declare|local|typeset)\s+(?:-[A-Za-z]+\s+)*?-[a-zA-Z]*A[a-zA-Z]*\s+(?:-[A-Za-z]+\s+)*"
+                            r"([A-Za-z_]\w*)(?:=\((.*)\))?\s*(?:#.*)?$")  # -A, -gA, -Ar, -A -g
 _ASSOC_SET = re.compile(r"^\s*([A-Za-z_]\w*)\[([^\]\s]+)\]=(.*)$")
 _ASSOC_ITEM = re.compile(r"\[([^\]\s]+)\]=(\"[^\"]*\"|'[^']*'|\S*)")
 _ASSOC_REF = re.compile(r"\$\{([A-Za-z_]\w*)\[([^\]{}\s]+)\](?:(:?[-=])(" + _UPTO + r"))?\}")

@@ -114,7 +114,7 @@ def _prose_gpu(path: str, _mtime: int, _size: int) -> str | None:
 
 
 _NEGATED = re.compile(r"\b(?:not|cannot|never|no)\b|n't\b", re.I)
-_RUN_ON = re.compile(r"\brun(?:s|ning)?\b[^.!?]*\b(?:on|with)\b", re.I)
+_RUN_ON = re.compile(r"\brun(?:s|ning)?\b[^.!?]{0,200}?\b(?:on|with)\b", re.I)  # bounded: no rescan of a long line
 
 
 def colab_gpu(path: Path) -> str | None:

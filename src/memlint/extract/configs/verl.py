@@ -181,14 +181,24 @@ class VerlPpo(FrameworkReader):
             self.lib("packing", False, "use_remove_padding off: padded rows")
 
     def _micro_times_n(self) -> bool:
-        """verl 0.1 multiplied the global ppo_micro_batch_size by rollout.n (its config had no per-GPU micro-batch): a
-        config file without ppo_micro_batch_size_per_gpu anywhere (a checkout's copy of 0.1's ppo_trainer.yaml), or
-        the pinned version's behaviour."""
-        if self.file.is_file() and not self.doc.has("actor_rollout_ref", "actor", "ppo_micro_batch_size_per_gpu") \
-                and self.doc.has("actor_rollout_ref", "actor", "ppo_micro_batch_size"):
-            return True
-        d = frameworks.default(self.kind, "micro_batch_times_n")
-        return bool(d and d.value)
+        """Whether the checkout's own copy of verl multiplies the global ppo_micro_batch_size by rollout.n (a main-branch
+        snapshot between verl PRs #80 and #136, vendored by some checkouts, e.g. of early 2025; no release did): read
+        from that copy's fsdp_workers.py beside the config, never assumed."""
+        import re
+
+        from memlint.files import is_file, read_text
+
+        root = self.file.parent.parent.parent  # verl/trainer/config/ppo_trainer.yaml -> verl/
+        for rel in ("workers/fsdp_workers.py", "trainer/ppo/workers/fsdp_workers.py"):
+            src = root / rel
+            if not is_file(src):
+                continue
+            try:
+                text = read_text(src, 1 << 20, what="sibling-module budget")
+            except (OSError, UnicodeDecodeError, ValueError):
+                return False
+            return bool(re.search(r"ppo_micro_batch_size\s*\*=\s*self\.config\.rollout\.n", text))
+        return False
 
     def _batches(self, actor: tuple[str, ...]) -> None:
         """per_device_batch: ppo_micro_batch_size_per_gpu (use_dynamic_bsz: a token budget instead); the accumulation:
@@ -211,8 +221,8 @@ class VerlPpo(FrameworkReader):
             micro = max(1, whole // max(1, world // sp))
             why = f"ppo_micro_batch_size {whole} over {max(1, world // sp)} data-parallel ranks"
             if self._micro_times_n() and isinstance(n, int) and n > 0:
-                micro *= n  # verl 0.1: the micro-batch counts prompts, each with its rollout.n responses
-                why += f", × rollout.n {n} (verl 0.1's fsdp_workers)"
+                micro *= n  # that snapshot: the micro-batch counts prompts, each with its rollout.n responses
+                why += f", × rollout.n {n} (the checkout's verl: its fsdp_workers.py multiplies it)"
             self.fields["per_device_batch"] = Value(micro, "literal", self.doc.span(*actor, "ppo_micro_batch_size"),
                                                     (why,))
         else:
