@@ -63,3 +63,33 @@ Trainer(model=model, args=TrainingArguments(output_dir="o", per_device_train_bat
     monkeypatch.chdir(tmp_path)
     (plan,) = extract_paths(["train.py"])
     assert plan.get("per_device_batch").value == 2
+
+
+_MATCH = '''
+import argparse
+import torch.nn as nn
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+p = argparse.ArgumentParser()
+p.add_argument("--technique", default="full")
+args = p.parse_args()
+model = AutoModelForCausalLM.from_pretrained("gpt2")
+match args.technique:
+    case "full":
+        pass
+    case "lora" | "qlora":
+        model = get_peft_model(model, LoraConfig(r=8))
+    case _:
+        raise ValueError(args.technique)
+Trainer(model=model, args=TrainingArguments(output_dir="o", per_device_train_batch_size=2)).train()
+'''
+
+
+def test_match_on_a_known_subject_runs_its_one_case(tmp_path, monkeypatch):
+    from checkouts import plan_of_command
+
+    write_checkout(tmp_path, {"train.py": _MATCH})
+    assert plan_of_command(tmp_path, monkeypatch, "python", "train.py").get("method").value == "full"
+    plan = plan_of_command(tmp_path, monkeypatch, "python", "train.py", "--technique", "qlora")
+    assert (plan.get("method").value, plan.get("lora_r").value) == ("lora", 8)

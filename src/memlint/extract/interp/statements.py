@@ -60,8 +60,39 @@ class Statements:
         elif isinstance(stmt, (cst.Try, cst.TryStar)):
             self.exec_try(stmt, env)
         elif isinstance(stmt, cst.Match):
+            case = self.decided_case(stmt, env)
+            if case is not None:  # a known subject against literal patterns: the one case Python runs
+                return self.exec_block(case.body.body, env) if case is not False else False
             self.branches(env, [lambda e, c=c: self.exec_block(c.body.body, e) for c in stmt.cases], exhaustive=False)
         return False
+
+    def decided_case(self, stmt: cst.Match, env: Env) -> Any:
+        """The case `match` runs for a subject memlint knows (a constant), when every pattern up to the one that
+        matches is a literal, an `|` of literals or `_` and has no guard: that case, False when none matches; None
+        when it cannot tell (the cases are then read as undecided branches)."""
+        subject = self.ev(stmt.subject, env)
+        if not (isinstance(subject, Const) and isinstance(subject.value, (str, int, float, bool, type(None)))):
+            return None
+        for case in stmt.cases:
+            if case.guard is not None:
+                return None
+            hit = self._matches(case.pattern, subject.value, env)
+            if hit is None:
+                return None
+            if hit:
+                return case
+        return False
+
+    def _matches(self, pattern: Any, value: Any, env: Env) -> bool | None:
+        if isinstance(pattern, cst.MatchAs) and pattern.pattern is None:
+            return True  # `case _:` / `case name:`
+        if isinstance(pattern, (cst.MatchValue, cst.MatchSingleton)):
+            v = self.ev(pattern.value, env)
+            return v.value == value and type(v.value) is type(value) if isinstance(v, Const) else None
+        if isinstance(pattern, cst.MatchOr):
+            hits = [self._matches(p.pattern, value, env) for p in pattern.patterns]
+            return True if any(hits) else None if None in hits else False
+        return None
 
     def exec_small(self, node: cst.CSTNode, env: Env) -> bool:
         if isinstance(node, cst.Assign):
