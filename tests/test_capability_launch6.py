@@ -182,3 +182,11 @@ def test_associative_arrays_declared_with_other_flags_too(tmp_path, monkeypatch)
         run = f"{decl}\nBS[big]=4\nSIZE=big\ntorchrun train.py --output_dir o --per_device_train_batch_size ${{BS[$SIZE]}}\n"
         write_checkout(tmp_path, {"train.py": _TRAIN, "run.sh": run})
         assert plan_of_command(tmp_path, monkeypatch, "bash", "run.sh").get("per_device_batch").value == 4, decl
+
+
+def test_a_vendored_llmtuner_entry_script_is_followed_as_the_checkouts_code(tmp_path, monkeypatch):
+    old = _LF_TRAIN.replace("from llamafactory.train.tuner import run_exp", "from llmtuner import run_exp")
+    write_checkout(tmp_path, {"src/train_bash.py": old, "src/llmtuner/__init__.py": "def run_exp():\n    pass\n",
+                              "run.sh": f"torchrun --nproc_per_node 2 src/train_bash.py {_LF_FLAGS}\n"})
+    plan = plan_of_command(tmp_path, monkeypatch, "bash", "run.sh")
+    assert "llamafactory-cli" not in plan.path  # the checkout's own (pre-0.7.1) code, not the reader of newer flags
