@@ -10,8 +10,17 @@ def test_a_registered_model_type_is_its_checkpoint(tmp_path, monkeypatch):
     write_checkout(tmp_path, {"run.sh": "CUDA_VISIBLE_DEVICES=0 swift sft --model_type qwen1half-7b-chat --sft_type lora "
                                         "--dataset alpaca-zh --batch_size 2\n"})
     plan = plan_of_command(tmp_path, monkeypatch, "bash", "run.sh")
-    assert plan.get("model_id").value == "Qwen/Qwen1.5-7B-Chat"
+    assert plan.get("model_id").value == "qwen/Qwen1.5-7B-Chat"  # the ModelScope id 2.x downloads
     assert "ModelScope" in plan.get("model_id").chain[0] and plan.get("per_device_batch").value == 2
+    write_checkout(tmp_path, {"run.sh": "USE_HF=1 swift sft --model_type qwen1half-7b-chat --sft_type lora --dataset x\n"})
+    assert plan_of_command(tmp_path, monkeypatch, "bash", "run.sh").get("model_id").value == "Qwen/Qwen1.5-7B-Chat"
+
+
+def test_a_modelscope_id_is_sized_as_its_hugging_face_twin():
+    from memlint.catalog import resolve
+
+    spec = resolve("ZhipuAI/chatglm2-6b")
+    assert (spec.id, spec.source, spec.assumed_from) == ("THUDM/chatglm2-6b", "hub-twin", "ZhipuAI/chatglm2-6b")
 
 
 def test_a_model_type_of_no_registry_entry_stays_unknown(tmp_path, monkeypatch):

@@ -18,8 +18,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from memlint.catalog.local import spec_from_config_file
-from memlint.catalog.spec import (Linear, ModelSpec, catalog_entry, chat_or_base_sibling, closest_ids, entries, known_ids,
-                                  named_after_base, named_by_folder, sized_by_name)
+from memlint.catalog.spec import (Linear, ModelSpec, catalog_entry, chat_or_base_sibling, closest_ids, entries, hub_twin,
+                                  known_ids, named_after_base, named_by_folder, sized_by_name)
 from memlint.errors import MemlintError
 from memlint import files
 from memlint.files import read_bytes
@@ -124,6 +124,9 @@ def resolve(model: str) -> ModelSpec:
     if spec is not None:
         return spec
     spec = chat_or_base_sibling(model)  # offline, the base of a catalogued chat release (or the reverse), said so
+    if spec is not None:
+        return spec
+    spec = hub_twin(model)  # a ModelScope id of the same weights as a catalogued Hugging Face id, said so
     if spec is not None:
         return spec
     spec = sized_by_name(model)  # offline, a checkpoint named with its size: a catalogued one of that size, said so

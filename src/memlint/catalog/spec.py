@@ -323,6 +323,21 @@ def chat_or_base_sibling(model_id: str) -> ModelSpec | None:
     return replace(spec_from_entry(hits[0], entries()[hits[0]], source="named-variant"), assumed_from=text)
 
 
+def hub_twin(model_id: str) -> ModelSpec | None:
+    """A ModelScope id the catalogue lacks that ms-swift's registry pairs with a Hugging Face id of the same weights
+    (qwen/Qwen2-7B-Instruct, LLM-Research/Meta-Llama-3-8B-Instruct; data/swift_model_types.json): sized as that id,
+    marked as assumed from the pairing (source "hub-twin")."""
+    from memlint.data import load
+
+    key = model_id.strip().lower()
+    twin = next((hf for ms, hf in load("swift_model_types.json")["model_types"].values()
+                 if hf and ms.lower() == key and hf.lower() != key), None)
+    if twin is None or twin.lower() not in _index():
+        return None
+    canonical = _index()[twin.lower()]
+    return replace(spec_from_entry(canonical, entries()[canonical], source="hub-twin"), assumed_from=model_id.strip())
+
+
 _NAME = re.compile(r"[a-z]+")
 
 

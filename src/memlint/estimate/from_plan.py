@@ -371,6 +371,9 @@ def assumed_model_note(spec: Any) -> str:
         return (f"model {spec.assumed_from!r} is not in the catalog: its name gives its size, and it is sized as "
                 f"{spec.id} ({spec.params / 1e9:.2f}B parameters){among} (an assumption: the architecture is not "
                 f"known; --online reads its config.json, --assume model_id= corrects it)")
+    if spec.source == "hub-twin":
+        return (f"model {spec.assumed_from!r} (a ModelScope id) is sized as {spec.id}, the Hugging Face id ms-swift's "
+                f"registry gives the same weights")
     if spec.source == "named-variant":
         return (f"model {spec.assumed_from!r} is not in the catalog: sized as {spec.id}, its chat/instruct or base "
                 f"sibling of the same organisation (an assumption: the two share their shapes; --online reads its "

@@ -95,6 +95,7 @@ def render(est: Estimate, targets, console, extra: Mapping[str, int] | None = No
 
     m = est.setup.model
     source = (f"catalog, assumed from the name of {m.assumed_from}" if m.source in ("named-base", "named-variant") else
+              f"catalog, the Hugging Face twin of {m.assumed_from}" if m.source == "hub-twin" else
               f"catalog, assumed from the size the name {m.assumed_from} gives" if m.source == "size-name" else
               f"catalog, assumed from the folder name of {m.assumed_from}") if m.assumed_from else m.source
     params = m.params

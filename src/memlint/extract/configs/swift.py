@@ -10,6 +10,7 @@ read as 2.x read them.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from memlint.extract.configs import frameworks
@@ -60,6 +61,11 @@ class MsSwift(FrameworkReader):
                        else f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} without NPROC_PER_NODE: one process "
                             f"spreading the model over the {visible} GPUs (device_map)")
         fields = dict(plan.fields)
+        twin = _hf_twin(fields["model_id"].value) if fields.get("model_id") else None
+        if twin and str(env.get("USE_HF", "")).strip().lower() in ("1", "true"):  # USE_HF=1: the Hub's copy
+            fields["model_id"] = Value(twin, fields["model_id"].source, fields["model_id"].span,
+                                       fields["model_id"].chain + (f"USE_HF=1: ms-swift downloads {twin} from the Hugging "
+                                                                   "Face Hub",))
         span = Span(launch.origin, launch.line) if getattr(launch, "line", None) else None
         if gpus is not None and not (fields.get("num_gpus") and fields["num_gpus"].known):
             fields["num_gpus"] = Value(gpus, "command-line", span, (f"{why} ({launch.where()})",))
@@ -74,7 +80,6 @@ class MsSwift(FrameworkReader):
                 n = max(1, math.ceil(16 / bs.value / world))
                 fields["grad_accum"] = Value(n, "library-default", ga.span, ga.chain + (
                     f"ceil(16 / {bs.value} / world size {world}) = {n}",))
-        from dataclasses import replace
 
         return replace(plan, fields=fields)
 
@@ -111,9 +116,11 @@ class MsSwift(FrameworkReader):
         if hit is None:
             return False
         ms, hf = hit
-        chain = (f"--model_type {kind}: ms-swift 2.x's registry loads {ms} from ModelScope"
-                 + (f" (the same weights as {hf} on the Hugging Face Hub, with USE_HF=1)" if hf else ""),)
-        self.lit("model_id", hf or ms, "model_type", chain=chain)
+        use_hf = str(self.doc.get("use_hf") or "").strip().lower() in ("1", "true") and hf
+        chain = (f"--model_type {kind}: ms-swift 2.x's registry loads {hf if use_hf else ms} from "
+                 + ("the Hugging Face Hub (--use_hf)" if use_hf else "ModelScope")
+                 + (f" (the same weights as {hf} on the Hugging Face Hub)" if hf and not use_hf else ""),)
+        self.lit("model_id", hf if use_hf else ms, "model_type", chain=chain)
         return True
 
     # ---- fields ---------------------------------------------------------------------------------
@@ -324,3 +331,12 @@ class MsSwift(FrameworkReader):
         step = self._rlhf_type() if self.command == "rlhf" else self.command
         self.trainer(table.get(step, table["sft"]), f"swift {self.command}" + (f" --rlhf_type {step}" if
                                                                                 self.command == "rlhf" else "") + f": {ref}")
+
+
+def _hf_twin(model: Any) -> str | None:
+    """The Hugging Face id ms-swift 2.x's registry pairs with a ModelScope id (data/swift_model_types.json), else None."""
+    from memlint.data import load
+
+    if not isinstance(model, str):
+        return None
+    return next((hf for ms, hf in load("swift_model_types.json")["model_types"].values() if ms == model and hf), None)
