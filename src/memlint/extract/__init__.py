@@ -500,41 +500,56 @@ def _read_target(target: Target) -> tuple[TrainingPlan | None, list[str], list[i
     return _pinned(target.written_by or target.path, lambda: _read_target_unpinned(target), target.launch)
 
 
+def _with_bundled_config(target: Target) -> Any:
+    """A `tune run --config NAME` target whose config is torchtune's own: its text at the checkout's pinned version
+    (read here, inside the pins), an unreadable plan when that version did not ship it, the target as it was else."""
+    from memlint.extract.launch import _config_arg, builtin_tool_config
+
+    ref = _config_arg(target.launch)
+    bundled = builtin_tool_config(target.launch, ref) if ref else None
+    if bundled is not None and not bundled[0]:  # a built-in name of other torchtune versions than the pinned one
+        return unreadable(bundled[1], "tune run would find no such config at this version")
+    return replace(target, text=bundled[0], shown=bundled[1]) if bundled is not None else target
+
+
+def _target_bytes(target: Target, shown: str) -> Any:
+    """The target's content: the text a notebook's `%%writefile` cell (or a bundled config) gives, a notebook's code
+    cells past max-file-size, else the file; an unreadable plan when it cannot be read."""
+    path = target.path
+    try:
+        if target.text is not None:
+            return target.text.encode("utf-8")
+        if path.suffix == ".ipynb":
+            from memlint.extract.source import notebook_bytes
+
+            return notebook_bytes(path)  # saved outputs over max-file-size: its code cells
+        return read_bytes(path)
+    except Refused as exc:
+        return unreadable(shown, exc.why)
+    except IsADirectoryError:
+        return unreadable(shown, "is a directory")
+    except OSError as exc:
+        return unreadable(shown, f"cannot read: {exc.strerror or exc}")
+
+
 def _read_target_unpinned(target: Target) -> tuple[TrainingPlan | None, list[str], list[int]]:
     path, shown = target.path, target.shown
     if target.note is not None:  # refused before reading (a launcher past its budget)
         return unreadable(shown, target.note), [], []
     launch = target.launch
     if launch is not None and launch.launcher == "tune" and target.text is None and not path.exists():
-        from memlint.extract.launch import _config_arg, builtin_tool_config
-
-        ref = _config_arg(launch)
-        bundled = builtin_tool_config(launch, ref) if ref else None  # read here, inside the checkout's pins
-        if bundled is not None and not bundled[0]:  # a built-in name of other torchtune versions than the pinned one
-            return unreadable(bundled[1], "tune run would find no such config at this version"), [], []
-        if bundled is not None:
-            target = replace(target, text=bundled[0], shown=bundled[1])
-            shown = target.shown
+        target = _with_bundled_config(target)
+        if isinstance(target, TrainingPlan):
+            return target, [], []
+        shown = target.shown
     if launch is not None and not launch.script and not launch.module and not path.exists() and target.text is None:
         from memlint.extract.configs.overrides import TOOLS
 
         if launch.launcher in TOOLS:  # a framework CLI given its config as flags, no file: the flags are read
             return _extract_file(path, launch, shown), [], []
-    try:
-        if target.text is not None:  # a notebook's `%%writefile` cell: the text it writes
-            raw = target.text.encode("utf-8")
-        elif path.suffix == ".ipynb":
-            from memlint.extract.source import notebook_bytes
-
-            raw = notebook_bytes(path)  # saved outputs over max-file-size: its code cells
-        else:
-            raw = read_bytes(path)
-    except Refused as exc:
-        return unreadable(shown, exc.why), [], []
-    except IsADirectoryError:
-        return unreadable(shown, "is a directory"), [], []
-    except OSError as exc:
-        return unreadable(shown, f"cannot read: {exc.strerror or exc}"), [], []
+    raw = _target_bytes(target, shown)
+    if isinstance(raw, TrainingPlan):
+        return raw, [], []
     if b"\0" in raw[:8192]:
         return (unreadable(shown, "not a text file (binary content)"), [], []) if target.explicit else (None, [], [])
     try:

@@ -1491,50 +1491,11 @@ def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str,
                                   written_by=path, text=text,
                                   writes=_notebook_writes(path, shown, written) if kind == "script" else None))
                 continue
-        # beside the launcher, then the folders above it up to the checkout (`bash scripts/train.sh` run from
-        # the folder that holds train.py), then the roots
-        ups = [a for a in path.parent.resolve().parents][:4]
-        stop = [r.resolve() for r in roots]
-        bases = [path.parent]
-        for a in ups:
-            bases.append(a)
-            if a in stop:
-                break
-        bases += [r for r in roots if r.resolve() not in {b.resolve() for b in bases}]
-        if launch.cwd and os.path.isabs(os.path.expanduser(launch.cwd)):
-            # `cd /home/author/repo/pkg`: a folder of the author's machine; the checkout's folder of the same tail
-            mapped = _checkout_folder(launch.cwd, bases)
-            bases = ([mapped] if mapped is not None else []) + bases
-        elif launch.cwd:
-            bases = [b / launch.cwd for b in bases] + bases
+        bases = _launch_bases(path, roots, launch)
         target, launch = _author_script(launch, bases)
         launch = _author_config(launch, bases)
-        for base in bases if target is None else ():
-            if launch.script:
-                cand = base / os.path.expanduser(launch.script)
-                if cand.suffix == ".py" and is_file(cand):
-                    target = cand
-                    tool = vendored_entry(launch, cand)
-                    if tool is not None and flags_config(tool):  # a vendored LLaMA-Factory's src/train.py --stage sft
-                        launch, target = tool, cand.parent / f"{tool.launcher} {tool.subcommand}"
-                        break
-            elif launch.module:
-                target = resolve_module(launch.module, [base], package=launch.entry is not None)
-            elif launch.launcher in FRAMEWORK_CLIS:  # `llamafactory-cli train X.yaml`, `torchrun -m axolotl.cli.train X.yml`
-                if flags_config(launch):  # `llamafactory-cli train --stage sft ...`: the flags are the config
-                    from memlint.extract.launch import packaged_copy
-
-                    copy = next((c for b in bases if (c := packaged_copy(launch, b)) is not None), None)
-                    target = copy or base / f"{launch.launcher} {launch.subcommand}"
-                    break
-                target = _tool_config(launch, base)
-                if target is not None:
-                    break
-            if target is not None:
-                # the framework config the script or module runs (a Hydra entry script's NeMo config, a `train.py
-                # recipe.yaml` recipe, `-m torchtitan.train --job.config_file X`): the run is that config
-                target = framework_config(launch, base) or target
-                break
+        if target is None:
+            target, launch = _target_in(launch, bases)
         if target is None and (tool := framework_script(launch)) is not None and flags_config(tool):
             # `python ../../src/train_bash.py --stage sft ...` in the framework's clone: the flags are the config
             launch, target = tool, path.parent / f"{tool.launcher} {tool.subcommand}"
@@ -1552,6 +1513,58 @@ def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str,
         out.append(Target(target, bundled[1] if bundled else os.path.normpath(os.path.relpath(target)), False, launch,
                           root=root, named_launcher=named, writes=writes))  # (a bundled config's text: read_target)
     return out
+
+
+def _launch_bases(path: Path, roots: list[Path], launch: Launch) -> list[Path]:
+    """Where a launch's script, module or config is looked up: beside the launcher, then the folders above it up to
+    the checkout (`bash scripts/train.sh` run from the folder that holds train.py), then the roots; a `cd DIR` of the
+    launch first (an author's absolute folder: the checkout's folder of the same tail)."""
+    ups = [a for a in path.parent.resolve().parents][:4]
+    stop = [r.resolve() for r in roots]
+    bases = [path.parent]
+    for a in ups:
+        bases.append(a)
+        if a in stop:
+            break
+    bases += [r for r in roots if r.resolve() not in {b.resolve() for b in bases}]
+    if launch.cwd and os.path.isabs(os.path.expanduser(launch.cwd)):
+        mapped = _checkout_folder(launch.cwd, bases)
+        bases = ([mapped] if mapped is not None else []) + bases
+    elif launch.cwd:
+        bases = [b / launch.cwd for b in bases] + bases
+    return bases
+
+
+def _target_in(launch: Launch, bases: list[Path]) -> tuple[Path | None, Launch]:
+    """(the file the launch runs, found under the first of `bases` that holds it; the launch, as the framework tool's
+    command when that file is a vendored framework's entry script); (None, launch) when none holds it."""
+    from memlint.files import is_file
+
+    target = None
+    for base in bases:
+        if launch.script:
+            cand = base / os.path.expanduser(launch.script)
+            if cand.suffix == ".py" and is_file(cand):
+                target = cand
+                tool = vendored_entry(launch, cand)
+                if tool is not None and flags_config(tool):  # a vendored LLaMA-Factory's src/train.py --stage sft
+                    return cand.parent / f"{tool.launcher} {tool.subcommand}", tool
+        elif launch.module:
+            target = resolve_module(launch.module, [base], package=launch.entry is not None)
+        elif launch.launcher in FRAMEWORK_CLIS:  # `llamafactory-cli train X.yaml`, `torchrun -m axolotl.cli.train X.yml`
+            if flags_config(launch):  # `llamafactory-cli train --stage sft ...`: the flags are the config
+                from memlint.extract.launch import packaged_copy
+
+                copy = next((c for b in bases if (c := packaged_copy(launch, b)) is not None), None)
+                return copy or base / f"{launch.launcher} {launch.subcommand}", launch
+            target = _tool_config(launch, base)
+            if target is not None:
+                return target, launch
+        if target is not None:
+            # the framework config the script or module runs (a Hydra entry script's NeMo config, a `train.py
+            # recipe.yaml` recipe, `-m torchtitan.train --job.config_file X`): the run is that config
+            return framework_config(launch, base) or target, launch
+    return None, launch
 
 
 def _notebook_writes(path: Path, shown: str, written: dict) -> dict | None:
