@@ -473,10 +473,14 @@ def check_targets(targets: Sequence[Target], settings: Settings, *, gpu: str | N
                 cache.put(target.shown, target.explicit, content, None)
         else:
             todo.append((i, content if cache is not None else None))
+    runner = _run(todo, targets, jobs, settings, cache, (gpu, gpus, tuple(assume)))
     with progress.showing("checking files", enabled=show_progress and len(todo) > PROGRESS_FILES, total=len(todo)):
-        for i, result in _run(todo, targets, jobs, settings, cache, (gpu, gpus, tuple(assume))):
-            progress.advance()  # a folder walk's bar, when one is shown
-            out[i] = result
+        try:
+            for i, result in runner:
+                progress.advance()  # a folder walk's bar, when one is shown
+                out[i] = result
+        finally:  # a Ctrl-C between two results ends the workers now, not when the interpreter exits and waits on them
+            runner.close()
     from memlint.extract import untrained_commands
 
     drop = untrained_commands([(t, r.plan) for t, r in zip(targets, out) if r is not None])
