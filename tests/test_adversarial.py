@@ -1408,8 +1408,11 @@ def test_workers_exit_with_their_parent_and_finished_results_stay_cached(tmp_pat
     (tmp_path / "fast.py").write_text(SCRIPT)
     (tmp_path / "slow1.py").write_text(SCRIPT)
     (tmp_path / "slow2.py").write_text(SCRIPT)
+    # the run as a terminal starts it: SIGINT at its default (a test suite run in the background of a non-interactive
+    # shell inherits SIGINT ignored, and Python then keeps ignoring it, so no Ctrl-C would reach the run at all)
     proc = subprocess.Popen([sys.executable, "-c", _SLOW_RUN.format(src=str(ROOT / "src"))], cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         entries: list[Path] = []
         for _ in range(600):  # the fast file finished and was cached while the slow ones run
