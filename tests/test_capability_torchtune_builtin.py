@@ -38,3 +38,13 @@ def test_a_config_the_pinned_torchtune_did_not_ship_is_said(tmp_path, monkeypatc
 def test_a_local_version_suffix_reads_as_its_release(tmp_path, monkeypatch):
     write_checkout(tmp_path, {"start.sh": _RUN, "requirements.txt": "torchtune==0.2.1+cu121\n"})
     assert plan_of_command(tmp_path, monkeypatch, "bash", "start.sh").get("grad_accum").value == 64
+
+
+def test_a_launcher_whose_script_is_missing_is_skipped_not_a_crash(tmp_path, monkeypatch):
+    """Only `tune run` is looked up among the bundled configs: another launch whose file is missing is skipped."""
+    from memlint.extract.shell import command_targets
+
+    write_checkout(tmp_path, {"run.sh": "python missing.py --lr 1e-4\n" + _RUN})
+    monkeypatch.chdir(tmp_path)
+    targets = command_targets(["bash", "run.sh"])
+    assert [t.shown for t in targets] == ["torchtune's built-in config llama3_1/8B_lora_single_device"]

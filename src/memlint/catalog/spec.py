@@ -15,6 +15,9 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, Mapping
 
+from memlint.data import derived, load
+
+
 @dataclass(frozen=True)
 class Linear:
     """One linear projection repeated `count` times (once per layer, or per expert)."""
@@ -323,15 +326,23 @@ def chat_or_base_sibling(model_id: str) -> ModelSpec | None:
     return replace(spec_from_entry(hits[0], entries()[hits[0]], source="named-variant"), assumed_from=text)
 
 
+@derived
+def _twins() -> dict[str, str]:
+    """ModelScope id (lower case) -> the Hugging Face id ms-swift 2.x's registry gives the same weights."""
+    return {ms.lower(): hf for ms, hf in load("swift_model_types.json")["model_types"].values()
+            if hf and ms != hf}
+
+
+def modelscope_twin(model_id: str) -> str | None:
+    """The Hugging Face id of the same weights as a ModelScope id (ms-swift 2.x's registry), else None."""
+    return _twins().get(model_id.strip().lower()) if isinstance(model_id, str) else None
+
+
 def hub_twin(model_id: str) -> ModelSpec | None:
     """A ModelScope id the catalogue lacks that ms-swift's registry pairs with a Hugging Face id of the same weights
     (qwen/Qwen2-7B-Instruct, LLM-Research/Meta-Llama-3-8B-Instruct; data/swift_model_types.json): sized as that id,
     marked as assumed from the pairing (source "hub-twin")."""
-    from memlint.data import load
-
-    key = model_id.strip().lower()
-    twin = next((hf for ms, hf in load("swift_model_types.json")["model_types"].values()
-                 if hf and ms.lower() == key and hf.lower() != key), None)
+    twin = modelscope_twin(model_id)
     if twin is None or twin.lower() not in _index():
         return None
     canonical = _index()[twin.lower()]

@@ -826,9 +826,8 @@ def command_target(words: Sequence[str], cwd: Path | None = None):
             raise MemlintError(f"`{launch.launcher} {launch.subcommand}`: no config file in the command")
         path = tool_config(launch, base, ref)
         shown = os.path.relpath(path, cwd) if path.is_absolute() else os.path.normpath(os.path.join(launch.cwd or "", ref))
-        bundled = builtin_tool_config(launch, ref) if not is_file(path) else None
-        if bundled is not None:  # `tune run R --config llama3_1/8B_lora`: torchtune's own config, torchtune not installed
-            return Target(base / "recipes" / "configs" / f"{ref}.yaml", bundled[1], False, launch)
+        if not is_file(path) and bundled_config_ref(launch) == ref:
+            return bundled_target(launch, ref, base)  # `tune run R --config llama3_1/8B_lora`, torchtune not installed
     if not path.is_file():
         config = _config_of_missing_script(launch, base) if launch.script else None
         if config is not None:  # `accelerate launch axolotl/scripts/finetune.py cfg.yml`, axolotl cloned apart
@@ -884,18 +883,36 @@ def tool_config(launch: Launch, base: Path, ref: str) -> Path:
     return path
 
 
+def bundled_config_ref(launch: Launch) -> str | None:
+    """The config name of a framework tool's command when it names a built-in config memlint bundles (torchtune's
+    recipes/configs, at any version it shipped): the name alone, no file; which version's text is read is
+    builtin_tool_config's, inside the checkout's pins. None for any other launch."""
+    if launch.launcher != "tune":
+        return None
+    ref = _config_arg(launch)
+    if not ref or Path(ref).suffix or ".." in ref or ref.startswith("/"):
+        return None
+    from memlint.extract.configs.torchtune_builtin import known_config
+
+    return ref if known_config(ref) else None
+
+
+def bundled_target(launch: Launch, ref: str, base: Path) -> Target:
+    """The target of a bundled built-in config: a path under `base` (none on disk), its text read later."""
+    from memlint.files import Target
+
+    return Target(base / "recipes" / "configs" / f"{ref}.yaml", f"torchtune's built-in config {ref}", False, launch)
+
+
 def builtin_tool_config(launch: Launch, ref: str) -> tuple[str, str] | None:
     """(text, how it is shown) of a framework tool's built-in config memlint bundles, for a name the checkout and the
-    installed packages do not hold: torchtune's recipes/configs at the pinned version."""
-    if launch.launcher != "tune" or Path(ref).suffix or ".." in ref or ref.startswith("/"):
+    installed packages do not hold: torchtune's recipes/configs at the pinned version (called inside the checkout's
+    pins); ("", why) for a name that version did not ship."""
+    if ref != bundled_config_ref(launch):
         return None
     from memlint.extract.configs.torchtune_builtin import builtin_config
 
-    from memlint.extract.configs.torchtune_builtin import known_config
-
-    if not known_config(ref):
-        return None
-    hit = builtin_config(ref)  # at the version the checkout pins, when called inside its pins
+    hit = builtin_config(ref)
     if hit is None:  # a name torchtune shipped at other versions than this one
         from memlint.library.versions import shown_version
 

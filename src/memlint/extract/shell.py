@@ -15,9 +15,9 @@ from typing import Any, Iterator
 
 from memlint.errors import MemlintError
 from memlint.extract.configs.overrides import flags_config
-from memlint.extract.launch import (FRAMEWORK_CLIS, Launch, _config_arg, command_target, console_scripts, framework_config,
-                                    framework_script, make_command, parse_command, resolve_module, shell_script, tokens,
-                                    vendored_entry)
+from memlint.extract.launch import (FRAMEWORK_CLIS, Launch, _config_arg, bundled_config_ref, bundled_target,
+                                    command_target, console_scripts, framework_config, framework_script, make_command,
+                                    parse_command, resolve_module, shell_script, tokens, vendored_entry)
 from memlint.vocab import LAUNCHER_NAMES, LAUNCHER_SUFFIXES
 
 _MAX_BYTES = 256_000
@@ -877,7 +877,6 @@ def fish_as_bash(text: str) -> str:
     return "\n".join(out) + "\n"
 
 
-
 def _slurm_env(job: dict, env: dict[str, str], exported: set[str]) -> None:
     """What SLURM sets for a job script's commands: SLURM_SUBMIT_DIR, the folder sbatch ran in (where memlint reads
     from; the launcher's folder and those above it are where its paths are looked up), and the GPUs it allocated per
@@ -1499,19 +1498,17 @@ def launcher_targets(path: Path, shown: str, roots: list[Path], args: tuple[str,
         if target is None and (tool := framework_script(launch)) is not None and flags_config(tool):
             # `python ../../src/train_bash.py --stage sft ...` in the framework's clone: the flags are the config
             launch, target = tool, path.parent / f"{tool.launcher} {tool.subcommand}"
-        bundled = None
-        if target is None and launch.launcher == "tune" and (ref := _config_arg(launch)) is not None:
-            from memlint.extract.launch import builtin_tool_config
-
-            bundled = builtin_tool_config(launch, ref)  # torchtune's own config, torchtune not installed here
-            target = path.parent / "recipes" / "configs" / f"{ref}.yaml" if bundled is not None else None
+        if target is None and (ref := bundled_config_ref(launch)) is not None:
+            # torchtune's own config, torchtune not installed here (its text is read at the checkout's pinned version)
+            out.append(replace(bundled_target(launch, ref, path.parent), root=root, named_launcher=named))
+            continue
         if target is None:
             if skipped is not None:
                 skipped.append(launch)
             continue
         writes = _notebook_writes(path, shown, written) if path.suffix == ".ipynb" and launch.script else None
-        out.append(Target(target, bundled[1] if bundled else os.path.normpath(os.path.relpath(target)), False, launch,
-                          root=root, named_launcher=named, writes=writes))  # (a bundled config's text: read_target)
+        out.append(Target(target, os.path.normpath(os.path.relpath(target)), False, launch, root=root,
+                          named_launcher=named, writes=writes))
     return out
 
 

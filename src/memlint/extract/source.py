@@ -73,7 +73,7 @@ def notebook_gpu(path: Path) -> tuple[str, str] | None:
     if gpu is not None:
         return gpu, f"the {gpu} the notebook's metadata names ({path.name})"
     version = _notebook_version(path)
-    gpu = _prose_gpu(*version) if version is not None else None
+    gpu = _notebook_gpus(*version)[1] if version is not None else None
     return (gpu, f"the {gpu} the notebook's text names ({path.name}: its only GPU)") if gpu is not None else None
 
 
@@ -82,14 +82,10 @@ def notebook_gpu(path: Path) -> tuple[str, str] | None:
 _PROSE_GPU = re.compile(r"\b(?:Tesla\s+|NVIDIA\s+)?(T4|P100|V100|A100|A10G?|L4|L40S?|H100|H200|A6000|RTX\s?[2-5]0[6-9]0(?:\s?Ti)?)\b")
 
 
-@functools.lru_cache(maxsize=64)
-def _prose_gpu(path: str, _mtime: int, _size: int) -> str | None:
+def _prose_gpu(cells: list) -> str | None:
+    """The one GPU a notebook's markdown cells name (the one they say to run on first), negations skipped."""
     from memlint.gpu import family_supports
 
-    try:
-        cells = json.loads(notebook_bytes(Path(path))).get("cells") or []
-    except (OSError, ValueError, RecursionError, AttributeError):
-        return None
     named, run_on = set(), set()
     for c in cells:
         if not isinstance(c, dict) or c.get("cell_type") != "markdown":
@@ -122,7 +118,7 @@ def colab_gpu(path: Path) -> str | None:
     "L4"; Kaggle's `kaggle.accelerator`: "nvidiaTeslaT4"), or None (not a notebook, no such metadata, unreadable); the
     notebook is read once per version of the file."""
     version = _notebook_version(path)
-    return _colab_gpu(*version) if version is not None else None
+    return _notebook_gpus(*version)[0] if version is not None else None
 
 
 def _notebook_version(path: Path) -> tuple[str, int, int] | None:
@@ -137,12 +133,17 @@ def _notebook_version(path: Path) -> tuple[str, int, int] | None:
 
 
 @functools.lru_cache(maxsize=64)
-def _colab_gpu(path: str, _mtime: int, _size: int) -> str | None:
-    path = Path(path)
+def _notebook_gpus(path: str, _mtime: int, _size: int) -> tuple[str | None, str | None]:
+    """(the GPU its metadata names, the GPU its text names) of a notebook, from one parse of it."""
     try:
-        meta = json.loads(notebook_bytes(path)).get("metadata") or {}
+        nb = json.loads(notebook_bytes(Path(path)))
+        meta, cells = nb.get("metadata") or {}, nb.get("cells") or []
     except (OSError, ValueError, RecursionError, AttributeError):
-        return None
+        return None, None
+    return _metadata_gpu(meta if isinstance(meta, dict) else {}), _prose_gpu(cells if isinstance(cells, list) else [])
+
+
+def _metadata_gpu(meta: dict) -> str | None:
     gpu = (meta.get("colab") or {}).get("gpuType") if isinstance(meta.get("colab"), dict) else None
     gpu = gpu or meta.get("gpuType")
     if not (isinstance(gpu, str) and gpu) and isinstance(meta.get("kaggle"), dict):

@@ -63,24 +63,19 @@ class OpenRlhf(FrameworkReader):
         if acc is None or "global" not in shape or bs is None or not isinstance(bs.value, int) or bs.value <= 0:
             return plan
         gpus = plan.fields.get("num_gpus")
-        if gpus is not None and isinstance(gpus.value, int) and gpus.value > 0 \
-                and getattr(launch, "subcommand", None) == "ppo_ray":
-            # Ray places the actor's processes, not the launcher: its own count divides the batch
-            n = max(1, int(shape["global"]) * int(shape.get("scale", 1)) // bs.value // gpus.value)
-            fields = dict(plan.fields)
-            fields["grad_accum"] = Value(n, acc.source, acc.span, acc.chain + (
-                f"{shape['global']} / micro-batch {bs.value} / {gpus.value} actor processes = {n}",))
-            return replace(plan, fields=fields)
-        if launch is None or not getattr(launch, "gpus", None):  # the world size divides the global batch: unknown
-            fields = dict(plan.fields)
+        if getattr(launch, "subcommand", None) == "ppo_ray":  # Ray places the actor's processes, not the launcher
+            world, who = (gpus.value if gpus is not None and isinstance(gpus.value, int) else None), "actor processes"
+        else:
+            world, who = getattr(launch, "gpus", None), "processes"
+        fields = dict(plan.fields)
+        if not (isinstance(world, int) and world > 0):  # the world size divides the global batch: unknown
             fields["grad_accum"] = Value(None, "unknown", acc.span, acc.chain[:1] + (
                 "the launcher's process count is not known, so neither is the accumulation",), acc.candidates, acc.shape)
             return replace(plan, fields=fields)
         scale = int(shape.get("scale", 1))
-        n = max(1, int(shape["global"]) * scale // bs.value // launch.gpus)
-        fields = dict(plan.fields)
+        n = max(1, int(shape["global"]) * scale // bs.value // world)
         fields["grad_accum"] = Value(n, acc.source, acc.span, acc.chain + (
-            f"{shape['global']} × {scale} / micro-batch {bs.value} / {launch.gpus} processes = {n}",))
+            f"{shape['global']} × {scale} / micro-batch {bs.value} / {world} {who} = {n}",))
         return replace(plan, fields=fields)
 
     # ---- the command's flags ----------------------------------------------------------------------
@@ -188,8 +183,7 @@ class OpenRlhf(FrameworkReader):
             self._int("lora_alpha", "lora_alpha", "lora_alpha")
             targets = self._get("targets")
             if targets is None:
-                self.lib("lora_targets", "all-linear", "train_*.py --target_modules (--ds.lora.target_modules) default "
-                                                       "'all-linear' (v0.4.0-v0.11.0)")
+                self.lib("lora_targets", *self._default("target_modules"))
             else:
                 items = targets if isinstance(targets, list) else [targets]
                 names = [str(x) for x in items if str(x).strip()]

@@ -28,7 +28,6 @@ TOOLS = {
 }
 # a Hydra entry script's overrides (NeMo's `megatron_gpt_finetuning.py ... model.micro_batch_size=2 trainer.devices=8`):
 # key=value, +key=value, ++key=value after the script (launch.py _hydra_config finds the config it composes)
-HYDRA = ("nemo", "key=value", None)
 HYDRA_KINDS = ("nemo", "verl-ppo", "verl-sft")  # frameworks.json entries with "hydra" (a test checks they agree)
 COMMAND_LINE = "<command line>"
 # framework CLIs that read a whole config from flags when no config file comes first (LLaMA-Factory's read_args:

@@ -61,7 +61,9 @@ class MsSwift(FrameworkReader):
                        else f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} without NPROC_PER_NODE: one process "
                             f"spreading the model over the {visible} GPUs (device_map)")
         fields = dict(plan.fields)
-        twin = _hf_twin(fields["model_id"].value) if fields.get("model_id") else None
+        from memlint.catalog.spec import modelscope_twin
+
+        twin = modelscope_twin(fields["model_id"].value) if fields.get("model_id") else None
         if twin and str(env.get("USE_HF", "")).strip().lower() in ("1", "true"):  # USE_HF=1: the Hub's copy
             fields["model_id"] = Value(twin, fields["model_id"].source, fields["model_id"].span,
                                        fields["model_id"].chain + (f"USE_HF=1: ms-swift downloads {twin} from the Hugging "
@@ -108,7 +110,7 @@ class MsSwift(FrameworkReader):
     def _registered_model(self) -> bool:
         """ms-swift 2.x: `--model_type qwen2-7b-instruct` alone names a checkpoint of its registry (register_model:
         a ModelScope id, downloaded unless USE_HF, and the Hugging Face id of the same weights, data/
-        swift_model_types.json); the model is that Hugging Face id, the ModelScope one said."""
+        swift_model_types.json): the ModelScope id, or the Hugging Face one under --use_hf (USE_HF=1: launched)."""
         from memlint.data import load
 
         kind = self.doc.get("model_type")
@@ -332,11 +334,3 @@ class MsSwift(FrameworkReader):
         self.trainer(table.get(step, table["sft"]), f"swift {self.command}" + (f" --rlhf_type {step}" if
                                                                                 self.command == "rlhf" else "") + f": {ref}")
 
-
-def _hf_twin(model: Any) -> str | None:
-    """The Hugging Face id ms-swift 2.x's registry pairs with a ModelScope id (data/swift_model_types.json), else None."""
-    from memlint.data import load
-
-    if not isinstance(model, str):
-        return None
-    return next((hf for ms, hf in load("swift_model_types.json")["model_types"].values() if ms == model and hf), None)
